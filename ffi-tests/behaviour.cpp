@@ -1,0 +1,132 @@
+/* Runtime behaviour of the C ABI that needs no GPU: versions, error strings, argument errors with
+ * NCCL's codes, the last-error text, groups, and init failing cleanly where there is no GPU (on a
+ * machine with one, a one-rank communicator is created and destroyed instead). Every pncclX alias
+ * is exercised once. Exit status 0 only if every check passed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+#include "nccl.h"
+
+static int failures = 0;
+#define CHECK(cond)                                                       \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      failures++;                                                         \
+    }                                                                     \
+  } while (0)
+#define EXPECT(call, code) CHECK((call) == (code))
+
+int main(void) {
+  int v = 0;
+  EXPECT(ncclGetVersion(&v), ncclSuccess);
+  CHECK(v == 22809 && v == NCCL_VERSION_CODE);
+  EXPECT(pncclGetVersion(&v), ncclSuccess);
+  EXPECT(ncclGetVersion(NULL), ncclInvalidArgument);
+
+  CHECK(strcmp(ncclGetErrorString(ncclSuccess), "no error") == 0);
+  CHECK(strcmp(ncclGetErrorString(ncclInvalidArgument), "invalid argument (run with NCCL_DEBUG=WARN for details)") == 0);
+  CHECK(strcmp(ncclGetErrorString(ncclRemoteError), "remote process exited or there was a network error") == 0);
+  CHECK(strcmp(ncclGetErrorString((ncclResult_t)42), "unknown result code") == 0);
+  CHECK(strcmp(pncclGetErrorString(ncclInProgress), "NCCL operation in progress") == 0);
+
+  /* An argument error leaves its WARN text for ncclGetLastError. */
+  EXPECT(ncclCommCount(NULL, NULL), ncclInvalidArgument);
+  CHECK(strlen(ncclGetLastError(NULL)) > 0);
+
+  /* Handles that were never created are rejected, not dereferenced. */
+  int n = -1;
+  ncclComm_t bogus = (ncclComm_t)(uintptr_t)0xdeadbeef;
+  EXPECT(ncclCommCount(bogus, &n), ncclInvalidArgument);
+  EXPECT(ncclCommUserRank(bogus, &n), ncclInvalidArgument);
+  EXPECT(ncclCommCuDevice(bogus, &n), ncclInvalidArgument);
+  ncclResult_t st;
+  EXPECT(ncclCommGetAsyncError(bogus, &st), ncclInvalidArgument);
+  EXPECT(ncclAllReduce(NULL, NULL, 4, ncclFloat, ncclSum, bogus, 0), ncclInvalidArgument);
+  EXPECT(ncclAllReduce(NULL, NULL, 4, ncclFloat, ncclSum, NULL, 0), ncclInvalidArgument);
+  EXPECT(ncclRedOpDestroy(ncclSum, bogus), ncclInvalidArgument);
+
+  /* NULL communicators are fine to tear down. */
+  EXPECT(ncclCommDestroy(NULL), ncclSuccess);
+  EXPECT(ncclCommAbort(NULL), ncclSuccess);
+  EXPECT(ncclCommFinalize(NULL), ncclSuccess);
+  EXPECT(pncclCommDestroy(NULL), ncclSuccess);
+
+  /* Groups: End without Start is invalid usage; an error inside a group is returned by End. */
+  EXPECT(ncclGroupEnd(), ncclInvalidUsage);
+  EXPECT(ncclGroupStart(), ncclSuccess);
+  EXPECT(ncclGroupStart(), ncclSuccess);
+  EXPECT(ncclGroupEnd(), ncclSuccess);
+  EXPECT(ncclAllReduce(NULL, NULL, 4, ncclFloat, ncclSum, bogus, 0), ncclInvalidArgument);
+  EXPECT(ncclGroupEnd(), ncclInvalidArgument);
+  EXPECT(pncclGroupStart(), ncclSuccess);
+  EXPECT(pncclGroupEnd(), ncclSuccess);
+
+  /* Unique ids need no GPU. */
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  EXPECT(ncclGetUniqueId(&id), ncclSuccess);
+  int nonzero = 0;
+  for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++) nonzero |= id.internal[i];
+  CHECK(nonzero);
+  EXPECT(ncclGetUniqueId(NULL), ncclInvalidArgument);
+
+  /* Init argument errors come before any CUDA work. */
+  ncclComm_t comm = NULL;
+  EXPECT(ncclCommInitRank(NULL, 1, id, 0), ncclInvalidArgument);
+  EXPECT(ncclCommInitRank(&comm, 0, id, 0), ncclInvalidArgument);
+  EXPECT(ncclCommInitRank(&comm, 2, id, 2), ncclInvalidArgument);
+  EXPECT(ncclCommInitRank(&comm, 2, id, -1), ncclInvalidArgument);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.magic = 0;
+  EXPECT(ncclCommInitRankConfig(&comm, 1, id, 0, &cfg), ncclInvalidArgument);
+  ncclConfig_t cfg2 = NCCL_CONFIG_INITIALIZER;
+  cfg2.blocking = 7;
+  EXPECT(ncclCommInitRankConfig(&comm, 1, id, 0, &cfg2), ncclInvalidArgument);
+  EXPECT(ncclCommInitAll(NULL, 1, NULL), ncclInvalidArgument);
+  EXPECT(ncclCommInitAll(&comm, 0, NULL), ncclInvalidArgument);
+
+  /* A one-rank communicator: created where there is a GPU; a CUDA or system error (never a crash)
+   * where there is none. */
+  ncclConfig_t ok = NCCL_CONFIG_INITIALIZER;
+  ok.nvlinkCentricSched = 1; /* nccl-tests sets it */
+  ncclResult_t r = ncclCommInitRankConfig(&comm, 1, id, 0, &ok);
+  if (r == ncclSuccess) {
+    EXPECT(ncclCommCount(comm, &n), ncclSuccess);
+    CHECK(n == 1);
+    EXPECT(ncclCommUserRank(comm, &n), ncclSuccess);
+    CHECK(n == 0);
+    EXPECT(ncclCommGetAsyncError(comm, &st), ncclSuccess);
+    CHECK(st == ncclSuccess);
+    EXPECT(ncclAllReduce(NULL, NULL, 0, ncclFloat, ncclSum, comm, 0), ncclSuccess); /* count 0: no-op */
+    EXPECT(ncclAllReduce(NULL, NULL, 1, (ncclDataType_t)12, ncclSum, comm, 0), ncclInvalidArgument);
+    EXPECT(ncclAllReduce(NULL, NULL, 1, ncclFloat, (ncclRedOp_t)ncclNumOps, comm, 0), ncclInvalidArgument);
+    ncclRedOp_t op;
+    float two = 2.0f;
+    EXPECT(ncclRedOpCreatePreMulSum(&op, &two, ncclFloat, ncclScalarHostImmediate, comm), ncclSuccess);
+    EXPECT(ncclRedOpDestroy(op, comm), ncclSuccess);
+    EXPECT(ncclRedOpDestroy(op, comm), ncclInvalidArgument);
+    EXPECT(ncclRedOpDestroy(ncclSum, comm), ncclInvalidArgument);
+    EXPECT(ncclCommFinalize(comm), ncclSuccess);
+    EXPECT(ncclCommFinalize(comm), ncclInvalidArgument);
+    EXPECT(ncclCommDestroy(comm), ncclSuccess);
+    EXPECT(ncclCommCount(comm, &n), ncclInvalidArgument); /* destroyed */
+    printf("behaviour: GPU present, one-rank communicator checked\n");
+  } else {
+    CHECK(r == ncclSystemError || r == ncclUnhandledCudaError);
+    CHECK(comm == NULL);
+    void* p = NULL;
+    r = ncclMemAlloc(&p, 1024);
+    CHECK(r == ncclSystemError || r == ncclUnhandledCudaError);
+    EXPECT(ncclMemAlloc(NULL, 1024), ncclInvalidArgument);
+    printf("behaviour: no GPU, init failed cleanly with %d (%s)\n", (int)r, ncclGetErrorString(r));
+  }
+
+  if (failures) {
+    fprintf(stderr, "behaviour: %d check(s) failed\n", failures);
+    return 1;
+  }
+  printf("behaviour: all checks passed\n");
+  return 0;
+}

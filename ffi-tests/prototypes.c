@@ -1,0 +1,51 @@
+/* Compile-time check that every function in nccl.h has NCCL 2.28.9's exact C type, for both the
+ * ncclX and pncclX names. Any difference in a parameter or return type fails the build. */
+#include "nccl.h"
+
+#define SAME(fn, type)                                                             \
+  _Static_assert(__builtin_types_compatible_p(__typeof__(&fn), type), #fn);         \
+  _Static_assert(__builtin_types_compatible_p(__typeof__(&p##fn), type), "p" #fn)
+
+SAME(ncclMemAlloc, ncclResult_t (*)(void**, size_t));
+SAME(ncclMemFree, ncclResult_t (*)(void*));
+SAME(ncclGetVersion, ncclResult_t (*)(int*));
+SAME(ncclGetUniqueId, ncclResult_t (*)(ncclUniqueId*));
+SAME(ncclCommInitRankConfig, ncclResult_t (*)(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*));
+SAME(ncclCommInitRank, ncclResult_t (*)(ncclComm_t*, int, ncclUniqueId, int));
+SAME(ncclCommInitAll, ncclResult_t (*)(ncclComm_t*, int, const int*));
+SAME(ncclCommInitRankScalable, ncclResult_t (*)(ncclComm_t*, int, int, int, ncclUniqueId*, ncclConfig_t*));
+SAME(ncclCommFinalize, ncclResult_t (*)(ncclComm_t));
+SAME(ncclCommDestroy, ncclResult_t (*)(ncclComm_t));
+SAME(ncclCommAbort, ncclResult_t (*)(ncclComm_t));
+SAME(ncclCommRevoke, ncclResult_t (*)(ncclComm_t, int));
+SAME(ncclCommSplit, ncclResult_t (*)(ncclComm_t, int, int, ncclComm_t*, ncclConfig_t*));
+SAME(ncclCommShrink, ncclResult_t (*)(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int));
+SAME(ncclGetErrorString, const char* (*)(ncclResult_t));
+SAME(ncclGetLastError, const char* (*)(ncclComm_t));
+SAME(ncclResetDebugInit, void (*)(void));
+SAME(ncclCommGetAsyncError, ncclResult_t (*)(ncclComm_t, ncclResult_t*));
+SAME(ncclCommCount, ncclResult_t (*)(const ncclComm_t, int*));
+SAME(ncclCommCuDevice, ncclResult_t (*)(const ncclComm_t, int*));
+SAME(ncclCommUserRank, ncclResult_t (*)(const ncclComm_t, int*));
+SAME(ncclCommRegister, ncclResult_t (*)(const ncclComm_t, void*, size_t, void**));
+SAME(ncclCommDeregister, ncclResult_t (*)(const ncclComm_t, void*));
+SAME(ncclCommWindowRegister, ncclResult_t (*)(ncclComm_t, void*, size_t, ncclWindow_t*, int));
+SAME(ncclCommWindowDeregister, ncclResult_t (*)(ncclComm_t, ncclWindow_t));
+SAME(ncclRedOpCreatePreMulSum, ncclResult_t (*)(ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t, ncclComm_t));
+SAME(ncclRedOpDestroy, ncclResult_t (*)(ncclRedOp_t, ncclComm_t));
+SAME(ncclReduce, ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t));
+SAME(ncclBcast, ncclResult_t (*)(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t));
+SAME(ncclBroadcast, ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t));
+SAME(ncclAllReduce, ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t));
+SAME(ncclReduceScatter, ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t));
+SAME(ncclAllGather, ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t));
+SAME(ncclAlltoAll, ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t));
+SAME(ncclGather, ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t));
+SAME(ncclScatter, ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t));
+SAME(ncclSend, ncclResult_t (*)(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t));
+SAME(ncclRecv, ncclResult_t (*)(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t));
+SAME(ncclGroupStart, ncclResult_t (*)(void));
+SAME(ncclGroupEnd, ncclResult_t (*)(void));
+SAME(ncclGroupSimulateEnd, ncclResult_t (*)(ncclSimInfo_t*));
+
+int main(void) { return 0; }

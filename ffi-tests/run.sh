@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# C ABI tests, run without a GPU (CI) or with one:
+#  1. ABI facts (struct layouts, enum values, macros, initializers) of include/nccl.h, as C and C++,
+#     equal NVIDIA NCCL 2.28.9's (expected/abi_facts.txt);
+#  2. every prototype has NCCL's exact type (prototypes.c, compile-time);
+#  3. the library exports exactly NCCL 2.28.9's dynamic symbols (expected/exported_symbols.txt),
+#     has soname libnccl.so.2 and needs no CUDA library at link time;
+#  4. behaviour.c / behaviour.cpp, linked as a NCCL application would be (-lnccl), pass.
+# Usage: ffi-tests/run.sh [DIR containing liboxccl.so]   (default target/release)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+lib_dir=$(cd "${1:-$root/target/release}" && pwd)
+lib=$lib_dir/liboxccl.so
+cuda_inc=${CUDA_INCLUDE:-$root/.tools/cuda/nvidia/cu13/include}
+[ -f "$lib" ] || { echo "ffi-tests: $lib not found (build first)"; exit 1; }
+[ -f "$cuda_inc/cuda_runtime.h" ] || { echo "ffi-tests: CUDA headers not found at $cuda_inc (run scripts/setup-cuda.sh or set CUDA_INCLUDE)"; exit 1; }
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+cd "$here"
+inc=(-I"$root/include" -I"$cuda_inc")
+step() { printf 'ffi-tests: %s ... ' "$1"; }
+
+step "ABI facts (C)"
+gcc -std=c11 -Wall -Werror "${inc[@]}" abi_facts.c -o "$out/facts_c"
+"$out/facts_c" | diff -u expected/abi_facts.txt -
+echo ok
+step "ABI facts (C++)"
+g++ -std=c++17 -Wall -Werror "${inc[@]}" abi_facts.cpp -o "$out/facts_cpp"
+"$out/facts_cpp" | diff -u expected/abi_facts.txt -
+echo ok
+
+step "prototypes"
+gcc -std=gnu11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" -c prototypes.c -o "$out/prototypes.o"
+echo ok
+
+step "exported symbols"
+nm -D --defined-only "$lib" | awk '{print $3}' | sort | diff -u expected/exported_symbols.txt -
+echo ok
+step "soname and dependencies"
+readelf -d "$lib" | grep -q 'SONAME.*\[libnccl\.so\.2\]' || { echo "soname is not libnccl.so.2"; exit 1; }
+if readelf -d "$lib" | grep NEEDED | grep -Eq 'libcuda|libcudart|libnccl'; then
+  echo "links a CUDA or NCCL library at load time:"; readelf -d "$lib" | grep NEEDED; exit 1
+fi
+echo ok
+
+# Link the way applications link NCCL: -lnccl, resolved through libnccl.so -> libnccl.so.2 -> oxccl.
+mkdir -p "$out/lib"
+ln -s "$lib" "$out/lib/libnccl.so.2"
+ln -s libnccl.so.2 "$out/lib/libnccl.so"
+step "behaviour (C)"
+gcc -std=c11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" behaviour.c -L"$out/lib" -lnccl -o "$out/behaviour_c"
+LD_LIBRARY_PATH="$out/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$out/behaviour_c"
+step "behaviour (C++)"
+g++ -std=c++17 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" behaviour.cpp -L"$out/lib" -lnccl -o "$out/behaviour_cpp"
+LD_LIBRARY_PATH="$out/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$out/behaviour_cpp"
+echo "ffi-tests: all passed"

@@ -1,0 +1,38 @@
+// Memory-ordering building blocks at system scope. Peers on other GPUs (and the host proxy) are
+// outside the GPU scope, so every cross-device synchronisation below uses .sys.
+#pragma once
+#include "common.cuh"
+
+// Acquire load: reads by this thread after it see every write the releasing writer made before its
+// release (cumulative: including writes of its block that its __syncthreads ordered before it).
+// An acquire also invalidates this SM's L1, so the block's later plain loads cannot hit stale lines.
+OX_DEV uint64_t ox_ld_acquire_sys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Relaxed load: only the value is guaranteed fresh; no ordering of other accesses.
+OX_DEV uint64_t ox_ld_relaxed_sys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Release add: every write this thread observed before it (its block's, after a __syncthreads)
+// is visible to a reader that acquires the new value. One instruction, no return value needed.
+OX_DEV void ox_red_release_sys_add(uint64_t* p, uint64_t v) {
+  asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// Relaxed add: execution control only; orders nothing else.
+OX_DEV void ox_red_relaxed_sys_add(uint64_t* p, uint64_t v) {
+  asm volatile("red.relaxed.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// Volatile 32-bit load, for host-mapped flags the host writes at any time.
+OX_DEV uint32_t ox_ld_volatile_u32(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The test command (README, CI): needs no GPU. Installs the pinned nvcc, builds the library, checks
+# that include/nccl.h is what the build generates, runs the Rust tests, clippy and the C ABI tests.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bash scripts/setup-cuda.sh
+export CUDA_INCLUDE=$root/.tools/cuda/nvidia/cu13/include
+
+before=$(sha256sum include/nccl.h 2>/dev/null || true)
+cargo build --release --locked
+after=$(sha256sum include/nccl.h)
+if [ "$before" != "$after" ] || ! git diff --quiet -- include/nccl.h 2>/dev/null; then
+  echo "test: include/nccl.h differs from what the build generates; commit the regenerated header"
+  git --no-pager diff --stat -- include/nccl.h || true
+  exit 1
+fi
+
+cargo test --release --locked
+if cargo clippy --version >/dev/null 2>&1; then
+  cargo clippy --release --locked --all-targets -- -D warnings
+else
+  echo "test: clippy not installed; skipped"
+fi
+bash ffi-tests/run.sh target/release
+echo "test: all passed"

@@ -1,0 +1,227 @@
+//! AllReduce algorithm choice.
+
+use super::{Scratch, Topology, Tuning};
+use crate::device_abi::OX_MAX_BLOCKS;
+use crate::types::DataType;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AllReduceAlgo {
+    /// All-pairs LL16: one hop, every rank reduces everything. Small messages.
+    OneShot = 0,
+    /// LL16 reduce-scatter then LL16 all-gather. Medium messages, many ranks.
+    TwoPhase = 1,
+    /// Put-based reduce-scatter + all-gather with semaphores, pipelined per block. Large messages.
+    Rsag = 2,
+}
+
+impl AllReduceAlgo {
+    pub const ALL: [AllReduceAlgo; 3] = [AllReduceAlgo::OneShot, AllReduceAlgo::TwoPhase, AllReduceAlgo::Rsag];
+
+    /// Name in kernel symbols (ox_allreduce_<name>_...) and in OXCCL_ALLREDUCE_ALGO.
+    pub fn name(self) -> &'static str {
+        match self {
+            AllReduceAlgo::OneShot => "oneshot",
+            AllReduceAlgo::TwoPhase => "twophase",
+            AllReduceAlgo::Rsag => "rsag",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<AllReduceAlgo> {
+        AllReduceAlgo::ALL.into_iter().find(|a| a.name().eq_ignore_ascii_case(s))
+    }
+}
+
+/// How one AllReduce runs: which kernel, its launch shape, and its chunking.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllReducePlan {
+    pub algo: AllReduceAlgo,
+    pub grid: u32,
+    pub block: u32,
+    /// Elements per block per round (rsag only; 0 otherwise).
+    pub chunk_elems: u64,
+}
+
+/// Largest message the one-shot algorithm's scratch holds: each source rank's slot of
+/// half/nranks bytes carries 8 payload bytes per 16-byte packet.
+fn oneshot_capacity(s: &Scratch, n: u64) -> u64 {
+    ((s.ll_half_bytes / n) & !15) / 2
+}
+
+/// Largest message the two-phase algorithm's scratch holds: a chunk of ceil(bytes/8/n) packets
+/// must fit a (half/2)/nranks slot.
+fn twophase_capacity(s: &Scratch, n: u64) -> u64 {
+    let slot = (s.ll_half_bytes / 2 / n) & !15;
+    (slot / 16) * 8 * n
+}
+
+/// Default one-shot limit: with two ranks both packet algorithms move the same bytes, and one hop
+/// wins up to where packets' half-efficiency costs more than the put-based algorithm's syncs; with
+/// more ranks, one-shot moves (n-1)/2 times more bytes than two-phase and stops paying earlier.
+fn default_oneshot_max(n: u64) -> u64 {
+    match n {
+        2 => 512 << 10,
+        3..=4 => 64 << 10,
+        _ => 32 << 10,
+    }
+}
+
+const DEFAULT_TWOPHASE_MAX: u64 = 1 << 20;
+
+fn ll_shape(npkt: u64, sm_count: u32, t: &Tuning) -> (u32, u32) {
+    let threads = t.ll_threads.unwrap_or(512);
+    let cap = t.ll_blocks.unwrap_or(sm_count.clamp(1, 64)).min(OX_MAX_BLOCKS as u32);
+    let grid = npkt.div_ceil(threads as u64).clamp(1, cap as u64) as u32;
+    (grid, threads)
+}
+
+/// Chooses the AllReduce algorithm and launch shape.
+pub fn select_allreduce(count: u64, dt: DataType, topo: &Topology, scratch: &Scratch, t: &Tuning) -> AllReducePlan {
+    let es = dt.size() as u64;
+    let bytes = count * es;
+    let npkt = bytes.div_ceil(8);
+    if topo.nranks <= 1 {
+        // One rank: the one-shot kernel with no peers is an elementwise pre/post pass, any size.
+        let (grid, block) = ll_shape(npkt, topo.sm_count, t);
+        return AllReducePlan { algo: AllReduceAlgo::OneShot, grid, block, chunk_elems: 0 };
+    }
+    let n = topo.nranks as u64;
+    let oneshot_fits = bytes <= oneshot_capacity(scratch, n);
+    let twophase_fits = bytes <= twophase_capacity(scratch, n);
+
+    let forced = t.allreduce_algo.filter(|a| match a {
+        AllReduceAlgo::OneShot => oneshot_fits,
+        AllReduceAlgo::TwoPhase => twophase_fits,
+        AllReduceAlgo::Rsag => true,
+    });
+    let algo = forced.unwrap_or_else(|| {
+        if oneshot_fits && bytes <= t.oneshot_max_bytes.unwrap_or_else(|| default_oneshot_max(n)) {
+            AllReduceAlgo::OneShot
+        } else if twophase_fits && bytes <= t.twophase_max_bytes.unwrap_or(DEFAULT_TWOPHASE_MAX) {
+            AllReduceAlgo::TwoPhase
+        } else {
+            AllReduceAlgo::Rsag
+        }
+    });
+
+    match algo {
+        AllReduceAlgo::OneShot => {
+            let (grid, block) = ll_shape(npkt, topo.sm_count, t);
+            AllReducePlan { algo, grid, block, chunk_elems: 0 }
+        }
+        AllReduceAlgo::TwoPhase => {
+            let (grid, block) = ll_shape(npkt.div_ceil(n) * (n - 1), topo.sm_count, t);
+            AllReducePlan { algo, grid, block, chunk_elems: 0 }
+        }
+        AllReduceAlgo::Rsag => {
+            // Slices are whole 16-byte units so every slice of an aligned buffer stays aligned.
+            let unit = (16 / es).max(1);
+            let chunk = (scratch.rs_slot_bytes / es / unit * unit).max(unit);
+            let per = count.div_ceil(n).div_ceil(unit) * unit;
+            let grid = per.div_ceil(chunk).clamp(1, scratch.rs_max_blocks as u64) as u32;
+            AllReducePlan { algo, grid, block: t.rs_threads.unwrap_or(1024), chunk_elems: chunk }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topo(n: usize) -> Topology {
+        Topology { nranks: n, sm_count: 132 }
+    }
+
+    #[test]
+    fn small_messages_take_one_hop() {
+        let t = Tuning::default();
+        for n in [2, 3, 4, 8] {
+            let s = Scratch::for_ranks(n, &t);
+            for count in [1u64, 2, 7, 1024, 4096] {
+                let p = select_allreduce(count, DataType::Float32, &topo(n), &s, &t);
+                assert_eq!(p.algo, AllReduceAlgo::OneShot, "n={n} count={count}");
+                assert!(p.grid >= 1 && p.grid <= 64);
+            }
+        }
+    }
+
+    #[test]
+    fn sizes_progress_through_the_algorithms() {
+        let t = Tuning::default();
+        let s = Scratch::for_ranks(4, &t);
+        let pick = |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(4), &s, &t).algo;
+        assert_eq!(pick(64 << 10), AllReduceAlgo::OneShot);
+        assert_eq!(pick(256 << 10), AllReduceAlgo::TwoPhase);
+        assert_eq!(pick(1 << 20), AllReduceAlgo::TwoPhase);
+        assert_eq!(pick(4 << 20), AllReduceAlgo::Rsag);
+        assert_eq!(pick(512 << 20), AllReduceAlgo::Rsag);
+    }
+
+    #[test]
+    fn packet_algorithms_never_exceed_their_scratch() {
+        let t = Tuning::default();
+        for n in 2..=16usize {
+            let s = Scratch::for_ranks(n, &t);
+            for dt in DataType::ALL {
+                for bytes in (0..28).map(|k| 1u64 << k).chain([3, 1000, 123457, 999_999]) {
+                    let count = bytes / dt.size() as u64;
+                    let p = select_allreduce(count, dt, &topo(n), &s, &t);
+                    let nb = count * dt.size() as u64;
+                    let npkt = nb.div_ceil(8);
+                    match p.algo {
+                        AllReduceAlgo::OneShot => assert!(npkt * 16 <= (s.ll_half_bytes / n as u64) & !15),
+                        AllReduceAlgo::TwoPhase => {
+                            assert!(npkt.div_ceil(n as u64) * 16 <= (s.ll_half_bytes / 2 / n as u64) & !15)
+                        }
+                        AllReduceAlgo::Rsag => {
+                            assert!(p.chunk_elems * dt.size() as u64 <= s.rs_slot_bytes);
+                            assert!(p.chunk_elems > 0 && p.grid <= s.rs_max_blocks);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rsag_chunks_are_whole_sixteen_byte_units() {
+        let t = Tuning::default();
+        let s = Scratch::for_ranks(3, &t);
+        for dt in DataType::ALL {
+            let p = select_allreduce(100_000_000 / dt.size() as u64, dt, &topo(3), &s, &t);
+            assert_eq!(p.algo, AllReduceAlgo::Rsag);
+            assert_eq!((p.chunk_elems * dt.size() as u64) % 16, 0, "{dt:?}");
+        }
+    }
+
+    #[test]
+    fn forcing_respects_capacity() {
+        let mut t = Tuning::default();
+        let s = Scratch::for_ranks(2, &t);
+        t.allreduce_algo = Some(AllReduceAlgo::OneShot);
+        let big = select_allreduce(64 << 20, DataType::Float32, &topo(2), &s, &t);
+        assert_eq!(big.algo, AllReduceAlgo::Rsag, "one-shot cannot hold 256 MiB: fall back");
+        let small = select_allreduce((1 << 20) / 4, DataType::Float32, &topo(2), &s, &t);
+        assert_eq!(small.algo, AllReduceAlgo::OneShot);
+        t.allreduce_algo = Some(AllReduceAlgo::Rsag);
+        assert_eq!(select_allreduce(1, DataType::Int8, &topo(2), &s, &t).algo, AllReduceAlgo::Rsag);
+    }
+
+    #[test]
+    fn one_rank_is_a_single_pass_at_any_size() {
+        let t = Tuning::default();
+        let s = Scratch::for_ranks(1, &t);
+        for count in [1u64, 1 << 20, 1 << 30] {
+            let p = select_allreduce(count, DataType::Float32, &topo(1), &s, &t);
+            assert_eq!(p.algo, AllReduceAlgo::OneShot);
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for a in AllReduceAlgo::ALL {
+            assert_eq!(AllReduceAlgo::from_name(a.name()), Some(a));
+        }
+        assert_eq!(AllReduceAlgo::from_name("RSAG"), Some(AllReduceAlgo::Rsag));
+        assert_eq!(AllReduceAlgo::from_name("ring"), None);
+    }
+}

@@ -1,0 +1,75 @@
+//! Algorithm choice: pure functions of (collective, bytes, datatype, topology, tuning), with no
+//! CUDA and no globals, so every threshold is unit-tested on the CPU. All ranks of a communicator
+//! must make the same choice for the same call; the inputs are identical on every rank.
+
+mod allreduce;
+pub mod cost;
+mod tuning;
+
+pub use allreduce::{select_allreduce, AllReduceAlgo, AllReducePlan};
+pub use tuning::Tuning;
+
+/// What the selector knows about a communicator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Topology {
+    pub nranks: usize,
+    /// Multiprocessors of the (smallest) GPU of the communicator.
+    pub sm_count: u32,
+}
+
+/// Scratch memory every rank of a communicator allocates at init; sizes bound what algorithms may
+/// use. Identical on every rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scratch {
+    /// One half of the LL packet scratch (two halves alternate by flag parity).
+    pub ll_half_bytes: u64,
+    /// One (block, source) slot of the put-based scratch.
+    pub rs_slot_bytes: u64,
+    /// Blocks the put-based scratch has slots for.
+    pub rs_max_blocks: u32,
+}
+
+impl Scratch {
+    /// Sizes for `nranks` ranks: 8 MiB LL halves; put-based slots shrink as ranks grow so the
+    /// put-based scratch stays at about 2 x 64 blocks x 512 KiB whatever the rank count.
+    pub fn for_ranks(nranks: usize, tuning: &Tuning) -> Scratch {
+        if nranks <= 1 {
+            // A single rank exchanges nothing; kernels (PreMulSum scaling) never touch scratch.
+            return Scratch { ll_half_bytes: 4096, rs_slot_bytes: 4096, rs_max_blocks: 1 };
+        }
+        let n = nranks as u64;
+        let slot = tuning.rs_slot_bytes.unwrap_or_else(|| (512 * 1024 / n).clamp(32 * 1024, 256 * 1024));
+        Scratch {
+            ll_half_bytes: tuning.ll_half_bytes.unwrap_or(8 << 20),
+            rs_slot_bytes: slot & !15,
+            rs_max_blocks: tuning.rs_blocks.unwrap_or(64).clamp(1, crate::device_abi::OX_MAX_BLOCKS as u32),
+        }
+    }
+
+    /// Bytes of LL scratch each rank allocates (both halves).
+    pub fn ll_bytes(&self) -> u64 {
+        2 * self.ll_half_bytes
+    }
+
+    /// Bytes of put-based scratch each rank allocates (RS and AG areas).
+    pub fn rs_bytes(&self, nranks: usize) -> u64 {
+        2 * self.rs_max_blocks as u64 * nranks as u64 * self.rs_slot_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scratch_is_bounded_for_every_rank_count() {
+        let t = Tuning::default();
+        assert!(Scratch::for_ranks(1, &t).rs_bytes(1) <= 8192);
+        for n in 2..=32 {
+            let s = Scratch::for_ranks(n, &t);
+            assert_eq!(s.rs_slot_bytes % 16, 0);
+            assert!(s.rs_bytes(n) <= 256 << 20, "n={n}: {} bytes", s.rs_bytes(n));
+            assert!(s.rs_slot_bytes >= 32 * 1024);
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! Tuning overrides from the environment (read once per communicator). They exist to measure and
+//! tune the selector on real machines; every rank must see the same values.
+
+use crate::config::env;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tuning {
+    /// OXCCL_ALLREDUCE_ALGO = oneshot | twophase | rsag: force one algorithm where it fits.
+    pub allreduce_algo: Option<super::AllReduceAlgo>,
+    /// OXCCL_ONESHOT_MAX_BYTES: largest message for the one-shot packet algorithm.
+    pub oneshot_max_bytes: Option<u64>,
+    /// OXCCL_TWOPHASE_MAX_BYTES: largest message for the two-phase packet algorithm.
+    pub twophase_max_bytes: Option<u64>,
+    /// OXCCL_LL_BLOCKS / OXCCL_LL_THREADS: launch shape cap of the packet algorithms.
+    pub ll_blocks: Option<u32>,
+    pub ll_threads: Option<u32>,
+    /// OXCCL_RSAG_BLOCKS / OXCCL_RSAG_THREADS: launch shape of the put-based algorithm.
+    pub rs_blocks: Option<u32>,
+    pub rs_threads: Option<u32>,
+    /// OXCCL_RSAG_SLOT_BYTES / OXCCL_LL_HALF_BYTES: scratch geometry.
+    pub rs_slot_bytes: Option<u64>,
+    pub ll_half_bytes: Option<u64>,
+}
+
+impl Tuning {
+    pub fn from_env() -> Tuning {
+        let num = |k: &str| env(k).and_then(|v| v.trim().parse::<u64>().ok());
+        let num32 = |k: &str| num(k).and_then(|v| u32::try_from(v).ok());
+        Tuning {
+            allreduce_algo: env("OXCCL_ALLREDUCE_ALGO").and_then(|v| super::AllReduceAlgo::from_name(v.trim())),
+            oneshot_max_bytes: num("OXCCL_ONESHOT_MAX_BYTES"),
+            twophase_max_bytes: num("OXCCL_TWOPHASE_MAX_BYTES"),
+            ll_blocks: num32("OXCCL_LL_BLOCKS").filter(|&b| b > 0),
+            ll_threads: num32("OXCCL_LL_THREADS").filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
+            rs_blocks: num32("OXCCL_RSAG_BLOCKS").filter(|&b| b > 0),
+            rs_threads: num32("OXCCL_RSAG_THREADS").filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
+            rs_slot_bytes: num("OXCCL_RSAG_SLOT_BYTES").filter(|&b| b >= 4096),
+            ll_half_bytes: num("OXCCL_LL_HALF_BYTES").filter(|&b| b >= 64 * 1024),
+        }
+    }
+}

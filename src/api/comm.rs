@@ -1,0 +1,311 @@
+//! Communicator creation, queries and teardown.
+
+use std::ffi::c_int;
+use std::sync::Arc;
+
+use super::types::{ncclComm_t, ncclConfig_t, ncclResult_t, ncclUniqueId, NCCL_UNIQUE_ID_BYTES};
+use super::{call, comm_arg, not_yet, out};
+use crate::bootstrap;
+use crate::comm::{register, unregister, Comm};
+use crate::config::{parse_comm_config, CommConfig};
+use crate::error::{Error, Result};
+use crate::gpu;
+use crate::group::{self, Deferred};
+
+/// Writes a new unique id; starts this process's rendezvous root unless NCCL_COMM_ID is set.
+#[no_mangle]
+pub extern "C" fn ncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclResult_t {
+    call("ncclGetUniqueId", || {
+        let id = out(uniqueId, "uniqueId")?;
+        let bytes = bootstrap::get_unique_id()?;
+        for (o, i) in id.internal.iter_mut().zip(bytes.iter()) {
+            *o = *i as std::ffi::c_char;
+        }
+        Ok(())
+    })
+}
+
+fn id_bytes(id: &ncclUniqueId) -> [u8; NCCL_UNIQUE_ID_BYTES] {
+    let mut b = [0u8; NCCL_UNIQUE_ID_BYTES];
+    for (o, i) in b.iter_mut().zip(id.internal.iter()) {
+        *o = *i as u8;
+    }
+    b
+}
+
+/// Creates one rank's communicator on the current device. Inside a group, `*comm` is set at once
+/// and the initialisation runs at the outermost ncclGroupEnd.
+fn init_rank(
+    newcomm: *mut ncclComm_t,
+    nranks: c_int,
+    id: [u8; NCCL_UNIQUE_ID_BYTES],
+    rank: c_int,
+    device: Option<i32>,
+    config: CommConfig,
+) -> Result<()> {
+    let slot = out(newcomm, "comm")?;
+    if nranks < 1 {
+        return Err(Error::invalid_argument(format!("invalid nranks {nranks}")));
+    }
+    if rank < 0 || rank >= nranks {
+        return Err(Error::invalid_argument(format!("invalid rank {rank}, nranks {nranks}")));
+    }
+    let device = match device {
+        Some(d) => d,
+        None => gpu::current_device()?,
+    };
+    let c = Arc::new(Comm::new(rank as usize, nranks as usize, device, config));
+    let handle = register(c.clone());
+    if group::depth() > 0 {
+        *slot = handle as ncclComm_t;
+        return group::submit_init(c, id);
+    }
+    match group::submit_init(c, id) {
+        Ok(()) => {
+            *slot = handle as ncclComm_t;
+            Ok(())
+        }
+        Err(e) => {
+            unregister(handle);
+            *slot = std::ptr::null_mut();
+            Err(e)
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn ncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int) -> ncclResult_t {
+    call("ncclCommInitRank", || {
+        init_rank(comm, nranks, id_bytes(&commId), rank, None, CommConfig::default())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ncclCommInitRankConfig(
+    comm: *mut ncclComm_t,
+    nranks: c_int,
+    commId: ncclUniqueId,
+    rank: c_int,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
+    call("ncclCommInitRankConfig", || {
+        // SAFETY: config is NULL or points to the caller's ncclConfig_t (of the size it declares).
+        let cfg = unsafe { parse_comm_config(config) }?;
+        init_rank(comm, nranks, id_bytes(&commId), rank, None, cfg)
+    })
+}
+
+/// NCCL spreads the rendezvous over `nId` roots; every rank passes the same list, and oxccl's
+/// bootstrap is served by the first id's root alone (the others time out unused).
+#[no_mangle]
+pub extern "C" fn ncclCommInitRankScalable(
+    newcomm: *mut ncclComm_t,
+    nranks: c_int,
+    myrank: c_int,
+    nId: c_int,
+    commIds: *mut ncclUniqueId,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
+    call("ncclCommInitRankScalable", || {
+        if nId < 1 {
+            return Err(Error::invalid_argument(format!("invalid nId {nId}")));
+        }
+        let first = *out(commIds, "commIds")?;
+        // SAFETY: as for ncclCommInitRankConfig.
+        let cfg = unsafe { parse_comm_config(config) }?;
+        init_rank(newcomm, nranks, id_bytes(&first), myrank, None, cfg)
+    })
+}
+
+/// One process, `ndev` GPUs: creates every rank's communicator inside one group.
+#[no_mangle]
+pub extern "C" fn ncclCommInitAll(comms: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t {
+    call("ncclCommInitAll", || {
+        if comms.is_null() {
+            return Err(Error::invalid_argument("comms argument is NULL"));
+        }
+        if ndev < 1 {
+            return Err(Error::invalid_argument(format!("invalid ndev {ndev}")));
+        }
+        gpu::ensure()?;
+        let count = gpu::context::device_count()?;
+        let devs: Vec<i32> = if devlist.is_null() {
+            if ndev > count {
+                return Err(Error::invalid_argument(format!("ndev {ndev} exceeds the {count} visible devices")));
+            }
+            (0..ndev).collect()
+        } else {
+            // SAFETY: the caller passes ndev entries.
+            unsafe { std::slice::from_raw_parts(devlist, ndev as usize) }.to_vec()
+        };
+        for (i, d) in devs.iter().enumerate() {
+            if *d < 0 || *d >= count {
+                return Err(Error::invalid_argument(format!("invalid device {d} in devlist")));
+            }
+            if devs[..i].contains(d) {
+                return Err(Error::invalid_usage(format!("duplicate device {d} in devlist")));
+            }
+        }
+        let id = bootstrap::get_unique_id()?;
+        // SAFETY: the caller passes room for ndev handles.
+        let slots = unsafe { std::slice::from_raw_parts_mut(comms, ndev as usize) };
+        group::start();
+        let mut first_err = None;
+        for (i, d) in devs.iter().enumerate() {
+            if let Err(e) = init_rank(&mut slots[i], ndev, id, i as c_int, Some(*d), CommConfig::default()) {
+                first_err.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_err {
+            group::record_error(&e);
+        }
+        group::end()
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
+    call("ncclCommFinalize", || {
+        if comm.is_null() {
+            return Ok(());
+        }
+        group::submit(Deferred::Finalize(comm_arg(comm)?))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
+    call("ncclCommDestroy", || {
+        if comm.is_null() {
+            return Ok(());
+        }
+        group::submit(Deferred::Destroy(comm_arg(comm)?, comm as usize))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
+    call("ncclCommAbort", || {
+        if comm.is_null() {
+            return Ok(());
+        }
+        group::submit(Deferred::Abort(comm_arg(comm)?, comm as usize))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) -> ncclResult_t {
+    call("ncclCommRevoke", || {
+        if comm.is_null() {
+            return Ok(());
+        }
+        comm_arg(comm)?;
+        if revokeFlags != 0 {
+            return Err(Error::invalid_argument(format!("revokeFlags must be NCCL_REVOKE_DEFAULT, got {revokeFlags}")));
+        }
+        Err(not_yet("ncclCommRevoke"))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ncclCommSplit(
+    comm: ncclComm_t,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut ncclComm_t,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
+    call("ncclCommSplit", || {
+        let _ = (color, key);
+        comm_arg(comm)?;
+        out(newcomm, "newcomm")?;
+        // SAFETY: config is NULL or the caller's ncclConfig_t.
+        unsafe { parse_comm_config(config) }?;
+        Err(not_yet("ncclCommSplit"))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ncclCommShrink(
+    comm: ncclComm_t,
+    excludeRanksList: *mut c_int,
+    excludeRanksCount: c_int,
+    newcomm: *mut ncclComm_t,
+    config: *mut ncclConfig_t,
+    shrinkFlags: c_int,
+) -> ncclResult_t {
+    call("ncclCommShrink", || {
+        comm_arg(comm)?;
+        out(newcomm, "newcomm")?;
+        if excludeRanksCount < 0 || (excludeRanksCount > 0 && excludeRanksList.is_null()) {
+            return Err(Error::invalid_argument("invalid exclude list"));
+        }
+        if shrinkFlags != 0 && shrinkFlags != 1 {
+            return Err(Error::invalid_argument(format!("invalid shrinkFlags {shrinkFlags}")));
+        }
+        // SAFETY: config is NULL or the caller's ncclConfig_t.
+        unsafe { parse_comm_config(config) }?;
+        Err(not_yet("ncclCommShrink"))
+    })
+}
+
+/// Stores the communicator's asynchronous state. Thread-safe: watchdogs poll it while other
+/// threads enqueue.
+#[no_mangle]
+pub extern "C" fn ncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclResult_t) -> ncclResult_t {
+    call("ncclCommGetAsyncError", || {
+        let c = comm_arg(comm)?;
+        let slot = out(asyncError, "asyncError")?;
+        // Written as a raw int: the caller's variable may hold anything before.
+        // SAFETY: slot points to an ncclResult_t-sized, writable location.
+        unsafe { std::ptr::write((slot as *mut ncclResult_t).cast::<c_int>(), c.async_state() as c_int) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ncclCommCount(comm: ncclComm_t, count: *mut c_int) -> ncclResult_t {
+    call("ncclCommCount", || {
+        let c = comm_arg(comm)?;
+        *out(count, "count")? = c.nranks as c_int;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) -> ncclResult_t {
+    call("ncclCommCuDevice", || {
+        let c = comm_arg(comm)?;
+        *out(device, "device")? = c.device;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) -> ncclResult_t {
+    call("ncclCommUserRank", || {
+        let c = comm_arg(comm)?;
+        *out(rank, "rank")? = c.rank as c_int;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ResultCode;
+
+    #[test]
+    fn null_and_invalid_arguments() {
+        let mut n = 0;
+        assert_eq!(ncclCommCount(std::ptr::null_mut(), &mut n), ResultCode::InvalidArgument);
+        assert_eq!(ncclCommCount(0x1000 as ncclComm_t, &mut n), ResultCode::InvalidArgument);
+        assert_eq!(ncclCommDestroy(std::ptr::null_mut()), ResultCode::Success);
+        assert_eq!(ncclCommAbort(std::ptr::null_mut()), ResultCode::Success);
+        assert_eq!(ncclCommFinalize(std::ptr::null_mut()), ResultCode::Success);
+        assert_eq!(ncclGetUniqueId(std::ptr::null_mut()), ResultCode::InvalidArgument);
+        let id = ncclUniqueId { internal: [0; 128] };
+        assert_eq!(ncclCommInitRank(std::ptr::null_mut(), 2, id, 0), ResultCode::InvalidArgument);
+        assert_eq!(ncclCommInitAll(std::ptr::null_mut(), 1, std::ptr::null()), ResultCode::InvalidArgument);
+    }
+}

@@ -1,0 +1,83 @@
+//! The `pncclX` aliases of every `ncclX` (NCCL's profiling interface: a profiler defines ncclX
+//! and forwards to pncclX). Each forwards to the real function; the argument lists below are
+//! checked by the compiler against the functions they call.
+// ncclResetDebugInit is deprecated in NCCL's header (and so in ours); its alias still forwards.
+#![allow(deprecated)]
+
+use std::ffi::{c_char, c_int, c_void};
+
+use super::coll::*;
+use super::comm::*;
+use super::devapi::*;
+use super::group::*;
+use super::mem::*;
+use super::p2p::*;
+use super::redop::*;
+use super::types::*;
+use super::version::*;
+
+macro_rules! profiling_aliases {
+    ($( $alias:ident => $target:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty; )*) => {
+        $(
+            #[no_mangle]
+            pub extern "C" fn $alias($($arg: $ty),*) -> $ret {
+                $target($($arg),*)
+            }
+        )*
+    };
+}
+
+profiling_aliases! {
+    pncclMemAlloc => ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult_t;
+    pncclMemFree => ncclMemFree(ptr: *mut c_void) -> ncclResult_t;
+    pncclGetVersion => ncclGetVersion(version: *mut c_int) -> ncclResult_t;
+    pncclGetUniqueId => ncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclResult_t;
+    pncclCommInitRankConfig => ncclCommInitRankConfig(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int, config: *mut ncclConfig_t) -> ncclResult_t;
+    pncclCommInitRank => ncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int) -> ncclResult_t;
+    pncclCommInitAll => ncclCommInitAll(comms: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t;
+    pncclCommInitRankScalable => ncclCommInitRankScalable(newcomm: *mut ncclComm_t, nranks: c_int, myrank: c_int, nId: c_int, commIds: *mut ncclUniqueId, config: *mut ncclConfig_t) -> ncclResult_t;
+    pncclCommFinalize => ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t;
+    pncclCommDestroy => ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t;
+    pncclCommAbort => ncclCommAbort(comm: ncclComm_t) -> ncclResult_t;
+    pncclCommRevoke => ncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) -> ncclResult_t;
+    pncclCommSplit => ncclCommSplit(comm: ncclComm_t, color: c_int, key: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t) -> ncclResult_t;
+    pncclCommShrink => ncclCommShrink(comm: ncclComm_t, excludeRanksList: *mut c_int, excludeRanksCount: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t, shrinkFlags: c_int) -> ncclResult_t;
+    pncclGetErrorString => ncclGetErrorString(result: ncclResultArg_t) -> *const c_char;
+    pncclGetLastError => ncclGetLastError(comm: ncclComm_t) -> *const c_char;
+    pncclResetDebugInit => ncclResetDebugInit() -> ();
+    pncclCommGetAsyncError => ncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclResult_t) -> ncclResult_t;
+    pncclCommCount => ncclCommCount(comm: ncclComm_t, count: *mut c_int) -> ncclResult_t;
+    pncclCommCuDevice => ncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) -> ncclResult_t;
+    pncclCommUserRank => ncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) -> ncclResult_t;
+    pncclCommRegister => ncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> ncclResult_t;
+    pncclCommDeregister => ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t;
+    pncclCommWindowRegister => ncclCommWindowRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, win: *mut ncclWindow_t, winFlags: c_int) -> ncclResult_t;
+    pncclCommWindowDeregister => ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t;
+    pncclRedOpCreatePreMulSum => ncclRedOpCreatePreMulSum(op: *mut ncclRedOp_t, scalar: *mut c_void, datatype: ncclDataType_t, residence: ncclScalarResidence_t, comm: ncclComm_t) -> ncclResult_t;
+    pncclRedOpDestroy => ncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) -> ncclResult_t;
+    pncclReduce => ncclReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, op: ncclRedOp_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    pncclBcast => ncclBcast(buff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    pncclBroadcast => ncclBroadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    pncclAllReduce => ncclAllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    pncclReduceScatter => ncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: ncclDataType_t, op: ncclRedOp_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    pncclAllGather => ncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    pncclAlltoAll => ncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    pncclGather => ncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    pncclScatter => ncclScatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    pncclSend => ncclSend(sendbuff: *const c_void, count: usize, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    pncclRecv => ncclRecv(recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    pncclGroupStart => ncclGroupStart() -> ncclResult_t;
+    pncclGroupEnd => ncclGroupEnd() -> ncclResult_t;
+    pncclGroupSimulateEnd => ncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> ncclResult_t;
+    pncclDevCommCreate => ncclDevCommCreate(comm: ncclComm_t, reqs: *const c_void, outDevComm: *mut c_void) -> ncclResult_t;
+    pncclDevCommDestroy => ncclDevCommDestroy(comm: ncclComm_t, devComm: *const c_void) -> ncclResult_t;
+    pncclTeamWorld => ncclTeamWorld(comm: ncclComm_t) -> ncclTeam_t;
+    pncclTeamLsa => ncclTeamLsa(comm: ncclComm_t) -> ncclTeam_t;
+    pncclTeamRail => ncclTeamRail(comm: ncclComm_t) -> ncclTeam_t;
+    pncclTeamRankToWorld => ncclTeamRankToWorld(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int;
+    pncclTeamRankToLsa => ncclTeamRankToLsa(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int;
+    pncclLsaBarrierCreateRequirement => ncclLsaBarrierCreateRequirement(team: ncclTeam_t, nBarriers: c_int, outHandle: *mut c_void, outReq: *mut c_void) -> ncclResult_t;
+    pncclGinBarrierCreateRequirement => ncclGinBarrierCreateRequirement(comm: ncclComm_t, team: ncclTeam_t, nBarriers: c_int, outHandle: *mut c_void, outReq: *mut c_void) -> ncclResult_t;
+    pncclLLA2ACalcSlots => ncclLLA2ACalcSlots(maxElts: c_int, maxEltSize: c_int) -> c_int;
+    pncclLLA2ACreateRequirement => ncclLLA2ACreateRequirement(nBlocks: c_int, nSlots: c_int, outHandle: *mut c_void, outReq: *mut c_void) -> ncclResult_t;
+}

@@ -1,0 +1,50 @@
+//! User-created reduction operators.
+
+use std::ffi::c_void;
+
+use super::coll::dtype;
+use super::types::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclScalarResidence_t};
+use super::{call, comm_arg, out};
+use crate::comm::UserOp;
+use crate::error::Error;
+
+const SCALAR_DEVICE: ncclScalarResidence_t = 0;
+const SCALAR_HOST_IMMEDIATE: ncclScalarResidence_t = 1;
+
+/// Creates an op that multiplies every input by `*scalar` (of `datatype`) before summing. With
+/// ncclScalarHostImmediate the scalar is copied now (sizeof(datatype) bytes: for bf16, two bytes,
+/// as NCCL reads them); with ncclScalarDevice it is read from device memory while kernels run.
+#[no_mangle]
+pub extern "C" fn ncclRedOpCreatePreMulSum(
+    op: *mut ncclRedOp_t,
+    scalar: *mut c_void,
+    datatype: ncclDataType_t,
+    residence: ncclScalarResidence_t,
+    comm: ncclComm_t,
+) -> ncclResult_t {
+    call("ncclRedOpCreatePreMulSum", || {
+        let slot = out(op, "op")?;
+        let c = comm_arg(comm)?;
+        let dt = dtype(datatype)?;
+        if scalar.is_null() {
+            return Err(Error::invalid_argument("scalar argument is NULL"));
+        }
+        let u = match residence {
+            SCALAR_HOST_IMMEDIATE => {
+                let mut bytes = [0u8; 8];
+                // SAFETY: the caller's scalar holds at least sizeof(datatype) readable bytes.
+                unsafe { std::ptr::copy_nonoverlapping(scalar.cast::<u8>(), bytes.as_mut_ptr(), dt.size()) };
+                UserOp { dtype: dt, scalar: u64::from_le_bytes(bytes), scalar_ptr: 0 }
+            }
+            SCALAR_DEVICE => UserOp { dtype: dt, scalar: 0, scalar_ptr: scalar as u64 },
+            r => return Err(Error::invalid_argument(format!("invalid scalar residence {r}"))),
+        };
+        *slot = c.create_op(u)?;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) -> ncclResult_t {
+    call("ncclRedOpDestroy", || comm_arg(comm)?.destroy_op(op))
+}

@@ -1,0 +1,333 @@
+//! oxccl-gpu-check: verifies oxccl's AllReduce on this machine's GPUs against a host reference.
+//!
+//! One process, one thread driving every rank (as `nccl-tests -g N`), ranks spread round-robin
+//! over the visible GPUs; several ranks may share a GPU (to test multi-rank paths on one GPU).
+//! Every datatype and op (incl. PreMulSum with host and device scalars), in and out of place, odd
+//! counts; optionally the same through CUDA graphs replayed with fresh data. Exit status 0 only if
+//! every result is right.
+//!
+//! Usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick]
+
+mod values;
+
+use std::ffi::c_void;
+use std::time::Instant;
+
+use oxccl::api::coll::ncclAllReduce;
+use oxccl::api::comm::{ncclCommDestroy, ncclCommInitRank, ncclGetUniqueId};
+use oxccl::api::group::{ncclGroupEnd, ncclGroupStart};
+use oxccl::api::redop::{ncclRedOpCreatePreMulSum, ncclRedOpDestroy};
+use oxccl::api::types::{ncclComm_t, ncclUniqueId};
+use oxccl::gpu::{self, cu, CtxGuard, Device};
+use oxccl::types::DataType;
+use oxccl::ResultCode;
+use values::{avg_tolerance, decode_float, input_value, int_of, reduce, CheckOp, Codec, Value, PREMUL_SCALAR};
+
+struct Opts {
+    ranks: usize,
+    max_count: usize,
+    graph: bool,
+    quick: bool,
+}
+
+fn opts() -> Result<Opts, String> {
+    let mut o = Opts { ranks: 0, max_count: 1 << 22, graph: false, quick: false };
+    let mut a = std::env::args().skip(1);
+    while let Some(x) = a.next() {
+        let mut val = || a.next().ok_or_else(|| format!("{x} needs a value"));
+        match x.as_str() {
+            "--ranks" => o.ranks = val()?.parse().map_err(|e| format!("--ranks: {e}"))?,
+            "--max-count" => o.max_count = val()?.parse().map_err(|e| format!("--max-count: {e}"))?,
+            "--graph" => o.graph = true,
+            "--quick" => o.quick = true,
+            "-h" | "--help" => {
+                println!("usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick]");
+                std::process::exit(0)
+            }
+            _ => return Err(format!("unknown argument {x}")),
+        }
+    }
+    Ok(o)
+}
+
+fn ck(rc: cu::CUresult, what: &str) -> Result<(), String> {
+    gpu::check(rc, what).map_err(|e| e.msg)
+}
+
+fn nccl(rc: ResultCode, what: &str) -> Result<(), String> {
+    if rc == ResultCode::Success {
+        return Ok(());
+    }
+    // SAFETY: last_error_ptr returns a NUL-terminated string that lives for the process.
+    let last = unsafe { std::ffi::CStr::from_ptr(oxccl::log::last_error_ptr()) };
+    Err(format!("{what} failed: {rc:?} ({})", last.to_string_lossy()))
+}
+
+struct Rank {
+    dev: &'static Device,
+    comm: ncclComm_t,
+    stream: cu::CUstream,
+    send: cu::CUdeviceptr,
+    recv: cu::CUdeviceptr,
+    scalar: cu::CUdeviceptr,
+}
+
+fn main() {
+    let o = match opts() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("oxccl-gpu-check: {e}");
+            std::process::exit(2)
+        }
+    };
+    let ngpu = match gpu::ensure().and_then(|_| gpu::context::device_count()) {
+        Ok(n) if n > 0 => n as usize,
+        _ => {
+            println!("oxccl-gpu-check: no CUDA GPU on this machine; nothing to check.");
+            return;
+        }
+    };
+    match run(&o, ngpu) {
+        Ok(0) => println!("oxccl-gpu-check: all checks passed"),
+        Ok(bad) => {
+            println!("oxccl-gpu-check: {bad} check(s) FAILED");
+            std::process::exit(1)
+        }
+        Err(e) => {
+            eprintln!("oxccl-gpu-check: {e}");
+            std::process::exit(1)
+        }
+    }
+}
+
+fn run(o: &Opts, ngpu: usize) -> Result<usize, String> {
+    let nranks = if o.ranks == 0 { ngpu } else { o.ranks };
+    let max_bytes = o.max_count * 8;
+    let mut id = ncclUniqueId { internal: [0; 128] };
+    nccl(ncclGetUniqueId(&mut id), "ncclGetUniqueId")?;
+    let mut ranks = Vec::new();
+    nccl(ncclGroupStart(), "ncclGroupStart")?;
+    for r in 0..nranks {
+        let dev = Device::get((r % ngpu) as i32).map_err(|e| e.msg)?;
+        let _g = CtxGuard::new(dev).map_err(|e| e.msg)?;
+        let mut rk = Rank { dev, comm: std::ptr::null_mut(), stream: std::ptr::null_mut(), send: 0, recv: 0, scalar: 0 };
+        nccl(ncclCommInitRank(&mut rk.comm, nranks as i32, id, r as i32), "ncclCommInitRank")?;
+        // SAFETY: out-pointers to fields; the device's context is current.
+        unsafe {
+            ck(cu::cuStreamCreate(&mut rk.stream, 1), "cuStreamCreate")?;
+            ck(cu::cuMemAlloc_v2(&mut rk.send, max_bytes), "cuMemAlloc")?;
+            ck(cu::cuMemAlloc_v2(&mut rk.recv, max_bytes), "cuMemAlloc")?;
+            ck(cu::cuMemAlloc_v2(&mut rk.scalar, 8), "cuMemAlloc")?;
+        }
+        ranks.push(rk);
+    }
+    nccl(ncclGroupEnd(), "ncclGroupEnd (init)")?;
+    println!("oxccl-gpu-check: {nranks} ranks on {ngpu} GPU(s), counts up to {}", o.max_count);
+
+    let mut counts: Vec<usize> = vec![1, 2, 3, 5, 8, 13, 100, 257, 1000, 4099, 65537, 262147, 1048583, 4194319];
+    if o.quick {
+        counts = vec![1, 7, 1000, 65537, 1048583];
+    }
+    counts.retain(|&c| c <= o.max_count);
+    let mut bad = 0;
+    let t0 = Instant::now();
+    for dt in DataType::ALL {
+        let codec = Codec::new(dt);
+        for op in CheckOp::ALL {
+            for &count in &counts {
+                for in_place in [false, true] {
+                    let seed = (dt as u64) << 48 | (op as u64) << 40 | count as u64;
+                    if let Err(e) = check_one(&ranks, &codec, op, count, in_place, seed, false) {
+                        bad += 1;
+                        println!("FAIL {} {} count {count} {}: {e}", dt.name(), op.name(), if in_place { "in-place" } else { "out-of-place" });
+                    }
+                }
+            }
+        }
+        println!("  {:<7} done ({:.1} s)", dt.name(), t0.elapsed().as_secs_f64());
+    }
+    if o.graph {
+        for dt in [DataType::Float32, DataType::Bfloat16, DataType::Int32] {
+            let codec = Codec::new(dt);
+            for op in [CheckOp::Sum, CheckOp::Avg, CheckOp::PreMulDevice] {
+                for &count in &counts {
+                    let seed = 0x6000 | (dt as u64) << 48 | (op as u64) << 40 | count as u64;
+                    if let Err(e) = check_one(&ranks, &codec, op, count, false, seed, true) {
+                        bad += 1;
+                        println!("FAIL graph {} {} count {count}: {e}", dt.name(), op.name());
+                    }
+                }
+            }
+        }
+        println!("  graphs done ({:.1} s)", t0.elapsed().as_secs_f64());
+    }
+    for rk in &ranks {
+        nccl(ncclCommDestroy(rk.comm), "ncclCommDestroy")?;
+    }
+    Ok(bad)
+}
+
+/// Runs one AllReduce on every rank and compares every element with the reference. With `graph`,
+/// captures it once per rank and replays the graph three times, each with fresh inputs.
+fn check_one(ranks: &[Rank], codec: &Codec, op: CheckOp, count: usize, in_place: bool, seed: u64, graph: bool) -> Result<(), String> {
+    let dt = codec.dt;
+    let es = dt.size();
+    let n = ranks.len();
+    let mut ops = vec![op as i32; n];
+    if matches!(op, CheckOp::PreMulHost | CheckOp::PreMulDevice) {
+        for (r, rk) in ranks.iter().enumerate() {
+            let mut s = vec![0u8; 8];
+            if dt.is_float() {
+                codec.encode_float(PREMUL_SCALAR, &mut s);
+            } else {
+                codec.encode_int(PREMUL_SCALAR as i128, &mut s);
+            }
+            let mut raw: i32 = 0;
+            if op == CheckOp::PreMulHost {
+                nccl(ncclRedOpCreatePreMulSum(&mut raw, s.as_mut_ptr().cast(), dt as i32, 1, rk.comm), "ncclRedOpCreatePreMulSum")?;
+            } else {
+                let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
+                // SAFETY: 8-byte device buffer, s has 8 bytes.
+                unsafe { ck(cu::cuMemcpyHtoD_v2(rk.scalar, s.as_ptr().cast(), 8), "cuMemcpyHtoD")? };
+                nccl(ncclRedOpCreatePreMulSum(&mut raw, rk.scalar as *mut c_void, dt as i32, 0, rk.comm), "ncclRedOpCreatePreMulSum")?;
+            }
+            ops[r] = raw;
+        }
+    }
+    let rounds = if graph { 3 } else { 1 };
+    let mut graphs: Vec<cu::CUgraphExec> = Vec::new();
+    let mut result = Ok(());
+    for round in 0..rounds {
+        let seed = seed ^ (round as u64) << 32;
+        // Inputs per rank, and the poisoned output.
+        let mut inputs: Vec<Vec<Value>> = Vec::with_capacity(n);
+        for (r, rk) in ranks.iter().enumerate() {
+            let vals: Vec<Value> = (0..count).map(|i| input_value(dt, op, r, i, seed)).collect();
+            let mut bytes = vec![0u8; count * es];
+            for (i, v) in vals.iter().enumerate() {
+                match v {
+                    Value::F(f) => codec.encode_float(*f, &mut bytes[i * es..]),
+                    Value::I(x) => codec.encode_int(*x, &mut bytes[i * es..]),
+                }
+            }
+            let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
+            let dst = if in_place { rk.recv } else { rk.send };
+            // SAFETY: buffers hold max_count * 8 >= count * es bytes.
+            unsafe {
+                if !in_place {
+                    ck(cu::cuMemsetD8_v2(rk.recv, 0xa5, count * es), "cuMemsetD8")?;
+                }
+                ck(cu::cuMemcpyHtoD_v2(dst, bytes.as_ptr().cast(), bytes.len()), "cuMemcpyHtoD")?;
+            }
+            inputs.push(vals);
+        }
+        if !graph {
+            launch(ranks, &ops, count, dt, in_place)?;
+        } else {
+            if round == 0 {
+                for rk in ranks {
+                    let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
+                    // SAFETY: valid stream of the current context.
+                    unsafe {
+                        ck(cu::cuStreamBeginCapture_v2(rk.stream, cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")?
+                    };
+                }
+                launch(ranks, &ops, count, dt, in_place)?;
+                for rk in ranks {
+                    let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
+                    let mut g: cu::CUgraph = std::ptr::null_mut();
+                    let mut e: cu::CUgraphExec = std::ptr::null_mut();
+                    // SAFETY: ends the capture begun above; instantiates the captured graph.
+                    unsafe {
+                        ck(cu::cuStreamEndCapture(rk.stream, &mut g), "cuStreamEndCapture")?;
+                        ck(cu::cuGraphInstantiateWithFlags(&mut e, g, 0), "cuGraphInstantiate")?;
+                        cu::cuGraphDestroy(g);
+                    }
+                    graphs.push(e);
+                }
+            }
+            for (rk, g) in ranks.iter().zip(&graphs) {
+                let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
+                // SAFETY: instantiated graph, valid stream.
+                unsafe { ck(cu::cuGraphLaunch(*g, rk.stream), "cuGraphLaunch")? };
+            }
+        }
+        let expect: Vec<Value> = (0..count).map(|i| reduce(dt, op, &inputs.iter().map(|v| v[i]).collect::<Vec<_>>())).collect();
+        for (r, rk) in ranks.iter().enumerate() {
+            let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
+            let mut out = vec![0u8; count * es];
+            // SAFETY: synchronises the rank's stream, then copies count elements back.
+            unsafe {
+                ck(cu::cuStreamSynchronize(rk.stream), "cuStreamSynchronize")?;
+                ck(cu::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), rk.recv, out.len()), "cuMemcpyDtoH")?;
+            }
+            if let Err(e) = compare(codec, op, n, &expect, &out) {
+                result = Err(format!("rank {r} round {round}: {e}"));
+                break;
+            }
+        }
+        if result.is_err() {
+            break;
+        }
+    }
+    for (rk, g) in ranks.iter().zip(&graphs) {
+        let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
+        // SAFETY: destroys an instantiated graph that is no longer running (streams synchronised).
+        unsafe { cu::cuGraphExecDestroy(*g) };
+    }
+    if matches!(op, CheckOp::PreMulHost | CheckOp::PreMulDevice) {
+        for (rk, raw) in ranks.iter().zip(ops) {
+            nccl(ncclRedOpDestroy(raw, rk.comm), "ncclRedOpDestroy")?;
+        }
+    }
+    result
+}
+
+fn launch(ranks: &[Rank], ops: &[i32], count: usize, dt: DataType, in_place: bool) -> Result<(), String> {
+    nccl(ncclGroupStart(), "ncclGroupStart")?;
+    for (rk, op) in ranks.iter().zip(ops) {
+        let send = if in_place { rk.recv } else { rk.send };
+        nccl(
+            ncclAllReduce(send as *const c_void, rk.recv as *mut c_void, count, dt as i32, *op, rk.comm, rk.stream.cast()),
+            "ncclAllReduce",
+        )?;
+    }
+    nccl(ncclGroupEnd(), "ncclGroupEnd")
+}
+
+fn compare(codec: &Codec, op: CheckOp, n: usize, expect: &[Value], out: &[u8]) -> Result<(), String> {
+    let dt = codec.dt;
+    let es = dt.size();
+    let mut wrong = 0usize;
+    let mut first = None;
+    for (i, e) in expect.iter().enumerate() {
+        let got = &out[i * es..(i + 1) * es];
+        let ok = match e {
+            Value::F(f) => {
+                let g = decode_float(dt, got);
+                if op == CheckOp::Avg {
+                    (g - f).abs() <= avg_tolerance(dt, n, *f)
+                } else {
+                    let mut want = [0u8; 8];
+                    codec.encode_float(*f, &mut want);
+                    got == &want[..es]
+                }
+            }
+            Value::I(x) => int_of(dt, got) == *x,
+        };
+        if !ok {
+            wrong += 1;
+            if first.is_none() {
+                let shown = match e {
+                    Value::F(_) => format!("{}", decode_float(dt, got)),
+                    Value::I(_) => format!("{}", int_of(dt, got)),
+                };
+                first = Some(format!("element {i}: got {shown}, expected {e:?}"));
+            }
+        }
+    }
+    match first {
+        None => Ok(()),
+        Some(f) => Err(format!("{wrong} of {} wrong; first {f}", expect.len())),
+    }
+}

@@ -1,0 +1,285 @@
+//! Host-side element encodings and the reference reduction, per datatype.
+//!
+//! Inputs are chosen so every reduction oxccl does is exact in the datatype (small integers for
+//! floating types, any value for integer types with wrap-around), so results compare bit for bit;
+//! only floating average is compared with a tolerance, as nccl-tests does.
+
+use oxccl::types::DataType;
+
+/// Ops the check runs. PreMul* use ncclRedOpCreatePreMulSum with the scalar 2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckOp {
+    Sum,
+    Prod,
+    Max,
+    Min,
+    Avg,
+    PreMulHost,
+    PreMulDevice,
+}
+
+impl CheckOp {
+    pub const ALL: [CheckOp; 7] =
+        [CheckOp::Sum, CheckOp::Prod, CheckOp::Max, CheckOp::Min, CheckOp::Avg, CheckOp::PreMulHost, CheckOp::PreMulDevice];
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckOp::Sum => "sum",
+            CheckOp::Prod => "prod",
+            CheckOp::Max => "max",
+            CheckOp::Min => "min",
+            CheckOp::Avg => "avg",
+            CheckOp::PreMulHost => "premul-host",
+            CheckOp::PreMulDevice => "premul-dev",
+        }
+    }
+}
+
+pub const PREMUL_SCALAR: f64 = 2.0;
+
+/// A small deterministic generator (xorshift), so failures reproduce.
+pub struct Rng(u64);
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+}
+
+fn is_signed_int(dt: DataType) -> bool {
+    matches!(dt, DataType::Int8 | DataType::Int32 | DataType::Int64)
+}
+
+fn int_bits(dt: DataType) -> u32 {
+    dt.size() as u32 * 8
+}
+
+/// Wraps an integer into the datatype's range, returned sign-extended (signed) or zero-extended.
+fn wrap_int(dt: DataType, v: i128) -> i128 {
+    let bits = int_bits(dt);
+    let m = (v as u128) & (u128::MAX >> (128 - bits));
+    if is_signed_int(dt) && (m >> (bits - 1)) & 1 == 1 {
+        (m as i128) - (1i128 << bits)
+    } else {
+        m as i128
+    }
+}
+
+// ---- floating encodings -----------------------------------------------------------------------
+
+fn f16_decode(h: u16) -> f64 {
+    let s = if h >> 15 == 1 { -1.0 } else { 1.0 };
+    let e = ((h >> 10) & 0x1f) as i32;
+    let m = (h & 0x3ff) as f64;
+    match e {
+        0 => s * m * 2f64.powi(-24),
+        31 => if m == 0.0 { s * f64::INFINITY } else { f64::NAN },
+        _ => s * (1.0 + m / 1024.0) * 2f64.powi(e - 15),
+    }
+}
+
+fn fp8_decode(b: u8, e4m3: bool) -> f64 {
+    let s = if b >> 7 == 1 { -1.0 } else { 1.0 };
+    let (ebits, mbits, bias) = if e4m3 { (4, 3, 7) } else { (5, 2, 15) };
+    let e = ((b >> mbits) & ((1 << ebits) - 1)) as i32;
+    let m = (b & ((1 << mbits) - 1)) as f64;
+    let mscale = (1 << mbits) as f64;
+    if e4m3 && e == 15 && m as u8 == 7 {
+        return f64::NAN;
+    }
+    if !e4m3 && e == 31 {
+        return if m == 0.0 { s * f64::INFINITY } else { f64::NAN };
+    }
+    if e == 0 {
+        s * (m / mscale) * 2f64.powi(1 - bias)
+    } else {
+        s * (1.0 + m / mscale) * 2f64.powi(e - bias)
+    }
+}
+
+/// Nearest code of a narrow float type by table search (ties to the even code).
+fn encode_by_table(v: f64, codes: u32, decode: impl Fn(u32) -> f64) -> u32 {
+    let mut best = 0;
+    let mut best_d = f64::INFINITY;
+    for c in 0..codes {
+        let x = decode(c);
+        if !x.is_finite() {
+            continue;
+        }
+        let d = (x - v).abs();
+        if d < best_d || (d == best_d && c % 2 == 0) {
+            best = c;
+            best_d = d;
+        }
+    }
+    best
+}
+
+/// Decodes one element to f64 (floating) or to its integer value as f64-free i128 via `int_of`.
+pub fn decode_float(dt: DataType, b: &[u8]) -> f64 {
+    match dt {
+        DataType::Float32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+        DataType::Float64 => f64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
+        DataType::Float16 => f16_decode(u16::from_le_bytes([b[0], b[1]])),
+        DataType::Bfloat16 => f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16) as f64,
+        DataType::Float8e4m3 => fp8_decode(b[0], true),
+        DataType::Float8e5m2 => fp8_decode(b[0], false),
+        _ => unreachable!("not a floating type"),
+    }
+}
+
+pub fn int_of(dt: DataType, b: &[u8]) -> i128 {
+    let mut raw = [0u8; 16];
+    raw[..dt.size()].copy_from_slice(&b[..dt.size()]);
+    wrap_int(dt, u128::from_le_bytes(raw) as i128)
+}
+
+/// Encoder for one datatype; narrow float encodings are tabled once.
+pub struct Codec {
+    pub dt: DataType,
+    table: Vec<(f64, u16)>,
+}
+
+impl Codec {
+    pub fn new(dt: DataType) -> Codec {
+        let table = match dt {
+            DataType::Float16 => {
+                let mut t: Vec<(f64, u16)> =
+                    (0..=u16::MAX).map(|c| (f16_decode(c), c)).filter(|(v, _)| v.is_finite()).collect();
+                t.sort_by(|a, b| a.0.total_cmp(&b.0));
+                t
+            }
+            _ => Vec::new(),
+        };
+        Codec { dt, table }
+    }
+
+    pub fn encode_float(&self, v: f64, out: &mut [u8]) {
+        match self.dt {
+            DataType::Float32 => out[..4].copy_from_slice(&(v as f32).to_le_bytes()),
+            DataType::Float64 => out[..8].copy_from_slice(&v.to_le_bytes()),
+            DataType::Bfloat16 => {
+                let bits = (v as f32).to_bits();
+                let r = (bits + 0x7fff + ((bits >> 16) & 1)) >> 16;
+                out[..2].copy_from_slice(&(r as u16).to_le_bytes());
+            }
+            DataType::Float16 => {
+                let i = self.table.partition_point(|(x, _)| *x < v);
+                let cands = [i.saturating_sub(1), i.min(self.table.len() - 1)];
+                let best = cands
+                    .iter()
+                    .map(|&k| self.table[k])
+                    .min_by(|a, b| (a.0 - v).abs().total_cmp(&(b.0 - v).abs()))
+                    .expect("table is not empty");
+                out[..2].copy_from_slice(&best.1.to_le_bytes());
+            }
+            DataType::Float8e4m3 => out[0] = encode_by_table(v, 256, |c| fp8_decode(c as u8, true)) as u8,
+            DataType::Float8e5m2 => out[0] = encode_by_table(v, 256, |c| fp8_decode(c as u8, false)) as u8,
+            _ => unreachable!("not a floating type"),
+        }
+    }
+
+    pub fn encode_int(&self, v: i128, out: &mut [u8]) {
+        let bytes = (wrap_int(self.dt, v) as u128).to_le_bytes();
+        out[..self.dt.size()].copy_from_slice(&bytes[..self.dt.size()]);
+    }
+}
+
+/// One rank's logical input value for element `i` under `op`, `nranks` ranks.
+pub fn input_value(dt: DataType, op: CheckOp, rank: usize, i: usize, seed: u64) -> Value {
+    let mut r = Rng::new(seed ^ ((rank as u64) << 40) ^ (i as u64).wrapping_mul(0x5851_f42d_4c95_7f2d));
+    let x = r.next();
+    if dt.is_float() {
+        let v = match op {
+            // Products of up to 4 values in {1, 2} stay <= 16, exact even in fp8.
+            CheckOp::Prod => (1 + x % 2) as f64,
+            CheckOp::Max | CheckOp::Min => (x % 9) as f64 - 4.0,
+            _ => (x % 3) as f64,
+        };
+        Value::F(v)
+    } else {
+        Value::I(wrap_int(dt, x as i64 as i128))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Value {
+    F(f64),
+    I(i128),
+}
+
+/// The reference reduction of `inputs` (rank order) under `op`.
+pub fn reduce(dt: DataType, op: CheckOp, inputs: &[Value]) -> Value {
+    let n = inputs.len();
+    if dt.is_float() {
+        let xs: Vec<f64> = inputs.iter().map(|v| if let Value::F(f) = v { *f } else { 0.0 }).collect();
+        Value::F(match op {
+            CheckOp::Sum => xs.iter().sum(),
+            CheckOp::Prod => xs.iter().product(),
+            CheckOp::Max => xs.iter().cloned().fold(f64::MIN, f64::max),
+            CheckOp::Min => xs.iter().cloned().fold(f64::MAX, f64::min),
+            CheckOp::Avg => xs.iter().sum::<f64>() / n as f64,
+            CheckOp::PreMulHost | CheckOp::PreMulDevice => xs.iter().map(|x| x * PREMUL_SCALAR).sum(),
+        })
+    } else {
+        let xs: Vec<i128> = inputs.iter().map(|v| if let Value::I(i) = v { *i } else { 0 }).collect();
+        let w = |v: i128| wrap_int(dt, v);
+        Value::I(match op {
+            CheckOp::Sum => xs.iter().fold(0, |a, x| w(a + x)),
+            CheckOp::Prod => xs.iter().fold(1, |a, x| w(a.wrapping_mul(*x))),
+            CheckOp::Max => *xs.iter().max().expect("ranks"),
+            CheckOp::Min => *xs.iter().min().expect("ranks"),
+            CheckOp::Avg => {
+                let s = xs.iter().fold(0, |a, x| w(a + x));
+                w(s / n as i128)
+            }
+            CheckOp::PreMulHost | CheckOp::PreMulDevice => {
+                xs.iter().fold(0, |a, x| w(a + w(x * PREMUL_SCALAR as i128)))
+            }
+        })
+    }
+}
+
+/// Tolerance for floating average (inputs are pre-multiplied by a rounded 1/n in the datatype).
+pub fn avg_tolerance(dt: DataType, n: usize, expect: f64) -> f64 {
+    let eps = match dt {
+        DataType::Float64 => 2.3e-16,
+        DataType::Float32 => 1.2e-7,
+        DataType::Float16 => 9.8e-4,
+        DataType::Bfloat16 => 7.9e-3,
+        DataType::Float8e4m3 => 0.125,
+        _ => 0.25,
+    };
+    2.0 * (n as f64 + 1.0) * eps * expect.abs().max(1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn narrow_floats_round_trip_small_integers() {
+        for dt in [DataType::Float16, DataType::Bfloat16, DataType::Float8e4m3, DataType::Float8e5m2] {
+            let c = Codec::new(dt);
+            for v in [-4.0, -1.0, 0.0, 1.0, 2.0, 3.0, 8.0, 16.0] {
+                let mut b = [0u8; 2];
+                c.encode_float(v, &mut b);
+                assert_eq!(decode_float(dt, &b), v, "{dt:?} {v}");
+            }
+        }
+    }
+
+    #[test]
+    fn integer_wrap() {
+        assert_eq!(wrap_int(DataType::Int8, 200), -56);
+        assert_eq!(wrap_int(DataType::Uint8, -1), 255);
+        assert_eq!(reduce(DataType::Int8, CheckOp::Avg, &[Value::I(-7), Value::I(2)]), Value::I(-2));
+        assert_eq!(reduce(DataType::Uint8, CheckOp::Sum, &[Value::I(200), Value::I(100)]), Value::I(44));
+    }
+}

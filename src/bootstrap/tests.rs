@@ -1,0 +1,465 @@
+//! End-to-end bootstrap tests: ranks as threads on 127.0.0.1.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::sync::Once;
+use std::time::Instant;
+
+use super::listener::HELLO_TIMEOUT;
+use super::wire::{encode_frame_header, FRAME_HEADER_BYTES};
+use super::*;
+use crate::error::ResultCode;
+
+const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+const LOCAL_ANY_PORT: SocketAddr = SocketAddr::new(LOCAL, 0);
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// 32 ranks all-to-all in one process hold ~2000 sockets; lift the soft fd limit to the hard one.
+fn raise_fd_limit() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: plain getrlimit/setrlimit on a local struct.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+                lim.rlim_cur = lim.rlim_max;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            }
+        }
+    });
+}
+
+fn local_root(timeout: Duration) -> ([u8; UNIQUE_ID_BYTES], JoinHandle<()>) {
+    unique_id_with_root(LOCAL_ANY_PORT, timeout).expect("start root")
+}
+
+fn init_local(id: &[u8; UNIQUE_ID_BYTES], rank: usize, nranks: usize, timeout: Duration) -> Result<Bootstrap> {
+    Bootstrap::init_with(id, rank, nranks, timeout, false, Some(LOCAL_ANY_PORT))
+}
+
+/// Initialises all ranks concurrently (init blocks until everyone registered).
+fn init_all(nranks: usize, timeout: Duration) -> Vec<Bootstrap> {
+    raise_fd_limit();
+    let (id, _root) = local_root(timeout);
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..nranks).map(|r| s.spawn(move || init_local(&id, r, nranks, timeout))).collect();
+        handles.into_iter().map(|h| h.join().expect("rank thread").expect("init")).collect()
+    })
+}
+
+/// Runs `f` for every rank on its own thread.
+fn on_all<T: Send>(ranks: &[Bootstrap], f: impl Fn(&Bootstrap) -> T + Sync) -> Vec<T> {
+    let f = &f;
+    thread::scope(|s| {
+        let handles: Vec<_> = ranks.iter().map(|bs| s.spawn(move || f(bs))).collect();
+        handles.into_iter().map(|h| h.join().expect("rank thread")).collect()
+    })
+}
+
+fn blob(rank: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|k| (rank * 31 + k * 7) as u8).collect()
+}
+
+fn p2p_msg(src: usize, dst: usize, tag: u32) -> Vec<u8> {
+    format!("{src}->{dst}#{tag}").into_bytes()
+}
+
+/// Every operation, checked, from one rank's point of view.
+fn exercise(bs: &Bootstrap, tags: &[u32]) {
+    let (r, n) = (bs.rank(), bs.nranks());
+    let all = bs.all_gather(&blob(r, 40)).expect("all_gather");
+    assert_eq!(all.len(), n);
+    for (i, b) in all.iter().enumerate() {
+        assert_eq!(b, &blob(i, 40), "rank {r}: all_gather blob {i}");
+    }
+    bs.barrier().expect("barrier");
+    bs.barrier().expect("barrier");
+
+    for root in [n - 1, 0] {
+        let payload = blob(root + 100, 1000);
+        let mine: &[u8] = if r == root { &payload } else { b"ignored" };
+        assert_eq!(bs.broadcast(root, mine).expect("broadcast"), payload, "rank {r}: broadcast from {root}");
+    }
+
+    // Ring shift with an empty and a 1 MiB message.
+    let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+    bs.send(next, 1, &[]).expect("send empty");
+    bs.send(next, 1, &blob(r, 1 << 20)).expect("send 1 MiB");
+    assert!(bs.recv(prev, 1).expect("recv empty").is_empty());
+    assert!(bs.recv(prev, 1).expect("recv 1 MiB") == blob(prev, 1 << 20), "rank {r}: 1 MiB from {prev}");
+
+    // All pairs (self included) with several tags; everything is sent before anything is
+    // received, which only works because sends never wait for the receiver.
+    for &tag in tags {
+        for p in 0..n {
+            bs.send(p, tag, &p2p_msg(r, p, tag)).expect("send");
+        }
+    }
+    for &tag in tags.iter().rev() {
+        for p in (0..n).rev() {
+            assert_eq!(bs.recv(p, tag).expect("recv"), p2p_msg(p, r, tag), "rank {r}: from {p} tag {tag}");
+        }
+    }
+
+    // In order per (sender, receiver, tag).
+    for i in 0..5u8 {
+        bs.send(next, 42, &[i]).expect("send seq");
+    }
+    for i in 0..5u8 {
+        assert_eq!(bs.recv(prev, 42).expect("recv seq"), [i]);
+    }
+    bs.barrier().expect("final barrier");
+}
+
+fn run_collectives(nranks: usize, tags: &[u32]) {
+    let ranks = init_all(nranks, TIMEOUT);
+    for (r, bs) in ranks.iter().enumerate() {
+        assert_eq!((bs.rank(), bs.nranks()), (r, nranks));
+        assert_eq!(bs.local_addr(), LOCAL_ANY_PORT);
+    }
+    on_all(&ranks, |bs| exercise(bs, tags));
+}
+
+#[test]
+fn collectives_1_rank() {
+    run_collectives(1, &[0, 9]);
+}
+
+#[test]
+fn collectives_2_ranks() {
+    run_collectives(2, &[0, 9, u32::MAX]);
+}
+
+#[test]
+fn collectives_3_ranks() {
+    run_collectives(3, &[0, 9, u32::MAX]);
+}
+
+#[test]
+fn collectives_8_ranks() {
+    run_collectives(8, &[0, 9, u32::MAX]);
+}
+
+#[test]
+fn collectives_32_ranks() {
+    run_collectives(32, &[0, 9, u32::MAX]);
+}
+
+#[test]
+fn bootstrap_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Bootstrap>();
+}
+
+#[test]
+fn two_communicators_interleaved() {
+    raise_fd_limit();
+    let n = 4;
+    let (id_a, _ra) = local_root(TIMEOUT);
+    let (id_b, _rb) = local_root(TIMEOUT);
+    thread::scope(|s| {
+        for r in 0..n {
+            s.spawn(move || {
+                let a = init_local(&id_a, r, n, TIMEOUT).expect("init a");
+                let b = init_local(&id_b, r, n, TIMEOUT).expect("init b");
+                for round in 0..3 {
+                    let ga = a.all_gather(&blob(r, 8)).expect("a all_gather");
+                    let gb = b.all_gather(&blob(r + 50, 12)).expect("b all_gather");
+                    assert_eq!(ga, (0..n).map(|i| blob(i, 8)).collect::<Vec<_>>());
+                    assert_eq!(gb, (0..n).map(|i| blob(i + 50, 12)).collect::<Vec<_>>());
+                    a.send((r + 1) % n, round, b"a").expect("a send");
+                    b.send((r + n - 1) % n, round, b"b").expect("b send");
+                    assert_eq!(b.recv((r + 1) % n, round).expect("b recv"), b"b");
+                    assert_eq!(a.recv((r + n - 1) % n, round).expect("a recv"), b"a");
+                    assert_eq!(b.broadcast(1, &[r as u8]).expect("b bcast"), [1]);
+                    a.barrier().expect("a barrier");
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn missing_rank_gets_root_timeout_error_and_root_exits() {
+    // The root gives up first, so the ranks get its precise message rather than their own timeout.
+    let (id, root) = local_root(Duration::from_millis(1500));
+    let start = Instant::now();
+    let errors: Vec<Error> = thread::scope(|s| {
+        let hs: Vec<_> = (0..2).map(|r| s.spawn(move || init_local(&id, r, 3, Duration::from_secs(4)))).collect();
+        hs.into_iter().map(|h| h.join().expect("thread").expect_err("init must fail")).collect()
+    });
+    assert!(start.elapsed() < Duration::from_secs(4), "took {:?}", start.elapsed());
+    for e in &errors {
+        assert_eq!(e.code, ResultCode::SystemError, "{e:?}");
+        assert!(e.msg.contains("waiting for rank 2 to register with the root (2/3 ranks arrived)"), "{e:?}");
+    }
+    wait_finished(&root, Duration::from_secs(3));
+}
+
+#[test]
+fn missing_rank_times_out_at_the_rank() {
+    let (id, root) = local_root(Duration::from_secs(3));
+    let start = Instant::now();
+    let e = init_local(&id, 0, 2, Duration::from_secs(1)).expect_err("init must fail");
+    assert!(start.elapsed() < Duration::from_secs(3), "took {:?}", start.elapsed());
+    assert_eq!(e.code, ResultCode::SystemError, "{e:?}");
+    assert!(e.msg.contains("timed out after 1s waiting for the root"), "{e:?}");
+    // With nobody else arriving, the root thread still ends at its own deadline.
+    wait_finished(&root, Duration::from_secs(5));
+}
+
+fn wait_finished(thread: &JoinHandle<()>, within: Duration) {
+    let start = Instant::now();
+    while !thread.is_finished() {
+        assert!(start.elapsed() < within, "root thread still running after {within:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Two ranks whose registrations conflict: both get the root's InvalidUsage promptly. The root
+/// then waits for the largest announced nranks to register (to tell them too), or its deadline.
+fn conflicting_registrations(a: (usize, usize), b: (usize, usize), expect: &str) {
+    let (id, root) = local_root(Duration::from_secs(3));
+    let start = Instant::now();
+    let errors: Vec<Error> = thread::scope(|s| {
+        let hs: Vec<_> =
+            [a, b].into_iter().map(|(rank, nranks)| s.spawn(move || init_local(&id, rank, nranks, TIMEOUT))).collect();
+        hs.into_iter().map(|h| h.join().expect("thread").expect_err("init must fail")).collect()
+    });
+    assert!(start.elapsed() < Duration::from_millis(2500), "took {:?}", start.elapsed());
+    for e in &errors {
+        assert_eq!(e.code, ResultCode::InvalidUsage, "{e:?}");
+        assert!(e.msg.contains(expect), "{e:?}");
+    }
+    wait_finished(&root, Duration::from_secs(5));
+}
+
+#[test]
+fn nranks_mismatch_is_an_error() {
+    conflicting_registrations((0, 2), (1, 3), "nranks=");
+}
+
+#[test]
+fn duplicate_rank_is_an_error() {
+    conflicting_registrations((0, 2), (0, 2), "registered twice");
+}
+
+#[test]
+fn invalid_arguments() {
+    let (id, _root) = local_root(Duration::from_secs(1));
+    for (rank, nranks) in [(0, 0), (2, 2), (5, 1)] {
+        let e = init_local(&id, rank, nranks, TIMEOUT).expect_err("bad rank");
+        assert_eq!(e.code, ResultCode::InvalidArgument, "{e:?}");
+    }
+    let e = init_local(&[7; UNIQUE_ID_BYTES], 0, 1, TIMEOUT).expect_err("bad id");
+    assert_eq!(e.code, ResultCode::InvalidArgument);
+
+    let ranks = init_all(2, TIMEOUT);
+    let bs = &ranks[0];
+    assert_eq!(bs.send(2, 0, b"x").expect_err("peer").code, ResultCode::InvalidArgument);
+    assert_eq!(bs.recv(2, 0).expect_err("peer").code, ResultCode::InvalidArgument);
+    assert_eq!(bs.broadcast(2, b"x").expect_err("root").code, ResultCode::InvalidArgument);
+    let huge = vec![0u8; wire::MAX_MESSAGE + 1];
+    assert_eq!(bs.send(1, 0, &huge).expect_err("size").code, ResultCode::InvalidArgument);
+    // Unequal all-gather blobs are caught on both sides.
+    let errs = on_all(&ranks, |bs| bs.all_gather(&blob(0, 4 + 4 * bs.rank())).expect_err("sizes"));
+    for e in errs {
+        assert_eq!(e.code, ResultCode::InvalidUsage, "{e:?}");
+    }
+}
+
+#[test]
+fn abort_unblocks_recv() {
+    let ranks = init_all(2, Duration::from_secs(60));
+    let bs = &ranks[1];
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let e = bs.recv(0, 5).expect_err("aborted recv");
+            (e, Instant::now())
+        });
+        thread::sleep(Duration::from_millis(200));
+        let aborted_at = Instant::now();
+        bs.abort();
+        let (e, returned_at) = waiter.join().expect("waiter");
+        // Waiters are woken directly; the margin only absorbs scheduling delays on a loaded machine.
+        assert!(returned_at.duration_since(aborted_at) < Duration::from_millis(500));
+        assert!(e.msg.contains("aborted while waiting for rank 0's message with tag 5"), "{e:?}");
+    });
+    assert!(bs.recv(0, 1).is_err());
+    assert!(bs.send(0, 1, b"x").is_err());
+    assert!(bs.barrier().is_err());
+}
+
+#[test]
+fn peer_exit_fails_recv_promptly() {
+    let mut ranks = init_all(2, Duration::from_secs(60));
+    ranks[0].send(1, 3, b"last words").expect("send");
+    drop(ranks.remove(0));
+    let bs = &ranks[0];
+    let start = Instant::now();
+    assert_eq!(bs.recv(0, 3).expect("queued message"), b"last words");
+    let e = bs.recv(0, 3).expect_err("peer is gone");
+    assert!(start.elapsed() < Duration::from_secs(2), "took {:?}", start.elapsed());
+    assert_eq!(e.code, ResultCode::RemoteError, "{e:?}");
+    assert!(e.msg.contains("connection from rank 0 ended"), "{e:?}");
+}
+
+/// Raw clients that must be dropped without disturbing the real ranks.
+fn hostile_clients(target: SocketAddr, secret: Secret, kind: ConnKind) -> Vec<(&'static str, TcpStream)> {
+    let connect = || TcpStream::connect(target).expect("connect");
+    let hello = |kind, rank, secret| Hello { kind, rank, secret }.encode();
+    let mut clients = Vec::new();
+    let mut send = |name, bytes: Vec<u8>| {
+        let mut s = connect();
+        s.write_all(&bytes).expect("write");
+        clients.push((name, s));
+    };
+    let mut wrong = secret;
+    wrong[0] ^= 1;
+    let mut oversized = encode_frame_header(Channel::P2p, 0, 0).expect("header");
+    oversized[FRAME_HEADER_BYTES - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
+    send("wrong secret", [hello(kind, 1, wrong).as_slice(), &[0; 64]].concat());
+    send("garbage", (0..200u32).map(|i| (i * 37 + 11) as u8).collect());
+    send("oversized length prefix", [&[0xff; 4][..], &[0; 60]].concat());
+    send("wrong kind", hello(ConnKind::Reply, 1, secret).to_vec());
+    send("rank out of range", hello(ConnKind::Peer, 999, secret).to_vec());
+    send("partial hello", hello(kind, 1, secret)[..10].to_vec());
+    if kind == ConnKind::Register {
+        // Authenticated, then an oversized frame: the root just drops it. (A rank treats a broken
+        // connection from an authenticated peer as that peer failing; see the test below.)
+        let mut header = oversized;
+        header[0] = Channel::Register as u8;
+        send("valid hello, oversized frame", [hello(kind, 1, secret).as_slice(), &header].concat());
+    }
+    clients.push(("idle", connect()));
+    drop(connect()); // connect and close at once, like a port scanner
+    clients
+}
+
+/// Each hostile client must see its connection closed, the idle ones after the hello deadline.
+fn assert_all_dropped(clients: Vec<(&'static str, TcpStream)>) {
+    for (name, mut s) in clients {
+        s.set_read_timeout(Some(HELLO_TIMEOUT + Duration::from_secs(3))).expect("timeout");
+        let mut buf = [0u8; 16];
+        match s.read(&mut buf) {
+            Ok(0) => {}
+            Err(e) if e.kind() != std::io::ErrorKind::WouldBlock && e.kind() != std::io::ErrorKind::TimedOut => {}
+            other => panic!("{name}: connection not dropped: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn hostile_connections_to_root_are_dropped() {
+    let (id, root) = local_root(TIMEOUT);
+    let decoded = UniqueId::decode(&id).expect("id");
+    let clients = hostile_clients(decoded.root, decoded.secret, ConnKind::Register);
+    thread::sleep(Duration::from_millis(100));
+    let ranks: Vec<Bootstrap> = thread::scope(|s| {
+        let hs: Vec<_> = (0..3).map(|r| s.spawn(move || init_local(&id, r, 3, TIMEOUT))).collect();
+        hs.into_iter().map(|h| h.join().expect("thread").expect("init despite hostile clients")).collect()
+    });
+    on_all(&ranks, |bs| exercise(bs, &[1]));
+    assert_all_dropped(clients);
+    wait_finished(&root, Duration::from_secs(5));
+}
+
+#[test]
+fn hostile_connections_to_rank_are_dropped() {
+    let ranks = init_all(3, TIMEOUT);
+    let clients = hostile_clients(ranks[0].listen, ranks[0].secret, ConnKind::Peer);
+    // Also a real rank of another communicator connecting with its own (different) secret.
+    let other = init_all(1, TIMEOUT);
+    let e = other[0].send_to(0, ranks[0].listen, Channel::P2p, 0, b"wrong comm");
+    assert!(e.is_ok(), "the stranger's write itself succeeds; the receiver drops it");
+    thread::sleep(Duration::from_millis(100));
+    on_all(&ranks, |bs| exercise(bs, &[0, 5]));
+    assert_all_dropped(clients);
+}
+
+#[test]
+fn corrupt_frame_from_authenticated_peer_fails_its_receives() {
+    let ranks = init_all(2, Duration::from_secs(60));
+    let mut header = encode_frame_header(Channel::P2p, 0, 0).expect("header");
+    header[FRAME_HEADER_BYTES - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
+    let hello = Hello { kind: ConnKind::Peer, rank: 1, secret: ranks[0].secret }.encode();
+    let mut s = TcpStream::connect(ranks[0].listen).expect("connect");
+    s.write_all(&[hello.as_slice(), &header].concat()).expect("write");
+    let start = Instant::now();
+    let e = ranks[0].recv(1, 0).expect_err("broken peer connection");
+    assert!(start.elapsed() < Duration::from_secs(2), "took {:?}", start.elapsed());
+    assert_eq!(e.code, ResultCode::RemoteError, "{e:?}");
+    assert!(e.msg.contains("exceeds"), "{e:?}");
+    assert_all_dropped(vec![("oversized frame", s)]);
+}
+
+#[test]
+fn comm_id_mode_end_to_end() {
+    // NCCL_COMM_ID names a fixed port. Find a free one (test only: the library itself never
+    // binds, releases and rebinds).
+    let port = TcpListener::bind((LOCAL, 0)).expect("probe").local_addr().expect("addr").port();
+    let addr = parse_comm_id(&format!("127.0.0.1:{port}")).expect("parse");
+    let id = UniqueId::from_comm_id(addr).encode();
+    let n = 3;
+    thread::scope(|s| {
+        for r in (0..n).rev() {
+            // Rank 0 starts last, so the others retry until its root is listening.
+            s.spawn(move || {
+                let bs = Bootstrap::init_with(&id, r, n, TIMEOUT, r == 0, Some(LOCAL_ANY_PORT)).expect("init");
+                let all = bs.all_gather(&blob(r, 16)).expect("all_gather");
+                assert_eq!(all, (0..n).map(|i| blob(i, 16)).collect::<Vec<_>>());
+                bs.barrier().expect("barrier");
+            });
+            thread::sleep(Duration::from_millis(50));
+        }
+    });
+}
+
+#[test]
+fn ipv6_link_local_keeps_its_scope() {
+    let Some(link_local) = iface::list_interfaces()
+        .expect("getifaddrs")
+        .into_iter()
+        .find(|i| matches!(i.ip, IpAddr::V6(ip) if ip.segments()[0] & 0xffc0 == 0xfe80) && i.scope_id != 0)
+    else {
+        return; // no IPv6 link-local interface on this machine
+    };
+    let addr = link_local.listen_addr();
+    let (id, _root) = unique_id_with_root(addr, TIMEOUT).expect("root on link-local");
+    assert!(
+        matches!(UniqueId::decode(&id).expect("id").root, SocketAddr::V6(a) if a.scope_id() == link_local.scope_id)
+    );
+    thread::scope(|s| {
+        for r in 0..2 {
+            s.spawn(move || {
+                let bs = Bootstrap::init_with(&id, r, 2, TIMEOUT, false, Some(addr)).expect("init");
+                assert_eq!(bs.local_addr(), addr);
+                assert_eq!(bs.all_gather(&[r as u8]).expect("all_gather"), vec![vec![0], vec![1]]);
+            });
+        }
+    });
+}
+
+#[test]
+fn public_api_end_to_end() {
+    // Goes through the environment (NCCL_COMM_ID, NCCL_SOCKET_IFNAME, ...) as the C API does.
+    let id = get_unique_id().expect("get_unique_id");
+    thread::scope(|s| {
+        for r in 0..2 {
+            s.spawn(move || {
+                let bs = Bootstrap::init(&id, r, 2, TIMEOUT).expect("init");
+                assert_eq!(bs.all_gather(&[r as u8]).expect("all_gather"), vec![vec![0], vec![1]]);
+                assert_eq!(bs.broadcast(1, &[9, r as u8]).expect("bcast"), [9, 1]);
+            });
+        }
+    });
+}
+
+#[test]
+fn timeout_parsing() {
+    assert_eq!(parse_timeout("2.5"), Some(Duration::from_millis(2500)));
+    assert_eq!(parse_timeout(" 300 "), Some(Duration::from_secs(300)));
+    for bad in ["", "0", "-1", "abc", "nan", "inf", "1e300"] {
+        assert_eq!(parse_timeout(bad), None, "{bad}");
+    }
+}

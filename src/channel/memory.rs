@@ -1,0 +1,216 @@
+//! MemoryChannel set-up: buffers, their exchange between ranks, and the `DevComm` built from them.
+
+use crate::algo::Scratch;
+use crate::bootstrap::Bootstrap;
+use crate::device_abi::{DevComm, OX_MAX_BLOCKS, OX_MAX_RANKS};
+use crate::error::{Error, Result};
+use crate::gpu::ipc::{self, ImportedBuffer, IPC_HANDLE_BYTES};
+use crate::gpu::context::{can_access, ordinal_by_bus_id};
+use crate::gpu::{Device, DeviceBuffer, HostMapped};
+use crate::topo::PeerInfo;
+
+const ALIGN: u64 = 4096;
+const SEM_BYTES: u64 = (OX_MAX_BLOCKS * OX_MAX_RANKS * 8) as u64;
+
+fn align_up(x: u64) -> u64 {
+    x.div_ceil(ALIGN) * ALIGN
+}
+
+/// Byte layout of a rank's shared buffer; identical on every rank (same scratch plan).
+#[derive(Clone, Copy, Debug)]
+struct SharedLayout {
+    ll_off: u64,
+    rs_off: u64,
+    sem_off: u64,
+    total: u64,
+}
+
+impl SharedLayout {
+    fn new(s: &Scratch, nranks: usize) -> SharedLayout {
+        let ll_off = 0;
+        let rs_off = align_up(ll_off + s.ll_bytes());
+        let sem_off = align_up(rs_off + s.rs_bytes(nranks));
+        SharedLayout { ll_off, rs_off, sem_off, total: align_up(sem_off + SEM_BYTES) }
+    }
+}
+
+/// Private buffer layout: LL flags, expected semaphore counts, then the DevComm itself.
+const FLAGS_OFF: u64 = 0;
+const EXPECTED_OFF: u64 = 4096;
+const DEVCOMM_OFF: u64 = EXPECTED_OFF + SEM_BYTES;
+const PRIVATE_BYTES: u64 = DEVCOMM_OFF + std::mem::size_of::<DevComm>() as u64;
+
+/// What a rank publishes about its shared buffer.
+struct Published {
+    ptr: u64,
+    size: u64,
+    ipc: Option<[u8; IPC_HANDLE_BYTES]>,
+}
+
+impl Published {
+    const BYTES: usize = 8 + 8 + 1 + IPC_HANDLE_BYTES;
+
+    fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(Self::BYTES);
+        v.extend_from_slice(&self.ptr.to_le_bytes());
+        v.extend_from_slice(&self.size.to_le_bytes());
+        v.push(self.ipc.is_some() as u8);
+        v.extend_from_slice(&self.ipc.unwrap_or([0; IPC_HANDLE_BYTES]));
+        v
+    }
+
+    fn decode(b: &[u8]) -> Result<Published> {
+        if b.len() != Self::BYTES {
+            return Err(Error::internal(format!("channel info of {} bytes, expected {}", b.len(), Self::BYTES)));
+        }
+        let word = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(a)
+        };
+        let mut h = [0u8; IPC_HANDLE_BYTES];
+        h.copy_from_slice(&b[17..17 + IPC_HANDLE_BYTES]);
+        Ok(Published { ptr: word(0), size: word(8), ipc: (b[16] != 0).then_some(h) })
+    }
+}
+
+pub struct MemoryChannels {
+    /// Device address of this rank's DevComm (kernel argument).
+    pub dev_comm: u64,
+    /// Bytes of device memory this rank allocated for the communicator.
+    pub device_bytes: u64,
+    // Drop order matters: unmap peers' memory before freeing ours.
+    _imports: Vec<ImportedBuffer>,
+    _private: DeviceBuffer,
+    _shared: DeviceBuffer,
+}
+
+impl MemoryChannels {
+    /// Collective over the communicator: every rank calls it with the same `scratch`.
+    pub fn connect(
+        bootstrap: &Bootstrap,
+        dev: &'static Device,
+        peers: &[PeerInfo],
+        scratch: &Scratch,
+        abort_flag: &HostMapped,
+    ) -> Result<MemoryChannels> {
+        let me = bootstrap.rank();
+        let n = peers.len();
+        if n > OX_MAX_RANKS {
+            return Err(Error::invalid_usage(format!(
+                "oxccl connects at most {OX_MAX_RANKS} ranks on one host with MemoryChannel; this communicator has {n}"
+            )));
+        }
+        let layout = SharedLayout::new(scratch, n);
+        let shared = DeviceBuffer::zeroed(dev, layout.total as usize)?;
+        let private = DeviceBuffer::zeroed(dev, PRIVATE_BYTES as usize)?;
+        // LL flags start at 1: a zeroed scratch must never look like a packet of the first call.
+        private.fill_u32(FLAGS_OFF as usize, 1, OX_MAX_BLOCKS)?;
+
+        let needs_ipc = peers.iter().any(|p| !p.same_process(&peers[me]));
+        let ipc_handle = if needs_ipc { Some(ipc::export(dev, shared.ptr)?) } else { None };
+        let mine = Published { ptr: shared.ptr, size: layout.total, ipc: ipc_handle };
+        let all = bootstrap.all_gather(&mine.encode())?;
+
+        let mut imports = Vec::new();
+        let mut bases = [0u64; OX_MAX_RANKS];
+        for (r, blob) in all.iter().enumerate() {
+            let p = Published::decode(blob)?;
+            if p.size != layout.total {
+                return Err(Error::internal(format!(
+                    "rank {r} sized its channel buffers {} bytes, this rank {} (different OXCCL_* tuning?)",
+                    p.size, layout.total
+                )));
+            }
+            bases[r] = if r == me {
+                shared.ptr
+            } else if peers[r].same_process(&peers[me]) {
+                check_p2p(dev, peers[r].device)?;
+                dev.enable_peer_access(Device::get(peers[r].device)?)?;
+                p.ptr
+            } else {
+                if let Some(ordinal) = ordinal_by_bus_id(&peers[r].bus_id_str()) {
+                    check_p2p(dev, ordinal)?;
+                }
+                let h = p.ipc.ok_or_else(|| Error::internal(format!("rank {r} published no IPC handle")))?;
+                let imp = ImportedBuffer::open(dev, &h).map_err(|e| e.context(format!("mapping rank {r}'s buffers")))?;
+                let base = imp.ptr;
+                imports.push(imp);
+                base
+            };
+        }
+
+        let mut dc = DevComm {
+            rank: me as i32,
+            nranks: n as i32,
+            ll_half_bytes: scratch.ll_half_bytes,
+            rs_slot_bytes: scratch.rs_slot_bytes,
+            rs_max_blocks: scratch.rs_max_blocks,
+            _pad0: 0,
+            ll_scratch: [0; OX_MAX_RANKS],
+            rs_scratch: [0; OX_MAX_RANKS],
+            sem_inbound: [0; OX_MAX_RANKS],
+            ll_flags: private.ptr + FLAGS_OFF,
+            sem_expected: private.ptr + EXPECTED_OFF,
+            abort_flag: abort_flag.dev_ptr,
+        };
+        for (r, base) in bases.iter().enumerate().take(n) {
+            dc.ll_scratch[r] = base + layout.ll_off;
+            dc.rs_scratch[r] = base + layout.rs_off;
+            dc.sem_inbound[r] = base + layout.sem_off;
+        }
+        // SAFETY: DevComm is plain old data (repr(C), integers only).
+        let bytes = unsafe {
+            std::slice::from_raw_parts((&dc as *const DevComm).cast::<u8>(), std::mem::size_of::<DevComm>())
+        };
+        private.write(DEVCOMM_OFF as usize, bytes)?;
+        Ok(MemoryChannels {
+            dev_comm: private.ptr + DEVCOMM_OFF,
+            device_bytes: layout.total + PRIVATE_BYTES,
+            _imports: imports,
+            _private: private,
+            _shared: shared,
+        })
+    }
+}
+
+fn check_p2p(dev: &Device, peer: i32) -> Result<()> {
+    if can_access(dev.ordinal, peer)? {
+        Ok(())
+    } else {
+        Err(Error::invalid_usage(format!(
+            "GPU {} ({}) cannot access GPU {peer} directly (no NVLink or PCIe peer access); \
+             oxccl's MemoryChannel needs peer access between all GPUs of a host",
+            dev.ordinal, dev.bus_id
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn published_round_trips() {
+        let p = Published { ptr: 0x7f00_0000_1000, size: 123 << 20, ipc: Some([7; IPC_HANDLE_BYTES]) };
+        let q = Published::decode(&p.encode()).expect("decodes");
+        assert_eq!((q.ptr, q.size, q.ipc), (p.ptr, p.size, p.ipc));
+        let none = Published { ptr: 1, size: 2, ipc: None };
+        assert!(Published::decode(&none.encode()).expect("decodes").ipc.is_none());
+        assert!(Published::decode(&[0; 3]).is_err());
+    }
+
+    #[test]
+    fn layout_regions_do_not_overlap() {
+        let t = crate::algo::Tuning::default();
+        for n in [1, 2, 3, 8, 32] {
+            let s = Scratch::for_ranks(n, &t);
+            let l = SharedLayout::new(&s, n);
+            assert!(l.ll_off + s.ll_bytes() <= l.rs_off);
+            assert!(l.rs_off + s.rs_bytes(n) <= l.sem_off);
+            assert!(l.sem_off + SEM_BYTES <= l.total);
+            assert_eq!(l.rs_off % 16, 0);
+        }
+        assert!(EXPECTED_OFF >= (OX_MAX_BLOCKS * 4) as u64);
+    }
+}

@@ -1,0 +1,465 @@
+//! The communicator: identity (rank, size, device), configuration, asynchronous state, and once
+//! initialised, its bootstrap, peers, channels and launch bookkeeping.
+//!
+//! A `Comm` exists from the moment ncclCommInitRank* returns a handle (inits inside a group run at
+//! ncclGroupEnd), so its initialised part lives in a `OnceLock`. Handles given to C are addresses of
+//! registered `Arc<Comm>`s; every API call resolves them through the registry, so a stale or forged
+//! handle is an error, not a use-after-free.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::algo::{Scratch, Topology, Tuning};
+use crate::bootstrap::{self, Bootstrap};
+use crate::channel::MemoryChannels;
+use crate::config::CommConfig;
+use crate::error::{Error, Result, ResultCode};
+use crate::gpu::cu;
+use crate::gpu::module::Module;
+use crate::gpu::stream::{Event, RelaxedCapture};
+use crate::gpu::{CtxGuard, Device, HostMapped};
+use crate::log::Subsys;
+use crate::topo::{self, PeerInfo};
+use crate::types::{DataType, RedOp};
+
+static NEXT_TAG: AtomicU32 = AtomicU32::new(0);
+
+pub struct Comm {
+    pub rank: usize,
+    pub nranks: usize,
+    pub device: i32,
+    pub config: CommConfig,
+    /// ncclCommGetAsyncError's answer, as a raw ncclResult_t.
+    state: AtomicI32,
+    ready: OnceLock<Ready>,
+    finalized: AtomicBool,
+    aborted: AtomicBool,
+    /// Ops made by ncclRedOpCreatePreMulSum, indexed by the low 16 bits of their handle.
+    user_ops: Mutex<Vec<Option<UserOp>>>,
+    /// Marks this communicator's op handles, so an op used with another communicator is caught.
+    op_tag: u32,
+}
+
+/// A PreMulSum op: its datatype and scalar (bytes, or a device address read at run time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserOp {
+    pub dtype: DataType,
+    pub scalar: u64,
+    pub scalar_ptr: u64,
+}
+
+/// An op as a kernel takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResolvedOp {
+    pub op: RedOp,
+    pub scalar: u64,
+    pub scalar_ptr: u64,
+}
+
+const OP_INDEX_BITS: u32 = 16;
+const OP_TAG_MASK: u32 = 0x3fff;
+
+/// Everything an initialised communicator owns.
+pub struct Ready {
+    pub dev: &'static Device,
+    pub module: &'static Module,
+    pub bootstrap: Bootstrap,
+    pub peers: Vec<PeerInfo>,
+    pub topo: Topology,
+    pub scratch: Scratch,
+    pub tuning: Tuning,
+    /// FP8 reductions need sm_90 on every GPU of the communicator.
+    pub fp8_ok: bool,
+    pub abort_flag: HostMapped,
+    /// Taken (and freed) by destroy/abort.
+    channels: Mutex<Option<MemoryChannels>>,
+    pub dev_comm: u64,
+    pub launch: Mutex<LaunchState>,
+}
+
+/// Launch bookkeeping, held across a launch so that one communicator's kernels are issued in a
+/// single order even when several threads or streams use it.
+pub struct LaunchState {
+    /// The stream of the previous uncaptured launch.
+    pub last_stream: Option<cu::CUstream>,
+    /// Recorded after every uncaptured launch: destroy/finalize wait for it, and a launch on
+    /// another stream waits for it so the comm's kernels never overlap.
+    pub done: Event,
+    pub launched: bool,
+}
+
+// SAFETY: CUstream values are opaque handles the driver accepts from any thread.
+unsafe impl Send for LaunchState {}
+
+impl Comm {
+    pub fn new(rank: usize, nranks: usize, device: i32, config: CommConfig) -> Comm {
+        Comm {
+            rank,
+            nranks,
+            device,
+            config,
+            state: AtomicI32::new(ResultCode::InProgress as i32),
+            ready: OnceLock::new(),
+            finalized: AtomicBool::new(false),
+            aborted: AtomicBool::new(false),
+            user_ops: Mutex::new(Vec::new()),
+            op_tag: (topo::process_token() as u32 ^ NEXT_TAG.fetch_add(1, Ordering::Relaxed)) & OP_TAG_MASK,
+        }
+    }
+
+    /// Registers a PreMulSum op; returns its ncclRedOp_t value (ncclNumOps + tag/index).
+    pub fn create_op(&self, op: UserOp) -> Result<i32> {
+        let mut ops = self.user_ops.lock();
+        let idx = match ops.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                if ops.len() >= 1 << OP_INDEX_BITS {
+                    return Err(Error::invalid_usage("too many live reduction ops on this communicator"));
+                }
+                ops.push(None);
+                ops.len() - 1
+            }
+        };
+        ops[idx] = Some(op);
+        Ok(RedOp::NUM_BUILTIN + ((self.op_tag << OP_INDEX_BITS) | idx as u32) as i32)
+    }
+
+    fn user_op_index(&self, raw: i32) -> Result<usize> {
+        let v = raw.checked_sub(RedOp::NUM_BUILTIN).filter(|v| *v >= 0).ok_or_else(|| {
+            Error::invalid_argument(format!("invalid reduction op {raw}"))
+        })? as u32;
+        if v >> OP_INDEX_BITS != self.op_tag {
+            return Err(Error::invalid_argument(format!("reduction op {raw} was not created on this communicator")));
+        }
+        Ok((v & ((1 << OP_INDEX_BITS) - 1)) as usize)
+    }
+
+    pub fn destroy_op(&self, raw: i32) -> Result<()> {
+        if RedOp::builtin(raw).is_some() {
+            return Err(Error::invalid_argument(format!("cannot destroy built-in reduction op {raw}")));
+        }
+        let idx = self.user_op_index(raw)?;
+        let mut ops = self.user_ops.lock();
+        match ops.get_mut(idx) {
+            Some(slot @ Some(_)) => {
+                *slot = None;
+                Ok(())
+            }
+            _ => Err(Error::invalid_argument(format!("reduction op {raw} does not exist (destroyed already?)"))),
+        }
+    }
+
+    /// The kernel form of a raw op for a collective of datatype `dt`.
+    pub fn resolve_op(&self, raw: i32, dt: DataType) -> Result<ResolvedOp> {
+        if let Some(op) = RedOp::builtin(raw) {
+            return Ok(ResolvedOp { op, scalar: 0, scalar_ptr: 0 });
+        }
+        let idx = self.user_op_index(raw)?;
+        let u = self.user_ops.lock().get(idx).copied().flatten().ok_or_else(|| {
+            Error::invalid_argument(format!("reduction op {raw} does not exist (destroyed already?)"))
+        })?;
+        if u.dtype != dt {
+            return Err(Error::invalid_argument(format!(
+                "reduction op {raw} was created for {}, used with {}",
+                u.dtype.name(),
+                dt.name()
+            )));
+        }
+        Ok(ResolvedOp { op: RedOp::PreMulSum, scalar: u.scalar, scalar_ptr: u.scalar_ptr })
+    }
+
+    /// The initialised state, or the reason there is none.
+    pub fn ready(&self) -> Result<&Ready> {
+        if let Some(r) = self.ready.get() {
+            return Ok(r);
+        }
+        match ResultCode::from_raw(self.state.load(Ordering::Acquire)) {
+            Some(ResultCode::InProgress) => Err(Error::invalid_usage("communicator is not initialized yet")),
+            Some(code) if code != ResultCode::Success => {
+                Err(Error::new(code, "communicator initialization failed earlier"))
+            }
+            _ => Err(Error::internal("communicator has no state")),
+        }
+    }
+
+    pub fn async_state(&self) -> ResultCode {
+        ResultCode::from_raw(self.state.load(Ordering::Acquire)).unwrap_or(ResultCode::InternalError)
+    }
+
+    pub fn set_error(&self, code: ResultCode) {
+        // Keep the first error: later ones are usually its consequences.
+        let _ = self.state.compare_exchange(
+            ResultCode::Success as i32,
+            code as i32,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        let _ = self.state.compare_exchange(
+            ResultCode::InProgress as i32,
+            code as i32,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::Acquire)
+    }
+
+    /// Initialises the communicator: bootstrap, peer exchange, channels. Collective over its ranks.
+    pub fn init(&self, id: &[u8; bootstrap::UNIQUE_ID_BYTES]) -> Result<()> {
+        let r = self.init_inner(id);
+        match r {
+            Ok(ready) => {
+                let _ = self.ready.set(ready);
+                self.state.store(ResultCode::Success as i32, Ordering::Release);
+                Ok(())
+            }
+            Err(e) => {
+                self.set_error(e.code);
+                Err(e)
+            }
+        }
+    }
+
+    fn init_inner(&self, id: &[u8; bootstrap::UNIQUE_ID_BYTES]) -> Result<Ready> {
+        let t0 = Instant::now();
+        crate::log::version_banner_for_rank(self.rank);
+        let _relaxed = RelaxedCapture::new()?;
+        let dev = Device::get(self.device)?;
+        crate::log::set_thread_device(dev.ordinal);
+        let _ctx = CtxGuard::new(dev)?;
+        let module = dev.module()?;
+        let bootstrap = Bootstrap::init(id, self.rank, self.nranks, bootstrap::default_timeout())?;
+
+        let me = PeerInfo {
+            rank: self.rank as u32,
+            host_hash: topo::host_hash(),
+            process: topo::process_token(),
+            pid: std::process::id(),
+            device: dev.ordinal,
+            cc_major: dev.cc_major,
+            cc_minor: dev.cc_minor,
+            sm_count: dev.sm_count,
+            bus_id: bus_id_bytes(&dev.bus_id),
+        };
+        let peers = bootstrap
+            .all_gather(&me.encode())?
+            .iter()
+            .map(|b| PeerInfo::decode(b))
+            .collect::<Result<Vec<_>>>()?;
+        for (r, p) in peers.iter().enumerate() {
+            if p.rank as usize != r {
+                return Err(Error::internal(format!("bootstrap returned rank {}'s info in slot {r}", p.rank)));
+            }
+            if !p.same_host(&me) {
+                return Err(Error::invalid_usage(format!(
+                    "rank {r} is on another host; communicators spanning hosts need PortChannel \
+                     transports, which this oxccl build does not have yet (all ranks must share a host)"
+                )));
+            }
+            if r != self.rank && p.same_process(&me) && p.device == me.device {
+                nccl_info!(Subsys::Init, "ranks {} and {r} share CUDA device {} in one process", self.rank, me.device);
+            }
+        }
+        let topo = Topology {
+            nranks: self.nranks,
+            sm_count: peers.iter().map(|p| p.sm_count.max(1) as u32).min().unwrap_or(1),
+        };
+        let tuning = Tuning::from_env();
+        let scratch = Scratch::for_ranks(self.nranks, &tuning);
+        let fp8_ok = peers.iter().all(|p| p.cc_major >= 9);
+        let abort_flag = HostMapped::zeroed(dev, 64)?;
+        let channels = MemoryChannels::connect(&bootstrap, dev, &peers, &scratch, &abort_flag)?;
+        let dev_comm = channels.dev_comm;
+        let mem = channels.device_bytes;
+        let channels = Some(channels);
+        // Every rank has mapped every peer before any of them launches a kernel on the channels.
+        bootstrap.barrier()?;
+        let launch = LaunchState { last_stream: None, done: Event::new()?, launched: false };
+        nccl_info!(
+            Subsys::Init,
+            "comm {:p} rank {} nRanks {} cudaDev {} busId {} - Init COMPLETE ({:.1} ms, {:.1} MiB device memory)",
+            self as *const Comm,
+            self.rank,
+            self.nranks,
+            dev.ordinal,
+            dev.bus_id,
+            t0.elapsed().as_secs_f64() * 1e3,
+            mem as f64 / (1 << 20) as f64
+        );
+        Ok(Ready {
+            dev,
+            module,
+            bootstrap,
+            peers,
+            topo,
+            scratch,
+            tuning,
+            fp8_ok,
+            abort_flag,
+            channels: Mutex::new(channels),
+            dev_comm,
+            launch: Mutex::new(launch),
+        })
+    }
+
+    /// Waits until every kernel this communicator launched (outside graph capture) has finished.
+    /// With `deadline`, gives up then and says so (Ok(false)).
+    fn quiesce(&self, deadline: Option<Instant>) -> Result<bool> {
+        let Some(r) = self.ready.get() else { return Ok(true) };
+        let _ctx = CtxGuard::new(r.dev)?;
+        let launch = r.launch.lock();
+        if !launch.launched {
+            return Ok(true);
+        }
+        let mut spins = 0u32;
+        loop {
+            if launch.done.query()? {
+                return Ok(true);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(false);
+            }
+            spins += 1;
+            if spins > 100 {
+                std::thread::sleep(Duration::from_micros(200));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// ncclCommFinalize: flushes this communicator's work; a second call is an error.
+    pub fn finalize(&self) -> Result<()> {
+        if self.finalized.swap(true, Ordering::AcqRel) {
+            return Err(Error::invalid_argument("communicator already finalized"));
+        }
+        self.quiesce(None)?;
+        Ok(())
+    }
+
+    /// ncclCommDestroy's local part: waits for this communicator's work, then frees its resources
+    /// (the caller drops the last reference). Needs no peer: ranks driven by one thread destroy
+    /// their communicators one after another.
+    pub fn destroy(&self) -> Result<()> {
+        if !self.finalized.load(Ordering::Acquire) {
+            self.quiesce(None)?;
+        }
+        self.release_channels(true);
+        Ok(())
+    }
+
+    /// ncclCommAbort: makes kernels waiting on peers exit, stops bootstrap waits, and frees what it
+    /// safely can without ever waiting on a peer.
+    pub fn abort(&self) {
+        self.aborted.store(true, Ordering::Release);
+        self.set_error(ResultCode::RemoteError);
+        let Some(r) = self.ready.get() else { return };
+        r.abort_flag.store_u32(0, 1);
+        r.bootstrap.abort();
+        // Kernels see the flag within microseconds; do not wait on a wedged GPU forever.
+        let drained = self.quiesce(Some(Instant::now() + Duration::from_secs(10))).unwrap_or(false);
+        if !drained {
+            nccl_warn!("ncclCommAbort: kernels of comm rank {} did not exit within 10 s; leaking their buffers", self.rank);
+        }
+        self.release_channels(drained);
+    }
+
+    fn release_channels(&self, free: bool) {
+        if let Some(r) = self.ready.get() {
+            if let Some(ch) = r.channels.lock().take() {
+                if free {
+                    drop(ch);
+                } else {
+                    std::mem::forget(ch);
+                }
+            }
+        }
+    }
+}
+
+fn bus_id_bytes(s: &str) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    for (o, i) in b.iter_mut().zip(s.bytes()) {
+        *o = i;
+    }
+    b
+}
+
+// ---- registry of live handles ----------------------------------------------------------------
+
+static REGISTRY: RwLock<Option<HashMap<usize, Arc<Comm>>>> = RwLock::new(None);
+
+/// Registers a communicator and returns its handle value.
+pub fn register(comm: Arc<Comm>) -> usize {
+    let key = Arc::as_ptr(&comm) as usize;
+    REGISTRY.write().get_or_insert_with(HashMap::new).insert(key, comm);
+    key
+}
+
+/// The communicator behind a handle, if it is live.
+pub fn lookup(handle: usize) -> Result<Arc<Comm>> {
+    REGISTRY
+        .read()
+        .as_ref()
+        .and_then(|m| m.get(&handle).cloned())
+        .ok_or_else(|| Error::invalid_argument(format!("invalid communicator {handle:#x} (never created, or destroyed)")))
+}
+
+/// Removes a handle; the communicator is freed when the last in-flight user drops it.
+pub fn unregister(handle: usize) -> Option<Arc<Comm>> {
+    REGISTRY.write().as_mut().and_then(|m| m.remove(&handle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_rejects_unknown_and_destroyed_handles() {
+        let c = Arc::new(Comm::new(0, 1, 0, CommConfig::default()));
+        let h = register(c);
+        assert!(lookup(h).is_ok());
+        assert_eq!(lookup(h + 8).map(|_| ()).unwrap_err().code, ResultCode::InvalidArgument);
+        assert!(unregister(h).is_some());
+        assert_eq!(lookup(h).map(|_| ()).unwrap_err().code, ResultCode::InvalidArgument);
+        assert!(unregister(h).is_none());
+    }
+
+    #[test]
+    fn user_ops_are_per_comm_and_typed() {
+        let a = Comm::new(0, 2, 0, CommConfig::default());
+        let b = Comm::new(0, 2, 0, CommConfig::default());
+        let op = a.create_op(UserOp { dtype: DataType::Float32, scalar: 0x3f80_0000, scalar_ptr: 0 }).unwrap();
+        assert!(op >= 5);
+        let r = a.resolve_op(op, DataType::Float32).unwrap();
+        assert_eq!(r.op, RedOp::PreMulSum);
+        assert_eq!(r.scalar, 0x3f80_0000);
+        assert_eq!(a.resolve_op(op, DataType::Float16).unwrap_err().code, ResultCode::InvalidArgument);
+        assert_eq!(b.resolve_op(op, DataType::Float32).unwrap_err().code, ResultCode::InvalidArgument);
+        assert_eq!(a.destroy_op(2).unwrap_err().code, ResultCode::InvalidArgument, "built-in");
+        a.destroy_op(op).unwrap();
+        assert_eq!(a.destroy_op(op).unwrap_err().code, ResultCode::InvalidArgument, "twice");
+        assert_eq!(a.resolve_op(op, DataType::Float32).unwrap_err().code, ResultCode::InvalidArgument);
+        assert_eq!(a.resolve_op(-1, DataType::Float32).unwrap_err().code, ResultCode::InvalidArgument);
+        assert_eq!(a.resolve_op(3, DataType::Int8).unwrap().op, RedOp::Min);
+        // Slots are reused after destroy.
+        let op2 = a.create_op(UserOp { dtype: DataType::Int8, scalar: 2, scalar_ptr: 0 }).unwrap();
+        assert_eq!(op2, op);
+    }
+
+    #[test]
+    fn pending_comm_reports_in_progress_and_keeps_first_error() {
+        let c = Comm::new(0, 2, 0, CommConfig::default());
+        assert_eq!(c.async_state(), ResultCode::InProgress);
+        assert_eq!(c.ready().map(|_| ()).unwrap_err().code, ResultCode::InvalidUsage);
+        c.set_error(ResultCode::SystemError);
+        c.set_error(ResultCode::RemoteError);
+        assert_eq!(c.async_state(), ResultCode::SystemError);
+    }
+}

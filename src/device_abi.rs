@@ -1,0 +1,133 @@
+//! Structs and constants shared by Rust and the CUDA kernels, defined once here.
+//!
+//! build.rs runs cbindgen over this file alone and writes `oxccl_device_abi.h` into OUT_DIR; the
+//! kernels include it. Device addresses are `u64` (CUdeviceptr) on both sides so that no pointer
+//! type has to agree across languages; kernels cast them to typed pointers at the point of use.
+//! `tests/device_abi_layout.rs` compiles the generated header with the host C compiler and checks
+//! every size and offset against these definitions.
+
+/// Ranks of one communicator on one host that MemoryChannel connects (array bound in [`DevComm`]).
+pub const OX_MAX_RANKS: usize = 32;
+/// Blocks one launch may use; sizes the LL flag and semaphore slot arrays.
+pub const OX_MAX_BLOCKS: usize = 128;
+/// Bytes of LL16 packet: two 4-byte data words, each followed by its 4-byte flag.
+pub const OX_LL16_BYTES: usize = 16;
+/// Payload bytes carried by one LL16 packet.
+pub const OX_LL16_PAYLOAD: usize = 8;
+
+/// One communicator as its kernels see it. Lives in device memory, written once at init.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct DevComm {
+    pub rank: i32,
+    pub nranks: i32,
+    /// Bytes of one half of each rank's LL scratch (halves alternate with the flag's parity).
+    pub ll_half_bytes: u64,
+    /// Bytes of one (block, source rank) slot of the put-based reduce-scatter/all-gather scratch.
+    pub rs_slot_bytes: u64,
+    /// Blocks the put-based scratch was sized for; launches of that algorithm use at most this many.
+    pub rs_max_blocks: u32,
+    pub _pad0: u32,
+    /// Each rank's LL scratch, as mapped into this rank's address space (own entry included).
+    pub ll_scratch: [u64; OX_MAX_RANKS],
+    /// Each rank's put-based scratch: RS area then AG area, each `rs_max_blocks * nranks` slots.
+    pub rs_scratch: [u64; OX_MAX_RANKS],
+    /// Each rank's inbound semaphore counters, `u64[OX_MAX_BLOCKS][OX_MAX_RANKS]` indexed
+    /// `[block][sending rank]`, as mapped into this rank's address space.
+    pub sem_inbound: [u64; OX_MAX_RANKS],
+    /// This rank's LL flags, `u32[OX_MAX_BLOCKS]`, one per block, all kept equal.
+    pub ll_flags: u64,
+    /// This rank's expected semaphore values, `u64[OX_MAX_BLOCKS][OX_MAX_RANKS]`.
+    pub sem_expected: u64,
+    /// Host-mapped `u32`, non-zero once the communicator is aborted: every device spin loop reads it.
+    pub abort_flag: u64,
+}
+
+/// Arguments of every collective kernel, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CollArgs {
+    /// `const DevComm*` in device memory.
+    pub comm: u64,
+    pub send: u64,
+    pub recv: u64,
+    /// Elements (not bytes).
+    pub count: u64,
+    /// Algorithm-specific: elements per block per round for the put-based algorithms.
+    pub chunk_elems: u64,
+    /// PreMulSum: the scalar's bytes (sizeof(datatype) of them, little-endian, zero-extended),
+    /// used when `scalar_ptr` is 0.
+    pub scalar: u64,
+    /// PreMulSum with ncclScalarDevice: device address of the scalar, read while the kernel runs.
+    pub scalar_ptr: u64,
+    pub root: i32,
+    pub _pad0: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{align_of, offset_of, size_of};
+    use std::process::Command;
+
+    /// Compiles the generated header with the host C compiler and checks that C sees the same
+    /// size and offsets as Rust for every field the kernels use.
+    #[test]
+    fn generated_header_matches_rust_layout() {
+        let header = concat!(env!("OUT_DIR"), "/oxccl_device_abi.h");
+        let dir = std::env::temp_dir().join(format!("oxccl-abi-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let fields: &[(&str, &str, usize)] = &[
+            ("DevComm", "rank", offset_of!(DevComm, rank)),
+            ("DevComm", "nranks", offset_of!(DevComm, nranks)),
+            ("DevComm", "ll_half_bytes", offset_of!(DevComm, ll_half_bytes)),
+            ("DevComm", "rs_slot_bytes", offset_of!(DevComm, rs_slot_bytes)),
+            ("DevComm", "rs_max_blocks", offset_of!(DevComm, rs_max_blocks)),
+            ("DevComm", "ll_scratch", offset_of!(DevComm, ll_scratch)),
+            ("DevComm", "rs_scratch", offset_of!(DevComm, rs_scratch)),
+            ("DevComm", "sem_inbound", offset_of!(DevComm, sem_inbound)),
+            ("DevComm", "ll_flags", offset_of!(DevComm, ll_flags)),
+            ("DevComm", "sem_expected", offset_of!(DevComm, sem_expected)),
+            ("DevComm", "abort_flag", offset_of!(DevComm, abort_flag)),
+            ("CollArgs", "comm", offset_of!(CollArgs, comm)),
+            ("CollArgs", "send", offset_of!(CollArgs, send)),
+            ("CollArgs", "recv", offset_of!(CollArgs, recv)),
+            ("CollArgs", "count", offset_of!(CollArgs, count)),
+            ("CollArgs", "chunk_elems", offset_of!(CollArgs, chunk_elems)),
+            ("CollArgs", "scalar", offset_of!(CollArgs, scalar)),
+            ("CollArgs", "scalar_ptr", offset_of!(CollArgs, scalar_ptr)),
+            ("CollArgs", "root", offset_of!(CollArgs, root)),
+        ];
+        let mut c = format!("#include <stddef.h>\n#include <stdio.h>\n#include \"{header}\"\nint main(void) {{\n");
+        c.push_str("printf(\"DevComm %zu\\n\", sizeof(DevComm));\n");
+        c.push_str("printf(\"CollArgs %zu\\n\", sizeof(CollArgs));\n");
+        c.push_str("printf(\"OX_MAX_RANKS %d\\nOX_MAX_BLOCKS %d\\n\", OX_MAX_RANKS, OX_MAX_BLOCKS);\n");
+        for (s, f, _) in fields {
+            c.push_str(&format!("printf(\"{s}.{f} %zu\\n\", offsetof({s}, {f}));\n"));
+        }
+        c.push_str("return 0;\n}\n");
+        let src = dir.join("layout.c");
+        let exe = dir.join("layout");
+        std::fs::write(&src, c).expect("write layout.c");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let st = Command::new(&cc).arg(&src).arg("-o").arg(&exe).status().expect("run the C compiler");
+        assert!(st.success(), "{cc} failed on the generated header");
+        let out = Command::new(&exe).output().expect("run layout");
+        let text = String::from_utf8(out.stdout).expect("utf8");
+        let mut expect = format!("DevComm {}\nCollArgs {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\n", size_of::<DevComm>(), size_of::<CollArgs>());
+        for (s, f, off) in fields {
+            expect.push_str(&format!("{s}.{f} {off}\n"));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(text, expect);
+    }
+
+    #[test]
+    fn sizes_are_multiples_of_eight() {
+        // Kernels read both structs with 8-byte loads; keep them padded explicitly.
+        assert_eq!(size_of::<DevComm>() % 8, 0);
+        assert_eq!(size_of::<CollArgs>() % 8, 0);
+        assert_eq!(align_of::<CollArgs>(), 8);
+        assert!(size_of::<CollArgs>() <= 4096, "kernel parameters are limited to 4 KiB");
+    }
+}

@@ -1,0 +1,169 @@
+//! The library's error type. Every fallible internal function returns `Result<T>`; the C ABI
+//! layer turns an `Error` into its `ncclResult_t` and logs it once, as a NCCL WARN.
+
+use std::fmt;
+use std::panic::Location;
+
+/// `ncclResult_t`, as oxccl produces it. Values are NCCL 2.28's.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ResultCode {
+    Success = 0,
+    UnhandledCudaError = 1,
+    SystemError = 2,
+    InternalError = 3,
+    InvalidArgument = 4,
+    InvalidUsage = 5,
+    RemoteError = 6,
+    InProgress = 7,
+}
+
+impl ResultCode {
+    /// Interprets a raw `ncclResult_t` (which C may hand us with any value).
+    pub fn from_raw(v: i32) -> Option<ResultCode> {
+        use ResultCode::*;
+        Some(match v {
+            0 => Success,
+            1 => UnhandledCudaError,
+            2 => SystemError,
+            3 => InternalError,
+            4 => InvalidArgument,
+            5 => InvalidUsage,
+            6 => RemoteError,
+            7 => InProgress,
+            _ => return None,
+        })
+    }
+
+    /// NCCL's exact `ncclGetErrorString` text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResultCode::Success => "no error",
+            ResultCode::UnhandledCudaError => "unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+            ResultCode::SystemError => "unhandled system error (run with NCCL_DEBUG=INFO for details)",
+            ResultCode::InternalError => "internal error - please report this issue to the NCCL developers",
+            ResultCode::InvalidArgument => "invalid argument (run with NCCL_DEBUG=WARN for details)",
+            ResultCode::InvalidUsage => "invalid usage (run with NCCL_DEBUG=WARN for details)",
+            ResultCode::RemoteError => "remote process exited or there was a network error",
+            ResultCode::InProgress => "NCCL operation in progress",
+        }
+    }
+}
+
+/// An error with its NCCL code, a message for the WARN line, and where it was raised.
+#[derive(Clone)]
+pub struct Error {
+    pub code: ResultCode,
+    pub msg: String,
+    pub location: &'static Location<'static>,
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    #[track_caller]
+    pub fn new(code: ResultCode, msg: impl Into<String>) -> Error {
+        Error { code, msg: msg.into(), location: Location::caller() }
+    }
+    #[track_caller]
+    pub fn invalid_argument(msg: impl Into<String>) -> Error {
+        Error::new(ResultCode::InvalidArgument, msg)
+    }
+    #[track_caller]
+    pub fn invalid_usage(msg: impl Into<String>) -> Error {
+        Error::new(ResultCode::InvalidUsage, msg)
+    }
+    #[track_caller]
+    pub fn system(msg: impl Into<String>) -> Error {
+        Error::new(ResultCode::SystemError, msg)
+    }
+    #[track_caller]
+    pub fn internal(msg: impl Into<String>) -> Error {
+        Error::new(ResultCode::InternalError, msg)
+    }
+    #[track_caller]
+    pub fn remote(msg: impl Into<String>) -> Error {
+        Error::new(ResultCode::RemoteError, msg)
+    }
+    #[track_caller]
+    pub fn cuda(msg: impl Into<String>) -> Error {
+        Error::new(ResultCode::UnhandledCudaError, msg)
+    }
+    #[track_caller]
+    pub fn in_progress() -> Error {
+        Error::new(ResultCode::InProgress, "operation in progress")
+    }
+    /// A system error carrying an `std::io::Error`'s text.
+    #[track_caller]
+    pub fn io(what: &str, e: &std::io::Error) -> Error {
+        Error::new(ResultCode::SystemError, format!("{what}: {e}"))
+    }
+
+    /// The file name (without directories) and line where the error was raised, for WARN lines.
+    pub fn file_line(&self) -> (&'static str, u32) {
+        let f = self.location.file();
+        let short = f.rsplit('/').next().unwrap_or(f);
+        (short, self.location.line())
+    }
+
+    /// Adds context in front of the message, keeping code and location.
+    pub fn context(mut self, what: impl fmt::Display) -> Error {
+        self.msg = format!("{what}: {}", self.msg);
+        self
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (file, line) = self.file_line();
+        write!(f, "{:?} at {file}:{line}: {}", self.code, self.msg)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+
+/// `bail!(Code, "fmt", args)`: return early with an `Error` of that code.
+#[macro_export]
+macro_rules! bail {
+    ($code:ident, $($arg:tt)*) => {
+        return Err($crate::error::Error::new($crate::error::ResultCode::$code, format!($($arg)*)))
+    };
+}
+
+/// `ensure!(cond, Code, "fmt", args)`: bail unless `cond` holds.
+#[macro_export]
+macro_rules! ensure {
+    ($cond:expr, $code:ident, $($arg:tt)*) => {
+        if !$cond {
+            $crate::bail!($code, $($arg)*);
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_round_trip_and_strings() {
+        for v in 0..8 {
+            let c = ResultCode::from_raw(v).expect("valid code");
+            assert_eq!(c as i32, v);
+        }
+        assert!(ResultCode::from_raw(8).is_none());
+        assert!(ResultCode::from_raw(-1).is_none());
+        assert_eq!(ResultCode::InProgress.as_str(), "NCCL operation in progress");
+    }
+
+    #[test]
+    fn location_is_callers() {
+        let e = Error::invalid_argument("x");
+        let (file, line) = e.file_line();
+        assert_eq!(file, "error.rs");
+        assert!(line > 100);
+    }
+}

@@ -1,0 +1,191 @@
+//! Devices and their primary contexts. oxccl works in the primary context of each device, as the
+//! CUDA runtime does, so user streams and memory (cudaMalloc, cudaStreamCreate) are usable as is.
+
+use std::collections::HashSet;
+use std::ffi::c_char;
+use std::sync::OnceLock;
+
+use cudarc::driver::sys as cu;
+use parking_lot::Mutex;
+
+use super::driver::{check, ensure};
+use super::module::Module;
+use crate::error::{Error, Result};
+
+/// A device whose primary context this process has retained (for the process lifetime).
+pub struct Device {
+    pub ordinal: i32,
+    pub cu: cu::CUdevice,
+    pub ctx: cu::CUcontext,
+    pub sm_count: i32,
+    pub cc_major: i32,
+    pub cc_minor: i32,
+    /// PCI bus id, "0000:xx:yy.z", identifying the GPU across processes.
+    pub bus_id: String,
+    module: OnceLock<std::result::Result<Module, Error>>,
+}
+
+// SAFETY: a CUcontext handle may be made current and used from any thread.
+unsafe impl Send for Device {}
+unsafe impl Sync for Device {}
+
+static DEVICES: Mutex<Vec<&'static Device>> = Mutex::new(Vec::new());
+static PEER_ENABLED: Mutex<Option<HashSet<(i32, i32)>>> = Mutex::new(None);
+
+impl Device {
+    /// The device with this ordinal, its primary context retained on first use.
+    pub fn get(ordinal: i32) -> Result<&'static Device> {
+        ensure()?;
+        let mut devs = DEVICES.lock();
+        if let Some(d) = devs.iter().find(|d| d.ordinal == ordinal) {
+            return Ok(d);
+        }
+        let n = device_count()?;
+        if ordinal < 0 || ordinal >= n {
+            return Err(Error::invalid_argument(format!("CUDA device {ordinal} does not exist ({n} visible)")));
+        }
+        let d = Box::leak(Box::new(Device::open(ordinal)?));
+        devs.push(d);
+        Ok(d)
+    }
+
+    fn open(ordinal: i32) -> Result<Device> {
+        let mut dev: cu::CUdevice = 0;
+        // SAFETY: out-pointers to locals.
+        unsafe {
+            check(cu::cuDeviceGet(&mut dev, ordinal), "cuDeviceGet")?;
+            let mut ctx: cu::CUcontext = std::ptr::null_mut();
+            check(cu::cuDevicePrimaryCtxRetain(&mut ctx, dev), "cuDevicePrimaryCtxRetain")?;
+            let attr = |a: cu::CUdevice_attribute| -> Result<i32> {
+                let mut v = 0;
+                check(cu::cuDeviceGetAttribute(&mut v, a, dev), "cuDeviceGetAttribute")?;
+                Ok(v)
+            };
+            let sm_count = attr(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+            let cc_major = attr(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+            let cc_minor = attr(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+            let mut buf = [0 as c_char; 32];
+            check(cu::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev), "cuDeviceGetPCIBusId")?;
+            let bus_id = std::ffi::CStr::from_ptr(buf.as_ptr()).to_string_lossy().to_lowercase();
+            Ok(Device { ordinal, cu: dev, ctx, sm_count, cc_major, cc_minor, bus_id, module: OnceLock::new() })
+        }
+    }
+
+    /// The embedded kernels, loaded into this device's context on first use.
+    pub fn module(&'static self) -> Result<&'static Module> {
+        self.module
+            .get_or_init(|| {
+                let _g = CtxGuard::new(self)?;
+                Module::load(self)
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
+        can_access(self.ordinal, peer.ordinal)
+    }
+
+    /// Lets this device's context access memory allocated in `peer`'s context (same process).
+    pub fn enable_peer_access(&'static self, peer: &Device) -> Result<()> {
+        if peer.ordinal == self.ordinal {
+            return Ok(());
+        }
+        let mut set = PEER_ENABLED.lock();
+        let set = set.get_or_insert_with(HashSet::new);
+        if set.contains(&(self.ordinal, peer.ordinal)) {
+            return Ok(());
+        }
+        let _g = CtxGuard::new(self)?;
+        // SAFETY: both contexts are retained primary contexts.
+        let rc = unsafe { cu::cuCtxEnablePeerAccess(peer.ctx, 0) };
+        if rc != cu::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+            check(rc, "cuCtxEnablePeerAccess")?;
+        }
+        set.insert((self.ordinal, peer.ordinal));
+        Ok(())
+    }
+}
+
+/// Whether device `a` can access device `b`'s memory directly. Touches no context: retaining a
+/// context on a GPU this process does not use would cost that GPU hundreds of MiB.
+pub fn can_access(a: i32, b: i32) -> Result<bool> {
+    if a == b {
+        return Ok(true);
+    }
+    ensure()?;
+    let (mut da, mut db, mut v) = (0, 0, 0);
+    // SAFETY: out-pointers to locals.
+    unsafe {
+        check(cu::cuDeviceGet(&mut da, a), "cuDeviceGet")?;
+        check(cu::cuDeviceGet(&mut db, b), "cuDeviceGet")?;
+        check(cu::cuDeviceCanAccessPeer(&mut v, da, db), "cuDeviceCanAccessPeer")?;
+    }
+    Ok(v != 0)
+}
+
+/// The local ordinal of the GPU with this PCI bus id, if this process can see it.
+pub fn ordinal_by_bus_id(bus: &str) -> Option<i32> {
+    ensure().ok()?;
+    let c = std::ffi::CString::new(bus).ok()?;
+    let mut d: cu::CUdevice = 0;
+    // SAFETY: out-pointer to a local, NUL-terminated id.
+    (unsafe { cu::cuDeviceGetByPCIBusId(&mut d, c.as_ptr()) } == cu::CUresult::CUDA_SUCCESS).then_some(d)
+}
+
+pub fn device_count() -> Result<i32> {
+    ensure()?;
+    let mut n = 0;
+    // SAFETY: out-pointer to a local.
+    check(unsafe { cu::cuDeviceGetCount(&mut n) }, "cuDeviceGetCount")?;
+    Ok(n)
+}
+
+/// The calling thread's current device, as cudaGetDevice would report it: the device of the
+/// current context, or device 0 when no context is current.
+pub fn current_device() -> Result<i32> {
+    ensure()?;
+    let mut ctx: cu::CUcontext = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local.
+    check(unsafe { cu::cuCtxGetCurrent(&mut ctx) }, "cuCtxGetCurrent")?;
+    if ctx.is_null() {
+        if device_count()? < 1 {
+            return Err(Error::cuda("no CUDA-capable device is detected"));
+        }
+        return Ok(0);
+    }
+    let mut dev: cu::CUdevice = 0;
+    // SAFETY: out-pointer to a local; a context is current.
+    check(unsafe { cu::cuCtxGetDevice(&mut dev) }, "cuCtxGetDevice")?;
+    Ok(dev)
+}
+
+/// Makes a device's primary context current for a scope and restores the caller's context after:
+/// callers (nccl-tests -g N) expect their current device to be unchanged by any NCCL call.
+pub struct CtxGuard {
+    prev: cu::CUcontext,
+    switched: bool,
+}
+
+impl CtxGuard {
+    pub fn new(dev: &Device) -> Result<CtxGuard> {
+        let mut prev: cu::CUcontext = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        check(unsafe { cu::cuCtxGetCurrent(&mut prev) }, "cuCtxGetCurrent")?;
+        if prev == dev.ctx {
+            return Ok(CtxGuard { prev, switched: false });
+        }
+        // SAFETY: dev.ctx is a retained primary context.
+        check(unsafe { cu::cuCtxSetCurrent(dev.ctx) }, "cuCtxSetCurrent")?;
+        Ok(CtxGuard { prev, switched: true })
+    }
+}
+
+impl Drop for CtxGuard {
+    fn drop(&mut self) {
+        if self.switched {
+            // SAFETY: restores the context that was current (possibly NULL) when the guard was made.
+            unsafe { cu::cuCtxSetCurrent(self.prev) };
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Device memory and host memory mapped into the device, freed on drop.
+
+use cudarc::driver::sys as cu;
+
+use super::context::{CtxGuard, Device};
+use super::driver::check;
+use crate::error::Result;
+
+/// A cuMemAlloc allocation on one device.
+pub struct DeviceBuffer {
+    pub ptr: cu::CUdeviceptr,
+    pub size: usize,
+    dev: &'static Device,
+}
+
+impl DeviceBuffer {
+    /// Allocates and zeroes `size` bytes on `dev`.
+    pub fn zeroed(dev: &'static Device, size: usize) -> Result<DeviceBuffer> {
+        let _g = CtxGuard::new(dev)?;
+        let mut ptr: cu::CUdeviceptr = 0;
+        // SAFETY: out-pointer to a local; the device's context is current.
+        check(unsafe { cu::cuMemAlloc_v2(&mut ptr, size.max(1)) }, "cuMemAlloc")?;
+        let buf = DeviceBuffer { ptr, size, dev };
+        // SAFETY: ptr..ptr+size was just allocated. Synchronous memset: done before any kernel runs.
+        check(unsafe { cu::cuMemsetD8_v2(ptr, 0, size) }, "cuMemsetD8")?;
+        Ok(buf)
+    }
+
+    /// Fills `count` u32 words at byte offset `off` with `value` (synchronously).
+    pub fn fill_u32(&self, off: usize, value: u32, count: usize) -> Result<()> {
+        assert!(off % 4 == 0 && off + count * 4 <= self.size, "fill_u32 outside the buffer");
+        let _g = CtxGuard::new(self.dev)?;
+        // SAFETY: the range is inside this allocation (asserted above).
+        check(unsafe { cu::cuMemsetD32_v2(self.ptr + off as u64, value, count) }, "cuMemsetD32")
+    }
+
+    /// Copies `bytes` from the host to byte offset `off` (synchronously).
+    pub fn write(&self, off: usize, bytes: &[u8]) -> Result<()> {
+        assert!(off + bytes.len() <= self.size, "write outside the buffer");
+        let _g = CtxGuard::new(self.dev)?;
+        // SAFETY: destination range inside this allocation, source is a valid slice.
+        check(
+            unsafe { cu::cuMemcpyHtoD_v2(self.ptr + off as u64, bytes.as_ptr().cast(), bytes.len()) },
+            "cuMemcpyHtoD",
+        )
+    }
+
+    /// Copies `out.len()` bytes from byte offset `off` to the host (synchronously).
+    pub fn read(&self, off: usize, out: &mut [u8]) -> Result<()> {
+        assert!(off + out.len() <= self.size, "read outside the buffer");
+        let _g = CtxGuard::new(self.dev)?;
+        // SAFETY: source range inside this allocation, destination is a valid slice.
+        check(
+            unsafe { cu::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr + off as u64, out.len()) },
+            "cuMemcpyDtoH",
+        )
+    }
+
+    pub fn device(&self) -> &'static Device {
+        self.dev
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // Errors are ignored on the free path: there is nothing useful to do with them.
+        if let Ok(_g) = CtxGuard::new(self.dev) {
+            // SAFETY: ptr was returned by cuMemAlloc and is freed once.
+            unsafe { cu::cuMemFree_v2(self.ptr) };
+        }
+    }
+}
+
+/// Pinned host memory mapped into every context's address space (for flags the host writes and
+/// kernels poll, such as the abort flag).
+pub struct HostMapped {
+    pub host: *mut u8,
+    pub dev_ptr: cu::CUdeviceptr,
+    pub size: usize,
+}
+
+// SAFETY: the allocation is process-wide pinned memory; access goes through raw volatile ops.
+unsafe impl Send for HostMapped {}
+unsafe impl Sync for HostMapped {}
+
+impl HostMapped {
+    pub fn zeroed(dev: &'static Device, size: usize) -> Result<HostMapped> {
+        let _g = CtxGuard::new(dev)?;
+        let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
+        let flags = cu::CU_MEMHOSTALLOC_DEVICEMAP | cu::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: out-pointer to a local.
+        check(unsafe { cu::cuMemHostAlloc(&mut host, size, flags) }, "cuMemHostAlloc")?;
+        // SAFETY: host points to `size` writable bytes just allocated.
+        unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, size) };
+        let mut dev_ptr: cu::CUdeviceptr = 0;
+        // SAFETY: host was allocated with DEVICEMAP.
+        let rc = unsafe { cu::cuMemHostGetDevicePointer_v2(&mut dev_ptr, host, 0) };
+        let mapped = HostMapped { host: host.cast(), dev_ptr, size };
+        check(rc, "cuMemHostGetDevicePointer")?;
+        Ok(mapped)
+    }
+
+    /// Volatile store of a u32 at byte offset `off`, seen by kernels polling it.
+    pub fn store_u32(&self, off: usize, v: u32) {
+        assert!(off % 4 == 0 && off + 4 <= self.size);
+        // SAFETY: in bounds and aligned (asserted); volatile because the GPU reads it concurrently.
+        unsafe { std::ptr::write_volatile(self.host.add(off).cast::<u32>(), v) };
+    }
+}
+
+impl Drop for HostMapped {
+    fn drop(&mut self) {
+        // SAFETY: host was returned by cuMemHostAlloc and is freed once.
+        unsafe { cu::cuMemFreeHost(self.host.cast()) };
+    }
+}

@@ -1,0 +1,81 @@
+//! The kernels: one fatbin built by build.rs from kernels/*.cu, embedded in the library and loaded
+//! into each device's context; kernel handles are looked up once into tables indexed by
+//! (algorithm, datatype, op), so launching needs no string work.
+
+use std::ffi::CString;
+
+use cudarc::driver::sys as cu;
+
+use super::context::Device;
+use super::driver::check;
+use crate::algo::AllReduceAlgo;
+use crate::error::{Error, Result};
+use crate::types::{DataType, RedOp};
+
+#[repr(C, align(64))]
+struct Aligned<const N: usize>([u8; N]);
+
+/// The driver reads the fatbin's headers with aligned loads: keep it 64-byte aligned.
+static FATBIN: Aligned<{ include_bytes!(concat!(env!("OUT_DIR"), "/oxccl.fatbin")).len() }> =
+    Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/oxccl.fatbin")));
+
+/// A kernel handle. CUfunction handles are immutable and usable from any thread.
+#[derive(Clone, Copy)]
+pub struct Kernel(pub cu::CUfunction);
+// SAFETY: see above.
+unsafe impl Send for Kernel {}
+unsafe impl Sync for Kernel {}
+
+pub struct Module {
+    _raw: cu::CUmodule,
+    allreduce: Vec<Kernel>,
+}
+
+// SAFETY: module handles are immutable after load and usable from any thread.
+unsafe impl Send for Module {}
+unsafe impl Sync for Module {}
+
+impl Module {
+    /// Loads the fatbin into `dev`'s context (which the caller made current).
+    pub(super) fn load(dev: &Device) -> Result<Module> {
+        let mut raw: cu::CUmodule = std::ptr::null_mut();
+        // SAFETY: FATBIN is a complete fatbin image that lives for the whole program.
+        check(unsafe { cu::cuModuleLoadData(&mut raw, FATBIN.0.as_ptr().cast()) }, "cuModuleLoadData")
+            .map_err(|e| e.context(format!("loading oxccl kernels on device {} (sm_{}{})", dev.ordinal, dev.cc_major, dev.cc_minor)))?;
+        let mut allreduce = Vec::with_capacity(AllReduceAlgo::ALL.len() * DataType::COUNT * RedOp::COUNT);
+        for algo in AllReduceAlgo::ALL {
+            for dt in DataType::ALL {
+                for op in RedOp::ALL {
+                    let name = format!("ox_allreduce_{}_{}_{}", algo.name(), dt.name(), op.name());
+                    allreduce.push(function(raw, &name)?);
+                }
+            }
+        }
+        Ok(Module { _raw: raw, allreduce })
+    }
+
+    pub fn allreduce(&self, algo: AllReduceAlgo, dt: DataType, op: RedOp) -> Kernel {
+        let i = (algo as usize * DataType::COUNT + dt as usize) * RedOp::COUNT + op as usize;
+        self.allreduce[i]
+    }
+}
+
+fn function(module: cu::CUmodule, name: &str) -> Result<Kernel> {
+    let cname = CString::new(name).map_err(|_| Error::internal("kernel name with NUL"))?;
+    let mut f: cu::CUfunction = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local; module is loaded.
+    check(unsafe { cu::cuModuleGetFunction(&mut f, module, cname.as_ptr()) }, "cuModuleGetFunction")
+        .map_err(|e| e.context(format!("kernel {name}")))?;
+    Ok(Kernel(f))
+}
+
+/// Launches `k` with one by-value argument struct.
+pub fn launch<A>(k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &A) -> Result<()> {
+    let mut params = [args as *const A as *mut std::ffi::c_void];
+    // SAFETY: `args` outlives the call (the driver copies parameters at launch); the kernel takes
+    // exactly one parameter of type A.
+    check(
+        unsafe { cu::cuLaunchKernel(k.0, grid, 1, 1, block, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()) },
+        "cuLaunchKernel",
+    )
+}

@@ -1,0 +1,81 @@
+//! Streams (the user's), events, and stream-capture state.
+
+use cudarc::driver::sys as cu;
+
+use super::driver::check;
+use crate::error::Result;
+
+/// True while `stream` is being captured into a CUDA graph.
+pub fn is_capturing(stream: cu::CUstream) -> Result<bool> {
+    let mut st = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: out-pointer to a local; stream is the caller's (0 is the legacy stream).
+    check(unsafe { cu::cuStreamIsCapturing(stream, &mut st) }, "cuStreamIsCapturing")?;
+    Ok(st != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
+/// Switches this thread to relaxed stream-capture mode for a scope: set-up work (allocations,
+/// synchronous copies) must not fail because another thread is capturing a graph.
+pub struct RelaxedCapture {
+    prev: cu::CUstreamCaptureMode,
+}
+
+impl RelaxedCapture {
+    pub fn new() -> Result<RelaxedCapture> {
+        let mut mode = cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: exchanges the thread's mode with a valid enum value.
+        check(unsafe { cu::cuThreadExchangeStreamCaptureMode(&mut mode) }, "cuThreadExchangeStreamCaptureMode")?;
+        Ok(RelaxedCapture { prev: mode })
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        let mut mode = self.prev;
+        // SAFETY: restores the mode saved at construction.
+        unsafe { cu::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    }
+}
+
+/// An event without timing, created in the current context.
+pub struct Event {
+    pub raw: cu::CUevent,
+}
+
+// SAFETY: CUevent handles may be used from any thread.
+unsafe impl Send for Event {}
+unsafe impl Sync for Event {}
+
+impl Event {
+    pub fn new() -> Result<Event> {
+        let mut raw: cu::CUevent = std::ptr::null_mut();
+        let flags = cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        // SAFETY: out-pointer to a local; the caller has the right context current.
+        check(unsafe { cu::cuEventCreate(&mut raw, flags) }, "cuEventCreate")?;
+        Ok(Event { raw })
+    }
+    pub fn record(&self, stream: cu::CUstream) -> Result<()> {
+        // SAFETY: valid event and stream of the current context.
+        check(unsafe { cu::cuEventRecord(self.raw, stream) }, "cuEventRecord")
+    }
+    /// Makes `stream` wait for the work this event captured.
+    pub fn wait_on(&self, stream: cu::CUstream) -> Result<()> {
+        // SAFETY: valid event and stream.
+        check(unsafe { cu::cuStreamWaitEvent(stream, self.raw, 0) }, "cuStreamWaitEvent")
+    }
+    /// Ok(true) once the recorded work has completed.
+    pub fn query(&self) -> Result<bool> {
+        // SAFETY: valid event.
+        match unsafe { cu::cuEventQuery(self.raw) } {
+            cu::CUresult::CUDA_SUCCESS => Ok(true),
+            cu::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            rc => check(rc, "cuEventQuery").map(|_| false),
+        }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created by cuEventCreate, destroyed once.
+        unsafe { cu::cuEventDestroy_v2(self.raw) };
+    }
+}

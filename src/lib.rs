@@ -1,0 +1,32 @@
+//! oxccl: a drop-in, ABI-compatible replacement for NVIDIA NCCL 2.28, written in Rust.
+//!
+//! The path of one call: `api` (C ABI: panic boundary, validation) → `group` (thread-local
+//! groups) → `enqueue` (algorithm choice by `algo`, kernel launch on the user's stream) →
+//! kernels (kernels/*.cu) moving data through `channel` primitives set up by `comm` over
+//! `transport`/`gpu`, after `bootstrap` has connected the ranks.
+
+#[macro_use]
+pub mod error;
+#[macro_use]
+pub mod log;
+
+pub mod algo;
+pub mod api;
+pub mod bootstrap;
+pub mod channel;
+pub mod comm;
+pub mod config;
+pub mod device_abi;
+pub mod enqueue;
+pub mod gpu;
+pub mod group;
+pub mod mem;
+pub mod topo;
+pub mod types;
+
+pub use error::{Error, Result, ResultCode};
+
+/// NCCL version this library implements (NCCL_VERSION_CODE of 2.28.9).
+pub const NCCL_VERSION_CODE: i32 = 22809;
+/// oxccl's own version, shown in the NCCL_DEBUG=VERSION banner.
+pub const OXCCL_VERSION: &str = env!("CARGO_PKG_VERSION");
