@@ -228,7 +228,7 @@ impl Comm {
 
     fn init_inner(&self, id: &[u8; bootstrap::UNIQUE_ID_BYTES]) -> Result<Ready> {
         let t0 = Instant::now();
-        crate::log::version_banner_for_rank(self.rank);
+        crate::log::version_banner_for_rank(self.rank as i32);
         let _relaxed = RelaxedCapture::new()?;
         let dev = Device::get(self.device)?;
         crate::log::set_thread_device(dev.ordinal);
