@@ -84,12 +84,12 @@ pub struct Ready {
 /// Launch bookkeeping, held across a launch so that one communicator's kernels are issued in a
 /// single order even when several threads or streams use it.
 pub struct LaunchState {
-    /// The stream of the previous uncaptured launch.
+    /// The stream of the previous launch; None before the first.
     pub last_stream: Option<cu::CUstream>,
-    /// Recorded after every uncaptured launch: destroy/finalize wait for it, and a launch on
-    /// another stream waits for it so the comm's kernels never overlap.
+    /// Recorded on a stream switch (the new stream waits for it) and when the communicator is
+    /// flushed (finalize, destroy, abort wait for it). Not on every launch: it would cost the hot
+    /// path a driver call.
     pub done: Event,
-    pub launched: bool,
 }
 
 // SAFETY: CUstream values are opaque handles the driver accepts from any thread.
@@ -280,7 +280,7 @@ impl Comm {
         let channels = Some(channels);
         // Every rank has mapped every peer before any of them launches a kernel on the channels.
         bootstrap.barrier()?;
-        let launch = LaunchState { last_stream: None, done: Event::new()?, launched: false };
+        let launch = LaunchState { last_stream: None, done: Event::new()? };
         nccl_info!(
             Subsys::Init,
             "comm {:p} rank {} nRanks {} cudaDev {} busId {} - Init COMPLETE ({:.1} ms, {:.1} MiB device memory)",
@@ -308,14 +308,22 @@ impl Comm {
         })
     }
 
-    /// Waits until every kernel this communicator launched (outside graph capture) has finished.
-    /// With `deadline`, gives up then and says so (Ok(false)).
+    /// Waits until every kernel this communicator launched has finished. With `deadline`, gives up
+    /// then and says so (Ok(false)).
     fn quiesce(&self, deadline: Option<Instant>) -> Result<bool> {
         let Some(r) = self.ready.get() else { return Ok(true) };
         let _ctx = CtxGuard::new(r.dev)?;
         let launch = r.launch.lock();
-        if !launch.launched {
+        let Some(stream) = launch.last_stream else { return Ok(true) };
+        // The event covers everything issued on the last stream so far, our kernels included.
+        // Work captured into a graph is the application's to wait for.
+        if crate::gpu::stream::is_capturing(stream).unwrap_or(true) {
             return Ok(true);
+        }
+        if launch.done.record(stream).is_err() {
+            // The application destroyed the stream: wait for the whole device instead.
+            // SAFETY: the device's primary context is current (guard above).
+            return crate::gpu::check(unsafe { cu::cuCtxSynchronize() }, "cuCtxSynchronize").map(|_| true);
         }
         let mut spins = 0u32;
         loop {

@@ -42,12 +42,12 @@ pub fn launch_task(t: &CollTask) -> Result<()> {
         return Err(Error::invalid_usage("communicator was aborted"));
     }
     let _ctx = CtxGuard::new(r.dev)?;
-    let capturing = is_capturing(t.stream)?;
     let mut ls = r.launch.lock();
-    // Kernels of one communicator share its scratch and counters: they must not overlap. On a
-    // stream switch, the new stream waits for everything issued on the previous one.
-    if !capturing {
-        if let Some(prev) = ls.last_stream.filter(|&s| s != t.stream) {
+    // Kernels of one communicator share its scratch and counters: they must not overlap. Only a
+    // stream switch costs anything: the new stream waits for what was issued on the previous one
+    // (unless either is being captured, where cross-capture dependencies are not allowed).
+    if let Some(prev) = ls.last_stream.filter(|&s| s != t.stream) {
+        if !is_capturing(prev)? && !is_capturing(t.stream)? {
             ls.done.record(prev)?;
             ls.done.wait_on(t.stream)?;
         }
@@ -55,18 +55,19 @@ pub fn launch_task(t: &CollTask) -> Result<()> {
     match t.coll {
         Coll::AllReduce => allreduce(r, t)?,
     }
-    if !capturing {
-        ls.done.record(t.stream)?;
-        ls.last_stream = Some(t.stream);
-        ls.launched = true;
-    }
+    ls.last_stream = Some(t.stream);
     Ok(())
 }
 
+/// Single-rank copies at least this large use the copy engine.
+const LOCAL_COPY_MIN_BYTES: u64 = 256 << 10;
+
 fn allreduce(r: &Ready, t: &CollTask) -> Result<()> {
     let bytes = t.count * t.dtype.size() as u64;
-    if t.comm.nranks == 1 && t.op.op != RedOp::PreMulSum {
-        // One rank: every built-in op is the identity (avg multiplies by 1/1 exactly).
+    if t.comm.nranks == 1 && t.op.op != RedOp::PreMulSum && (t.send == t.recv || bytes >= LOCAL_COPY_MIN_BYTES) {
+        // One rank: every built-in op is the identity (avg multiplies by 1/1 exactly). Large
+        // copies go to the copy engine; small ones take the one-pass kernel, whose launch is far
+        // cheaper than a copy-engine transfer's set-up.
         return local_copy(t.recv, t.send, bytes, t.stream);
     }
     let plan: AllReducePlan = select_allreduce(t.count, t.dtype, &r.topo, &r.scratch, &r.tuning);

@@ -134,14 +134,15 @@ fn run(o: &Opts, ndev: i32) -> Result<(), String> {
         for (r, rk) in ranks.iter().enumerate() {
             let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
             let v = (r + 1) as f32;
+            // On the rank's own stream: it does not synchronise with the legacy stream.
             unsafe {
                 if o.bf16 {
                     let bits = (v.to_bits() >> 16) as u16;
-                    ck(cu::cuMemsetD16_v2(rk.send, bits, count), "cuMemsetD16")?;
+                    ck(cu::cuMemsetD16Async(rk.send, bits, count, rk.stream), "cuMemsetD16Async")?;
                 } else {
-                    ck(cu::cuMemsetD32_v2(rk.send, v.to_bits(), count), "cuMemsetD32")?;
+                    ck(cu::cuMemsetD32Async(rk.send, v.to_bits(), count, rk.stream), "cuMemsetD32Async")?;
                 }
-                ck(cu::cuMemsetD8_v2(rk.recv, 0xff, count * es), "cuMemsetD8")?;
+                ck(cu::cuMemsetD8Async(rk.recv, 0xff, count * es, rk.stream), "cuMemsetD8Async")?;
             }
         }
         let all = |ranks: &[Rank]| -> Result<(), String> {

@@ -187,8 +187,11 @@ fn check_one(ranks: &[Rank], codec: &Codec, op: CheckOp, count: usize, in_place:
                 nccl(ncclRedOpCreatePreMulSum(&mut raw, s.as_mut_ptr().cast(), dt as i32, 1, rk.comm), "ncclRedOpCreatePreMulSum")?;
             } else {
                 let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
-                // SAFETY: 8-byte device buffer, s has 8 bytes.
-                unsafe { ck(cu::cuMemcpyHtoD_v2(rk.scalar, s.as_ptr().cast(), 8), "cuMemcpyHtoD")? };
+                // SAFETY: 8-byte device buffer, s has 8 bytes; synchronised before s is dropped.
+                unsafe {
+                    ck(cu::cuMemcpyHtoDAsync_v2(rk.scalar, s.as_ptr().cast(), 8, rk.stream), "cuMemcpyHtoDAsync")?;
+                    ck(cu::cuStreamSynchronize(rk.stream), "cuStreamSynchronize")?;
+                }
                 nccl(ncclRedOpCreatePreMulSum(&mut raw, rk.scalar as *mut c_void, dt as i32, 0, rk.comm), "ncclRedOpCreatePreMulSum")?;
             }
             ops[r] = raw;
@@ -212,12 +215,16 @@ fn check_one(ranks: &[Rank], codec: &Codec, op: CheckOp, count: usize, in_place:
             }
             let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
             let dst = if in_place { rk.recv } else { rk.send };
-            // SAFETY: buffers hold max_count * 8 >= count * es bytes.
+            // Stream-ordered uploads: the rank's stream does not synchronise with the legacy stream,
+            // and a copy from pageable memory may return before its DMA lands.
+            // SAFETY: buffers hold max_count * 8 >= count * es bytes; `bytes` outlives the
+            // synchronisation below.
             unsafe {
                 if !in_place {
-                    ck(cu::cuMemsetD8_v2(rk.recv, 0xa5, count * es), "cuMemsetD8")?;
+                    ck(cu::cuMemsetD8Async(rk.recv, 0xa5, count * es, rk.stream), "cuMemsetD8Async")?;
                 }
-                ck(cu::cuMemcpyHtoD_v2(dst, bytes.as_ptr().cast(), bytes.len()), "cuMemcpyHtoD")?;
+                ck(cu::cuMemcpyHtoDAsync_v2(dst, bytes.as_ptr().cast(), bytes.len(), rk.stream), "cuMemcpyHtoDAsync")?;
+                ck(cu::cuStreamSynchronize(rk.stream), "cuStreamSynchronize")?;
             }
             inputs.push(vals);
         }

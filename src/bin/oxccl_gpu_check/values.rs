@@ -140,10 +140,12 @@ pub fn int_of(dt: DataType, b: &[u8]) -> i128 {
     wrap_int(dt, u128::from_le_bytes(raw) as i128)
 }
 
-/// Encoder for one datatype; narrow float encodings are tabled once.
+/// Encoder for one datatype; narrow float encodings are tabled once, and fp8 codes of the few
+/// distinct values the check uses are cached.
 pub struct Codec {
     pub dt: DataType,
     table: Vec<(f64, u16)>,
+    fp8_cache: std::cell::RefCell<std::collections::HashMap<u64, u8>>,
 }
 
 impl Codec {
@@ -157,7 +159,7 @@ impl Codec {
             }
             _ => Vec::new(),
         };
-        Codec { dt, table }
+        Codec { dt, table, fp8_cache: Default::default() }
     }
 
     pub fn encode_float(&self, v: f64, out: &mut [u8]) {
@@ -179,8 +181,14 @@ impl Codec {
                     .expect("table is not empty");
                 out[..2].copy_from_slice(&best.1.to_le_bytes());
             }
-            DataType::Float8e4m3 => out[0] = encode_by_table(v, 256, |c| fp8_decode(c as u8, true)) as u8,
-            DataType::Float8e5m2 => out[0] = encode_by_table(v, 256, |c| fp8_decode(c as u8, false)) as u8,
+            DataType::Float8e4m3 | DataType::Float8e5m2 => {
+                let e4m3 = self.dt == DataType::Float8e4m3;
+                out[0] = *self
+                    .fp8_cache
+                    .borrow_mut()
+                    .entry(v.to_bits())
+                    .or_insert_with(|| encode_by_table(v, 256, |c| fp8_decode(c as u8, e4m3)) as u8);
+            }
             _ => unreachable!("not a floating type"),
         }
     }

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Runs NVIDIA nccl-tests binaries (built by the user; this tool never builds them) against oxccl
+and, side by side, against a reference libnccl, and reports correctness and performance ratios.
+
+  harness.py check   --bin DIR --oxccl LIB [--suite NAME] [--ngpus N] [--out DIR]
+  harness.py compare --bin DIR --oxccl LIB [--nccl-libdir DIR] [--suite NAME] [--ngpus N] [--out DIR]
+
+check:   every run of the suite with oxccl preloaded; a table of #wrong / out-of-bounds per run;
+         exit status 1 if any run failed, was wrong or hung.
+compare: every run twice, oxccl then the reference NCCL, in the same invocation; per size the
+         time ratio (oxccl/NCCL, lower is better) and busbw ratio (higher is better); writes
+         results.md and results.json into --out.
+Suites are defined below (SUITES); modes: mpirun one process per GPU (npN), one process driving N
+GPUs (gN), threads (tN), each optionally with CUDA graphs (-G).
+"""
+import argparse, json, os, re, shlex, subprocess, sys, time
+
+NCCL_TESTS_ENV = {"NCCL_NVLS_ENABLE": "0"}  # NVLink multicast stays off on shared machines
+
+def mode(name, ngpus_needed, launcher, extra):
+    return {"name": name, "ngpus": ngpus_needed, "launcher": launcher, "extra": extra}
+
+def mpi(n):
+    return ["mpirun", "--allow-run-as-root", "--bind-to", "none", "-np", str(n)]
+
+def modes_for(ngpus, graph=True):
+    ms = []
+    for n in (2, 3, 4, 8):
+        if n <= ngpus:
+            ms.append(mode(f"np{n}", n, mpi(n), []))
+    for g in sorted({2, ngpus}):
+        if 2 <= g <= ngpus:
+            ms.append(mode(f"g{g}", g, [], ["-g", str(g)]))
+    if ngpus >= 4:
+        ms.append(mode("np2-t2", 4, mpi(2), ["-t", "2"]))
+    if graph:
+        ms += [dict(m, name=m["name"] + "-G", extra=m["extra"] + ["-G", "20"]) for m in list(ms)]
+    return ms
+
+CHECK_ARGS = ["-b", "8", "-e", "512M", "-f", "4", "-c", "1", "-d", "all", "-o", "all", "-n", "1", "-w", "1"]
+PERF_ARGS = ["-b", "8", "-e", "512M", "-f", "2", "-c", "0", "-n", "20", "-w", "5"]
+
+def suite(name, ngpus):
+    """(test binary, mode, args) triples."""
+    if name == "allreduce-check":
+        return [("all_reduce_perf", m, CHECK_ARGS) for m in modes_for(ngpus)]
+    if name == "allreduce-perf":
+        runs = []
+        for n in (2, 4):
+            if n <= ngpus:
+                m = mode(f"np{n}", n, mpi(n), [])
+                for dt in ("float", "bfloat16"):
+                    runs.append(("all_reduce_perf", m, PERF_ARGS + ["-d", dt, "-o", "sum"]))
+                runs.append(("all_reduce_perf", dict(m, name=f"np{n}-G"), PERF_ARGS + ["-d", "float", "-o", "sum", "-G", "20"]))
+        return runs
+    raise SystemExit(f"unknown suite {name}")
+
+ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(-?\d+)\s+(.*)$")
+
+def parse(text):
+    """Rows (size, type, op, oop/ip time, busbw, #wrong) and the out-of-bounds verdict."""
+    rows = []
+    for line in text.splitlines():
+        m = ROW.match(line)
+        if not m:
+            continue
+        rest = m.group(6).split()
+        def num(x):
+            try:
+                return float(x)
+            except ValueError:
+                return None
+        # out-of-place: time algbw busbw #wrong ; in-place: the same
+        if len(rest) >= 8:
+            rows.append({"bytes": int(m.group(1)), "type": m.group(3), "op": m.group(4),
+                         "oop_us": num(rest[0]), "oop_busbw": num(rest[2]), "oop_wrong": rest[3],
+                         "ip_us": num(rest[4]), "ip_busbw": num(rest[6]), "ip_wrong": rest[7]})
+    oob = re.search(r"Out of bounds values\s*:\s*(\d+)\s+(\S+)", text)
+    return rows, (int(oob.group(1)) if oob else None)
+
+def run_one(bindir, test, m, args, preload, libdir, timeout, log):
+    env = dict(os.environ, **NCCL_TESTS_ENV)
+    env.pop("LD_PRELOAD", None)
+    if libdir:
+        env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    if preload:
+        env["LD_PRELOAD"] = preload
+    cmd = list(m["launcher"])
+    if cmd:  # mpirun forwards only what it is told to
+        for k in ("LD_PRELOAD", "LD_LIBRARY_PATH", "NCCL_NVLS_ENABLE", "NCCL_DEBUG") + tuple(k for k in env if k.startswith("OXCCL_")):
+            if k in env:
+                cmd += ["-x", k]
+    cmd += [os.path.join(bindir, test)] + m["extra"] + list(args)
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        out, rc = p.stdout, p.returncode
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")) + f"\n[harness] TIMEOUT after {timeout}s\n"
+        rc = 124
+    with open(log, "w") as f:
+        f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n" + out)
+    rows, oob = parse(out)
+    return {"rc": rc, "rows": rows, "oob": oob, "secs": time.time() - t0, "log": log}
+
+def verdict(r):
+    wrong = sum(1 for x in r["rows"] for w in (x["oop_wrong"], x["ip_wrong"]) if w not in ("0", "N/A"))
+    ok = r["rc"] == 0 and r["oob"] == 0 and wrong == 0 and r["rows"]
+    return ok, wrong
+
+def cmd_check(a):
+    os.makedirs(a.out, exist_ok=True)
+    runs = suite(a.suite, a.ngpus)
+    lines = ["| run | result | rows | #wrong | out of bounds | seconds |", "|---|---|---|---|---|---|"]
+    failed = 0
+    for i, (test, m, args) in enumerate(runs):
+        if m["ngpus"] > a.ngpus:
+            continue
+        name = f"{test}-{m['name']}"
+        print(f"[{i + 1}/{len(runs)}] {name} ...", end=" ", flush=True)
+        r = run_one(a.bin, test, m, args, a.oxccl, a.nccl_libdir, a.timeout, os.path.join(a.out, name + ".log"))
+        ok, wrong = verdict(r)
+        failed += not ok
+        res = "PASS" if ok else ("TIMEOUT" if r["rc"] == 124 else "FAIL")
+        print(f"{res} ({len(r['rows'])} rows, #wrong {wrong}, oob {r['oob']}, rc {r['rc']}, {r['secs']:.0f}s)", flush=True)
+        lines.append(f"| {name} | {res} | {len(r['rows'])} | {wrong} | {r['oob']} | {r['secs']:.0f} |")
+    with open(os.path.join(a.out, "check.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 1 if failed else 0
+
+def cmd_compare(a):
+    os.makedirs(a.out, exist_ok=True)
+    runs = suite(a.suite, a.ngpus)
+    results, md = [], []
+    failed = 0
+    for i, (test, m, args) in enumerate(runs):
+        if m["ngpus"] > a.ngpus:
+            continue
+        name = f"{test}-{m['name']}-" + "-".join(x for x in args if not x.startswith("-") and not x[0].isdigit())
+        print(f"[{i + 1}/{len(runs)}] {name}: oxccl ...", end=" ", flush=True)
+        ox = run_one(a.bin, test, m, args, a.oxccl, a.nccl_libdir, a.timeout, os.path.join(a.out, name + ".oxccl.log"))
+        print("nccl ...", end=" ", flush=True)
+        nc = run_one(a.bin, test, m, args, None, a.nccl_libdir, a.timeout, os.path.join(a.out, name + ".nccl.log"))
+        ok, _ = verdict(ox)
+        failed += not ok
+        print("done" if ok else f"oxccl FAILED (rc {ox['rc']})", flush=True)
+        ref = {(x["bytes"], x["type"], x["op"]): x for x in nc["rows"]}
+        md.append(f"\n### {name} ({m['name']}: {' '.join(m['launcher'] + m['extra'])})\n")
+        md.append("| bytes | type | oxccl us | NCCL us | time ratio | oxccl busbw | NCCL busbw | busbw ratio |")
+        md.append("|---:|---|---:|---:|---:|---:|---:|---:|")
+        rows = []
+        for x in ox["rows"]:
+            y = ref.get((x["bytes"], x["type"], x["op"]))
+            if not y:
+                continue
+            tr = x["oop_us"] / y["oop_us"] if x["oop_us"] and y["oop_us"] else None
+            br = x["oop_busbw"] / y["oop_busbw"] if x["oop_busbw"] and y["oop_busbw"] else None
+            rows.append({"bytes": x["bytes"], "type": x["type"], "oxccl_us": x["oop_us"], "nccl_us": y["oop_us"],
+                         "time_ratio": tr, "oxccl_busbw": x["oop_busbw"], "nccl_busbw": y["oop_busbw"], "busbw_ratio": br})
+            f = lambda v, d=2: "-" if v is None else f"{v:.{d}f}"
+            md.append(f"| {x['bytes']} | {x['type']} | {f(x['oop_us'])} | {f(y['oop_us'])} | {f(tr)} | {f(x['oop_busbw'])} | {f(y['oop_busbw'])} | {f(br)} |")
+        results.append({"name": name, "mode": m["name"], "args": args, "rows": rows,
+                        "oxccl_ok": ok, "oxccl_rc": ox["rc"], "nccl_rc": nc["rc"]})
+    with open(os.path.join(a.out, "results.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    print("\n".join(md))
+    return 1 if failed else 0
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", choices=["check", "compare"])
+    p.add_argument("--bin", required=True, help="folder holding the nccl-tests binaries (all_reduce_perf, ...)")
+    p.add_argument("--oxccl", required=True, help="path of liboxccl.so, preloaded for oxccl runs")
+    p.add_argument("--nccl-libdir", default=None, help="folder with the reference libnccl.so.2 (LD_LIBRARY_PATH)")
+    p.add_argument("--suite", default=None)
+    p.add_argument("--ngpus", type=int, default=None)
+    p.add_argument("--out", default="harness-out")
+    p.add_argument("--timeout", type=int, default=300, help="seconds per run before it counts as hung")
+    a = p.parse_args()
+    if a.ngpus is None:
+        try:
+            a.ngpus = len(subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE, text=True).stdout.strip().splitlines())
+        except OSError:
+            a.ngpus = 0
+    if a.ngpus < 1:
+        print("harness: no GPUs found (nvidia-smi -L)")
+        return 1
+    a.suite = a.suite or ("allreduce-check" if a.command == "check" else "allreduce-perf")
+    return cmd_check(a) if a.command == "check" else cmd_compare(a)
+
+if __name__ == "__main__":
+    sys.exit(main())
