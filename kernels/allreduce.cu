@@ -30,21 +30,23 @@ OX_DEV void allreduce_oneshot(const CollArgs& a) {
   const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
 
+  const Op op(a, n);
+  // pre() is applied by the rank that owns the input (PreMulSum scalars differ per rank), so
+  // packets carry pre-scaled values and the reduction below only combines.
   for (uint64_t i = g; i < npkt; i += G) {
-    const uint64_t v = ox_load8(src, i * 8, nbytes);
+    const uint64_t v = ox_pre<T>(op, ox_load8(src, i * 8, nbytes));
     for (int k = 1; k < n; ++k) {
       const int p = me + k < n ? me + k : me + k - n;  // staggered so ranks start on different peers
       ox_ll16_write(reinterpret_cast<char*>(c.ll_scratch[p]) + half + (uint64_t)me * slot + i * 16, v, flag);
     }
   }
   const char* mine = reinterpret_cast<const char*>(c.ll_scratch[me]) + half;
-  const Op op(a, n);
   for (uint64_t i = g; i < npkt; i += G) {
     uint64_t acc = 0;
     for (int r = 0; r < n; ++r) {
-      const uint64_t x = r == me ? ox_load8(src, i * 8, nbytes) : ox_ll16_read(mine + (uint64_t)r * slot + i * 16, flag, ab);
-      const uint64_t px = ox_pre<T>(op, x);
-      acc = r == 0 ? px : ox_combine<T>(op, acc, px);
+      const uint64_t x = r == me ? ox_pre<T>(op, ox_load8(src, i * 8, nbytes))
+                                 : ox_ll16_read(mine + (uint64_t)r * slot + i * 16, flag, ab);
+      acc = r == 0 ? x : ox_combine<T>(op, acc, x);
     }
     ox_store8(dst, i * 8, nbytes, ox_post<T>(op, acc));
   }
@@ -74,6 +76,7 @@ OX_DEV void allreduce_twophase(const CollArgs& a) {
   const uint64_t others = (uint64_t)(n - 1) * cp;
   const Op op(a, n);
 
+  // pre() is applied by the input's owner, before its packets leave (see oneshot).
   // 1. Reduce-scatter: packets of every other rank's chunk go to that rank. Phase 3 uses the same
   //    (thread -> packet) mapping, so in place a packet's input is read before its output is written.
   for (uint64_t t = g; t < others; t += G) {
@@ -82,7 +85,8 @@ OX_DEV void allreduce_twophase(const CollArgs& a) {
     const int p = q < me ? q : q + 1;
     const uint64_t i = (uint64_t)p * cp + k;
     if (i >= npkt) continue;
-    ox_ll16_write(reinterpret_cast<char*>(c.ll_scratch[p]) + half + (uint64_t)me * slot + k * 16, ox_load8(src, i * 8, nbytes), flag);
+    ox_ll16_write(reinterpret_cast<char*>(c.ll_scratch[p]) + half + (uint64_t)me * slot + k * 16,
+                  ox_pre<T>(op, ox_load8(src, i * 8, nbytes)), flag);
   }
   // 2. Reduce this rank's chunk; write it locally and as packets to every peer's AG area.
   for (uint64_t k = g; k < cp; k += G) {
@@ -90,9 +94,9 @@ OX_DEV void allreduce_twophase(const CollArgs& a) {
     if (i >= npkt) break;
     uint64_t acc = 0;
     for (int r = 0; r < n; ++r) {
-      const uint64_t x = r == me ? ox_load8(src, i * 8, nbytes) : ox_ll16_read(mine + (uint64_t)r * slot + k * 16, flag, ab);
-      const uint64_t px = ox_pre<T>(op, x);
-      acc = r == 0 ? px : ox_combine<T>(op, acc, px);
+      const uint64_t x = r == me ? ox_pre<T>(op, ox_load8(src, i * 8, nbytes))
+                                 : ox_ll16_read(mine + (uint64_t)r * slot + k * 16, flag, ab);
+      acc = r == 0 ? x : ox_combine<T>(op, acc, x);
     }
     const uint64_t res = ox_post<T>(op, acc);
     ox_store8(dst, i * 8, nbytes, res);
@@ -118,7 +122,7 @@ OX_DEV void allreduce_twophase(const CollArgs& a) {
 // block b handles offset o = (k*nb + b)*S of every owned range. Each rank's put scratch holds an
 // RS area then an AG area, each with slot[(b, src)] of rs_slot_bytes.
 //
-// Per round: put my input slices to their owners' RS slots; sync; reduce my slice from my input
+// Per round: put my input slices (pre-scaled by my op, see oneshot) to their owners' RS slots; sync; reduce my slice from my input
 // and the RS slots, writing it to my output and to every peer's AG slot; sync; copy the AG slots
 // into my output. Slot reuse needs no extra sync: a peer writes my RS slot for round k+1 only after
 // my AG data of round k reached it (so I had consumed round k), and writes my AG slot for round
@@ -150,10 +154,9 @@ OX_DEV void rsag_reduce_slice(const DevComm& c, const Op& op, const T* in, T* ou
     for (uint64_t w = tid; w < words; w += nt) {
       uint4 acc;
       for (int r = 0; r < n; ++r) {
-        const uint4 x = r == me ? reinterpret_cast<const uint4*>(in)[w]
+        const uint4 x = r == me ? ox_pre<T>(op, reinterpret_cast<const uint4*>(in)[w])
                                 : ox_ldcg16(rs_area + rs_base + (uint64_t)r * slot + w * 16);
-        const uint4 px = ox_pre<T>(op, x);
-        acc = r == 0 ? px : ox_combine<T>(op, acc, px);
+        acc = r == 0 ? x : ox_combine<T>(op, acc, x);
       }
       acc = ox_post<T>(op, acc);
       reinterpret_cast<uint4*>(out)[w] = acc;
@@ -168,9 +171,8 @@ OX_DEV void rsag_reduce_slice(const DevComm& c, const Op& op, const T* in, T* ou
   for (uint64_t e = done + tid; e < nelem; e += nt) {
     T acc = T();
     for (int r = 0; r < n; ++r) {
-      const T x = r == me ? in[e] : reinterpret_cast<const T*>(rs_area + rs_base + (uint64_t)r * slot)[e];
-      const T px = op.pre(x);
-      acc = r == 0 ? px : op.combine(acc, px);
+      const T x = r == me ? op.pre(in[e]) : reinterpret_cast<const T*>(rs_area + rs_base + (uint64_t)r * slot)[e];
+      acc = r == 0 ? x : op.combine(acc, x);
     }
     acc = op.post(acc);
     out[e] = acc;
@@ -206,7 +208,7 @@ OX_DEV void allreduce_rsag(const CollArgs& a) {
       const uint64_t len = geo.slice(p, o, S);
       if (len == 0) continue;
       char* dst = reinterpret_cast<char*>(c.rs_scratch[p]) + ((uint64_t)b * n + me) * slot;
-      ox_copy(dst, reinterpret_cast<const char*>(in + geo.start(p) + o), len * sizeof(T), threadIdx.x, blockDim.x, false);
+      ox_copy_pre<T>(op, reinterpret_cast<T*>(dst), in + geo.start(p) + o, len, threadIdx.x, blockDim.x);
     }
     ox_block_sync_peers(c, ab);
     const uint64_t mylen = geo.slice(me, o, S);

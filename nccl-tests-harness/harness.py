@@ -37,7 +37,7 @@ def modes_for(ngpus, graph=True):
         ms += [dict(m, name=m["name"] + "-G", extra=m["extra"] + ["-G", "20"]) for m in list(ms)]
     return ms
 
-CHECK_ARGS = ["-b", "8", "-e", "512M", "-f", "4", "-c", "1", "-d", "all", "-o", "all", "-n", "1", "-w", "1"]
+CHECK_ARGS = ["-b", "8", "-e", "512M", "-f", "4", "-c", "1", "-d", "all", "-o", "all", "-n", "1", "-w", "0"]
 PERF_ARGS = ["-b", "8", "-e", "512M", "-f", "2", "-c", "0", "-n", "20", "-w", "5"]
 
 def suite(name, ngpus):
@@ -110,7 +110,7 @@ def verdict(r):
 
 def cmd_check(a):
     os.makedirs(a.out, exist_ok=True)
-    runs = suite(a.suite, a.ngpus)
+    runs = [r for r in suite(a.suite, a.ngpus) if not a.modes or r[1]["name"] in a.modes]
     lines = ["| run | result | rows | #wrong | out of bounds | seconds |", "|---|---|---|---|---|---|"]
     failed = 0
     for i, (test, m, args) in enumerate(runs):
@@ -131,7 +131,7 @@ def cmd_check(a):
 
 def cmd_compare(a):
     os.makedirs(a.out, exist_ok=True)
-    runs = suite(a.suite, a.ngpus)
+    runs = [r for r in suite(a.suite, a.ngpus) if not a.modes or r[1]["name"] in a.modes]
     results, md = [], []
     failed = 0
     for i, (test, m, args) in enumerate(runs):
@@ -179,6 +179,7 @@ def main():
     p.add_argument("--ngpus", type=int, default=None)
     p.add_argument("--out", default="harness-out")
     p.add_argument("--timeout", type=int, default=300, help="seconds per run before it counts as hung")
+    p.add_argument("--modes", default=None, help="comma list of mode names to run (e.g. np2,g2-G); default all")
     a = p.parse_args()
     if a.ngpus is None:
         try:
@@ -188,6 +189,7 @@ def main():
     if a.ngpus < 1:
         print("harness: no GPUs found (nvidia-smi -L)")
         return 1
+    a.modes = set(a.modes.split(",")) if a.modes else None
     a.suite = a.suite or ("allreduce-check" if a.command == "check" else "allreduce-perf")
     return cmd_check(a) if a.command == "check" else cmd_compare(a)
 

@@ -54,23 +54,36 @@ fn twophase_capacity(s: &Scratch, n: u64) -> u64 {
     (slot / 16) * 8 * n
 }
 
-/// Default one-shot limit: with two ranks both packet algorithms move the same bytes, and one hop
-/// wins up to where packets' half-efficiency costs more than the put-based algorithm's syncs; with
-/// more ranks, one-shot moves (n-1)/2 times more bytes than two-phase and stops paying earlier.
+/// Default one-shot limit, from nccl-tests sweeps on H200 NVLink (BENCHMARKS.md): with two
+/// ranks one-shot moves the same bytes as two-phase in one hop instead of two, and wins until the
+/// packets' half efficiency costs more than the put-based algorithm's syncs (about 512 KiB); with
+/// more ranks one-shot moves (n-1)/2 times more bytes than two-phase and stops paying earlier.
 fn default_oneshot_max(n: u64) -> u64 {
     match n {
         2 => 512 << 10,
-        3..=4 => 64 << 10,
+        3..=4 => 128 << 10,
         _ => 32 << 10,
     }
 }
 
-const DEFAULT_TWOPHASE_MAX: u64 = 1 << 20;
+/// Default two-phase limit: above it the put-based algorithm, spread over every block, is faster
+/// (two ranks never pick two-phase: one-shot moves the same bytes in one hop).
+fn default_twophase_max(n: u64) -> u64 {
+    if n == 2 {
+        0
+    } else {
+        512 << 10
+    }
+}
+
+/// Smallest per-block slice of the put-based algorithm: below it, more blocks only add syncs.
+const RSAG_MIN_SLICE_BYTES: u64 = 4096;
 
 fn ll_shape(npkt: u64, sm_count: u32, t: &Tuning) -> (u32, u32) {
     let threads = t.ll_threads.unwrap_or(512);
     let cap = t.ll_blocks.unwrap_or(sm_count.clamp(1, 64)).min(OX_MAX_BLOCKS as u32);
-    let grid = npkt.div_ceil(threads as u64).clamp(1, cap as u64) as u32;
+    let min = t.ll_min_blocks.unwrap_or(1).clamp(1, cap);
+    let grid = npkt.div_ceil(threads as u64).clamp(min as u64, cap as u64) as u32;
     (grid, threads)
 }
 
@@ -96,7 +109,7 @@ pub fn select_allreduce(count: u64, dt: DataType, topo: &Topology, scratch: &Scr
     let algo = forced.unwrap_or_else(|| {
         if oneshot_fits && bytes <= t.oneshot_max_bytes.unwrap_or_else(|| default_oneshot_max(n)) {
             AllReduceAlgo::OneShot
-        } else if twophase_fits && bytes <= t.twophase_max_bytes.unwrap_or(DEFAULT_TWOPHASE_MAX) {
+        } else if twophase_fits && bytes <= t.twophase_max_bytes.unwrap_or_else(|| default_twophase_max(n)) {
             AllReduceAlgo::TwoPhase
         } else {
             AllReduceAlgo::Rsag
@@ -114,10 +127,17 @@ pub fn select_allreduce(count: u64, dt: DataType, topo: &Topology, scratch: &Scr
         }
         AllReduceAlgo::Rsag => {
             // Slices are whole 16-byte units so every slice of an aligned buffer stays aligned.
+            // A message is spread over every block before it takes more than one round: the
+            // bandwidth comes from many blocks copying at once.
             let unit = (16 / es).max(1);
-            let chunk = (scratch.rs_slot_bytes / es / unit * unit).max(unit);
+            let slot_elems = (scratch.rs_slot_bytes / es / unit * unit).max(unit);
             let per = count.div_ceil(n).div_ceil(unit) * unit;
-            let grid = per.div_ceil(chunk).clamp(1, scratch.rs_max_blocks as u64) as u32;
+            let min_elems = (RSAG_MIN_SLICE_BYTES / es).div_ceil(unit) * unit;
+            let spread = per.div_ceil(scratch.rs_max_blocks.min(topo.sm_count.max(1)) as u64).div_ceil(unit) * unit;
+            let chunk = spread.max(min_elems).min(slot_elems);
+            // One block per SM at most: more would queue behind each other.
+            let cap = scratch.rs_max_blocks.min(topo.sm_count.max(1)) as u64;
+            let grid = per.div_ceil(chunk).clamp(1, cap) as u32;
             AllReducePlan { algo, grid, block: t.rs_threads.unwrap_or(1024), chunk_elems: chunk }
         }
     }
@@ -151,9 +171,29 @@ mod tests {
         let pick = |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(4), &s, &t).algo;
         assert_eq!(pick(64 << 10), AllReduceAlgo::OneShot);
         assert_eq!(pick(256 << 10), AllReduceAlgo::TwoPhase);
-        assert_eq!(pick(1 << 20), AllReduceAlgo::TwoPhase);
-        assert_eq!(pick(4 << 20), AllReduceAlgo::Rsag);
+        assert_eq!(pick(1 << 20), AllReduceAlgo::Rsag);
         assert_eq!(pick(512 << 20), AllReduceAlgo::Rsag);
+        // Two ranks: one hop up to 512 KiB, then the put-based algorithm.
+        let s2 = Scratch::for_ranks(2, &t);
+        let pick2 = |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(2), &s2, &t).algo;
+        assert_eq!(pick2(512 << 10), AllReduceAlgo::OneShot);
+        assert_eq!(pick2(1 << 20), AllReduceAlgo::Rsag);
+    }
+
+    #[test]
+    fn rsag_uses_every_block_before_adding_rounds() {
+        let t = Tuning::default();
+        for n in [2usize, 4, 8] {
+            let s = Scratch::for_ranks(n, &t);
+            let plan = |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(n), &s, &t);
+            // Large enough for every block: all blocks in use.
+            let p = plan(64 << 20);
+            assert_eq!(p.grid, s.rs_max_blocks, "n={n}");
+            // 1 MiB: spread over many blocks, never below the minimum slice.
+            let p = plan(1 << 20);
+            assert!(p.grid >= 16, "n={n}: grid {}", p.grid);
+            assert!(p.chunk_elems * 4 >= RSAG_MIN_SLICE_BYTES);
+        }
     }
 
     #[test]

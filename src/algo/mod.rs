@@ -30,8 +30,9 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// Sizes for `nranks` ranks: 8 MiB LL halves; put-based slots shrink as ranks grow so the
-    /// put-based scratch stays at about 2 x 64 blocks x 512 KiB whatever the rank count.
+    /// Sizes for `nranks` ranks: 8 MiB LL halves; 128 blocks of put-based slots (128 beat 64 by
+    /// 5-6% at 512 MiB on H200, BENCHMARKS.md), slots shrinking as ranks grow so the put-based
+    /// scratch stays at about 2 x 128 blocks x 512 KiB whatever the rank count.
     pub fn for_ranks(nranks: usize, tuning: &Tuning) -> Scratch {
         if nranks <= 1 {
             // A single rank exchanges nothing; kernels (PreMulSum scaling) never touch scratch.
@@ -42,7 +43,7 @@ impl Scratch {
         Scratch {
             ll_half_bytes: tuning.ll_half_bytes.unwrap_or(8 << 20),
             rs_slot_bytes: slot & !15,
-            rs_max_blocks: tuning.rs_blocks.unwrap_or(64).clamp(1, crate::device_abi::OX_MAX_BLOCKS as u32),
+            rs_max_blocks: tuning.rs_blocks.unwrap_or(128).clamp(1, crate::device_abi::OX_MAX_BLOCKS as u32),
         }
     }
 

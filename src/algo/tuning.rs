@@ -14,6 +14,8 @@ pub struct Tuning {
     /// OXCCL_LL_BLOCKS / OXCCL_LL_THREADS: launch shape cap of the packet algorithms.
     pub ll_blocks: Option<u32>,
     pub ll_threads: Option<u32>,
+    /// OXCCL_LL_MIN_BLOCKS: fewest blocks a packet algorithm launches, however small the message.
+    pub ll_min_blocks: Option<u32>,
     /// OXCCL_RSAG_BLOCKS / OXCCL_RSAG_THREADS: launch shape of the put-based algorithm.
     pub rs_blocks: Option<u32>,
     pub rs_threads: Option<u32>,
@@ -32,6 +34,7 @@ impl Tuning {
             twophase_max_bytes: num("OXCCL_TWOPHASE_MAX_BYTES"),
             ll_blocks: num32("OXCCL_LL_BLOCKS").filter(|&b| b > 0),
             ll_threads: num32("OXCCL_LL_THREADS").filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
+            ll_min_blocks: num32("OXCCL_LL_MIN_BLOCKS").filter(|&b| b > 0),
             rs_blocks: num32("OXCCL_RSAG_BLOCKS").filter(|&b| b > 0),
             rs_threads: num32("OXCCL_RSAG_THREADS").filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
             rs_slot_bytes: num("OXCCL_RSAG_SLOT_BYTES").filter(|&b| b >= 4096),

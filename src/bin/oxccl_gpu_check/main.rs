@@ -21,7 +21,7 @@ use oxccl::api::types::{ncclComm_t, ncclUniqueId};
 use oxccl::gpu::{self, cu, CtxGuard, Device};
 use oxccl::types::DataType;
 use oxccl::ResultCode;
-use values::{avg_tolerance, decode_float, input_value, int_of, reduce, CheckOp, Codec, Value, PREMUL_SCALAR};
+use values::{avg_tolerance, decode_float, input_value, int_of, premul_scalar, reduce, CheckOp, Codec, Value};
 
 struct Opts {
     ranks: usize,
@@ -178,9 +178,9 @@ fn check_one(ranks: &[Rank], codec: &Codec, op: CheckOp, count: usize, in_place:
         for (r, rk) in ranks.iter().enumerate() {
             let mut s = vec![0u8; 8];
             if dt.is_float() {
-                codec.encode_float(PREMUL_SCALAR, &mut s);
+                codec.encode_float(premul_scalar(r), &mut s);
             } else {
-                codec.encode_int(PREMUL_SCALAR as i128, &mut s);
+                codec.encode_int(premul_scalar(r) as i128, &mut s);
             }
             let mut raw: i32 = 0;
             if op == CheckOp::PreMulHost {
@@ -239,19 +239,30 @@ fn check_one(ranks: &[Rank], codec: &Codec, op: CheckOp, count: usize, in_place:
                         ck(cu::cuStreamBeginCapture_v2(rk.stream, cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")?
                     };
                 }
-                launch(ranks, &ops, count, dt, in_place)?;
+                let launched = launch(ranks, &ops, count, dt, in_place);
+                // End every capture, even after a failed launch, so one failure cannot leave
+                // streams capturing for the checks that follow.
+                let mut ended = Ok(());
                 for rk in ranks {
                     let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
                     let mut g: cu::CUgraph = std::ptr::null_mut();
                     let mut e: cu::CUgraphExec = std::ptr::null_mut();
                     // SAFETY: ends the capture begun above; instantiates the captured graph.
-                    unsafe {
-                        ck(cu::cuStreamEndCapture(rk.stream, &mut g), "cuStreamEndCapture")?;
-                        ck(cu::cuGraphInstantiateWithFlags(&mut e, g, 0), "cuGraphInstantiate")?;
-                        cu::cuGraphDestroy(g);
+                    let r = unsafe {
+                        ck(cu::cuStreamEndCapture(rk.stream, &mut g), "cuStreamEndCapture")
+                            .and_then(|_| ck(cu::cuGraphInstantiateWithFlags(&mut e, g, 0), "cuGraphInstantiate"))
+                    };
+                    if !g.is_null() {
+                        // SAFETY: the graph was instantiated (or failed to be); it is not needed.
+                        unsafe { cu::cuGraphDestroy(g) };
                     }
-                    graphs.push(e);
+                    match r {
+                        Ok(()) => graphs.push(e),
+                        Err(err) => ended = ended.and(Err(err)),
+                    }
                 }
+                launched?;
+                ended?;
             }
             for (rk, g) in ranks.iter().zip(&graphs) {
                 let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
@@ -292,14 +303,18 @@ fn check_one(ranks: &[Rank], codec: &Codec, op: CheckOp, count: usize, in_place:
 
 fn launch(ranks: &[Rank], ops: &[i32], count: usize, dt: DataType, in_place: bool) -> Result<(), String> {
     nccl(ncclGroupStart(), "ncclGroupStart")?;
+    let mut first = Ok(());
     for (rk, op) in ranks.iter().zip(ops) {
         let send = if in_place { rk.recv } else { rk.send };
-        nccl(
+        let r = nccl(
             ncclAllReduce(send as *const c_void, rk.recv as *mut c_void, count, dt as i32, *op, rk.comm, rk.stream.cast()),
             "ncclAllReduce",
-        )?;
+        );
+        first = first.and(r);
     }
-    nccl(ncclGroupEnd(), "ncclGroupEnd")
+    // Always close the group, so a failed call cannot leave this thread inside it.
+    let end = nccl(ncclGroupEnd(), "ncclGroupEnd");
+    first.and(end)
 }
 
 fn compare(codec: &Codec, op: CheckOp, n: usize, expect: &[Value], out: &[u8]) -> Result<(), String> {

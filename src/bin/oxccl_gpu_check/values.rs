@@ -6,7 +6,8 @@
 
 use oxccl::types::DataType;
 
-/// Ops the check runs. PreMul* use ncclRedOpCreatePreMulSum with the scalar 2.
+/// Ops the check runs. PreMul* use ncclRedOpCreatePreMulSum with a per-rank scalar (see
+/// [`premul_scalar`]), as nccl-tests does: each rank scales its own input by its own scalar.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CheckOp {
     Sum,
@@ -34,7 +35,10 @@ impl CheckOp {
     }
 }
 
-pub const PREMUL_SCALAR: f64 = 2.0;
+/// Rank r's PreMulSum scalar: 1 on even ranks, 2 on odd ones.
+pub fn premul_scalar(rank: usize) -> f64 {
+    (1 + rank % 2) as f64
+}
 
 /// A small deterministic generator (xorshift), so failures reproduce.
 pub struct Rng(u64);
@@ -233,7 +237,7 @@ pub fn reduce(dt: DataType, op: CheckOp, inputs: &[Value]) -> Value {
             CheckOp::Max => xs.iter().cloned().fold(f64::MIN, f64::max),
             CheckOp::Min => xs.iter().cloned().fold(f64::MAX, f64::min),
             CheckOp::Avg => xs.iter().sum::<f64>() / n as f64,
-            CheckOp::PreMulHost | CheckOp::PreMulDevice => xs.iter().map(|x| x * PREMUL_SCALAR).sum(),
+            CheckOp::PreMulHost | CheckOp::PreMulDevice => xs.iter().enumerate().map(|(r, x)| x * premul_scalar(r)).sum(),
         })
     } else {
         let xs: Vec<i128> = inputs.iter().map(|v| if let Value::I(i) = v { *i } else { 0 }).collect();
@@ -248,7 +252,7 @@ pub fn reduce(dt: DataType, op: CheckOp, inputs: &[Value]) -> Value {
                 w(s / n as i128)
             }
             CheckOp::PreMulHost | CheckOp::PreMulDevice => {
-                xs.iter().fold(0, |a, x| w(a + w(x * PREMUL_SCALAR as i128)))
+                xs.iter().enumerate().fold(0, |a, (r, x)| w(a + w(x * premul_scalar(r) as i128)))
             }
         })
     }
