@@ -87,7 +87,7 @@ def run_one(bindir, test, m, args, preload, libdir, timeout, log):
         env["LD_PRELOAD"] = preload
     cmd = list(m["launcher"])
     if cmd:  # mpirun forwards only what it is told to
-        for k in ("LD_PRELOAD", "LD_LIBRARY_PATH", "NCCL_NVLS_ENABLE", "NCCL_DEBUG") + tuple(k for k in env if k.startswith("OXCCL_")):
+        for k in ("LD_PRELOAD", "LD_LIBRARY_PATH", "NCCL_NVLS_ENABLE", "NCCL_DEBUG", "CUDA_VISIBLE_DEVICES") + tuple(k for k in env if k.startswith("OXCCL_")):
             if k in env:
                 cmd += ["-x", k]
     cmd += [os.path.join(bindir, test)] + m["extra"] + list(args)
