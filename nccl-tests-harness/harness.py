@@ -53,6 +53,15 @@ def suite(name, ngpus):
                     runs.append(("all_reduce_perf", m, PERF_ARGS + ["-d", dt, "-o", "sum"]))
                 runs.append(("all_reduce_perf", dict(m, name=f"np{n}-G"), PERF_ARGS + ["-d", "float", "-o", "sum", "-G", "20"]))
         return runs
+    if name == "allreduce-quick":
+        runs = []
+        for n in (2, 4):
+            if n <= ngpus:
+                m = mode(f"np{n}", n, mpi(n), [])
+                quick = ["-b", "8", "-e", "64M", "-f", "2", "-c", "0", "-n", "20", "-w", "5", "-d", "float", "-o", "sum"]
+                runs.append(("all_reduce_perf", m, quick))
+                runs.append(("all_reduce_perf", dict(m, name=f"np{n}-G"), quick + ["-G", "20"]))
+        return runs
     raise SystemExit(f"unknown suite {name}")
 
 ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(-?\d+)\s+(.*)$")

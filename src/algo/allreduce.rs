@@ -56,12 +56,12 @@ fn twophase_capacity(s: &Scratch, n: u64) -> u64 {
 
 /// Default one-shot limit, from nccl-tests sweeps on H200 NVLink (BENCHMARKS.md): with two
 /// ranks one-shot moves the same bytes as two-phase in one hop instead of two, and wins until the
-/// packets' half efficiency costs more than the put-based algorithm's syncs (about 512 KiB); with
+/// packets' half efficiency costs more than the put-based algorithm's syncs (about 1 MiB); with
 /// more ranks one-shot moves (n-1)/2 times more bytes than two-phase and stops paying earlier.
 fn default_oneshot_max(n: u64) -> u64 {
     match n {
-        2 => 512 << 10,
-        3..=4 => 128 << 10,
+        2 => 1 << 20,
+        3..=4 => 256 << 10,
         _ => 32 << 10,
     }
 }
@@ -76,13 +76,18 @@ fn default_twophase_max(n: u64) -> u64 {
     }
 }
 
+/// Fewest blocks a packet algorithm launches.
+const DEFAULT_LL_MIN_BLOCKS: u32 = 4;
+
 /// Smallest per-block slice of the put-based algorithm: below it, more blocks only add syncs.
 const RSAG_MIN_SLICE_BYTES: u64 = 4096;
 
 fn ll_shape(npkt: u64, sm_count: u32, t: &Tuning) -> (u32, u32) {
     let threads = t.ll_threads.unwrap_or(512);
     let cap = t.ll_blocks.unwrap_or(sm_count.clamp(1, 64)).min(OX_MAX_BLOCKS as u32);
-    let min = t.ll_min_blocks.unwrap_or(1).clamp(1, cap);
+    // Even a one-packet message takes several blocks: measured on H200, an 8-byte AllReduce runs
+    // in 4.1 us with 4 blocks against 5.9 us with one (BENCHMARKS.md).
+    let min = t.ll_min_blocks.unwrap_or(DEFAULT_LL_MIN_BLOCKS).clamp(1, cap);
     let grid = npkt.div_ceil(threads as u64).clamp(min as u64, cap as u64) as u32;
     (grid, threads)
 }
@@ -169,15 +174,15 @@ mod tests {
         let t = Tuning::default();
         let s = Scratch::for_ranks(4, &t);
         let pick = |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(4), &s, &t).algo;
-        assert_eq!(pick(64 << 10), AllReduceAlgo::OneShot);
-        assert_eq!(pick(256 << 10), AllReduceAlgo::TwoPhase);
+        assert_eq!(pick(256 << 10), AllReduceAlgo::OneShot);
+        assert_eq!(pick(512 << 10), AllReduceAlgo::TwoPhase);
         assert_eq!(pick(1 << 20), AllReduceAlgo::Rsag);
         assert_eq!(pick(512 << 20), AllReduceAlgo::Rsag);
         // Two ranks: one hop up to 512 KiB, then the put-based algorithm.
         let s2 = Scratch::for_ranks(2, &t);
         let pick2 = |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(2), &s2, &t).algo;
-        assert_eq!(pick2(512 << 10), AllReduceAlgo::OneShot);
-        assert_eq!(pick2(1 << 20), AllReduceAlgo::Rsag);
+        assert_eq!(pick2(1 << 20), AllReduceAlgo::OneShot);
+        assert_eq!(pick2(2 << 20), AllReduceAlgo::Rsag);
     }
 
     #[test]
@@ -189,8 +194,9 @@ mod tests {
             // Large enough for every block: all blocks in use.
             let p = plan(64 << 20);
             assert_eq!(p.grid, s.rs_max_blocks, "n={n}");
-            // 1 MiB: spread over many blocks, never below the minimum slice.
-            let p = plan(1 << 20);
+            // 4 MiB: one round spread over many blocks, never below the minimum slice.
+            let p = plan(4 << 20);
+            assert_eq!(p.algo, AllReduceAlgo::Rsag);
             assert!(p.grid >= 16, "n={n}: grid {}", p.grid);
             assert!(p.chunk_elems * 4 >= RSAG_MIN_SLICE_BYTES);
         }

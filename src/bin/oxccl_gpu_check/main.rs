@@ -240,22 +240,27 @@ fn check_one(ranks: &[Rank], codec: &Codec, op: CheckOp, count: usize, in_place:
                     };
                 }
                 let launched = launch(ranks, &ops, count, dt, in_place);
-                // End every capture, even after a failed launch, so one failure cannot leave
-                // streams capturing for the checks that follow.
+                // End every capture before instantiating any graph (instantiation is not allowed
+                // while this thread still captures another stream), and end them even after a
+                // failed launch, so no stream is left capturing for the checks that follow.
+                let mut captured = Vec::with_capacity(ranks.len());
                 let mut ended = Ok(());
                 for rk in ranks {
                     let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
                     let mut g: cu::CUgraph = std::ptr::null_mut();
-                    let mut e: cu::CUgraphExec = std::ptr::null_mut();
-                    // SAFETY: ends the capture begun above; instantiates the captured graph.
-                    let r = unsafe {
-                        ck(cu::cuStreamEndCapture(rk.stream, &mut g), "cuStreamEndCapture")
-                            .and_then(|_| ck(cu::cuGraphInstantiateWithFlags(&mut e, g, 0), "cuGraphInstantiate"))
-                    };
-                    if !g.is_null() {
-                        // SAFETY: the graph was instantiated (or failed to be); it is not needed.
-                        unsafe { cu::cuGraphDestroy(g) };
+                    // SAFETY: ends the capture begun above on this stream.
+                    ended = ended.and(ck(unsafe { cu::cuStreamEndCapture(rk.stream, &mut g) }, "cuStreamEndCapture"));
+                    captured.push(g);
+                }
+                for (rk, g) in ranks.iter().zip(captured) {
+                    if g.is_null() {
+                        continue;
                     }
+                    let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
+                    let mut e: cu::CUgraphExec = std::ptr::null_mut();
+                    // SAFETY: instantiates a complete captured graph, then drops the template.
+                    let r = unsafe { ck(cu::cuGraphInstantiateWithFlags(&mut e, g, 0), "cuGraphInstantiate") };
+                    unsafe { cu::cuGraphDestroy(g) };
                     match r {
                         Ok(()) => graphs.push(e),
                         Err(err) => ended = ended.and(Err(err)),
