@@ -63,6 +63,12 @@ pub fn launch_task(t: &CollTask) -> Result<()> {
 const LOCAL_COPY_MIN_BYTES: u64 = 256 << 10;
 
 fn allreduce(r: &Ready, t: &CollTask) -> Result<()> {
+    if t.dtype.is_fp8() && !r.fp8_ok {
+        return Err(Error::invalid_argument(format!(
+            "{} reductions need compute capability 9.0 on every GPU of the communicator",
+            t.dtype.name()
+        )));
+    }
     let bytes = t.count * t.dtype.size() as u64;
     if t.comm.nranks == 1 && t.op.op != RedOp::PreMulSum && (t.send == t.recv || bytes >= LOCAL_COPY_MIN_BYTES) {
         // One rank: every built-in op is the identity (avg multiplies by 1/1 exactly). Large
