@@ -69,3 +69,16 @@ OX_DEV void ox_block_sync_peers(const DevComm& c, AbortState& ab) {
   }
   __syncthreads();  // extends the waiting threads' acquire to the whole block
 }
+
+// Signal-and-wait with every peer p for which `active[p]` holds (thread p handles peer p),
+// publishing the block's writes before and extending the peers' to the block after.
+OX_DEV void ox_block_sync_masked(const DevComm& c, const uint8_t* active, AbortState& ab) {
+  __syncthreads();
+  const int p = (int)threadIdx.x;
+  if (p < c.nranks && p != c.rank && active[p]) {
+    const MemoryChannel ch = ox_memory_channel(c, p, blockIdx.x, 0, 0);
+    ch.signal();
+    ch.wait(ab);
+  }
+  __syncthreads();
+}

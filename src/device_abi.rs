@@ -15,6 +15,75 @@ pub const OX_LL16_BYTES: usize = 16;
 /// Payload bytes carried by one LL16 packet.
 pub const OX_LL16_PAYLOAD: usize = 8;
 
+/// Transfers one exchange launch can carry in each direction (kernel parameters stay under 4 KiB).
+pub const OX_MAX_XFERS: usize = 40;
+/// Local (rank to itself) copies one exchange launch can carry.
+pub const OX_MAX_COPIES: usize = 4;
+/// How an exchange moves data with one peer (`ExchangeArgs::mode`).
+pub const OX_MODE_NONE: u8 = 0;
+/// LL16 packets through the peer's LL scratch; one hop, no sync unless the pair is one-directional.
+pub const OX_MODE_LL: u8 = 1;
+/// LL16 packets, and the pair moves data one way only: the blocks end with an acknowledgement so
+/// the sender cannot run two launches ahead of the receiver and overwrite unread packets.
+pub const OX_MODE_LL_ACK: u8 = 2;
+/// Puts through the put scratch in rounds, with semaphores.
+pub const OX_MODE_PUT: u8 = 3;
+
+/// One transfer of an exchange.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Xfer {
+    /// Local source (sends, copies).
+    pub src: u64,
+    /// Local destination (receives, copies).
+    pub dst: u64,
+    pub bytes: u64,
+    /// Position in the stream between this rank and `peer`: packets for LL modes, bytes (a
+    /// multiple of 16) for PUT. Both sides of a pair compute the same positions.
+    pub off: u64,
+    pub peer: i32,
+    pub _pad0: u32,
+}
+
+/// Arguments of the byte-level exchange kernel: AllGather, Broadcast, AlltoAll, Gather, Scatter
+/// and grouped Send/Recv. Launched with the same grid on every rank.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ExchangeArgs {
+    /// `const DevComm*` in device memory.
+    pub comm: u64,
+    pub nsend: u32,
+    pub nrecv: u32,
+    pub ncopy: u32,
+    pub _pad0: u32,
+    /// Per peer: OX_MODE_*.
+    pub mode: [u8; OX_MAX_RANKS],
+    /// Per PUT peer: bytes per block per round (a multiple of 16) and number of rounds.
+    pub chunk: [u32; OX_MAX_RANKS],
+    pub rounds: [u32; OX_MAX_RANKS],
+    pub sends: [Xfer; OX_MAX_XFERS],
+    pub recvs: [Xfer; OX_MAX_XFERS],
+    pub copies: [Xfer; OX_MAX_COPIES],
+}
+
+impl Default for ExchangeArgs {
+    fn default() -> Self {
+        ExchangeArgs {
+            comm: 0,
+            nsend: 0,
+            nrecv: 0,
+            ncopy: 0,
+            _pad0: 0,
+            mode: [OX_MODE_NONE; OX_MAX_RANKS],
+            chunk: [0; OX_MAX_RANKS],
+            rounds: [0; OX_MAX_RANKS],
+            sends: [Xfer::default(); OX_MAX_XFERS],
+            recvs: [Xfer::default(); OX_MAX_XFERS],
+            copies: [Xfer::default(); OX_MAX_COPIES],
+        }
+    }
+}
+
 /// One communicator as its kernels see it. Lives in device memory, written once at init.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -35,7 +104,8 @@ pub struct DevComm {
     /// Each rank's inbound semaphore counters, `u64[OX_MAX_BLOCKS][OX_MAX_RANKS]` indexed
     /// `[block][sending rank]`, as mapped into this rank's address space.
     pub sem_inbound: [u64; OX_MAX_RANKS],
-    /// This rank's LL flags, `u32[OX_MAX_BLOCKS]`, one per block, all kept equal.
+    /// This rank's LL flags, `u32[OX_MAX_BLOCKS][OX_MAX_RANKS]` indexed `[block][peer]`; all
+    /// blocks' flags for one peer are kept equal.
     pub ll_flags: u64,
     /// This rank's expected semaphore values, `u64[OX_MAX_BLOCKS][OX_MAX_RANKS]`.
     pub sem_expected: u64,
@@ -61,7 +131,8 @@ pub struct CollArgs {
     /// PreMulSum with ncclScalarDevice: device address of the scalar, read while the kernel runs.
     pub scalar_ptr: u64,
     pub root: i32,
-    pub _pad0: u32,
+    /// Reducing collectives: OX_MODE_LL or OX_MODE_PUT (ReduceScatter, Reduce); unused by AllReduce.
+    pub mode: u32,
 }
 
 #[cfg(test)]
@@ -97,10 +168,21 @@ mod tests {
             ("CollArgs", "scalar", offset_of!(CollArgs, scalar)),
             ("CollArgs", "scalar_ptr", offset_of!(CollArgs, scalar_ptr)),
             ("CollArgs", "root", offset_of!(CollArgs, root)),
+            ("CollArgs", "mode", offset_of!(CollArgs, mode)),
+            ("Xfer", "off", offset_of!(Xfer, off)),
+            ("Xfer", "peer", offset_of!(Xfer, peer)),
+            ("ExchangeArgs", "ncopy", offset_of!(ExchangeArgs, ncopy)),
+            ("ExchangeArgs", "mode", offset_of!(ExchangeArgs, mode)),
+            ("ExchangeArgs", "chunk", offset_of!(ExchangeArgs, chunk)),
+            ("ExchangeArgs", "rounds", offset_of!(ExchangeArgs, rounds)),
+            ("ExchangeArgs", "sends", offset_of!(ExchangeArgs, sends)),
+            ("ExchangeArgs", "recvs", offset_of!(ExchangeArgs, recvs)),
+            ("ExchangeArgs", "copies", offset_of!(ExchangeArgs, copies)),
         ];
         let mut c = format!("#include <stddef.h>\n#include <stdio.h>\n#include \"{header}\"\nint main(void) {{\n");
         c.push_str("printf(\"DevComm %zu\\n\", sizeof(DevComm));\n");
         c.push_str("printf(\"CollArgs %zu\\n\", sizeof(CollArgs));\n");
+        c.push_str("printf(\"ExchangeArgs %zu\\n\", sizeof(ExchangeArgs));\n");
         c.push_str("printf(\"OX_MAX_RANKS %d\\nOX_MAX_BLOCKS %d\\n\", OX_MAX_RANKS, OX_MAX_BLOCKS);\n");
         for (s, f, _) in fields {
             c.push_str(&format!("printf(\"{s}.{f} %zu\\n\", offsetof({s}, {f}));\n"));
@@ -114,7 +196,12 @@ mod tests {
         assert!(st.success(), "{cc} failed on the generated header");
         let out = Command::new(&exe).output().expect("run layout");
         let text = String::from_utf8(out.stdout).expect("utf8");
-        let mut expect = format!("DevComm {}\nCollArgs {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\n", size_of::<DevComm>(), size_of::<CollArgs>());
+        let mut expect = format!(
+            "DevComm {}\nCollArgs {}\nExchangeArgs {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\n",
+            size_of::<DevComm>(),
+            size_of::<CollArgs>(),
+            size_of::<ExchangeArgs>()
+        );
         for (s, f, off) in fields {
             expect.push_str(&format!("{s}.{f} {off}\n"));
         }
@@ -129,5 +216,7 @@ mod tests {
         assert_eq!(size_of::<CollArgs>() % 8, 0);
         assert_eq!(align_of::<CollArgs>(), 8);
         assert!(size_of::<CollArgs>() <= 4096, "kernel parameters are limited to 4 KiB");
+        assert!(size_of::<ExchangeArgs>() <= 4096, "kernel parameters are limited to 4 KiB");
+        assert_eq!(size_of::<ExchangeArgs>() % 8, 0);
     }
 }

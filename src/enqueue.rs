@@ -1,12 +1,15 @@
-//! Turning one validated operation into GPU work on the user's stream: algorithm choice, kernel
-//! arguments, launch, and the ordering of a communicator's launches across streams. Nothing here is
-//! per-call host state that a CUDA graph replay would miss: flags and semaphores live on the device.
+//! Turning validated operations into GPU work on the user's stream: algorithm choice, kernel
+//! arguments, launch, and the ordering of a communicator's launches across streams. Nothing here
+//! is per-call host state that a CUDA graph replay would miss: flags and semaphores live on the
+//! device.
 
 use std::sync::Arc;
 
-use crate::algo::{select_allreduce, AllReducePlan};
-use crate::comm::{Comm, ResolvedOp, Ready};
-use crate::device_abi::CollArgs;
+use crate::algo::{
+    plan_exchange, select_allreduce, select_reduce, select_reducescatter, ExchangeSpec, LocalCopy, Transfer,
+};
+use crate::comm::{Comm, LaunchState, Ready, ResolvedOp};
+use crate::device_abi::{CollArgs, OX_MODE_PUT};
 use crate::error::{Error, Result};
 use crate::gpu::module::launch;
 use crate::gpu::stream::is_capturing;
@@ -17,9 +20,17 @@ use crate::types::{DataType, RedOp};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Coll {
     AllReduce,
+    ReduceScatter,
+    Reduce,
+    AllGather,
+    Broadcast,
+    AlltoAll,
+    Gather,
+    Scatter,
 }
 
-/// One collective, validated, ready to launch.
+/// One collective, validated, ready to launch. `count` is NCCL's count argument (per rank for
+/// AllGather, ReduceScatter, AlltoAll, Gather, Scatter).
 #[derive(Clone)]
 pub struct CollTask {
     pub comm: Arc<Comm>,
@@ -29,16 +40,31 @@ pub struct CollTask {
     pub count: u64,
     pub dtype: DataType,
     pub op: ResolvedOp,
+    pub root: i32,
     pub stream: cu::CUstream,
 }
 
 // SAFETY: the stream is an opaque driver handle, valid from any thread.
 unsafe impl Send for CollTask {}
 
-/// Launches one task on its stream.
-pub fn launch_task(t: &CollTask) -> Result<()> {
-    let r = t.comm.ready()?;
-    if t.comm.is_aborted() {
+/// One ncclSend or ncclRecv.
+#[derive(Clone, Copy, Debug)]
+pub struct P2pOp {
+    pub is_send: bool,
+    pub peer: usize,
+    pub buf: u64,
+    pub bytes: u64,
+    pub stream: cu::CUstream,
+}
+
+// SAFETY: as CollTask.
+unsafe impl Send for P2pOp {}
+
+/// Runs `f` with the communicator's device current and its launch lock held, on `stream`, after
+/// ordering the stream behind the communicator's previous launch when the stream changed.
+fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(comm: &Comm, stream: cu::CUstream, f: F) -> Result<()> {
+    let r = comm.ready()?;
+    if comm.is_aborted() {
         return Err(Error::invalid_usage("communicator was aborted"));
     }
     let _ctx = CtxGuard::new(r.dev)?;
@@ -46,69 +72,234 @@ pub fn launch_task(t: &CollTask) -> Result<()> {
     // Kernels of one communicator share its scratch and counters: they must not overlap. Only a
     // stream switch costs anything: the new stream waits for what was issued on the previous one
     // (unless either is being captured, where cross-capture dependencies are not allowed).
-    if let Some(prev) = ls.last_stream.filter(|&s| s != t.stream) {
-        if !is_capturing(prev)? && !is_capturing(t.stream)? {
+    if let Some(prev) = ls.last_stream.filter(|&s| s != stream) {
+        if !is_capturing(prev)? && !is_capturing(stream)? {
             ls.done.record(prev)?;
-            ls.done.wait_on(t.stream)?;
+            ls.done.wait_on(stream)?;
         }
     }
-    match t.coll {
-        Coll::AllReduce => allreduce(r, t)?,
-    }
-    ls.last_stream = Some(t.stream);
+    f(r, &mut ls)?;
+    ls.last_stream = Some(stream);
     Ok(())
+}
+
+/// Launches one collective on its stream.
+pub fn launch_task(t: &CollTask) -> Result<()> {
+    with_launch(&t.comm, t.stream, |r, _| match t.coll {
+        Coll::AllReduce => allreduce(r, t, t.count),
+        Coll::ReduceScatter => reducescatter(r, t),
+        Coll::Reduce => reduce(r, t),
+        _ => exchange(r, &coll_spec(t), t.stream),
+    })
+}
+
+/// Launches one communicator's point-to-point operations of a group as one kernel, on the first
+/// operation's stream; the other streams of the batch are ordered before and after it.
+pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
+    let Some(first) = ops.first() else { return Ok(()) };
+    let me = comm.rank;
+    let mut spec = ExchangeSpec::default();
+    let (mut self_sends, mut self_recvs) = (Vec::new(), Vec::new());
+    for op in ops {
+        let x = Transfer { peer: op.peer, ptr: op.buf, bytes: op.bytes };
+        match (op.is_send, op.peer == me) {
+            (true, false) => spec.sends.push(x),
+            (false, false) => spec.recvs.push(x),
+            (true, true) => self_sends.push(x),
+            (false, true) => self_recvs.push(x),
+        }
+    }
+    if self_sends.len() != self_recvs.len() {
+        return Err(Error::invalid_usage(format!(
+            "{} send(s) to self but {} receive(s) from self in one group",
+            self_sends.len(),
+            self_recvs.len()
+        )));
+    }
+    for (s, r) in self_sends.iter().zip(&self_recvs) {
+        if s.bytes != r.bytes {
+            return Err(Error::invalid_usage(format!("send to self of {} bytes matched with a receive of {}", s.bytes, r.bytes)));
+        }
+        spec.copies.push(LocalCopy { src: s.ptr, dst: r.ptr, bytes: s.bytes });
+    }
+    let mut others: Vec<cu::CUstream> = Vec::new();
+    for op in ops.iter().filter(|o| o.stream != first.stream) {
+        if !others.contains(&op.stream) {
+            others.push(op.stream);
+        }
+    }
+    with_launch(comm, first.stream, |r, ls| {
+        let graph = is_capturing(first.stream)?;
+        if !graph {
+            for &s in &others {
+                ls.done.record(s)?;
+                ls.done.wait_on(first.stream)?;
+            }
+        }
+        exchange(r, &spec, first.stream)?;
+        if !graph && !others.is_empty() {
+            ls.done.record(first.stream)?;
+            for &s in &others {
+                ls.done.wait_on(s)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Transfer lists of a non-reducing collective, as this rank sees them.
+fn coll_spec(t: &CollTask) -> ExchangeSpec {
+    let (me, n) = (t.comm.rank, t.comm.nranks);
+    let bytes = t.count * t.dtype.size() as u64;
+    let root = t.root as usize;
+    let mut s = ExchangeSpec::default();
+    let others = |me: usize| (0..n).filter(move |&p| p != me);
+    let copy = |src: u64, dst: u64| LocalCopy { src, dst, bytes };
+    match t.coll {
+        Coll::AllGather => {
+            for p in others(me) {
+                s.sends.push(Transfer { peer: p, ptr: t.send, bytes });
+                s.recvs.push(Transfer { peer: p, ptr: t.recv + p as u64 * bytes, bytes });
+            }
+            s.copies.push(copy(t.send, t.recv + me as u64 * bytes));
+        }
+        Coll::Broadcast => {
+            if me == root {
+                s.sends.extend(others(me).map(|p| Transfer { peer: p, ptr: t.send, bytes }));
+                s.copies.push(copy(t.send, t.recv));
+            } else {
+                s.recvs.push(Transfer { peer: root, ptr: t.recv, bytes });
+            }
+        }
+        Coll::AlltoAll => {
+            for p in others(me) {
+                s.sends.push(Transfer { peer: p, ptr: t.send + p as u64 * bytes, bytes });
+                s.recvs.push(Transfer { peer: p, ptr: t.recv + p as u64 * bytes, bytes });
+            }
+            s.copies.push(copy(t.send + me as u64 * bytes, t.recv + me as u64 * bytes));
+        }
+        Coll::Gather => {
+            if me == root {
+                s.recvs.extend(others(me).map(|p| Transfer { peer: p, ptr: t.recv + p as u64 * bytes, bytes }));
+                s.copies.push(copy(t.send, t.recv + me as u64 * bytes));
+            } else {
+                s.sends.push(Transfer { peer: root, ptr: t.send, bytes });
+            }
+        }
+        Coll::Scatter => {
+            if me == root {
+                s.sends.extend(others(me).map(|p| Transfer { peer: p, ptr: t.send + p as u64 * bytes, bytes }));
+                s.copies.push(copy(t.send + me as u64 * bytes, t.recv));
+            } else {
+                s.recvs.push(Transfer { peer: root, ptr: t.recv, bytes });
+            }
+        }
+        Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce => {}
+    }
+    s.copies.retain(|c| c.src != c.dst && c.bytes > 0);
+    s
+}
+
+fn exchange(r: &Ready, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<()> {
+    if spec.sends.is_empty() && spec.recvs.is_empty() && spec.copies.iter().all(|c| c.bytes >= LOCAL_COPY_MIN_BYTES) {
+        // Nothing but large local copies (one rank, or sends to self): the copy engine.
+        return spec.copies.iter().try_for_each(|c| local_copy(c.dst, c.src, c.bytes, stream));
+    }
+    let me = r.bootstrap.rank();
+    let mut plan = plan_exchange(me, spec, &r.topo, &r.scratch, &r.tuning)?;
+    plan.args.comm = r.dev_comm;
+    nccl_trace!(Subsys::Coll, "exchange: {} sends, {} receives, {} copies", plan.args.nsend, plan.args.nrecv, plan.args.ncopy);
+    launch(r.module.exchange(), plan.grid, plan.block, stream, &plan.args)
+}
+
+fn check_fp8(r: &Ready, dt: DataType) -> Result<()> {
+    if dt.is_fp8() && !r.fp8_ok {
+        return Err(Error::invalid_argument(format!(
+            "{} reductions need compute capability 9.0 on every GPU of the communicator",
+            dt.name()
+        )));
+    }
+    Ok(())
+}
+
+fn coll_args(r: &Ready, t: &CollTask, count: u64, chunk_elems: u64, mode: u32) -> CollArgs {
+    CollArgs {
+        comm: r.dev_comm,
+        send: t.send,
+        recv: t.recv,
+        count,
+        chunk_elems,
+        scalar: t.op.scalar,
+        scalar_ptr: t.op.scalar_ptr,
+        root: t.root,
+        mode,
+    }
 }
 
 /// Single-rank copies at least this large use the copy engine.
 const LOCAL_COPY_MIN_BYTES: u64 = 256 << 10;
 
-fn allreduce(r: &Ready, t: &CollTask) -> Result<()> {
-    if t.dtype.is_fp8() && !r.fp8_ok {
-        return Err(Error::invalid_argument(format!(
-            "{} reductions need compute capability 9.0 on every GPU of the communicator",
-            t.dtype.name()
-        )));
-    }
-    let bytes = t.count * t.dtype.size() as u64;
+/// AllReduce of `count` elements (also a one-rank ReduceScatter or Reduce).
+fn allreduce(r: &Ready, t: &CollTask, count: u64) -> Result<()> {
+    check_fp8(r, t.dtype)?;
+    let bytes = count * t.dtype.size() as u64;
     if t.comm.nranks == 1 && t.op.op != RedOp::PreMulSum && (t.send == t.recv || bytes >= LOCAL_COPY_MIN_BYTES) {
         // One rank: every built-in op is the identity (avg multiplies by 1/1 exactly). Large
         // copies go to the copy engine; small ones take the one-pass kernel, whose launch is far
         // cheaper than a copy-engine transfer's set-up.
         return local_copy(t.recv, t.send, bytes, t.stream);
     }
-    let plan: AllReducePlan = select_allreduce(t.count, t.dtype, &r.topo, &r.scratch, &r.tuning);
+    let plan = select_allreduce(count, t.dtype, &r.topo, &r.scratch, &r.tuning);
     nccl_trace!(
         Subsys::Coll,
-        "AllReduce count {} {} {} -> {:?} grid {} block {}",
-        t.count,
+        "AllReduce count {count} {} {} -> {:?} grid {} block {}",
         t.dtype.name(),
         t.op.op.name(),
         plan.algo,
         plan.grid,
         plan.block
     );
-    let args = CollArgs {
-        comm: r.dev_comm,
-        send: t.send,
-        recv: t.recv,
-        count: t.count,
-        chunk_elems: plan.chunk_elems,
-        scalar: t.op.scalar,
-        scalar_ptr: t.op.scalar_ptr,
-        root: 0,
-        _pad0: 0,
-    };
+    let args = coll_args(r, t, count, plan.chunk_elems, 0);
     launch(r.module.allreduce(plan.algo, t.dtype, t.op.op), plan.grid, plan.block, t.stream, &args)
+}
+
+fn reducescatter(r: &Ready, t: &CollTask) -> Result<()> {
+    if t.comm.nranks == 1 {
+        return allreduce(r, t, t.count);
+    }
+    check_fp8(r, t.dtype)?;
+    let plan = select_reducescatter(t.count, t.dtype, &r.topo, &r.scratch, &r.tuning);
+    let args = coll_args(r, t, t.count, plan.chunk_elems, plan.mode);
+    let k = r.module.reducescatter(plan.mode == OX_MODE_PUT as u32, t.dtype, t.op.op);
+    launch(k, plan.grid, plan.block, t.stream, &args)
+}
+
+fn reduce(r: &Ready, t: &CollTask) -> Result<()> {
+    if t.comm.nranks == 1 {
+        return allreduce(r, t, t.count);
+    }
+    check_fp8(r, t.dtype)?;
+    let plan = select_reduce(t.count, t.dtype, &r.topo, &r.scratch, &r.tuning);
+    let args = coll_args(r, t, t.count, plan.chunk_elems, plan.mode);
+    let k = r.module.reduce(plan.mode == OX_MODE_PUT as u32, t.dtype, t.op.op);
+    launch(k, plan.grid, plan.block, t.stream, &args)
 }
 
 /// The cost model's prediction for a task, in microseconds (ncclGroupSimulateEnd).
 pub fn predict_us(t: &CollTask) -> Result<f64> {
     let r = t.comm.ready()?;
     let bytes = t.count * t.dtype.size() as u64;
+    let n = t.comm.nranks;
     Ok(match t.coll {
         Coll::AllReduce => {
             let plan = select_allreduce(t.count, t.dtype, &r.topo, &r.scratch, &r.tuning);
-            crate::algo::cost::allreduce_us(&plan, bytes, t.comm.nranks)
+            crate::algo::cost::allreduce_us(&plan, bytes, n)
+        }
+        // The others move at most what an AllReduce of their total size moves.
+        _ => {
+            let total = bytes * if matches!(t.coll, Coll::Broadcast | Coll::Reduce) { 1 } else { n as u64 };
+            let plan = select_allreduce(total / t.dtype.size() as u64, t.dtype, &r.topo, &r.scratch, &r.tuning);
+            crate::algo::cost::allreduce_us(&plan, total, n) / 2.0
         }
     })
 }

@@ -7,12 +7,15 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::comm::Comm;
-use crate::enqueue::{launch_task, CollTask};
+use crate::enqueue::{launch_p2p, launch_task, CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::cu;
 
 pub enum Deferred {
     Coll(CollTask),
+    /// Point-to-point operations of one communicator in a group run as one launch, after that
+    /// group's collectives (every rank orders them the same way, whatever order it posted).
+    P2p(Arc<Comm>, P2pOp),
     Finalize(Arc<Comm>),
     Destroy(Arc<Comm>, usize),
     Abort(Arc<Comm>, usize),
@@ -94,8 +97,24 @@ pub fn end() -> Result<()> {
     }
     let mut first_err = run_inits(state.inits).err();
     let streams_per_comm = multi_stream_comms(&state.ops);
+    let mut p2p: Vec<(Arc<Comm>, Vec<P2pOp>)> = Vec::new();
     for op in state.ops {
-        if let Err(e) = run(op) {
+        let r = match op {
+            Deferred::P2p(c, o) => {
+                match p2p.iter_mut().find(|(x, _)| Arc::ptr_eq(x, &c)) {
+                    Some((_, v)) => v.push(o),
+                    None => p2p.push((c, vec![o])),
+                }
+                Ok(())
+            }
+            other => run(other),
+        };
+        if let Err(e) = r {
+            first_err.get_or_insert(e);
+        }
+    }
+    for (c, ops) in &p2p {
+        if let Err(e) = launch_p2p(c, ops) {
             first_err.get_or_insert(e);
         }
     }
@@ -145,6 +164,7 @@ fn close() -> Result<Option<GroupState>> {
 fn run(op: Deferred) -> Result<()> {
     match op {
         Deferred::Coll(t) => launch_task(&t),
+        Deferred::P2p(c, o) => launch_p2p(&c, &[o]),
         Deferred::Finalize(c) => c.finalize(),
         Deferred::Destroy(c, handle) => {
             let r = c.destroy();

@@ -4,9 +4,13 @@
 
 mod allreduce;
 pub mod cost;
+mod exchange;
+mod reducing;
 mod tuning;
 
 pub use allreduce::{select_allreduce, AllReduceAlgo, AllReducePlan};
+pub use exchange::{exchange_shape, plan_exchange, ExchangePlan, ExchangeSpec, LocalCopy, Transfer};
+pub use reducing::{select_reduce, select_reducescatter, ReducePlan};
 pub use tuning::Tuning;
 
 /// What the selector knows about a communicator.

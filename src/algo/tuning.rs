@@ -19,6 +19,10 @@ pub struct Tuning {
     /// OXCCL_RSAG_BLOCKS / OXCCL_RSAG_THREADS: launch shape of the put-based algorithm.
     pub rs_blocks: Option<u32>,
     pub rs_threads: Option<u32>,
+    /// OXCCL_EXCHANGE_LL_MAX_BYTES: largest per-pair stream the exchange kernel moves as packets.
+    pub exchange_ll_max_bytes: Option<u64>,
+    /// OXCCL_REDUCE_LL_MAX_BYTES: largest ReduceScatter chunk / Reduce message moved as packets.
+    pub reduce_ll_max_bytes: Option<u64>,
     /// OXCCL_RSAG_SLOT_BYTES / OXCCL_LL_HALF_BYTES: scratch geometry.
     pub rs_slot_bytes: Option<u64>,
     pub ll_half_bytes: Option<u64>,
@@ -37,6 +41,8 @@ impl Tuning {
             ll_min_blocks: num32("OXCCL_LL_MIN_BLOCKS").filter(|&b| b > 0),
             rs_blocks: num32("OXCCL_RSAG_BLOCKS").filter(|&b| b > 0),
             rs_threads: num32("OXCCL_RSAG_THREADS").filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
+            exchange_ll_max_bytes: num("OXCCL_EXCHANGE_LL_MAX_BYTES"),
+            reduce_ll_max_bytes: num("OXCCL_REDUCE_LL_MAX_BYTES"),
             rs_slot_bytes: num("OXCCL_RSAG_SLOT_BYTES").filter(|&b| b >= 4096),
             ll_half_bytes: num("OXCCL_LL_HALF_BYTES").filter(|&b| b >= 64 * 1024),
         }

@@ -4,10 +4,11 @@ use std::ffi::{c_int, c_void};
 use std::sync::{Arc, OnceLock};
 
 use super::types::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t};
-use super::{call_grouped, comm_arg, not_yet};
+use super::{call_grouped, comm_arg};
 use crate::comm::{Comm, ResolvedOp};
 use crate::config::env_bool;
 use crate::enqueue::{Coll, CollTask};
+use crate::types::RedOp;
 use crate::error::{Error, Result};
 use crate::gpu::{self, cu};
 use crate::group::{self, Deferred};
@@ -63,6 +64,44 @@ fn reducing(c: ncclComm_t, dt: ncclDataType_t, op: ncclRedOp_t) -> Result<(Arc<C
     Ok((c, dt, op))
 }
 
+/// The identity op for collectives that do not reduce.
+const NO_OP: ResolvedOp = ResolvedOp { op: RedOp::Sum, scalar: 0, scalar_ptr: 0 };
+
+/// Rejects counts whose byte size (times the rank count, for per-rank counts) overflows.
+fn size_check(c: &Comm, count: usize, dt: DataType, per_rank: bool) -> Result<()> {
+    let n = if per_rank { c.nranks as u64 } else { 1 };
+    (count as u64)
+        .checked_mul(dt.size() as u64)
+        .and_then(|b| b.checked_mul(n))
+        .map(|_| ())
+        .ok_or_else(|| Error::invalid_argument(format!("count {count} is too large")))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn submit(
+    c: Arc<Comm>,
+    coll: Coll,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: DataType,
+    op: ResolvedOp,
+    root: c_int,
+    stream: cudaStream_t,
+) -> Result<()> {
+    group::submit(Deferred::Coll(CollTask {
+        comm: c,
+        coll,
+        send: send as u64,
+        recv: recv as u64,
+        count: count as u64,
+        dtype,
+        op,
+        root,
+        stream: stream as cu::CUstream,
+    }))
+}
+
 /// Reduces `count` elements across all ranks, result on every rank (in place if send == recv).
 #[no_mangle]
 pub extern "C" fn ncclAllReduce(
@@ -76,24 +115,17 @@ pub extern "C" fn ncclAllReduce(
 ) -> ncclResult_t {
     call_grouped("ncclAllReduce", || {
         let (c, dt, op) = reducing(comm, datatype, op)?;
+        size_check(&c, count, dt, false)?;
         if count == 0 {
             return Ok(());
         }
         pointer_check(&c, sendbuff, "sendbuff")?;
         pointer_check(&c, recvbuff, "recvbuff")?;
-        group::submit(Deferred::Coll(CollTask {
-            comm: c,
-            coll: Coll::AllReduce,
-            send: sendbuff as u64,
-            recv: recvbuff as u64,
-            count: count as u64,
-            dtype: dt,
-            op,
-            stream: stream as cu::CUstream,
-        }))
+        submit(c, Coll::AllReduce, sendbuff, recvbuff, count, dt, op, 0, stream)
     })
 }
 
+/// Reduces into `root`'s recvbuff; other ranks' recvbuff is never written and may be NULL.
 #[no_mangle]
 pub extern "C" fn ncclReduce(
     sendbuff: *const c_void,
@@ -106,13 +138,21 @@ pub extern "C" fn ncclReduce(
     stream: cudaStream_t,
 ) -> ncclResult_t {
     call_grouped("ncclReduce", || {
-        let _ = (sendbuff, recvbuff, count, stream);
-        let (c, _, _) = reducing(comm, datatype, op)?;
+        let (c, dt, op) = reducing(comm, datatype, op)?;
         root_check(&c, root, "root")?;
-        Err(not_yet("ncclReduce"))
+        size_check(&c, count, dt, false)?;
+        if count == 0 {
+            return Ok(());
+        }
+        pointer_check(&c, sendbuff, "sendbuff")?;
+        if c.rank == root as usize {
+            pointer_check(&c, recvbuff, "recvbuff")?;
+        }
+        submit(c, Coll::Reduce, sendbuff, recvbuff, count, dt, op, root, stream)
     })
 }
 
+/// In-place broadcast (deprecated NCCL API): ncclBroadcast(buff, buff, ...).
 #[no_mangle]
 pub extern "C" fn ncclBcast(
     buff: *mut c_void,
@@ -122,15 +162,10 @@ pub extern "C" fn ncclBcast(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclBcast", || {
-        let _ = (buff, count, stream);
-        let c = comm_arg(comm)?;
-        dtype(datatype)?;
-        root_check(&c, root, "root")?;
-        Err(not_yet("ncclBcast"))
-    })
+    call_grouped("ncclBcast", || broadcast(buff, buff, count, datatype, root, comm, stream))
 }
 
+/// Copies `root`'s sendbuff to every rank's recvbuff; sendbuff is ignored off the root.
 #[no_mangle]
 pub extern "C" fn ncclBroadcast(
     sendbuff: *const c_void,
@@ -141,15 +176,33 @@ pub extern "C" fn ncclBroadcast(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclBroadcast", || {
-        let _ = (sendbuff, recvbuff, count, stream);
-        let c = comm_arg(comm)?;
-        dtype(datatype)?;
-        root_check(&c, root, "root")?;
-        Err(not_yet("ncclBroadcast"))
-    })
+    call_grouped("ncclBroadcast", || broadcast(sendbuff, recvbuff, count, datatype, root, comm, stream))
 }
 
+fn broadcast(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> Result<()> {
+    let c = comm_arg(comm)?;
+    let dt = dtype(datatype)?;
+    root_check(&c, root, "root")?;
+    size_check(&c, count, dt, false)?;
+    if count == 0 {
+        return Ok(());
+    }
+    if c.rank == root as usize {
+        pointer_check(&c, sendbuff, "sendbuff")?;
+    }
+    pointer_check(&c, recvbuff, "recvbuff")?;
+    submit(c, Coll::Broadcast, sendbuff, recvbuff, count, dt, NO_OP, root, stream)
+}
+
+/// Reduces across ranks and leaves block i of the result on rank i (`recvcount` elements each).
 #[no_mangle]
 pub extern "C" fn ncclReduceScatter(
     sendbuff: *const c_void,
@@ -161,12 +214,18 @@ pub extern "C" fn ncclReduceScatter(
     stream: cudaStream_t,
 ) -> ncclResult_t {
     call_grouped("ncclReduceScatter", || {
-        let _ = (sendbuff, recvbuff, recvcount, stream);
-        reducing(comm, datatype, op)?;
-        Err(not_yet("ncclReduceScatter"))
+        let (c, dt, op) = reducing(comm, datatype, op)?;
+        size_check(&c, recvcount, dt, true)?;
+        if recvcount == 0 {
+            return Ok(());
+        }
+        pointer_check(&c, sendbuff, "sendbuff")?;
+        pointer_check(&c, recvbuff, "recvbuff")?;
+        submit(c, Coll::ReduceScatter, sendbuff, recvbuff, recvcount, dt, op, 0, stream)
     })
 }
 
+/// Gathers `sendcount` elements from every rank into recvbuff, rank i's at offset i*sendcount.
 #[no_mangle]
 pub extern "C" fn ncclAllGather(
     sendbuff: *const c_void,
@@ -177,13 +236,20 @@ pub extern "C" fn ncclAllGather(
     stream: cudaStream_t,
 ) -> ncclResult_t {
     call_grouped("ncclAllGather", || {
-        let _ = (sendbuff, recvbuff, sendcount, stream);
-        comm_arg(comm)?;
-        dtype(datatype)?;
-        Err(not_yet("ncclAllGather"))
+        let c = comm_arg(comm)?;
+        let dt = dtype(datatype)?;
+        size_check(&c, sendcount, dt, true)?;
+        if sendcount == 0 {
+            return Ok(());
+        }
+        pointer_check(&c, sendbuff, "sendbuff")?;
+        pointer_check(&c, recvbuff, "recvbuff")?;
+        submit(c, Coll::AllGather, sendbuff, recvbuff, sendcount, dt, NO_OP, 0, stream)
     })
 }
 
+/// Block j of every rank's sendbuff goes to rank j, landing at block i of its recvbuff for
+/// sender i. There is no in-place form; send == recv gives undefined data but never a fault.
 #[no_mangle]
 pub extern "C" fn ncclAlltoAll(
     sendbuff: *const c_void,
@@ -194,13 +260,19 @@ pub extern "C" fn ncclAlltoAll(
     stream: cudaStream_t,
 ) -> ncclResult_t {
     call_grouped("ncclAlltoAll", || {
-        let _ = (sendbuff, recvbuff, count, stream);
-        comm_arg(comm)?;
-        dtype(datatype)?;
-        Err(not_yet("ncclAlltoAll"))
+        let c = comm_arg(comm)?;
+        let dt = dtype(datatype)?;
+        size_check(&c, count, dt, true)?;
+        if count == 0 {
+            return Ok(());
+        }
+        pointer_check(&c, sendbuff, "sendbuff")?;
+        pointer_check(&c, recvbuff, "recvbuff")?;
+        submit(c, Coll::AlltoAll, sendbuff, recvbuff, count, dt, NO_OP, 0, stream)
     })
 }
 
+/// Every rank's `count` elements go to `root`, rank i's at offset i*count of its recvbuff.
 #[no_mangle]
 pub extern "C" fn ncclGather(
     sendbuff: *const c_void,
@@ -212,14 +284,22 @@ pub extern "C" fn ncclGather(
     stream: cudaStream_t,
 ) -> ncclResult_t {
     call_grouped("ncclGather", || {
-        let _ = (sendbuff, recvbuff, count, stream);
         let c = comm_arg(comm)?;
-        dtype(datatype)?;
+        let dt = dtype(datatype)?;
         root_check(&c, root, "root")?;
-        Err(not_yet("ncclGather"))
+        size_check(&c, count, dt, true)?;
+        if count == 0 {
+            return Ok(());
+        }
+        pointer_check(&c, sendbuff, "sendbuff")?;
+        if c.rank == root as usize {
+            pointer_check(&c, recvbuff, "recvbuff")?;
+        }
+        submit(c, Coll::Gather, sendbuff, recvbuff, count, dt, NO_OP, root, stream)
     })
 }
 
+/// Block i of `root`'s sendbuff goes to rank i's recvbuff; sendbuff is ignored off the root.
 #[no_mangle]
 pub extern "C" fn ncclScatter(
     sendbuff: *const c_void,
@@ -231,10 +311,17 @@ pub extern "C" fn ncclScatter(
     stream: cudaStream_t,
 ) -> ncclResult_t {
     call_grouped("ncclScatter", || {
-        let _ = (sendbuff, recvbuff, count, stream);
         let c = comm_arg(comm)?;
-        dtype(datatype)?;
+        let dt = dtype(datatype)?;
         root_check(&c, root, "root")?;
-        Err(not_yet("ncclScatter"))
+        size_check(&c, count, dt, true)?;
+        if count == 0 {
+            return Ok(());
+        }
+        if c.rank == root as usize {
+            pointer_check(&c, sendbuff, "sendbuff")?;
+        }
+        pointer_check(&c, recvbuff, "recvbuff")?;
+        submit(c, Coll::Scatter, sendbuff, recvbuff, count, dt, NO_OP, root, stream)
     })
 }

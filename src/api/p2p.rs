@@ -1,11 +1,40 @@
-//! Point-to-point operations.
+//! Point-to-point operations. A group's sends and receives on one communicator run as one
+//! launch at the group's end (after its collectives); outside a group each runs alone. Counts of
+//! 0 are enqueued like any other (applications rely on it).
 
 use std::ffi::{c_int, c_void};
 
-use super::coll::{dtype, root_check};
+use super::coll::{dtype, pointer_check, root_check};
 use super::types::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclResult_t};
-use super::{call_grouped, comm_arg, not_yet};
+use super::{call_grouped, comm_arg};
+use crate::enqueue::P2pOp;
+use crate::error::{Error, Result};
+use crate::gpu::cu;
+use crate::group::{self, Deferred};
 
+fn p2p(
+    is_send: bool,
+    buf: *const c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    peer: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> Result<()> {
+    let c = comm_arg(comm)?;
+    let dt = dtype(datatype)?;
+    root_check(&c, peer, "peer")?;
+    let bytes = (count as u64)
+        .checked_mul(dt.size() as u64)
+        .ok_or_else(|| Error::invalid_argument(format!("count {count} is too large")))?;
+    if count > 0 {
+        pointer_check(&c, buf, if is_send { "sendbuff" } else { "recvbuff" })?;
+    }
+    let op = P2pOp { is_send, peer: peer as usize, buf: buf as u64, bytes, stream: stream as cu::CUstream };
+    group::submit(Deferred::P2p(c, op))
+}
+
+/// Sends `count` elements to `peer`, which posts a matching ncclRecv.
 #[no_mangle]
 pub extern "C" fn ncclSend(
     sendbuff: *const c_void,
@@ -15,15 +44,10 @@ pub extern "C" fn ncclSend(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclSend", || {
-        let _ = (sendbuff, count, stream);
-        let c = comm_arg(comm)?;
-        dtype(datatype)?;
-        root_check(&c, peer, "peer")?;
-        Err(not_yet("ncclSend"))
-    })
+    call_grouped("ncclSend", || p2p(true, sendbuff, count, datatype, peer, comm, stream))
 }
 
+/// Receives `count` elements from `peer`, which posts a matching ncclSend.
 #[no_mangle]
 pub extern "C" fn ncclRecv(
     recvbuff: *mut c_void,
@@ -33,11 +57,5 @@ pub extern "C" fn ncclRecv(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclRecv", || {
-        let _ = (recvbuff, count, stream);
-        let c = comm_arg(comm)?;
-        dtype(datatype)?;
-        root_check(&c, peer, "peer")?;
-        Err(not_yet("ncclRecv"))
-    })
+    call_grouped("ncclRecv", || p2p(false, recvbuff, count, datatype, peer, comm, stream))
 }

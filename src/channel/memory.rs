@@ -34,9 +34,11 @@ impl SharedLayout {
     }
 }
 
-/// Private buffer layout: LL flags, expected semaphore counts, then the DevComm itself.
+/// Private buffer layout: LL flags (u32 per block and peer), expected semaphore counts, then the
+/// DevComm itself.
 const FLAGS_OFF: u64 = 0;
-const EXPECTED_OFF: u64 = 4096;
+const FLAGS_BYTES: u64 = (OX_MAX_BLOCKS * OX_MAX_RANKS * 4) as u64;
+const EXPECTED_OFF: u64 = FLAGS_BYTES;
 const DEVCOMM_OFF: u64 = EXPECTED_OFF + SEM_BYTES;
 const PRIVATE_BYTES: u64 = DEVCOMM_OFF + std::mem::size_of::<DevComm>() as u64;
 
@@ -105,7 +107,7 @@ impl MemoryChannels {
         let shared = DeviceBuffer::zeroed(dev, layout.total as usize)?;
         let private = DeviceBuffer::zeroed(dev, PRIVATE_BYTES as usize)?;
         // LL flags start at 1: a zeroed scratch must never look like a packet of the first call.
-        private.fill_u32(FLAGS_OFF as usize, 1, OX_MAX_BLOCKS)?;
+        private.fill_u32(FLAGS_OFF as usize, 1, OX_MAX_BLOCKS * OX_MAX_RANKS)?;
 
         let needs_ipc = peers.iter().any(|p| !p.same_process(&peers[me]));
         let ipc_handle = if needs_ipc { Some(ipc::export(dev, shared.ptr)?) } else { None };
@@ -211,6 +213,6 @@ mod tests {
             assert!(l.sem_off + SEM_BYTES <= l.total);
             assert_eq!(l.rs_off % 16, 0);
         }
-        assert!(EXPECTED_OFF >= (OX_MAX_BLOCKS * 4) as u64);
+        const { assert!(EXPECTED_OFF >= FLAGS_OFF + FLAGS_BYTES) };
     }
 }

@@ -29,11 +29,33 @@ unsafe impl Sync for Kernel {}
 pub struct Module {
     _raw: cu::CUmodule,
     allreduce: Vec<Kernel>,
+    reducescatter: Vec<Kernel>,
+    reduce: Vec<Kernel>,
+    exchange: Kernel,
 }
 
 // SAFETY: module handles are immutable after load and usable from any thread.
 unsafe impl Send for Module {}
 unsafe impl Sync for Module {}
+
+/// Kernel variants of a typed family, in table order.
+const LL_PUT: [&str; 2] = ["ll", "put"];
+
+fn typed_table(raw: cu::CUmodule, prefix: &str, variants: &[&str]) -> Result<Vec<Kernel>> {
+    let mut t = Vec::with_capacity(variants.len() * DataType::COUNT * RedOp::COUNT);
+    for v in variants {
+        for dt in DataType::ALL {
+            for op in RedOp::ALL {
+                t.push(function(raw, &format!("{prefix}_{v}_{}_{}", dt.name(), op.name()))?);
+            }
+        }
+    }
+    Ok(t)
+}
+
+fn typed_index(variant: usize, dt: DataType, op: RedOp) -> usize {
+    (variant * DataType::COUNT + dt as usize) * RedOp::COUNT + op as usize
+}
 
 impl Module {
     /// Loads the fatbin into `dev`'s context (which the caller made current).
@@ -42,21 +64,31 @@ impl Module {
         // SAFETY: FATBIN is a complete fatbin image that lives for the whole program.
         check(unsafe { cu::cuModuleLoadData(&mut raw, FATBIN.0.as_ptr().cast()) }, "cuModuleLoadData")
             .map_err(|e| e.context(format!("loading oxccl kernels on device {} (sm_{}{})", dev.ordinal, dev.cc_major, dev.cc_minor)))?;
-        let mut allreduce = Vec::with_capacity(AllReduceAlgo::ALL.len() * DataType::COUNT * RedOp::COUNT);
-        for algo in AllReduceAlgo::ALL {
-            for dt in DataType::ALL {
-                for op in RedOp::ALL {
-                    let name = format!("ox_allreduce_{}_{}_{}", algo.name(), dt.name(), op.name());
-                    allreduce.push(function(raw, &name)?);
-                }
-            }
-        }
-        Ok(Module { _raw: raw, allreduce })
+        let algos: Vec<&str> = AllReduceAlgo::ALL.iter().map(|a| a.name()).collect();
+        Ok(Module {
+            _raw: raw,
+            allreduce: typed_table(raw, "ox_allreduce", &algos)?,
+            reducescatter: typed_table(raw, "ox_reducescatter", &LL_PUT)?,
+            reduce: typed_table(raw, "ox_reduce", &LL_PUT)?,
+            exchange: function(raw, "ox_exchange")?,
+        })
     }
 
     pub fn allreduce(&self, algo: AllReduceAlgo, dt: DataType, op: RedOp) -> Kernel {
-        let i = (algo as usize * DataType::COUNT + dt as usize) * RedOp::COUNT + op as usize;
-        self.allreduce[i]
+        self.allreduce[typed_index(algo as usize, dt, op)]
+    }
+
+    /// `put`: the put-round variant, else the packet one.
+    pub fn reducescatter(&self, put: bool, dt: DataType, op: RedOp) -> Kernel {
+        self.reducescatter[typed_index(put as usize, dt, op)]
+    }
+
+    pub fn reduce(&self, put: bool, dt: DataType, op: RedOp) -> Kernel {
+        self.reduce[typed_index(put as usize, dt, op)]
+    }
+
+    pub fn exchange(&self) -> Kernel {
+        self.exchange
     }
 }
 

@@ -6,8 +6,10 @@
 //! counts; optionally the same through CUDA graphs replayed with fresh data. Exit status 0 only if
 //! every result is right.
 //!
-//! Usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick]
+//! Usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls]
+//! (--colls: the other collectives and send/recv instead of AllReduce; see colls.rs)
 
+mod colls;
 mod values;
 
 use std::ffi::c_void;
@@ -28,10 +30,11 @@ struct Opts {
     max_count: usize,
     graph: bool,
     quick: bool,
+    colls: bool,
 }
 
 fn opts() -> Result<Opts, String> {
-    let mut o = Opts { ranks: 0, max_count: 1 << 22, graph: false, quick: false };
+    let mut o = Opts { ranks: 0, max_count: 1 << 22, graph: false, quick: false, colls: false };
     let mut a = std::env::args().skip(1);
     while let Some(x) = a.next() {
         let mut val = || a.next().ok_or_else(|| format!("{x} needs a value"));
@@ -40,8 +43,9 @@ fn opts() -> Result<Opts, String> {
             "--max-count" => o.max_count = val()?.parse().map_err(|e| format!("--max-count: {e}"))?,
             "--graph" => o.graph = true,
             "--quick" => o.quick = true,
+            "--colls" => o.colls = true,
             "-h" | "--help" => {
-                println!("usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick]");
+                println!("usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls]");
                 std::process::exit(0)
             }
             _ => return Err(format!("unknown argument {x}")),
@@ -50,11 +54,11 @@ fn opts() -> Result<Opts, String> {
     Ok(o)
 }
 
-fn ck(rc: cu::CUresult, what: &str) -> Result<(), String> {
+pub(crate) fn ck(rc: cu::CUresult, what: &str) -> Result<(), String> {
     gpu::check(rc, what).map_err(|e| e.msg)
 }
 
-fn nccl(rc: ResultCode, what: &str) -> Result<(), String> {
+pub(crate) fn nccl(rc: ResultCode, what: &str) -> Result<(), String> {
     if rc == ResultCode::Success {
         return Ok(());
     }
@@ -63,12 +67,12 @@ fn nccl(rc: ResultCode, what: &str) -> Result<(), String> {
     Err(format!("{what} failed: {rc:?} ({})", last.to_string_lossy()))
 }
 
-struct Rank {
-    dev: &'static Device,
-    comm: ncclComm_t,
-    stream: cu::CUstream,
-    send: cu::CUdeviceptr,
-    recv: cu::CUdeviceptr,
+pub(crate) struct Rank {
+    pub(crate) dev: &'static Device,
+    pub(crate) comm: ncclComm_t,
+    pub(crate) stream: cu::CUstream,
+    pub(crate) send: cu::CUdeviceptr,
+    pub(crate) recv: cu::CUdeviceptr,
     scalar: cu::CUdeviceptr,
 }
 
@@ -124,6 +128,13 @@ fn run(o: &Opts, ngpu: usize) -> Result<usize, String> {
     nccl(ncclGroupEnd(), "ncclGroupEnd (init)")?;
     println!("oxccl-gpu-check: {nranks} ranks on {ngpu} GPU(s), counts up to {}", o.max_count);
 
+    if o.colls {
+        let bad = colls::check_all(&ranks, o.max_count, o.quick);
+        for rk in &ranks {
+            nccl(ncclCommDestroy(rk.comm), "ncclCommDestroy")?;
+        }
+        return Ok(bad);
+    }
     let mut counts: Vec<usize> = vec![1, 2, 3, 5, 8, 13, 100, 257, 1000, 4099, 65537, 262147, 1048583, 4194319];
     if o.quick {
         counts = vec![1, 7, 1000, 65537, 1048583];

@@ -1,0 +1,112 @@
+// The exchange kernel: moves bytes between this rank and any set of peers, in both directions,
+// plus local copies. It serves every non-reducing operation: AllGather, Broadcast, AlltoAll,
+// Gather, Scatter and grouped Send/Recv (the host turns each into transfer lists, see
+// src/algo/exchange.rs). Per peer, the host picks one mode that both sides of the pair derive
+// from the pair's own byte counts, so they always agree:
+//   LL / LL_ACK - LL16 packets into the peer's LL scratch slot for this rank; LL_ACK pairs (data
+//                 flows one way) end with a per-block acknowledgement so the sender can never run
+//                 two launches ahead and overwrite packets not yet read;
+//   PUT         - puts through the put scratch in rounds: in round k, block b moves bytes
+//                 [(k*nb + b)*chunk, +chunk) of the pair's stream; one semaphore sync per round
+//                 with that peer; rounds alternate between the two scratch areas, so a peer's
+//                 round k+2 writes (after the round k+1 sync) never hit data still being read.
+//                 A final sync keeps the next launch's round 0 away from this launch's last reads.
+// Every launch of this kernel on a communicator uses the same grid and block size on every rank
+// (the host guarantees it), so block b on one side always pairs with block b on the other.
+#include "common.cuh"
+#include "ll_flags.cuh"
+#include "memory_channel.cuh"
+
+extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(ExchangeArgs a) {
+  const DevComm& c = *reinterpret_cast<const DevComm*>(a.comm);
+  const int me = c.rank, n = c.nranks;
+  AbortState ab(c.abort_flag);
+  __shared__ uint32_t flags[OX_MAX_RANKS];
+  __shared__ uint8_t ll_peer[OX_MAX_RANKS];
+  __shared__ uint8_t ack_peer[OX_MAX_RANKS];
+  __shared__ uint8_t put_peer[OX_MAX_RANKS];
+  if ((int)threadIdx.x < OX_MAX_RANKS) {
+    const uint8_t m = (int)threadIdx.x < n ? a.mode[threadIdx.x] : OX_MODE_NONE;
+    ll_peer[threadIdx.x] = m == OX_MODE_LL || m == OX_MODE_LL_ACK;
+    ack_peer[threadIdx.x] = m == OX_MODE_LL_ACK;
+    put_peer[threadIdx.x] = 0;
+  }
+  ox_ll_flags_load(c, flags);  // includes a __syncthreads
+  const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
+  const uint64_t ll_slot = (c.ll_half_bytes / (uint64_t)n) & ~15ull;
+
+  // 1. Local copies (a rank to itself); in place when source and destination coincide.
+  for (uint32_t k = 0; k < a.ncopy; ++k) {
+    const Xfer& x = a.copies[k];
+    if (x.src != x.dst) ox_copy(reinterpret_cast<char*>(x.dst), reinterpret_cast<const char*>(x.src), x.bytes, g, G, false);
+  }
+
+  // 2. Packet sends: never block, so every rank posts them before waiting on anyone.
+  for (uint32_t k = 0; k < a.nsend; ++k) {
+    const Xfer& x = a.sends[k];
+    if (!ll_peer[x.peer]) continue;
+    const uint32_t f = flags[x.peer];
+    char* base = reinterpret_cast<char*>(c.ll_scratch[x.peer]) + ox_ll_half_offset(c, f) + (uint64_t)me * ll_slot + x.off * 16;
+    const uint64_t npkt = ox_ceil_div(x.bytes, 8);
+    for (uint64_t i = g; i < npkt; i += G) ox_ll16_write(base + i * 16, ox_load8(reinterpret_cast<const char*>(x.src), i * 8, x.bytes), f);
+  }
+
+  // 3. Put rounds.
+  uint32_t max_rounds = 0;
+  for (int p = 0; p < n; ++p)
+    if (a.mode[p] == OX_MODE_PUT && a.rounds[p] > max_rounds) max_rounds = a.rounds[p];
+  if (max_rounds > 0) {
+    const uint32_t b = blockIdx.x, nb = gridDim.x;
+    const uint64_t rs_slot = c.rs_slot_bytes;
+    const uint64_t area_bytes = (uint64_t)c.rs_max_blocks * n * rs_slot;
+    const char* my_rs = reinterpret_cast<const char*>(c.rs_scratch[me]);
+    for (uint32_t k = 0; k < max_rounds; ++k) {
+      const uint64_t area = (k & 1u) * area_bytes;
+      for (uint32_t s = 0; s < a.nsend; ++s) {
+        const Xfer& x = a.sends[s];
+        const int p = x.peer;
+        if (a.mode[p] != OX_MODE_PUT || k >= a.rounds[p]) continue;
+        const uint64_t C = a.chunk[p];
+        const uint64_t o = ((uint64_t)k * nb + b) * C;
+        const uint64_t lo = o > x.off ? o : x.off;
+        const uint64_t hi = ox_min(o + C, x.off + x.bytes);
+        if (lo >= hi) continue;
+        char* dst = reinterpret_cast<char*>(c.rs_scratch[p]) + area + ((uint64_t)b * n + me) * rs_slot + (lo - o);
+        ox_copy(dst, reinterpret_cast<const char*>(x.src) + (lo - x.off), hi - lo, threadIdx.x, blockDim.x, false);
+      }
+      if ((int)threadIdx.x < n) put_peer[threadIdx.x] = a.mode[threadIdx.x] == OX_MODE_PUT && k < a.rounds[threadIdx.x];
+      ox_block_sync_masked(c, put_peer, ab);
+      for (uint32_t s = 0; s < a.nrecv; ++s) {
+        const Xfer& x = a.recvs[s];
+        const int p = x.peer;
+        if (a.mode[p] != OX_MODE_PUT || k >= a.rounds[p]) continue;
+        const uint64_t C = a.chunk[p];
+        const uint64_t o = ((uint64_t)k * nb + b) * C;
+        const uint64_t lo = o > x.off ? o : x.off;
+        const uint64_t hi = ox_min(o + C, x.off + x.bytes);
+        if (lo >= hi) continue;
+        const char* from = my_rs + area + ((uint64_t)b * n + p) * rs_slot + (lo - o);
+        ox_copy(reinterpret_cast<char*>(x.dst) + (lo - x.off), from, hi - lo, threadIdx.x, blockDim.x, true);
+      }
+    }
+    if ((int)threadIdx.x < n) put_peer[threadIdx.x] = a.mode[threadIdx.x] == OX_MODE_PUT && a.rounds[threadIdx.x] > 0;
+    ox_block_sync_masked(c, put_peer, ab);
+  }
+
+  // 4. Packet receives, in the same (thread -> packet) mapping the sender used.
+  const char* mine = reinterpret_cast<const char*>(c.ll_scratch[me]);
+  for (uint32_t k = 0; k < a.nrecv; ++k) {
+    const Xfer& x = a.recvs[k];
+    if (!ll_peer[x.peer]) continue;
+    const uint32_t f = flags[x.peer];
+    const char* base = mine + ox_ll_half_offset(c, f) + (uint64_t)x.peer * ll_slot + x.off * 16;
+    const uint64_t npkt = ox_ceil_div(x.bytes, 8);
+    for (uint64_t i = g; i < npkt; i += G) ox_store8(reinterpret_cast<char*>(x.dst), i * 8, x.bytes, ox_ll16_read(base + i * 16, f, ab));
+  }
+
+  // 5. One-directional packet pairs: this block's packets were read (receiver) or may now be
+  //    overwritten by the next launch (sender) once both sides' blocks b meet here.
+  ox_block_sync_masked(c, ack_peer, ab);
+  ox_ll_flags_advance(c, flags, ll_peer);
+}

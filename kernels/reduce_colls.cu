@@ -1,0 +1,131 @@
+// ReduceScatter and Reduce kernels (AllReduce's siblings; allreduce.cu holds the shared pieces).
+//   reducescatter_ll  - every rank writes chunk p of its input (pre-scaled) as LL16 packets to
+//                       rank p; each rank reduces its own chunk. All pairs exchange both ways, so
+//                       no acknowledgement is needed (see exchange.cu).
+//   reducescatter_put - the same through the put scratch in rounds: put, sync, reduce; rounds
+//                       alternate scratch areas and a final sync ends the launch (as exchange.cu).
+//   reduce_ll         - every rank but the root writes its input as packets to the root, which
+//                       reduces; the pairs are one-directional, so blocks end with an
+//                       acknowledgement and launches use the communicator's fixed grid.
+//   reduce_put        - AllReduce's put-based algorithm with the gather going to the root only.
+// As everywhere, results are reduced in rank order and each input's pre() is applied by its owner.
+#include "common.cuh"
+#include "instantiate.cuh"
+#include "ll_flags.cuh"
+#include "memory_channel.cuh"
+#include "reduce.cuh"
+#include "rsag.cuh"
+
+template <typename T, typename Op>
+OX_DEV void reducescatter_ll(const CollArgs& a) {
+  const DevComm& c = ox_comm(a);
+  const int me = c.rank, n = c.nranks;
+  AbortState ab(c.abort_flag);
+  __shared__ uint32_t flags[OX_MAX_RANKS];
+  ox_ll_flags_load(c, flags);
+  const uint64_t slot = (c.ll_half_bytes / (uint64_t)n) & ~15ull;
+  const uint64_t nbytes = a.count * sizeof(T);  // one rank's chunk
+  const uint64_t npkt = ox_ceil_div(nbytes, 8);
+  const char* src = reinterpret_cast<const char*>(a.send);
+  char* dst = reinterpret_cast<char*>(a.recv);
+  const char* mine = reinterpret_cast<const char*>(c.ll_scratch[me]);
+  const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
+  const Op op(a, n);
+
+  for (uint64_t t = g; t < (uint64_t)(n - 1) * npkt; t += G) {
+    const int q = (int)(t / npkt);
+    const uint64_t i = t - (uint64_t)q * npkt;
+    const int p = q < me ? q : q + 1;
+    const uint64_t v = ox_pre<T>(op, ox_load8(src + (uint64_t)p * nbytes, i * 8, nbytes));
+    ox_ll16_write(reinterpret_cast<char*>(c.ll_scratch[p]) + ox_ll_half_offset(c, flags[p]) + (uint64_t)me * slot + i * 16, v, flags[p]);
+  }
+  // In place, recv is this rank's chunk of send: each packet is read before it is written, by
+  // the same thread.
+  for (uint64_t i = g; i < npkt; i += G) {
+    uint64_t acc = 0;
+    for (int r = 0; r < n; ++r) {
+      const uint64_t x = r == me ? ox_pre<T>(op, ox_load8(src + (uint64_t)me * nbytes, i * 8, nbytes))
+                                 : ox_ll16_read(mine + ox_ll_half_offset(c, flags[r]) + (uint64_t)r * slot + i * 16, flags[r], ab);
+      acc = r == 0 ? x : ox_combine<T>(op, acc, x);
+    }
+    ox_store8(dst, i * 8, nbytes, ox_post<T>(op, acc));
+  }
+  ox_ll_flags_advance_all(c, flags);
+}
+
+template <typename T, typename Op>
+OX_DEV void reducescatter_put(const CollArgs& a) {
+  const DevComm& c = ox_comm(a);
+  const int me = c.rank, n = c.nranks;
+  AbortState ab(c.abort_flag);
+  const uint64_t count = a.count;  // per rank
+  const uint64_t S = a.chunk_elems;
+  const uint32_t b = blockIdx.x, nb = gridDim.x;
+  const uint64_t slot = c.rs_slot_bytes;
+  const uint64_t area_bytes = (uint64_t)c.rs_max_blocks * n * slot;
+  const char* my_rs = reinterpret_cast<const char*>(c.rs_scratch[me]);
+  const T* in = reinterpret_cast<const T*>(a.send);
+  T* out = reinterpret_cast<T*>(a.recv);
+  const Op op(a, n);
+  uint32_t k = 0;
+  for (uint64_t o = (uint64_t)b * S; o < count; o += (uint64_t)nb * S, ++k) {
+    const uint64_t area = (k & 1u) * area_bytes;
+    const uint64_t len = ox_min(S, count - o);
+    for (int j = 1; j < n; ++j) {
+      const int p = me + j < n ? me + j : me + j - n;
+      char* dst = reinterpret_cast<char*>(c.rs_scratch[p]) + area + ((uint64_t)b * n + me) * slot;
+      ox_copy_pre<T>(op, reinterpret_cast<T*>(dst), in + (uint64_t)p * count + o, len, threadIdx.x, blockDim.x);
+    }
+    ox_block_sync_peers(c, ab);
+    reduce_slice<T>(c, op, in + (uint64_t)me * count + o, out + o, my_rs + area + (uint64_t)b * n * slot, 0, b, len, kAgNone);
+  }
+  // Peers must be done reading this launch's slots before any next launch writes area 0 again.
+  ox_block_sync_peers(c, ab);
+}
+
+template <typename T, typename Op>
+OX_DEV void reduce_ll(const CollArgs& a) {
+  const DevComm& c = ox_comm(a);
+  const int me = c.rank, n = c.nranks, root = a.root;
+  AbortState ab(c.abort_flag);
+  __shared__ uint32_t flags[OX_MAX_RANKS];
+  __shared__ uint8_t pair[OX_MAX_RANKS];
+  if ((int)threadIdx.x < OX_MAX_RANKS) pair[threadIdx.x] = me == root ? (int)threadIdx.x != root : (int)threadIdx.x == root;
+  ox_ll_flags_load(c, flags);
+  const uint64_t slot = (c.ll_half_bytes / (uint64_t)n) & ~15ull;
+  const uint64_t nbytes = a.count * sizeof(T);
+  const uint64_t npkt = ox_ceil_div(nbytes, 8);
+  const char* src = reinterpret_cast<const char*>(a.send);
+  const char* mine = reinterpret_cast<const char*>(c.ll_scratch[me]);
+  const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
+  const Op op(a, n);
+  if (me != root) {
+    char* base = reinterpret_cast<char*>(c.ll_scratch[root]) + ox_ll_half_offset(c, flags[root]) + (uint64_t)me * slot;
+    for (uint64_t i = g; i < npkt; i += G) ox_ll16_write(base + i * 16, ox_pre<T>(op, ox_load8(src, i * 8, nbytes)), flags[root]);
+  } else {
+    char* dst = reinterpret_cast<char*>(a.recv);
+    for (uint64_t i = g; i < npkt; i += G) {
+      uint64_t acc = 0;
+      for (int r = 0; r < n; ++r) {
+        const uint64_t x = r == me ? ox_pre<T>(op, ox_load8(src, i * 8, nbytes))
+                                   : ox_ll16_read(mine + ox_ll_half_offset(c, flags[r]) + (uint64_t)r * slot + i * 16, flags[r], ab);
+        acc = r == 0 ? x : ox_combine<T>(op, acc, x);
+      }
+      ox_store8(dst, i * 8, nbytes, ox_post<T>(op, acc));
+    }
+  }
+  ox_block_sync_masked(c, pair, ab);  // one-directional pairs: acknowledge (see exchange.cu)
+  ox_ll_flags_advance(c, flags, pair);
+}
+
+template <typename T, typename Op>
+OX_DEV void reduce_put(const CollArgs& a) {
+  rsag_body<T, Op, true>(a);
+}
+
+OX_TYPED_KERNELS(ox_reducescatter_ll, reducescatter_ll)
+OX_TYPED_KERNELS(ox_reducescatter_put, reducescatter_put)
+OX_TYPED_KERNELS(ox_reduce_ll, reduce_ll)
+OX_TYPED_KERNELS(ox_reduce_put, reduce_put)

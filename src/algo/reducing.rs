@@ -1,0 +1,103 @@
+//! ReduceScatter and Reduce algorithm choice (kernels/reduce_colls.cu).
+
+use super::allreduce::{select_allreduce, AllReduceAlgo};
+use super::exchange::exchange_shape;
+use super::{Scratch, Topology, Tuning};
+use crate::device_abi::{OX_MODE_LL, OX_MODE_PUT};
+use crate::types::DataType;
+
+/// How one ReduceScatter or Reduce runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReducePlan {
+    /// OX_MODE_LL (packets) or OX_MODE_PUT (put rounds).
+    pub mode: u32,
+    pub grid: u32,
+    pub block: u32,
+    /// Elements per block per round (put mode).
+    pub chunk_elems: u64,
+}
+
+/// Largest ReduceScatter chunk or Reduce message moved as packets, unless tuned.
+const DEFAULT_REDUCE_LL_MAX_BYTES: u64 = 64 << 10;
+/// Smallest per-block slice of the put rounds (as AllReduce's).
+const MIN_SLICE_BYTES: u64 = 4096;
+
+fn ll_fits(bytes: u64, n: usize, s: &Scratch, t: &Tuning) -> bool {
+    let slot = (s.ll_half_bytes / n.max(1) as u64) & !15;
+    bytes.div_ceil(8) * 16 <= slot && bytes <= t.reduce_ll_max_bytes.unwrap_or(DEFAULT_REDUCE_LL_MAX_BYTES)
+}
+
+/// `count` is each rank's chunk (recvcount).
+pub fn select_reducescatter(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: &Tuning) -> ReducePlan {
+    let n = topo.nranks.max(1);
+    let es = dt.size() as u64;
+    let bytes = count * es;
+    if ll_fits(bytes, n, s, t) {
+        let threads = 512u32;
+        let work = bytes.div_ceil(8) * (n as u64 - 1).max(1);
+        let grid = work.div_ceil(threads as u64).clamp(4, 64) as u32;
+        return ReducePlan { mode: OX_MODE_LL as u32, grid, block: threads, chunk_elems: 0 };
+    }
+    let unit = (16 / es).max(1);
+    let cap = s.rs_max_blocks.min(topo.sm_count.max(1)).max(1) as u64;
+    let slot_elems = (s.rs_slot_bytes / es / unit * unit).max(unit);
+    let min_elems = (MIN_SLICE_BYTES / es).div_ceil(unit) * unit;
+    let spread = count.div_ceil(cap).div_ceil(unit) * unit;
+    let chunk = spread.max(min_elems).min(slot_elems);
+    let grid = count.div_ceil(chunk).clamp(1, cap) as u32;
+    ReducePlan { mode: OX_MODE_PUT as u32, grid, block: 1024, chunk_elems: chunk }
+}
+
+/// Reduce to a root: packets for small messages (one-directional pairs, so the communicator's
+/// fixed exchange grid), else AllReduce's put-based algorithm with the gather to the root only.
+pub fn select_reduce(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: &Tuning) -> ReducePlan {
+    let n = topo.nranks.max(1);
+    if ll_fits(count * dt.size() as u64, n, s, t) {
+        let (grid, block) = exchange_shape(topo, s);
+        return ReducePlan { mode: OX_MODE_LL as u32, grid, block, chunk_elems: 0 };
+    }
+    let forced = Tuning { allreduce_algo: Some(AllReduceAlgo::Rsag), ..t.clone() };
+    let p = select_allreduce(count, dt, topo, s, &forced);
+    ReducePlan { mode: OX_MODE_PUT as u32, grid: p.grid, block: p.block, chunk_elems: p.chunk_elems }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_is_packets_large_is_puts_within_scratch() {
+        let t = Tuning::default();
+        for n in [2usize, 3, 4, 8] {
+            let s = Scratch::for_ranks(n, &t);
+            let topo = Topology { nranks: n, sm_count: 132 };
+            for dt in DataType::ALL {
+                for count in [1u64, 7, 1000, 65537, 1 << 20, 100_000_003] {
+                    let rs = select_reducescatter(count, dt, &topo, &s, &t);
+                    let rd = select_reduce(count, dt, &topo, &s, &t);
+                    for p in [rs, rd] {
+                        if p.mode == OX_MODE_PUT as u32 {
+                            assert!(p.chunk_elems * dt.size() as u64 <= s.rs_slot_bytes);
+                            assert!(p.grid >= 1 && p.grid <= s.rs_max_blocks);
+                        } else {
+                            assert!(count * dt.size() as u64 <= DEFAULT_REDUCE_LL_MAX_BYTES);
+                        }
+                    }
+                }
+                assert_eq!(select_reducescatter(1, dt, &topo, &s, &t).mode, OX_MODE_LL as u32);
+                assert_eq!(select_reduce(100_000_003, dt, &topo, &s, &t).mode, OX_MODE_PUT as u32);
+            }
+        }
+    }
+
+    #[test]
+    fn reduce_packets_use_the_fixed_exchange_grid() {
+        let t = Tuning::default();
+        let s = Scratch::for_ranks(4, &t);
+        let topo = Topology { nranks: 4, sm_count: 132 };
+        let a = select_reduce(1, DataType::Float32, &topo, &s, &t);
+        let b = select_reduce(4096, DataType::Float32, &topo, &s, &t);
+        assert_eq!((a.grid, a.block), (b.grid, b.block));
+        assert_eq!((a.grid, a.block), exchange_shape(&topo, &s));
+    }
+}

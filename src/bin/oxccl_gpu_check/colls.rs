@@ -1,0 +1,280 @@
+//! Checks of every operation besides AllReduce: AllGather, ReduceScatter, Broadcast, Reduce,
+//! AlltoAll, Gather, Scatter and grouped Send/Recv (ring shift, all pairs, self, zero counts),
+//! in and out of place where NCCL defines it, against a host reference. Positions an operation
+//! must not write (a non-root's Reduce output) must keep their poison.
+
+use std::ffi::c_void;
+
+use oxccl::api::coll::{ncclAllGather, ncclAlltoAll, ncclBroadcast, ncclGather, ncclReduce, ncclReduceScatter, ncclScatter};
+use oxccl::api::group::{ncclGroupEnd, ncclGroupStart};
+use oxccl::api::p2p::{ncclRecv, ncclSend};
+use oxccl::gpu::{cu, CtxGuard};
+use oxccl::types::DataType;
+
+use super::values::{input_value, reduce, CheckOp, Codec, Value};
+use super::{ck, nccl, Rank};
+
+const POISON: u8 = 0xa5;
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    AllGather,
+    ReduceScatter(CheckOp),
+    Broadcast(usize),
+    Reduce(CheckOp, usize),
+    AlltoAll,
+    Gather(usize),
+    Scatter(usize),
+    Ring,
+    AllPairs,
+}
+
+fn op_raw(op: CheckOp) -> i32 {
+    op as i32
+}
+
+/// Element counts of each rank's send and receive buffers.
+fn sizes(k: Kind, n: usize, count: usize) -> (usize, usize) {
+    match k {
+        Kind::AllGather | Kind::Gather(_) => (count, n * count),
+        Kind::ReduceScatter(_) | Kind::Scatter(_) => (n * count, count),
+        Kind::AlltoAll | Kind::AllPairs => (n * count, n * count),
+        Kind::Broadcast(_) | Kind::Reduce(..) | Kind::Ring => (count, count),
+    }
+}
+
+/// Where rank r's send data sits when the operation runs in place: an element offset into its
+/// receive buffer (None: no in-place form).
+fn in_place_offset(k: Kind, r: usize, count: usize) -> Option<usize> {
+    match k {
+        Kind::AllGather => Some(r * count),
+        Kind::ReduceScatter(_) => Some(0), // recv = send + r*count: send starts r*count before recv
+        Kind::Broadcast(_) | Kind::Reduce(..) => Some(0),
+        Kind::Gather(root) if r == root => Some(r * count),
+        Kind::Scatter(root) if r == root => Some(0),
+        _ => None,
+    }
+}
+
+/// Expected receive buffer of rank r (None = must not be written).
+fn expect(k: Kind, dt: DataType, r: usize, n: usize, count: usize, inputs: &[Vec<Value>]) -> Vec<Option<Value>> {
+    let (_, rl) = sizes(k, n, count);
+    let mut out = vec![None; rl];
+    match k {
+        Kind::AllGather => {
+            for p in 0..n {
+                for i in 0..count {
+                    out[p * count + i] = Some(inputs[p][i]);
+                }
+            }
+        }
+        Kind::ReduceScatter(op) => {
+            for i in 0..count {
+                let xs: Vec<Value> = (0..n).map(|p| inputs[p][r * count + i]).collect();
+                out[i] = Some(reduce(dt, op, &xs));
+            }
+        }
+        Kind::Broadcast(root) => (0..count).for_each(|i| out[i] = Some(inputs[root][i])),
+        Kind::Reduce(op, root) => {
+            if r == root {
+                for i in 0..count {
+                    let xs: Vec<Value> = (0..n).map(|p| inputs[p][i]).collect();
+                    out[i] = Some(reduce(dt, op, &xs));
+                }
+            }
+        }
+        Kind::AlltoAll | Kind::AllPairs => {
+            for p in 0..n {
+                for i in 0..count {
+                    out[p * count + i] = Some(inputs[p][r * count + i]);
+                }
+            }
+        }
+        Kind::Gather(root) => {
+            if r == root {
+                for p in 0..n {
+                    for i in 0..count {
+                        out[p * count + i] = Some(inputs[p][i]);
+                    }
+                }
+            }
+        }
+        Kind::Scatter(root) => (0..count).for_each(|i| out[i] = Some(inputs[root][r * count + i])),
+        Kind::Ring => {
+            let from = (r + n - 1) % n;
+            (0..count).for_each(|i| out[i] = Some(inputs[from][i]));
+        }
+    }
+    out
+}
+
+fn launch(k: Kind, ranks: &[Rank], dt: DataType, count: usize, send: &[u64], recv: &[u64]) -> Result<(), String> {
+    let n = ranks.len();
+    let es = dt.size() as u64;
+    let d = dt as i32;
+    nccl(ncclGroupStart(), "ncclGroupStart")?;
+    let mut first = Ok(());
+    for (r, rk) in ranks.iter().enumerate() {
+        let (s, v, st) = (send[r] as *const c_void, recv[r] as *mut c_void, rk.stream.cast());
+        let res = match k {
+            Kind::AllGather => nccl(ncclAllGather(s, v, count, d, rk.comm, st), "ncclAllGather"),
+            Kind::ReduceScatter(op) => nccl(ncclReduceScatter(s, v, count, d, op_raw(op), rk.comm, st), "ncclReduceScatter"),
+            Kind::Broadcast(root) => nccl(ncclBroadcast(s, v, count, d, root as i32, rk.comm, st), "ncclBroadcast"),
+            Kind::Reduce(op, root) => {
+                // Non-roots pass a NULL output when out of place: it must never be touched.
+                let v = if r != root && send[r] != recv[r] { std::ptr::null_mut() } else { v };
+                nccl(ncclReduce(s, v, count, d, op_raw(op), root as i32, rk.comm, st), "ncclReduce")
+            }
+            Kind::AlltoAll => nccl(ncclAlltoAll(s, v, count, d, rk.comm, st), "ncclAlltoAll"),
+            Kind::Gather(root) => nccl(ncclGather(s, v, count, d, root as i32, rk.comm, st), "ncclGather"),
+            Kind::Scatter(root) => nccl(ncclScatter(s, v, count, d, root as i32, rk.comm, st), "ncclScatter"),
+            Kind::Ring => {
+                let (to, from) = ((r + 1) % n, (r + n - 1) % n);
+                nccl(ncclSend(s, count, d, to as i32, rk.comm, st), "ncclSend")
+                    .and(nccl(ncclRecv(v, count, d, from as i32, rk.comm, st), "ncclRecv"))
+            }
+            Kind::AllPairs => {
+                // Receives posted before sends on odd ranks: order within a group must not matter.
+                // Zero-byte messages to every other peer ride along, as PyTorch posts them.
+                let mut res = Ok(());
+                let order: Vec<usize> = if r % 2 == 1 { (0..n).rev().collect() } else { (0..n).collect() };
+                for p in order {
+                    let so = (send[r] + p as u64 * count as u64 * es) as *const c_void;
+                    let ro = (recv[r] + p as u64 * count as u64 * es) as *mut c_void;
+                    res = res
+                        .and(nccl(ncclRecv(ro, count, d, p as i32, rk.comm, st), "ncclRecv"))
+                        .and(nccl(ncclSend(so, count, d, p as i32, rk.comm, st), "ncclSend"))
+                        .and(nccl(ncclSend(so, 0, d, p as i32, rk.comm, st), "ncclSend(0)"))
+                        .and(nccl(ncclRecv(ro, 0, d, p as i32, rk.comm, st), "ncclRecv(0)"));
+                }
+                res
+            }
+        };
+        first = first.and(res);
+    }
+    let end = nccl(ncclGroupEnd(), "ncclGroupEnd");
+    first.and(end)
+}
+
+fn check_case(ranks: &[Rank], codec: &Codec, k: Kind, count: usize, in_place: bool, seed: u64) -> Result<(), String> {
+    let dt = codec.dt;
+    let es = dt.size();
+    let n = ranks.len();
+    let (sl, rl) = sizes(k, n, count);
+    let op = match k {
+        Kind::ReduceScatter(op) | Kind::Reduce(op, _) => op,
+        _ => CheckOp::Max, // inputs for data movement: any values
+    };
+    let mut inputs = Vec::with_capacity(n);
+    let (mut send, mut recv) = (Vec::new(), Vec::new());
+    for (r, rk) in ranks.iter().enumerate() {
+        let vals: Vec<Value> = (0..sl).map(|i| input_value(dt, op, r, i, seed)).collect();
+        let mut bytes = vec![0u8; sl * es];
+        for (i, v) in vals.iter().enumerate() {
+            match v {
+                Value::F(f) => codec.encode_float(*f, &mut bytes[i * es..]),
+                Value::I(x) => codec.encode_int(*x, &mut bytes[i * es..]),
+            }
+        }
+        let ip = if in_place { in_place_offset(k, r, count) } else { None };
+        // In-place ReduceScatter: recv = send + r*count, so send = recv - r*count (recv buffer
+        // placed r*count elements into the rank's big buffer).
+        let (s, v) = match (k, ip) {
+            (Kind::ReduceScatter(_), Some(_)) => (rk.recv, rk.recv + (r * count * es) as u64),
+            (Kind::Scatter(_), Some(_)) => (rk.recv, rk.recv + (r * count * es) as u64),
+            (_, Some(off)) => (rk.recv + (off * es) as u64, rk.recv),
+            (_, None) => (rk.send, rk.recv),
+        };
+        let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
+        // SAFETY: buffers hold max_count * 8 bytes, checked by the caller against n*count*es.
+        unsafe {
+            ck(cu::cuMemsetD8Async(rk.recv, POISON, (rl.max(sl) * es).max(rl * es + r * count * es), rk.stream), "cuMemsetD8Async")?;
+            ck(cu::cuMemcpyHtoDAsync_v2(s, bytes.as_ptr().cast(), bytes.len(), rk.stream), "cuMemcpyHtoDAsync")?;
+            ck(cu::cuStreamSynchronize(rk.stream), "cuStreamSynchronize")?;
+        }
+        inputs.push(vals);
+        send.push(s);
+        recv.push(v);
+    }
+    launch(k, ranks, dt, count, &send, &recv)?;
+    for (r, rk) in ranks.iter().enumerate() {
+        let want = expect(k, dt, r, n, count, &inputs);
+        let mut got = vec![0u8; rl * es];
+        let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
+        // SAFETY: synchronises the rank's stream, then reads back its receive buffer.
+        unsafe {
+            ck(cu::cuStreamSynchronize(rk.stream), "cuStreamSynchronize")?;
+            ck(cu::cuMemcpyDtoH_v2(got.as_mut_ptr().cast(), recv[r], got.len()), "cuMemcpyDtoH")?;
+        }
+        let mut wrong = 0usize;
+        let mut first = None;
+        for (i, w) in want.iter().enumerate() {
+            let b = &got[i * es..(i + 1) * es];
+            let ok = match w {
+                None => in_place || b.iter().all(|&x| x == POISON),
+                Some(v) => {
+                    let mut e = [0u8; 8];
+                    match v {
+                        Value::F(f) => codec.encode_float(*f, &mut e),
+                        Value::I(x) => codec.encode_int(*x, &mut e),
+                    }
+                    b == &e[..es]
+                }
+            };
+            if !ok {
+                wrong += 1;
+                first.get_or_insert(format!("element {i}: got {b:02x?}, expected {w:?}"));
+            }
+        }
+        if wrong > 0 {
+            return Err(format!("rank {r}: {wrong} of {rl} wrong; first {}", first.unwrap_or_default()));
+        }
+    }
+    Ok(())
+}
+
+/// Runs every case; returns the number of failures.
+pub fn check_all(ranks: &[Rank], max_count: usize, quick: bool) -> usize {
+    let n = ranks.len();
+    let mut counts: Vec<usize> = if quick { vec![1, 7, 1000, 65537, 300007] } else { vec![1, 2, 7, 100, 1000, 4099, 65537, 300007, 1048583] };
+    counts.retain(|&c| c * n <= max_count);
+    let dts = if quick { vec![DataType::Int8, DataType::Float32] } else { vec![DataType::Int8, DataType::Int32, DataType::Float32, DataType::Float64, DataType::Bfloat16] };
+    let last = n - 1;
+    let mut kinds = vec![
+        Kind::AllGather,
+        Kind::ReduceScatter(CheckOp::Sum),
+        Kind::ReduceScatter(CheckOp::PreMulDevice),
+        Kind::Broadcast(0),
+        Kind::Broadcast(last),
+        Kind::Reduce(CheckOp::Sum, 0),
+        Kind::Reduce(CheckOp::Max, last),
+        Kind::AlltoAll,
+        Kind::Gather(0),
+        Kind::Gather(last),
+        Kind::Scatter(0),
+        Kind::Scatter(last),
+        Kind::Ring,
+        Kind::AllPairs,
+    ];
+    kinds.retain(|k| !matches!(k, Kind::ReduceScatter(CheckOp::PreMulDevice)));
+    let mut bad = 0;
+    for dt in dts {
+        let codec = Codec::new(dt);
+        for &k in &kinds {
+            for &count in &counts {
+                for in_place in [false, true] {
+                    if in_place && in_place_offset(k, 0, count).is_none() && in_place_offset(k, last, count).is_none() {
+                        continue;
+                    }
+                    let seed = 0x9000 ^ (dt as u64) << 48 ^ (count as u64);
+                    if let Err(e) = check_case(ranks, &codec, k, count, in_place, seed) {
+                        bad += 1;
+                        println!("FAIL {k:?} {} count {count} {}: {e}", dt.name(), if in_place { "in-place" } else { "out-of-place" });
+                    }
+                }
+            }
+        }
+        println!("  colls {:<5} done", dt.name());
+    }
+    bad
+}
