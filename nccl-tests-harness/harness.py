@@ -40,8 +40,41 @@ def modes_for(ngpus, graph=True):
 CHECK_ARGS = ["-b", "8", "-e", "512M", "-f", "4", "-c", "1", "-d", "all", "-o", "all", "-n", "1", "-w", "0"]
 PERF_ARGS = ["-b", "8", "-e", "512M", "-f", "2", "-c", "0", "-n", "20", "-w", "5"]
 
+# Every nccl-tests binary, with the flags that exercise all of it.
+COLLS = {
+    "all_reduce_perf": ["-o", "all"],
+    "reduce_scatter_perf": ["-o", "all"],
+    "reduce_perf": ["-o", "all", "-r", "all"],
+    "broadcast_perf": ["-r", "all"],
+    "all_gather_perf": [],
+    "alltoall_perf": [],
+    "gather_perf": ["-r", "all"],
+    "scatter_perf": ["-r", "all"],
+    "sendrecv_perf": [],
+    "hypercube_perf": [],
+}
+COLL_CHECK_ARGS = ["-b", "8", "-e", "64M", "-f", "8", "-c", "1", "-d", "all", "-n", "1", "-w", "0"]
+
 def suite(name, ngpus):
     """(test binary, mode, args) triples."""
+    if name == "colls-check":
+        runs = []
+        for test, extra in COLLS.items():
+            for m in modes_for(ngpus):
+                runs.append((test, m, COLL_CHECK_ARGS + extra))
+            for n in (2, 4):
+                if n <= ngpus:
+                    m = mode(f"np{n}", n, mpi(n), [])
+                    runs.append((test, dict(m, name=f"np{n}-m4", extra=["-m", "4"]), COLL_CHECK_ARGS + extra))
+            runs.append((test, dict(mode("np2", 2, mpi(2), []), name="np2-u1", extra=["-u", "1"]), COLL_CHECK_ARGS + extra))
+        return runs
+    if name == "colls-perf":
+        runs = []
+        for test in COLLS:
+            for n in (2, 4):
+                if n <= ngpus:
+                    runs.append((test, mode(f"np{n}", n, mpi(n), []), PERF_ARGS + ["-d", "float"] + (["-o", "sum"] if "-o" in COLLS[test] else [])))
+        return runs
     if name == "allreduce-check":
         return [("all_reduce_perf", m, CHECK_ARGS) for m in modes_for(ngpus)]
     if name == "allreduce-perf":
@@ -64,26 +97,28 @@ def suite(name, ngpus):
         return runs
     raise SystemExit(f"unknown suite {name}")
 
-ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(-?\d+)\s+(.*)$")
+def _num(x):
+    try:
+        return float(x)
+    except ValueError:
+        return None
 
 def parse(text):
-    """Rows (size, type, op, oop/ip time, busbw, #wrong) and the out-of-bounds verdict."""
+    """Rows (size, type, op, out-of-place and in-place time, busbw, #wrong) and the
+    out-of-bounds verdict. Tests without a reduction (hypercube) print an empty redop column."""
     rows = []
     for line in text.splitlines():
-        m = ROW.match(line)
-        if not m:
+        f = line.split()
+        if not line.startswith(" ") or len(f) < 11 or not f[0].isdigit() or not f[1].isdigit():
             continue
-        rest = m.group(6).split()
-        def num(x):
-            try:
-                return float(x)
-            except ValueError:
-                return None
-        # out-of-place: time algbw busbw #wrong ; in-place: the same
-        if len(rest) >= 8:
-            rows.append({"bytes": int(m.group(1)), "type": m.group(3), "op": m.group(4),
-                         "oop_us": num(rest[0]), "oop_busbw": num(rest[2]), "oop_wrong": rest[3],
-                         "ip_us": num(rest[4]), "ip_busbw": num(rest[6]), "ip_wrong": rest[7]})
+        if re.fullmatch(r"-?\d+", f[3]):  # no redop: size count type root ...
+            f = f[:3] + ["-"] + f[3:]
+        rest = f[5:]
+        if len(rest) < 8:
+            continue
+        rows.append({"bytes": int(f[0]), "type": f[2], "op": f[3],
+                     "oop_us": _num(rest[0]), "oop_busbw": _num(rest[2]), "oop_wrong": rest[3],
+                     "ip_us": _num(rest[4]), "ip_busbw": _num(rest[6]), "ip_wrong": rest[7]})
     oob = re.search(r"Out of bounds values\s*:\s*(\d+)\s+(\S+)", text)
     return rows, (int(oob.group(1)) if oob else None)
 
@@ -127,6 +162,8 @@ def cmd_check(a):
             continue
         name = f"{test}-{m['name']}"
         print(f"[{i + 1}/{len(runs)}] {name} ...", end=" ", flush=True)
+        if os.path.exists(os.path.join(a.out, name + ".log")):
+            name += f"-{i}"
         r = run_one(a.bin, test, m, args, a.oxccl, a.nccl_libdir, a.timeout, os.path.join(a.out, name + ".log"))
         ok, wrong = verdict(r)
         failed += not ok
