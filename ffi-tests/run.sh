@@ -5,7 +5,7 @@
 #  2. every prototype has NCCL's exact type (prototypes.c, compile-time);
 #  3. the library exports exactly NCCL 2.28.9's dynamic symbols (expected/exported_symbols.txt),
 #     has soname libnccl.so.2 and needs no CUDA library at link time;
-#  4. behaviour.c / behaviour.cpp, linked as a NCCL application would be (-lnccl), pass.
+#  4. behaviour.c, compiled as C and as C++ and linked as a NCCL application would be (-lnccl), passes.
 # Usage: ffi-tests/run.sh [DIR containing liboxccl.so]   (default target/release)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,7 +26,7 @@ gcc -std=c11 -Wall -Werror "${inc[@]}" abi_facts.c -o "$out/facts_c"
 "$out/facts_c" | diff -u expected/abi_facts.txt -
 echo ok
 step "ABI facts (C++)"
-g++ -std=c++17 -Wall -Werror "${inc[@]}" abi_facts.cpp -o "$out/facts_cpp"
+g++ -x c++ -std=c++17 -Wall -Werror "${inc[@]}" abi_facts.c -o "$out/facts_cpp"
 "$out/facts_cpp" | diff -u expected/abi_facts.txt -
 echo ok
 
@@ -52,6 +52,6 @@ step "behaviour (C)"
 gcc -std=c11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" behaviour.c -L"$out/lib" -lnccl -o "$out/behaviour_c"
 LD_LIBRARY_PATH="$out/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$out/behaviour_c"
 step "behaviour (C++)"
-g++ -std=c++17 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" behaviour.cpp -L"$out/lib" -lnccl -o "$out/behaviour_cpp"
+g++ -x c++ -std=c++17 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" behaviour.c -x none -L"$out/lib" -lnccl -o "$out/behaviour_cpp"
 LD_LIBRARY_PATH="$out/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$out/behaviour_cpp"
 echo "ffi-tests: all passed"

@@ -225,6 +225,58 @@ pub extern "C" fn ncclReduceScatter(
     })
 }
 
+/// AllGather and AlltoAll: per-rank counts, no root, both buffers used on every rank.
+fn per_rank_movement(
+    coll: Coll,
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> Result<()> {
+    let c = comm_arg(comm)?;
+    let dt = dtype(datatype)?;
+    size_check(&c, count, dt, true)?;
+    if count == 0 {
+        return Ok(());
+    }
+    pointer_check(&c, sendbuff, "sendbuff")?;
+    pointer_check(&c, recvbuff, "recvbuff")?;
+    submit(c, coll, sendbuff, recvbuff, count, dt, NO_OP, 0, stream)
+}
+
+/// Gather and Scatter: per-rank counts; the root's many-block buffer (Gather's recvbuff,
+/// Scatter's sendbuff) is only used, and so only checked, on the root.
+#[allow(clippy::too_many_arguments)]
+fn rooted_movement(
+    coll: Coll,
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> Result<()> {
+    let c = comm_arg(comm)?;
+    let dt = dtype(datatype)?;
+    root_check(&c, root, "root")?;
+    size_check(&c, count, dt, true)?;
+    if count == 0 {
+        return Ok(());
+    }
+    let on_root = c.rank == root as usize;
+    // Scatter ignores sendbuff off the root; Gather's recvbuff is only the root's.
+    if coll != Coll::Scatter || on_root {
+        pointer_check(&c, sendbuff, "sendbuff")?;
+    }
+    if coll == Coll::Scatter || on_root {
+        pointer_check(&c, recvbuff, "recvbuff")?;
+    }
+    submit(c, coll, sendbuff, recvbuff, count, dt, NO_OP, root, stream)
+}
+
 /// Gathers `sendcount` elements from every rank into recvbuff, rank i's at offset i*sendcount.
 #[no_mangle]
 pub extern "C" fn ncclAllGather(
@@ -235,17 +287,7 @@ pub extern "C" fn ncclAllGather(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclAllGather", || {
-        let c = comm_arg(comm)?;
-        let dt = dtype(datatype)?;
-        size_check(&c, sendcount, dt, true)?;
-        if sendcount == 0 {
-            return Ok(());
-        }
-        pointer_check(&c, sendbuff, "sendbuff")?;
-        pointer_check(&c, recvbuff, "recvbuff")?;
-        submit(c, Coll::AllGather, sendbuff, recvbuff, sendcount, dt, NO_OP, 0, stream)
-    })
+    call_grouped("ncclAllGather", || per_rank_movement(Coll::AllGather, sendbuff, recvbuff, sendcount, datatype, comm, stream))
 }
 
 /// Block j of every rank's sendbuff goes to rank j, landing at block i of its recvbuff for
@@ -259,17 +301,7 @@ pub extern "C" fn ncclAlltoAll(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclAlltoAll", || {
-        let c = comm_arg(comm)?;
-        let dt = dtype(datatype)?;
-        size_check(&c, count, dt, true)?;
-        if count == 0 {
-            return Ok(());
-        }
-        pointer_check(&c, sendbuff, "sendbuff")?;
-        pointer_check(&c, recvbuff, "recvbuff")?;
-        submit(c, Coll::AlltoAll, sendbuff, recvbuff, count, dt, NO_OP, 0, stream)
-    })
+    call_grouped("ncclAlltoAll", || per_rank_movement(Coll::AlltoAll, sendbuff, recvbuff, count, datatype, comm, stream))
 }
 
 /// Every rank's `count` elements go to `root`, rank i's at offset i*count of its recvbuff.
@@ -283,20 +315,7 @@ pub extern "C" fn ncclGather(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclGather", || {
-        let c = comm_arg(comm)?;
-        let dt = dtype(datatype)?;
-        root_check(&c, root, "root")?;
-        size_check(&c, count, dt, true)?;
-        if count == 0 {
-            return Ok(());
-        }
-        pointer_check(&c, sendbuff, "sendbuff")?;
-        if c.rank == root as usize {
-            pointer_check(&c, recvbuff, "recvbuff")?;
-        }
-        submit(c, Coll::Gather, sendbuff, recvbuff, count, dt, NO_OP, root, stream)
-    })
+    call_grouped("ncclGather", || rooted_movement(Coll::Gather, sendbuff, recvbuff, count, datatype, root, comm, stream))
 }
 
 /// Block i of `root`'s sendbuff goes to rank i's recvbuff; sendbuff is ignored off the root.
@@ -310,18 +329,5 @@ pub extern "C" fn ncclScatter(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclScatter", || {
-        let c = comm_arg(comm)?;
-        let dt = dtype(datatype)?;
-        root_check(&c, root, "root")?;
-        size_check(&c, count, dt, true)?;
-        if count == 0 {
-            return Ok(());
-        }
-        if c.rank == root as usize {
-            pointer_check(&c, sendbuff, "sendbuff")?;
-        }
-        pointer_check(&c, recvbuff, "recvbuff")?;
-        submit(c, Coll::Scatter, sendbuff, recvbuff, count, dt, NO_OP, root, stream)
-    })
+    call_grouped("ncclScatter", || rooted_movement(Coll::Scatter, sendbuff, recvbuff, count, datatype, root, comm, stream))
 }
