@@ -270,7 +270,7 @@ impl Comm {
             nranks: self.nranks,
             sm_count: peers.iter().map(|p| p.sm_count.max(1) as u32).min().unwrap_or(1),
         };
-        let tuning = Tuning::from_env();
+        let tuning = Tuning::from_env()?;
         let scratch = Scratch::for_ranks(self.nranks, &tuning);
         let fp8_ok = peers.iter().all(|p| p.cc_major >= 9);
         let abort_flag = HostMapped::zeroed(dev, 64)?;

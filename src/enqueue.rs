@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::algo::envlists::Func;
 use crate::algo::{
     plan_exchange, select_allreduce, select_reduce, select_reducescatter, ExchangeSpec, LocalCopy, Transfer,
 };
@@ -85,12 +86,31 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(comm: &Comm, s
 
 /// Launches one collective on its stream.
 pub fn launch_task(t: &CollTask) -> Result<()> {
-    with_launch(&t.comm, t.stream, |r, _| match t.coll {
-        Coll::AllReduce => allreduce(r, t, t.count),
-        Coll::ReduceScatter => reducescatter(r, t),
-        Coll::Reduce => reduce(r, t),
-        _ => exchange(r, &coll_spec(t), t.stream),
+    with_launch(&t.comm, t.stream, |r, _| {
+        // NCCL_PROTO/NCCL_ALGO may leave a collective nothing to run.
+        let func = nccl_func(t.coll);
+        if let Some(f) = func {
+            r.tuning.allowed.for_func(f)?;
+        }
+        match t.coll {
+            Coll::AllReduce => allreduce(r, t, t.count),
+            Coll::ReduceScatter => reducescatter(r, t),
+            Coll::Reduce => reduce(r, t),
+            _ => exchange(r, &coll_spec(t), func, t.stream),
+        }
     })
+}
+
+/// The NCCL function name NCCL_PROTO/NCCL_ALGO use for a collective, if they cover it.
+fn nccl_func(c: Coll) -> Option<Func> {
+    match c {
+        Coll::AllReduce => Some(Func::AllReduce),
+        Coll::ReduceScatter => Some(Func::ReduceScatter),
+        Coll::Reduce => Some(Func::Reduce),
+        Coll::AllGather => Some(Func::AllGather),
+        Coll::Broadcast => Some(Func::Broadcast),
+        Coll::AlltoAll | Coll::Gather | Coll::Scatter => None,
+    }
 }
 
 /// Launches one communicator's point-to-point operations of a group as one kernel, on the first
@@ -136,7 +156,7 @@ pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
                 ls.done.wait_on(first.stream)?;
             }
         }
-        exchange(r, &spec, first.stream)?;
+        exchange(r, &spec, None, first.stream)?;
         if !graph && !others.is_empty() {
             ls.done.record(first.stream)?;
             for &s in &others {
@@ -200,13 +220,13 @@ fn coll_spec(t: &CollTask) -> ExchangeSpec {
     s
 }
 
-fn exchange(r: &Ready, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<()> {
+fn exchange(r: &Ready, spec: &ExchangeSpec, func: Option<Func>, stream: cu::CUstream) -> Result<()> {
     if spec.sends.is_empty() && spec.recvs.is_empty() && spec.copies.iter().all(|c| c.bytes >= LOCAL_COPY_MIN_BYTES) {
         // Nothing but large local copies (one rank, or sends to self): the copy engine.
         return spec.copies.iter().try_for_each(|c| local_copy(c.dst, c.src, c.bytes, stream));
     }
     let me = r.bootstrap.rank();
-    let mut plan = plan_exchange(me, spec, &r.topo, &r.scratch, &r.tuning)?;
+    let mut plan = plan_exchange(me, spec, func, &r.topo, &r.scratch, &r.tuning)?;
     plan.args.comm = r.dev_comm;
     nccl_trace!(Subsys::Coll, "exchange: {} sends, {} receives, {} copies", plan.args.nsend, plan.args.nrecv, plan.args.ncopy);
     launch(r.module.exchange(), plan.grid, plan.block, stream, &plan.args)

@@ -1,5 +1,6 @@
 //! AllReduce algorithm choice.
 
+use super::envlists::Func;
 use super::{Scratch, Topology, Tuning};
 use crate::device_abi::OX_MAX_BLOCKS;
 use crate::types::DataType;
@@ -106,16 +107,24 @@ pub fn select_allreduce(count: u64, dt: DataType, topo: &Topology, scratch: &Scr
     let oneshot_fits = bytes <= oneshot_capacity(scratch, n);
     let twophase_fits = bytes <= twophase_capacity(scratch, n);
 
+    // NCCL_PROTO: LL/LL128 stand for the packet algorithms, Simple for the put-based one. Where
+    // only packets are allowed but the message exceeds their scratch, the put-based algorithm runs.
+    let f = Func::AllReduce as usize;
+    let (packets_ok, puts_ok) = (t.allowed.packets[f], t.allowed.puts[f]);
     let forced = t.allreduce_algo.filter(|a| match a {
         AllReduceAlgo::OneShot => oneshot_fits,
         AllReduceAlgo::TwoPhase => twophase_fits,
         AllReduceAlgo::Rsag => true,
     });
     let algo = forced.unwrap_or_else(|| {
-        if oneshot_fits && bytes <= t.oneshot_max_bytes.unwrap_or_else(|| default_oneshot_max(n)) {
+        if !packets_ok {
+            AllReduceAlgo::Rsag
+        } else if oneshot_fits && bytes <= t.oneshot_max_bytes.unwrap_or_else(|| default_oneshot_max(n)) {
             AllReduceAlgo::OneShot
-        } else if twophase_fits && bytes <= t.twophase_max_bytes.unwrap_or_else(|| default_twophase_max(n)) {
+        } else if twophase_fits && (!puts_ok || bytes <= t.twophase_max_bytes.unwrap_or_else(|| default_twophase_max(n))) {
             AllReduceAlgo::TwoPhase
+        } else if oneshot_fits && !puts_ok {
+            AllReduceAlgo::OneShot
         } else {
             AllReduceAlgo::Rsag
         }
@@ -260,6 +269,17 @@ mod tests {
             let p = select_allreduce(count, DataType::Float32, &topo(1), &s, &t);
             assert_eq!(p.algo, AllReduceAlgo::OneShot);
         }
+    }
+
+    #[test]
+    fn nccl_proto_restricts_the_choice() {
+        let s = Scratch::for_ranks(4, &Tuning::default());
+        let simple = Tuning { allowed: super::super::envlists::Allowed::from_values(Some("Simple"), None).unwrap(), ..Default::default() };
+        assert_eq!(select_allreduce(2, DataType::Float32, &topo(4), &s, &simple).algo, AllReduceAlgo::Rsag);
+        let ll = Tuning { allowed: super::super::envlists::Allowed::from_values(Some("LL"), None).unwrap(), ..Default::default() };
+        assert_eq!(select_allreduce(200_000, DataType::Float32, &topo(4), &s, &ll).algo, AllReduceAlgo::TwoPhase);
+        // Beyond the packet scratch, the put-based algorithm is the only one that can run.
+        assert_eq!(select_allreduce(100 << 20, DataType::Float32, &topo(4), &s, &ll).algo, AllReduceAlgo::Rsag);
     }
 
     #[test]

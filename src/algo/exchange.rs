@@ -4,6 +4,7 @@
 //! of the pair know (a send's count equals the matching receive's), so both sides choose the same
 //! mode, offsets, chunk and rounds even when the rest of their transfer lists differ.
 
+use super::envlists::Func;
 use super::{Scratch, Topology, Tuning};
 use crate::device_abi::{
     ExchangeArgs, Xfer, OX_MAX_COPIES, OX_MAX_RANKS, OX_MAX_XFERS, OX_MODE_LL, OX_MODE_LL_ACK, OX_MODE_NONE,
@@ -60,7 +61,16 @@ fn align16(x: u64) -> u64 {
     x.div_ceil(16) * 16
 }
 
-pub fn plan_exchange(me: usize, spec: &ExchangeSpec, topo: &Topology, scratch: &Scratch, t: &Tuning) -> Result<ExchangePlan> {
+/// `func`: the collective this exchange implements, if NCCL_PROTO can name it (AllGather,
+/// Broadcast); point-to-point and AlltoAll/Gather/Scatter are not subject to it, as in NCCL.
+pub fn plan_exchange(
+    me: usize,
+    spec: &ExchangeSpec,
+    func: Option<Func>,
+    topo: &Topology,
+    scratch: &Scratch,
+    t: &Tuning,
+) -> Result<ExchangePlan> {
     let n = topo.nranks;
     if spec.sends.len() > OX_MAX_XFERS || spec.recvs.len() > OX_MAX_XFERS {
         return Err(Error::invalid_usage(format!(
@@ -83,6 +93,7 @@ pub fn plan_exchange(me: usize, spec: &ExchangeSpec, topo: &Topology, scratch: &
     let (grid, block) = exchange_shape(topo, scratch);
     let ll_slot = (scratch.ll_half_bytes / n.max(1) as u64) & !15;
     let ll_max = t.exchange_ll_max_bytes.unwrap_or(DEFAULT_LL_MAX_BYTES);
+    let (packets_ok, puts_ok) = func.map_or((true, true), |f| (t.allowed.packets[f as usize], t.allowed.puts[f as usize]));
     let mut a = ExchangeArgs::default();
 
     // Per-pair totals decide the mode.
@@ -106,7 +117,7 @@ pub fn plan_exchange(me: usize, spec: &ExchangeSpec, topo: &Topology, scratch: &
         let (s, r) = (send_bytes[p], recv_bytes[p]);
         a.mode[p] = if s == 0 && r == 0 {
             OX_MODE_NONE
-        } else if s.max(r) <= ll_max && send_pkts[p].max(recv_pkts[p]) * 16 <= ll_slot {
+        } else if packets_ok && (!puts_ok || s.max(r) <= ll_max) && send_pkts[p].max(recv_pkts[p]) * 16 <= ll_slot {
             // Both directions carry data: each side's receive waits for the other's packets,
             // so neither can run two launches ahead; otherwise acknowledge.
             if s > 0 && r > 0 {
@@ -181,9 +192,9 @@ mod tests {
             ..Default::default()
         };
         let r2 = ExchangeSpec { recvs: vec![Transfer { peer: 1, ptr: 0x4000, bytes: 100 }], ..Default::default() };
-        let p0 = plan_exchange(0, &r0, &topo, &s, &t).unwrap();
-        let p1 = plan_exchange(1, &r1, &topo, &s, &t).unwrap();
-        let p2 = plan_exchange(2, &r2, &topo, &s, &t).unwrap();
+        let p0 = plan_exchange(0, &r0, None, &topo, &s, &t).unwrap();
+        let p1 = plan_exchange(1, &r1, None, &topo, &s, &t).unwrap();
+        let p2 = plan_exchange(2, &r2, None, &topo, &s, &t).unwrap();
         assert_pair_agrees(&p0, 0, &p1, 1);
         assert_pair_agrees(&p1, 1, &p2, 2);
         assert_eq!(p0.args.mode[1], OX_MODE_PUT);
@@ -215,8 +226,8 @@ mod tests {
             ],
             ..Default::default()
         };
-        let pa = plan_exchange(0, &a, &topo, &s, &t).unwrap();
-        let pb = plan_exchange(1, &b, &topo, &s, &t).unwrap();
+        let pa = plan_exchange(0, &a, None, &topo, &s, &t).unwrap();
+        let pb = plan_exchange(1, &b, None, &topo, &s, &t).unwrap();
         assert_pair_agrees(&pa, 0, &pb, 1);
         assert_pair_agrees(&pb, 1, &pa, 0);
         assert_eq!(pa.args.mode[1], OX_MODE_LL, "both directions carry data");
@@ -231,7 +242,7 @@ mod tests {
             sends: vec![Transfer { peer: 3, ptr: 0, bytes: (1 << 20) + 3 }, Transfer { peer: 3, ptr: 0, bytes: 5 << 20 }],
             ..Default::default()
         };
-        let p = plan_exchange(0, &spec, &topo, &s, &t).unwrap();
+        let p = plan_exchange(0, &spec, None, &topo, &s, &t).unwrap();
         assert_eq!(p.args.mode[3], OX_MODE_PUT);
         assert_eq!(p.args.sends[1].off % 16, 0);
         assert!(p.args.chunk[3] as u64 <= s.rs_slot_bytes && p.args.chunk[3] % 16 == 0);
@@ -241,7 +252,7 @@ mod tests {
     fn too_many_transfers_is_invalid_usage() {
         let (topo, s, t) = setup(2);
         let spec = ExchangeSpec { sends: vec![Transfer { peer: 1, ptr: 0, bytes: 8 }; OX_MAX_XFERS + 1], ..Default::default() };
-        let e = plan_exchange(0, &spec, &topo, &s, &t).unwrap_err();
+        let e = plan_exchange(0, &spec, None, &topo, &s, &t).unwrap_err();
         assert_eq!(e.code, crate::error::ResultCode::InvalidUsage);
     }
 }

@@ -4,6 +4,7 @@
 
 mod allreduce;
 pub mod cost;
+pub mod envlists;
 mod exchange;
 mod reducing;
 mod tuning;

@@ -1,6 +1,7 @@
 //! ReduceScatter and Reduce algorithm choice (kernels/reduce_colls.cu).
 
 use super::allreduce::{select_allreduce, AllReduceAlgo};
+use super::envlists::Func;
 use super::exchange::exchange_shape;
 use super::{Scratch, Topology, Tuning};
 use crate::device_abi::{OX_MODE_LL, OX_MODE_PUT};
@@ -22,9 +23,14 @@ const DEFAULT_REDUCE_LL_MAX_BYTES: u64 = 64 << 10;
 /// Smallest per-block slice of the put rounds (as AllReduce's).
 const MIN_SLICE_BYTES: u64 = 4096;
 
-fn ll_fits(bytes: u64, n: usize, s: &Scratch, t: &Tuning) -> bool {
+/// Packets for `f`: allowed by NCCL_PROTO, within their scratch, and small enough (the size limit
+/// does not apply when NCCL_PROTO allows nothing else).
+fn ll_fits(f: Func, bytes: u64, n: usize, s: &Scratch, t: &Tuning) -> bool {
     let slot = (s.ll_half_bytes / n.max(1) as u64) & !15;
-    bytes.div_ceil(8) * 16 <= slot && bytes <= t.reduce_ll_max_bytes.unwrap_or(DEFAULT_REDUCE_LL_MAX_BYTES)
+    let i = f as usize;
+    t.allowed.packets[i]
+        && bytes.div_ceil(8) * 16 <= slot
+        && (!t.allowed.puts[i] || bytes <= t.reduce_ll_max_bytes.unwrap_or(DEFAULT_REDUCE_LL_MAX_BYTES))
 }
 
 /// `count` is each rank's chunk (recvcount).
@@ -32,7 +38,7 @@ pub fn select_reducescatter(count: u64, dt: DataType, topo: &Topology, s: &Scrat
     let n = topo.nranks.max(1);
     let es = dt.size() as u64;
     let bytes = count * es;
-    if ll_fits(bytes, n, s, t) {
+    if ll_fits(Func::ReduceScatter, bytes, n, s, t) {
         let threads = 512u32;
         let work = bytes.div_ceil(8) * (n as u64 - 1).max(1);
         let grid = work.div_ceil(threads as u64).clamp(4, 64) as u32;
@@ -52,7 +58,7 @@ pub fn select_reducescatter(count: u64, dt: DataType, topo: &Topology, s: &Scrat
 /// fixed exchange grid), else AllReduce's put-based algorithm with the gather to the root only.
 pub fn select_reduce(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: &Tuning) -> ReducePlan {
     let n = topo.nranks.max(1);
-    if ll_fits(count * dt.size() as u64, n, s, t) {
+    if ll_fits(Func::Reduce, count * dt.size() as u64, n, s, t) {
         let (grid, block) = exchange_shape(topo, s);
         return ReducePlan { mode: OX_MODE_LL as u32, grid, block, chunk_elems: 0 };
     }

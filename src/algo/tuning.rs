@@ -1,7 +1,9 @@
 //! Tuning overrides from the environment (read once per communicator). They exist to measure and
 //! tune the selector on real machines; every rank must see the same values.
 
+use super::envlists::Allowed;
 use crate::config::env;
+use crate::error::Result;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Tuning {
@@ -26,13 +28,18 @@ pub struct Tuning {
     /// OXCCL_RSAG_SLOT_BYTES / OXCCL_LL_HALF_BYTES: scratch geometry.
     pub rs_slot_bytes: Option<u64>,
     pub ll_half_bytes: Option<u64>,
+    /// NCCL_PROTO / NCCL_ALGO, per collective.
+    pub allowed: Allowed,
 }
 
 impl Tuning {
-    pub fn from_env() -> Tuning {
+    /// Reads the OXCCL_* tuning variables and NCCL_PROTO/NCCL_ALGO (whose syntax errors are
+    /// ncclInvalidUsage, as at NCCL's communicator init).
+    pub fn from_env() -> Result<Tuning> {
         let num = |k: &str| env(k).and_then(|v| v.trim().parse::<u64>().ok());
         let num32 = |k: &str| num(k).and_then(|v| u32::try_from(v).ok());
-        Tuning {
+        Ok(Tuning {
+            allowed: Allowed::from_values(env("NCCL_PROTO").as_deref(), env("NCCL_ALGO").as_deref())?,
             allreduce_algo: env("OXCCL_ALLREDUCE_ALGO").and_then(|v| super::AllReduceAlgo::from_name(v.trim())),
             oneshot_max_bytes: num("OXCCL_ONESHOT_MAX_BYTES"),
             twophase_max_bytes: num("OXCCL_TWOPHASE_MAX_BYTES"),
@@ -45,6 +52,6 @@ impl Tuning {
             reduce_ll_max_bytes: num("OXCCL_REDUCE_LL_MAX_BYTES"),
             rs_slot_bytes: num("OXCCL_RSAG_SLOT_BYTES").filter(|&b| b >= 4096),
             ll_half_bytes: num("OXCCL_LL_HALF_BYTES").filter(|&b| b >= 64 * 1024),
-        }
+        })
     }
 }
