@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2016  # single-quoted ${...} are .pc syntax, meant literally
 # Lays out an install tree from an existing `cargo build --release` (this script builds nothing):
 #   lib/liboxccl.so                  the library (soname libnccl.so.2), debug info stripped
 #   lib/libnccl.so.2 -> liboxccl.so  what the dynamic loader looks for (DT_NEEDED of NCCL programs)
@@ -21,11 +22,12 @@
 #                 deb.sh writes /usr)
 set -euo pipefail
 umask 022
+# shellcheck source=packaging/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() { awk '/^# Usage:/ { p = 1 } /^set -euo pipefail/ { exit } p { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; }
 
-prefix= target_dir=${CARGO_TARGET_DIR:-$OXCCL_ROOT/target} libdir=lib includedir=include pc_prefix=
+prefix='' target_dir=${CARGO_TARGET_DIR:-$OXCCL_ROOT/target} libdir=lib includedir=include pc_prefix=''
 while [ $# -gt 0 ]; do
   case $1 in
     --prefix) prefix=${2:?--prefix needs a directory}; shift 2 ;;
@@ -138,8 +140,8 @@ cat > "$tmp" <<EOF
 # e.g.   oxccl-run torchrun --nproc-per-node 4 train.py
 # The library (soname libnccl.so.2) is put first in LD_PRELOAD, ahead of any existing entries:
 # the dynamic loader then satisfies every program's and library's need for libnccl.so.2 with it,
-# and NVIDIA's libnccl.so.2 is never loaded. Child processes (torchrun's workers, mpirun's ranks
-# on this host) inherit the variable.
+# and NVIDIA's libnccl.so.2 is never loaded. Child processes (torchrun's workers) inherit the
+# variable; with mpirun, pass it to the ranks: -x LD_PRELOAD=\$(oxccl-run --print-path).
 set -eu
 lib=\$(readlink -f "\$(dirname "\$(readlink -f "\$0")")/../$libdir/liboxccl.so")
 usage() { sed -n 's/^# \\{0,1\\}//; 3,4p' "\$0"; }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README, CI): needs no GPU. Installs the pinned nvcc, builds the library, checks
-# that include/nccl.h is what the build generates, runs the Rust tests, clippy and the C ABI tests.
+# that include/nccl.h is what the build generates, runs the Rust tests, clippy, the C ABI tests and
+# builds and checks the packages (install tree, .deb, Python wheel).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -23,4 +24,5 @@ else
   echo "test: clippy not installed; skipped"
 fi
 bash ffi-tests/run.sh target/release
+bash packaging/check.sh
 echo "test: all passed"
