@@ -94,8 +94,7 @@ pub fn launch_task(t: &CollTask) -> Result<()> {
         }
         match t.coll {
             Coll::AllReduce => allreduce(r, t, t.count),
-            Coll::ReduceScatter => reducescatter(r, t),
-            Coll::Reduce => reduce(r, t),
+            Coll::ReduceScatter | Coll::Reduce => reducing(r, t),
             _ => exchange(r, &coll_spec(t), func, t.stream),
         }
     })
@@ -283,25 +282,21 @@ fn allreduce(r: &Ready, t: &CollTask, count: u64) -> Result<()> {
     launch(r.module.allreduce(plan.algo, t.dtype, t.op.op), plan.grid, plan.block, t.stream, &args)
 }
 
-fn reducescatter(r: &Ready, t: &CollTask) -> Result<()> {
+/// ReduceScatter or Reduce (one rank: AllReduce's single pass, which also applies PreMulSum).
+fn reducing(r: &Ready, t: &CollTask) -> Result<()> {
     if t.comm.nranks == 1 {
         return allreduce(r, t, t.count);
     }
     check_fp8(r, t.dtype)?;
-    let plan = select_reducescatter(t.count, t.dtype, &r.topo, &r.scratch, &r.tuning);
+    let select = if t.coll == Coll::Reduce { select_reduce } else { select_reducescatter };
+    let plan = select(t.count, t.dtype, &r.topo, &r.scratch, &r.tuning);
+    let put = plan.mode == OX_MODE_PUT as u32;
+    let k = if t.coll == Coll::Reduce {
+        r.module.reduce(put, t.dtype, t.op.op)
+    } else {
+        r.module.reducescatter(put, t.dtype, t.op.op)
+    };
     let args = coll_args(r, t, t.count, plan.chunk_elems, plan.mode);
-    let k = r.module.reducescatter(plan.mode == OX_MODE_PUT as u32, t.dtype, t.op.op);
-    launch(k, plan.grid, plan.block, t.stream, &args)
-}
-
-fn reduce(r: &Ready, t: &CollTask) -> Result<()> {
-    if t.comm.nranks == 1 {
-        return allreduce(r, t, t.count);
-    }
-    check_fp8(r, t.dtype)?;
-    let plan = select_reduce(t.count, t.dtype, &r.topo, &r.scratch, &r.tuning);
-    let args = coll_args(r, t, t.count, plan.chunk_elems, plan.mode);
-    let k = r.module.reduce(plan.mode == OX_MODE_PUT as u32, t.dtype, t.op.op);
     launch(k, plan.grid, plan.block, t.stream, &args)
 }
 

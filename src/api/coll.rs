@@ -113,16 +113,7 @@ pub extern "C" fn ncclAllReduce(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclAllReduce", || {
-        let (c, dt, op) = reducing(comm, datatype, op)?;
-        size_check(&c, count, dt, false)?;
-        if count == 0 {
-            return Ok(());
-        }
-        pointer_check(&c, sendbuff, "sendbuff")?;
-        pointer_check(&c, recvbuff, "recvbuff")?;
-        submit(c, Coll::AllReduce, sendbuff, recvbuff, count, dt, op, 0, stream)
-    })
+    call_grouped("ncclAllReduce", || symmetric_reduction(Coll::AllReduce, sendbuff, recvbuff, count, datatype, op, comm, stream))
 }
 
 /// Reduces into `root`'s recvbuff; other ranks' recvbuff is never written and may be NULL.
@@ -214,15 +205,31 @@ pub extern "C" fn ncclReduceScatter(
     stream: cudaStream_t,
 ) -> ncclResult_t {
     call_grouped("ncclReduceScatter", || {
-        let (c, dt, op) = reducing(comm, datatype, op)?;
-        size_check(&c, recvcount, dt, true)?;
-        if recvcount == 0 {
-            return Ok(());
-        }
-        pointer_check(&c, sendbuff, "sendbuff")?;
-        pointer_check(&c, recvbuff, "recvbuff")?;
-        submit(c, Coll::ReduceScatter, sendbuff, recvbuff, recvcount, dt, op, 0, stream)
+        symmetric_reduction(Coll::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, comm, stream)
     })
+}
+
+/// AllReduce and ReduceScatter: no root, both buffers used on every rank; ReduceScatter's count
+/// is per rank.
+#[allow(clippy::too_many_arguments)]
+fn symmetric_reduction(
+    coll: Coll,
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> Result<()> {
+    let (c, dt, op) = reducing(comm, datatype, op)?;
+    size_check(&c, count, dt, coll == Coll::ReduceScatter)?;
+    if count == 0 {
+        return Ok(());
+    }
+    pointer_check(&c, sendbuff, "sendbuff")?;
+    pointer_check(&c, recvbuff, "recvbuff")?;
+    submit(c, coll, sendbuff, recvbuff, count, dt, op, 0, stream)
 }
 
 /// AllGather and AlltoAll: per-rank counts, no root, both buffers used on every rank.
