@@ -9,7 +9,7 @@ check:   every run of the suite with oxccl preloaded; a table of #wrong / out-of
          exit status 1 if any run failed, was wrong or hung.
 compare: every run twice, oxccl then the reference NCCL, in the same invocation; per size the
          time ratio (oxccl/NCCL, lower is better) and busbw ratio (higher is better); writes
-         results.md and results.json into --out.
+         results.md, results.json and (with matplotlib) one PNG per run into --out.
 Suites are defined below (SUITES); modes: mpirun one process per GPU (npN), one process driving N
 GPUs (gN), threads (tN), each optionally with CUDA graphs (-G).
 """
@@ -212,8 +212,40 @@ def cmd_compare(a):
         f.write("\n".join(md) + "\n")
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
+    plot(results, a.out)
     print("\n".join(md))
     return 1 if failed else 0
+
+def plot(results, out):
+    """Per run, busbw and time against size for both libraries (PNG). Skipped, with a note,
+    where matplotlib is not installed: the markdown and JSON carry the same numbers."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("harness: matplotlib not installed; no plots")
+        return
+    for r in results:
+        rows = [x for x in r["rows"] if x["oxccl_us"] and x["nccl_us"]]
+        if not rows:
+            continue
+        sizes = [x["bytes"] for x in rows]
+        fig, (bw, lat) = plt.subplots(1, 2, figsize=(11, 4))
+        for key, label in (("oxccl", "oxccl"), ("nccl", "NCCL 2.28.9")):
+            bw.plot(sizes, [x[key + "_busbw"] or 0 for x in rows], marker="o", ms=3, label=label)
+            lat.plot(sizes, [x[key + "_us"] for x in rows], marker="o", ms=3, label=label)
+        for ax, ylabel in ((bw, "bus bandwidth (GB/s)"), (lat, "time (us)")):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("message size (bytes)")
+            ax.set_ylabel(ylabel)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend()
+        lat.set_yscale("log")
+        fig.suptitle(r["name"])
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, r["name"] + ".png"), dpi=110)
+        plt.close(fig)
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
