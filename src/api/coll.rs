@@ -153,7 +153,7 @@ pub extern "C" fn ncclBcast(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclBcast", || broadcast(buff, buff, count, datatype, root, comm, stream))
+    call_grouped("ncclBcast", || rooted_movement(Coll::Broadcast, buff, buff, count, datatype, root, comm, stream))
 }
 
 /// Copies `root`'s sendbuff to every rank's recvbuff; sendbuff is ignored off the root.
@@ -167,31 +167,9 @@ pub extern "C" fn ncclBroadcast(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclBroadcast", || broadcast(sendbuff, recvbuff, count, datatype, root, comm, stream))
+    call_grouped("ncclBroadcast", || rooted_movement(Coll::Broadcast, sendbuff, recvbuff, count, datatype, root, comm, stream))
 }
 
-fn broadcast(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: ncclDataType_t,
-    root: c_int,
-    comm: ncclComm_t,
-    stream: cudaStream_t,
-) -> Result<()> {
-    let c = comm_arg(comm)?;
-    let dt = dtype(datatype)?;
-    root_check(&c, root, "root")?;
-    size_check(&c, count, dt, false)?;
-    if count == 0 {
-        return Ok(());
-    }
-    if c.rank == root as usize {
-        pointer_check(&c, sendbuff, "sendbuff")?;
-    }
-    pointer_check(&c, recvbuff, "recvbuff")?;
-    submit(c, Coll::Broadcast, sendbuff, recvbuff, count, dt, NO_OP, root, stream)
-}
 
 /// Reduces across ranks and leaves block i of the result on rank i (`recvcount` elements each).
 #[no_mangle]
@@ -253,8 +231,8 @@ fn per_rank_movement(
     submit(c, coll, sendbuff, recvbuff, count, dt, NO_OP, 0, stream)
 }
 
-/// Gather and Scatter: per-rank counts; the root's many-block buffer (Gather's recvbuff,
-/// Scatter's sendbuff) is only used, and so only checked, on the root.
+/// Broadcast, Gather and Scatter: Gather and Scatter counts are per rank; buffers only the root
+/// uses (Broadcast's and Scatter's sendbuff, Gather's recvbuff) are only checked on the root.
 #[allow(clippy::too_many_arguments)]
 fn rooted_movement(
     coll: Coll,
@@ -269,16 +247,16 @@ fn rooted_movement(
     let c = comm_arg(comm)?;
     let dt = dtype(datatype)?;
     root_check(&c, root, "root")?;
-    size_check(&c, count, dt, true)?;
+    size_check(&c, count, dt, coll != Coll::Broadcast)?;
     if count == 0 {
         return Ok(());
     }
     let on_root = c.rank == root as usize;
-    // Scatter ignores sendbuff off the root; Gather's recvbuff is only the root's.
-    if coll != Coll::Scatter || on_root {
+    let gather = coll == Coll::Gather;
+    if gather || on_root {
         pointer_check(&c, sendbuff, "sendbuff")?;
     }
-    if coll == Coll::Scatter || on_root {
+    if !gather || on_root {
         pointer_check(&c, recvbuff, "recvbuff")?;
     }
     submit(c, coll, sendbuff, recvbuff, count, dt, NO_OP, root, stream)
