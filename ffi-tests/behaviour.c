@@ -51,6 +51,16 @@ int main(void) {
   EXPECT(ncclCommDestroy(NULL), ncclSuccess);
   EXPECT(ncclCommAbort(NULL), ncclSuccess);
   EXPECT(ncclCommFinalize(NULL), ncclSuccess);
+  EXPECT(ncclCommRevoke(NULL, NCCL_REVOKE_DEFAULT), ncclSuccess);
+  EXPECT(ncclCommRevoke(bogus, NCCL_REVOKE_DEFAULT), ncclInvalidArgument);
+  {
+    ncclComm_t child = bogus;
+    int excl[2] = {3, 1};
+    EXPECT(ncclCommSplit(NULL, 0, 0, &child, NULL), ncclInvalidArgument);
+    EXPECT(ncclCommSplit(bogus, NCCL_SPLIT_NOCOLOR, 0, &child, NULL), ncclInvalidArgument);
+    EXPECT(ncclCommShrink(bogus, excl, 2, &child, NULL, NCCL_SHRINK_DEFAULT), ncclInvalidArgument);
+    EXPECT(ncclCommShrink(NULL, NULL, 0, &child, NULL, NCCL_SHRINK_ABORT), ncclInvalidArgument);
+  }
   EXPECT(pncclCommDestroy(NULL), ncclSuccess);
 
   /* Groups: End without Start is invalid usage; an error inside a group is returned by End. */

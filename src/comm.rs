@@ -38,6 +38,9 @@ pub struct Comm {
     ready: OnceLock<Ready>,
     finalized: AtomicBool,
     aborted: AtomicBool,
+    /// ncclCommRevoke (or a shrink with NCCL_SHRINK_ABORT): kernels were told to stop; only
+    /// destroy, abort, split and shrink remain allowed.
+    revoked: AtomicBool,
     /// Ops made by ncclRedOpCreatePreMulSum, indexed by the low 16 bits of their handle.
     user_ops: Mutex<Vec<Option<UserOp>>>,
     /// Marks this communicator's op handles, so an op used with another communicator is caught.
@@ -106,6 +109,7 @@ impl Comm {
             ready: OnceLock::new(),
             finalized: AtomicBool::new(false),
             aborted: AtomicBool::new(false),
+            revoked: AtomicBool::new(false),
             user_ops: Mutex::new(Vec::new()),
             op_tag: (topo::process_token() as u32 ^ NEXT_TAG.fetch_add(1, Ordering::Relaxed)) & OP_TAG_MASK,
         }
@@ -208,6 +212,31 @@ impl Comm {
 
     pub fn is_aborted(&self) -> bool {
         self.aborted.load(Ordering::Acquire)
+    }
+
+    /// Why no more work may be enqueued, if so.
+    pub fn check_usable(&self) -> Result<()> {
+        if self.is_aborted() {
+            return Err(Error::invalid_usage("communicator was aborted"));
+        }
+        if self.revoked.load(Ordering::Acquire) {
+            return Err(Error::invalid_usage("communicator was revoked: only destroy, abort, split and shrink are allowed"));
+        }
+        Ok(())
+    }
+
+    /// ncclCommRevoke: makes this communicator's kernels stop (as abort does) and refuses new
+    /// work, but keeps the bootstrap, so the communicator can still be split or shrunk. Waits
+    /// (bounded) for the kernels to exit; never on a peer.
+    pub fn revoke(&self) {
+        if self.revoked.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Some(r) = self.ready.get() else { return };
+        r.abort_flag.store_u32(0, 1);
+        if !self.quiesce(Some(Instant::now() + Duration::from_secs(10))).unwrap_or(false) {
+            nccl_warn!("ncclCommRevoke: kernels of comm rank {} did not exit within 10 s", self.rank);
+        }
     }
 
     /// Initialises the communicator: bootstrap, peer exchange, channels. Collective over its ranks.

@@ -65,9 +65,7 @@ unsafe impl Send for P2pOp {}
 /// ordering the stream behind the communicator's previous launch when the stream changed.
 fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(comm: &Comm, stream: cu::CUstream, f: F) -> Result<()> {
     let r = comm.ready()?;
-    if comm.is_aborted() {
-        return Err(Error::invalid_usage("communicator was aborted"));
-    }
+    comm.check_usable()?;
     let _ctx = CtxGuard::new(r.dev)?;
     let mut ls = r.launch.lock();
     // Kernels of one communicator share its scratch and counters: they must not overlap. Only a

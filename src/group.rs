@@ -21,9 +21,33 @@ pub enum Deferred {
     Abort(Arc<Comm>, usize),
 }
 
-struct InitJob {
-    comm: Arc<Comm>,
-    id: [u8; crate::bootstrap::UNIQUE_ID_BYTES],
+enum InitJob {
+    Rank { comm: Arc<Comm>, id: [u8; crate::bootstrap::UNIQUE_ID_BYTES] },
+    Derived(DerivedJob),
+}
+
+/// A split or shrink: collective over the parent's ranks, so inside a group it runs at End,
+/// concurrently with the group's other inits (one thread may split the communicators of
+/// several GPUs).
+pub struct DerivedJob {
+    pub parent: Arc<Comm>,
+    pub req: crate::split::Request,
+    /// The child's configuration; None inherits the parent's.
+    pub config: Option<crate::config::CommConfig>,
+    /// Hands the outcome to the caller (the API layer registers the child and writes its handle).
+    pub publish: Box<dyn FnOnce(Result<Option<Comm>>) -> Result<()> + Send>,
+}
+
+impl InitJob {
+    fn run(self) -> Result<()> {
+        match self {
+            InitJob::Rank { comm, id } => comm.init(&id),
+            InitJob::Derived(j) => {
+                let child = crate::split::run(&j.parent, &j.req, j.config);
+                (j.publish)(child)
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -75,18 +99,27 @@ pub fn submit(op: Deferred) -> Result<()> {
 
 /// Initialises a communicator now, or at the outermost End when a group is open.
 pub fn submit_init(comm: Arc<Comm>, id: [u8; crate::bootstrap::UNIQUE_ID_BYTES]) -> Result<()> {
+    submit_job(InitJob::Rank { comm, id })
+}
+
+/// Runs a split or shrink now, or at the outermost End when a group is open.
+pub fn submit_derived(job: DerivedJob) -> Result<()> {
+    submit_job(InitJob::Derived(job))
+}
+
+fn submit_job(job: InitJob) -> Result<()> {
     let job = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth > 0 {
-            g.inits.push(InitJob { comm, id });
+            g.inits.push(job);
             None
         } else {
-            Some(InitJob { comm, id })
+            Some(job)
         }
     });
     match job {
         None => Ok(()),
-        Some(j) => j.comm.init(&j.id),
+        Some(j) => j.run(),
     }
 }
 
@@ -182,11 +215,11 @@ fn run(op: Deferred) -> Result<()> {
 fn run_inits(jobs: Vec<InitJob>) -> Result<()> {
     match jobs.len() {
         0 => Ok(()),
-        1 => jobs[0].comm.init(&jobs[0].id),
+        1 => jobs.into_iter().try_for_each(InitJob::run),
         _ => {
             // Ranks of one communicator wait for each other during init: run them concurrently.
             let results: Vec<Result<()>> = std::thread::scope(|s| {
-                let hs: Vec<_> = jobs.iter().map(|j| s.spawn(move || j.comm.init(&j.id))).collect();
+                let hs: Vec<_> = jobs.into_iter().map(|j| s.spawn(move || j.run())).collect();
                 hs.into_iter()
                     .map(|h| h.join().unwrap_or_else(|_| Err(Error::internal("communicator init panicked"))))
                     .collect()

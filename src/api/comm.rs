@@ -4,13 +4,14 @@ use std::ffi::c_int;
 use std::sync::Arc;
 
 use super::types::{ncclComm_t, ncclConfig_t, ncclResult_t, ncclUniqueId, NCCL_UNIQUE_ID_BYTES};
-use super::{call, comm_arg, not_yet, out};
+use super::{call, comm_arg, out};
 use crate::bootstrap;
 use crate::comm::{register, unregister, Comm};
 use crate::config::{parse_comm_config, CommConfig};
 use crate::error::{Error, Result};
 use crate::gpu;
-use crate::group::{self, Deferred};
+use crate::group::{self, Deferred, DerivedJob};
+use crate::split::{self, Request};
 
 /// Writes a new unique id; starts this process's rendezvous root unless NCCL_COMM_ID is set.
 #[no_mangle]
@@ -193,18 +194,44 @@ pub extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
     })
 }
 
+/// Stops the communicator's in-flight kernels and refuses new work; it can still be split,
+/// shrunk, destroyed or aborted.
 #[no_mangle]
 pub extern "C" fn ncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) -> ncclResult_t {
     call("ncclCommRevoke", || {
         if comm.is_null() {
             return Ok(());
         }
-        comm_arg(comm)?;
+        let c = comm_arg(comm)?;
         if revokeFlags != 0 {
             return Err(Error::invalid_argument(format!("revokeFlags must be NCCL_REVOKE_DEFAULT, got {revokeFlags}")));
         }
-        Err(not_yet("ncclCommRevoke"))
+        c.revoke();
+        Ok(())
     })
+}
+
+/// Registers a split/shrink child and writes its handle (NULL for none or on failure) into the
+/// caller's `newcomm`, given as an address so the job can run at ncclGroupEnd on another thread.
+fn publish_child(newcomm: usize, child: Result<Option<Comm>>) -> Result<()> {
+    let (handle, r) = match child {
+        Ok(Some(c)) => (register(Arc::new(c)) as ncclComm_t, Ok(())),
+        Ok(None) => (std::ptr::null_mut(), Ok(())),
+        Err(e) => (std::ptr::null_mut(), Err(e)),
+    };
+    // SAFETY: `newcomm` was checked non-NULL at the call, and the caller keeps it valid until the
+    // call, or the group it was made in, completes (NCCL's contract too).
+    unsafe { *(newcomm as *mut ncclComm_t) = handle };
+    r
+}
+
+/// The child's configuration: the caller's, or None (inherit the parent's) for a NULL config.
+fn child_config(config: *mut ncclConfig_t) -> Result<Option<CommConfig>> {
+    if config.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: config points to the caller's ncclConfig_t (of the size it declares).
+    unsafe { parse_comm_config(config) }.map(Some)
 }
 
 #[no_mangle]
@@ -216,12 +243,17 @@ pub extern "C" fn ncclCommSplit(
     config: *mut ncclConfig_t,
 ) -> ncclResult_t {
     call("ncclCommSplit", || {
-        let _ = (color, key);
-        comm_arg(comm)?;
-        out(newcomm, "newcomm")?;
-        // SAFETY: config is NULL or the caller's ncclConfig_t.
-        unsafe { parse_comm_config(config) }?;
-        Err(not_yet("ncclCommSplit"))
+        let parent = comm_arg(comm)?;
+        *out(newcomm, "newcomm")? = std::ptr::null_mut();
+        split::check_color(color)?;
+        let config = child_config(config)?;
+        let addr = newcomm as usize;
+        group::submit_derived(DerivedJob {
+            parent,
+            req: Request::Split { color, key },
+            config,
+            publish: Box::new(move |child| publish_child(addr, child)),
+        })
     })
 }
 
@@ -235,17 +267,42 @@ pub extern "C" fn ncclCommShrink(
     shrinkFlags: c_int,
 ) -> ncclResult_t {
     call("ncclCommShrink", || {
-        comm_arg(comm)?;
-        out(newcomm, "newcomm")?;
+        let parent = comm_arg(comm)?;
+        *out(newcomm, "newcomm")? = std::ptr::null_mut();
         if excludeRanksCount < 0 || (excludeRanksCount > 0 && excludeRanksList.is_null()) {
-            return Err(Error::invalid_argument("invalid exclude list"));
+            return Err(Error::invalid_argument(format!(
+                "invalid exclude list ({excludeRanksCount} ranks at {excludeRanksList:p})"
+            )));
         }
-        if shrinkFlags != 0 && shrinkFlags != 1 {
-            return Err(Error::invalid_argument(format!("invalid shrinkFlags {shrinkFlags}")));
+        let abort_parent = match shrinkFlags {
+            0 => false,
+            1 => true,
+            f => return Err(Error::invalid_argument(format!("invalid shrinkFlags {f}"))),
+        };
+        let list: &mut [c_int] = if excludeRanksCount == 0 {
+            &mut []
+        } else {
+            // SAFETY: the caller passes excludeRanksCount writable ints (NCCL sorts them in place too).
+            unsafe { std::slice::from_raw_parts_mut(excludeRanksList, excludeRanksCount as usize) }
+        };
+        list.sort_unstable();
+        let mut excluded = Vec::with_capacity(list.len());
+        for &r in list.iter() {
+            if r < 0 || r as usize >= parent.nranks {
+                return Err(Error::invalid_argument(format!("excluded rank {r} out of range (nranks {})", parent.nranks)));
+            }
+            if excluded.last() != Some(&(r as usize)) {
+                excluded.push(r as usize);
+            }
         }
-        // SAFETY: config is NULL or the caller's ncclConfig_t.
-        unsafe { parse_comm_config(config) }?;
-        Err(not_yet("ncclCommShrink"))
+        let config = child_config(config)?;
+        let addr = newcomm as usize;
+        group::submit_derived(DerivedJob {
+            parent,
+            req: Request::Shrink { excluded, abort_parent },
+            config,
+            publish: Box::new(move |child| publish_child(addr, child)),
+        })
     })
 }
 

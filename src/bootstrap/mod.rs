@@ -77,6 +77,12 @@ pub fn get_unique_id() -> Result<[u8; UNIQUE_ID_BYTES]> {
     if let Some(addr) = id::comm_id_from_env()? {
         return Ok(UniqueId::from_comm_id(addr).encode());
     }
+    child_unique_id()
+}
+
+/// A unique id served by a fresh root in this process, whatever NCCL_COMM_ID says: for
+/// communicators derived from another (split, shrink), whose first member distributes the id.
+pub fn child_unique_id() -> Result<[u8; UNIQUE_ID_BYTES]> {
     let bind = iface::bootstrap_listen_addr(None)?;
     Ok(unique_id_with_root(bind, default_timeout())?.0)
 }
@@ -125,7 +131,9 @@ impl Bootstrap {
     /// rank == 0, this rank first hosts the root at the id's address (for this one init). Every
     /// wait is bounded by `timeout`; a rank that never arrives gives an Error, never a hang.
     pub fn init(id: &[u8; UNIQUE_ID_BYTES], rank: usize, nranks: usize, timeout: Duration) -> Result<Bootstrap> {
-        let host_root = rank == 0 && id::comm_id_from_env()?.is_some();
+        // Only an id made from NCCL_COMM_ID names a root nobody has started yet (a split's child
+        // id names a root its first member already runs).
+        let host_root = rank == 0 && id::comm_id_from_env()?.is_some_and(|a| UniqueId::from_comm_id(a).encode() == *id);
         Bootstrap::init_with(id, rank, nranks, timeout, host_root, None)
     }
 

@@ -6,10 +6,12 @@
 //! counts; optionally the same through CUDA graphs replayed with fresh data. Exit status 0 only if
 //! every result is right.
 //!
-//! Usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls]
-//! (--colls: the other collectives and send/recv instead of AllReduce; see colls.rs)
+//! Usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split]
+//! (--colls: the other collectives and send/recv instead of AllReduce; see colls.rs;
+//! --split: ncclCommSplit/Shrink/Revoke and collectives on the children; see split.rs)
 
 mod colls;
+mod split;
 mod values;
 
 use std::ffi::c_void;
@@ -31,10 +33,11 @@ struct Opts {
     graph: bool,
     quick: bool,
     colls: bool,
+    split: bool,
 }
 
 fn opts() -> Result<Opts, String> {
-    let mut o = Opts { ranks: 0, max_count: 1 << 22, graph: false, quick: false, colls: false };
+    let mut o = Opts { ranks: 0, max_count: 1 << 22, graph: false, quick: false, colls: false, split: false };
     let mut a = std::env::args().skip(1);
     while let Some(x) = a.next() {
         let mut val = || a.next().ok_or_else(|| format!("{x} needs a value"));
@@ -44,8 +47,9 @@ fn opts() -> Result<Opts, String> {
             "--graph" => o.graph = true,
             "--quick" => o.quick = true,
             "--colls" => o.colls = true,
+            "--split" => o.split = true,
             "-h" | "--help" => {
-                println!("usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls]");
+                println!("usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split]");
                 std::process::exit(0)
             }
             _ => return Err(format!("unknown argument {x}")),
@@ -128,8 +132,8 @@ fn run(o: &Opts, ngpu: usize) -> Result<usize, String> {
     nccl(ncclGroupEnd(), "ncclGroupEnd (init)")?;
     println!("oxccl-gpu-check: {nranks} ranks on {ngpu} GPU(s), counts up to {}", o.max_count);
 
-    if o.colls {
-        let bad = colls::check_all(&ranks, o.max_count, o.quick);
+    if o.colls || o.split {
+        let bad = if o.split { split::check_all(&ranks)? } else { colls::check_all(&ranks, o.max_count, o.quick) };
         for rk in &ranks {
             nccl(ncclCommDestroy(rk.comm), "ncclCommDestroy")?;
         }
