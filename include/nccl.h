@@ -278,6 +278,10 @@ ncclResult_t pncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
 ncclResult_t pncclCommAbort(ncclComm_t comm);
 
+/*
+ Stops the communicator's in-flight kernels and refuses new work; it can still be split,
+ shrunk, destroyed or aborted.
+ */
 ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
 ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags);
 
