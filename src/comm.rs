@@ -182,7 +182,10 @@ impl Comm {
             return Ok(r);
         }
         match ResultCode::from_raw(self.state.load(Ordering::Acquire)) {
-            Some(ResultCode::InProgress) => Err(Error::invalid_usage("communicator is not initialized yet")),
+            // Only a nonblocking communicator can be seen here before its init ended.
+            Some(ResultCode::InProgress) => Err(Error::invalid_argument(
+                "communicator is still initializing (nonblocking): poll ncclCommGetAsyncError until it is not ncclInProgress",
+            )),
             Some(code) if code != ResultCode::Success => {
                 Err(Error::new(code, "communicator initialization failed earlier"))
             }
@@ -214,8 +217,47 @@ impl Comm {
         self.aborted.load(Ordering::Acquire)
     }
 
+    /// A nonblocking split or shrink of this communicator starts: it reports ncclInProgress, and
+    /// refuses other work, until `end_async`.
+    pub fn begin_async(&self) -> Result<()> {
+        match self.state.compare_exchange(
+            ResultCode::Success as i32,
+            ResultCode::InProgress as i32,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => Ok(()),
+            Err(s) if s == ResultCode::InProgress as i32 => Err(Error::invalid_argument(
+                "communicator used before its previous nonblocking operation completed",
+            )),
+            Err(s) => Err(Error::new(
+                ResultCode::from_raw(s).unwrap_or(ResultCode::InternalError),
+                "communicator is in an error state",
+            )),
+        }
+    }
+
+    pub fn end_async(&self, outcome: &Result<()>) {
+        match outcome {
+            Ok(()) => {
+                let _ = self.state.compare_exchange(
+                    ResultCode::InProgress as i32,
+                    ResultCode::Success as i32,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+            }
+            Err(e) => self.set_error(e.code),
+        }
+    }
+
     /// Why no more work may be enqueued, if so.
     pub fn check_usable(&self) -> Result<()> {
+        if self.state.load(Ordering::Acquire) == ResultCode::InProgress as i32 {
+            return Err(Error::invalid_argument(
+                "communicator used before its previous nonblocking operation completed (poll ncclCommGetAsyncError)",
+            ));
+        }
         if self.is_aborted() {
             return Err(Error::invalid_usage("communicator was aborted"));
         }
@@ -241,7 +283,13 @@ impl Comm {
 
     /// Initialises the communicator: bootstrap, peer exchange, channels. Collective over its ranks.
     pub fn init(&self, id: &[u8; bootstrap::UNIQUE_ID_BYTES]) -> Result<()> {
-        let r = self.init_inner(id);
+        let r = self.init_inner(id).and_then(|ready| {
+            // Aborted while a nonblocking init ran: drop what was built instead of publishing it.
+            if self.is_aborted() {
+                return Err(Error::invalid_usage("communicator was aborted during its initialization"));
+            }
+            Ok(ready)
+        });
         match r {
             Ok(ready) => {
                 let _ = self.ready.set(ready);
@@ -258,6 +306,7 @@ impl Comm {
     fn init_inner(&self, id: &[u8; bootstrap::UNIQUE_ID_BYTES]) -> Result<Ready> {
         let t0 = Instant::now();
         crate::log::version_banner_for_rank(self.rank as i32);
+        crate::gpu::ensure()?; // before any driver call: without libcuda those would panic
         let _relaxed = RelaxedCapture::new()?;
         let dev = Device::get(self.device)?;
         crate::log::set_thread_device(dev.ordinal);
@@ -491,10 +540,27 @@ mod tests {
     }
 
     #[test]
+    fn nonblocking_operation_marks_the_parent_in_progress() {
+        let c = Comm::new(0, 2, 0, CommConfig::default());
+        c.state.store(ResultCode::Success as i32, Ordering::Release);
+        c.begin_async().unwrap();
+        assert_eq!(c.async_state(), ResultCode::InProgress);
+        assert_eq!(c.begin_async().unwrap_err().code, ResultCode::InvalidArgument, "second one");
+        assert_eq!(c.check_usable().unwrap_err().code, ResultCode::InvalidArgument, "used too early");
+        c.end_async(&Ok(()));
+        assert_eq!(c.async_state(), ResultCode::Success);
+        assert!(c.check_usable().is_ok());
+        c.begin_async().unwrap();
+        c.end_async(&Err(Error::remote("peer died")));
+        assert_eq!(c.async_state(), ResultCode::RemoteError);
+        assert_eq!(c.begin_async().unwrap_err().code, ResultCode::RemoteError);
+    }
+
+    #[test]
     fn pending_comm_reports_in_progress_and_keeps_first_error() {
         let c = Comm::new(0, 2, 0, CommConfig::default());
         assert_eq!(c.async_state(), ResultCode::InProgress);
-        assert_eq!(c.ready().map(|_| ()).unwrap_err().code, ResultCode::InvalidUsage);
+        assert_eq!(c.ready().map(|_| ()).unwrap_err().code, ResultCode::InvalidArgument);
         c.set_error(ResultCode::SystemError);
         c.set_error(ResultCode::RemoteError);
         assert_eq!(c.async_state(), ResultCode::SystemError);

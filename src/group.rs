@@ -36,15 +36,36 @@ pub struct DerivedJob {
     pub config: Option<crate::config::CommConfig>,
     /// Hands the outcome to the caller (the API layer registers the child and writes its handle).
     pub publish: Box<dyn FnOnce(Result<Option<Comm>>) -> Result<()> + Send>,
+    /// Runs in the background: the parent shows ncclInProgress until the job ends.
+    pub background: bool,
 }
 
 impl InitJob {
+    /// Runs the job; a panic becomes an error (and the communicator's async state), since jobs
+    /// also run on threads of their own, outside the C ABI's panic boundary.
     fn run(self) -> Result<()> {
+        let comm = match &self {
+            InitJob::Rank { comm, .. } => Some(comm.clone()),
+            InitJob::Derived(_) => None,
+        };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_inner())).unwrap_or_else(|_| {
+            if let Some(c) = comm {
+                c.set_error(crate::error::ResultCode::InternalError);
+            }
+            Err(Error::internal("communicator initialization panicked"))
+        })
+    }
+
+    fn run_inner(self) -> Result<()> {
         match self {
             InitJob::Rank { comm, id } => comm.init(&id),
             InitJob::Derived(j) => {
                 let child = crate::split::run(&j.parent, &j.req, j.config);
-                (j.publish)(child)
+                let r = (j.publish)(child);
+                if j.background {
+                    j.parent.end_async(&r);
+                }
+                r
             }
         }
     }
@@ -103,7 +124,12 @@ pub fn submit_init(comm: Arc<Comm>, id: [u8; crate::bootstrap::UNIQUE_ID_BYTES])
 }
 
 /// Runs a split or shrink now, or at the outermost End when a group is open.
+/// As in NCCL, a nonblocking parent's split outside a group returns at once (ncclSuccess) and the
+/// caller's handle is written when the child is ready; the parent reports ncclInProgress meanwhile.
 pub fn submit_derived(job: DerivedJob) -> Result<()> {
+    if depth() == 0 && !job.parent.config.blocking {
+        return spawn_inits(vec![InitJob::Derived(job)]);
+    }
     submit_job(InitJob::Derived(job))
 }
 
@@ -123,10 +149,58 @@ fn submit_job(job: InitJob) -> Result<()> {
     }
 }
 
+/// Initialises a nonblocking communicator on a background thread; its state stays InProgress
+/// until that ends.
+pub fn init_in_background(comm: Arc<Comm>, id: [u8; crate::bootstrap::UNIQUE_ID_BYTES]) -> Result<()> {
+    spawn_inits(vec![InitJob::Rank { comm, id }])
+}
+
+fn spawn_inits(mut jobs: Vec<InitJob>) -> Result<()> {
+    for i in 0..jobs.len() {
+        if let InitJob::Derived(d) = &mut jobs[i] {
+            if let Err(e) = d.parent.begin_async() {
+                // Two splits of one parent in one nonblocking group: undo the marks made so far.
+                for j in &jobs[..i] {
+                    if let InitJob::Derived(d) = j {
+                        d.parent.end_async(&Ok(()));
+                    }
+                }
+                return Err(e);
+            }
+            d.background = true;
+        }
+    }
+    std::thread::Builder::new()
+        .name("oxccl-init".into())
+        .spawn(move || {
+            // Failures are in each communicator's async state (ncclCommGetAsyncError) and logged.
+            let _ = run_inits(jobs);
+        })
+        .map(|_| ())
+        .map_err(|e| Error::io("cannot start a background init thread", &e))
+}
+
+impl InitJob {
+    /// Whether the job runs in nonblocking mode: its communicator's config, or for a split or
+    /// shrink its parent's (as in NCCL, which runs the job on the parent).
+    fn nonblocking(&self) -> bool {
+        match self {
+            InitJob::Rank { comm, .. } => !comm.config.blocking,
+            InitJob::Derived(j) => !j.parent.config.blocking,
+        }
+    }
+}
+
 pub fn end() -> Result<()> {
     let Some(state) = close()? else { return Ok(()) };
     if let Some(e) = state.error {
         return Err(e);
+    }
+    // A group of nonblocking inits and nothing else completes in the background, as in NCCL:
+    // End returns ncclInProgress and each communicator reports its own progress.
+    if !state.inits.is_empty() && state.ops.is_empty() && state.inits.iter().all(InitJob::nonblocking) {
+        spawn_inits(state.inits)?;
+        return Err(Error::in_progress());
     }
     let mut first_err = run_inits(state.inits).err();
     let streams_per_comm = multi_stream_comms(&state.ops);
@@ -267,6 +341,40 @@ fn join_streams(comms: Vec<(Arc<Comm>, Vec<cu::CUstream>)>) -> Result<()> {
 mod tests {
     use super::*;
     use crate::error::ResultCode;
+
+    /// The background path of nonblocking init: the state is InProgress at first and ends as the
+    /// init's outcome (on a machine without a GPU, the CUDA error).
+    #[test]
+    fn background_init_reports_through_the_async_state() {
+        let cfg = crate::config::CommConfig { blocking: false, ..Default::default() };
+        let c = Arc::new(Comm::new(0, 1, 0, cfg));
+        assert_eq!(c.async_state(), ResultCode::InProgress);
+        let id = crate::bootstrap::get_unique_id().expect("unique id");
+        init_in_background(c.clone(), id).expect("spawn");
+        let t0 = std::time::Instant::now();
+        while c.async_state() == ResultCode::InProgress {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(60), "background init never ended");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let end = c.async_state();
+        assert!(end == ResultCode::Success || end == ResultCode::SystemError || end == ResultCode::UnhandledCudaError, "{end:?}");
+        assert_eq!(c.ready().is_ok(), end == ResultCode::Success);
+    }
+
+    #[test]
+    fn a_group_of_nonblocking_inits_returns_in_progress() {
+        let cfg = crate::config::CommConfig { blocking: false, ..Default::default() };
+        let c = Arc::new(Comm::new(0, 1, 0, cfg));
+        let id = crate::bootstrap::get_unique_id().expect("unique id");
+        start();
+        submit_init(c.clone(), id).expect("deferred");
+        assert_eq!(end().unwrap_err().code, ResultCode::InProgress);
+        let t0 = std::time::Instant::now();
+        while c.async_state() == ResultCode::InProgress {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(60), "background init never ended");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
 
     #[test]
     fn end_without_start_is_invalid_usage() {

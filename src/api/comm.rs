@@ -55,11 +55,19 @@ fn init_rank(
         Some(d) => d,
         None => gpu::current_device()?,
     };
+    let blocking = config.blocking;
     let c = Arc::new(Comm::new(rank as usize, nranks as usize, device, config));
     let handle = register(c.clone());
     if group::depth() > 0 {
         *slot = handle as ncclComm_t;
         return group::submit_init(c, id);
+    }
+    if !blocking {
+        // Nonblocking: the handle is usable for ncclCommGetAsyncError (InProgress until the
+        // background init ends) and for destroy/abort at once.
+        *slot = handle as ncclComm_t;
+        group::init_in_background(c, id)?;
+        return Err(Error::in_progress());
     }
     match group::submit_init(c, id) {
         Ok(()) => {
@@ -253,6 +261,7 @@ pub extern "C" fn ncclCommSplit(
             req: Request::Split { color, key },
             config,
             publish: Box::new(move |child| publish_child(addr, child)),
+            background: false,
         })
     })
 }
@@ -302,6 +311,7 @@ pub extern "C" fn ncclCommShrink(
             req: Request::Shrink { excluded, abort_parent },
             config,
             publish: Box::new(move |child| publish_child(addr, child)),
+            background: false,
         })
     })
 }

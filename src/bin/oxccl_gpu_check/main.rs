@@ -133,7 +133,11 @@ fn run(o: &Opts, ngpu: usize) -> Result<usize, String> {
     println!("oxccl-gpu-check: {nranks} ranks on {ngpu} GPU(s), counts up to {}", o.max_count);
 
     if o.colls || o.split {
-        let bad = if o.split { split::check_all(&ranks)? } else { colls::check_all(&ranks, o.max_count, o.quick) };
+        let bad = if o.split {
+            split::check_all(&ranks)? + split::check_nonblocking(&ranks)?
+        } else {
+            colls::check_all(&ranks, o.max_count, o.quick)
+        };
         for rk in &ranks {
             nccl(ncclCommDestroy(rk.comm), "ncclCommDestroy")?;
         }

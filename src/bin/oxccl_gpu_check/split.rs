@@ -1,13 +1,22 @@
 //! ncclCommSplit, ncclCommShrink and ncclCommRevoke on the GPU: children made inside one group
 //! (one thread splitting every rank's communicator, as PyTorch's new_group does per process),
 //! checked for size and rank order, then used for AllReduce and the other collectives; a revoked
-//! communicator must refuse new work.
+//! communicator must refuse new work. Then the same with nonblocking communicators: the group
+//! returns ncclInProgress, each communicator reports progress, and split children appear when
+//! ready.
 
 use super::{check_one, nccl, Rank};
 use crate::colls;
 use crate::values::{CheckOp, Codec};
 use oxccl::api::coll::ncclAllReduce;
-use oxccl::api::comm::{ncclCommCount, ncclCommDestroy, ncclCommRevoke, ncclCommShrink, ncclCommSplit, ncclCommUserRank};
+use oxccl::api::comm::{
+    ncclCommCount, ncclCommDestroy, ncclCommGetAsyncError, ncclCommInitRankConfig, ncclCommRevoke, ncclCommShrink,
+    ncclCommSplit, ncclCommUserRank, ncclGetUniqueId,
+};
+use oxccl::api::types::ncclUniqueId;
+use oxccl::config::config_initializer;
+use oxccl::gpu::CtxGuard;
+use std::time::{Duration, Instant};
 use oxccl::api::group::{ncclGroupEnd, ncclGroupStart};
 use oxccl::api::types::ncclComm_t;
 use oxccl::types::DataType;
@@ -112,5 +121,72 @@ pub fn check_all(parents: &[Rank]) -> Result<usize, String> {
     let all: Vec<usize> = (0..n).collect();
     let parent_comms: Vec<ncclComm_t> = parents.iter().map(|p| p.comm).collect();
     bad += use_child(parents, &parent_comms, &all, false, "parent after split/shrink")?;
+    Ok(bad)
+}
+
+/// Polls ncclCommGetAsyncError until the communicator leaves ncclInProgress.
+fn wait_ready(c: ncclComm_t, what: &str) -> Result<(), String> {
+    let t0 = Instant::now();
+    loop {
+        let mut st = ResultCode::InProgress;
+        nccl(ncclCommGetAsyncError(c, &mut st), "ncclCommGetAsyncError")?;
+        match st {
+            ResultCode::InProgress if t0.elapsed() < Duration::from_secs(120) => std::thread::sleep(Duration::from_millis(1)),
+            ResultCode::Success => return Ok(()),
+            other => return Err(format!("{what}: async state {other:?}")),
+        }
+    }
+}
+
+pub fn check_nonblocking(template: &[Rank]) -> Result<usize, String> {
+    let n = template.len();
+    let mut id = ncclUniqueId { internal: [0; 128] };
+    nccl(ncclGetUniqueId(&mut id), "ncclGetUniqueId")?;
+    let mut comms = vec![std::ptr::null_mut(); n];
+    nccl(ncclGroupStart(), "ncclGroupStart")?;
+    for (r, rk) in template.iter().enumerate() {
+        let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
+        let mut cfg = config_initializer();
+        cfg.blocking = 0;
+        nccl(ncclCommInitRankConfig(&mut comms[r], n as i32, id, r as i32, &mut cfg), "ncclCommInitRankConfig (nonblocking)")?;
+    }
+    let rc = ncclGroupEnd();
+    let mut bad = 0;
+    if rc != ResultCode::InProgress && rc != ResultCode::Success {
+        return Err(format!("nonblocking init: ncclGroupEnd returned {rc:?}"));
+    }
+    for &c in &comms {
+        wait_ready(c, "nonblocking init")?;
+    }
+    let ranks: Vec<Rank> = template
+        .iter()
+        .zip(&comms)
+        .map(|(t, &c)| Rank { dev: t.dev, comm: c, stream: t.stream, send: t.send, recv: t.recv, scalar: t.scalar })
+        .collect();
+    bad += use_child(&ranks, &comms, &(0..n).collect::<Vec<_>>(), false, "nonblocking comm")?;
+
+    // Split: every parent shows InProgress until its child is ready; *newcomm appears then.
+    let mut kids = vec![std::ptr::null_mut(); n];
+    nccl(ncclGroupStart(), "ncclGroupStart")?;
+    for (r, &c) in comms.iter().enumerate() {
+        nccl(ncclCommSplit(c, 0, (n - r) as i32, &mut kids[r], std::ptr::null_mut()), "ncclCommSplit (nonblocking)")?;
+    }
+    let rc = ncclGroupEnd();
+    if rc != ResultCode::InProgress && rc != ResultCode::Success {
+        return Err(format!("nonblocking split: ncclGroupEnd returned {rc:?}"));
+    }
+    for &c in &comms {
+        wait_ready(c, "parent of a nonblocking split")?;
+    }
+    for &k in &kids {
+        if k.is_null() {
+            return Err("nonblocking split: parent ready but no child written".into());
+        }
+        wait_ready(k, "nonblocking split child")?;
+    }
+    bad += use_child(&ranks, &kids, &(0..n).rev().collect::<Vec<_>>(), false, "nonblocking split child")?;
+    destroy(&kids)?;
+    destroy(&comms)?;
+    println!("  nonblocking done");
     Ok(bad)
 }
