@@ -21,6 +21,8 @@ mod socket;
 mod wire;
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod tests;
 
 use std::fmt;

@@ -12,7 +12,7 @@
 
 mod last_error;
 mod layer;
-mod level;
+pub(crate) mod level;
 mod line;
 mod no_warn;
 mod process;
