@@ -29,6 +29,66 @@ pub const OX_MODE_LL_ACK: u8 = 2;
 /// Puts through the put scratch in rounds, with semaphores.
 pub const OX_MODE_PUT: u8 = 3;
 
+/// PortChannel trigger: 128 bits a GPU thread pushes into the proxy FIFO.
+/// `fst` = size (bits 0-31) | source offset (32-63);
+/// `snd` = destination offset (0-31) | source memory id (32-40) | destination memory id (41-49) |
+/// type (50-52) | semaphore id (53-62) | commit bit (63, the FIFO's lap parity; never payload).
+/// 16 bytes; FIFO slots are 16-byte aligned (page-aligned array), as the device's single 128-bit
+/// store needs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Trigger {
+    pub fst: u64,
+    pub snd: u64,
+}
+
+pub const OX_TRIGGER_SIZE_BITS: u32 = 32;
+pub const OX_TRIGGER_OFFSET_BITS: u32 = 32;
+pub const OX_TRIGGER_MEMID_BITS: u32 = 9;
+pub const OX_TRIGGER_TYPE_BITS: u32 = 3;
+pub const OX_TRIGGER_SEMID_BITS: u32 = 10;
+pub const OX_TRIGGER_SRC_MEM_SHIFT: u32 = 32;
+pub const OX_TRIGGER_DST_MEM_SHIFT: u32 = 41;
+pub const OX_TRIGGER_TYPE_SHIFT: u32 = 50;
+pub const OX_TRIGGER_SEMID_SHIFT: u32 = 53;
+pub const OX_TRIGGER_COMMIT_SHIFT: u32 = 63;
+/// Trigger types (bit flags, combinable: data then flag is one put-with-signal).
+pub const OX_TRIGGER_DATA: u64 = 1;
+pub const OX_TRIGGER_FLAG: u64 = 2;
+pub const OX_TRIGGER_SYNC: u64 = 4;
+
+/// The device's view of one proxy FIFO. Triggers, tail and flush position live in pinned host
+/// memory (mapped into the device); the head, which only GPU threads touch, in device memory.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FifoDevice {
+    /// `Trigger[size]`, device address of pinned host memory.
+    pub triggers: u64,
+    /// `u64`: next position the proxy will consume (it has consumed every earlier one).
+    pub tail: u64,
+    /// `u64` in device memory: next position a pusher takes (atomic add).
+    pub head: u64,
+    /// `u64`: every trigger before this position has completed (advanced by sync triggers).
+    pub flush_done: u64,
+    /// `u32`, host-mapped: non-zero once the proxy stopped or the communicator aborted; every
+    /// device wait on the FIFO gives up then.
+    pub stop: u64,
+    /// Slots, a power of two.
+    pub size: u32,
+    pub _pad0: u32,
+}
+
+/// Arguments of `ox_proxy_selftest` (oxccl-gpu-check --proxy).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProxyTestArgs {
+    pub fifo: FifoDevice,
+    /// `u32` in device memory: pushes or flushes that gave up.
+    pub failures: u64,
+    pub per_thread: u32,
+    pub _pad0: u32,
+}
+
 /// One transfer of an exchange.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -170,6 +230,13 @@ mod tests {
             ("CollArgs", "root", offset_of!(CollArgs, root)),
             ("CollArgs", "mode", offset_of!(CollArgs, mode)),
             ("Xfer", "off", offset_of!(Xfer, off)),
+            ("Trigger", "snd", offset_of!(Trigger, snd)),
+            ("FifoDevice", "triggers", offset_of!(FifoDevice, triggers)),
+            ("FifoDevice", "tail", offset_of!(FifoDevice, tail)),
+            ("FifoDevice", "head", offset_of!(FifoDevice, head)),
+            ("FifoDevice", "flush_done", offset_of!(FifoDevice, flush_done)),
+            ("FifoDevice", "stop", offset_of!(FifoDevice, stop)),
+            ("FifoDevice", "size", offset_of!(FifoDevice, size)),
             ("Xfer", "peer", offset_of!(Xfer, peer)),
             ("ExchangeArgs", "ncopy", offset_of!(ExchangeArgs, ncopy)),
             ("ExchangeArgs", "mode", offset_of!(ExchangeArgs, mode)),
@@ -183,6 +250,8 @@ mod tests {
         c.push_str("printf(\"DevComm %zu\\n\", sizeof(DevComm));\n");
         c.push_str("printf(\"CollArgs %zu\\n\", sizeof(CollArgs));\n");
         c.push_str("printf(\"ExchangeArgs %zu\\n\", sizeof(ExchangeArgs));\n");
+        c.push_str("printf(\"Trigger %zu %zu\\n\", sizeof(Trigger), _Alignof(Trigger));\n");
+        c.push_str("printf(\"FifoDevice %zu\\n\", sizeof(FifoDevice));\n");
         c.push_str("printf(\"OX_MAX_RANKS %d\\nOX_MAX_BLOCKS %d\\n\", OX_MAX_RANKS, OX_MAX_BLOCKS);\n");
         for (s, f, _) in fields {
             c.push_str(&format!("printf(\"{s}.{f} %zu\\n\", offsetof({s}, {f}));\n"));
@@ -197,10 +266,13 @@ mod tests {
         let out = Command::new(&exe).output().expect("run layout");
         let text = String::from_utf8(out.stdout).expect("utf8");
         let mut expect = format!(
-            "DevComm {}\nCollArgs {}\nExchangeArgs {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\n",
+            "DevComm {}\nCollArgs {}\nExchangeArgs {}\nTrigger {} {}\nFifoDevice {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\n",
             size_of::<DevComm>(),
             size_of::<CollArgs>(),
-            size_of::<ExchangeArgs>()
+            size_of::<ExchangeArgs>(),
+            size_of::<Trigger>(),
+            align_of::<Trigger>(),
+            size_of::<FifoDevice>()
         );
         for (s, f, off) in fields {
             expect.push_str(&format!("{s}.{f} {off}\n"));

@@ -21,6 +21,7 @@ pub mod enqueue;
 pub mod gpu;
 pub mod group;
 pub mod mem;
+pub mod proxy;
 pub mod split;
 pub mod topo;
 pub mod types;

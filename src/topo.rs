@@ -140,9 +140,67 @@ impl PeerInfo {
     }
 }
 
+/// Parses a Linux CPU list ("0-3,8,10-11"); None if malformed.
+pub fn parse_cpulist(s: &str) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse::<usize>().ok()?, b.trim().parse::<usize>().ok()?),
+            None => {
+                let v = part.trim().parse::<usize>().ok()?;
+                (v, v)
+            }
+        };
+        if lo > hi || hi >= 1 << 16 {
+            return None;
+        }
+        out.extend(lo..=hi);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The CPUs nearest a PCI device ("0000:3b:00.0"), from sysfs; None where unknown.
+pub fn local_cpus(bus_id: &str) -> Option<Vec<usize>> {
+    let path = format!("/sys/bus/pci/devices/{}/local_cpulist", bus_id.to_ascii_lowercase());
+    parse_cpulist(&std::fs::read_to_string(path).ok()?)
+}
+
+/// Restricts the calling thread to `cpus` (those the process may use); best effort, logged.
+pub fn bind_current_thread(cpus: &[usize]) {
+    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET/sched_* get valid pointers and sizes.
+    unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut allowed) != 0 {
+            return;
+        }
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let mut any = false;
+        for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+            if libc::CPU_ISSET(c, &allowed) {
+                libc::CPU_SET(c, &mut set);
+                any = true;
+            }
+        }
+        if any && libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 {
+            nccl_trace!(crate::log::Subsys::Init, "thread bound to CPUs {cpus:?} (those allowed)");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpulist("0-3,8,10-11\n"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
+        assert_eq!(parse_cpulist("5"), Some(vec![5]));
+        assert_eq!(parse_cpulist(""), None);
+        assert_eq!(parse_cpulist("3-1"), None);
+        assert_eq!(parse_cpulist("a-b"), None);
+        assert_eq!(parse_cpulist("0-99999999"), None);
+        bind_current_thread(&[0]); // best effort, must not fail or panic
+    }
 
     #[test]
     fn peer_info_round_trips() {

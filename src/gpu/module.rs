@@ -32,6 +32,7 @@ pub struct Module {
     reducescatter: Vec<Kernel>,
     reduce: Vec<Kernel>,
     exchange: Kernel,
+    proxy_selftest: Kernel,
 }
 
 // SAFETY: module handles are immutable after load and usable from any thread.
@@ -71,6 +72,7 @@ impl Module {
             reducescatter: typed_table(raw, "ox_reducescatter", &LL_PUT)?,
             reduce: typed_table(raw, "ox_reduce", &LL_PUT)?,
             exchange: function(raw, "ox_exchange")?,
+            proxy_selftest: function(raw, "ox_proxy_selftest")?,
         })
     }
 
@@ -89,6 +91,10 @@ impl Module {
 
     pub fn exchange(&self) -> Kernel {
         self.exchange
+    }
+
+    pub fn proxy_selftest(&self) -> Kernel {
+        self.proxy_selftest
     }
 }
 

@@ -6,11 +6,13 @@
 //! counts; optionally the same through CUDA graphs replayed with fresh data. Exit status 0 only if
 //! every result is right.
 //!
-//! Usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split]
+//! Usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy]
 //! (--colls: the other collectives and send/recv instead of AllReduce; see colls.rs;
-//! --split: ncclCommSplit/Shrink/Revoke and collectives on the children; see split.rs)
+//! --split: ncclCommSplit/Shrink/Revoke and collectives on the children; see split.rs;
+//! --proxy: the PortChannel proxy FIFO under many concurrent GPU pushers; see proxy.rs)
 
 mod colls;
+mod proxy;
 mod split;
 mod values;
 
@@ -34,10 +36,11 @@ struct Opts {
     quick: bool,
     colls: bool,
     split: bool,
+    proxy: bool,
 }
 
 fn opts() -> Result<Opts, String> {
-    let mut o = Opts { ranks: 0, max_count: 1 << 22, graph: false, quick: false, colls: false, split: false };
+    let mut o = Opts { ranks: 0, max_count: 1 << 22, graph: false, quick: false, colls: false, split: false, proxy: false };
     let mut a = std::env::args().skip(1);
     while let Some(x) = a.next() {
         let mut val = || a.next().ok_or_else(|| format!("{x} needs a value"));
@@ -48,8 +51,9 @@ fn opts() -> Result<Opts, String> {
             "--quick" => o.quick = true,
             "--colls" => o.colls = true,
             "--split" => o.split = true,
+            "--proxy" => o.proxy = true,
             "-h" | "--help" => {
-                println!("usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split]");
+                println!("usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy]");
                 std::process::exit(0)
             }
             _ => return Err(format!("unknown argument {x}")),
@@ -109,6 +113,9 @@ fn main() {
 }
 
 fn run(o: &Opts, ngpu: usize) -> Result<usize, String> {
+    if o.proxy {
+        return proxy::check(Device::get(0).map_err(|e| e.msg)?);
+    }
     let nranks = if o.ranks == 0 { ngpu } else { o.ranks };
     let max_bytes = o.max_count * 8;
     let mut id = ncclUniqueId { internal: [0; 128] };

@@ -1,0 +1,50 @@
+// The proxy FIFO, device side (host side and protocol: src/proxy/fifo.rs).
+//
+// push: take a position with a relaxed atomic add on the head (device memory: only GPU threads
+// touch it); while the ring is full, wait on the tail the proxy advances in pinned host memory;
+// then publish the trigger with ONE 128-bit store whose top bit is the lap's commit bit, so the
+// proxy never sees half a trigger and an all-zero payload is still a valid trigger.
+// flush: push a sync trigger, then wait until the proxy's flush position passes it.
+// Every wait also watches the FIFO's stop word (proxy stopped, communicator aborted) and gives up
+// then, so no kernel spins forever on a proxy that is gone.
+#pragma once
+#include "atomics.cuh"
+
+OX_DEV uint64_t ox_fifo_commit_bit(uint64_t pos, uint32_t size) {
+  return (((pos / size) & 1ull) ^ 1ull) << OX_TRIGGER_COMMIT_SHIFT;
+}
+
+OX_DEV bool ox_fifo_stopped(const FifoDevice& f) {
+  return ox_ld_volatile_u32(reinterpret_cast<const uint32_t*>(f.stop)) != 0;
+}
+
+// Pushes one trigger; returns its position, or UINT64_MAX if the FIFO was stopped meanwhile.
+// Ordering: a release (fence.acq_rel.sys before the store), so every write this thread observed
+// before the push (the block's, after a __syncthreads) is visible to the proxy and to the copies
+// it starts from the trigger.
+OX_DEV uint64_t ox_fifo_push(const FifoDevice& f, uint64_t fst, uint64_t snd) {
+  const uint64_t pos = atomicAdd(reinterpret_cast<unsigned long long*>(f.head), 1ull);
+  const uint64_t* tail = reinterpret_cast<const uint64_t*>(f.tail);
+  // Acquire on the tail: the slot's previous trigger was fully read before the proxy freed it.
+  for (uint32_t spins = 0; pos >= ox_ld_acquire_sys(tail) + f.size; ++spins) {
+    if ((spins & 63u) == 63u && ox_fifo_stopped(f)) return ~0ull;
+  }
+  Trigger* slot = reinterpret_cast<Trigger*>(f.triggers) + (pos & (uint64_t)(f.size - 1));
+  snd = (snd & ~(1ull << OX_TRIGGER_COMMIT_SHIFT)) | ox_fifo_commit_bit(pos, f.size);
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
+  asm volatile("st.relaxed.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(slot), "l"(fst), "l"(snd) : "memory");
+  return pos;
+}
+
+// Pushes a sync trigger and waits until the proxy has completed everything up to it. Returns
+// false if the FIFO was stopped first. Acquire on flush_done: what the proxy completed (copies
+// into this GPU's memory, say) is visible to this thread's later reads.
+OX_DEV bool ox_fifo_flush(const FifoDevice& f) {
+  const uint64_t pos = ox_fifo_push(f, 0, OX_TRIGGER_SYNC << OX_TRIGGER_TYPE_SHIFT);
+  if (pos == ~0ull) return false;
+  const uint64_t* done = reinterpret_cast<const uint64_t*>(f.flush_done);
+  for (uint32_t spins = 0; ox_ld_acquire_sys(done) <= pos; ++spins) {
+    if ((spins & 63u) == 63u && ox_fifo_stopped(f)) return false;
+  }
+  return true;
+}

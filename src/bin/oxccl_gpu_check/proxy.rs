@@ -1,0 +1,103 @@
+//! The proxy FIFO on a real GPU: 64 blocks x 256 threads each push 32 triggers concurrently into a
+//! 512-slot FIFO in pinned host memory while the proxy thread consumes them; every block then
+//! flushes. Every trigger must arrive exactly once, no push or flush may give up, and stopping the
+//! proxy afterwards must be prompt.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::ck;
+use oxccl::device_abi::{FifoDevice, ProxyTestArgs};
+use oxccl::gpu::module::launch;
+use oxccl::gpu::{cu, CtxGuard, Device, DeviceBuffer, HostMapped};
+use oxccl::proxy::fifo::{FifoHost, FifoWords};
+use oxccl::proxy::trigger::Request;
+use oxccl::proxy::{Handler, Placement, Proxy};
+use parking_lot::Mutex;
+
+struct Tally(Arc<Mutex<Vec<u8>>>);
+
+impl Handler for Tally {
+    fn execute(&mut self, r: &Request) -> oxccl::Result<()> {
+        let (id, k) = ((r.size >> 16) as usize, (r.size & 0xffff) as usize);
+        let mut seen = self.0.lock();
+        if let Some(s) = seen.get_mut(id * PER_THREAD as usize + k) {
+            *s = s.saturating_add(1);
+        }
+        Ok(())
+    }
+    fn complete(&mut self) -> oxccl::Result<()> {
+        Ok(())
+    }
+}
+
+const PER_THREAD: u32 = 32;
+
+pub fn check(dev: &'static Device) -> Result<usize, String> {
+    let e = |e: oxccl::Error| e.msg;
+    let _g = CtxGuard::new(dev).map_err(e)?;
+    let size = 512u32;
+    let host = HostMapped::zeroed(dev, FifoWords::bytes(size)).map_err(e)?;
+    // SAFETY: a fresh, zeroed, page-aligned allocation of the right size that outlives the proxy.
+    let words = unsafe { FifoWords::over(host.host, size) }.map_err(e)?;
+    let head = DeviceBuffer::zeroed(dev, 8).map_err(e)?;
+    let failures = DeviceBuffer::zeroed(dev, 8).map_err(e)?;
+    let base = host.dev_ptr;
+    let words_off = 16 * u64::from(size);
+    let fifo = FifoDevice {
+        triggers: base,
+        tail: base + words_off,
+        flush_done: base + words_off + 8,
+        stop: base + words_off + 16,
+        head: head.ptr,
+        size,
+        _pad0: 0,
+    };
+    let (blocks, threads) = (64u32, 256u32);
+    let total = (blocks * threads * PER_THREAD) as usize;
+    let seen = Arc::new(Mutex::new(vec![0u8; total]));
+    let placement = Placement { device: Some(dev), cpus: oxccl::topo::local_cpus(&dev.bus_id) };
+    let mut proxy = Proxy::start(
+        "oxccl-proxy-check".into(),
+        FifoHost::new(words),
+        Box::new(Tally(seen.clone())),
+        placement,
+        Box::new(|err| println!("FAIL proxy error: {}", err.msg)),
+    )
+    .map_err(e)?;
+    let module = dev.module().map_err(e)?;
+    let args = ProxyTestArgs { fifo, failures: failures.ptr, per_thread: PER_THREAD, _pad0: 0 };
+    let t0 = Instant::now();
+    launch(module.proxy_selftest(), blocks, threads, std::ptr::null_mut(), &args).map_err(e)?;
+    // SAFETY: the device's context is current.
+    unsafe { ck(cu::cuCtxSynchronize(), "cuCtxSynchronize")? };
+    let secs = t0.elapsed().as_secs_f64();
+    let mut gave_up = 0u32;
+    // SAFETY: copies 4 bytes from a live device allocation into a local.
+    unsafe { ck(cu::cuMemcpyDtoH_v2((&mut gave_up as *mut u32).cast(), failures.ptr, 4), "cuMemcpyDtoH")? };
+    let t1 = Instant::now();
+    proxy.stop();
+    let stop_ms = t1.elapsed().as_secs_f64() * 1e3;
+    let seen = seen.lock();
+    let missing = seen.iter().filter(|&&c| c == 0).count();
+    let dup = seen.iter().filter(|&&c| c > 1).count();
+    println!(
+        "  proxy FIFO: {total} triggers from {} threads through {size} slots in {:.1} ms ({:.1} M/s); stop {:.2} ms",
+        blocks * threads,
+        secs * 1e3,
+        total as f64 / secs / 1e6,
+        stop_ms
+    );
+    let mut bad = 0;
+    for (what, n) in [("pushes/flushes that gave up", gave_up as usize), ("triggers missing", missing), ("triggers seen twice", dup)] {
+        if n != 0 {
+            println!("FAIL proxy FIFO: {n} {what}");
+            bad += 1;
+        }
+    }
+    if stop_ms > 500.0 {
+        println!("FAIL proxy FIFO: stop took {stop_ms:.0} ms");
+        bad += 1;
+    }
+    Ok(bad)
+}

@@ -1,0 +1,223 @@
+//! PortChannel's proxy: a CPU thread that consumes the triggers GPU threads push into a FIFO in
+//! pinned host memory and carries them out through a transport (copy engine, TCP, RDMA).
+//!
+//! One proxy thread per communicator device: its triggers all come from one GPU, it sets that
+//! GPU's context once at start (before any CUDA call), is pinned to the CPUs nearest the GPU, and
+//! never captures graphs. It spins while work arrives and backs off when idle. Stopping (or a
+//! transport error) releases every GPU thread waiting on the FIFO, so no kernel spins forever.
+
+pub mod fifo;
+pub mod trigger;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use self::fifo::FifoHost;
+use self::trigger::Request;
+use crate::error::{Error, Result};
+use crate::log::Subsys;
+
+/// What carries out requests: a transport.
+pub trait Handler: Send {
+    /// Starts (or performs) a data and/or flag request. May return before the data has moved.
+    fn execute(&mut self, r: &Request) -> Result<()>;
+    /// Completes everything executed so far; a sync trigger's flush waits for this.
+    fn complete(&mut self) -> Result<()>;
+}
+
+/// How the proxy thread is placed.
+#[derive(Default)]
+pub struct Placement {
+    /// The GPU whose context the thread makes current before anything else.
+    pub device: Option<&'static crate::gpu::Device>,
+    /// CPUs to run on (those local to the GPU), if known.
+    pub cpus: Option<Vec<usize>>,
+}
+
+pub struct Proxy {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Idle polls before the thread yields, and before it sleeps.
+const SPIN_POLLS: u32 = 2000;
+const YIELD_POLLS: u32 = 4000;
+const IDLE_SLEEP: Duration = Duration::from_micros(50);
+
+impl Proxy {
+    /// Starts the proxy thread. `on_error` gets a transport failure (the communicator turns it
+    /// into its async error); the FIFO's waiters are released then, as on stop.
+    pub fn start(
+        name: String,
+        mut fifo: FifoHost,
+        mut handler: Box<dyn Handler>,
+        placement: Placement,
+        on_error: Box<dyn Fn(Error) + Send>,
+    ) -> Result<Proxy> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                let _ctx = match placement.device.map(crate::gpu::CtxGuard::new).transpose() {
+                    Ok(g) => g,
+                    Err(e) => {
+                        fifo.release();
+                        on_error(e.context("proxy thread: setting the device"));
+                        return;
+                    }
+                };
+                if let Some(cpus) = &placement.cpus {
+                    crate::topo::bind_current_thread(cpus);
+                }
+                if let Err(e) = run(&mut fifo, handler.as_mut(), &flag) {
+                    nccl_warn!("proxy: {}", e.msg);
+                    on_error(e);
+                }
+                // Stopped or failed: nothing will consume the FIFO any more.
+                fifo.release();
+            })
+            .map_err(|e| Error::io("cannot start the proxy thread", &e))?;
+        Ok(Proxy { stop, thread: Some(thread) })
+    }
+
+    /// Stops the thread and waits for it; idempotent. GPU threads waiting on the FIFO are released.
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn run(fifo: &mut FifoHost, handler: &mut dyn Handler, stop: &AtomicBool) -> Result<()> {
+    let mut idle = 0u32;
+    loop {
+        if stop.load(Ordering::Acquire) {
+            nccl_trace!(Subsys::Proxy, "proxy: stopping at FIFO position {}", fifo.position());
+            return Ok(());
+        }
+        let Some(t) = fifo.poll() else {
+            idle = idle.saturating_add(1);
+            if idle < SPIN_POLLS {
+                std::hint::spin_loop();
+            } else if idle < YIELD_POLLS {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(IDLE_SLEEP);
+            }
+            continue;
+        };
+        idle = 0;
+        let r = Request::decode(&t);
+        let pos = fifo.position();
+        if r.is_data() || r.is_flag() {
+            handler.execute(&r).map_err(|e| e.context(format!("proxy: request at FIFO position {pos}")))?;
+        }
+        fifo.pop();
+        if r.is_sync() {
+            handler.complete().map_err(|e| e.context(format!("proxy: flush at FIFO position {pos}")))?;
+            fifo.complete_through(pos + 1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fifo::HeapFifo;
+    use super::*;
+    use crate::device_abi::{OX_TRIGGER_DATA, OX_TRIGGER_FLAG, OX_TRIGGER_SYNC};
+    use parking_lot::Mutex;
+    use std::sync::atomic::AtomicU64;
+    use std::time::Instant;
+
+    /// Records requests; `complete` marks everything executed so far as done.
+    #[derive(Clone, Default)]
+    struct Recorder {
+        log: Arc<Mutex<Vec<(Request, bool)>>>,
+        fail_at: Option<u32>,
+    }
+
+    impl Handler for Recorder {
+        fn execute(&mut self, r: &Request) -> Result<()> {
+            if Some(r.size) == self.fail_at {
+                return Err(Error::remote("peer 3 closed the connection"));
+            }
+            self.log.lock().push((*r, false));
+            Ok(())
+        }
+        fn complete(&mut self) -> Result<()> {
+            self.log.lock().iter_mut().for_each(|e| e.1 = true);
+            Ok(())
+        }
+    }
+
+    fn req(kind: u64, size: u32) -> crate::device_abi::Trigger {
+        Request { kind, size, semaphore: 1, ..Default::default() }.encode().unwrap()
+    }
+
+    #[test]
+    fn proxy_executes_in_order_and_a_flush_waits_for_completion() {
+        let f = Arc::new(HeapFifo::new(8).unwrap());
+        let head = AtomicU64::new(0);
+        let rec = Recorder::default();
+        let mut p = Proxy::start("test-proxy".into(), FifoHost::new(f.words), Box::new(rec.clone()), Placement::default(), Box::new(|_| {}))
+            .unwrap();
+        for size in 1..=40 {
+            f.words.push_like_device(&head, req(if size % 2 == 0 { OX_TRIGGER_DATA } else { OX_TRIGGER_DATA | OX_TRIGGER_FLAG }, size)).unwrap();
+        }
+        let pos = f.words.push_like_device(&head, req(OX_TRIGGER_SYNC, 0)).unwrap();
+        assert!(f.words.flush_like_device(pos), "flush completes");
+        let log = rec.log.lock().clone();
+        assert_eq!(log.len(), 40);
+        assert!(log.iter().enumerate().all(|(i, (r, done))| r.size == i as u32 + 1 && *done), "in order, all completed before the flush returned");
+        p.stop();
+        assert_ne!(f.words.stop().load(Ordering::Acquire), 0, "stop releases device waiters");
+    }
+
+    #[test]
+    fn stop_is_prompt_when_idle_and_releases_a_flusher() {
+        let f = Arc::new(HeapFifo::new(4).unwrap());
+        let mut p = Proxy::start("test-proxy".into(), FifoHost::new(f.words), Box::new(Recorder::default()), Placement::default(), Box::new(|_| {}))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(30)); // long enough to be in the sleeping backoff
+        let f2 = f.clone();
+        let waiter = std::thread::spawn(move || f2.words.flush_like_device(1000));
+        let t0 = Instant::now();
+        p.stop();
+        assert!(t0.elapsed() < Duration::from_millis(500), "stop took {:?}", t0.elapsed());
+        assert!(!waiter.join().unwrap(), "the waiting GPU thread was released, not completed");
+    }
+
+    #[test]
+    fn transport_error_reports_and_releases() {
+        let f = Arc::new(HeapFifo::new(4).unwrap());
+        let head = AtomicU64::new(0);
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let e2 = errors.clone();
+        let rec = Recorder { fail_at: Some(7), ..Default::default() };
+        let _p = Proxy::start(
+            "test-proxy".into(),
+            FifoHost::new(f.words),
+            Box::new(rec),
+            Placement::default(),
+            Box::new(move |e| e2.lock().push(e)),
+        )
+        .unwrap();
+        f.words.push_like_device(&head, req(OX_TRIGGER_DATA, 7)).unwrap();
+        let pos = f.words.push_like_device(&head, req(OX_TRIGGER_SYNC, 0)).unwrap();
+        assert!(!f.words.flush_like_device(pos), "the flush is released, not completed");
+        let errs = errors.lock();
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].code, crate::error::ResultCode::RemoteError);
+        assert!(errs[0].msg.contains("peer 3"), "{:?}", errs[0]);
+    }
+}
