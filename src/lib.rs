@@ -24,6 +24,7 @@ pub mod mem;
 pub mod proxy;
 pub mod split;
 pub mod topo;
+pub mod transport;
 pub mod types;
 
 pub use error::{Error, Result, ResultCode};
