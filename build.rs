@@ -54,6 +54,7 @@ fn generate_device_abi_header(manifest: &Path, dest: &Path) {
                 "Trigger".into(),
                 "FifoDevice".into(),
                 "ProxyTestArgs".into(),
+                "PortTestArgs".into(),
             ],
             ..Default::default()
         },

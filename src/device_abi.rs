@@ -89,6 +89,24 @@ pub struct ProxyTestArgs {
     pub _pad0: u32,
 }
 
+/// Arguments of `ox_port_selftest` (oxccl-gpu-check --proxy).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PortTestArgs {
+    pub fifo: FifoDevice,
+    pub src: u64,
+    pub dst: u64,
+    pub bytes: u64,
+    /// `u64` semaphore in the receiver's device memory.
+    pub sem: u64,
+    pub failures: u64,
+    pub abort_flag: u64,
+    /// Sending blocks (the receiver waits for one signal from each).
+    pub blocks: u32,
+    /// 0: send, 1: receive and check.
+    pub mode: u32,
+}
+
 /// One transfer of an exchange.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -33,6 +33,7 @@ pub struct Module {
     reduce: Vec<Kernel>,
     exchange: Kernel,
     proxy_selftest: Kernel,
+    port_selftest: Kernel,
 }
 
 // SAFETY: module handles are immutable after load and usable from any thread.
@@ -73,6 +74,7 @@ impl Module {
             reduce: typed_table(raw, "ox_reduce", &LL_PUT)?,
             exchange: function(raw, "ox_exchange")?,
             proxy_selftest: function(raw, "ox_proxy_selftest")?,
+            port_selftest: function(raw, "ox_port_selftest")?,
         })
     }
 
@@ -95,6 +97,10 @@ impl Module {
 
     pub fn proxy_selftest(&self) -> Kernel {
         self.proxy_selftest
+    }
+
+    pub fn port_selftest(&self) -> Kernel {
+        self.port_selftest
     }
 }
 

@@ -114,7 +114,9 @@ fn main() {
 
 fn run(o: &Opts, ngpu: usize) -> Result<usize, String> {
     if o.proxy {
-        return proxy::check(Device::get(0).map_err(|e| e.msg)?);
+        let a = Device::get(0).map_err(|e| e.msg)?;
+        let b = Device::get(if ngpu > 1 { 1 } else { 0 }).map_err(|e| e.msg)?;
+        return Ok(proxy::check(a)? + proxy::check_copy_engine(a, b)?);
     }
     let nranks = if o.ranks == 0 { ngpu } else { o.ranks };
     let max_bytes = o.max_count * 8;

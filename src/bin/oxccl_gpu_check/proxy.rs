@@ -101,3 +101,95 @@ pub fn check(dev: &'static Device) -> Result<usize, String> {
     }
     Ok(bad)
 }
+
+/// PortChannel over the copy engine: a kernel on GPU `a` puts 64 MiB to GPU `b` (the same GPU
+/// when there is one) with put_with_signal_and_flush from 64 blocks, through the FIFO, the proxy
+/// and a CopyEngine transport; a kernel on `b` waits for the 64 signals and checks every byte.
+pub fn check_copy_engine(a: &'static Device, b: &'static Device) -> Result<usize, String> {
+    use oxccl::device_abi::PortTestArgs;
+    use oxccl::transport::cuda::{CopyEngine, Region};
+    let e = |e: oxccl::Error| e.msg;
+    let bytes: u64 = 64 << 20;
+    let blocks = 64u32;
+    if a.ordinal != b.ordinal {
+        a.enable_peer_access(b).map_err(e)?;
+    }
+    let src = DeviceBuffer::zeroed(a, bytes as usize).map_err(e)?;
+    let dst = DeviceBuffer::zeroed(b, bytes as usize).map_err(e)?;
+    let sem = DeviceBuffer::zeroed(b, 8).map_err(e)?;
+    let fails_a = DeviceBuffer::zeroed(a, 8).map_err(e)?;
+    let fails_b = DeviceBuffer::zeroed(b, 8).map_err(e)?;
+    let abort = HostMapped::zeroed(b, 64).map_err(e)?;
+    let size = 512u32;
+    let host = HostMapped::zeroed(a, FifoWords::bytes(size)).map_err(e)?;
+    // SAFETY: as in `check`.
+    let words = unsafe { FifoWords::over(host.host, size) }.map_err(e)?;
+    let head = DeviceBuffer::zeroed(a, 8).map_err(e)?;
+    let base = host.dev_ptr;
+    let off = 16 * u64::from(size);
+    let fifo = FifoDevice { triggers: base, tail: base + off, flush_done: base + off + 8, stop: base + off + 16, head: head.ptr, size, _pad0: 0 };
+    let ce = CopyEngine::new(a, vec![Region { ptr: src.ptr, size: bytes }], vec![Region { ptr: dst.ptr, size: bytes }], vec![sem.ptr])
+        .map_err(e)?;
+    let placement = Placement { device: Some(a), cpus: oxccl::topo::local_cpus(&a.bus_id) };
+    let mut proxy = Proxy::start("oxccl-proxy-ce".into(), FifoHost::new(words), Box::new(ce), placement, Box::new(|err| {
+        println!("FAIL copy-engine proxy error: {}", err.msg)
+    }))
+    .map_err(e)?;
+    let args = |mode: u32, failures: u64| PortTestArgs {
+        fifo,
+        src: src.ptr,
+        dst: dst.ptr,
+        bytes,
+        sem: sem.ptr,
+        failures,
+        abort_flag: abort.dev_ptr,
+        blocks,
+        mode,
+    };
+    let stream = |d: &'static Device| -> Result<cu::CUstream, String> {
+        let _g = CtxGuard::new(d).map_err(e)?;
+        let mut s: cu::CUstream = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the device's context is current.
+        unsafe { ck(cu::cuStreamCreate(&mut s, 1), "cuStreamCreate")? };
+        Ok(s)
+    };
+    let (sa, sb) = (stream(a)?, stream(b)?);
+    let t0 = Instant::now();
+    {
+        let _g = CtxGuard::new(b).map_err(e)?;
+        launch(b.module().map_err(e)?.port_selftest(), 1, 1024, sb, &args(1, fails_b.ptr)).map_err(e)?;
+    }
+    {
+        let _g = CtxGuard::new(a).map_err(e)?;
+        launch(a.module().map_err(e)?.port_selftest(), blocks, 256, sa, &args(0, fails_a.ptr)).map_err(e)?;
+    }
+    let mut bad = 0;
+    let mut counts = [0u32; 2];
+    for (i, (d, s, f)) in [(a, sa, &fails_a), (b, sb, &fails_b)].into_iter().enumerate() {
+        let _g = CtxGuard::new(d).map_err(e)?;
+        // SAFETY: our stream and a live 8-byte device allocation.
+        unsafe {
+            ck(cu::cuStreamSynchronize(s), "cuStreamSynchronize")?;
+            ck(cu::cuMemcpyDtoH_v2((&mut counts[i] as *mut u32).cast(), f.ptr, 4), "cuMemcpyDtoH")?;
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    proxy.stop();
+    println!(
+        "  PortChannel copy engine GPU {} -> GPU {}: {} MiB in {:.2} ms ({:.0} GB/s, including launch and checks)",
+        a.ordinal,
+        b.ordinal,
+        bytes >> 20,
+        secs * 1e3,
+        bytes as f64 / secs / 1e9
+    );
+    if counts[0] != 0 {
+        println!("FAIL copy engine: {} puts/flushes gave up", counts[0]);
+        bad += 1;
+    }
+    if counts[1] != 0 {
+        println!("FAIL copy engine: {} wrong bytes at the receiver", counts[1]);
+        bad += 1;
+    }
+    Ok(bad)
+}
