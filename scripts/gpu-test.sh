@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Every GPU test in one command, for a machine with GPUs (CI has none):
+#
+#   scripts/gpu-test.sh [--lib PATH] [--bin PATH] [--nccl-tests DIR] [--nccl-libdir DIR] [--out DIR] [--quick]
+#
+# --lib / --bin: a built liboxccl.so and the folder holding oxccl-gpu-check (default: target/release,
+# built here if missing). --nccl-tests: a folder of nccl-tests binaries you built (MPI=1); without
+# it the nccl-tests matrix is skipped. --nccl-libdir: NVIDIA's libnccl.so.2, for the side-by-side
+# comparison. PyTorch tests run when `python3 -c "import torch"` works. Exit status 0 only if every
+# part that ran passed; a summary lists what ran and what was skipped, and why.
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+lib="" bin="" nt="" nccldir="" out="gpu-test-out" quick=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --lib) lib=$2; shift 2 ;;
+    --bin) bin=$2; shift 2 ;;
+    --nccl-tests) nt=$2; shift 2 ;;
+    --nccl-libdir) nccldir=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --quick) quick=1; shift ;;
+    -h|--help) sed -n 2,10p "$0"; exit 0 ;;
+    *) echo "gpu-test: unknown argument $1"; exit 2 ;;
+  esac
+done
+if [ -z "$lib" ] || [ -z "$bin" ]; then
+  if [ ! -x "$root/target/release/oxccl-gpu-check" ]; then
+    (cd "$root" && bash scripts/setup-cuda.sh && cargo build --release --locked) || exit 1
+  fi
+  lib=${lib:-$root/target/release/liboxccl.so}
+  bin=${bin:-$root/target/release}
+fi
+if ! command -v nvidia-smi >/dev/null || [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -eq 0 ]; then
+  echo "gpu-test: no GPU on this machine; nothing to run (CI runs scripts/test.sh instead)."
+  exit 0
+fi
+ngpu=$(nvidia-smi -L | wc -l)
+mkdir -p "$out"
+summary=() fail=0
+step() {  # name, command...
+  local name=$1; shift
+  echo "== $name"
+  if "$@" > "$out/$name.log" 2>&1; then summary+=("PASS  $name"); else summary+=("FAIL  $name (see $out/$name.log)"); fail=1; fi
+  tail -3 "$out/$name.log"
+}
+q=""; [ $quick = 1 ] && q="--quick"
+export NCCL_NVLS_ENABLE=0
+step gpu-check-allreduce "$bin/oxccl-gpu-check" --graph $q
+step gpu-check-colls "$bin/oxccl-gpu-check" --colls --quick
+step gpu-check-split "$bin/oxccl-gpu-check" --split
+step gpu-check-proxy "$bin/oxccl-gpu-check" --proxy
+if [ -n "$nt" ]; then
+  H="python3 $root/nccl-tests-harness/harness.py"
+  step nccl-tests-allreduce $H check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/allreduce-check"
+  step nccl-tests-colls $H check --suite colls-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/colls-check"
+  if [ -n "$nccldir" ]; then
+    step nccl-tests-compare $H compare --suite colls-perf --bin "$nt" --oxccl "$lib" --nccl-libdir "$nccldir" --ngpus "$ngpu" --out "$out/colls-perf"
+  else
+    summary+=("SKIP  nccl-tests-compare (no --nccl-libdir)")
+  fi
+else
+  summary+=("SKIP  nccl-tests (no --nccl-tests DIR)")
+fi
+if python3 -c "import torch" 2>/dev/null && [ "$ngpu" -ge 2 ]; then
+  step torch-suite bash "$root/torch-tests/run.sh" "$ngpu" "$lib" "$out/torch"
+else
+  summary+=("SKIP  torch-suite (no PyTorch or fewer than 2 GPUs)")
+fi
+echo
+printf '%s\n' "${summary[@]}"
+exit $fail
