@@ -7,7 +7,7 @@
 //! handle is an error, not a use-after-free.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -41,6 +41,8 @@ pub struct Comm {
     /// ncclCommRevoke (or a shrink with NCCL_SHRINK_ABORT): kernels were told to stop; only
     /// destroy, abort, split and shrink remain allowed.
     revoked: AtomicBool,
+    /// OXCCL_CHECK: this rank's collective count, the sequence number ranks agree on.
+    check_seq: AtomicU64,
     /// Ops made by ncclRedOpCreatePreMulSum, indexed by the low 16 bits of their handle.
     user_ops: Mutex<Vec<Option<UserOp>>>,
     /// Marks this communicator's op handles, so an op used with another communicator is caught.
@@ -77,6 +79,8 @@ pub struct Ready {
     pub tuning: Tuning,
     /// FP8 reductions need sm_90 on every GPU of the communicator.
     pub fp8_ok: bool,
+    /// OXCCL_CHECK=1: ranks agree on every collective before it runs (src/agreement.rs).
+    pub check: bool,
     pub abort_flag: HostMapped,
     /// Taken (and freed) by destroy/abort.
     channels: Mutex<Option<MemoryChannels>>,
@@ -110,6 +114,7 @@ impl Comm {
             finalized: AtomicBool::new(false),
             aborted: AtomicBool::new(false),
             revoked: AtomicBool::new(false),
+            check_seq: AtomicU64::new(0),
             user_ops: Mutex::new(Vec::new()),
             op_tag: (topo::process_token() as u32 ^ NEXT_TAG.fetch_add(1, Ordering::Relaxed)) & OP_TAG_MASK,
         }
@@ -251,6 +256,21 @@ impl Comm {
         }
     }
 
+    /// Whether OXCCL_CHECK is on for this communicator.
+    pub fn checks_agreement(&self) -> bool {
+        self.ready.get().is_some_and(|r| r.check)
+    }
+
+    /// OXCCL_CHECK: agrees with the other ranks on `t` (collective over the communicator).
+    pub fn agree(&self, t: &crate::enqueue::CollTask) -> Result<()> {
+        let r = self.ready()?;
+        if !r.check {
+            return Ok(());
+        }
+        let seq = self.check_seq.fetch_add(1, Ordering::Relaxed);
+        crate::agreement::agree(&r.bootstrap, crate::agreement::Signature::of(t, seq))
+    }
+
     /// Why no more work may be enqueued, if so.
     pub fn check_usable(&self) -> Result<()> {
         if self.state.load(Ordering::Acquire) == ResultCode::InProgress as i32 {
@@ -379,6 +399,7 @@ impl Comm {
             scratch,
             tuning,
             fp8_ok,
+            check: crate::config::env_bool("OXCCL_CHECK", false),
             abort_flag,
             channels: Mutex::new(channels),
             dev_comm,

@@ -45,8 +45,10 @@ pub struct CollTask {
     pub stream: cu::CUstream,
 }
 
-// SAFETY: the stream is an opaque driver handle, valid from any thread.
+// SAFETY: the stream is an opaque driver handle, valid from any thread; a task is never mutated
+// after validation, so shared references are fine too.
 unsafe impl Send for CollTask {}
+unsafe impl Sync for CollTask {}
 
 /// One ncclSend or ncclRecv.
 #[derive(Clone, Copy, Debug)]

@@ -203,6 +203,10 @@ pub fn end() -> Result<()> {
         return Err(Error::in_progress());
     }
     let mut first_err = run_inits(state.inits).err();
+    if first_err.is_none() {
+        // OXCCL_CHECK: a disagreement drops the whole group before anything is launched.
+        check_agreement(&state.ops)?;
+    }
     let streams_per_comm = multi_stream_comms(&state.ops);
     let mut p2p: Vec<(Arc<Comm>, Vec<P2pOp>)> = Vec::new();
     for op in state.ops {
@@ -268,9 +272,43 @@ fn close() -> Result<Option<GroupState>> {
     })
 }
 
+/// OXCCL_CHECK for a group's collectives: per communicator in group order, communicators
+/// concurrently (one thread may drive every rank of a communicator).
+fn check_agreement(ops: &[Deferred]) -> Result<()> {
+    let mut per: Vec<(&Arc<Comm>, Vec<&CollTask>)> = Vec::new();
+    for op in ops {
+        if let Deferred::Coll(t) = op {
+            if !t.comm.checks_agreement() {
+                continue;
+            }
+            match per.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &t.comm)) {
+                Some((_, v)) => v.push(t),
+                None => per.push((&t.comm, vec![t])),
+            }
+        }
+    }
+    let agree_all = |(c, ts): &(&Arc<Comm>, Vec<&CollTask>)| ts.iter().try_for_each(|t| c.agree(t));
+    match per.len() {
+        0 => Ok(()),
+        1 => agree_all(&per[0]),
+        _ => std::thread::scope(|s| {
+            let hs: Vec<_> = per.iter().map(|p| s.spawn(move || agree_all(p))).collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(Error::internal("OXCCL_CHECK thread panicked"))))
+                .collect::<Vec<_>>()
+                .into_iter()
+                .find(|r| r.is_err())
+                .unwrap_or(Ok(()))
+        }),
+    }
+}
+
 fn run(op: Deferred) -> Result<()> {
     match op {
-        Deferred::Coll(t) => launch_task(&t),
+        Deferred::Coll(t) => {
+            t.comm.agree(&t)?;
+            launch_task(&t)
+        }
         Deferred::P2p(c, o) => launch_p2p(&c, &[o]),
         Deferred::Finalize(c) => c.finalize(),
         Deferred::Destroy(c, handle) => {

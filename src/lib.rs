@@ -10,6 +10,7 @@ pub mod error;
 #[macro_use]
 pub mod log;
 
+pub mod agreement;
 pub mod algo;
 pub mod api;
 pub mod bootstrap;

@@ -143,7 +143,7 @@ fn run(o: &Opts, ngpu: usize) -> Result<usize, String> {
 
     if o.colls || o.split {
         let bad = if o.split {
-            split::check_all(&ranks)? + split::check_nonblocking(&ranks)?
+            split::check_all(&ranks)? + split::check_nonblocking(&ranks)? + split::check_agreement(&ranks)?
         } else {
             colls::check_all(&ranks, o.max_count, o.quick)
         };

@@ -190,3 +190,39 @@ pub fn check_nonblocking(template: &[Rank]) -> Result<usize, String> {
     println!("  nonblocking done");
     Ok(bad)
 }
+
+/// OXCCL_CHECK on the GPU: communicators created with it on run a matching AllReduce normally,
+/// and a group where one rank passes another count fails with ncclInvalidUsage, launching nothing.
+pub fn check_agreement(template: &[Rank]) -> Result<usize, String> {
+    use oxccl::api::comm::ncclCommInitRank;
+    let n = template.len();
+    if n < 2 {
+        return Ok(0);
+    }
+    std::env::set_var("OXCCL_CHECK", "1"); // read at communicator init
+    let mut id = ncclUniqueId { internal: [0; 128] };
+    nccl(ncclGetUniqueId(&mut id), "ncclGetUniqueId")?;
+    let mut comms = vec![std::ptr::null_mut(); n];
+    nccl(ncclGroupStart(), "ncclGroupStart")?;
+    for (r, rk) in template.iter().enumerate() {
+        let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
+        nccl(ncclCommInitRank(&mut comms[r], n as i32, id, r as i32), "ncclCommInitRank")?;
+    }
+    nccl(ncclGroupEnd(), "ncclGroupEnd (init)")?;
+    std::env::remove_var("OXCCL_CHECK");
+    let mut bad = use_child(template, &comms, &(0..n).collect::<Vec<_>>(), false, "OXCCL_CHECK, agreeing ranks")?;
+    nccl(ncclGroupStart(), "ncclGroupStart")?;
+    for (r, rk) in template.iter().enumerate() {
+        let count = if r == n - 1 { 1000 } else { 1024 };
+        let rc = ncclAllReduce(rk.send as *const _, rk.recv as *mut _, count, DataType::Float32 as i32, 0, comms[r], rk.stream.cast());
+        nccl(rc, "ncclAllReduce (deferred)")?;
+    }
+    let rc = ncclGroupEnd();
+    if rc != ResultCode::InvalidUsage {
+        println!("FAIL OXCCL_CHECK: mismatched counts gave {rc:?}, expected InvalidUsage");
+        bad += 1;
+    }
+    destroy(&comms)?;
+    println!("  OXCCL_CHECK done");
+    Ok(bad)
+}
