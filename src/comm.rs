@@ -33,8 +33,8 @@ pub struct Comm {
     pub nranks: usize,
     pub device: i32,
     pub config: CommConfig,
-    /// ncclCommGetAsyncError's answer, as a raw ncclResult_t.
-    state: AtomicI32,
+    /// ncclCommGetAsyncError's answer, as a raw ncclResult_t (shared with the liveness watchdog).
+    state: Arc<AtomicI32>,
     ready: OnceLock<Ready>,
     finalized: AtomicBool,
     aborted: AtomicBool,
@@ -72,7 +72,7 @@ const OP_TAG_MASK: u32 = 0x3fff;
 pub struct Ready {
     pub dev: &'static Device,
     pub module: &'static Module,
-    pub bootstrap: Bootstrap,
+    pub bootstrap: Arc<Bootstrap>,
     pub peers: Vec<PeerInfo>,
     pub topo: Topology,
     pub scratch: Scratch,
@@ -81,7 +81,9 @@ pub struct Ready {
     pub fp8_ok: bool,
     /// OXCCL_CHECK=1: ranks agree on every collective before it runs (src/agreement.rs).
     pub check: bool,
-    pub abort_flag: HostMapped,
+    pub abort_flag: Arc<HostMapped>,
+    /// Watches the peers' liveness (see `watch_peers`); joined by destroy and abort.
+    watchdog: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Taken (and freed) by destroy/abort.
     channels: Mutex<Option<MemoryChannels>>,
     pub dev_comm: u64,
@@ -109,7 +111,7 @@ impl Comm {
             nranks,
             device,
             config,
-            state: AtomicI32::new(ResultCode::InProgress as i32),
+            state: Arc::new(AtomicI32::new(ResultCode::InProgress as i32)),
             ready: OnceLock::new(),
             finalized: AtomicBool::new(false),
             aborted: AtomicBool::new(false),
@@ -273,6 +275,10 @@ impl Comm {
 
     /// Why no more work may be enqueued, if so.
     pub fn check_usable(&self) -> Result<()> {
+        match self.async_state() {
+            ResultCode::Success | ResultCode::InProgress => {}
+            code => return Err(Error::new(code, "communicator failed earlier (see the WARN that said why; ncclCommAbort it)")),
+        }
         if self.state.load(Ordering::Acquire) == ResultCode::InProgress as i32 {
             return Err(Error::invalid_argument(
                 "communicator used before its previous nonblocking operation completed (poll ncclCommGetAsyncError)",
@@ -371,7 +377,7 @@ impl Comm {
         let tuning = Tuning::from_env()?;
         let scratch = Scratch::for_ranks(self.nranks, &tuning);
         let fp8_ok = peers.iter().all(|p| p.cc_major >= 9);
-        let abort_flag = HostMapped::zeroed(dev, 64)?;
+        let abort_flag = Arc::new(HostMapped::zeroed(dev, 64)?);
         let channels = MemoryChannels::connect(&bootstrap, dev, &peers, &scratch, &abort_flag)?;
         let dev_comm = channels.dev_comm;
         let mem = channels.device_bytes;
@@ -379,6 +385,8 @@ impl Comm {
         // Every rank has mapped every peer before any of them launches a kernel on the channels.
         bootstrap.barrier()?;
         let launch = LaunchState { last_stream: None, done: Event::new()? };
+        let bootstrap = Arc::new(bootstrap);
+        let watchdog = watch_peers(self.rank, self.nranks, bootstrap.clone(), self.state.clone(), abort_flag.clone())?;
         nccl_info!(
             Subsys::Init,
             "comm {:p} rank {} nRanks {} cudaDev {} busId {} - Init COMPLETE ({:.1} ms, {:.1} MiB device memory)",
@@ -402,6 +410,7 @@ impl Comm {
             check: crate::config::env_bool("OXCCL_CHECK", false),
             abort_flag,
             channels: Mutex::new(channels),
+            watchdog: Mutex::new(Some(watchdog)),
             dev_comm,
             launch: Mutex::new(launch),
         })
@@ -458,7 +467,19 @@ impl Comm {
             self.quiesce(None)?;
         }
         self.release_channels(true);
+        self.stop_watchdog(true);
         Ok(())
+    }
+
+    /// Ends the liveness watchdog; `goodbye` first tells the peers this close is orderly.
+    fn stop_watchdog(&self, goodbye: bool) {
+        let Some(r) = self.ready.get() else { return };
+        if goodbye {
+            r.bootstrap.say_goodbye();
+        }
+        if let Some(t) = r.watchdog.lock().take() {
+            let _ = t.join();
+        }
     }
 
     /// ncclCommAbort: makes kernels waiting on peers exit, stops bootstrap waits, and frees what it
@@ -469,6 +490,8 @@ impl Comm {
         let Some(r) = self.ready.get() else { return };
         r.abort_flag.store_u32(0, 1);
         r.bootstrap.abort();
+        // No goodbye: the peers are meant to see this rank gone (ncclRemoteError), as with NCCL.
+        self.stop_watchdog(false);
         // Kernels see the flag within microseconds; do not wait on a wedged GPU forever.
         let drained = self.quiesce(Some(Instant::now() + Duration::from_secs(10))).unwrap_or(false);
         if !drained {
@@ -488,6 +511,47 @@ impl Comm {
             }
         }
     }
+}
+
+/// The liveness watchdog: when a peer is lost (its connection to this rank ended without a
+/// goodbye, or another rank reports it), the communicator's async state becomes ncclRemoteError,
+/// its kernels are told to stop (abort flag) so nothing spins on the dead peer, a WARN names the
+/// peer, and a first-hand loss is reported to the other ranks (not every rank is connected to
+/// every other). Detection costs nothing on the hot path: it rides on the bootstrap's sockets.
+fn watch_peers(
+    rank: usize,
+    nranks: usize,
+    bs: Arc<Bootstrap>,
+    state: Arc<AtomicI32>,
+    abort_flag: Arc<HostMapped>,
+) -> Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("oxccl-watch{rank}"))
+        .spawn(move || {
+            while bs.watching() {
+                let Some(loss) = bs.wait_loss(Duration::from_secs(1)) else { continue };
+                on_peer_lost(&state, &|| abort_flag.store_u32(0, 1));
+                nccl_warn!(
+                    "comm rank {rank}/{nranks}: rank {} {}; its operations cannot complete: the communicator now reports ncclRemoteError",
+                    loss.rank,
+                    loss.why
+                );
+                if loss.reported_by.is_none() {
+                    bs.report_loss(loss.rank as usize);
+                }
+                return;
+            }
+        })
+        .map_err(|e| Error::io("cannot start the liveness watchdog thread", &e))
+}
+
+/// What a lost peer does to the communicator: RemoteError (unless it already failed) and the
+/// device-side abort flag.
+fn on_peer_lost(state: &AtomicI32, stop_kernels: &dyn Fn()) {
+    for from in [ResultCode::Success, ResultCode::InProgress] {
+        let _ = state.compare_exchange(from as i32, ResultCode::RemoteError as i32, Ordering::AcqRel, Ordering::Acquire);
+    }
+    stop_kernels();
 }
 
 fn bus_id_bytes(s: &str) -> [u8; 16] {
@@ -575,6 +639,21 @@ mod tests {
         c.end_async(&Err(Error::remote("peer died")));
         assert_eq!(c.async_state(), ResultCode::RemoteError);
         assert_eq!(c.begin_async().unwrap_err().code, ResultCode::RemoteError);
+    }
+
+    #[test]
+    fn a_lost_peer_makes_the_comm_a_remote_error_and_stops_kernels() {
+        let state = AtomicI32::new(ResultCode::Success as i32);
+        let stopped = AtomicBool::new(false);
+        on_peer_lost(&state, &|| stopped.store(true, Ordering::Release));
+        assert_eq!(state.load(Ordering::Acquire), ResultCode::RemoteError as i32);
+        assert!(stopped.load(Ordering::Acquire));
+        let failed = AtomicI32::new(ResultCode::SystemError as i32);
+        on_peer_lost(&failed, &|| {});
+        assert_eq!(failed.load(Ordering::Acquire), ResultCode::SystemError as i32, "the first error stays");
+        let c = Comm::new(0, 2, 0, CommConfig::default());
+        c.state.store(ResultCode::RemoteError as i32, Ordering::Release);
+        assert_eq!(c.check_usable().unwrap_err().code, ResultCode::RemoteError, "no new work on a failed comm");
     }
 
     #[test]

@@ -2,14 +2,14 @@
 //! where receivers wait for them. Queues are FIFO per key, which with one TCP stream per sender
 //! gives in-order delivery per (sender, receiver, channel, tag).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
 use super::deadline::Deadline;
 use super::listener::Event;
-use super::wire::Channel;
+use super::wire::{Channel, ROOT_RANK};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Key {
@@ -29,11 +29,31 @@ pub(crate) enum WaitError {
     Failed(String),
 }
 
+/// A rank that is gone without saying goodbye: seen here first (its connection to us ended), or
+/// reported by another rank.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loss {
+    pub rank: u32,
+    pub why: String,
+    pub reported_by: Option<u32>,
+}
+
+/// Notice payloads.
+pub(crate) const NOTICE_BYE: u8 = 1;
+pub(crate) const NOTICE_LOST: u8 = 2;
+
 #[derive(Default)]
 struct State {
     queues: HashMap<Key, VecDeque<Vec<u8>>>,
     /// Ranks whose connection to us ended, with why. Cleared when that rank sends again.
     gone: HashMap<u32, String>,
+    /// Ranks that said goodbye: their connections ending is orderly.
+    leaving: HashSet<u32>,
+    losses: VecDeque<Loss>,
+    /// Ranks already reported as lost (each is reported once).
+    lost: HashSet<u32>,
+    /// Ends wait_loss (the owner is shutting down).
+    closing: bool,
     aborted: bool,
     failed: Option<String>,
 }
@@ -51,6 +71,18 @@ impl Mailbox {
         for event in events {
             any = true;
             match event {
+                Event::Frame { rank, frame } if frame.channel == Channel::Notice => match frame.body.as_slice() {
+                    [NOTICE_BYE] => {
+                        st.leaving.insert(rank);
+                    }
+                    [NOTICE_LOST, a, b, c, d] => {
+                        let lost = u32::from_le_bytes([*a, *b, *c, *d]);
+                        if st.lost.insert(lost) {
+                            st.losses.push_back(Loss { rank: lost, why: format!("was reported lost by rank {rank}"), reported_by: Some(rank) });
+                        }
+                    }
+                    _ => {} // unknown notices from an authenticated peer: ignored
+                },
                 Event::Frame { rank, frame } => {
                     st.gone.remove(&rank);
                     let key = Key { channel: frame.channel, rank, tag: frame.tag };
@@ -58,6 +90,14 @@ impl Mailbox {
                 }
                 Event::Closed { rank, error } => {
                     let why = error.unwrap_or_else(|| "closed its connection".into());
+                    // The root's reply connection ends by design once init is done.
+                    if rank != ROOT_RANK && !st.leaving.contains(&rank) && st.lost.insert(rank) {
+                        st.losses.push_back(Loss {
+                            rank,
+                            why: format!("closed its connection without a goodbye ({why}): the process died or aborted"),
+                            reported_by: None,
+                        });
+                    }
                     st.gone.insert(rank, why);
                 }
             }
@@ -93,6 +133,31 @@ impl Mailbox {
             }
             self.cv.wait_until(&mut st, deadline.at());
         }
+    }
+
+    /// Waits until a rank is lost (see `Loss`), `closing` is set, or `deadline` passes.
+    pub(crate) fn take_loss(&self, deadline: Deadline) -> Option<Loss> {
+        let mut st = self.state.lock();
+        loop {
+            if let Some(l) = st.losses.pop_front() {
+                return Some(l);
+            }
+            if st.closing || st.aborted || Instant::now() >= deadline.at() {
+                return None;
+            }
+            self.cv.wait_until(&mut st, deadline.at());
+        }
+    }
+
+    pub(crate) fn watching(&self) -> bool {
+        let st = self.state.lock();
+        !st.closing && !st.aborted
+    }
+
+    /// Ends every wait for losses (the owner is shutting down).
+    pub(crate) fn close(&self) {
+        self.state.lock().closing = true;
+        self.cv.notify_all();
     }
 
     /// Fails every current and future wait.

@@ -37,7 +37,8 @@ use parking_lot::Mutex;
 use self::deadline::Deadline;
 use self::id::UniqueId;
 use self::listener::{Listener, Role};
-use self::mailbox::{Key, Mailbox, WaitError};
+use self::mailbox::{Key, Mailbox, WaitError, NOTICE_BYE, NOTICE_LOST};
+pub use self::mailbox::Loss;
 use self::socket::Listening;
 use self::wire::{decode_addr, encode_addr, Channel, ConnKind, Hello, Secret, ADDR_BYTES, ROOT_RANK};
 use crate::error::{Error, Result};
@@ -49,6 +50,8 @@ pub use self::id::{parse_comm_id, UNIQUE_ID_BYTES};
 /// drop take to shut it down.
 const LISTENER_TICK: Duration = Duration::from_millis(50);
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Longest a liveness notice may take to send.
+const NOTICE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Bootstrap timeout from OXCCL_BOOTSTRAP_TIMEOUT (seconds, float allowed), default 300 s.
 pub fn default_timeout() -> Duration {
@@ -279,6 +282,44 @@ impl Bootstrap {
         })
     }
 
+    /// Orderly shutdown: tells every peer this rank is connected to that its connections are about
+    /// to close on purpose (so they do not take it for a crash). Best effort, bounded.
+    pub fn say_goodbye(&self) {
+        for (p, slot) in self.out.iter().enumerate() {
+            if p != self.rank && slot.lock().is_some() {
+                let _ = self.notice(p, &[NOTICE_BYE]);
+            }
+        }
+        self.shared.mailbox.close();
+    }
+
+    /// Tells every other rank (but `lost`) that `lost` is gone. Best effort, bounded per peer.
+    pub fn report_loss(&self, lost: usize) {
+        let mut body = [NOTICE_LOST, 0, 0, 0, 0];
+        body[1..].copy_from_slice(&(lost as u32).to_le_bytes());
+        for p in (0..self.nranks).filter(|&p| p != self.rank && p != lost) {
+            if let Err(e) = self.notice(p, &body) {
+                nccl_info!(Subsys::Bootstrap, "Bootstrap: telling rank {p} that rank {lost} is lost failed: {}", e.msg);
+            }
+        }
+    }
+
+    /// The next rank lost without a goodbye, first seen here or reported by another rank; None at
+    /// `timeout`, or once this rank said goodbye or aborted.
+    pub fn wait_loss(&self, timeout: Duration) -> Option<Loss> {
+        self.shared.mailbox.take_loss(Deadline::after(timeout))
+    }
+
+    /// False once this rank said goodbye or aborted: nothing more to watch for.
+    pub fn watching(&self) -> bool {
+        self.shared.mailbox.watching()
+    }
+
+    fn notice(&self, peer: usize, body: &[u8]) -> Result<()> {
+        // Liveness traffic must not hang on a dead peer for the full bootstrap timeout.
+        self.send_within(peer, self.peer_addr(peer)?, Channel::Notice, 0, body, self.timeout.min(NOTICE_TIMEOUT))
+    }
+
     /// Makes every current and future wait on this Bootstrap return an error promptly.
     pub fn abort(&self) {
         nccl_info!(Subsys::Bootstrap, "Bootstrap: rank {}/{} aborting", self.rank, self.nranks);
@@ -347,6 +388,10 @@ impl Bootstrap {
 
     /// Sends one frame to `peer` (at `addr`), connecting on first use.
     fn send_to(&self, peer: usize, addr: SocketAddr, channel: Channel, tag: u32, data: &[u8]) -> Result<()> {
+        self.send_within(peer, addr, channel, tag, data, self.timeout)
+    }
+
+    fn send_within(&self, peer: usize, addr: SocketAddr, channel: Channel, tag: u32, data: &[u8], timeout: Duration) -> Result<()> {
         ensure!(
             !self.shared.mailbox.is_aborted(),
             SystemError,
@@ -361,7 +406,7 @@ impl Bootstrap {
             Error::invalid_argument(format!("bootstrap: peer {peer} out of range for nranks {}", self.nranks))
         })?;
         let mut slot = slot.lock();
-        let deadline = Deadline::after(self.timeout);
+        let deadline = Deadline::after(timeout);
         let who = format!("rank {peer}");
         // Taken out while in use: if sending fails the connection is dropped and the next send
         // reconnects rather than writing after a partial frame.

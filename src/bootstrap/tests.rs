@@ -463,3 +463,35 @@ fn timeout_parsing() {
         assert_eq!(parse_timeout(bad), None, "{bad}");
     }
 }
+
+#[test]
+fn a_rank_that_dies_is_detected_and_reported_to_the_others() {
+    let mut ranks = init_all(3, TIMEOUT);
+    // Rank 0 dies (its sockets close without a goodbye). Rank 1 holds rank 0's ring connection.
+    drop(ranks.remove(0));
+    let t0 = Instant::now();
+    let loss = ranks[0].wait_loss(Duration::from_secs(5)).expect("rank 1 notices");
+    assert_eq!((loss.rank, loss.reported_by), (0, None), "{loss:?}");
+    assert!(loss.why.contains("without a goodbye"), "{loss:?}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "took {:?}", t0.elapsed());
+    ranks[0].report_loss(0);
+    let heard = ranks[1].wait_loss(Duration::from_secs(5)).expect("rank 2 hears about it");
+    assert_eq!((heard.rank, heard.reported_by), (0, Some(1)), "{heard:?}");
+    assert!(ranks[1].wait_loss(Duration::from_millis(200)).is_none(), "reported once");
+}
+
+#[test]
+fn an_orderly_goodbye_is_not_a_loss() {
+    let mut ranks = init_all(3, TIMEOUT);
+    on_all(&ranks, |bs| exercise(bs, &[1]));
+    ranks[0].say_goodbye();
+    drop(ranks.remove(0));
+    for bs in &ranks {
+        assert_eq!(bs.wait_loss(Duration::from_millis(300)), None);
+    }
+    // Saying goodbye ends this rank's own wait at once.
+    ranks[0].say_goodbye();
+    let t0 = Instant::now();
+    assert_eq!(ranks[0].wait_loss(Duration::from_secs(10)), None);
+    assert!(t0.elapsed() < Duration::from_secs(1));
+}

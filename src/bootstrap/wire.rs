@@ -185,6 +185,8 @@ pub(crate) enum Channel {
     Barrier = 4,
     Bcast = 5,
     P2p = 6,
+    /// Liveness notices: a goodbye before an orderly close, or a report that a rank was lost.
+    Notice = 7,
 }
 
 impl Channel {
@@ -196,6 +198,7 @@ impl Channel {
             4 => Channel::Barrier,
             5 => Channel::Bcast,
             6 => Channel::P2p,
+            7 => Channel::Notice,
             _ => return None,
         })
     }
@@ -205,7 +208,7 @@ impl Channel {
         match self {
             Channel::Register => ConnKind::Register,
             Channel::Reply => ConnKind::Reply,
-            Channel::Ring | Channel::Barrier | Channel::Bcast | Channel::P2p => ConnKind::Peer,
+            Channel::Ring | Channel::Barrier | Channel::Bcast | Channel::P2p | Channel::Notice => ConnKind::Peer,
         }
     }
 
