@@ -49,6 +49,7 @@ step gpu-check-allreduce "$bin/oxccl-gpu-check" --graph $q
 step gpu-check-colls "$bin/oxccl-gpu-check" --colls --quick
 step gpu-check-split "$bin/oxccl-gpu-check" --split
 step gpu-check-proxy "$bin/oxccl-gpu-check" --proxy
+step gpu-check-hang "$bin/oxccl-gpu-check" --hang
 if [ -n "$nt" ]; then
   H="python3 $root/nccl-tests-harness/harness.py"
   step nccl-tests-allreduce $H check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/allreduce-check"

@@ -7,6 +7,7 @@
 //! handle is an error, not a use-after-free.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -99,6 +100,8 @@ pub struct LaunchState {
     /// flushed (finalize, destroy, abort wait for it). Not on every launch: it would cost the hot
     /// path a driver call.
     pub done: Event,
+    /// OXCCL_DEBUG_DUMP's record of issued work (empty when the dump is off).
+    pub progress: crate::diag::Progress,
 }
 
 // SAFETY: CUstream values are opaque handles the driver accepts from any thread.
@@ -320,6 +323,7 @@ impl Comm {
             Ok(ready) => {
                 let _ = self.ready.set(ready);
                 self.state.store(ResultCode::Success as i32, Ordering::Release);
+                crate::diag::start_monitor();
                 Ok(())
             }
             Err(e) => {
@@ -384,7 +388,7 @@ impl Comm {
         let channels = Some(channels);
         // Every rank has mapped every peer before any of them launches a kernel on the channels.
         bootstrap.barrier()?;
-        let launch = LaunchState { last_stream: None, done: Event::new()? };
+        let launch = LaunchState { last_stream: None, done: Event::new()?, progress: Default::default() };
         let bootstrap = Arc::new(bootstrap);
         let watchdog = watch_peers(self.rank, self.nranks, bootstrap.clone(), self.state.clone(), abort_flag.clone())?;
         nccl_info!(
@@ -560,6 +564,77 @@ fn bus_id_bytes(s: &str) -> [u8; 16] {
         *o = i;
     }
     b
+}
+
+impl Comm {
+    /// OXCCL_DEBUG_DUMP: a dump of this communicator if its stream has been busy for `after`
+    /// with no new operation (once per stall); see src/diag.rs.
+    pub fn stall_dump(&self, after: Duration) -> Option<String> {
+        let r = self.ready.get()?;
+        let _ctx = CtxGuard::new(r.dev).ok()?;
+        let mut ls = r.launch.try_lock_for(Duration::from_millis(100))?;
+        let stream = ls.last_stream?;
+        // SAFETY: a stream this communicator launched on; a query has no side effects.
+        let busy = unsafe { cu::cuStreamQuery(stream) } == cu::CUresult::CUDA_ERROR_NOT_READY;
+        let now = Instant::now();
+        if !ls.progress.stalled(busy, now, after) {
+            return None;
+        }
+        let ops = ls.progress.describe(now);
+        drop(ls);
+        let device = self.device_state(r).unwrap_or_else(|e| format!("device state unavailable: {}", e.msg));
+        Some(format!(
+            "OXCCL_DEBUG_DUMP: comm rank {}/{} (CUDA device {}, async state {:?}): its stream has been busy for {after:?} \
+             with no new operation. {ops}\n  device state (block 0): {device}",
+            self.rank,
+            self.nranks,
+            r.dev.ordinal,
+            self.async_state()
+        ))
+    }
+
+    /// LL flags and semaphore counters of block 0 per peer, copied through a private non-blocking stream (kernels may be spinning meanwhile).
+    fn device_state(&self, r: &Ready) -> Result<String> {
+        use crate::device_abi::{DevComm, OX_MAX_RANKS};
+        let mut stream: cu::CUstream = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the device's context is current (caller).
+        crate::gpu::check(unsafe { cu::cuStreamCreate(&mut stream, 1) }, "cuStreamCreate")?;
+        let copy = |dst: *mut u8, src: u64, n: usize| -> Result<()> {
+            // SAFETY: `src` is inside this communicator's buffers; dst is a local of n bytes.
+            crate::gpu::check(unsafe { cu::cuMemcpyDtoHAsync_v2(dst.cast(), src, n, stream) }, "cuMemcpyDtoHAsync")?;
+            // SAFETY: our stream.
+            crate::gpu::check(unsafe { cu::cuStreamSynchronize(stream) }, "cuStreamSynchronize")
+        };
+        let mut out = String::new();
+        let res = (|| -> Result<()> {
+            // SAFETY: DevComm is plain old data; every bit pattern is a valid value.
+            let mut dc: DevComm = unsafe { std::mem::zeroed() };
+            copy((&mut dc as *mut DevComm).cast(), r.dev_comm, std::mem::size_of::<DevComm>())?;
+            let n = self.nranks.min(OX_MAX_RANKS);
+            let mut flags = [0u32; OX_MAX_RANKS];
+            let mut expected = [0u64; OX_MAX_RANKS];
+            let mut inbound = [0u64; OX_MAX_RANKS];
+            copy(flags.as_mut_ptr().cast(), dc.ll_flags, 4 * n)?;
+            copy(expected.as_mut_ptr().cast(), dc.sem_expected, 8 * n)?;
+            copy(inbound.as_mut_ptr().cast(), dc.sem_inbound[self.rank], 8 * n)?;
+            for p in (0..n).filter(|&p| p != self.rank) {
+                let _ = write!(
+                    out,
+                    "\n    peer {p}: LL flag {}; semaphore received {} of {} expected",
+                    flags[p], inbound[p], expected[p]
+                );
+            }
+            Ok(())
+        })();
+        // SAFETY: our stream; nothing is queued on it any more.
+        unsafe { cu::cuStreamDestroy_v2(stream) };
+        res.map(|()| out)
+    }
+}
+
+/// Every live communicator (a snapshot).
+pub fn live() -> Vec<Arc<Comm>> {
+    REGISTRY.read().as_ref().map(|m| m.values().cloned().collect()).unwrap_or_default()
 }
 
 // ---- registry of live handles ----------------------------------------------------------------

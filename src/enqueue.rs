@@ -65,7 +65,13 @@ unsafe impl Send for P2pOp {}
 
 /// Runs `f` with the communicator's device current and its launch lock held, on `stream`, after
 /// ordering the stream behind the communicator's previous launch when the stream changed.
-fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(comm: &Comm, stream: cu::CUstream, f: F) -> Result<()> {
+/// `what` describes the operation for OXCCL_DEBUG_DUMP (called only when the dump is on).
+fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
+    comm: &Comm,
+    stream: cu::CUstream,
+    what: impl FnOnce() -> String,
+    f: F,
+) -> Result<()> {
     let r = comm.ready()?;
     comm.check_usable()?;
     let _ctx = CtxGuard::new(r.dev)?;
@@ -81,12 +87,16 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(comm: &Comm, s
     }
     f(r, &mut ls)?;
     ls.last_stream = Some(stream);
+    if crate::diag::dump_after().is_some() {
+        ls.progress.note(what());
+    }
     Ok(())
 }
 
 /// Launches one collective on its stream.
 pub fn launch_task(t: &CollTask) -> Result<()> {
-    with_launch(&t.comm, t.stream, |r, _| {
+    let what = || format!("{:?} {} x {} root {} on stream {:p}", t.coll, t.count, t.dtype.name(), t.root, t.stream);
+    with_launch(&t.comm, t.stream, what, |r, _| {
         // NCCL_PROTO/NCCL_ALGO may leave a collective nothing to run.
         let func = nccl_func(t.coll);
         if let Some(f) = func {
@@ -147,7 +157,11 @@ pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
             others.push(op.stream);
         }
     }
-    with_launch(comm, first.stream, |r, ls| {
+    let what = || {
+        let list: Vec<String> = ops.iter().map(|o| format!("{} {} B {} {}", if o.is_send { "send" } else { "recv" }, o.bytes, if o.is_send { "to" } else { "from" }, o.peer)).collect();
+        format!("point-to-point [{}] on stream {:p}", list.join(", "), first.stream)
+    };
+    with_launch(comm, first.stream, what, |r, ls| {
         let graph = is_capturing(first.stream)?;
         if !graph {
             for &s in &others {

@@ -18,6 +18,7 @@ pub mod channel;
 pub mod comm;
 pub mod config;
 pub mod device_abi;
+pub mod diag;
 pub mod enqueue;
 pub mod gpu;
 pub mod group;

@@ -6,12 +6,14 @@
 //! counts; optionally the same through CUDA graphs replayed with fresh data. Exit status 0 only if
 //! every result is right.
 //!
-//! Usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy]
+//! Usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy] [--hang]
 //! (--colls: the other collectives and send/recv instead of AllReduce; see colls.rs;
 //! --split: ncclCommSplit/Shrink/Revoke and collectives on the children; see split.rs;
-//! --proxy: the PortChannel proxy FIFO under many concurrent GPU pushers; see proxy.rs)
+//! --proxy: the PortChannel proxy FIFO under many concurrent GPU pushers; see proxy.rs;
+//! --hang: a deliberately stuck send, its OXCCL_DEBUG_DUMP and a prompt ncclCommAbort; see hang.rs)
 
 mod colls;
+mod hang;
 mod proxy;
 mod split;
 mod values;
@@ -37,10 +39,11 @@ struct Opts {
     colls: bool,
     split: bool,
     proxy: bool,
+    hang: bool,
 }
 
 fn opts() -> Result<Opts, String> {
-    let mut o = Opts { ranks: 0, max_count: 1 << 22, graph: false, quick: false, colls: false, split: false, proxy: false };
+    let mut o = Opts { ranks: 0, max_count: 1 << 22, graph: false, quick: false, colls: false, split: false, proxy: false, hang: false };
     let mut a = std::env::args().skip(1);
     while let Some(x) = a.next() {
         let mut val = || a.next().ok_or_else(|| format!("{x} needs a value"));
@@ -52,8 +55,9 @@ fn opts() -> Result<Opts, String> {
             "--colls" => o.colls = true,
             "--split" => o.split = true,
             "--proxy" => o.proxy = true,
+            "--hang" => o.hang = true,
             "-h" | "--help" => {
-                println!("usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy]");
+                println!("usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy] [--hang]");
                 std::process::exit(0)
             }
             _ => return Err(format!("unknown argument {x}")),
@@ -113,6 +117,9 @@ fn main() {
 }
 
 fn run(o: &Opts, ngpu: usize) -> Result<usize, String> {
+    if o.hang {
+        return hang::check(ngpu);
+    }
     if o.proxy {
         let a = Device::get(0).map_err(|e| e.msg)?;
         let b = Device::get(if ngpu > 1 { 1 } else { 0 }).map_err(|e| e.msg)?;

@@ -1,0 +1,134 @@
+//! Hang diagnosis. With OXCCL_DEBUG_DUMP=<seconds>, a monitor thread looks at every live
+//! communicator once a second; when one has had work outstanding on its stream for that long
+//! without issuing anything new, it WARNs a dump of that communicator: identity and state, the
+//! last operations issued, whether the stream is still busy, and the device-side LL flags and
+//! semaphore counters per peer (read through a separate non-blocking stream, so the dump works
+//! while kernels spin). Comparing the dumps of all ranks shows which rank is behind and on which
+//! peer a kernel waits. Off by default; then nothing is recorded.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Operations remembered per communicator.
+pub const RECENT_OPS: usize = 16;
+
+/// OXCCL_DEBUG_DUMP: seconds of no progress before a dump; None when unset or invalid.
+pub fn dump_after() -> Option<Duration> {
+    static V: OnceLock<Option<Duration>> = OnceLock::new();
+    *V.get_or_init(|| parse_seconds(crate::config::env("OXCCL_DEBUG_DUMP")?.as_str()))
+}
+
+fn parse_seconds(s: &str) -> Option<Duration> {
+    let v: f64 = s.trim().parse().ok()?;
+    (v > 0.0).then(|| Duration::try_from_secs_f64(v).ok()).flatten()
+}
+
+/// One issued operation.
+#[derive(Clone, Debug)]
+pub struct OpRecord {
+    pub seq: u64,
+    pub what: String,
+    pub at: Instant,
+}
+
+/// Per-communicator record of issued work and of when it last progressed.
+#[derive(Default)]
+pub struct Progress {
+    pub issued: u64,
+    pub recent: VecDeque<OpRecord>,
+    /// (issued count, since when) of the current busy stretch; the count a dump was made for.
+    busy_since: Option<(u64, Instant)>,
+    dumped_for: Option<u64>,
+}
+
+impl Progress {
+    pub fn note(&mut self, what: String) {
+        self.issued += 1;
+        if self.recent.len() == RECENT_OPS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(OpRecord { seq: self.issued, what, at: Instant::now() });
+    }
+
+    /// Called once a second by the monitor with whether the stream is busy: true when a dump is
+    /// due (busy with no new operation for `after`, once per stall).
+    pub fn stalled(&mut self, busy: bool, now: Instant, after: Duration) -> bool {
+        if !busy {
+            self.busy_since = None;
+            return false;
+        }
+        match self.busy_since {
+            Some((n, t)) if n == self.issued => {
+                if now.duration_since(t) >= after && self.dumped_for != Some(n) {
+                    self.dumped_for = Some(n);
+                    return true;
+                }
+                false
+            }
+            _ => {
+                self.busy_since = Some((self.issued, now));
+                false
+            }
+        }
+    }
+
+    pub fn describe(&self, now: Instant) -> String {
+        let mut s = format!("{} operations issued; last {}:", self.issued, self.recent.len());
+        for r in &self.recent {
+            let _ = write!(s, "\n    #{} {} ({:.1} s ago)", r.seq, r.what, now.duration_since(r.at).as_secs_f64());
+        }
+        s
+    }
+}
+
+/// Starts the monitor thread once (when OXCCL_DEBUG_DUMP is set).
+pub fn start_monitor() {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    let Some(after) = dump_after() else { return };
+    STARTED.get_or_init(|| {
+        let _ = std::thread::Builder::new().name("oxccl-dump".into()).spawn(move || loop {
+            std::thread::sleep(Duration::from_secs(1));
+            for c in crate::comm::live() {
+                if let Some(text) = c.stall_dump(after) {
+                    nccl_warn!("{text}");
+                }
+            }
+        });
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stall_is_reported_once_after_the_threshold() {
+        let mut p = Progress::default();
+        let t0 = Instant::now();
+        let after = Duration::from_secs(5);
+        p.note("AllReduce".into());
+        assert!(!p.stalled(true, t0, after), "first sight of a busy stream starts the clock");
+        assert!(!p.stalled(true, t0 + Duration::from_secs(4), after));
+        assert!(p.stalled(true, t0 + Duration::from_secs(5), after));
+        assert!(!p.stalled(true, t0 + Duration::from_secs(9), after), "once per stall");
+        p.note("Broadcast".into());
+        assert!(!p.stalled(true, t0 + Duration::from_secs(10), after), "new work restarts the clock");
+        assert!(p.stalled(true, t0 + Duration::from_secs(15), after));
+        assert!(!p.stalled(false, t0 + Duration::from_secs(16), after));
+        for i in 0..40 {
+            p.note(format!("op {i}"));
+        }
+        assert_eq!(p.recent.len(), RECENT_OPS);
+        assert!(p.describe(Instant::now()).contains("#42 op 39"));
+    }
+
+    #[test]
+    fn dump_threshold_parsing() {
+        assert_eq!(parse_seconds("30"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_seconds("0.5"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_seconds("0"), None);
+        assert_eq!(parse_seconds("x"), None);
+    }
+}
