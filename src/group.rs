@@ -44,16 +44,28 @@ impl InitJob {
     /// Runs the job; a panic becomes an error (and the communicator's async state), since jobs
     /// also run on threads of their own, outside the C ABI's panic boundary.
     fn run(self) -> Result<()> {
-        let comm = match &self {
+        // The communicator whose async state must show a panic: the new one, or a background
+        // split's parent (which would otherwise stay ncclInProgress).
+        let shows_state = match &self {
             InitJob::Rank { comm, .. } => Some(comm.clone()),
-            InitJob::Derived(_) => None,
+            InitJob::Derived(j) => j.background.then(|| j.parent.clone()),
         };
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_inner())).unwrap_or_else(|_| {
-            if let Some(c) = comm {
-                c.set_error(crate::error::ResultCode::InternalError);
+            let e = Error::internal("communicator initialization panicked");
+            if let Some(c) = shows_state {
+                c.set_error(e.code);
             }
-            Err(Error::internal("communicator initialization panicked"))
+            Err(e)
         })
+    }
+
+    /// Whether the job runs in nonblocking mode: its communicator's config, or for a split or
+    /// shrink its parent's (as in NCCL, which runs the job on the parent).
+    fn nonblocking(&self) -> bool {
+        match self {
+            InitJob::Rank { comm, .. } => !comm.config.blocking,
+            InitJob::Derived(j) => !j.parent.config.blocking,
+        }
     }
 
     fn run_inner(self) -> Result<()> {
@@ -156,20 +168,32 @@ pub fn init_in_background(comm: Arc<Comm>, id: [u8; crate::bootstrap::UNIQUE_ID_
 }
 
 fn spawn_inits(mut jobs: Vec<InitJob>) -> Result<()> {
+    // Background splits mark their parents ncclInProgress first; if the jobs never start, the
+    // parents go back to ncclSuccess (nothing was done to them) and the caller gets the error.
+    let undo = |jobs: &[InitJob]| {
+        for j in jobs {
+            if let InitJob::Derived(d) = j {
+                d.parent.end_async(&Ok(()));
+            }
+        }
+    };
     for i in 0..jobs.len() {
         if let InitJob::Derived(d) = &mut jobs[i] {
             if let Err(e) = d.parent.begin_async() {
-                // Two splits of one parent in one nonblocking group: undo the marks made so far.
-                for j in &jobs[..i] {
-                    if let InitJob::Derived(d) = j {
-                        d.parent.end_async(&Ok(()));
-                    }
-                }
+                // E.g. two splits of one parent in one nonblocking group.
+                undo(&jobs[..i]);
                 return Err(e);
             }
             d.background = true;
         }
     }
+    let parents: Vec<Arc<Comm>> = jobs
+        .iter()
+        .filter_map(|j| match j {
+            InitJob::Derived(d) => Some(d.parent.clone()),
+            InitJob::Rank { .. } => None,
+        })
+        .collect();
     std::thread::Builder::new()
         .name("oxccl-init".into())
         .spawn(move || {
@@ -177,19 +201,14 @@ fn spawn_inits(mut jobs: Vec<InitJob>) -> Result<()> {
             let _ = run_inits(jobs);
         })
         .map(|_| ())
-        .map_err(|e| Error::io("cannot start a background init thread", &e))
+        .map_err(|e| {
+            for p in &parents {
+                p.end_async(&Ok(()));
+            }
+            Error::io("cannot start a background init thread", &e)
+        })
 }
 
-impl InitJob {
-    /// Whether the job runs in nonblocking mode: its communicator's config, or for a split or
-    /// shrink its parent's (as in NCCL, which runs the job on the parent).
-    fn nonblocking(&self) -> bool {
-        match self {
-            InitJob::Rank { comm, .. } => !comm.config.blocking,
-            InitJob::Derived(j) => !j.parent.config.blocking,
-        }
-    }
-}
 
 pub fn end() -> Result<()> {
     let Some(state) = close()? else { return Ok(()) };
