@@ -459,8 +459,7 @@ impl Comm {
         if self.finalized.swap(true, Ordering::AcqRel) {
             return Err(Error::invalid_argument("communicator already finalized"));
         }
-        self.quiesce(None)?;
-        Ok(())
+        self.wait_idle("ncclCommFinalize")
     }
 
     /// ncclCommDestroy's local part: waits for this communicator's work, then frees its resources
@@ -468,11 +467,47 @@ impl Comm {
     /// their communicators one after another.
     pub fn destroy(&self) -> Result<()> {
         if !self.finalized.load(Ordering::Acquire) {
-            self.quiesce(None)?;
+            if let Err(e) = self.wait_idle("ncclCommDestroy") {
+                // Kernels still run on our buffers: keep them (leaked) rather than free them.
+                self.release_channels(false);
+                self.stop_watchdog(true);
+                return Err(e);
+            }
         }
         self.release_channels(true);
         self.stop_watchdog(true);
         Ok(())
+    }
+
+    /// Waits for this communicator's kernels, WARNing every minute about what it waits for, and
+    /// gives up after OXCCL_FINALIZE_TIMEOUT seconds (default 1800) with ncclSystemError: a
+    /// kernel still running then waits on a hung peer, and only ncclCommAbort can stop it.
+    fn wait_idle(&self, caller: &str) -> Result<()> {
+        let limit = finalize_timeout();
+        let t0 = Instant::now();
+        loop {
+            let waited = t0.elapsed();
+            let slice = Duration::from_secs(60).min(limit.saturating_sub(waited));
+            if self.quiesce(Some(Instant::now() + slice))? {
+                return Ok(());
+            }
+            let waited = t0.elapsed();
+            if waited >= limit {
+                return Err(Error::system(format!(
+                    "{caller}: comm rank {}/{}'s kernels are still running after {:.0} s (OXCCL_FINALIZE_TIMEOUT); \
+                     a peer is probably hung. Its buffers stay allocated; ncclCommAbort stops the kernels",
+                    self.rank,
+                    self.nranks,
+                    waited.as_secs_f64()
+                )));
+            }
+            nccl_warn!(
+                "{caller}: still waiting for comm rank {}/{}'s kernels after {:.0} s (set OXCCL_DEBUG_DUMP to see where they wait)",
+                self.rank,
+                self.nranks,
+                waited.as_secs_f64()
+            );
+        }
     }
 
     /// Ends the liveness watchdog; `goodbye` first tells the peers this close is orderly.
@@ -515,6 +550,18 @@ impl Comm {
             }
         }
     }
+}
+
+/// OXCCL_FINALIZE_TIMEOUT: seconds finalize/destroy wait for kernels (default 1800).
+fn finalize_timeout() -> Duration {
+    static T: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *T.get_or_init(|| {
+        crate::config::env("OXCCL_FINALIZE_TIMEOUT")
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|v| *v > 0.0)
+            .and_then(|v| Duration::try_from_secs_f64(v).ok())
+            .unwrap_or(Duration::from_secs(1800))
+    })
 }
 
 /// The liveness watchdog: when a peer is lost (its connection to this rank ended without a
