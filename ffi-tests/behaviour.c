@@ -47,6 +47,37 @@ int main(void) {
   EXPECT(ncclAllReduce(NULL, NULL, 4, ncclFloat, ncclSum, NULL, 0), ncclInvalidArgument);
   EXPECT(ncclRedOpDestroy(ncclSum, bogus), ncclInvalidArgument);
 
+  /* Every operation rejects a NULL or never-created communicator before touching anything. */
+  {
+    ncclComm_t bad[2] = {NULL, bogus};
+    float two = 2.0f;
+    ncclRedOp_t op;
+    void* handle = NULL;
+    char buf[16];
+    for (int i = 0; i < 2; i++) {
+      ncclComm_t c = bad[i];
+      EXPECT(ncclAllReduce(buf, buf, 1, ncclFloat, ncclSum, c, 0), ncclInvalidArgument);
+      EXPECT(ncclBroadcast(buf, buf, 1, ncclFloat, 0, c, 0), ncclInvalidArgument);
+      EXPECT(ncclBcast(buf, 1, ncclFloat, 0, c, 0), ncclInvalidArgument);
+      EXPECT(ncclReduce(buf, buf, 1, ncclFloat, ncclSum, 0, c, 0), ncclInvalidArgument);
+      EXPECT(ncclAllGather(buf, buf, 1, ncclFloat, c, 0), ncclInvalidArgument);
+      EXPECT(ncclReduceScatter(buf, buf, 1, ncclFloat, ncclSum, c, 0), ncclInvalidArgument);
+      EXPECT(ncclAlltoAll(buf, buf, 1, ncclFloat, c, 0), ncclInvalidArgument);
+      EXPECT(ncclGather(buf, buf, 1, ncclFloat, 0, c, 0), ncclInvalidArgument);
+      EXPECT(ncclScatter(buf, buf, 1, ncclFloat, 0, c, 0), ncclInvalidArgument);
+      EXPECT(ncclSend(buf, 1, ncclFloat, 0, c, 0), ncclInvalidArgument);
+      EXPECT(ncclRecv(buf, 1, ncclFloat, 0, c, 0), ncclInvalidArgument);
+      EXPECT(ncclRedOpCreatePreMulSum(&op, &two, ncclFloat, ncclScalarHostImmediate, c), ncclInvalidArgument);
+      EXPECT(ncclCommRegister(c, buf, sizeof buf, &handle), ncclInvalidArgument);
+      EXPECT(ncclCommGetAsyncError(c, &st), ncclInvalidArgument);
+      EXPECT(ncclCommCuDevice(c, &n), ncclInvalidArgument);
+      /* Inside a group the error is returned at once and again by ncclGroupEnd. */
+      EXPECT(ncclGroupStart(), ncclSuccess);
+      EXPECT(ncclSend(buf, 1, ncclFloat, 0, c, 0), ncclInvalidArgument);
+      EXPECT(ncclGroupEnd(), ncclInvalidArgument);
+    }
+  }
+
   /* NULL communicators are fine to tear down. */
   EXPECT(ncclCommDestroy(NULL), ncclSuccess);
   EXPECT(ncclCommAbort(NULL), ncclSuccess);
