@@ -279,13 +279,13 @@ impl Comm {
     /// Why no more work may be enqueued, if so.
     pub fn check_usable(&self) -> Result<()> {
         match self.async_state() {
-            ResultCode::Success | ResultCode::InProgress => {}
+            ResultCode::Success => {}
+            ResultCode::InProgress => {
+                return Err(Error::invalid_argument(
+                    "communicator used before its previous nonblocking operation completed (poll ncclCommGetAsyncError)",
+                ))
+            }
             code => return Err(Error::new(code, "communicator failed earlier (see the WARN that said why; ncclCommAbort it)")),
-        }
-        if self.state.load(Ordering::Acquire) == ResultCode::InProgress as i32 {
-            return Err(Error::invalid_argument(
-                "communicator used before its previous nonblocking operation completed (poll ncclCommGetAsyncError)",
-            ));
         }
         if self.is_aborted() {
             return Err(Error::invalid_usage("communicator was aborted"));

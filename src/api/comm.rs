@@ -233,13 +233,23 @@ fn publish_child(newcomm: usize, child: Result<Option<Comm>>) -> Result<()> {
     r
 }
 
-/// The child's configuration: the caller's, or None (inherit the parent's) for a NULL config.
-fn child_config(config: *mut ncclConfig_t) -> Result<Option<CommConfig>> {
-    if config.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: config points to the caller's ncclConfig_t (of the size it declares).
-    unsafe { parse_comm_config(config) }.map(Some)
+/// Runs (or, in a group, defers) a split or shrink whose arguments were validated; a NULL config
+/// inherits the parent's.
+fn submit_child(parent: Arc<Comm>, req: Request, config: *mut ncclConfig_t, newcomm: *mut ncclComm_t) -> Result<()> {
+    let config = if config.is_null() {
+        None
+    } else {
+        // SAFETY: config points to the caller's ncclConfig_t (of the size it declares).
+        Some(unsafe { parse_comm_config(config) }?)
+    };
+    let addr = newcomm as usize;
+    group::submit_derived(DerivedJob {
+        parent,
+        req,
+        config,
+        publish: Box::new(move |child| publish_child(addr, child)),
+        background: false,
+    })
 }
 
 #[no_mangle]
@@ -254,15 +264,7 @@ pub extern "C" fn ncclCommSplit(
         let parent = comm_arg(comm)?;
         *out(newcomm, "newcomm")? = std::ptr::null_mut();
         split::check_color(color)?;
-        let config = child_config(config)?;
-        let addr = newcomm as usize;
-        group::submit_derived(DerivedJob {
-            parent,
-            req: Request::Split { color, key },
-            config,
-            publish: Box::new(move |child| publish_child(addr, child)),
-            background: false,
-        })
+        submit_child(parent, Request::Split { color, key }, config, newcomm)
     })
 }
 
@@ -304,15 +306,7 @@ pub extern "C" fn ncclCommShrink(
                 excluded.push(r as usize);
             }
         }
-        let config = child_config(config)?;
-        let addr = newcomm as usize;
-        group::submit_derived(DerivedJob {
-            parent,
-            req: Request::Shrink { excluded, abort_parent },
-            config,
-            publish: Box::new(move |child| publish_child(addr, child)),
-            background: false,
-        })
+        submit_child(parent, Request::Shrink { excluded, abort_parent }, config, newcomm)
     })
 }
 
