@@ -23,7 +23,7 @@ OX_DEV void allreduce_oneshot(const CollArgs& a) {
   const int me = c.rank, n = c.nranks;
   AbortState ab(c.abort_flag);
   __shared__ uint32_t flags[OX_MAX_RANKS];
-  ox_ll_flags_load(c, flags);
+  ox_ll_flags_load(c, flags, ab);
   const uint64_t slot = (c.ll_half_bytes / (uint64_t)n) & ~15ull;
   const uint64_t nbytes = a.count * sizeof(T);
   const uint64_t npkt = ox_ceil_div(nbytes, 8);
@@ -64,7 +64,7 @@ OX_DEV void allreduce_twophase(const CollArgs& a) {
   const int me = c.rank, n = c.nranks;
   AbortState ab(c.abort_flag);
   __shared__ uint32_t flags[OX_MAX_RANKS];
-  ox_ll_flags_load(c, flags);
+  ox_ll_flags_load(c, flags, ab);
   const uint64_t area = c.ll_half_bytes / 2;
   const uint64_t slot = (area / (uint64_t)n) & ~15ull;
   const uint64_t nbytes = a.count * sizeof(T);

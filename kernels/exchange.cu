@@ -4,18 +4,37 @@
 // src/algo/exchange.rs). Per peer, the host picks one mode that both sides of the pair derive
 // from the pair's own byte counts, so they always agree:
 //   LL / LL_ACK - LL16 packets into the peer's LL scratch slot for this rank; LL_ACK pairs (data
-//                 flows one way) end with a per-block acknowledgement so the sender can never run
-//                 two launches ahead and overwrite packets not yet read;
+//                 flows one way) are acknowledged by the receiver when it enters the launch, and
+//                 the sender's next packet launch waits for that (ll_flags.cuh), so a sender can
+//                 never run two launches ahead and overwrite packets not yet read;
 //   PUT         - puts through the put scratch in rounds: in round k, block b moves bytes
 //                 [(k*nb + b)*chunk, +chunk) of the pair's stream; one semaphore sync per round
 //                 with that peer; rounds alternate between the two scratch areas, so a peer's
 //                 round k+2 writes (after the round k+1 sync) never hit data still being read.
 //                 A final sync keeps the next launch's round 0 away from this launch's last reads.
+// Local copies (a rank to itself) ride along with the put rounds when there are any, so that
+// local HBM traffic overlaps the NVLink traffic instead of preceding it.
 // Every launch of this kernel on a communicator uses the same grid and block size on every rank
 // (the host guarantees it), so block b on one side always pairs with block b on the other.
 #include "common.cuh"
 #include "ll_flags.cuh"
 #include "memory_channel.cuh"
+
+// Block-cooperative share of the local copies for step `k` of `steps` (each copy is cut into
+// steps * gridDim 16-byte aligned pieces; piece k*gridDim + b belongs to block b in step k).
+OX_DEV void ox_local_copies_step(const ExchangeArgs& a, uint32_t k, uint32_t steps) {
+  const uint64_t pieces = (uint64_t)steps * gridDim.x;
+  const uint64_t piece_idx = (uint64_t)k * gridDim.x + blockIdx.x;
+  for (uint32_t i = 0; i < a.ncopy; ++i) {
+    const Xfer& x = a.copies[i];
+    if (x.src == x.dst) continue;
+    const uint64_t piece = ((ox_ceil_div(x.bytes, pieces) + 15) / 16) * 16;
+    const uint64_t lo = piece_idx * piece;
+    if (lo >= x.bytes) continue;
+    const uint64_t len = ox_min(piece, x.bytes - lo);
+    ox_copy(reinterpret_cast<char*>(x.dst) + lo, reinterpret_cast<const char*>(x.src) + lo, len, threadIdx.x, blockDim.x, false);
+  }
+}
 
 extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(ExchangeArgs a) {
   const DevComm& c = *reinterpret_cast<const DevComm*>(a.comm);
@@ -23,23 +42,36 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(Exch
   AbortState ab(c.abort_flag);
   __shared__ uint32_t flags[OX_MAX_RANKS];
   __shared__ uint8_t ll_peer[OX_MAX_RANKS];
-  __shared__ uint8_t ack_peer[OX_MAX_RANKS];
+  __shared__ uint8_t oneway[OX_MAX_RANKS];  // LL_ACK pairs: 1 = this rank sends, 2 = it receives
   __shared__ uint8_t put_peer[OX_MAX_RANKS];
   if ((int)threadIdx.x < OX_MAX_RANKS) {
     const uint8_t m = (int)threadIdx.x < n ? a.mode[threadIdx.x] : OX_MODE_NONE;
     ll_peer[threadIdx.x] = m == OX_MODE_LL || m == OX_MODE_LL_ACK;
-    ack_peer[threadIdx.x] = m == OX_MODE_LL_ACK;
+    oneway[threadIdx.x] = 0;
     put_peer[threadIdx.x] = 0;
   }
-  ox_ll_flags_load(c, flags);  // includes a __syncthreads
+  __syncthreads();
+  // An LL_ACK pair moves data one way, so these writes never conflict.
+  if (threadIdx.x < a.nsend && a.mode[a.sends[threadIdx.x].peer] == OX_MODE_LL_ACK) oneway[a.sends[threadIdx.x].peer] = 1;
+  if (threadIdx.x < a.nrecv && a.mode[a.recvs[threadIdx.x].peer] == OX_MODE_LL_ACK) oneway[a.recvs[threadIdx.x].peer] = 2;
+  ox_ll_flags_load(c, flags, ab);  // includes a __syncthreads
+  if ((int)threadIdx.x < n) {
+    if (oneway[threadIdx.x] == 2) ox_ll_ack_post(c, (int)threadIdx.x, flags[threadIdx.x]);
+    if (oneway[threadIdx.x] == 1) ox_ll_pending_set(c, (int)threadIdx.x, flags[threadIdx.x]);
+  }
   const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
   const uint64_t ll_slot = (c.ll_half_bytes / (uint64_t)n) & ~15ull;
+  uint32_t max_rounds = 0;
+  for (int p = 0; p < n; ++p)
+    if (a.mode[p] == OX_MODE_PUT && a.rounds[p] > max_rounds) max_rounds = a.rounds[p];
 
-  // 1. Local copies (a rank to itself); in place when source and destination coincide.
-  for (uint32_t k = 0; k < a.ncopy; ++k) {
-    const Xfer& x = a.copies[k];
-    if (x.src != x.dst) ox_copy(reinterpret_cast<char*>(x.dst), reinterpret_cast<const char*>(x.src), x.bytes, g, G, false);
+  // 1. Local copies, unless the put rounds below carry them.
+  if (max_rounds == 0) {
+    for (uint32_t k = 0; k < a.ncopy; ++k) {
+      const Xfer& x = a.copies[k];
+      if (x.src != x.dst) ox_copy(reinterpret_cast<char*>(x.dst), reinterpret_cast<const char*>(x.src), x.bytes, g, G, false);
+    }
   }
 
   // 2. Packet sends: never block, so every rank posts them before waiting on anyone.
@@ -53,9 +85,6 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(Exch
   }
 
   // 3. Put rounds.
-  uint32_t max_rounds = 0;
-  for (int p = 0; p < n; ++p)
-    if (a.mode[p] == OX_MODE_PUT && a.rounds[p] > max_rounds) max_rounds = a.rounds[p];
   if (max_rounds > 0) {
     const uint32_t b = blockIdx.x, nb = gridDim.x;
     const uint64_t rs_slot = c.rs_slot_bytes;
@@ -75,6 +104,8 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(Exch
         char* dst = reinterpret_cast<char*>(c.rs_scratch[p]) + area + ((uint64_t)b * n + me) * rs_slot + (lo - o);
         ox_copy(dst, reinterpret_cast<const char*>(x.src) + (lo - x.off), hi - lo, threadIdx.x, blockDim.x, false);
       }
+      // This block's share of the local copies, while the peers' puts are in flight.
+      ox_local_copies_step(a, k, max_rounds);
       if ((int)threadIdx.x < n) put_peer[threadIdx.x] = a.mode[threadIdx.x] == OX_MODE_PUT && k < a.rounds[threadIdx.x];
       ox_block_sync_masked(c, put_peer, ab);
       for (uint32_t s = 0; s < a.nrecv; ++s) {
@@ -104,9 +135,5 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(Exch
     const uint64_t npkt = ox_ceil_div(x.bytes, 8);
     for (uint64_t i = g; i < npkt; i += G) ox_store8(reinterpret_cast<char*>(x.dst), i * 8, x.bytes, ox_ll16_read(base + i * 16, f, ab));
   }
-
-  // 5. One-directional packet pairs: this block's packets were read (receiver) or may now be
-  //    overwritten by the next launch (sender) once both sides' blocks b meet here.
-  ox_block_sync_masked(c, ack_peer, ab);
   ox_ll_flags_advance(c, flags, ll_peer);
 }

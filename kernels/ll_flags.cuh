@@ -8,24 +8,72 @@
 // equal whatever grid the next launch has. Slot (s, p) is written only by block (s mod gridDim) of a
 // launch, so blocks never race on a slot. The flag's parity picks the scratch half: a rank may run
 // one launch ahead of a peer without overwriting packets the peer is still reading.
+//
+// Running ahead is bounded as follows. A launch with flag f writes the half that packets of flag
+// f-2 used, so the peer must have finished its launch f-2. If the pair's launch f-1 moved packets
+// towards this rank, or both ways, this rank read the peer's f-1 packets, so the peer was in f-1:
+// nothing to wait for. If launch f-1 moved packets only from this rank to the peer ("one-way"),
+// the peer acknowledges it: on entering that launch it stores f-1 into this rank's ll_ack slot,
+// and this rank's next launch waits for that value (or f, if the peer is already one launch
+// further) before writing packets. Launches of one
+// communicator are ordered on each GPU, so "the peer entered f-1" means "it left f-2". The wait
+// sits at the start of the next launch, not at the end of the one-way launch, so back-to-back
+// one-way operations (Broadcast, Gather, Scatter, Reduce) pay no round trip.
 #pragma once
-#include "common.cuh"
+#include "abort.cuh"
 
 OX_DEV uint32_t* ox_ll_flag_ptr(const DevComm& c, uint32_t block, int peer) {
   return reinterpret_cast<uint32_t*>(c.ll_flags) + (uint64_t)block * OX_MAX_RANKS + (uint64_t)peer;
 }
 
+OX_DEV uint32_t* ox_ll_pending_ptr(const DevComm& c, uint32_t block, int peer) {
+  return reinterpret_cast<uint32_t*>(c.ll_pending) + (uint64_t)block * OX_MAX_RANKS + (uint64_t)peer;
+}
+
+// Slot (block, reader) of `owner`'s acknowledgement table, as mapped into this rank.
+OX_DEV uint32_t* ox_ll_ack_ptr(const DevComm& c, int owner, uint32_t block, int reader) {
+  return reinterpret_cast<uint32_t*>(c.ll_ack[owner]) + (uint64_t)block * OX_MAX_RANKS + (uint64_t)reader;
+}
+
 // Next flag; skips 0 (fresh, zeroed scratch) on wrap-around and keeps the parity alternating.
 OX_DEV uint32_t ox_ll_next_flag(uint32_t flag) { return flag + 1 == 0 ? 2u : flag + 1; }
 
-// Loads this block's flag for every peer into shared memory (thread p loads peer p).
-OX_DEV void ox_ll_flags_load(const DevComm& c, uint32_t* flags) {
-  if ((int)threadIdx.x < c.nranks) flags[threadIdx.x] = *ox_ll_flag_ptr(c, blockIdx.x, (int)threadIdx.x);
+// Loads this block's flag for every peer into shared memory (thread p loads peer p); where the
+// pair's previous launch was one-way from this rank, first waits for the peer's acknowledgement
+// (see the top of this file). Acquire: the peer's later reads of this rank's packets are not
+// affected, but this block's packet writes must not be issued before the wait ends; the
+// __syncthreads extends that to the block.
+OX_DEV void ox_ll_flags_load(const DevComm& c, uint32_t* flags, AbortState& ab) {
+  const int p = (int)threadIdx.x;
+  if (p < c.nranks) {
+    const uint32_t f = *ox_ll_flag_ptr(c, blockIdx.x, p);
+    flags[p] = f;
+    const uint32_t pending = *ox_ll_pending_ptr(c, blockIdx.x, p);
+    if (p != c.rank && ox_ll_next_flag(pending) == f) {
+      // The peer may already have entered this launch too (when it is one-way again) and
+      // posted f itself: either value proves it left f-2. Nothing newer can be there yet.
+      const uint32_t* ack = ox_ll_ack_ptr(c, c.rank, blockIdx.x, p);
+      for (uint32_t v = ox_ld_acquire_sys_u32(ack); v != pending && v != f; v = ox_ld_acquire_sys_u32(ack)) {
+        if (ab.poll()) break;
+      }
+    }
+  }
   __syncthreads();
 }
 
 // Byte offset of the half of a scratch slot that packets carrying `flag` use.
 OX_DEV uint64_t ox_ll_half_offset(const DevComm& c, uint32_t flag) { return (flag & 1u) * c.ll_half_bytes; }
+
+// One-way launches, called by thread `peer` of every block once the launch's flags are loaded.
+// Receiver: tells the sender this rank has entered the launch of flag f. Relaxed: the launch
+// boundary already ordered this rank's reads of older packets before it.
+OX_DEV void ox_ll_ack_post(const DevComm& c, int sender, uint32_t f) {
+  for (uint32_t s = blockIdx.x; s < OX_MAX_BLOCKS; s += gridDim.x) ox_st_relaxed_sys_u32(ox_ll_ack_ptr(c, sender, s, c.rank), f);
+}
+// Sender: remembers that launch f was one-way to `receiver`, so the next launch waits for the ack.
+OX_DEV void ox_ll_pending_set(const DevComm& c, int receiver, uint32_t f) {
+  for (uint32_t s = blockIdx.x; s < OX_MAX_BLOCKS; s += gridDim.x) *ox_ll_pending_ptr(c, s, receiver) = f;
+}
 
 // Advances the flags of every peer p with active[p] != 0 (thread p handles peer p).
 OX_DEV void ox_ll_flags_advance(const DevComm& c, const uint32_t* flags, const uint8_t* active) {

@@ -5,8 +5,8 @@
 //   reducescatter_put - the same through the put scratch in rounds: put, sync, reduce; rounds
 //                       alternate scratch areas and a final sync ends the launch (as exchange.cu).
 //   reduce_ll         - every rank but the root writes its input as packets to the root, which
-//                       reduces; the pairs are one-directional, so blocks end with an
-//                       acknowledgement and launches use the communicator's fixed grid.
+//                       reduces; the pairs are one-directional, so the root acknowledges the
+//                       launch when it enters it (ll_flags.cuh).
 //   reduce_put        - AllReduce's put-based algorithm with the gather going to the root only.
 // As everywhere, results are reduced in rank order and each input's pre() is applied by its owner.
 #include "common.cuh"
@@ -22,7 +22,7 @@ OX_DEV void reducescatter_ll(const CollArgs& a) {
   const int me = c.rank, n = c.nranks;
   AbortState ab(c.abort_flag);
   __shared__ uint32_t flags[OX_MAX_RANKS];
-  ox_ll_flags_load(c, flags);
+  ox_ll_flags_load(c, flags, ab);
   const uint64_t slot = (c.ll_half_bytes / (uint64_t)n) & ~15ull;
   const uint64_t nbytes = a.count * sizeof(T);  // one rank's chunk
   const uint64_t npkt = ox_ceil_div(nbytes, 8);
@@ -92,7 +92,11 @@ OX_DEV void reduce_ll(const CollArgs& a) {
   __shared__ uint32_t flags[OX_MAX_RANKS];
   __shared__ uint8_t pair[OX_MAX_RANKS];
   if ((int)threadIdx.x < OX_MAX_RANKS) pair[threadIdx.x] = me == root ? (int)threadIdx.x != root : (int)threadIdx.x == root;
-  ox_ll_flags_load(c, flags);
+  ox_ll_flags_load(c, flags, ab);  // includes a __syncthreads
+  if ((int)threadIdx.x < n && pair[threadIdx.x]) {
+    if (me == root) ox_ll_ack_post(c, (int)threadIdx.x, flags[threadIdx.x]);
+    else ox_ll_pending_set(c, root, flags[root]);
+  }
   const uint64_t slot = (c.ll_half_bytes / (uint64_t)n) & ~15ull;
   const uint64_t nbytes = a.count * sizeof(T);
   const uint64_t npkt = ox_ceil_div(nbytes, 8);
@@ -116,7 +120,6 @@ OX_DEV void reduce_ll(const CollArgs& a) {
       ox_store8(dst, i * 8, nbytes, ox_post<T>(op, acc));
     }
   }
-  ox_block_sync_masked(c, pair, ab);  // one-directional pairs: acknowledge (see exchange.cu)
   ox_ll_flags_advance(c, flags, pair);
 }
 

@@ -18,6 +18,7 @@ if [ "$before" != "$after" ] || ! git diff --quiet -- include/nccl.h 2>/dev/null
 fi
 
 cargo test --release --locked
+python3 scripts/model/ll_ack_model.py
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --release --locked --all-targets -- -D warnings
 else

@@ -23,8 +23,8 @@ pub const OX_MAX_COPIES: usize = 4;
 pub const OX_MODE_NONE: u8 = 0;
 /// LL16 packets through the peer's LL scratch; one hop, no sync unless the pair is one-directional.
 pub const OX_MODE_LL: u8 = 1;
-/// LL16 packets, and the pair moves data one way only: the blocks end with an acknowledgement so
-/// the sender cannot run two launches ahead of the receiver and overwrite unread packets.
+/// LL16 packets, and the pair moves data one way only: the receiver acknowledges the launch
+/// (kernels/ll_flags.cuh) so the sender cannot run two launches ahead and overwrite unread packets.
 pub const OX_MODE_LL_ACK: u8 = 2;
 /// Puts through the put scratch in rounds, with semaphores.
 pub const OX_MODE_PUT: u8 = 3;
@@ -182,11 +182,18 @@ pub struct DevComm {
     /// Each rank's inbound semaphore counters, `u64[OX_MAX_BLOCKS][OX_MAX_RANKS]` indexed
     /// `[block][sending rank]`, as mapped into this rank's address space.
     pub sem_inbound: [u64; OX_MAX_RANKS],
+    /// Each rank's LL acknowledgements, `u32[OX_MAX_BLOCKS][OX_MAX_RANKS]` indexed
+    /// `[block][reading rank]`: the flag of the latest one-way packet launch from that rank which
+    /// the reader has entered. Written by the reader through its peer mapping.
+    pub ll_ack: [u64; OX_MAX_RANKS],
     /// This rank's LL flags, `u32[OX_MAX_BLOCKS][OX_MAX_RANKS]` indexed `[block][peer]`; all
     /// blocks' flags for one peer are kept equal.
     pub ll_flags: u64,
     /// This rank's expected semaphore values, `u64[OX_MAX_BLOCKS][OX_MAX_RANKS]`.
     pub sem_expected: u64,
+    /// This rank's LL flag of its latest one-way packet launch to each peer,
+    /// `u32[OX_MAX_BLOCKS][OX_MAX_RANKS]` indexed `[block][peer]`, all blocks kept equal.
+    pub ll_pending: u64,
     /// Host-mapped `u32`, non-zero once the communicator is aborted: every device spin loop reads it.
     pub abort_flag: u64,
 }
@@ -235,6 +242,8 @@ mod tests {
             ("DevComm", "ll_scratch", offset_of!(DevComm, ll_scratch)),
             ("DevComm", "rs_scratch", offset_of!(DevComm, rs_scratch)),
             ("DevComm", "sem_inbound", offset_of!(DevComm, sem_inbound)),
+            ("DevComm", "ll_ack", offset_of!(DevComm, ll_ack)),
+            ("DevComm", "ll_pending", offset_of!(DevComm, ll_pending)),
             ("DevComm", "ll_flags", offset_of!(DevComm, ll_flags)),
             ("DevComm", "sem_expected", offset_of!(DevComm, sem_expected)),
             ("DevComm", "abort_flag", offset_of!(DevComm, abort_flag)),

@@ -48,7 +48,7 @@ pub struct ExchangePlan {
 const DEFAULT_LL_MAX_BYTES: u64 = 64 << 10;
 
 /// The exchange kernel's launch shape: the same on every rank of a communicator (pairs that
-/// acknowledge or move data in rounds pair block b with block b), one block per SM at most.
+/// move data in rounds pair block b with block b), one block per SM at most.
 pub fn exchange_shape(topo: &Topology, scratch: &Scratch) -> (u32, u32) {
     (scratch.rs_max_blocks.min(topo.sm_count.max(1)).max(1), 1024)
 }

@@ -11,6 +11,8 @@ use crate::topo::PeerInfo;
 
 const ALIGN: u64 = 4096;
 const SEM_BYTES: u64 = (OX_MAX_BLOCKS * OX_MAX_RANKS * 8) as u64;
+/// u32 per (block, peer): LL flags, LL acknowledgements, pending one-way launches.
+const FLAG_TABLE_BYTES: u64 = (OX_MAX_BLOCKS * OX_MAX_RANKS * 4) as u64;
 
 fn align_up(x: u64) -> u64 {
     x.div_ceil(ALIGN) * ALIGN
@@ -22,6 +24,7 @@ struct SharedLayout {
     ll_off: u64,
     rs_off: u64,
     sem_off: u64,
+    ack_off: u64,
     total: u64,
 }
 
@@ -30,16 +33,17 @@ impl SharedLayout {
         let ll_off = 0;
         let rs_off = align_up(ll_off + s.ll_bytes());
         let sem_off = align_up(rs_off + s.rs_bytes(nranks));
-        SharedLayout { ll_off, rs_off, sem_off, total: align_up(sem_off + SEM_BYTES) }
+        let ack_off = align_up(sem_off + SEM_BYTES);
+        SharedLayout { ll_off, rs_off, sem_off, ack_off, total: align_up(ack_off + FLAG_TABLE_BYTES) }
     }
 }
 
-/// Private buffer layout: LL flags (u32 per block and peer), expected semaphore counts, then the
-/// DevComm itself.
+/// Private buffer layout: LL flags (u32 per block and peer), expected semaphore counts, pending
+/// one-way LL launches (u32 per block and peer), then the DevComm itself.
 const FLAGS_OFF: u64 = 0;
-const FLAGS_BYTES: u64 = (OX_MAX_BLOCKS * OX_MAX_RANKS * 4) as u64;
-const EXPECTED_OFF: u64 = FLAGS_BYTES;
-const DEVCOMM_OFF: u64 = EXPECTED_OFF + SEM_BYTES;
+const EXPECTED_OFF: u64 = FLAGS_OFF + FLAG_TABLE_BYTES;
+const PENDING_OFF: u64 = EXPECTED_OFF + SEM_BYTES;
+const DEVCOMM_OFF: u64 = PENDING_OFF + FLAG_TABLE_BYTES;
 const PRIVATE_BYTES: u64 = DEVCOMM_OFF + std::mem::size_of::<DevComm>() as u64;
 
 /// What a rank publishes about its shared buffer.
@@ -152,14 +156,17 @@ impl MemoryChannels {
             ll_scratch: [0; OX_MAX_RANKS],
             rs_scratch: [0; OX_MAX_RANKS],
             sem_inbound: [0; OX_MAX_RANKS],
+            ll_ack: [0; OX_MAX_RANKS],
             ll_flags: private.ptr + FLAGS_OFF,
             sem_expected: private.ptr + EXPECTED_OFF,
+            ll_pending: private.ptr + PENDING_OFF,
             abort_flag: abort_flag.dev_ptr,
         };
         for (r, base) in bases.iter().enumerate().take(n) {
             dc.ll_scratch[r] = base + layout.ll_off;
             dc.rs_scratch[r] = base + layout.rs_off;
             dc.sem_inbound[r] = base + layout.sem_off;
+            dc.ll_ack[r] = base + layout.ack_off;
         }
         // SAFETY: DevComm is plain old data (repr(C), integers only).
         let bytes = unsafe {
@@ -210,9 +217,12 @@ mod tests {
             let l = SharedLayout::new(&s, n);
             assert!(l.ll_off + s.ll_bytes() <= l.rs_off);
             assert!(l.rs_off + s.rs_bytes(n) <= l.sem_off);
-            assert!(l.sem_off + SEM_BYTES <= l.total);
+            assert!(l.sem_off + SEM_BYTES <= l.ack_off);
+            assert!(l.ack_off + FLAG_TABLE_BYTES <= l.total);
             assert_eq!(l.rs_off % 16, 0);
         }
-        const { assert!(EXPECTED_OFF >= FLAGS_OFF + FLAGS_BYTES) };
+        const { assert!(EXPECTED_OFF >= FLAGS_OFF + FLAG_TABLE_BYTES) };
+        const { assert!(PENDING_OFF >= EXPECTED_OFF + SEM_BYTES) };
+        const { assert!(DEVCOMM_OFF >= PENDING_OFF + FLAG_TABLE_BYTES && DEVCOMM_OFF % 8 == 0) };
     }
 }
