@@ -659,16 +659,20 @@ impl Comm {
             copy((&mut dc as *mut DevComm).cast(), r.dev_comm, std::mem::size_of::<DevComm>())?;
             let n = self.nranks.min(OX_MAX_RANKS);
             let mut flags = [0u32; OX_MAX_RANKS];
+            let mut pending = [0u32; OX_MAX_RANKS];
+            let mut acks = [0u32; OX_MAX_RANKS];
             let mut expected = [0u64; OX_MAX_RANKS];
             let mut inbound = [0u64; OX_MAX_RANKS];
             copy(flags.as_mut_ptr().cast(), dc.ll_flags, 4 * n)?;
+            copy(pending.as_mut_ptr().cast(), dc.ll_pending, 4 * n)?;
+            copy(acks.as_mut_ptr().cast(), dc.ll_ack[self.rank], 4 * n)?;
             copy(expected.as_mut_ptr().cast(), dc.sem_expected, 8 * n)?;
             copy(inbound.as_mut_ptr().cast(), dc.sem_inbound[self.rank], 8 * n)?;
             for p in (0..n).filter(|&p| p != self.rank) {
                 let _ = write!(
                     out,
-                    "\n    peer {p}: LL flag {}; semaphore received {} of {} expected",
-                    flags[p], inbound[p], expected[p]
+                    "\n    peer {p}: LL flag {} (last one-way send {}, its ack {}); semaphore received {} of {} expected",
+                    flags[p], pending[p], acks[p], inbound[p], expected[p]
                 );
             }
             Ok(())
