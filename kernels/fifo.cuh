@@ -26,8 +26,13 @@ OX_DEV uint64_t ox_fifo_push(const FifoDevice& f, uint64_t fst, uint64_t snd) {
   const uint64_t pos = atomicAdd(reinterpret_cast<unsigned long long*>(f.head), 1ull);
   const uint64_t* tail = reinterpret_cast<const uint64_t*>(f.tail);
   // Acquire on the tail: the slot's previous trigger was fully read before the proxy freed it.
-  for (uint32_t spins = 0; pos >= ox_ld_acquire_sys(tail) + f.size; ++spins) {
+  // A full ring waits at least one proxy round trip: back off (up to ~1 us) so thousands of
+  // waiting threads do not flood PCIe with reads of the tail, which slows the proxy that frees
+  // the slots. The common, non-full case never enters the loop.
+  for (uint32_t spins = 0, nap = 32; pos >= ox_ld_acquire_sys(tail) + f.size; ++spins) {
     if ((spins & 63u) == 63u && ox_fifo_stopped(f)) return ~0ull;
+    __nanosleep(nap);
+    if (nap < 1024) nap <<= 1;
   }
   Trigger* slot = reinterpret_cast<Trigger*>(f.triggers) + (pos & (uint64_t)(f.size - 1));
   snd = (snd & ~(1ull << OX_TRIGGER_COMMIT_SHIFT)) | ox_fifo_commit_bit(pos, f.size);

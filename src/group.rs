@@ -126,6 +126,12 @@ pub fn submit(op: Deferred) -> Result<()> {
     });
     match deferred {
         None => Ok(()),
+        Some(Deferred::Coll(t)) => {
+            // Outside a group the agreement check runs here; a group's End checks all its
+            // collectives first (check_agreement) and must not check them twice.
+            t.comm.agree(&t)?;
+            launch_task(&t)
+        }
         Some(op) => run(op),
     }
 }
@@ -322,12 +328,10 @@ fn check_agreement(ops: &[Deferred]) -> Result<()> {
     }
 }
 
+/// Runs one deferred operation (a group's collectives were agreement-checked at its End).
 fn run(op: Deferred) -> Result<()> {
     match op {
-        Deferred::Coll(t) => {
-            t.comm.agree(&t)?;
-            launch_task(&t)
-        }
+        Deferred::Coll(t) => launch_task(&t),
         Deferred::P2p(c, o) => launch_p2p(&c, &[o]),
         Deferred::Finalize(c) => c.finalize(),
         Deferred::Destroy(c, handle) => {

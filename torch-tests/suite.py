@@ -10,7 +10,7 @@ Every collective's result is compared with a reference each rank computes locall
 inputs every rank is known to have contributed (inputs are functions of rank and index).
 Exit status 0 only if every check passed on every rank.
 """
-import argparse, datetime, json, os, sys, traceback
+import argparse, datetime, json, os, struct, sys, traceback
 
 import torch
 import torch.distributed as dist
@@ -63,6 +63,21 @@ def same(got, want, dtype, approx=False):
     return torch.equal(got, want.to(dtype))
 
 
+# For bfloat16, PyTorch (2.11, ProcessGroupNCCL getNcclReduceOp) hands NCCL the PREMUL_SUM scalar
+# as a 4-byte float while declaring it bfloat16, and NCCL reads its first 2 bytes: the float's low
+# half. 1.001953125 is the float 0x3F804000, whose low half 0x4000 is the bfloat16 2.0, so the
+# multiplier NCCL (and so oxccl) applies is 2.0 and the result stays exact.
+PREMUL_FACTOR = {torch.float32: 2.0, torch.float16: 2.0, torch.float64: 2.0, torch.bfloat16: 1.001953125}
+
+
+def applied_premul_factor(factor, dtype):
+    """The multiplier NCCL applies for torch's `_make_nccl_premul_sum(factor)` on `dtype`."""
+    if dtype != torch.bfloat16:
+        return factor
+    bits = struct.unpack("<I", struct.pack("<f", factor))[0] & 0xFFFF
+    return struct.unpack("<f", struct.pack("<I", bits << 16))[0]  # a bfloat16 is a float's top half
+
+
 class Suite:
     def __init__(self, rank, world, dev):
         self.rank, self.world, self.dev = rank, world, dev
@@ -96,8 +111,9 @@ class Suite:
             if dtype in FLOATS:
                 for n in N_ELEMS:
                     x = inp(self.rank, n, dtype).to(self.dev)
-                    dist.all_reduce(x, op=dist._make_nccl_premul_sum(2.0))
-                    want = 2 * reference([inp(r, n, dtype) for r in range(self.world)], dist.ReduceOp.SUM, dtype)
+                    factor = PREMUL_FACTOR[dtype]
+                    dist.all_reduce(x, op=dist._make_nccl_premul_sum(factor))
+                    want = applied_premul_factor(factor, dtype) * reference([inp(r, n, dtype) for r in range(self.world)], dist.ReduceOp.SUM, dtype)
                     self.check(same(x, want, dtype, approx=True), f"all_reduce {dtype} PREMUL_SUM n={n}")
 
     def all_gather(self):

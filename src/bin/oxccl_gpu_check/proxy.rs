@@ -3,8 +3,9 @@
 //! flushes. Every trigger must arrive exactly once, no push or flush may give up, and stopping the
 //! proxy afterwards must be prompt.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::ck;
 use oxccl::device_abi::{FifoDevice, ProxyTestArgs};
@@ -32,6 +33,32 @@ impl Handler for Tally {
 }
 
 const PER_THREAD: u32 = 32;
+
+/// How long a check's kernels may run before the check reports a stall (they take milliseconds).
+const STALL_SECS: f64 = 20.0;
+
+/// Waits for `stream` at most `secs`, printing `progress` every 2 s; false if still busy then.
+fn wait_stream(stream: cu::CUstream, secs: f64, progress: &dyn Fn() -> String) -> Result<bool, String> {
+    let t0 = Instant::now();
+    let mut next_report = 2.0;
+    loop {
+        // SAFETY: a live stream of the current context.
+        match unsafe { cu::cuStreamQuery(stream) } {
+            cu::CUresult::CUDA_SUCCESS => return Ok(true),
+            cu::CUresult::CUDA_ERROR_NOT_READY => {}
+            rc => ck(rc, "cuStreamQuery")?,
+        }
+        let t = t0.elapsed().as_secs_f64();
+        if t > secs {
+            return Ok(false);
+        }
+        if t > next_report {
+            println!("  ... {t:.0} s: {}", progress());
+            next_report += 2.0;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
 
 pub fn check(dev: &'static Device) -> Result<usize, String> {
     let e = |e: oxccl::Error| e.msg;
@@ -67,10 +94,28 @@ pub fn check(dev: &'static Device) -> Result<usize, String> {
     .map_err(e)?;
     let module = dev.module().map_err(e)?;
     let args = ProxyTestArgs { fifo, failures: failures.ptr, per_thread: PER_THREAD, _pad0: 0 };
+    let mut stream: cu::CUstream = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local; the device's context is current.
+    unsafe { ck(cu::cuStreamCreate(&mut stream, 1), "cuStreamCreate")? };
     let t0 = Instant::now();
-    launch(module.proxy_selftest(), blocks, threads, std::ptr::null_mut(), &args).map_err(e)?;
-    // SAFETY: the device's context is current.
-    unsafe { ck(cu::cuCtxSynchronize(), "cuCtxSynchronize")? };
+    launch(module.proxy_selftest(), blocks, threads, stream, &args).map_err(e)?;
+    let progress = || {
+        format!(
+            "tail {} of {total}+{blocks} pushes, flush_done {}, {} triggers seen",
+            words.tail().load(Ordering::Acquire),
+            words.flush_done().load(Ordering::Acquire),
+            seen.lock().iter().filter(|&&c| c != 0).count()
+        )
+    };
+    let mut bad = 0;
+    if !wait_stream(stream, STALL_SECS, &progress)? {
+        println!("FAIL proxy FIFO: kernel still running after {STALL_SECS} s ({}); stopping the proxy", progress());
+        bad += 1;
+        proxy.stop(); // releases every waiting GPU thread: the kernel must end now
+        if !wait_stream(stream, 10.0, &progress)? {
+            return Err("proxy FIFO: the kernel did not end after the proxy released its waiters".into());
+        }
+    }
     let secs = t0.elapsed().as_secs_f64();
     let mut gave_up = 0u32;
     // SAFETY: copies 4 bytes from a live device allocation into a local.
@@ -78,6 +123,8 @@ pub fn check(dev: &'static Device) -> Result<usize, String> {
     let t1 = Instant::now();
     proxy.stop();
     let stop_ms = t1.elapsed().as_secs_f64() * 1e3;
+    // SAFETY: our stream, idle now.
+    unsafe { ck(cu::cuStreamDestroy_v2(stream), "cuStreamDestroy")? };
     let seen = seen.lock();
     let missing = seen.iter().filter(|&&c| c == 0).count();
     let dup = seen.iter().filter(|&&c| c > 1).count();
@@ -88,7 +135,6 @@ pub fn check(dev: &'static Device) -> Result<usize, String> {
         total as f64 / secs / 1e6,
         stop_ms
     );
-    let mut bad = 0;
     for (what, n) in [("pushes/flushes that gave up", gave_up as usize), ("triggers missing", missing), ("triggers seen twice", dup)] {
         if n != 0 {
             println!("FAIL proxy FIFO: {n} {what}");
@@ -168,10 +214,19 @@ pub fn check_copy_engine(a: &'static Device, b: &'static Device) -> Result<usize
     for (i, (d, s, f)) in [(a, sa, &fails_a), (b, sb, &fails_b)].into_iter().enumerate() {
         let _g = CtxGuard::new(d).map_err(e)?;
         // SAFETY: our stream and a live 8-byte device allocation.
-        unsafe {
-            ck(cu::cuStreamSynchronize(s), "cuStreamSynchronize")?;
-            ck(cu::cuMemcpyDtoH_v2((&mut counts[i] as *mut u32).cast(), f.ptr, 4), "cuMemcpyDtoH")?;
+        let progress = || format!("FIFO tail {}, flush_done {}", words.tail().load(Ordering::Acquire), words.flush_done().load(Ordering::Acquire));
+        if !wait_stream(s, STALL_SECS, &progress)? {
+            println!("FAIL copy engine: GPU {}'s kernel still running after {STALL_SECS} s ({}); aborting", d.ordinal, progress());
+            bad += 1;
+            proxy.stop();
+            // SAFETY: the abort word lives in mapped host memory that outlives the kernels.
+            unsafe { (*abort.host.cast::<std::sync::atomic::AtomicU32>()).store(1, Ordering::Release) };
+            if !wait_stream(s, 10.0, &progress)? {
+                return Err("copy engine: a kernel did not end after stop and abort".into());
+            }
         }
+        // SAFETY: a live 8-byte device allocation; the stream is idle.
+        unsafe { ck(cu::cuMemcpyDtoH_v2((&mut counts[i] as *mut u32).cast(), f.ptr, 4), "cuMemcpyDtoH")? };
     }
     let secs = t0.elapsed().as_secs_f64();
     proxy.stop();
