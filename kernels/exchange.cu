@@ -12,6 +12,9 @@
 //                 with that peer; rounds alternate between the two scratch areas, so a peer's
 //                 round k+2 writes (after the round k+1 sync) never hit data still being read.
 //                 A final sync keeps the next launch's round 0 away from this launch's last reads.
+//                 A relay transfer (Broadcast) runs one round behind: the sending side forwards
+//                 piece k-1 of what a third rank put into its scratch in round k-1, straight from
+//                 that scratch, so a forwarded piece costs one NVLink write and no extra copy.
 // Local copies (a rank to itself) ride along with the put rounds when there are any, so that
 // local HBM traffic overlaps the NVLink traffic instead of preceding it.
 // Every launch of this kernel on a communicator uses the same grid and block size on every rank
@@ -76,7 +79,7 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(Exch
 
   // 2. Packet sends: never block, so every rank posts them before waiting on anyone.
   for (uint32_t k = 0; k < a.nsend; ++k) {
-    const Xfer& x = a.sends[k];
+    const Xfer& x = a.sends[(k + blockIdx.x) % a.nsend];  // spread over peers, as the puts below
     if (!ll_peer[x.peer]) continue;
     const uint32_t f = flags[x.peer];
     char* base = reinterpret_cast<char*>(c.ll_scratch[x.peer]) + ox_ll_half_offset(c, f) + (uint64_t)me * ll_slot + x.off * 16;
@@ -92,28 +95,38 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(Exch
     const char* my_rs = reinterpret_cast<const char*>(c.rs_scratch[me]);
     for (uint32_t k = 0; k < max_rounds; ++k) {
       const uint64_t area = (k & 1u) * area_bytes;
-      for (uint32_t s = 0; s < a.nsend; ++s) {
-        const Xfer& x = a.sends[s];
+      // Block b starts at send b (mod nsend): at any moment the grid writes to every peer, not
+      // all of it to the same one, so no receiver's links are oversubscribed while others idle.
+      for (uint32_t i = 0; i < a.nsend; ++i) {
+        const Xfer& x = a.sends[(i + b) % a.nsend];
         const int p = x.peer;
         if (a.mode[p] != OX_MODE_PUT || k >= a.rounds[p]) continue;
+        if (x.relay && k == 0) continue;  // forwards run one round behind
+        const uint32_t kk = x.relay ? k - 1 : k;  // the piece this round moves
         const uint64_t C = a.chunk[p];
-        const uint64_t o = ((uint64_t)k * nb + b) * C;
+        const uint64_t o = ((uint64_t)kk * nb + b) * C;
         const uint64_t lo = o > x.off ? o : x.off;
         const uint64_t hi = ox_min(o + C, x.off + x.bytes);
         if (lo >= hi) continue;
         char* dst = reinterpret_cast<char*>(c.rs_scratch[p]) + area + ((uint64_t)b * n + me) * rs_slot + (lo - o);
-        ox_copy(dst, reinterpret_cast<const char*>(x.src) + (lo - x.off), hi - lo, threadIdx.x, blockDim.x, false);
+        // A relay's piece kk arrived from peer relay-1 in round kk, into the same block's slot of
+        // area kk&1; that sender overwrites the area only in round kk+2, after this round's sync.
+        const char* src = x.relay ? my_rs + (kk & 1u) * area_bytes + ((uint64_t)b * n + (x.relay - 1)) * rs_slot + (lo - o)
+                                  : reinterpret_cast<const char*>(x.src) + (lo - x.off);
+        ox_copy(dst, src, hi - lo, threadIdx.x, blockDim.x, x.relay != 0);
       }
       // This block's share of the local copies, while the peers' puts are in flight.
       ox_local_copies_step(a, k, max_rounds);
       if ((int)threadIdx.x < n) put_peer[threadIdx.x] = a.mode[threadIdx.x] == OX_MODE_PUT && k < a.rounds[threadIdx.x];
       ox_block_sync_masked(c, put_peer, ab);
-      for (uint32_t s = 0; s < a.nrecv; ++s) {
-        const Xfer& x = a.recvs[s];
+      for (uint32_t i = 0; i < a.nrecv; ++i) {
+        const Xfer& x = a.recvs[(i + b) % a.nrecv];
         const int p = x.peer;
         if (a.mode[p] != OX_MODE_PUT || k >= a.rounds[p]) continue;
+        if (x.relay && k == 0) continue;
+        const uint32_t kk = x.relay ? k - 1 : k;
         const uint64_t C = a.chunk[p];
-        const uint64_t o = ((uint64_t)k * nb + b) * C;
+        const uint64_t o = ((uint64_t)kk * nb + b) * C;
         const uint64_t lo = o > x.off ? o : x.off;
         const uint64_t hi = ox_min(o + C, x.off + x.bytes);
         if (lo >= hi) continue;

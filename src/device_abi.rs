@@ -120,7 +120,11 @@ pub struct Xfer {
     /// multiple of 16) for PUT. Both sides of a pair compute the same positions.
     pub off: u64,
     pub peer: i32,
-    pub _pad0: u32,
+    /// 0 for a plain transfer. Otherwise (PUT mode only) the transfer runs one round behind: a
+    /// send forwards, straight from this rank's put scratch, the stream peer `relay - 1` sends
+    /// this rank in the same launch (same offsets, piece for piece); a receive takes such a
+    /// forwarded stream.
+    pub relay: i32,
 }
 
 /// Arguments of the byte-level exchange kernel: AllGather, Broadcast, AlltoAll, Gather, Scatter

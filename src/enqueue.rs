@@ -105,7 +105,7 @@ pub fn launch_task(t: &CollTask) -> Result<()> {
         match t.coll {
             Coll::AllReduce => allreduce(r, t, t.count),
             Coll::ReduceScatter | Coll::Reduce => reducing(r, t),
-            _ => exchange(r, &coll_spec(t), func, t.stream),
+            _ => exchange(r, &coll_spec(r, t), func, t.stream),
         }
     })
 }
@@ -130,7 +130,7 @@ pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
     let mut spec = ExchangeSpec::default();
     let (mut self_sends, mut self_recvs) = (Vec::new(), Vec::new());
     for op in ops {
-        let x = Transfer { peer: op.peer, ptr: op.buf, bytes: op.bytes };
+        let x = Transfer { peer: op.peer, ptr: op.buf, bytes: op.bytes, relay: None };
         match (op.is_send, op.peer == me) {
             (true, false) => spec.sends.push(x),
             (false, false) => spec.recvs.push(x),
@@ -181,7 +181,7 @@ pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
 }
 
 /// Transfer lists of a non-reducing collective, as this rank sees them.
-fn coll_spec(t: &CollTask) -> ExchangeSpec {
+fn coll_spec(r: &Ready, t: &CollTask) -> ExchangeSpec {
     let (me, n) = (t.comm.rank, t.comm.nranks);
     let bytes = t.count * t.dtype.size() as u64;
     let root = t.root as usize;
@@ -191,40 +191,36 @@ fn coll_spec(t: &CollTask) -> ExchangeSpec {
     match t.coll {
         Coll::AllGather => {
             for p in others(me) {
-                s.sends.push(Transfer { peer: p, ptr: t.send, bytes });
-                s.recvs.push(Transfer { peer: p, ptr: t.recv + p as u64 * bytes, bytes });
+                s.sends.push(Transfer { peer: p, ptr: t.send, bytes, relay: None });
+                s.recvs.push(Transfer { peer: p, ptr: t.recv + p as u64 * bytes, bytes, relay: None });
             }
             s.copies.push(copy(t.send, t.recv + me as u64 * bytes));
         }
         Coll::Broadcast => {
-            if me == root {
-                s.sends.extend(others(me).map(|p| Transfer { peer: p, ptr: t.send, bytes }));
-                s.copies.push(copy(t.send, t.recv));
-            } else {
-                s.recvs.push(Transfer { peer: root, ptr: t.recv, bytes });
-            }
+            let relay = crate::algo::broadcast_relay(bytes, &r.topo, &r.scratch, &r.tuning);
+            s = crate::algo::broadcast_spec(me, root, n, t.send, t.recv, bytes, relay);
         }
         Coll::AlltoAll => {
             for p in others(me) {
-                s.sends.push(Transfer { peer: p, ptr: t.send + p as u64 * bytes, bytes });
-                s.recvs.push(Transfer { peer: p, ptr: t.recv + p as u64 * bytes, bytes });
+                s.sends.push(Transfer { peer: p, ptr: t.send + p as u64 * bytes, bytes, relay: None });
+                s.recvs.push(Transfer { peer: p, ptr: t.recv + p as u64 * bytes, bytes, relay: None });
             }
             s.copies.push(copy(t.send + me as u64 * bytes, t.recv + me as u64 * bytes));
         }
         Coll::Gather => {
             if me == root {
-                s.recvs.extend(others(me).map(|p| Transfer { peer: p, ptr: t.recv + p as u64 * bytes, bytes }));
+                s.recvs.extend(others(me).map(|p| Transfer { peer: p, ptr: t.recv + p as u64 * bytes, bytes, relay: None }));
                 s.copies.push(copy(t.send, t.recv + me as u64 * bytes));
             } else {
-                s.sends.push(Transfer { peer: root, ptr: t.send, bytes });
+                s.sends.push(Transfer { peer: root, ptr: t.send, bytes, relay: None });
             }
         }
         Coll::Scatter => {
             if me == root {
-                s.sends.extend(others(me).map(|p| Transfer { peer: p, ptr: t.send + p as u64 * bytes, bytes }));
+                s.sends.extend(others(me).map(|p| Transfer { peer: p, ptr: t.send + p as u64 * bytes, bytes, relay: None }));
                 s.copies.push(copy(t.send + me as u64 * bytes, t.recv));
             } else {
-                s.recvs.push(Transfer { peer: root, ptr: t.recv, bytes });
+                s.recvs.push(Transfer { peer: root, ptr: t.recv, bytes, relay: None });
             }
         }
         Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce => {}

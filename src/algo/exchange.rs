@@ -18,6 +18,10 @@ pub struct Transfer {
     pub peer: usize,
     pub ptr: u64,
     pub bytes: u64,
+    /// A send: forwards what this peer sends this rank in the same exchange, one round later
+    /// (the receive from it must be the pair's only one, at stream position 0, and so must this
+    /// send). A receive: marks a forwarded stream (the value is the original sender).
+    pub relay: Option<usize>,
 }
 
 /// A copy within this rank.
@@ -34,6 +38,10 @@ pub struct ExchangeSpec {
     pub sends: Vec<Transfer>,
     pub recvs: Vec<Transfer>,
     pub copies: Vec<LocalCopy>,
+    /// Put rounds' chunk (bytes per block per round), the same for every pair: required when
+    /// there are relays (so pieces line up between a stream and its forwarding) and then every
+    /// pair moves by puts. Every rank must pass the same value.
+    pub put_chunk: Option<u64>,
 }
 
 /// The launch: arguments (without the communicator pointer) and shape.
@@ -51,6 +59,67 @@ const DEFAULT_LL_MAX_BYTES: u64 = 64 << 10;
 /// move data in rounds pair block b with block b), one block per SM at most.
 pub fn exchange_shape(topo: &Topology, scratch: &Scratch) -> (u32, u32) {
     (scratch.rs_max_blocks.min(topo.sm_count.max(1)).max(1), 1024)
+}
+
+/// Smallest Broadcast relayed (3+ ranks), unless tuned.
+const DEFAULT_RELAY_MIN_BYTES: u64 = 1 << 20;
+/// Put rounds a relayed Broadcast aims for: the forwarding lags one round, so more rounds waste
+/// less of the root's link, while each round costs a semaphore sync.
+const DEFAULT_RELAY_ROUNDS: u64 = 12;
+
+/// Broadcast by relay: the root sends one piece of the message to each other rank, which forward
+/// their pieces to each other one put round later, so the root sends the message once instead of
+/// once per rank. Returns the piece length (a multiple of 16) and the fixed put chunk, or None
+/// for a direct broadcast. The same on every rank.
+pub fn broadcast_relay(bytes: u64, topo: &Topology, scratch: &Scratch, t: &Tuning) -> Option<(u64, u64)> {
+    let n = topo.nranks as u64;
+    let min = t.relay_min_bytes.unwrap_or(DEFAULT_RELAY_MIN_BYTES);
+    if n < 3 || min == 0 || bytes < min || !t.allowed.puts[Func::Broadcast as usize] {
+        return None;
+    }
+    let piece = align16(bytes.div_ceil(n - 1));
+    let (grid, _) = exchange_shape(topo, scratch);
+    let rounds = t.relay_rounds.map_or(DEFAULT_RELAY_ROUNDS, u64::from);
+    let chunk = align16(piece.div_ceil(grid as u64 * rounds)).clamp(1024, scratch.rs_slot_bytes & !15);
+    Some((piece, chunk))
+}
+
+/// A Broadcast's transfers as rank `me` sees them; `relay` from `broadcast_relay`.
+pub fn broadcast_spec(me: usize, root: usize, n: usize, send: u64, recv: u64, bytes: u64, relay: Option<(u64, u64)>) -> ExchangeSpec {
+    let mut s = ExchangeSpec::default();
+    let x = |peer: usize, ptr: u64, bytes: u64, relay: Option<usize>| Transfer { peer, ptr, bytes, relay };
+    let holders: Vec<usize> = (0..n).filter(|&p| p != root).collect();
+    match relay {
+        Some((piece, chunk)) if bytes > 0 => {
+            // The root sends piece i to the i-th other rank, which forwards it to the rest.
+            let span = |i: usize| {
+                let lo = (i as u64 * piece).min(bytes);
+                (lo, (lo + piece).min(bytes) - lo)
+            };
+            s.put_chunk = Some(chunk);
+            if me == root {
+                for (i, &p) in holders.iter().enumerate() {
+                    let (lo, len) = span(i);
+                    s.sends.push(x(p, send + lo, len, None));
+                }
+            } else {
+                let mine = holders.iter().position(|&p| p == me).unwrap_or(0);
+                let (lo, len) = span(mine);
+                s.recvs.push(x(root, recv + lo, len, None));
+                for (i, &p) in holders.iter().enumerate().filter(|&(_, &p)| p != me) {
+                    s.sends.push(x(p, recv + lo, len, Some(root)));
+                    let (plo, plen) = span(i);
+                    s.recvs.push(x(p, recv + plo, plen, Some(root)));
+                }
+            }
+        }
+        _ if me == root => s.sends.extend(holders.iter().map(|&p| x(p, send, bytes, None))),
+        _ => s.recvs.push(x(root, recv, bytes, None)),
+    }
+    if me == root && send != recv && bytes > 0 {
+        s.copies.push(LocalCopy { src: send, dst: recv, bytes });
+    }
+    s
 }
 
 fn pkts(bytes: u64) -> u64 {
@@ -113,10 +182,25 @@ pub fn plan_exchange(
         recv_pkts[x.peer] += pkts(x.bytes);
         recv_aligned[x.peer] += align16(x.bytes);
     }
+    let mut relayed = [false; OX_MAX_RANKS];
+    for x in spec.sends.iter().chain(spec.recvs.iter()) {
+        if x.relay.is_some() {
+            relayed[x.peer] = true;
+        }
+    }
+    check_relays(me, spec)?;
     for p in 0..n {
         let (s, r) = (send_bytes[p], recv_bytes[p]);
         a.mode[p] = if s == 0 && r == 0 {
             OX_MODE_NONE
+        } else if let Some(c) = spec.put_chunk {
+            // Fixed chunk (relays): every pair puts, pieces aligned across pairs; a pair with a
+            // relay in either direction takes one more round (its first carries nothing).
+            let c = align16(c.max(16)).min(scratch.rs_slot_bytes & !15);
+            let stream = send_aligned[p].max(recv_aligned[p]);
+            a.chunk[p] = c as u32;
+            a.rounds[p] = (stream.div_ceil(grid as u64 * c) + u64::from(relayed[p])) as u32;
+            OX_MODE_PUT
         } else if packets_ok && (!puts_ok || s.max(r) <= ll_max) && send_pkts[p].max(recv_pkts[p]) * 16 <= ll_slot {
             // Both directions carry data: each side's receive waits for the other's packets,
             // so neither can run two launches ahead; otherwise acknowledge.
@@ -139,22 +223,48 @@ pub fn plan_exchange(
     let mut pos = [0u64; OX_MAX_RANKS];
     for (i, x) in spec.sends.iter().enumerate() {
         let put = a.mode[x.peer] == OX_MODE_PUT;
-        a.sends[i] = Xfer { src: x.ptr, dst: 0, bytes: x.bytes, off: pos[x.peer], peer: x.peer as i32, _pad0: 0 };
+        let relay = x.relay.map_or(0, |r| r as i32 + 1);
+        a.sends[i] = Xfer { src: x.ptr, dst: 0, bytes: x.bytes, off: pos[x.peer], peer: x.peer as i32, relay };
         pos[x.peer] += if put { align16(x.bytes) } else { pkts(x.bytes) };
     }
     let mut pos = [0u64; OX_MAX_RANKS];
     for (i, x) in spec.recvs.iter().enumerate() {
         let put = a.mode[x.peer] == OX_MODE_PUT;
-        a.recvs[i] = Xfer { src: 0, dst: x.ptr, bytes: x.bytes, off: pos[x.peer], peer: x.peer as i32, _pad0: 0 };
+        let relay = x.relay.map_or(0, |r| r as i32 + 1);
+        a.recvs[i] = Xfer { src: 0, dst: x.ptr, bytes: x.bytes, off: pos[x.peer], peer: x.peer as i32, relay };
         pos[x.peer] += if put { align16(x.bytes) } else { pkts(x.bytes) };
     }
     for (i, c) in spec.copies.iter().enumerate() {
-        a.copies[i] = Xfer { src: c.src, dst: c.dst, bytes: c.bytes, off: 0, peer: me as i32, _pad0: 0 };
+        a.copies[i] = Xfer { src: c.src, dst: c.dst, bytes: c.bytes, off: 0, peer: me as i32, relay: 0 };
     }
     a.nsend = spec.sends.len() as u32;
     a.nrecv = spec.recvs.len() as u32;
     a.ncopy = spec.copies.len() as u32;
     Ok(ExchangePlan { args: a, grid, block })
+}
+
+/// A relay send forwards, piece for piece, the only stream its source sends this rank, so both
+/// must be their pair's only transfer in that direction, and the chunk must be fixed.
+fn check_relays(me: usize, spec: &ExchangeSpec) -> Result<()> {
+    let only = |v: &[Transfer], peer: usize| v.iter().filter(|x| x.peer == peer).count() == 1;
+    for x in &spec.sends {
+        let Some(src) = x.relay else { continue };
+        let from = spec.recvs.iter().find(|r| r.peer == src);
+        let ok = spec.put_chunk.is_some()
+            && src != me
+            && only(&spec.sends, x.peer)
+            && only(&spec.recvs, src)
+            && from.is_some_and(|r| r.relay.is_none() && r.bytes >= x.bytes);
+        if !ok {
+            return Err(Error::internal(format!("rank {me}: relay to {} of the stream from {src} is malformed", x.peer)));
+        }
+    }
+    for x in &spec.recvs {
+        if x.relay.is_some() && (spec.put_chunk.is_none() || !only(&spec.recvs, x.peer)) {
+            return Err(Error::internal(format!("rank {me}: forwarded stream from {} is malformed", x.peer)));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -185,13 +295,13 @@ mod tests {
         // Rank 0 sends 1 GiB to 1; rank 1 sends 100 bytes to 2; rank 2 only receives.
         let (topo, s, t) = setup(3);
         let big = 1u64 << 30;
-        let r0 = ExchangeSpec { sends: vec![Transfer { peer: 1, ptr: 0x1000, bytes: big }], ..Default::default() };
+        let r0 = ExchangeSpec { sends: vec![Transfer { peer: 1, ptr: 0x1000, bytes: big, relay: None }], ..Default::default() };
         let r1 = ExchangeSpec {
-            sends: vec![Transfer { peer: 2, ptr: 0x2000, bytes: 100 }],
-            recvs: vec![Transfer { peer: 0, ptr: 0x3000, bytes: big }],
+            sends: vec![Transfer { peer: 2, ptr: 0x2000, bytes: 100, relay: None }],
+            recvs: vec![Transfer { peer: 0, ptr: 0x3000, bytes: big, relay: None }],
             ..Default::default()
         };
-        let r2 = ExchangeSpec { recvs: vec![Transfer { peer: 1, ptr: 0x4000, bytes: 100 }], ..Default::default() };
+        let r2 = ExchangeSpec { recvs: vec![Transfer { peer: 1, ptr: 0x4000, bytes: 100, relay: None }], ..Default::default() };
         let p0 = plan_exchange(0, &r0, None, &topo, &s, &t).unwrap();
         let p1 = plan_exchange(1, &r1, None, &topo, &s, &t).unwrap();
         let p2 = plan_exchange(2, &r2, None, &topo, &s, &t).unwrap();
@@ -210,19 +320,19 @@ mod tests {
         let (topo, s, t) = setup(2);
         let a = ExchangeSpec {
             sends: vec![
-                Transfer { peer: 1, ptr: 0x10, bytes: 3 },
-                Transfer { peer: 1, ptr: 0x20, bytes: 0 },
-                Transfer { peer: 1, ptr: 0x30, bytes: 20 },
+                Transfer { peer: 1, ptr: 0x10, bytes: 3, relay: None },
+                Transfer { peer: 1, ptr: 0x20, bytes: 0, relay: None },
+                Transfer { peer: 1, ptr: 0x30, bytes: 20, relay: None },
             ],
-            recvs: vec![Transfer { peer: 1, ptr: 0x40, bytes: 5 }],
+            recvs: vec![Transfer { peer: 1, ptr: 0x40, bytes: 5, relay: None }],
             ..Default::default()
         };
         let b = ExchangeSpec {
-            sends: vec![Transfer { peer: 0, ptr: 0x50, bytes: 5 }],
+            sends: vec![Transfer { peer: 0, ptr: 0x50, bytes: 5, relay: None }],
             recvs: vec![
-                Transfer { peer: 0, ptr: 0x60, bytes: 3 },
-                Transfer { peer: 0, ptr: 0x70, bytes: 0 },
-                Transfer { peer: 0, ptr: 0x80, bytes: 20 },
+                Transfer { peer: 0, ptr: 0x60, bytes: 3, relay: None },
+                Transfer { peer: 0, ptr: 0x70, bytes: 0, relay: None },
+                Transfer { peer: 0, ptr: 0x80, bytes: 20, relay: None },
             ],
             ..Default::default()
         };
@@ -239,7 +349,7 @@ mod tests {
     fn put_offsets_are_sixteen_byte_aligned_and_chunks_fit_slots() {
         let (topo, s, t) = setup(4);
         let spec = ExchangeSpec {
-            sends: vec![Transfer { peer: 3, ptr: 0, bytes: (1 << 20) + 3 }, Transfer { peer: 3, ptr: 0, bytes: 5 << 20 }],
+            sends: vec![Transfer { peer: 3, ptr: 0, bytes: (1 << 20) + 3, relay: None }, Transfer { peer: 3, ptr: 0, bytes: 5 << 20, relay: None }],
             ..Default::default()
         };
         let p = plan_exchange(0, &spec, None, &topo, &s, &t).unwrap();
@@ -248,10 +358,66 @@ mod tests {
         assert!(p.args.chunk[3] as u64 <= s.rs_slot_bytes && p.args.chunk[3] % 16 == 0);
     }
 
+    /// Relayed Broadcast on 3-5 ranks, any root: every pair agrees, every byte of the message
+    /// reaches every non-root exactly once (from the root or forwarded), and forwarded pairs take
+    /// one more round than the root's.
+    #[test]
+    fn relayed_broadcast_pairs_agree_and_cover_the_message() {
+        for n in [3usize, 4, 5] {
+            let (topo, s, t) = setup(n);
+            for bytes in [(1u64 << 20) + 3, 64 << 20, 100_000_007] {
+                let relay = broadcast_relay(bytes, &topo, &s, &t);
+                assert!(relay.is_some(), "n={n} bytes={bytes}");
+                for root in 0..n {
+                    let specs: Vec<ExchangeSpec> = (0..n).map(|me| broadcast_spec(me, root, n, 0x1000, 0x1000, bytes, relay)).collect();
+                    let plans: Vec<ExchangePlan> = (0..n).map(|me| plan_exchange(me, &specs[me], Some(Func::Broadcast), &topo, &s, &t).unwrap()).collect();
+                    for a in 0..n {
+                        for b in 0..n {
+                            if a != b {
+                                assert_pair_agrees(&plans[a], a, &plans[b], b);
+                            }
+                        }
+                    }
+                    for me in (0..n).filter(|&m| m != root) {
+                        let mut got: Vec<(u64, u64)> = specs[me].recvs.iter().map(|r| (r.ptr - 0x1000, r.bytes)).collect();
+                        got.sort();
+                        let mut at = 0;
+                        for (lo, len) in got {
+                            assert_eq!(lo, at, "n={n} root={root} me={me}: contiguous");
+                            at += len;
+                        }
+                        assert_eq!(at, bytes);
+                        let from_root = plans[me].args.rounds[root];
+                        for p in (0..n).filter(|&p| p != root && p != me) {
+                            // One round more than the longer of the two pieces takes from the root.
+                            let longer = from_root.max(plans[p].args.rounds[root]);
+                            assert_eq!(plans[me].args.rounds[p], longer + 1, "forwarding lags one round");
+                            assert_eq!(plans[me].args.chunk[p], plans[me].args.chunk[root], "pieces line up");
+                        }
+                    }
+                }
+            }
+            assert!(broadcast_relay(4096, &topo, &s, &t).is_none(), "small broadcasts go direct");
+        }
+        let (topo, s, t) = setup(2);
+        assert!(broadcast_relay(64 << 20, &topo, &s, &t).is_none(), "two ranks: nothing to forward");
+    }
+
+    #[test]
+    fn malformed_relays_are_refused() {
+        let (topo, s, t) = setup(4);
+        let mut spec = broadcast_spec(1, 0, 4, 0, 0, 8 << 20, broadcast_relay(8 << 20, &topo, &s, &t));
+        spec.put_chunk = None;
+        assert!(plan_exchange(1, &spec, None, &topo, &s, &t).is_err(), "no fixed chunk");
+        let mut spec = broadcast_spec(1, 0, 4, 0, 0, 8 << 20, broadcast_relay(8 << 20, &topo, &s, &t));
+        spec.recvs.retain(|r| r.peer != 0);
+        assert!(plan_exchange(1, &spec, None, &topo, &s, &t).is_err(), "forwarding what never arrives");
+    }
+
     #[test]
     fn too_many_transfers_is_invalid_usage() {
         let (topo, s, t) = setup(2);
-        let spec = ExchangeSpec { sends: vec![Transfer { peer: 1, ptr: 0, bytes: 8 }; OX_MAX_XFERS + 1], ..Default::default() };
+        let spec = ExchangeSpec { sends: vec![Transfer { peer: 1, ptr: 0, bytes: 8, relay: None }; OX_MAX_XFERS + 1], ..Default::default() };
         let e = plan_exchange(0, &spec, None, &topo, &s, &t).unwrap_err();
         assert_eq!(e.code, crate::error::ResultCode::InvalidUsage);
     }

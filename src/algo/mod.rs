@@ -10,7 +10,7 @@ mod reducing;
 mod tuning;
 
 pub use allreduce::{select_allreduce, AllReduceAlgo, AllReducePlan};
-pub use exchange::{exchange_shape, plan_exchange, ExchangePlan, ExchangeSpec, LocalCopy, Transfer};
+pub use exchange::{broadcast_relay, broadcast_spec, exchange_shape, plan_exchange, ExchangePlan, ExchangeSpec, LocalCopy, Transfer};
 pub use reducing::{select_reduce, select_reducescatter, ReducePlan};
 pub use tuning::Tuning;
 

@@ -25,6 +25,10 @@ pub struct Tuning {
     pub exchange_ll_max_bytes: Option<u64>,
     /// OXCCL_REDUCE_LL_MAX_BYTES: largest ReduceScatter chunk / Reduce message moved as packets.
     pub reduce_ll_max_bytes: Option<u64>,
+    /// OXCCL_RELAY_MIN_BYTES: smallest Broadcast (3+ ranks) that the root scatters and the other
+    /// ranks forward to each other (0 = never); OXCCL_RELAY_ROUNDS: its pipeline depth.
+    pub relay_min_bytes: Option<u64>,
+    pub relay_rounds: Option<u32>,
     /// OXCCL_RSAG_SLOT_BYTES / OXCCL_LL_HALF_BYTES: scratch geometry.
     pub rs_slot_bytes: Option<u64>,
     pub ll_half_bytes: Option<u64>,
@@ -50,6 +54,8 @@ impl Tuning {
             rs_threads: num32("OXCCL_RSAG_THREADS").filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
             exchange_ll_max_bytes: num("OXCCL_EXCHANGE_LL_MAX_BYTES"),
             reduce_ll_max_bytes: num("OXCCL_REDUCE_LL_MAX_BYTES"),
+            relay_min_bytes: num("OXCCL_RELAY_MIN_BYTES"),
+            relay_rounds: num32("OXCCL_RELAY_ROUNDS").filter(|&r| (1..=1024).contains(&r)),
             rs_slot_bytes: num("OXCCL_RSAG_SLOT_BYTES").filter(|&b| b >= 4096),
             ll_half_bytes: num("OXCCL_LL_HALF_BYTES").filter(|&b| b >= 64 * 1024),
         })
