@@ -130,7 +130,8 @@ fn build_fatbin(manifest: &Path, out: &Path, abi_header: &Path) {
     });
     let status = Command::new(&nvcc)
         .arg("-fatbin")
-        .args(["-O3", "-std=c++17", "--threads", "0", "-Xptxas", "-O3"])
+        // Warnings are errors: one (an int shifted past 31 bits) once silently broke a trigger.
+        .args(["-O3", "-std=c++17", "--threads", "0", "-Xptxas", "-O3", "-Werror", "all-warnings"])
         .arg(format!("-I{}", kdir.display()))
         .arg(format!("-I{}", out.display()))
         .args(NVCC_ARCH_FLAGS)

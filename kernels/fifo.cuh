@@ -14,6 +14,10 @@ OX_DEV uint64_t ox_fifo_commit_bit(uint64_t pos, uint32_t size) {
   return (((pos / size) & 1ull) ^ 1ull) << OX_TRIGGER_COMMIT_SHIFT;
 }
 
+// A trigger's type bits in place. The OX_TRIGGER_* constants are plain (int) macros: shifting
+// them by OX_TRIGGER_TYPE_SHIFT without widening first would overflow an int.
+OX_DEV constexpr uint64_t ox_trigger_type(uint64_t kind) { return kind << OX_TRIGGER_TYPE_SHIFT; }
+
 OX_DEV bool ox_fifo_stopped(const FifoDevice& f) {
   return ox_ld_volatile_u32(reinterpret_cast<const uint32_t*>(f.stop)) != 0;
 }
@@ -45,7 +49,7 @@ OX_DEV uint64_t ox_fifo_push(const FifoDevice& f, uint64_t fst, uint64_t snd) {
 // false if the FIFO was stopped first. Acquire on flush_done: what the proxy completed (copies
 // into this GPU's memory, say) is visible to this thread's later reads.
 OX_DEV bool ox_fifo_flush(const FifoDevice& f) {
-  const uint64_t pos = ox_fifo_push(f, 0, OX_TRIGGER_SYNC << OX_TRIGGER_TYPE_SHIFT);
+  const uint64_t pos = ox_fifo_push(f, 0, ox_trigger_type(OX_TRIGGER_SYNC));
   if (pos == ~0ull) return false;
   const uint64_t* done = reinterpret_cast<const uint64_t*>(f.flush_done);
   for (uint32_t spins = 0; ox_ld_acquire_sys(done) <= pos; ++spins) {

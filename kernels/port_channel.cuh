@@ -28,7 +28,7 @@ struct OxPortChannel {
 
   OX_DEV static uint64_t snd(uint64_t kind, uint64_t dst_off, uint32_t src_mem, uint32_t dst_mem, uint32_t sem) {
     return (dst_off & 0xffffffffull) | ((uint64_t)src_mem << OX_TRIGGER_SRC_MEM_SHIFT) |
-           ((uint64_t)dst_mem << OX_TRIGGER_DST_MEM_SHIFT) | (kind << OX_TRIGGER_TYPE_SHIFT) |
+           ((uint64_t)dst_mem << OX_TRIGGER_DST_MEM_SHIFT) | ox_trigger_type(kind) |
            ((uint64_t)sem << OX_TRIGGER_SEMID_SHIFT);
   }
   OX_DEV static uint64_t fst(uint64_t size, uint64_t src_off) { return (size & 0xffffffffull) | (src_off << 32); }

@@ -11,7 +11,7 @@ extern "C" __global__ void ox_proxy_selftest(ProxyTestArgs a) {
   const uint64_t id = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
   for (uint32_t k = 0; k < per_thread; ++k) {
     const uint64_t fst = (id << 16) | k;  // size = low 32 bits, source offset = high: any value is fine
-    if (ox_fifo_push(f, fst, OX_TRIGGER_DATA << OX_TRIGGER_TYPE_SHIFT) == ~0ull) atomicAdd(failures, 1u);
+    if (ox_fifo_push(f, fst, ox_trigger_type(OX_TRIGGER_DATA)) == ~0ull) atomicAdd(failures, 1u);
   }
   __syncthreads();
   if (threadIdx.x == 0 && !ox_fifo_flush(f)) atomicAdd(failures, 1u);

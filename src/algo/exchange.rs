@@ -61,11 +61,14 @@ pub fn exchange_shape(topo: &Topology, scratch: &Scratch) -> (u32, u32) {
     (scratch.rs_max_blocks.min(topo.sm_count.max(1)).max(1), 1024)
 }
 
-/// Smallest Broadcast relayed (3+ ranks), unless tuned.
-const DEFAULT_RELAY_MIN_BYTES: u64 = 1 << 20;
-/// Put rounds a relayed Broadcast aims for: the forwarding lags one round, so more rounds waste
-/// less of the root's link, while each round costs a semaphore sync.
-const DEFAULT_RELAY_ROUNDS: u64 = 12;
+/// Smallest Broadcast relayed (3+ ranks), unless tuned. Below it the root's three-fold sending
+/// costs less than the relay's extra rounds (H200 x4, BENCHMARKS.md).
+const DEFAULT_RELAY_MIN_BYTES: u64 = 4 << 20;
+/// Put rounds of a relayed Broadcast: the forwarding lags one round, so more rounds waste less of
+/// the root's link, while each round costs a semaphore sync (several microseconds when pieces
+/// are small). One round per RELAY_BYTES_PER_BLOCK_ROUND of piece per block, within 2..=12.
+const RELAY_BYTES_PER_BLOCK_ROUND: u64 = 16 << 10;
+const RELAY_MAX_ROUNDS: u64 = 12;
 
 /// Broadcast by relay: the root sends one piece of the message to each other rank, which forward
 /// their pieces to each other one put round later, so the root sends the message once instead of
@@ -79,7 +82,10 @@ pub fn broadcast_relay(bytes: u64, topo: &Topology, scratch: &Scratch, t: &Tunin
     }
     let piece = align16(bytes.div_ceil(n - 1));
     let (grid, _) = exchange_shape(topo, scratch);
-    let rounds = t.relay_rounds.map_or(DEFAULT_RELAY_ROUNDS, u64::from);
+    let rounds = t.relay_rounds.map_or_else(
+        || (piece / (grid as u64 * RELAY_BYTES_PER_BLOCK_ROUND)).clamp(2, RELAY_MAX_ROUNDS),
+        u64::from,
+    );
     let chunk = align16(piece.div_ceil(grid as u64 * rounds)).clamp(1024, scratch.rs_slot_bytes & !15);
     Some((piece, chunk))
 }
@@ -240,6 +246,18 @@ pub fn plan_exchange(
     a.nsend = spec.sends.len() as u32;
     a.nrecv = spec.recvs.len() as u32;
     a.ncopy = spec.copies.len() as u32;
+    // Packets alone: a packet carries its own flag, so the grid need not match the peers' (and
+    // the flags and acknowledgements are kept for every block slot, whatever the grid); a grid
+    // sized to the work launches and finishes sooner than the full one.
+    let any_put = (0..n).any(|p| a.mode[p] == OX_MODE_PUT);
+    let grid = if any_put {
+        grid
+    } else {
+        let most_pkts = spec.sends.iter().chain(spec.recvs.iter()).map(|x| pkts(x.bytes)).max().unwrap_or(0);
+        let most_copy = spec.copies.iter().map(|c| c.bytes.div_ceil(16)).max().unwrap_or(0);
+        let want = most_pkts.max(most_copy).div_ceil(u64::from(block)) as u32;
+        want.max(t.ll_min_blocks.unwrap_or(1)).clamp(1, grid)
+    };
     Ok(ExchangePlan { args: a, grid, block })
 }
 
@@ -281,7 +299,9 @@ mod tests {
         assert_eq!(a.args.mode[peer], b.args.mode[me], "mode");
         assert_eq!(a.args.chunk[peer], b.args.chunk[me], "chunk");
         assert_eq!(a.args.rounds[peer], b.args.rounds[me], "rounds");
-        assert_eq!((a.grid, a.block), (b.grid, b.block), "launch shape");
+        if a.args.mode[peer] == OX_MODE_PUT {
+            assert_eq!((a.grid, a.block), (b.grid, b.block), "launch shape of put rounds");
+        }
         let sends: Vec<_> = a.args.sends[..a.args.nsend as usize].iter().filter(|x| x.peer as usize == peer).collect();
         let recvs: Vec<_> = b.args.recvs[..b.args.nrecv as usize].iter().filter(|x| x.peer as usize == me).collect();
         assert_eq!(sends.len(), recvs.len());
@@ -365,7 +385,7 @@ mod tests {
     fn relayed_broadcast_pairs_agree_and_cover_the_message() {
         for n in [3usize, 4, 5] {
             let (topo, s, t) = setup(n);
-            for bytes in [(1u64 << 20) + 3, 64 << 20, 100_000_007] {
+            for bytes in [(4u64 << 20) + 3, 64 << 20, 100_000_007] {
                 let relay = broadcast_relay(bytes, &topo, &s, &t);
                 assert!(relay.is_some(), "n={n} bytes={bytes}");
                 for root in 0..n {
@@ -412,6 +432,20 @@ mod tests {
         let mut spec = broadcast_spec(1, 0, 4, 0, 0, 8 << 20, broadcast_relay(8 << 20, &topo, &s, &t));
         spec.recvs.retain(|r| r.peer != 0);
         assert!(plan_exchange(1, &spec, None, &topo, &s, &t).is_err(), "forwarding what never arrives");
+    }
+
+    #[test]
+    fn packet_only_exchanges_launch_a_grid_sized_to_the_work() {
+        let (topo, s, t) = setup(4);
+        let (full, _) = exchange_shape(&topo, &s);
+        let tiny = broadcast_spec(0, 0, 4, 0x10, 0x20, 8, None);
+        assert_eq!(plan_exchange(0, &tiny, None, &topo, &s, &t).unwrap().grid, 1);
+        let mid = broadcast_spec(0, 0, 4, 0x10, 0x20, 64 << 10, None);
+        let p = plan_exchange(0, &mid, None, &topo, &s, &t).unwrap();
+        assert_eq!(p.args.mode[1], OX_MODE_LL_ACK);
+        assert_eq!(p.grid, 8, "8 Ki packets (and 4 Ki copy words) over 1024 threads");
+        let big = broadcast_spec(0, 0, 4, 0x10, 0x20, 16 << 20, None);
+        assert_eq!(plan_exchange(0, &big, None, &topo, &s, &t).unwrap().grid, full, "puts pair block b with block b");
     }
 
     #[test]
