@@ -52,8 +52,16 @@ pub struct ExchangePlan {
     pub block: u32,
 }
 
-/// Largest stream one pair moves as packets (either direction), unless tuned.
-const DEFAULT_LL_MAX_BYTES: u64 = 64 << 10;
+/// Largest stream one pair moves as packets (either direction), unless tuned: packets cost twice
+/// the bytes but no round trip, and win up to about 1.5 MiB of a rank's traffic (H200, AllGather,
+/// AlltoAll and Broadcast swept at 2 and 4 ranks, BENCHMARKS.md).
+fn default_ll_max_bytes(nranks: usize) -> u64 {
+    if nranks <= 2 {
+        1 << 20
+    } else {
+        512 << 10
+    }
+}
 
 /// The exchange kernel's launch shape: the same on every rank of a communicator (pairs that
 /// move data in rounds pair block b with block b), one block per SM at most.
@@ -66,8 +74,9 @@ pub fn exchange_shape(topo: &Topology, scratch: &Scratch) -> (u32, u32) {
 const DEFAULT_RELAY_MIN_BYTES: u64 = 4 << 20;
 /// Put rounds of a relayed Broadcast: the forwarding lags one round, so more rounds waste less of
 /// the root's link, while each round costs a semaphore sync (several microseconds when pieces
-/// are small). One round per RELAY_BYTES_PER_BLOCK_ROUND of piece per block, within 2..=12.
-const RELAY_BYTES_PER_BLOCK_ROUND: u64 = 16 << 10;
+/// are small). One round per RELAY_BYTES_PER_BLOCK_ROUND of piece per block, within 2..=12
+/// (measured: 4 rounds best at 64 MiB, 8-12 at 128 MiB, 2 at 16 MiB).
+const RELAY_BYTES_PER_BLOCK_ROUND: u64 = 40 << 10;
 const RELAY_MAX_ROUNDS: u64 = 12;
 
 /// Broadcast by relay: the root sends one piece of the message to each other rank, which forward
@@ -167,7 +176,7 @@ pub fn plan_exchange(
     }
     let (grid, block) = exchange_shape(topo, scratch);
     let ll_slot = (scratch.ll_half_bytes / n.max(1) as u64) & !15;
-    let ll_max = t.exchange_ll_max_bytes.unwrap_or(DEFAULT_LL_MAX_BYTES);
+    let ll_max = t.exchange_ll_max_bytes.unwrap_or_else(|| default_ll_max_bytes(n));
     let (packets_ok, puts_ok) = func.map_or((true, true), |f| (t.allowed.packets[f as usize], t.allowed.puts[f as usize]));
     let mut a = ExchangeArgs::default();
 

@@ -18,8 +18,16 @@ pub struct ReducePlan {
     pub chunk_elems: u64,
 }
 
-/// Largest ReduceScatter chunk or Reduce message moved as packets, unless tuned.
-const DEFAULT_REDUCE_LL_MAX_BYTES: u64 = 64 << 10;
+/// Largest ReduceScatter chunk or Reduce message moved as packets, unless tuned (H200 sweep at 2
+/// and 4 ranks, BENCHMARKS.md: packets win up to 1 MiB on 2 ranks; on 4, up to 512 KiB for Reduce
+/// and 256 KiB chunks for ReduceScatter, whose every rank receives from all others).
+fn default_ll_max_bytes(f: Func, nranks: usize) -> u64 {
+    match (nranks <= 2, f) {
+        (true, _) => 1 << 20,
+        (false, Func::Reduce) => 512 << 10,
+        (false, _) => 256 << 10,
+    }
+}
 /// Smallest per-block slice of the put rounds (as AllReduce's).
 const MIN_SLICE_BYTES: u64 = 4096;
 
@@ -30,7 +38,7 @@ fn ll_fits(f: Func, bytes: u64, n: usize, s: &Scratch, t: &Tuning) -> bool {
     let i = f as usize;
     t.allowed.packets[i]
         && bytes.div_ceil(8) * 16 <= slot
-        && (!t.allowed.puts[i] || bytes <= t.reduce_ll_max_bytes.unwrap_or(DEFAULT_REDUCE_LL_MAX_BYTES))
+        && (!t.allowed.puts[i] || bytes <= t.reduce_ll_max_bytes.unwrap_or_else(|| default_ll_max_bytes(f, n)))
 }
 
 /// `count` is each rank's chunk (recvcount).
@@ -86,7 +94,7 @@ mod tests {
                             assert!(p.chunk_elems * dt.size() as u64 <= s.rs_slot_bytes);
                             assert!(p.grid >= 1 && p.grid <= s.rs_max_blocks);
                         } else {
-                            assert!(count * dt.size() as u64 <= DEFAULT_REDUCE_LL_MAX_BYTES);
+                            assert!(count * dt.size() as u64 <= 1 << 20);
                         }
                     }
                 }
