@@ -72,6 +72,12 @@ pub fn exchange_shape(topo: &Topology, scratch: &Scratch) -> (u32, u32) {
     (scratch.rs_max_blocks.min(topo.sm_count.max(1)).max(1), 1024)
 }
 
+/// The exchange kernel's block size: only the grid pairs blocks between ranks, so the block size
+/// may be tuned (OXCCL_EXCHANGE_THREADS) without the peers agreeing.
+fn exchange_threads(t: &Tuning) -> u32 {
+    t.exchange_threads.unwrap_or(1024)
+}
+
 /// Smallest Broadcast relayed (3+ ranks), unless tuned. Below it the root's three-fold sending
 /// costs less than the relay's extra rounds (H200 x4, BENCHMARKS.md).
 const DEFAULT_RELAY_MIN_BYTES: u64 = 4 << 20;
@@ -177,7 +183,8 @@ pub fn plan_exchange(
             return Err(Error::internal(format!("exchange transfer with peer {} (rank {me} of {n})", x.peer)));
         }
     }
-    let (grid, block) = exchange_shape(topo, scratch);
+    let (grid, _) = exchange_shape(topo, scratch);
+    let block = exchange_threads(t);
     let ll_slot = (scratch.ll_half_bytes / n.max(1) as u64) & !15;
     let ll_max = t.exchange_ll_max_bytes.unwrap_or_else(|| default_ll_max_bytes(n));
     let (packets_ok, puts_ok) = func.map_or((true, true), |f| (t.allowed.packets[f as usize], t.allowed.puts[f as usize]));
@@ -258,6 +265,12 @@ pub fn plan_exchange(
     a.nsend = spec.sends.len() as u32;
     a.nrecv = spec.recvs.len() as u32;
     a.ncopy = spec.copies.len() as u32;
+    // Packet-only launches may use another grid (a packet carries its own flag; flags and
+    // acknowledgements are kept per block slot for any grid): a tuning knob, for measuring.
+    let grid = match t.exchange_ll_blocks {
+        Some(b) if (0..n).all(|p| a.mode[p] != OX_MODE_PUT) => b.clamp(1, grid),
+        _ => grid,
+    };
     Ok(ExchangePlan { args: a, grid, block })
 }
 
@@ -430,6 +443,16 @@ mod tests {
         let mut spec = broadcast_spec(1, 0, 4, 0, 0, 8 << 20, broadcast_relay(8 << 20, &topo, &s, &t));
         spec.recvs.retain(|r| r.peer != 0);
         assert!(plan_exchange(1, &spec, None, &topo, &s, &t).is_err(), "forwarding what never arrives");
+    }
+
+    #[test]
+    fn launch_shape_knobs() {
+        let (topo, s, t) = setup(4);
+        let t = Tuning { exchange_threads: Some(256), exchange_ll_blocks: Some(16), ..t };
+        let small = plan_exchange(0, &broadcast_spec(0, 0, 4, 0x10, 0x20, 64, None), None, &topo, &s, &t).unwrap();
+        assert_eq!((small.grid, small.block), (16, 256));
+        let big = plan_exchange(0, &broadcast_spec(0, 0, 4, 0x10, 0x20, 64 << 20, None), None, &topo, &s, &t).unwrap();
+        assert_eq!((big.grid, big.block), (exchange_shape(&topo, &s).0, 256), "puts keep the paired grid");
     }
 
     #[test]

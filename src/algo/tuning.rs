@@ -23,6 +23,11 @@ pub struct Tuning {
     pub rs_threads: Option<u32>,
     /// OXCCL_EXCHANGE_LL_MAX_BYTES: largest per-pair stream the exchange kernel moves as packets.
     pub exchange_ll_max_bytes: Option<u64>,
+    /// OXCCL_EXCHANGE_THREADS: threads per block of every exchange launch (default 1024);
+    /// OXCCL_EXCHANGE_LL_BLOCKS: grid of packet-only exchange launches (default: the full grid).
+    /// Both free to differ between the ranks of a pair only where noted in exchange.rs.
+    pub exchange_threads: Option<u32>,
+    pub exchange_ll_blocks: Option<u32>,
     /// OXCCL_REDUCE_LL_MAX_BYTES: largest ReduceScatter chunk / Reduce message moved as packets.
     pub reduce_ll_max_bytes: Option<u64>,
     /// OXCCL_RELAY_MIN_BYTES: smallest Broadcast (3+ ranks) that the root scatters and the other
@@ -53,6 +58,8 @@ impl Tuning {
             rs_blocks: num32("OXCCL_RSAG_BLOCKS").filter(|&b| b > 0),
             rs_threads: num32("OXCCL_RSAG_THREADS").filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
             exchange_ll_max_bytes: num("OXCCL_EXCHANGE_LL_MAX_BYTES"),
+            exchange_threads: num32("OXCCL_EXCHANGE_THREADS").filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
+            exchange_ll_blocks: num32("OXCCL_EXCHANGE_LL_BLOCKS").filter(|&b| b > 0),
             reduce_ll_max_bytes: num("OXCCL_REDUCE_LL_MAX_BYTES"),
             relay_min_bytes: num("OXCCL_RELAY_MIN_BYTES"),
             relay_rounds: num32("OXCCL_RELAY_ROUNDS").filter(|&r| (1..=1024).contains(&r)),
