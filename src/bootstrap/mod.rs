@@ -11,6 +11,7 @@
 //! O(peers) and makes TCP's ordering give per-(sender, receiver, tag) ordering. Every wait is
 //! bounded by the timeout given to `init`.
 
+mod data;
 mod deadline;
 mod id;
 mod iface;
@@ -34,6 +35,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+pub use self::data::{DataSockets, MAX_DATA_SOCKETS};
 use self::deadline::Deadline;
 use self::id::UniqueId;
 use self::listener::{Listener, Role};

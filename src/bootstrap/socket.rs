@@ -97,7 +97,7 @@ fn connect(
 }
 
 /// Writes all of `buf`, failing once `deadline` passes.
-fn write_all(mut stream: &TcpStream, mut buf: &[u8], deadline: Deadline, who: &str) -> Result<()> {
+pub(crate) fn write_all(mut stream: &TcpStream, mut buf: &[u8], deadline: Deadline, who: &str) -> Result<()> {
     while !buf.is_empty() {
         let Some(left) = deadline.remaining() else {
             bail!(SystemError, "timed out after {:?} sending to {who}", deadline.total());

@@ -495,3 +495,102 @@ fn an_orderly_goodbye_is_not_a_loss() {
     assert_eq!(ranks[0].wait_loss(Duration::from_secs(10)), None);
     assert!(t0.elapsed() < Duration::from_secs(1));
 }
+
+/// Data connections: every pair of 3 ranks opens 3 sockets each way; bytes written on a rank's
+/// outgoing socket i arrive on the peer's incoming socket i, in both directions.
+#[test]
+fn data_sockets_connect_every_pair_index_for_index() {
+    let ranks = init_all(3, TIMEOUT);
+    let conns = on_all(&ranks, |bs| {
+        (0..3).filter(|&p| p != bs.rank()).map(|p| (p, bs.data_sockets(p, 5, 3).expect("data sockets"))).collect::<Vec<_>>()
+    });
+    for (me, mine) in conns.iter().enumerate() {
+        for (peer, socks) in mine {
+            assert_eq!((socks.outgoing.len(), socks.incoming.len()), (3, 3));
+            for (i, mut s) in socks.outgoing.iter().enumerate() {
+                s.write_all(&[me as u8, *peer as u8, i as u8]).unwrap();
+            }
+        }
+    }
+    for (me, mine) in conns.iter().enumerate() {
+        for (peer, socks) in mine {
+            for (i, mut s) in socks.incoming.iter().enumerate() {
+                let mut b = [0u8; 3];
+                s.read_exact(&mut b).unwrap();
+                assert_eq!(b, [*peer as u8, me as u8, i as u8], "rank {me} socket {i} from {peer}");
+            }
+        }
+    }
+}
+
+/// An incoming data socket is admitted only with the communicator's secret, the expected peer,
+/// connection number and an index in range.
+#[test]
+fn data_sockets_refuse_strangers() {
+    let ranks = init_all(2, TIMEOUT);
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let addr = l.local_addr().unwrap();
+    let attempt = |hello: Hello, conn: u32, index: u32| {
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        let mut b = hello.encode().to_vec();
+        b.extend_from_slice(&conn.to_le_bytes());
+        b.extend_from_slice(&index.to_le_bytes());
+        c.write_all(&b).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let r = ranks[0].admit(s, 1, 9, 2, Duration::from_secs(1)).map(|(i, _)| i);
+        drop(c);
+        r
+    };
+    let good = Hello { kind: ConnKind::Data, rank: 1, secret: ranks[0].secret };
+    assert_eq!(attempt(good, 9, 1).unwrap(), 1);
+    assert!(attempt(Hello { secret: [0; 16], ..good }, 9, 1).unwrap_err().msg.contains("secret"));
+    assert!(attempt(Hello { rank: 0, ..good }, 9, 1).is_err(), "not the peer");
+    assert!(attempt(Hello { kind: ConnKind::Peer, ..good }, 9, 1).is_err(), "not a data socket");
+    assert!(attempt(good, 8, 1).is_err(), "another connection");
+    assert!(attempt(good, 9, 2).is_err(), "index out of range");
+    // A stranger that connects and says nothing is dropped after the hello wait.
+    let _silent = std::net::TcpStream::connect(addr).unwrap();
+    let (s, _) = l.accept().unwrap();
+    let t0 = Instant::now();
+    assert!(ranks[0].admit(s, 1, 9, 2, Duration::from_millis(200)).is_err());
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    assert_eq!(ranks[0].data_sockets(0, 1, 1).unwrap_err().code, ResultCode::InvalidArgument, "to itself");
+    assert_eq!(ranks[0].data_sockets(1, 1, 0).unwrap_err().code, ResultCode::InvalidArgument, "no sockets");
+}
+
+/// PortChannel over TCP between two bootstrapped ranks: rank 0's proxy executes put-with-signal
+/// triggers over the data sockets into rank 1's memory, which sees every byte before the signal.
+#[test]
+fn port_channel_over_tcp_between_bootstrapped_ranks() {
+    use crate::device_abi::{OX_TRIGGER_DATA, OX_TRIGGER_FLAG, OX_TRIGGER_SYNC};
+    use crate::proxy::fifo::{FifoHost, HeapFifo};
+    use crate::proxy::trigger::Request;
+    use crate::proxy::{Placement, Proxy};
+    use crate::transport::tcp::{TcpReceiver, TcpSender};
+    use crate::transport::{HostMem, MemAccess};
+    use std::sync::atomic::AtomicU64;
+
+    let ranks = init_all(2, TIMEOUT);
+    let size = 6 << 20;
+    let data: Vec<u8> = (0..size).map(|i| (i * 13 + i / 4099) as u8).collect();
+    let socks = on_all(&ranks, |bs| bs.data_sockets(1 - bs.rank(), 0, 4).expect("data sockets"));
+    let mut socks = socks.into_iter();
+    let (s0, s1) = (socks.next().unwrap(), socks.next().unwrap());
+    let src = Arc::new(HostMem::new(&[size], 0));
+    src.write(0, 0, &data).unwrap();
+    let dst = Arc::new(HostMem::new(&[size], 1));
+    let rx = TcpReceiver::start(0, s1.incoming, dst.clone(), Arc::new(|e| panic!("receiver: {e:?}"))).unwrap();
+    let tx = TcpSender::new(1, s0.outgoing, src, 1 << 20).unwrap();
+    let fifo = Arc::new(HeapFifo::new(8).unwrap());
+    let mut proxy = Proxy::start("tcp-e2e".into(), FifoHost::new(fifo.words), Box::new(tx), Placement::default(), Box::new(|e| panic!("{e:?}"))).unwrap();
+    let head = AtomicU64::new(0);
+    let put = Request { kind: OX_TRIGGER_DATA | OX_TRIGGER_FLAG, size: size as u32, semaphore: 0, ..Default::default() };
+    fifo.words.push_like_device(&head, put.encode().unwrap()).unwrap();
+    let pos = fifo.words.push_like_device(&head, Request { kind: OX_TRIGGER_SYNC, ..Default::default() }.encode().unwrap()).unwrap();
+    assert!(fifo.words.flush_like_device(pos), "flushed");
+    proxy.stop();
+    drop(proxy);
+    assert!(rx.join().is_none());
+    assert_eq!(*dst.mems[0].lock(), data);
+    assert_eq!(*dst.sems[0].lock(), 1);
+}

@@ -122,6 +122,9 @@ pub(crate) enum ConnKind {
     Reply = 2,
     /// A rank's connection to another rank, carrying all rank-to-rank traffic to that peer.
     Peer = 3,
+    /// A data connection between two ranks (PortChannel over TCP, see data.rs): never carries
+    /// bootstrap frames; after the hello comes the connection's number and the socket's index.
+    Data = 4,
 }
 
 impl ConnKind {
@@ -130,6 +133,7 @@ impl ConnKind {
             1 => Some(ConnKind::Register),
             2 => Some(ConnKind::Reply),
             3 => Some(ConnKind::Peer),
+            4 => Some(ConnKind::Data),
             _ => None,
         }
     }
@@ -187,6 +191,8 @@ pub(crate) enum Channel {
     P2p = 6,
     /// Liveness notices: a goodbye before an orderly close, or a report that a rank was lost.
     Notice = 7,
+    /// Listen addresses for data connections (data.rs); the tag is the connection's number.
+    Connect = 8,
 }
 
 impl Channel {
@@ -199,6 +205,7 @@ impl Channel {
             5 => Channel::Bcast,
             6 => Channel::P2p,
             7 => Channel::Notice,
+            8 => Channel::Connect,
             _ => return None,
         })
     }
@@ -208,7 +215,7 @@ impl Channel {
         match self {
             Channel::Register => ConnKind::Register,
             Channel::Reply => ConnKind::Reply,
-            Channel::Ring | Channel::Barrier | Channel::Bcast | Channel::P2p | Channel::Notice => ConnKind::Peer,
+            Channel::Ring | Channel::Barrier | Channel::Bcast | Channel::P2p | Channel::Notice | Channel::Connect => ConnKind::Peer,
         }
     }
 
@@ -216,6 +223,7 @@ impl Channel {
         match self.conn_kind() {
             ConnKind::Register | ConnKind::Reply => MAX_ROOT_MESSAGE,
             ConnKind::Peer => MAX_MESSAGE,
+            ConnKind::Data => 0,
         }
     }
 }
