@@ -568,7 +568,9 @@ fn finalize_timeout() -> Duration {
 /// goodbye, or another rank reports it), the communicator's async state becomes ncclRemoteError,
 /// its kernels are told to stop (abort flag) so nothing spins on the dead peer, a WARN names the
 /// peer, and a first-hand loss is reported to the other ranks (not every rank is connected to
-/// every other). Detection costs nothing on the hot path: it rides on the bootstrap's sockets.
+/// every other). Detection costs nothing on the hot path: it rides on the bootstrap's sockets
+/// (a dead process's close at once; a hung one's silence through the heartbeats, see
+/// Bootstrap::heartbeat).
 fn watch_peers(
     rank: usize,
     nranks: usize,
@@ -579,8 +581,12 @@ fn watch_peers(
     std::thread::Builder::new()
         .name(format!("oxccl-watch{rank}"))
         .spawn(move || {
+            let since = std::time::Instant::now();
+            let silence = heartbeat_timeout();
             while bs.watching() {
-                let Some(loss) = bs.wait_loss(Duration::from_secs(1)) else { continue };
+                bs.heartbeat();
+                bs.check_heartbeat(since, silence);
+                let Some(loss) = bs.wait_loss(HEARTBEAT_INTERVAL) else { continue };
                 on_peer_lost(&state, &|| abort_flag.store_u32(0, 1));
                 nccl_warn!(
                     "comm rank {rank}/{nranks}: rank {} {}; its operations cannot complete: the communicator now reports ncclRemoteError",
@@ -594,6 +600,27 @@ fn watch_peers(
             }
         })
         .map_err(|e| Error::io("cannot start the liveness watchdog thread", &e))
+}
+
+/// How often the watchdog tells the next rank this one is alive.
+const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+/// Silence after which the previous rank counts as lost, unless OXCCL_HEARTBEAT_TIMEOUT says
+/// otherwise (seconds; 0 turns heartbeats off). Generous: a rank stopped in a debugger or
+/// swapping hard for a minute is not dead yet, and dead processes are caught at once anyway
+/// (their sockets close); this is for hung processes, frozen hosts and cut networks.
+const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn heartbeat_timeout() -> Duration {
+    match crate::config::env("OXCCL_HEARTBEAT_TIMEOUT") {
+        None => DEFAULT_HEARTBEAT_TIMEOUT,
+        Some(v) => match v.trim().parse::<f64>() {
+            Ok(secs) if secs >= 0.0 && secs.is_finite() => Duration::from_secs_f64(secs),
+            _ => {
+                nccl_warn!("OXCCL_HEARTBEAT_TIMEOUT={v} is not a number of seconds; using {DEFAULT_HEARTBEAT_TIMEOUT:?}");
+                DEFAULT_HEARTBEAT_TIMEOUT
+            }
+        },
+    }
 }
 
 /// What a lost peer does to the communicator: RemoteError (unless it already failed) and the

@@ -3,7 +3,7 @@
 //! gives in-order delivery per (sender, receiver, channel, tag).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -41,6 +41,8 @@ pub struct Loss {
 /// Notice payloads.
 pub(crate) const NOTICE_BYE: u8 = 1;
 pub(crate) const NOTICE_LOST: u8 = 2;
+/// A heartbeat: the sender is alive (see Bootstrap::heartbeat).
+pub(crate) const NOTICE_ALIVE: u8 = 3;
 
 #[derive(Default)]
 struct State {
@@ -52,6 +54,8 @@ struct State {
     losses: VecDeque<Loss>,
     /// Ranks already reported as lost (each is reported once).
     lost: HashSet<u32>,
+    /// When each rank's last frame (of any kind, heartbeats included) arrived.
+    heard: HashMap<u32, Instant>,
     /// Ends wait_loss (the owner is shutting down).
     closing: bool,
     aborted: bool,
@@ -70,11 +74,15 @@ impl Mailbox {
         let mut any = false;
         for event in events {
             any = true;
+            if let Event::Frame { rank, .. } = &event {
+                st.heard.insert(*rank, Instant::now());
+            }
             match event {
                 Event::Frame { rank, frame } if frame.channel == Channel::Notice => match frame.body.as_slice() {
                     [NOTICE_BYE] => {
                         st.leaving.insert(rank);
                     }
+                    [NOTICE_ALIVE] => {} // only its arrival time matters
                     [NOTICE_LOST, a, b, c, d] => {
                         let lost = u32::from_le_bytes([*a, *b, *c, *d]);
                         if st.lost.insert(lost) {
@@ -147,6 +155,26 @@ impl Mailbox {
             }
             self.cv.wait_until(&mut st, deadline.at());
         }
+    }
+
+    /// Declares `rank` lost if nothing (not even a heartbeat) arrived from it for `timeout`,
+    /// counting from `since` if it never sent anything; a rank that said goodbye or is already
+    /// lost is left alone. The loss is queued for `take_loss` like any other; returns whether
+    /// this call declared it.
+    pub(crate) fn check_silence(&self, rank: u32, since: Instant, timeout: Duration) -> bool {
+        let mut st = self.state.lock();
+        let last = st.heard.get(&rank).copied().map_or(since, |h| h.max(since));
+        let silent = last.elapsed();
+        if silent < timeout || st.leaving.contains(&rank) || st.closing || st.aborted || !st.lost.insert(rank) {
+            return false;
+        }
+        st.losses.push_back(Loss {
+            rank,
+            why: format!("sent nothing, not even a heartbeat, for {:.1} s: it is hung or stopped, or its host or network is down", silent.as_secs_f64()),
+            reported_by: None,
+        });
+        self.cv.notify_all();
+        true
     }
 
     pub(crate) fn watching(&self) -> bool {

@@ -39,7 +39,7 @@ pub use self::data::{DataSockets, MAX_DATA_SOCKETS};
 use self::deadline::Deadline;
 use self::id::UniqueId;
 use self::listener::{Listener, Role};
-use self::mailbox::{Key, Mailbox, WaitError, NOTICE_BYE, NOTICE_LOST};
+use self::mailbox::{Key, Mailbox, WaitError, NOTICE_ALIVE, NOTICE_BYE, NOTICE_LOST};
 pub use self::mailbox::Loss;
 use self::socket::Listening;
 use self::wire::{decode_addr, encode_addr, Channel, ConnKind, Hello, Secret, ADDR_BYTES, ROOT_RANK};
@@ -310,6 +310,30 @@ impl Bootstrap {
     /// `timeout`, or once this rank said goodbye or aborted.
     pub fn wait_loss(&self, timeout: Duration) -> Option<Loss> {
         self.shared.mailbox.take_loss(Deadline::after(timeout))
+    }
+
+    /// Heartbeats, for peers that hang without closing their sockets (stopped, frozen, cut off):
+    /// call `heartbeat` every second or so, which tells the next rank of the ring this one is
+    /// alive, and `check_heartbeat`, which declares the previous rank lost (queued for
+    /// `wait_loss`, like a closed connection) if nothing arrived from it for `timeout` since
+    /// `since` (when watching started). Each rank is watched by exactly one other, so the cost
+    /// is one small message per rank per interval, off every hot path.
+    pub fn heartbeat(&self) {
+        if self.nranks > 1 {
+            let next = (self.rank + 1) % self.nranks;
+            if let Err(e) = self.notice(next, &[NOTICE_ALIVE]) {
+                nccl_info!(Subsys::Bootstrap, "Bootstrap: heartbeat to rank {next} failed: {}", e.msg);
+            }
+        }
+    }
+
+    /// See `heartbeat`; true when this call declared the previous rank lost.
+    pub fn check_heartbeat(&self, since: std::time::Instant, timeout: Duration) -> bool {
+        if self.nranks < 2 || timeout.is_zero() {
+            return false;
+        }
+        let prev = (self.rank + self.nranks - 1) % self.nranks;
+        self.shared.mailbox.check_silence(prev as u32, since, timeout)
     }
 
     /// False once this rank said goodbye or aborted: nothing more to watch for.

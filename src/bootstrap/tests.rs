@@ -594,3 +594,44 @@ fn port_channel_over_tcp_between_bootstrapped_ranks() {
     assert_eq!(*dst.mems[0].lock(), data);
     assert_eq!(*dst.sems[0].lock(), 1);
 }
+
+/// Heartbeats: a rank that stops sending them but keeps its sockets open (a hung process) is
+/// declared lost by the next rank of the ring after the silence timeout; ranks that keep beating
+/// are never declared lost, and a rank that said goodbye is left alone.
+#[test]
+fn a_silent_rank_is_lost_by_heartbeat_and_beating_ranks_are_not() {
+    let ranks = init_all(3, TIMEOUT);
+    let since = Instant::now();
+    let silence = Duration::from_millis(1500);
+    let beat_until = |bs: &Bootstrap, d: Duration| {
+        let t0 = Instant::now();
+        while t0.elapsed() < d {
+            bs.heartbeat();
+            bs.check_heartbeat(since, silence);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // All beating for longer than the timeout: nobody lost.
+    on_all(&ranks, |bs| beat_until(bs, Duration::from_millis(2000)));
+    for bs in &ranks {
+        assert_eq!(bs.wait_loss(Duration::from_millis(10)), None, "rank {}", bs.rank());
+    }
+    // Rank 1 hangs (silent, sockets open); ranks 0 and 2 keep beating and checking.
+    let t0 = Instant::now();
+    let watchers: Vec<&Bootstrap> = vec![&ranks[0], &ranks[2]];
+    std::thread::scope(|s| {
+        for bs in watchers {
+            s.spawn(move || beat_until(bs, Duration::from_millis(2500)));
+        }
+    });
+    let loss = ranks[2].wait_loss(Duration::from_secs(1)).expect("rank 2 watches rank 1");
+    assert_eq!((loss.rank, loss.reported_by), (1, None), "{loss:?}");
+    assert!(loss.why.contains("heartbeat"), "{loss:?}");
+    assert!(t0.elapsed() >= silence && t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert_eq!(ranks[0].wait_loss(Duration::from_millis(10)), None, "rank 0 watches rank 2, which beats");
+    assert!(!ranks[2].check_heartbeat(since, silence), "declared once");
+    // A rank that says goodbye and goes quiet is not lost by silence.
+    ranks[2].say_goodbye();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!ranks[0].check_heartbeat(since, Duration::from_millis(100)), "rank 2 said goodbye");
+}
