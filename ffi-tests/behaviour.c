@@ -69,6 +69,11 @@ int main(void) {
       EXPECT(ncclRecv(buf, 1, ncclFloat, 0, c, 0), ncclInvalidArgument);
       EXPECT(ncclRedOpCreatePreMulSum(&op, &two, ncclFloat, ncclScalarHostImmediate, c), ncclInvalidArgument);
       EXPECT(ncclCommRegister(c, buf, sizeof buf, &handle), ncclInvalidArgument);
+      {
+        ncclWindow_t w = NULL;
+        EXPECT(ncclCommWindowRegister(c, buf, sizeof buf, &w, NCCL_WIN_COLL_SYMMETRIC), ncclInvalidArgument);
+        EXPECT(ncclCommWindowDeregister(c, w), ncclInvalidArgument);
+      }
       EXPECT(ncclCommGetAsyncError(c, &st), ncclInvalidArgument);
       EXPECT(ncclCommCuDevice(c, &n), ncclInvalidArgument);
       /* Inside a group the error is returned at once and again by ncclGroupEnd. */

@@ -342,9 +342,16 @@ ncclResult_t pncclCommRegister(ncclComm_t comm, void *buff, size_t size, void **
 ncclResult_t ncclCommDeregister(ncclComm_t comm, void *handle);
 ncclResult_t pncclCommDeregister(ncclComm_t comm, void *handle);
 
+/*
+ Registers `buff` as a window on every rank (collective; deferred to ncclGroupEnd in a group).
+ NULL or size 0 succeeds with a NULL window, as in NCCL.
+ */
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);
 ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);
 
+/*
+ Frees a window of this communicator; NULL is a no-op. Local: peers need not take part.
+ */
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 

@@ -48,6 +48,8 @@ pub struct Comm {
     user_ops: Mutex<Vec<Option<UserOp>>>,
     /// Marks this communicator's op handles, so an op used with another communicator is caught.
     op_tag: u32,
+    /// Windows registered with ncclCommWindowRegister (freed with the communicator).
+    pub windows: crate::window::Windows,
 }
 
 /// A PreMulSum op: its datatype and scalar (bytes, or a device address read at run time).
@@ -122,6 +124,7 @@ impl Comm {
             check_seq: AtomicU64::new(0),
             user_ops: Mutex::new(Vec::new()),
             op_tag: (topo::process_token() as u32 ^ NEXT_TAG.fetch_add(1, Ordering::Relaxed)) & OP_TAG_MASK,
+            windows: crate::window::Windows::default(),
         }
     }
 

@@ -87,6 +87,8 @@ impl InitJob {
 struct GroupState {
     depth: usize,
     inits: Vec<InitJob>,
+    /// ncclCommWindowRegister calls: collective, so run at End after the inits, before the ops.
+    windows: Vec<crate::window::WindowJob>,
     ops: Vec<Deferred>,
     error: Option<Error>,
 }
@@ -111,6 +113,37 @@ pub fn record_error(e: &Error) {
             g.error = Some(e.clone());
         }
     });
+}
+
+/// Registers a window now, or at the outermost End when a group is open (where the registrations
+/// of several communicators driven by one thread run concurrently, as their inits do).
+pub fn submit_window(job: crate::window::WindowJob) -> Result<()> {
+    let now = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth > 0 {
+            g.windows.push(job);
+            None
+        } else {
+            Some(job)
+        }
+    });
+    now.map_or(Ok(()), crate::window::WindowJob::run)
+}
+
+/// Window registrations of a group: one communicator's in order, communicators concurrently.
+fn run_windows(jobs: Vec<crate::window::WindowJob>) -> Result<()> {
+    let mut per: Vec<Vec<crate::window::WindowJob>> = Vec::new();
+    for j in jobs {
+        match per.iter_mut().find(|v| Arc::ptr_eq(&v[0].comm, &j.comm)) {
+            Some(v) => v.push(j),
+            None => per.push(vec![j]),
+        }
+    }
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let hs: Vec<_> = per.into_iter().map(|v| s.spawn(move || v.into_iter().try_for_each(crate::window::WindowJob::run))).collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::internal("window registration panicked")))).collect()
+    });
+    results.into_iter().find(|r| r.is_err()).unwrap_or(Ok(()))
 }
 
 /// Runs an operation now, or defers it to the outermost End when a group is open.
@@ -223,11 +256,14 @@ pub fn end() -> Result<()> {
     }
     // A group of nonblocking inits and nothing else completes in the background, as in NCCL:
     // End returns ncclInProgress and each communicator reports its own progress.
-    if !state.inits.is_empty() && state.ops.is_empty() && state.inits.iter().all(InitJob::nonblocking) {
+    if !state.inits.is_empty() && state.ops.is_empty() && state.windows.is_empty() && state.inits.iter().all(InitJob::nonblocking) {
         spawn_inits(state.inits)?;
         return Err(Error::in_progress());
     }
     let mut first_err = run_inits(state.inits).err();
+    if first_err.is_none() && !state.windows.is_empty() {
+        first_err = run_windows(state.windows).err();
+    }
     if first_err.is_none() {
         // OXCCL_CHECK: a disagreement drops the whole group before anything is launched.
         check_agreement(&state.ops)?;

@@ -28,6 +28,7 @@ pub mod split;
 pub mod topo;
 pub mod transport;
 pub mod types;
+pub mod window;
 
 pub use error::{Error, Result, ResultCode};
 

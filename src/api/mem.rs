@@ -3,7 +3,7 @@
 use std::ffi::{c_int, c_void};
 
 use super::types::{ncclComm_t, ncclResult_t, ncclWindow_t};
-use super::{call, call_grouped, comm_arg, not_yet, out};
+use super::{call, call_grouped, comm_arg, out};
 use crate::error::Error;
 
 /// Allocates device memory on the current device, shareable with peers (cuMem VMM when available).
@@ -45,6 +45,8 @@ pub extern "C" fn ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> n
     })
 }
 
+/// Registers `buff` as a window on every rank (collective; deferred to ncclGroupEnd in a group).
+/// NULL or size 0 succeeds with a NULL window, as in NCCL.
 #[no_mangle]
 pub extern "C" fn ncclCommWindowRegister(
     comm: ncclComm_t,
@@ -54,24 +56,26 @@ pub extern "C" fn ncclCommWindowRegister(
     winFlags: c_int,
 ) -> ncclResult_t {
     call_grouped("ncclCommWindowRegister", || {
-        let _ = winFlags;
-        comm_arg(comm)?;
+        let c = comm_arg(comm)?;
         let w = out(win, "win")?;
         if buff.is_null() || size == 0 {
             *w = std::ptr::null_mut();
             return Ok(());
         }
-        Err(not_yet("ncclCommWindowRegister (symmetric windows)"))
+        crate::window::check_flags(winFlags)?;
+        let job = crate::window::WindowJob { comm: c, base: buff as u64, size: size as u64, flags: winFlags, out: win as usize };
+        crate::group::submit_window(job)
     })
 }
 
+/// Frees a window of this communicator; NULL is a no-op. Local: peers need not take part.
 #[no_mangle]
 pub extern "C" fn ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
     call("ncclCommWindowDeregister", || {
-        comm_arg(comm)?;
+        let c = comm_arg(comm)?;
         if win.is_null() {
             return Ok(());
         }
-        Err(Error::invalid_usage(format!("unknown window {win:p}")))
+        c.windows.remove(win as usize)
     })
 }
