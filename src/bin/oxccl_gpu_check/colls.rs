@@ -278,3 +278,35 @@ pub fn check_all(ranks: &[Rank], max_count: usize, quick: bool) -> usize {
     }
     bad
 }
+
+/// One random case for the soak test (`--soak`): operation, root, reduction, datatype, count
+/// (log-uniform up to `max_count` elements per rank buffer) and placement all drawn from `r`.
+/// Returns a description of the case and its outcome.
+pub fn soak_one(ranks: &[Rank], r: u64, max_count: usize) -> (String, Result<(), String>) {
+    let n = ranks.len();
+    let pick = |shift: u32, m: u64| ((r >> shift) % m.max(1)) as usize;
+    let root = pick(4, n as u64);
+    let op = [CheckOp::Sum, CheckOp::Prod, CheckOp::Max, CheckOp::Min][pick(8, 4)];
+    let k = match pick(12, 9) {
+        0 => Kind::AllGather,
+        1 => Kind::ReduceScatter(op),
+        2 => Kind::Broadcast(root),
+        3 => Kind::Reduce(op, root),
+        4 => Kind::AlltoAll,
+        5 => Kind::Gather(root),
+        6 => Kind::Scatter(root),
+        7 => Kind::Ring,
+        _ => Kind::AllPairs,
+    };
+    let reduces = matches!(k, Kind::ReduceScatter(_) | Kind::Reduce(..));
+    // Reductions check bit-exact results on small integers; FP8 sums of those may round.
+    let dts: Vec<DataType> = DataType::ALL.into_iter().filter(|d| !(reduces && d.is_fp8())).collect();
+    let dt = dts[pick(20, dts.len() as u64)];
+    let per_rank = (max_count / n).max(1);
+    let bits = usize::BITS - per_rank.leading_zeros();
+    let count = ((1usize << pick(28, bits as u64)) + pick(40, 1 << 12)).min(per_rank);
+    let in_place = pick(56, 2) == 1 && (in_place_offset(k, 0, count).is_some() || in_place_offset(k, n - 1, count).is_some());
+    let what = format!("{k:?} {} count {count} {}", dt.name(), if in_place { "in-place" } else { "out-of-place" });
+    let res = check_case(ranks, &Codec::new(dt), k, count, in_place, r);
+    (what, res)
+}

@@ -6,11 +6,12 @@
 //! counts; optionally the same through CUDA graphs replayed with fresh data. Exit status 0 only if
 //! every result is right.
 //!
-//! Usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy] [--hang]
+//! Usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy] [--hang] [--soak N]
 //! (--colls: the other collectives and send/recv instead of AllReduce; see colls.rs;
 //! --split: ncclCommSplit/Shrink/Revoke and collectives on the children; see split.rs;
 //! --proxy: the PortChannel proxy FIFO under many concurrent GPU pushers; see proxy.rs;
-//! --hang: a deliberately stuck send, its OXCCL_DEBUG_DUMP and a prompt ncclCommAbort; see hang.rs)
+//! --hang: a deliberately stuck send, its OXCCL_DEBUG_DUMP and a prompt ncclCommAbort; see hang.rs;
+//! --soak N: N random operations of every kind, checked; see soak())
 
 mod colls;
 mod hang;
@@ -40,10 +41,13 @@ struct Opts {
     split: bool,
     proxy: bool,
     hang: bool,
+    /// --soak N: N random operations (every collective, send/recv, AllReduce with every op,
+    /// some through CUDA graphs), each checked against the host reference.
+    soak: usize,
 }
 
 fn opts() -> Result<Opts, String> {
-    let mut o = Opts { ranks: 0, max_count: 1 << 22, graph: false, quick: false, colls: false, split: false, proxy: false, hang: false };
+    let mut o = Opts { ranks: 0, max_count: 1 << 22, graph: false, quick: false, colls: false, split: false, proxy: false, hang: false, soak: 0 };
     let mut a = std::env::args().skip(1);
     while let Some(x) = a.next() {
         let mut val = || a.next().ok_or_else(|| format!("{x} needs a value"));
@@ -56,8 +60,9 @@ fn opts() -> Result<Opts, String> {
             "--split" => o.split = true,
             "--proxy" => o.proxy = true,
             "--hang" => o.hang = true,
+            "--soak" => o.soak = val()?.parse().map_err(|e| format!("--soak: {e}"))?,
             "-h" | "--help" => {
-                println!("usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy] [--hang]");
+                println!("usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy] [--hang] [--soak N]");
                 std::process::exit(0)
             }
             _ => return Err(format!("unknown argument {x}")),
@@ -148,6 +153,13 @@ fn run(o: &Opts, ngpu: usize) -> Result<usize, String> {
     nccl(ncclGroupEnd(), "ncclGroupEnd (init)")?;
     println!("oxccl-gpu-check: {nranks} ranks on {ngpu} GPU(s), counts up to {}", o.max_count);
 
+    if o.soak > 0 {
+        let bad = soak(&ranks, o.soak, o.max_count);
+        for rk in &ranks {
+            nccl(ncclCommDestroy(rk.comm), "ncclCommDestroy")?;
+        }
+        return Ok(bad);
+    }
     if o.colls || o.split {
         let bad = if o.split {
             split::check_all(&ranks)? + split::check_nonblocking(&ranks)? + split::check_agreement(&ranks)?
@@ -204,6 +216,46 @@ fn run(o: &Opts, ngpu: usize) -> Result<usize, String> {
 
 /// Runs one AllReduce on every rank and compares every element with the reference. With `graph`,
 /// captures it once per rank and replays the graph three times, each with fresh inputs.
+/// The soak test: `iters` random operations, a quarter of them AllReduce (any op, one in eight
+/// captured in a CUDA graph), the rest from colls::soak_one; prints every failure (the first 20)
+/// and a summary; returns the number of failures.
+fn soak(ranks: &[Rank], iters: usize, max_count: usize) -> usize {
+    let mut x: u64 = 0x005e_ed0f_0cc1_u64;
+    let mut bad = 0;
+    let t0 = Instant::now();
+    for i in 0..iters {
+        // xorshift64*: the same sequence every run, so a failure reproduces.
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        let r = x.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        let (what, res) = if r % 4 == 0 {
+            let dt = DataType::ALL[((r >> 8) % 12) as usize];
+            let op = CheckOp::ALL[((r >> 16) % 7) as usize];
+            let bits = (usize::BITS - max_count.leading_zeros()) as u64;
+            let count = ((1usize << ((r >> 24) % bits)) + ((r >> 40) % 4096) as usize).min(max_count);
+            // Graph replays as the --graph check runs them (a host-immediate PreMulSum scalar
+            // would be baked into the graph, which the replay-with-fresh-data check cannot use).
+            let (in_place, graph) = ((r >> 56) & 1 == 1, (r >> 57) % 8 == 0 && op != CheckOp::PreMulHost);
+            let what = format!("AllReduce {} {} count {count}{}{}", dt.name(), op.name(), if in_place { " in-place" } else { "" }, if graph { " graph" } else { "" });
+            (what, check_one(ranks, &Codec::new(dt), op, count, in_place, r, graph))
+        } else {
+            colls::soak_one(ranks, r, max_count)
+        };
+        if let Err(e) = res {
+            bad += 1;
+            if bad <= 20 {
+                println!("FAIL soak #{i} {what}: {e}");
+            }
+        }
+        if (i + 1) % 1000 == 0 {
+            println!("  soak {} of {iters} done ({bad} failed, {:.0} s)", i + 1, t0.elapsed().as_secs_f64());
+        }
+    }
+    println!("  soak: {iters} random operations, {bad} wrong ({:.0} s)", t0.elapsed().as_secs_f64());
+    bad
+}
+
 fn check_one(ranks: &[Rank], codec: &Codec, op: CheckOp, count: usize, in_place: bool, seed: u64, graph: bool) -> Result<(), String> {
     let dt = codec.dt;
     let es = dt.size();
