@@ -54,6 +54,7 @@ if [ "$ngpu" -ge 4 ]; then fr=2,4; else fr=2; fi
 step fault-injection "$bin/oxccl-fault" --ranks $fr
 if [ $quick = 1 ]; then soak=1000; else soak=10000; fi
 step soak "$bin/oxccl-gpu-check" --soak $soak
+step leaks "$bin/oxccl-gpu-check" --leaks
 if [ -n "$nt" ]; then
   H="python3 $root/nccl-tests-harness/harness.py"
   step nccl-tests-allreduce $H check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/allreduce-check"

@@ -6,15 +6,17 @@
 //! counts; optionally the same through CUDA graphs replayed with fresh data. Exit status 0 only if
 //! every result is right.
 //!
-//! Usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy] [--hang] [--soak N]
+//! Usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy] [--hang] [--soak N] [--leaks]
 //! (--colls: the other collectives and send/recv instead of AllReduce; see colls.rs;
 //! --split: ncclCommSplit/Shrink/Revoke and collectives on the children; see split.rs;
 //! --proxy: the PortChannel proxy FIFO under many concurrent GPU pushers; see proxy.rs;
 //! --hang: a deliberately stuck send, its OXCCL_DEBUG_DUMP and a prompt ncclCommAbort; see hang.rs;
-//! --soak N: N random operations of every kind, checked; see soak())
+//! --soak N: N random operations of every kind, checked; see soak();
+//! --leaks: 200 init/destroy and 1,000 register/deregister cycles, memory flat; see leaks.rs)
 
 mod colls;
 mod hang;
+mod leaks;
 mod proxy;
 mod split;
 mod values;
@@ -44,10 +46,12 @@ struct Opts {
     /// --soak N: N random operations (every collective, send/recv, AllReduce with every op,
     /// some through CUDA graphs), each checked against the host reference.
     soak: usize,
+    /// --leaks: init/destroy and register/deregister cycles; memory must stay flat.
+    leaks: bool,
 }
 
 fn opts() -> Result<Opts, String> {
-    let mut o = Opts { ranks: 0, max_count: 1 << 22, graph: false, quick: false, colls: false, split: false, proxy: false, hang: false, soak: 0 };
+    let mut o = Opts { ranks: 0, max_count: 1 << 22, graph: false, quick: false, colls: false, split: false, proxy: false, hang: false, soak: 0, leaks: false };
     let mut a = std::env::args().skip(1);
     while let Some(x) = a.next() {
         let mut val = || a.next().ok_or_else(|| format!("{x} needs a value"));
@@ -60,9 +64,10 @@ fn opts() -> Result<Opts, String> {
             "--split" => o.split = true,
             "--proxy" => o.proxy = true,
             "--hang" => o.hang = true,
+            "--leaks" => o.leaks = true,
             "--soak" => o.soak = val()?.parse().map_err(|e| format!("--soak: {e}"))?,
             "-h" | "--help" => {
-                println!("usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy] [--hang] [--soak N]");
+                println!("usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy] [--hang] [--soak N] [--leaks]");
                 std::process::exit(0)
             }
             _ => return Err(format!("unknown argument {x}")),
@@ -124,6 +129,9 @@ fn main() {
 fn run(o: &Opts, ngpu: usize) -> Result<usize, String> {
     if o.hang {
         return hang::check(ngpu);
+    }
+    if o.leaks {
+        return leaks::check(ngpu, o.ranks);
     }
     if o.proxy {
         let a = Device::get(0).map_err(|e| e.msg)?;
