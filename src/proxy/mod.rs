@@ -25,7 +25,15 @@ pub trait Handler: Send {
     fn execute(&mut self, r: &Request) -> Result<()>;
     /// Completes everything executed so far; a sync trigger's flush waits for this.
     fn complete(&mut self) -> Result<()>;
+    /// Something another thread can call to make a blocked `execute`/`complete` fail at once
+    /// (a transport stuck writing to a hung peer); `Proxy::abort` uses it. None: never blocks.
+    fn interrupter(&self) -> Option<Interrupt> {
+        None
+    }
 }
+
+/// See `Handler::interrupter`.
+pub type Interrupt = Box<dyn Fn() + Send + Sync>;
 
 /// How the proxy thread is placed.
 #[derive(Default)]
@@ -39,6 +47,7 @@ pub struct Placement {
 pub struct Proxy {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    interrupt: Option<Interrupt>,
 }
 
 /// Idle polls before the thread yields, and before it sleeps.
@@ -58,6 +67,7 @@ impl Proxy {
     ) -> Result<Proxy> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let interrupt = handler.interrupter();
         let thread = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
@@ -80,7 +90,16 @@ impl Proxy {
                 fifo.release();
             })
             .map_err(|e| Error::io("cannot start the proxy thread", &e))?;
-        Ok(Proxy { stop, thread: Some(thread) })
+        Ok(Proxy { stop, thread: Some(thread), interrupt })
+    }
+
+    /// Abort: interrupts a transport blocked on a hung peer, then stops. Always returns promptly.
+    pub fn abort(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(f) = &self.interrupt {
+            f();
+        }
+        self.stop();
     }
 
     /// Stops the thread and waits for it; idempotent. GPU threads waiting on the FIFO are released.

@@ -186,6 +186,20 @@ impl Handler for TcpSender {
     fn complete(&mut self) -> Result<()> {
         self.check()
     }
+
+    /// Shuts the sockets down: a send blocked on a peer that stopped reading fails at once,
+    /// which ends the sending threads and fails a blocked `execute`.
+    fn interrupter(&self) -> Option<crate::proxy::Interrupt> {
+        let socks: Vec<TcpStream> = self.socks.iter().filter_map(|s| s.try_clone().ok()).collect();
+        let failure = self.failure.clone();
+        let peer = self.peer;
+        Some(Box::new(move || {
+            failure.set(Error::system(format!("connection to rank {peer} aborted")));
+            for s in &socks {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }))
+    }
 }
 
 impl Drop for TcpSender {
@@ -451,6 +465,33 @@ mod tests {
         let e = err.expect("sending to a closed peer fails");
         assert_eq!(e.code, ResultCode::RemoteError);
         assert!(e.msg.contains("rank 3"), "{e:?}");
+    }
+
+    /// A peer that stops reading fills the sockets and the queues, blocking the proxy inside
+    /// execute; Proxy::abort must still return at once.
+    #[test]
+    fn abort_returns_while_a_hung_peer_blocks_the_sender() {
+        let size = 8 << 20;
+        let src = Arc::new(HostMem::new(&[size], 0));
+        let (out, inn) = sockets(2); // `inn` is kept open and never read: a hung peer
+        let tx = TcpSender::new(5, out, src, 1 << 20).unwrap();
+        let fifo = Arc::new(HeapFifo::new(64).unwrap());
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let e2 = errors.clone();
+        let mut proxy =
+            Proxy::start("tcp-hung".into(), FifoHost::new(fifo.words), Box::new(tx), Placement::default(), Box::new(move |e| e2.lock().push(e)))
+                .unwrap();
+        let head = AtomicU64::new(0);
+        for _ in 0..32 {
+            let r = Request { kind: OX_TRIGGER_DATA, size: size as u32, ..Default::default() };
+            fifo.words.push_like_device(&head, r.encode().unwrap()).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(500)); // long enough for the sockets to fill
+        let t0 = std::time::Instant::now();
+        proxy.abort();
+        assert!(t0.elapsed() < Duration::from_secs(2), "abort took {:?}", t0.elapsed());
+        assert_ne!(fifo.words.stop().load(Ordering::Acquire), 0, "device waiters released");
+        drop(inn);
     }
 
     #[test]
