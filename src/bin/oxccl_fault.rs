@@ -9,6 +9,9 @@
 //!   allgather  - in a loop of large AllGathers (64 MiB per rank)
 //!   sendrecv   - in a loop of ring send/recv groups (1 MiB)
 //!   graph      - in a loop of CUDA graph replays of an AllReduce (1 MiB)
+//!   stop       - the victim is SIGSTOPped in an AllReduce loop instead: it hangs with its
+//!                sockets open, so only the heartbeats (OXCCL_HEARTBEAT_TIMEOUT, set to 5 s
+//!                here) can tell; it is SIGKILLed once the survivors are done
 //! Survivors poll their stream and ncclCommGetAsyncError as a framework's watchdog would, then
 //! abort. A case passes when every survivor saw an error and aborted within the bound; a survivor
 //! still running at the bound is a hang: it is killed and the case fails.
@@ -30,7 +33,7 @@ use oxccl::gpu::{self, cu, CtxGuard, Device, DeviceBuffer};
 use oxccl::types::DataType;
 use oxccl::ResultCode;
 
-const SCENARIOS: [&str; 5] = ["init", "allreduce", "allgather", "sendrecv", "graph"];
+const SCENARIOS: [&str; 6] = ["init", "allreduce", "allgather", "sendrecv", "graph", "stop"];
 
 fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -155,6 +158,7 @@ fn run_case(exe: &std::path::Path, n: usize, sc: &str, victim: usize, kill_ms: u
             // A rank that dies before it registers is only noticed by the others' bootstrap
             // timeout (default 300 s): shorten it so init cases end well within the bound.
             .env("OXCCL_BOOTSTRAP_TIMEOUT", format!("{}", (bound.as_secs() / 3).max(5)))
+            .env("OXCCL_HEARTBEAT_TIMEOUT", "5")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -189,6 +193,12 @@ fn run_case(exe: &std::path::Path, n: usize, sc: &str, victim: usize, kill_ms: u
                     done[r] = true;
                 }
             }
+        }
+        if sc == "stop" && (0..n).filter(|&r| r != victim).all(|r| done[r]) && !done[victim] {
+            // The stopped victim never exits by itself.
+            let _ = kids[victim].kill();
+            let _ = kids[victim].wait();
+            done[victim] = true;
         }
         if done.iter().all(|&d| d) {
             std::thread::sleep(Duration::from_millis(50)); // the readers' last lines
@@ -270,8 +280,17 @@ fn child(a: &[String]) -> Result<(), String> {
     let dev = Device::get((rank % ngpu) as i32).map_err(|e| e.msg)?;
     let _g = CtxGuard::new(dev).map_err(|e| e.msg)?;
     let is_victim = rank == victim;
+    let stop_instead = sc == "stop";
     let die = move || -> ! {
         println!("KILL {}", now_ns());
+        if stop_instead {
+            // SAFETY: plain libc calls. SIGSTOP freezes every thread with the sockets open;
+            // the parent SIGKILLs the process afterwards.
+            unsafe {
+                libc::fflush(std::ptr::null_mut());
+                libc::kill(libc::getpid(), libc::SIGSTOP);
+            }
+        }
         // SAFETY: plain libc calls; the process ends here.
         unsafe {
             libc::fflush(std::ptr::null_mut());
