@@ -115,19 +115,34 @@ pub fn record_error(e: &Error) {
     });
 }
 
+/// Keeps `item` in the open group (through `keep`), or hands it back when no group is open.
+fn defer<T>(item: T, keep: impl FnOnce(&mut GroupState, T)) -> Option<T> {
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth > 0 {
+            keep(&mut g, item);
+            None
+        } else {
+            Some(item)
+        }
+    })
+}
+
+/// Runs `f` on every item at once, one thread each (ranks of one communicator driven by one
+/// thread wait for each other); returns the first error.
+fn run_concurrently<T: Send>(items: Vec<T>, what: &str, f: impl Fn(T) -> Result<()> + Sync) -> Result<()> {
+    let f = &f;
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let hs: Vec<_> = items.into_iter().map(|i| s.spawn(move || f(i))).collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::internal(format!("{what} panicked"))))).collect()
+    });
+    results.into_iter().find(|r| r.is_err()).unwrap_or(Ok(()))
+}
+
 /// Registers a window now, or at the outermost End when a group is open (where the registrations
 /// of several communicators driven by one thread run concurrently, as their inits do).
 pub fn submit_window(job: crate::window::WindowJob) -> Result<()> {
-    let now = GROUP.with(|g| {
-        let mut g = g.borrow_mut();
-        if g.depth > 0 {
-            g.windows.push(job);
-            None
-        } else {
-            Some(job)
-        }
-    });
-    now.map_or(Ok(()), crate::window::WindowJob::run)
+    defer(job, |g, j| g.windows.push(j)).map_or(Ok(()), crate::window::WindowJob::run)
 }
 
 /// Window registrations of a group: one communicator's in order, communicators concurrently.
@@ -139,25 +154,12 @@ fn run_windows(jobs: Vec<crate::window::WindowJob>) -> Result<()> {
             None => per.push(vec![j]),
         }
     }
-    let results: Vec<Result<()>> = std::thread::scope(|s| {
-        let hs: Vec<_> = per.into_iter().map(|v| s.spawn(move || v.into_iter().try_for_each(crate::window::WindowJob::run))).collect();
-        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::internal("window registration panicked")))).collect()
-    });
-    results.into_iter().find(|r| r.is_err()).unwrap_or(Ok(()))
+    run_concurrently(per, "window registration", |v| v.into_iter().try_for_each(crate::window::WindowJob::run))
 }
 
 /// Runs an operation now, or defers it to the outermost End when a group is open.
 pub fn submit(op: Deferred) -> Result<()> {
-    let deferred = GROUP.with(|g| {
-        let mut g = g.borrow_mut();
-        if g.depth > 0 {
-            g.ops.push(op);
-            None
-        } else {
-            Some(op)
-        }
-    });
-    match deferred {
+    match defer(op, |g, op| g.ops.push(op)) {
         None => Ok(()),
         Some(Deferred::Coll(t)) => {
             // Outside a group the agreement check runs here; a group's End checks all its
@@ -185,19 +187,7 @@ pub fn submit_derived(job: DerivedJob) -> Result<()> {
 }
 
 fn submit_job(job: InitJob) -> Result<()> {
-    let job = GROUP.with(|g| {
-        let mut g = g.borrow_mut();
-        if g.depth > 0 {
-            g.inits.push(job);
-            None
-        } else {
-            Some(job)
-        }
-    });
-    match job {
-        None => Ok(()),
-        Some(j) => j.run(),
-    }
+    defer(job, |g, j| g.inits.push(j)).map_or(Ok(()), InitJob::run)
 }
 
 /// Initialises a nonblocking communicator on a background thread; its state stays InProgress
@@ -352,15 +342,7 @@ fn check_agreement(ops: &[Deferred]) -> Result<()> {
     match per.len() {
         0 => Ok(()),
         1 => agree_all(&per[0]),
-        _ => std::thread::scope(|s| {
-            let hs: Vec<_> = per.iter().map(|p| s.spawn(move || agree_all(p))).collect();
-            hs.into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(Error::internal("OXCCL_CHECK thread panicked"))))
-                .collect::<Vec<_>>()
-                .into_iter()
-                .find(|r| r.is_err())
-                .unwrap_or(Ok(()))
-        }),
+        _ => run_concurrently(per.iter().collect(), "OXCCL_CHECK", agree_all),
     }
 }
 
@@ -387,16 +369,8 @@ fn run_inits(jobs: Vec<InitJob>) -> Result<()> {
     match jobs.len() {
         0 => Ok(()),
         1 => jobs.into_iter().try_for_each(InitJob::run),
-        _ => {
-            // Ranks of one communicator wait for each other during init: run them concurrently.
-            let results: Vec<Result<()>> = std::thread::scope(|s| {
-                let hs: Vec<_> = jobs.into_iter().map(|j| s.spawn(move || j.run())).collect();
-                hs.into_iter()
-                    .map(|h| h.join().unwrap_or_else(|_| Err(Error::internal("communicator init panicked"))))
-                    .collect()
-            });
-            results.into_iter().find(|r| r.is_err()).unwrap_or(Ok(()))
-        }
+        // Ranks of one communicator wait for each other during init: run them concurrently.
+        _ => run_concurrently(jobs, "communicator init", InitJob::run),
     }
 }
 

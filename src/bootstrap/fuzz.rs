@@ -124,14 +124,19 @@ fn frame_decoder_memory_follows_received_bytes() {
 }
 
 /// A live rank keeps working while random bytes and half-valid hellos hit its listener.
-#[test]
-fn random_connections_do_not_disturb_a_rank() {
+/// A live two-rank communicator's bootstraps.
+fn two_ranks() -> Vec<Bootstrap> {
     let timeout = Duration::from_secs(30);
     let id = super::get_unique_id().expect("id");
-    let ranks: Vec<Bootstrap> = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let hs: Vec<_> = (0..2).map(|r| s.spawn(move || Bootstrap::init(&id, r, 2, timeout).expect("init"))).collect();
         hs.into_iter().map(|h| h.join().expect("thread")).collect()
-    });
+    })
+}
+
+#[test]
+fn random_connections_do_not_disturb_a_rank() {
+    let ranks = two_ranks();
     let mut rng = Rng(7);
     let target = ranks[0].listen;
     let hello = Hello { kind: ConnKind::Peer, rank: 1, secret: [0; 16] }.encode();
@@ -157,12 +162,7 @@ fn random_connections_do_not_disturb_a_rank() {
 /// and only an exact valid one is admitted.
 #[test]
 fn data_socket_admission_survives_random_and_mutated_hellos() {
-    let timeout = Duration::from_secs(30);
-    let id = super::get_unique_id().expect("id");
-    let ranks: Vec<Bootstrap> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..2).map(|r| s.spawn(move || Bootstrap::init(&id, r, 2, timeout).expect("init"))).collect();
-        hs.into_iter().map(|h| h.join().expect("thread")).collect()
-    });
+    let ranks = two_ranks();
     let l = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("listener");
     let addr = l.local_addr().expect("addr");
     let mut valid = Hello { kind: ConnKind::Data, rank: 1, secret: ranks[0].secret }.encode().to_vec();
