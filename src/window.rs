@@ -16,8 +16,6 @@ use crate::error::{Error, Result};
 
 /// NCCL_WIN_COLL_SYMMETRIC: every rank registers a buffer of the same size.
 pub const WIN_COLL_SYMMETRIC: i32 = 0x01;
-/// NCCL_WIN_REQUIRED_ALIGNMENT.
-pub const WIN_REQUIRED_ALIGNMENT: u64 = 4096;
 
 /// One registered window (the `ncclWindow_t` handle points at it).
 #[derive(Debug, Clone, PartialEq, Eq)]

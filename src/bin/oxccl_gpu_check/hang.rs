@@ -5,26 +5,16 @@
 
 use std::time::{Duration, Instant};
 
-use super::{ck, nccl};
-use oxccl::api::comm::{ncclCommAbort, ncclCommInitRank, ncclGetUniqueId};
-use oxccl::api::group::{ncclGroupEnd, ncclGroupStart};
+use super::{ck, init_comms, nccl};
+use oxccl::api::comm::ncclCommAbort;
 use oxccl::api::p2p::ncclSend;
-use oxccl::api::types::ncclUniqueId;
 use oxccl::gpu::{cu, CtxGuard, Device, DeviceBuffer};
 use oxccl::types::DataType;
 
 pub fn check(ngpu: usize) -> Result<usize, String> {
     std::env::set_var("OXCCL_DEBUG_DUMP", "1"); // read once, at the first communicator's init
     let devs = [Device::get(0).map_err(|e| e.msg)?, Device::get(if ngpu > 1 { 1 } else { 0 }).map_err(|e| e.msg)?];
-    let mut id = ncclUniqueId { internal: [0; 128] };
-    nccl(ncclGetUniqueId(&mut id), "ncclGetUniqueId")?;
-    let mut comms = [std::ptr::null_mut(); 2];
-    nccl(ncclGroupStart(), "ncclGroupStart")?;
-    for r in 0..2 {
-        let _g = CtxGuard::new(devs[r]).map_err(|e| e.msg)?;
-        nccl(ncclCommInitRank(&mut comms[r], 2, id, r as i32), "ncclCommInitRank")?;
-    }
-    nccl(ncclGroupEnd(), "ncclGroupEnd")?;
+    let comms = init_comms(&devs)?;
     let _g = CtxGuard::new(devs[0]).map_err(|e| e.msg)?;
     let buf = DeviceBuffer::zeroed(devs[0], 1 << 20).map_err(|e| e.msg)?;
     let mut stream: cu::CUstream = std::ptr::null_mut();

@@ -5,11 +5,11 @@
 
 use std::ffi::c_void;
 
-use super::{ck, nccl};
-use oxccl::api::comm::{ncclCommDestroy, ncclCommInitRank, ncclGetUniqueId};
+use super::{ck, init_comms, nccl};
+use oxccl::api::comm::ncclCommDestroy;
 use oxccl::api::group::{ncclGroupEnd, ncclGroupStart};
 use oxccl::api::mem::{ncclCommDeregister, ncclCommRegister, ncclCommWindowDeregister, ncclCommWindowRegister, ncclMemAlloc, ncclMemFree};
-use oxccl::api::types::{ncclComm_t, ncclUniqueId, ncclWindow_t};
+use oxccl::api::types::{ncclComm_t, ncclWindow_t};
 use oxccl::gpu::{cu, CtxGuard, Device};
 
 const INIT_CYCLES: usize = 200;
@@ -38,20 +38,6 @@ fn gpu_used(devs: &[&'static Device]) -> Result<Vec<i64>, String> {
         .collect()
 }
 
-fn init_all(devs: &[&'static Device]) -> Result<Vec<ncclComm_t>, String> {
-    let n = devs.len();
-    let mut id = ncclUniqueId { internal: [0; 128] };
-    nccl(ncclGetUniqueId(&mut id), "ncclGetUniqueId")?;
-    let mut comms = vec![std::ptr::null_mut(); n];
-    nccl(ncclGroupStart(), "ncclGroupStart")?;
-    for (r, d) in devs.iter().enumerate() {
-        let _g = CtxGuard::new(d).map_err(|e| e.msg)?;
-        nccl(ncclCommInitRank(&mut comms[r], n as i32, id, r as i32), "ncclCommInitRank")?;
-    }
-    nccl(ncclGroupEnd(), "ncclGroupEnd (init)")?;
-    Ok(comms)
-}
-
 fn destroy_all(comms: &[ncclComm_t]) -> Result<(), String> {
     comms.iter().try_for_each(|&c| nccl(ncclCommDestroy(c), "ncclCommDestroy"))
 }
@@ -72,7 +58,7 @@ pub fn check(ngpu: usize, nranks: usize) -> Result<usize, String> {
     // Init/destroy cycles.
     let mut warm = (0, Vec::new());
     for i in 0..INIT_CYCLES {
-        let comms = init_all(&devs)?;
+        let comms = init_comms(&devs)?;
         destroy_all(&comms)?;
         if i + 1 == WARM {
             warm = (rss_bytes(), gpu_used(&devs)?);
@@ -82,7 +68,7 @@ pub fn check(ngpu: usize, nranks: usize) -> Result<usize, String> {
     report(&format!("{INIT_CYCLES} init/destroy cycles of {n} ranks"), (warm.0, &warm.1), (end.0, &end.1), &mut bad);
 
     // Register/deregister cycles on one communicator.
-    let comms = init_all(&devs)?;
+    let comms = init_comms(&devs)?;
     let bytes = 8usize << 20;
     let mut bufs: Vec<*mut c_void> = Vec::new();
     for d in &devs {

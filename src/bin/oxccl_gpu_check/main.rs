@@ -89,6 +89,21 @@ pub(crate) fn nccl(rc: ResultCode, what: &str) -> Result<(), String> {
     Err(format!("{what} failed: {rc:?} ({})", last.to_string_lossy()))
 }
 
+/// One communicator over `devs` (rank r on devs[r]), created in one group as nccl-tests -g does.
+pub(crate) fn init_comms(devs: &[&'static Device]) -> Result<Vec<ncclComm_t>, String> {
+    let n = devs.len();
+    let mut id = ncclUniqueId { internal: [0; 128] };
+    nccl(ncclGetUniqueId(&mut id), "ncclGetUniqueId")?;
+    let mut comms = vec![std::ptr::null_mut(); n];
+    nccl(ncclGroupStart(), "ncclGroupStart")?;
+    for (r, d) in devs.iter().enumerate() {
+        let _g = CtxGuard::new(d).map_err(|e| e.msg)?;
+        nccl(ncclCommInitRank(&mut comms[r], n as i32, id, r as i32), "ncclCommInitRank")?;
+    }
+    nccl(ncclGroupEnd(), "ncclGroupEnd (init)")?;
+    Ok(comms)
+}
+
 pub(crate) struct Rank {
     pub(crate) dev: &'static Device,
     pub(crate) comm: ncclComm_t,

@@ -5,7 +5,7 @@
 //! returns ncclInProgress, each communicator reports progress, and split children appear when
 //! ready.
 
-use super::{check_one, nccl, Rank};
+use super::{check_one, init_comms, nccl, Rank};
 use crate::colls;
 use crate::values::{CheckOp, Codec};
 use oxccl::api::coll::ncclAllReduce;
@@ -194,22 +194,14 @@ pub fn check_nonblocking(template: &[Rank]) -> Result<usize, String> {
 /// OXCCL_CHECK on the GPU: communicators created with it on run a matching AllReduce normally,
 /// and a group where one rank passes another count fails with ncclInvalidUsage, launching nothing.
 pub fn check_agreement(template: &[Rank]) -> Result<usize, String> {
-    use oxccl::api::comm::ncclCommInitRank;
     let n = template.len();
     if n < 2 {
         return Ok(0);
     }
     std::env::set_var("OXCCL_CHECK", "1"); // read at communicator init
-    let mut id = ncclUniqueId { internal: [0; 128] };
-    nccl(ncclGetUniqueId(&mut id), "ncclGetUniqueId")?;
-    let mut comms = vec![std::ptr::null_mut(); n];
-    nccl(ncclGroupStart(), "ncclGroupStart")?;
-    for (r, rk) in template.iter().enumerate() {
-        let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
-        nccl(ncclCommInitRank(&mut comms[r], n as i32, id, r as i32), "ncclCommInitRank")?;
-    }
-    nccl(ncclGroupEnd(), "ncclGroupEnd (init)")?;
+    let comms = init_comms(&template.iter().map(|rk| rk.dev).collect::<Vec<_>>());
     std::env::remove_var("OXCCL_CHECK");
+    let comms = comms?;
     let mut bad = use_child(template, &comms, &(0..n).collect::<Vec<_>>(), false, "OXCCL_CHECK, agreeing ranks")?;
     nccl(ncclGroupStart(), "ncclGroupStart")?;
     for (r, rk) in template.iter().enumerate() {
