@@ -16,7 +16,7 @@
 #include "instantiate.cuh"
 
 // ---- oneshot -------------------------------------------------------------------------------
-// LL scratch half: slot[src] of (half / nranks) bytes, packet i at slot + 16 i.
+// Packet i of a source at 16 i into its LL region (ll_flags.cuh).
 template <typename T, typename Op>
 OX_DEV void allreduce_oneshot(const CollArgs& a) {
   const DevComm& c = ox_comm(a);
@@ -24,7 +24,6 @@ OX_DEV void allreduce_oneshot(const CollArgs& a) {
   AbortState ab(c.abort_flag);
   __shared__ uint32_t flags[OX_MAX_RANKS];
   ox_ll_flags_load(c, flags, ab);
-  const uint64_t slot = (c.ll_half_bytes / (uint64_t)n) & ~15ull;
   const uint64_t nbytes = a.count * sizeof(T);
   const uint64_t npkt = ox_ceil_div(nbytes, 8);
   const char* src = reinterpret_cast<const char*>(a.send);
@@ -39,15 +38,14 @@ OX_DEV void allreduce_oneshot(const CollArgs& a) {
     const uint64_t v = ox_pre<T>(op, ox_load8(src, i * 8, nbytes));
     for (int k = 1; k < n; ++k) {
       const int p = me + k < n ? me + k : me + k - n;  // staggered so ranks start on different peers
-      ox_ll16_write(reinterpret_cast<char*>(c.ll_scratch[p]) + ox_ll_half_offset(c, flags[p]) + (uint64_t)me * slot + i * 16, v, flags[p]);
+      ox_ll16_write(ox_ll_region(c, p, flags[p], me) + i * 16, v, flags[p]);
     }
   }
-  const char* mine = reinterpret_cast<const char*>(c.ll_scratch[me]);
   for (uint64_t i = g; i < npkt; i += G) {
     uint64_t acc = 0;
     for (int r = 0; r < n; ++r) {
       const uint64_t x = r == me ? ox_pre<T>(op, ox_load8(src, i * 8, nbytes))
-                                 : ox_ll16_read(mine + ox_ll_half_offset(c, flags[r]) + (uint64_t)r * slot + i * 16, flags[r], ab);
+                                 : ox_ll16_read(ox_ll_region(c, me, flags[r], r) + i * 16, flags[r], ab);
       acc = r == 0 ? x : ox_combine<T>(op, acc, x);
     }
     ox_store8(dst, i * 8, nbytes, ox_post<T>(op, acc));
@@ -56,8 +54,8 @@ OX_DEV void allreduce_oneshot(const CollArgs& a) {
 }
 
 // ---- twophase ------------------------------------------------------------------------------
-// LL scratch half: RS area [0, half/2) then AG area [half/2, half), each with slot[src] of
-// (half/2 / nranks) bytes. Chunk p = packets [p*cp, min((p+1)*cp, npkt)) is reduced by rank p.
+// Each source's LL region (ll_flags.cuh) holds its RS packets in its first half and its AG
+// packets in its second half. Chunk p = packets [p*cp, min((p+1)*cp, npkt)) is reduced by rank p.
 template <typename T, typename Op>
 OX_DEV void allreduce_twophase(const CollArgs& a) {
   const DevComm& c = ox_comm(a);
@@ -65,14 +63,12 @@ OX_DEV void allreduce_twophase(const CollArgs& a) {
   AbortState ab(c.abort_flag);
   __shared__ uint32_t flags[OX_MAX_RANKS];
   ox_ll_flags_load(c, flags, ab);
-  const uint64_t area = c.ll_half_bytes / 2;
-  const uint64_t slot = (area / (uint64_t)n) & ~15ull;
+  const uint64_t area = (ox_ll_region_bytes(c) / 2) & ~15ull;
   const uint64_t nbytes = a.count * sizeof(T);
   const uint64_t npkt = ox_ceil_div(nbytes, 8);
   const uint64_t cp = ox_ceil_div(npkt, (uint64_t)n);
   const char* src = reinterpret_cast<const char*>(a.send);
   char* dst = reinterpret_cast<char*>(a.recv);
-  const char* mine = reinterpret_cast<const char*>(c.ll_scratch[me]);
   const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
   const uint64_t others = (uint64_t)(n - 1) * cp;
@@ -87,7 +83,7 @@ OX_DEV void allreduce_twophase(const CollArgs& a) {
     const int p = q < me ? q : q + 1;
     const uint64_t i = (uint64_t)p * cp + k;
     if (i >= npkt) continue;
-    ox_ll16_write(reinterpret_cast<char*>(c.ll_scratch[p]) + ox_ll_half_offset(c, flags[p]) + (uint64_t)me * slot + k * 16,
+    ox_ll16_write(ox_ll_region(c, p, flags[p], me) + k * 16,
                   ox_pre<T>(op, ox_load8(src, i * 8, nbytes)), flags[p]);
   }
   // 2. Reduce this rank's chunk; write it locally and as packets to every peer's AG area.
@@ -97,14 +93,14 @@ OX_DEV void allreduce_twophase(const CollArgs& a) {
     uint64_t acc = 0;
     for (int r = 0; r < n; ++r) {
       const uint64_t x = r == me ? ox_pre<T>(op, ox_load8(src, i * 8, nbytes))
-                                 : ox_ll16_read(mine + ox_ll_half_offset(c, flags[r]) + (uint64_t)r * slot + k * 16, flags[r], ab);
+                                 : ox_ll16_read(ox_ll_region(c, me, flags[r], r) + k * 16, flags[r], ab);
       acc = r == 0 ? x : ox_combine<T>(op, acc, x);
     }
     const uint64_t res = ox_post<T>(op, acc);
     ox_store8(dst, i * 8, nbytes, res);
     for (int j = 1; j < n; ++j) {
       const int p = me + j < n ? me + j : me + j - n;
-      ox_ll16_write(reinterpret_cast<char*>(c.ll_scratch[p]) + ox_ll_half_offset(c, flags[p]) + area + (uint64_t)me * slot + k * 16, res, flags[p]);
+      ox_ll16_write(ox_ll_region(c, p, flags[p], me) + area + k * 16, res, flags[p]);
     }
   }
   // 3. All-gather: every other chunk arrives from its owner.
@@ -114,7 +110,7 @@ OX_DEV void allreduce_twophase(const CollArgs& a) {
     const int p = q < me ? q : q + 1;
     const uint64_t i = (uint64_t)p * cp + k;
     if (i >= npkt) continue;
-    ox_store8(dst, i * 8, nbytes, ox_ll16_read(mine + ox_ll_half_offset(c, flags[p]) + area + (uint64_t)p * slot + k * 16, flags[p], ab));
+    ox_store8(dst, i * 8, nbytes, ox_ll16_read(ox_ll_region(c, me, flags[p], p) + area + k * 16, flags[p], ab));
   }
   ox_ll_flags_advance_all(c, flags);
 }

@@ -64,7 +64,6 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(Exch
   }
   const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
-  const uint64_t ll_slot = (c.ll_half_bytes / (uint64_t)n) & ~15ull;
   uint32_t max_rounds = 0;
   for (int p = 0; p < n; ++p)
     if (a.mode[p] == OX_MODE_PUT && a.rounds[p] > max_rounds) max_rounds = a.rounds[p];
@@ -82,7 +81,7 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(Exch
     const Xfer& x = a.sends[(k + blockIdx.x) % a.nsend];  // spread over peers, as the puts below
     if (!ll_peer[x.peer]) continue;
     const uint32_t f = flags[x.peer];
-    char* base = reinterpret_cast<char*>(c.ll_scratch[x.peer]) + ox_ll_half_offset(c, f) + (uint64_t)me * ll_slot + x.off * 16;
+    char* base = ox_ll_region(c, x.peer, f, me) + x.off * 16;
     const uint64_t npkt = ox_ceil_div(x.bytes, 8);
     for (uint64_t i = g; i < npkt; i += G) ox_ll16_write(base + i * 16, ox_load8(reinterpret_cast<const char*>(x.src), i * 8, x.bytes), f);
   }
@@ -139,12 +138,11 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(Exch
   }
 
   // 4. Packet receives, in the same (thread -> packet) mapping the sender used.
-  const char* mine = reinterpret_cast<const char*>(c.ll_scratch[me]);
   for (uint32_t k = 0; k < a.nrecv; ++k) {
     const Xfer& x = a.recvs[k];
     if (!ll_peer[x.peer]) continue;
     const uint32_t f = flags[x.peer];
-    const char* base = mine + ox_ll_half_offset(c, f) + (uint64_t)x.peer * ll_slot + x.off * 16;
+    const char* base = ox_ll_region(c, me, f, x.peer) + x.off * 16;
     const uint64_t npkt = ox_ceil_div(x.bytes, 8);
     for (uint64_t i = g; i < npkt; i += G) ox_store8(reinterpret_cast<char*>(x.dst), i * 8, x.bytes, ox_ll16_read(base + i * 16, f, ab));
   }

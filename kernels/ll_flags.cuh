@@ -64,6 +64,19 @@ OX_DEV void ox_ll_flags_load(const DevComm& c, uint32_t* flags, AbortState& ab) 
 // Byte offset of the half of a scratch slot that packets carrying `flag` use.
 OX_DEV uint64_t ox_ll_half_offset(const DevComm& c, uint32_t flag) { return (flag & 1u) * c.ll_half_bytes; }
 
+// Each half is cut into one region per source rank, and every packet algorithm writes only into
+// its own source's region, whatever its layout inside it. A reader accepts a packet whose flag
+// equals the pair's flag, and pairs' flags drift apart (point-to-point and one-way launches advance
+// only the pairs taking part), so a packet another source left at that address with an equal flag
+// would pass for a fresh one. (The soak test caught this when the two-phase AllReduce still laid
+// its two phases out across the whole half.)
+OX_DEV uint64_t ox_ll_region_bytes(const DevComm& c) { return (c.ll_half_bytes / (uint64_t)c.nranks) & ~15ull; }
+
+// Start of the region of `reader`'s LL scratch that `src` writes packets carrying `flag` into.
+OX_DEV char* ox_ll_region(const DevComm& c, int reader, uint32_t flag, int src) {
+  return reinterpret_cast<char*>(c.ll_scratch[reader]) + ox_ll_half_offset(c, flag) + (uint64_t)src * ox_ll_region_bytes(c);
+}
+
 // One-way launches, called by thread `peer` of every block once the launch's flags are loaded.
 // Receiver: tells the sender this rank has entered the launch of flag f. Relaxed: the launch
 // boundary already ordered this rank's reads of older packets before it.

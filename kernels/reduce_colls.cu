@@ -23,12 +23,10 @@ OX_DEV void reducescatter_ll(const CollArgs& a) {
   AbortState ab(c.abort_flag);
   __shared__ uint32_t flags[OX_MAX_RANKS];
   ox_ll_flags_load(c, flags, ab);
-  const uint64_t slot = (c.ll_half_bytes / (uint64_t)n) & ~15ull;
   const uint64_t nbytes = a.count * sizeof(T);  // one rank's chunk
   const uint64_t npkt = ox_ceil_div(nbytes, 8);
   const char* src = reinterpret_cast<const char*>(a.send);
   char* dst = reinterpret_cast<char*>(a.recv);
-  const char* mine = reinterpret_cast<const char*>(c.ll_scratch[me]);
   const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
   const Op op(a, n);
@@ -38,7 +36,7 @@ OX_DEV void reducescatter_ll(const CollArgs& a) {
     const uint64_t i = t - (uint64_t)q * npkt;
     const int p = q < me ? q : q + 1;
     const uint64_t v = ox_pre<T>(op, ox_load8(src + (uint64_t)p * nbytes, i * 8, nbytes));
-    ox_ll16_write(reinterpret_cast<char*>(c.ll_scratch[p]) + ox_ll_half_offset(c, flags[p]) + (uint64_t)me * slot + i * 16, v, flags[p]);
+    ox_ll16_write(ox_ll_region(c, p, flags[p], me) + i * 16, v, flags[p]);
   }
   // In place, recv is this rank's chunk of send: each packet is read before it is written, by
   // the same thread.
@@ -46,7 +44,7 @@ OX_DEV void reducescatter_ll(const CollArgs& a) {
     uint64_t acc = 0;
     for (int r = 0; r < n; ++r) {
       const uint64_t x = r == me ? ox_pre<T>(op, ox_load8(src + (uint64_t)me * nbytes, i * 8, nbytes))
-                                 : ox_ll16_read(mine + ox_ll_half_offset(c, flags[r]) + (uint64_t)r * slot + i * 16, flags[r], ab);
+                                 : ox_ll16_read(ox_ll_region(c, me, flags[r], r) + i * 16, flags[r], ab);
       acc = r == 0 ? x : ox_combine<T>(op, acc, x);
     }
     ox_store8(dst, i * 8, nbytes, ox_post<T>(op, acc));
@@ -97,16 +95,14 @@ OX_DEV void reduce_ll(const CollArgs& a) {
     if (me == root) ox_ll_ack_post(c, (int)threadIdx.x, flags[threadIdx.x]);
     else ox_ll_pending_set(c, root, flags[root]);
   }
-  const uint64_t slot = (c.ll_half_bytes / (uint64_t)n) & ~15ull;
   const uint64_t nbytes = a.count * sizeof(T);
   const uint64_t npkt = ox_ceil_div(nbytes, 8);
   const char* src = reinterpret_cast<const char*>(a.send);
-  const char* mine = reinterpret_cast<const char*>(c.ll_scratch[me]);
   const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
   const Op op(a, n);
   if (me != root) {
-    char* base = reinterpret_cast<char*>(c.ll_scratch[root]) + ox_ll_half_offset(c, flags[root]) + (uint64_t)me * slot;
+    char* base = ox_ll_region(c, root, flags[root], me);
     for (uint64_t i = g; i < npkt; i += G) ox_ll16_write(base + i * 16, ox_pre<T>(op, ox_load8(src, i * 8, nbytes)), flags[root]);
   } else {
     char* dst = reinterpret_cast<char*>(a.recv);
@@ -114,7 +110,7 @@ OX_DEV void reduce_ll(const CollArgs& a) {
       uint64_t acc = 0;
       for (int r = 0; r < n; ++r) {
         const uint64_t x = r == me ? ox_pre<T>(op, ox_load8(src, i * 8, nbytes))
-                                   : ox_ll16_read(mine + ox_ll_half_offset(c, flags[r]) + (uint64_t)r * slot + i * 16, flags[r], ab);
+                                   : ox_ll16_read(ox_ll_region(c, me, flags[r], r) + i * 16, flags[r], ab);
         acc = r == 0 ? x : ox_combine<T>(op, acc, x);
       }
       ox_store8(dst, i * 8, nbytes, ox_post<T>(op, acc));

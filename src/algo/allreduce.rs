@@ -49,10 +49,14 @@ fn oneshot_capacity(s: &Scratch, n: u64) -> u64 {
 }
 
 /// Largest message the two-phase algorithm's scratch holds: a chunk of ceil(bytes/8/n) packets
-/// must fit a (half/2)/nranks slot.
+/// must fit half of a source's half/nranks region (the other half carries the all-gather phase).
 fn twophase_capacity(s: &Scratch, n: u64) -> u64 {
-    let slot = (s.ll_half_bytes / 2 / n) & !15;
-    (slot / 16) * 8 * n
+    (twophase_area(s, n) / 16) * 8 * n
+}
+
+/// Bytes of each phase's area in a source's LL region (kernels/allreduce.cu, allreduce_twophase).
+fn twophase_area(s: &Scratch, n: u64) -> u64 {
+    (((s.ll_half_bytes / n) & !15) / 2) & !15
 }
 
 /// Default one-shot limit, from nccl-tests sweeps on H200 NVLink (BENCHMARKS.md): with two
@@ -225,7 +229,7 @@ mod tests {
                     match p.algo {
                         AllReduceAlgo::OneShot => assert!(npkt * 16 <= (s.ll_half_bytes / n as u64) & !15),
                         AllReduceAlgo::TwoPhase => {
-                            assert!(npkt.div_ceil(n as u64) * 16 <= (s.ll_half_bytes / 2 / n as u64) & !15)
+                            assert!(npkt.div_ceil(n as u64) * 16 <= twophase_area(&s, n as u64))
                         }
                         AllReduceAlgo::Rsag => {
                             assert!(p.chunk_elems * dt.size() as u64 <= s.rs_slot_bytes);

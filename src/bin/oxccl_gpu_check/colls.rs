@@ -187,8 +187,9 @@ fn check_case(ranks: &[Rank], codec: &Codec, k: Kind, count: usize, in_place: bo
         };
         let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
         // SAFETY: buffers hold max_count * 8 bytes, checked by the caller against n*count*es.
+        // In place, send and receive both lie within the first max(rl, sl) elements of rk.recv.
         unsafe {
-            ck(cu::cuMemsetD8Async(rk.recv, POISON, (rl.max(sl) * es).max(rl * es + r * count * es), rk.stream), "cuMemsetD8Async")?;
+            ck(cu::cuMemsetD8Async(rk.recv, POISON, rl.max(sl) * es, rk.stream), "cuMemsetD8Async")?;
             ck(cu::cuMemcpyHtoDAsync_v2(s, bytes.as_ptr().cast(), bytes.len(), rk.stream), "cuMemcpyHtoDAsync")?;
             ck(cu::cuStreamSynchronize(rk.stream), "cuStreamSynchronize")?;
         }
