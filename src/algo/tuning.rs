@@ -23,7 +23,8 @@ pub struct Tuning {
     pub rs_threads: Option<u32>,
     /// OXCCL_EXCHANGE_LL_MAX_BYTES: largest per-pair stream the exchange kernel moves as packets.
     pub exchange_ll_max_bytes: Option<u64>,
-    /// OXCCL_EXCHANGE_THREADS: threads per block of every exchange launch (default 1024);
+    /// OXCCL_EXCHANGE_THREADS: threads per block of every exchange launch (default 256 for
+    /// packet-only launches, 1024 for launches with puts);
     /// OXCCL_EXCHANGE_LL_BLOCKS: grid of packet-only exchange launches (default: the full grid).
     /// Both free to differ between the ranks of a pair only where noted in exchange.rs.
     pub exchange_threads: Option<u32>,
