@@ -7,7 +7,8 @@
 //   reduce_ll         - every rank but the root writes its input as packets to the root, which
 //                       reduces; the pairs are one-directional, so the root acknowledges the
 //                       launch when it enters it (ll_flags.cuh).
-//   reduce_put        - AllReduce's put-based algorithm with the gather going to the root only.
+//   reduce_put        - AllReduce's put-based algorithm with the gather going to the root only,
+//                       or (mode OX_MODE_RELAY, 3+ ranks, large) reduce_relay below.
 // As everywhere, results are reduced in rank order and each input's pre() is applied by its owner.
 #include "common.cuh"
 #include "instantiate.cuh"
@@ -119,9 +120,76 @@ OX_DEV void reduce_ll(const CollArgs& a) {
   ox_ll_flags_advance(c, flags, pair);
 }
 
+// Reduce on 3+ ranks by relay. The m = n-1 ranks other than the root ("holders") each own one
+// piece of the message; in round k every rank (the root too) puts its pre-scaled share of chunk k
+// of each piece into that piece's holder's scratch (area k&1, slot (block, sender)); after the
+// round's sync each holder reduces its chunk k and puts the result straight into the root's
+// scratch (area (k+1)&1, slot (block, holder)); the root copies chunk k out in round k+1, after
+// that round's sync. So the root receives only finished pieces (the message once) while every
+// link carries about the message once, and the root's gather overlaps the next reduce-scatter.
+// One sync with every peer per round, rounds+1 rounds, then a final sync.
+// Scratch reuse: a sender writes a holder's area k&1 again in round k+2, after the round k+1 sync,
+// which the holder enters after reducing chunk k; a holder writes the root's area (k+1)&1 after
+// the round k sync, which the root enters after copying out of that area in round k-1.
+template <typename T, typename Op>
+OX_DEV void reduce_relay(const CollArgs& a) {
+  const DevComm& c = ox_comm(a);
+  const int me = c.rank, n = c.nranks, root = a.root, m = n - 1;
+  AbortState ab(c.abort_flag);
+  const uint64_t unit = sizeof(T) >= 16 ? 1 : 16 / sizeof(T);
+  RsagGeom<T> geo;  // over holder indices 0..m-1 (holder i is rank i, or i+1 from the root on)
+  geo.count = a.count;
+  geo.per = ox_ceil_div(ox_ceil_div(a.count, (uint64_t)m), unit) * unit;
+  const uint64_t S = a.chunk_elems;
+  const uint32_t b = blockIdx.x, nb = gridDim.x;
+  const uint64_t slot = c.rs_slot_bytes;
+  const uint64_t area_bytes = (uint64_t)c.rs_max_blocks * n * slot;
+  const char* my_rs = reinterpret_cast<const char*>(c.rs_scratch[me]);
+  const T* in = reinterpret_cast<const T*>(a.send);
+  T* out = reinterpret_cast<T*>(a.recv);
+  const Op op(a, n);
+  const int mine = me < root ? me : me - 1;  // this rank's holder index (unused on the root)
+  const uint64_t rounds = ox_ceil_div(geo.per, (uint64_t)nb * S);  // the same on every rank and block
+  for (uint64_t k = 0; k <= rounds; ++k) {
+    const uint64_t area = (k & 1u) * area_bytes;
+    const uint64_t o = (k * nb + b) * S;  // chunk k of this block, as an offset into every piece
+    if (k < rounds) {
+      for (int j = 0; j < m; ++j) {
+        const int i = (j + (int)(b % (uint32_t)m)) % m;  // rotated: blocks spread over holders
+        const int p = i < root ? i : i + 1;
+        const uint64_t len = geo.slice(i, o, S);
+        if (p == me || len == 0) continue;
+        char* dst = reinterpret_cast<char*>(c.rs_scratch[p]) + area + ((uint64_t)b * n + me) * slot;
+        ox_copy_pre<T>(op, reinterpret_cast<T*>(dst), in + geo.start(i) + o, len, threadIdx.x, blockDim.x);
+      }
+    }
+    ox_block_sync_peers(c, ab);
+    if (me != root) {
+      const uint64_t len = k < rounds ? geo.slice(mine, o, S) : 0;
+      if (len) {
+        reduce_slice<T>(c, op, in + geo.start(mine) + o, nullptr, my_rs + area + (uint64_t)b * n * slot,
+                        ((k + 1) & 1u) * area_bytes, b, len, root);
+      }
+    } else if (k > 0) {
+      const uint64_t o1 = ((k - 1) * nb + b) * S;
+      for (int j = 0; j < m; ++j) {
+        const int i = (j + (int)(b % (uint32_t)m)) % m;
+        const int p = i < root ? i : i + 1;
+        const uint64_t len = geo.slice(i, o1, S);
+        if (len == 0) continue;
+        const char* from = my_rs + area + ((uint64_t)b * n + p) * slot;
+        ox_copy(reinterpret_cast<char*>(out + geo.start(i) + o1), from, len * sizeof(T), threadIdx.x, blockDim.x, true);
+      }
+    }
+  }
+  // Every rank is done with this launch's slots before any next launch writes them again.
+  ox_block_sync_peers(c, ab);
+}
+
 template <typename T, typename Op>
 OX_DEV void reduce_put(const CollArgs& a) {
-  rsag_body<T, Op, true>(a);
+  if (a.mode == OX_MODE_RELAY) reduce_relay<T, Op>(a);
+  else rsag_body<T, Op, true>(a);
 }
 
 OX_TYPED_KERNELS(ox_reducescatter_ll, reducescatter_ll)

@@ -28,6 +28,10 @@ pub const OX_MODE_LL: u8 = 1;
 pub const OX_MODE_LL_ACK: u8 = 2;
 /// Puts through the put scratch in rounds, with semaphores.
 pub const OX_MODE_PUT: u8 = 3;
+/// Reduce on 3+ ranks (`CollArgs::mode` only): the ranks other than the root each reduce one
+/// piece, which every rank (the root too) puts its share of, and put the result to the root one
+/// round later (kernels/reduce_colls.cu, reduce_relay).
+pub const OX_MODE_RELAY: u8 = 4;
 
 /// PortChannel trigger: 128 bits a GPU thread pushes into the proxy FIFO.
 /// `fst` = size (bits 0-31) | source offset (32-63);

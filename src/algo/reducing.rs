@@ -4,7 +4,7 @@ use super::allreduce::{select_allreduce, AllReduceAlgo};
 use super::envlists::Func;
 use super::exchange::exchange_shape;
 use super::{Scratch, Topology, Tuning};
-use crate::device_abi::{OX_MODE_LL, OX_MODE_PUT};
+use crate::device_abi::{OX_MODE_LL, OX_MODE_PUT, OX_MODE_RELAY};
 use crate::types::DataType;
 
 /// How one ReduceScatter or Reduce runs.
@@ -62,13 +62,37 @@ pub fn select_reducescatter(count: u64, dt: DataType, topo: &Topology, s: &Scrat
     ReducePlan { mode: OX_MODE_PUT as u32, grid, block: 1024, chunk_elems: chunk }
 }
 
+/// Smallest Reduce relayed (3+ ranks), unless tuned (OXCCL_REDUCE_RELAY_MIN_BYTES, 0 = never).
+const DEFAULT_REDUCE_RELAY_MIN_BYTES: u64 = 4 << 20;
+/// Relay rounds: one per this much of a piece per block, within 2..=RELAY_MAX_ROUNDS (as the
+/// relayed Broadcast, whose sweep chose it), unless OXCCL_RELAY_ROUNDS says otherwise.
+const RELAY_BYTES_PER_BLOCK_ROUND: u64 = 40 << 10;
+const RELAY_MAX_ROUNDS: u64 = 12;
+
 /// Reduce to a root: packets for small messages (one-directional pairs, so the communicator's
-/// fixed exchange grid), else AllReduce's put-based algorithm with the gather to the root only.
+/// fixed exchange grid); on 3+ ranks from a few MiB the relay, where the root only receives
+/// finished pieces (reduce-scatter-then-gather makes it receive 1.5x the message on 4 ranks);
+/// else AllReduce's put-based algorithm with the gather to the root only.
 pub fn select_reduce(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: &Tuning) -> ReducePlan {
     let n = topo.nranks.max(1);
-    if ll_fits(Func::Reduce, count * dt.size() as u64, n, s, t) {
+    let bytes = count * dt.size() as u64;
+    if ll_fits(Func::Reduce, bytes, n, s, t) {
         let (grid, block) = exchange_shape(topo, s);
         return ReducePlan { mode: OX_MODE_LL as u32, grid, block, chunk_elems: 0 };
+    }
+    let relay_min = t.reduce_relay_min_bytes.unwrap_or(DEFAULT_REDUCE_RELAY_MIN_BYTES);
+    if n >= 3 && relay_min > 0 && bytes >= relay_min {
+        let es = dt.size() as u64;
+        let unit = (16 / es).max(1);
+        let (grid, block) = exchange_shape(topo, s);
+        let per = count.div_ceil(n as u64 - 1).div_ceil(unit) * unit;
+        let rounds = t.relay_rounds.map_or_else(
+            || (per * es / (grid as u64 * RELAY_BYTES_PER_BLOCK_ROUND)).clamp(2, RELAY_MAX_ROUNDS),
+            u64::from,
+        );
+        let slot_elems = (s.rs_slot_bytes / es / unit * unit).max(unit);
+        let chunk = per.div_ceil(grid as u64 * rounds).div_ceil(unit) * unit;
+        return ReducePlan { mode: OX_MODE_RELAY as u32, grid, block, chunk_elems: chunk.clamp(unit, slot_elems) };
     }
     let forced = Tuning { allreduce_algo: Some(AllReduceAlgo::Rsag), ..t.clone() };
     let p = select_allreduce(count, dt, topo, s, &forced);
@@ -90,7 +114,7 @@ mod tests {
                     let rs = select_reducescatter(count, dt, &topo, &s, &t);
                     let rd = select_reduce(count, dt, &topo, &s, &t);
                     for p in [rs, rd] {
-                        if p.mode == OX_MODE_PUT as u32 {
+                        if p.mode != OX_MODE_LL as u32 {
                             assert!(p.chunk_elems * dt.size() as u64 <= s.rs_slot_bytes);
                             assert!(p.grid >= 1 && p.grid <= s.rs_max_blocks);
                         } else {
@@ -99,9 +123,41 @@ mod tests {
                     }
                 }
                 assert_eq!(select_reducescatter(1, dt, &topo, &s, &t).mode, OX_MODE_LL as u32);
-                assert_eq!(select_reduce(100_000_003, dt, &topo, &s, &t).mode, OX_MODE_PUT as u32);
+                let big = select_reduce(100_000_003, dt, &topo, &s, &t).mode;
+                assert_eq!(big, if n >= 3 { OX_MODE_RELAY } else { OX_MODE_PUT } as u32);
             }
         }
+    }
+
+    #[test]
+    fn large_reduce_on_three_or_more_ranks_relays() {
+        let t = Tuning::default();
+        for n in [3usize, 4, 8] {
+            let s = Scratch::for_ranks(n, &t);
+            let topo = Topology { nranks: n, sm_count: 132 };
+            for dt in DataType::ALL {
+                for count in [(4u64 << 20) / dt.size() as u64, 100_000_003, 1 << 28] {
+                    let p = select_reduce(count, dt, &topo, &s, &t);
+                    assert_eq!(p.mode, OX_MODE_RELAY as u32, "n={n} {} count {count}", dt.name());
+                    assert_eq!((p.grid, p.block), exchange_shape(&topo, &s));
+                    assert!(p.chunk_elems >= 1 && p.chunk_elems * dt.size() as u64 <= s.rs_slot_bytes);
+                    // The kernel's rounds: at most the 12 aimed for, unless the slots are too
+                    // small for that (then as few as full slots allow).
+                    let per = count.div_ceil(n as u64 - 1);
+                    let rounds = per.div_ceil(p.grid as u64 * p.chunk_elems);
+                    let slot_elems = s.rs_slot_bytes / dt.size() as u64;
+                    let floor = per.div_ceil(p.grid as u64 * slot_elems);
+                    assert!(rounds >= 1 && rounds <= floor.max(13), "n={n} rounds {rounds} floor {floor}");
+                }
+            }
+        }
+        let s = Scratch::for_ranks(2, &t);
+        let two = Topology { nranks: 2, sm_count: 132 };
+        assert_eq!(select_reduce(1 << 28, DataType::Float32, &two, &s, &t).mode, OX_MODE_PUT as u32, "2 ranks: no one to relay");
+        let off = Tuning { reduce_relay_min_bytes: Some(0), ..t.clone() };
+        let s4 = Scratch::for_ranks(4, &t);
+        let four = Topology { nranks: 4, sm_count: 132 };
+        assert_eq!(select_reduce(1 << 28, DataType::Float32, &four, &s4, &off).mode, OX_MODE_PUT as u32);
     }
 
     #[test]

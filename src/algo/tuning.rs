@@ -32,8 +32,11 @@ pub struct Tuning {
     /// OXCCL_REDUCE_LL_MAX_BYTES: largest ReduceScatter chunk / Reduce message moved as packets.
     pub reduce_ll_max_bytes: Option<u64>,
     /// OXCCL_RELAY_MIN_BYTES: smallest Broadcast (3+ ranks) that the root scatters and the other
-    /// ranks forward to each other (0 = never); OXCCL_RELAY_ROUNDS: its pipeline depth.
+    /// ranks forward to each other (0 = never); OXCCL_RELAY_ROUNDS: the pipeline depth of the
+    /// relayed Broadcast and Reduce.
     pub relay_min_bytes: Option<u64>,
+    /// OXCCL_REDUCE_RELAY_MIN_BYTES: smallest Reduce (3+ ranks) reduced by relay (0 = never).
+    pub reduce_relay_min_bytes: Option<u64>,
     pub relay_rounds: Option<u32>,
     /// OXCCL_RSAG_SLOT_BYTES / OXCCL_LL_HALF_BYTES: scratch geometry.
     pub rs_slot_bytes: Option<u64>,
@@ -63,6 +66,7 @@ impl Tuning {
             exchange_ll_blocks: num32("OXCCL_EXCHANGE_LL_BLOCKS").filter(|&b| b > 0),
             reduce_ll_max_bytes: num("OXCCL_REDUCE_LL_MAX_BYTES"),
             relay_min_bytes: num("OXCCL_RELAY_MIN_BYTES"),
+            reduce_relay_min_bytes: num("OXCCL_REDUCE_RELAY_MIN_BYTES"),
             relay_rounds: num32("OXCCL_RELAY_ROUNDS").filter(|&r| (1..=1024).contains(&r)),
             rs_slot_bytes: num("OXCCL_RSAG_SLOT_BYTES").filter(|&b| b >= 4096),
             ll_half_bytes: num("OXCCL_LL_HALF_BYTES").filter(|&b| b >= 64 * 1024),
