@@ -90,6 +90,11 @@ const DEFAULT_RELAY_MIN_BYTES: u64 = 4 << 20;
 const RELAY_BYTES_PER_BLOCK_ROUND: u64 = 40 << 10;
 const RELAY_MAX_ROUNDS: u64 = 12;
 
+/// Put rounds of a relay (Broadcast, Reduce) whose pieces are `piece_bytes` long.
+pub fn relay_rounds(piece_bytes: u64, grid: u32, t: &Tuning) -> u64 {
+    t.relay_rounds.map_or_else(|| (piece_bytes / (grid as u64 * RELAY_BYTES_PER_BLOCK_ROUND)).clamp(2, RELAY_MAX_ROUNDS), u64::from)
+}
+
 /// Broadcast by relay: the root sends one piece of the message to each other rank, which forward
 /// their pieces to each other one put round later, so the root sends the message once instead of
 /// once per rank. Returns the piece length (a multiple of 16) and the fixed put chunk, or None
@@ -102,10 +107,7 @@ pub fn broadcast_relay(bytes: u64, topo: &Topology, scratch: &Scratch, t: &Tunin
     }
     let piece = align16(bytes.div_ceil(n - 1));
     let (grid, _) = exchange_shape(topo, scratch);
-    let rounds = t.relay_rounds.map_or_else(
-        || (piece / (grid as u64 * RELAY_BYTES_PER_BLOCK_ROUND)).clamp(2, RELAY_MAX_ROUNDS),
-        u64::from,
-    );
+    let rounds = relay_rounds(piece, grid, t);
     let chunk = align16(piece.div_ceil(grid as u64 * rounds)).clamp(1024, scratch.rs_slot_bytes & !15);
     Some((piece, chunk))
 }

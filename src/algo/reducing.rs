@@ -64,10 +64,6 @@ pub fn select_reducescatter(count: u64, dt: DataType, topo: &Topology, s: &Scrat
 
 /// Smallest Reduce relayed (3+ ranks), unless tuned (OXCCL_REDUCE_RELAY_MIN_BYTES, 0 = never).
 const DEFAULT_REDUCE_RELAY_MIN_BYTES: u64 = 4 << 20;
-/// Relay rounds: one per this much of a piece per block, within 2..=RELAY_MAX_ROUNDS (as the
-/// relayed Broadcast, whose sweep chose it), unless OXCCL_RELAY_ROUNDS says otherwise.
-const RELAY_BYTES_PER_BLOCK_ROUND: u64 = 40 << 10;
-const RELAY_MAX_ROUNDS: u64 = 12;
 
 /// Reduce to a root: packets for small messages (one-directional pairs, so the communicator's
 /// fixed exchange grid); on 3+ ranks from a few MiB the relay, where the root only receives
@@ -86,10 +82,7 @@ pub fn select_reduce(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: 
         let unit = (16 / es).max(1);
         let (grid, block) = exchange_shape(topo, s);
         let per = count.div_ceil(n as u64 - 1).div_ceil(unit) * unit;
-        let rounds = t.relay_rounds.map_or_else(
-            || (per * es / (grid as u64 * RELAY_BYTES_PER_BLOCK_ROUND)).clamp(2, RELAY_MAX_ROUNDS),
-            u64::from,
-        );
+        let rounds = super::exchange::relay_rounds(per * es, grid, t); // as the relayed Broadcast
         let slot_elems = (s.rs_slot_bytes / es / unit * unit).max(unit);
         let chunk = per.div_ceil(grid as u64 * rounds).div_ceil(unit) * unit;
         return ReducePlan { mode: OX_MODE_RELAY as u32, grid, block, chunk_elems: chunk.clamp(unit, slot_elems) };
