@@ -230,3 +230,49 @@ OX_DEV void ox_copy_pre(const Op& op, T* dst, const T* src, uint64_t n, uint32_t
   }
   for (uint64_t e = done + tid; e < n; e += nthreads) dst[e] = op.pre(src[e]);
 }
+
+// One step of a chain reduction (block-cooperative): dst[e] = post?(part[e] (+) pre(in[e])) for
+// `n` elements, `part` (the predecessor's partial result, in this rank's put scratch, 16-byte
+// aligned) may be null at the chain's head, post() is applied only at its end (`last`). Partials
+// come first so the result is the chain-order reduction. Four independent 16-byte loads of each
+// input are in flight per thread before the first store.
+template <typename T, typename Op>
+OX_DEV void ox_chain_step(const Op& op, const T* in, const T* part, T* dst, uint64_t n, bool last, uint32_t tid, uint32_t nthreads) {
+  uint64_t done = 0;
+  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(in)) & 15) == 0) {
+    const uint64_t words = n * sizeof(T) / 16;
+    const uint4* s = reinterpret_cast<const uint4*>(in);
+    const char* q = reinterpret_cast<const char*>(part);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    uint64_t w = tid;
+    for (; w + 3 * (uint64_t)nthreads < words; w += 4 * (uint64_t)nthreads) {
+      uint4 v[4], x[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) v[u] = s[w + u * (uint64_t)nthreads];
+      if (part) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) x[u] = ox_ldcg16(q + (w + u * (uint64_t)nthreads) * 16);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        uint4 r = ox_pre<T>(op, v[u]);
+        if (part) r = ox_combine<T>(op, x[u], r);
+        if (last) r = ox_post<T>(op, r);
+        d[w + u * (uint64_t)nthreads] = r;
+      }
+    }
+    for (; w < words; w += nthreads) {
+      uint4 r = ox_pre<T>(op, s[w]);
+      if (part) r = ox_combine<T>(op, ox_ldcg16(q + w * 16), r);
+      if (last) r = ox_post<T>(op, r);
+      d[w] = r;
+    }
+    done = words * 16 / sizeof(T);
+  }
+  for (uint64_t e = done + tid; e < n; e += nthreads) {
+    T r = op.pre(in[e]);
+    if (part) r = op.combine(part[e], r);
+    if (last) r = op.post(r);
+    dst[e] = r;
+  }
+}

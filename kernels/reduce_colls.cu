@@ -8,7 +8,8 @@
 //                       reduces; the pairs are one-directional, so the root acknowledges the
 //                       launch when it enters it (ll_flags.cuh).
 //   reduce_put        - AllReduce's put-based algorithm with the gather going to the root only,
-//                       or (mode OX_MODE_RELAY, 3+ ranks, large) reduce_relay below.
+//                       or (mode OX_MODE_RELAY, 3+ ranks, large) reduce_relay below,
+//                       or (mode OX_MODE_CHAIN, 3+ ranks) reduce_chain below.
 // As everywhere, results are reduced in rank order and each input's pre() is applied by its owner.
 #include "common.cuh"
 #include "instantiate.cuh"
@@ -186,9 +187,80 @@ OX_DEV void reduce_relay(const CollArgs& a) {
   ox_block_sync_peers(c, ab);
 }
 
+// Reduce on 3+ ranks along a chain that ends at the root: root+1 -> root+2 -> ... -> root, as
+// NCCL's ring does, so every rank sends and receives the message once and no step waits for more
+// than its two neighbours. Block b owns elements [b*per, (b+1)*per) (per rounded to 16 bytes) and
+// walks them in steps of S elements: in step k a rank waits for its predecessor's partial of
+// chunk k (none at the head), adds its own input (pre() applied here) and puts the sum into its
+// successor's slot k mod D, then signals it; the root applies post() and writes its output
+// instead. Consecutive steps pipeline along the chain.
+// Slots: D = 2n per block, the block's slots of the put scratch, area 0 first, then area 1 (only
+// the predecessor writes them in this launch). Semaphores, per (block, neighbour): the
+// predecessor's signals mean "chunk k is in your slot"; this rank's signals back to it mean
+// "I have read slot k mod D" (a release after the block's reads, so its later write there cannot
+// overtake them).
+// Scratch reuse, within the launch: step k >= D waits for the credit of step k - D. Across
+// launches: a launch may start writing peers' area 0 at once (rsag's last reads are of area 1,
+// after its last sync, and it ends without a barrier), so this launch writes a successor's area 1
+// only after the successor's first credit, which it sends from inside this launch. At the end the
+// credits not yet waited for are drained (every signal of the launch is consumed in it, so the
+// counters stay paired for the next launch), then a barrier with every peer: no rank's next
+// launch writes a slot this rank may still read. Checked by an executable model under random
+// interleavings (scripts/model/reduce_chain_model.py).
+template <typename T, typename Op>
+OX_DEV void reduce_chain(const CollArgs& a) {
+  const DevComm& c = ox_comm(a);
+  const int me = c.rank, n = c.nranks, root = a.root;
+  AbortState ab(c.abort_flag);
+  const uint64_t unit = sizeof(T) >= 16 ? 1 : 16 / sizeof(T);
+  const uint32_t b = blockIdx.x, nb = gridDim.x;
+  const uint64_t per = ox_ceil_div(ox_ceil_div(a.count, (uint64_t)nb), unit) * unit;
+  const uint64_t lo = ox_min((uint64_t)b * per, a.count);
+  const uint64_t hi = ox_min(lo + per, a.count);
+  const uint64_t S = a.chunk_elems;
+  const uint64_t steps = ox_ceil_div(hi - lo, S);  // the same on every rank for this block
+  const uint64_t D = 2 * (uint64_t)n;
+  const uint64_t slot = c.rs_slot_bytes;
+  const uint64_t area_bytes = (uint64_t)c.rs_max_blocks * n * slot;
+  const int pos = (me - root - 1 + 2 * n) % n;  // 0 = the chain's head, n-1 = the root
+  const int prev = (me + n - 1) % n, next = (me + 1) % n;
+  const bool has_prev = pos > 0, has_next = pos < n - 1;
+  const MemoryChannel from = ox_memory_channel(c, prev, b, 0, 0);  // wait: data; signal: credit
+  const MemoryChannel to = ox_memory_channel(c, next, b, 0, 0);    // wait: credit; signal: data
+  const char* my_rs = reinterpret_cast<const char*>(c.rs_scratch[me]);
+  char* next_rs = reinterpret_cast<char*>(c.rs_scratch[next]);
+  const T* in = reinterpret_cast<const T*>(a.send);
+  T* out = reinterpret_cast<T*>(a.recv);
+  const Op op(a, n);
+  uint64_t credits = 0;  // credits from the successor consumed so far (thread 32's count)
+  for (uint64_t k = 0; k < steps; ++k) {
+    if (threadIdx.x == 0 && has_prev) from.wait(ab);
+    if (threadIdx.x == 32 && has_next) {
+      const uint64_t need = k >= D ? k - D + 1 : (k >= (uint64_t)n ? 1 : 0);
+      for (; credits < need; ++credits) to.wait(ab);
+    }
+    __syncthreads();  // extends both waits' acquire to the block
+    const uint64_t j = k % D;
+    const uint64_t off = (j / n) * area_bytes + ((uint64_t)b * n + j % n) * slot;
+    const uint64_t e0 = lo + k * S;
+    const uint64_t len = ox_min(S, hi - e0);
+    const T* part = has_prev ? reinterpret_cast<const T*>(my_rs + off) : nullptr;
+    T* dst = has_next ? reinterpret_cast<T*>(next_rs + off) : out + e0;
+    ox_chain_step<T>(op, in + e0, part, dst, len, !has_next, threadIdx.x, blockDim.x);
+    __syncthreads();  // the block's writes and reads of this step are issued before the releases
+    if (threadIdx.x == 0 && has_next) to.signal();
+    if (threadIdx.x == 32 && has_prev) from.signal();
+  }
+  if (threadIdx.x == 32 && has_next) {
+    for (; credits < steps; ++credits) to.wait(ab);
+  }
+  ox_block_sync_peers(c, ab);  // begins with a __syncthreads
+}
+
 template <typename T, typename Op>
 OX_DEV void reduce_put(const CollArgs& a) {
-  if (a.mode == OX_MODE_RELAY) reduce_relay<T, Op>(a);
+  if (a.mode == OX_MODE_CHAIN) reduce_chain<T, Op>(a);
+  else if (a.mode == OX_MODE_RELAY) reduce_relay<T, Op>(a);
   else rsag_body<T, Op, true>(a);
 }
 

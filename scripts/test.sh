@@ -20,6 +20,7 @@ fi
 cargo test --release --locked
 python3 scripts/model/ll_ack_model.py
 python3 scripts/model/reduce_relay_model.py
+python3 scripts/model/reduce_chain_model.py
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --release --locked --all-targets -- -D warnings
 else

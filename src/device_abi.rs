@@ -32,6 +32,10 @@ pub const OX_MODE_PUT: u8 = 3;
 /// piece, which every rank (the root too) puts its share of, and put the result to the root one
 /// round later (kernels/reduce_colls.cu, reduce_relay).
 pub const OX_MODE_RELAY: u8 = 4;
+/// Reduce on 3+ ranks (`CollArgs::mode` only): a pipelined chain from the rank after the root
+/// to the root, each rank adding its input to its predecessor's partial result
+/// (kernels/reduce_colls.cu, reduce_chain).
+pub const OX_MODE_CHAIN: u8 = 5;
 
 /// PortChannel trigger: 128 bits a GPU thread pushes into the proxy FIFO.
 /// `fst` = size (bits 0-31) | source offset (32-63);

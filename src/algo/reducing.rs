@@ -4,7 +4,7 @@ use super::allreduce::{select_allreduce, AllReduceAlgo};
 use super::envlists::Func;
 use super::exchange::exchange_shape;
 use super::{Scratch, Topology, Tuning};
-use crate::device_abi::{OX_MODE_LL, OX_MODE_PUT, OX_MODE_RELAY};
+use crate::device_abi::{OX_MODE_CHAIN, OX_MODE_LL, OX_MODE_PUT, OX_MODE_RELAY};
 use crate::types::DataType;
 
 /// How one ReduceScatter or Reduce runs.
@@ -67,6 +67,27 @@ pub fn select_reducescatter(count: u64, dt: DataType, topo: &Topology, s: &Scrat
 /// then gather 33.4 / 93.0 / 302 / 1112 us, so the relay only pays from about 128 MiB.
 const DEFAULT_REDUCE_RELAY_MIN_BYTES: u64 = 128 << 20;
 
+/// Smallest Reduce reduced along a chain (3+ ranks), unless tuned (OXCCL_REDUCE_CHAIN_MIN_BYTES,
+/// 0 = never): every Reduce past the packet path, until measured otherwise.
+const DEFAULT_REDUCE_CHAIN_MIN_BYTES: u64 = 1;
+
+/// The chain's launch (kernels/reduce_colls.cu, reduce_chain): one block per
+/// OXCCL_CHAIN_BLOCK_BYTES (256 KiB) of message, up to the put scratch's blocks and the SMs; steps
+/// of a block's range sized for OXCCL_CHAIN_STEPS (16) steps, so the pipeline's fill (n - 2
+/// steps) costs little, within 4 KiB and a scratch slot. Every rank derives the same plan.
+fn chain_plan(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: &Tuning) -> ReducePlan {
+    let es = dt.size() as u64;
+    let unit = (16 / es).max(1);
+    let bytes = count * es;
+    let (cap, _) = exchange_shape(topo, s); // <= rs_max_blocks: the chain's slots are per block
+    let grid = bytes.div_ceil(t.chain_block_bytes.unwrap_or(256 << 10)).clamp(1, cap as u64) as u32;
+    let per = count.div_ceil(grid as u64).div_ceil(unit) * unit;
+    let slot_elems = (s.rs_slot_bytes / es / unit * unit).max(unit);
+    let min_elems = ((4096 / es) / unit * unit).max(unit);
+    let chunk = per.div_ceil(t.chain_steps.unwrap_or(16)).div_ceil(unit) * unit;
+    ReducePlan { mode: OX_MODE_CHAIN as u32, grid, block: 1024, chunk_elems: chunk.max(min_elems).min(slot_elems) }
+}
+
 /// Reduce to a root: packets for small messages (one-directional pairs, so the communicator's
 /// fixed exchange grid); on 3+ ranks from a few MiB the relay, where the root only receives
 /// finished pieces (reduce-scatter-then-gather makes it receive 1.5x the message on 4 ranks);
@@ -77,6 +98,10 @@ pub fn select_reduce(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: 
     if ll_fits(Func::Reduce, bytes, n, s, t) {
         let (grid, block) = exchange_shape(topo, s);
         return ReducePlan { mode: OX_MODE_LL as u32, grid, block, chunk_elems: 0 };
+    }
+    let chain_min = t.reduce_chain_min_bytes.unwrap_or(DEFAULT_REDUCE_CHAIN_MIN_BYTES);
+    if n >= 3 && chain_min > 0 && bytes >= chain_min {
+        return chain_plan(count, dt, topo, s, t);
     }
     let relay_min = t.reduce_relay_min_bytes.unwrap_or(DEFAULT_REDUCE_RELAY_MIN_BYTES);
     if n >= 3 && relay_min > 0 && bytes >= relay_min {
@@ -118,17 +143,50 @@ mod tests {
                     }
                 }
                 assert_eq!(select_reducescatter(1, dt, &topo, &s, &t).mode, OX_MODE_LL as u32);
-                let mid = select_reduce((64 << 20) / dt.size() as u64, dt, &topo, &s, &t).mode;
-                assert_eq!(mid, OX_MODE_PUT as u32, "64 MiB: reduce-scatter then gather");
-                let big = select_reduce(1 << 28, dt, &topo, &s, &t).mode;
+                for count in [(2u64 << 20) / dt.size() as u64, 1 << 28] {
+                    let mode = select_reduce(count, dt, &topo, &s, &t).mode;
+                    assert_eq!(mode, if n >= 3 { OX_MODE_CHAIN } else { OX_MODE_PUT } as u32, "n={n} count {count}");
+                }
+                let no_chain = Tuning { reduce_chain_min_bytes: Some(0), ..t.clone() };
+                let mid = select_reduce((64 << 20) / dt.size() as u64, dt, &topo, &s, &no_chain).mode;
+                assert_eq!(mid, OX_MODE_PUT as u32, "64 MiB without the chain: reduce-scatter then gather");
+                let big = select_reduce(1 << 28, dt, &topo, &s, &no_chain).mode;
                 assert_eq!(big, if n >= 3 { OX_MODE_RELAY } else { OX_MODE_PUT } as u32);
             }
         }
     }
 
     #[test]
-    fn large_reduce_on_three_or_more_ranks_relays() {
+    fn chain_plans_fit_the_scratch_and_pipeline() {
         let t = Tuning::default();
+        for n in [3usize, 4, 5, 8, 16] {
+            let s = Scratch::for_ranks(n, &t);
+            let topo = Topology { nranks: n, sm_count: 132 };
+            for dt in DataType::ALL {
+                let es = dt.size() as u64;
+                let unit = (16 / es).max(1);
+                for bytes in [(1u64 << 20) + 16, 3 << 20, 64 << 20, 100_000_007, 1 << 29] {
+                    let count = bytes / es;
+                    let p = select_reduce(count, dt, &topo, &s, &t);
+                    assert_eq!(p.mode, OX_MODE_CHAIN as u32, "n={n} {} {bytes} B", dt.name());
+                    assert!(p.grid >= 1 && p.grid <= s.rs_max_blocks && p.grid <= 132);
+                    assert!(p.block >= 64, "threads 0 and 32 wait on the two neighbours");
+                    assert_eq!(p.chunk_elems % unit, 0);
+                    assert!(p.chunk_elems >= unit && p.chunk_elems * es <= s.rs_slot_bytes);
+                    let per = count.div_ceil(p.grid as u64).div_ceil(unit) * unit;
+                    let steps = per.div_ceil(p.chunk_elems);
+                    // 16 steps where the slot allows, fewer only when a block has little to do.
+                    assert!(steps <= 16 || p.chunk_elems * es + es * unit > s.rs_slot_bytes, "n={n} {bytes} B: {steps} steps");
+                }
+            }
+        }
+        let grid = |bytes: u64| select_reduce(bytes / 4, DataType::Float32, &Topology { nranks: 4, sm_count: 132 }, &Scratch::for_ranks(4, &t), &t).grid;
+        assert_eq!((grid(2 << 20), grid(32 << 20), grid(1 << 29)), (8, 128, 128), "a block per 256 KiB, up to the scratch");
+    }
+
+    #[test]
+    fn large_reduce_on_three_or_more_ranks_relays() {
+        let t = Tuning { reduce_chain_min_bytes: Some(0), ..Tuning::default() };
         for n in [3usize, 4, 8] {
             let s = Scratch::for_ranks(n, &t);
             let topo = Topology { nranks: n, sm_count: 132 };

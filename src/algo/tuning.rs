@@ -38,6 +38,12 @@ pub struct Tuning {
     /// OXCCL_REDUCE_RELAY_MIN_BYTES: smallest Reduce (3+ ranks) reduced by relay (0 = never).
     pub reduce_relay_min_bytes: Option<u64>,
     pub relay_rounds: Option<u32>,
+    /// OXCCL_REDUCE_CHAIN_MIN_BYTES: smallest Reduce (3+ ranks) reduced along a chain (0 = never);
+    /// OXCCL_CHAIN_BLOCK_BYTES: least message bytes per block of the chain's grid;
+    /// OXCCL_CHAIN_STEPS: pipeline steps per block the chain aims for.
+    pub reduce_chain_min_bytes: Option<u64>,
+    pub chain_block_bytes: Option<u64>,
+    pub chain_steps: Option<u64>,
     /// OXCCL_RSAG_SLOT_BYTES / OXCCL_LL_HALF_BYTES: scratch geometry.
     pub rs_slot_bytes: Option<u64>,
     pub ll_half_bytes: Option<u64>,
@@ -68,6 +74,9 @@ impl Tuning {
             relay_min_bytes: num("OXCCL_RELAY_MIN_BYTES"),
             reduce_relay_min_bytes: num("OXCCL_REDUCE_RELAY_MIN_BYTES"),
             relay_rounds: num32("OXCCL_RELAY_ROUNDS").filter(|&r| (1..=1024).contains(&r)),
+            reduce_chain_min_bytes: num("OXCCL_REDUCE_CHAIN_MIN_BYTES"),
+            chain_block_bytes: num("OXCCL_CHAIN_BLOCK_BYTES").filter(|&b| b > 0),
+            chain_steps: num("OXCCL_CHAIN_STEPS").filter(|&s| (1..=1 << 20).contains(&s)),
             rs_slot_bytes: num("OXCCL_RSAG_SLOT_BYTES").filter(|&b| b >= 4096),
             ll_half_bytes: num("OXCCL_LL_HALF_BYTES").filter(|&b| b >= 64 * 1024),
         })
