@@ -15,6 +15,7 @@
 #include "instantiate.cuh"
 #include "ll_flags.cuh"
 #include "memory_channel.cuh"
+#include "named_barrier.cuh"
 #include "reduce.cuh"
 #include "rsag.cuh"
 
@@ -232,27 +233,47 @@ OX_DEV void reduce_chain(const CollArgs& a) {
   const T* in = reinterpret_cast<const T*>(a.send);
   T* out = reinterpret_cast<T*>(a.recv);
   const Op op(a, n);
-  uint64_t credits = 0;  // credits from the successor consumed so far (thread 32's count)
-  for (uint64_t k = 0; k < steps; ++k) {
-    if (threadIdx.x == 0 && has_prev) from.wait(ab);
-    if (threadIdx.x == 32 && has_next) {
-      const uint64_t need = k >= D ? k - D + 1 : (k >= (uint64_t)n ? 1 : 0);
-      for (; credits < need; ++credits) to.wait(ab);
+  // Warp roles, so that a step's release (a system-scope fence that waits for the step's remote
+  // writes to land, microseconds) overlaps the next step's copy instead of stalling the block:
+  // warp 0 signals, warp 1 waits, the rest compute. Barrier kReady (waiter + compute): step k's
+  // inputs are in and its slot in the successor is free. Barrier kDone (signaler + compute): step
+  // k's reads and writes are issued. Both sides use bar.sync, so the waiter runs at most one step
+  // ahead of the compute warps and the signaler at most one behind.
+  constexpr uint32_t kReady = 1, kDone = 2;
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const uint32_t nworkers = blockDim.x - 64;
+  if (warp == 1) {
+    uint64_t credits = 0;  // credits from the successor consumed so far
+    for (uint64_t k = 0; k < steps; ++k) {
+      if (lane == 0) {
+        if (has_prev) from.wait(ab);
+        const uint64_t need = !has_next ? 0 : k >= D ? k - D + 1 : (k >= (uint64_t)n ? 1 : 0);
+        for (; credits < need; ++credits) to.wait(ab);
+      }
+      __syncwarp();
+      ox_named_bar_sync(kReady, 32 + nworkers);
     }
-    __syncthreads();  // extends both waits' acquire to the block
-    const uint64_t j = k % D;
-    const uint64_t off = (j / n) * area_bytes + ((uint64_t)b * n + j % n) * slot;
-    const uint64_t e0 = lo + k * S;
-    const uint64_t len = ox_min(S, hi - e0);
-    const T* part = has_prev ? reinterpret_cast<const T*>(my_rs + off) : nullptr;
-    T* dst = has_next ? reinterpret_cast<T*>(next_rs + off) : out + e0;
-    ox_chain_step<T>(op, in + e0, part, dst, len, !has_next, threadIdx.x, blockDim.x);
-    __syncthreads();  // the block's writes and reads of this step are issued before the releases
-    if (threadIdx.x == 0 && has_next) to.signal();
-    if (threadIdx.x == 32 && has_prev) from.signal();
-  }
-  if (threadIdx.x == 32 && has_next) {
-    for (; credits < steps; ++credits) to.wait(ab);
+    if (lane == 0 && has_next) {
+      for (; credits < steps; ++credits) to.wait(ab);
+    }
+  } else if (warp == 0) {
+    for (uint64_t k = 0; k < steps; ++k) {
+      ox_named_bar_sync(kDone, 32 + nworkers);
+      if (lane == 0 && has_next) to.signal();
+      if (lane == 0 && has_prev) from.signal();
+    }
+  } else {
+    for (uint64_t k = 0; k < steps; ++k) {
+      ox_named_bar_sync(kReady, 32 + nworkers);
+      const uint64_t j = k % D;
+      const uint64_t off = (j / n) * area_bytes + ((uint64_t)b * n + j % n) * slot;
+      const uint64_t e0 = lo + k * S;
+      const uint64_t len = ox_min(S, hi - e0);
+      const T* part = has_prev ? reinterpret_cast<const T*>(my_rs + off) : nullptr;
+      T* dst = has_next ? reinterpret_cast<T*>(next_rs + off) : out + e0;
+      ox_chain_step<T>(op, in + e0, part, dst, len, !has_next, threadIdx.x - 64, nworkers);
+      ox_named_bar_sync(kDone, 32 + nworkers);
+    }
   }
   ox_block_sync_peers(c, ab);  // begins with a __syncthreads
 }

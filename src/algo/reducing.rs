@@ -68,13 +68,20 @@ pub fn select_reducescatter(count: u64, dt: DataType, topo: &Topology, s: &Scrat
 const DEFAULT_REDUCE_RELAY_MIN_BYTES: u64 = 128 << 20;
 
 /// Smallest Reduce reduced along a chain (3+ ranks), unless tuned (OXCCL_REDUCE_CHAIN_MIN_BYTES,
-/// 0 = never): every Reduce past the packet path, until measured otherwise.
-const DEFAULT_REDUCE_CHAIN_MIN_BYTES: u64 = 1;
+/// 0 = never). H200 x4, float sum, us: chain 148.9 / 246.9 / 457 / 842 / 1575 at 32 / 64 / 128 /
+/// 256 / 512 MiB against 156.3 / 289.4 / 524 / 956 / 1908 for reduce-scatter-then-gather or the
+/// relay; at 16 MiB and below the chain's per-step release (a system-scope fence, ~2-3 us per
+/// step) loses (108.8 against 90.4 at 16 MiB). 3 ranks: 140.0 / 137.7 at 32 MiB, 234 / 275 at 64.
+const DEFAULT_REDUCE_CHAIN_MIN_BYTES: u64 = 32 << 20;
+/// Largest chain step per block unless OXCCL_CHAIN_STEPS asks otherwise: past it, more and smaller
+/// steps shorten the pipeline's fill (n - 1 steps) while each step still moves 128 blocks x 64 KiB,
+/// enough to hide its release (H200 x4: 815 us at 256 MiB in 64 KiB steps against 842 in 128 KiB).
+const CHAIN_MAX_STEP_BYTES: u64 = 64 << 10;
 
 /// The chain's launch (kernels/reduce_colls.cu, reduce_chain): one block per
-/// OXCCL_CHAIN_BLOCK_BYTES (256 KiB) of message, up to the put scratch's blocks and the SMs; steps
-/// of a block's range sized for OXCCL_CHAIN_STEPS (16) steps, so the pipeline's fill (n - 2
-/// steps) costs little, within 4 KiB and a scratch slot. Every rank derives the same plan.
+/// OXCCL_CHAIN_BLOCK_BYTES (256 KiB) of message, up to the put scratch's blocks and the SMs; a
+/// block's range walked in 16 steps (OXCCL_CHAIN_STEPS) or in steps of 64 KiB where that makes
+/// more, within 4 KiB and a scratch slot. Every rank derives the same plan.
 fn chain_plan(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: &Tuning) -> ReducePlan {
     let es = dt.size() as u64;
     let unit = (16 / es).max(1);
@@ -84,14 +91,19 @@ fn chain_plan(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: &Tuning
     let per = count.div_ceil(grid as u64).div_ceil(unit) * unit;
     let slot_elems = (s.rs_slot_bytes / es / unit * unit).max(unit);
     let min_elems = ((4096 / es) / unit * unit).max(unit);
-    let chunk = per.div_ceil(t.chain_steps.unwrap_or(16)).div_ceil(unit) * unit;
+    let chunk = match t.chain_steps {
+        Some(steps) => per.div_ceil(steps),
+        None => per.div_ceil(16).min(CHAIN_MAX_STEP_BYTES / es),
+    };
+    let chunk = chunk.div_ceil(unit) * unit;
     ReducePlan { mode: OX_MODE_CHAIN as u32, grid, block: 1024, chunk_elems: chunk.max(min_elems).min(slot_elems) }
 }
 
 /// Reduce to a root: packets for small messages (one-directional pairs, so the communicator's
-/// fixed exchange grid); on 3+ ranks from a few MiB the relay, where the root only receives
-/// finished pieces (reduce-scatter-then-gather makes it receive 1.5x the message on 4 ranks);
-/// else AllReduce's put-based algorithm with the gather to the root only.
+/// fixed exchange grid); on 3+ ranks from 32 MiB the chain, where every link carries the message
+/// once (reduce-scatter-then-gather makes the root receive 1.5x the message on 4 ranks); else
+/// AllReduce's put-based algorithm with the gather to the root only. With the chain turned off,
+/// the relay (the root receives only finished pieces) from 128 MiB.
 pub fn select_reduce(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: &Tuning) -> ReducePlan {
     let n = topo.nranks.max(1);
     let bytes = count * dt.size() as u64;
@@ -143,7 +155,9 @@ mod tests {
                     }
                 }
                 assert_eq!(select_reducescatter(1, dt, &topo, &s, &t).mode, OX_MODE_LL as u32);
-                for count in [(2u64 << 20) / dt.size() as u64, 1 << 28] {
+                let mode = select_reduce((2u64 << 20) / dt.size() as u64, dt, &topo, &s, &t).mode;
+                assert_eq!(mode, OX_MODE_PUT as u32, "n={n} 2 MiB: reduce-scatter then gather");
+                for count in [(32u64 << 20) / dt.size() as u64, 1 << 28] {
                     let mode = select_reduce(count, dt, &topo, &s, &t).mode;
                     assert_eq!(mode, if n >= 3 { OX_MODE_CHAIN } else { OX_MODE_PUT } as u32, "n={n} count {count}");
                 }
@@ -158,7 +172,7 @@ mod tests {
 
     #[test]
     fn chain_plans_fit_the_scratch_and_pipeline() {
-        let t = Tuning::default();
+        let t = Tuning { reduce_chain_min_bytes: Some(1), ..Tuning::default() };
         for n in [3usize, 4, 5, 8, 16] {
             let s = Scratch::for_ranks(n, &t);
             let topo = Topology { nranks: n, sm_count: 132 };
@@ -170,13 +184,15 @@ mod tests {
                     let p = select_reduce(count, dt, &topo, &s, &t);
                     assert_eq!(p.mode, OX_MODE_CHAIN as u32, "n={n} {} {bytes} B", dt.name());
                     assert!(p.grid >= 1 && p.grid <= s.rs_max_blocks && p.grid <= 132);
-                    assert!(p.block >= 64, "threads 0 and 32 wait on the two neighbours");
+                    assert!(p.block >= 96 && p.block % 32 == 0, "a signalling warp, a waiting warp and at least one computing warp");
                     assert_eq!(p.chunk_elems % unit, 0);
                     assert!(p.chunk_elems >= unit && p.chunk_elems * es <= s.rs_slot_bytes);
                     let per = count.div_ceil(p.grid as u64).div_ceil(unit) * unit;
                     let steps = per.div_ceil(p.chunk_elems);
-                    // 16 steps where the slot allows, fewer only when a block has little to do.
-                    assert!(steps <= 16 || p.chunk_elems * es + es * unit > s.rs_slot_bytes, "n={n} {bytes} B: {steps} steps");
+                    // 16 steps, or more of 64 KiB; fewer only when a block has little to do.
+                    let step_cap = (64 << 10).min(s.rs_slot_bytes);
+                    assert!(steps <= 16 || p.chunk_elems * es + es * unit > step_cap, "n={n} {bytes} B: {steps} steps");
+                    assert!(p.chunk_elems * es <= step_cap || p.chunk_elems == unit, "n={n} {bytes} B: step of {} B", p.chunk_elems * es);
                 }
             }
         }
