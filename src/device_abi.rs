@@ -36,6 +36,9 @@ pub const OX_MODE_RELAY: u8 = 4;
 /// to the root, each rank adding its input to its predecessor's partial result
 /// (kernels/reduce_colls.cu, reduce_chain).
 pub const OX_MODE_CHAIN: u8 = 5;
+/// Reduce on 3+ ranks (`CollArgs::mode` only): the same chain as LL16 packets, for messages whose
+/// packets fit one LL region (kernels/reduce_colls.cu, reduce_ll_chain).
+pub const OX_MODE_LL_CHAIN: u8 = 6;
 
 /// PortChannel trigger: 128 bits a GPU thread pushes into the proxy FIFO.
 /// `fst` = size (bits 0-31) | source offset (32-63);

@@ -10,7 +10,7 @@ use crate::algo::{
     plan_exchange, select_allreduce, select_reduce, select_reducescatter, ExchangeSpec, LocalCopy, Transfer,
 };
 use crate::comm::{Comm, LaunchState, Ready, ResolvedOp};
-use crate::device_abi::{CollArgs, OX_MODE_LL};
+use crate::device_abi::CollArgs;
 use crate::error::{Error, Result};
 use crate::gpu::module::launch;
 use crate::gpu::stream::is_capturing;
@@ -300,7 +300,7 @@ fn reducing(r: &Ready, t: &CollTask) -> Result<()> {
     check_fp8(r, t.dtype)?;
     let select = if t.coll == Coll::Reduce { select_reduce } else { select_reducescatter };
     let plan = select(t.count, t.dtype, &r.topo, &r.scratch, &r.tuning);
-    let put = plan.mode != OX_MODE_LL as u32; // the put kernels also run the relay
+    let put = !plan.packets(); // the put kernels also run the relay and the chain
     let k = if t.coll == Coll::Reduce {
         r.module.reduce(put, t.dtype, t.op.op)
     } else {

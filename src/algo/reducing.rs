@@ -4,7 +4,7 @@ use super::allreduce::{select_allreduce, AllReduceAlgo};
 use super::envlists::Func;
 use super::exchange::exchange_shape;
 use super::{Scratch, Topology, Tuning};
-use crate::device_abi::{OX_MODE_CHAIN, OX_MODE_LL, OX_MODE_PUT, OX_MODE_RELAY};
+use crate::device_abi::{OX_MODE_CHAIN, OX_MODE_LL, OX_MODE_LL_CHAIN, OX_MODE_PUT, OX_MODE_RELAY};
 use crate::types::DataType;
 
 /// How one ReduceScatter or Reduce runs.
@@ -16,6 +16,13 @@ pub struct ReducePlan {
     pub block: u32,
     /// Elements per block per round (put mode).
     pub chunk_elems: u64,
+}
+
+impl ReducePlan {
+    /// Runs in the packet kernels (reduce_ll / reducescatter_ll), else in the put kernels.
+    pub fn packets(&self) -> bool {
+        self.mode == OX_MODE_LL as u32 || self.mode == OX_MODE_LL_CHAIN as u32
+    }
 }
 
 /// Largest ReduceScatter chunk or Reduce message moved as packets, unless tuned (H200 sweep at 2
@@ -99,6 +106,34 @@ fn chain_plan(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: &Tuning
     ReducePlan { mode: OX_MODE_CHAIN as u32, grid, block: 1024, chunk_elems: chunk.max(min_elems).min(slot_elems) }
 }
 
+/// Smallest Reduce sent as packets along the chain (3+ ranks), unless tuned
+/// (OXCCL_REDUCE_LL_CHAIN_MIN_BYTES, 0 = never). Below it the direct packets' single hop wins.
+/// H200, us, chain / direct packets / NCCL: 3 ranks 6.34 / 6.85 / 6.69 at 256 KiB, 10.77 / 14.66 /
+/// 15.70 at 1 MiB; 4 ranks 6.33 / 5.81 / 6.59 at 256 KiB, 7.76 / 9.02 / 8.55 at 512 KiB, 10.63 /
+/// 15.85 / 11.31 at 1 MiB.
+fn default_ll_chain_min_bytes(nranks: usize) -> u64 {
+    if nranks <= 3 {
+        256 << 10
+    } else {
+        512 << 10
+    }
+}
+
+/// Packets along the chain (kernels/reduce_colls.cu, reduce_ll_chain): 3+ ranks, packets allowed,
+/// from OXCCL_REDUCE_LL_CHAIN_MIN_BYTES up to what one LL region holds (the kernel has no rounds).
+/// One packet per thread where the grid allows.
+fn ll_chain_plan(bytes: u64, n: usize, topo: &Topology, s: &Scratch, t: &Tuning) -> Option<ReducePlan> {
+    let region = (s.ll_half_bytes / n.max(1) as u64) & !15;
+    let min = t.reduce_ll_chain_min_bytes.unwrap_or_else(|| default_ll_chain_min_bytes(n));
+    let npkt = bytes.div_ceil(8);
+    if n < 3 || min == 0 || bytes < min || npkt * 16 > region || !t.allowed.packets[Func::Reduce as usize] {
+        return None;
+    }
+    let (cap, block) = exchange_shape(topo, s);
+    let grid = npkt.div_ceil(block as u64).clamp(1, cap as u64) as u32;
+    Some(ReducePlan { mode: OX_MODE_LL_CHAIN as u32, grid, block, chunk_elems: 0 })
+}
+
 /// Reduce to a root: packets for small messages (one-directional pairs, so the communicator's
 /// fixed exchange grid); on 3+ ranks from 32 MiB the chain, where every link carries the message
 /// once (reduce-scatter-then-gather makes the root receive 1.5x the message on 4 ranks); else
@@ -107,6 +142,9 @@ fn chain_plan(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: &Tuning
 pub fn select_reduce(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: &Tuning) -> ReducePlan {
     let n = topo.nranks.max(1);
     let bytes = count * dt.size() as u64;
+    if let Some(p) = ll_chain_plan(bytes, n, topo, s, t) {
+        return p;
+    }
     if ll_fits(Func::Reduce, bytes, n, s, t) {
         let (grid, block) = exchange_shape(topo, s);
         return ReducePlan { mode: OX_MODE_LL as u32, grid, block, chunk_elems: 0 };
@@ -146,11 +184,13 @@ mod tests {
                     let rs = select_reducescatter(count, dt, &topo, &s, &t);
                     let rd = select_reduce(count, dt, &topo, &s, &t);
                     for p in [rs, rd] {
-                        if p.mode != OX_MODE_LL as u32 {
+                        if !p.packets() {
                             assert!(p.chunk_elems * dt.size() as u64 <= s.rs_slot_bytes);
                             assert!(p.grid >= 1 && p.grid <= s.rs_max_blocks);
                         } else {
-                            assert!(count * dt.size() as u64 <= 1 << 20);
+                            let region = (s.ll_half_bytes / n as u64) & !15;
+                            assert!((count * dt.size() as u64).div_ceil(8) * 16 <= region);
+                            assert!(p.mode == OX_MODE_LL as u32 || (n >= 3 && p.mode == OX_MODE_LL_CHAIN as u32));
                         }
                     }
                 }
@@ -171,8 +211,41 @@ mod tests {
     }
 
     #[test]
+    fn mid_size_reduce_on_three_or_more_ranks_is_a_packet_chain_within_one_region() {
+        let t = Tuning::default();
+        let simple = Tuning { allowed: super::super::envlists::Allowed::from_values(Some("Simple"), None).unwrap(), ..Default::default() };
+        let never = Tuning { reduce_ll_chain_min_bytes: Some(0), ..Default::default() };
+        for n in [2usize, 3, 4, 8] {
+            let s = Scratch::for_ranks(n, &t);
+            let topo = Topology { nranks: n, sm_count: 132 };
+            let region = (s.ll_half_bytes / n as u64) & !15;
+            for dt in DataType::ALL {
+                let es = dt.size() as u64;
+                let from = if n == 3 { 256u64 << 10 } else { 512 << 10 };
+                for bytes in [from, from + 300_001, region / 2].into_iter().filter(|&b| b <= region / 2) {
+                    let count = bytes / es;
+                    let p = select_reduce(count, dt, &topo, &s, &t);
+                    if n >= 3 {
+                        assert_eq!(p.mode, OX_MODE_LL_CHAIN as u32, "n={n} {} {bytes} B", dt.name());
+                        assert!(p.packets() && p.grid >= 1 && p.grid <= s.rs_max_blocks);
+                        assert!((count * es).div_ceil(8) * 16 <= region);
+                    } else {
+                        assert_ne!(p.mode, OX_MODE_LL_CHAIN as u32);
+                    }
+                    assert_ne!(select_reduce(count, dt, &topo, &s, &simple).mode, OX_MODE_LL_CHAIN as u32, "NCCL_PROTO=Simple");
+                    assert_ne!(select_reduce(count, dt, &topo, &s, &never).mode, OX_MODE_LL_CHAIN as u32);
+                }
+                // Past one region: the put kernels; below the threshold: direct packets.
+                assert!(!select_reduce((region / 2 + 4096) / es, dt, &topo, &s, &t).packets(), "n={n}");
+                assert_eq!(select_reduce(1000, dt, &topo, &s, &t).mode, OX_MODE_LL as u32);
+                assert_eq!(select_reduce((from - 4096) / es, dt, &topo, &s, &t).mode, OX_MODE_LL as u32, "n={n}: direct packets");
+            }
+        }
+    }
+
+    #[test]
     fn chain_plans_fit_the_scratch_and_pipeline() {
-        let t = Tuning { reduce_chain_min_bytes: Some(1), ..Tuning::default() };
+        let t = Tuning { reduce_chain_min_bytes: Some(1), reduce_ll_chain_min_bytes: Some(0), ..Tuning::default() };
         for n in [3usize, 4, 5, 8, 16] {
             let s = Scratch::for_ranks(n, &t);
             let topo = Topology { nranks: n, sm_count: 132 };
