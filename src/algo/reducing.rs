@@ -135,21 +135,24 @@ fn ll_chain_plan(bytes: u64, n: usize, topo: &Topology, s: &Scratch, t: &Tuning)
 }
 
 /// Smallest Reduce sent as LL128 lines along the chain (3+ ranks), unless tuned
-/// (OXCCL_REDUCE_LL128_MIN_BYTES, 0 = never): where the LL16 chain's single region ends on 4 ranks.
-/// Not yet measured (branch reduce-ll128).
-const DEFAULT_REDUCE_LL128_MIN_BYTES: u64 = 1 << 20;
+/// (OXCCL_REDUCE_LL128_MIN_BYTES, 0 = never). H200, us, LL128 chain / previous default / NCCL:
+/// 4 ranks 6.00 / 5.37 / 6.35 at 128 KiB, 6.16 / 6.52 / 6.51 at 256 KiB, 6.93 / 8.10 / 8.09 at
+/// 512 KiB, 9.10 / 11.37 / 11.78 at 1 MiB; 3 ranks 6.11 / 6.65 / 6.5 at 256 KiB. So it replaces
+/// the LL16 chain, which stays reachable with OXCCL_REDUCE_LL128_MIN_BYTES=0.
+const DEFAULT_REDUCE_LL128_MIN_BYTES: u64 = 256 << 10;
 /// Lines of a round each block of the LL128 chain aims for: one pass of a 512-thread block.
 const LL128_LINES_PER_BLOCK: u64 = 64;
 
 /// LL128 lines along the chain (kernels/reduce_colls.cu, reduce_ll128_chain): 3+ ranks, packets
-/// allowed, from OXCCL_REDUCE_LL128_MIN_BYTES to below the put chain's threshold (its default when
-/// the put chain is turned off). Any size: the
+/// allowed, from OXCCL_REDUCE_LL128_MIN_BYTES to below OXCCL_REDUCE_LL128_MAX_BYTES, by default the put
+/// chain's threshold (its default when the put chain is turned off). Any size: the
 /// kernel goes in rounds of half an LL128 scratch half. The grid gives each block about 64 lines
 /// of a round; every rank derives the same grid, which the kernel's line ownership needs.
 fn ll128_chain_plan(bytes: u64, n: usize, topo: &Topology, s: &Scratch, t: &Tuning) -> Option<ReducePlan> {
     let min = t.reduce_ll128_min_bytes.unwrap_or(DEFAULT_REDUCE_LL128_MIN_BYTES);
     // Up to the put chain, or to where it would start by default when it is turned off.
-    let max = t.reduce_chain_min_bytes.filter(|&b| b > 0).unwrap_or(DEFAULT_REDUCE_CHAIN_MIN_BYTES);
+    let chain = t.reduce_chain_min_bytes.filter(|&b| b > 0).unwrap_or(DEFAULT_REDUCE_CHAIN_MIN_BYTES);
+    let max = t.reduce_ll128_max_bytes.unwrap_or(chain);
     if n < 3 || min == 0 || bytes < min || bytes >= max || !t.allowed.packets[Func::Reduce as usize] {
         return None;
     }
@@ -161,7 +164,8 @@ fn ll128_chain_plan(bytes: u64, n: usize, topo: &Topology, s: &Scratch, t: &Tuni
 }
 
 /// Reduce to a root: packets for small messages (one-directional pairs, so the communicator's
-/// fixed exchange grid); on 3+ ranks from 32 MiB the chain, where every link carries the message
+/// fixed exchange grid); on 3+ ranks LL128 lines along the chain from 256 KiB (the LL16 chain only
+/// when LL128 is tuned off), and from 32 MiB the put chain, where every link carries the message
 /// once (reduce-scatter-then-gather makes the root receive 1.5x the message on 4 ranks); else
 /// AllReduce's put-based algorithm with the gather to the root only. With the chain turned off,
 /// the relay (the root receives only finished pieces) from 128 MiB.
@@ -278,7 +282,7 @@ mod tests {
     }
 
     #[test]
-    fn one_to_32_mib_on_three_or_more_ranks_is_an_ll128_chain() {
+    fn quarter_mib_to_32_mib_on_three_or_more_ranks_is_an_ll128_chain() {
         let t = Tuning::default();
         let simple = Tuning { allowed: super::super::envlists::Allowed::from_values(Some("Simple"), None).unwrap(), ..Default::default() };
         for n in [2usize, 3, 4, 8] {
@@ -286,7 +290,7 @@ mod tests {
             let topo = Topology { nranks: n, sm_count: 132 };
             for dt in DataType::ALL {
                 let es = dt.size() as u64;
-                for bytes in [1u64 << 20, 3_000_017, 16 << 20, (32 << 20) - 64] {
+                for bytes in [256u64 << 10, 1 << 20, 3_000_017, 16 << 20, (32 << 20) - 64] {
                     let p = select_reduce(bytes / es, dt, &topo, &s, &t);
                     if n >= 3 {
                         assert_eq!(p.mode, OX_MODE_LL128_CHAIN as u32, "n={n} {} {bytes} B", dt.name());
@@ -298,6 +302,13 @@ mod tests {
                 }
                 let at_chain = select_reduce((32 << 20) / es, dt, &topo, &s, &t).mode;
                 assert_eq!(at_chain, if n >= 3 { OX_MODE_CHAIN } else { OX_MODE_PUT } as u32);
+                assert_ne!(select_reduce(((256 << 10) - 64) / es, dt, &topo, &s, &t).mode, OX_MODE_LL128_CHAIN as u32);
+                // OXCCL_REDUCE_LL128_MAX_BYTES moves the end past the put chain's start.
+                let longer = Tuning { reduce_ll128_max_bytes: Some(128 << 20), ..t.clone() };
+                let mode = |bytes: u64| select_reduce(bytes / es, dt, &topo, &s, &longer).mode;
+                if n >= 3 {
+                    assert_eq!((mode(64 << 20), mode(128 << 20)), (OX_MODE_LL128_CHAIN as u32, OX_MODE_CHAIN as u32));
+                }
             }
         }
         // Enough blocks for a round of lines, within the grid cap.
