@@ -21,6 +21,12 @@ cargo test --release --locked
 python3 scripts/model/ll_ack_model.py
 python3 scripts/model/reduce_relay_model.py
 python3 scripts/model/reduce_chain_model.py
+python3 scripts/model/reduce_ll128_model.py
+for rule in credits ack; do  # the model must still fail when either reuse rule is dropped
+  if python3 scripts/model/reduce_ll128_model.py --mutate=$rule > /dev/null; then
+    echo "test: reduce_ll128_model no longer catches a missing $rule rule"; exit 1
+  fi
+done
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --release --locked --all-targets -- -D warnings
 else

@@ -39,6 +39,9 @@ pub const OX_MODE_CHAIN: u8 = 5;
 /// Reduce on 3+ ranks (`CollArgs::mode` only): the same chain as LL16 packets, for messages whose
 /// packets fit one LL region (kernels/reduce_colls.cu, reduce_ll_chain).
 pub const OX_MODE_LL_CHAIN: u8 = 6;
+/// Reduce on 3+ ranks (`CollArgs::mode` only): the same chain as LL128 lines, in rounds through
+/// double-buffered halves of the LL128 scratch (kernels/reduce_colls.cu, reduce_ll128_chain).
+pub const OX_MODE_LL128_CHAIN: u8 = 7;
 
 /// PortChannel trigger: 128 bits a GPU thread pushes into the proxy FIFO.
 /// `fst` = size (bits 0-31) | source offset (32-63);
@@ -190,6 +193,11 @@ pub struct DevComm {
     /// Blocks the put-based scratch was sized for; launches of that algorithm use at most this many.
     pub rs_max_blocks: u32,
     pub _pad0: u32,
+    /// Bytes of one half of each rank's LL128 scratch (halves alternate with the flag's parity;
+    /// kernels/ll128.cuh), which only LL128 lines from the rank's predecessor (rank - 1) go to.
+    pub ll128_half_bytes: u64,
+    /// Offset of a rank's LL128 scratch from its LL scratch (`ll_scratch[r] + ll128_off`).
+    pub ll128_off: u64,
     /// Each rank's LL scratch, as mapped into this rank's address space (own entry included).
     pub ll_scratch: [u64; OX_MAX_RANKS],
     /// Each rank's put-based scratch: RS area then AG area, each `rs_max_blocks * nranks` slots.
@@ -254,6 +262,8 @@ mod tests {
             ("DevComm", "ll_half_bytes", offset_of!(DevComm, ll_half_bytes)),
             ("DevComm", "rs_slot_bytes", offset_of!(DevComm, rs_slot_bytes)),
             ("DevComm", "rs_max_blocks", offset_of!(DevComm, rs_max_blocks)),
+            ("DevComm", "ll128_half_bytes", offset_of!(DevComm, ll128_half_bytes)),
+            ("DevComm", "ll128_off", offset_of!(DevComm, ll128_off)),
             ("DevComm", "ll_scratch", offset_of!(DevComm, ll_scratch)),
             ("DevComm", "rs_scratch", offset_of!(DevComm, rs_scratch)),
             ("DevComm", "sem_inbound", offset_of!(DevComm, sem_inbound)),

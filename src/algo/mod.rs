@@ -28,6 +28,8 @@ pub struct Topology {
 pub struct Scratch {
     /// One half of the LL packet scratch (two halves alternate by flag parity).
     pub ll_half_bytes: u64,
+    /// One half of the LL128 line scratch (the same alternation; kernels/ll128.cuh).
+    pub ll128_half_bytes: u64,
     /// One (block, source) slot of the put-based scratch.
     pub rs_slot_bytes: u64,
     /// Blocks the put-based scratch has slots for.
@@ -41,12 +43,14 @@ impl Scratch {
     pub fn for_ranks(nranks: usize, tuning: &Tuning) -> Scratch {
         if nranks <= 1 {
             // A single rank exchanges nothing; kernels (PreMulSum scaling) never touch scratch.
-            return Scratch { ll_half_bytes: 4096, rs_slot_bytes: 4096, rs_max_blocks: 1 };
+            return Scratch { ll_half_bytes: 4096, ll128_half_bytes: 4096, rs_slot_bytes: 4096, rs_max_blocks: 1 };
         }
         let n = nranks as u64;
         let slot = tuning.rs_slot_bytes.unwrap_or_else(|| (512 * 1024 / n).clamp(32 * 1024, 256 * 1024));
         Scratch {
             ll_half_bytes: tuning.ll_half_bytes.unwrap_or(8 << 20),
+            // Whole lines, two sub-buffers per half.
+            ll128_half_bytes: tuning.ll128_half_bytes.unwrap_or(4 << 20) & !255,
             rs_slot_bytes: slot & !15,
             rs_max_blocks: tuning.rs_blocks.unwrap_or(128).clamp(1, crate::device_abi::OX_MAX_BLOCKS as u32),
         }
@@ -55,6 +59,11 @@ impl Scratch {
     /// Bytes of LL scratch each rank allocates (both halves).
     pub fn ll_bytes(&self) -> u64 {
         2 * self.ll_half_bytes
+    }
+
+    /// Bytes of LL128 scratch each rank allocates (both halves).
+    pub fn ll128_bytes(&self) -> u64 {
+        2 * self.ll128_half_bytes
     }
 
     /// Bytes of put-based scratch each rank allocates (RS and AG areas).

@@ -4,7 +4,7 @@ use super::allreduce::{select_allreduce, AllReduceAlgo};
 use super::envlists::Func;
 use super::exchange::exchange_shape;
 use super::{Scratch, Topology, Tuning};
-use crate::device_abi::{OX_MODE_CHAIN, OX_MODE_LL, OX_MODE_LL_CHAIN, OX_MODE_PUT, OX_MODE_RELAY};
+use crate::device_abi::{OX_MODE_CHAIN, OX_MODE_LL, OX_MODE_LL128_CHAIN, OX_MODE_LL_CHAIN, OX_MODE_PUT, OX_MODE_RELAY};
 use crate::types::DataType;
 
 /// How one ReduceScatter or Reduce runs.
@@ -21,7 +21,7 @@ pub struct ReducePlan {
 impl ReducePlan {
     /// Runs in the packet kernels (reduce_ll / reducescatter_ll), else in the put kernels.
     pub fn packets(&self) -> bool {
-        self.mode == OX_MODE_LL as u32 || self.mode == OX_MODE_LL_CHAIN as u32
+        [OX_MODE_LL, OX_MODE_LL_CHAIN, OX_MODE_LL128_CHAIN].contains(&(self.mode as u8))
     }
 }
 
@@ -134,14 +134,47 @@ fn ll_chain_plan(bytes: u64, n: usize, topo: &Topology, s: &Scratch, t: &Tuning)
     Some(ReducePlan { mode: OX_MODE_LL_CHAIN as u32, grid, block, chunk_elems: 0 })
 }
 
+/// Smallest Reduce sent as LL128 lines along the chain (3+ ranks), unless tuned
+/// (OXCCL_REDUCE_LL128_MIN_BYTES, 0 = never). H200, us, LL128 chain / previous default / NCCL:
+/// 4 ranks 6.00 / 5.37 / 6.35 at 128 KiB, 6.16 / 6.52 / 6.51 at 256 KiB, 6.93 / 8.10 / 8.09 at
+/// 512 KiB, 9.10 / 11.37 / 11.78 at 1 MiB; 3 ranks 6.11 / 6.65 / 6.5 at 256 KiB. So it replaces
+/// the LL16 chain, which stays reachable with OXCCL_REDUCE_LL128_MIN_BYTES=0.
+const DEFAULT_REDUCE_LL128_MIN_BYTES: u64 = 256 << 10;
+/// Lines of a round each block of the LL128 chain aims for: one pass of a 512-thread block.
+const LL128_LINES_PER_BLOCK: u64 = 64;
+
+/// LL128 lines along the chain (kernels/reduce_colls.cu, reduce_ll128_chain): 3+ ranks, packets
+/// allowed, from OXCCL_REDUCE_LL128_MIN_BYTES to below OXCCL_REDUCE_LL128_MAX_BYTES, by default the put
+/// chain's threshold (its default when the put chain is turned off). Any size: the
+/// kernel goes in rounds of half an LL128 scratch half. The grid gives each block about 64 lines
+/// of a round; every rank derives the same grid, which the kernel's line ownership needs.
+fn ll128_chain_plan(bytes: u64, n: usize, topo: &Topology, s: &Scratch, t: &Tuning) -> Option<ReducePlan> {
+    let min = t.reduce_ll128_min_bytes.unwrap_or(DEFAULT_REDUCE_LL128_MIN_BYTES);
+    // Up to the put chain, or to where it would start by default when it is turned off.
+    let chain = t.reduce_chain_min_bytes.filter(|&b| b > 0).unwrap_or(DEFAULT_REDUCE_CHAIN_MIN_BYTES);
+    let max = t.reduce_ll128_max_bytes.unwrap_or(chain);
+    if n < 3 || min == 0 || bytes < min || bytes >= max || !t.allowed.packets[Func::Reduce as usize] {
+        return None;
+    }
+    let lines = bytes.div_ceil(8).div_ceil(15);
+    let sub_lines = (s.ll128_half_bytes / 2 / 128).max(1);
+    let (cap, _) = exchange_shape(topo, s);
+    let grid = lines.min(sub_lines).div_ceil(LL128_LINES_PER_BLOCK).clamp(1, cap as u64) as u32;
+    Some(ReducePlan { mode: OX_MODE_LL128_CHAIN as u32, grid, block: 512, chunk_elems: 0 })
+}
+
 /// Reduce to a root: packets for small messages (one-directional pairs, so the communicator's
-/// fixed exchange grid); on 3+ ranks from 32 MiB the chain, where every link carries the message
+/// fixed exchange grid); on 3+ ranks LL128 lines along the chain from 256 KiB (the LL16 chain only
+/// when LL128 is tuned off), and from 32 MiB the put chain, where every link carries the message
 /// once (reduce-scatter-then-gather makes the root receive 1.5x the message on 4 ranks); else
 /// AllReduce's put-based algorithm with the gather to the root only. With the chain turned off,
 /// the relay (the root receives only finished pieces) from 128 MiB.
 pub fn select_reduce(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: &Tuning) -> ReducePlan {
     let n = topo.nranks.max(1);
     let bytes = count * dt.size() as u64;
+    if let Some(p) = ll128_chain_plan(bytes, n, topo, s, t) {
+        return p;
+    }
     if let Some(p) = ll_chain_plan(bytes, n, topo, s, t) {
         return p;
     }
@@ -187,6 +220,8 @@ mod tests {
                         if !p.packets() {
                             assert!(p.chunk_elems * dt.size() as u64 <= s.rs_slot_bytes);
                             assert!(p.grid >= 1 && p.grid <= s.rs_max_blocks);
+                        } else if p.mode == OX_MODE_LL128_CHAIN as u32 {
+                            assert!(n >= 3 && p.grid >= 1 && p.grid <= s.rs_max_blocks);
                         } else {
                             let region = (s.ll_half_bytes / n as u64) & !15;
                             assert!((count * dt.size() as u64).div_ceil(8) * 16 <= region);
@@ -196,7 +231,10 @@ mod tests {
                 }
                 assert_eq!(select_reducescatter(1, dt, &topo, &s, &t).mode, OX_MODE_LL as u32);
                 let mode = select_reduce((2u64 << 20) / dt.size() as u64, dt, &topo, &s, &t).mode;
-                assert_eq!(mode, OX_MODE_PUT as u32, "n={n} 2 MiB: reduce-scatter then gather");
+                assert_eq!(mode, if n >= 3 { OX_MODE_LL128_CHAIN } else { OX_MODE_PUT } as u32, "n={n} 2 MiB");
+                let no_ll128 = Tuning { reduce_ll128_min_bytes: Some(0), ..t.clone() };
+                let mode = select_reduce((2u64 << 20) / dt.size() as u64, dt, &topo, &s, &no_ll128).mode;
+                assert_eq!(mode, OX_MODE_PUT as u32, "n={n} 2 MiB without LL128: reduce-scatter then gather");
                 for count in [(32u64 << 20) / dt.size() as u64, 1 << 28] {
                     let mode = select_reduce(count, dt, &topo, &s, &t).mode;
                     assert_eq!(mode, if n >= 3 { OX_MODE_CHAIN } else { OX_MODE_PUT } as u32, "n={n} count {count}");
@@ -212,9 +250,9 @@ mod tests {
 
     #[test]
     fn mid_size_reduce_on_three_or_more_ranks_is_a_packet_chain_within_one_region() {
-        let t = Tuning::default();
-        let simple = Tuning { allowed: super::super::envlists::Allowed::from_values(Some("Simple"), None).unwrap(), ..Default::default() };
-        let never = Tuning { reduce_ll_chain_min_bytes: Some(0), ..Default::default() };
+        let t = Tuning { reduce_ll128_min_bytes: Some(0), ..Default::default() };
+        let simple = Tuning { allowed: super::super::envlists::Allowed::from_values(Some("Simple"), None).unwrap(), reduce_ll128_min_bytes: Some(0), ..Default::default() };
+        let never = Tuning { reduce_ll_chain_min_bytes: Some(0), reduce_ll128_min_bytes: Some(0), ..Default::default() };
         for n in [2usize, 3, 4, 8] {
             let s = Scratch::for_ranks(n, &t);
             let topo = Topology { nranks: n, sm_count: 132 };
@@ -244,8 +282,44 @@ mod tests {
     }
 
     #[test]
+    fn quarter_mib_to_32_mib_on_three_or_more_ranks_is_an_ll128_chain() {
+        let t = Tuning::default();
+        let simple = Tuning { allowed: super::super::envlists::Allowed::from_values(Some("Simple"), None).unwrap(), ..Default::default() };
+        for n in [2usize, 3, 4, 8] {
+            let s = Scratch::for_ranks(n, &t);
+            let topo = Topology { nranks: n, sm_count: 132 };
+            for dt in DataType::ALL {
+                let es = dt.size() as u64;
+                for bytes in [256u64 << 10, 1 << 20, 3_000_017, 16 << 20, (32 << 20) - 64] {
+                    let p = select_reduce(bytes / es, dt, &topo, &s, &t);
+                    if n >= 3 {
+                        assert_eq!(p.mode, OX_MODE_LL128_CHAIN as u32, "n={n} {} {bytes} B", dt.name());
+                        assert!(p.packets() && p.grid >= 1 && p.grid <= s.rs_max_blocks && p.block % 32 == 0);
+                    } else {
+                        assert_ne!(p.mode, OX_MODE_LL128_CHAIN as u32);
+                    }
+                    assert_ne!(select_reduce(bytes / es, dt, &topo, &s, &simple).mode, OX_MODE_LL128_CHAIN as u32, "NCCL_PROTO=Simple");
+                }
+                let at_chain = select_reduce((32 << 20) / es, dt, &topo, &s, &t).mode;
+                assert_eq!(at_chain, if n >= 3 { OX_MODE_CHAIN } else { OX_MODE_PUT } as u32);
+                assert_ne!(select_reduce(((256 << 10) - 64) / es, dt, &topo, &s, &t).mode, OX_MODE_LL128_CHAIN as u32);
+                // OXCCL_REDUCE_LL128_MAX_BYTES moves the end past the put chain's start.
+                let longer = Tuning { reduce_ll128_max_bytes: Some(128 << 20), ..t.clone() };
+                let mode = |bytes: u64| select_reduce(bytes / es, dt, &topo, &s, &longer).mode;
+                if n >= 3 {
+                    assert_eq!((mode(64 << 20), mode(128 << 20)), (OX_MODE_LL128_CHAIN as u32, OX_MODE_CHAIN as u32));
+                }
+            }
+        }
+        // Enough blocks for a round of lines, within the grid cap.
+        let grid = |bytes: u64| select_reduce(bytes / 4, DataType::Float32, &Topology { nranks: 4, sm_count: 132 }, &Scratch::for_ranks(4, &t), &t).grid;
+        assert_eq!((grid(1 << 20), grid(16 << 20)), (128, 128));
+        assert_eq!(Scratch::for_ranks(4, &t).ll128_half_bytes % 256, 0);
+    }
+
+    #[test]
     fn chain_plans_fit_the_scratch_and_pipeline() {
-        let t = Tuning { reduce_chain_min_bytes: Some(1), reduce_ll_chain_min_bytes: Some(0), ..Tuning::default() };
+        let t = Tuning { reduce_chain_min_bytes: Some(1), reduce_ll_chain_min_bytes: Some(0), reduce_ll128_min_bytes: Some(0), ..Tuning::default() };
         for n in [3usize, 4, 5, 8, 16] {
             let s = Scratch::for_ranks(n, &t);
             let topo = Topology { nranks: n, sm_count: 132 };

@@ -50,6 +50,12 @@ pub struct Tuning {
     /// OXCCL_RSAG_SLOT_BYTES / OXCCL_LL_HALF_BYTES: scratch geometry.
     pub rs_slot_bytes: Option<u64>,
     pub ll_half_bytes: Option<u64>,
+    /// OXCCL_LL128_HALF_BYTES: LL128 scratch geometry.
+    pub ll128_half_bytes: Option<u64>,
+    /// OXCCL_REDUCE_LL128_MIN_BYTES: smallest Reduce (3+ ranks) sent as LL128 lines along the chain
+    /// (0 = never); OXCCL_REDUCE_LL128_MAX_BYTES: where it stops (default: the put chain's threshold).
+    pub reduce_ll128_min_bytes: Option<u64>,
+    pub reduce_ll128_max_bytes: Option<u64>,
     /// NCCL_PROTO / NCCL_ALGO, per collective.
     pub allowed: Allowed,
 }
@@ -83,6 +89,9 @@ impl Tuning {
             chain_steps: num("OXCCL_CHAIN_STEPS").filter(|&s| (1..=1 << 20).contains(&s)),
             rs_slot_bytes: num("OXCCL_RSAG_SLOT_BYTES").filter(|&b| b >= 4096),
             ll_half_bytes: num("OXCCL_LL_HALF_BYTES").filter(|&b| b >= 64 * 1024),
+            ll128_half_bytes: num("OXCCL_LL128_HALF_BYTES").filter(|&b| b >= 64 * 1024),
+            reduce_ll128_min_bytes: num("OXCCL_REDUCE_LL128_MIN_BYTES"),
+            reduce_ll128_max_bytes: num("OXCCL_REDUCE_LL128_MAX_BYTES").filter(|&b| b > 0),
         })
     }
 }

@@ -22,6 +22,7 @@ fn align_up(x: u64) -> u64 {
 #[derive(Clone, Copy, Debug)]
 struct SharedLayout {
     ll_off: u64,
+    ll128_off: u64,
     rs_off: u64,
     sem_off: u64,
     ack_off: u64,
@@ -31,10 +32,11 @@ struct SharedLayout {
 impl SharedLayout {
     fn new(s: &Scratch, nranks: usize) -> SharedLayout {
         let ll_off = 0;
-        let rs_off = align_up(ll_off + s.ll_bytes());
+        let ll128_off = align_up(ll_off + s.ll_bytes());
+        let rs_off = align_up(ll128_off + s.ll128_bytes());
         let sem_off = align_up(rs_off + s.rs_bytes(nranks));
         let ack_off = align_up(sem_off + SEM_BYTES);
-        SharedLayout { ll_off, rs_off, sem_off, ack_off, total: align_up(ack_off + FLAG_TABLE_BYTES) }
+        SharedLayout { ll_off, ll128_off, rs_off, sem_off, ack_off, total: align_up(ack_off + FLAG_TABLE_BYTES) }
     }
 }
 
@@ -153,6 +155,8 @@ impl MemoryChannels {
             rs_slot_bytes: scratch.rs_slot_bytes,
             rs_max_blocks: scratch.rs_max_blocks,
             _pad0: 0,
+            ll128_half_bytes: scratch.ll128_half_bytes,
+            ll128_off: layout.ll128_off - layout.ll_off,
             ll_scratch: [0; OX_MAX_RANKS],
             rs_scratch: [0; OX_MAX_RANKS],
             sem_inbound: [0; OX_MAX_RANKS],
@@ -215,7 +219,9 @@ mod tests {
         for n in [1, 2, 3, 8, 32] {
             let s = Scratch::for_ranks(n, &t);
             let l = SharedLayout::new(&s, n);
-            assert!(l.ll_off + s.ll_bytes() <= l.rs_off);
+            assert!(l.ll_off + s.ll_bytes() <= l.ll128_off);
+            assert!(l.ll128_off + s.ll128_bytes() <= l.rs_off);
+            assert_eq!(l.ll128_off % 128, 0);
             assert!(l.rs_off + s.rs_bytes(n) <= l.sem_off);
             assert!(l.sem_off + SEM_BYTES <= l.ack_off);
             assert!(l.ack_off + FLAG_TABLE_BYTES <= l.total);
