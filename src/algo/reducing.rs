@@ -140,14 +140,10 @@ fn ll_chain_plan(bytes: u64, n: usize, topo: &Topology, s: &Scratch, t: &Tuning)
 /// 512 KiB, 9.10 / 11.37 / 11.78 at 1 MiB; 3 ranks 6.11 / 6.65 / 6.5 at 256 KiB. So it replaces
 /// the LL16 chain, which stays reachable with OXCCL_REDUCE_LL128_MIN_BYTES=0.
 const DEFAULT_REDUCE_LL128_MIN_BYTES: u64 = 256 << 10;
-/// Lines of a round each block of the LL128 chain aims for: one pass of a 512-thread block.
-const LL128_LINES_PER_BLOCK: u64 = 64;
-
 /// LL128 lines along the chain (kernels/reduce_colls.cu, reduce_ll128_chain): 3+ ranks, packets
 /// allowed, from OXCCL_REDUCE_LL128_MIN_BYTES to below OXCCL_REDUCE_LL128_MAX_BYTES, by default the put
 /// chain's threshold (its default when the put chain is turned off). Any size: the
-/// kernel goes in rounds of half an LL128 scratch half. The grid gives each block about 64 lines
-/// of a round; every rank derives the same grid, which the kernel's line ownership needs.
+/// kernel goes in rounds of half an LL128 scratch half (grid: chain::ll128_grid).
 fn ll128_chain_plan(bytes: u64, n: usize, topo: &Topology, s: &Scratch, t: &Tuning) -> Option<ReducePlan> {
     let min = t.reduce_ll128_min_bytes.unwrap_or(DEFAULT_REDUCE_LL128_MIN_BYTES);
     // Up to the put chain, or to where it would start by default when it is turned off.
@@ -156,11 +152,8 @@ fn ll128_chain_plan(bytes: u64, n: usize, topo: &Topology, s: &Scratch, t: &Tuni
     if n < 3 || min == 0 || bytes < min || bytes >= max || !t.allowed.packets[Func::Reduce as usize] {
         return None;
     }
-    let lines = bytes.div_ceil(8).div_ceil(15);
-    let sub_lines = (s.ll128_half_bytes / 2 / 128).max(1);
-    let (cap, _) = exchange_shape(topo, s);
-    let grid = lines.min(sub_lines).div_ceil(LL128_LINES_PER_BLOCK).clamp(1, cap as u64) as u32;
-    Some(ReducePlan { mode: OX_MODE_LL128_CHAIN as u32, grid, block: 512, chunk_elems: 0 })
+    let grid = super::chain::ll128_grid(bytes, topo, s);
+    Some(ReducePlan { mode: OX_MODE_LL128_CHAIN as u32, grid, block: super::chain::LL128_BLOCK, chunk_elems: 0 })
 }
 
 /// Reduce to a root: packets for small messages (one-directional pairs, so the communicator's
