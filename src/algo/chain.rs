@@ -1,6 +1,6 @@
 //! LL128 lines along the chain rank-1 -> rank -> rank+1 (kernels/ll128_chain.cuh): the launch
 //! geometry every rank derives alike (the kernel's line ownership pairs block b with block b), and
-//! Broadcast's choice of it. Reduce's is in reducing.rs.
+//! Broadcast's choice of it (on any rank count: on 2 it is one direct link). Reduce's is in reducing.rs.
 
 use super::envlists::Func;
 use super::{exchange_shape, Scratch, Topology, Tuning};
@@ -19,24 +19,29 @@ pub fn ll128_grid(bytes: u64, topo: &Topology, s: &Scratch) -> u32 {
     lines.min(sub_lines).div_ceil(LL128_LINES_PER_BLOCK).clamp(1, cap as u64) as u32
 }
 
-/// Smallest Broadcast sent along the LL128 chain on 3+ ranks, unless tuned
-/// (OXCCL_BROADCAST_LL128_MIN_BYTES; 0 = never). Below it the exchange kernel's direct packets,
-/// one hop, cost less than the chain's n-1 hops. On 2 ranks the chain is one direct link and is
-/// used only when tuned in.
-const DEFAULT_BROADCAST_LL128_MIN_BYTES: u64 = 256 << 10;
-/// Largest Broadcast (exclusive) sent along the LL128 chain, unless tuned
-/// (OXCCL_BROADCAST_LL128_MAX_BYTES); from there on the relay's puts.
-const DEFAULT_BROADCAST_LL128_MAX_BYTES: u64 = 64 << 20;
+/// Broadcast along the LL128 chain, unless tuned (OXCCL_BROADCAST_LL128_MIN_BYTES, 0 = never, and
+/// OXCCL_BROADCAST_LL128_MAX_BYTES): from where it beats the exchange kernel's direct packets (one
+/// hop, but the root sends n-1 streams) to where the relay's puts (3+ ranks) or direct puts (2)
+/// move more per second. H200, us, chain / exchange kernel / NCCL 2.28.9, `-n 20`:
+/// 4 ranks 6.90 / 6.37 / - at 64 KiB, 6.37 / 7.66 / 10.25 at 128 KiB, 7.61 / 13.86 / 10.23 at
+/// 512 KiB, 58.9 / 83.3 / 66.7 at 16 MiB, 425 / 433 / 394 at 128 MiB, 872 / 831 / 762 at 256 MiB;
+/// 3 ranks 6.52 / 8.36 / 8.52 at 128 KiB, 218.5 / 225.0 / 207.7 at 64 MiB, 427.7 / 420.1 / 392.2 at
+/// 128 MiB; 2 ranks 7.06 / 6.33 / 8.59 at 32 KiB, 6.21 / 6.77 / 8.54 at 64 KiB, 111.3 / 117.3 /
+/// 111.4 at 32 MiB, 214.8 / 205.6 / 205.0 at 64 MiB.
+fn default_broadcast_ll128_bounds(nranks: usize) -> (u64, u64) {
+    if nranks <= 2 {
+        (64 << 10, 64 << 20)
+    } else {
+        (128 << 10, 128 << 20)
+    }
+}
 
 /// Broadcast along the LL128 chain from the root: (grid, block), or None for the exchange kernel.
 pub fn broadcast_ll128(bytes: u64, topo: &Topology, s: &Scratch, t: &Tuning) -> Option<(u32, u32)> {
     let n = topo.nranks;
-    let min = match (t.broadcast_ll128_min_bytes, n) {
-        (Some(m), _) => m,
-        (None, 2) => 0,
-        (None, _) => DEFAULT_BROADCAST_LL128_MIN_BYTES,
-    };
-    let max = t.broadcast_ll128_max_bytes.unwrap_or(DEFAULT_BROADCAST_LL128_MAX_BYTES);
+    let (dmin, dmax) = default_broadcast_ll128_bounds(n);
+    let min = t.broadcast_ll128_min_bytes.unwrap_or(dmin);
+    let max = t.broadcast_ll128_max_bytes.unwrap_or(dmax);
     if n < 2 || min == 0 || bytes < min || bytes >= max || !t.allowed.packets[Func::Broadcast as usize] {
         return None;
     }
@@ -49,14 +54,15 @@ mod tests {
     use crate::algo::envlists::Allowed;
 
     #[test]
-    fn broadcast_takes_the_chain_from_a_quarter_mib_on_three_or_more_ranks() {
+    fn broadcast_takes_the_chain_at_mid_sizes() {
         let t = Tuning::default();
         for n in [2usize, 3, 4, 8] {
             let s = Scratch::for_ranks(n, &t);
             let topo = Topology { nranks: n, sm_count: 132 };
-            for bytes in [1u64, 4096, (256 << 10) - 1, 256 << 10, 3_000_017, (64 << 20) - 1, 64 << 20, 1 << 30] {
+            let (lo, hi) = if n == 2 { (64u64 << 10, 64u64 << 20) } else { (128 << 10, 128 << 20) };
+            for bytes in [1u64, 4096, 64 << 10, (128 << 10) - 1, 128 << 10, 3_000_017, (64 << 20) - 1, 64 << 20, 128 << 20, 1 << 30] {
                 let p = broadcast_ll128(bytes, &topo, &s, &t);
-                let want = n >= 3 && (256 << 10..64 << 20).contains(&bytes);
+                let want = (lo..hi).contains(&bytes);
                 assert_eq!(p.is_some(), want, "n={n} {bytes} B");
                 if let Some((grid, block)) = p {
                     assert!(grid >= 1 && grid <= s.rs_max_blocks && grid <= 132 && block % 32 == 0);
@@ -64,7 +70,7 @@ mod tests {
                 }
             }
         }
-        // Tuned: any rank count from 2, own bounds; LL/LL128 turned off for Broadcast: never.
+        // Tuned bounds; LL/LL128 turned off for Broadcast: never.
         let tuned = Tuning { broadcast_ll128_min_bytes: Some(1), broadcast_ll128_max_bytes: Some(1 << 30), ..Default::default() };
         let topo = Topology { nranks: 2, sm_count: 132 };
         let s = Scratch::for_ranks(2, &tuned);
