@@ -15,7 +15,7 @@
 // each input's pre() is applied by its owner.
 #include "common.cuh"
 #include "instantiate.cuh"
-#include "ll128.cuh"
+#include "ll128_chain.cuh"
 #include "ll_flags.cuh"
 #include "memory_channel.cuh"
 #include "named_barrier.cuh"
@@ -167,89 +167,41 @@ OX_DEV void reduce_ll_chain(const CollArgs& a) {
 }
 
 // Reduce on 3+ ranks as LL128 lines along the chain (the shape of reduce_ll_chain, 120 payload
-// bytes per 128 instead of 8 per 16; kernels/ll128.cuh). The LL128 scratch half of the pair's
-// flag parity is cut into two sub-buffers of Lb lines; the message's lines go in rounds of Lb,
-// round r into sub-buffer r & 1, each line flagged (pair flag << 32) | r so no line of another
-// round or launch (or a zeroed buffer) matches. Block b owns lines [b*P, (b+1)*P) of every round,
-// the same on every rank, so a reader block consumes exactly what its writer block wrote.
-// Scratch reuse: within the launch, block b writes round r >= 2 only after the successor's block
-// b has read round r - 2 (a credit per round, relaxed: it orders no data, the reads it follows
-// have returned their values, as NCCL's LL128 head updates); across launches, the one-way pair
-// acknowledgement of ll_flags.cuh, as for packets. Only the predecessor (rank - 1) writes a
-// rank's LL128 scratch, whatever the root.
+// bytes per 128 instead of 8 per 16; the driver, its scratch rounds and flags: ll128_chain.cuh):
+// each rank adds its pre-scaled input to the predecessor's partial line and forwards the sum; the
+// root (the tail) applies post() and stores the result instead.
+template <typename T, typename Op>
+struct ReduceLl128Line {
+  const Op& op;
+  const char* src;
+  char* dst;
+  uint64_t nbytes;
+  bool last;  // the root: keeps the result, forwards nothing
+  OX_DEV void in(uint64_t w, bool two, uint64_t& x0, uint64_t& x1) const {
+    x0 = ox_pre<T>(op, ox_load8(src, w * 8, nbytes));
+    if (two) x1 = ox_pre<T>(op, ox_load8(src, (w + 1) * 8, nbytes));
+  }
+  OX_DEV void merge(bool two, uint64_t d0, uint64_t d1, uint64_t& x0, uint64_t& x1) const {
+    x0 = ox_combine<T>(op, d0, x0);
+    if (two) x1 = ox_combine<T>(op, d1, x1);
+  }
+  // In place (the root's send is its recv), a word is read (in) before the same lane writes it.
+  OX_DEV void out(uint64_t w, bool two, uint64_t x0, uint64_t x1) const {
+    if (!last) return;
+    ox_store8(dst, w * 8, nbytes, ox_post<T>(op, x0));
+    if (two) ox_store8(dst, (w + 1) * 8, nbytes, ox_post<T>(op, x1));
+  }
+};
+
 template <typename T, typename Op>
 OX_DEV void reduce_ll128_chain(const CollArgs& a) {
   const DevComm& c = ox_comm(a);
-  const int me = c.rank, n = c.nranks, root = a.root;
-  AbortState ab(c.abort_flag);
-  const int pos = (me - root - 1 + 2 * n) % n;  // 0 = the chain's head, n-1 = the root
-  const int prev = (me + n - 1) % n, next = (me + 1) % n;
-  const bool has_prev = pos > 0, has_next = pos < n - 1;
-  __shared__ uint32_t flags[OX_MAX_RANKS];
-  __shared__ uint8_t pair[OX_MAX_RANKS];
-  if ((int)threadIdx.x < OX_MAX_RANKS) pair[threadIdx.x] = ((int)threadIdx.x == prev && has_prev) || ((int)threadIdx.x == next && has_next);
-  ox_ll_flags_load(c, flags, ab);  // includes a __syncthreads
-  if (has_prev && (int)threadIdx.x == prev) ox_ll_ack_post(c, prev, flags[prev]);
-  if (has_next && (int)threadIdx.x == next) ox_ll_pending_set(c, next, flags[next]);
-  const uint64_t nbytes = a.count * sizeof(T);
-  const uint64_t words = ox_ceil_div(nbytes, 8);
-  const uint64_t lines = ox_ceil_div(words, kLl128LineWords);
-  const uint64_t sub_lines = c.ll128_half_bytes / 2 / kLl128LineBytes;
-  const uint64_t sub_bytes = sub_lines * kLl128LineBytes;
-  const uint64_t round_lines = ox_min(sub_lines, lines);
-  const uint64_t rounds = round_lines ? ox_ceil_div(lines, round_lines) : 0;
-  const uint64_t per = ox_ceil_div(round_lines, gridDim.x);  // lines of a round per block
-  const uint64_t lo = (uint64_t)blockIdx.x * per;
-  const char* src = reinterpret_cast<const char*>(a.send);
-  char* dst = reinterpret_cast<char*>(a.recv);
-  const char* from = reinterpret_cast<const char*>(c.ll_scratch[me] + c.ll128_off) + (flags[prev] & 1u) * c.ll128_half_bytes;
-  char* to = reinterpret_cast<char*>(c.ll_scratch[next] + c.ll128_off) + (flags[next] & 1u) * c.ll128_half_bytes;
-  const MemoryChannel up = ox_memory_channel(c, prev, blockIdx.x, 0, 0);    // signal: credit
-  const MemoryChannel down = ox_memory_channel(c, next, blockIdx.x, 0, 0);  // wait: credit
-  const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-  const uint32_t j = lane & 7;  // this lane's 16 bytes of its line
+  const int n = c.nranks;
+  const int pos = (c.rank - a.root - 1 + 2 * n) % n;  // 0 = the chain's head, n-1 = the root
   const Op op(a, n);
-  for (uint64_t r = 0; r < rounds; ++r) {
-    if (has_next && r >= 2) {
-      if (threadIdx.x == 0) down.relaxed_wait(ab);  // the successor has read round r - 2
-      __syncthreads();
-    }
-    const uint64_t first = r * round_lines;  // the round's first line of the message
-    const uint64_t end = ox_min(lo + per, ox_min(round_lines, lines - first));
-    const uint64_t buf = (r & 1) * sub_bytes;
-    const uint64_t rflag_prev = ((uint64_t)flags[prev] << 32) | (uint32_t)r;
-    const uint64_t rflag_next = ((uint64_t)flags[next] << 32) | (uint32_t)r;
-    // Warp-uniform loop: 4 lines per warp per pass, lane group lane / 8 on line base + lane / 8.
-    for (uint64_t base = lo + 4 * (uint64_t)warp; base < lo + per; base += 4 * (uint64_t)nwarps) {
-      const uint64_t l = base + lane / 8;
-      const bool active = l < end;
-      const uint64_t w0 = (first + l) * kLl128LineWords + 2 * j;  // this lane's first payload word
-      uint64_t x0 = 0, x1 = 0;
-      if (active) {
-        x0 = ox_pre<T>(op, ox_load8(src, w0 * 8, nbytes));
-        if (j < 7) x1 = ox_pre<T>(op, ox_load8(src, (w0 + 1) * 8, nbytes));
-      }
-      if (has_prev) {
-        uint64_t d0 = 0, d1 = 0;
-        ox_ll128_load(from + buf + l * kLl128LineBytes, lane, active, rflag_prev, d0, d1, ab);
-        x0 = ox_combine<T>(op, d0, x0);
-        if (j < 7) x1 = ox_combine<T>(op, d1, x1);
-      }
-      __syncwarp();  // a line's 8 lanes store in one instruction (ll128.cuh)
-      if (!active) continue;
-      if (has_next) {
-        ox_ll128_store(to + buf + l * kLl128LineBytes, lane, x0, x1, rflag_next);
-      } else {
-        ox_store8(dst, w0 * 8, nbytes, ox_post<T>(op, x0));
-        if (j < 7) ox_store8(dst, (w0 + 1) * 8, nbytes, ox_post<T>(op, x1));
-      }
-    }
-    if (has_prev && r + 2 < rounds) {
-      __syncthreads();  // the block's reads of round r have returned
-      if (threadIdx.x == 0) up.relaxed_signal();
-    }
-  }
-  ox_ll_flags_advance(c, flags, pair);
+  const uint64_t nbytes = a.count * sizeof(T);
+  ReduceLl128Line<T, Op> line{op, reinterpret_cast<const char*>(a.send), reinterpret_cast<char*>(a.recv), nbytes, pos == n - 1};
+  ox_ll128_chain(a, pos, nbytes, line);
 }
 
 // Reduce on 3+ ranks by relay. The m = n-1 ranks other than the root ("holders") each own one

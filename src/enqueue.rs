@@ -105,6 +105,7 @@ pub fn launch_task(t: &CollTask) -> Result<()> {
         match t.coll {
             Coll::AllReduce => allreduce(r, t, t.count),
             Coll::ReduceScatter | Coll::Reduce => reducing(r, t),
+            Coll::Broadcast => broadcast(r, t, func),
             _ => exchange(r, &coll_spec(r, t), func, t.stream),
         }
     })
@@ -227,6 +228,18 @@ fn coll_spec(r: &Ready, t: &CollTask) -> ExchangeSpec {
     }
     s.copies.retain(|c| c.src != c.dst && c.bytes > 0);
     s
+}
+
+/// Broadcast: along the LL128 chain where the selector says so, else the exchange kernel's
+/// direct or relayed transfers.
+fn broadcast(r: &Ready, t: &CollTask, func: Option<Func>) -> Result<()> {
+    let bytes = t.count * t.dtype.size() as u64;
+    let Some((grid, block)) = crate::algo::chain::broadcast_ll128(bytes, &r.topo, &r.scratch, &r.tuning) else {
+        return exchange(r, &coll_spec(r, t), func, t.stream);
+    };
+    nccl_trace!(Subsys::Coll, "Broadcast {bytes} B root {} -> LL128 chain grid {grid} block {block}", t.root);
+    let args = coll_args(r, t, bytes, 0, crate::device_abi::OX_MODE_LL128_CHAIN as u32);
+    launch(r.module.broadcast_ll128(), grid, block, t.stream, &args)
 }
 
 fn exchange(r: &Ready, spec: &ExchangeSpec, func: Option<Func>, stream: cu::CUstream) -> Result<()> {

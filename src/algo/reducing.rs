@@ -140,32 +140,28 @@ fn ll_chain_plan(bytes: u64, n: usize, topo: &Topology, s: &Scratch, t: &Tuning)
 /// 512 KiB, 9.10 / 11.37 / 11.78 at 1 MiB; 3 ranks 6.11 / 6.65 / 6.5 at 256 KiB. So it replaces
 /// the LL16 chain, which stays reachable with OXCCL_REDUCE_LL128_MIN_BYTES=0.
 const DEFAULT_REDUCE_LL128_MIN_BYTES: u64 = 256 << 10;
-/// Lines of a round each block of the LL128 chain aims for: one pass of a 512-thread block.
-const LL128_LINES_PER_BLOCK: u64 = 64;
-
+/// Largest Reduce (exclusive) sent as LL128 lines along the chain, unless tuned
+/// (OXCCL_REDUCE_LL128_MAX_BYTES); from there the put chain. H200 x4, us, LL128 / put chain / NCCL:
+/// 111.7 / 149.9 / 110.5 at 32 MiB, 217.4 / 246.7 / 203.5 at 64 MiB, 427.0 / 449.6 / 385.6 at
+/// 128 MiB, 846.9 / 813.6 / 751.0 at 256 MiB.
+const DEFAULT_REDUCE_LL128_MAX_BYTES: u64 = 256 << 20;
 /// LL128 lines along the chain (kernels/reduce_colls.cu, reduce_ll128_chain): 3+ ranks, packets
-/// allowed, from OXCCL_REDUCE_LL128_MIN_BYTES to below OXCCL_REDUCE_LL128_MAX_BYTES, by default the put
-/// chain's threshold (its default when the put chain is turned off). Any size: the
-/// kernel goes in rounds of half an LL128 scratch half. The grid gives each block about 64 lines
-/// of a round; every rank derives the same grid, which the kernel's line ownership needs.
+/// allowed, from OXCCL_REDUCE_LL128_MIN_BYTES to below OXCCL_REDUCE_LL128_MAX_BYTES. Any size: the
+/// kernel goes in rounds of half an LL128 scratch half (grid: chain::ll128_grid).
 fn ll128_chain_plan(bytes: u64, n: usize, topo: &Topology, s: &Scratch, t: &Tuning) -> Option<ReducePlan> {
     let min = t.reduce_ll128_min_bytes.unwrap_or(DEFAULT_REDUCE_LL128_MIN_BYTES);
-    // Up to the put chain, or to where it would start by default when it is turned off.
-    let chain = t.reduce_chain_min_bytes.filter(|&b| b > 0).unwrap_or(DEFAULT_REDUCE_CHAIN_MIN_BYTES);
-    let max = t.reduce_ll128_max_bytes.unwrap_or(chain);
+    let max = t.reduce_ll128_max_bytes.unwrap_or(DEFAULT_REDUCE_LL128_MAX_BYTES);
     if n < 3 || min == 0 || bytes < min || bytes >= max || !t.allowed.packets[Func::Reduce as usize] {
         return None;
     }
-    let lines = bytes.div_ceil(8).div_ceil(15);
-    let sub_lines = (s.ll128_half_bytes / 2 / 128).max(1);
-    let (cap, _) = exchange_shape(topo, s);
-    let grid = lines.min(sub_lines).div_ceil(LL128_LINES_PER_BLOCK).clamp(1, cap as u64) as u32;
-    Some(ReducePlan { mode: OX_MODE_LL128_CHAIN as u32, grid, block: 512, chunk_elems: 0 })
+    let grid = super::chain::ll128_grid(bytes, topo, s);
+    Some(ReducePlan { mode: OX_MODE_LL128_CHAIN as u32, grid, block: super::chain::LL128_BLOCK, chunk_elems: 0 })
 }
 
 /// Reduce to a root: packets for small messages (one-directional pairs, so the communicator's
 /// fixed exchange grid); on 3+ ranks LL128 lines along the chain from 256 KiB (the LL16 chain only
-/// when LL128 is tuned off), and from 32 MiB the put chain, where every link carries the message
+/// when LL128 is tuned off) below 256 MiB, and the put chain from there (from 32 MiB when LL128 is
+/// tuned off), where every link carries the message
 /// once (reduce-scatter-then-gather makes the root receive 1.5x the message on 4 ranks); else
 /// AllReduce's put-based algorithm with the gather to the root only. With the chain turned off,
 /// the relay (the root receives only finished pieces) from 128 MiB.
@@ -235,11 +231,13 @@ mod tests {
                 let no_ll128 = Tuning { reduce_ll128_min_bytes: Some(0), ..t.clone() };
                 let mode = select_reduce((2u64 << 20) / dt.size() as u64, dt, &topo, &s, &no_ll128).mode;
                 assert_eq!(mode, OX_MODE_PUT as u32, "n={n} 2 MiB without LL128: reduce-scatter then gather");
-                for count in [(32u64 << 20) / dt.size() as u64, 1 << 28] {
+                for count in [(256u64 << 20) / dt.size() as u64, 1 << 30] {
                     let mode = select_reduce(count, dt, &topo, &s, &t).mode;
                     assert_eq!(mode, if n >= 3 { OX_MODE_CHAIN } else { OX_MODE_PUT } as u32, "n={n} count {count}");
                 }
-                let no_chain = Tuning { reduce_chain_min_bytes: Some(0), ..t.clone() };
+                let mode = select_reduce((32u64 << 20) / dt.size() as u64, dt, &topo, &s, &no_ll128).mode;
+                assert_eq!(mode, if n >= 3 { OX_MODE_CHAIN } else { OX_MODE_PUT } as u32, "n={n} 32 MiB without LL128");
+                let no_chain = Tuning { reduce_chain_min_bytes: Some(0), reduce_ll128_min_bytes: Some(0), ..t.clone() };
                 let mid = select_reduce((64 << 20) / dt.size() as u64, dt, &topo, &s, &no_chain).mode;
                 assert_eq!(mid, OX_MODE_PUT as u32, "64 MiB without the chain: reduce-scatter then gather");
                 let big = select_reduce(1 << 28, dt, &topo, &s, &no_chain).mode;
@@ -282,7 +280,7 @@ mod tests {
     }
 
     #[test]
-    fn quarter_mib_to_32_mib_on_three_or_more_ranks_is_an_ll128_chain() {
+    fn quarter_mib_to_256_mib_on_three_or_more_ranks_is_an_ll128_chain() {
         let t = Tuning::default();
         let simple = Tuning { allowed: super::super::envlists::Allowed::from_values(Some("Simple"), None).unwrap(), ..Default::default() };
         for n in [2usize, 3, 4, 8] {
@@ -290,7 +288,7 @@ mod tests {
             let topo = Topology { nranks: n, sm_count: 132 };
             for dt in DataType::ALL {
                 let es = dt.size() as u64;
-                for bytes in [256u64 << 10, 1 << 20, 3_000_017, 16 << 20, (32 << 20) - 64] {
+                for bytes in [256u64 << 10, 1 << 20, 3_000_017, 16 << 20, 32 << 20, 100_000_007, (256 << 20) - 64] {
                     let p = select_reduce(bytes / es, dt, &topo, &s, &t);
                     if n >= 3 {
                         assert_eq!(p.mode, OX_MODE_LL128_CHAIN as u32, "n={n} {} {bytes} B", dt.name());
@@ -300,10 +298,10 @@ mod tests {
                     }
                     assert_ne!(select_reduce(bytes / es, dt, &topo, &s, &simple).mode, OX_MODE_LL128_CHAIN as u32, "NCCL_PROTO=Simple");
                 }
-                let at_chain = select_reduce((32 << 20) / es, dt, &topo, &s, &t).mode;
+                let at_chain = select_reduce((256 << 20) / es, dt, &topo, &s, &t).mode;
                 assert_eq!(at_chain, if n >= 3 { OX_MODE_CHAIN } else { OX_MODE_PUT } as u32);
                 assert_ne!(select_reduce(((256 << 10) - 64) / es, dt, &topo, &s, &t).mode, OX_MODE_LL128_CHAIN as u32);
-                // OXCCL_REDUCE_LL128_MAX_BYTES moves the end past the put chain's start.
+                // OXCCL_REDUCE_LL128_MAX_BYTES moves the end.
                 let longer = Tuning { reduce_ll128_max_bytes: Some(128 << 20), ..t.clone() };
                 let mode = |bytes: u64| select_reduce(bytes / es, dt, &topo, &s, &longer).mode;
                 if n >= 3 {
@@ -349,7 +347,7 @@ mod tests {
 
     #[test]
     fn large_reduce_on_three_or_more_ranks_relays() {
-        let t = Tuning { reduce_chain_min_bytes: Some(0), ..Tuning::default() };
+        let t = Tuning { reduce_chain_min_bytes: Some(0), reduce_ll128_min_bytes: Some(0), ..Tuning::default() };
         for n in [3usize, 4, 8] {
             let s = Scratch::for_ranks(n, &t);
             let topo = Topology { nranks: n, sm_count: 132 };

@@ -56,6 +56,9 @@ pub struct Tuning {
     /// (0 = never); OXCCL_REDUCE_LL128_MAX_BYTES: where it stops (default: the put chain's threshold).
     pub reduce_ll128_min_bytes: Option<u64>,
     pub reduce_ll128_max_bytes: Option<u64>,
+    /// OXCCL_BROADCAST_LL128_MIN_BYTES / _MAX_BYTES: Broadcast along the LL128 chain from / below.
+    pub broadcast_ll128_min_bytes: Option<u64>,
+    pub broadcast_ll128_max_bytes: Option<u64>,
     /// NCCL_PROTO / NCCL_ALGO, per collective.
     pub allowed: Allowed,
 }
@@ -92,6 +95,8 @@ impl Tuning {
             ll128_half_bytes: num("OXCCL_LL128_HALF_BYTES").filter(|&b| b >= 64 * 1024),
             reduce_ll128_min_bytes: num("OXCCL_REDUCE_LL128_MIN_BYTES"),
             reduce_ll128_max_bytes: num("OXCCL_REDUCE_LL128_MAX_BYTES").filter(|&b| b > 0),
+            broadcast_ll128_min_bytes: num("OXCCL_BROADCAST_LL128_MIN_BYTES"),
+            broadcast_ll128_max_bytes: num("OXCCL_BROADCAST_LL128_MAX_BYTES").filter(|&b| b > 0),
         })
     }
 }

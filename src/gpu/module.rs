@@ -32,6 +32,7 @@ pub struct Module {
     reducescatter: Vec<Kernel>,
     reduce: Vec<Kernel>,
     exchange: Kernel,
+    broadcast_ll128: Kernel,
     proxy_selftest: Kernel,
     port_selftest: Kernel,
 }
@@ -73,6 +74,7 @@ impl Module {
             reducescatter: typed_table(raw, "ox_reducescatter", &LL_PUT)?,
             reduce: typed_table(raw, "ox_reduce", &LL_PUT)?,
             exchange: function(raw, "ox_exchange")?,
+            broadcast_ll128: function(raw, "ox_broadcast_ll128")?,
             proxy_selftest: function(raw, "ox_proxy_selftest")?,
             port_selftest: function(raw, "ox_port_selftest")?,
         })
@@ -93,6 +95,11 @@ impl Module {
 
     pub fn exchange(&self) -> Kernel {
         self.exchange
+    }
+
+    /// Broadcast along the LL128 chain (kernels/broadcast.cu; CollArgs with count in bytes).
+    pub fn broadcast_ll128(&self) -> Kernel {
+        self.broadcast_ll128
     }
 
     pub fn proxy_selftest(&self) -> Kernel {

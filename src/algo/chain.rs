@@ -1,0 +1,94 @@
+//! LL128 lines along the chain rank-1 -> rank -> rank+1 (kernels/ll128_chain.cuh): the launch
+//! geometry every rank derives alike (the kernel's line ownership pairs block b with block b), and
+//! Broadcast's choice of it (on any rank count: on 2 it is one direct link). Reduce's is in reducing.rs.
+
+use super::envlists::Func;
+use super::{exchange_shape, Scratch, Topology, Tuning};
+
+/// Lines of a round each block of an LL128 chain aims for: one pass of a 512-thread block.
+const LL128_LINES_PER_BLOCK: u64 = 64;
+/// Threads per block of an LL128 chain.
+pub const LL128_BLOCK: u32 = 512;
+
+/// The grid of an LL128 chain moving `bytes`: about 64 lines of a round per block (a round is half
+/// an LL128 scratch half), within the communicator's block cap. The same on every rank.
+pub fn ll128_grid(bytes: u64, topo: &Topology, s: &Scratch) -> u32 {
+    let lines = bytes.div_ceil(8).div_ceil(15);
+    let sub_lines = (s.ll128_half_bytes / 2 / 128).max(1);
+    let (cap, _) = exchange_shape(topo, s);
+    lines.min(sub_lines).div_ceil(LL128_LINES_PER_BLOCK).clamp(1, cap as u64) as u32
+}
+
+/// Broadcast along the LL128 chain, unless tuned (OXCCL_BROADCAST_LL128_MIN_BYTES, 0 = never, and
+/// OXCCL_BROADCAST_LL128_MAX_BYTES): from where it beats the exchange kernel's direct packets (one
+/// hop, but the root sends n-1 streams) to where the relay's puts (3+ ranks) or direct puts (2)
+/// move more per second. H200, us, chain / exchange kernel / NCCL 2.28.9, `-n 20`:
+/// 4 ranks 6.90 / 6.37 / - at 64 KiB, 6.37 / 7.66 / 10.25 at 128 KiB, 7.61 / 13.86 / 10.23 at
+/// 512 KiB, 58.9 / 83.3 / 66.7 at 16 MiB, 425 / 433 / 394 at 128 MiB, 872 / 831 / 762 at 256 MiB;
+/// 3 ranks 6.52 / 8.36 / 8.52 at 128 KiB, 218.5 / 225.0 / 207.7 at 64 MiB, 427.7 / 420.1 / 392.2 at
+/// 128 MiB; 2 ranks 7.06 / 6.33 / 8.59 at 32 KiB, 6.21 / 6.77 / 8.54 at 64 KiB, 111.3 / 117.3 /
+/// 111.4 at 32 MiB, 214.8 / 205.6 / 205.0 at 64 MiB.
+fn default_broadcast_ll128_bounds(nranks: usize) -> (u64, u64) {
+    if nranks <= 2 {
+        (64 << 10, 64 << 20)
+    } else {
+        (128 << 10, 128 << 20)
+    }
+}
+
+/// Broadcast along the LL128 chain from the root: (grid, block), or None for the exchange kernel.
+pub fn broadcast_ll128(bytes: u64, topo: &Topology, s: &Scratch, t: &Tuning) -> Option<(u32, u32)> {
+    let n = topo.nranks;
+    let (dmin, dmax) = default_broadcast_ll128_bounds(n);
+    let min = t.broadcast_ll128_min_bytes.unwrap_or(dmin);
+    let max = t.broadcast_ll128_max_bytes.unwrap_or(dmax);
+    if n < 2 || min == 0 || bytes < min || bytes >= max || !t.allowed.packets[Func::Broadcast as usize] {
+        return None;
+    }
+    Some((ll128_grid(bytes, topo, s), LL128_BLOCK))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::envlists::Allowed;
+
+    #[test]
+    fn broadcast_takes_the_chain_at_mid_sizes() {
+        let t = Tuning::default();
+        for n in [2usize, 3, 4, 8] {
+            let s = Scratch::for_ranks(n, &t);
+            let topo = Topology { nranks: n, sm_count: 132 };
+            let (lo, hi) = if n == 2 { (64u64 << 10, 64u64 << 20) } else { (128 << 10, 128 << 20) };
+            for bytes in [1u64, 4096, 64 << 10, (128 << 10) - 1, 128 << 10, 3_000_017, (64 << 20) - 1, 64 << 20, 128 << 20, 1 << 30] {
+                let p = broadcast_ll128(bytes, &topo, &s, &t);
+                let want = (lo..hi).contains(&bytes);
+                assert_eq!(p.is_some(), want, "n={n} {bytes} B");
+                if let Some((grid, block)) = p {
+                    assert!(grid >= 1 && grid <= s.rs_max_blocks && grid <= 132 && block % 32 == 0);
+                    assert_eq!(grid, ll128_grid(bytes, &topo, &s));
+                }
+            }
+        }
+        // Tuned bounds; LL/LL128 turned off for Broadcast: never.
+        let tuned = Tuning { broadcast_ll128_min_bytes: Some(1), broadcast_ll128_max_bytes: Some(1 << 30), ..Default::default() };
+        let topo = Topology { nranks: 2, sm_count: 132 };
+        let s = Scratch::for_ranks(2, &tuned);
+        assert!(broadcast_ll128(8, &topo, &s, &tuned).is_some() && broadcast_ll128(512 << 20, &topo, &s, &tuned).is_some());
+        let simple = Tuning { allowed: Allowed::from_values(Some("broadcast:Simple"), None).unwrap(), ..tuned.clone() };
+        assert!(broadcast_ll128(1 << 20, &topo, &s, &simple).is_none());
+        let off = Tuning { broadcast_ll128_min_bytes: Some(0), ..Default::default() };
+        assert!(broadcast_ll128(1 << 20, &Topology { nranks: 4, sm_count: 132 }, &s, &off).is_none());
+    }
+
+    #[test]
+    fn ll128_grid_covers_a_round_within_the_cap() {
+        let t = Tuning::default();
+        let topo = Topology { nranks: 4, sm_count: 132 };
+        let s = Scratch::for_ranks(4, &t);
+        assert_eq!(ll128_grid(1, &topo, &s), 1);
+        assert_eq!((ll128_grid(1 << 20, &topo, &s), ll128_grid(16 << 20, &topo, &s)), (128, 128));
+        let few = Topology { nranks: 4, sm_count: 20 };
+        assert_eq!(ll128_grid(16 << 20, &few, &s), 20);
+    }
+}
