@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
-"""Executable model of kernels/reduce_colls.cu reduce_ll128_chain (Reduce on 3+ ranks as LL128
-lines along the chain root+1 -> ... -> root, in rounds through two sub-buffers per scratch half).
+"""Executable model of the LL128 chain driver, kernels/ll128_chain.cuh, as Reduce runs it
+(reduce_ll128_chain: lines along the chain root+1 -> ... -> root, in rounds through two
+sub-buffers per scratch half). Broadcast (kernels/broadcast.cu) runs the same driver on the chain
+root -> ... -> root-1: the same shape with another head, which the random roots below cover; only
+what a rank does with a line's data differs.
 
 Mirrors the kernel's indexing (chain positions, rounds, per-block line ranges, sub-buffers, the
 pair flag's parity picking the half) and its synchronisation: a line is ready when it carries
