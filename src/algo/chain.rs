@@ -5,18 +5,23 @@
 use super::envlists::Func;
 use super::{exchange_shape, Scratch, Topology, Tuning};
 
-/// Lines of a round each block of an LL128 chain aims for: one pass of a 512-thread block.
+/// Lines of a round each block of an LL128 chain aims for, unless tuned
+/// (OXCCL_LL128_LINES_PER_BLOCK): one pass of a 512-thread block.
 const LL128_LINES_PER_BLOCK: u64 = 64;
-/// Threads per block of an LL128 chain.
-pub const LL128_BLOCK: u32 = 512;
+/// Threads per block of an LL128 chain, unless tuned (OXCCL_LL128_THREADS). Any multiple of 32
+/// works: a warp takes 4 lines per pass.
+const LL128_BLOCK: u32 = 512;
 
-/// The grid of an LL128 chain moving `bytes`: about 64 lines of a round per block (a round is half
-/// an LL128 scratch half), within the communicator's block cap. The same on every rank.
-pub fn ll128_grid(bytes: u64, topo: &Topology, s: &Scratch) -> u32 {
+/// The launch shape of an LL128 chain moving `bytes`: about 64 lines of a round per block (a round
+/// is half an LL128 scratch half), within the communicator's block cap. The grid is the same on
+/// every rank (the tuning variables must be too, as for every grid knob).
+pub fn ll128_shape(bytes: u64, topo: &Topology, s: &Scratch, t: &Tuning) -> (u32, u32) {
     let lines = bytes.div_ceil(8).div_ceil(15);
     let sub_lines = (s.ll128_half_bytes / 2 / 128).max(1);
     let (cap, _) = exchange_shape(topo, s);
-    lines.min(sub_lines).div_ceil(LL128_LINES_PER_BLOCK).clamp(1, cap as u64) as u32
+    let per_block = t.ll128_lines_per_block.unwrap_or(LL128_LINES_PER_BLOCK);
+    let grid = lines.min(sub_lines).div_ceil(per_block).clamp(1, cap as u64) as u32;
+    (grid, t.ll128_threads.unwrap_or(LL128_BLOCK))
 }
 
 /// Broadcast along the LL128 chain, unless tuned (OXCCL_BROADCAST_LL128_MIN_BYTES, 0 = never, and
@@ -45,7 +50,7 @@ pub fn broadcast_ll128(bytes: u64, topo: &Topology, s: &Scratch, t: &Tuning) -> 
     if n < 2 || min == 0 || bytes < min || bytes >= max || !t.allowed.packets[Func::Broadcast as usize] {
         return None;
     }
-    Some((ll128_grid(bytes, topo, s), LL128_BLOCK))
+    Some(ll128_shape(bytes, topo, s, t))
 }
 
 #[cfg(test)]
@@ -66,7 +71,7 @@ mod tests {
                 assert_eq!(p.is_some(), want, "n={n} {bytes} B");
                 if let Some((grid, block)) = p {
                     assert!(grid >= 1 && grid <= s.rs_max_blocks && grid <= 132 && block % 32 == 0);
-                    assert_eq!(grid, ll128_grid(bytes, &topo, &s));
+                    assert_eq!((grid, block), ll128_shape(bytes, &topo, &s, &t));
                 }
             }
         }
@@ -86,9 +91,12 @@ mod tests {
         let t = Tuning::default();
         let topo = Topology { nranks: 4, sm_count: 132 };
         let s = Scratch::for_ranks(4, &t);
-        assert_eq!(ll128_grid(1, &topo, &s), 1);
-        assert_eq!((ll128_grid(1 << 20, &topo, &s), ll128_grid(16 << 20, &topo, &s)), (128, 128));
+        assert_eq!(ll128_shape(1, &topo, &s, &t), (1, 512));
+        assert_eq!((ll128_shape(1 << 20, &topo, &s, &t).0, ll128_shape(16 << 20, &topo, &s, &t).0), (128, 128));
         let few = Topology { nranks: 4, sm_count: 20 };
-        assert_eq!(ll128_grid(16 << 20, &few, &s), 20);
+        assert_eq!(ll128_shape(16 << 20, &few, &s, &t).0, 20);
+        // Tuned: fewer lines per block means more blocks (up to the cap); the block size as given.
+        let tuned = Tuning { ll128_lines_per_block: Some(512), ll128_threads: Some(1024), ..Default::default() };
+        assert_eq!(ll128_shape(16 << 20, &topo, &s, &tuned), (32, 1024));
     }
 }

@@ -147,15 +147,15 @@ const DEFAULT_REDUCE_LL128_MIN_BYTES: u64 = 256 << 10;
 const DEFAULT_REDUCE_LL128_MAX_BYTES: u64 = 256 << 20;
 /// LL128 lines along the chain (kernels/reduce_colls.cu, reduce_ll128_chain): 3+ ranks, packets
 /// allowed, from OXCCL_REDUCE_LL128_MIN_BYTES to below OXCCL_REDUCE_LL128_MAX_BYTES. Any size: the
-/// kernel goes in rounds of half an LL128 scratch half (grid: chain::ll128_grid).
+/// kernel goes in rounds of half an LL128 scratch half (shape: chain::ll128_shape).
 fn ll128_chain_plan(bytes: u64, n: usize, topo: &Topology, s: &Scratch, t: &Tuning) -> Option<ReducePlan> {
     let min = t.reduce_ll128_min_bytes.unwrap_or(DEFAULT_REDUCE_LL128_MIN_BYTES);
     let max = t.reduce_ll128_max_bytes.unwrap_or(DEFAULT_REDUCE_LL128_MAX_BYTES);
     if n < 3 || min == 0 || bytes < min || bytes >= max || !t.allowed.packets[Func::Reduce as usize] {
         return None;
     }
-    let grid = super::chain::ll128_grid(bytes, topo, s);
-    Some(ReducePlan { mode: OX_MODE_LL128_CHAIN as u32, grid, block: super::chain::LL128_BLOCK, chunk_elems: 0 })
+    let (grid, block) = super::chain::ll128_shape(bytes, topo, s, t);
+    Some(ReducePlan { mode: OX_MODE_LL128_CHAIN as u32, grid, block, chunk_elems: 0 })
 }
 
 /// Reduce to a root: packets for small messages (one-directional pairs, so the communicator's

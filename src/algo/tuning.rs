@@ -50,8 +50,11 @@ pub struct Tuning {
     /// OXCCL_RSAG_SLOT_BYTES / OXCCL_LL_HALF_BYTES: scratch geometry.
     pub rs_slot_bytes: Option<u64>,
     pub ll_half_bytes: Option<u64>,
-    /// OXCCL_LL128_HALF_BYTES: LL128 scratch geometry.
+    /// OXCCL_LL128_HALF_BYTES: LL128 scratch geometry; OXCCL_LL128_LINES_PER_BLOCK /
+    /// OXCCL_LL128_THREADS: the LL128 chains' launch shape.
     pub ll128_half_bytes: Option<u64>,
+    pub ll128_lines_per_block: Option<u64>,
+    pub ll128_threads: Option<u32>,
     /// OXCCL_REDUCE_LL128_MIN_BYTES: smallest Reduce (3+ ranks) sent as LL128 lines along the chain
     /// (0 = never); OXCCL_REDUCE_LL128_MAX_BYTES: where it stops (default: the put chain's threshold).
     pub reduce_ll128_min_bytes: Option<u64>,
@@ -93,6 +96,8 @@ impl Tuning {
             rs_slot_bytes: num("OXCCL_RSAG_SLOT_BYTES").filter(|&b| b >= 4096),
             ll_half_bytes: num("OXCCL_LL_HALF_BYTES").filter(|&b| b >= 64 * 1024),
             ll128_half_bytes: num("OXCCL_LL128_HALF_BYTES").filter(|&b| b >= 64 * 1024),
+            ll128_lines_per_block: num("OXCCL_LL128_LINES_PER_BLOCK").filter(|&l| (1..=1 << 20).contains(&l)),
+            ll128_threads: num32("OXCCL_LL128_THREADS").filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
             reduce_ll128_min_bytes: num("OXCCL_REDUCE_LL128_MIN_BYTES"),
             reduce_ll128_max_bytes: num("OXCCL_REDUCE_LL128_MAX_BYTES").filter(|&b| b > 0),
             broadcast_ll128_min_bytes: num("OXCCL_BROADCAST_LL128_MIN_BYTES"),
