@@ -27,6 +27,17 @@ for rule in credits ack; do  # the model must still fail when either reuse rule 
     echo "test: reduce_ll128_model no longer catches a missing $rule rule"; exit 1
   fi
 done
+# The harness's bar check: a run with one slow small size and one slow large size must miss
+# twice (exit 1), a run within the bar must pass.
+bt=$(mktemp -d)
+mkdir -p "$bt/miss" "$bt/pass"
+echo '[{"name":"m","oxccl_ok":true,"rows":[{"bytes":8,"time_ratio":0.8,"busbw_ratio":null},{"bytes":65536,"time_ratio":1.02,"busbw_ratio":1.0},{"bytes":134217728,"time_ratio":1.1,"busbw_ratio":0.89}]}]' > "$bt/miss/results.json"
+echo '[{"name":"p","oxccl_ok":true,"rows":[{"bytes":8,"time_ratio":0.8,"busbw_ratio":null},{"bytes":536870912,"time_ratio":1.05,"busbw_ratio":0.95}]}]' > "$bt/pass/results.json"
+if python3 nccl-tests-harness/bars.py "$bt/miss" > "$bt/out" || [ "$(grep -c ' B ' "$bt/out")" != 2 ]; then
+  echo "test: nccl-tests-harness/bars.py did not report the two misses"; cat "$bt/out"; exit 1
+fi
+python3 nccl-tests-harness/bars.py "$bt/pass" > /dev/null || { echo "test: bars.py failed a run within the bar"; exit 1; }
+rm -rf "$bt"
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --release --locked --all-targets -- -D warnings
 else
