@@ -355,9 +355,12 @@ impl Comm {
             device: dev.ordinal,
             cc_major: dev.cc_major,
             cc_minor: dev.cc_minor,
-            sm_count: dev.sm_count,
+            sm_count: topo::block_budget(dev.sm_count, self.config.max_ctas),
             bus_id: bus_id_bytes(&dev.bus_id),
         };
+        if me.sm_count < dev.sm_count {
+            nccl_info!(Subsys::Init, "rank {}: maxCTAs {} caps kernels at {} thread blocks ({} SMs)", self.rank, self.config.max_ctas, me.sm_count, dev.sm_count);
+        }
         let peers = bootstrap
             .all_gather(&me.encode())?
             .iter()

@@ -86,6 +86,7 @@ pub struct PeerInfo {
     pub device: i32,
     pub cc_major: i32,
     pub cc_minor: i32,
+    /// SMs of its GPU, capped by its maxCTAs (block_budget): the blocks its kernels may use.
     pub sm_count: i32,
     /// PCI bus id, NUL-padded.
     pub bus_id: [u8; 16],
@@ -141,6 +142,21 @@ impl PeerInfo {
 }
 
 /// Parses a Linux CPU list ("0-3,8,10-11"); None if malformed.
+/// The thread blocks one of this rank's kernels may use: the GPU's SMs (every oxccl kernel runs one
+/// block per SM at most), capped by the communicator's maxCTAs (ncclConfig_t, NCCL_MAX_CTAS) when
+/// that is below NCCL's channel maximum, its default. So maxCTAs 64 (the default) leaves oxccl's
+/// own grid choices (up to 128 blocks on H200) and a lower value caps every launch, as NCCL caps
+/// its channels: what a user lowers it for is to leave SMs to other work, such as another
+/// communicator's kernels, which must fit on the GPU alongside for both to make progress.
+/// Ranks take the minimum over the communicator, so every rank derives the same grids.
+pub fn block_budget(sm_count: i32, max_ctas: i32) -> i32 {
+    if (1..crate::config::MAX_CHANNELS).contains(&max_ctas) {
+        sm_count.min(max_ctas)
+    } else {
+        sm_count
+    }
+}
+
 pub fn parse_cpulist(s: &str) -> Option<Vec<usize>> {
     let mut out = Vec::new();
     for part in s.trim().split(',').filter(|p| !p.is_empty()) {
@@ -189,6 +205,16 @@ pub fn bind_current_thread(cpus: &[usize]) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn max_ctas_below_the_channel_maximum_caps_the_blocks() {
+        use super::block_budget;
+        assert_eq!(block_budget(132, 64), 132, "NCCL's default (and maximum) leaves oxccl's choice");
+        assert_eq!(block_budget(132, 16), 16);
+        assert_eq!(block_budget(132, 1), 1);
+        assert_eq!(block_budget(8, 16), 8, "never more than the SMs");
+        assert_eq!(block_budget(132, 0), 132, "not a valid cap");
+    }
+
     use super::*;
 
     #[test]

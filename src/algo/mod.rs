@@ -19,7 +19,8 @@ pub use tuning::Tuning;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Topology {
     pub nranks: usize,
-    /// Multiprocessors of the (smallest) GPU of the communicator.
+    /// Thread blocks a kernel may use: the multiprocessors of the (smallest) GPU of the
+    /// communicator, capped by maxCTAs (topo::block_budget).
     pub sm_count: u32,
 }
 

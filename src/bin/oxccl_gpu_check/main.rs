@@ -6,12 +6,13 @@
 //! counts; optionally the same through CUDA graphs replayed with fresh data. Exit status 0 only if
 //! every result is right.
 //!
-//! Usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy] [--hang] [--soak N] [--leaks]
+//! Usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy] [--hang] [--soak N [--seed S] [--concurrent]] [--leaks]
 //! (--colls: the other collectives and send/recv instead of AllReduce; see colls.rs;
 //! --split: ncclCommSplit/Shrink/Revoke and collectives on the children; see split.rs;
 //! --proxy: the PortChannel proxy FIFO under many concurrent GPU pushers; see proxy.rs;
 //! --hang: a deliberately stuck send, its OXCCL_DEBUG_DUMP and a prompt ncclCommAbort; see hang.rs;
-//! --soak N: N random operations of every kind, checked; see soak();
+//! --soak N: N random operations of every kind, checked; see soak(); --seed S starts another sequence;
+//! --concurrent: two communicators over the same GPUs, each soaked by its own thread at once;
 //! --leaks: 200 init/destroy and 1,000 register/deregister cycles, memory flat; see leaks.rs)
 
 mod colls;
@@ -25,7 +26,7 @@ use std::ffi::c_void;
 use std::time::Instant;
 
 use oxccl::api::coll::ncclAllReduce;
-use oxccl::api::comm::{ncclCommDestroy, ncclCommInitRank, ncclGetUniqueId};
+use oxccl::api::comm::{ncclCommDestroy, ncclCommInitRank, ncclCommInitRankConfig, ncclGetUniqueId};
 use oxccl::api::group::{ncclGroupEnd, ncclGroupStart};
 use oxccl::api::redop::{ncclRedOpCreatePreMulSum, ncclRedOpDestroy};
 use oxccl::api::types::{ncclComm_t, ncclUniqueId};
@@ -46,12 +47,16 @@ struct Opts {
     /// --soak N: N random operations (every collective, send/recv, AllReduce with every op,
     /// some through CUDA graphs), each checked against the host reference.
     soak: usize,
+    /// --seed S: the soak's random sequence (each seed gives another, reproducible one).
+    seed: u64,
+    /// --concurrent: the soak on two communicators over the same GPUs from two threads at once.
+    concurrent: bool,
     /// --leaks: init/destroy and register/deregister cycles; memory must stay flat.
     leaks: bool,
 }
 
 fn opts() -> Result<Opts, String> {
-    let mut o = Opts { ranks: 0, max_count: 1 << 22, graph: false, quick: false, colls: false, split: false, proxy: false, hang: false, soak: 0, leaks: false };
+    let mut o = Opts { ranks: 0, max_count: 1 << 22, graph: false, quick: false, colls: false, split: false, proxy: false, hang: false, soak: 0, seed: 0, concurrent: false, leaks: false };
     let mut a = std::env::args().skip(1);
     while let Some(x) = a.next() {
         let mut val = || a.next().ok_or_else(|| format!("{x} needs a value"));
@@ -66,8 +71,10 @@ fn opts() -> Result<Opts, String> {
             "--hang" => o.hang = true,
             "--leaks" => o.leaks = true,
             "--soak" => o.soak = val()?.parse().map_err(|e| format!("--soak: {e}"))?,
+            "--seed" => o.seed = val()?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--concurrent" => o.concurrent = true,
             "-h" | "--help" => {
-                println!("usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy] [--hang] [--soak N] [--leaks]");
+                println!("usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy] [--hang] [--soak N [--seed S] [--concurrent]] [--leaks]");
                 std::process::exit(0)
             }
             _ => return Err(format!("unknown argument {x}")),
@@ -103,6 +110,11 @@ pub(crate) fn init_comms(devs: &[&'static Device]) -> Result<Vec<ncclComm_t>, St
     nccl(ncclGroupEnd(), "ncclGroupEnd (init)")?;
     Ok(comms)
 }
+
+// SAFETY: a Rank's handles (communicator, stream, device addresses) are usable from any thread;
+// --concurrent shares each set of ranks with exactly one thread at a time.
+unsafe impl Send for Rank {}
+unsafe impl Sync for Rank {}
 
 pub(crate) struct Rank {
     pub(crate) dev: &'static Device,
@@ -154,30 +166,14 @@ fn run(o: &Opts, ngpu: usize) -> Result<usize, String> {
         return Ok(proxy::check(a)? + proxy::check_copy_engine(a, b)?);
     }
     let nranks = if o.ranks == 0 { ngpu } else { o.ranks };
-    let max_bytes = o.max_count * 8;
-    let mut id = ncclUniqueId { internal: [0; 128] };
-    nccl(ncclGetUniqueId(&mut id), "ncclGetUniqueId")?;
-    let mut ranks = Vec::new();
-    nccl(ncclGroupStart(), "ncclGroupStart")?;
-    for r in 0..nranks {
-        let dev = Device::get((r % ngpu) as i32).map_err(|e| e.msg)?;
-        let _g = CtxGuard::new(dev).map_err(|e| e.msg)?;
-        let mut rk = Rank { dev, comm: std::ptr::null_mut(), stream: std::ptr::null_mut(), send: 0, recv: 0, scalar: 0 };
-        nccl(ncclCommInitRank(&mut rk.comm, nranks as i32, id, r as i32), "ncclCommInitRank")?;
-        // SAFETY: out-pointers to fields; the device's context is current.
-        unsafe {
-            ck(cu::cuStreamCreate(&mut rk.stream, 1), "cuStreamCreate")?;
-            ck(cu::cuMemAlloc_v2(&mut rk.send, max_bytes), "cuMemAlloc")?;
-            ck(cu::cuMemAlloc_v2(&mut rk.recv, max_bytes), "cuMemAlloc")?;
-            ck(cu::cuMemAlloc_v2(&mut rk.scalar, 8), "cuMemAlloc")?;
-        }
-        ranks.push(rk);
+    if o.soak > 0 && o.concurrent {
+        return concurrent_soak(o, nranks, ngpu);
     }
-    nccl(ncclGroupEnd(), "ncclGroupEnd (init)")?;
+    let ranks = make_ranks(nranks, ngpu, o.max_count, None)?;
     println!("oxccl-gpu-check: {nranks} ranks on {ngpu} GPU(s), counts up to {}", o.max_count);
 
     if o.soak > 0 {
-        let bad = soak(&ranks, o.soak, o.max_count);
+        let bad = soak(&ranks, o.soak, o.max_count, o.seed, "");
         for rk in &ranks {
             nccl(ncclCommDestroy(rk.comm), "ncclCommDestroy")?;
         }
@@ -242,8 +238,9 @@ fn run(o: &Opts, ngpu: usize) -> Result<usize, String> {
 /// The soak test: `iters` random operations, a quarter of them AllReduce (any op, one in eight
 /// captured in a CUDA graph), the rest from colls::soak_one; prints every failure (the first 20)
 /// and a summary; returns the number of failures.
-fn soak(ranks: &[Rank], iters: usize, max_count: usize) -> usize {
-    let mut x: u64 = 0x005e_ed0f_0cc1_u64;
+fn soak(ranks: &[Rank], iters: usize, max_count: usize, seed: u64, label: &str) -> usize {
+    // Seed 0 is the sequence of earlier versions; xorshift must never start at 0.
+    let mut x: u64 = (0x005e_ed0f_0cc1_u64 ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)).max(1);
     let mut bad = 0;
     let t0 = Instant::now();
     for i in 0..iters {
@@ -268,15 +265,69 @@ fn soak(ranks: &[Rank], iters: usize, max_count: usize) -> usize {
         if let Err(e) = res {
             bad += 1;
             if bad <= 20 {
-                println!("FAIL soak #{i} {what}: {e}");
+                println!("FAIL {label}soak #{i} {what}: {e}");
             }
         }
         if (i + 1) % 1000 == 0 {
-            println!("  soak {} of {iters} done ({bad} failed, {:.0} s)", i + 1, t0.elapsed().as_secs_f64());
+            println!("  {label}soak {} of {iters} done ({bad} failed, {:.0} s)", i + 1, t0.elapsed().as_secs_f64());
         }
     }
-    println!("  soak: {iters} random operations, {bad} wrong ({:.0} s)", t0.elapsed().as_secs_f64());
+    println!("  {label}soak: {iters} random operations, {bad} wrong ({:.0} s)", t0.elapsed().as_secs_f64());
     bad
+}
+
+/// `nranks` ranks over the GPUs (round-robin), one communicator created in one group, each rank
+/// with its own stream and buffers for counts up to `max_count` of 8-byte elements; `max_ctas`
+/// sets the communicator's maxCTAs.
+fn make_ranks(nranks: usize, ngpu: usize, max_count: usize, max_ctas: Option<i32>) -> Result<Vec<Rank>, String> {
+    let max_bytes = max_count * 8;
+    let mut id = ncclUniqueId { internal: [0; 128] };
+    nccl(ncclGetUniqueId(&mut id), "ncclGetUniqueId")?;
+    let mut ranks = Vec::new();
+    nccl(ncclGroupStart(), "ncclGroupStart")?;
+    for r in 0..nranks {
+        let dev = Device::get((r % ngpu) as i32).map_err(|e| e.msg)?;
+        let _g = CtxGuard::new(dev).map_err(|e| e.msg)?;
+        let mut rk = Rank { dev, comm: std::ptr::null_mut(), stream: std::ptr::null_mut(), send: 0, recv: 0, scalar: 0 };
+        let mut cfg = oxccl::config::config_initializer();
+        if let Some(m) = max_ctas {
+            cfg.maxCTAs = m;
+        }
+        nccl(ncclCommInitRankConfig(&mut rk.comm, nranks as i32, id, r as i32, &mut cfg), "ncclCommInitRankConfig")?;
+        // SAFETY: out-pointers to fields; the device's context is current.
+        unsafe {
+            ck(cu::cuStreamCreate(&mut rk.stream, 1), "cuStreamCreate")?;
+            ck(cu::cuMemAlloc_v2(&mut rk.send, max_bytes), "cuMemAlloc")?;
+            ck(cu::cuMemAlloc_v2(&mut rk.recv, max_bytes), "cuMemAlloc")?;
+            ck(cu::cuMemAlloc_v2(&mut rk.scalar, 8), "cuMemAlloc")?;
+        }
+        ranks.push(rk);
+    }
+    nccl(ncclGroupEnd(), "ncclGroupEnd (init)")?;
+    Ok(ranks)
+}
+
+/// Two communicators over the same GPUs, each soaked by its own host thread at the same time
+/// (different seeds). Their kernels run concurrently on every GPU, in whatever order the two
+/// threads happen to issue them, so each must be able to make progress while the other's blocks
+/// occupy SMs: each communicator's maxCTAs is set to half the SMs (at most 32, NCCL's usual channel
+/// count), as a user running communicators concurrently sets it (README).
+fn concurrent_soak(o: &Opts, nranks: usize, ngpu: usize) -> Result<usize, String> {
+    let sms = (0..ngpu).map(|d| Device::get(d as i32).map(|x| x.sm_count)).collect::<Result<Vec<_>, _>>().map_err(|e| e.msg)?;
+    let cap = (sms.iter().copied().min().unwrap_or(2) / 2).clamp(1, 32);
+    let a = make_ranks(nranks, ngpu, o.max_count, Some(cap))?;
+    let b = make_ranks(nranks, ngpu, o.max_count, Some(cap))?;
+    println!("oxccl-gpu-check: 2 communicators x {nranks} ranks on {ngpu} GPU(s), maxCTAs {cap} each, two threads, counts up to {}", o.max_count);
+    let (bad_a, bad_b) = std::thread::scope(|s| {
+        let ta = s.spawn(|| soak(&a, o.soak, o.max_count, o.seed, "comm A "));
+        let tb = s.spawn(|| soak(&b, o.soak, o.max_count, o.seed ^ 0xb, "comm B "));
+        (ta.join(), tb.join())
+    });
+    let bad = bad_a.map_err(|_| "comm A's thread panicked".to_string())? + bad_b.map_err(|_| "comm B's thread panicked".to_string())?;
+    for rk in a.iter().chain(&b) {
+        nccl(ncclCommDestroy(rk.comm), "ncclCommDestroy")?;
+    }
+    Ok(bad)
 }
 
 fn check_one(ranks: &[Rank], codec: &Codec, op: CheckOp, count: usize, in_place: bool, seed: u64, graph: bool) -> Result<(), String> {
