@@ -6,8 +6,8 @@
 //                       alternate scratch areas and a final sync ends the launch (as exchange.cu).
 //   reduce_ll         - every rank but the root writes its input as packets to the root, which
 //                       reduces; the pairs are one-directional, so the root acknowledges the
-//                       launch when it enters it (ll_flags.cuh); or (mode OX_MODE_LL_CHAIN /
-//                       OX_MODE_LL128_CHAIN, 3+ ranks) reduce_ll_chain / reduce_ll128_chain below.
+//                       launch when it enters it (ll_flags.cuh); or (mode OX_MODE_LL128_CHAIN,
+//                       3+ ranks) reduce_ll128_chain below.
 //   reduce_put        - AllReduce's put-based algorithm with the gather going to the root only,
 //                       or (mode OX_MODE_RELAY, 3+ ranks, large) reduce_relay below,
 //                       or (mode OX_MODE_CHAIN, 3+ ranks) reduce_chain below.
@@ -125,50 +125,11 @@ OX_DEV void reduce_ll(const CollArgs& a) {
   ox_ll_flags_advance(c, flags, pair);
 }
 
-// Reduce on 3+ ranks as packets along a chain ending at the root (root+1 -> ... -> root, as
-// reduce_chain below): each rank reads its predecessor's partial packet, adds its own input and
-// writes the sum as a packet into its successor's region (the root applies post() and stores the
-// result instead). No semaphores: a packet's flag is its readiness, so every 8 bytes travel down
-// the chain as soon as they arrive, and every link carries the message once (as packets), where
-// reduce_ll makes the root receive it n-1 times. The pairs are one-directional (ll_flags.cuh):
-// each rank acknowledges its predecessor on entry and marks its successor pending. The packets
-// must fit one region (the selector checks), as in reduce_ll.
-template <typename T, typename Op>
-OX_DEV void reduce_ll_chain(const CollArgs& a) {
-  const DevComm& c = ox_comm(a);
-  const int me = c.rank, n = c.nranks, root = a.root;
-  AbortState ab(c.abort_flag);
-  const int pos = (me - root - 1 + 2 * n) % n;  // 0 = the chain's head, n-1 = the root
-  const int prev = (me + n - 1) % n, next = (me + 1) % n;
-  const bool has_prev = pos > 0, has_next = pos < n - 1;
-  __shared__ uint32_t flags[OX_MAX_RANKS];
-  __shared__ uint8_t pair[OX_MAX_RANKS];
-  if ((int)threadIdx.x < OX_MAX_RANKS) pair[threadIdx.x] = ((int)threadIdx.x == prev && has_prev) || ((int)threadIdx.x == next && has_next);
-  ox_ll_flags_load(c, flags, ab);  // includes a __syncthreads
-  if (has_prev && (int)threadIdx.x == prev) ox_ll_ack_post(c, prev, flags[prev]);
-  if (has_next && (int)threadIdx.x == next) ox_ll_pending_set(c, next, flags[next]);
-  const uint64_t nbytes = a.count * sizeof(T);
-  const uint64_t npkt = ox_ceil_div(nbytes, 8);
-  const char* src = reinterpret_cast<const char*>(a.send);
-  char* dst = reinterpret_cast<char*>(a.recv);
-  const char* from = has_prev ? ox_ll_region(c, me, flags[prev], prev) : nullptr;
-  char* to = has_next ? ox_ll_region(c, next, flags[next], me) : nullptr;
-  const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
-  const Op op(a, n);
-  // In place (the root's send is its recv), each 8 bytes are read before the same thread writes them.
-  for (uint64_t i = g; i < npkt; i += G) {
-    uint64_t v = ox_pre<T>(op, ox_load8(src, i * 8, nbytes));
-    if (has_prev) v = ox_combine<T>(op, ox_ll16_read(from + i * 16, flags[prev], ab), v);
-    if (has_next) ox_ll16_write(to + i * 16, v, flags[next]);
-    else ox_store8(dst, i * 8, nbytes, ox_post<T>(op, v));
-  }
-  ox_ll_flags_advance(c, flags, pair);
-}
-
-// Reduce on 3+ ranks as LL128 lines along the chain (the shape of reduce_ll_chain, 120 payload
-// bytes per 128 instead of 8 per 16; the driver, its scratch rounds and flags: ll128_chain.cuh):
-// each rank adds its pre-scaled input to the predecessor's partial line and forwards the sum; the
+// Reduce on 3+ ranks as LL128 lines along a chain ending at the root (root+1 -> ... -> root, as
+// reduce_chain below; the driver, its scratch rounds and flags: ll128_chain.cuh). No semaphores
+// between ranks in a round: a line's flag is its readiness, so lines travel down the chain as soon
+// as they arrive, and every link carries the message once, where reduce_ll makes the root receive
+// it n-1 times. Each rank adds its pre-scaled input to the predecessor's partial line and forwards the sum; the
 // root (the tail) applies post() and stores the result instead.
 template <typename T, typename Op>
 struct ReduceLl128Line {
@@ -362,8 +323,7 @@ OX_DEV void reduce_chain(const CollArgs& a) {
 
 template <typename T, typename Op>
 OX_DEV void reduce_packets(const CollArgs& a) {
-  if (a.mode == OX_MODE_LL_CHAIN) reduce_ll_chain<T, Op>(a);
-  else if (a.mode == OX_MODE_LL128_CHAIN) reduce_ll128_chain<T, Op>(a);
+  if (a.mode == OX_MODE_LL128_CHAIN) reduce_ll128_chain<T, Op>(a);
   else reduce_ll<T, Op>(a);
 }
 

@@ -36,11 +36,9 @@ pub const OX_MODE_RELAY: u8 = 4;
 /// to the root, each rank adding its input to its predecessor's partial result
 /// (kernels/reduce_colls.cu, reduce_chain).
 pub const OX_MODE_CHAIN: u8 = 5;
-/// Reduce on 3+ ranks (`CollArgs::mode` only): the same chain as LL16 packets, for messages whose
-/// packets fit one LL region (kernels/reduce_colls.cu, reduce_ll_chain).
-pub const OX_MODE_LL_CHAIN: u8 = 6;
 /// Reduce on 3+ ranks (`CollArgs::mode` only): the same chain as LL128 lines, in rounds through
-/// double-buffered halves of the LL128 scratch (kernels/reduce_colls.cu, reduce_ll128_chain).
+/// double-buffered halves of the LL128 scratch (kernels/reduce_colls.cu, reduce_ll128_chain), and
+/// Broadcast's LL128 chain. (6 was the LL16 packet chain, retired: LL128 beat it at every size.)
 pub const OX_MODE_LL128_CHAIN: u8 = 7;
 
 /// PortChannel trigger: 128 bits a GPU thread pushes into the proxy FIFO.

@@ -4,7 +4,7 @@ use super::allreduce::{select_allreduce, AllReduceAlgo};
 use super::envlists::Func;
 use super::exchange::exchange_shape;
 use super::{Scratch, Topology, Tuning};
-use crate::device_abi::{OX_MODE_CHAIN, OX_MODE_LL, OX_MODE_LL128_CHAIN, OX_MODE_LL_CHAIN, OX_MODE_PUT, OX_MODE_RELAY};
+use crate::device_abi::{OX_MODE_CHAIN, OX_MODE_LL, OX_MODE_LL128_CHAIN, OX_MODE_PUT, OX_MODE_RELAY};
 use crate::types::DataType;
 
 /// How one ReduceScatter or Reduce runs.
@@ -21,7 +21,7 @@ pub struct ReducePlan {
 impl ReducePlan {
     /// Runs in the packet kernels (reduce_ll / reducescatter_ll), else in the put kernels.
     pub fn packets(&self) -> bool {
-        [OX_MODE_LL, OX_MODE_LL_CHAIN, OX_MODE_LL128_CHAIN].contains(&(self.mode as u8))
+        [OX_MODE_LL, OX_MODE_LL128_CHAIN].contains(&(self.mode as u8))
     }
 }
 
@@ -106,39 +106,11 @@ fn chain_plan(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: &Tuning
     ReducePlan { mode: OX_MODE_CHAIN as u32, grid, block: 1024, chunk_elems: chunk.max(min_elems).min(slot_elems) }
 }
 
-/// Smallest Reduce sent as packets along the chain (3+ ranks), unless tuned
-/// (OXCCL_REDUCE_LL_CHAIN_MIN_BYTES, 0 = never). Below it the direct packets' single hop wins.
-/// H200, us, chain / direct packets / NCCL: 3 ranks 6.34 / 6.85 / 6.69 at 256 KiB, 10.77 / 14.66 /
-/// 15.70 at 1 MiB; 4 ranks 6.33 / 5.81 / 6.59 at 256 KiB, 7.76 / 9.02 / 8.55 at 512 KiB, 10.63 /
-/// 15.85 / 11.31 at 1 MiB.
-fn default_ll_chain_min_bytes(nranks: usize) -> u64 {
-    if nranks <= 3 {
-        256 << 10
-    } else {
-        512 << 10
-    }
-}
-
-/// Packets along the chain (kernels/reduce_colls.cu, reduce_ll_chain): 3+ ranks, packets allowed,
-/// from OXCCL_REDUCE_LL_CHAIN_MIN_BYTES up to what one LL region holds (the kernel has no rounds).
-/// One packet per thread where the grid allows.
-fn ll_chain_plan(bytes: u64, n: usize, topo: &Topology, s: &Scratch, t: &Tuning) -> Option<ReducePlan> {
-    let region = (s.ll_half_bytes / n.max(1) as u64) & !15;
-    let min = t.reduce_ll_chain_min_bytes.unwrap_or_else(|| default_ll_chain_min_bytes(n));
-    let npkt = bytes.div_ceil(8);
-    if n < 3 || min == 0 || bytes < min || npkt * 16 > region || !t.allowed.packets[Func::Reduce as usize] {
-        return None;
-    }
-    let (cap, block) = exchange_shape(topo, s);
-    let grid = npkt.div_ceil(block as u64).clamp(1, cap as u64) as u32;
-    Some(ReducePlan { mode: OX_MODE_LL_CHAIN as u32, grid, block, chunk_elems: 0 })
-}
-
 /// Smallest Reduce sent as LL128 lines along the chain (3+ ranks), unless tuned
 /// (OXCCL_REDUCE_LL128_MIN_BYTES, 0 = never). H200, us, LL128 chain / previous default / NCCL:
 /// 4 ranks 6.00 / 5.37 / 6.35 at 128 KiB, 6.16 / 6.52 / 6.51 at 256 KiB, 6.93 / 8.10 / 8.09 at
-/// 512 KiB, 9.10 / 11.37 / 11.78 at 1 MiB; 3 ranks 6.11 / 6.65 / 6.5 at 256 KiB. So it replaces
-/// the LL16 chain, which stays reachable with OXCCL_REDUCE_LL128_MIN_BYTES=0.
+/// 512 KiB, 9.10 / 11.37 / 11.78 at 1 MiB; 3 ranks 6.11 / 6.65 / 6.5 at 256 KiB (the previous
+/// default there was an LL16 packet chain, retired since).
 const DEFAULT_REDUCE_LL128_MIN_BYTES: u64 = 256 << 10;
 /// Largest Reduce (exclusive) sent as LL128 lines along the chain, unless tuned
 /// (OXCCL_REDUCE_LL128_MAX_BYTES); from there the put chain. H200 x4, us, LL128 / put chain / NCCL:
@@ -159,8 +131,7 @@ fn ll128_chain_plan(bytes: u64, n: usize, topo: &Topology, s: &Scratch, t: &Tuni
 }
 
 /// Reduce to a root: packets for small messages (one-directional pairs, so the communicator's
-/// fixed exchange grid); on 3+ ranks LL128 lines along the chain from 256 KiB (the LL16 chain only
-/// when LL128 is tuned off) below 256 MiB, and the put chain from there (from 32 MiB when LL128 is
+/// fixed exchange grid); on 3+ ranks LL128 lines along the chain from 256 KiB below 256 MiB, and the put chain from there (from 32 MiB when LL128 is
 /// tuned off), where every link carries the message
 /// once (reduce-scatter-then-gather makes the root receive 1.5x the message on 4 ranks); else
 /// AllReduce's put-based algorithm with the gather to the root only. With the chain turned off,
@@ -169,9 +140,6 @@ pub fn select_reduce(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: 
     let n = topo.nranks.max(1);
     let bytes = count * dt.size() as u64;
     if let Some(p) = ll128_chain_plan(bytes, n, topo, s, t) {
-        return p;
-    }
-    if let Some(p) = ll_chain_plan(bytes, n, topo, s, t) {
         return p;
     }
     if ll_fits(Func::Reduce, bytes, n, s, t) {
@@ -221,7 +189,7 @@ mod tests {
                         } else {
                             let region = (s.ll_half_bytes / n as u64) & !15;
                             assert!((count * dt.size() as u64).div_ceil(8) * 16 <= region);
-                            assert!(p.mode == OX_MODE_LL as u32 || (n >= 3 && p.mode == OX_MODE_LL_CHAIN as u32));
+                            assert_eq!(p.mode, OX_MODE_LL as u32);
                         }
                     }
                 }
@@ -247,39 +215,6 @@ mod tests {
     }
 
     #[test]
-    fn mid_size_reduce_on_three_or_more_ranks_is_a_packet_chain_within_one_region() {
-        let t = Tuning { reduce_ll128_min_bytes: Some(0), ..Default::default() };
-        let simple = Tuning { allowed: super::super::envlists::Allowed::from_values(Some("Simple"), None).unwrap(), reduce_ll128_min_bytes: Some(0), ..Default::default() };
-        let never = Tuning { reduce_ll_chain_min_bytes: Some(0), reduce_ll128_min_bytes: Some(0), ..Default::default() };
-        for n in [2usize, 3, 4, 8] {
-            let s = Scratch::for_ranks(n, &t);
-            let topo = Topology { nranks: n, sm_count: 132 };
-            let region = (s.ll_half_bytes / n as u64) & !15;
-            for dt in DataType::ALL {
-                let es = dt.size() as u64;
-                let from = if n == 3 { 256u64 << 10 } else { 512 << 10 };
-                for bytes in [from, from + 300_001, region / 2].into_iter().filter(|&b| b <= region / 2) {
-                    let count = bytes / es;
-                    let p = select_reduce(count, dt, &topo, &s, &t);
-                    if n >= 3 {
-                        assert_eq!(p.mode, OX_MODE_LL_CHAIN as u32, "n={n} {} {bytes} B", dt.name());
-                        assert!(p.packets() && p.grid >= 1 && p.grid <= s.rs_max_blocks);
-                        assert!((count * es).div_ceil(8) * 16 <= region);
-                    } else {
-                        assert_ne!(p.mode, OX_MODE_LL_CHAIN as u32);
-                    }
-                    assert_ne!(select_reduce(count, dt, &topo, &s, &simple).mode, OX_MODE_LL_CHAIN as u32, "NCCL_PROTO=Simple");
-                    assert_ne!(select_reduce(count, dt, &topo, &s, &never).mode, OX_MODE_LL_CHAIN as u32);
-                }
-                // Past one region: the put kernels; below the threshold: direct packets.
-                assert!(!select_reduce((region / 2 + 4096) / es, dt, &topo, &s, &t).packets(), "n={n}");
-                assert_eq!(select_reduce(1000, dt, &topo, &s, &t).mode, OX_MODE_LL as u32);
-                assert_eq!(select_reduce((from - 4096) / es, dt, &topo, &s, &t).mode, OX_MODE_LL as u32, "n={n}: direct packets");
-            }
-        }
-    }
-
-    #[test]
     fn quarter_mib_to_256_mib_on_three_or_more_ranks_is_an_ll128_chain() {
         let t = Tuning::default();
         let simple = Tuning { allowed: super::super::envlists::Allowed::from_values(Some("Simple"), None).unwrap(), ..Default::default() };
@@ -300,7 +235,7 @@ mod tests {
                 }
                 let at_chain = select_reduce((256 << 20) / es, dt, &topo, &s, &t).mode;
                 assert_eq!(at_chain, if n >= 3 { OX_MODE_CHAIN } else { OX_MODE_PUT } as u32);
-                assert_ne!(select_reduce(((256 << 10) - 64) / es, dt, &topo, &s, &t).mode, OX_MODE_LL128_CHAIN as u32);
+                assert_eq!(select_reduce(((256 << 10) - 64) / es, dt, &topo, &s, &t).mode, OX_MODE_LL as u32, "below: direct packets");
                 // OXCCL_REDUCE_LL128_MAX_BYTES moves the end.
                 let longer = Tuning { reduce_ll128_max_bytes: Some(128 << 20), ..t.clone() };
                 let mode = |bytes: u64| select_reduce(bytes / es, dt, &topo, &s, &longer).mode;
@@ -317,7 +252,7 @@ mod tests {
 
     #[test]
     fn chain_plans_fit_the_scratch_and_pipeline() {
-        let t = Tuning { reduce_chain_min_bytes: Some(1), reduce_ll_chain_min_bytes: Some(0), reduce_ll128_min_bytes: Some(0), ..Tuning::default() };
+        let t = Tuning { reduce_chain_min_bytes: Some(1), reduce_ll128_min_bytes: Some(0), ..Tuning::default() };
         for n in [3usize, 4, 5, 8, 16] {
             let s = Scratch::for_ranks(n, &t);
             let topo = Topology { nranks: n, sm_count: 132 };

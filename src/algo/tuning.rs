@@ -42,9 +42,6 @@ pub struct Tuning {
     /// OXCCL_CHAIN_BLOCK_BYTES: least message bytes per block of the chain's grid;
     /// OXCCL_CHAIN_STEPS: pipeline steps per block the chain aims for.
     pub reduce_chain_min_bytes: Option<u64>,
-    /// OXCCL_REDUCE_LL_CHAIN_MIN_BYTES: smallest Reduce (3+ ranks) sent as packets along the chain
-    /// (0 = never); it is used up to what one LL region holds.
-    pub reduce_ll_chain_min_bytes: Option<u64>,
     pub chain_block_bytes: Option<u64>,
     pub chain_steps: Option<u64>,
     /// OXCCL_RSAG_SLOT_BYTES / OXCCL_LL_HALF_BYTES: scratch geometry.
@@ -90,7 +87,6 @@ impl Tuning {
             reduce_relay_min_bytes: num("OXCCL_REDUCE_RELAY_MIN_BYTES"),
             relay_rounds: num32("OXCCL_RELAY_ROUNDS").filter(|&r| (1..=1024).contains(&r)),
             reduce_chain_min_bytes: num("OXCCL_REDUCE_CHAIN_MIN_BYTES"),
-            reduce_ll_chain_min_bytes: num("OXCCL_REDUCE_LL_CHAIN_MIN_BYTES"),
             chain_block_bytes: num("OXCCL_CHAIN_BLOCK_BYTES").filter(|&b| b > 0),
             chain_steps: num("OXCCL_CHAIN_STEPS").filter(|&s| (1..=1 << 20).contains(&s)),
             rs_slot_bytes: num("OXCCL_RSAG_SLOT_BYTES").filter(|&b| b >= 4096),
