@@ -141,7 +141,6 @@ impl PeerInfo {
     }
 }
 
-/// Parses a Linux CPU list ("0-3,8,10-11"); None if malformed.
 /// The thread blocks one of this rank's kernels may use: the GPU's SMs (every oxccl kernel runs one
 /// block per SM at most), capped by the communicator's maxCTAs (ncclConfig_t, NCCL_MAX_CTAS) when
 /// that is below NCCL's channel maximum, its default. So maxCTAs 64 (the default) leaves oxccl's
@@ -157,6 +156,7 @@ pub fn block_budget(sm_count: i32, max_ctas: i32) -> i32 {
     }
 }
 
+/// Parses a Linux CPU list ("0-3,8,10-11"); None if malformed.
 pub fn parse_cpulist(s: &str) -> Option<Vec<usize>> {
     let mut out = Vec::new();
     for part in s.trim().split(',').filter(|p| !p.is_empty()) {
@@ -205,17 +205,16 @@ pub fn bind_current_thread(cpus: &[usize]) {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn max_ctas_below_the_channel_maximum_caps_the_blocks() {
-        use super::block_budget;
         assert_eq!(block_budget(132, 64), 132, "NCCL's default (and maximum) leaves oxccl's choice");
         assert_eq!(block_budget(132, 16), 16);
         assert_eq!(block_budget(132, 1), 1);
         assert_eq!(block_budget(8, 16), 8, "never more than the SMs");
         assert_eq!(block_budget(132, 0), 132, "not a valid cap");
     }
-
-    use super::*;
 
     #[test]
     fn cpu_lists() {
