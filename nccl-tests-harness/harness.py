@@ -38,7 +38,7 @@ def modes_for(ngpus, graph=True):
     return ms
 
 CHECK_ARGS = ["-b", "8", "-e", "512M", "-f", "4", "-c", "1", "-d", "all", "-o", "all", "-n", "1", "-w", "0"]
-PERF_ARGS = ["-b", "8", "-e", "512M", "-f", "2", "-c", "0", "-n", "20", "-w", "5"]
+PERF_ARGS = ["-b", "8", "-e", "512M", "-f", "2", "-c", "0", "-n", "100", "-w", "20"]
 
 # Every nccl-tests binary, with the flags that exercise all of it.
 COLLS = {

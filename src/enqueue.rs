@@ -215,6 +215,7 @@ fn coll_spec(r: &Ready, t: &CollTask) -> ExchangeSpec {
             } else {
                 s.sends.push(Transfer { peer: root, ptr: t.send, bytes, relay: None });
             }
+            s.grid = crate::algo::rooted_grid(bytes, &r.topo, &r.scratch);
         }
         Coll::Scatter => {
             if me == root {
@@ -223,6 +224,7 @@ fn coll_spec(r: &Ready, t: &CollTask) -> ExchangeSpec {
             } else {
                 s.recvs.push(Transfer { peer: root, ptr: t.recv, bytes, relay: None });
             }
+            s.grid = crate::algo::rooted_grid(bytes, &r.topo, &r.scratch);
         }
         Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce => {}
     }

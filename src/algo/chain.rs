@@ -32,12 +32,13 @@ pub fn ll128_shape(bytes: u64, topo: &Topology, s: &Scratch, t: &Tuning) -> (u32
 /// 512 KiB, 58.9 / 83.3 / 66.7 at 16 MiB, 425 / 433 / 394 at 128 MiB, 872 / 831 / 762 at 256 MiB;
 /// 3 ranks 6.52 / 8.36 / 8.52 at 128 KiB, 218.5 / 225.0 / 207.7 at 64 MiB, 427.7 / 420.1 / 392.2 at
 /// 128 MiB; 2 ranks 7.06 / 6.33 / 8.59 at 32 KiB, 6.21 / 6.77 / 8.54 at 64 KiB, 111.3 / 117.3 /
-/// 111.4 at 32 MiB, 214.8 / 205.6 / 205.0 at 64 MiB.
+/// 111.4 at 32 MiB, 214.8 / 205.6 / 205.0 at 64 MiB (all with 4 MiB LL128 halves). With 8 MiB
+/// halves (session 17), 4 ranks: 410.4 / 433.0 / 394.4 at 128 MiB, 1112.9 / 832.8 / 767.3 at 256.
 fn default_broadcast_ll128_bounds(nranks: usize) -> (u64, u64) {
     if nranks <= 2 {
         (64 << 10, 64 << 20)
     } else {
-        (128 << 10, 128 << 20)
+        (128 << 10, 256 << 20)
     }
 }
 
@@ -64,8 +65,8 @@ mod tests {
         for n in [2usize, 3, 4, 8] {
             let s = Scratch::for_ranks(n, &t);
             let topo = Topology { nranks: n, sm_count: 132 };
-            let (lo, hi) = if n == 2 { (64u64 << 10, 64u64 << 20) } else { (128 << 10, 128 << 20) };
-            for bytes in [1u64, 4096, 64 << 10, (128 << 10) - 1, 128 << 10, 3_000_017, (64 << 20) - 1, 64 << 20, 128 << 20, 1 << 30] {
+            let (lo, hi) = if n == 2 { (64u64 << 10, 64u64 << 20) } else { (128 << 10, 256 << 20) };
+            for bytes in [1u64, 4096, 64 << 10, (128 << 10) - 1, 128 << 10, 3_000_017, (64 << 20) - 1, 64 << 20, 128 << 20, (256 << 20) - 1, 256 << 20, 1 << 30] {
                 let p = broadcast_ll128(bytes, &topo, &s, &t);
                 let want = (lo..hi).contains(&bytes);
                 assert_eq!(p.is_some(), want, "n={n} {bytes} B");
@@ -97,6 +98,6 @@ mod tests {
         assert_eq!(ll128_shape(16 << 20, &few, &s, &t).0, 20);
         // Tuned: fewer lines per block means more blocks (up to the cap); the block size as given.
         let tuned = Tuning { ll128_lines_per_block: Some(512), ll128_threads: Some(1024), ..Default::default() };
-        assert_eq!(ll128_shape(16 << 20, &topo, &s, &tuned), (32, 1024));
+        assert_eq!(ll128_shape(16 << 20, &topo, &s, &tuned), (64, 1024)); // 4 MiB rounds: 32768 lines
     }
 }

@@ -11,7 +11,7 @@ mod reducing;
 mod tuning;
 
 pub use allreduce::{select_allreduce, AllReduceAlgo, AllReducePlan};
-pub use exchange::{broadcast_relay, broadcast_spec, exchange_shape, plan_exchange, ExchangePlan, ExchangeSpec, LocalCopy, Transfer};
+pub use exchange::{broadcast_relay, broadcast_spec, exchange_shape, plan_exchange, rooted_grid, ExchangePlan, ExchangeSpec, LocalCopy, Transfer};
 pub use reducing::{select_reduce, select_reducescatter, ReducePlan};
 pub use tuning::Tuning;
 
@@ -39,7 +39,7 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// Sizes for `nranks` ranks: 8 MiB LL halves; 128 blocks of put-based slots (128 beat 64 by
+    /// Sizes for `nranks` ranks: 8 MiB LL and LL128 halves; 128 blocks of put-based slots (128 beat 64 by
     /// 5-6% at 512 MiB on H200, BENCHMARKS.md), slots shrinking as ranks grow so the put-based
     /// scratch stays at about 2 x 128 blocks x 512 KiB whatever the rank count.
     pub fn for_ranks(nranks: usize, tuning: &Tuning) -> Scratch {
@@ -51,8 +51,11 @@ impl Scratch {
         let slot = tuning.rs_slot_bytes.unwrap_or_else(|| (512 * 1024 / n).clamp(32 * 1024, 256 * 1024));
         Scratch {
             ll_half_bytes: tuning.ll_half_bytes.unwrap_or(8 << 20),
-            // Whole lines, two sub-buffers per half.
-            ll128_half_bytes: tuning.ll128_half_bytes.unwrap_or(4 << 20) & !255,
+            // Whole lines, two sub-buffers per half. 8 MiB halves (rounds of 4 MiB of lines) beat
+            // 4 MiB at 64-128 MiB on H200 x4 (Reduce 416.5 against 436.0 us at 128 MiB, Broadcast
+            // 410.4 against 428.3), 16 MiB loses at 128 MiB for Broadcast (457.3) and both lose at
+            // 256 MiB, where the put chain and the relay take over.
+            ll128_half_bytes: tuning.ll128_half_bytes.unwrap_or(8 << 20) & !255,
             rs_slot_bytes: slot & !15,
             rs_max_blocks: tuning.rs_blocks.unwrap_or(128).clamp(1, crate::device_abi::OX_MAX_BLOCKS as u32),
         }
