@@ -9,11 +9,13 @@ check:   every run of the suite with oxccl preloaded; a table of #wrong / out-of
          exit status 1 if any run failed, was wrong or hung.
 compare: every run twice, oxccl then the reference NCCL, in the same invocation; per size the
          time ratio (oxccl/NCCL, lower is better) and busbw ratio (higher is better); writes
-         results.md, results.json and (with matplotlib) one PNG per run into --out.
+         results.md (a summary per run against issue 3's bar, then every size), results.json and
+         (with matplotlib) one PNG per run into --out. `--suite bench` is every table of
+         BENCHMARKS.md's same-call comparisons in one invocation (colls-perf + allreduce-perf).
 Suites are defined below (SUITES); modes: mpirun one process per GPU (npN), one process driving N
 GPUs (gN), threads (tN), each optionally with CUDA graphs (-G).
 """
-import argparse, json, os, re, shlex, subprocess, sys, time
+import argparse, json, math, os, re, shlex, subprocess, sys, time
 
 NCCL_TESTS_ENV = {"NCCL_NVLS_ENABLE": "0"}  # NVLink multicast stays off on shared machines
 
@@ -74,6 +76,14 @@ def suite(name, ngpus):
             for n in (2, 4):
                 if n <= ngpus:
                     runs.append((test, mode(f"np{n}", n, mpi(n), []), PERF_ARGS + ["-d", "float"] + (["-o", "sum"] if "-o" in COLLS[test] else [])))
+        return runs
+    if name == "bench":  # the same run once (all_reduce float sum is in both)
+        runs, seen = [], set()
+        for r in suite("colls-perf", ngpus) + suite("allreduce-perf", ngpus):
+            key = (r[0], r[1]["name"], tuple(r[2]))
+            if key not in seen:
+                seen.add(key)
+                runs.append(r)
         return runs
     if name == "allreduce-check":
         return [("all_reduce_perf", m, CHECK_ARGS) for m in modes_for(ngpus)]
@@ -220,6 +230,7 @@ def cmd_compare(a):
             md.append(f"| {x['bytes']} | {x['type']} | {f(x['oop_us'])} | {f(y['oop_us'])} | {f(tr)} | {f(x['oop_busbw'])} | {f(y['oop_busbw'])} | {f(br)} |")
         results.append({"name": name, "mode": m["name"], "args": args, "rows": rows,
                         "oxccl_ok": ok, "oxccl_rc": ox["rc"], "nccl_rc": nc["rc"]})
+    md = summary(results) + md
     with open(os.path.join(a.out, "results.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     with open(os.path.join(a.out, "results.json"), "w") as f:
@@ -227,6 +238,26 @@ def cmd_compare(a):
     plot(results, a.out)
     print("\n".join(md))
     return 1 if failed else 0
+
+def summary(results, small=64 << 10, large=128 << 20):
+    """One line per run: correctness, the worst time ratio up to `small` bytes, the geometric mean
+    time ratio over all sizes, the worst busbw ratio from `large` bytes, and whether that meets
+    issue 3's bar (time ratio <= 1 up to 64 KB, busbw ratio >= 0.9 from 128 MB; bars.py checks the
+    same from results.json)."""
+    out = ["## Summary", "", "| run | oxccl correct | worst time ratio <= 64 KB | geomean time ratio | worst busbw ratio >= 128 MB | bar |",
+           "|---|---|---:|---:|---:|---|"]
+    for r in results:
+        rows = r["rows"]
+        tsmall = [x["time_ratio"] for x in rows if 0 < x["bytes"] <= small and x["time_ratio"] is not None]
+        tall = [x["time_ratio"] for x in rows if x["time_ratio"]]
+        blarge = [x["busbw_ratio"] for x in rows if x["bytes"] >= large and x["busbw_ratio"] is not None]
+        geo = math.exp(sum(math.log(t) for t in tall) / len(tall)) if tall else None
+        f = lambda v: "-" if v is None else f"{v:.3f}"
+        worst_small = max(tsmall) if tsmall else None
+        worst_large = min(blarge) if blarge else None
+        meets = r["oxccl_ok"] and (worst_small is None or worst_small <= 1.0) and (worst_large is None or worst_large >= 0.9)
+        out.append(f"| {r['name']} | {'yes' if r['oxccl_ok'] else 'NO'} | {f(worst_small)} | {f(geo)} | {f(worst_large)} | {'meets' if meets else 'MISSES'} |")
+    return out
 
 def plot(results, out):
     """Per run, busbw and time against size for both libraries (PNG). Skipped, with a note,

@@ -37,6 +37,34 @@ if python3 nccl-tests-harness/bars.py "$bt/miss" > "$bt/out" || [ "$(grep -c ' B
   echo "test: nccl-tests-harness/bars.py did not report the two misses"; cat "$bt/out"; exit 1
 fi
 python3 nccl-tests-harness/bars.py "$bt/pass" > /dev/null || { echo "test: bars.py failed a run within the bar"; exit 1; }
+# The harness end to end on the CPU: fake nccl-tests binaries (oxccl faster at 8 B, 0.94x NCCL's
+# busbw at 128 MiB) behind a fake mpirun; `compare --suite bench` must run every binary at np2,
+# write the summary with every run meeting the bar, and fail when oxccl reports a wrong value.
+fb="$bt/fake"; mkdir -p "$fb"
+cat > "$fb/mpirun" <<'FAKE'
+#!/usr/bin/env bash
+while [ $# -gt 0 ]; do case $1 in -np|-x|--bind-to) shift 2 ;; --allow-run-as-root) shift ;; *) break ;; esac; done
+exec "$@"
+FAKE
+cat > "$fb/fake_perf" <<'FAKE'
+#!/usr/bin/env bash
+if [ -n "${LD_PRELOAD:-}" ]; then t=5.00 b=300.0 w=${FAKE_WRONG:-0}; else t=6.00 b=320.0 w=0; fi
+echo "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong"
+printf "           8             2     float     sum      -1  %7s    0.00    0.00  %6s  %7s    0.00    0.00  %6s\n" $t $w $t $w
+printf "   134217728      33554432     float     sum      -1  999.00  %6s  %6s  %6s  999.00  %6s  %6s  %6s\n" $b $b $w $b $b $w
+echo "# Out of bounds values : 0 OK"
+FAKE
+chmod +x "$fb/mpirun" "$fb/fake_perf"
+for t in all_reduce reduce_scatter reduce broadcast all_gather alltoall gather scatter sendrecv hypercube; do ln -sf fake_perf "$fb/${t}_perf"; done
+PATH="$fb:$PATH" python3 nccl-tests-harness/harness.py compare --bin "$fb" --oxccl "$bt/no-such-lib.so" --suite bench --ngpus 2 --out "$bt/h" > "$bt/h.out" 2>&1 \
+  || { echo "test: harness compare failed on the fake binaries"; tail -20 "$bt/h.out"; exit 1; }
+runs=$(grep -c '| meets |' "$bt/h/results.md")
+[ "$runs" = 12 ] || { echo "test: harness bench summary has $runs runs meeting the bar, expected 12"; cat "$bt/h/results.md" | head -20; exit 1; }
+python3 nccl-tests-harness/bars.py "$bt/h" > /dev/null || { echo "test: bars.py disagrees with the harness summary"; exit 1; }
+if PATH="$fb:$PATH" FAKE_WRONG=1 python3 nccl-tests-harness/harness.py compare --bin "$fb" --oxccl "$bt/no-such-lib.so" --suite colls-perf --tests sendrecv --ngpus 2 --out "$bt/w" > /dev/null 2>&1; then
+  echo "test: harness compare passed a run with wrong values"; exit 1
+fi
+grep -q '| NO |' "$bt/w/results.md" || { echo "test: harness summary does not flag the wrong run"; exit 1; }
 rm -rf "$bt"
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --release --locked --all-targets -- -D warnings
