@@ -23,16 +23,7 @@ pub struct Signature {
 
 const BYTES: usize = 24;
 
-const COLL_NAMES: [&str; 8] = [
-    "AllReduce",
-    "ReduceScatter",
-    "Reduce",
-    "AllGather",
-    "Broadcast",
-    "AlltoAll",
-    "Gather",
-    "Scatter",
-];
+const COLL_NAMES: [&str; 8] = ["AllReduce", "ReduceScatter", "Reduce", "AllGather", "Broadcast", "AlltoAll", "Gather", "Scatter"];
 
 fn coll_code(c: Coll) -> u8 {
     match c {
@@ -50,10 +41,7 @@ fn coll_code(c: Coll) -> u8 {
 impl Signature {
     pub fn of(t: &CollTask, seq: u64) -> Signature {
         let reduces = matches!(t.coll, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce);
-        let rooted = matches!(
-            t.coll,
-            Coll::Reduce | Coll::Broadcast | Coll::Gather | Coll::Scatter
-        );
+        let rooted = matches!(t.coll, Coll::Reduce | Coll::Broadcast | Coll::Gather | Coll::Scatter);
         Signature {
             seq,
             coll: coll_code(t.coll),
@@ -76,9 +64,7 @@ impl Signature {
     }
 
     fn decode(b: &[u8]) -> Result<Signature> {
-        let b: &[u8; BYTES] = b
-            .try_into()
-            .map_err(|_| Error::system(format!("OXCCL_CHECK: signature of {} bytes", b.len())))?;
+        let b: &[u8; BYTES] = b.try_into().map_err(|_| Error::system(format!("OXCCL_CHECK: signature of {} bytes", b.len())))?;
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
         Ok(Signature {
             seq: u64_at(0),
@@ -95,10 +81,7 @@ impl Signature {
         let dt = DataType::from_raw(i32::from(self.dtype)).map_or("?", |d| d.name());
         let mut s = format!("#{} {coll} {dt} count {}", self.seq, self.count);
         if self.coll <= 2 {
-            s.push_str(&format!(
-                " op {}",
-                RedOp::builtin(i32::from(self.op)).map_or("premulsum", |o| o.name())
-            ));
+            s.push_str(&format!(" op {}", RedOp::builtin(i32::from(self.op)).map_or("premulsum", |o| o.name())));
         }
         if self.root >= 0 {
             s.push_str(&format!(" root {}", self.root));
@@ -109,9 +92,7 @@ impl Signature {
 
 /// Ok if every rank's signature is the same; else the error every rank reports.
 pub fn compare(all: &[Signature]) -> Result<()> {
-    let Some(first) = all.first() else {
-        return Ok(());
-    };
+    let Some(first) = all.first() else { return Ok(()) };
     if all.iter().all(|s| s == first) {
         return Ok(());
     }
@@ -122,23 +103,13 @@ pub fn compare(all: &[Signature]) -> Result<()> {
             None => groups.push((*s, vec![r])),
         }
     }
-    let parts: Vec<String> = groups
-        .iter()
-        .map(|(s, ranks)| format!("ranks {ranks:?}: {}", s.describe()))
-        .collect();
-    Err(Error::invalid_usage(format!(
-        "OXCCL_CHECK: ranks disagree on the next collective: {}",
-        parts.join("; ")
-    )))
+    let parts: Vec<String> = groups.iter().map(|(s, ranks)| format!("ranks {ranks:?}: {}", s.describe())).collect();
+    Err(Error::invalid_usage(format!("OXCCL_CHECK: ranks disagree on the next collective: {}", parts.join("; "))))
 }
 
 /// Collective over the communicator's ranks: exchanges signatures and compares them.
 pub fn agree(bs: &Bootstrap, mine: Signature) -> Result<()> {
-    let all = bs
-        .all_gather(&mine.encode())?
-        .iter()
-        .map(|b| Signature::decode(b))
-        .collect::<Result<Vec<_>>>()?;
+    let all = bs.all_gather(&mine.encode())?.iter().map(|b| Signature::decode(b)).collect::<Result<Vec<_>>>()?;
     compare(&all)
 }
 
@@ -148,61 +119,25 @@ mod tests {
     use crate::error::ResultCode;
 
     fn sig(seq: u64, coll: u8, count: u64, root: i32) -> Signature {
-        Signature {
-            seq,
-            coll,
-            dtype: 7,
-            op: 0,
-            root,
-            count,
-        }
+        Signature { seq, coll, dtype: 7, op: 0, root, count }
     }
 
     #[test]
     fn agreement_and_a_mismatch_that_names_the_ranks() {
         assert!(compare(&[sig(3, 0, 1024, -1); 4]).is_ok());
-        let e = compare(&[
-            sig(3, 0, 1024, -1),
-            sig(3, 0, 1000, -1),
-            sig(3, 0, 1024, -1),
-        ])
-        .unwrap_err();
+        let e = compare(&[sig(3, 0, 1024, -1), sig(3, 0, 1000, -1), sig(3, 0, 1024, -1)]).unwrap_err();
         assert_eq!(e.code, ResultCode::InvalidUsage);
-        assert!(
-            e.msg
-                .contains("ranks [0, 2]: #3 AllReduce f32 count 1024 op sum"),
-            "{}",
-            e.msg
-        );
-        assert!(
-            e.msg.contains("ranks [1]: #3 AllReduce f32 count 1000"),
-            "{}",
-            e.msg
-        );
+        assert!(e.msg.contains("ranks [0, 2]: #3 AllReduce f32 count 1024 op sum"), "{}", e.msg);
+        assert!(e.msg.contains("ranks [1]: #3 AllReduce f32 count 1000"), "{}", e.msg);
         let e = compare(&[sig(0, 4, 8, 0), sig(0, 4, 8, 1)]).unwrap_err();
-        assert!(
-            e.msg.contains("Broadcast") && e.msg.contains("root 1"),
-            "{}",
-            e.msg
-        );
+        assert!(e.msg.contains("Broadcast") && e.msg.contains("root 1"), "{}", e.msg);
         let e = compare(&[sig(5, 0, 8, -1), sig(6, 0, 8, -1)]).unwrap_err();
-        assert!(
-            e.msg.contains("#5") && e.msg.contains("#6"),
-            "a rank that skipped a collective: {}",
-            e.msg
-        );
+        assert!(e.msg.contains("#5") && e.msg.contains("#6"), "a rank that skipped a collective: {}", e.msg);
     }
 
     #[test]
     fn signatures_round_trip() {
-        let s = Signature {
-            seq: u64::MAX,
-            coll: 7,
-            dtype: 11,
-            op: 5,
-            root: i32::MIN,
-            count: 1 << 40,
-        };
+        let s = Signature { seq: u64::MAX, coll: 7, dtype: 11, op: 5, root: i32::MIN, count: 1 << 40 };
         assert_eq!(Signature::decode(&s.encode()).unwrap(), s);
         assert!(Signature::decode(&[0; 23]).is_err());
     }
@@ -226,11 +161,7 @@ mod tests {
         });
         for r in &res {
             let e = r.as_ref().unwrap_err();
-            assert!(
-                e.msg.contains("ranks [0, 1]") && e.msg.contains("ranks [2]"),
-                "{}",
-                e.msg
-            );
+            assert!(e.msg.contains("ranks [0, 1]") && e.msg.contains("ranks [2]"), "{}", e.msg);
         }
     }
 }

@@ -123,8 +123,7 @@ impl Comm {
             revoked: AtomicBool::new(false),
             check_seq: AtomicU64::new(0),
             user_ops: Mutex::new(Vec::new()),
-            op_tag: (topo::process_token() as u32 ^ NEXT_TAG.fetch_add(1, Ordering::Relaxed))
-                & OP_TAG_MASK,
+            op_tag: (topo::process_token() as u32 ^ NEXT_TAG.fetch_add(1, Ordering::Relaxed)) & OP_TAG_MASK,
             windows: crate::window::Windows::default(),
         }
     }
@@ -136,9 +135,7 @@ impl Comm {
             Some(i) => i,
             None => {
                 if ops.len() >= 1 << OP_INDEX_BITS {
-                    return Err(Error::invalid_usage(
-                        "too many live reduction ops on this communicator",
-                    ));
+                    return Err(Error::invalid_usage("too many live reduction ops on this communicator"));
                 }
                 ops.push(None);
                 ops.len() - 1
@@ -149,24 +146,18 @@ impl Comm {
     }
 
     fn user_op_index(&self, raw: i32) -> Result<usize> {
-        let v = raw
-            .checked_sub(RedOp::NUM_BUILTIN)
-            .filter(|v| *v >= 0)
-            .ok_or_else(|| Error::invalid_argument(format!("invalid reduction op {raw}")))?
-            as u32;
+        let v = raw.checked_sub(RedOp::NUM_BUILTIN).filter(|v| *v >= 0).ok_or_else(|| {
+            Error::invalid_argument(format!("invalid reduction op {raw}"))
+        })? as u32;
         if v >> OP_INDEX_BITS != self.op_tag {
-            return Err(Error::invalid_argument(format!(
-                "reduction op {raw} was not created on this communicator"
-            )));
+            return Err(Error::invalid_argument(format!("reduction op {raw} was not created on this communicator")));
         }
         Ok((v & ((1 << OP_INDEX_BITS) - 1)) as usize)
     }
 
     pub fn destroy_op(&self, raw: i32) -> Result<()> {
         if RedOp::builtin(raw).is_some() {
-            return Err(Error::invalid_argument(format!(
-                "cannot destroy built-in reduction op {raw}"
-            )));
+            return Err(Error::invalid_argument(format!("cannot destroy built-in reduction op {raw}")));
         }
         let idx = self.user_op_index(raw)?;
         let mut ops = self.user_ops.lock();
@@ -175,33 +166,19 @@ impl Comm {
                 *slot = None;
                 Ok(())
             }
-            _ => Err(Error::invalid_argument(format!(
-                "reduction op {raw} does not exist (destroyed already?)"
-            ))),
+            _ => Err(Error::invalid_argument(format!("reduction op {raw} does not exist (destroyed already?)"))),
         }
     }
 
     /// The kernel form of a raw op for a collective of datatype `dt`.
     pub fn resolve_op(&self, raw: i32, dt: DataType) -> Result<ResolvedOp> {
         if let Some(op) = RedOp::builtin(raw) {
-            return Ok(ResolvedOp {
-                op,
-                scalar: 0,
-                scalar_ptr: 0,
-            });
+            return Ok(ResolvedOp { op, scalar: 0, scalar_ptr: 0 });
         }
         let idx = self.user_op_index(raw)?;
-        let u = self
-            .user_ops
-            .lock()
-            .get(idx)
-            .copied()
-            .flatten()
-            .ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "reduction op {raw} does not exist (destroyed already?)"
-                ))
-            })?;
+        let u = self.user_ops.lock().get(idx).copied().flatten().ok_or_else(|| {
+            Error::invalid_argument(format!("reduction op {raw} does not exist (destroyed already?)"))
+        })?;
         if u.dtype != dt {
             return Err(Error::invalid_argument(format!(
                 "reduction op {raw} was created for {}, used with {}",
@@ -209,11 +186,7 @@ impl Comm {
                 dt.name()
             )));
         }
-        Ok(ResolvedOp {
-            op: RedOp::PreMulSum,
-            scalar: u.scalar,
-            scalar_ptr: u.scalar_ptr,
-        })
+        Ok(ResolvedOp { op: RedOp::PreMulSum, scalar: u.scalar, scalar_ptr: u.scalar_ptr })
     }
 
     /// The initialised state, or the reason there is none.
@@ -234,8 +207,7 @@ impl Comm {
     }
 
     pub fn async_state(&self) -> ResultCode {
-        ResultCode::from_raw(self.state.load(Ordering::Acquire))
-            .unwrap_or(ResultCode::InternalError)
+        ResultCode::from_raw(self.state.load(Ordering::Acquire)).unwrap_or(ResultCode::InternalError)
     }
 
     pub fn set_error(&self, code: ResultCode) {
@@ -322,9 +294,7 @@ impl Comm {
             return Err(Error::invalid_usage("communicator was aborted"));
         }
         if self.revoked.load(Ordering::Acquire) {
-            return Err(Error::invalid_usage(
-                "communicator was revoked: only destroy, abort, split and shrink are allowed",
-            ));
+            return Err(Error::invalid_usage("communicator was revoked: only destroy, abort, split and shrink are allowed"));
         }
         Ok(())
     }
@@ -338,14 +308,8 @@ impl Comm {
         }
         let Some(r) = self.ready.get() else { return };
         r.abort_flag.store_u32(0, 1);
-        if !self
-            .quiesce(Some(Instant::now() + Duration::from_secs(10)))
-            .unwrap_or(false)
-        {
-            nccl_warn!(
-                "ncclCommRevoke: kernels of comm rank {} did not exit within 10 s",
-                self.rank
-            );
+        if !self.quiesce(Some(Instant::now() + Duration::from_secs(10))).unwrap_or(false) {
+            nccl_warn!("ncclCommRevoke: kernels of comm rank {} did not exit within 10 s", self.rank);
         }
     }
 
@@ -354,17 +318,14 @@ impl Comm {
         let r = self.init_inner(id).and_then(|ready| {
             // Aborted while a nonblocking init ran: drop what was built instead of publishing it.
             if self.is_aborted() {
-                return Err(Error::invalid_usage(
-                    "communicator was aborted during its initialization",
-                ));
+                return Err(Error::invalid_usage("communicator was aborted during its initialization"));
             }
             Ok(ready)
         });
         match r {
             Ok(ready) => {
                 let _ = self.ready.set(ready);
-                self.state
-                    .store(ResultCode::Success as i32, Ordering::Release);
+                self.state.store(ResultCode::Success as i32, Ordering::Release);
                 crate::diag::start_monitor();
                 Ok(())
             }
@@ -398,14 +359,7 @@ impl Comm {
             bus_id: bus_id_bytes(&dev.bus_id),
         };
         if me.sm_count < dev.sm_count {
-            nccl_info!(
-                Subsys::Init,
-                "rank {}: maxCTAs {} caps kernels at {} thread blocks ({} SMs)",
-                self.rank,
-                self.config.max_ctas,
-                me.sm_count,
-                dev.sm_count
-            );
+            nccl_info!(Subsys::Init, "rank {}: maxCTAs {} caps kernels at {} thread blocks ({} SMs)", self.rank, self.config.max_ctas, me.sm_count, dev.sm_count);
         }
         let peers = bootstrap
             .all_gather(&me.encode())?
@@ -414,10 +368,7 @@ impl Comm {
             .collect::<Result<Vec<_>>>()?;
         for (r, p) in peers.iter().enumerate() {
             if p.rank as usize != r {
-                return Err(Error::internal(format!(
-                    "bootstrap returned rank {}'s info in slot {r}",
-                    p.rank
-                )));
+                return Err(Error::internal(format!("bootstrap returned rank {}'s info in slot {r}", p.rank)));
             }
             if !p.same_host(&me) {
                 return Err(Error::invalid_usage(format!(
@@ -426,21 +377,12 @@ impl Comm {
                 )));
             }
             if r != self.rank && p.same_process(&me) && p.device == me.device {
-                nccl_info!(
-                    Subsys::Init,
-                    "ranks {} and {r} share CUDA device {} in one process",
-                    self.rank,
-                    me.device
-                );
+                nccl_info!(Subsys::Init, "ranks {} and {r} share CUDA device {} in one process", self.rank, me.device);
             }
         }
         let topo = Topology {
             nranks: self.nranks,
-            sm_count: peers
-                .iter()
-                .map(|p| p.sm_count.max(1) as u32)
-                .min()
-                .unwrap_or(1),
+            sm_count: peers.iter().map(|p| p.sm_count.max(1) as u32).min().unwrap_or(1),
         };
         let tuning = Tuning::from_env()?;
         let scratch = Scratch::for_ranks(self.nranks, &tuning);
@@ -452,19 +394,9 @@ impl Comm {
         let channels = Some(channels);
         // Every rank has mapped every peer before any of them launches a kernel on the channels.
         bootstrap.barrier()?;
-        let launch = LaunchState {
-            last_stream: None,
-            done: Event::new()?,
-            progress: Default::default(),
-        };
+        let launch = LaunchState { last_stream: None, done: Event::new()?, progress: Default::default() };
         let bootstrap = Arc::new(bootstrap);
-        let watchdog = watch_peers(
-            self.rank,
-            self.nranks,
-            bootstrap.clone(),
-            self.state.clone(),
-            abort_flag.clone(),
-        )?;
+        let watchdog = watch_peers(self.rank, self.nranks, bootstrap.clone(), self.state.clone(), abort_flag.clone())?;
         nccl_info!(
             Subsys::Init,
             "comm {:p} rank {} nRanks {} cudaDev {} busId {} - Init COMPLETE ({:.1} ms, {:.1} MiB device memory)",
@@ -497,14 +429,10 @@ impl Comm {
     /// Waits until every kernel this communicator launched has finished. With `deadline`, gives up
     /// then and says so (Ok(false)).
     fn quiesce(&self, deadline: Option<Instant>) -> Result<bool> {
-        let Some(r) = self.ready.get() else {
-            return Ok(true);
-        };
+        let Some(r) = self.ready.get() else { return Ok(true) };
         let _ctx = CtxGuard::new(r.dev)?;
         let launch = r.launch.lock();
-        let Some(stream) = launch.last_stream else {
-            return Ok(true);
-        };
+        let Some(stream) = launch.last_stream else { return Ok(true) };
         // The event covers everything issued on the last stream so far, our kernels included.
         // Work captured into a graph is the application's to wait for.
         if crate::gpu::stream::is_capturing(stream).unwrap_or(true) {
@@ -513,8 +441,7 @@ impl Comm {
         if launch.done.record(stream).is_err() {
             // The application destroyed the stream: wait for the whole device instead.
             // SAFETY: the device's primary context is current (guard above).
-            return crate::gpu::check(unsafe { cu::cuCtxSynchronize() }, "cuCtxSynchronize")
-                .map(|_| true);
+            return crate::gpu::check(unsafe { cu::cuCtxSynchronize() }, "cuCtxSynchronize").map(|_| true);
         }
         let mut spins = 0u32;
         loop {
@@ -611,9 +538,7 @@ impl Comm {
         // No goodbye: the peers are meant to see this rank gone (ncclRemoteError), as with NCCL.
         self.stop_watchdog(false);
         // Kernels see the flag within microseconds; do not wait on a wedged GPU forever.
-        let drained = self
-            .quiesce(Some(Instant::now() + Duration::from_secs(10)))
-            .unwrap_or(false);
+        let drained = self.quiesce(Some(Instant::now() + Duration::from_secs(10))).unwrap_or(false);
         if !drained {
             nccl_warn!("ncclCommAbort: kernels of comm rank {} did not exit within 10 s; leaking their buffers", self.rank);
         }
@@ -708,12 +633,7 @@ fn heartbeat_timeout() -> Duration {
 /// device-side abort flag.
 fn on_peer_lost(state: &AtomicI32, stop_kernels: &dyn Fn()) {
     for from in [ResultCode::Success, ResultCode::InProgress] {
-        let _ = state.compare_exchange(
-            from as i32,
-            ResultCode::RemoteError as i32,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
+        let _ = state.compare_exchange(from as i32, ResultCode::RemoteError as i32, Ordering::AcqRel, Ordering::Acquire);
     }
     stop_kernels();
 }
@@ -742,9 +662,7 @@ impl Comm {
         }
         let ops = ls.progress.describe(now);
         drop(ls);
-        let device = self
-            .device_state(r)
-            .unwrap_or_else(|e| format!("device state unavailable: {}", e.msg));
+        let device = self.device_state(r).unwrap_or_else(|e| format!("device state unavailable: {}", e.msg));
         Some(format!(
             "OXCCL_DEBUG_DUMP: comm rank {}/{} (CUDA device {}, async state {:?}): its stream has been busy for {after:?} \
              with no new operation. {ops}\n  device state (block 0): {device}",
@@ -760,31 +678,18 @@ impl Comm {
         use crate::device_abi::{DevComm, OX_MAX_RANKS};
         let mut stream: cu::CUstream = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; the device's context is current (caller).
-        crate::gpu::check(
-            unsafe { cu::cuStreamCreate(&mut stream, 1) },
-            "cuStreamCreate",
-        )?;
+        crate::gpu::check(unsafe { cu::cuStreamCreate(&mut stream, 1) }, "cuStreamCreate")?;
         let copy = |dst: *mut u8, src: u64, n: usize| -> Result<()> {
             // SAFETY: `src` is inside this communicator's buffers; dst is a local of n bytes.
-            crate::gpu::check(
-                unsafe { cu::cuMemcpyDtoHAsync_v2(dst.cast(), src, n, stream) },
-                "cuMemcpyDtoHAsync",
-            )?;
+            crate::gpu::check(unsafe { cu::cuMemcpyDtoHAsync_v2(dst.cast(), src, n, stream) }, "cuMemcpyDtoHAsync")?;
             // SAFETY: our stream.
-            crate::gpu::check(
-                unsafe { cu::cuStreamSynchronize(stream) },
-                "cuStreamSynchronize",
-            )
+            crate::gpu::check(unsafe { cu::cuStreamSynchronize(stream) }, "cuStreamSynchronize")
         };
         let mut out = String::new();
         let res = (|| -> Result<()> {
             // SAFETY: DevComm is plain old data; every bit pattern is a valid value.
             let mut dc: DevComm = unsafe { std::mem::zeroed() };
-            copy(
-                (&mut dc as *mut DevComm).cast(),
-                r.dev_comm,
-                std::mem::size_of::<DevComm>(),
-            )?;
+            copy((&mut dc as *mut DevComm).cast(), r.dev_comm, std::mem::size_of::<DevComm>())?;
             let n = self.nranks.min(OX_MAX_RANKS);
             let mut flags = [0u32; OX_MAX_RANKS];
             let mut pending = [0u32; OX_MAX_RANKS];
@@ -795,11 +700,7 @@ impl Comm {
             copy(pending.as_mut_ptr().cast(), dc.ll_pending, 4 * n)?;
             copy(acks.as_mut_ptr().cast(), dc.ll_ack[self.rank], 4 * n)?;
             copy(expected.as_mut_ptr().cast(), dc.sem_expected, 8 * n)?;
-            copy(
-                inbound.as_mut_ptr().cast(),
-                dc.sem_inbound[self.rank],
-                8 * n,
-            )?;
+            copy(inbound.as_mut_ptr().cast(), dc.sem_inbound[self.rank], 8 * n)?;
             for p in (0..n).filter(|&p| p != self.rank) {
                 let _ = write!(
                     out,
@@ -817,11 +718,7 @@ impl Comm {
 
 /// Every live communicator (a snapshot).
 pub fn live() -> Vec<Arc<Comm>> {
-    REGISTRY
-        .read()
-        .as_ref()
-        .map(|m| m.values().cloned().collect())
-        .unwrap_or_default()
+    REGISTRY.read().as_ref().map(|m| m.values().cloned().collect()).unwrap_or_default()
 }
 
 // ---- registry of live handles ----------------------------------------------------------------
@@ -831,10 +728,7 @@ static REGISTRY: RwLock<Option<HashMap<usize, Arc<Comm>>>> = RwLock::new(None);
 /// Registers a communicator and returns its handle value.
 pub fn register(comm: Arc<Comm>) -> usize {
     let key = Arc::as_ptr(&comm) as usize;
-    REGISTRY
-        .write()
-        .get_or_insert_with(HashMap::new)
-        .insert(key, comm);
+    REGISTRY.write().get_or_insert_with(HashMap::new).insert(key, comm);
     key
 }
 
@@ -844,11 +738,7 @@ pub fn lookup(handle: usize) -> Result<Arc<Comm>> {
         .read()
         .as_ref()
         .and_then(|m| m.get(&handle).cloned())
-        .ok_or_else(|| {
-            Error::invalid_argument(format!(
-                "invalid communicator {handle:#x} (never created, or destroyed)"
-            ))
-        })
+        .ok_or_else(|| Error::invalid_argument(format!("invalid communicator {handle:#x} (never created, or destroyed)")))
 }
 
 /// Removes a handle; the communicator is freed when the last in-flight user drops it.
@@ -865,15 +755,9 @@ mod tests {
         let c = Arc::new(Comm::new(0, 1, 0, CommConfig::default()));
         let h = register(c);
         assert!(lookup(h).is_ok());
-        assert_eq!(
-            lookup(h + 8).map(|_| ()).unwrap_err().code,
-            ResultCode::InvalidArgument
-        );
+        assert_eq!(lookup(h + 8).map(|_| ()).unwrap_err().code, ResultCode::InvalidArgument);
         assert!(unregister(h).is_some());
-        assert_eq!(
-            lookup(h).map(|_| ()).unwrap_err().code,
-            ResultCode::InvalidArgument
-        );
+        assert_eq!(lookup(h).map(|_| ()).unwrap_err().code, ResultCode::InvalidArgument);
         assert!(unregister(h).is_none());
     }
 
@@ -881,53 +765,21 @@ mod tests {
     fn user_ops_are_per_comm_and_typed() {
         let a = Comm::new(0, 2, 0, CommConfig::default());
         let b = Comm::new(0, 2, 0, CommConfig::default());
-        let op = a
-            .create_op(UserOp {
-                dtype: DataType::Float32,
-                scalar: 0x3f80_0000,
-                scalar_ptr: 0,
-            })
-            .unwrap();
+        let op = a.create_op(UserOp { dtype: DataType::Float32, scalar: 0x3f80_0000, scalar_ptr: 0 }).unwrap();
         assert!(op >= 5);
         let r = a.resolve_op(op, DataType::Float32).unwrap();
         assert_eq!(r.op, RedOp::PreMulSum);
         assert_eq!(r.scalar, 0x3f80_0000);
-        assert_eq!(
-            a.resolve_op(op, DataType::Float16).unwrap_err().code,
-            ResultCode::InvalidArgument
-        );
-        assert_eq!(
-            b.resolve_op(op, DataType::Float32).unwrap_err().code,
-            ResultCode::InvalidArgument
-        );
-        assert_eq!(
-            a.destroy_op(2).unwrap_err().code,
-            ResultCode::InvalidArgument,
-            "built-in"
-        );
+        assert_eq!(a.resolve_op(op, DataType::Float16).unwrap_err().code, ResultCode::InvalidArgument);
+        assert_eq!(b.resolve_op(op, DataType::Float32).unwrap_err().code, ResultCode::InvalidArgument);
+        assert_eq!(a.destroy_op(2).unwrap_err().code, ResultCode::InvalidArgument, "built-in");
         a.destroy_op(op).unwrap();
-        assert_eq!(
-            a.destroy_op(op).unwrap_err().code,
-            ResultCode::InvalidArgument,
-            "twice"
-        );
-        assert_eq!(
-            a.resolve_op(op, DataType::Float32).unwrap_err().code,
-            ResultCode::InvalidArgument
-        );
-        assert_eq!(
-            a.resolve_op(-1, DataType::Float32).unwrap_err().code,
-            ResultCode::InvalidArgument
-        );
+        assert_eq!(a.destroy_op(op).unwrap_err().code, ResultCode::InvalidArgument, "twice");
+        assert_eq!(a.resolve_op(op, DataType::Float32).unwrap_err().code, ResultCode::InvalidArgument);
+        assert_eq!(a.resolve_op(-1, DataType::Float32).unwrap_err().code, ResultCode::InvalidArgument);
         assert_eq!(a.resolve_op(3, DataType::Int8).unwrap().op, RedOp::Min);
         // Slots are reused after destroy.
-        let op2 = a
-            .create_op(UserOp {
-                dtype: DataType::Int8,
-                scalar: 2,
-                scalar_ptr: 0,
-            })
-            .unwrap();
+        let op2 = a.create_op(UserOp { dtype: DataType::Int8, scalar: 2, scalar_ptr: 0 }).unwrap();
         assert_eq!(op2, op);
     }
 
@@ -937,16 +789,8 @@ mod tests {
         c.state.store(ResultCode::Success as i32, Ordering::Release);
         c.begin_async().unwrap();
         assert_eq!(c.async_state(), ResultCode::InProgress);
-        assert_eq!(
-            c.begin_async().unwrap_err().code,
-            ResultCode::InvalidArgument,
-            "second one"
-        );
-        assert_eq!(
-            c.check_usable().unwrap_err().code,
-            ResultCode::InvalidArgument,
-            "used too early"
-        );
+        assert_eq!(c.begin_async().unwrap_err().code, ResultCode::InvalidArgument, "second one");
+        assert_eq!(c.check_usable().unwrap_err().code, ResultCode::InvalidArgument, "used too early");
         c.end_async(&Ok(()));
         assert_eq!(c.async_state(), ResultCode::Success);
         assert!(c.check_usable().is_ok());
@@ -961,36 +805,21 @@ mod tests {
         let state = AtomicI32::new(ResultCode::Success as i32);
         let stopped = AtomicBool::new(false);
         on_peer_lost(&state, &|| stopped.store(true, Ordering::Release));
-        assert_eq!(
-            state.load(Ordering::Acquire),
-            ResultCode::RemoteError as i32
-        );
+        assert_eq!(state.load(Ordering::Acquire), ResultCode::RemoteError as i32);
         assert!(stopped.load(Ordering::Acquire));
         let failed = AtomicI32::new(ResultCode::SystemError as i32);
         on_peer_lost(&failed, &|| {});
-        assert_eq!(
-            failed.load(Ordering::Acquire),
-            ResultCode::SystemError as i32,
-            "the first error stays"
-        );
+        assert_eq!(failed.load(Ordering::Acquire), ResultCode::SystemError as i32, "the first error stays");
         let c = Comm::new(0, 2, 0, CommConfig::default());
-        c.state
-            .store(ResultCode::RemoteError as i32, Ordering::Release);
-        assert_eq!(
-            c.check_usable().unwrap_err().code,
-            ResultCode::RemoteError,
-            "no new work on a failed comm"
-        );
+        c.state.store(ResultCode::RemoteError as i32, Ordering::Release);
+        assert_eq!(c.check_usable().unwrap_err().code, ResultCode::RemoteError, "no new work on a failed comm");
     }
 
     #[test]
     fn pending_comm_reports_in_progress_and_keeps_first_error() {
         let c = Comm::new(0, 2, 0, CommConfig::default());
         assert_eq!(c.async_state(), ResultCode::InProgress);
-        assert_eq!(
-            c.ready().map(|_| ()).unwrap_err().code,
-            ResultCode::InvalidArgument
-        );
+        assert_eq!(c.ready().map(|_| ()).unwrap_err().code, ResultCode::InvalidArgument);
         c.set_error(ResultCode::SystemError);
         c.set_error(ResultCode::RemoteError);
         assert_eq!(c.async_state(), ResultCode::SystemError);

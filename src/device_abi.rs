@@ -257,26 +257,10 @@ mod tests {
         let fields: &[(&str, &str, usize)] = &[
             ("DevComm", "rank", offset_of!(DevComm, rank)),
             ("DevComm", "nranks", offset_of!(DevComm, nranks)),
-            (
-                "DevComm",
-                "ll_half_bytes",
-                offset_of!(DevComm, ll_half_bytes),
-            ),
-            (
-                "DevComm",
-                "rs_slot_bytes",
-                offset_of!(DevComm, rs_slot_bytes),
-            ),
-            (
-                "DevComm",
-                "rs_max_blocks",
-                offset_of!(DevComm, rs_max_blocks),
-            ),
-            (
-                "DevComm",
-                "ll128_half_bytes",
-                offset_of!(DevComm, ll128_half_bytes),
-            ),
+            ("DevComm", "ll_half_bytes", offset_of!(DevComm, ll_half_bytes)),
+            ("DevComm", "rs_slot_bytes", offset_of!(DevComm, rs_slot_bytes)),
+            ("DevComm", "rs_max_blocks", offset_of!(DevComm, rs_max_blocks)),
+            ("DevComm", "ll128_half_bytes", offset_of!(DevComm, ll128_half_bytes)),
             ("DevComm", "ll128_off", offset_of!(DevComm, ll128_off)),
             ("DevComm", "ll_scratch", offset_of!(DevComm, ll_scratch)),
             ("DevComm", "rs_scratch", offset_of!(DevComm, rs_scratch)),
@@ -300,11 +284,7 @@ mod tests {
             ("FifoDevice", "triggers", offset_of!(FifoDevice, triggers)),
             ("FifoDevice", "tail", offset_of!(FifoDevice, tail)),
             ("FifoDevice", "head", offset_of!(FifoDevice, head)),
-            (
-                "FifoDevice",
-                "flush_done",
-                offset_of!(FifoDevice, flush_done),
-            ),
+            ("FifoDevice", "flush_done", offset_of!(FifoDevice, flush_done)),
             ("FifoDevice", "stop", offset_of!(FifoDevice, stop)),
             ("FifoDevice", "size", offset_of!(FifoDevice, size)),
             ("Xfer", "peer", offset_of!(Xfer, peer)),
@@ -316,33 +296,22 @@ mod tests {
             ("ExchangeArgs", "recvs", offset_of!(ExchangeArgs, recvs)),
             ("ExchangeArgs", "copies", offset_of!(ExchangeArgs, copies)),
         ];
-        let mut c = format!(
-            "#include <stddef.h>\n#include <stdio.h>\n#include \"{header}\"\nint main(void) {{\n"
-        );
+        let mut c = format!("#include <stddef.h>\n#include <stdio.h>\n#include \"{header}\"\nint main(void) {{\n");
         c.push_str("printf(\"DevComm %zu\\n\", sizeof(DevComm));\n");
         c.push_str("printf(\"CollArgs %zu\\n\", sizeof(CollArgs));\n");
         c.push_str("printf(\"ExchangeArgs %zu\\n\", sizeof(ExchangeArgs));\n");
         c.push_str("printf(\"Trigger %zu %zu\\n\", sizeof(Trigger), _Alignof(Trigger));\n");
         c.push_str("printf(\"FifoDevice %zu\\n\", sizeof(FifoDevice));\n");
-        c.push_str(
-            "printf(\"OX_MAX_RANKS %d\\nOX_MAX_BLOCKS %d\\n\", OX_MAX_RANKS, OX_MAX_BLOCKS);\n",
-        );
+        c.push_str("printf(\"OX_MAX_RANKS %d\\nOX_MAX_BLOCKS %d\\n\", OX_MAX_RANKS, OX_MAX_BLOCKS);\n");
         for (s, f, _) in fields {
-            c.push_str(&format!(
-                "printf(\"{s}.{f} %zu\\n\", offsetof({s}, {f}));\n"
-            ));
+            c.push_str(&format!("printf(\"{s}.{f} %zu\\n\", offsetof({s}, {f}));\n"));
         }
         c.push_str("return 0;\n}\n");
         let src = dir.join("layout.c");
         let exe = dir.join("layout");
         std::fs::write(&src, c).expect("write layout.c");
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let st = Command::new(&cc)
-            .arg(&src)
-            .arg("-o")
-            .arg(&exe)
-            .status()
-            .expect("run the C compiler");
+        let st = Command::new(&cc).arg(&src).arg("-o").arg(&exe).status().expect("run the C compiler");
         assert!(st.success(), "{cc} failed on the generated header");
         let out = Command::new(&exe).output().expect("run layout");
         let text = String::from_utf8(out.stdout).expect("utf8");
@@ -368,14 +337,8 @@ mod tests {
         assert_eq!(size_of::<DevComm>() % 8, 0);
         assert_eq!(size_of::<CollArgs>() % 8, 0);
         assert_eq!(align_of::<CollArgs>(), 8);
-        assert!(
-            size_of::<CollArgs>() <= 4096,
-            "kernel parameters are limited to 4 KiB"
-        );
-        assert!(
-            size_of::<ExchangeArgs>() <= 4096,
-            "kernel parameters are limited to 4 KiB"
-        );
+        assert!(size_of::<CollArgs>() <= 4096, "kernel parameters are limited to 4 KiB");
+        assert!(size_of::<ExchangeArgs>() <= 4096, "kernel parameters are limited to 4 KiB");
         assert_eq!(size_of::<ExchangeArgs>() % 8, 0);
     }
 }

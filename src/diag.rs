@@ -22,9 +22,7 @@ pub fn dump_after() -> Option<Duration> {
 
 fn parse_seconds(s: &str) -> Option<Duration> {
     let v: f64 = s.trim().parse().ok()?;
-    (v > 0.0)
-        .then(|| Duration::try_from_secs_f64(v).ok())
-        .flatten()
+    (v > 0.0).then(|| Duration::try_from_secs_f64(v).ok()).flatten()
 }
 
 /// One issued operation.
@@ -51,11 +49,7 @@ impl Progress {
         if self.recent.len() == RECENT_OPS {
             self.recent.pop_front();
         }
-        self.recent.push_back(OpRecord {
-            seq: self.issued,
-            what,
-            at: Instant::now(),
-        });
+        self.recent.push_back(OpRecord { seq: self.issued, what, at: Instant::now() });
     }
 
     /// Called once a second by the monitor with whether the stream is busy: true when a dump is
@@ -81,19 +75,9 @@ impl Progress {
     }
 
     pub fn describe(&self, now: Instant) -> String {
-        let mut s = format!(
-            "{} operations issued; last {}:",
-            self.issued,
-            self.recent.len()
-        );
+        let mut s = format!("{} operations issued; last {}:", self.issued, self.recent.len());
         for r in &self.recent {
-            let _ = write!(
-                s,
-                "\n    #{} {} ({:.1} s ago)",
-                r.seq,
-                r.what,
-                now.duration_since(r.at).as_secs_f64()
-            );
+            let _ = write!(s, "\n    #{} {} ({:.1} s ago)", r.seq, r.what, now.duration_since(r.at).as_secs_f64());
         }
         s
     }
@@ -104,16 +88,14 @@ pub fn start_monitor() {
     static STARTED: OnceLock<()> = OnceLock::new();
     let Some(after) = dump_after() else { return };
     STARTED.get_or_init(|| {
-        let _ = std::thread::Builder::new()
-            .name("oxccl-dump".into())
-            .spawn(move || loop {
-                std::thread::sleep(Duration::from_secs(1));
-                for c in crate::comm::live() {
-                    if let Some(text) = c.stall_dump(after) {
-                        nccl_warn!("{text}");
-                    }
+        let _ = std::thread::Builder::new().name("oxccl-dump".into()).spawn(move || loop {
+            std::thread::sleep(Duration::from_secs(1));
+            for c in crate::comm::live() {
+                if let Some(text) = c.stall_dump(after) {
+                    nccl_warn!("{text}");
                 }
-            });
+            }
+        });
     });
 }
 
@@ -127,21 +109,12 @@ mod tests {
         let t0 = Instant::now();
         let after = Duration::from_secs(5);
         p.note("AllReduce".into());
-        assert!(
-            !p.stalled(true, t0, after),
-            "first sight of a busy stream starts the clock"
-        );
+        assert!(!p.stalled(true, t0, after), "first sight of a busy stream starts the clock");
         assert!(!p.stalled(true, t0 + Duration::from_secs(4), after));
         assert!(p.stalled(true, t0 + Duration::from_secs(5), after));
-        assert!(
-            !p.stalled(true, t0 + Duration::from_secs(9), after),
-            "once per stall"
-        );
+        assert!(!p.stalled(true, t0 + Duration::from_secs(9), after), "once per stall");
         p.note("Broadcast".into());
-        assert!(
-            !p.stalled(true, t0 + Duration::from_secs(10), after),
-            "new work restarts the clock"
-        );
+        assert!(!p.stalled(true, t0 + Duration::from_secs(10), after), "new work restarts the clock");
         assert!(p.stalled(true, t0 + Duration::from_secs(15), after));
         assert!(!p.stalled(false, t0 + Duration::from_secs(16), after));
         for i in 0..40 {

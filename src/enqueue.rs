@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use crate::algo::envlists::Func;
 use crate::algo::{
-    plan_exchange, select_allreduce, select_reduce, select_reducescatter, ExchangeSpec, LocalCopy,
-    Transfer,
+    plan_exchange, select_allreduce, select_reduce, select_reducescatter, ExchangeSpec, LocalCopy, Transfer,
 };
 use crate::comm::{Comm, LaunchState, Ready, ResolvedOp};
 use crate::device_abi::CollArgs;
@@ -96,16 +95,7 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
 
 /// Launches one collective on its stream.
 pub fn launch_task(t: &CollTask) -> Result<()> {
-    let what = || {
-        format!(
-            "{:?} {} x {} root {} on stream {:p}",
-            t.coll,
-            t.count,
-            t.dtype.name(),
-            t.root,
-            t.stream
-        )
-    };
+    let what = || format!("{:?} {} x {} root {} on stream {:p}", t.coll, t.count, t.dtype.name(), t.root, t.stream);
     with_launch(&t.comm, t.stream, what, |r, _| {
         // NCCL_PROTO/NCCL_ALGO may leave a collective nothing to run.
         let func = nccl_func(t.coll);
@@ -136,19 +126,12 @@ fn nccl_func(c: Coll) -> Option<Func> {
 /// Launches one communicator's point-to-point operations of a group as one kernel, on the first
 /// operation's stream; the other streams of the batch are ordered before and after it.
 pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
-    let Some(first) = ops.first() else {
-        return Ok(());
-    };
+    let Some(first) = ops.first() else { return Ok(()) };
     let me = comm.rank;
     let mut spec = ExchangeSpec::default();
     let (mut self_sends, mut self_recvs) = (Vec::new(), Vec::new());
     for op in ops {
-        let x = Transfer {
-            peer: op.peer,
-            ptr: op.buf,
-            bytes: op.bytes,
-            relay: None,
-        };
+        let x = Transfer { peer: op.peer, ptr: op.buf, bytes: op.bytes, relay: None };
         match (op.is_send, op.peer == me) {
             (true, false) => spec.sends.push(x),
             (false, false) => spec.recvs.push(x),
@@ -165,16 +148,9 @@ pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
     }
     for (s, r) in self_sends.iter().zip(&self_recvs) {
         if s.bytes != r.bytes {
-            return Err(Error::invalid_usage(format!(
-                "send to self of {} bytes matched with a receive of {}",
-                s.bytes, r.bytes
-            )));
+            return Err(Error::invalid_usage(format!("send to self of {} bytes matched with a receive of {}", s.bytes, r.bytes)));
         }
-        spec.copies.push(LocalCopy {
-            src: s.ptr,
-            dst: r.ptr,
-            bytes: s.bytes,
-        });
+        spec.copies.push(LocalCopy { src: s.ptr, dst: r.ptr, bytes: s.bytes });
     }
     let mut others: Vec<cu::CUstream> = Vec::new();
     for op in ops.iter().filter(|o| o.stream != first.stream) {
@@ -183,23 +159,8 @@ pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
         }
     }
     let what = || {
-        let list: Vec<String> = ops
-            .iter()
-            .map(|o| {
-                format!(
-                    "{} {} B {} {}",
-                    if o.is_send { "send" } else { "recv" },
-                    o.bytes,
-                    if o.is_send { "to" } else { "from" },
-                    o.peer
-                )
-            })
-            .collect();
-        format!(
-            "point-to-point [{}] on stream {:p}",
-            list.join(", "),
-            first.stream
-        )
+        let list: Vec<String> = ops.iter().map(|o| format!("{} {} B {} {}", if o.is_send { "send" } else { "recv" }, o.bytes, if o.is_send { "to" } else { "from" }, o.peer)).collect();
+        format!("point-to-point [{}] on stream {:p}", list.join(", "), first.stream)
     };
     with_launch(comm, first.stream, what, |r, ls| {
         let graph = is_capturing(first.stream)?;
@@ -231,18 +192,8 @@ fn coll_spec(r: &Ready, t: &CollTask) -> ExchangeSpec {
     match t.coll {
         Coll::AllGather => {
             for p in others(me) {
-                s.sends.push(Transfer {
-                    peer: p,
-                    ptr: t.send,
-                    bytes,
-                    relay: None,
-                });
-                s.recvs.push(Transfer {
-                    peer: p,
-                    ptr: t.recv + p as u64 * bytes,
-                    bytes,
-                    relay: None,
-                });
+                s.sends.push(Transfer { peer: p, ptr: t.send, bytes, relay: None });
+                s.recvs.push(Transfer { peer: p, ptr: t.recv + p as u64 * bytes, bytes, relay: None });
             }
             s.copies.push(copy(t.send, t.recv + me as u64 * bytes));
         }
@@ -252,57 +203,26 @@ fn coll_spec(r: &Ready, t: &CollTask) -> ExchangeSpec {
         }
         Coll::AlltoAll => {
             for p in others(me) {
-                s.sends.push(Transfer {
-                    peer: p,
-                    ptr: t.send + p as u64 * bytes,
-                    bytes,
-                    relay: None,
-                });
-                s.recvs.push(Transfer {
-                    peer: p,
-                    ptr: t.recv + p as u64 * bytes,
-                    bytes,
-                    relay: None,
-                });
+                s.sends.push(Transfer { peer: p, ptr: t.send + p as u64 * bytes, bytes, relay: None });
+                s.recvs.push(Transfer { peer: p, ptr: t.recv + p as u64 * bytes, bytes, relay: None });
             }
-            s.copies
-                .push(copy(t.send + me as u64 * bytes, t.recv + me as u64 * bytes));
+            s.copies.push(copy(t.send + me as u64 * bytes, t.recv + me as u64 * bytes));
         }
         Coll::Gather => {
             if me == root {
-                s.recvs.extend(others(me).map(|p| Transfer {
-                    peer: p,
-                    ptr: t.recv + p as u64 * bytes,
-                    bytes,
-                    relay: None,
-                }));
+                s.recvs.extend(others(me).map(|p| Transfer { peer: p, ptr: t.recv + p as u64 * bytes, bytes, relay: None }));
                 s.copies.push(copy(t.send, t.recv + me as u64 * bytes));
             } else {
-                s.sends.push(Transfer {
-                    peer: root,
-                    ptr: t.send,
-                    bytes,
-                    relay: None,
-                });
+                s.sends.push(Transfer { peer: root, ptr: t.send, bytes, relay: None });
             }
             s.chunk_cap = Some(crate::algo::gather_chunk_cap(&r.scratch));
         }
         Coll::Scatter => {
             if me == root {
-                s.sends.extend(others(me).map(|p| Transfer {
-                    peer: p,
-                    ptr: t.send + p as u64 * bytes,
-                    bytes,
-                    relay: None,
-                }));
+                s.sends.extend(others(me).map(|p| Transfer { peer: p, ptr: t.send + p as u64 * bytes, bytes, relay: None }));
                 s.copies.push(copy(t.send + me as u64 * bytes, t.recv));
             } else {
-                s.recvs.push(Transfer {
-                    peer: root,
-                    ptr: t.recv,
-                    bytes,
-                    relay: None,
-                });
+                s.recvs.push(Transfer { peer: root, ptr: t.recv, bytes, relay: None });
             }
             s.grid = crate::algo::rooted_grid(bytes, &r.topo, &r.scratch);
         }
@@ -316,59 +236,24 @@ fn coll_spec(r: &Ready, t: &CollTask) -> ExchangeSpec {
 /// direct or relayed transfers.
 fn broadcast(r: &Ready, t: &CollTask, func: Option<Func>) -> Result<()> {
     let bytes = t.count * t.dtype.size() as u64;
-    let Some((grid, block)) =
-        crate::algo::chain::broadcast_ll128(bytes, &r.topo, &r.scratch, &r.tuning)
-    else {
+    let Some((grid, block)) = crate::algo::chain::broadcast_ll128(bytes, &r.topo, &r.scratch, &r.tuning) else {
         return exchange(r, &coll_spec(r, t), func, t.stream);
     };
-    nccl_trace!(
-        Subsys::Coll,
-        "Broadcast {bytes} B root {} -> LL128 chain grid {grid} block {block}",
-        t.root
-    );
-    let args = coll_args(
-        r,
-        t,
-        bytes,
-        0,
-        crate::device_abi::OX_MODE_LL128_CHAIN as u32,
-    );
+    nccl_trace!(Subsys::Coll, "Broadcast {bytes} B root {} -> LL128 chain grid {grid} block {block}", t.root);
+    let args = coll_args(r, t, bytes, 0, crate::device_abi::OX_MODE_LL128_CHAIN as u32);
     launch(r.module.broadcast_ll128(), grid, block, t.stream, &args)
 }
 
-fn exchange(
-    r: &Ready,
-    spec: &ExchangeSpec,
-    func: Option<Func>,
-    stream: cu::CUstream,
-) -> Result<()> {
-    if spec.sends.is_empty()
-        && spec.recvs.is_empty()
-        && spec.copies.iter().all(|c| c.bytes >= LOCAL_COPY_MIN_BYTES)
-    {
+fn exchange(r: &Ready, spec: &ExchangeSpec, func: Option<Func>, stream: cu::CUstream) -> Result<()> {
+    if spec.sends.is_empty() && spec.recvs.is_empty() && spec.copies.iter().all(|c| c.bytes >= LOCAL_COPY_MIN_BYTES) {
         // Nothing but large local copies (one rank, or sends to self): the copy engine.
-        return spec
-            .copies
-            .iter()
-            .try_for_each(|c| local_copy(c.dst, c.src, c.bytes, stream));
+        return spec.copies.iter().try_for_each(|c| local_copy(c.dst, c.src, c.bytes, stream));
     }
     let me = r.bootstrap.rank();
     let mut plan = plan_exchange(me, spec, func, &r.topo, &r.scratch, &r.tuning)?;
     plan.args.comm = r.dev_comm;
-    nccl_trace!(
-        Subsys::Coll,
-        "exchange: {} sends, {} receives, {} copies",
-        plan.args.nsend,
-        plan.args.nrecv,
-        plan.args.ncopy
-    );
-    launch(
-        r.module.exchange(),
-        plan.grid,
-        plan.block,
-        stream,
-        &plan.args,
-    )
+    nccl_trace!(Subsys::Coll, "exchange: {} sends, {} receives, {} copies", plan.args.nsend, plan.args.nrecv, plan.args.ncopy);
+    launch(r.module.exchange(), plan.grid, plan.block, stream, &plan.args)
 }
 
 fn check_fp8(r: &Ready, dt: DataType) -> Result<()> {
@@ -402,10 +287,7 @@ const LOCAL_COPY_MIN_BYTES: u64 = 256 << 10;
 fn allreduce(r: &Ready, t: &CollTask, count: u64) -> Result<()> {
     check_fp8(r, t.dtype)?;
     let bytes = count * t.dtype.size() as u64;
-    if t.comm.nranks == 1
-        && t.op.op != RedOp::PreMulSum
-        && (t.send == t.recv || bytes >= LOCAL_COPY_MIN_BYTES)
-    {
+    if t.comm.nranks == 1 && t.op.op != RedOp::PreMulSum && (t.send == t.recv || bytes >= LOCAL_COPY_MIN_BYTES) {
         // One rank: every built-in op is the identity (avg multiplies by 1/1 exactly). Large
         // copies go to the copy engine; small ones take the one-pass kernel, whose launch is far
         // cheaper than a copy-engine transfer's set-up.
@@ -422,13 +304,7 @@ fn allreduce(r: &Ready, t: &CollTask, count: u64) -> Result<()> {
         plan.block
     );
     let args = coll_args(r, t, count, plan.chunk_elems, 0);
-    launch(
-        r.module.allreduce(plan.algo, t.dtype, t.op.op),
-        plan.grid,
-        plan.block,
-        t.stream,
-        &args,
-    )
+    launch(r.module.allreduce(plan.algo, t.dtype, t.op.op), plan.grid, plan.block, t.stream, &args)
 }
 
 /// ReduceScatter or Reduce (one rank: AllReduce's single pass, which also applies PreMulSum).
@@ -437,11 +313,7 @@ fn reducing(r: &Ready, t: &CollTask) -> Result<()> {
         return allreduce(r, t, t.count);
     }
     check_fp8(r, t.dtype)?;
-    let select = if t.coll == Coll::Reduce {
-        select_reduce
-    } else {
-        select_reducescatter
-    };
+    let select = if t.coll == Coll::Reduce { select_reduce } else { select_reducescatter };
     let plan = select(t.count, t.dtype, &r.topo, &r.scratch, &r.tuning);
     let put = !plan.packets(); // the put kernels also run the relay and the chain
     let k = if t.coll == Coll::Reduce {
@@ -465,19 +337,8 @@ pub fn predict_us(t: &CollTask) -> Result<f64> {
         }
         // The others move at most what an AllReduce of their total size moves.
         _ => {
-            let total = bytes
-                * if matches!(t.coll, Coll::Broadcast | Coll::Reduce) {
-                    1
-                } else {
-                    n as u64
-                };
-            let plan = select_allreduce(
-                total / t.dtype.size() as u64,
-                t.dtype,
-                &r.topo,
-                &r.scratch,
-                &r.tuning,
-            );
+            let total = bytes * if matches!(t.coll, Coll::Broadcast | Coll::Reduce) { 1 } else { n as u64 };
+            let plan = select_allreduce(total / t.dtype.size() as u64, t.dtype, &r.topo, &r.scratch, &r.tuning);
             crate::algo::cost::allreduce_us(&plan, total, n) / 2.0
         }
     })
@@ -488,8 +349,5 @@ fn local_copy(dst: u64, src: u64, bytes: u64, stream: cu::CUstream) -> Result<()
         return Ok(());
     }
     // SAFETY: both ranges belong to the caller's device buffers of at least `bytes`.
-    check(
-        unsafe { cu::cuMemcpyDtoDAsync_v2(dst, src, bytes as usize, stream) },
-        "cuMemcpyDtoDAsync",
-    )
+    check(unsafe { cu::cuMemcpyDtoDAsync_v2(dst, src, bytes as usize, stream) }, "cuMemcpyDtoDAsync")
 }

@@ -39,18 +39,10 @@ impl ResultCode {
     pub fn as_str(self) -> &'static str {
         match self {
             ResultCode::Success => "no error",
-            ResultCode::UnhandledCudaError => {
-                "unhandled cuda error (run with NCCL_DEBUG=INFO for details)"
-            }
-            ResultCode::SystemError => {
-                "unhandled system error (run with NCCL_DEBUG=INFO for details)"
-            }
-            ResultCode::InternalError => {
-                "internal error - please report this issue to the NCCL developers"
-            }
-            ResultCode::InvalidArgument => {
-                "invalid argument (run with NCCL_DEBUG=WARN for details)"
-            }
+            ResultCode::UnhandledCudaError => "unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+            ResultCode::SystemError => "unhandled system error (run with NCCL_DEBUG=INFO for details)",
+            ResultCode::InternalError => "internal error - please report this issue to the NCCL developers",
+            ResultCode::InvalidArgument => "invalid argument (run with NCCL_DEBUG=WARN for details)",
             ResultCode::InvalidUsage => "invalid usage (run with NCCL_DEBUG=WARN for details)",
             ResultCode::RemoteError => "remote process exited or there was a network error",
             ResultCode::InProgress => "NCCL operation in progress",
@@ -71,11 +63,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 impl Error {
     #[track_caller]
     pub fn new(code: ResultCode, msg: impl Into<String>) -> Error {
-        Error {
-            code,
-            msg: msg.into(),
-            location: Location::caller(),
-        }
+        Error { code, msg: msg.into(), location: Location::caller() }
     }
     #[track_caller]
     pub fn invalid_argument(msg: impl Into<String>) -> Error {
@@ -168,10 +156,7 @@ mod tests {
         }
         assert!(ResultCode::from_raw(8).is_none());
         assert!(ResultCode::from_raw(-1).is_none());
-        assert_eq!(
-            ResultCode::InProgress.as_str(),
-            "NCCL operation in progress"
-        );
+        assert_eq!(ResultCode::InProgress.as_str(), "NCCL operation in progress");
     }
 
     #[test]

@@ -22,10 +22,7 @@ pub enum Deferred {
 }
 
 enum InitJob {
-    Rank {
-        comm: Arc<Comm>,
-        id: [u8; crate::bootstrap::UNIQUE_ID_BYTES],
-    },
+    Rank { comm: Arc<Comm>, id: [u8; crate::bootstrap::UNIQUE_ID_BYTES] },
     Derived(DerivedJob),
 }
 
@@ -53,15 +50,13 @@ impl InitJob {
             InitJob::Rank { comm, .. } => Some(comm.clone()),
             InitJob::Derived(j) => j.background.then(|| j.parent.clone()),
         };
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_inner())).unwrap_or_else(
-            |_| {
-                let e = Error::internal("communicator initialization panicked");
-                if let Some(c) = shows_state {
-                    c.set_error(e.code);
-                }
-                Err(e)
-            },
-        )
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_inner())).unwrap_or_else(|_| {
+            let e = Error::internal("communicator initialization panicked");
+            if let Some(c) = shows_state {
+                c.set_error(e.code);
+            }
+            Err(e)
+        })
     }
 
     /// Whether the job runs in nonblocking mode: its communicator's config, or for a split or
@@ -135,20 +130,11 @@ fn defer<T>(item: T, keep: impl FnOnce(&mut GroupState, T)) -> Option<T> {
 
 /// Runs `f` on every item at once, one thread each (ranks of one communicator driven by one
 /// thread wait for each other); returns the first error.
-fn run_concurrently<T: Send>(
-    items: Vec<T>,
-    what: &str,
-    f: impl Fn(T) -> Result<()> + Sync,
-) -> Result<()> {
+fn run_concurrently<T: Send>(items: Vec<T>, what: &str, f: impl Fn(T) -> Result<()> + Sync) -> Result<()> {
     let f = &f;
     let results: Vec<Result<()>> = std::thread::scope(|s| {
         let hs: Vec<_> = items.into_iter().map(|i| s.spawn(move || f(i))).collect();
-        hs.into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(Error::internal(format!("{what} panicked"))))
-            })
-            .collect()
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::internal(format!("{what} panicked"))))).collect()
     });
     results.into_iter().find(|r| r.is_err()).unwrap_or(Ok(()))
 }
@@ -168,9 +154,7 @@ fn run_windows(jobs: Vec<crate::window::WindowJob>) -> Result<()> {
             None => per.push(vec![j]),
         }
     }
-    run_concurrently(per, "window registration", |v| {
-        v.into_iter().try_for_each(crate::window::WindowJob::run)
-    })
+    run_concurrently(per, "window registration", |v| v.into_iter().try_for_each(crate::window::WindowJob::run))
 }
 
 /// Runs an operation now, or defers it to the outermost End when a group is open.
@@ -208,10 +192,7 @@ fn submit_job(job: InitJob) -> Result<()> {
 
 /// Initialises a nonblocking communicator on a background thread; its state stays InProgress
 /// until that ends.
-pub fn init_in_background(
-    comm: Arc<Comm>,
-    id: [u8; crate::bootstrap::UNIQUE_ID_BYTES],
-) -> Result<()> {
+pub fn init_in_background(comm: Arc<Comm>, id: [u8; crate::bootstrap::UNIQUE_ID_BYTES]) -> Result<()> {
     spawn_inits(vec![InitJob::Rank { comm, id }])
 }
 
@@ -257,6 +238,7 @@ fn spawn_inits(mut jobs: Vec<InitJob>) -> Result<()> {
         })
 }
 
+
 pub fn end() -> Result<()> {
     let Some(state) = close()? else { return Ok(()) };
     if let Some(e) = state.error {
@@ -264,11 +246,7 @@ pub fn end() -> Result<()> {
     }
     // A group of nonblocking inits and nothing else completes in the background, as in NCCL:
     // End returns ncclInProgress and each communicator reports its own progress.
-    if !state.inits.is_empty()
-        && state.ops.is_empty()
-        && state.windows.is_empty()
-        && state.inits.iter().all(InitJob::nonblocking)
-    {
+    if !state.inits.is_empty() && state.ops.is_empty() && state.windows.is_empty() && state.inits.iter().all(InitJob::nonblocking) {
         spawn_inits(state.inits)?;
         return Err(Error::in_progress());
     }
@@ -313,9 +291,7 @@ pub fn end() -> Result<()> {
 /// ncclGroupSimulateEnd: closes the group like End (running its inits), launches nothing, and
 /// returns the predicted time of its collectives in microseconds.
 pub fn simulate_end() -> Result<f64> {
-    let Some(state) = close()? else {
-        return Ok(0.0);
-    };
+    let Some(state) = close()? else { return Ok(0.0) };
     if let Some(e) = state.error {
         return Err(e);
     }
@@ -441,38 +417,24 @@ mod tests {
     /// init's outcome (on a machine without a GPU, the CUDA error).
     #[test]
     fn background_init_reports_through_the_async_state() {
-        let cfg = crate::config::CommConfig {
-            blocking: false,
-            ..Default::default()
-        };
+        let cfg = crate::config::CommConfig { blocking: false, ..Default::default() };
         let c = Arc::new(Comm::new(0, 1, 0, cfg));
         assert_eq!(c.async_state(), ResultCode::InProgress);
         let id = crate::bootstrap::get_unique_id().expect("unique id");
         init_in_background(c.clone(), id).expect("spawn");
         let t0 = std::time::Instant::now();
         while c.async_state() == ResultCode::InProgress {
-            assert!(
-                t0.elapsed() < std::time::Duration::from_secs(60),
-                "background init never ended"
-            );
+            assert!(t0.elapsed() < std::time::Duration::from_secs(60), "background init never ended");
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         let end = c.async_state();
-        assert!(
-            end == ResultCode::Success
-                || end == ResultCode::SystemError
-                || end == ResultCode::UnhandledCudaError,
-            "{end:?}"
-        );
+        assert!(end == ResultCode::Success || end == ResultCode::SystemError || end == ResultCode::UnhandledCudaError, "{end:?}");
         assert_eq!(c.ready().is_ok(), end == ResultCode::Success);
     }
 
     #[test]
     fn a_group_of_nonblocking_inits_returns_in_progress() {
-        let cfg = crate::config::CommConfig {
-            blocking: false,
-            ..Default::default()
-        };
+        let cfg = crate::config::CommConfig { blocking: false, ..Default::default() };
         let c = Arc::new(Comm::new(0, 1, 0, cfg));
         let id = crate::bootstrap::get_unique_id().expect("unique id");
         start();
@@ -480,10 +442,7 @@ mod tests {
         assert_eq!(end().unwrap_err().code, ResultCode::InProgress);
         let t0 = std::time::Instant::now();
         while c.async_state() == ResultCode::InProgress {
-            assert!(
-                t0.elapsed() < std::time::Duration::from_secs(60),
-                "background init never ended"
-            );
+            assert!(t0.elapsed() < std::time::Duration::from_secs(60), "background init never ended");
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }

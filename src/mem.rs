@@ -16,14 +16,8 @@ use crate::gpu::{check, cu, current_device, CtxGuard, Device};
 use crate::log::Subsys;
 
 enum Alloc {
-    Vmm {
-        handle: cu::CUmemGenericAllocationHandle,
-        size: usize,
-        device: i32,
-    },
-    Legacy {
-        device: i32,
-    },
+    Vmm { handle: cu::CUmemGenericAllocationHandle, size: usize, device: i32 },
+    Legacy { device: i32 },
 }
 
 static ALLOCS: Mutex<Option<HashMap<u64, Alloc>>> = Mutex::new(None);
@@ -40,26 +34,15 @@ pub fn alloc(size: usize) -> Result<u64> {
         match vmm_alloc(dev, size) {
             Ok(x) => x,
             Err(e) => {
-                nccl_info!(
-                    Subsys::Alloc,
-                    "cuMem allocation of {size} bytes failed ({}); using cuMemAlloc",
-                    e.msg
-                );
+                nccl_info!(Subsys::Alloc, "cuMem allocation of {size} bytes failed ({}); using cuMemAlloc", e.msg);
                 legacy_alloc(dev, size)?
             }
         }
     } else {
         legacy_alloc(dev, size)?
     };
-    ALLOCS
-        .lock()
-        .get_or_insert_with(HashMap::new)
-        .insert(ptr, a);
-    nccl_info!(
-        Subsys::Alloc,
-        "ncclMemAlloc {size} bytes on device {} at {ptr:#x}",
-        dev.ordinal
-    );
+    ALLOCS.lock().get_or_insert_with(HashMap::new).insert(ptr, a);
+    nccl_info!(Subsys::Alloc, "ncclMemAlloc {size} bytes on device {} at {ptr:#x}", dev.ordinal);
     Ok(ptr)
 }
 
@@ -67,42 +50,27 @@ fn legacy_alloc(dev: &Device, size: usize) -> Result<(u64, Alloc)> {
     let mut p: cu::CUdeviceptr = 0;
     // SAFETY: out-pointer to a local; the device's context is current.
     check(unsafe { cu::cuMemAlloc_v2(&mut p, size) }, "cuMemAlloc")?;
-    Ok((
-        p,
-        Alloc::Legacy {
-            device: dev.ordinal,
-        },
-    ))
+    Ok((p, Alloc::Legacy { device: dev.ordinal }))
 }
 
 fn location(ordinal: i32) -> cu::CUmemLocation {
-    cu::CUmemLocation {
-        type_: cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-        id: ordinal,
-    }
+    cu::CUmemLocation { type_: cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: ordinal }
 }
 
 fn vmm_alloc(dev: &Device, size: usize) -> Result<(u64, Alloc)> {
     let mut prop: cu::CUmemAllocationProp = unsafe { std::mem::zeroed() };
     prop.type_ = cu::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location = location(dev.ordinal);
-    prop.requestedHandleTypes =
-        cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    prop.requestedHandleTypes = cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     let mut gran = 0usize;
     let g = cu::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED;
     // SAFETY: out-pointer to a local, prop fully initialised.
-    check(
-        unsafe { cu::cuMemGetAllocationGranularity(&mut gran, &prop, g) },
-        "cuMemGetAllocationGranularity",
-    )?;
+    check(unsafe { cu::cuMemGetAllocationGranularity(&mut gran, &prop, g) }, "cuMemGetAllocationGranularity")?;
     let gran = gran.max(1);
     let rounded = size.div_ceil(gran) * gran;
     let mut handle: cu::CUmemGenericAllocationHandle = 0;
     // SAFETY: out-pointer to a local.
-    check(
-        unsafe { cu::cuMemCreate(&mut handle, rounded, &prop, 0) },
-        "cuMemCreate",
-    )?;
+    check(unsafe { cu::cuMemCreate(&mut handle, rounded, &prop, 0) }, "cuMemCreate")?;
     let mut ptr: cu::CUdeviceptr = 0;
     // SAFETY: reserve a fresh range; on failure release what was created.
     let rc = unsafe { cu::cuMemAddressReserve(&mut ptr, rounded, gran, 0, 0) };
@@ -118,10 +86,7 @@ fn vmm_alloc(dev: &Device, size: usize) -> Result<(u64, Alloc)> {
         cu::cuMemRelease(handle);
     };
     // SAFETY: ptr..ptr+rounded is reserved; handle has that size.
-    if let Err(e) = check(
-        unsafe { cu::cuMemMap(ptr, rounded, 0, handle, 0) },
-        "cuMemMap",
-    ) {
+    if let Err(e) = check(unsafe { cu::cuMemMap(ptr, rounded, 0, handle, 0) }, "cuMemMap") {
         undo(ptr, false);
         return Err(e);
     }
@@ -135,21 +100,11 @@ fn vmm_alloc(dev: &Device, size: usize) -> Result<(u64, Alloc)> {
         }
     }
     // SAFETY: the range is mapped; descs is a valid array of its length.
-    if let Err(e) = check(
-        unsafe { cu::cuMemSetAccess(ptr, rounded, descs.as_ptr(), descs.len()) },
-        "cuMemSetAccess",
-    ) {
+    if let Err(e) = check(unsafe { cu::cuMemSetAccess(ptr, rounded, descs.as_ptr(), descs.len()) }, "cuMemSetAccess") {
         undo(ptr, true);
         return Err(e);
     }
-    Ok((
-        ptr,
-        Alloc::Vmm {
-            handle,
-            size: rounded,
-            device: dev.ordinal,
-        },
-    ))
+    Ok((ptr, Alloc::Vmm { handle, size: rounded, device: dev.ordinal }))
 }
 
 /// Frees memory from [`alloc`]; other device pointers are freed with cuMemFree, as NCCL does.
@@ -160,11 +115,7 @@ pub fn free(ptr: u64) -> Result<()> {
     let a = ALLOCS.lock().as_mut().and_then(|m| m.remove(&ptr));
     let _relaxed = RelaxedCapture::new()?;
     match a {
-        Some(Alloc::Vmm {
-            handle,
-            size,
-            device,
-        }) => {
+        Some(Alloc::Vmm { handle, size, device }) => {
             let _ctx = CtxGuard::new(Device::get(device)?)?;
             // SAFETY: the range and handle came from vmm_alloc and are released once.
             unsafe {

@@ -37,9 +37,7 @@ pub fn split_members(entries: &[(i32, i32)], me: usize) -> Option<Child> {
     if color == NOCOLOR {
         return None;
     }
-    let mut members: Vec<usize> = (0..entries.len())
-        .filter(|&r| entries[r].0 == color)
-        .collect();
+    let mut members: Vec<usize> = (0..entries.len()).filter(|&r| entries[r].0 == color).collect();
     members.sort_by_key(|&r| (entries[r].1, r));
     let rank = members.iter().position(|&r| r == me)?;
     Some(Child { rank, members })
@@ -48,29 +46,20 @@ pub fn split_members(entries: &[(i32, i32)], me: usize) -> Option<Child> {
 /// Shrink membership: every parent rank not in `excluded`, renumbered densely in parent order.
 pub fn shrink_members(nranks: usize, excluded: &[usize], me: usize) -> Result<Child> {
     if let Some(&bad) = excluded.iter().find(|&&r| r >= nranks) {
-        return Err(Error::invalid_argument(format!(
-            "ncclCommShrink: excluded rank {bad} out of range (nranks {nranks})"
-        )));
+        return Err(Error::invalid_argument(format!("ncclCommShrink: excluded rank {bad} out of range (nranks {nranks})")));
     }
     if excluded.contains(&me) {
-        return Err(Error::invalid_argument(format!(
-            "ncclCommShrink: rank {me} excludes itself"
-        )));
+        return Err(Error::invalid_argument(format!("ncclCommShrink: rank {me} excludes itself")));
     }
     let members: Vec<usize> = (0..nranks).filter(|r| !excluded.contains(r)).collect();
-    let rank = members
-        .iter()
-        .position(|&r| r == me)
-        .ok_or_else(|| Error::internal("shrink: caller not a survivor"))?;
+    let rank = members.iter().position(|&r| r == me).ok_or_else(|| Error::internal("shrink: caller not a survivor"))?;
     Ok(Child { rank, members })
 }
 
 /// Validates a split color: NCCL accepts NOCOLOR or a non-negative color.
 pub fn check_color(color: i32) -> Result<()> {
     if color < 0 && color != NOCOLOR {
-        return Err(Error::invalid_argument(format!(
-            "ncclCommSplit: invalid color {color} (must be >= 0 or NCCL_SPLIT_NOCOLOR)"
-        )));
+        return Err(Error::invalid_argument(format!("ncclCommSplit: invalid color {color} (must be >= 0 or NCCL_SPLIT_NOCOLOR)")));
     }
     Ok(())
 }
@@ -78,15 +67,9 @@ pub fn check_color(color: i32) -> Result<()> {
 /// What a parent rank asks for.
 #[derive(Clone, Debug)]
 pub enum Request {
-    Split {
-        color: i32,
-        key: i32,
-    },
+    Split { color: i32, key: i32 },
     /// `excluded` sorted, deduplicated; `abort_parent`: NCCL_SHRINK_ABORT.
-    Shrink {
-        excluded: Vec<usize>,
-        abort_parent: bool,
-    },
+    Shrink { excluded: Vec<usize>, abort_parent: bool },
 }
 
 /// Runs one parent rank's part of a split or shrink and returns its initialised child (None:
@@ -94,24 +77,18 @@ pub enum Request {
 pub fn run(parent: &Comm, req: &Request, config: Option<CommConfig>) -> Result<Option<Comm>> {
     let r = parent.ready()?;
     if parent.is_aborted() {
-        return Err(Error::invalid_usage(
-            "cannot split or shrink an aborted communicator",
-        ));
+        return Err(Error::invalid_usage("cannot split or shrink an aborted communicator"));
     }
     let me = parent.rank;
     let child = match req {
         Request::Split { color, key } => {
-            let entries = exchange_colors(&r.bootstrap, *color, *key)
-                .map_err(|e| e.context("ncclCommSplit: exchanging colors"))?;
+            let entries = exchange_colors(&r.bootstrap, *color, *key).map_err(|e| e.context("ncclCommSplit: exchanging colors"))?;
             match split_members(&entries, me) {
                 Some(c) => c,
                 None => return Ok(None),
             }
         }
-        Request::Shrink {
-            excluded,
-            abort_parent,
-        } => {
+        Request::Shrink { excluded, abort_parent } => {
             if *abort_parent {
                 parent.revoke();
             }
@@ -127,12 +104,7 @@ pub fn run(parent: &Comm, req: &Request, config: Option<CommConfig>) -> Result<O
         child.members.len(),
         child.members
     );
-    let comm = Comm::new(
-        child.rank,
-        child.members.len(),
-        parent.device,
-        config.unwrap_or_else(|| parent.config.clone()),
-    );
+    let comm = Comm::new(child.rank, child.members.len(), parent.device, config.unwrap_or_else(|| parent.config.clone()));
     comm.init(&id)?;
     Ok(Some(comm))
 }
@@ -142,10 +114,7 @@ pub fn exchange_colors(bs: &Bootstrap, color: i32, key: i32) -> Result<Vec<(i32,
     let mut blob = [0u8; 8];
     blob[..4].copy_from_slice(&color.to_le_bytes());
     blob[4..].copy_from_slice(&key.to_le_bytes());
-    bs.all_gather(&blob)?
-        .iter()
-        .map(|b| decode_color_key(b))
-        .collect()
+    bs.all_gather(&blob)?.iter().map(|b| decode_color_key(b)).collect()
 }
 
 /// The child's unique id: the first member starts its root and sends the id to the others.
@@ -155,28 +124,17 @@ pub fn child_id(bs: &Bootstrap, child: &Child) -> Result<[u8; UNIQUE_ID_BYTES]> 
     if bs.rank() == leader {
         let id = bootstrap::child_unique_id()?;
         for &m in &child.members[1..] {
-            bs.send(m, ID_TAG, &id)
-                .map_err(|e| e.context(format!("sending the child's id to parent rank {m}")))?;
+            bs.send(m, ID_TAG, &id).map_err(|e| e.context(format!("sending the child's id to parent rank {m}")))?;
         }
         return Ok(id);
     }
-    let b = bs.recv(leader, ID_TAG).map_err(|e| {
-        e.context(format!(
-            "waiting for the child's id from parent rank {leader}"
-        ))
-    })?;
-    <[u8; UNIQUE_ID_BYTES]>::try_from(b.as_slice()).map_err(|_| {
-        Error::system(format!(
-            "child id of {} bytes from parent rank {leader}",
-            b.len()
-        ))
-    })
+    let b = bs.recv(leader, ID_TAG).map_err(|e| e.context(format!("waiting for the child's id from parent rank {leader}")))?;
+    <[u8; UNIQUE_ID_BYTES]>::try_from(b.as_slice())
+        .map_err(|_| Error::system(format!("child id of {} bytes from parent rank {leader}", b.len())))
 }
 
 fn decode_color_key(b: &[u8]) -> Result<(i32, i32)> {
-    let b: &[u8; 8] = b
-        .try_into()
-        .map_err(|_| Error::system(format!("color/key of {} bytes", b.len())))?;
+    let b: &[u8; 8] = b.try_into().map_err(|_| Error::system(format!("color/key of {} bytes", b.len())))?;
     let word = |o: usize| i32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
     Ok((word(0), word(4)))
 }
@@ -190,75 +148,26 @@ mod tests {
     fn split_orders_by_key_then_parent_rank_and_nocolor_gets_nothing() {
         // PyTorch's new_group: color = lowest member, key = group rank; non-members NOCOLOR.
         let e = [(0, 1), (NOCOLOR, 0), (0, 0), (5, 7), (0, 1), (5, -3)];
-        assert_eq!(
-            split_members(&e, 0),
-            Some(Child {
-                rank: 1,
-                members: vec![2, 0, 4]
-            })
-        );
-        assert_eq!(
-            split_members(&e, 2),
-            Some(Child {
-                rank: 0,
-                members: vec![2, 0, 4]
-            })
-        );
-        assert_eq!(
-            split_members(&e, 4),
-            Some(Child {
-                rank: 2,
-                members: vec![2, 0, 4]
-            }),
-            "tie on key: parent rank"
-        );
+        assert_eq!(split_members(&e, 0), Some(Child { rank: 1, members: vec![2, 0, 4] }));
+        assert_eq!(split_members(&e, 2), Some(Child { rank: 0, members: vec![2, 0, 4] }));
+        assert_eq!(split_members(&e, 4), Some(Child { rank: 2, members: vec![2, 0, 4] }), "tie on key: parent rank");
         assert_eq!(split_members(&e, 1), None);
-        assert_eq!(
-            split_members(&e, 3),
-            Some(Child {
-                rank: 1,
-                members: vec![5, 3]
-            })
-        );
+        assert_eq!(split_members(&e, 3), Some(Child { rank: 1, members: vec![5, 3] }));
         assert_eq!(split_members(&e, 9), None, "out of range");
         // One color for everyone with equal keys keeps the parent's order.
         let same = [(3, 0); 4];
         for r in 0..4 {
-            assert_eq!(
-                split_members(&same, r).unwrap(),
-                Child {
-                    rank: r,
-                    members: vec![0, 1, 2, 3]
-                }
-            );
+            assert_eq!(split_members(&same, r).unwrap(), Child { rank: r, members: vec![0, 1, 2, 3] });
         }
     }
 
     #[test]
     fn shrink_renumbers_survivors_densely() {
-        assert_eq!(
-            shrink_members(5, &[1, 3], 4).unwrap(),
-            Child {
-                rank: 2,
-                members: vec![0, 2, 4]
-            }
-        );
+        assert_eq!(shrink_members(5, &[1, 3], 4).unwrap(), Child { rank: 2, members: vec![0, 2, 4] });
         assert_eq!(shrink_members(5, &[], 3).unwrap().rank, 3);
-        assert_eq!(
-            shrink_members(3, &[0, 1], 2).unwrap(),
-            Child {
-                rank: 0,
-                members: vec![2]
-            }
-        );
-        assert_eq!(
-            shrink_members(5, &[5], 0).unwrap_err().code,
-            ResultCode::InvalidArgument
-        );
-        assert_eq!(
-            shrink_members(5, &[2], 2).unwrap_err().code,
-            ResultCode::InvalidArgument
-        );
+        assert_eq!(shrink_members(3, &[0, 1], 2).unwrap(), Child { rank: 0, members: vec![2] });
+        assert_eq!(shrink_members(5, &[5], 0).unwrap_err().code, ResultCode::InvalidArgument);
+        assert_eq!(shrink_members(5, &[2], 2).unwrap_err().code, ResultCode::InvalidArgument);
     }
 
     #[test]
@@ -266,10 +175,7 @@ mod tests {
         assert!(check_color(0).is_ok());
         assert!(check_color(NOCOLOR).is_ok());
         assert!(check_color(i32::MAX).is_ok());
-        assert_eq!(
-            check_color(-2).unwrap_err().code,
-            ResultCode::InvalidArgument
-        );
+        assert_eq!(check_color(-2).unwrap_err().code, ResultCode::InvalidArgument);
     }
 
     /// The rendezvous part of a split, on threads with real bootstraps (no GPU needed): 5 parent
@@ -284,28 +190,18 @@ mod tests {
             let hs: Vec<_> = (0..colors.len())
                 .map(|r| {
                     s.spawn(move || {
-                        let bs = Bootstrap::init(&id, r, colors.len(), timeout)
-                            .expect("parent bootstrap");
-                        let entries =
-                            exchange_colors(&bs, colors[r].0, colors[r].1).expect("colors");
+                        let bs = Bootstrap::init(&id, r, colors.len(), timeout).expect("parent bootstrap");
+                        let entries = exchange_colors(&bs, colors[r].0, colors[r].1).expect("colors");
                         let child = split_members(&entries, r)?;
                         let cid = child_id(&bs, &child).expect("child id");
-                        let cbs = Bootstrap::init(&cid, child.rank, child.members.len(), timeout)
-                            .expect("child bootstrap");
-                        let seen = cbs
-                            .all_gather(&(r as u32).to_le_bytes())
-                            .expect("child all-gather");
-                        let parents = seen
-                            .iter()
-                            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
-                            .collect();
+                        let cbs = Bootstrap::init(&cid, child.rank, child.members.len(), timeout).expect("child bootstrap");
+                        let seen = cbs.all_gather(&(r as u32).to_le_bytes()).expect("child all-gather");
+                        let parents = seen.iter().map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize).collect();
                         Some((child.rank, parents))
                     })
                 })
                 .collect();
-            hs.into_iter()
-                .map(|h| h.join().expect("rank thread"))
-                .collect()
+            hs.into_iter().map(|h| h.join().expect("rank thread")).collect()
         });
         assert_eq!(results[0], Some((1, vec![2, 0])));
         assert_eq!(results[2], Some((0, vec![2, 0])));
@@ -321,9 +217,7 @@ mod tests {
         let id = bootstrap::get_unique_id().expect("unique id");
         let n = 4;
         let parents: Vec<Bootstrap> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..n)
-                .map(|r| s.spawn(move || Bootstrap::init(&id, r, n, timeout).expect("parent")))
-                .collect();
+            let hs: Vec<_> = (0..n).map(|r| s.spawn(move || Bootstrap::init(&id, r, n, timeout).expect("parent"))).collect();
             hs.into_iter().map(|h| h.join().expect("thread")).collect()
         });
         let got: Vec<Vec<u8>> = std::thread::scope(|s| {
@@ -334,8 +228,7 @@ mod tests {
                     s.spawn(move || {
                         let child = shrink_members(n, &[1], r).expect("members");
                         let cid = child_id(bs, &child).expect("child id");
-                        let cbs = Bootstrap::init(&cid, child.rank, child.members.len(), timeout)
-                            .expect("child");
+                        let cbs = Bootstrap::init(&cid, child.rank, child.members.len(), timeout).expect("child");
                         cbs.all_gather(&[r as u8]).expect("all-gather").concat()
                     })
                 })

@@ -49,8 +49,7 @@ pub fn random_bytes(out: &mut [u8]) -> Result<()> {
     let mut filled = 0;
     while filled < out.len() {
         // SAFETY: writes at most the remaining length into the slice.
-        let n =
-            unsafe { libc::getrandom(out[filled..].as_mut_ptr().cast(), out.len() - filled, 0) };
+        let n = unsafe { libc::getrandom(out[filled..].as_mut_ptr().cast(), out.len() - filled, 0) };
         if n < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() == std::io::ErrorKind::Interrupted {
@@ -122,11 +121,7 @@ impl PeerInfo {
 
     pub fn decode(b: &[u8]) -> Result<PeerInfo> {
         if b.len() != Self::BYTES {
-            return Err(Error::internal(format!(
-                "peer info of {} bytes, expected {}",
-                b.len(),
-                Self::BYTES
-            )));
+            return Err(Error::internal(format!("peer info of {} bytes, expected {}", b.len(), Self::BYTES)));
         }
         let u32at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
         let u64at = |o: usize| (u32at(o) as u64) | ((u32at(o + 4) as u64) << 32);
@@ -166,10 +161,7 @@ pub fn parse_cpulist(s: &str) -> Option<Vec<usize>> {
     let mut out = Vec::new();
     for part in s.trim().split(',').filter(|p| !p.is_empty()) {
         let (lo, hi) = match part.split_once('-') {
-            Some((a, b)) => (
-                a.trim().parse::<usize>().ok()?,
-                b.trim().parse::<usize>().ok()?,
-            ),
+            Some((a, b)) => (a.trim().parse::<usize>().ok()?, b.trim().parse::<usize>().ok()?),
             None => {
                 let v = part.trim().parse::<usize>().ok()?;
                 (v, v)
@@ -185,10 +177,7 @@ pub fn parse_cpulist(s: &str) -> Option<Vec<usize>> {
 
 /// The CPUs nearest a PCI device ("0000:3b:00.0"), from sysfs; None where unknown.
 pub fn local_cpus(bus_id: &str) -> Option<Vec<usize>> {
-    let path = format!(
-        "/sys/bus/pci/devices/{}/local_cpulist",
-        bus_id.to_ascii_lowercase()
-    );
+    let path = format!("/sys/bus/pci/devices/{}/local_cpulist", bus_id.to_ascii_lowercase());
     parse_cpulist(&std::fs::read_to_string(path).ok()?)
 }
 
@@ -209,10 +198,7 @@ pub fn bind_current_thread(cpus: &[usize]) {
             }
         }
         if any && libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 {
-            nccl_trace!(
-                crate::log::Subsys::Init,
-                "thread bound to CPUs {cpus:?} (those allowed)"
-            );
+            nccl_trace!(crate::log::Subsys::Init, "thread bound to CPUs {cpus:?} (those allowed)");
         }
     }
 }
@@ -223,11 +209,7 @@ mod tests {
 
     #[test]
     fn max_ctas_below_the_channel_maximum_caps_the_blocks() {
-        assert_eq!(
-            block_budget(132, 64),
-            132,
-            "NCCL's default (and maximum) leaves oxccl's choice"
-        );
+        assert_eq!(block_budget(132, 64), 132, "NCCL's default (and maximum) leaves oxccl's choice");
         assert_eq!(block_budget(132, 16), 16);
         assert_eq!(block_budget(132, 1), 1);
         assert_eq!(block_budget(8, 16), 8, "never more than the SMs");
@@ -236,10 +218,7 @@ mod tests {
 
     #[test]
     fn cpu_lists() {
-        assert_eq!(
-            parse_cpulist("0-3,8,10-11\n"),
-            Some(vec![0, 1, 2, 3, 8, 10, 11])
-        );
+        assert_eq!(parse_cpulist("0-3,8,10-11\n"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
         assert_eq!(parse_cpulist("5"), Some(vec![5]));
         assert_eq!(parse_cpulist(""), None);
         assert_eq!(parse_cpulist("3-1"), None);

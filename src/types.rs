@@ -37,9 +37,7 @@ impl DataType {
     ];
 
     pub fn from_raw(v: i32) -> Option<DataType> {
-        usize::try_from(v)
-            .ok()
-            .and_then(|i| DataType::ALL.get(i).copied())
+        usize::try_from(v).ok().and_then(|i| DataType::ALL.get(i).copied())
     }
 
     /// Size of one element in bytes.
@@ -59,12 +57,7 @@ impl DataType {
     pub fn is_float(self) -> bool {
         matches!(
             self,
-            DataType::Float16
-                | DataType::Float32
-                | DataType::Float64
-                | DataType::Bfloat16
-                | DataType::Float8e4m3
-                | DataType::Float8e5m2
+            DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Bfloat16 | DataType::Float8e4m3 | DataType::Float8e5m2
         )
     }
 
@@ -103,23 +96,13 @@ pub enum RedOp {
 
 impl RedOp {
     pub const COUNT: usize = 6;
-    pub const ALL: [RedOp; 6] = [
-        RedOp::Sum,
-        RedOp::Prod,
-        RedOp::Max,
-        RedOp::Min,
-        RedOp::Avg,
-        RedOp::PreMulSum,
-    ];
+    pub const ALL: [RedOp; 6] = [RedOp::Sum, RedOp::Prod, RedOp::Max, RedOp::Min, RedOp::Avg, RedOp::PreMulSum];
     /// NCCL's ncclNumOps: built-in ops are below it, user-created ops at or above.
     pub const NUM_BUILTIN: i32 = 5;
 
     /// A built-in op from its raw value; user-created ops (>= ncclNumOps) are not built-ins.
     pub fn builtin(v: i32) -> Option<RedOp> {
-        usize::try_from(v)
-            .ok()
-            .filter(|&i| i < Self::NUM_BUILTIN as usize)
-            .map(|i| RedOp::ALL[i])
+        usize::try_from(v).ok().filter(|&i| i < Self::NUM_BUILTIN as usize).map(|i| RedOp::ALL[i])
     }
 
     pub fn name(self) -> &'static str {

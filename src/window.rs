@@ -51,8 +51,7 @@ impl Windows {
     pub fn get(&self, h: usize) -> Option<Window> {
         let v = self.0.lock();
         // SAFETY: handles in the list point at live Windows (freed only after removal).
-        v.contains(&h)
-            .then(|| unsafe { (*(h as *const Window)).clone() })
+        v.contains(&h).then(|| unsafe { (*(h as *const Window)).clone() })
     }
 
     pub fn len(&self) -> usize {
@@ -76,9 +75,7 @@ impl Drop for Windows {
 /// Validates the caller's flags (before anything is deferred).
 pub fn check_flags(flags: i32) -> Result<()> {
     if flags & !WIN_COLL_SYMMETRIC != 0 {
-        return Err(Error::invalid_argument(format!(
-            "window flags {flags:#x}: only NCCL_WIN_COLL_SYMMETRIC (0x1) is defined"
-        )));
+        return Err(Error::invalid_argument(format!("window flags {flags:#x}: only NCCL_WIN_COLL_SYMMETRIC (0x1) is defined")));
     }
     Ok(())
 }
@@ -96,15 +93,9 @@ pub fn agree(bs: &Bootstrap, size: u64, flags: i32) -> Result<()> {
             [s @ .., f0, f1, f2, f3] if s.len() == 8 => {
                 let mut sz = [0u8; 8];
                 sz.copy_from_slice(s);
-                Ok((
-                    u64::from_le_bytes(sz),
-                    i32::from_le_bytes([*f0, *f1, *f2, *f3]),
-                ))
+                Ok((u64::from_le_bytes(sz), i32::from_le_bytes([*f0, *f1, *f2, *f3])))
             }
-            _ => Err(Error::system(format!(
-                "window registration: a peer sent {} bytes",
-                b.len()
-            ))),
+            _ => Err(Error::system(format!("window registration: a peer sent {} bytes", b.len()))),
         })
         .collect::<Result<_>>()?;
     compare(&parsed)
@@ -112,30 +103,14 @@ pub fn agree(bs: &Bootstrap, size: u64, flags: i32) -> Result<()> {
 
 /// Ok if the ranks' (size, flags) are compatible; else the error every rank reports.
 pub fn compare(all: &[(u64, i32)]) -> Result<()> {
-    let Some(&(_, f0)) = all.first() else {
-        return Ok(());
-    };
+    let Some(&(_, f0)) = all.first() else { return Ok(()) };
     if all.iter().any(|&(_, f)| f != f0) {
-        let flags: Vec<String> = all
-            .iter()
-            .enumerate()
-            .map(|(r, (_, f))| format!("rank {r}: {f:#x}"))
-            .collect();
-        return Err(Error::invalid_usage(format!(
-            "ncclCommWindowRegister: ranks pass different flags ({})",
-            flags.join(", ")
-        )));
+        let flags: Vec<String> = all.iter().enumerate().map(|(r, (_, f))| format!("rank {r}: {f:#x}")).collect();
+        return Err(Error::invalid_usage(format!("ncclCommWindowRegister: ranks pass different flags ({})", flags.join(", "))));
     }
     if f0 & WIN_COLL_SYMMETRIC != 0 && all.iter().any(|&(s, _)| s != all[0].0) {
-        let sizes: Vec<String> = all
-            .iter()
-            .enumerate()
-            .map(|(r, (s, _))| format!("rank {r}: {s}"))
-            .collect();
-        return Err(Error::invalid_usage(format!(
-            "ncclCommWindowRegister: a symmetric window needs one size on every rank ({})",
-            sizes.join(", ")
-        )));
+        let sizes: Vec<String> = all.iter().enumerate().map(|(r, (s, _))| format!("rank {r}: {s}")).collect();
+        return Err(Error::invalid_usage(format!("ncclCommWindowRegister: a symmetric window needs one size on every rank ({})", sizes.join(", "))));
     }
     Ok(())
 }
@@ -160,11 +135,7 @@ impl WindowJob {
         let r = self.comm.ready()?;
         self.comm.check_usable()?;
         agree(&r.bootstrap, self.size, self.flags)?;
-        let h = self.comm.windows.insert(Window {
-            base: self.base,
-            size: self.size,
-            flags: self.flags,
-        });
+        let h = self.comm.windows.insert(Window { base: self.base, size: self.size, flags: self.flags });
         // SAFETY: the caller passed a non-NULL, writable ncclWindow_t* (checked at the call).
         unsafe { *(self.out as *mut usize) = h };
         Ok(())
@@ -179,50 +150,25 @@ mod tests {
     #[test]
     fn symmetric_windows_need_one_size_and_flags_must_match() {
         assert!(compare(&[(4096, 1), (4096, 1), (4096, 1)]).is_ok());
-        assert!(
-            compare(&[(4096, 0), (8192, 0)]).is_ok(),
-            "non-symmetric windows may differ in size"
-        );
+        assert!(compare(&[(4096, 0), (8192, 0)]).is_ok(), "non-symmetric windows may differ in size");
         let e = compare(&[(4096, 1), (8192, 1)]).unwrap_err();
         assert_eq!(e.code, ResultCode::InvalidUsage);
         assert!(e.msg.contains("rank 1: 8192"), "{}", e.msg);
-        assert_eq!(
-            compare(&[(4096, 1), (4096, 0)]).unwrap_err().code,
-            ResultCode::InvalidUsage
-        );
+        assert_eq!(compare(&[(4096, 1), (4096, 0)]).unwrap_err().code, ResultCode::InvalidUsage);
         assert!(check_flags(0).is_ok() && check_flags(1).is_ok());
-        assert_eq!(
-            check_flags(2).unwrap_err().code,
-            ResultCode::InvalidArgument
-        );
+        assert_eq!(check_flags(2).unwrap_err().code, ResultCode::InvalidArgument);
     }
 
     #[test]
     fn handles_are_freed_once_and_only_known_ones() {
         let w = Windows::default();
-        let a = w.insert(Window {
-            base: 0x1000,
-            size: 4096,
-            flags: 1,
-        });
-        let b = w.insert(Window {
-            base: 0x9000,
-            size: 8192,
-            flags: 0,
-        });
+        let a = w.insert(Window { base: 0x1000, size: 4096, flags: 1 });
+        let b = w.insert(Window { base: 0x9000, size: 8192, flags: 0 });
         assert_eq!(w.get(a).unwrap().size, 4096);
         assert_eq!(w.len(), 2);
         w.remove(a).unwrap();
-        assert_eq!(
-            w.remove(a).unwrap_err().code,
-            ResultCode::InvalidUsage,
-            "twice"
-        );
-        assert_eq!(
-            w.remove(0xdead0).unwrap_err().code,
-            ResultCode::InvalidUsage,
-            "never registered"
-        );
+        assert_eq!(w.remove(a).unwrap_err().code, ResultCode::InvalidUsage, "twice");
+        assert_eq!(w.remove(0xdead0).unwrap_err().code, ResultCode::InvalidUsage, "never registered");
         assert!(w.get(a).is_none());
         assert_eq!(w.get(b).unwrap().base, 0x9000);
         drop(w); // frees b
@@ -234,28 +180,17 @@ mod tests {
         let id = crate::bootstrap::get_unique_id().unwrap();
         let t = std::time::Duration::from_secs(20);
         let ranks: Vec<Bootstrap> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..3)
-                .map(|r| s.spawn(move || Bootstrap::init(&id, r, 3, t).unwrap()))
-                .collect();
+            let hs: Vec<_> = (0..3).map(|r| s.spawn(move || Bootstrap::init(&id, r, 3, t).unwrap())).collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
         let run = |sizes: [u64; 3]| -> Vec<Result<()>> {
             std::thread::scope(|s| {
-                let hs: Vec<_> = ranks
-                    .iter()
-                    .zip(sizes)
-                    .map(|(bs, sz)| s.spawn(move || agree(bs, sz, WIN_COLL_SYMMETRIC)))
-                    .collect();
+                let hs: Vec<_> = ranks.iter().zip(sizes).map(|(bs, sz)| s.spawn(move || agree(bs, sz, WIN_COLL_SYMMETRIC))).collect();
                 hs.into_iter().map(|h| h.join().unwrap()).collect()
             })
         };
         assert!(run([1 << 20; 3]).iter().all(Result::is_ok));
         let bad = run([1 << 20, 1 << 20, 1 << 21]);
-        assert!(
-            bad.iter().all(|r| r
-                .as_ref()
-                .is_err_and(|e| e.code == ResultCode::InvalidUsage)),
-            "every rank reports it"
-        );
+        assert!(bad.iter().all(|r| r.as_ref().is_err_and(|e| e.code == ResultCode::InvalidUsage)), "every rank reports it");
     }
 }

@@ -16,11 +16,7 @@ pub enum AllReduceAlgo {
 }
 
 impl AllReduceAlgo {
-    pub const ALL: [AllReduceAlgo; 3] = [
-        AllReduceAlgo::OneShot,
-        AllReduceAlgo::TwoPhase,
-        AllReduceAlgo::Rsag,
-    ];
+    pub const ALL: [AllReduceAlgo; 3] = [AllReduceAlgo::OneShot, AllReduceAlgo::TwoPhase, AllReduceAlgo::Rsag];
 
     /// Name in kernel symbols (ox_allreduce_<name>_...) and in OXCCL_ALLREDUCE_ALGO.
     pub fn name(self) -> &'static str {
@@ -32,9 +28,7 @@ impl AllReduceAlgo {
     }
 
     pub fn from_name(s: &str) -> Option<AllReduceAlgo> {
-        AllReduceAlgo::ALL
-            .into_iter()
-            .find(|a| a.name().eq_ignore_ascii_case(s))
+        AllReduceAlgo::ALL.into_iter().find(|a| a.name().eq_ignore_ascii_case(s))
     }
 }
 
@@ -95,40 +89,23 @@ const RSAG_MIN_SLICE_BYTES: u64 = 4096;
 
 fn ll_shape(npkt: u64, sm_count: u32, t: &Tuning) -> (u32, u32) {
     let threads = t.ll_threads.unwrap_or(512);
-    let cap = t
-        .ll_blocks
-        .unwrap_or(sm_count.clamp(1, 64))
-        .min(OX_MAX_BLOCKS as u32);
+    let cap = t.ll_blocks.unwrap_or(sm_count.clamp(1, 64)).min(OX_MAX_BLOCKS as u32);
     // Even a one-packet message takes several blocks: measured on H200, an 8-byte AllReduce runs
     // in 4.1 us with 4 blocks against 5.9 us with one (BENCHMARKS.md).
-    let min = t
-        .ll_min_blocks
-        .unwrap_or(DEFAULT_LL_MIN_BLOCKS)
-        .clamp(1, cap);
+    let min = t.ll_min_blocks.unwrap_or(DEFAULT_LL_MIN_BLOCKS).clamp(1, cap);
     let grid = npkt.div_ceil(threads as u64).clamp(min as u64, cap as u64) as u32;
     (grid, threads)
 }
 
 /// Chooses the AllReduce algorithm and launch shape.
-pub fn select_allreduce(
-    count: u64,
-    dt: DataType,
-    topo: &Topology,
-    scratch: &Scratch,
-    t: &Tuning,
-) -> AllReducePlan {
+pub fn select_allreduce(count: u64, dt: DataType, topo: &Topology, scratch: &Scratch, t: &Tuning) -> AllReducePlan {
     let es = dt.size() as u64;
     let bytes = count * es;
     let npkt = bytes.div_ceil(8);
     if topo.nranks <= 1 {
         // One rank: the one-shot kernel with no peers is an elementwise pre/post pass, any size.
         let (grid, block) = ll_shape(npkt, topo.sm_count, t);
-        return AllReducePlan {
-            algo: AllReduceAlgo::OneShot,
-            grid,
-            block,
-            chunk_elems: 0,
-        };
+        return AllReducePlan { algo: AllReduceAlgo::OneShot, grid, block, chunk_elems: 0 };
     }
     let n = topo.nranks as u64;
     let oneshot_fits = bytes <= oneshot_capacity(scratch, n);
@@ -146,18 +123,9 @@ pub fn select_allreduce(
     let algo = forced.unwrap_or_else(|| {
         if !packets_ok {
             AllReduceAlgo::Rsag
-        } else if oneshot_fits
-            && bytes
-                <= t.oneshot_max_bytes
-                    .unwrap_or_else(|| default_oneshot_max(n))
-        {
+        } else if oneshot_fits && bytes <= t.oneshot_max_bytes.unwrap_or_else(|| default_oneshot_max(n)) {
             AllReduceAlgo::OneShot
-        } else if twophase_fits
-            && (!puts_ok
-                || bytes
-                    <= t.twophase_max_bytes
-                        .unwrap_or_else(|| default_twophase_max(n)))
-        {
+        } else if twophase_fits && (!puts_ok || bytes <= t.twophase_max_bytes.unwrap_or_else(|| default_twophase_max(n))) {
             AllReduceAlgo::TwoPhase
         } else if oneshot_fits && !puts_ok {
             AllReduceAlgo::OneShot
@@ -169,21 +137,11 @@ pub fn select_allreduce(
     match algo {
         AllReduceAlgo::OneShot => {
             let (grid, block) = ll_shape(npkt, topo.sm_count, t);
-            AllReducePlan {
-                algo,
-                grid,
-                block,
-                chunk_elems: 0,
-            }
+            AllReducePlan { algo, grid, block, chunk_elems: 0 }
         }
         AllReduceAlgo::TwoPhase => {
             let (grid, block) = ll_shape(npkt.div_ceil(n) * (n - 1), topo.sm_count, t);
-            AllReducePlan {
-                algo,
-                grid,
-                block,
-                chunk_elems: 0,
-            }
+            AllReducePlan { algo, grid, block, chunk_elems: 0 }
         }
         AllReduceAlgo::Rsag => {
             // Slices are whole 16-byte units so every slice of an aligned buffer stays aligned.
@@ -193,20 +151,12 @@ pub fn select_allreduce(
             let slot_elems = (scratch.rs_slot_bytes / es / unit * unit).max(unit);
             let per = count.div_ceil(n).div_ceil(unit) * unit;
             let min_elems = (RSAG_MIN_SLICE_BYTES / es).div_ceil(unit) * unit;
-            let spread = per
-                .div_ceil(scratch.rs_max_blocks.min(topo.sm_count.max(1)) as u64)
-                .div_ceil(unit)
-                * unit;
+            let spread = per.div_ceil(scratch.rs_max_blocks.min(topo.sm_count.max(1)) as u64).div_ceil(unit) * unit;
             let chunk = spread.max(min_elems).min(slot_elems);
             // One block per SM at most: more would queue behind each other.
             let cap = scratch.rs_max_blocks.min(topo.sm_count.max(1)) as u64;
             let grid = per.div_ceil(chunk).clamp(1, cap) as u32;
-            AllReducePlan {
-                algo,
-                grid,
-                block: t.rs_threads.unwrap_or(1024),
-                chunk_elems: chunk,
-            }
+            AllReducePlan { algo, grid, block: t.rs_threads.unwrap_or(1024), chunk_elems: chunk }
         }
     }
 }
@@ -216,10 +166,7 @@ mod tests {
     use super::*;
 
     fn topo(n: usize) -> Topology {
-        Topology {
-            nranks: n,
-            sm_count: 132,
-        }
+        Topology { nranks: n, sm_count: 132 }
     }
 
     #[test]
@@ -239,16 +186,14 @@ mod tests {
     fn sizes_progress_through_the_algorithms() {
         let t = Tuning::default();
         let s = Scratch::for_ranks(4, &t);
-        let pick =
-            |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(4), &s, &t).algo;
+        let pick = |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(4), &s, &t).algo;
         assert_eq!(pick(256 << 10), AllReduceAlgo::OneShot);
         assert_eq!(pick(512 << 10), AllReduceAlgo::TwoPhase);
         assert_eq!(pick(1 << 20), AllReduceAlgo::Rsag);
         assert_eq!(pick(512 << 20), AllReduceAlgo::Rsag);
         // Two ranks: one hop up to 512 KiB, then the put-based algorithm.
         let s2 = Scratch::for_ranks(2, &t);
-        let pick2 =
-            |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(2), &s2, &t).algo;
+        let pick2 = |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(2), &s2, &t).algo;
         assert_eq!(pick2(1 << 20), AllReduceAlgo::OneShot);
         assert_eq!(pick2(2 << 20), AllReduceAlgo::Rsag);
     }
@@ -258,8 +203,7 @@ mod tests {
         let t = Tuning::default();
         for n in [2usize, 4, 8] {
             let s = Scratch::for_ranks(n, &t);
-            let plan =
-                |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(n), &s, &t);
+            let plan = |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(n), &s, &t);
             // Large enough for every block: all blocks in use.
             let p = plan(64 << 20);
             assert_eq!(p.grid, s.rs_max_blocks, "n={n}");
@@ -283,9 +227,7 @@ mod tests {
                     let nb = count * dt.size() as u64;
                     let npkt = nb.div_ceil(8);
                     match p.algo {
-                        AllReduceAlgo::OneShot => {
-                            assert!(npkt * 16 <= (s.ll_half_bytes / n as u64) & !15)
-                        }
+                        AllReduceAlgo::OneShot => assert!(npkt * 16 <= (s.ll_half_bytes / n as u64) & !15),
                         AllReduceAlgo::TwoPhase => {
                             assert!(npkt.div_ceil(n as u64) * 16 <= twophase_area(&s, n as u64))
                         }
@@ -316,18 +258,11 @@ mod tests {
         let s = Scratch::for_ranks(2, &t);
         t.allreduce_algo = Some(AllReduceAlgo::OneShot);
         let big = select_allreduce(64 << 20, DataType::Float32, &topo(2), &s, &t);
-        assert_eq!(
-            big.algo,
-            AllReduceAlgo::Rsag,
-            "one-shot cannot hold 256 MiB: fall back"
-        );
+        assert_eq!(big.algo, AllReduceAlgo::Rsag, "one-shot cannot hold 256 MiB: fall back");
         let small = select_allreduce((1 << 20) / 4, DataType::Float32, &topo(2), &s, &t);
         assert_eq!(small.algo, AllReduceAlgo::OneShot);
         t.allreduce_algo = Some(AllReduceAlgo::Rsag);
-        assert_eq!(
-            select_allreduce(1, DataType::Int8, &topo(2), &s, &t).algo,
-            AllReduceAlgo::Rsag
-        );
+        assert_eq!(select_allreduce(1, DataType::Int8, &topo(2), &s, &t).algo, AllReduceAlgo::Rsag);
     }
 
     #[test]
@@ -343,27 +278,12 @@ mod tests {
     #[test]
     fn nccl_proto_restricts_the_choice() {
         let s = Scratch::for_ranks(4, &Tuning::default());
-        let simple = Tuning {
-            allowed: super::super::envlists::Allowed::from_values(Some("Simple"), None).unwrap(),
-            ..Default::default()
-        };
-        assert_eq!(
-            select_allreduce(2, DataType::Float32, &topo(4), &s, &simple).algo,
-            AllReduceAlgo::Rsag
-        );
-        let ll = Tuning {
-            allowed: super::super::envlists::Allowed::from_values(Some("LL"), None).unwrap(),
-            ..Default::default()
-        };
-        assert_eq!(
-            select_allreduce(200_000, DataType::Float32, &topo(4), &s, &ll).algo,
-            AllReduceAlgo::TwoPhase
-        );
+        let simple = Tuning { allowed: super::super::envlists::Allowed::from_values(Some("Simple"), None).unwrap(), ..Default::default() };
+        assert_eq!(select_allreduce(2, DataType::Float32, &topo(4), &s, &simple).algo, AllReduceAlgo::Rsag);
+        let ll = Tuning { allowed: super::super::envlists::Allowed::from_values(Some("LL"), None).unwrap(), ..Default::default() };
+        assert_eq!(select_allreduce(200_000, DataType::Float32, &topo(4), &s, &ll).algo, AllReduceAlgo::TwoPhase);
         // Beyond the packet scratch, the put-based algorithm is the only one that can run.
-        assert_eq!(
-            select_allreduce(100 << 20, DataType::Float32, &topo(4), &s, &ll).algo,
-            AllReduceAlgo::Rsag
-        );
+        assert_eq!(select_allreduce(100 << 20, DataType::Float32, &topo(4), &s, &ll).algo, AllReduceAlgo::Rsag);
     }
 
     #[test]

@@ -20,10 +20,7 @@ pub fn ll128_shape(bytes: u64, topo: &Topology, s: &Scratch, t: &Tuning) -> (u32
     let sub_lines = (s.ll128_half_bytes / 2 / 128).max(1);
     let (cap, _) = exchange_shape(topo, s);
     let per_block = t.ll128_lines_per_block.unwrap_or(LL128_LINES_PER_BLOCK);
-    let grid = lines
-        .min(sub_lines)
-        .div_ceil(per_block)
-        .clamp(1, cap as u64) as u32;
+    let grid = lines.min(sub_lines).div_ceil(per_block).clamp(1, cap as u64) as u32;
     (grid, t.ll128_threads.unwrap_or(LL128_BLOCK))
 }
 
@@ -51,12 +48,7 @@ pub fn broadcast_ll128(bytes: u64, topo: &Topology, s: &Scratch, t: &Tuning) -> 
     let (dmin, dmax) = default_broadcast_ll128_bounds(n);
     let min = t.broadcast_ll128_min_bytes.unwrap_or(dmin);
     let max = t.broadcast_ll128_max_bytes.unwrap_or(dmax);
-    if n < 2
-        || min == 0
-        || bytes < min
-        || bytes >= max
-        || !t.allowed.packets[Func::Broadcast as usize]
-    {
+    if n < 2 || min == 0 || bytes < min || bytes >= max || !t.allowed.packets[Func::Broadcast as usize] {
         return None;
     }
     Some(ll128_shape(bytes, topo, s, t))
@@ -72,29 +64,9 @@ mod tests {
         let t = Tuning::default();
         for n in [2usize, 3, 4, 8] {
             let s = Scratch::for_ranks(n, &t);
-            let topo = Topology {
-                nranks: n,
-                sm_count: 132,
-            };
-            let (lo, hi) = if n == 2 {
-                (64u64 << 10, 64u64 << 20)
-            } else {
-                (128 << 10, 256 << 20)
-            };
-            for bytes in [
-                1u64,
-                4096,
-                64 << 10,
-                (128 << 10) - 1,
-                128 << 10,
-                3_000_017,
-                (64 << 20) - 1,
-                64 << 20,
-                128 << 20,
-                (256 << 20) - 1,
-                256 << 20,
-                1 << 30,
-            ] {
+            let topo = Topology { nranks: n, sm_count: 132 };
+            let (lo, hi) = if n == 2 { (64u64 << 10, 64u64 << 20) } else { (128 << 10, 256 << 20) };
+            for bytes in [1u64, 4096, 64 << 10, (128 << 10) - 1, 128 << 10, 3_000_017, (64 << 20) - 1, 64 << 20, 128 << 20, (256 << 20) - 1, 256 << 20, 1 << 30] {
                 let p = broadcast_ll128(bytes, &topo, &s, &t);
                 let want = (lo..hi).contains(&bytes);
                 assert_eq!(p.is_some(), want, "n={n} {bytes} B");
@@ -105,68 +77,27 @@ mod tests {
             }
         }
         // Tuned bounds; LL/LL128 turned off for Broadcast: never.
-        let tuned = Tuning {
-            broadcast_ll128_min_bytes: Some(1),
-            broadcast_ll128_max_bytes: Some(1 << 30),
-            ..Default::default()
-        };
-        let topo = Topology {
-            nranks: 2,
-            sm_count: 132,
-        };
+        let tuned = Tuning { broadcast_ll128_min_bytes: Some(1), broadcast_ll128_max_bytes: Some(1 << 30), ..Default::default() };
+        let topo = Topology { nranks: 2, sm_count: 132 };
         let s = Scratch::for_ranks(2, &tuned);
-        assert!(
-            broadcast_ll128(8, &topo, &s, &tuned).is_some()
-                && broadcast_ll128(512 << 20, &topo, &s, &tuned).is_some()
-        );
-        let simple = Tuning {
-            allowed: Allowed::from_values(Some("broadcast:Simple"), None).unwrap(),
-            ..tuned.clone()
-        };
+        assert!(broadcast_ll128(8, &topo, &s, &tuned).is_some() && broadcast_ll128(512 << 20, &topo, &s, &tuned).is_some());
+        let simple = Tuning { allowed: Allowed::from_values(Some("broadcast:Simple"), None).unwrap(), ..tuned.clone() };
         assert!(broadcast_ll128(1 << 20, &topo, &s, &simple).is_none());
-        let off = Tuning {
-            broadcast_ll128_min_bytes: Some(0),
-            ..Default::default()
-        };
-        assert!(broadcast_ll128(
-            1 << 20,
-            &Topology {
-                nranks: 4,
-                sm_count: 132
-            },
-            &s,
-            &off
-        )
-        .is_none());
+        let off = Tuning { broadcast_ll128_min_bytes: Some(0), ..Default::default() };
+        assert!(broadcast_ll128(1 << 20, &Topology { nranks: 4, sm_count: 132 }, &s, &off).is_none());
     }
 
     #[test]
     fn ll128_grid_covers_a_round_within_the_cap() {
         let t = Tuning::default();
-        let topo = Topology {
-            nranks: 4,
-            sm_count: 132,
-        };
+        let topo = Topology { nranks: 4, sm_count: 132 };
         let s = Scratch::for_ranks(4, &t);
         assert_eq!(ll128_shape(1, &topo, &s, &t), (1, 512));
-        assert_eq!(
-            (
-                ll128_shape(1 << 20, &topo, &s, &t).0,
-                ll128_shape(16 << 20, &topo, &s, &t).0
-            ),
-            (128, 128)
-        );
-        let few = Topology {
-            nranks: 4,
-            sm_count: 20,
-        };
+        assert_eq!((ll128_shape(1 << 20, &topo, &s, &t).0, ll128_shape(16 << 20, &topo, &s, &t).0), (128, 128));
+        let few = Topology { nranks: 4, sm_count: 20 };
         assert_eq!(ll128_shape(16 << 20, &few, &s, &t).0, 20);
         // Tuned: fewer lines per block means more blocks (up to the cap); the block size as given.
-        let tuned = Tuning {
-            ll128_lines_per_block: Some(512),
-            ll128_threads: Some(1024),
-            ..Default::default()
-        };
+        let tuned = Tuning { ll128_lines_per_block: Some(512), ll128_threads: Some(1024), ..Default::default() };
         assert_eq!(ll128_shape(16 << 20, &topo, &s, &tuned), (64, 1024)); // 4 MiB rounds: 32768 lines
     }
 }

@@ -22,14 +22,10 @@ pub fn allreduce_us(plan: &AllReducePlan, bytes: u64, nranks: usize) -> f64 {
         // Every rank sends all its data to every peer, as packets of half efficiency.
         AllReduceAlgo::OneShot => LAUNCH_US + HOP_US + 2.0 * (n - 1.0) * b / LINK_BYTES_PER_US,
         // Two hops, each moving (n-1)/n of the data as packets.
-        AllReduceAlgo::TwoPhase => {
-            LAUNCH_US + 2.0 * HOP_US + 2.0 * 2.0 * (n - 1.0) / n * b / LINK_BYTES_PER_US
-        }
+        AllReduceAlgo::TwoPhase => LAUNCH_US + 2.0 * HOP_US + 2.0 * 2.0 * (n - 1.0) / n * b / LINK_BYTES_PER_US,
         // Two semaphore syncs per round per block; full efficiency.
         AllReduceAlgo::Rsag => {
-            let rounds = (b / n / (plan.chunk_elems.max(1) as f64 * plan.grid.max(1) as f64))
-                .ceil()
-                .max(1.0);
+            let rounds = (b / n / (plan.chunk_elems.max(1) as f64 * plan.grid.max(1) as f64)).ceil().max(1.0);
             LAUNCH_US + 2.0 * HOP_US * rounds + 2.0 * (n - 1.0) / n * b / LINK_BYTES_PER_US
         }
     }
@@ -46,10 +42,7 @@ mod tests {
         let t = Tuning::default();
         for n in [1usize, 2, 4, 8] {
             let s = Scratch::for_ranks(n, &t);
-            let topo = Topology {
-                nranks: n,
-                sm_count: 132,
-            };
+            let topo = Topology { nranks: n, sm_count: 132 };
             let mut prev = 0.0;
             for k in 0..30 {
                 let bytes = 1u64 << k;

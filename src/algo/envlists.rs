@@ -15,23 +15,9 @@
 use crate::error::{Error, Result};
 
 /// NCCL's function names, in its order.
-pub const FUNCS: [&str; 5] = [
-    "Broadcast",
-    "Reduce",
-    "AllGather",
-    "ReduceScatter",
-    "AllReduce",
-];
+pub const FUNCS: [&str; 5] = ["Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"];
 pub const PROTOS: [&str; 3] = ["LL", "LL128", "Simple"];
-pub const ALGOS: [&str; 7] = [
-    "Tree",
-    "Ring",
-    "CollnetDirect",
-    "CollnetChain",
-    "NVLS",
-    "NVLSTree",
-    "PAT",
-];
+pub const ALGOS: [&str; 7] = ["Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"];
 
 /// A collective NCCL_PROTO/NCCL_ALGO can name (index into FUNCS).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,10 +38,7 @@ pub struct Table {
 
 /// Parses one NCCL_PROTO/NCCL_ALGO value over `elems`.
 pub fn parse_list(value: &str, elems: &[&str]) -> Result<Table> {
-    let mut t = Table {
-        enabled: vec![vec![true; elems.len()]; FUNCS.len()],
-        forced: vec![false; FUNCS.len()],
-    };
+    let mut t = Table { enabled: vec![vec![true; elems.len()]; FUNCS.len()], forced: vec![false; FUNCS.len()] };
     for (i, entry) in value.split(';').enumerate() {
         if entry.is_empty() && i > 0 {
             continue;
@@ -63,11 +46,7 @@ pub fn parse_list(value: &str, elems: &[&str]) -> Result<Table> {
         let (prefix, list) = match entry.split_once(':') {
             Some((p, l)) => (Some(p), l),
             None if i == 0 => (None, entry),
-            None => {
-                return Err(Error::invalid_usage(format!(
-                    "All entries except the first must have a prefix: \"{value}\""
-                )))
-            }
+            None => return Err(Error::invalid_usage(format!("All entries except the first must have a prefix: \"{value}\""))),
         };
         let (negate, list) = match list.strip_prefix('^') {
             Some(rest) => (true, rest),
@@ -78,11 +57,7 @@ pub fn parse_list(value: &str, elems: &[&str]) -> Result<Table> {
             let e = elems
                 .iter()
                 .position(|x| x.eq_ignore_ascii_case(name))
-                .ok_or_else(|| {
-                    Error::invalid_usage(format!(
-                        "Unrecognized element token \"{name}\" when parsing \"{value}\""
-                    ))
-                })?;
+                .ok_or_else(|| Error::invalid_usage(format!("Unrecognized element token \"{name}\" when parsing \"{value}\"")))?;
             names.push(e);
         }
         let funcs: Vec<usize> = match prefix {
@@ -90,11 +65,7 @@ pub fn parse_list(value: &str, elems: &[&str]) -> Result<Table> {
             Some(p) => vec![FUNCS
                 .iter()
                 .position(|f| f.eq_ignore_ascii_case(p))
-                .ok_or_else(|| {
-                    Error::invalid_usage(format!(
-                        "Unrecognized prefix token \"{p}\" when parsing \"{value}\""
-                    ))
-                })?],
+                .ok_or_else(|| Error::invalid_usage(format!("Unrecognized prefix token \"{p}\" when parsing \"{value}\"")))?],
         };
         for f in funcs {
             for (e, slot) in t.enabled[f].iter_mut().enumerate() {
@@ -119,11 +90,7 @@ pub struct Allowed {
 
 impl Default for Allowed {
     fn default() -> Self {
-        Allowed {
-            packets: [true; 5],
-            puts: [true; 5],
-            any_algo: [true; 5],
-        }
+        Allowed { packets: [true; 5], puts: [true; 5], any_algo: [true; 5] }
     }
 }
 
@@ -174,35 +141,18 @@ mod tests {
         // Everything but LL128, only LL128 for allreduce.
         let t = parse_list("^LL128;allreduce:LL128", &PROTOS).unwrap();
         assert_eq!(t.enabled[Func::Reduce as usize], vec![true, false, true]);
-        assert_eq!(
-            t.enabled[Func::AllReduce as usize],
-            vec![false, true, false]
-        );
-        let t = parse_list(
-            "ring,collnetdirect;allreduce:tree,collnetdirect;broadcast:ring",
-            &ALGOS,
-        )
-        .unwrap();
+        assert_eq!(t.enabled[Func::AllReduce as usize], vec![false, true, false]);
+        let t = parse_list("ring,collnetdirect;allreduce:tree,collnetdirect;broadcast:ring", &ALGOS).unwrap();
         assert!(t.enabled[Func::AllGather as usize][1] && t.enabled[Func::AllGather as usize][2]);
         assert!(t.enabled[Func::AllReduce as usize][0] && !t.enabled[Func::AllReduce as usize][1]);
-        assert_eq!(
-            t.enabled[Func::Broadcast as usize]
-                .iter()
-                .filter(|x| **x)
-                .count(),
-            1
-        );
+        assert_eq!(t.enabled[Func::Broadcast as usize].iter().filter(|x| **x).count(), 1);
         assert!(t.forced.iter().all(|f| *f));
     }
 
     #[test]
     fn errors_are_invalid_usage() {
         for bad in ["LL;Simple", "allreduce:LL;bogus:LL", "LL,Fast", "^Fast"] {
-            assert_eq!(
-                parse_list(bad, &PROTOS).unwrap_err().code,
-                ResultCode::InvalidUsage,
-                "{bad}"
-            );
+            assert_eq!(parse_list(bad, &PROTOS).unwrap_err().code, ResultCode::InvalidUsage, "{bad}");
         }
     }
 
@@ -215,21 +165,12 @@ mod tests {
     #[test]
     fn nothing_left_is_invalid_usage_only_for_that_function() {
         let a = Allowed::from_values(None, Some("allreduce:NVLS;broadcast:Ring")).unwrap();
-        assert_eq!(
-            a.for_func(Func::AllReduce).unwrap_err().code,
-            ResultCode::InvalidUsage
-        );
+        assert_eq!(a.for_func(Func::AllReduce).unwrap_err().code, ResultCode::InvalidUsage);
         assert!(a.for_func(Func::Broadcast).is_ok());
-        assert!(
-            a.for_func(Func::AllGather).is_ok(),
-            "functions no entry names keep their defaults"
-        );
+        assert!(a.for_func(Func::AllGather).is_ok(), "functions no entry names keep their defaults");
         let p = Allowed::from_values(Some("Simple"), None).unwrap();
         assert_eq!(p.for_func(Func::Reduce).unwrap(), (false, true));
         let p = Allowed::from_values(Some("allgather:^LL,LL128,Simple"), None).unwrap();
-        assert_eq!(
-            p.for_func(Func::AllGather).unwrap_err().code,
-            ResultCode::InvalidUsage
-        );
+        assert_eq!(p.for_func(Func::AllGather).unwrap_err().code, ResultCode::InvalidUsage);
     }
 }

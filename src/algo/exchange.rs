@@ -7,8 +7,8 @@
 use super::envlists::Func;
 use super::{Scratch, Topology, Tuning};
 use crate::device_abi::{
-    ExchangeArgs, Xfer, OX_MAX_COPIES, OX_MAX_RANKS, OX_MAX_XFERS, OX_MODE_LL, OX_MODE_LL_ACK,
-    OX_MODE_NONE, OX_MODE_PUT,
+    ExchangeArgs, Xfer, OX_MAX_COPIES, OX_MAX_RANKS, OX_MAX_XFERS, OX_MODE_LL, OX_MODE_LL_ACK, OX_MODE_NONE,
+    OX_MODE_PUT,
 };
 use crate::error::{Error, Result};
 
@@ -83,8 +83,7 @@ pub fn exchange_shape(topo: &Topology, scratch: &Scratch) -> (u32, u32) {
 /// 256 threads: on H200 x4 at 8 B-32 KiB that took 5.2-5.6 us where 1024 took 5.7-6.8 (Broadcast;
 /// AlltoAll 6.3-6.9 against 7.0-8.0), as a block's packet reads then wait on fewer stragglers.
 fn exchange_threads(t: &Tuning, packet_only: bool) -> u32 {
-    t.exchange_threads
-        .unwrap_or(if packet_only { 256 } else { 1024 })
+    t.exchange_threads.unwrap_or(if packet_only { 256 } else { 1024 })
 }
 
 /// Blocks of a Scatter's launch (each non-root rank's stream is `per_rank_bytes` long), or None
@@ -122,22 +121,14 @@ const RELAY_MAX_ROUNDS: u64 = 12;
 
 /// Put rounds of a relay (Broadcast, Reduce) whose pieces are `piece_bytes` long.
 pub fn relay_rounds(piece_bytes: u64, grid: u32, t: &Tuning) -> u64 {
-    t.relay_rounds.map_or_else(
-        || (piece_bytes / (grid as u64 * RELAY_BYTES_PER_BLOCK_ROUND)).clamp(2, RELAY_MAX_ROUNDS),
-        u64::from,
-    )
+    t.relay_rounds.map_or_else(|| (piece_bytes / (grid as u64 * RELAY_BYTES_PER_BLOCK_ROUND)).clamp(2, RELAY_MAX_ROUNDS), u64::from)
 }
 
 /// Broadcast by relay: the root sends one piece of the message to each other rank, which forward
 /// their pieces to each other one put round later, so the root sends the message once instead of
 /// once per rank. Returns the piece length (a multiple of 16) and the fixed put chunk, or None
 /// for a direct broadcast. The same on every rank.
-pub fn broadcast_relay(
-    bytes: u64,
-    topo: &Topology,
-    scratch: &Scratch,
-    t: &Tuning,
-) -> Option<(u64, u64)> {
+pub fn broadcast_relay(bytes: u64, topo: &Topology, scratch: &Scratch, t: &Tuning) -> Option<(u64, u64)> {
     let n = topo.nranks as u64;
     let min = t.relay_min_bytes.unwrap_or(DEFAULT_RELAY_MIN_BYTES);
     if n < 3 || min == 0 || bytes < min || !t.allowed.puts[Func::Broadcast as usize] {
@@ -146,28 +137,14 @@ pub fn broadcast_relay(
     let piece = align16(bytes.div_ceil(n - 1));
     let (grid, _) = exchange_shape(topo, scratch);
     let rounds = relay_rounds(piece, grid, t);
-    let chunk =
-        align16(piece.div_ceil(grid as u64 * rounds)).clamp(1024, scratch.rs_slot_bytes & !15);
+    let chunk = align16(piece.div_ceil(grid as u64 * rounds)).clamp(1024, scratch.rs_slot_bytes & !15);
     Some((piece, chunk))
 }
 
 /// A Broadcast's transfers as rank `me` sees them; `relay` from `broadcast_relay`.
-pub fn broadcast_spec(
-    me: usize,
-    root: usize,
-    n: usize,
-    send: u64,
-    recv: u64,
-    bytes: u64,
-    relay: Option<(u64, u64)>,
-) -> ExchangeSpec {
+pub fn broadcast_spec(me: usize, root: usize, n: usize, send: u64, recv: u64, bytes: u64, relay: Option<(u64, u64)>) -> ExchangeSpec {
     let mut s = ExchangeSpec::default();
-    let x = |peer: usize, ptr: u64, bytes: u64, relay: Option<usize>| Transfer {
-        peer,
-        ptr,
-        bytes,
-        relay,
-    };
+    let x = |peer: usize, ptr: u64, bytes: u64, relay: Option<usize>| Transfer { peer, ptr, bytes, relay };
     let holders: Vec<usize> = (0..n).filter(|&p| p != root).collect();
     match relay {
         Some((piece, chunk)) if bytes > 0 => {
@@ -193,17 +170,11 @@ pub fn broadcast_spec(
                 }
             }
         }
-        _ if me == root => s
-            .sends
-            .extend(holders.iter().map(|&p| x(p, send, bytes, None))),
+        _ if me == root => s.sends.extend(holders.iter().map(|&p| x(p, send, bytes, None))),
         _ => s.recvs.push(x(root, recv, bytes, None)),
     }
     if me == root && send != recv && bytes > 0 {
-        s.copies.push(LocalCopy {
-            src: send,
-            dst: recv,
-            bytes,
-        });
+        s.copies.push(LocalCopy { src: send, dst: recv, bytes });
     }
     s
 }
@@ -242,21 +213,14 @@ pub fn plan_exchange(
     }
     for x in spec.sends.iter().chain(spec.recvs.iter()) {
         if x.peer >= n || x.peer == me {
-            return Err(Error::internal(format!(
-                "exchange transfer with peer {} (rank {me} of {n})",
-                x.peer
-            )));
+            return Err(Error::internal(format!("exchange transfer with peer {} (rank {me} of {n})", x.peer)));
         }
     }
     let (grid, _) = exchange_shape(topo, scratch);
     let grid = spec.grid.map_or(grid, |g| g.clamp(1, grid));
     let ll_slot = (scratch.ll_half_bytes / n.max(1) as u64) & !15;
-    let ll_max = t
-        .exchange_ll_max_bytes
-        .unwrap_or_else(|| default_ll_max_bytes(n));
-    let (packets_ok, puts_ok) = func.map_or((true, true), |f| {
-        (t.allowed.packets[f as usize], t.allowed.puts[f as usize])
-    });
+    let ll_max = t.exchange_ll_max_bytes.unwrap_or_else(|| default_ll_max_bytes(n));
+    let (packets_ok, puts_ok) = func.map_or((true, true), |f| (t.allowed.packets[f as usize], t.allowed.puts[f as usize]));
     let mut a = ExchangeArgs::default();
 
     // Per-pair totals decide the mode.
@@ -295,10 +259,7 @@ pub fn plan_exchange(
             a.chunk[p] = c as u32;
             a.rounds[p] = (stream.div_ceil(grid as u64 * c) + u64::from(relayed[p])) as u32;
             OX_MODE_PUT
-        } else if packets_ok
-            && (!puts_ok || s.max(r) <= ll_max)
-            && send_pkts[p].max(recv_pkts[p]) * 16 <= ll_slot
-        {
+        } else if packets_ok && (!puts_ok || s.max(r) <= ll_max) && send_pkts[p].max(recv_pkts[p]) * 16 <= ll_slot {
             // Both directions carry data: each side's receive waits for the other's packets,
             // so neither can run two launches ahead; otherwise acknowledge.
             if s > 0 && r > 0 {
@@ -310,9 +271,7 @@ pub fn plan_exchange(
             let stream = send_aligned[p].max(recv_aligned[p]);
             let nb = grid as u64;
             let chunk = align16(stream.div_ceil(nb)).clamp(4096, scratch.rs_slot_bytes & !15);
-            let chunk = spec
-                .chunk_cap
-                .map_or(chunk, |cap| chunk.min(align16(cap).max(4096)));
+            let chunk = spec.chunk_cap.map_or(chunk, |cap| chunk.min(align16(cap).max(4096)));
             a.chunk[p] = chunk as u32;
             a.rounds[p] = stream.div_ceil(nb * chunk) as u32;
             OX_MODE_PUT
@@ -324,39 +283,18 @@ pub fn plan_exchange(
     for (i, x) in spec.sends.iter().enumerate() {
         let put = a.mode[x.peer] == OX_MODE_PUT;
         let relay = x.relay.map_or(0, |r| r as i32 + 1);
-        a.sends[i] = Xfer {
-            src: x.ptr,
-            dst: 0,
-            bytes: x.bytes,
-            off: pos[x.peer],
-            peer: x.peer as i32,
-            relay,
-        };
+        a.sends[i] = Xfer { src: x.ptr, dst: 0, bytes: x.bytes, off: pos[x.peer], peer: x.peer as i32, relay };
         pos[x.peer] += if put { align16(x.bytes) } else { pkts(x.bytes) };
     }
     let mut pos = [0u64; OX_MAX_RANKS];
     for (i, x) in spec.recvs.iter().enumerate() {
         let put = a.mode[x.peer] == OX_MODE_PUT;
         let relay = x.relay.map_or(0, |r| r as i32 + 1);
-        a.recvs[i] = Xfer {
-            src: 0,
-            dst: x.ptr,
-            bytes: x.bytes,
-            off: pos[x.peer],
-            peer: x.peer as i32,
-            relay,
-        };
+        a.recvs[i] = Xfer { src: 0, dst: x.ptr, bytes: x.bytes, off: pos[x.peer], peer: x.peer as i32, relay };
         pos[x.peer] += if put { align16(x.bytes) } else { pkts(x.bytes) };
     }
     for (i, c) in spec.copies.iter().enumerate() {
-        a.copies[i] = Xfer {
-            src: c.src,
-            dst: c.dst,
-            bytes: c.bytes,
-            off: 0,
-            peer: me as i32,
-            relay: 0,
-        };
+        a.copies[i] = Xfer { src: c.src, dst: c.dst, bytes: c.bytes, off: 0, peer: me as i32, relay: 0 };
     }
     a.nsend = spec.sends.len() as u32;
     a.nrecv = spec.recvs.len() as u32;
@@ -369,11 +307,7 @@ pub fn plan_exchange(
         _ => grid,
     };
     let block = exchange_threads(t, packet_only);
-    Ok(ExchangePlan {
-        args: a,
-        grid,
-        block,
-    })
+    Ok(ExchangePlan { args: a, grid, block })
 }
 
 /// A relay send forwards, piece for piece, the only stream its source sends this rank, so both
@@ -389,18 +323,12 @@ fn check_relays(me: usize, spec: &ExchangeSpec) -> Result<()> {
             && only(&spec.recvs, src)
             && from.is_some_and(|r| r.relay.is_none() && r.bytes >= x.bytes);
         if !ok {
-            return Err(Error::internal(format!(
-                "rank {me}: relay to {} of the stream from {src} is malformed",
-                x.peer
-            )));
+            return Err(Error::internal(format!("rank {me}: relay to {} of the stream from {src} is malformed", x.peer)));
         }
     }
     for x in &spec.recvs {
         if x.relay.is_some() && (spec.put_chunk.is_none() || !only(&spec.recvs, x.peer)) {
-            return Err(Error::internal(format!(
-                "rank {me}: forwarded stream from {} is malformed",
-                x.peer
-            )));
+            return Err(Error::internal(format!("rank {me}: forwarded stream from {} is malformed", x.peer)));
         }
     }
     Ok(())
@@ -412,14 +340,7 @@ mod tests {
 
     fn setup(n: usize) -> (Topology, Scratch, Tuning) {
         let t = Tuning::default();
-        (
-            Topology {
-                nranks: n,
-                sm_count: 132,
-            },
-            Scratch::for_ranks(n, &t),
-            t,
-        )
+        (Topology { nranks: n, sm_count: 132 }, Scratch::for_ranks(n, &t), t)
     }
 
     /// The two sides of every pair must derive identical mode, chunk, rounds and offsets.
@@ -429,14 +350,8 @@ mod tests {
         assert_eq!(a.args.rounds[peer], b.args.rounds[me], "rounds");
         // Blocks pair up by index; their thread counts may differ (exchange_threads).
         assert_eq!(a.grid, b.grid, "grid");
-        let sends: Vec<_> = a.args.sends[..a.args.nsend as usize]
-            .iter()
-            .filter(|x| x.peer as usize == peer)
-            .collect();
-        let recvs: Vec<_> = b.args.recvs[..b.args.nrecv as usize]
-            .iter()
-            .filter(|x| x.peer as usize == me)
-            .collect();
+        let sends: Vec<_> = a.args.sends[..a.args.nsend as usize].iter().filter(|x| x.peer as usize == peer).collect();
+        let recvs: Vec<_> = b.args.recvs[..b.args.nrecv as usize].iter().filter(|x| x.peer as usize == me).collect();
         assert_eq!(sends.len(), recvs.len());
         for (s, r) in sends.iter().zip(recvs) {
             assert_eq!((s.off, s.bytes), (r.off, r.bytes), "offsets");
@@ -448,49 +363,20 @@ mod tests {
         // Rank 0 sends 1 GiB to 1; rank 1 sends 100 bytes to 2; rank 2 only receives.
         let (topo, s, t) = setup(3);
         let big = 1u64 << 30;
-        let r0 = ExchangeSpec {
-            sends: vec![Transfer {
-                peer: 1,
-                ptr: 0x1000,
-                bytes: big,
-                relay: None,
-            }],
-            ..Default::default()
-        };
+        let r0 = ExchangeSpec { sends: vec![Transfer { peer: 1, ptr: 0x1000, bytes: big, relay: None }], ..Default::default() };
         let r1 = ExchangeSpec {
-            sends: vec![Transfer {
-                peer: 2,
-                ptr: 0x2000,
-                bytes: 100,
-                relay: None,
-            }],
-            recvs: vec![Transfer {
-                peer: 0,
-                ptr: 0x3000,
-                bytes: big,
-                relay: None,
-            }],
+            sends: vec![Transfer { peer: 2, ptr: 0x2000, bytes: 100, relay: None }],
+            recvs: vec![Transfer { peer: 0, ptr: 0x3000, bytes: big, relay: None }],
             ..Default::default()
         };
-        let r2 = ExchangeSpec {
-            recvs: vec![Transfer {
-                peer: 1,
-                ptr: 0x4000,
-                bytes: 100,
-                relay: None,
-            }],
-            ..Default::default()
-        };
+        let r2 = ExchangeSpec { recvs: vec![Transfer { peer: 1, ptr: 0x4000, bytes: 100, relay: None }], ..Default::default() };
         let p0 = plan_exchange(0, &r0, None, &topo, &s, &t).unwrap();
         let p1 = plan_exchange(1, &r1, None, &topo, &s, &t).unwrap();
         let p2 = plan_exchange(2, &r2, None, &topo, &s, &t).unwrap();
         assert_pair_agrees(&p0, 0, &p1, 1);
         assert_pair_agrees(&p1, 1, &p2, 2);
         assert_eq!(p0.args.mode[1], OX_MODE_PUT);
-        assert_eq!(
-            p1.args.mode[2], OX_MODE_LL_ACK,
-            "one-way packets acknowledge"
-        );
+        assert_eq!(p1.args.mode[2], OX_MODE_LL_ACK, "one-way packets acknowledge");
         assert_eq!(p0.args.mode[2], OX_MODE_NONE);
         assert!(p0.args.rounds[1] >= 1);
         let cap = p0.grid as u64 * p0.args.chunk[1] as u64 * p0.args.rounds[1] as u64;
@@ -502,59 +388,19 @@ mod tests {
         let (topo, s, t) = setup(2);
         let a = ExchangeSpec {
             sends: vec![
-                Transfer {
-                    peer: 1,
-                    ptr: 0x10,
-                    bytes: 3,
-                    relay: None,
-                },
-                Transfer {
-                    peer: 1,
-                    ptr: 0x20,
-                    bytes: 0,
-                    relay: None,
-                },
-                Transfer {
-                    peer: 1,
-                    ptr: 0x30,
-                    bytes: 20,
-                    relay: None,
-                },
+                Transfer { peer: 1, ptr: 0x10, bytes: 3, relay: None },
+                Transfer { peer: 1, ptr: 0x20, bytes: 0, relay: None },
+                Transfer { peer: 1, ptr: 0x30, bytes: 20, relay: None },
             ],
-            recvs: vec![Transfer {
-                peer: 1,
-                ptr: 0x40,
-                bytes: 5,
-                relay: None,
-            }],
+            recvs: vec![Transfer { peer: 1, ptr: 0x40, bytes: 5, relay: None }],
             ..Default::default()
         };
         let b = ExchangeSpec {
-            sends: vec![Transfer {
-                peer: 0,
-                ptr: 0x50,
-                bytes: 5,
-                relay: None,
-            }],
+            sends: vec![Transfer { peer: 0, ptr: 0x50, bytes: 5, relay: None }],
             recvs: vec![
-                Transfer {
-                    peer: 0,
-                    ptr: 0x60,
-                    bytes: 3,
-                    relay: None,
-                },
-                Transfer {
-                    peer: 0,
-                    ptr: 0x70,
-                    bytes: 0,
-                    relay: None,
-                },
-                Transfer {
-                    peer: 0,
-                    ptr: 0x80,
-                    bytes: 20,
-                    relay: None,
-                },
+                Transfer { peer: 0, ptr: 0x60, bytes: 3, relay: None },
+                Transfer { peer: 0, ptr: 0x70, bytes: 0, relay: None },
+                Transfer { peer: 0, ptr: 0x80, bytes: 20, relay: None },
             ],
             ..Default::default()
         };
@@ -564,14 +410,7 @@ mod tests {
         assert_pair_agrees(&pb, 1, &pa, 0);
         assert_eq!(pa.args.mode[1], OX_MODE_LL, "both directions carry data");
         // Packets: 3 bytes take one packet, 0 bytes none, 20 bytes start at packet 1.
-        assert_eq!(
-            [
-                pa.args.sends[0].off,
-                pa.args.sends[1].off,
-                pa.args.sends[2].off
-            ],
-            [0, 1, 1]
-        );
+        assert_eq!([pa.args.sends[0].off, pa.args.sends[1].off, pa.args.sends[2].off], [0, 1, 1]);
     }
 
     /// Scatter: half the grid exactly where the full one would take two put rounds; the smaller
@@ -580,11 +419,7 @@ mod tests {
     fn scatter_halves_the_grid_where_the_full_one_takes_two_rounds() {
         let (topo, s, t) = setup(4);
         let (full, _) = exchange_shape(&topo, &s);
-        assert_eq!(
-            rooted_grid(32 << 20, &topo, &s),
-            Some(full / 2),
-            "Scatter 128 MiB on 4 ranks"
-        );
+        assert_eq!(rooted_grid(32 << 20, &topo, &s), Some(full / 2), "Scatter 128 MiB on 4 ranks");
         assert_eq!(rooted_grid(16 << 20, &topo, &s), None, "one round");
         assert_eq!(rooted_grid(64 << 20, &topo, &s), None, "four rounds");
         assert_eq!(rooted_grid(1000, &topo, &s), None);
@@ -592,27 +427,11 @@ mod tests {
         let g = rooted_grid(per, &topo, &s);
         assert!(g.is_some());
         let root = ExchangeSpec {
-            sends: (1..4)
-                .map(|p| Transfer {
-                    peer: p,
-                    ptr: 0x1000 * p as u64,
-                    bytes: per,
-                    relay: None,
-                })
-                .collect(),
+            sends: (1..4).map(|p| Transfer { peer: p, ptr: 0x1000 * p as u64, bytes: per, relay: None }).collect(),
             grid: g,
             ..Default::default()
         };
-        let leaf = ExchangeSpec {
-            recvs: vec![Transfer {
-                peer: 0,
-                ptr: 0x9000,
-                bytes: per,
-                relay: None,
-            }],
-            grid: g,
-            ..Default::default()
-        };
+        let leaf = ExchangeSpec { recvs: vec![Transfer { peer: 0, ptr: 0x9000, bytes: per, relay: None }], grid: g, ..Default::default() };
         let pr = plan_exchange(0, &root, None, &topo, &s, &t).unwrap();
         let pl = plan_exchange(2, &leaf, None, &topo, &s, &t).unwrap();
         assert_eq!(pr.grid, full / 2);
@@ -628,25 +447,9 @@ mod tests {
         let cap = gather_chunk_cap(&s);
         assert_eq!(cap, s.rs_slot_bytes / 2);
         let per = (32u64 << 20) + 5;
-        let leaf = ExchangeSpec {
-            sends: vec![Transfer {
-                peer: 0,
-                ptr: 0x1000,
-                bytes: per,
-                relay: None,
-            }],
-            chunk_cap: Some(cap),
-            ..Default::default()
-        };
+        let leaf = ExchangeSpec { sends: vec![Transfer { peer: 0, ptr: 0x1000, bytes: per, relay: None }], chunk_cap: Some(cap), ..Default::default() };
         let root = ExchangeSpec {
-            recvs: (1..4)
-                .map(|p| Transfer {
-                    peer: p,
-                    ptr: 0x10_0000 * p as u64,
-                    bytes: per,
-                    relay: None,
-                })
-                .collect(),
+            recvs: (1..4).map(|p| Transfer { peer: p, ptr: 0x10_0000 * p as u64, bytes: per, relay: None }).collect(),
             chunk_cap: Some(cap),
             ..Default::default()
         };
@@ -655,67 +458,20 @@ mod tests {
         assert_pair_agrees(&pl, 3, &pr, 0);
         assert_eq!(pl.args.chunk[0] as u64, cap);
         assert!(pl.grid as u64 * cap * pl.args.rounds[0] as u64 >= per);
-        let uncapped = plan_exchange(
-            3,
-            &ExchangeSpec {
-                chunk_cap: None,
-                ..leaf.clone()
-            },
-            None,
-            &topo,
-            &s,
-            &t,
-        )
-        .unwrap();
+        let uncapped = plan_exchange(3, &ExchangeSpec { chunk_cap: None, ..leaf.clone() }, None, &topo, &s, &t).unwrap();
         assert_eq!(uncapped.args.chunk[0] as u64, s.rs_slot_bytes);
         // Small streams: unchanged.
-        let small = ExchangeSpec {
-            sends: vec![Transfer {
-                peer: 0,
-                ptr: 0x1000,
-                bytes: 4 << 20,
-                relay: None,
-            }],
-            chunk_cap: Some(cap),
-            ..Default::default()
-        };
+        let small = ExchangeSpec { sends: vec![Transfer { peer: 0, ptr: 0x1000, bytes: 4 << 20, relay: None }], chunk_cap: Some(cap), ..Default::default() };
         let a = plan_exchange(3, &small, None, &topo, &s, &t).unwrap();
-        let b = plan_exchange(
-            3,
-            &ExchangeSpec {
-                chunk_cap: None,
-                ..small.clone()
-            },
-            None,
-            &topo,
-            &s,
-            &t,
-        )
-        .unwrap();
-        assert_eq!(
-            (a.args.chunk[0], a.args.rounds[0]),
-            (b.args.chunk[0], b.args.rounds[0])
-        );
+        let b = plan_exchange(3, &ExchangeSpec { chunk_cap: None, ..small.clone() }, None, &topo, &s, &t).unwrap();
+        assert_eq!((a.args.chunk[0], a.args.rounds[0]), (b.args.chunk[0], b.args.rounds[0]));
     }
 
     #[test]
     fn put_offsets_are_sixteen_byte_aligned_and_chunks_fit_slots() {
         let (topo, s, t) = setup(4);
         let spec = ExchangeSpec {
-            sends: vec![
-                Transfer {
-                    peer: 3,
-                    ptr: 0,
-                    bytes: (1 << 20) + 3,
-                    relay: None,
-                },
-                Transfer {
-                    peer: 3,
-                    ptr: 0,
-                    bytes: 5 << 20,
-                    relay: None,
-                },
-            ],
+            sends: vec![Transfer { peer: 3, ptr: 0, bytes: (1 << 20) + 3, relay: None }, Transfer { peer: 3, ptr: 0, bytes: 5 << 20, relay: None }],
             ..Default::default()
         };
         let p = plan_exchange(0, &spec, None, &topo, &s, &t).unwrap();
@@ -735,15 +491,8 @@ mod tests {
                 let relay = broadcast_relay(bytes, &topo, &s, &t);
                 assert!(relay.is_some(), "n={n} bytes={bytes}");
                 for root in 0..n {
-                    let specs: Vec<ExchangeSpec> = (0..n)
-                        .map(|me| broadcast_spec(me, root, n, 0x1000, 0x1000, bytes, relay))
-                        .collect();
-                    let plans: Vec<ExchangePlan> = (0..n)
-                        .map(|me| {
-                            plan_exchange(me, &specs[me], Some(Func::Broadcast), &topo, &s, &t)
-                                .unwrap()
-                        })
-                        .collect();
+                    let specs: Vec<ExchangeSpec> = (0..n).map(|me| broadcast_spec(me, root, n, 0x1000, 0x1000, bytes, relay)).collect();
+                    let plans: Vec<ExchangePlan> = (0..n).map(|me| plan_exchange(me, &specs[me], Some(Func::Broadcast), &topo, &s, &t).unwrap()).collect();
                     for a in 0..n {
                         for b in 0..n {
                             if a != b {
@@ -752,11 +501,7 @@ mod tests {
                         }
                     }
                     for me in (0..n).filter(|&m| m != root) {
-                        let mut got: Vec<(u64, u64)> = specs[me]
-                            .recvs
-                            .iter()
-                            .map(|r| (r.ptr - 0x1000, r.bytes))
-                            .collect();
+                        let mut got: Vec<(u64, u64)> = specs[me].recvs.iter().map(|r| (r.ptr - 0x1000, r.bytes)).collect();
                         got.sort();
                         let mut at = 0;
                         for (lo, len) in got {
@@ -768,138 +513,48 @@ mod tests {
                         for p in (0..n).filter(|&p| p != root && p != me) {
                             // One round more than the longer of the two pieces takes from the root.
                             let longer = from_root.max(plans[p].args.rounds[root]);
-                            assert_eq!(
-                                plans[me].args.rounds[p],
-                                longer + 1,
-                                "forwarding lags one round"
-                            );
-                            assert_eq!(
-                                plans[me].args.chunk[p], plans[me].args.chunk[root],
-                                "pieces line up"
-                            );
+                            assert_eq!(plans[me].args.rounds[p], longer + 1, "forwarding lags one round");
+                            assert_eq!(plans[me].args.chunk[p], plans[me].args.chunk[root], "pieces line up");
                         }
                     }
                 }
             }
-            assert!(
-                broadcast_relay(4096, &topo, &s, &t).is_none(),
-                "small broadcasts go direct"
-            );
+            assert!(broadcast_relay(4096, &topo, &s, &t).is_none(), "small broadcasts go direct");
         }
         let (topo, s, t) = setup(2);
-        assert!(
-            broadcast_relay(64 << 20, &topo, &s, &t).is_none(),
-            "two ranks: nothing to forward"
-        );
+        assert!(broadcast_relay(64 << 20, &topo, &s, &t).is_none(), "two ranks: nothing to forward");
     }
 
     #[test]
     fn malformed_relays_are_refused() {
         let (topo, s, t) = setup(4);
-        let mut spec = broadcast_spec(
-            1,
-            0,
-            4,
-            0,
-            0,
-            8 << 20,
-            broadcast_relay(8 << 20, &topo, &s, &t),
-        );
+        let mut spec = broadcast_spec(1, 0, 4, 0, 0, 8 << 20, broadcast_relay(8 << 20, &topo, &s, &t));
         spec.put_chunk = None;
-        assert!(
-            plan_exchange(1, &spec, None, &topo, &s, &t).is_err(),
-            "no fixed chunk"
-        );
-        let mut spec = broadcast_spec(
-            1,
-            0,
-            4,
-            0,
-            0,
-            8 << 20,
-            broadcast_relay(8 << 20, &topo, &s, &t),
-        );
+        assert!(plan_exchange(1, &spec, None, &topo, &s, &t).is_err(), "no fixed chunk");
+        let mut spec = broadcast_spec(1, 0, 4, 0, 0, 8 << 20, broadcast_relay(8 << 20, &topo, &s, &t));
         spec.recvs.retain(|r| r.peer != 0);
-        assert!(
-            plan_exchange(1, &spec, None, &topo, &s, &t).is_err(),
-            "forwarding what never arrives"
-        );
+        assert!(plan_exchange(1, &spec, None, &topo, &s, &t).is_err(), "forwarding what never arrives");
     }
 
     #[test]
     fn launch_shape_knobs() {
         let (topo, s, t) = setup(4);
-        let t = Tuning {
-            exchange_threads: Some(256),
-            exchange_ll_blocks: Some(16),
-            ..t
-        };
-        let small = plan_exchange(
-            0,
-            &broadcast_spec(0, 0, 4, 0x10, 0x20, 64, None),
-            None,
-            &topo,
-            &s,
-            &t,
-        )
-        .unwrap();
+        let t = Tuning { exchange_threads: Some(256), exchange_ll_blocks: Some(16), ..t };
+        let small = plan_exchange(0, &broadcast_spec(0, 0, 4, 0x10, 0x20, 64, None), None, &topo, &s, &t).unwrap();
         assert_eq!((small.grid, small.block), (16, 256));
-        let big = plan_exchange(
-            0,
-            &broadcast_spec(0, 0, 4, 0x10, 0x20, 64 << 20, None),
-            None,
-            &topo,
-            &s,
-            &t,
-        )
-        .unwrap();
-        assert_eq!(
-            (big.grid, big.block),
-            (exchange_shape(&topo, &s).0, 256),
-            "puts keep the paired grid"
-        );
+        let big = plan_exchange(0, &broadcast_spec(0, 0, 4, 0x10, 0x20, 64 << 20, None), None, &topo, &s, &t).unwrap();
+        assert_eq!((big.grid, big.block), (exchange_shape(&topo, &s).0, 256), "puts keep the paired grid");
         let t = Tuning::default();
-        let small = plan_exchange(
-            0,
-            &broadcast_spec(0, 0, 4, 0x10, 0x20, 64, None),
-            None,
-            &topo,
-            &s,
-            &t,
-        )
-        .unwrap();
-        assert_eq!(
-            (small.grid, small.block),
-            (exchange_shape(&topo, &s).0, 256),
-            "packet-only default"
-        );
-        let big = plan_exchange(
-            0,
-            &broadcast_spec(0, 0, 4, 0x10, 0x20, 64 << 20, None),
-            None,
-            &topo,
-            &s,
-            &t,
-        )
-        .unwrap();
+        let small = plan_exchange(0, &broadcast_spec(0, 0, 4, 0x10, 0x20, 64, None), None, &topo, &s, &t).unwrap();
+        assert_eq!((small.grid, small.block), (exchange_shape(&topo, &s).0, 256), "packet-only default");
+        let big = plan_exchange(0, &broadcast_spec(0, 0, 4, 0x10, 0x20, 64 << 20, None), None, &topo, &s, &t).unwrap();
         assert_eq!(big.block, 1024, "put launches default");
     }
 
     #[test]
     fn too_many_transfers_is_invalid_usage() {
         let (topo, s, t) = setup(2);
-        let spec = ExchangeSpec {
-            sends: vec![
-                Transfer {
-                    peer: 1,
-                    ptr: 0,
-                    bytes: 8,
-                    relay: None
-                };
-                OX_MAX_XFERS + 1
-            ],
-            ..Default::default()
-        };
+        let spec = ExchangeSpec { sends: vec![Transfer { peer: 1, ptr: 0, bytes: 8, relay: None }; OX_MAX_XFERS + 1], ..Default::default() };
         let e = plan_exchange(0, &spec, None, &topo, &s, &t).unwrap_err();
         assert_eq!(e.code, crate::error::ResultCode::InvalidUsage);
     }

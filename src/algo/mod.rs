@@ -11,10 +11,7 @@ mod reducing;
 mod tuning;
 
 pub use allreduce::{select_allreduce, AllReduceAlgo, AllReducePlan};
-pub use exchange::{
-    broadcast_relay, broadcast_spec, exchange_shape, gather_chunk_cap, plan_exchange, rooted_grid,
-    ExchangePlan, ExchangeSpec, LocalCopy, Transfer,
-};
+pub use exchange::{broadcast_relay, broadcast_spec, exchange_shape, plan_exchange, gather_chunk_cap, rooted_grid, ExchangePlan, ExchangeSpec, LocalCopy, Transfer};
 pub use reducing::{select_reduce, select_reducescatter, ReducePlan};
 pub use tuning::Tuning;
 
@@ -48,17 +45,10 @@ impl Scratch {
     pub fn for_ranks(nranks: usize, tuning: &Tuning) -> Scratch {
         if nranks <= 1 {
             // A single rank exchanges nothing; kernels (PreMulSum scaling) never touch scratch.
-            return Scratch {
-                ll_half_bytes: 4096,
-                ll128_half_bytes: 4096,
-                rs_slot_bytes: 4096,
-                rs_max_blocks: 1,
-            };
+            return Scratch { ll_half_bytes: 4096, ll128_half_bytes: 4096, rs_slot_bytes: 4096, rs_max_blocks: 1 };
         }
         let n = nranks as u64;
-        let slot = tuning
-            .rs_slot_bytes
-            .unwrap_or_else(|| (512 * 1024 / n).clamp(32 * 1024, 256 * 1024));
+        let slot = tuning.rs_slot_bytes.unwrap_or_else(|| (512 * 1024 / n).clamp(32 * 1024, 256 * 1024));
         Scratch {
             ll_half_bytes: tuning.ll_half_bytes.unwrap_or(8 << 20),
             // Whole lines, two sub-buffers per half. 8 MiB halves (rounds of 4 MiB of lines) beat
@@ -67,10 +57,7 @@ impl Scratch {
             // 256 MiB, where the put chain and the relay take over.
             ll128_half_bytes: tuning.ll128_half_bytes.unwrap_or(8 << 20) & !255,
             rs_slot_bytes: slot & !15,
-            rs_max_blocks: tuning
-                .rs_blocks
-                .unwrap_or(128)
-                .clamp(1, crate::device_abi::OX_MAX_BLOCKS as u32),
+            rs_max_blocks: tuning.rs_blocks.unwrap_or(128).clamp(1, crate::device_abi::OX_MAX_BLOCKS as u32),
         }
     }
 

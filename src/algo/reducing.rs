@@ -4,9 +4,7 @@ use super::allreduce::{select_allreduce, AllReduceAlgo};
 use super::envlists::Func;
 use super::exchange::exchange_shape;
 use super::{Scratch, Topology, Tuning};
-use crate::device_abi::{
-    OX_MODE_CHAIN, OX_MODE_LL, OX_MODE_LL128_CHAIN, OX_MODE_PUT, OX_MODE_RELAY,
-};
+use crate::device_abi::{OX_MODE_CHAIN, OX_MODE_LL, OX_MODE_LL128_CHAIN, OX_MODE_PUT, OX_MODE_RELAY};
 use crate::types::DataType;
 
 /// How one ReduceScatter or Reduce runs.
@@ -47,20 +45,11 @@ fn ll_fits(f: Func, bytes: u64, n: usize, s: &Scratch, t: &Tuning) -> bool {
     let i = f as usize;
     t.allowed.packets[i]
         && bytes.div_ceil(8) * 16 <= slot
-        && (!t.allowed.puts[i]
-            || bytes
-                <= t.reduce_ll_max_bytes
-                    .unwrap_or_else(|| default_ll_max_bytes(f, n)))
+        && (!t.allowed.puts[i] || bytes <= t.reduce_ll_max_bytes.unwrap_or_else(|| default_ll_max_bytes(f, n)))
 }
 
 /// `count` is each rank's chunk (recvcount).
-pub fn select_reducescatter(
-    count: u64,
-    dt: DataType,
-    topo: &Topology,
-    s: &Scratch,
-    t: &Tuning,
-) -> ReducePlan {
+pub fn select_reducescatter(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: &Tuning) -> ReducePlan {
     let n = topo.nranks.max(1);
     let es = dt.size() as u64;
     let bytes = count * es;
@@ -68,12 +57,7 @@ pub fn select_reducescatter(
         let threads = 512u32;
         let work = bytes.div_ceil(8) * (n as u64 - 1).max(1);
         let grid = work.div_ceil(threads as u64).clamp(4, 64) as u32;
-        return ReducePlan {
-            mode: OX_MODE_LL as u32,
-            grid,
-            block: threads,
-            chunk_elems: 0,
-        };
+        return ReducePlan { mode: OX_MODE_LL as u32, grid, block: threads, chunk_elems: 0 };
     }
     let unit = (16 / es).max(1);
     let cap = s.rs_max_blocks.min(topo.sm_count.max(1)).max(1) as u64;
@@ -82,12 +66,7 @@ pub fn select_reducescatter(
     let spread = count.div_ceil(cap).div_ceil(unit) * unit;
     let chunk = spread.max(min_elems).min(slot_elems);
     let grid = count.div_ceil(chunk).clamp(1, cap) as u32;
-    ReducePlan {
-        mode: OX_MODE_PUT as u32,
-        grid,
-        block: 1024,
-        chunk_elems: chunk,
-    }
+    ReducePlan { mode: OX_MODE_PUT as u32, grid, block: 1024, chunk_elems: chunk }
 }
 
 /// Smallest Reduce relayed (3+ ranks), unless tuned (OXCCL_REDUCE_RELAY_MIN_BYTES, 0 = never).
@@ -115,9 +94,7 @@ fn chain_plan(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: &Tuning
     let unit = (16 / es).max(1);
     let bytes = count * es;
     let (cap, _) = exchange_shape(topo, s); // <= rs_max_blocks: the chain's slots are per block
-    let grid = bytes
-        .div_ceil(t.chain_block_bytes.unwrap_or(256 << 10))
-        .clamp(1, cap as u64) as u32;
+    let grid = bytes.div_ceil(t.chain_block_bytes.unwrap_or(256 << 10)).clamp(1, cap as u64) as u32;
     let per = count.div_ceil(grid as u64).div_ceil(unit) * unit;
     let slot_elems = (s.rs_slot_bytes / es / unit * unit).max(unit);
     let min_elems = ((4096 / es) / unit * unit).max(unit);
@@ -126,12 +103,7 @@ fn chain_plan(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: &Tuning
         None => per.div_ceil(16).min(CHAIN_MAX_STEP_BYTES / es),
     };
     let chunk = chunk.div_ceil(unit) * unit;
-    ReducePlan {
-        mode: OX_MODE_CHAIN as u32,
-        grid,
-        block: 1024,
-        chunk_elems: chunk.max(min_elems).min(slot_elems),
-    }
+    ReducePlan { mode: OX_MODE_CHAIN as u32, grid, block: 1024, chunk_elems: chunk.max(min_elems).min(slot_elems) }
 }
 
 /// Smallest Reduce sent as LL128 lines along the chain (3+ ranks), unless tuned
@@ -148,30 +120,14 @@ const DEFAULT_REDUCE_LL128_MAX_BYTES: u64 = 256 << 20;
 /// LL128 lines along the chain (kernels/reduce_colls.cu, reduce_ll128_chain): 3+ ranks, packets
 /// allowed, from OXCCL_REDUCE_LL128_MIN_BYTES to below OXCCL_REDUCE_LL128_MAX_BYTES. Any size: the
 /// kernel goes in rounds of half an LL128 scratch half (shape: chain::ll128_shape).
-fn ll128_chain_plan(
-    bytes: u64,
-    n: usize,
-    topo: &Topology,
-    s: &Scratch,
-    t: &Tuning,
-) -> Option<ReducePlan> {
-    let min = t
-        .reduce_ll128_min_bytes
-        .unwrap_or(DEFAULT_REDUCE_LL128_MIN_BYTES);
-    let max = t
-        .reduce_ll128_max_bytes
-        .unwrap_or(DEFAULT_REDUCE_LL128_MAX_BYTES);
-    if n < 3 || min == 0 || bytes < min || bytes >= max || !t.allowed.packets[Func::Reduce as usize]
-    {
+fn ll128_chain_plan(bytes: u64, n: usize, topo: &Topology, s: &Scratch, t: &Tuning) -> Option<ReducePlan> {
+    let min = t.reduce_ll128_min_bytes.unwrap_or(DEFAULT_REDUCE_LL128_MIN_BYTES);
+    let max = t.reduce_ll128_max_bytes.unwrap_or(DEFAULT_REDUCE_LL128_MAX_BYTES);
+    if n < 3 || min == 0 || bytes < min || bytes >= max || !t.allowed.packets[Func::Reduce as usize] {
         return None;
     }
     let (grid, block) = super::chain::ll128_shape(bytes, topo, s, t);
-    Some(ReducePlan {
-        mode: OX_MODE_LL128_CHAIN as u32,
-        grid,
-        block,
-        chunk_elems: 0,
-    })
+    Some(ReducePlan { mode: OX_MODE_LL128_CHAIN as u32, grid, block, chunk_elems: 0 })
 }
 
 /// Reduce to a root: packets for small messages (one-directional pairs, so the communicator's
@@ -180,13 +136,7 @@ fn ll128_chain_plan(
 /// once (reduce-scatter-then-gather makes the root receive 1.5x the message on 4 ranks); else
 /// AllReduce's put-based algorithm with the gather to the root only. With the chain turned off,
 /// the relay (the root receives only finished pieces) from 128 MiB.
-pub fn select_reduce(
-    count: u64,
-    dt: DataType,
-    topo: &Topology,
-    s: &Scratch,
-    t: &Tuning,
-) -> ReducePlan {
+pub fn select_reduce(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: &Tuning) -> ReducePlan {
     let n = topo.nranks.max(1);
     let bytes = count * dt.size() as u64;
     if let Some(p) = ll128_chain_plan(bytes, n, topo, s, t) {
@@ -194,22 +144,13 @@ pub fn select_reduce(
     }
     if ll_fits(Func::Reduce, bytes, n, s, t) {
         let (grid, block) = exchange_shape(topo, s);
-        return ReducePlan {
-            mode: OX_MODE_LL as u32,
-            grid,
-            block,
-            chunk_elems: 0,
-        };
+        return ReducePlan { mode: OX_MODE_LL as u32, grid, block, chunk_elems: 0 };
     }
-    let chain_min = t
-        .reduce_chain_min_bytes
-        .unwrap_or(DEFAULT_REDUCE_CHAIN_MIN_BYTES);
+    let chain_min = t.reduce_chain_min_bytes.unwrap_or(DEFAULT_REDUCE_CHAIN_MIN_BYTES);
     if n >= 3 && chain_min > 0 && bytes >= chain_min {
         return chain_plan(count, dt, topo, s, t);
     }
-    let relay_min = t
-        .reduce_relay_min_bytes
-        .unwrap_or(DEFAULT_REDUCE_RELAY_MIN_BYTES);
+    let relay_min = t.reduce_relay_min_bytes.unwrap_or(DEFAULT_REDUCE_RELAY_MIN_BYTES);
     if n >= 3 && relay_min > 0 && bytes >= relay_min {
         let es = dt.size() as u64;
         let unit = (16 / es).max(1);
@@ -218,24 +159,11 @@ pub fn select_reduce(
         let rounds = super::exchange::relay_rounds(per * es, grid, t); // as the relayed Broadcast
         let slot_elems = (s.rs_slot_bytes / es / unit * unit).max(unit);
         let chunk = per.div_ceil(grid as u64 * rounds).div_ceil(unit) * unit;
-        return ReducePlan {
-            mode: OX_MODE_RELAY as u32,
-            grid,
-            block,
-            chunk_elems: chunk.clamp(unit, slot_elems),
-        };
+        return ReducePlan { mode: OX_MODE_RELAY as u32, grid, block, chunk_elems: chunk.clamp(unit, slot_elems) };
     }
-    let forced = Tuning {
-        allreduce_algo: Some(AllReduceAlgo::Rsag),
-        ..t.clone()
-    };
+    let forced = Tuning { allreduce_algo: Some(AllReduceAlgo::Rsag), ..t.clone() };
     let p = select_allreduce(count, dt, topo, s, &forced);
-    ReducePlan {
-        mode: OX_MODE_PUT as u32,
-        grid: p.grid,
-        block: p.block,
-        chunk_elems: p.chunk_elems,
-    }
+    ReducePlan { mode: OX_MODE_PUT as u32, grid: p.grid, block: p.block, chunk_elems: p.chunk_elems }
 }
 
 #[cfg(test)]
@@ -247,10 +175,7 @@ mod tests {
         let t = Tuning::default();
         for n in [2usize, 3, 4, 8] {
             let s = Scratch::for_ranks(n, &t);
-            let topo = Topology {
-                nranks: n,
-                sm_count: 132,
-            };
+            let topo = Topology { nranks: n, sm_count: 132 };
             for dt in DataType::ALL {
                 for count in [1u64, 7, 1000, 65537, 1 << 20, 100_000_003] {
                     let rs = select_reducescatter(count, dt, &topo, &s, &t);
@@ -268,56 +193,21 @@ mod tests {
                         }
                     }
                 }
-                assert_eq!(
-                    select_reducescatter(1, dt, &topo, &s, &t).mode,
-                    OX_MODE_LL as u32
-                );
+                assert_eq!(select_reducescatter(1, dt, &topo, &s, &t).mode, OX_MODE_LL as u32);
                 let mode = select_reduce((2u64 << 20) / dt.size() as u64, dt, &topo, &s, &t).mode;
-                assert_eq!(
-                    mode,
-                    if n >= 3 {
-                        OX_MODE_LL128_CHAIN
-                    } else {
-                        OX_MODE_PUT
-                    } as u32,
-                    "n={n} 2 MiB"
-                );
-                let no_ll128 = Tuning {
-                    reduce_ll128_min_bytes: Some(0),
-                    ..t.clone()
-                };
-                let mode =
-                    select_reduce((2u64 << 20) / dt.size() as u64, dt, &topo, &s, &no_ll128).mode;
-                assert_eq!(
-                    mode, OX_MODE_PUT as u32,
-                    "n={n} 2 MiB without LL128: reduce-scatter then gather"
-                );
+                assert_eq!(mode, if n >= 3 { OX_MODE_LL128_CHAIN } else { OX_MODE_PUT } as u32, "n={n} 2 MiB");
+                let no_ll128 = Tuning { reduce_ll128_min_bytes: Some(0), ..t.clone() };
+                let mode = select_reduce((2u64 << 20) / dt.size() as u64, dt, &topo, &s, &no_ll128).mode;
+                assert_eq!(mode, OX_MODE_PUT as u32, "n={n} 2 MiB without LL128: reduce-scatter then gather");
                 for count in [(256u64 << 20) / dt.size() as u64, 1 << 30] {
                     let mode = select_reduce(count, dt, &topo, &s, &t).mode;
-                    assert_eq!(
-                        mode,
-                        if n >= 3 { OX_MODE_CHAIN } else { OX_MODE_PUT } as u32,
-                        "n={n} count {count}"
-                    );
+                    assert_eq!(mode, if n >= 3 { OX_MODE_CHAIN } else { OX_MODE_PUT } as u32, "n={n} count {count}");
                 }
-                let mode =
-                    select_reduce((32u64 << 20) / dt.size() as u64, dt, &topo, &s, &no_ll128).mode;
-                assert_eq!(
-                    mode,
-                    if n >= 3 { OX_MODE_CHAIN } else { OX_MODE_PUT } as u32,
-                    "n={n} 32 MiB without LL128"
-                );
-                let no_chain = Tuning {
-                    reduce_chain_min_bytes: Some(0),
-                    reduce_ll128_min_bytes: Some(0),
-                    ..t.clone()
-                };
-                let mid =
-                    select_reduce((64 << 20) / dt.size() as u64, dt, &topo, &s, &no_chain).mode;
-                assert_eq!(
-                    mid, OX_MODE_PUT as u32,
-                    "64 MiB without the chain: reduce-scatter then gather"
-                );
+                let mode = select_reduce((32u64 << 20) / dt.size() as u64, dt, &topo, &s, &no_ll128).mode;
+                assert_eq!(mode, if n >= 3 { OX_MODE_CHAIN } else { OX_MODE_PUT } as u32, "n={n} 32 MiB without LL128");
+                let no_chain = Tuning { reduce_chain_min_bytes: Some(0), reduce_ll128_min_bytes: Some(0), ..t.clone() };
+                let mid = select_reduce((64 << 20) / dt.size() as u64, dt, &topo, &s, &no_chain).mode;
+                assert_eq!(mid, OX_MODE_PUT as u32, "64 MiB without the chain: reduce-scatter then gather");
                 let big = select_reduce(1 << 28, dt, &topo, &s, &no_chain).mode;
                 assert_eq!(big, if n >= 3 { OX_MODE_RELAY } else { OX_MODE_PUT } as u32);
             }
@@ -327,236 +217,105 @@ mod tests {
     #[test]
     fn quarter_mib_to_256_mib_on_three_or_more_ranks_is_an_ll128_chain() {
         let t = Tuning::default();
-        let simple = Tuning {
-            allowed: super::super::envlists::Allowed::from_values(Some("Simple"), None).unwrap(),
-            ..Default::default()
-        };
+        let simple = Tuning { allowed: super::super::envlists::Allowed::from_values(Some("Simple"), None).unwrap(), ..Default::default() };
         for n in [2usize, 3, 4, 8] {
             let s = Scratch::for_ranks(n, &t);
-            let topo = Topology {
-                nranks: n,
-                sm_count: 132,
-            };
+            let topo = Topology { nranks: n, sm_count: 132 };
             for dt in DataType::ALL {
                 let es = dt.size() as u64;
-                for bytes in [
-                    256u64 << 10,
-                    1 << 20,
-                    3_000_017,
-                    16 << 20,
-                    32 << 20,
-                    100_000_007,
-                    (256 << 20) - 64,
-                ] {
+                for bytes in [256u64 << 10, 1 << 20, 3_000_017, 16 << 20, 32 << 20, 100_000_007, (256 << 20) - 64] {
                     let p = select_reduce(bytes / es, dt, &topo, &s, &t);
                     if n >= 3 {
-                        assert_eq!(
-                            p.mode,
-                            OX_MODE_LL128_CHAIN as u32,
-                            "n={n} {} {bytes} B",
-                            dt.name()
-                        );
-                        assert!(
-                            p.packets()
-                                && p.grid >= 1
-                                && p.grid <= s.rs_max_blocks
-                                && p.block % 32 == 0
-                        );
+                        assert_eq!(p.mode, OX_MODE_LL128_CHAIN as u32, "n={n} {} {bytes} B", dt.name());
+                        assert!(p.packets() && p.grid >= 1 && p.grid <= s.rs_max_blocks && p.block % 32 == 0);
                     } else {
                         assert_ne!(p.mode, OX_MODE_LL128_CHAIN as u32);
                     }
-                    assert_ne!(
-                        select_reduce(bytes / es, dt, &topo, &s, &simple).mode,
-                        OX_MODE_LL128_CHAIN as u32,
-                        "NCCL_PROTO=Simple"
-                    );
+                    assert_ne!(select_reduce(bytes / es, dt, &topo, &s, &simple).mode, OX_MODE_LL128_CHAIN as u32, "NCCL_PROTO=Simple");
                 }
                 let at_chain = select_reduce((256 << 20) / es, dt, &topo, &s, &t).mode;
-                assert_eq!(
-                    at_chain,
-                    if n >= 3 { OX_MODE_CHAIN } else { OX_MODE_PUT } as u32
-                );
-                assert_eq!(
-                    select_reduce(((256 << 10) - 64) / es, dt, &topo, &s, &t).mode,
-                    OX_MODE_LL as u32,
-                    "below: direct packets"
-                );
+                assert_eq!(at_chain, if n >= 3 { OX_MODE_CHAIN } else { OX_MODE_PUT } as u32);
+                assert_eq!(select_reduce(((256 << 10) - 64) / es, dt, &topo, &s, &t).mode, OX_MODE_LL as u32, "below: direct packets");
                 // OXCCL_REDUCE_LL128_MAX_BYTES moves the end.
-                let longer = Tuning {
-                    reduce_ll128_max_bytes: Some(128 << 20),
-                    ..t.clone()
-                };
+                let longer = Tuning { reduce_ll128_max_bytes: Some(128 << 20), ..t.clone() };
                 let mode = |bytes: u64| select_reduce(bytes / es, dt, &topo, &s, &longer).mode;
                 if n >= 3 {
-                    assert_eq!(
-                        (mode(64 << 20), mode(128 << 20)),
-                        (OX_MODE_LL128_CHAIN as u32, OX_MODE_CHAIN as u32)
-                    );
+                    assert_eq!((mode(64 << 20), mode(128 << 20)), (OX_MODE_LL128_CHAIN as u32, OX_MODE_CHAIN as u32));
                 }
             }
         }
         // Enough blocks for a round of lines, within the grid cap.
-        let grid = |bytes: u64| {
-            select_reduce(
-                bytes / 4,
-                DataType::Float32,
-                &Topology {
-                    nranks: 4,
-                    sm_count: 132,
-                },
-                &Scratch::for_ranks(4, &t),
-                &t,
-            )
-            .grid
-        };
+        let grid = |bytes: u64| select_reduce(bytes / 4, DataType::Float32, &Topology { nranks: 4, sm_count: 132 }, &Scratch::for_ranks(4, &t), &t).grid;
         assert_eq!((grid(1 << 20), grid(16 << 20)), (128, 128));
         assert_eq!(Scratch::for_ranks(4, &t).ll128_half_bytes % 256, 0);
     }
 
     #[test]
     fn chain_plans_fit_the_scratch_and_pipeline() {
-        let t = Tuning {
-            reduce_chain_min_bytes: Some(1),
-            reduce_ll128_min_bytes: Some(0),
-            ..Tuning::default()
-        };
+        let t = Tuning { reduce_chain_min_bytes: Some(1), reduce_ll128_min_bytes: Some(0), ..Tuning::default() };
         for n in [3usize, 4, 5, 8, 16] {
             let s = Scratch::for_ranks(n, &t);
-            let topo = Topology {
-                nranks: n,
-                sm_count: 132,
-            };
+            let topo = Topology { nranks: n, sm_count: 132 };
             for dt in DataType::ALL {
                 let es = dt.size() as u64;
                 let unit = (16 / es).max(1);
                 for bytes in [(1u64 << 20) + 16, 3 << 20, 64 << 20, 100_000_007, 1 << 29] {
                     let count = bytes / es;
                     let p = select_reduce(count, dt, &topo, &s, &t);
-                    assert_eq!(
-                        p.mode,
-                        OX_MODE_CHAIN as u32,
-                        "n={n} {} {bytes} B",
-                        dt.name()
-                    );
+                    assert_eq!(p.mode, OX_MODE_CHAIN as u32, "n={n} {} {bytes} B", dt.name());
                     assert!(p.grid >= 1 && p.grid <= s.rs_max_blocks && p.grid <= 132);
-                    assert!(
-                        p.block >= 96 && p.block % 32 == 0,
-                        "a signalling warp, a waiting warp and at least one computing warp"
-                    );
+                    assert!(p.block >= 96 && p.block % 32 == 0, "a signalling warp, a waiting warp and at least one computing warp");
                     assert_eq!(p.chunk_elems % unit, 0);
                     assert!(p.chunk_elems >= unit && p.chunk_elems * es <= s.rs_slot_bytes);
                     let per = count.div_ceil(p.grid as u64).div_ceil(unit) * unit;
                     let steps = per.div_ceil(p.chunk_elems);
                     // 16 steps, or more of 64 KiB; fewer only when a block has little to do.
                     let step_cap = (64 << 10).min(s.rs_slot_bytes);
-                    assert!(
-                        steps <= 16 || p.chunk_elems * es + es * unit > step_cap,
-                        "n={n} {bytes} B: {steps} steps"
-                    );
-                    assert!(
-                        p.chunk_elems * es <= step_cap || p.chunk_elems == unit,
-                        "n={n} {bytes} B: step of {} B",
-                        p.chunk_elems * es
-                    );
+                    assert!(steps <= 16 || p.chunk_elems * es + es * unit > step_cap, "n={n} {bytes} B: {steps} steps");
+                    assert!(p.chunk_elems * es <= step_cap || p.chunk_elems == unit, "n={n} {bytes} B: step of {} B", p.chunk_elems * es);
                 }
             }
         }
-        let grid = |bytes: u64| {
-            select_reduce(
-                bytes / 4,
-                DataType::Float32,
-                &Topology {
-                    nranks: 4,
-                    sm_count: 132,
-                },
-                &Scratch::for_ranks(4, &t),
-                &t,
-            )
-            .grid
-        };
-        assert_eq!(
-            (grid(2 << 20), grid(32 << 20), grid(1 << 29)),
-            (8, 128, 128),
-            "a block per 256 KiB, up to the scratch"
-        );
+        let grid = |bytes: u64| select_reduce(bytes / 4, DataType::Float32, &Topology { nranks: 4, sm_count: 132 }, &Scratch::for_ranks(4, &t), &t).grid;
+        assert_eq!((grid(2 << 20), grid(32 << 20), grid(1 << 29)), (8, 128, 128), "a block per 256 KiB, up to the scratch");
     }
 
     #[test]
     fn large_reduce_on_three_or_more_ranks_relays() {
-        let t = Tuning {
-            reduce_chain_min_bytes: Some(0),
-            reduce_ll128_min_bytes: Some(0),
-            ..Tuning::default()
-        };
+        let t = Tuning { reduce_chain_min_bytes: Some(0), reduce_ll128_min_bytes: Some(0), ..Tuning::default() };
         for n in [3usize, 4, 8] {
             let s = Scratch::for_ranks(n, &t);
-            let topo = Topology {
-                nranks: n,
-                sm_count: 132,
-            };
+            let topo = Topology { nranks: n, sm_count: 132 };
             for dt in DataType::ALL {
-                for count in [
-                    (128u64 << 20) / dt.size() as u64,
-                    (200u64 << 20) / dt.size() as u64 + 3,
-                    1 << 28,
-                ] {
+                for count in [(128u64 << 20) / dt.size() as u64, (200u64 << 20) / dt.size() as u64 + 3, 1 << 28] {
                     let p = select_reduce(count, dt, &topo, &s, &t);
-                    assert_eq!(
-                        p.mode,
-                        OX_MODE_RELAY as u32,
-                        "n={n} {} count {count}",
-                        dt.name()
-                    );
+                    assert_eq!(p.mode, OX_MODE_RELAY as u32, "n={n} {} count {count}", dt.name());
                     assert_eq!((p.grid, p.block), exchange_shape(&topo, &s));
-                    assert!(
-                        p.chunk_elems >= 1 && p.chunk_elems * dt.size() as u64 <= s.rs_slot_bytes
-                    );
+                    assert!(p.chunk_elems >= 1 && p.chunk_elems * dt.size() as u64 <= s.rs_slot_bytes);
                     // The kernel's rounds: at most the 12 aimed for, unless the slots are too
                     // small for that (then as few as full slots allow).
                     let per = count.div_ceil(n as u64 - 1);
                     let rounds = per.div_ceil(p.grid as u64 * p.chunk_elems);
                     let slot_elems = s.rs_slot_bytes / dt.size() as u64;
                     let floor = per.div_ceil(p.grid as u64 * slot_elems);
-                    assert!(
-                        rounds >= 1 && rounds <= floor.max(13),
-                        "n={n} rounds {rounds} floor {floor}"
-                    );
+                    assert!(rounds >= 1 && rounds <= floor.max(13), "n={n} rounds {rounds} floor {floor}");
                 }
             }
         }
         let s = Scratch::for_ranks(2, &t);
-        let two = Topology {
-            nranks: 2,
-            sm_count: 132,
-        };
-        assert_eq!(
-            select_reduce(1 << 28, DataType::Float32, &two, &s, &t).mode,
-            OX_MODE_PUT as u32,
-            "2 ranks: no one to relay"
-        );
-        let off = Tuning {
-            reduce_relay_min_bytes: Some(0),
-            ..t.clone()
-        };
+        let two = Topology { nranks: 2, sm_count: 132 };
+        assert_eq!(select_reduce(1 << 28, DataType::Float32, &two, &s, &t).mode, OX_MODE_PUT as u32, "2 ranks: no one to relay");
+        let off = Tuning { reduce_relay_min_bytes: Some(0), ..t.clone() };
         let s4 = Scratch::for_ranks(4, &t);
-        let four = Topology {
-            nranks: 4,
-            sm_count: 132,
-        };
-        assert_eq!(
-            select_reduce(1 << 28, DataType::Float32, &four, &s4, &off).mode,
-            OX_MODE_PUT as u32
-        );
+        let four = Topology { nranks: 4, sm_count: 132 };
+        assert_eq!(select_reduce(1 << 28, DataType::Float32, &four, &s4, &off).mode, OX_MODE_PUT as u32);
     }
 
     #[test]
     fn reduce_packets_use_the_fixed_exchange_grid() {
         let t = Tuning::default();
         let s = Scratch::for_ranks(4, &t);
-        let topo = Topology {
-            nranks: 4,
-            sm_count: 132,
-        };
+        let topo = Topology { nranks: 4, sm_count: 132 };
         let a = select_reduce(1, DataType::Float32, &topo, &s, &t);
         let b = select_reduce(4096, DataType::Float32, &topo, &s, &t);
         assert_eq!((a.grid, a.block), (b.grid, b.block));

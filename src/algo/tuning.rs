@@ -70,24 +70,17 @@ impl Tuning {
         let num = |k: &str| env(k).and_then(|v| v.trim().parse::<u64>().ok());
         let num32 = |k: &str| num(k).and_then(|v| u32::try_from(v).ok());
         Ok(Tuning {
-            allowed: Allowed::from_values(
-                env("NCCL_PROTO").as_deref(),
-                env("NCCL_ALGO").as_deref(),
-            )?,
-            allreduce_algo: env("OXCCL_ALLREDUCE_ALGO")
-                .and_then(|v| super::AllReduceAlgo::from_name(v.trim())),
+            allowed: Allowed::from_values(env("NCCL_PROTO").as_deref(), env("NCCL_ALGO").as_deref())?,
+            allreduce_algo: env("OXCCL_ALLREDUCE_ALGO").and_then(|v| super::AllReduceAlgo::from_name(v.trim())),
             oneshot_max_bytes: num("OXCCL_ONESHOT_MAX_BYTES"),
             twophase_max_bytes: num("OXCCL_TWOPHASE_MAX_BYTES"),
             ll_blocks: num32("OXCCL_LL_BLOCKS").filter(|&b| b > 0),
-            ll_threads: num32("OXCCL_LL_THREADS")
-                .filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
+            ll_threads: num32("OXCCL_LL_THREADS").filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
             ll_min_blocks: num32("OXCCL_LL_MIN_BLOCKS").filter(|&b| b > 0),
             rs_blocks: num32("OXCCL_RSAG_BLOCKS").filter(|&b| b > 0),
-            rs_threads: num32("OXCCL_RSAG_THREADS")
-                .filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
+            rs_threads: num32("OXCCL_RSAG_THREADS").filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
             exchange_ll_max_bytes: num("OXCCL_EXCHANGE_LL_MAX_BYTES"),
-            exchange_threads: num32("OXCCL_EXCHANGE_THREADS")
-                .filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
+            exchange_threads: num32("OXCCL_EXCHANGE_THREADS").filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
             exchange_ll_blocks: num32("OXCCL_EXCHANGE_LL_BLOCKS").filter(|&b| b > 0),
             reduce_ll_max_bytes: num("OXCCL_REDUCE_LL_MAX_BYTES"),
             relay_min_bytes: num("OXCCL_RELAY_MIN_BYTES"),
@@ -99,10 +92,8 @@ impl Tuning {
             rs_slot_bytes: num("OXCCL_RSAG_SLOT_BYTES").filter(|&b| b >= 4096),
             ll_half_bytes: num("OXCCL_LL_HALF_BYTES").filter(|&b| b >= 64 * 1024),
             ll128_half_bytes: num("OXCCL_LL128_HALF_BYTES").filter(|&b| b >= 64 * 1024),
-            ll128_lines_per_block: num("OXCCL_LL128_LINES_PER_BLOCK")
-                .filter(|&l| (1..=1 << 20).contains(&l)),
-            ll128_threads: num32("OXCCL_LL128_THREADS")
-                .filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
+            ll128_lines_per_block: num("OXCCL_LL128_LINES_PER_BLOCK").filter(|&l| (1..=1 << 20).contains(&l)),
+            ll128_threads: num32("OXCCL_LL128_THREADS").filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
             reduce_ll128_min_bytes: num("OXCCL_REDUCE_LL128_MIN_BYTES"),
             reduce_ll128_max_bytes: num("OXCCL_REDUCE_LL128_MAX_BYTES").filter(|&b| b > 0),
             broadcast_ll128_min_bytes: num("OXCCL_BROADCAST_LL128_MIN_BYTES"),

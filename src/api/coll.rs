@@ -8,23 +8,19 @@ use super::{call_grouped, comm_arg};
 use crate::comm::{Comm, ResolvedOp};
 use crate::config::env_bool;
 use crate::enqueue::{Coll, CollTask};
+use crate::types::RedOp;
 use crate::error::{Error, Result};
 use crate::gpu::{self, cu};
 use crate::group::{self, Deferred};
 use crate::types::DataType;
-use crate::types::RedOp;
 
 pub(super) fn dtype(raw: ncclDataType_t) -> Result<DataType> {
-    DataType::from_raw(raw)
-        .ok_or_else(|| Error::invalid_argument(format!("invalid data type {raw}")))
+    DataType::from_raw(raw).ok_or_else(|| Error::invalid_argument(format!("invalid data type {raw}")))
 }
 
 pub(super) fn root_check(c: &Comm, root: c_int, what: &str) -> Result<()> {
     if root < 0 || root as usize >= c.nranks {
-        return Err(Error::invalid_argument(format!(
-            "invalid {what} {root}, nranks {}",
-            c.nranks
-        )));
+        return Err(Error::invalid_argument(format!("invalid {what} {root}, nranks {}", c.nranks)));
     }
     Ok(())
 }
@@ -49,9 +45,7 @@ pub(super) fn pointer_check(c: &Comm, ptr: *const c_void, name: &str) -> Result<
         )
     };
     if rc != cu::CUresult::CUDA_SUCCESS {
-        return Err(Error::invalid_argument(format!(
-            "{name} {ptr:p} is not a device pointer"
-        )));
+        return Err(Error::invalid_argument(format!("{name} {ptr:p} is not a device pointer")));
     }
     if ordinal != c.device {
         return Err(Error::invalid_argument(format!(
@@ -63,11 +57,7 @@ pub(super) fn pointer_check(c: &Comm, ptr: *const c_void, name: &str) -> Result<
 }
 
 /// Validated common arguments of a reducing collective.
-fn reducing(
-    c: ncclComm_t,
-    dt: ncclDataType_t,
-    op: ncclRedOp_t,
-) -> Result<(Arc<Comm>, DataType, ResolvedOp)> {
+fn reducing(c: ncclComm_t, dt: ncclDataType_t, op: ncclRedOp_t) -> Result<(Arc<Comm>, DataType, ResolvedOp)> {
     let c = comm_arg(c)?;
     let dt = dtype(dt)?;
     let op = c.resolve_op(op, dt)?;
@@ -75,11 +65,7 @@ fn reducing(
 }
 
 /// The identity op for collectives that do not reduce.
-const NO_OP: ResolvedOp = ResolvedOp {
-    op: RedOp::Sum,
-    scalar: 0,
-    scalar_ptr: 0,
-};
+const NO_OP: ResolvedOp = ResolvedOp { op: RedOp::Sum, scalar: 0, scalar_ptr: 0 };
 
 /// Rejects counts whose byte size (times the rank count, for per-rank counts) overflows.
 fn size_check(c: &Comm, count: usize, dt: DataType, per_rank: bool) -> Result<()> {
@@ -127,18 +113,7 @@ pub extern "C" fn ncclAllReduce(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclAllReduce", || {
-        symmetric_reduction(
-            Coll::AllReduce,
-            sendbuff,
-            recvbuff,
-            count,
-            datatype,
-            op,
-            comm,
-            stream,
-        )
-    })
+    call_grouped("ncclAllReduce", || symmetric_reduction(Coll::AllReduce, sendbuff, recvbuff, count, datatype, op, comm, stream))
 }
 
 /// Reduces into `root`'s recvbuff; other ranks' recvbuff is never written and may be NULL.
@@ -164,17 +139,7 @@ pub extern "C" fn ncclReduce(
         if c.rank == root as usize {
             pointer_check(&c, recvbuff, "recvbuff")?;
         }
-        submit(
-            c,
-            Coll::Reduce,
-            sendbuff,
-            recvbuff,
-            count,
-            dt,
-            op,
-            root,
-            stream,
-        )
+        submit(c, Coll::Reduce, sendbuff, recvbuff, count, dt, op, root, stream)
     })
 }
 
@@ -188,18 +153,7 @@ pub extern "C" fn ncclBcast(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclBcast", || {
-        rooted_movement(
-            Coll::Broadcast,
-            buff,
-            buff,
-            count,
-            datatype,
-            root,
-            comm,
-            stream,
-        )
-    })
+    call_grouped("ncclBcast", || rooted_movement(Coll::Broadcast, buff, buff, count, datatype, root, comm, stream))
 }
 
 /// Copies `root`'s sendbuff to every rank's recvbuff; sendbuff is ignored off the root.
@@ -213,19 +167,9 @@ pub extern "C" fn ncclBroadcast(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclBroadcast", || {
-        rooted_movement(
-            Coll::Broadcast,
-            sendbuff,
-            recvbuff,
-            count,
-            datatype,
-            root,
-            comm,
-            stream,
-        )
-    })
+    call_grouped("ncclBroadcast", || rooted_movement(Coll::Broadcast, sendbuff, recvbuff, count, datatype, root, comm, stream))
 }
+
 
 /// Reduces across ranks and leaves block i of the result on rank i (`recvcount` elements each).
 #[no_mangle]
@@ -239,16 +183,7 @@ pub extern "C" fn ncclReduceScatter(
     stream: cudaStream_t,
 ) -> ncclResult_t {
     call_grouped("ncclReduceScatter", || {
-        symmetric_reduction(
-            Coll::ReduceScatter,
-            sendbuff,
-            recvbuff,
-            recvcount,
-            datatype,
-            op,
-            comm,
-            stream,
-        )
+        symmetric_reduction(Coll::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, comm, stream)
     })
 }
 
@@ -337,17 +272,7 @@ pub extern "C" fn ncclAllGather(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclAllGather", || {
-        per_rank_movement(
-            Coll::AllGather,
-            sendbuff,
-            recvbuff,
-            sendcount,
-            datatype,
-            comm,
-            stream,
-        )
-    })
+    call_grouped("ncclAllGather", || per_rank_movement(Coll::AllGather, sendbuff, recvbuff, sendcount, datatype, comm, stream))
 }
 
 /// Block j of every rank's sendbuff goes to rank j, landing at block i of its recvbuff for
@@ -361,17 +286,7 @@ pub extern "C" fn ncclAlltoAll(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclAlltoAll", || {
-        per_rank_movement(
-            Coll::AlltoAll,
-            sendbuff,
-            recvbuff,
-            count,
-            datatype,
-            comm,
-            stream,
-        )
-    })
+    call_grouped("ncclAlltoAll", || per_rank_movement(Coll::AlltoAll, sendbuff, recvbuff, count, datatype, comm, stream))
 }
 
 /// Every rank's `count` elements go to `root`, rank i's at offset i*count of its recvbuff.
@@ -385,18 +300,7 @@ pub extern "C" fn ncclGather(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclGather", || {
-        rooted_movement(
-            Coll::Gather,
-            sendbuff,
-            recvbuff,
-            count,
-            datatype,
-            root,
-            comm,
-            stream,
-        )
-    })
+    call_grouped("ncclGather", || rooted_movement(Coll::Gather, sendbuff, recvbuff, count, datatype, root, comm, stream))
 }
 
 /// Block i of `root`'s sendbuff goes to rank i's recvbuff; sendbuff is ignored off the root.
@@ -410,16 +314,5 @@ pub extern "C" fn ncclScatter(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclScatter", || {
-        rooted_movement(
-            Coll::Scatter,
-            sendbuff,
-            recvbuff,
-            count,
-            datatype,
-            root,
-            comm,
-            stream,
-        )
-    })
+    call_grouped("ncclScatter", || rooted_movement(Coll::Scatter, sendbuff, recvbuff, count, datatype, root, comm, stream))
 }

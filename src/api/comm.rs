@@ -49,9 +49,7 @@ fn init_rank(
         return Err(Error::invalid_argument(format!("invalid nranks {nranks}")));
     }
     if rank < 0 || rank >= nranks {
-        return Err(Error::invalid_argument(format!(
-            "invalid rank {rank}, nranks {nranks}"
-        )));
+        return Err(Error::invalid_argument(format!("invalid rank {rank}, nranks {nranks}")));
     }
     let device = match device {
         Some(d) => d,
@@ -85,21 +83,9 @@ fn init_rank(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclCommInitRank(
-    comm: *mut ncclComm_t,
-    nranks: c_int,
-    commId: ncclUniqueId,
-    rank: c_int,
-) -> ncclResult_t {
+pub extern "C" fn ncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int) -> ncclResult_t {
     call("ncclCommInitRank", || {
-        init_rank(
-            comm,
-            nranks,
-            id_bytes(&commId),
-            rank,
-            None,
-            CommConfig::default(),
-        )
+        init_rank(comm, nranks, id_bytes(&commId), rank, None, CommConfig::default())
     })
 }
 
@@ -142,11 +128,7 @@ pub extern "C" fn ncclCommInitRankScalable(
 
 /// One process, `ndev` GPUs: creates every rank's communicator inside one group.
 #[no_mangle]
-pub extern "C" fn ncclCommInitAll(
-    comms: *mut ncclComm_t,
-    ndev: c_int,
-    devlist: *const c_int,
-) -> ncclResult_t {
+pub extern "C" fn ncclCommInitAll(comms: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t {
     call("ncclCommInitAll", || {
         if comms.is_null() {
             return Err(Error::invalid_argument("comms argument is NULL"));
@@ -158,9 +140,7 @@ pub extern "C" fn ncclCommInitAll(
         let count = gpu::context::device_count()?;
         let devs: Vec<i32> = if devlist.is_null() {
             if ndev > count {
-                return Err(Error::invalid_argument(format!(
-                    "ndev {ndev} exceeds the {count} visible devices"
-                )));
+                return Err(Error::invalid_argument(format!("ndev {ndev} exceeds the {count} visible devices")));
             }
             (0..ndev).collect()
         } else {
@@ -169,14 +149,10 @@ pub extern "C" fn ncclCommInitAll(
         };
         for (i, d) in devs.iter().enumerate() {
             if *d < 0 || *d >= count {
-                return Err(Error::invalid_argument(format!(
-                    "invalid device {d} in devlist"
-                )));
+                return Err(Error::invalid_argument(format!("invalid device {d} in devlist")));
             }
             if devs[..i].contains(d) {
-                return Err(Error::invalid_usage(format!(
-                    "duplicate device {d} in devlist"
-                )));
+                return Err(Error::invalid_usage(format!("duplicate device {d} in devlist")));
             }
         }
         let id = bootstrap::get_unique_id()?;
@@ -185,14 +161,7 @@ pub extern "C" fn ncclCommInitAll(
         group::start();
         let mut first_err = None;
         for (i, d) in devs.iter().enumerate() {
-            if let Err(e) = init_rank(
-                &mut slots[i],
-                ndev,
-                id,
-                i as c_int,
-                Some(*d),
-                CommConfig::default(),
-            ) {
+            if let Err(e) = init_rank(&mut slots[i], ndev, id, i as c_int, Some(*d), CommConfig::default()) {
                 first_err.get_or_insert(e);
             }
         }
@@ -243,9 +212,7 @@ pub extern "C" fn ncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) -> ncclRe
         }
         let c = comm_arg(comm)?;
         if revokeFlags != 0 {
-            return Err(Error::invalid_argument(format!(
-                "revokeFlags must be NCCL_REVOKE_DEFAULT, got {revokeFlags}"
-            )));
+            return Err(Error::invalid_argument(format!("revokeFlags must be NCCL_REVOKE_DEFAULT, got {revokeFlags}")));
         }
         c.revoke();
         Ok(())
@@ -268,12 +235,7 @@ fn publish_child(newcomm: usize, child: Result<Option<Comm>>) -> Result<()> {
 
 /// Runs (or, in a group, defers) a split or shrink whose arguments were validated; a NULL config
 /// inherits the parent's.
-fn submit_child(
-    parent: Arc<Comm>,
-    req: Request,
-    config: *mut ncclConfig_t,
-    newcomm: *mut ncclComm_t,
-) -> Result<()> {
+fn submit_child(parent: Arc<Comm>, req: Request, config: *mut ncclConfig_t, newcomm: *mut ncclComm_t) -> Result<()> {
     let config = if config.is_null() {
         None
     } else {
@@ -338,45 +300,26 @@ pub extern "C" fn ncclCommShrink(
         let mut excluded = Vec::with_capacity(list.len());
         for &r in list.iter() {
             if r < 0 || r as usize >= parent.nranks {
-                return Err(Error::invalid_argument(format!(
-                    "excluded rank {r} out of range (nranks {})",
-                    parent.nranks
-                )));
+                return Err(Error::invalid_argument(format!("excluded rank {r} out of range (nranks {})", parent.nranks)));
             }
             if excluded.last() != Some(&(r as usize)) {
                 excluded.push(r as usize);
             }
         }
-        submit_child(
-            parent,
-            Request::Shrink {
-                excluded,
-                abort_parent,
-            },
-            config,
-            newcomm,
-        )
+        submit_child(parent, Request::Shrink { excluded, abort_parent }, config, newcomm)
     })
 }
 
 /// Stores the communicator's asynchronous state. Thread-safe: watchdogs poll it while other
 /// threads enqueue.
 #[no_mangle]
-pub extern "C" fn ncclCommGetAsyncError(
-    comm: ncclComm_t,
-    asyncError: *mut ncclResult_t,
-) -> ncclResult_t {
+pub extern "C" fn ncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclResult_t) -> ncclResult_t {
     call("ncclCommGetAsyncError", || {
         let c = comm_arg(comm)?;
         let slot = out(asyncError, "asyncError")?;
         // Written as a raw int: the caller's variable may hold anything before.
         // SAFETY: slot points to an ncclResult_t-sized, writable location.
-        unsafe {
-            std::ptr::write(
-                (slot as *mut ncclResult_t).cast::<c_int>(),
-                c.async_state() as c_int,
-            )
-        };
+        unsafe { std::ptr::write((slot as *mut ncclResult_t).cast::<c_int>(), c.async_state() as c_int) };
         Ok(())
     })
 }
@@ -416,29 +359,14 @@ mod tests {
     #[test]
     fn null_and_invalid_arguments() {
         let mut n = 0;
-        assert_eq!(
-            ncclCommCount(std::ptr::null_mut(), &mut n),
-            ResultCode::InvalidArgument
-        );
-        assert_eq!(
-            ncclCommCount(0x1000 as ncclComm_t, &mut n),
-            ResultCode::InvalidArgument
-        );
+        assert_eq!(ncclCommCount(std::ptr::null_mut(), &mut n), ResultCode::InvalidArgument);
+        assert_eq!(ncclCommCount(0x1000 as ncclComm_t, &mut n), ResultCode::InvalidArgument);
         assert_eq!(ncclCommDestroy(std::ptr::null_mut()), ResultCode::Success);
         assert_eq!(ncclCommAbort(std::ptr::null_mut()), ResultCode::Success);
         assert_eq!(ncclCommFinalize(std::ptr::null_mut()), ResultCode::Success);
-        assert_eq!(
-            ncclGetUniqueId(std::ptr::null_mut()),
-            ResultCode::InvalidArgument
-        );
+        assert_eq!(ncclGetUniqueId(std::ptr::null_mut()), ResultCode::InvalidArgument);
         let id = ncclUniqueId { internal: [0; 128] };
-        assert_eq!(
-            ncclCommInitRank(std::ptr::null_mut(), 2, id, 0),
-            ResultCode::InvalidArgument
-        );
-        assert_eq!(
-            ncclCommInitAll(std::ptr::null_mut(), 1, std::ptr::null()),
-            ResultCode::InvalidArgument
-        );
+        assert_eq!(ncclCommInitRank(std::ptr::null_mut(), 2, id, 0), ResultCode::InvalidArgument);
+        assert_eq!(ncclCommInitAll(std::ptr::null_mut(), 1, std::ptr::null()), ResultCode::InvalidArgument);
     }
 }

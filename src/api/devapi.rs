@@ -9,19 +9,11 @@ use super::{call, comm_arg, not_yet};
 
 fn team_of(c: ncclComm_t) -> Option<ncclTeam_t> {
     let c = comm_arg(c).ok()?;
-    Some(ncclTeam_t {
-        nRanks: c.nranks as c_int,
-        rank: c.rank as c_int,
-        stride: 1,
-    })
+    Some(ncclTeam_t { nRanks: c.nranks as c_int, rank: c.rank as c_int, stride: 1 })
 }
 
 #[no_mangle]
-pub extern "C" fn ncclDevCommCreate(
-    comm: ncclComm_t,
-    reqs: *const c_void,
-    outDevComm: *mut c_void,
-) -> ncclResult_t {
+pub extern "C" fn ncclDevCommCreate(comm: ncclComm_t, reqs: *const c_void, outDevComm: *mut c_void) -> ncclResult_t {
     call("ncclDevCommCreate", || {
         let _ = (reqs, outDevComm);
         comm_arg(comm)?;
@@ -41,14 +33,7 @@ pub extern "C" fn ncclDevCommDestroy(comm: ncclComm_t, devComm: *const c_void) -
 /// All ranks of the communicator.
 #[no_mangle]
 pub extern "C" fn ncclTeamWorld(comm: ncclComm_t) -> ncclTeam_t {
-    std::panic::catch_unwind(|| team_of(comm))
-        .ok()
-        .flatten()
-        .unwrap_or(ncclTeam_t {
-            nRanks: 0,
-            rank: 0,
-            stride: 0,
-        })
+    std::panic::catch_unwind(|| team_of(comm)).ok().flatten().unwrap_or(ncclTeam_t { nRanks: 0, rank: 0, stride: 0 })
 }
 
 /// Ranks sharing load/store access (one host): every rank of an oxccl communicator.
@@ -61,16 +46,8 @@ pub extern "C" fn ncclTeamLsa(comm: ncclComm_t) -> ncclTeam_t {
 #[no_mangle]
 pub extern "C" fn ncclTeamRail(comm: ncclComm_t) -> ncclTeam_t {
     match std::panic::catch_unwind(|| team_of(comm)).ok().flatten() {
-        Some(t) => ncclTeam_t {
-            nRanks: 1,
-            rank: 0,
-            stride: t.nRanks,
-        },
-        None => ncclTeam_t {
-            nRanks: 0,
-            rank: 0,
-            stride: 0,
-        },
+        Some(t) => ncclTeam_t { nRanks: 1, rank: 0, stride: t.nRanks },
+        None => ncclTeam_t { nRanks: 0, rank: 0, stride: 0 },
     }
 }
 
@@ -90,17 +67,10 @@ pub extern "C" fn ncclTeamRankToLsa(comm: ncclComm_t, team: ncclTeam_t, rank: c_
 }
 
 #[no_mangle]
-pub extern "C" fn ncclLsaBarrierCreateRequirement(
-    team: ncclTeam_t,
-    nBarriers: c_int,
-    outHandle: *mut c_void,
-    outReq: *mut c_void,
-) -> ncclResult_t {
+pub extern "C" fn ncclLsaBarrierCreateRequirement(team: ncclTeam_t, nBarriers: c_int, outHandle: *mut c_void, outReq: *mut c_void) -> ncclResult_t {
     call("ncclLsaBarrierCreateRequirement", || {
         let _ = (team, nBarriers, outHandle, outReq);
-        Err(not_yet(
-            "ncclLsaBarrierCreateRequirement (the NCCL device API)",
-        ))
+        Err(not_yet("ncclLsaBarrierCreateRequirement (the NCCL device API)"))
     })
 }
 
@@ -115,9 +85,7 @@ pub extern "C" fn ncclGinBarrierCreateRequirement(
     call("ncclGinBarrierCreateRequirement", || {
         let _ = (team, nBarriers, outHandle, outReq);
         comm_arg(comm)?;
-        Err(not_yet(
-            "ncclGinBarrierCreateRequirement (the NCCL device API)",
-        ))
+        Err(not_yet("ncclGinBarrierCreateRequirement (the NCCL device API)"))
     })
 }
 
@@ -128,12 +96,7 @@ pub extern "C" fn ncclLLA2ACalcSlots(maxElts: c_int, maxEltSize: c_int) -> c_int
 }
 
 #[no_mangle]
-pub extern "C" fn ncclLLA2ACreateRequirement(
-    nBlocks: c_int,
-    nSlots: c_int,
-    outHandle: *mut c_void,
-    outReq: *mut c_void,
-) -> ncclResult_t {
+pub extern "C" fn ncclLLA2ACreateRequirement(nBlocks: c_int, nSlots: c_int, outHandle: *mut c_void, outReq: *mut c_void) -> ncclResult_t {
     call("ncclLLA2ACreateRequirement", || {
         let _ = (nBlocks, nSlots, outHandle, outReq);
         Err(not_yet("ncclLLA2ACreateRequirement (the NCCL device API)"))
@@ -154,14 +117,7 @@ mod tests {
     #[test]
     fn invalid_comm_gives_empty_team() {
         let t = ncclTeamWorld(std::ptr::null_mut());
-        assert_eq!(
-            t,
-            ncclTeam_t {
-                nRanks: 0,
-                rank: 0,
-                stride: 0
-            }
-        );
+        assert_eq!(t, ncclTeam_t { nRanks: 0, rank: 0, stride: 0 });
         assert_eq!(ncclTeamRankToWorld(std::ptr::null_mut(), t, 0), -1);
     }
 }

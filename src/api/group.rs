@@ -25,9 +25,7 @@ pub extern "C" fn ncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> ncclResul
     call("ncclGroupSimulateEnd", || {
         let info = out(simInfo, "simInfo")?;
         if info.magic != NCCL_SIM_INFO_MAGIC {
-            return Err(Error::invalid_argument(
-                "ncclSimInfo_t not initialized via NCCL_SIM_INFO_INITIALIZER",
-            ));
+            return Err(Error::invalid_argument("ncclSimInfo_t not initialized via NCCL_SIM_INFO_INITIALIZER"));
         }
         let us = group::simulate_end()?;
         if info.size >= std::mem::size_of::<ncclSimInfo_t>() {

@@ -25,12 +25,7 @@ pub extern "C" fn ncclMemFree(ptr: *mut c_void) -> ncclResult_t {
 /// Registration lets peers use a buffer directly. oxccl's collectives do not use registered
 /// buffers yet, so, as NCCL does where registration buys nothing, this succeeds with a NULL handle.
 #[no_mangle]
-pub extern "C" fn ncclCommRegister(
-    comm: ncclComm_t,
-    buff: *mut c_void,
-    size: usize,
-    handle: *mut *mut c_void,
-) -> ncclResult_t {
+pub extern "C" fn ncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> ncclResult_t {
     call_grouped("ncclCommRegister", || {
         let _ = (buff, size);
         comm_arg(comm)?;
@@ -46,9 +41,7 @@ pub extern "C" fn ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> n
         if handle.is_null() {
             return Ok(());
         }
-        Err(Error::invalid_usage(format!(
-            "unknown registration handle {handle:p}"
-        )))
+        Err(Error::invalid_usage(format!("unknown registration handle {handle:p}")))
     })
 }
 
@@ -70,13 +63,7 @@ pub extern "C" fn ncclCommWindowRegister(
             return Ok(());
         }
         crate::window::check_flags(winFlags)?;
-        let job = crate::window::WindowJob {
-            comm: c,
-            base: buff as u64,
-            size: size as u64,
-            flags: winFlags,
-            out: win as usize,
-        };
+        let job = crate::window::WindowJob { comm: c, base: buff as u64, size: size as u64, flags: winFlags, out: win as usize };
         crate::group::submit_window(job)
     })
 }

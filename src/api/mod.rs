@@ -88,7 +88,5 @@ fn comm_arg(c: ncclComm_t) -> Result<Arc<Comm>> {
 
 /// A later-issue feature: exists, validates, and answers ncclInvalidUsage with a WARN.
 fn not_yet(what: &str) -> Error {
-    Error::invalid_usage(format!(
-        "{what} is not implemented in this version of oxccl"
-    ))
+    Error::invalid_usage(format!("{what} is not implemented in this version of oxccl"))
 }

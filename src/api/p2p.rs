@@ -30,13 +30,7 @@ fn p2p(
     if count > 0 {
         pointer_check(&c, buf, if is_send { "sendbuff" } else { "recvbuff" })?;
     }
-    let op = P2pOp {
-        is_send,
-        peer: peer as usize,
-        buf: buf as u64,
-        bytes,
-        stream: stream as cu::CUstream,
-    };
+    let op = P2pOp { is_send, peer: peer as usize, buf: buf as u64, bytes, stream: stream as cu::CUstream };
     group::submit(Deferred::P2p(c, op))
 }
 
@@ -50,9 +44,7 @@ pub extern "C" fn ncclSend(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclSend", || {
-        p2p(true, sendbuff, count, datatype, peer, comm, stream)
-    })
+    call_grouped("ncclSend", || p2p(true, sendbuff, count, datatype, peer, comm, stream))
 }
 
 /// Receives `count` elements from `peer`, which posts a matching ncclSend.
@@ -65,7 +57,5 @@ pub extern "C" fn ncclRecv(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclRecv", || {
-        p2p(false, recvbuff, count, datatype, peer, comm, stream)
-    })
+    call_grouped("ncclRecv", || p2p(false, recvbuff, count, datatype, peer, comm, stream))
 }

@@ -33,29 +33,11 @@ pub extern "C" fn ncclRedOpCreatePreMulSum(
             SCALAR_HOST_IMMEDIATE => {
                 let mut bytes = [0u8; 8];
                 // SAFETY: the caller's scalar holds at least sizeof(datatype) readable bytes.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        scalar.cast::<u8>(),
-                        bytes.as_mut_ptr(),
-                        dt.size(),
-                    )
-                };
-                UserOp {
-                    dtype: dt,
-                    scalar: u64::from_le_bytes(bytes),
-                    scalar_ptr: 0,
-                }
+                unsafe { std::ptr::copy_nonoverlapping(scalar.cast::<u8>(), bytes.as_mut_ptr(), dt.size()) };
+                UserOp { dtype: dt, scalar: u64::from_le_bytes(bytes), scalar_ptr: 0 }
             }
-            SCALAR_DEVICE => UserOp {
-                dtype: dt,
-                scalar: 0,
-                scalar_ptr: scalar as u64,
-            },
-            r => {
-                return Err(Error::invalid_argument(format!(
-                    "invalid scalar residence {r}"
-                )))
-            }
+            SCALAR_DEVICE => UserOp { dtype: dt, scalar: 0, scalar_ptr: scalar as u64 },
+            r => return Err(Error::invalid_argument(format!("invalid scalar residence {r}"))),
         };
         *slot = c.create_op(u)?;
         Ok(())

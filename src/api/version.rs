@@ -24,18 +24,10 @@ pub extern "C" fn ncclGetErrorString(result: ncclResultArg_t) -> *const c_char {
 fn error_string(raw: c_int) -> &'static std::ffi::CStr {
     match ResultCode::from_raw(raw) {
         Some(ResultCode::Success) => c"no error",
-        Some(ResultCode::UnhandledCudaError) => {
-            c"unhandled cuda error (run with NCCL_DEBUG=INFO for details)"
-        }
-        Some(ResultCode::SystemError) => {
-            c"unhandled system error (run with NCCL_DEBUG=INFO for details)"
-        }
-        Some(ResultCode::InternalError) => {
-            c"internal error - please report this issue to the NCCL developers"
-        }
-        Some(ResultCode::InvalidArgument) => {
-            c"invalid argument (run with NCCL_DEBUG=WARN for details)"
-        }
+        Some(ResultCode::UnhandledCudaError) => c"unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+        Some(ResultCode::SystemError) => c"unhandled system error (run with NCCL_DEBUG=INFO for details)",
+        Some(ResultCode::InternalError) => c"internal error - please report this issue to the NCCL developers",
+        Some(ResultCode::InvalidArgument) => c"invalid argument (run with NCCL_DEBUG=WARN for details)",
         Some(ResultCode::InvalidUsage) => c"invalid usage (run with NCCL_DEBUG=WARN for details)",
         Some(ResultCode::RemoteError) => c"remote process exited or there was a network error",
         Some(ResultCode::InProgress) => c"NCCL operation in progress",
@@ -51,9 +43,7 @@ pub extern "C" fn ncclGetLastError(_comm: ncclComm_t) -> *const c_char {
 
 /// Re-reads NCCL_DEBUG* on the next log call.
 #[no_mangle]
-#[deprecated(
-    note = "ncclResetDebugInit is not supported as part of the NCCL API and will be removed in the future"
-)]
+#[deprecated(note = "ncclResetDebugInit is not supported as part of the NCCL API and will be removed in the future")]
 pub extern "C" fn ncclResetDebugInit() {
     let _ = std::panic::catch_unwind(crate::log::reset_debug_init);
 }
@@ -71,10 +61,7 @@ mod tests {
     #[test]
     fn strings_match_nccl() {
         assert_eq!(error_string(0).to_str().unwrap(), "no error");
-        assert_eq!(
-            error_string(7).to_str().unwrap(),
-            "NCCL operation in progress"
-        );
+        assert_eq!(error_string(7).to_str().unwrap(), "NCCL operation in progress");
         assert_eq!(error_string(8).to_str().unwrap(), "unknown result code");
         assert_eq!(error_string(-1).to_str().unwrap(), "unknown result code");
         for code in 0..8 {
@@ -88,9 +75,6 @@ mod tests {
         let mut v = 0;
         assert_eq!(ncclGetVersion(&mut v), ResultCode::Success);
         assert_eq!(v, 22809);
-        assert_eq!(
-            ncclGetVersion(std::ptr::null_mut()),
-            ResultCode::InvalidArgument
-        );
+        assert_eq!(ncclGetVersion(std::ptr::null_mut()), ResultCode::InvalidArgument);
     }
 }

@@ -22,12 +22,7 @@ struct Opts {
 }
 
 fn parse_opts() -> Result<Opts, String> {
-    let mut o = Opts {
-        min_bytes: 8,
-        max_bytes: 256 << 20,
-        iters: 20,
-        bf16: false,
-    };
+    let mut o = Opts { min_bytes: 8, max_bytes: 256 << 20, iters: 20, bf16: false };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = || args.next().ok_or_else(|| format!("{a} needs a value"));
@@ -35,13 +30,11 @@ fn parse_opts() -> Result<Opts, String> {
             "--min-bytes" => o.min_bytes = parse_size(&val()?)?,
             "--max-bytes" => o.max_bytes = parse_size(&val()?)?,
             "--iters" => o.iters = val()?.parse().map_err(|e| format!("--iters: {e}"))?,
-            "--dtype" => {
-                o.bf16 = match val()?.as_str() {
-                    "f32" | "float" => false,
-                    "bf16" => true,
-                    d => return Err(format!("unknown dtype {d}")),
-                }
-            }
+            "--dtype" => o.bf16 = match val()?.as_str() {
+                "f32" | "float" => false,
+                "bf16" => true,
+                d => return Err(format!("unknown dtype {d}")),
+            },
             "-h" | "--help" => {
                 println!("usage: oxccl-bench [--min-bytes N] [--max-bytes N] [--iters N] [--dtype f32|bf16]");
                 std::process::exit(0);
@@ -59,9 +52,7 @@ fn parse_size(s: &str) -> Result<usize, String> {
         Some('G') | Some('g') => (&s[..s.len() - 1], 1 << 30),
         _ => (s, 1),
     };
-    num.parse::<usize>()
-        .map(|n| n * mul)
-        .map_err(|e| format!("bad size {s}: {e}"))
+    num.parse::<usize>().map(|n| n * mul).map_err(|e| format!("bad size {s}: {e}"))
 }
 
 fn ck(rc: cu::CUresult, what: &str) -> Result<(), String> {
@@ -74,10 +65,7 @@ fn nccl(rc: ResultCode, what: &str) -> Result<(), String> {
     } else {
         // SAFETY: last_error_ptr returns a NUL-terminated string that lives for the process.
         let last = unsafe { std::ffi::CStr::from_ptr(oxccl::log::last_error_ptr()) };
-        Err(format!(
-            "{what} failed: {rc:?} ({})",
-            last.to_string_lossy()
-        ))
+        Err(format!("{what} failed: {rc:?} ({})", last.to_string_lossy()))
     }
 }
 
@@ -96,10 +84,7 @@ fn main() {
             return;
         }
         Err(e) => {
-            println!(
-                "oxccl-bench: no usable CUDA driver on this machine ({}); nothing to benchmark.",
-                e.msg
-            );
+            println!("oxccl-bench: no usable CUDA driver on this machine ({}); nothing to benchmark.", e.msg);
             return;
         }
     };
@@ -123,22 +108,12 @@ fn run(o: &Opts, ndev: i32) -> Result<(), String> {
     let es: usize = if o.bf16 { 2 } else { 4 };
     let max_count = (o.max_bytes / es).max(1);
     let mut comms: Vec<ncclComm_t> = vec![std::ptr::null_mut(); n];
-    nccl(
-        ncclCommInitAll(comms.as_mut_ptr(), ndev, std::ptr::null()),
-        "ncclCommInitAll",
-    )?;
+    nccl(ncclCommInitAll(comms.as_mut_ptr(), ndev, std::ptr::null()), "ncclCommInitAll")?;
     let mut ranks = Vec::with_capacity(n);
     for d in 0..ndev {
         let dev = Device::get(d).map_err(|e| e.msg)?;
         let _g = CtxGuard::new(dev).map_err(|e| e.msg)?;
-        let mut r = Rank {
-            dev,
-            stream: std::ptr::null_mut(),
-            send: 0,
-            recv: 0,
-            start: std::ptr::null_mut(),
-            stop: std::ptr::null_mut(),
-        };
+        let mut r = Rank { dev, stream: std::ptr::null_mut(), send: 0, recv: 0, start: std::ptr::null_mut(), stop: std::ptr::null_mut() };
         unsafe {
             ck(cu::cuStreamCreate(&mut r.stream, 1), "cuStreamCreate")?;
             ck(cu::cuMemAlloc_v2(&mut r.send, max_count * es), "cuMemAlloc")?;
@@ -149,16 +124,8 @@ fn run(o: &Opts, ndev: i32) -> Result<(), String> {
         ranks.push(r);
     }
     let dtype = if o.bf16 { 9 } else { 7 };
-    println!(
-        "# oxccl {} AllReduce sum, {} GPU(s), one thread, {}",
-        oxccl::OXCCL_VERSION,
-        n,
-        if o.bf16 { "bf16" } else { "float" }
-    );
-    println!(
-        "# {:>12} {:>12} {:>10} {:>10} {:>10} {:>6}",
-        "size(B)", "count", "time(us)", "algbw", "busbw", "check"
-    );
+    println!("# oxccl {} AllReduce sum, {} GPU(s), one thread, {}", oxccl::OXCCL_VERSION, n, if o.bf16 { "bf16" } else { "float" });
+    println!("# {:>12} {:>12} {:>10} {:>10} {:>10} {:>6}", "size(B)", "count", "time(us)", "algbw", "busbw", "check");
     let mut bytes = o.min_bytes.max(es);
     let mut failures = 0;
     while bytes <= o.max_bytes {
@@ -171,35 +138,18 @@ fn run(o: &Opts, ndev: i32) -> Result<(), String> {
             unsafe {
                 if o.bf16 {
                     let bits = (v.to_bits() >> 16) as u16;
-                    ck(
-                        cu::cuMemsetD16Async(rk.send, bits, count, rk.stream),
-                        "cuMemsetD16Async",
-                    )?;
+                    ck(cu::cuMemsetD16Async(rk.send, bits, count, rk.stream), "cuMemsetD16Async")?;
                 } else {
-                    ck(
-                        cu::cuMemsetD32Async(rk.send, v.to_bits(), count, rk.stream),
-                        "cuMemsetD32Async",
-                    )?;
+                    ck(cu::cuMemsetD32Async(rk.send, v.to_bits(), count, rk.stream), "cuMemsetD32Async")?;
                 }
-                ck(
-                    cu::cuMemsetD8Async(rk.recv, 0xff, count * es, rk.stream),
-                    "cuMemsetD8Async",
-                )?;
+                ck(cu::cuMemsetD8Async(rk.recv, 0xff, count * es, rk.stream), "cuMemsetD8Async")?;
             }
         }
         let all = |ranks: &[Rank]| -> Result<(), String> {
             nccl(ncclGroupStart(), "ncclGroupStart")?;
             for (r, rk) in ranks.iter().enumerate() {
                 nccl(
-                    ncclAllReduce(
-                        rk.send as *const c_void,
-                        rk.recv as *mut c_void,
-                        count,
-                        dtype,
-                        0,
-                        comms[r],
-                        rk.stream.cast(),
-                    ),
+                    ncclAllReduce(rk.send as *const c_void, rk.recv as *mut c_void, count, dtype, 0, comms[r], rk.stream.cast()),
                     "ncclAllReduce",
                 )?;
             }
@@ -228,10 +178,7 @@ fn run(o: &Opts, ndev: i32) -> Result<(), String> {
                 ck(cu::cuEventRecord(rk.stop, rk.stream), "cuEventRecord")?;
                 ck(cu::cuEventSynchronize(rk.stop), "cuEventSynchronize")?;
                 let mut ms = 0.0f32;
-                ck(
-                    cu::cuEventElapsedTime_v2(&mut ms, rk.start, rk.stop),
-                    "cuEventElapsedTime",
-                )?;
+                ck(cu::cuEventElapsedTime_v2(&mut ms, rk.start, rk.stop), "cuEventElapsedTime")?;
                 us = us.max(ms as f64 * 1e3 / o.iters as f64);
             }
         }
@@ -265,10 +212,7 @@ fn check(ranks: &[Rank], count: usize, es: usize, n: usize) -> Result<bool, Stri
         let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
         unsafe {
             ck(cu::cuStreamSynchronize(rk.stream), "cuStreamSynchronize")?;
-            ck(
-                cu::cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), rk.recv, count * es),
-                "cuMemcpyDtoH",
-            )?;
+            ck(cu::cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), rk.recv, count * es), "cuMemcpyDtoH")?;
         }
         let good = host.chunks_exact(es).all(|c| {
             let v = if es == 2 {

@@ -33,20 +33,10 @@ use oxccl::gpu::{self, cu, CtxGuard, Device, DeviceBuffer};
 use oxccl::types::DataType;
 use oxccl::ResultCode;
 
-const SCENARIOS: [&str; 6] = [
-    "init",
-    "allreduce",
-    "allgather",
-    "sendrecv",
-    "graph",
-    "stop",
-];
+const SCENARIOS: [&str; 6] = ["init", "allreduce", "allgather", "sendrecv", "graph", "stop"];
 
 fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: a valid out-pointer; CLOCK_MONOTONIC is system-wide, so parent and children agree.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -85,33 +75,14 @@ struct Opts {
 }
 
 fn opts(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts {
-        ranks: vec![2, 4],
-        scenarios: SCENARIOS.iter().map(|s| s.to_string()).collect(),
-        bound: Duration::from_secs(30),
-        seed: 1,
-    };
+    let mut o = Opts { ranks: vec![2, 4], scenarios: SCENARIOS.iter().map(|s| s.to_string()).collect(), bound: Duration::from_secs(30), seed: 1 };
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        let mut val = || {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{a} needs a value"))
-        };
+        let mut val = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
         match a.as_str() {
-            "--ranks" => {
-                o.ranks = val()?
-                    .split(',')
-                    .map(|x| x.trim().parse().map_err(|e| format!("--ranks: {e}")))
-                    .collect::<Result<_, _>>()?
-            }
-            "--scenarios" => {
-                o.scenarios = val()?.split(',').map(|s| s.trim().to_string()).collect()
-            }
-            "--bound-secs" => {
-                o.bound =
-                    Duration::from_secs(val()?.parse().map_err(|e| format!("--bound-secs: {e}"))?)
-            }
+            "--ranks" => o.ranks = val()?.split(',').map(|x| x.trim().parse().map_err(|e| format!("--ranks: {e}"))).collect::<Result<_, _>>()?,
+            "--scenarios" => o.scenarios = val()?.split(',').map(|s| s.trim().to_string()).collect(),
+            "--bound-secs" => o.bound = Duration::from_secs(val()?.parse().map_err(|e| format!("--bound-secs: {e}"))?),
             "--seed" => o.seed = val()?.parse().map_err(|e| format!("--seed: {e}"))?,
             "-h" | "--help" => {
                 println!("usage: oxccl-fault [--ranks 2,4] [--scenarios {}] [--bound-secs 30] [--seed N]", SCENARIOS.join(","));
@@ -120,11 +91,7 @@ fn opts(args: &[String]) -> Result<Opts, String> {
             _ => return Err(format!("unknown argument {a}")),
         }
     }
-    if let Some(s) = o
-        .scenarios
-        .iter()
-        .find(|s| !SCENARIOS.contains(&s.as_str()))
-    {
+    if let Some(s) = o.scenarios.iter().find(|s| !SCENARIOS.contains(&s.as_str())) {
         return Err(format!("unknown scenario {s}"));
     }
     if o.ranks.iter().any(|&n| n < 2) {
@@ -169,11 +136,7 @@ fn parent(args: &[String]) -> Result<bool, String> {
         for sc in &o.scenarios {
             let victim = rng.next(n as u64) as usize;
             // Init: anywhere from before the victim reaches the bootstrap to the end of setup.
-            let kill_ms = if sc == "init" {
-                rng.next(1500)
-            } else {
-                200 + rng.next(800)
-            };
+            let kill_ms = if sc == "init" { rng.next(1500) } else { 200 + rng.next(800) };
             let (ok, line) = run_case(&exe, n, sc, victim, kill_ms, o.bound)?;
             all_ok &= ok;
             println!("{line}");
@@ -182,41 +145,19 @@ fn parent(args: &[String]) -> Result<bool, String> {
     Ok(all_ok)
 }
 
-fn run_case(
-    exe: &std::path::Path,
-    n: usize,
-    sc: &str,
-    victim: usize,
-    kill_ms: u64,
-    bound: Duration,
-) -> Result<(bool, String), String> {
+fn run_case(exe: &std::path::Path, n: usize, sc: &str, victim: usize, kill_ms: u64, bound: Duration) -> Result<(bool, String), String> {
     let mut id = ncclUniqueId { internal: [0; 128] };
     if ncclGetUniqueId(&mut id) != ResultCode::Success {
         return Err("ncclGetUniqueId failed".into());
     }
-    let hex: String = id
-        .internal
-        .iter()
-        .map(|b| format!("{:02x}", *b as u8))
-        .collect();
+    let hex: String = id.internal.iter().map(|b| format!("{:02x}", *b as u8)).collect();
     let mut kids: Vec<Child> = Vec::new();
     for r in 0..n {
         let c = Command::new(exe)
-            .args([
-                "--child",
-                &r.to_string(),
-                &n.to_string(),
-                sc,
-                &hex,
-                &victim.to_string(),
-                &kill_ms.to_string(),
-            ])
+            .args(["--child", &r.to_string(), &n.to_string(), sc, &hex, &victim.to_string(), &kill_ms.to_string()])
             // A rank that dies before it registers is only noticed by the others' bootstrap
             // timeout (default 300 s): shorten it so init cases end well within the bound.
-            .env(
-                "OXCCL_BOOTSTRAP_TIMEOUT",
-                format!("{}", (bound.as_secs() / 3).max(5)),
-            )
+            .env("OXCCL_BOOTSTRAP_TIMEOUT", format!("{}", (bound.as_secs() / 3).max(5)))
             .env("OXCCL_HEARTBEAT_TIMEOUT", "5")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -240,13 +181,7 @@ fn run_case(
     drop(tx);
     let t0 = Instant::now();
     let mut kill_ns: Option<u64> = None;
-    let mut outcomes: Vec<Outcome> = (0..n)
-        .map(|rank| Outcome {
-            rank,
-            result: None,
-            note: String::new(),
-        })
-        .collect();
+    let mut outcomes: Vec<Outcome> = (0..n).map(|rank| Outcome { rank, result: None, note: String::new() }).collect();
     let mut done = vec![false; n];
     let mut hung = false;
     let mut lines: Vec<(usize, String)> = Vec::new();
@@ -276,9 +211,7 @@ fn run_case(
                 if !done[r] {
                     let _ = k.kill();
                     let _ = k.wait();
-                    outcomes[r]
-                        .note
-                        .push_str("still running at the bound (hang); ");
+                    outcomes[r].note.push_str("still running at the bound (hang); ");
                 }
             }
             break;
@@ -293,11 +226,7 @@ fn run_case(
     }
     for (r, line) in &lines {
         if let Some(rest) = line.strip_prefix("RESULT ") {
-            let v: Vec<f64> = rest
-                .split_whitespace()
-                .filter_map(|x| x.split('=').nth(1))
-                .filter_map(|x| x.parse().ok())
-                .collect();
+            let v: Vec<f64> = rest.split_whitespace().filter_map(|x| x.split('=').nth(1)).filter_map(|x| x.parse().ok()).collect();
             if let [code, err_ns, abort_ms] = v[..] {
                 let since = kill_ns.map_or(f64::NAN, |k| (err_ns - k as f64) / 1e6);
                 outcomes[*r].result = Some((code as i32, since, abort_ms));
@@ -307,36 +236,19 @@ fn run_case(
         }
     }
     let survivors: Vec<&Outcome> = outcomes.iter().filter(|o| o.rank != victim).collect();
-    let errs: Vec<String> = survivors
-        .iter()
-        .map(|o| o.result.map_or("-".into(), |(_, t, _)| format!("{t:.0}")))
-        .collect();
-    let aborts: Vec<String> = survivors
-        .iter()
-        .map(|o| o.result.map_or("-".into(), |(_, _, a)| format!("{a:.0}")))
-        .collect();
+    let errs: Vec<String> = survivors.iter().map(|o| o.result.map_or("-".into(), |(_, t, _)| format!("{t:.0}"))).collect();
+    let aborts: Vec<String> = survivors.iter().map(|o| o.result.map_or("-".into(), |(_, _, a)| format!("{a:.0}"))).collect();
     let codes_ok = survivors.iter().all(|o| {
-        o.result.is_some_and(|(c, t, _)| {
-            (c == ResultCode::RemoteError as i32 || c == ResultCode::SystemError as i32)
-                && t < bound.as_secs_f64() * 1e3
-        })
+        o.result.is_some_and(|(c, t, _)| (c == ResultCode::RemoteError as i32 || c == ResultCode::SystemError as i32) && t < bound.as_secs_f64() * 1e3)
     });
     let ok = !hung && kill_ns.is_some() && codes_ok;
-    let mut verdict = if ok {
-        "PASS".to_string()
-    } else {
-        "FAIL".to_string()
-    };
+    let mut verdict = if ok { "PASS".to_string() } else { "FAIL".to_string() };
     if kill_ns.is_none() {
         verdict.push_str(" (the victim never reached its kill point)");
     }
     for o in &outcomes {
         if !o.note.is_empty() {
-            verdict.push_str(&format!(
-                "; rank {}: {}",
-                o.rank,
-                o.note.trim_end_matches("; ")
-            ));
+            verdict.push_str(&format!("; rank {}: {}", o.rank, o.note.trim_end_matches("; ")));
         }
         if let Some((c, _, _)) = o.result {
             if c != ResultCode::RemoteError as i32 && c != ResultCode::SystemError as i32 {
@@ -344,11 +256,7 @@ fn run_case(
             }
         }
     }
-    let line = format!(
-        "| {sc} | {n} | {victim} | {kill_ms} ms | {} | {} | {verdict} |",
-        errs.join(", "),
-        aborts.join(", ")
-    );
+    let line = format!("| {sc} | {n} | {victim} | {kill_ms} ms | {} | {} | {verdict} |", errs.join(", "), aborts.join(", "));
     Ok((ok, line))
 }
 
@@ -359,17 +267,12 @@ fn ck(rc: cu::CUresult, what: &str) -> Result<(), String> {
 }
 
 fn child(a: &[String]) -> Result<(), String> {
-    let [rank, n, sc, hex, victim, kill_ms] = a else {
-        return Err("child arguments".into());
-    };
+    let [rank, n, sc, hex, victim, kill_ms] = a else { return Err("child arguments".into()) };
     let p = |s: &str| s.parse::<usize>().map_err(|e| format!("{s}: {e}"));
     let (rank, n, victim, kill_ms) = (p(rank)?, p(n)?, p(victim)?, p(kill_ms)? as u64);
     let mut id = ncclUniqueId { internal: [0; 128] };
     for (i, b) in id.internal.iter_mut().enumerate() {
-        let byte = hex
-            .get(2 * i..2 * i + 2)
-            .and_then(|h| u8::from_str_radix(h, 16).ok())
-            .ok_or("bad unique id")?;
+        let byte = hex.get(2 * i..2 * i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or("bad unique id")?;
         *b = byte as _;
     }
     gpu::ensure().map_err(|e| e.msg)?;
@@ -410,11 +313,7 @@ fn child(a: &[String]) -> Result<(), String> {
         if !comm.is_null() {
             ncclCommAbort(comm);
         }
-        println!(
-            "RESULT code={} err_ns={t} abort_ms={:.3}",
-            rc as i32,
-            t1.elapsed().as_secs_f64() * 1e3
-        );
+        println!("RESULT code={} err_ns={t} abort_ms={:.3}", rc as i32, t1.elapsed().as_secs_f64() * 1e3);
         return Ok(());
     }
     let mut stream: cu::CUstream = std::ptr::null_mut();
@@ -448,22 +347,13 @@ fn child(a: &[String]) -> Result<(), String> {
         let mut e: cu::CUgraphExec = std::ptr::null_mut();
         // SAFETY: capture on our stream of one enqueue, then instantiate; all out-pointers local.
         unsafe {
-            ck(
-                cu::cuStreamBeginCapture_v2(
-                    stream,
-                    cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-                ),
-                "cuStreamBeginCapture",
-            )?;
+            ck(cu::cuStreamBeginCapture_v2(stream, cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")?;
             let rc = enqueue("allreduce");
             ck(cu::cuStreamEndCapture(stream, &mut g), "cuStreamEndCapture")?;
             if rc != ResultCode::Success {
                 return Err(format!("capturing the AllReduce: {rc:?}"));
             }
-            ck(
-                cu::cuGraphInstantiateWithFlags(&mut e, g, 0),
-                "cuGraphInstantiate",
-            )?;
+            ck(cu::cuGraphInstantiateWithFlags(&mut e, g, 0), "cuGraphInstantiate")?;
             cu::cuGraphDestroy(g);
         }
         graph = Some(e);
@@ -499,9 +389,7 @@ fn child(a: &[String]) -> Result<(), String> {
             // SAFETY: our stream.
             match unsafe { cu::cuStreamQuery(stream) } {
                 cu::CUresult::CUDA_SUCCESS => break,
-                cu::CUresult::CUDA_ERROR_NOT_READY => {
-                    std::thread::sleep(Duration::from_micros(100))
-                }
+                cu::CUresult::CUDA_ERROR_NOT_READY => std::thread::sleep(Duration::from_micros(100)),
                 _ => err = ResultCode::UnhandledCudaError,
             }
         }
@@ -509,11 +397,7 @@ fn child(a: &[String]) -> Result<(), String> {
             let t = now_ns();
             let t1 = Instant::now();
             ncclCommAbort(comm);
-            println!(
-                "RESULT code={} err_ns={t} abort_ms={:.3}",
-                err as i32,
-                t1.elapsed().as_secs_f64() * 1e3
-            );
+            println!("RESULT code={} err_ns={t} abort_ms={:.3}", err as i32, t1.elapsed().as_secs_f64() * 1e3);
             return Ok(());
         }
     }

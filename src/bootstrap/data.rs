@@ -12,9 +12,7 @@ use std::time::Duration;
 
 use super::deadline::Deadline;
 use super::socket::{self, Listening};
-use super::wire::{
-    decode_addr, encode_addr, secrets_equal, Channel, ConnKind, Hello, ADDR_BYTES, HELLO_BYTES,
-};
+use super::wire::{decode_addr, encode_addr, secrets_equal, Channel, ConnKind, Hello, ADDR_BYTES, HELLO_BYTES};
 use super::Bootstrap;
 use crate::error::{Error, Result};
 use crate::log::Subsys;
@@ -40,58 +38,27 @@ impl Bootstrap {
     /// call it with the same `conn` and `nsocks` (numbers are per pair; reusing one while it is
     /// being set up mixes the two). Bounded by the bootstrap timeout.
     pub fn data_sockets(&self, peer: usize, conn: u32, nsocks: usize) -> Result<DataSockets> {
-        ensure!(
-            peer < self.nranks && peer != self.rank,
-            InvalidArgument,
-            "data connection from rank {} to rank {peer} of {}",
-            self.rank,
-            self.nranks
-        );
-        ensure!(
-            (1..=MAX_DATA_SOCKETS).contains(&nsocks),
-            InvalidArgument,
-            "{nsocks} sockets per data connection (1..={MAX_DATA_SOCKETS})"
-        );
+        ensure!(peer < self.nranks && peer != self.rank, InvalidArgument, "data connection from rank {} to rank {peer} of {}", self.rank, self.nranks);
+        ensure!((1..=MAX_DATA_SOCKETS).contains(&nsocks), InvalidArgument, "{nsocks} sockets per data connection (1..={MAX_DATA_SOCKETS})");
         let deadline = Deadline::after(self.timeout);
         let who = format!("rank {peer}'s data listener");
-        let listener = TcpListener::bind(SocketAddr::new(self.listen.ip(), 0))
-            .map_err(|e| Error::io("binding a data listener", &e))?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| Error::io("O_NONBLOCK on a data listener", &e))?;
-        let mine = listener
-            .local_addr()
-            .map_err(|e| Error::io("data listener address", &e))?;
-        self.send_to(
-            peer,
-            self.peer_addr(peer)?,
-            Channel::Connect,
-            conn,
-            &encode_addr(&mine),
-        )?;
-        let theirs = self.wait(self.key(Channel::Connect, peer, conn), deadline, || {
-            format!("rank {peer}'s data listener address")
-        })?;
-        let theirs: &[u8; ADDR_BYTES] = theirs.as_slice().try_into().map_err(|_| {
-            Error::system(format!(
-                "rank {peer} sent a data listener address of {} bytes",
-                theirs.len()
-            ))
-        })?;
+        let listener = TcpListener::bind(SocketAddr::new(self.listen.ip(), 0)).map_err(|e| Error::io("binding a data listener", &e))?;
+        listener.set_nonblocking(true).map_err(|e| Error::io("O_NONBLOCK on a data listener", &e))?;
+        let mine = listener.local_addr().map_err(|e| Error::io("data listener address", &e))?;
+        self.send_to(peer, self.peer_addr(peer)?, Channel::Connect, conn, &encode_addr(&mine))?;
+        let theirs = self.wait(self.key(Channel::Connect, peer, conn), deadline, || format!("rank {peer}'s data listener address"))?;
+        let theirs: &[u8; ADDR_BYTES] = theirs
+            .as_slice()
+            .try_into()
+            .map_err(|_| Error::system(format!("rank {peer} sent a data listener address of {} bytes", theirs.len())))?;
         let theirs = decode_addr(theirs)?;
 
         // Connect first: the peer's kernel completes our handshakes into its backlog before it
         // accepts, so both ranks connecting at once cannot deadlock.
-        let hello = Hello {
-            kind: ConnKind::Data,
-            rank: self.rank as u32,
-            secret: self.secret,
-        };
+        let hello = Hello { kind: ConnKind::Data, rank: self.rank as u32, secret: self.secret };
         let mut outgoing = Vec::with_capacity(nsocks);
         for i in 0..nsocks {
-            let s = socket::open(theirs, Listening::Already, &hello, deadline, &who, &|| {
-                self.shared.mailbox.is_aborted()
-            })?;
+            let s = socket::open(theirs, Listening::Already, &hello, deadline, &who, &|| self.shared.mailbox.is_aborted())?;
             let mut hdr = [0u8; DATA_HEADER_BYTES];
             hdr[..4].copy_from_slice(&conn.to_le_bytes());
             hdr[4..].copy_from_slice(&(i as u32).to_le_bytes());
@@ -102,11 +69,7 @@ impl Bootstrap {
         let mut incoming: Vec<Option<TcpStream>> = (0..nsocks).map(|_| None).collect();
         let mut have = 0;
         while have < nsocks {
-            ensure!(
-                !self.shared.mailbox.is_aborted(),
-                SystemError,
-                "aborted while accepting rank {peer}'s data sockets"
-            );
+            ensure!(!self.shared.mailbox.is_aborted(), SystemError, "aborted while accepting rank {peer}'s data sockets");
             let Some(left) = deadline.remaining() else {
                 bail!(SystemError, "timed out after {:?} waiting for rank {peer}'s data sockets ({have} of {nsocks} arrived)", deadline.total());
             };
@@ -116,19 +79,10 @@ impl Bootstrap {
                         incoming[i] = Some(s);
                         have += 1;
                     }
-                    Ok((i, _)) => nccl_info!(
-                        Subsys::Bootstrap,
-                        "Bootstrap: second data socket {i} from rank {peer} ({from}) closed"
-                    ),
-                    Err(e) => nccl_info!(
-                        Subsys::Bootstrap,
-                        "Bootstrap: data socket from {from} refused: {}",
-                        e.msg
-                    ),
+                    Ok((i, _)) => nccl_info!(Subsys::Bootstrap, "Bootstrap: second data socket {i} from rank {peer} ({from}) closed"),
+                    Err(e) => nccl_info!(Subsys::Bootstrap, "Bootstrap: data socket from {from} refused: {}", e.msg),
                 },
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
-                    std::thread::sleep(Duration::from_millis(1))
-                }
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => std::thread::sleep(Duration::from_millis(1)),
                 Err(e) => return Err(Error::io("accepting a data socket", &e)),
             }
         }
@@ -138,44 +92,20 @@ impl Bootstrap {
     }
 
     /// Reads and checks an incoming data socket's hello and header; returns its index.
-    pub(super) fn admit(
-        &self,
-        mut s: TcpStream,
-        peer: usize,
-        conn: u32,
-        nsocks: usize,
-        wait: Duration,
-    ) -> Result<(usize, TcpStream)> {
-        s.set_nonblocking(false)
-            .map_err(|e| Error::io("blocking mode", &e))?;
-        s.set_read_timeout(Some(wait.max(Duration::from_millis(1))))
-            .map_err(|e| Error::io("SO_RCVTIMEO", &e))?;
+    pub(super) fn admit(&self, mut s: TcpStream, peer: usize, conn: u32, nsocks: usize, wait: Duration) -> Result<(usize, TcpStream)> {
+        s.set_nonblocking(false).map_err(|e| Error::io("blocking mode", &e))?;
+        s.set_read_timeout(Some(wait.max(Duration::from_millis(1)))).map_err(|e| Error::io("SO_RCVTIMEO", &e))?;
         let mut buf = [0u8; HELLO_BYTES + DATA_HEADER_BYTES];
-        s.read_exact(&mut buf)
-            .map_err(|e| Error::system(format!("no complete hello: {e}")))?;
-        let hello_bytes: &[u8; HELLO_BYTES] = buf[..HELLO_BYTES]
-            .try_into()
-            .map_err(|_| Error::internal("hello size"))?;
+        s.read_exact(&mut buf).map_err(|e| Error::system(format!("no complete hello: {e}")))?;
+        let hello_bytes: &[u8; HELLO_BYTES] = buf[..HELLO_BYTES].try_into().map_err(|_| Error::internal("hello size"))?;
         let hello = Hello::decode(hello_bytes)?;
-        ensure!(
-            secrets_equal(&hello.secret, &self.secret),
-            SystemError,
-            "wrong secret (another communicator, or not oxccl)"
-        );
-        ensure!(
-            hello.kind == ConnKind::Data && hello.rank as usize == peer,
-            SystemError,
-            "a {:?} connection from rank {}, expected data from rank {peer}",
-            hello.kind,
-            hello.rank
-        );
+        ensure!(secrets_equal(&hello.secret, &self.secret), SystemError, "wrong secret (another communicator, or not oxccl)");
+        ensure!(hello.kind == ConnKind::Data && hello.rank as usize == peer, SystemError, "a {:?} connection from rank {}, expected data from rank {peer}", hello.kind, hello.rank);
         let word = |o: usize| u32::from_le_bytes([buf[o], buf[o + 1], buf[o + 2], buf[o + 3]]);
         let (their_conn, index) = (word(HELLO_BYTES), word(HELLO_BYTES + 4) as usize);
         ensure!(their_conn == conn && index < nsocks, SystemError, "data socket {index} of connection {their_conn}, expected one of {nsocks} of connection {conn}");
-        s.set_read_timeout(None)
-            .map_err(|e| Error::io("SO_RCVTIMEO", &e))?;
-        s.set_nodelay(true)
-            .map_err(|e| Error::io("TCP_NODELAY", &e))?;
+        s.set_read_timeout(None).map_err(|e| Error::io("SO_RCVTIMEO", &e))?;
+        s.set_nodelay(true).map_err(|e| Error::io("TCP_NODELAY", &e))?;
         Ok((index, s))
     }
 }

@@ -16,10 +16,7 @@ impl Deadline {
     pub(crate) fn after(total: Duration) -> Deadline {
         let total = total.min(MAX_WAIT);
         let now = Instant::now();
-        Deadline {
-            at: now.checked_add(total).unwrap_or(now),
-            total,
-        }
+        Deadline { at: now.checked_add(total).unwrap_or(now), total }
     }
 
     pub(crate) fn at(&self) -> Instant {
@@ -33,8 +30,6 @@ impl Deadline {
 
     /// Time left, or None once the deadline has passed.
     pub(crate) fn remaining(&self) -> Option<Duration> {
-        self.at
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())
+        self.at.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
     }
 }

@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use super::id::{parse_comm_id, UniqueId, UNIQUE_ID_BYTES};
 use super::root::decode_reply;
-use super::wire::{
-    decode_addr, encode_addr, ConnKind, FrameDecoder, Hello, ADDR_BYTES, HELLO_BYTES, MAX_MESSAGE,
-};
+use super::wire::{decode_addr, encode_addr, ConnKind, FrameDecoder, Hello, ADDR_BYTES, HELLO_BYTES, MAX_MESSAGE};
 use super::Bootstrap;
 
 /// xorshift64*: deterministic, so a failure reproduces from its seed.
@@ -62,17 +60,8 @@ fn fixed<const N: usize>(v: &[u8]) -> [u8; N] {
 #[test]
 fn parsers_survive_random_and_mutated_input() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let id = UniqueId {
-        root: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)), 4242),
-        secret: [7; 16],
-    }
-    .encode();
-    let hello = Hello {
-        kind: ConnKind::Peer,
-        rank: 3,
-        secret: [9; 16],
-    }
-    .encode();
+    let id = UniqueId { root: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)), 4242), secret: [7; 16] }.encode();
+    let hello = Hello { kind: ConnKind::Peer, rank: 3, secret: [9; 16] }.encode();
     let addr = encode_addr(&"[fe80::1%2]:77".parse().expect("addr"));
     let reply_ok = [&[0u8][..], &addr].concat();
     for _ in 0..200_000 {
@@ -93,9 +82,7 @@ fn parsers_survive_random_and_mutated_input() {
     let alphabet = b"LLSimple128^,:;=#\n \tRingTreeNVLSallreduceAllGather0x-+9";
     for _ in 0..100_000 {
         let n = rng.below(40) as usize;
-        let text: String = (0..n)
-            .map(|_| alphabet[rng.below(alphabet.len() as u64) as usize] as char)
-            .collect();
+        let text: String = (0..n).map(|_| alphabet[rng.below(alphabet.len() as u64) as usize] as char).collect();
         let _ = crate::algo::envlists::Allowed::from_values(Some(&text), Some(&text));
         let _ = crate::config::parse_c_integer(&text);
         let _ = crate::config::conf_file_values(&text);
@@ -103,20 +90,7 @@ fn parsers_survive_random_and_mutated_input() {
         let _ = crate::log::level::parse_subsys_mask(Some(&text));
     }
     // Strings shaped like NCCL_COMM_ID values.
-    for s in [
-        "",
-        ":",
-        "[",
-        "[]:1",
-        "[::1",
-        "1.2.3.4:",
-        "1.2.3.4:0",
-        "1.2.3.4:99999",
-        "[::1%]:5",
-        "[::1%9999999999]:5",
-        "a:b:c",
-        "🙂:80",
-    ] {
+    for s in ["", ":", "[", "[]:1", "[::1", "1.2.3.4:", "1.2.3.4:0", "1.2.3.4:99999", "[::1%]:5", "[::1%9999999999]:5", "a:b:c", "🙂:80"] {
         assert!(parse_comm_id(s).is_err(), "{s:?} accepted");
     }
 }
@@ -144,11 +118,7 @@ fn frame_decoder_memory_follows_received_bytes() {
                 break;
             }
             // Amortised doubling may hold up to twice what arrived, never more.
-            assert!(
-                d.buffered_capacity() <= (2 * fed).min(MAX_MESSAGE),
-                "holds {} after {fed} bytes",
-                d.buffered_capacity()
-            );
+            assert!(d.buffered_capacity() <= (2 * fed).min(MAX_MESSAGE), "holds {} after {fed} bytes", d.buffered_capacity());
         }
     }
 }
@@ -159,9 +129,7 @@ fn two_ranks() -> Vec<Bootstrap> {
     let timeout = Duration::from_secs(30);
     let id = super::get_unique_id().expect("id");
     std::thread::scope(|s| {
-        let hs: Vec<_> = (0..2)
-            .map(|r| s.spawn(move || Bootstrap::init(&id, r, 2, timeout).expect("init")))
-            .collect();
+        let hs: Vec<_> = (0..2).map(|r| s.spawn(move || Bootstrap::init(&id, r, 2, timeout).expect("init"))).collect();
         hs.into_iter().map(|h| h.join().expect("thread")).collect()
     })
 }
@@ -171,23 +139,12 @@ fn random_connections_do_not_disturb_a_rank() {
     let ranks = two_ranks();
     let mut rng = Rng(7);
     let target = ranks[0].listen;
-    let hello = Hello {
-        kind: ConnKind::Peer,
-        rank: 1,
-        secret: [0; 16],
-    }
-    .encode();
+    let hello = Hello { kind: ConnKind::Peer, rank: 1, secret: [0; 16] }.encode();
     let mut conns = Vec::new();
     for i in 0..64 {
-        let Ok(mut s) = TcpStream::connect(target) else {
-            continue;
-        };
+        let Ok(mut s) = TcpStream::connect(target) else { continue };
         let n = rng.below(300) as usize;
-        let bytes = if i % 2 == 0 {
-            rng.bytes(n)
-        } else {
-            rng.mutate(&hello)
-        };
+        let bytes = if i % 2 == 0 { rng.bytes(n) } else { rng.mutate(&hello) };
         let _ = s.write_all(&bytes);
         conns.push(s);
     }
@@ -195,14 +152,8 @@ fn random_connections_do_not_disturb_a_rank() {
     std::thread::scope(|s| {
         let a = s.spawn(|| ranks[0].all_gather(&[1, 2, 3]).expect("all-gather rank 0"));
         let b = s.spawn(|| ranks[1].all_gather(&[4, 5, 6]).expect("all-gather rank 1"));
-        assert_eq!(
-            a.join().expect("thread"),
-            vec![vec![1, 2, 3], vec![4, 5, 6]]
-        );
-        assert_eq!(
-            b.join().expect("thread"),
-            vec![vec![1, 2, 3], vec![4, 5, 6]]
-        );
+        assert_eq!(a.join().expect("thread"), vec![vec![1, 2, 3], vec![4, 5, 6]]);
+        assert_eq!(b.join().expect("thread"), vec![vec![1, 2, 3], vec![4, 5, 6]]);
     });
     drop(conns);
 }
@@ -214,13 +165,7 @@ fn data_socket_admission_survives_random_and_mutated_hellos() {
     let ranks = two_ranks();
     let l = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("listener");
     let addr = l.local_addr().expect("addr");
-    let mut valid = Hello {
-        kind: ConnKind::Data,
-        rank: 1,
-        secret: ranks[0].secret,
-    }
-    .encode()
-    .to_vec();
+    let mut valid = Hello { kind: ConnKind::Data, rank: 1, secret: ranks[0].secret }.encode().to_vec();
     valid.extend_from_slice(&3u32.to_le_bytes()); // connection 3
     valid.extend_from_slice(&1u32.to_le_bytes()); // socket 1 of 2
     let mut rng = Rng(0xdada);
@@ -240,10 +185,7 @@ fn data_socket_admission_survives_random_and_mutated_hellos() {
         let (s, _) = l.accept().expect("accept");
         if let Ok((index, _)) = ranks[0].admit(s, 1, 3, 2, Duration::from_millis(200)) {
             // What follows the 40 header bytes is the transport's, not the admission's.
-            assert!(
-                index == 1 && bytes.starts_with(&valid),
-                "only a valid hello is admitted: {bytes:?}"
-            );
+            assert!(index == 1 && bytes.starts_with(&valid), "only a valid hello is admitted: {bytes:?}");
             admitted += 1;
         }
     }

@@ -34,8 +34,7 @@ impl UniqueId {
     }
 
     pub(crate) fn decode(bytes: &[u8; UNIQUE_ID_BYTES]) -> Result<UniqueId> {
-        let invalid =
-            |what: &str| Error::invalid_argument(format!("bootstrap: invalid unique id ({what})"));
+        let invalid = |what: &str| Error::invalid_argument(format!("bootstrap: invalid unique id ({what})"));
         let mut r = Reader::new(bytes);
         let head: [u8; 8] = r.array()?;
         if head[0..4] != ID_MAGIC {
@@ -54,10 +53,7 @@ impl UniqueId {
 
     /// The id NCCL_COMM_ID mode uses: the address and a secret derived from it.
     pub(crate) fn from_comm_id(root: SocketAddr) -> UniqueId {
-        UniqueId {
-            root,
-            secret: derived_secret(&root),
-        }
+        UniqueId { root, secret: derived_secret(&root) }
     }
 }
 
@@ -88,9 +84,7 @@ fn derived_secret(addr: &SocketAddr) -> Secret {
         b"oxccl NCCL_COMM_ID"
             .iter()
             .chain(encode_addr(addr).iter())
-            .fold(basis, |h, &b| {
-                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-            })
+            .fold(basis, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
     };
     let mut out = [0u8; 16];
     out[0..8].copy_from_slice(&fnv(0xcbf2_9ce4_8422_2325).to_le_bytes());
@@ -100,27 +94,20 @@ fn derived_secret(addr: &SocketAddr) -> Secret {
 
 /// NCCL_COMM_ID, parsed, if set.
 pub(crate) fn comm_id_from_env() -> Result<Option<SocketAddr>> {
-    crate::config::env("NCCL_COMM_ID")
-        .map(|s| parse_comm_id(&s).map_err(|e| e.context("NCCL_COMM_ID")))
-        .transpose()
+    crate::config::env("NCCL_COMM_ID").map(|s| parse_comm_id(&s).map_err(|e| e.context("NCCL_COMM_ID"))).transpose()
 }
 
 /// Parses `<ipv4>:<port>`, `[<ipv6>]:<port>` (optionally `[<ipv6>%<scope>]`, scope a number or
 /// an interface name) or `<hostname>:<port>`. The port must be nonzero: the root binds it.
 /// Hostnames resolve through the system resolver, preferring IPv4 so all ranks pick alike.
 pub fn parse_comm_id(s: &str) -> Result<SocketAddr> {
-    let bad =
-        |why: &str| Error::invalid_argument(format!("bootstrap: invalid address '{s}': {why}"));
+    let bad = |why: &str| Error::invalid_argument(format!("bootstrap: invalid address '{s}': {why}"));
     let (host, port) = if let Some(rest) = s.strip_prefix('[') {
         let (host, after) = rest.split_once(']').ok_or_else(|| bad("missing ']'"))?;
-        let port = after
-            .strip_prefix(':')
-            .ok_or_else(|| bad("expected ':<port>' after ']'"))?;
+        let port = after.strip_prefix(':').ok_or_else(|| bad("expected ':<port>' after ']'"))?;
         (host, port)
     } else {
-        let (host, port) = s
-            .rsplit_once(':')
-            .ok_or_else(|| bad("expected <host>:<port>"))?;
+        let (host, port) = s.rsplit_once(':').ok_or_else(|| bad("expected <host>:<port>"))?;
         if host.contains(':') {
             return Err(bad("IPv6 addresses must be written [addr]:port"));
         }
@@ -129,18 +116,11 @@ pub fn parse_comm_id(s: &str) -> Result<SocketAddr> {
     if host.is_empty() {
         return Err(bad("empty host"));
     }
-    let port: u16 = port
-        .parse()
-        .ok()
-        .filter(|&p| p != 0)
-        .ok_or_else(|| bad("port must be 1-65535"))?;
+    let port: u16 = port.parse().ok().filter(|&p| p != 0).ok_or_else(|| bad("port must be 1-65535"))?;
 
     if s.starts_with('[') {
         let (ip, scope) = match host.split_once('%') {
-            Some((ip, scope)) => (
-                ip,
-                parse_scope(scope).ok_or_else(|| bad("unknown IPv6 scope"))?,
-            ),
+            Some((ip, scope)) => (ip, parse_scope(scope).ok_or_else(|| bad("unknown IPv6 scope"))?),
             None => (host, 0),
         };
         let ip: Ipv6Addr = ip.parse().map_err(|_| bad("not an IPv6 address"))?;
@@ -150,18 +130,14 @@ pub fn parse_comm_id(s: &str) -> Result<SocketAddr> {
         return Ok(SocketAddr::new(IpAddr::V4(ip), port));
     }
     let hostname_ok = host.len() <= 253
-        && host.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        });
+        && host
+            .split('.')
+            .all(|l| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
     if !hostname_ok {
         return Err(bad("not an IPv4 address or a hostname"));
     }
-    let addrs: Vec<SocketAddr> = (host, port)
-        .to_socket_addrs()
-        .map_err(|e| bad(&format!("cannot resolve: {e}")))?
-        .collect();
+    let addrs: Vec<SocketAddr> =
+        (host, port).to_socket_addrs().map_err(|e| bad(&format!("cannot resolve: {e}")))?.collect();
     addrs
         .iter()
         .find(|a| a.is_ipv4())
@@ -187,22 +163,11 @@ mod tests {
 
     #[test]
     fn parse_comm_id_forms() {
-        assert_eq!(
-            parse_comm_id("10.0.0.1:1234").expect("v4"),
-            "10.0.0.1:1234".parse().expect("addr")
-        );
-        assert_eq!(
-            parse_comm_id("[::1]:80").expect("v6"),
-            "[::1]:80".parse().expect("addr")
-        );
+        assert_eq!(parse_comm_id("10.0.0.1:1234").expect("v4"), "10.0.0.1:1234".parse().expect("addr"));
+        assert_eq!(parse_comm_id("[::1]:80").expect("v6"), "[::1]:80".parse().expect("addr"));
         let scoped = parse_comm_id("[fe80::1%7]:80").expect("scoped");
         assert!(matches!(scoped, SocketAddr::V6(a) if a.scope_id() == 7 && a.port() == 80));
-        assert_eq!(
-            parse_comm_id("[fe80::1%lo]:80")
-                .expect("named scope")
-                .port(),
-            80
-        );
+        assert_eq!(parse_comm_id("[fe80::1%lo]:80").expect("named scope").port(), 80);
         let local = parse_comm_id("localhost:4242").expect("hostname");
         assert!(local.ip().is_loopback());
         assert_eq!(local.port(), 4242);
@@ -239,10 +204,7 @@ mod tests {
 
     #[test]
     fn id_round_trip_and_validation() {
-        let id = UniqueId {
-            root: "127.0.0.1:99".parse().expect("addr"),
-            secret: random_secret().expect("rng"),
-        };
+        let id = UniqueId { root: "127.0.0.1:99".parse().expect("addr"), secret: random_secret().expect("rng") };
         assert_eq!(UniqueId::decode(&id.encode()).expect("decode"), id);
         assert_ne!(random_secret().expect("rng"), id.secret);
         for corrupt in [0usize, 4, 6, 8, 100] {

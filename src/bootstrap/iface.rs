@@ -28,18 +28,11 @@ impl Interface {
     }
 
     fn same_subnet(&self, other: IpAddr) -> bool {
-        let Some(mask) = self.netmask else {
-            return false;
-        };
-        let masked_eq =
-            |a: &[u8], b: &[u8], m: &[u8]| a.iter().zip(b).zip(m).all(|((x, y), m)| x & m == y & m);
+        let Some(mask) = self.netmask else { return false };
+        let masked_eq = |a: &[u8], b: &[u8], m: &[u8]| a.iter().zip(b).zip(m).all(|((x, y), m)| x & m == y & m);
         match (self.ip, other, mask) {
-            (IpAddr::V4(a), IpAddr::V4(b), IpAddr::V4(m)) => {
-                masked_eq(&a.octets(), &b.octets(), &m.octets())
-            }
-            (IpAddr::V6(a), IpAddr::V6(b), IpAddr::V6(m)) => {
-                masked_eq(&a.octets(), &b.octets(), &m.octets())
-            }
+            (IpAddr::V4(a), IpAddr::V4(b), IpAddr::V4(m)) => masked_eq(&a.octets(), &b.octets(), &m.octets()),
+            (IpAddr::V6(a), IpAddr::V6(b), IpAddr::V6(m)) => masked_eq(&a.octets(), &b.octets(), &m.octets()),
             _ => false,
         }
     }
@@ -53,10 +46,7 @@ pub(crate) enum Family {
 
 impl Family {
     fn matches(self, ip: IpAddr) -> bool {
-        matches!(
-            (self, ip),
-            (Family::V4, IpAddr::V4(_)) | (Family::V6, IpAddr::V6(_))
-        )
+        matches!((self, ip), (Family::V4, IpAddr::V4(_)) | (Family::V6, IpAddr::V6(_)))
     }
 }
 
@@ -77,27 +67,12 @@ impl IfFilter {
             Some(r) => (true, r),
             None => (false, rest),
         };
-        let names = rest
-            .split(',')
-            .map(str::trim)
-            .filter(|n| !n.is_empty())
-            .map(String::from)
-            .collect();
-        IfFilter {
-            exclude,
-            exact,
-            names,
-        }
+        let names = rest.split(',').map(str::trim).filter(|n| !n.is_empty()).map(String::from).collect();
+        IfFilter { exclude, exact, names }
     }
 
     fn accepts(&self, name: &str) -> bool {
-        let listed = self.names.iter().any(|n| {
-            if self.exact {
-                name == n
-            } else {
-                name.starts_with(n.as_str())
-            }
-        });
+        let listed = self.names.iter().any(|n| if self.exact { name == n } else { name.starts_with(n.as_str()) });
         listed != self.exclude
     }
 }
@@ -109,11 +84,7 @@ pub(crate) fn choose<'a>(
     family: Option<Family>,
     root_hint: Option<IpAddr>,
 ) -> Option<&'a Interface> {
-    let usable = || {
-        ifaces
-            .iter()
-            .filter(move |i| family.map_or(true, |f| f.matches(i.ip)))
-    };
+    let usable = || ifaces.iter().filter(move |i| family.map_or(true, |f| f.matches(i.ip)));
     let first_matching = |spec: &str| {
         let filter = IfFilter::parse(spec);
         usable().find(|i| filter.accepts(&i.name))
@@ -134,9 +105,7 @@ fn family_from_env() -> Option<Family> {
         "AF_INET" => Some(Family::V4),
         "AF_INET6" => Some(Family::V6),
         other => {
-            nccl_warn!(
-                "NCCL_SOCKET_FAMILY set to unsupported value {other}, using any address family"
-            );
+            nccl_warn!("NCCL_SOCKET_FAMILY set to unsupported value {other}, using any address family");
             None
         }
     }
@@ -156,12 +125,7 @@ pub(crate) fn bootstrap_listen_addr(root_hint: Option<IpAddr>) -> Result<SocketA
             ifaces.iter().map(|i| format!("{}:{}", i.name, i.ip)).collect::<Vec<_>>().join(", ")
         ))
     })?;
-    nccl_info!(
-        Subsys::Bootstrap,
-        "Bootstrap: using {}:{}",
-        chosen.name,
-        chosen.ip
-    );
+    nccl_info!(Subsys::Bootstrap, "Bootstrap: using {}:{}", chosen.name, chosen.ip);
     Ok(chosen.listen_addr())
 }
 
@@ -170,10 +134,7 @@ pub(crate) fn list_interfaces() -> Result<Vec<Interface>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs writes a list head we free below with freeifaddrs.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return Err(Error::io(
-            "bootstrap: getifaddrs",
-            &std::io::Error::last_os_error(),
-        ));
+        return Err(Error::io("bootstrap: getifaddrs", &std::io::Error::last_os_error()));
     }
     let mut out = Vec::new();
     let mut cur = head;
@@ -185,20 +146,11 @@ pub(crate) fn list_interfaces() -> Result<Vec<Interface>> {
             continue;
         }
         // SAFETY: the address pointers are null or point at sockaddrs of the family they declare.
-        let Some((ip, scope_id)) = (unsafe { sockaddr_ip(ifa.ifa_addr) }) else {
-            continue;
-        };
+        let Some((ip, scope_id)) = (unsafe { sockaddr_ip(ifa.ifa_addr) }) else { continue };
         let netmask = unsafe { sockaddr_ip(ifa.ifa_netmask) }.map(|(m, _)| m);
         // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
-        out.push(Interface {
-            name,
-            ip,
-            netmask,
-            scope_id,
-        });
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
+        out.push(Interface { name, ip, netmask, scope_id });
     }
     // SAFETY: `head` came from getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(head) };
@@ -216,17 +168,11 @@ unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<(IpAddr, u32)> {
     match i32::from((*sa).sa_family) {
         libc::AF_INET => {
             let sin = &*(sa as *const libc::sockaddr_in);
-            Some((
-                IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))),
-                0,
-            ))
+            Some((IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))), 0))
         }
         libc::AF_INET6 => {
             let sin6 = &*(sa as *const libc::sockaddr_in6);
-            Some((
-                IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)),
-                sin6.sin6_scope_id,
-            ))
+            Some((IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)), sin6.sin6_scope_id))
         }
         _ => None,
     }
@@ -237,27 +183,11 @@ mod tests {
     use super::*;
 
     fn iface(name: &str, ip: &str, mask: &str) -> Interface {
-        Interface {
-            name: name.into(),
-            ip: ip.parse().expect("ip"),
-            netmask: mask.parse().ok(),
-            scope_id: 0,
-        }
+        Interface { name: name.into(), ip: ip.parse().expect("ip"), netmask: mask.parse().ok(), scope_id: 0 }
     }
 
-    fn pick(
-        ifaces: &[Interface],
-        ifname: Option<&str>,
-        family: Option<Family>,
-        hint: Option<&str>,
-    ) -> Option<String> {
-        choose(
-            ifaces,
-            ifname,
-            family,
-            hint.map(|h| h.parse().expect("hint")),
-        )
-        .map(|i| format!("{}/{}", i.name, i.ip))
+    fn pick(ifaces: &[Interface], ifname: Option<&str>, family: Option<Family>, hint: Option<&str>) -> Option<String> {
+        choose(ifaces, ifname, family, hint.map(|h| h.parse().expect("hint"))).map(|i| format!("{}/{}", i.name, i.ip))
     }
 
     #[test]
@@ -271,35 +201,14 @@ mod tests {
             iface("eth0", "fd00::2", "ffff:ffff:ffff:ffff::"),
             iface("ib0", "10.9.0.2", "255.255.255.0"),
         ];
-        assert_eq!(
-            pick(&all, None, None, None).as_deref(),
-            Some("ib0/10.9.0.2")
-        );
+        assert_eq!(pick(&all, None, None, None).as_deref(), Some("ib0/10.9.0.2"));
         let no_ib = &all[..6];
-        assert_eq!(
-            pick(no_ib, None, None, None).as_deref(),
-            Some("eth0/10.0.0.2")
-        );
-        assert_eq!(
-            pick(no_ib, None, None, Some("10.1.0.77")).as_deref(),
-            Some("eth1/10.1.0.2")
-        );
-        assert_eq!(
-            pick(no_ib, None, None, Some("127.0.0.1")).as_deref(),
-            Some("lo/127.0.0.1")
-        );
-        assert_eq!(
-            pick(no_ib, None, Some(Family::V6), None).as_deref(),
-            Some("eth0/fd00::2")
-        );
-        assert_eq!(
-            pick(&all[..3], None, None, None).as_deref(),
-            Some("docker0/172.17.0.1")
-        );
-        assert_eq!(
-            pick(&all[..1], None, None, None).as_deref(),
-            Some("lo/127.0.0.1")
-        );
+        assert_eq!(pick(no_ib, None, None, None).as_deref(), Some("eth0/10.0.0.2"));
+        assert_eq!(pick(no_ib, None, None, Some("10.1.0.77")).as_deref(), Some("eth1/10.1.0.2"));
+        assert_eq!(pick(no_ib, None, None, Some("127.0.0.1")).as_deref(), Some("lo/127.0.0.1"));
+        assert_eq!(pick(no_ib, None, Some(Family::V6), None).as_deref(), Some("eth0/fd00::2"));
+        assert_eq!(pick(&all[..3], None, None, None).as_deref(), Some("docker0/172.17.0.1"));
+        assert_eq!(pick(&all[..1], None, None, None).as_deref(), Some("lo/127.0.0.1"));
         assert_eq!(pick(&all[..1], None, Some(Family::V6), None), None);
         assert_eq!(pick(&[], None, None, None), None);
     }
@@ -312,44 +221,19 @@ mod tests {
             iface("eth1", "10.0.0.1", ""),
             iface("enp1", "10.0.0.3", ""),
         ];
-        assert_eq!(
-            pick(&all, Some("eth1"), None, None).as_deref(),
-            Some("eth10/10.0.0.10")
-        );
-        assert_eq!(
-            pick(&all, Some("=eth1"), None, None).as_deref(),
-            Some("eth1/10.0.0.1")
-        );
-        assert_eq!(
-            pick(&all, Some("^lo,eth"), None, None).as_deref(),
-            Some("enp1/10.0.0.3")
-        );
-        assert_eq!(
-            pick(&all, Some("^=lo,eth10"), None, None).as_deref(),
-            Some("eth1/10.0.0.1")
-        );
-        assert_eq!(
-            pick(&all, Some("enp,lo"), None, None).as_deref(),
-            Some("lo/127.0.0.1")
-        );
+        assert_eq!(pick(&all, Some("eth1"), None, None).as_deref(), Some("eth10/10.0.0.10"));
+        assert_eq!(pick(&all, Some("=eth1"), None, None).as_deref(), Some("eth1/10.0.0.1"));
+        assert_eq!(pick(&all, Some("^lo,eth"), None, None).as_deref(), Some("enp1/10.0.0.3"));
+        assert_eq!(pick(&all, Some("^=lo,eth10"), None, None).as_deref(), Some("eth1/10.0.0.1"));
+        assert_eq!(pick(&all, Some("enp,lo"), None, None).as_deref(), Some("lo/127.0.0.1"));
         assert_eq!(pick(&all, Some("ib"), None, None), None);
     }
 
     #[test]
     fn real_interfaces_include_loopback() {
         let ifaces = list_interfaces().expect("getifaddrs");
-        assert!(
-            ifaces.iter().any(|i| i.name == "lo" && i.ip.is_loopback()),
-            "{ifaces:?}"
-        );
-        let v6 = Interface {
-            name: "x".into(),
-            ip: "fe80::1".parse().expect("ip"),
-            netmask: None,
-            scope_id: 4,
-        };
-        assert!(
-            matches!(v6.listen_addr(), SocketAddr::V6(a) if a.scope_id() == 4 && a.port() == 0)
-        );
+        assert!(ifaces.iter().any(|i| i.name == "lo" && i.ip.is_loopback()), "{ifaces:?}");
+        let v6 = Interface { name: "x".into(), ip: "fe80::1".parse().expect("ip"), netmask: None, scope_id: 4 };
+        assert!(matches!(v6.listen_addr(), SocketAddr::V6(a) if a.scope_id() == 4 && a.port() == 0));
     }
 }

@@ -9,9 +9,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use super::wire::{
-    secrets_equal, ConnKind, Frame, FrameDecoder, Hello, Secret, HELLO_BYTES, ROOT_RANK,
-};
+use super::wire::{secrets_equal, ConnKind, Frame, FrameDecoder, Hello, Secret, HELLO_BYTES, ROOT_RANK};
 use crate::error::{Error, Result};
 use crate::log::Subsys;
 
@@ -43,10 +41,7 @@ impl Role {
         if ok {
             Ok(())
         } else {
-            Err(format!(
-                "unexpected {:?} connection from rank {}",
-                hello.kind, hello.rank
-            ))
+            Err(format!("unexpected {:?} connection from rank {}", hello.kind, hello.rank))
         }
     }
 }
@@ -60,15 +55,8 @@ pub(crate) enum Event {
 }
 
 enum State {
-    AwaitingHello {
-        buf: [u8; HELLO_BYTES],
-        len: usize,
-        deadline: Instant,
-    },
-    Open {
-        rank: u32,
-        decoder: FrameDecoder,
-    },
+    AwaitingHello { buf: [u8; HELLO_BYTES], len: usize, deadline: Instant },
+    Open { rank: u32, decoder: FrameDecoder },
 }
 
 struct Conn {
@@ -95,22 +83,11 @@ pub(crate) struct Listener {
 
 impl Listener {
     pub(crate) fn bind(addr: SocketAddr, secret: Secret, role: Role) -> Result<Listener> {
-        let socket = TcpListener::bind(addr)
-            .map_err(|e| Error::io(&format!("bootstrap: cannot listen on {addr}"), &e))?;
-        socket
-            .set_nonblocking(true)
-            .map_err(|e| Error::io("bootstrap: O_NONBLOCK", &e))?;
-        let addr = socket
-            .local_addr()
-            .map_err(|e| Error::io("bootstrap: getsockname", &e))?;
-        Ok(Listener {
-            socket,
-            addr,
-            secret,
-            role,
-            conns: Vec::new(),
-            buf: vec![0; READ_CHUNK],
-        })
+        let socket =
+            TcpListener::bind(addr).map_err(|e| Error::io(&format!("bootstrap: cannot listen on {addr}"), &e))?;
+        socket.set_nonblocking(true).map_err(|e| Error::io("bootstrap: O_NONBLOCK", &e))?;
+        let addr = socket.local_addr().map_err(|e| Error::io("bootstrap: getsockname", &e))?;
+        Ok(Listener { socket, addr, secret, role, conns: Vec::new(), buf: vec![0; READ_CHUNK] })
     }
 
     pub(crate) fn local_addr(&self) -> SocketAddr {
@@ -126,25 +103,16 @@ impl Listener {
             .conns
             .iter()
             .filter_map(|c| match c.state {
-                State::AwaitingHello { deadline, .. } => {
-                    Some(deadline.saturating_duration_since(now))
-                }
+                State::AwaitingHello { deadline, .. } => Some(deadline.saturating_duration_since(now)),
                 State::Open { .. } => None,
             })
             .fold(timeout, Duration::min);
         let mut fds: Vec<libc::pollfd> = std::iter::once(self.socket.as_raw_fd())
             .chain(self.conns.iter().map(|c| c.stream.as_raw_fd()))
-            .map(|fd| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            })
+            .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
             .collect();
-        let ms = i32::try_from(wait.as_millis())
-            .unwrap_or(i32::MAX)
-            .max(i32::from(!wait.is_zero()));
-        let nfds = libc::nfds_t::try_from(fds.len())
-            .map_err(|_| Error::system("bootstrap: too many connections"))?;
+        let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX).max(i32::from(!wait.is_zero()));
+        let nfds = libc::nfds_t::try_from(fds.len()).map_err(|_| Error::system("bootstrap: too many connections"))?;
         // SAFETY: `fds` is a live, correctly sized array of pollfd for the duration of the call.
         let rc = unsafe { libc::poll(fds.as_mut_ptr(), nfds, ms) };
         if rc < 0 {
@@ -159,11 +127,7 @@ impl Listener {
         let conns = std::mem::take(&mut self.conns);
         let mut kept = Vec::with_capacity(conns.len());
         for (mut conn, pfd) in conns.into_iter().zip(fds.iter().skip(1)) {
-            let outcome = if pfd.revents != 0 {
-                self.service(&mut conn, events)
-            } else {
-                Outcome::Keep
-            };
+            let outcome = if pfd.revents != 0 { self.service(&mut conn, events) } else { Outcome::Keep };
             match (outcome, &conn.state) {
                 (Outcome::Keep, State::AwaitingHello { deadline, .. }) if *deadline <= now => {
                     nccl_warn!(
@@ -189,11 +153,7 @@ impl Listener {
         loop {
             match self.socket.accept() {
                 Ok((stream, peer)) => {
-                    let pending = self
-                        .conns
-                        .iter()
-                        .filter(|c| matches!(c.state, State::AwaitingHello { .. }))
-                        .count();
+                    let pending = self.conns.iter().filter(|c| matches!(c.state, State::AwaitingHello { .. })).count();
                     if pending >= MAX_UNAUTHENTICATED {
                         nccl_warn!(
                             "bootstrap: rejected connection from {peer} to {}: too many unauthenticated connections",
@@ -207,16 +167,8 @@ impl Listener {
                         continue;
                     }
                     let deadline = Instant::now() + HELLO_TIMEOUT;
-                    let state = State::AwaitingHello {
-                        buf: [0; HELLO_BYTES],
-                        len: 0,
-                        deadline,
-                    };
-                    self.conns.push(Conn {
-                        stream,
-                        peer,
-                        state,
-                    });
+                    let state = State::AwaitingHello { buf: [0; HELLO_BYTES], len: 0, deadline };
+                    self.conns.push(Conn { stream, peer, state });
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
@@ -255,10 +207,7 @@ impl Listener {
                         sender(*rank),
                         conn.peer
                     );
-                    events.push(Event::Closed {
-                        rank: *rank,
-                        error: None,
-                    });
+                    events.push(Event::Closed { rank: *rank, error: None });
                     return Outcome::Drop;
                 }
                 (State::Open { .. }, None) => "closed in the middle of a message".to_string(),
@@ -273,11 +222,7 @@ impl Listener {
     fn close(&self, conn: &Conn, reason: String, events: &mut Vec<Event>) -> Outcome {
         match conn.state {
             State::AwaitingHello { .. } => {
-                nccl_warn!(
-                    "bootstrap: rejected connection from {} to {}: {reason}",
-                    conn.peer,
-                    self.addr
-                );
+                nccl_warn!("bootstrap: rejected connection from {} to {}: {reason}", conn.peer, self.addr);
             }
             State::Open { rank, .. } => {
                 nccl_warn!(
@@ -286,10 +231,7 @@ impl Listener {
                     conn.peer,
                     self.addr
                 );
-                events.push(Event::Closed {
-                    rank,
-                    error: Some(reason),
-                });
+                events.push(Event::Closed { rank, error: Some(reason) });
             }
         }
         Outcome::Drop
@@ -327,19 +269,12 @@ fn consume(
             sender(hello.rank),
             conn.peer
         );
-        conn.state = State::Open {
-            rank: hello.rank,
-            decoder: FrameDecoder::new(hello.kind),
-        };
+        conn.state = State::Open { rank: hello.rank, decoder: FrameDecoder::new(hello.kind) };
     }
     if let State::Open { rank, decoder } = &mut conn.state {
         let mut frames = Vec::new();
         let result = decoder.feed(data, &mut frames);
-        events.extend(
-            frames
-                .into_iter()
-                .map(|frame| Event::Frame { rank: *rank, frame }),
-        );
+        events.extend(frames.into_iter().map(|frame| Event::Frame { rank: *rank, frame }));
         result.map_err(|e| e.msg)?;
     }
     Ok(())

@@ -78,32 +78,22 @@ impl Mailbox {
                 st.heard.insert(*rank, Instant::now());
             }
             match event {
-                Event::Frame { rank, frame } if frame.channel == Channel::Notice => {
-                    match frame.body.as_slice() {
-                        [NOTICE_BYE] => {
-                            st.leaving.insert(rank);
-                        }
-                        [NOTICE_ALIVE] => {} // only its arrival time matters
-                        [NOTICE_LOST, a, b, c, d] => {
-                            let lost = u32::from_le_bytes([*a, *b, *c, *d]);
-                            if st.lost.insert(lost) {
-                                st.losses.push_back(Loss {
-                                    rank: lost,
-                                    why: format!("was reported lost by rank {rank}"),
-                                    reported_by: Some(rank),
-                                });
-                            }
-                        }
-                        _ => {} // unknown notices from an authenticated peer: ignored
+                Event::Frame { rank, frame } if frame.channel == Channel::Notice => match frame.body.as_slice() {
+                    [NOTICE_BYE] => {
+                        st.leaving.insert(rank);
                     }
-                }
+                    [NOTICE_ALIVE] => {} // only its arrival time matters
+                    [NOTICE_LOST, a, b, c, d] => {
+                        let lost = u32::from_le_bytes([*a, *b, *c, *d]);
+                        if st.lost.insert(lost) {
+                            st.losses.push_back(Loss { rank: lost, why: format!("was reported lost by rank {rank}"), reported_by: Some(rank) });
+                        }
+                    }
+                    _ => {} // unknown notices from an authenticated peer: ignored
+                },
                 Event::Frame { rank, frame } => {
                     st.gone.remove(&rank);
-                    let key = Key {
-                        channel: frame.channel,
-                        rank,
-                        tag: frame.tag,
-                    };
+                    let key = Key { channel: frame.channel, rank, tag: frame.tag };
                     st.queues.entry(key).or_default().push_back(frame.body);
                 }
                 Event::Closed { rank, error } => {
@@ -175,12 +165,7 @@ impl Mailbox {
         let mut st = self.state.lock();
         let last = st.heard.get(&rank).copied().map_or(since, |h| h.max(since));
         let silent = last.elapsed();
-        if silent < timeout
-            || st.leaving.contains(&rank)
-            || st.closing
-            || st.aborted
-            || !st.lost.insert(rank)
-        {
+        if silent < timeout || st.leaving.contains(&rank) || st.closing || st.aborted || !st.lost.insert(rank) {
             return false;
         }
         st.losses.push_back(Loss {

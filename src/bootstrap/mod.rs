@@ -39,12 +39,10 @@ pub use self::data::{DataSockets, MAX_DATA_SOCKETS};
 use self::deadline::Deadline;
 use self::id::UniqueId;
 use self::listener::{Listener, Role};
-pub use self::mailbox::Loss;
 use self::mailbox::{Key, Mailbox, WaitError, NOTICE_ALIVE, NOTICE_BYE, NOTICE_LOST};
+pub use self::mailbox::Loss;
 use self::socket::Listening;
-use self::wire::{
-    decode_addr, encode_addr, Channel, ConnKind, Hello, Secret, ADDR_BYTES, ROOT_RANK,
-};
+use self::wire::{decode_addr, encode_addr, Channel, ConnKind, Hello, Secret, ADDR_BYTES, ROOT_RANK};
 use crate::error::{Error, Result};
 use crate::log::Subsys;
 
@@ -97,10 +95,7 @@ pub fn child_unique_id() -> Result<[u8; UNIQUE_ID_BYTES]> {
 }
 
 /// Starts a root on `bind` and returns its id, plus the root thread (dropping it detaches).
-fn unique_id_with_root(
-    bind: SocketAddr,
-    timeout: Duration,
-) -> Result<([u8; UNIQUE_ID_BYTES], JoinHandle<()>)> {
+fn unique_id_with_root(bind: SocketAddr, timeout: Duration) -> Result<([u8; UNIQUE_ID_BYTES], JoinHandle<()>)> {
     let secret = id::random_secret()?;
     let (root, thread) = root::start(bind, secret, timeout)?;
     Ok((UniqueId { root, secret }.encode(), thread))
@@ -134,11 +129,7 @@ pub struct Bootstrap {
 
 impl fmt::Debug for Bootstrap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "Bootstrap(rank {}/{}, listening on {})",
-            self.rank, self.nranks, self.listen
-        )
+        write!(f, "Bootstrap(rank {}/{}, listening on {})", self.rank, self.nranks, self.listen)
     }
 }
 
@@ -146,16 +137,10 @@ impl Bootstrap {
     /// Connects rank `rank` of `nranks` through the root named by `id`. If NCCL_COMM_ID is set and
     /// rank == 0, this rank first hosts the root at the id's address (for this one init). Every
     /// wait is bounded by `timeout`; a rank that never arrives gives an Error, never a hang.
-    pub fn init(
-        id: &[u8; UNIQUE_ID_BYTES],
-        rank: usize,
-        nranks: usize,
-        timeout: Duration,
-    ) -> Result<Bootstrap> {
+    pub fn init(id: &[u8; UNIQUE_ID_BYTES], rank: usize, nranks: usize, timeout: Duration) -> Result<Bootstrap> {
         // Only an id made from NCCL_COMM_ID names a root nobody has started yet (a split's child
         // id names a root its first member already runs).
-        let host_root = rank == 0
-            && id::comm_id_from_env()?.is_some_and(|a| UniqueId::from_comm_id(a).encode() == *id);
+        let host_root = rank == 0 && id::comm_id_from_env()?.is_some_and(|a| UniqueId::from_comm_id(a).encode() == *id);
         Bootstrap::init_with(id, rank, nranks, timeout, host_root, None)
     }
 
@@ -171,17 +156,11 @@ impl Bootstrap {
         listen_on: Option<SocketAddr>,
     ) -> Result<Bootstrap> {
         let id = UniqueId::decode(id)?;
-        ensure!(
-            rank < nranks,
-            InvalidArgument,
-            "bootstrap: rank {rank} out of range for nranks {nranks}"
-        );
+        ensure!(rank < nranks, InvalidArgument, "bootstrap: rank {rank} out of range for nranks {nranks}");
         let n32 = u32::try_from(nranks)
             .ok()
             .filter(|&n| n < ROOT_RANK)
-            .ok_or_else(|| {
-                Error::invalid_argument(format!("bootstrap: nranks {nranks} too large"))
-            })?;
+            .ok_or_else(|| Error::invalid_argument(format!("bootstrap: nranks {nranks} too large")))?;
         let deadline = Deadline::after(timeout);
         if host_root {
             // The root thread ends by itself after this init or at its deadline.
@@ -211,56 +190,25 @@ impl Bootstrap {
             shared,
             listener_thread: Some(listener_thread),
         };
-        nccl_info!(
-            Subsys::Bootstrap,
-            "Bootstrap: rank {rank}/{nranks} listening on {listen}, root at {}",
-            id.root
-        );
+        nccl_info!(Subsys::Bootstrap, "Bootstrap: rank {rank}/{nranks} listening on {listen}, root at {}", id.root);
 
         // rank < nranks, which fits u32 (checked above).
-        root::register(
-            id.root,
-            id.secret,
-            rank as u32,
-            n32,
-            listen,
-            deadline,
-            &|| false,
-        )
-        .map_err(|e| e.context(format!("bootstrap: rank {rank}/{nranks} registering")))?;
-        let reply = bs.wait(
-            Key {
-                channel: Channel::Reply,
-                rank: ROOT_RANK,
-                tag: 0,
-            },
-            deadline,
-            || {
-                format!(
-                    "the root at {} to answer (it does once all {nranks} ranks have registered)",
-                    id.root
-                )
-            },
-        )?;
+        root::register(id.root, id.secret, rank as u32, n32, listen, deadline, &|| false)
+            .map_err(|e| e.context(format!("bootstrap: rank {rank}/{nranks} registering")))?;
+        let reply = bs.wait(Key { channel: Channel::Reply, rank: ROOT_RANK, tag: 0 }, deadline, || {
+            format!("the root at {} to answer (it does once all {nranks} ranks have registered)", id.root)
+        })?;
         let next = root::decode_reply(&reply)?;
         let table = bs.ring_all_gather(next, &encode_addr(&listen))?;
         bs.peers = table
             .iter()
             .map(|b| {
-                let b: &[u8; ADDR_BYTES] = b
-                    .as_slice()
-                    .try_into()
-                    .map_err(|_| Error::system("bad length"))?;
+                let b: &[u8; ADDR_BYTES] = b.as_slice().try_into().map_err(|_| Error::system("bad length"))?;
                 decode_addr(b)
             })
             .collect::<Result<_>>()
-            .map_err(|e| {
-                e.context("bootstrap: malformed listen address from the address all-gather")
-            })?;
-        nccl_info!(
-            Subsys::Bootstrap,
-            "Bootstrap: rank {rank}/{nranks} connected (next rank at {next})"
-        );
+            .map_err(|e| e.context("bootstrap: malformed listen address from the address all-gather"))?;
+        nccl_info!(Subsys::Bootstrap, "Bootstrap: rank {rank}/{nranks} connected (next rank at {next})");
         Ok(bs)
     }
 
@@ -293,11 +241,9 @@ impl Bootstrap {
         while dist < n {
             let (to, from) = ((r + dist) % n, (r + n - dist) % n);
             self.send_to(to, self.peer_addr(to)?, Channel::Barrier, round, &[])?;
-            self.wait(
-                self.key(Channel::Barrier, from, round),
-                Deadline::after(self.timeout),
-                || format!("rank {from}'s barrier message (round {round})"),
-            )?;
+            self.wait(self.key(Channel::Barrier, from, round), Deadline::after(self.timeout), || {
+                format!("rank {from}'s barrier message (round {round})")
+            })?;
             dist *= 2;
             round += 1;
         }
@@ -313,11 +259,9 @@ impl Bootstrap {
             self.nranks
         );
         if self.rank != root {
-            return self.wait(
-                self.key(Channel::Bcast, root, 0),
-                Deadline::after(self.timeout),
-                || format!("the broadcast from rank {root}"),
-            );
+            return self.wait(self.key(Channel::Bcast, root, 0), Deadline::after(self.timeout), || {
+                format!("the broadcast from rank {root}")
+            });
         }
         for i in 1..self.nranks {
             let peer = (root + i) % self.nranks;
@@ -334,17 +278,10 @@ impl Bootstrap {
 
     /// Receives the next message `peer` sent us with `tag`.
     pub fn recv(&self, peer: usize, tag: u32) -> Result<Vec<u8>> {
-        ensure!(
-            peer < self.nranks,
-            InvalidArgument,
-            "bootstrap: peer {peer} out of range for nranks {}",
-            self.nranks
-        );
-        self.wait(
-            self.key(Channel::P2p, peer, tag),
-            Deadline::after(self.timeout),
-            || format!("rank {peer}'s message with tag {tag}"),
-        )
+        ensure!(peer < self.nranks, InvalidArgument, "bootstrap: peer {peer} out of range for nranks {}", self.nranks);
+        self.wait(self.key(Channel::P2p, peer, tag), Deadline::after(self.timeout), || {
+            format!("rank {peer}'s message with tag {tag}")
+        })
     }
 
     /// Orderly shutdown: tells every peer this rank is connected to that its connections are about
@@ -364,11 +301,7 @@ impl Bootstrap {
         body[1..].copy_from_slice(&(lost as u32).to_le_bytes());
         for p in (0..self.nranks).filter(|&p| p != self.rank && p != lost) {
             if let Err(e) = self.notice(p, &body) {
-                nccl_info!(
-                    Subsys::Bootstrap,
-                    "Bootstrap: telling rank {p} that rank {lost} is lost failed: {}",
-                    e.msg
-                );
+                nccl_info!(Subsys::Bootstrap, "Bootstrap: telling rank {p} that rank {lost} is lost failed: {}", e.msg);
             }
         }
     }
@@ -389,11 +322,7 @@ impl Bootstrap {
         if self.nranks > 1 {
             let next = (self.rank + 1) % self.nranks;
             if let Err(e) = self.notice(next, &[NOTICE_ALIVE]) {
-                nccl_info!(
-                    Subsys::Bootstrap,
-                    "Bootstrap: heartbeat to rank {next} failed: {}",
-                    e.msg
-                );
+                nccl_info!(Subsys::Bootstrap, "Bootstrap: heartbeat to rank {next} failed: {}", e.msg);
             }
         }
     }
@@ -404,9 +333,7 @@ impl Bootstrap {
             return false;
         }
         let prev = (self.rank + self.nranks - 1) % self.nranks;
-        self.shared
-            .mailbox
-            .check_silence(prev as u32, since, timeout)
+        self.shared.mailbox.check_silence(prev as u32, since, timeout)
     }
 
     /// False once this rank said goodbye or aborted: nothing more to watch for.
@@ -416,24 +343,12 @@ impl Bootstrap {
 
     fn notice(&self, peer: usize, body: &[u8]) -> Result<()> {
         // Liveness traffic must not hang on a dead peer for the full bootstrap timeout.
-        self.send_within(
-            peer,
-            self.peer_addr(peer)?,
-            Channel::Notice,
-            0,
-            body,
-            self.timeout.min(NOTICE_TIMEOUT),
-        )
+        self.send_within(peer, self.peer_addr(peer)?, Channel::Notice, 0, body, self.timeout.min(NOTICE_TIMEOUT))
     }
 
     /// Makes every current and future wait on this Bootstrap return an error promptly.
     pub fn abort(&self) {
-        nccl_info!(
-            Subsys::Bootstrap,
-            "Bootstrap: rank {}/{} aborting",
-            self.rank,
-            self.nranks
-        );
+        nccl_info!(Subsys::Bootstrap, "Bootstrap: rank {}/{} aborting", self.rank, self.nranks);
         self.shared.mailbox.abort();
         self.shared.stop.store(true, Ordering::Release);
         for s in self.abort_handles.lock().iter().filter_map(Weak::upgrade) {
@@ -444,19 +359,12 @@ impl Bootstrap {
 
     fn key(&self, channel: Channel, rank: usize, tag: u32) -> Key {
         // Callers pass ranks below nranks, which fits u32 (checked in init).
-        Key {
-            channel,
-            rank: rank as u32,
-            tag,
-        }
+        Key { channel, rank: rank as u32, tag }
     }
 
     fn peer_addr(&self, peer: usize) -> Result<SocketAddr> {
         self.peers.get(peer).copied().ok_or_else(|| {
-            Error::invalid_argument(format!(
-                "bootstrap: peer {peer} out of range for nranks {}",
-                self.nranks
-            ))
+            Error::invalid_argument(format!("bootstrap: peer {peer} out of range for nranks {}", self.nranks))
         })
     }
 
@@ -464,22 +372,16 @@ impl Bootstrap {
         self.shared.mailbox.take(key, deadline).map_err(|e| {
             let me = format!("bootstrap: rank {}/{}", self.rank, self.nranks);
             match e {
-                WaitError::TimedOut => Error::system(format!(
-                    "{me} timed out after {:?} waiting for {}",
-                    deadline.total(),
-                    what()
-                )),
-                WaitError::Aborted => {
-                    Error::system(format!("{me} aborted while waiting for {}", what()))
+                WaitError::TimedOut => {
+                    Error::system(format!("{me} timed out after {:?} waiting for {}", deadline.total(), what()))
                 }
+                WaitError::Aborted => Error::system(format!("{me} aborted while waiting for {}", what())),
                 WaitError::Gone(why) => Error::remote(format!(
                     "{me} was waiting for {} but the connection from {} ended: {why}",
                     what(),
                     listener::sender(key.rank)
                 )),
-                WaitError::Failed(why) => {
-                    Error::system(format!("{me} cannot receive {}: {why}", what()))
-                }
+                WaitError::Failed(why) => Error::system(format!("{me} cannot receive {}: {why}", what())),
             }
         })
     }
@@ -495,17 +397,9 @@ impl Bootstrap {
             // receiving cannot deadlock: the receiver's listener queues whatever arrives.
             let (send_idx, recv_idx) = ((r + n - step) % n, (r + n - step - 1) % n);
             self.send_to(next, next_addr, Channel::Ring, 0, &blobs[send_idx])?;
-            let got = self.wait(
-                self.key(Channel::Ring, prev, 0),
-                Deadline::after(self.timeout),
-                || {
-                    format!(
-                        "rank {prev}'s all-gather data for rank {recv_idx} (step {}/{})",
-                        step + 1,
-                        n - 1
-                    )
-                },
-            )?;
+            let got = self.wait(self.key(Channel::Ring, prev, 0), Deadline::after(self.timeout), || {
+                format!("rank {prev}'s all-gather data for rank {recv_idx} (step {}/{})", step + 1, n - 1)
+            })?;
             ensure!(
                 got.len() == mine.len(),
                 InvalidUsage,
@@ -519,26 +413,11 @@ impl Bootstrap {
     }
 
     /// Sends one frame to `peer` (at `addr`), connecting on first use.
-    fn send_to(
-        &self,
-        peer: usize,
-        addr: SocketAddr,
-        channel: Channel,
-        tag: u32,
-        data: &[u8],
-    ) -> Result<()> {
+    fn send_to(&self, peer: usize, addr: SocketAddr, channel: Channel, tag: u32, data: &[u8]) -> Result<()> {
         self.send_within(peer, addr, channel, tag, data, self.timeout)
     }
 
-    fn send_within(
-        &self,
-        peer: usize,
-        addr: SocketAddr,
-        channel: Channel,
-        tag: u32,
-        data: &[u8],
-        timeout: Duration,
-    ) -> Result<()> {
+    fn send_within(&self, peer: usize, addr: SocketAddr, channel: Channel, tag: u32, data: &[u8], timeout: Duration) -> Result<()> {
         ensure!(
             !self.shared.mailbox.is_aborted(),
             SystemError,
@@ -548,13 +427,9 @@ impl Bootstrap {
         );
         let context = || format!("bootstrap: rank {}/{}", self.rank, self.nranks);
         // Validated before the connection is touched, so a bad argument does not cost it.
-        let header = wire::encode_frame_header(channel, tag, data.len())
-            .map_err(|e| e.context(context()))?;
+        let header = wire::encode_frame_header(channel, tag, data.len()).map_err(|e| e.context(context()))?;
         let slot = self.out.get(peer).ok_or_else(|| {
-            Error::invalid_argument(format!(
-                "bootstrap: peer {peer} out of range for nranks {}",
-                self.nranks
-            ))
+            Error::invalid_argument(format!("bootstrap: peer {peer} out of range for nranks {}", self.nranks))
         })?;
         let mut slot = slot.lock();
         let deadline = Deadline::after(timeout);
@@ -565,28 +440,16 @@ impl Bootstrap {
             Some(s) => s,
             None => self.connect(peer, addr, deadline)?,
         };
-        socket::send_frame(&stream, &header, data, deadline, &who)
-            .map_err(|e| e.context(context()))?;
+        socket::send_frame(&stream, &header, data, deadline, &who).map_err(|e| e.context(context()))?;
         *slot = Some(stream);
         Ok(())
     }
 
     fn connect(&self, peer: usize, addr: SocketAddr, deadline: Deadline) -> Result<Arc<TcpStream>> {
-        let hello = Hello {
-            kind: ConnKind::Peer,
-            rank: self.rank as u32,
-            secret: self.secret,
-        };
+        let hello = Hello { kind: ConnKind::Peer, rank: self.rank as u32, secret: self.secret };
         let aborted = || self.shared.mailbox.is_aborted();
-        let stream = socket::open(
-            addr,
-            Listening::Already,
-            &hello,
-            deadline,
-            &format!("rank {peer}"),
-            &aborted,
-        )
-        .map_err(|e| e.context(format!("bootstrap: rank {}/{}", self.rank, self.nranks)))?;
+        let stream = socket::open(addr, Listening::Already, &hello, deadline, &format!("rank {peer}"), &aborted)
+            .map_err(|e| e.context(format!("bootstrap: rank {}/{}", self.rank, self.nranks)))?;
         let stream = Arc::new(stream);
         let mut handles = self.abort_handles.lock();
         handles.retain(|h| h.strong_count() > 0);
@@ -625,11 +488,7 @@ fn run_listener(mut listener: Listener, shared: &Shared) {
     let mut events = Vec::new();
     while !shared.stop.load(Ordering::Acquire) {
         if let Err(e) = listener.poll(LISTENER_TICK, &mut events) {
-            nccl_warn!(
-                "bootstrap: listener on {} failed: {}",
-                listener.local_addr(),
-                e.msg
-            );
+            nccl_warn!("bootstrap: listener on {} failed: {}", listener.local_addr(), e.msg);
             shared.mailbox.fail(e.msg);
             return;
         }

@@ -16,8 +16,7 @@ use super::deadline::Deadline;
 use super::listener::{Event, Listener, Role};
 use super::socket::{self, Listening};
 use super::wire::{
-    encode_addr, encode_frame_header, Channel, ConnKind, Hello, Reader, Secret, MAX_ROOT_MESSAGE,
-    ROOT_RANK,
+    encode_addr, encode_frame_header, Channel, ConnKind, Hello, Reader, Secret, MAX_ROOT_MESSAGE, ROOT_RANK,
 };
 use crate::error::{Error, Result, ResultCode};
 use crate::log::Subsys;
@@ -31,11 +30,7 @@ const REPLY_ERROR: u8 = 1;
 
 /// Starts a root listening on `bind` (port 0 for an ephemeral one) for one init; returns the
 /// address it listens on and its thread (which ends by itself; dropping the handle detaches it).
-pub(crate) fn start(
-    bind: SocketAddr,
-    secret: Secret,
-    timeout: Duration,
-) -> Result<(SocketAddr, JoinHandle<()>)> {
+pub(crate) fn start(bind: SocketAddr, secret: Secret, timeout: Duration) -> Result<(SocketAddr, JoinHandle<()>)> {
     let listener = Listener::bind(bind, secret, Role::Root)?;
     let addr = listener.local_addr();
     let deadline = Deadline::after(timeout);
@@ -57,19 +52,8 @@ pub(crate) fn register(
     deadline: Deadline,
     aborted: &dyn Fn() -> bool,
 ) -> Result<()> {
-    let hello = Hello {
-        kind: ConnKind::Register,
-        rank,
-        secret,
-    };
-    let stream = socket::open(
-        root,
-        Listening::MaybeNotYet,
-        &hello,
-        deadline,
-        "the root",
-        aborted,
-    )?;
+    let hello = Hello { kind: ConnKind::Register, rank, secret };
+    let stream = socket::open(root, Listening::MaybeNotYet, &hello, deadline, "the root", aborted)?;
     let body = [nranks.to_le_bytes().as_slice(), &encode_addr(&listen)].concat();
     let header = encode_frame_header(Channel::Register, 0, body.len())?;
     socket::send_frame(&stream, &header, &body, deadline, "the root")
@@ -78,10 +62,7 @@ pub(crate) fn register(
 /// A rank's side: the root's reply, i.e. the listen address of rank+1 or the root's error.
 pub(crate) fn decode_reply(bytes: &[u8]) -> Result<SocketAddr> {
     let mut r = Reader::new(bytes);
-    match r
-        .u8()
-        .map_err(|e| e.context("bootstrap: empty reply from the root"))?
-    {
+    match r.u8().map_err(|e| e.context("bootstrap: empty reply from the root"))? {
         REPLY_OK => {
             let next = r.addr();
             next.and_then(|next| r.finish().map(|()| next))
@@ -91,23 +72,14 @@ pub(crate) fn decode_reply(bytes: &[u8]) -> Result<SocketAddr> {
             let code = ResultCode::from_raw(i32::from(r.u8()?))
                 .filter(|c| *c != ResultCode::Success)
                 .unwrap_or(ResultCode::RemoteError);
-            Err(Error::new(
-                code,
-                format!("bootstrap root: {}", String::from_utf8_lossy(r.rest())),
-            ))
+            Err(Error::new(code, format!("bootstrap root: {}", String::from_utf8_lossy(r.rest()))))
         }
-        status => bail!(
-            SystemError,
-            "bootstrap: malformed reply from the root (status {status})"
-        ),
+        status => bail!(SystemError, "bootstrap: malformed reply from the root (status {status})"),
     }
 }
 
 fn serve(mut listener: Listener, secret: Secret, deadline: Deadline) {
-    let mut registry = Registry {
-        secret,
-        ..Registry::default()
-    };
+    let mut registry = Registry { secret, ..Registry::default() };
     let mut events = Vec::new();
     loop {
         let Some(left) = deadline.remaining() else {
@@ -115,11 +87,7 @@ fn serve(mut listener: Listener, secret: Secret, deadline: Deadline) {
             break;
         };
         if let Err(e) = listener.poll(left, &mut events) {
-            registry.fail(
-                ResultCode::SystemError,
-                format!("the root's listener failed: {}", e.msg),
-                None,
-            );
+            registry.fail(ResultCode::SystemError, format!("the root's listener failed: {}", e.msg), None);
             break;
         }
         for event in events.drain(..) {
@@ -132,11 +100,7 @@ fn serve(mut listener: Listener, secret: Secret, deadline: Deadline) {
             break;
         }
     }
-    nccl_info!(
-        Subsys::Bootstrap,
-        "Bootstrap: root on {} exiting",
-        listener.local_addr()
-    );
+    nccl_info!(Subsys::Bootstrap, "Bootstrap: root on {} exiting", listener.local_addr());
 }
 
 #[derive(Default)]
@@ -166,10 +130,7 @@ impl Registry {
         let (nranks, addr) = match parsed {
             Ok(p) => p,
             Err(e) => {
-                nccl_warn!(
-                    "bootstrap root: ignoring malformed registration from rank {rank}: {}",
-                    e.msg
-                );
+                nccl_warn!("bootstrap root: ignoring malformed registration from rank {rank}: {}", e.msg);
                 return;
             }
         };
@@ -181,15 +142,11 @@ impl Registry {
         }
         let (n, first) = *self.expected.get_or_insert((nranks, rank));
         let problem = if nranks != n {
-            Some(format!(
-                "rank {rank} was initialised with nranks={nranks} but rank {first} with nranks={n}"
-            ))
+            Some(format!("rank {rank} was initialised with nranks={nranks} but rank {first} with nranks={n}"))
         } else if rank >= n {
             Some(format!("rank {rank} is out of range for nranks={n}"))
         } else {
-            self.addrs
-                .get(&rank)
-                .map(|old| format!("rank {rank} registered twice (from {old} and from {addr})"))
+            self.addrs.get(&rank).map(|old| format!("rank {rank} registered twice (from {old} and from {addr})"))
         };
         if let Some(msg) = problem {
             self.fail(ResultCode::InvalidUsage, msg, Some((rank, addr)));
@@ -219,14 +176,8 @@ impl Registry {
     /// All `n` (>= 1) ranks are here: tell each, in rank order, where rank+1 listens.
     fn send_ring(&mut self, n: u32) {
         for rank in 0..n {
-            if let (Some(&addr), Some(&next)) =
-                (self.addrs.get(&rank), self.addrs.get(&((rank + 1) % n)))
-            {
-                self.reply(
-                    rank,
-                    addr,
-                    &[[REPLY_OK].as_slice(), &encode_addr(&next)].concat(),
-                );
+            if let (Some(&addr), Some(&next)) = (self.addrs.get(&rank), self.addrs.get(&((rank + 1) % n))) {
+                self.reply(rank, addr, &[[REPLY_OK].as_slice(), &encode_addr(&next)].concat());
             }
         }
         self.complete = true;
@@ -237,28 +188,18 @@ impl Registry {
             return;
         }
         let Some((n, _)) = self.expected else {
-            nccl_info!(
-                Subsys::Bootstrap,
-                "Bootstrap: root: no rank registered within {waited:?}"
-            );
+            nccl_info!(Subsys::Bootstrap, "Bootstrap: root: no rank registered within {waited:?}");
             return;
         };
         // Name a few missing ranks; scanning stops early, so a huge nranks costs nothing.
-        let missing: Vec<String> = (0..n)
-            .filter(|r| !self.addrs.contains_key(r))
-            .take(3)
-            .map(|r| r.to_string())
-            .collect();
+        let missing: Vec<String> =
+            (0..n).filter(|r| !self.addrs.contains_key(r)).take(3).map(|r| r.to_string()).collect();
         let arrived = self.addrs.len();
         let n_missing = (n as usize).saturating_sub(arrived);
         let who = match n_missing {
             1 => format!("rank {}", missing.join("")),
             k if k <= missing.len() => format!("ranks {}", missing.join(", ")),
-            k => format!(
-                "ranks {} and {} more",
-                missing.join(", "),
-                k - missing.len()
-            ),
+            k => format!("ranks {} and {} more", missing.join(", "), k - missing.len()),
         };
         self.fail(
             ResultCode::SystemError,
@@ -274,11 +215,7 @@ impl Registry {
     }
 
     fn reply(&self, rank: u32, addr: SocketAddr, body: &[u8]) {
-        let hello = Hello {
-            kind: ConnKind::Reply,
-            rank: ROOT_RANK,
-            secret: self.secret,
-        };
+        let hello = Hello { kind: ConnKind::Reply, rank: ROOT_RANK, secret: self.secret };
         let deadline = Deadline::after(REPLY_TIMEOUT);
         let who = format!("rank {rank}");
         let sent = encode_frame_header(Channel::Reply, 0, body.len()).and_then(|header| {
@@ -286,10 +223,7 @@ impl Registry {
             socket::send_frame(&s, &header, body, deadline, &who)
         });
         if let Err(e) = sent {
-            nccl_warn!(
-                "bootstrap root: could not reply to rank {rank} at {addr}: {}",
-                e.msg
-            );
+            nccl_warn!("bootstrap root: could not reply to rank {rank} at {addr}: {}", e.msg);
         }
     }
 }
@@ -313,17 +247,13 @@ mod tests {
         let a: SocketAddr = "10.0.0.1:9".parse().expect("addr");
         let ok = [[REPLY_OK].as_slice(), &encode_addr(&a)].concat();
         assert_eq!(decode_reply(&ok).expect("ok"), a);
-        let e =
-            decode_reply(&error_reply(ResultCode::InvalidUsage, "nope")).expect_err("error reply");
+        let e = decode_reply(&error_reply(ResultCode::InvalidUsage, "nope")).expect_err("error reply");
         assert_eq!(e.code, ResultCode::InvalidUsage);
         assert!(e.msg.contains("nope"));
         let long = "é".repeat(10_000);
         assert!(error_reply(ResultCode::SystemError, &long).len() <= MAX_ROOT_MESSAGE);
         for bad in [&[][..], &[9], &ok[..10], &[ok.as_slice(), &[0]].concat()] {
-            assert_eq!(
-                decode_reply(bad).expect_err("malformed").code,
-                ResultCode::SystemError
-            );
+            assert_eq!(decode_reply(bad).expect_err("malformed").code, ResultCode::SystemError);
         }
     }
 }

@@ -32,10 +32,7 @@ fn retryable(e: &std::io::Error) -> bool {
             | ErrorKind::Interrupted
             | ErrorKind::AddrInUse
             | ErrorKind::AddrNotAvailable
-    ) || matches!(
-        e.raw_os_error(),
-        Some(libc::EHOSTUNREACH | libc::ENETUNREACH)
-    )
+    ) || matches!(e.raw_os_error(), Some(libc::EHOSTUNREACH | libc::ENETUNREACH))
 }
 
 /// Whether a refused connection may just mean "not listening yet".
@@ -71,28 +68,16 @@ fn connect(
 ) -> Result<TcpStream> {
     let mut backoff = FIRST_BACKOFF;
     loop {
-        ensure!(
-            !aborted(),
-            SystemError,
-            "aborted while connecting to {who} at {addr}"
-        );
+        ensure!(!aborted(), SystemError, "aborted while connecting to {who} at {addr}");
         let last = match deadline.remaining() {
             Some(left) => match TcpStream::connect_timeout(&addr, left.min(CONNECT_ATTEMPT)) {
                 Ok(stream) => {
                     // Bootstrap messages are small request/response steps: latency, not batching.
-                    stream
-                        .set_nodelay(true)
-                        .map_err(|e| Error::io("TCP_NODELAY", &e))?;
+                    stream.set_nodelay(true).map_err(|e| Error::io("TCP_NODELAY", &e))?;
                     return Ok(stream);
                 }
-                Err(e)
-                    if e.kind() == ErrorKind::ConnectionRefused
-                        && listening == Listening::Already =>
-                {
-                    bail!(
-                        RemoteError,
-                        "{who} at {addr} refused the connection (has it exited?)"
-                    )
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused && listening == Listening::Already => {
+                    bail!(RemoteError, "{who} at {addr} refused the connection (has it exited?)")
                 }
                 Err(e) if retryable(&e) => e,
                 Err(e) => return Err(Error::io(&format!("connecting to {who} at {addr}"), &e)),
@@ -112,31 +97,16 @@ fn connect(
 }
 
 /// Writes all of `buf`, failing once `deadline` passes.
-pub(crate) fn write_all(
-    mut stream: &TcpStream,
-    mut buf: &[u8],
-    deadline: Deadline,
-    who: &str,
-) -> Result<()> {
+pub(crate) fn write_all(mut stream: &TcpStream, mut buf: &[u8], deadline: Deadline, who: &str) -> Result<()> {
     while !buf.is_empty() {
         let Some(left) = deadline.remaining() else {
-            bail!(
-                SystemError,
-                "timed out after {:?} sending to {who}",
-                deadline.total()
-            );
+            bail!(SystemError, "timed out after {:?} sending to {who}", deadline.total());
         };
-        stream
-            .set_write_timeout(Some(left.max(Duration::from_millis(1))))
-            .map_err(|e| Error::io("SO_SNDTIMEO", &e))?;
+        stream.set_write_timeout(Some(left.max(Duration::from_millis(1)))).map_err(|e| Error::io("SO_SNDTIMEO", &e))?;
         match stream.write(buf) {
             Ok(0) => bail!(RemoteError, "connection to {who} closed while sending"),
             Ok(n) => buf = buf.get(n..).unwrap_or_default(),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::Interrupted | ErrorKind::WouldBlock | ErrorKind::TimedOut
-                ) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
             Err(e) => bail!(RemoteError, "connection to {who} failed while sending: {e}"),
         }
     }

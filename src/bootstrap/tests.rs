@@ -18,10 +18,7 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 fn raise_fd_limit() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         // SAFETY: plain getrlimit/setrlimit on a local struct.
         unsafe {
             if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
@@ -36,12 +33,7 @@ fn local_root(timeout: Duration) -> ([u8; UNIQUE_ID_BYTES], JoinHandle<()>) {
     unique_id_with_root(LOCAL_ANY_PORT, timeout).expect("start root")
 }
 
-fn init_local(
-    id: &[u8; UNIQUE_ID_BYTES],
-    rank: usize,
-    nranks: usize,
-    timeout: Duration,
-) -> Result<Bootstrap> {
+fn init_local(id: &[u8; UNIQUE_ID_BYTES], rank: usize, nranks: usize, timeout: Duration) -> Result<Bootstrap> {
     Bootstrap::init_with(id, rank, nranks, timeout, false, Some(LOCAL_ANY_PORT))
 }
 
@@ -50,13 +42,8 @@ fn init_all(nranks: usize, timeout: Duration) -> Vec<Bootstrap> {
     raise_fd_limit();
     let (id, _root) = local_root(timeout);
     thread::scope(|s| {
-        let handles: Vec<_> = (0..nranks)
-            .map(|r| s.spawn(move || init_local(&id, r, nranks, timeout)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("rank thread").expect("init"))
-            .collect()
+        let handles: Vec<_> = (0..nranks).map(|r| s.spawn(move || init_local(&id, r, nranks, timeout))).collect();
+        handles.into_iter().map(|h| h.join().expect("rank thread").expect("init")).collect()
     })
 }
 
@@ -65,10 +52,7 @@ fn on_all<T: Send>(ranks: &[Bootstrap], f: impl Fn(&Bootstrap) -> T + Sync) -> V
     let f = &f;
     thread::scope(|s| {
         let handles: Vec<_> = ranks.iter().map(|bs| s.spawn(move || f(bs))).collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("rank thread"))
-            .collect()
+        handles.into_iter().map(|h| h.join().expect("rank thread")).collect()
     })
 }
 
@@ -94,11 +78,7 @@ fn exercise(bs: &Bootstrap, tags: &[u32]) {
     for root in [n - 1, 0] {
         let payload = blob(root + 100, 1000);
         let mine: &[u8] = if r == root { &payload } else { b"ignored" };
-        assert_eq!(
-            bs.broadcast(root, mine).expect("broadcast"),
-            payload,
-            "rank {r}: broadcast from {root}"
-        );
+        assert_eq!(bs.broadcast(root, mine).expect("broadcast"), payload, "rank {r}: broadcast from {root}");
     }
 
     // Ring shift with an empty and a 1 MiB message.
@@ -106,10 +86,7 @@ fn exercise(bs: &Bootstrap, tags: &[u32]) {
     bs.send(next, 1, &[]).expect("send empty");
     bs.send(next, 1, &blob(r, 1 << 20)).expect("send 1 MiB");
     assert!(bs.recv(prev, 1).expect("recv empty").is_empty());
-    assert!(
-        bs.recv(prev, 1).expect("recv 1 MiB") == blob(prev, 1 << 20),
-        "rank {r}: 1 MiB from {prev}"
-    );
+    assert!(bs.recv(prev, 1).expect("recv 1 MiB") == blob(prev, 1 << 20), "rank {r}: 1 MiB from {prev}");
 
     // All pairs (self included) with several tags; everything is sent before anything is
     // received, which only works because sends never wait for the receiver.
@@ -120,11 +97,7 @@ fn exercise(bs: &Bootstrap, tags: &[u32]) {
     }
     for &tag in tags.iter().rev() {
         for p in (0..n).rev() {
-            assert_eq!(
-                bs.recv(p, tag).expect("recv"),
-                p2p_msg(p, r, tag),
-                "rank {r}: from {p} tag {tag}"
-            );
+            assert_eq!(bs.recv(p, tag).expect("recv"), p2p_msg(p, r, tag), "rank {r}: from {p} tag {tag}");
         }
     }
 
@@ -212,25 +185,13 @@ fn missing_rank_gets_root_timeout_error_and_root_exits() {
     let (id, root) = local_root(Duration::from_millis(1500));
     let start = Instant::now();
     let errors: Vec<Error> = thread::scope(|s| {
-        let hs: Vec<_> = (0..2)
-            .map(|r| s.spawn(move || init_local(&id, r, 3, Duration::from_secs(4))))
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("thread").expect_err("init must fail"))
-            .collect()
+        let hs: Vec<_> = (0..2).map(|r| s.spawn(move || init_local(&id, r, 3, Duration::from_secs(4)))).collect();
+        hs.into_iter().map(|h| h.join().expect("thread").expect_err("init must fail")).collect()
     });
-    assert!(
-        start.elapsed() < Duration::from_secs(4),
-        "took {:?}",
-        start.elapsed()
-    );
+    assert!(start.elapsed() < Duration::from_secs(4), "took {:?}", start.elapsed());
     for e in &errors {
         assert_eq!(e.code, ResultCode::SystemError, "{e:?}");
-        assert!(
-            e.msg
-                .contains("waiting for rank 2 to register with the root (2/3 ranks arrived)"),
-            "{e:?}"
-        );
+        assert!(e.msg.contains("waiting for rank 2 to register with the root (2/3 ranks arrived)"), "{e:?}");
     }
     wait_finished(&root, Duration::from_secs(3));
 }
@@ -240,16 +201,9 @@ fn missing_rank_times_out_at_the_rank() {
     let (id, root) = local_root(Duration::from_secs(3));
     let start = Instant::now();
     let e = init_local(&id, 0, 2, Duration::from_secs(1)).expect_err("init must fail");
-    assert!(
-        start.elapsed() < Duration::from_secs(3),
-        "took {:?}",
-        start.elapsed()
-    );
+    assert!(start.elapsed() < Duration::from_secs(3), "took {:?}", start.elapsed());
     assert_eq!(e.code, ResultCode::SystemError, "{e:?}");
-    assert!(
-        e.msg.contains("timed out after 1s waiting for the root"),
-        "{e:?}"
-    );
+    assert!(e.msg.contains("timed out after 1s waiting for the root"), "{e:?}");
     // With nobody else arriving, the root thread still ends at its own deadline.
     wait_finished(&root, Duration::from_secs(5));
 }
@@ -257,10 +211,7 @@ fn missing_rank_times_out_at_the_rank() {
 fn wait_finished(thread: &JoinHandle<()>, within: Duration) {
     let start = Instant::now();
     while !thread.is_finished() {
-        assert!(
-            start.elapsed() < within,
-            "root thread still running after {within:?}"
-        );
+        assert!(start.elapsed() < within, "root thread still running after {within:?}");
         thread::sleep(Duration::from_millis(20));
     }
 }
@@ -271,19 +222,11 @@ fn conflicting_registrations(a: (usize, usize), b: (usize, usize), expect: &str)
     let (id, root) = local_root(Duration::from_secs(3));
     let start = Instant::now();
     let errors: Vec<Error> = thread::scope(|s| {
-        let hs: Vec<_> = [a, b]
-            .into_iter()
-            .map(|(rank, nranks)| s.spawn(move || init_local(&id, rank, nranks, TIMEOUT)))
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().expect("thread").expect_err("init must fail"))
-            .collect()
+        let hs: Vec<_> =
+            [a, b].into_iter().map(|(rank, nranks)| s.spawn(move || init_local(&id, rank, nranks, TIMEOUT))).collect();
+        hs.into_iter().map(|h| h.join().expect("thread").expect_err("init must fail")).collect()
     });
-    assert!(
-        start.elapsed() < Duration::from_millis(2500),
-        "took {:?}",
-        start.elapsed()
-    );
+    assert!(start.elapsed() < Duration::from_millis(2500), "took {:?}", start.elapsed());
     for e in &errors {
         assert_eq!(e.code, ResultCode::InvalidUsage, "{e:?}");
         assert!(e.msg.contains(expect), "{e:?}");
@@ -313,28 +256,13 @@ fn invalid_arguments() {
 
     let ranks = init_all(2, TIMEOUT);
     let bs = &ranks[0];
-    assert_eq!(
-        bs.send(2, 0, b"x").expect_err("peer").code,
-        ResultCode::InvalidArgument
-    );
-    assert_eq!(
-        bs.recv(2, 0).expect_err("peer").code,
-        ResultCode::InvalidArgument
-    );
-    assert_eq!(
-        bs.broadcast(2, b"x").expect_err("root").code,
-        ResultCode::InvalidArgument
-    );
+    assert_eq!(bs.send(2, 0, b"x").expect_err("peer").code, ResultCode::InvalidArgument);
+    assert_eq!(bs.recv(2, 0).expect_err("peer").code, ResultCode::InvalidArgument);
+    assert_eq!(bs.broadcast(2, b"x").expect_err("root").code, ResultCode::InvalidArgument);
     let huge = vec![0u8; wire::MAX_MESSAGE + 1];
-    assert_eq!(
-        bs.send(1, 0, &huge).expect_err("size").code,
-        ResultCode::InvalidArgument
-    );
+    assert_eq!(bs.send(1, 0, &huge).expect_err("size").code, ResultCode::InvalidArgument);
     // Unequal all-gather blobs are caught on both sides.
-    let errs = on_all(&ranks, |bs| {
-        bs.all_gather(&blob(0, 4 + 4 * bs.rank()))
-            .expect_err("sizes")
-    });
+    let errs = on_all(&ranks, |bs| bs.all_gather(&blob(0, 4 + 4 * bs.rank())).expect_err("sizes"));
     for e in errs {
         assert_eq!(e.code, ResultCode::InvalidUsage, "{e:?}");
     }
@@ -355,11 +283,7 @@ fn abort_unblocks_recv() {
         let (e, returned_at) = waiter.join().expect("waiter");
         // Waiters are woken directly; the margin only absorbs scheduling delays on a loaded machine.
         assert!(returned_at.duration_since(aborted_at) < Duration::from_millis(500));
-        assert!(
-            e.msg
-                .contains("aborted while waiting for rank 0's message with tag 5"),
-            "{e:?}"
-        );
+        assert!(e.msg.contains("aborted while waiting for rank 0's message with tag 5"), "{e:?}");
     });
     assert!(bs.recv(0, 1).is_err());
     assert!(bs.send(0, 1, b"x").is_err());
@@ -375,21 +299,13 @@ fn peer_exit_fails_recv_promptly() {
     let start = Instant::now();
     assert_eq!(bs.recv(0, 3).expect("queued message"), b"last words");
     let e = bs.recv(0, 3).expect_err("peer is gone");
-    assert!(
-        start.elapsed() < Duration::from_secs(2),
-        "took {:?}",
-        start.elapsed()
-    );
+    assert!(start.elapsed() < Duration::from_secs(2), "took {:?}", start.elapsed());
     assert_eq!(e.code, ResultCode::RemoteError, "{e:?}");
     assert!(e.msg.contains("connection from rank 0 ended"), "{e:?}");
 }
 
 /// Raw clients that must be dropped without disturbing the real ranks.
-fn hostile_clients(
-    target: SocketAddr,
-    secret: Secret,
-    kind: ConnKind,
-) -> Vec<(&'static str, TcpStream)> {
+fn hostile_clients(target: SocketAddr, secret: Secret, kind: ConnKind) -> Vec<(&'static str, TcpStream)> {
     let connect = || TcpStream::connect(target).expect("connect");
     let hello = |kind, rank, secret| Hello { kind, rank, secret }.encode();
     let mut clients = Vec::new();
@@ -402,33 +318,18 @@ fn hostile_clients(
     wrong[0] ^= 1;
     let mut oversized = encode_frame_header(Channel::P2p, 0, 0).expect("header");
     oversized[FRAME_HEADER_BYTES - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
-    send(
-        "wrong secret",
-        [hello(kind, 1, wrong).as_slice(), &[0; 64]].concat(),
-    );
-    send(
-        "garbage",
-        (0..200u32).map(|i| (i * 37 + 11) as u8).collect(),
-    );
-    send(
-        "oversized length prefix",
-        [&[0xff; 4][..], &[0; 60]].concat(),
-    );
+    send("wrong secret", [hello(kind, 1, wrong).as_slice(), &[0; 64]].concat());
+    send("garbage", (0..200u32).map(|i| (i * 37 + 11) as u8).collect());
+    send("oversized length prefix", [&[0xff; 4][..], &[0; 60]].concat());
     send("wrong kind", hello(ConnKind::Reply, 1, secret).to_vec());
-    send(
-        "rank out of range",
-        hello(ConnKind::Peer, 999, secret).to_vec(),
-    );
+    send("rank out of range", hello(ConnKind::Peer, 999, secret).to_vec());
     send("partial hello", hello(kind, 1, secret)[..10].to_vec());
     if kind == ConnKind::Register {
         // Authenticated, then an oversized frame: the root just drops it. (A rank treats a broken
         // connection from an authenticated peer as that peer failing; see the test below.)
         let mut header = oversized;
         header[0] = Channel::Register as u8;
-        send(
-            "valid hello, oversized frame",
-            [hello(kind, 1, secret).as_slice(), &header].concat(),
-        );
+        send("valid hello, oversized frame", [hello(kind, 1, secret).as_slice(), &header].concat());
     }
     clients.push(("idle", connect()));
     drop(connect()); // connect and close at once, like a port scanner
@@ -438,14 +339,11 @@ fn hostile_clients(
 /// Each hostile client must see its connection closed, the idle ones after the hello deadline.
 fn assert_all_dropped(clients: Vec<(&'static str, TcpStream)>) {
     for (name, mut s) in clients {
-        s.set_read_timeout(Some(HELLO_TIMEOUT + Duration::from_secs(3)))
-            .expect("timeout");
+        s.set_read_timeout(Some(HELLO_TIMEOUT + Duration::from_secs(3))).expect("timeout");
         let mut buf = [0u8; 16];
         match s.read(&mut buf) {
             Ok(0) => {}
-            Err(e)
-                if e.kind() != std::io::ErrorKind::WouldBlock
-                    && e.kind() != std::io::ErrorKind::TimedOut => {}
+            Err(e) if e.kind() != std::io::ErrorKind::WouldBlock && e.kind() != std::io::ErrorKind::TimedOut => {}
             other => panic!("{name}: connection not dropped: {other:?}"),
         }
     }
@@ -458,16 +356,8 @@ fn hostile_connections_to_root_are_dropped() {
     let clients = hostile_clients(decoded.root, decoded.secret, ConnKind::Register);
     thread::sleep(Duration::from_millis(100));
     let ranks: Vec<Bootstrap> = thread::scope(|s| {
-        let hs: Vec<_> = (0..3)
-            .map(|r| s.spawn(move || init_local(&id, r, 3, TIMEOUT)))
-            .collect();
-        hs.into_iter()
-            .map(|h| {
-                h.join()
-                    .expect("thread")
-                    .expect("init despite hostile clients")
-            })
-            .collect()
+        let hs: Vec<_> = (0..3).map(|r| s.spawn(move || init_local(&id, r, 3, TIMEOUT))).collect();
+        hs.into_iter().map(|h| h.join().expect("thread").expect("init despite hostile clients")).collect()
     });
     on_all(&ranks, |bs| exercise(bs, &[1]));
     assert_all_dropped(clients);
@@ -481,10 +371,7 @@ fn hostile_connections_to_rank_are_dropped() {
     // Also a real rank of another communicator connecting with its own (different) secret.
     let other = init_all(1, TIMEOUT);
     let e = other[0].send_to(0, ranks[0].listen, Channel::P2p, 0, b"wrong comm");
-    assert!(
-        e.is_ok(),
-        "the stranger's write itself succeeds; the receiver drops it"
-    );
+    assert!(e.is_ok(), "the stranger's write itself succeeds; the receiver drops it");
     thread::sleep(Duration::from_millis(100));
     on_all(&ranks, |bs| exercise(bs, &[0, 5]));
     assert_all_dropped(clients);
@@ -495,22 +382,12 @@ fn corrupt_frame_from_authenticated_peer_fails_its_receives() {
     let ranks = init_all(2, Duration::from_secs(60));
     let mut header = encode_frame_header(Channel::P2p, 0, 0).expect("header");
     header[FRAME_HEADER_BYTES - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
-    let hello = Hello {
-        kind: ConnKind::Peer,
-        rank: 1,
-        secret: ranks[0].secret,
-    }
-    .encode();
+    let hello = Hello { kind: ConnKind::Peer, rank: 1, secret: ranks[0].secret }.encode();
     let mut s = TcpStream::connect(ranks[0].listen).expect("connect");
-    s.write_all(&[hello.as_slice(), &header].concat())
-        .expect("write");
+    s.write_all(&[hello.as_slice(), &header].concat()).expect("write");
     let start = Instant::now();
     let e = ranks[0].recv(1, 0).expect_err("broken peer connection");
-    assert!(
-        start.elapsed() < Duration::from_secs(2),
-        "took {:?}",
-        start.elapsed()
-    );
+    assert!(start.elapsed() < Duration::from_secs(2), "took {:?}", start.elapsed());
     assert_eq!(e.code, ResultCode::RemoteError, "{e:?}");
     assert!(e.msg.contains("exceeds"), "{e:?}");
     assert_all_dropped(vec![("oversized frame", s)]);
@@ -520,11 +397,7 @@ fn corrupt_frame_from_authenticated_peer_fails_its_receives() {
 fn comm_id_mode_end_to_end() {
     // NCCL_COMM_ID names a fixed port. Find a free one (test only: the library itself never
     // binds, releases and rebinds).
-    let port = TcpListener::bind((LOCAL, 0))
-        .expect("probe")
-        .local_addr()
-        .expect("addr")
-        .port();
+    let port = TcpListener::bind((LOCAL, 0)).expect("probe").local_addr().expect("addr").port();
     let addr = parse_comm_id(&format!("127.0.0.1:{port}")).expect("parse");
     let id = UniqueId::from_comm_id(addr).encode();
     let n = 3;
@@ -532,8 +405,7 @@ fn comm_id_mode_end_to_end() {
         for r in (0..n).rev() {
             // Rank 0 starts last, so the others retry until its root is listening.
             s.spawn(move || {
-                let bs = Bootstrap::init_with(&id, r, n, TIMEOUT, r == 0, Some(LOCAL_ANY_PORT))
-                    .expect("init");
+                let bs = Bootstrap::init_with(&id, r, n, TIMEOUT, r == 0, Some(LOCAL_ANY_PORT)).expect("init");
                 let all = bs.all_gather(&blob(r, 16)).expect("all_gather");
                 assert_eq!(all, (0..n).map(|i| blob(i, 16)).collect::<Vec<_>>());
                 bs.barrier().expect("barrier");
@@ -548,9 +420,7 @@ fn ipv6_link_local_keeps_its_scope() {
     let Some(link_local) = iface::list_interfaces()
         .expect("getifaddrs")
         .into_iter()
-        .find(|i| {
-            matches!(i.ip, IpAddr::V6(ip) if ip.segments()[0] & 0xffc0 == 0xfe80) && i.scope_id != 0
-        })
+        .find(|i| matches!(i.ip, IpAddr::V6(ip) if ip.segments()[0] & 0xffc0 == 0xfe80) && i.scope_id != 0)
     else {
         return; // no IPv6 link-local interface on this machine
     };
@@ -564,10 +434,7 @@ fn ipv6_link_local_keeps_its_scope() {
             s.spawn(move || {
                 let bs = Bootstrap::init_with(&id, r, 2, TIMEOUT, false, Some(addr)).expect("init");
                 assert_eq!(bs.local_addr(), addr);
-                assert_eq!(
-                    bs.all_gather(&[r as u8]).expect("all_gather"),
-                    vec![vec![0], vec![1]]
-                );
+                assert_eq!(bs.all_gather(&[r as u8]).expect("all_gather"), vec![vec![0], vec![1]]);
             });
         }
     });
@@ -581,10 +448,7 @@ fn public_api_end_to_end() {
         for r in 0..2 {
             s.spawn(move || {
                 let bs = Bootstrap::init(&id, r, 2, TIMEOUT).expect("init");
-                assert_eq!(
-                    bs.all_gather(&[r as u8]).expect("all_gather"),
-                    vec![vec![0], vec![1]]
-                );
+                assert_eq!(bs.all_gather(&[r as u8]).expect("all_gather"), vec![vec![0], vec![1]]);
                 assert_eq!(bs.broadcast(1, &[9, r as u8]).expect("bcast"), [9, 1]);
             });
         }
@@ -606,25 +470,14 @@ fn a_rank_that_dies_is_detected_and_reported_to_the_others() {
     // Rank 0 dies (its sockets close without a goodbye). Rank 1 holds rank 0's ring connection.
     drop(ranks.remove(0));
     let t0 = Instant::now();
-    let loss = ranks[0]
-        .wait_loss(Duration::from_secs(5))
-        .expect("rank 1 notices");
+    let loss = ranks[0].wait_loss(Duration::from_secs(5)).expect("rank 1 notices");
     assert_eq!((loss.rank, loss.reported_by), (0, None), "{loss:?}");
     assert!(loss.why.contains("without a goodbye"), "{loss:?}");
-    assert!(
-        t0.elapsed() < Duration::from_secs(2),
-        "took {:?}",
-        t0.elapsed()
-    );
+    assert!(t0.elapsed() < Duration::from_secs(2), "took {:?}", t0.elapsed());
     ranks[0].report_loss(0);
-    let heard = ranks[1]
-        .wait_loss(Duration::from_secs(5))
-        .expect("rank 2 hears about it");
+    let heard = ranks[1].wait_loss(Duration::from_secs(5)).expect("rank 2 hears about it");
     assert_eq!((heard.rank, heard.reported_by), (0, Some(1)), "{heard:?}");
-    assert!(
-        ranks[1].wait_loss(Duration::from_millis(200)).is_none(),
-        "reported once"
-    );
+    assert!(ranks[1].wait_loss(Duration::from_millis(200)).is_none(), "reported once");
 }
 
 #[test]
@@ -649,10 +502,7 @@ fn an_orderly_goodbye_is_not_a_loss() {
 fn data_sockets_connect_every_pair_index_for_index() {
     let ranks = init_all(3, TIMEOUT);
     let conns = on_all(&ranks, |bs| {
-        (0..3)
-            .filter(|&p| p != bs.rank())
-            .map(|p| (p, bs.data_sockets(p, 5, 3).expect("data sockets")))
-            .collect::<Vec<_>>()
+        (0..3).filter(|&p| p != bs.rank()).map(|p| (p, bs.data_sockets(p, 5, 3).expect("data sockets"))).collect::<Vec<_>>()
     });
     for (me, mine) in conns.iter().enumerate() {
         for (peer, socks) in mine {
@@ -667,11 +517,7 @@ fn data_sockets_connect_every_pair_index_for_index() {
             for (i, mut s) in socks.incoming.iter().enumerate() {
                 let mut b = [0u8; 3];
                 s.read_exact(&mut b).unwrap();
-                assert_eq!(
-                    b,
-                    [*peer as u8, me as u8, i as u8],
-                    "rank {me} socket {i} from {peer}"
-                );
+                assert_eq!(b, [*peer as u8, me as u8, i as u8], "rank {me} socket {i} from {peer}");
             }
         }
     }
@@ -691,65 +537,25 @@ fn data_sockets_refuse_strangers() {
         b.extend_from_slice(&index.to_le_bytes());
         c.write_all(&b).unwrap();
         let (s, _) = l.accept().unwrap();
-        let r = ranks[0]
-            .admit(s, 1, 9, 2, Duration::from_secs(1))
-            .map(|(i, _)| i);
+        let r = ranks[0].admit(s, 1, 9, 2, Duration::from_secs(1)).map(|(i, _)| i);
         drop(c);
         r
     };
-    let good = Hello {
-        kind: ConnKind::Data,
-        rank: 1,
-        secret: ranks[0].secret,
-    };
+    let good = Hello { kind: ConnKind::Data, rank: 1, secret: ranks[0].secret };
     assert_eq!(attempt(good, 9, 1).unwrap(), 1);
-    assert!(attempt(
-        Hello {
-            secret: [0; 16],
-            ..good
-        },
-        9,
-        1
-    )
-    .unwrap_err()
-    .msg
-    .contains("secret"));
-    assert!(
-        attempt(Hello { rank: 0, ..good }, 9, 1).is_err(),
-        "not the peer"
-    );
-    assert!(
-        attempt(
-            Hello {
-                kind: ConnKind::Peer,
-                ..good
-            },
-            9,
-            1
-        )
-        .is_err(),
-        "not a data socket"
-    );
+    assert!(attempt(Hello { secret: [0; 16], ..good }, 9, 1).unwrap_err().msg.contains("secret"));
+    assert!(attempt(Hello { rank: 0, ..good }, 9, 1).is_err(), "not the peer");
+    assert!(attempt(Hello { kind: ConnKind::Peer, ..good }, 9, 1).is_err(), "not a data socket");
     assert!(attempt(good, 8, 1).is_err(), "another connection");
     assert!(attempt(good, 9, 2).is_err(), "index out of range");
     // A stranger that connects and says nothing is dropped after the hello wait.
     let _silent = std::net::TcpStream::connect(addr).unwrap();
     let (s, _) = l.accept().unwrap();
     let t0 = Instant::now();
-    assert!(ranks[0]
-        .admit(s, 1, 9, 2, Duration::from_millis(200))
-        .is_err());
+    assert!(ranks[0].admit(s, 1, 9, 2, Duration::from_millis(200)).is_err());
     assert!(t0.elapsed() < Duration::from_secs(2));
-    assert_eq!(
-        ranks[0].data_sockets(0, 1, 1).unwrap_err().code,
-        ResultCode::InvalidArgument,
-        "to itself"
-    );
-    assert_eq!(
-        ranks[0].data_sockets(1, 1, 0).unwrap_err().code,
-        ResultCode::InvalidArgument,
-        "no sockets"
-    );
+    assert_eq!(ranks[0].data_sockets(0, 1, 1).unwrap_err().code, ResultCode::InvalidArgument, "to itself");
+    assert_eq!(ranks[0].data_sockets(1, 1, 0).unwrap_err().code, ResultCode::InvalidArgument, "no sockets");
 }
 
 /// PortChannel over TCP between two bootstrapped ranks: rank 0's proxy executes put-with-signal
@@ -767,53 +573,20 @@ fn port_channel_over_tcp_between_bootstrapped_ranks() {
     let ranks = init_all(2, TIMEOUT);
     let size = 6 << 20;
     let data: Vec<u8> = (0..size).map(|i| (i * 13 + i / 4099) as u8).collect();
-    let socks = on_all(&ranks, |bs| {
-        bs.data_sockets(1 - bs.rank(), 0, 4).expect("data sockets")
-    });
+    let socks = on_all(&ranks, |bs| bs.data_sockets(1 - bs.rank(), 0, 4).expect("data sockets"));
     let mut socks = socks.into_iter();
     let (s0, s1) = (socks.next().unwrap(), socks.next().unwrap());
     let src = Arc::new(HostMem::new(&[size], 0));
     src.write(0, 0, &data).unwrap();
     let dst = Arc::new(HostMem::new(&[size], 1));
-    let rx = TcpReceiver::start(
-        0,
-        s1.incoming,
-        dst.clone(),
-        Arc::new(|e| panic!("receiver: {e:?}")),
-    )
-    .unwrap();
+    let rx = TcpReceiver::start(0, s1.incoming, dst.clone(), Arc::new(|e| panic!("receiver: {e:?}"))).unwrap();
     let tx = TcpSender::new(1, s0.outgoing, src, 1 << 20).unwrap();
     let fifo = Arc::new(HeapFifo::new(8).unwrap());
-    let mut proxy = Proxy::start(
-        "tcp-e2e".into(),
-        FifoHost::new(fifo.words),
-        Box::new(tx),
-        Placement::default(),
-        Box::new(|e| panic!("{e:?}")),
-    )
-    .unwrap();
+    let mut proxy = Proxy::start("tcp-e2e".into(), FifoHost::new(fifo.words), Box::new(tx), Placement::default(), Box::new(|e| panic!("{e:?}"))).unwrap();
     let head = AtomicU64::new(0);
-    let put = Request {
-        kind: OX_TRIGGER_DATA | OX_TRIGGER_FLAG,
-        size: size as u32,
-        semaphore: 0,
-        ..Default::default()
-    };
-    fifo.words
-        .push_like_device(&head, put.encode().unwrap())
-        .unwrap();
-    let pos = fifo
-        .words
-        .push_like_device(
-            &head,
-            Request {
-                kind: OX_TRIGGER_SYNC,
-                ..Default::default()
-            }
-            .encode()
-            .unwrap(),
-        )
-        .unwrap();
+    let put = Request { kind: OX_TRIGGER_DATA | OX_TRIGGER_FLAG, size: size as u32, semaphore: 0, ..Default::default() };
+    fifo.words.push_like_device(&head, put.encode().unwrap()).unwrap();
+    let pos = fifo.words.push_like_device(&head, Request { kind: OX_TRIGGER_SYNC, ..Default::default() }.encode().unwrap()).unwrap();
     assert!(fifo.words.flush_like_device(pos), "flushed");
     proxy.stop();
     drop(proxy);
@@ -841,12 +614,7 @@ fn a_silent_rank_is_lost_by_heartbeat_and_beating_ranks_are_not() {
     // All beating for longer than the timeout: nobody lost.
     on_all(&ranks, |bs| beat_until(bs, Duration::from_millis(2000)));
     for bs in &ranks {
-        assert_eq!(
-            bs.wait_loss(Duration::from_millis(10)),
-            None,
-            "rank {}",
-            bs.rank()
-        );
+        assert_eq!(bs.wait_loss(Duration::from_millis(10)), None, "rank {}", bs.rank());
     }
     // Rank 1 hangs (silent, sockets open); ranks 0 and 2 keep beating and checking.
     let t0 = Instant::now();
@@ -856,27 +624,14 @@ fn a_silent_rank_is_lost_by_heartbeat_and_beating_ranks_are_not() {
             s.spawn(move || beat_until(bs, Duration::from_millis(2500)));
         }
     });
-    let loss = ranks[2]
-        .wait_loss(Duration::from_secs(1))
-        .expect("rank 2 watches rank 1");
+    let loss = ranks[2].wait_loss(Duration::from_secs(1)).expect("rank 2 watches rank 1");
     assert_eq!((loss.rank, loss.reported_by), (1, None), "{loss:?}");
     assert!(loss.why.contains("heartbeat"), "{loss:?}");
-    assert!(
-        t0.elapsed() >= silence && t0.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        t0.elapsed()
-    );
-    assert_eq!(
-        ranks[0].wait_loss(Duration::from_millis(10)),
-        None,
-        "rank 0 watches rank 2, which beats"
-    );
+    assert!(t0.elapsed() >= silence && t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert_eq!(ranks[0].wait_loss(Duration::from_millis(10)), None, "rank 0 watches rank 2, which beats");
     assert!(!ranks[2].check_heartbeat(since, silence), "declared once");
     // A rank that says goodbye and goes quiet is not lost by silence.
     ranks[2].say_goodbye();
     std::thread::sleep(Duration::from_millis(200));
-    assert!(
-        !ranks[0].check_heartbeat(since, Duration::from_millis(100)),
-        "rank 2 said goodbye"
-    );
+    assert!(!ranks[0].check_heartbeat(since, Duration::from_millis(100)), "rank 2 said goodbye");
 }

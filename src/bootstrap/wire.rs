@@ -44,11 +44,7 @@ impl<'a> Reader<'a> {
 
     pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
         if self.rest.len() < N {
-            bail!(
-                SystemError,
-                "truncated message ({} bytes left, {N} needed)",
-                self.rest.len()
-            );
+            bail!(SystemError, "truncated message ({} bytes left, {N} needed)", self.rest.len());
         }
         let (head, tail) = self.rest.split_at(N);
         self.rest = tail;
@@ -76,12 +72,7 @@ impl<'a> Reader<'a> {
 
     /// Requires the input to be used up: trailing bytes mean a malformed message.
     pub(crate) fn finish(self) -> Result<()> {
-        ensure!(
-            self.rest.is_empty(),
-            SystemError,
-            "{} unexpected trailing bytes in message",
-            self.rest.len()
-        );
+        ensure!(self.rest.is_empty(), SystemError, "{} unexpected trailing bytes in message", self.rest.len());
         Ok(())
     }
 }
@@ -109,28 +100,15 @@ pub(crate) fn decode_addr(bytes: &[u8; ADDR_BYTES]) -> Result<SocketAddr> {
     let port = u16::from_be_bytes(r.array()?);
     let ip: [u8; 16] = r.array()?;
     let scope = r.u32()?;
-    ensure!(
-        reserved == 0,
-        SystemError,
-        "malformed socket address (reserved byte {reserved})"
-    );
+    ensure!(reserved == 0, SystemError, "malformed socket address (reserved byte {reserved})");
     match family {
         4 => {
             let (v4, zeros) = ip.split_at(4);
-            ensure!(
-                zeros.iter().all(|&b| b == 0) && scope == 0,
-                SystemError,
-                "malformed IPv4 socket address"
-            );
+            ensure!(zeros.iter().all(|&b| b == 0) && scope == 0, SystemError, "malformed IPv4 socket address");
             let v4 = Ipv4Addr::new(v4[0], v4[1], v4[2], v4[3]);
             Ok(SocketAddr::V4(SocketAddrV4::new(v4, port)))
         }
-        6 => Ok(SocketAddr::V6(SocketAddrV6::new(
-            Ipv6Addr::from(ip),
-            port,
-            0,
-            scope,
-        ))),
+        6 => Ok(SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(ip), port, 0, scope))),
         _ => bail!(SystemError, "malformed socket address (family {family})"),
     }
 }
@@ -182,17 +160,9 @@ impl Hello {
     /// Parses a hello's layout; the caller checks the secret and whether the sender is welcome.
     pub(crate) fn decode(bytes: &[u8; HELLO_BYTES]) -> Result<Hello> {
         let mut r = Reader::new(bytes);
-        ensure!(
-            r.array::<8>()? == HELLO_MAGIC,
-            SystemError,
-            "bad protocol magic"
-        );
+        ensure!(r.array::<8>()? == HELLO_MAGIC, SystemError, "bad protocol magic");
         let version = u16::from_le_bytes(r.array()?);
-        ensure!(
-            version == PROTOCOL_VERSION,
-            SystemError,
-            "protocol version {version}, expected {PROTOCOL_VERSION}"
-        );
+        ensure!(version == PROTOCOL_VERSION, SystemError, "protocol version {version}, expected {PROTOCOL_VERSION}");
         let kind_byte = r.u8()?;
         let kind = ConnKind::from_u8(kind_byte)
             .ok_or_else(|| Error::system(format!("unknown connection kind {kind_byte}")))?;
@@ -245,12 +215,7 @@ impl Channel {
         match self {
             Channel::Register => ConnKind::Register,
             Channel::Reply => ConnKind::Reply,
-            Channel::Ring
-            | Channel::Barrier
-            | Channel::Bcast
-            | Channel::P2p
-            | Channel::Notice
-            | Channel::Connect => ConnKind::Peer,
+            Channel::Ring | Channel::Barrier | Channel::Bcast | Channel::P2p | Channel::Notice | Channel::Connect => ConnKind::Peer,
         }
     }
 
@@ -263,11 +228,7 @@ impl Channel {
     }
 }
 
-pub(crate) fn encode_frame_header(
-    channel: Channel,
-    tag: u32,
-    len: usize,
-) -> Result<[u8; FRAME_HEADER_BYTES]> {
+pub(crate) fn encode_frame_header(channel: Channel, tag: u32, len: usize) -> Result<[u8; FRAME_HEADER_BYTES]> {
     ensure!(
         len <= channel.max_len(),
         InvalidArgument,
@@ -283,33 +244,17 @@ pub(crate) fn encode_frame_header(
 }
 
 /// Validates a header against the connection it arrived on, before anything is allocated.
-fn decode_frame_header(
-    bytes: &[u8; FRAME_HEADER_BYTES],
-    kind: ConnKind,
-) -> Result<(Channel, u32, usize)> {
+fn decode_frame_header(bytes: &[u8; FRAME_HEADER_BYTES], kind: ConnKind) -> Result<(Channel, u32, usize)> {
     let mut r = Reader::new(bytes);
     let channel_byte = r.u8()?;
     let channel = Channel::from_u8(channel_byte)
         .filter(|c| c.conn_kind() == kind)
-        .ok_or_else(|| {
-            Error::system(format!(
-                "channel {channel_byte} not allowed on a {kind:?} connection"
-            ))
-        })?;
-    ensure!(
-        r.array::<3>()? == [0; 3],
-        SystemError,
-        "nonzero reserved bytes in frame header"
-    );
+        .ok_or_else(|| Error::system(format!("channel {channel_byte} not allowed on a {kind:?} connection")))?;
+    ensure!(r.array::<3>()? == [0; 3], SystemError, "nonzero reserved bytes in frame header");
     let tag = r.u32()?;
     let len = usize::try_from(r.u32()?).unwrap_or(usize::MAX);
     r.finish()?;
-    ensure!(
-        len <= channel.max_len(),
-        SystemError,
-        "frame of {len} bytes exceeds the {} byte limit",
-        channel.max_len()
-    );
+    ensure!(len <= channel.max_len(), SystemError, "frame of {len} bytes exceeds the {} byte limit", channel.max_len());
     Ok((channel, tag, len))
 }
 
@@ -334,13 +279,7 @@ pub(crate) struct FrameDecoder {
 
 impl FrameDecoder {
     pub(crate) fn new(kind: ConnKind) -> FrameDecoder {
-        FrameDecoder {
-            kind,
-            header: [0; FRAME_HEADER_BYTES],
-            header_len: 0,
-            current: None,
-            body: Vec::new(),
-        }
+        FrameDecoder { kind, header: [0; FRAME_HEADER_BYTES], header_len: 0, current: None, body: Vec::new() }
     }
 
     /// True between frames: a connection closing here closed cleanly.
@@ -374,11 +313,7 @@ impl FrameDecoder {
                 Some((channel, tag, len)) => {
                     let need = len - self.body.len();
                     if need == 0 {
-                        out.push(Frame {
-                            channel,
-                            tag,
-                            body: std::mem::take(&mut self.body),
-                        });
+                        out.push(Frame { channel, tag, body: std::mem::take(&mut self.body) });
                         self.current = None;
                         continue;
                     }
@@ -423,9 +358,7 @@ mod tests {
     }
 
     fn frame_bytes(channel: Channel, tag: u32, body: &[u8]) -> Vec<u8> {
-        let mut v = encode_frame_header(channel, tag, body.len())
-            .expect("header")
-            .to_vec();
+        let mut v = encode_frame_header(channel, tag, body.len()).expect("header").to_vec();
         v.extend_from_slice(body);
         v
     }
@@ -436,9 +369,7 @@ mod tests {
             let a: SocketAddr = match s.parse() {
                 Ok(a) => a,
                 // Older std cannot parse a scope id; build that one by hand.
-                Err(_) => {
-                    SocketAddr::V6(SocketAddrV6::new("fe80::1".parse().expect("ip"), 80, 0, 3))
-                }
+                Err(_) => SocketAddr::V6(SocketAddrV6::new("fe80::1".parse().expect("ip"), 80, 0, 3)),
             };
             assert_eq!(decode_addr(&encode_addr(&a)).expect("decode"), a);
         }
@@ -452,11 +383,7 @@ mod tests {
 
     #[test]
     fn hello_round_trip_and_rejections() {
-        let h = Hello {
-            kind: ConnKind::Peer,
-            rank: 7,
-            secret: [9; 16],
-        };
+        let h = Hello { kind: ConnKind::Peer, rank: 7, secret: [9; 16] };
         let bytes = h.encode();
         assert_eq!(Hello::decode(&bytes).expect("decode"), h);
         for (i, v) in [(0usize, b'X'), (8, 2), (10, 0), (10, 9), (11, 1)] {
@@ -465,10 +392,7 @@ mod tests {
             assert!(Hello::decode(&b).is_err(), "byte {i} = {v} accepted");
         }
         assert!(secrets_equal(&[1; 16], &[1; 16]));
-        assert!(!secrets_equal(
-            &[1; 16],
-            &[[1; 15].as_slice(), &[2]].concat().try_into().expect("16")
-        ));
+        assert!(!secrets_equal(&[1; 16], &[[1; 15].as_slice(), &[2]].concat().try_into().expect("16")));
     }
 
     #[test]
@@ -486,11 +410,7 @@ mod tests {
             }
             assert!(d.is_idle());
             let got: Vec<_> = out.iter().map(|f| (f.tag, f.body.clone())).collect();
-            let want: Vec<_> = bodies
-                .iter()
-                .enumerate()
-                .map(|(i, b)| (i as u32, b.clone()))
-                .collect();
+            let want: Vec<_> = bodies.iter().enumerate().map(|(i, b)| (i as u32, b.clone())).collect();
             assert_eq!(got, want, "chunk {chunk}");
         }
     }
@@ -501,20 +421,14 @@ mod tests {
         // Oversized length: rejected from the header alone.
         let mut h = encode_frame_header(Channel::P2p, 0, 0).expect("header");
         h[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(FrameDecoder::new(ConnKind::Peer)
-            .feed(&h, &mut out)
-            .is_err());
+        assert!(FrameDecoder::new(ConnKind::Peer).feed(&h, &mut out).is_err());
         // Root connections have a much smaller limit.
         let h = encode_frame_header(Channel::P2p, 0, MAX_ROOT_MESSAGE + 1).expect("header");
         let mut h2 = h;
         h2[0] = Channel::Register as u8;
-        assert!(FrameDecoder::new(ConnKind::Register)
-            .feed(&h2, &mut out)
-            .is_err());
+        assert!(FrameDecoder::new(ConnKind::Register).feed(&h2, &mut out).is_err());
         // A channel foreign to the connection kind.
-        assert!(FrameDecoder::new(ConnKind::Register)
-            .feed(&frame_bytes(Channel::P2p, 0, b"x"), &mut out)
-            .is_err());
+        assert!(FrameDecoder::new(ConnKind::Register).feed(&frame_bytes(Channel::P2p, 0, b"x"), &mut out).is_err());
         assert!(encode_frame_header(Channel::Reply, 0, MAX_ROOT_MESSAGE + 1).is_err());
         assert!(encode_frame_header(Channel::P2p, 0, MAX_MESSAGE + 1).is_err());
         assert!(out.is_empty());
@@ -563,10 +477,7 @@ mod tests {
                 assert!(f.body.len() <= f.channel.max_len());
             }
             let mut hello = [0u8; HELLO_BYTES];
-            for (dst, src) in hello
-                .iter_mut()
-                .zip(stream.iter().chain(std::iter::repeat(&0)))
-            {
+            for (dst, src) in hello.iter_mut().zip(stream.iter().chain(std::iter::repeat(&0))) {
                 *dst = *src;
             }
             let _ = Hello::decode(&hello);
@@ -574,12 +485,7 @@ mod tests {
             let _ = (r.u32(), r.addr(), r.u8());
         }
         // Corrupting a valid hello anywhere in its fixed fields is detected.
-        let good = Hello {
-            kind: ConnKind::Register,
-            rank: 3,
-            secret: [5; 16],
-        }
-        .encode();
+        let good = Hello { kind: ConnKind::Register, rank: 3, secret: [5; 16] }.encode();
         for i in 0..12 {
             let mut b = good;
             b[i] ^= 0x40;

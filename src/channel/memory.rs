@@ -4,8 +4,8 @@ use crate::algo::Scratch;
 use crate::bootstrap::Bootstrap;
 use crate::device_abi::{DevComm, OX_MAX_BLOCKS, OX_MAX_RANKS};
 use crate::error::{Error, Result};
-use crate::gpu::context::{can_access, ordinal_by_bus_id};
 use crate::gpu::ipc::{self, ImportedBuffer, IPC_HANDLE_BYTES};
+use crate::gpu::context::{can_access, ordinal_by_bus_id};
 use crate::gpu::{Device, DeviceBuffer, HostMapped};
 use crate::topo::PeerInfo;
 
@@ -36,14 +36,7 @@ impl SharedLayout {
         let rs_off = align_up(ll128_off + s.ll128_bytes());
         let sem_off = align_up(rs_off + s.rs_bytes(nranks));
         let ack_off = align_up(sem_off + SEM_BYTES);
-        SharedLayout {
-            ll_off,
-            ll128_off,
-            rs_off,
-            sem_off,
-            ack_off,
-            total: align_up(ack_off + FLAG_TABLE_BYTES),
-        }
+        SharedLayout { ll_off, ll128_off, rs_off, sem_off, ack_off, total: align_up(ack_off + FLAG_TABLE_BYTES) }
     }
 }
 
@@ -76,11 +69,7 @@ impl Published {
 
     fn decode(b: &[u8]) -> Result<Published> {
         if b.len() != Self::BYTES {
-            return Err(Error::internal(format!(
-                "channel info of {} bytes, expected {}",
-                b.len(),
-                Self::BYTES
-            )));
+            return Err(Error::internal(format!("channel info of {} bytes, expected {}", b.len(), Self::BYTES)));
         }
         let word = |o: usize| {
             let mut a = [0u8; 8];
@@ -89,11 +78,7 @@ impl Published {
         };
         let mut h = [0u8; IPC_HANDLE_BYTES];
         h.copy_from_slice(&b[17..17 + IPC_HANDLE_BYTES]);
-        Ok(Published {
-            ptr: word(0),
-            size: word(8),
-            ipc: (b[16] != 0).then_some(h),
-        })
+        Ok(Published { ptr: word(0), size: word(8), ipc: (b[16] != 0).then_some(h) })
     }
 }
 
@@ -131,16 +116,8 @@ impl MemoryChannels {
         private.fill_u32(FLAGS_OFF as usize, 1, OX_MAX_BLOCKS * OX_MAX_RANKS)?;
 
         let needs_ipc = peers.iter().any(|p| !p.same_process(&peers[me]));
-        let ipc_handle = if needs_ipc {
-            Some(ipc::export(dev, shared.ptr)?)
-        } else {
-            None
-        };
-        let mine = Published {
-            ptr: shared.ptr,
-            size: layout.total,
-            ipc: ipc_handle,
-        };
+        let ipc_handle = if needs_ipc { Some(ipc::export(dev, shared.ptr)?) } else { None };
+        let mine = Published { ptr: shared.ptr, size: layout.total, ipc: ipc_handle };
         let all = bootstrap.all_gather(&mine.encode())?;
 
         let mut imports = Vec::new();
@@ -163,11 +140,8 @@ impl MemoryChannels {
                 if let Some(ordinal) = ordinal_by_bus_id(&peers[r].bus_id_str()) {
                     check_p2p(dev, ordinal)?;
                 }
-                let h = p
-                    .ipc
-                    .ok_or_else(|| Error::internal(format!("rank {r} published no IPC handle")))?;
-                let imp = ImportedBuffer::open(dev, &h)
-                    .map_err(|e| e.context(format!("mapping rank {r}'s buffers")))?;
+                let h = p.ipc.ok_or_else(|| Error::internal(format!("rank {r} published no IPC handle")))?;
+                let imp = ImportedBuffer::open(dev, &h).map_err(|e| e.context(format!("mapping rank {r}'s buffers")))?;
                 let base = imp.ptr;
                 imports.push(imp);
                 base
@@ -200,10 +174,7 @@ impl MemoryChannels {
         }
         // SAFETY: DevComm is plain old data (repr(C), integers only).
         let bytes = unsafe {
-            std::slice::from_raw_parts(
-                (&dc as *const DevComm).cast::<u8>(),
-                std::mem::size_of::<DevComm>(),
-            )
+            std::slice::from_raw_parts((&dc as *const DevComm).cast::<u8>(), std::mem::size_of::<DevComm>())
         };
         private.write(DEVCOMM_OFF as usize, bytes)?;
         Ok(MemoryChannels {
@@ -234,22 +205,11 @@ mod tests {
 
     #[test]
     fn published_round_trips() {
-        let p = Published {
-            ptr: 0x7f00_0000_1000,
-            size: 123 << 20,
-            ipc: Some([7; IPC_HANDLE_BYTES]),
-        };
+        let p = Published { ptr: 0x7f00_0000_1000, size: 123 << 20, ipc: Some([7; IPC_HANDLE_BYTES]) };
         let q = Published::decode(&p.encode()).expect("decodes");
         assert_eq!((q.ptr, q.size, q.ipc), (p.ptr, p.size, p.ipc));
-        let none = Published {
-            ptr: 1,
-            size: 2,
-            ipc: None,
-        };
-        assert!(Published::decode(&none.encode())
-            .expect("decodes")
-            .ipc
-            .is_none());
+        let none = Published { ptr: 1, size: 2, ipc: None };
+        assert!(Published::decode(&none.encode()).expect("decodes").ipc.is_none());
         assert!(Published::decode(&[0; 3]).is_err());
     }
 

@@ -34,11 +34,7 @@ pub fn parse_c_integer(s: &str) -> Result<i64, IntError> {
     let mut value: i64 = 0;
     for (i, c) in digits.char_indices() {
         let Some(d) = c.to_digit(radix) else {
-            return Err(if i == 0 {
-                IntError::NoDigits
-            } else {
-                IntError::TrailingJunk
-            });
+            return Err(if i == 0 { IntError::NoDigits } else { IntError::TrailingJunk });
         };
         // Accumulate negatively so that i64::MIN parses.
         value = value
@@ -80,10 +76,7 @@ mod tests {
         assert_eq!(parse_c_integer("09"), Err(IntError::TrailingJunk));
         assert_eq!(parse_c_integer("0xg"), Err(IntError::TrailingJunk));
         assert_eq!(parse_c_integer("1 2"), Err(IntError::TrailingJunk));
-        assert_eq!(
-            parse_c_integer("9223372036854775808"),
-            Err(IntError::Overflow)
-        );
+        assert_eq!(parse_c_integer("9223372036854775808"), Err(IntError::Overflow));
         assert_eq!(parse_c_integer("ü"), Err(IntError::NoDigits));
     }
 }

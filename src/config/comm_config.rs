@@ -131,9 +131,7 @@ pub fn overlay(caller: &[u8]) -> ncclConfig_t {
     let n = caller.len().min(CONFIG_BYTES);
     // SAFETY: ncclConfig_t is integers and raw pointers (no padding, any bit pattern valid) and
     // `n` is at most its size. The untyped copy keeps the pointers' provenance.
-    unsafe {
-        std::ptr::copy_nonoverlapping(caller.as_ptr(), &mut raw as *mut ncclConfig_t as *mut u8, n)
-    };
+    unsafe { std::ptr::copy_nonoverlapping(caller.as_ptr(), &mut raw as *mut ncclConfig_t as *mut u8, n) };
     raw
 }
 
@@ -170,21 +168,14 @@ fn reset_newer_fields(raw: &mut ncclConfig_t) {
 fn validate(c: &ncclConfig_t) -> Result<()> {
     let set = |v: i32| v != UNDEF;
     let not_bool = |v: i32| set(v) && v != 0 && v != 1;
-    let fail = |what: &str, v: i32| {
-        Err(Error::invalid_argument(format!(
-            "Invalid config {what} attribute value {v}"
-        )))
-    };
+    let fail = |what: &str, v: i32| Err(Error::invalid_argument(format!("Invalid config {what} attribute value {v}")));
     if not_bool(c.blocking) {
         return fail("blocking", c.blocking);
     }
     if set(c.cgaClusterSize) && c.cgaClusterSize < 0 {
         return fail("cgaClusterSize", c.cgaClusterSize);
     }
-    if (set(c.minCTAs) && c.minCTAs <= 0)
-        || (set(c.maxCTAs) && c.maxCTAs <= 0)
-        || c.minCTAs > c.maxCTAs
-    {
+    if (set(c.minCTAs) && c.minCTAs <= 0) || (set(c.maxCTAs) && c.maxCTAs <= 0) || c.minCTAs > c.maxCTAs {
         return Err(Error::invalid_argument(format!(
             "Invalid config min/max channels attribute value {}/{}",
             c.minCTAs, c.maxCTAs
@@ -231,9 +222,7 @@ fn resolve(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<CommConfig> {
     if raw.magic != NCCL_CONFIG_MAGIC {
-        return Err(Error::invalid_argument(
-            "ncclConfig_t argument not initialized via NCCL_CONFIG_INITIALIZER",
-        ));
+        return Err(Error::invalid_argument("ncclConfig_t argument not initialized via NCCL_CONFIG_INITIALIZER"));
     }
     let mut c = *raw;
     reset_newer_fields(&mut c);
@@ -288,11 +277,7 @@ mod tests {
     }
 
     /// The caller's struct of `size` bytes, as parse_comm_config would see it.
-    fn parse_sized(
-        c: &ncclConfig_t,
-        size: usize,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<CommConfig> {
+    fn parse_sized(c: &ncclConfig_t, size: usize, env: &dyn Fn(&str) -> Option<String>) -> Result<CommConfig> {
         let mut c = *c;
         c.size = size;
         let bytes = bytes_of(&c);
@@ -312,30 +297,19 @@ mod tests {
         let cfg = unsafe { parse_comm_config(std::ptr::null()) }.expect("NULL config");
         // The test environment may carry NCCL_* overrides; compare against the same env.
         assert_eq!(cfg, CommConfig::default());
-        assert_eq!(
-            resolve(&config_initializer(), &read, &no_env).ok(),
-            Some(CommConfig::builtin_defaults())
-        );
+        assert_eq!(resolve(&config_initializer(), &read, &no_env).ok(), Some(CommConfig::builtin_defaults()));
     }
 
     #[test]
     fn initializer_gives_nccl_defaults() {
         let cfg = parse(&config_initializer()).expect("initializer");
         assert!(cfg.blocking);
-        assert_eq!(
-            (cfg.cga_cluster_size, cfg.min_ctas, cfg.max_ctas),
-            (4, 1, 64)
-        );
+        assert_eq!((cfg.cga_cluster_size, cfg.min_ctas, cfg.max_ctas), (4, 1, 64));
         assert_eq!(cfg.traffic_class, UNDEF);
         assert_eq!(cfg.nvls_ctas, UNDEF);
         assert_eq!(cfg.n_channels_per_net_peer, UNDEF);
         assert_eq!(cfg.cta_policy, 0);
-        assert!(
-            !cfg.split_share
-                && !cfg.collnet_enable
-                && !cfg.shrink_share
-                && !cfg.nvlink_centric_sched
-        );
+        assert!(!cfg.split_share && !cfg.collnet_enable && !cfg.shrink_share && !cfg.nvlink_centric_sched);
         assert_eq!(cfg.net_name, None);
         assert_eq!(cfg.comm_name, None);
         assert_eq!(cfg, CommConfig::builtin_defaults());
@@ -415,20 +389,14 @@ mod tests {
         let mut c = config_initializer();
         c.minCTAs = 2;
         c.maxCTAs = 32; // minCTAs alone fails: NCCL compares it with an unset (INT_MIN) maxCTAs
-        assert_eq!(
-            parse_sized(&c, 96, &no_env).map(|c| c.min_ctas).ok(),
-            Some(2)
-        );
+        assert_eq!(parse_sized(&c, 96, &no_env).map(|c| c.min_ctas).ok(), Some(2));
         // Through the pointer too: a 96-byte caller buffer whose tail is never looked at.
         let mut buf = [0u8; 96];
         c.size = 96;
         buf[..CONFIG_BYTES].copy_from_slice(&bytes_of(&c));
         buf[CONFIG_BYTES..].fill(0xff);
-        let cfg = unsafe { parse_comm_config(buf.as_ptr() as *const ncclConfig_t) }
-            .expect("96-byte config");
-        if std::env::var_os("NCCL_MIN_CTAS").is_none()
-            && std::env::var_os("NCCL_MAX_CTAS").is_none()
-        {
+        let cfg = unsafe { parse_comm_config(buf.as_ptr() as *const ncclConfig_t) }.expect("96-byte config");
+        if std::env::var_os("NCCL_MIN_CTAS").is_none() && std::env::var_os("NCCL_MAX_CTAS").is_none() {
             assert_eq!(cfg.min_ctas, 2);
         }
     }
@@ -441,18 +409,9 @@ mod tests {
         assert_eq!(e.code, ResultCode::InvalidArgument);
         assert!(e.msg.contains("NCCL_CONFIG_INITIALIZER"));
         // A size too small to reach the magic leaves it cleared.
-        assert_eq!(
-            code(parse_sized(&config_initializer(), 8, &no_env)),
-            ResultCode::InvalidArgument
-        );
-        assert_eq!(
-            code(parse_sized(&config_initializer(), 0, &no_env)),
-            ResultCode::InvalidArgument
-        );
-        assert_eq!(
-            code(parse_sized(&config_initializer(), 12, &no_env)),
-            ResultCode::Success
-        );
+        assert_eq!(code(parse_sized(&config_initializer(), 8, &no_env)), ResultCode::InvalidArgument);
+        assert_eq!(code(parse_sized(&config_initializer(), 0, &no_env)), ResultCode::InvalidArgument);
+        assert_eq!(code(parse_sized(&config_initializer(), 12, &no_env)), ResultCode::Success);
     }
 
     #[test]
@@ -460,33 +419,18 @@ mod tests {
         type Set = fn(&mut ncclConfig_t);
         let cases: [(Set, &str); 13] = [
             (|c| c.blocking = 2, "blocking attribute value 2"),
-            (
-                |c| c.cgaClusterSize = -1,
-                "cgaClusterSize attribute value -1",
-            ),
+            (|c| c.cgaClusterSize = -1, "cgaClusterSize attribute value -1"),
             (|c| c.minCTAs = 0, "min/max channels attribute value 0/"),
             (|c| c.maxCTAs = -3, "min/max channels attribute value "),
-            (
-                |c| {
-                    c.minCTAs = 8;
-                    c.maxCTAs = 4
-                },
-                "min/max channels attribute value 8/4",
-            ),
+            (|c| { c.minCTAs = 8; c.maxCTAs = 4 }, "min/max channels attribute value 8/4"),
             (|c| c.minCTAs = 8, "min/max channels attribute value 8/"), // NCCL quirk: max unset
             (|c| c.splitShare = 3, "splitShare attribute value 3"),
             (|c| c.collnetEnable = -1, "collnetEnable attribute value -1"),
             (|c| c.CTAPolicy = 3, "policy attribute value 3"),
             (|c| c.shrinkShare = 2, "shrinkShare attribute value 2"),
             (|c| c.nvlsCTAs = 0, "nvlsCTAs attribute value 0"),
-            (
-                |c| c.nChannelsPerNetPeer = 65,
-                "nChannelsPerNetPeer attribute value 65",
-            ),
-            (
-                |c| c.nvlinkCentricSched = 2,
-                "nvlinkCentricSched attribute value 2",
-            ),
+            (|c| c.nChannelsPerNetPeer = 65, "nChannelsPerNetPeer attribute value 65"),
+            (|c| c.nvlinkCentricSched = 2, "nvlinkCentricSched attribute value 2"),
         ];
         for (set, text) in cases {
             let mut c = config_initializer();

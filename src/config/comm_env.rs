@@ -17,11 +17,7 @@ const MAX_CGA_CLUSTER_SIZE: i32 = 8;
 /// values are ignored or clamped, never errors.
 pub fn apply_env_overrides(cfg: &mut CommConfig, env: &dyn Fn(&str) -> Option<String>) {
     // NCCL reads these as int64 parameters (default UNDEF) and stores them into ints.
-    let param = |name: &str| {
-        env(name).map_or(i64::from(UNDEF), |v| {
-            parse_param(name, &v, i64::from(UNDEF))
-        }) as i32
-    };
+    let param = |name: &str| env(name).map_or(i64::from(UNDEF), |v| parse_param(name, &v, i64::from(UNDEF))) as i32;
 
     let blocking = param("NCCL_COMM_BLOCKING");
     if blocking == 0 || blocking == 1 {
@@ -30,34 +26,15 @@ pub fn apply_env_overrides(cfg: &mut CommConfig, env: &dyn Fn(&str) -> Option<St
 
     let cga = param("NCCL_CGA_CLUSTER_SIZE");
     if (0..=MAX_CGA_CLUSTER_SIZE).contains(&cga) {
-        nccl_info!(
-            Subsys::Env,
-            "Comm config cgaClusterSize reset to NCCL_MAX_CGA_CLUSTER_SIZE={}",
-            cga
-        );
+        nccl_info!(Subsys::Env, "Comm config cgaClusterSize reset to NCCL_MAX_CGA_CLUSTER_SIZE={}", cga);
         cfg.cga_cluster_size = cga;
     } else if cga > MAX_CGA_CLUSTER_SIZE {
-        nccl_info!(
-            Subsys::Env,
-            "NCCL_CGA_CLUSTER_SIZE value {} is too big. Limiting value to {}.",
-            cga,
-            MAX_CGA_CLUSTER_SIZE
-        );
+        nccl_info!(Subsys::Env, "NCCL_CGA_CLUSTER_SIZE value {} is too big. Limiting value to {}.", cga, MAX_CGA_CLUSTER_SIZE);
         cfg.cga_cluster_size = MAX_CGA_CLUSTER_SIZE;
     }
 
-    positive_override(
-        param("NCCL_MIN_CTAS"),
-        &mut cfg.min_ctas,
-        "NCCL_MIN_CTAS",
-        "minCTAs",
-    );
-    positive_override(
-        param("NCCL_MAX_CTAS"),
-        &mut cfg.max_ctas,
-        "NCCL_MAX_CTAS",
-        "maxCTAs",
-    );
+    positive_override(param("NCCL_MIN_CTAS"), &mut cfg.min_ctas, "NCCL_MIN_CTAS", "minCTAs");
+    positive_override(param("NCCL_MAX_CTAS"), &mut cfg.max_ctas, "NCCL_MAX_CTAS", "maxCTAs");
     positive_override(
         param("NCCL_NCHANNELS_PER_NET_PEER"),
         &mut cfg.n_channels_per_net_peer,
@@ -68,19 +45,10 @@ pub fn apply_env_overrides(cfg: &mut CommConfig, env: &dyn Fn(&str) -> Option<St
     let sched = param("NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE");
     if sched != UNDEF {
         if sched == 0 || sched == 1 {
-            nccl_info!(
-                Subsys::Env,
-                "Comm config nvlinkCentricSched reset to NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE={}",
-                sched
-            );
+            nccl_info!(Subsys::Env, "Comm config nvlinkCentricSched reset to NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE={}", sched);
             cfg.nvlink_centric_sched = sched == 1;
         } else {
-            nccl_info!(
-                Subsys::Env,
-                "NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE {} is not valid, leaving it set at {}",
-                sched,
-                i32::from(cfg.nvlink_centric_sched)
-            );
+            nccl_info!(Subsys::Env, "NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE {} is not valid, leaving it set at {}", sched, i32::from(cfg.nvlink_centric_sched));
         }
     }
 
@@ -119,24 +87,13 @@ pub fn apply_env_overrides(cfg: &mut CommConfig, env: &dyn Fn(&str) -> Option<St
     cfg.min_ctas = cfg.min_ctas.min(MAX_CHANNELS);
     cfg.max_ctas = cfg.max_ctas.min(MAX_CHANNELS);
     if cfg.min_ctas > cfg.max_ctas {
-        nccl_info!(
-            Subsys::Env,
-            "minCTAs {} is larger than maxCTAs {}, set both to {}",
-            cfg.min_ctas,
-            cfg.max_ctas,
-            cfg.max_ctas
-        );
+        nccl_info!(Subsys::Env, "minCTAs {} is larger than maxCTAs {}, set both to {}", cfg.min_ctas, cfg.max_ctas, cfg.max_ctas);
         cfg.min_ctas = cfg.max_ctas;
     }
     cfg.split_share = split_share == 1;
     cfg.collnet_enable = collnet_enable == 1;
     if !(CTA_POLICY_DEFAULT..=CTA_POLICY_ZERO).contains(&cfg.cta_policy) {
-        nccl_info!(
-            Subsys::Env,
-            "CTAPolicy {} is not a valid value, set it to {}",
-            cfg.cta_policy,
-            CTA_POLICY_DEFAULT
-        );
+        nccl_info!(Subsys::Env, "CTAPolicy {} is not a valid value, set it to {}", cfg.cta_policy, CTA_POLICY_DEFAULT);
         cfg.cta_policy = CTA_POLICY_DEFAULT;
     }
     if cfg.nvls_ctas != UNDEF && cfg.nvls_ctas <= 0 {
@@ -150,21 +107,9 @@ fn positive_override(value: i32, field: &mut i32, var: &str, what: &str) {
         return;
     }
     if value <= 0 {
-        nccl_info!(
-            Subsys::Env,
-            "{} {} is too low, leaving it set at {}",
-            var,
-            value,
-            *field
-        );
+        nccl_info!(Subsys::Env, "{} {} is too low, leaving it set at {}", var, value, *field);
     } else {
-        nccl_info!(
-            Subsys::Env,
-            "Comm config {} reset to {}={}",
-            what,
-            var,
-            value
-        );
+        nccl_info!(Subsys::Env, "Comm config {} reset to {}={}", what, var, value);
         *field = value;
     }
 }
@@ -175,10 +120,7 @@ mod tests {
     use std::collections::HashMap;
 
     fn with_env(vars: &[(&str, &str)]) -> CommConfig {
-        let map: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let mut cfg = CommConfig::builtin_defaults();
         apply_env_overrides(&mut cfg, &|n| map.get(n).cloned());
         cfg
@@ -198,18 +140,9 @@ mod tests {
 
     #[test]
     fn cga_is_limited_to_8_and_negative_ignored() {
-        assert_eq!(
-            with_env(&[("NCCL_CGA_CLUSTER_SIZE", "0")]).cga_cluster_size,
-            0
-        );
-        assert_eq!(
-            with_env(&[("NCCL_CGA_CLUSTER_SIZE", "9")]).cga_cluster_size,
-            8
-        );
-        assert_eq!(
-            with_env(&[("NCCL_CGA_CLUSTER_SIZE", "-1")]).cga_cluster_size,
-            4
-        );
+        assert_eq!(with_env(&[("NCCL_CGA_CLUSTER_SIZE", "0")]).cga_cluster_size, 0);
+        assert_eq!(with_env(&[("NCCL_CGA_CLUSTER_SIZE", "9")]).cga_cluster_size, 8);
+        assert_eq!(with_env(&[("NCCL_CGA_CLUSTER_SIZE", "-1")]).cga_cluster_size, 4);
     }
 
     #[test]
@@ -217,11 +150,7 @@ mod tests {
         let c = with_env(&[("NCCL_MIN_CTAS", "0"), ("NCCL_MAX_CTAS", "-2")]);
         assert_eq!((c.min_ctas, c.max_ctas), (1, 64));
         let c = with_env(&[("NCCL_MIN_CTAS", "32"), ("NCCL_MAX_CTAS", "8")]);
-        assert_eq!(
-            (c.min_ctas, c.max_ctas),
-            (8, 8),
-            "min > max: both set to max"
-        );
+        assert_eq!((c.min_ctas, c.max_ctas), (8, 8), "min > max: both set to max");
         let c = with_env(&[("NCCL_MIN_CTAS", "200")]);
         assert_eq!((c.min_ctas, c.max_ctas), (64, 64));
         let c = with_env(&[("NCCL_NCHANNELS_PER_NET_PEER", "0")]);
@@ -250,8 +179,7 @@ mod tests {
         cfg.split_share = true;
         cfg.collnet_enable = true;
         let env = |n: &str| {
-            matches!(n, "NCCL_COMM_SPLIT_SHARE_RESOURCES" | "NCCL_COLLNET_ENABLE")
-                .then(|| "0".to_string())
+            matches!(n, "NCCL_COMM_SPLIT_SHARE_RESOURCES" | "NCCL_COLLNET_ENABLE").then(|| "0".to_string())
         };
         apply_env_overrides(&mut cfg, &env);
         assert!(!cfg.split_share && !cfg.collnet_enable);
@@ -259,9 +187,6 @@ mod tests {
 
     #[test]
     fn net_name_from_env() {
-        assert_eq!(
-            with_env(&[("NCCL_NET", "Socket")]).net_name.as_deref(),
-            Some("Socket")
-        );
+        assert_eq!(with_env(&[("NCCL_NET", "Socket")]).net_name.as_deref(), Some("Socket"));
     }
 }

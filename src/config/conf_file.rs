@@ -87,13 +87,7 @@ fn home_dir() -> Option<PathBuf> {
         let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
         let mut result: *mut libc::passwd = std::ptr::null_mut();
         let rc = unsafe {
-            libc::getpwuid_r(
-                libc::getuid(),
-                &mut pwd,
-                buf.as_mut_ptr() as *mut libc::c_char,
-                size,
-                &mut result,
-            )
+            libc::getpwuid_r(libc::getuid(), &mut pwd, buf.as_mut_ptr() as *mut libc::c_char, size, &mut result)
         };
         if rc == libc::ERANGE && size < (1 << 20) {
             size *= 4;
@@ -124,12 +118,7 @@ mod tests {
         let text = "# comment\nNCCL_DEBUG=INFO\n  NCCL_SOCKET_IFNAME = eth0 \r\n\nnot a pair\n=novalue\nNCCL_ALGO=^NVLS=x\n   # indented comment\nNCCL_EMPTY=\n";
         assert_eq!(
             pairs(text),
-            vec![
-                p("NCCL_DEBUG", "INFO"),
-                p("NCCL_SOCKET_IFNAME", "eth0"),
-                p("NCCL_ALGO", "^NVLS=x"),
-                p("NCCL_EMPTY", "")
-            ]
+            vec![p("NCCL_DEBUG", "INFO"), p("NCCL_SOCKET_IFNAME", "eth0"), p("NCCL_ALGO", "^NVLS=x"), p("NCCL_EMPTY", "")]
         );
     }
 

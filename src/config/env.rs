@@ -45,13 +45,7 @@ pub fn env(name: &str) -> Option<String> {
         return None;
     }
     if log::enabled(Level::Info, Subsys::Env) && first_time(&LOGGED, name) {
-        nccl_info!(
-            Subsys::Env,
-            "{} set by {} to {}",
-            name,
-            source.describe(),
-            value
-        );
+        nccl_info!(Subsys::Env, "{} set by {} to {}", name, source.describe(), value);
     }
     Some(value)
 }
@@ -77,13 +71,7 @@ pub fn parse_param(name: &str, value: &str, default: i64) -> i64 {
                     IntError::TrailingJunk => "trailing characters",
                     IntError::Overflow => "out of range",
                 };
-                nccl_warn!(
-                    "Invalid value {} for {} ({}), using default {}.",
-                    value,
-                    name,
-                    why,
-                    default
-                );
+                nccl_warn!("Invalid value {} for {} ({}), using default {}.", value, name, why, default);
             }
             default
         }

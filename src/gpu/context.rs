@@ -42,9 +42,7 @@ impl Device {
         }
         let n = device_count()?;
         if ordinal < 0 || ordinal >= n {
-            return Err(Error::invalid_argument(format!(
-                "CUDA device {ordinal} does not exist ({n} visible)"
-            )));
+            return Err(Error::invalid_argument(format!("CUDA device {ordinal} does not exist ({n} visible)")));
         }
         let d = Box::leak(Box::new(Device::open(ordinal)?));
         devs.push(d);
@@ -57,41 +55,19 @@ impl Device {
         unsafe {
             check(cu::cuDeviceGet(&mut dev, ordinal), "cuDeviceGet")?;
             let mut ctx: cu::CUcontext = std::ptr::null_mut();
-            check(
-                cu::cuDevicePrimaryCtxRetain(&mut ctx, dev),
-                "cuDevicePrimaryCtxRetain",
-            )?;
+            check(cu::cuDevicePrimaryCtxRetain(&mut ctx, dev), "cuDevicePrimaryCtxRetain")?;
             let attr = |a: cu::CUdevice_attribute| -> Result<i32> {
                 let mut v = 0;
-                check(
-                    cu::cuDeviceGetAttribute(&mut v, a, dev),
-                    "cuDeviceGetAttribute",
-                )?;
+                check(cu::cuDeviceGetAttribute(&mut v, a, dev), "cuDeviceGetAttribute")?;
                 Ok(v)
             };
             let sm_count = attr(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-            let cc_major =
-                attr(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-            let cc_minor =
-                attr(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+            let cc_major = attr(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+            let cc_minor = attr(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
             let mut buf = [0 as c_char; 32];
-            check(
-                cu::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev),
-                "cuDeviceGetPCIBusId",
-            )?;
-            let bus_id = std::ffi::CStr::from_ptr(buf.as_ptr())
-                .to_string_lossy()
-                .to_lowercase();
-            Ok(Device {
-                ordinal,
-                cu: dev,
-                ctx,
-                sm_count,
-                cc_major,
-                cc_minor,
-                bus_id,
-                module: OnceLock::new(),
-            })
+            check(cu::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev), "cuDeviceGetPCIBusId")?;
+            let bus_id = std::ffi::CStr::from_ptr(buf.as_ptr()).to_string_lossy().to_lowercase();
+            Ok(Device { ordinal, cu: dev, ctx, sm_count, cc_major, cc_minor, bus_id, module: OnceLock::new() })
         }
     }
 
@@ -143,10 +119,7 @@ pub fn can_access(a: i32, b: i32) -> Result<bool> {
     unsafe {
         check(cu::cuDeviceGet(&mut da, a), "cuDeviceGet")?;
         check(cu::cuDeviceGet(&mut db, b), "cuDeviceGet")?;
-        check(
-            cu::cuDeviceCanAccessPeer(&mut v, da, db),
-            "cuDeviceCanAccessPeer",
-        )?;
+        check(cu::cuDeviceCanAccessPeer(&mut v, da, db), "cuDeviceCanAccessPeer")?;
     }
     Ok(v != 0)
 }
@@ -157,8 +130,7 @@ pub fn ordinal_by_bus_id(bus: &str) -> Option<i32> {
     let c = std::ffi::CString::new(bus).ok()?;
     let mut d: cu::CUdevice = 0;
     // SAFETY: out-pointer to a local, NUL-terminated id.
-    (unsafe { cu::cuDeviceGetByPCIBusId(&mut d, c.as_ptr()) } == cu::CUresult::CUDA_SUCCESS)
-        .then_some(d)
+    (unsafe { cu::cuDeviceGetByPCIBusId(&mut d, c.as_ptr()) } == cu::CUresult::CUDA_SUCCESS).then_some(d)
 }
 
 pub fn device_count() -> Result<i32> {
@@ -201,17 +173,11 @@ impl CtxGuard {
         // SAFETY: out-pointer to a local.
         check(unsafe { cu::cuCtxGetCurrent(&mut prev) }, "cuCtxGetCurrent")?;
         if prev == dev.ctx {
-            return Ok(CtxGuard {
-                prev,
-                switched: false,
-            });
+            return Ok(CtxGuard { prev, switched: false });
         }
         // SAFETY: dev.ctx is a retained primary context.
         check(unsafe { cu::cuCtxSetCurrent(dev.ctx) }, "cuCtxSetCurrent")?;
-        Ok(CtxGuard {
-            prev,
-            switched: true,
-        })
+        Ok(CtxGuard { prev, switched: true })
     }
 }
 

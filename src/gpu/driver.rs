@@ -15,10 +15,7 @@ pub fn ensure() -> Result<()> {
     let r = INIT.get_or_init(|| {
         // SAFETY: only probes whether the shared library can be opened.
         if !unsafe { cu::is_culib_present() } {
-            return Err((
-                true,
-                "CUDA driver library (libcuda.so) not found".to_string(),
-            ));
+            return Err((true, "CUDA driver library (libcuda.so) not found".to_string()));
         }
         // SAFETY: cuInit has no preconditions.
         let rc = unsafe { cu::cuInit(0) };
@@ -65,9 +62,6 @@ pub fn check(rc: cu::CUresult, what: &str) -> Result<()> {
     if rc == cu::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
-        Err(Error::cuda(format!(
-            "Cuda failure '{what}': {}",
-            describe(rc)
-        )))
+        Err(Error::cuda(format!("Cuda failure '{what}': {}", describe(rc))))
     }
 }

@@ -13,10 +13,7 @@ pub fn export(dev: &'static Device, base: cu::CUdeviceptr) -> Result<[u8; IPC_HA
     let _g = CtxGuard::new(dev)?;
     let mut h = cu::CUipcMemHandle_st { reserved: [0; 64] };
     // SAFETY: out-pointer to a local; base is an allocation of this context.
-    check(
-        unsafe { cu::cuIpcGetMemHandle(&mut h, base) },
-        "cuIpcGetMemHandle",
-    )?;
+    check(unsafe { cu::cuIpcGetMemHandle(&mut h, base) }, "cuIpcGetMemHandle")?;
     let mut out = [0u8; IPC_HANDLE_BYTES];
     for (o, i) in out.iter_mut().zip(h.reserved.iter()) {
         *o = *i as u8;
@@ -40,10 +37,7 @@ impl ImportedBuffer {
         let mut ptr: cu::CUdeviceptr = 0;
         let flags = cu::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
         // SAFETY: out-pointer to a local; the handle bytes came from the exporting process.
-        check(
-            unsafe { cu::cuIpcOpenMemHandle_v2(&mut ptr, h, flags) },
-            "cuIpcOpenMemHandle",
-        )?;
+        check(unsafe { cu::cuIpcOpenMemHandle_v2(&mut ptr, h, flags) }, "cuIpcOpenMemHandle")?;
         Ok(ImportedBuffer { ptr, dev })
     }
 }

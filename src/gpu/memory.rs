@@ -19,10 +19,7 @@ impl DeviceBuffer {
         let _g = CtxGuard::new(dev)?;
         let mut ptr: cu::CUdeviceptr = 0;
         // SAFETY: out-pointer to a local; the device's context is current.
-        check(
-            unsafe { cu::cuMemAlloc_v2(&mut ptr, size.max(1)) },
-            "cuMemAlloc",
-        )?;
+        check(unsafe { cu::cuMemAlloc_v2(&mut ptr, size.max(1)) }, "cuMemAlloc")?;
         let buf = DeviceBuffer { ptr, size, dev };
         // SAFETY: ptr..ptr+size was just allocated. Synchronous memset: done before any kernel runs.
         check(unsafe { cu::cuMemsetD8_v2(ptr, 0, size) }, "cuMemsetD8")?;
@@ -31,16 +28,10 @@ impl DeviceBuffer {
 
     /// Fills `count` u32 words at byte offset `off` with `value` (synchronously).
     pub fn fill_u32(&self, off: usize, value: u32, count: usize) -> Result<()> {
-        assert!(
-            off % 4 == 0 && off + count * 4 <= self.size,
-            "fill_u32 outside the buffer"
-        );
+        assert!(off % 4 == 0 && off + count * 4 <= self.size, "fill_u32 outside the buffer");
         let _g = CtxGuard::new(self.dev)?;
         // SAFETY: the range is inside this allocation (asserted above).
-        check(
-            unsafe { cu::cuMemsetD32_v2(self.ptr + off as u64, value, count) },
-            "cuMemsetD32",
-        )
+        check(unsafe { cu::cuMemsetD32_v2(self.ptr + off as u64, value, count) }, "cuMemsetD32")
     }
 
     /// Copies `bytes` from the host to byte offset `off` (synchronously).
@@ -49,9 +40,7 @@ impl DeviceBuffer {
         let _g = CtxGuard::new(self.dev)?;
         // SAFETY: destination range inside this allocation, source is a valid slice.
         check(
-            unsafe {
-                cu::cuMemcpyHtoD_v2(self.ptr + off as u64, bytes.as_ptr().cast(), bytes.len())
-            },
+            unsafe { cu::cuMemcpyHtoD_v2(self.ptr + off as u64, bytes.as_ptr().cast(), bytes.len()) },
             "cuMemcpyHtoD",
         )
     }
@@ -62,9 +51,7 @@ impl DeviceBuffer {
         let _g = CtxGuard::new(self.dev)?;
         // SAFETY: source range inside this allocation, destination is a valid slice.
         check(
-            unsafe {
-                cu::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr + off as u64, out.len())
-            },
+            unsafe { cu::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr + off as u64, out.len()) },
             "cuMemcpyDtoH",
         )
     }
@@ -102,20 +89,13 @@ impl HostMapped {
         let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
         let flags = cu::CU_MEMHOSTALLOC_DEVICEMAP | cu::CU_MEMHOSTALLOC_PORTABLE;
         // SAFETY: out-pointer to a local.
-        check(
-            unsafe { cu::cuMemHostAlloc(&mut host, size, flags) },
-            "cuMemHostAlloc",
-        )?;
+        check(unsafe { cu::cuMemHostAlloc(&mut host, size, flags) }, "cuMemHostAlloc")?;
         // SAFETY: host points to `size` writable bytes just allocated.
         unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, size) };
         let mut dev_ptr: cu::CUdeviceptr = 0;
         // SAFETY: host was allocated with DEVICEMAP.
         let rc = unsafe { cu::cuMemHostGetDevicePointer_v2(&mut dev_ptr, host, 0) };
-        let mapped = HostMapped {
-            host: host.cast(),
-            dev_ptr,
-            size,
-        };
+        let mapped = HostMapped { host: host.cast(), dev_ptr, size };
         check(rc, "cuMemHostGetDevicePointer")?;
         Ok(mapped)
     }

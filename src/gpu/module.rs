@@ -49,10 +49,7 @@ fn typed_table(raw: cu::CUmodule, prefix: &str, variants: &[&str]) -> Result<Vec
     for v in variants {
         for dt in DataType::ALL {
             for op in RedOp::ALL {
-                t.push(function(
-                    raw,
-                    &format!("{prefix}_{v}_{}_{}", dt.name(), op.name()),
-                )?);
+                t.push(function(raw, &format!("{prefix}_{v}_{}_{}", dt.name(), op.name()))?);
             }
         }
     }
@@ -68,16 +65,8 @@ impl Module {
     pub(super) fn load(dev: &Device) -> Result<Module> {
         let mut raw: cu::CUmodule = std::ptr::null_mut();
         // SAFETY: FATBIN is a complete fatbin image that lives for the whole program.
-        check(
-            unsafe { cu::cuModuleLoadData(&mut raw, FATBIN.0.as_ptr().cast()) },
-            "cuModuleLoadData",
-        )
-        .map_err(|e| {
-            e.context(format!(
-                "loading oxccl kernels on device {} (sm_{}{})",
-                dev.ordinal, dev.cc_major, dev.cc_minor
-            ))
-        })?;
+        check(unsafe { cu::cuModuleLoadData(&mut raw, FATBIN.0.as_ptr().cast()) }, "cuModuleLoadData")
+            .map_err(|e| e.context(format!("loading oxccl kernels on device {} (sm_{}{})", dev.ordinal, dev.cc_major, dev.cc_minor)))?;
         let algos: Vec<&str> = AllReduceAlgo::ALL.iter().map(|a| a.name()).collect();
         Ok(Module {
             _raw: raw,
@@ -126,11 +115,8 @@ fn function(module: cu::CUmodule, name: &str) -> Result<Kernel> {
     let cname = CString::new(name).map_err(|_| Error::internal("kernel name with NUL"))?;
     let mut f: cu::CUfunction = std::ptr::null_mut();
     // SAFETY: out-pointer to a local; module is loaded.
-    check(
-        unsafe { cu::cuModuleGetFunction(&mut f, module, cname.as_ptr()) },
-        "cuModuleGetFunction",
-    )
-    .map_err(|e| e.context(format!("kernel {name}")))?;
+    check(unsafe { cu::cuModuleGetFunction(&mut f, module, cname.as_ptr()) }, "cuModuleGetFunction")
+        .map_err(|e| e.context(format!("kernel {name}")))?;
     Ok(Kernel(f))
 }
 
@@ -140,21 +126,7 @@ pub fn launch<A>(k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &
     // SAFETY: `args` outlives the call (the driver copies parameters at launch); the kernel takes
     // exactly one parameter of type A.
     check(
-        unsafe {
-            cu::cuLaunchKernel(
-                k.0,
-                grid,
-                1,
-                1,
-                block,
-                1,
-                1,
-                0,
-                stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        },
+        unsafe { cu::cuLaunchKernel(k.0, grid, 1, 1, block, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()) },
         "cuLaunchKernel",
     )
 }

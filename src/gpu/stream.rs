@@ -9,10 +9,7 @@ use crate::error::Result;
 pub fn is_capturing(stream: cu::CUstream) -> Result<bool> {
     let mut st = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: out-pointer to a local; stream is the caller's (0 is the legacy stream).
-    check(
-        unsafe { cu::cuStreamIsCapturing(stream, &mut st) },
-        "cuStreamIsCapturing",
-    )?;
+    check(unsafe { cu::cuStreamIsCapturing(stream, &mut st) }, "cuStreamIsCapturing")?;
     Ok(st != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }
 
@@ -26,10 +23,7 @@ impl RelaxedCapture {
     pub fn new() -> Result<RelaxedCapture> {
         let mut mode = cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
         // SAFETY: exchanges the thread's mode with a valid enum value.
-        check(
-            unsafe { cu::cuThreadExchangeStreamCaptureMode(&mut mode) },
-            "cuThreadExchangeStreamCaptureMode",
-        )?;
+        check(unsafe { cu::cuThreadExchangeStreamCaptureMode(&mut mode) }, "cuThreadExchangeStreamCaptureMode")?;
         Ok(RelaxedCapture { prev: mode })
     }
 }
@@ -56,26 +50,17 @@ impl Event {
         let mut raw: cu::CUevent = std::ptr::null_mut();
         let flags = cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
         // SAFETY: out-pointer to a local; the caller has the right context current.
-        check(
-            unsafe { cu::cuEventCreate(&mut raw, flags) },
-            "cuEventCreate",
-        )?;
+        check(unsafe { cu::cuEventCreate(&mut raw, flags) }, "cuEventCreate")?;
         Ok(Event { raw })
     }
     pub fn record(&self, stream: cu::CUstream) -> Result<()> {
         // SAFETY: valid event and stream of the current context.
-        check(
-            unsafe { cu::cuEventRecord(self.raw, stream) },
-            "cuEventRecord",
-        )
+        check(unsafe { cu::cuEventRecord(self.raw, stream) }, "cuEventRecord")
     }
     /// Makes `stream` wait for the work this event captured.
     pub fn wait_on(&self, stream: cu::CUstream) -> Result<()> {
         // SAFETY: valid event and stream.
-        check(
-            unsafe { cu::cuStreamWaitEvent(stream, self.raw, 0) },
-            "cuStreamWaitEvent",
-        )
+        check(unsafe { cu::cuStreamWaitEvent(stream, self.raw, 0) }, "cuStreamWaitEvent")
     }
     /// Ok(true) once the recorded work has completed.
     pub fn query(&self) -> Result<bool> {

@@ -17,18 +17,12 @@ pub struct LastError {
 
 impl LastError {
     pub const fn new() -> LastError {
-        LastError {
-            bytes: [const { AtomicU8::new(0) }; LAST_ERROR_CAP],
-            writer: Mutex::new(()),
-        }
+        LastError { bytes: [const { AtomicU8::new(0) }; LAST_ERROR_CAP], writer: Mutex::new(()) }
     }
 
     /// Replaces the text with `args`, cut to 1023 bytes as vsnprintf into 1024 would.
     pub fn record(&self, args: fmt::Arguments) {
-        let mut text = Truncating {
-            buf: [0; LAST_ERROR_CAP - 1],
-            len: 0,
-        };
+        let mut text = Truncating { buf: [0; LAST_ERROR_CAP - 1], len: 0 };
         let _ = text.write_fmt(args); // a failing Display impl leaves what it wrote so far
         let _guard = self.writer.lock();
         for (dst, &b) in self.bytes.iter().zip(&text.buf[..text.len]) {
@@ -45,12 +39,8 @@ impl LastError {
     /// The current text, up to its NUL (for Rust callers and tests).
     pub fn text(&self) -> String {
         let _guard = self.writer.lock();
-        let bytes: Vec<u8> = self
-            .bytes
-            .iter()
-            .map(|b| b.load(Ordering::Relaxed))
-            .take_while(|&b| b != 0)
-            .collect();
+        let bytes: Vec<u8> =
+            self.bytes.iter().map(|b| b.load(Ordering::Relaxed)).take_while(|&b| b != 0).collect();
         String::from_utf8_lossy(&bytes).into_owned()
     }
 }
@@ -91,10 +81,7 @@ mod tests {
     #[test]
     fn records_and_overwrites() {
         let e = LastError::new();
-        e.record(format_args!(
-            "Invalid config blocking attribute value {}",
-            7
-        ));
+        e.record(format_args!("Invalid config blocking attribute value {}", 7));
         assert_eq!(e.text(), "Invalid config blocking attribute value 7");
         e.record(format_args!("short"));
         assert_eq!(unsafe { CStr::from_ptr(e.as_ptr()) }.to_str(), Ok("short"));

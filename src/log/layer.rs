@@ -25,16 +25,7 @@ use tracing_subscriber::Registry;
 pub const TARGET: &str = "nccl";
 
 /// The events' fields, in this order.
-const FIELD_NAMES: &[&str] = &[
-    "nccl_level",
-    "subsys",
-    "call",
-    "file",
-    "line",
-    "tid",
-    "dev",
-    "message",
-];
+const FIELD_NAMES: &[&str] = &["nccl_level", "subsys", "call", "file", "line", "tid", "dev", "message"];
 
 /// One static callsite per tracing level, as the `event!` macro would make.
 macro_rules! nccl_callsite {
@@ -59,14 +50,7 @@ nccl_callsite!(TRACE_CALLSITE, TRACE_META, tracing::Level::TRACE);
 static DISPATCH: Lazy<Dispatch> = Lazy::new(|| Dispatch::new(Registry::default().with(NcclLayer)));
 
 /// Sends one message (already known to pass the level and subsystem filters) as an event.
-pub fn emit(
-    level: Level,
-    subsys: &'static str,
-    call: bool,
-    file: &'static str,
-    line: u32,
-    args: fmt::Arguments,
-) {
+pub fn emit(level: Level, subsys: &'static str, call: bool, file: &'static str, line: u32, args: fmt::Arguments) {
     let tid = process::thread_id();
     let dev = process::thread_device();
     let callsite: &'static DefaultCallsite = match level {
@@ -77,16 +61,7 @@ pub fn emit(
     let meta = callsite.metadata();
     let fields = meta.fields();
     let mut names = fields.iter();
-    let (
-        Some(f_level),
-        Some(f_subsys),
-        Some(f_call),
-        Some(f_file),
-        Some(f_line),
-        Some(f_tid),
-        Some(f_dev),
-        Some(f_msg),
-    ) = (
+    let (Some(f_level), Some(f_subsys), Some(f_call), Some(f_file), Some(f_line), Some(f_tid), Some(f_dev), Some(f_msg)) = (
         names.next(),
         names.next(),
         names.next(),
@@ -95,8 +70,7 @@ pub fn emit(
         names.next(),
         names.next(),
         names.next(),
-    )
-    else {
+    ) else {
         return; // cannot happen: FIELD_NAMES has eight names
     };
     let nccl_level = level as i64;
@@ -122,9 +96,7 @@ impl<S: Subscriber> Layer<S> for NcclLayer {
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
         let mut f = Fields::default();
         event.record(&mut f);
-        let Some(level) = Level::from_i32(f.level as i32) else {
-            return;
-        };
+        let Some(level) = Level::from_i32(f.level as i32) else { return };
         state::write(&Record {
             level,
             call: f.call,

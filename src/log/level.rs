@@ -37,8 +37,7 @@ pub enum Subsys {
 pub const ALL_SUBSYS: u64 = !0;
 
 /// NCCL's default mask when NCCL_DEBUG_SUBSYS is unset: INIT|BOOTSTRAP|ENV.
-pub const DEFAULT_SUBSYS_MASK: u64 =
-    Subsys::Init.bit() | Subsys::Bootstrap.bit() | Subsys::Env.bit();
+pub const DEFAULT_SUBSYS_MASK: u64 = Subsys::Init.bit() | Subsys::Bootstrap.bit() | Subsys::Env.bit();
 
 const SUBSYS_NAMES: [(&str, Subsys); 16] = [
     ("INIT", Subsys::Init),
@@ -106,9 +105,7 @@ pub fn parse_level(value: &str) -> Level {
 /// no whitespace trimming, as in NCCL); a leading `^` starts from all bits and clears the
 /// listed ones. Unknown names are ignored.
 pub fn parse_subsys_mask(value: Option<&str>) -> u64 {
-    let Some(value) = value else {
-        return DEFAULT_SUBSYS_MASK;
-    };
+    let Some(value) = value else { return DEFAULT_SUBSYS_MASK };
     let (invert, list) = match value.strip_prefix('^') {
         Some(rest) => (true, rest),
         None => (false, value),
@@ -135,9 +132,7 @@ pub fn parse_subsys_mask(value: Option<&str>) -> u64 {
 /// NCCL_DEBUG_TIMESTAMP_LEVELS, `None` meaning unset: a bitmap of `1 << level` for the levels
 /// whose lines start with a timestamp. Default: WARN only. Same list syntax as the subsystems.
 pub fn parse_timestamp_levels(value: Option<&str>) -> u32 {
-    let Some(value) = value else {
-        return 1 << Level::Warn as u32;
-    };
+    let Some(value) = value else { return 1 << Level::Warn as u32 };
     let (invert, list) = match value.strip_prefix('^') {
         Some(rest) => (true, rest),
         None => (false, value),
@@ -201,29 +196,18 @@ mod tests {
         assert_eq!(parse_subsys_mask(Some("ALL")), !0);
         assert_eq!(parse_subsys_mask(Some("")), 0);
         assert_eq!(parse_subsys_mask(Some("BOGUS")), 0);
-        assert_eq!(
-            parse_subsys_mask(Some(" INIT")),
-            0,
-            "no trimming, as strcasecmp"
-        );
+        assert_eq!(parse_subsys_mask(Some(" INIT")), 0, "no trimming, as strcasecmp");
         assert_eq!(parse_subsys_mask(Some("^COLL")), !0x2);
         assert_eq!(parse_subsys_mask(Some("^COLL,P2P")), !0x6);
         assert_eq!(parse_subsys_mask(Some("^")), !0);
         assert_eq!(parse_subsys_mask(Some("^ALL")), 0);
-        assert_eq!(
-            parse_subsys_mask(Some("INIT,^COLL")),
-            0x1,
-            "^ only counts in front"
-        );
+        assert_eq!(parse_subsys_mask(Some("INIT,^COLL")), 0x1, "^ only counts in front");
     }
 
     #[test]
     fn timestamp_level_lists() {
         assert_eq!(parse_timestamp_levels(None), 1 << 2);
-        assert_eq!(
-            parse_timestamp_levels(Some("INFO,WARN")),
-            (1 << 3) | (1 << 2)
-        );
+        assert_eq!(parse_timestamp_levels(Some("INFO,WARN")), (1 << 3) | (1 << 2));
         assert_eq!(parse_timestamp_levels(Some("^WARN")), !(1 << 2));
         assert_eq!(parse_timestamp_levels(Some("ALL")), !0);
         assert_eq!(parse_timestamp_levels(Some("")), 0);

@@ -82,10 +82,7 @@ mod tests {
 
     #[test]
     fn info_line() {
-        assert_eq!(
-            text(&info(Level::Info), "Bootstrap : Using eth0"),
-            "node7:4242:4250 [3] NCCL INFO Bootstrap : Using eth0\n"
-        );
+        assert_eq!(text(&info(Level::Info), "Bootstrap : Using eth0"), "node7:4242:4250 [3] NCCL INFO Bootstrap : Using eth0\n");
     }
 
     #[test]
@@ -100,24 +97,15 @@ mod tests {
 
     #[test]
     fn trace_and_call_lines() {
-        assert_eq!(
-            text(&info(Level::Trace), "x"),
-            "node7:4242:4250 [3] 12.500000 init.rs:77 NCCL TRACE x\n"
-        );
+        assert_eq!(text(&info(Level::Trace), "x"), "node7:4242:4250 [3] 12.500000 init.rs:77 NCCL TRACE x\n");
         let mut c = info(Level::Trace);
         c.call = true;
-        assert_eq!(
-            text(&c, "ncclAllReduce"),
-            "node7:4242:4250 NCCL CALL ncclAllReduce\n"
-        );
+        assert_eq!(text(&c, "ncclAllReduce"), "node7:4242:4250 NCCL CALL ncclAllReduce\n");
     }
 
     #[test]
     fn version_line_is_bare() {
-        assert_eq!(
-            text(&info(Level::Version), "NCCL version 2.28.9+cuda13.0"),
-            "NCCL version 2.28.9+cuda13.0\n"
-        );
+        assert_eq!(text(&info(Level::Version), "NCCL version 2.28.9+cuda13.0"), "NCCL version 2.28.9+cuda13.0\n");
     }
 
     #[test]

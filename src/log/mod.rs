@@ -72,18 +72,9 @@ pub fn log(level: Level, sub: Subsys, file: &'static str, line: u32, args: fmt::
     emit(level, flags_of(level, sub), sub, file, line, args);
 }
 
-fn emit(
-    level: Level,
-    flags: u64,
-    sub: Subsys,
-    file: &'static str,
-    line: u32,
-    args: fmt::Arguments,
-) {
+fn emit(level: Level, flags: u64, sub: Subsys, file: &'static str, line: u32, args: fmt::Arguments) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        let Some(busy) = state::Busy::enter() else {
-            return;
-        };
+        let Some(busy) = state::Busy::enter() else { return };
         let (level, flags) = no_warn::demote(level, flags);
         if level == Level::Warn {
             LAST_ERROR.record(args);
@@ -98,13 +89,7 @@ fn emit(
 /// Logs an error returned to C as a WARN at the place it was raised.
 pub fn warn_error(e: &crate::error::Error) {
     let (file, line) = e.file_line();
-    log(
-        Level::Warn,
-        Subsys::Init,
-        file,
-        line,
-        format_args!("{}", e.msg),
-    );
+    log(Level::Warn, Subsys::Init, file, line, format_args!("{}", e.msg));
 }
 
 /// The CUDA device shown as `[dev]` in this thread's lines (default 0).
@@ -139,11 +124,7 @@ pub fn version_banner() {
         if level == Level::None || SHOWN.swap(true, Ordering::AcqRel) {
             return;
         }
-        let shown_as = if level <= Level::Warn {
-            Level::Version
-        } else {
-            Level::Info
-        };
+        let shown_as = if level <= Level::Warn { Level::Version } else { Level::Info };
         emit(
             shown_as,
             ALL_SUBSYS,

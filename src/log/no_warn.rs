@@ -41,9 +41,7 @@ mod tests {
         no_warn(Subsys::Net, || {
             assert_eq!(demote(Level::Warn, !0), (Level::Info, Subsys::Net.bit()));
             assert_eq!(demote(Level::Info, 1), (Level::Info, 1));
-            no_warn(Subsys::Init, || {
-                assert_eq!(demote(Level::Warn, !0), (Level::Info, 1))
-            });
+            no_warn(Subsys::Init, || assert_eq!(demote(Level::Warn, !0), (Level::Info, 1)));
             assert_eq!(demote(Level::Warn, !0), (Level::Info, Subsys::Net.bit()));
         });
         assert_eq!(demote(Level::Warn, !0), (Level::Warn, !0));

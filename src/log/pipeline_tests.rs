@@ -13,21 +13,8 @@ const CHILD_VAR: &str = "OXCCL_LOG_TEST_CHILD";
 fn run_child(test: &str, vars: &[(&str, &str)]) -> String {
     let exe = std::env::current_exe().expect("test binary path");
     let mut cmd = Command::new(exe);
-    cmd.args([
-        "--exact",
-        &format!("log::pipeline_tests::{test}"),
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ]);
-    for v in [
-        "NCCL_DEBUG",
-        "NCCL_DEBUG_SUBSYS",
-        "NCCL_DEBUG_FILE",
-        "NCCL_DEBUG_TIMESTAMP_LEVELS",
-        "NCCL_DEBUG_TIMESTAMP_FORMAT",
-        "NCCL_CONF_FILE",
-    ] {
+    cmd.args(["--exact", &format!("log::pipeline_tests::{test}"), "--ignored", "--nocapture", "--test-threads=1"]);
+    for v in ["NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_DEBUG_TIMESTAMP_LEVELS", "NCCL_DEBUG_TIMESTAMP_FORMAT", "NCCL_CONF_FILE"] {
         cmd.env_remove(v);
     }
     cmd.env("NCCL_CONF_FILE", "/nonexistent/oxccl-test.conf");
@@ -42,10 +29,7 @@ fn run_child(test: &str, vars: &[(&str, &str)]) -> String {
         "child {test} failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        stdout.contains("1 passed"),
-        "child {test} did not run:\n{stdout}"
-    );
+    assert!(stdout.contains("1 passed"), "child {test} did not run:\n{stdout}");
     stdout
 }
 
@@ -89,14 +73,7 @@ fn info_to_file() {
     let dir = std::env::temp_dir().join(format!("oxccl-log-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let template = format!("{}/nccl.%h.%p.log", dir.display());
-    run_child(
-        "child_info_to_file",
-        &[
-            ("NCCL_DEBUG", "info"),
-            ("NCCL_DEBUG_SUBSYS", "INIT,ENV"),
-            ("NCCL_DEBUG_FILE", &template),
-        ],
-    );
+    run_child("child_info_to_file", &[("NCCL_DEBUG", "info"), ("NCCL_DEBUG_SUBSYS", "INIT,ENV"), ("NCCL_DEBUG_FILE", &template)]);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -109,15 +86,9 @@ fn child_info_to_file() {
     set_thread_device(3);
     assert!(enabled(Level::Info, Subsys::Init));
     assert!(enabled(Level::Info, Subsys::Env));
-    assert!(
-        !enabled(Level::Info, Subsys::Coll),
-        "COLL is not in the mask"
-    );
+    assert!(!enabled(Level::Info, Subsys::Coll), "COLL is not in the mask");
     assert!(!enabled(Level::Trace, Subsys::Init), "TRACE is above INFO");
-    assert!(
-        enabled(Level::Warn, Subsys::Coll),
-        "WARNs carry all subsystems"
-    );
+    assert!(enabled(Level::Warn, Subsys::Coll), "WARNs carry all subsystems");
     assert!(!enabled(Level::None, Subsys::Init));
 
     nccl_info!(Subsys::Init, "hello {}", 42);
@@ -128,16 +99,10 @@ fn child_info_to_file() {
     warn_error(&Error::invalid_argument("bad argument"));
     assert_eq!(last_error(), "bad argument");
     no_warn(Subsys::Net, || nccl_warn!("demoted warn"));
-    assert_eq!(
-        last_error(),
-        "bad argument",
-        "a demoted WARN is not recorded"
-    );
+    assert_eq!(last_error(), "bad argument", "a demoted WARN is not recorded");
     version_banner();
     version_banner();
-    tracing::dispatcher::with_default(&tracing::Dispatch::new(Forwarder), || {
-        tracing::info!("host app event")
-    });
+    tracing::dispatcher::with_default(&tracing::Dispatch::new(Forwarder), || tracing::info!("host app event"));
     let threads: Vec<_> = (0..4)
         .map(|t| {
             std::thread::spawn(move || {
@@ -154,50 +119,24 @@ fn child_info_to_file() {
     let host = process::short_hostname();
     let pid = process::pid();
     let tid = process::thread_id();
-    let path = std::env::var("NCCL_DEBUG_FILE")
-        .expect("file template")
-        .replace("%h", &host)
-        .replace("%p", &pid.to_string());
+    let path = std::env::var("NCCL_DEBUG_FILE").expect("file template").replace("%h", &host).replace("%p", &pid.to_string());
     let text = std::fs::read_to_string(&path).expect("debug file written");
     let prefix = format!("{host}:{pid}:{tid} [3] ");
-    assert!(
-        text.contains(&format!("{prefix}NCCL INFO hello 42\n")),
-        "{text}"
-    );
+    assert!(text.contains(&format!("{prefix}NCCL INFO hello 42\n")), "{text}");
     assert!(!text.contains("hidden coll line"));
-    assert!(
-        text.contains(&format!("] {prefix}log/pipeline_tests.rs:")),
-        "{text}"
-    );
+    assert!(text.contains(&format!("] {prefix}log/pipeline_tests.rs:")), "{text}");
     assert!(text.contains(" NCCL WARN boom 7\n"));
-    assert!(
-        text.contains("\n\n["),
-        "WARN lines start with an empty line then the timestamp"
-    );
+    assert!(text.contains("\n\n["), "WARN lines start with an empty line then the timestamp");
     assert!(text.contains(&format!("{prefix}NCCL INFO outer text\n")));
     assert!(!text.contains("inner"), "re-entrant calls are dropped");
     assert!(text.contains(" pipeline_tests.rs:") && text.contains(" NCCL WARN bad argument\n"));
-    assert!(
-        !text.contains("demoted warn"),
-        "demoted to an INFO of NET, which is not in the mask"
-    );
-    assert!(
-        text.contains(&format!(
-            "{prefix}NCCL INFO forwarded from a foreign subscriber\n"
-        )),
-        "{text}"
-    );
-    let banner = format!(
-        "NCCL INFO NCCL version 2.28.9+cuda13.0 (oxccl {})\n",
-        crate::OXCCL_VERSION
-    );
+    assert!(!text.contains("demoted warn"), "demoted to an INFO of NET, which is not in the mask");
+    assert!(text.contains(&format!("{prefix}NCCL INFO forwarded from a foreign subscriber\n")), "{text}");
+    let banner = format!("NCCL INFO NCCL version 2.28.9+cuda13.0 (oxccl {})\n", crate::OXCCL_VERSION);
     assert_eq!(text.matches(&banner).count(), 1, "{text}");
     for t in 0..4 {
         for i in 0..50 {
-            assert!(
-                text.contains(&format!(" [0] NCCL INFO thread {t} line {i}\n")),
-                "thread {t} line {i}"
-            );
+            assert!(text.contains(&format!(" [0] NCCL INFO thread {t} line {i}\n")), "thread {t} line {i}");
         }
     }
 
@@ -210,22 +149,10 @@ fn child_info_to_file() {
 
 #[test]
 fn warn_to_stdout() {
-    let out = run_child(
-        "child_warn_to_stdout",
-        &[
-            ("NCCL_DEBUG", "WARN"),
-            ("NCCL_DEBUG_TIMESTAMP_LEVELS", "^ALL"),
-        ],
-    );
-    assert!(
-        out.contains("NCCL version 2.28.9+cuda13.0 (oxccl "),
-        "bare banner at WARN:\n{out}"
-    );
+    let out = run_child("child_warn_to_stdout", &[("NCCL_DEBUG", "WARN"), ("NCCL_DEBUG_TIMESTAMP_LEVELS", "^ALL")]);
+    assert!(out.contains("NCCL version 2.28.9+cuda13.0 (oxccl "), "bare banner at WARN:\n{out}");
     assert!(!out.contains("NCCL INFO"), "{out}");
-    let warn = out
-        .lines()
-        .find(|l| l.contains("NCCL WARN"))
-        .expect("a WARN line on stdout");
+    let warn = out.lines().find(|l| l.contains("NCCL WARN")).expect("a WARN line on stdout");
     assert!(warn.ends_with(" NCCL WARN to stdout 1"), "{warn}");
     assert!(!warn.starts_with('['), "timestamps were turned off: {warn}");
 }

@@ -48,10 +48,7 @@ pub fn short_hostname() -> String {
     if rc != 0 {
         return "unknown".to_string();
     }
-    let end = buf
-        .iter()
-        .position(|&b| b == 0 || b == b'.')
-        .unwrap_or(buf.len());
+    let end = buf.iter().position(|&b| b == 0 || b == b'.').unwrap_or(buf.len());
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 

@@ -32,9 +32,7 @@ impl Settings {
         Settings {
             level,
             mask: level::parse_subsys_mask(get("NCCL_DEBUG_SUBSYS").as_deref()),
-            timestamp_levels: level::parse_timestamp_levels(
-                get("NCCL_DEBUG_TIMESTAMP_LEVELS").as_deref(),
-            ),
+            timestamp_levels: level::parse_timestamp_levels(get("NCCL_DEBUG_TIMESTAMP_LEVELS").as_deref()),
             timestamp_format: TimestampFormat::parse(get("NCCL_DEBUG_TIMESTAMP_FORMAT").as_deref()),
             warn_enables_info,
             debug_file: get("NCCL_DEBUG_FILE").filter(|_| level > Level::Version),
@@ -53,10 +51,7 @@ mod tests {
     use std::collections::HashMap;
 
     fn settings(vars: &[(&str, &str)]) -> Settings {
-        let map: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Settings::from_lookup(|n| map.get(n).cloned())
     }
 
@@ -83,10 +78,7 @@ mod tests {
         ]);
         assert_eq!(s.level, Level::Info);
         assert_eq!(s.mask, !1u64);
-        assert!(
-            !s.timestamped(Level::Info),
-            "an empty format turns timestamps off"
-        );
+        assert!(!s.timestamped(Level::Info), "an empty format turns timestamps off");
         assert!(s.warn_enables_info);
         assert_eq!(s.debug_file.as_deref(), Some("/tmp/nccl.%h.%p"));
     }

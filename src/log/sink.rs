@@ -23,9 +23,7 @@ pub enum Sink {
 impl Sink {
     /// The file named by the expanded NCCL_DEBUG_FILE template, or stdout if it cannot be created.
     pub fn open(template: Option<&str>, host: &str, pid: i32) -> Sink {
-        let Some(template) = template else {
-            return Sink::Stdout;
-        };
+        let Some(template) = template else { return Sink::Stdout };
         let path = expand_debug_path(template, host, pid);
         if path.is_empty() {
             return Sink::Stdout;
@@ -94,10 +92,7 @@ mod tests {
 
     #[test]
     fn path_expansion() {
-        assert_eq!(
-            expand_debug_path("/tmp/nccl.%h.%p.log", "node1", 42),
-            "/tmp/nccl.node1.42.log"
-        );
+        assert_eq!(expand_debug_path("/tmp/nccl.%h.%p.log", "node1", 42), "/tmp/nccl.node1.42.log");
         assert_eq!(expand_debug_path("a%%b%xc%", "h", 1), "a%b%xc%");
         assert_eq!(expand_debug_path("", "h", 1), "");
         assert_eq!(expand_debug_path(&"p".repeat(5000), "h", 1).len(), PATH_MAX);
@@ -105,10 +100,7 @@ mod tests {
 
     #[test]
     fn unopenable_file_falls_back_to_stdout() {
-        assert!(matches!(
-            Sink::open(Some("/nonexistent-dir/x/%p"), "h", 1),
-            Sink::Stdout
-        ));
+        assert!(matches!(Sink::open(Some("/nonexistent-dir/x/%p"), "h", 1), Sink::Stdout));
         assert!(matches!(Sink::open(None, "h", 1), Sink::Stdout));
     }
 

@@ -67,11 +67,7 @@ pub fn passes_fast(level: Level, flags: u64) -> Option<bool> {
     if current < 0 {
         return None;
     }
-    Some(
-        level != Level::None
-            && current >= level as i32
-            && MASK.load(Ordering::Relaxed) & flags != 0,
-    )
+    Some(level != Level::None && current >= level as i32 && MASK.load(Ordering::Relaxed) & flags != 0)
 }
 
 /// The current level (initialising the logger if needed; the caller holds `Busy`).
@@ -102,13 +98,7 @@ fn initialise() {
     let sink = Sink::open(settings.debug_file.as_deref(), &host, pid);
     MASK.store(settings.mask, Ordering::Relaxed);
     let level = settings.level as i32;
-    *slot = Some(Logger {
-        settings,
-        sink,
-        host,
-        pid,
-        epoch: Instant::now(),
-    });
+    *slot = Some(Logger { settings, sink, host, pid, epoch: Instant::now() });
     LEVEL.store(level, Ordering::Release);
 }
 
@@ -134,19 +124,10 @@ pub fn write(rec: &Record) {
     let mut slot = LOGGER.lock();
     let Some(logger) = slot.as_mut() else { return };
     let timestamp = if logger.settings.timestamped(rec.level) {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let secs = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
-        let room = if rec.level == Level::Warn {
-            LINE_CAP - 1
-        } else {
-            LINE_CAP
-        };
-        logger
-            .settings
-            .timestamp_format
-            .render(secs, now.subsec_nanos(), room)
+        let room = if rec.level == Level::Warn { LINE_CAP - 1 } else { LINE_CAP };
+        logger.settings.timestamp_format.render(secs, now.subsec_nanos(), room)
     } else {
         Vec::new()
     };

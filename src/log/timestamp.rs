@@ -79,11 +79,7 @@ impl TimestampFormat {
         let mut fmt = self.format.clone();
         if let Some((at, digits)) = self.subsec {
             let scale = 10u64.pow(9 - digits);
-            let text = format!(
-                "{:0width$}",
-                u64::from(nanos.min(999_999_999)) / scale,
-                width = digits as usize
-            );
+            let text = format!("{:0width$}", u64::from(nanos.min(999_999_999)) / scale, width = digits as usize);
             if let Some(dst) = fmt.get_mut(at..at + digits as usize) {
                 dst.copy_from_slice(&text.as_bytes()[..digits as usize]);
             }
@@ -107,9 +103,7 @@ fn local_tm(secs: i64) -> Option<libc::tm> {
 
 /// libc strftime into a buffer of `room` bytes (its NUL included); empty on failure.
 fn strftime(format: &[u8], tm: &libc::tm, room: usize) -> Vec<u8> {
-    let Ok(cfmt) = CString::new(format) else {
-        return Vec::new();
-    };
+    let Ok(cfmt) = CString::new(format) else { return Vec::new() };
     if room == 0 {
         return Vec::new();
     }
@@ -161,10 +155,7 @@ mod tests {
         assert!(TimestampFormat::parse(Some("")).is_empty());
         assert!(show(&TimestampFormat::parse(Some("")), 0).is_empty());
         let long = "x".repeat(300);
-        assert_eq!(
-            TimestampFormat::parse(Some(&long)),
-            TimestampFormat::parse(None)
-        );
+        assert_eq!(TimestampFormat::parse(Some(&long)), TimestampFormat::parse(None));
         // Too little room: falls back on the default, which does not fit either.
         let f = TimestampFormat::parse(Some("%F %T %F %T"));
         assert!(f.render_tm(&tm(), 0, 8).is_empty());
@@ -173,9 +164,6 @@ mod tests {
     #[test]
     fn render_of_now_does_not_fail() {
         let f = TimestampFormat::parse(None);
-        assert_eq!(
-            f.render(1_700_000_000, 0, 1024).len(),
-            "[2023-11-14 22:13:20] ".len()
-        );
+        assert_eq!(f.render(1_700_000_000, 0, 1024).len(), "[2023-11-14 22:13:20] ".len());
     }
 }

@@ -44,9 +44,7 @@ impl FifoWords {
     /// outlive every use of the result.
     pub unsafe fn over(base: *mut u8, size: u32) -> Result<FifoWords> {
         if size == 0 || !size.is_power_of_two() || size > 1 << 20 {
-            return Err(Error::invalid_argument(format!(
-                "FIFO size {size} must be a power of two in [1, 2^20]"
-            )));
+            return Err(Error::invalid_argument(format!("FIFO size {size} must be a power of two in [1, 2^20]")));
         }
         if (base as usize) % 16 != 0 {
             return Err(Error::internal("FIFO memory is not 16-byte aligned"));
@@ -55,13 +53,7 @@ impl FifoWords {
         // SAFETY: offsets stay within the `bytes(size)` the caller vouched for.
         unsafe {
             let tail = words.add(2 * size as usize);
-            Ok(FifoWords {
-                slots: words,
-                tail,
-                flush_done: tail.add(1),
-                stop: tail.add(2).cast::<AtomicU32>(),
-                size,
-            })
+            Ok(FifoWords { slots: words, tail, flush_done: tail.add(1), stop: tail.add(2).cast::<AtomicU32>(), size })
         }
     }
 
@@ -90,10 +82,7 @@ impl FifoWords {
         if snd & COMMIT_MASK != commit_bit(pos, self.size) {
             return None;
         }
-        Some(Trigger {
-            fst: self.word(2 * i).load(Ordering::Relaxed),
-            snd: snd & !COMMIT_MASK,
-        })
+        Some(Trigger { fst: self.word(2 * i).load(Ordering::Relaxed), snd: snd & !COMMIT_MASK })
     }
 
     /// What a pushing GPU thread does (kernels/fifo.cuh), for tests and the host-side emulation:
@@ -110,10 +99,7 @@ impl FifoWords {
         let i = (pos % u64::from(self.size)) as usize;
         // The device writes both words in one store; here the commit word goes last, with release.
         self.word(2 * i).store(t.fst, Ordering::Relaxed);
-        self.word(2 * i + 1).store(
-            (t.snd & !COMMIT_MASK) | commit_bit(pos, self.size),
-            Ordering::Release,
-        );
+        self.word(2 * i + 1).store((t.snd & !COMMIT_MASK) | commit_bit(pos, self.size), Ordering::Release);
         Some(pos)
     }
 
@@ -137,10 +123,7 @@ pub struct FifoHost {
 
 impl FifoHost {
     pub fn new(words: FifoWords) -> FifoHost {
-        FifoHost {
-            next: words.tail().load(Ordering::Acquire),
-            words,
-        }
+        FifoHost { next: words.tail().load(Ordering::Acquire), words }
     }
 
     /// The next trigger, if published.
@@ -206,21 +189,11 @@ mod tests {
         let mut host = FifoHost::new(f.words);
         assert!(host.poll().is_none(), "zeroed memory is not a trigger");
         for pos in 0..12u64 {
-            let t = if pos % 3 == 0 {
-                Trigger::default()
-            } else {
-                Trigger {
-                    fst: pos,
-                    snd: pos << 8,
-                }
-            };
+            let t = if pos % 3 == 0 { Trigger::default() } else { Trigger { fst: pos, snd: pos << 8 } };
             assert_eq!(f.words.push_like_device(&head, t), Some(pos));
             assert_eq!(host.poll(), Some(t), "position {pos}");
             host.pop();
-            assert!(
-                host.poll().is_none(),
-                "slot of the next lap still holds the old lap's trigger"
-            );
+            assert!(host.poll().is_none(), "slot of the next lap still holds the old lap's trigger");
         }
     }
 
@@ -229,24 +202,14 @@ mod tests {
         let f = Arc::new(HeapFifo::new(4).unwrap());
         let head = Arc::new(AtomicU64::new(0));
         for i in 0..4 {
-            f.words
-                .push_like_device(&head, Trigger { fst: i, snd: 0 })
-                .unwrap();
+            f.words.push_like_device(&head, Trigger { fst: i, snd: 0 }).unwrap();
         }
         let (f2, h2) = (f.clone(), head.clone());
-        let pusher =
-            std::thread::spawn(move || f2.words.push_like_device(&h2, Trigger { fst: 99, snd: 1 }));
+        let pusher = std::thread::spawn(move || f2.words.push_like_device(&h2, Trigger { fst: 99, snd: 1 }));
         std::thread::sleep(Duration::from_millis(50));
-        assert!(
-            !pusher.is_finished(),
-            "the fifth push must wait: the ring is full"
-        );
+        assert!(!pusher.is_finished(), "the fifth push must wait: the ring is full");
         let mut host = FifoHost::new(f.words);
-        assert_eq!(
-            host.poll().unwrap().fst,
-            0,
-            "the first slot was not overwritten"
-        );
+        assert_eq!(host.poll().unwrap().fst, 0, "the first slot was not overwritten");
         host.pop();
         assert_eq!(pusher.join().unwrap(), Some(4));
         for want in [1, 2, 3, 99] {
@@ -265,15 +228,7 @@ mod tests {
                 let (f, head) = (f.clone(), head.clone());
                 std::thread::spawn(move || {
                     for k in 0..each {
-                        f.words
-                            .push_like_device(
-                                &head,
-                                Trigger {
-                                    fst: t << 32 | k,
-                                    snd: k & 0xff,
-                                },
-                            )
-                            .unwrap();
+                        f.words.push_like_device(&head, Trigger { fst: t << 32 | k, snd: k & 0xff }).unwrap();
                     }
                 })
             })
@@ -286,10 +241,7 @@ mod tests {
             assert!(t0.elapsed() < Duration::from_secs(30), "consumer starved");
             if let Some(t) = host.poll() {
                 let (th, k) = (t.fst >> 32, t.fst & 0xffff_ffff);
-                assert_eq!(
-                    k, seen[th as usize],
-                    "pusher {th}'s triggers arrive in its order"
-                );
+                assert_eq!(k, seen[th as usize], "pusher {th}'s triggers arrive in its order");
                 assert_eq!(t.snd, k & 0xff);
                 seen[th as usize] += 1;
                 host.pop();
@@ -306,8 +258,7 @@ mod tests {
         let head = Arc::new(AtomicU64::new(0));
         f.words.push_like_device(&head, Trigger::default()).unwrap();
         let (f2, h2) = (f.clone(), head.clone());
-        let blocked =
-            std::thread::spawn(move || f2.words.push_like_device(&h2, Trigger::default()));
+        let blocked = std::thread::spawn(move || f2.words.push_like_device(&h2, Trigger::default()));
         let f3 = f.clone();
         let flusher = std::thread::spawn(move || f3.words.flush_like_device(0));
         std::thread::sleep(Duration::from_millis(20));

@@ -90,11 +90,7 @@ impl Proxy {
                 fifo.release();
             })
             .map_err(|e| Error::io("cannot start the proxy thread", &e))?;
-        Ok(Proxy {
-            stop,
-            thread: Some(thread),
-            interrupt,
-        })
+        Ok(Proxy { stop, thread: Some(thread), interrupt })
     }
 
     /// Abort: interrupts a transport blocked on a hung peer, then stops. Always returns promptly.
@@ -125,11 +121,7 @@ fn run(fifo: &mut FifoHost, handler: &mut dyn Handler, stop: &AtomicBool) -> Res
     let mut idle = 0u32;
     loop {
         if stop.load(Ordering::Acquire) {
-            nccl_trace!(
-                Subsys::Proxy,
-                "proxy: stopping at FIFO position {}",
-                fifo.position()
-            );
+            nccl_trace!(Subsys::Proxy, "proxy: stopping at FIFO position {}", fifo.position());
             return Ok(());
         }
         let Some(t) = fifo.poll() else {
@@ -147,15 +139,11 @@ fn run(fifo: &mut FifoHost, handler: &mut dyn Handler, stop: &AtomicBool) -> Res
         let r = Request::decode(&t);
         let pos = fifo.position();
         if r.is_data() || r.is_flag() {
-            handler
-                .execute(&r)
-                .map_err(|e| e.context(format!("proxy: request at FIFO position {pos}")))?;
+            handler.execute(&r).map_err(|e| e.context(format!("proxy: request at FIFO position {pos}")))?;
         }
         fifo.pop();
         if r.is_sync() {
-            handler
-                .complete()
-                .map_err(|e| e.context(format!("proxy: flush at FIFO position {pos}")))?;
+            handler.complete().map_err(|e| e.context(format!("proxy: flush at FIFO position {pos}")))?;
             fifo.complete_through(pos + 1);
         }
     }
@@ -192,14 +180,7 @@ mod tests {
     }
 
     fn req(kind: u64, size: u32) -> crate::device_abi::Trigger {
-        Request {
-            kind,
-            size,
-            semaphore: 1,
-            ..Default::default()
-        }
-        .encode()
-        .unwrap()
+        Request { kind, size, semaphore: 1, ..Default::default() }.encode().unwrap()
     }
 
     #[test]
@@ -207,75 +188,32 @@ mod tests {
         let f = Arc::new(HeapFifo::new(8).unwrap());
         let head = AtomicU64::new(0);
         let rec = Recorder::default();
-        let mut p = Proxy::start(
-            "test-proxy".into(),
-            FifoHost::new(f.words),
-            Box::new(rec.clone()),
-            Placement::default(),
-            Box::new(|_| {}),
-        )
-        .unwrap();
-        for size in 1..=40 {
-            f.words
-                .push_like_device(
-                    &head,
-                    req(
-                        if size % 2 == 0 {
-                            OX_TRIGGER_DATA
-                        } else {
-                            OX_TRIGGER_DATA | OX_TRIGGER_FLAG
-                        },
-                        size,
-                    ),
-                )
-                .unwrap();
-        }
-        let pos = f
-            .words
-            .push_like_device(&head, req(OX_TRIGGER_SYNC, 0))
+        let mut p = Proxy::start("test-proxy".into(), FifoHost::new(f.words), Box::new(rec.clone()), Placement::default(), Box::new(|_| {}))
             .unwrap();
+        for size in 1..=40 {
+            f.words.push_like_device(&head, req(if size % 2 == 0 { OX_TRIGGER_DATA } else { OX_TRIGGER_DATA | OX_TRIGGER_FLAG }, size)).unwrap();
+        }
+        let pos = f.words.push_like_device(&head, req(OX_TRIGGER_SYNC, 0)).unwrap();
         assert!(f.words.flush_like_device(pos), "flush completes");
         let log = rec.log.lock().clone();
         assert_eq!(log.len(), 40);
-        assert!(
-            log.iter()
-                .enumerate()
-                .all(|(i, (r, done))| r.size == i as u32 + 1 && *done),
-            "in order, all completed before the flush returned"
-        );
+        assert!(log.iter().enumerate().all(|(i, (r, done))| r.size == i as u32 + 1 && *done), "in order, all completed before the flush returned");
         p.stop();
-        assert_ne!(
-            f.words.stop().load(Ordering::Acquire),
-            0,
-            "stop releases device waiters"
-        );
+        assert_ne!(f.words.stop().load(Ordering::Acquire), 0, "stop releases device waiters");
     }
 
     #[test]
     fn stop_is_prompt_when_idle_and_releases_a_flusher() {
         let f = Arc::new(HeapFifo::new(4).unwrap());
-        let mut p = Proxy::start(
-            "test-proxy".into(),
-            FifoHost::new(f.words),
-            Box::new(Recorder::default()),
-            Placement::default(),
-            Box::new(|_| {}),
-        )
-        .unwrap();
+        let mut p = Proxy::start("test-proxy".into(), FifoHost::new(f.words), Box::new(Recorder::default()), Placement::default(), Box::new(|_| {}))
+            .unwrap();
         std::thread::sleep(Duration::from_millis(30)); // long enough to be in the sleeping backoff
         let f2 = f.clone();
         let waiter = std::thread::spawn(move || f2.words.flush_like_device(1000));
         let t0 = Instant::now();
         p.stop();
-        assert!(
-            t0.elapsed() < Duration::from_millis(500),
-            "stop took {:?}",
-            t0.elapsed()
-        );
-        assert!(
-            !waiter.join().unwrap(),
-            "the waiting GPU thread was released, not completed"
-        );
+        assert!(t0.elapsed() < Duration::from_millis(500), "stop took {:?}", t0.elapsed());
+        assert!(!waiter.join().unwrap(), "the waiting GPU thread was released, not completed");
     }
 
     #[test]
@@ -284,10 +222,7 @@ mod tests {
         let head = AtomicU64::new(0);
         let errors = Arc::new(Mutex::new(Vec::new()));
         let e2 = errors.clone();
-        let rec = Recorder {
-            fail_at: Some(7),
-            ..Default::default()
-        };
+        let rec = Recorder { fail_at: Some(7), ..Default::default() };
         let _p = Proxy::start(
             "test-proxy".into(),
             FifoHost::new(f.words),
@@ -296,17 +231,9 @@ mod tests {
             Box::new(move |e| e2.lock().push(e)),
         )
         .unwrap();
-        f.words
-            .push_like_device(&head, req(OX_TRIGGER_DATA, 7))
-            .unwrap();
-        let pos = f
-            .words
-            .push_like_device(&head, req(OX_TRIGGER_SYNC, 0))
-            .unwrap();
-        assert!(
-            !f.words.flush_like_device(pos),
-            "the flush is released, not completed"
-        );
+        f.words.push_like_device(&head, req(OX_TRIGGER_DATA, 7)).unwrap();
+        let pos = f.words.push_like_device(&head, req(OX_TRIGGER_SYNC, 0)).unwrap();
+        assert!(!f.words.flush_like_device(pos), "the flush is released, not completed");
         let errs = errors.lock();
         assert_eq!(errs.len(), 1);
         assert_eq!(errs[0].code, crate::error::ResultCode::RemoteError);

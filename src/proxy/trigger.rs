@@ -2,9 +2,9 @@
 //! (layout in `device_abi::Trigger`; kernels/fifo.cuh packs the same bits).
 
 use crate::device_abi::{
-    Trigger, OX_TRIGGER_COMMIT_SHIFT, OX_TRIGGER_DATA, OX_TRIGGER_DST_MEM_SHIFT, OX_TRIGGER_FLAG,
-    OX_TRIGGER_MEMID_BITS, OX_TRIGGER_SEMID_BITS, OX_TRIGGER_SEMID_SHIFT, OX_TRIGGER_SRC_MEM_SHIFT,
-    OX_TRIGGER_SYNC, OX_TRIGGER_TYPE_BITS, OX_TRIGGER_TYPE_SHIFT,
+    Trigger, OX_TRIGGER_COMMIT_SHIFT, OX_TRIGGER_DATA, OX_TRIGGER_DST_MEM_SHIFT, OX_TRIGGER_FLAG, OX_TRIGGER_MEMID_BITS,
+    OX_TRIGGER_SEMID_BITS, OX_TRIGGER_SEMID_SHIFT, OX_TRIGGER_SRC_MEM_SHIFT, OX_TRIGGER_SYNC, OX_TRIGGER_TYPE_BITS,
+    OX_TRIGGER_TYPE_SHIFT,
 };
 use crate::error::{Error, Result};
 
@@ -40,24 +40,14 @@ impl Request {
     pub fn encode(&self) -> Result<Trigger> {
         let fits = |v: u64, bits: u32, what: &str| {
             if v > mask(bits) {
-                Err(Error::invalid_argument(format!(
-                    "trigger {what} {v} does not fit {bits} bits"
-                )))
+                Err(Error::invalid_argument(format!("trigger {what} {v} does not fit {bits} bits")))
             } else {
                 Ok(v)
             }
         };
         let kind = fits(self.kind, OX_TRIGGER_TYPE_BITS, "type")?;
-        let src_mem = fits(
-            self.src_mem.into(),
-            OX_TRIGGER_MEMID_BITS,
-            "source memory id",
-        )?;
-        let dst_mem = fits(
-            self.dst_mem.into(),
-            OX_TRIGGER_MEMID_BITS,
-            "destination memory id",
-        )?;
+        let src_mem = fits(self.src_mem.into(), OX_TRIGGER_MEMID_BITS, "source memory id")?;
+        let dst_mem = fits(self.dst_mem.into(), OX_TRIGGER_MEMID_BITS, "destination memory id")?;
         let sem = fits(self.semaphore.into(), OX_TRIGGER_SEMID_BITS, "semaphore id")?;
         Ok(Trigger {
             fst: u64::from(self.size) | u64::from(self.src_offset) << 32,
@@ -98,43 +88,16 @@ mod tests {
 
     #[test]
     fn fields_round_trip_at_their_limits_and_leave_the_commit_bit_alone() {
-        let r = Request {
-            kind: 7,
-            size: u32::MAX,
-            src_offset: u32::MAX,
-            dst_offset: u32::MAX,
-            src_mem: 511,
-            dst_mem: 511,
-            semaphore: 1023,
-        };
+        let r = Request { kind: 7, size: u32::MAX, src_offset: u32::MAX, dst_offset: u32::MAX, src_mem: 511, dst_mem: 511, semaphore: 1023 };
         let t = r.encode().unwrap();
         assert_eq!(t.snd & COMMIT_MASK, 0);
         assert_eq!(Request::decode(&t), r);
         let z = Request::default();
-        assert_eq!(
-            z.encode().unwrap(),
-            Trigger { fst: 0, snd: 0 },
-            "an all-zero trigger is valid"
-        );
+        assert_eq!(z.encode().unwrap(), Trigger { fst: 0, snd: 0 }, "an all-zero trigger is valid");
         for (i, r) in [
-            Request {
-                kind: OX_TRIGGER_DATA,
-                size: 4096,
-                src_offset: 1,
-                dst_offset: 2,
-                src_mem: 3,
-                dst_mem: 4,
-                semaphore: 5,
-            },
-            Request {
-                kind: OX_TRIGGER_DATA | OX_TRIGGER_FLAG,
-                semaphore: 1,
-                ..Default::default()
-            },
-            Request {
-                kind: OX_TRIGGER_SYNC,
-                ..Default::default()
-            },
+            Request { kind: OX_TRIGGER_DATA, size: 4096, src_offset: 1, dst_offset: 2, src_mem: 3, dst_mem: 4, semaphore: 5 },
+            Request { kind: OX_TRIGGER_DATA | OX_TRIGGER_FLAG, semaphore: 1, ..Default::default() },
+            Request { kind: OX_TRIGGER_SYNC, ..Default::default() },
         ]
         .into_iter()
         .enumerate()
@@ -147,30 +110,10 @@ mod tests {
 
     #[test]
     fn out_of_range_fields_are_rejected() {
-        assert!(Request {
-            src_mem: 512,
-            ..Default::default()
-        }
-        .encode()
-        .is_err());
-        assert!(Request {
-            dst_mem: 600,
-            ..Default::default()
-        }
-        .encode()
-        .is_err());
-        assert!(Request {
-            semaphore: 1024,
-            ..Default::default()
-        }
-        .encode()
-        .is_err());
-        assert!(Request {
-            kind: 8,
-            ..Default::default()
-        }
-        .encode()
-        .is_err());
+        assert!(Request { src_mem: 512, ..Default::default() }.encode().is_err());
+        assert!(Request { dst_mem: 600, ..Default::default() }.encode().is_err());
+        assert!(Request { semaphore: 1024, ..Default::default() }.encode().is_err());
+        assert!(Request { kind: 8, ..Default::default() }.encode().is_err());
     }
 
     #[test]
@@ -179,9 +122,6 @@ mod tests {
         assert_eq!(commit_bit(3, 4), COMMIT_MASK);
         assert_eq!(commit_bit(4, 4), 0);
         assert_eq!(commit_bit(8, 4), COMMIT_MASK);
-        assert_eq!(
-            commit_bit(u64::MAX, 1 << 31) >> 63,
-            (((u64::MAX >> 31) & 1) ^ 1)
-        );
+        assert_eq!(commit_bit(u64::MAX, 1 << 31) >> 63, (((u64::MAX >> 31) & 1) ^ 1));
     }
 }

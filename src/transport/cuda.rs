@@ -16,14 +16,9 @@ pub struct Region {
 }
 
 fn region(table: &[Region], id: u16, off: u64, len: u64, what: &str) -> Result<u64> {
-    let r = table
-        .get(id as usize)
-        .ok_or_else(|| Error::invalid_usage(format!("{what}: unknown memory id {id}")))?;
+    let r = table.get(id as usize).ok_or_else(|| Error::invalid_usage(format!("{what}: unknown memory id {id}")))?;
     if off.checked_add(len).map_or(true, |end| end > r.size) {
-        return Err(Error::invalid_usage(format!(
-            "{what}: {len} bytes at offset {off} exceed memory {id} ({} bytes)",
-            r.size
-        )));
+        return Err(Error::invalid_usage(format!("{what}: {len} bytes at offset {off} exceed memory {id} ({} bytes)", r.size)));
     }
     Ok(r.ptr + off)
 }
@@ -42,33 +37,21 @@ impl MemAccess for DeviceMem {
         let src = region(&self.mems, mem, off, dst.len() as u64, "read")?;
         let _g = CtxGuard::new(self.dev)?;
         // SAFETY: `src` lies within a registered allocation (checked); dst is writable host memory.
-        check(
-            unsafe { cu::cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), src, dst.len()) },
-            "cuMemcpyDtoH",
-        )
+        check(unsafe { cu::cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), src, dst.len()) }, "cuMemcpyDtoH")
     }
 
     fn write(&self, mem: u16, off: u64, src: &[u8]) -> Result<()> {
         let dst = region(&self.mems, mem, off, src.len() as u64, "write")?;
         let _g = CtxGuard::new(self.dev)?;
         // SAFETY: as in read. Later copies on the default stream (a signal) run after this one.
-        check(
-            unsafe { cu::cuMemcpyHtoD_v2(dst, src.as_ptr().cast(), src.len()) },
-            "cuMemcpyHtoD",
-        )
+        check(unsafe { cu::cuMemcpyHtoD_v2(dst, src.as_ptr().cast(), src.len()) }, "cuMemcpyHtoD")
     }
 
     fn signal(&self, sem: u16, value: u64) -> Result<()> {
-        let addr = *self
-            .sems
-            .get(sem as usize)
-            .ok_or_else(|| Error::invalid_usage(format!("unknown semaphore id {sem}")))?;
+        let addr = *self.sems.get(sem as usize).ok_or_else(|| Error::invalid_usage(format!("unknown semaphore id {sem}")))?;
         let _g = CtxGuard::new(self.dev)?;
         // SAFETY: a registered u64 semaphore; the default stream orders it after earlier writes.
-        check(
-            unsafe { cu::cuMemcpyHtoD_v2(addr, (&value as *const u64).cast(), 8) },
-            "cuMemcpyHtoD (semaphore)",
-        )
+        check(unsafe { cu::cuMemcpyHtoD_v2(addr, (&value as *const u64).cast(), 8) }, "cuMemcpyHtoD (semaphore)")
     }
 }
 
@@ -90,34 +73,14 @@ pub struct CopyEngine {
 unsafe impl Send for CopyEngine {}
 
 impl CopyEngine {
-    pub fn new(
-        dev: &'static Device,
-        src: Vec<Region>,
-        dst: Vec<Region>,
-        sems: Vec<u64>,
-    ) -> Result<CopyEngine> {
+    pub fn new(dev: &'static Device, src: Vec<Region>, dst: Vec<Region>, sems: Vec<u64>) -> Result<CopyEngine> {
         let _g = CtxGuard::new(dev)?;
         let mut stream: cu::CUstream = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; the device's context is current. Non-blocking: the
         // connection's copies never wait for the legacy default stream.
-        check(
-            unsafe {
-                cu::cuStreamCreate(
-                    &mut stream,
-                    cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-                )
-            },
-            "cuStreamCreate",
-        )?;
+        check(unsafe { cu::cuStreamCreate(&mut stream, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }, "cuStreamCreate")?;
         let values = vec![0; sems.len()];
-        Ok(CopyEngine {
-            dev,
-            stream,
-            src,
-            dst,
-            sems,
-            values,
-        })
+        Ok(CopyEngine { dev, stream, src, dst, sems, values })
     }
 }
 
@@ -125,49 +88,25 @@ impl Handler for CopyEngine {
     fn execute(&mut self, r: &Request) -> Result<()> {
         if r.is_data() && r.size > 0 {
             let n = u64::from(r.size);
-            let s = region(
-                &self.src,
-                r.src_mem,
-                u64::from(r.src_offset),
-                n,
-                "copy-engine put source",
-            )?;
-            let d = region(
-                &self.dst,
-                r.dst_mem,
-                u64::from(r.dst_offset),
-                n,
-                "copy-engine put destination",
-            )?;
+            let s = region(&self.src, r.src_mem, u64::from(r.src_offset), n, "copy-engine put source")?;
+            let d = region(&self.dst, r.dst_mem, u64::from(r.dst_offset), n, "copy-engine put destination")?;
             // SAFETY: both ranges lie within registered allocations (checked); the proxy thread has
             // the device's context current.
-            check(
-                unsafe { cu::cuMemcpyAsync(d, s, n as usize, self.stream) },
-                "cuMemcpyAsync (put)",
-            )?;
+            check(unsafe { cu::cuMemcpyAsync(d, s, n as usize, self.stream) }, "cuMemcpyAsync (put)")?;
         }
         if r.is_flag() {
             let i = r.semaphore as usize;
-            let addr = *self
-                .sems
-                .get(i)
-                .ok_or_else(|| Error::invalid_usage(format!("unknown semaphore id {i}")))?;
+            let addr = *self.sems.get(i).ok_or_else(|| Error::invalid_usage(format!("unknown semaphore id {i}")))?;
             self.values[i] += 1;
             // SAFETY: a registered semaphore address; queued after the puts on the same stream.
-            check(
-                unsafe { cu::cuStreamWriteValue64_v2(self.stream, addr, self.values[i], 0) },
-                "cuStreamWriteValue64 (signal)",
-            )?;
+            check(unsafe { cu::cuStreamWriteValue64_v2(self.stream, addr, self.values[i], 0) }, "cuStreamWriteValue64 (signal)")?;
         }
         Ok(())
     }
 
     fn complete(&mut self) -> Result<()> {
         // SAFETY: the connection's own stream.
-        check(
-            unsafe { cu::cuStreamSynchronize(self.stream) },
-            "cuStreamSynchronize (flush)",
-        )
+        check(unsafe { cu::cuStreamSynchronize(self.stream) }, "cuStreamSynchronize (flush)")
     }
 }
 
@@ -189,10 +128,7 @@ mod tests {
 
     #[test]
     fn regions_are_bounds_checked() {
-        let t = [Region {
-            ptr: 0x1000,
-            size: 256,
-        }];
+        let t = [Region { ptr: 0x1000, size: 256 }];
         assert_eq!(region(&t, 0, 0, 256, "t").unwrap(), 0x1000);
         assert_eq!(region(&t, 0, 255, 1, "t").unwrap(), 0x10ff);
         assert!(region(&t, 0, 255, 2, "t").is_err());

@@ -36,19 +36,10 @@ impl HostMem {
     }
 
     fn range(&self, mem: u16, off: u64, len: usize) -> Result<(&Mutex<Vec<u8>>, usize)> {
-        let m = self
-            .mems
-            .get(mem as usize)
-            .ok_or_else(|| Error::invalid_usage(format!("unknown memory id {mem}")))?;
+        let m = self.mems.get(mem as usize).ok_or_else(|| Error::invalid_usage(format!("unknown memory id {mem}")))?;
         let size = m.lock().len();
-        let off = usize::try_from(off)
-            .ok()
-            .filter(|o| o.checked_add(len).is_some_and(|end| end <= size));
-        let off = off.ok_or_else(|| {
-            Error::invalid_usage(format!(
-                "{len} bytes at offset out of range of memory {mem} ({size} bytes)"
-            ))
-        })?;
+        let off = usize::try_from(off).ok().filter(|o| o.checked_add(len).is_some_and(|end| end <= size));
+        let off = off.ok_or_else(|| Error::invalid_usage(format!("{len} bytes at offset out of range of memory {mem} ({size} bytes)")))?;
         Ok((m, off))
     }
 }
@@ -65,10 +56,7 @@ impl MemAccess for HostMem {
         Ok(())
     }
     fn signal(&self, sem: u16, value: u64) -> Result<()> {
-        let s = self
-            .sems
-            .get(sem as usize)
-            .ok_or_else(|| Error::invalid_usage(format!("unknown semaphore id {sem}")))?;
+        let s = self.sems.get(sem as usize).ok_or_else(|| Error::invalid_usage(format!("unknown semaphore id {sem}")))?;
         let mut v = s.lock();
         *v = (*v).max(value);
         Ok(())

@@ -67,20 +67,11 @@ impl Header {
         if u16_at(0) != MAGIC || h[3] != 0 || u16_at(6) != 0 || u32_at(12) != 0 {
             return Err(Error::remote("malformed frame header"));
         }
-        let hd = Header {
-            kind: h[2],
-            id: u16_at(4),
-            len: u32_at(8),
-            a: u64_at(16),
-            b: u64_at(24),
-        };
+        let hd = Header { kind: h[2], id: u16_at(4), len: u32_at(8), a: u64_at(16), b: u64_at(24) };
         match hd.kind {
             KIND_DATA if hd.len as usize <= MAX_CHUNK => Ok(hd),
             KIND_SIGNAL if hd.len == 0 => Ok(hd),
-            _ => Err(Error::remote(format!(
-                "bad frame (kind {}, {} bytes)",
-                hd.kind, hd.len
-            ))),
+            _ => Err(Error::remote(format!("bad frame (kind {}, {} bytes)", hd.kind, hd.len))),
         }
     }
 }
@@ -114,26 +105,15 @@ pub struct TcpSender {
 
 impl TcpSender {
     /// `socks`: connected streams to `peer`'s receiver (one thread each).
-    pub fn new(
-        peer: usize,
-        socks: Vec<TcpStream>,
-        mem: Arc<dyn MemAccess>,
-        chunk: usize,
-    ) -> Result<TcpSender> {
+    pub fn new(peer: usize, socks: Vec<TcpStream>, mem: Arc<dyn MemAccess>, chunk: usize) -> Result<TcpSender> {
         if socks.is_empty() || chunk == 0 || chunk > MAX_CHUNK {
-            return Err(Error::invalid_argument(format!(
-                "TCP sender: {} sockets, chunk {chunk}",
-                socks.len()
-            )));
+            return Err(Error::invalid_argument(format!("TCP sender: {} sockets, chunk {chunk}", socks.len())));
         }
         let failure = Arc::new(Failure::default());
         let (mut queues, mut threads, mut keep) = (Vec::new(), Vec::new(), Vec::new());
         for (i, s) in socks.into_iter().enumerate() {
             let _ = s.set_nodelay(true);
-            keep.push(
-                s.try_clone()
-                    .map_err(|e| Error::io("TCP sender: cloning a socket", &e))?,
-            );
+            keep.push(s.try_clone().map_err(|e| Error::io("TCP sender: cloning a socket", &e))?);
             let (tx, rx) = sync_channel::<Vec<u8>>(QUEUE_DEPTH);
             let f = failure.clone();
             let t = std::thread::Builder::new()
@@ -143,18 +123,7 @@ impl TcpSender {
             queues.push(tx);
             threads.push(t);
         }
-        Ok(TcpSender {
-            peer,
-            mem,
-            chunk,
-            queues,
-            threads,
-            socks: keep,
-            next: 0,
-            data_frames: 0,
-            sem_values: Vec::new(),
-            failure,
-        })
+        Ok(TcpSender { peer, mem, chunk, queues, threads, socks: keep, next: 0, data_frames: 0, sem_values: Vec::new(), failure })
     }
 
     fn check(&self) -> Result<()> {
@@ -165,21 +134,16 @@ impl TcpSender {
     }
 
     fn enqueue(&mut self, socket: usize, frame: Vec<u8>) -> Result<()> {
-        self.queues[socket].send(frame).map_err(|_| {
-            self.failure.get().unwrap_or_else(|| {
-                Error::remote(format!("connection to rank {} closed", self.peer))
-            })
-        })
+        self.queues[socket]
+            .send(frame)
+            .map_err(|_| self.failure.get().unwrap_or_else(|| Error::remote(format!("connection to rank {} closed", self.peer))))
     }
 }
 
 fn send_loop(mut s: TcpStream, rx: Receiver<Vec<u8>>, failure: &Failure, peer: usize) {
     for frame in rx {
         if let Err(e) = s.write_all(&frame) {
-            failure.set(Error::new(
-                ResultCode::RemoteError,
-                format!("sending to rank {peer}: {e}"),
-            ));
+            failure.set(Error::new(ResultCode::RemoteError, format!("sending to rank {peer}: {e}")));
             let _ = s.shutdown(Shutdown::Both);
             return;
         }
@@ -195,18 +159,8 @@ impl Handler for TcpSender {
             while done < total {
                 let n = self.chunk.min(total - done);
                 let mut frame = vec![0u8; HEADER_BYTES + n];
-                self.mem.read(
-                    r.src_mem,
-                    u64::from(r.src_offset) + done as u64,
-                    &mut frame[HEADER_BYTES..],
-                )?;
-                let h = Header {
-                    kind: KIND_DATA,
-                    id: r.dst_mem,
-                    len: n as u32,
-                    a: u64::from(r.dst_offset) + done as u64,
-                    b: 0,
-                };
+                self.mem.read(r.src_mem, u64::from(r.src_offset) + done as u64, &mut frame[HEADER_BYTES..])?;
+                let h = Header { kind: KIND_DATA, id: r.dst_mem, len: n as u32, a: u64::from(r.dst_offset) + done as u64, b: 0 };
                 frame[..HEADER_BYTES].copy_from_slice(&h.encode());
                 let s = self.next;
                 self.next = (self.next + 1) % self.queues.len();
@@ -221,13 +175,7 @@ impl Handler for TcpSender {
                 self.sem_values.resize(sem + 1, 0);
             }
             self.sem_values[sem] += 1;
-            let h = Header {
-                kind: KIND_SIGNAL,
-                id: r.semaphore,
-                len: 0,
-                a: self.sem_values[sem],
-                b: self.data_frames,
-            };
+            let h = Header { kind: KIND_SIGNAL, id: r.semaphore, len: 0, a: self.sem_values[sem], b: self.data_frames };
             self.enqueue(0, h.encode().to_vec())?;
         }
         Ok(())
@@ -242,11 +190,7 @@ impl Handler for TcpSender {
     /// Shuts the sockets down: a send blocked on a peer that stopped reading fails at once,
     /// which ends the sending threads and fails a blocked `execute`.
     fn interrupter(&self) -> Option<crate::proxy::Interrupt> {
-        let socks: Vec<TcpStream> = self
-            .socks
-            .iter()
-            .filter_map(|s| s.try_clone().ok())
-            .collect();
+        let socks: Vec<TcpStream> = self.socks.iter().filter_map(|s| s.try_clone().ok()).collect();
         let failure = self.failure.clone();
         let peer = self.peer;
         Some(Box::new(move || {
@@ -289,31 +233,19 @@ struct RecvState {
 impl TcpReceiver {
     /// Starts one thread per socket. `on_error` hears about the first failure (a broken or
     /// misbehaving connection), named with the peer's rank.
-    pub fn start(
-        peer: usize,
-        socks: Vec<TcpStream>,
-        mem: Arc<dyn MemAccess>,
-        on_error: Arc<dyn Fn(Error) + Send + Sync>,
-    ) -> Result<TcpReceiver> {
+    pub fn start(peer: usize, socks: Vec<TcpStream>, mem: Arc<dyn MemAccess>, on_error: Arc<dyn Fn(Error) + Send + Sync>) -> Result<TcpReceiver> {
         let stop = Arc::new(AtomicBool::new(false));
         let state = Arc::new(RecvState::default());
         let (mut threads, mut keep) = (Vec::new(), Vec::new());
         for (i, s) in socks.into_iter().enumerate() {
-            keep.push(
-                s.try_clone()
-                    .map_err(|e| Error::io("TCP receiver: cloning a socket", &e))?,
-            );
-            let (mem, stop, state, on_error) =
-                (mem.clone(), stop.clone(), state.clone(), on_error.clone());
+            keep.push(s.try_clone().map_err(|e| Error::io("TCP receiver: cloning a socket", &e))?);
+            let (mem, stop, state, on_error) = (mem.clone(), stop.clone(), state.clone(), on_error.clone());
             let t = std::thread::Builder::new()
                 .name(format!("oxccl-tcp-rx{peer}.{i}"))
                 .spawn(move || {
                     if let Err(e) = recv_loop(s, mem.as_ref(), &state, &stop) {
                         if !stop.load(Ordering::Acquire) {
-                            let e = Error::new(
-                                e.code,
-                                format!("connection from rank {peer}: {}", e.msg),
-                            );
+                            let e = Error::new(e.code, format!("connection from rank {peer}: {}", e.msg));
                             state.failure.set(e.clone());
                             on_error(e);
                         }
@@ -324,12 +256,7 @@ impl TcpReceiver {
                 .map_err(|e| Error::io("TCP receiver: starting a thread", &e))?;
             threads.push(t);
         }
-        Ok(TcpReceiver {
-            socks: keep,
-            threads,
-            stop,
-            state,
-        })
+        Ok(TcpReceiver { socks: keep, threads, stop, state })
     }
 
     /// The first failure, if any.
@@ -360,20 +287,13 @@ impl Drop for TcpReceiver {
 }
 
 /// Ok(()) on a clean close between frames.
-fn recv_loop(
-    mut s: TcpStream,
-    mem: &dyn MemAccess,
-    st: &RecvState,
-    stop: &AtomicBool,
-) -> Result<()> {
+fn recv_loop(mut s: TcpStream, mem: &dyn MemAccess, st: &RecvState, stop: &AtomicBool) -> Result<()> {
     let mut buf = Vec::new();
     loop {
         let mut h = [0u8; HEADER_BYTES];
         match read_full(&mut s, &mut h)? {
             0 => return Ok(()),
-            n if n < HEADER_BYTES => {
-                return Err(Error::remote("connection closed inside a frame header"))
-            }
+            n if n < HEADER_BYTES => return Err(Error::remote("connection closed inside a frame header")),
             _ => {}
         }
         let hd = Header::decode(&h)?;
@@ -382,8 +302,7 @@ fn recv_loop(
             if read_full(&mut s, &mut buf)? < buf.len() {
                 return Err(Error::remote("connection closed inside a frame"));
             }
-            mem.write(hd.id, hd.a, &buf)
-                .map_err(|e| Error::remote(format!("peer's data frame rejected: {}", e.msg)))?;
+            mem.write(hd.id, hd.a, &buf).map_err(|e| Error::remote(format!("peer's data frame rejected: {}", e.msg)))?;
             st.applied.fetch_add(1, Ordering::AcqRel);
             let _g = st.lock.lock();
             st.cv.notify_all();
@@ -397,8 +316,7 @@ fn recv_loop(
                 st.cv.wait_for(&mut g, Duration::from_millis(50));
             }
             drop(g);
-            mem.signal(hd.id, hd.a)
-                .map_err(|e| Error::remote(format!("peer's signal rejected: {}", e.msg)))?;
+            mem.signal(hd.id, hd.a).map_err(|e| Error::remote(format!("peer's signal rejected: {}", e.msg)))?;
         }
     }
 }
@@ -411,12 +329,7 @@ fn read_full(s: &mut TcpStream, buf: &mut [u8]) -> Result<usize> {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                return Err(Error::new(
-                    ResultCode::RemoteError,
-                    format!("receive failed: {e}"),
-                ))
-            }
+            Err(e) => return Err(Error::new(ResultCode::RemoteError, format!("receive failed: {e}"))),
         }
     }
     Ok(got)
@@ -441,13 +354,7 @@ mod tests {
     }
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
-        (0..len)
-            .map(|i| {
-                (i as u8)
-                    .wrapping_mul(31)
-                    .wrapping_add(seed ^ (i >> 13) as u8)
-            })
-            .collect()
+        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed ^ (i >> 13) as u8)).collect()
     }
 
     /// A signal checker: records, per signal, whether the destination already held the data.
@@ -476,73 +383,30 @@ mod tests {
         let src = Arc::new(HostMem::new(&[size], 0));
         let data = pattern(size, 5);
         src.write(0, 0, &data).unwrap();
-        let dst = Arc::new(Checked {
-            inner: HostMem::new(&[size], 2),
-            expect: data.clone(),
-            ok_at_signal: Mutex::new(Vec::new()),
-        });
+        let dst = Arc::new(Checked { inner: HostMem::new(&[size], 2), expect: data.clone(), ok_at_signal: Mutex::new(Vec::new()) });
         let (out, inn) = sockets(4);
-        let rx = TcpReceiver::start(
-            1,
-            inn,
-            dst.clone(),
-            Arc::new(|e| panic!("receiver error: {e:?}")),
-        )
-        .unwrap();
+        let rx = TcpReceiver::start(1, inn, dst.clone(), Arc::new(|e| panic!("receiver error: {e:?}"))).unwrap();
         let tx = TcpSender::new(1, out, src.clone(), DEFAULT_CHUNK).unwrap();
         let fifo = Arc::new(HeapFifo::new(16).unwrap());
         let head = AtomicU64::new(0);
-        let mut proxy = Proxy::start(
-            "tcp-test".into(),
-            FifoHost::new(fifo.words),
-            Box::new(tx),
-            Placement::default(),
-            Box::new(|e| panic!("{e:?}")),
-        )
-        .unwrap();
+        let mut proxy =
+            Proxy::start("tcp-test".into(), FifoHost::new(fifo.words), Box::new(tx), Placement::default(), Box::new(|e| panic!("{e:?}")))
+                .unwrap();
         // putWithSignal of the whole buffer in two halves (the second half signals), then a flush.
         let half = (size / 2) as u32;
         let put = |off: u32, kind: u64| {
-            Request {
-                kind,
-                size: half,
-                src_offset: off,
-                dst_offset: off,
-                semaphore: 1,
-                ..Default::default()
-            }
-            .encode()
-            .unwrap()
+            Request { kind, size: half, src_offset: off, dst_offset: off, semaphore: 1, ..Default::default() }.encode().unwrap()
         };
-        fifo.words
-            .push_like_device(&head, put(0, OX_TRIGGER_DATA))
-            .unwrap();
-        fifo.words
-            .push_like_device(&head, put(half, OX_TRIGGER_DATA | OX_TRIGGER_FLAG))
-            .unwrap();
-        let pos = fifo
-            .words
-            .push_like_device(
-                &head,
-                Request {
-                    kind: OX_TRIGGER_SYNC,
-                    ..Default::default()
-                }
-                .encode()
-                .unwrap(),
-            )
-            .unwrap();
+        fifo.words.push_like_device(&head, put(0, OX_TRIGGER_DATA)).unwrap();
+        fifo.words.push_like_device(&head, put(half, OX_TRIGGER_DATA | OX_TRIGGER_FLAG)).unwrap();
+        let pos = fifo.words.push_like_device(&head, Request { kind: OX_TRIGGER_SYNC, ..Default::default() }.encode().unwrap()).unwrap();
         assert!(fifo.words.flush_like_device(pos));
         proxy.stop();
         drop(proxy); // drops the sender: queued frames drain, sockets close
         assert!(rx.join().is_none());
         assert_eq!(*dst.inner.mems[0].lock(), data, "destination bytes");
         assert_eq!(*dst.inner.sems[1].lock(), 1);
-        assert_eq!(
-            *dst.ok_at_signal.lock(),
-            vec![(1, true)],
-            "the signal came after all 24 chunks were written"
-        );
+        assert_eq!(*dst.ok_at_signal.lock(), vec![(1, true)], "the signal came after all 24 chunks were written");
     }
 
     #[test]
@@ -553,13 +417,7 @@ mod tests {
         let rx = TcpReceiver::start(0, inn, dst.clone(), Arc::new(|e| panic!("{e:?}"))).unwrap();
         let mut tx = TcpSender::new(0, out, src, 16).unwrap();
         for i in 0..5u16 {
-            tx.execute(&Request {
-                kind: OX_TRIGGER_DATA | OX_TRIGGER_FLAG,
-                size: 0,
-                semaphore: 1 + (i % 2),
-                ..Default::default()
-            })
-            .unwrap();
+            tx.execute(&Request { kind: OX_TRIGGER_DATA | OX_TRIGGER_FLAG, size: 0, semaphore: 1 + (i % 2), ..Default::default() }).unwrap();
         }
         tx.complete().unwrap();
         drop(tx);
@@ -569,43 +427,12 @@ mod tests {
 
     #[test]
     fn garbage_and_truncation_fail_the_connection_naming_the_peer() {
-        for bad in [
-            vec![0xffu8; HEADER_BYTES],
-            {
-                let mut h = Header {
-                    kind: KIND_DATA,
-                    id: 0,
-                    len: 100,
-                    a: 0,
-                    b: 0,
-                }
-                .encode()
-                .to_vec();
-                h.extend_from_slice(&[1, 2, 3]); // then close mid-frame
-                h
-            },
-            Header {
-                kind: KIND_DATA,
-                id: 0,
-                len: (MAX_CHUNK + 1) as u32,
-                a: 0,
-                b: 0,
-            }
-            .encode()
-            .to_vec(),
-            Header {
-                kind: KIND_DATA,
-                id: 9,
-                len: 4,
-                a: 0,
-                b: 0,
-            }
-            .encode()
-            .iter()
-            .copied()
-            .chain([0; 4])
-            .collect(),
-        ] {
+        for bad in [vec![0xffu8; HEADER_BYTES], {
+            let mut h = Header { kind: KIND_DATA, id: 0, len: 100, a: 0, b: 0 }.encode().to_vec();
+            h.extend_from_slice(&[1, 2, 3]); // then close mid-frame
+            h
+        }, Header { kind: KIND_DATA, id: 0, len: (MAX_CHUNK + 1) as u32, a: 0, b: 0 }.encode().to_vec(), Header { kind: KIND_DATA, id: 9, len: 4, a: 0, b: 0 }.encode().iter().copied().chain([0; 4]).collect()]
+        {
             let dst = Arc::new(HostMem::new(&[64], 1));
             let (mut out, inn) = sockets(1);
             let errors = Arc::new(Mutex::new(Vec::new()));
@@ -626,11 +453,7 @@ mod tests {
         let (out, inn) = sockets(2);
         drop(inn);
         let mut tx = TcpSender::new(3, out, src, 1 << 16).unwrap();
-        let r = Request {
-            kind: OX_TRIGGER_DATA,
-            size: 8 << 20,
-            ..Default::default()
-        };
+        let r = Request { kind: OX_TRIGGER_DATA, size: 8 << 20, ..Default::default() };
         let mut err = None;
         for _ in 0..50 {
             if let Err(e) = tx.execute(&r).and_then(|()| tx.complete()) {
@@ -655,50 +478,25 @@ mod tests {
         let fifo = Arc::new(HeapFifo::new(64).unwrap());
         let errors = Arc::new(Mutex::new(Vec::new()));
         let e2 = errors.clone();
-        let mut proxy = Proxy::start(
-            "tcp-hung".into(),
-            FifoHost::new(fifo.words),
-            Box::new(tx),
-            Placement::default(),
-            Box::new(move |e| e2.lock().push(e)),
-        )
-        .unwrap();
+        let mut proxy =
+            Proxy::start("tcp-hung".into(), FifoHost::new(fifo.words), Box::new(tx), Placement::default(), Box::new(move |e| e2.lock().push(e)))
+                .unwrap();
         let head = AtomicU64::new(0);
         for _ in 0..32 {
-            let r = Request {
-                kind: OX_TRIGGER_DATA,
-                size: size as u32,
-                ..Default::default()
-            };
-            fifo.words
-                .push_like_device(&head, r.encode().unwrap())
-                .unwrap();
+            let r = Request { kind: OX_TRIGGER_DATA, size: size as u32, ..Default::default() };
+            fifo.words.push_like_device(&head, r.encode().unwrap()).unwrap();
         }
         std::thread::sleep(Duration::from_millis(500)); // long enough for the sockets to fill
         let t0 = std::time::Instant::now();
         proxy.abort();
-        assert!(
-            t0.elapsed() < Duration::from_secs(2),
-            "abort took {:?}",
-            t0.elapsed()
-        );
-        assert_ne!(
-            fifo.words.stop().load(Ordering::Acquire),
-            0,
-            "device waiters released"
-        );
+        assert!(t0.elapsed() < Duration::from_secs(2), "abort took {:?}", t0.elapsed());
+        assert_ne!(fifo.words.stop().load(Ordering::Acquire), 0, "device waiters released");
         drop(inn);
     }
 
     #[test]
     fn headers_round_trip() {
-        let h = Header {
-            kind: KIND_SIGNAL,
-            id: 1023,
-            len: 0,
-            a: u64::MAX,
-            b: 77,
-        };
+        let h = Header { kind: KIND_SIGNAL, id: 1023, len: 0, a: u64::MAX, b: 77 };
         assert_eq!(Header::decode(&h.encode()).unwrap(), h);
         let mut bad = h.encode();
         bad[3] = 1;

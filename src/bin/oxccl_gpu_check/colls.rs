@@ -5,10 +5,7 @@
 
 use std::ffi::c_void;
 
-use oxccl::api::coll::{
-    ncclAllGather, ncclAlltoAll, ncclBroadcast, ncclGather, ncclReduce, ncclReduceScatter,
-    ncclScatter,
-};
+use oxccl::api::coll::{ncclAllGather, ncclAlltoAll, ncclBroadcast, ncclGather, ncclReduce, ncclReduceScatter, ncclScatter};
 use oxccl::api::group::{ncclGroupEnd, ncclGroupStart};
 use oxccl::api::p2p::{ncclRecv, ncclSend};
 use oxccl::gpu::{cu, CtxGuard};
@@ -60,14 +57,7 @@ fn in_place_offset(k: Kind, r: usize, count: usize) -> Option<usize> {
 }
 
 /// Expected receive buffer of rank r (None = must not be written).
-fn expect(
-    k: Kind,
-    dt: DataType,
-    r: usize,
-    n: usize,
-    count: usize,
-    inputs: &[Vec<Value>],
-) -> Vec<Option<Value>> {
+fn expect(k: Kind, dt: DataType, r: usize, n: usize, count: usize, inputs: &[Vec<Value>]) -> Vec<Option<Value>> {
     let (_, rl) = sizes(k, n, count);
     let mut out = vec![None; rl];
     match k {
@@ -118,92 +108,44 @@ fn expect(
     out
 }
 
-fn launch(
-    k: Kind,
-    ranks: &[Rank],
-    dt: DataType,
-    count: usize,
-    send: &[u64],
-    recv: &[u64],
-) -> Result<(), String> {
+fn launch(k: Kind, ranks: &[Rank], dt: DataType, count: usize, send: &[u64], recv: &[u64]) -> Result<(), String> {
     let n = ranks.len();
     let es = dt.size() as u64;
     let d = dt as i32;
     nccl(ncclGroupStart(), "ncclGroupStart")?;
     let mut first = Ok(());
     for (r, rk) in ranks.iter().enumerate() {
-        let (s, v, st) = (
-            send[r] as *const c_void,
-            recv[r] as *mut c_void,
-            rk.stream.cast(),
-        );
+        let (s, v, st) = (send[r] as *const c_void, recv[r] as *mut c_void, rk.stream.cast());
         let res = match k {
             Kind::AllGather => nccl(ncclAllGather(s, v, count, d, rk.comm, st), "ncclAllGather"),
-            Kind::ReduceScatter(op) => nccl(
-                ncclReduceScatter(s, v, count, d, op_raw(op), rk.comm, st),
-                "ncclReduceScatter",
-            ),
-            Kind::Broadcast(root) => nccl(
-                ncclBroadcast(s, v, count, d, root as i32, rk.comm, st),
-                "ncclBroadcast",
-            ),
+            Kind::ReduceScatter(op) => nccl(ncclReduceScatter(s, v, count, d, op_raw(op), rk.comm, st), "ncclReduceScatter"),
+            Kind::Broadcast(root) => nccl(ncclBroadcast(s, v, count, d, root as i32, rk.comm, st), "ncclBroadcast"),
             Kind::Reduce(op, root) => {
                 // Non-roots pass a NULL output when out of place: it must never be touched.
-                let v = if r != root && send[r] != recv[r] {
-                    std::ptr::null_mut()
-                } else {
-                    v
-                };
-                nccl(
-                    ncclReduce(s, v, count, d, op_raw(op), root as i32, rk.comm, st),
-                    "ncclReduce",
-                )
+                let v = if r != root && send[r] != recv[r] { std::ptr::null_mut() } else { v };
+                nccl(ncclReduce(s, v, count, d, op_raw(op), root as i32, rk.comm, st), "ncclReduce")
             }
             Kind::AlltoAll => nccl(ncclAlltoAll(s, v, count, d, rk.comm, st), "ncclAlltoAll"),
-            Kind::Gather(root) => nccl(
-                ncclGather(s, v, count, d, root as i32, rk.comm, st),
-                "ncclGather",
-            ),
-            Kind::Scatter(root) => nccl(
-                ncclScatter(s, v, count, d, root as i32, rk.comm, st),
-                "ncclScatter",
-            ),
+            Kind::Gather(root) => nccl(ncclGather(s, v, count, d, root as i32, rk.comm, st), "ncclGather"),
+            Kind::Scatter(root) => nccl(ncclScatter(s, v, count, d, root as i32, rk.comm, st), "ncclScatter"),
             Kind::Ring => {
                 let (to, from) = ((r + 1) % n, (r + n - 1) % n);
-                nccl(ncclSend(s, count, d, to as i32, rk.comm, st), "ncclSend").and(nccl(
-                    ncclRecv(v, count, d, from as i32, rk.comm, st),
-                    "ncclRecv",
-                ))
+                nccl(ncclSend(s, count, d, to as i32, rk.comm, st), "ncclSend")
+                    .and(nccl(ncclRecv(v, count, d, from as i32, rk.comm, st), "ncclRecv"))
             }
             Kind::AllPairs => {
                 // Receives posted before sends on odd ranks: order within a group must not matter.
                 // Zero-byte messages to every other peer ride along, as PyTorch posts them.
                 let mut res = Ok(());
-                let order: Vec<usize> = if r % 2 == 1 {
-                    (0..n).rev().collect()
-                } else {
-                    (0..n).collect()
-                };
+                let order: Vec<usize> = if r % 2 == 1 { (0..n).rev().collect() } else { (0..n).collect() };
                 for p in order {
                     let so = (send[r] + p as u64 * count as u64 * es) as *const c_void;
                     let ro = (recv[r] + p as u64 * count as u64 * es) as *mut c_void;
                     res = res
-                        .and(nccl(
-                            ncclRecv(ro, count, d, p as i32, rk.comm, st),
-                            "ncclRecv",
-                        ))
-                        .and(nccl(
-                            ncclSend(so, count, d, p as i32, rk.comm, st),
-                            "ncclSend",
-                        ))
-                        .and(nccl(
-                            ncclSend(so, 0, d, p as i32, rk.comm, st),
-                            "ncclSend(0)",
-                        ))
-                        .and(nccl(
-                            ncclRecv(ro, 0, d, p as i32, rk.comm, st),
-                            "ncclRecv(0)",
-                        ));
+                        .and(nccl(ncclRecv(ro, count, d, p as i32, rk.comm, st), "ncclRecv"))
+                        .and(nccl(ncclSend(so, count, d, p as i32, rk.comm, st), "ncclSend"))
+                        .and(nccl(ncclSend(so, 0, d, p as i32, rk.comm, st), "ncclSend(0)"))
+                        .and(nccl(ncclRecv(ro, 0, d, p as i32, rk.comm, st), "ncclRecv(0)"));
                 }
                 res
             }
@@ -214,14 +156,7 @@ fn launch(
     first.and(end)
 }
 
-fn check_case(
-    ranks: &[Rank],
-    codec: &Codec,
-    k: Kind,
-    count: usize,
-    in_place: bool,
-    seed: u64,
-) -> Result<(), String> {
+fn check_case(ranks: &[Rank], codec: &Codec, k: Kind, count: usize, in_place: bool, seed: u64) -> Result<(), String> {
     let dt = codec.dt;
     let es = dt.size();
     let n = ranks.len();
@@ -241,11 +176,7 @@ fn check_case(
                 Value::I(x) => codec.encode_int(*x, &mut bytes[i * es..]),
             }
         }
-        let ip = if in_place {
-            in_place_offset(k, r, count)
-        } else {
-            None
-        };
+        let ip = if in_place { in_place_offset(k, r, count) } else { None };
         // In-place ReduceScatter: recv = send + r*count, so send = recv - r*count (recv buffer
         // placed r*count elements into the rank's big buffer).
         let (s, v) = match (k, ip) {
@@ -258,14 +189,8 @@ fn check_case(
         // SAFETY: buffers hold max_count * 8 bytes, checked by the caller against n*count*es.
         // In place, send and receive both lie within the first max(rl, sl) elements of rk.recv.
         unsafe {
-            ck(
-                cu::cuMemsetD8Async(rk.recv, POISON, rl.max(sl) * es, rk.stream),
-                "cuMemsetD8Async",
-            )?;
-            ck(
-                cu::cuMemcpyHtoDAsync_v2(s, bytes.as_ptr().cast(), bytes.len(), rk.stream),
-                "cuMemcpyHtoDAsync",
-            )?;
+            ck(cu::cuMemsetD8Async(rk.recv, POISON, rl.max(sl) * es, rk.stream), "cuMemsetD8Async")?;
+            ck(cu::cuMemcpyHtoDAsync_v2(s, bytes.as_ptr().cast(), bytes.len(), rk.stream), "cuMemcpyHtoDAsync")?;
             ck(cu::cuStreamSynchronize(rk.stream), "cuStreamSynchronize")?;
         }
         inputs.push(vals);
@@ -280,10 +205,7 @@ fn check_case(
         // SAFETY: synchronises the rank's stream, then reads back its receive buffer.
         unsafe {
             ck(cu::cuStreamSynchronize(rk.stream), "cuStreamSynchronize")?;
-            ck(
-                cu::cuMemcpyDtoH_v2(got.as_mut_ptr().cast(), recv[r], got.len()),
-                "cuMemcpyDtoH",
-            )?;
+            ck(cu::cuMemcpyDtoH_v2(got.as_mut_ptr().cast(), recv[r], got.len()), "cuMemcpyDtoH")?;
         }
         let mut wrong = 0usize;
         let mut first = None;
@@ -306,10 +228,7 @@ fn check_case(
             }
         }
         if wrong > 0 {
-            return Err(format!(
-                "rank {r}: {wrong} of {rl} wrong; first {}",
-                first.unwrap_or_default()
-            ));
+            return Err(format!("rank {r}: {wrong} of {rl} wrong; first {}", first.unwrap_or_default()));
         }
     }
     Ok(())
@@ -318,23 +237,9 @@ fn check_case(
 /// Runs every case; returns the number of failures.
 pub fn check_all(ranks: &[Rank], max_count: usize, quick: bool) -> usize {
     let n = ranks.len();
-    let mut counts: Vec<usize> = if quick {
-        vec![1, 7, 1000, 65537, 300007]
-    } else {
-        vec![1, 2, 7, 100, 1000, 4099, 65537, 300007, 1048583]
-    };
+    let mut counts: Vec<usize> = if quick { vec![1, 7, 1000, 65537, 300007] } else { vec![1, 2, 7, 100, 1000, 4099, 65537, 300007, 1048583] };
     counts.retain(|&c| c * n <= max_count);
-    let dts = if quick {
-        vec![DataType::Int8, DataType::Float32]
-    } else {
-        vec![
-            DataType::Int8,
-            DataType::Int32,
-            DataType::Float32,
-            DataType::Float64,
-            DataType::Bfloat16,
-        ]
-    };
+    let dts = if quick { vec![DataType::Int8, DataType::Float32] } else { vec![DataType::Int8, DataType::Int32, DataType::Float32, DataType::Float64, DataType::Bfloat16] };
     let last = n - 1;
     let mut kinds = vec![
         Kind::AllGather,
@@ -359,20 +264,13 @@ pub fn check_all(ranks: &[Rank], max_count: usize, quick: bool) -> usize {
         for &k in &kinds {
             for &count in &counts {
                 for in_place in [false, true] {
-                    if in_place
-                        && in_place_offset(k, 0, count).is_none()
-                        && in_place_offset(k, last, count).is_none()
-                    {
+                    if in_place && in_place_offset(k, 0, count).is_none() && in_place_offset(k, last, count).is_none() {
                         continue;
                     }
                     let seed = 0x9000 ^ (dt as u64) << 48 ^ (count as u64);
                     if let Err(e) = check_case(ranks, &codec, k, count, in_place, seed) {
                         bad += 1;
-                        println!(
-                            "FAIL {k:?} {} count {count} {}: {e}",
-                            dt.name(),
-                            if in_place { "in-place" } else { "out-of-place" }
-                        );
+                        println!("FAIL {k:?} {} count {count} {}: {e}", dt.name(), if in_place { "in-place" } else { "out-of-place" });
                     }
                 }
             }
@@ -403,21 +301,13 @@ pub fn soak_one(ranks: &[Rank], r: u64, max_count: usize) -> (String, Result<(),
     };
     let reduces = matches!(k, Kind::ReduceScatter(_) | Kind::Reduce(..));
     // Reductions check bit-exact results on small integers; FP8 sums of those may round.
-    let dts: Vec<DataType> = DataType::ALL
-        .into_iter()
-        .filter(|d| !(reduces && d.is_fp8()))
-        .collect();
+    let dts: Vec<DataType> = DataType::ALL.into_iter().filter(|d| !(reduces && d.is_fp8())).collect();
     let dt = dts[pick(20, dts.len() as u64)];
     let per_rank = (max_count / n).max(1);
     let bits = usize::BITS - per_rank.leading_zeros();
     let count = ((1usize << pick(28, bits as u64)) + pick(40, 1 << 12)).min(per_rank);
-    let in_place = pick(56, 2) == 1
-        && (in_place_offset(k, 0, count).is_some() || in_place_offset(k, n - 1, count).is_some());
-    let what = format!(
-        "{k:?} {} count {count} {}",
-        dt.name(),
-        if in_place { "in-place" } else { "out-of-place" }
-    );
+    let in_place = pick(56, 2) == 1 && (in_place_offset(k, 0, count).is_some() || in_place_offset(k, n - 1, count).is_some());
+    let what = format!("{k:?} {} count {count} {}", dt.name(), if in_place { "in-place" } else { "out-of-place" });
     let res = check_case(ranks, &Codec::new(dt), k, count, in_place, r);
     (what, res)
 }

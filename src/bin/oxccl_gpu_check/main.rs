@@ -26,18 +26,14 @@ use std::ffi::c_void;
 use std::time::Instant;
 
 use oxccl::api::coll::ncclAllReduce;
-use oxccl::api::comm::{
-    ncclCommDestroy, ncclCommInitRank, ncclCommInitRankConfig, ncclGetUniqueId,
-};
+use oxccl::api::comm::{ncclCommDestroy, ncclCommInitRank, ncclCommInitRankConfig, ncclGetUniqueId};
 use oxccl::api::group::{ncclGroupEnd, ncclGroupStart};
 use oxccl::api::redop::{ncclRedOpCreatePreMulSum, ncclRedOpDestroy};
 use oxccl::api::types::{ncclComm_t, ncclUniqueId};
 use oxccl::gpu::{self, cu, CtxGuard, Device};
 use oxccl::types::DataType;
 use oxccl::ResultCode;
-use values::{
-    avg_tolerance, decode_float, input_value, int_of, premul_scalar, reduce, CheckOp, Codec, Value,
-};
+use values::{avg_tolerance, decode_float, input_value, int_of, premul_scalar, reduce, CheckOp, Codec, Value};
 
 struct Opts {
     ranks: usize,
@@ -60,28 +56,13 @@ struct Opts {
 }
 
 fn opts() -> Result<Opts, String> {
-    let mut o = Opts {
-        ranks: 0,
-        max_count: 1 << 22,
-        graph: false,
-        quick: false,
-        colls: false,
-        split: false,
-        proxy: false,
-        hang: false,
-        soak: 0,
-        seed: 0,
-        concurrent: false,
-        leaks: false,
-    };
+    let mut o = Opts { ranks: 0, max_count: 1 << 22, graph: false, quick: false, colls: false, split: false, proxy: false, hang: false, soak: 0, seed: 0, concurrent: false, leaks: false };
     let mut a = std::env::args().skip(1);
     while let Some(x) = a.next() {
         let mut val = || a.next().ok_or_else(|| format!("{x} needs a value"));
         match x.as_str() {
             "--ranks" => o.ranks = val()?.parse().map_err(|e| format!("--ranks: {e}"))?,
-            "--max-count" => {
-                o.max_count = val()?.parse().map_err(|e| format!("--max-count: {e}"))?
-            }
+            "--max-count" => o.max_count = val()?.parse().map_err(|e| format!("--max-count: {e}"))?,
             "--graph" => o.graph = true,
             "--quick" => o.quick = true,
             "--colls" => o.colls = true,
@@ -112,10 +93,7 @@ pub(crate) fn nccl(rc: ResultCode, what: &str) -> Result<(), String> {
     }
     // SAFETY: last_error_ptr returns a NUL-terminated string that lives for the process.
     let last = unsafe { std::ffi::CStr::from_ptr(oxccl::log::last_error_ptr()) };
-    Err(format!(
-        "{what} failed: {rc:?} ({})",
-        last.to_string_lossy()
-    ))
+    Err(format!("{what} failed: {rc:?} ({})", last.to_string_lossy()))
 }
 
 /// One communicator over `devs` (rank r on devs[r]), created in one group as nccl-tests -g does.
@@ -127,10 +105,7 @@ pub(crate) fn init_comms(devs: &[&'static Device]) -> Result<Vec<ncclComm_t>, St
     nccl(ncclGroupStart(), "ncclGroupStart")?;
     for (r, d) in devs.iter().enumerate() {
         let _g = CtxGuard::new(d).map_err(|e| e.msg)?;
-        nccl(
-            ncclCommInitRank(&mut comms[r], n as i32, id, r as i32),
-            "ncclCommInitRank",
-        )?;
+        nccl(ncclCommInitRank(&mut comms[r], n as i32, id, r as i32), "ncclCommInitRank")?;
     }
     nccl(ncclGroupEnd(), "ncclGroupEnd (init)")?;
     Ok(comms)
@@ -195,10 +170,7 @@ fn run(o: &Opts, ngpu: usize) -> Result<usize, String> {
         return concurrent_soak(o, nranks, ngpu);
     }
     let ranks = make_ranks(nranks, ngpu, o.max_count, None)?;
-    println!(
-        "oxccl-gpu-check: {nranks} ranks on {ngpu} GPU(s), counts up to {}",
-        o.max_count
-    );
+    println!("oxccl-gpu-check: {nranks} ranks on {ngpu} GPU(s), counts up to {}", o.max_count);
 
     if o.soak > 0 {
         let bad = soak(&ranks, o.soak, o.max_count, o.seed, "");
@@ -209,9 +181,7 @@ fn run(o: &Opts, ngpu: usize) -> Result<usize, String> {
     }
     if o.colls || o.split {
         let bad = if o.split {
-            split::check_all(&ranks)?
-                + split::check_nonblocking(&ranks)?
-                + split::check_agreement(&ranks)?
+            split::check_all(&ranks)? + split::check_nonblocking(&ranks)? + split::check_agreement(&ranks)?
         } else {
             colls::check_all(&ranks, o.max_count, o.quick)
         };
@@ -220,9 +190,7 @@ fn run(o: &Opts, ngpu: usize) -> Result<usize, String> {
         }
         return Ok(bad);
     }
-    let mut counts: Vec<usize> = vec![
-        1, 2, 3, 5, 8, 13, 100, 257, 1000, 4099, 65537, 262147, 1048583, 4194319,
-    ];
+    let mut counts: Vec<usize> = vec![1, 2, 3, 5, 8, 13, 100, 257, 1000, 4099, 65537, 262147, 1048583, 4194319];
     if o.quick {
         counts = vec![1, 7, 1000, 65537, 1048583];
     }
@@ -237,21 +205,12 @@ fn run(o: &Opts, ngpu: usize) -> Result<usize, String> {
                     let seed = (dt as u64) << 48 | (op as u64) << 40 | count as u64;
                     if let Err(e) = check_one(&ranks, &codec, op, count, in_place, seed, false) {
                         bad += 1;
-                        println!(
-                            "FAIL {} {} count {count} {}: {e}",
-                            dt.name(),
-                            op.name(),
-                            if in_place { "in-place" } else { "out-of-place" }
-                        );
+                        println!("FAIL {} {} count {count} {}: {e}", dt.name(), op.name(), if in_place { "in-place" } else { "out-of-place" });
                     }
                 }
             }
         }
-        println!(
-            "  {:<7} done ({:.1} s)",
-            dt.name(),
-            t0.elapsed().as_secs_f64()
-        );
+        println!("  {:<7} done ({:.1} s)", dt.name(), t0.elapsed().as_secs_f64());
     }
     if o.graph {
         for dt in [DataType::Float32, DataType::Bfloat16, DataType::Int32] {
@@ -294,25 +253,12 @@ fn soak(ranks: &[Rank], iters: usize, max_count: usize, seed: u64, label: &str) 
             let dt = DataType::ALL[((r >> 8) % 12) as usize];
             let op = CheckOp::ALL[((r >> 16) % 7) as usize];
             let bits = (usize::BITS - max_count.leading_zeros()) as u64;
-            let count =
-                ((1usize << ((r >> 24) % bits)) + ((r >> 40) % 4096) as usize).min(max_count);
+            let count = ((1usize << ((r >> 24) % bits)) + ((r >> 40) % 4096) as usize).min(max_count);
             // Graph replays as the --graph check runs them (a host-immediate PreMulSum scalar
             // would be baked into the graph, which the replay-with-fresh-data check cannot use).
-            let (in_place, graph) = (
-                (r >> 56) & 1 == 1,
-                (r >> 57) % 8 == 0 && op != CheckOp::PreMulHost,
-            );
-            let what = format!(
-                "AllReduce {} {} count {count}{}{}",
-                dt.name(),
-                op.name(),
-                if in_place { " in-place" } else { "" },
-                if graph { " graph" } else { "" }
-            );
-            (
-                what,
-                check_one(ranks, &Codec::new(dt), op, count, in_place, r, graph),
-            )
+            let (in_place, graph) = ((r >> 56) & 1 == 1, (r >> 57) % 8 == 0 && op != CheckOp::PreMulHost);
+            let what = format!("AllReduce {} {} count {count}{}{}", dt.name(), op.name(), if in_place { " in-place" } else { "" }, if graph { " graph" } else { "" });
+            (what, check_one(ranks, &Codec::new(dt), op, count, in_place, r, graph))
         } else {
             colls::soak_one(ranks, r, max_count)
         };
@@ -323,29 +269,17 @@ fn soak(ranks: &[Rank], iters: usize, max_count: usize, seed: u64, label: &str) 
             }
         }
         if (i + 1) % 1000 == 0 {
-            println!(
-                "  {label}soak {} of {iters} done ({bad} failed, {:.0} s)",
-                i + 1,
-                t0.elapsed().as_secs_f64()
-            );
+            println!("  {label}soak {} of {iters} done ({bad} failed, {:.0} s)", i + 1, t0.elapsed().as_secs_f64());
         }
     }
-    println!(
-        "  {label}soak: {iters} random operations, {bad} wrong ({:.0} s)",
-        t0.elapsed().as_secs_f64()
-    );
+    println!("  {label}soak: {iters} random operations, {bad} wrong ({:.0} s)", t0.elapsed().as_secs_f64());
     bad
 }
 
 /// `nranks` ranks over the GPUs (round-robin), one communicator created in one group, each rank
 /// with its own stream and buffers for counts up to `max_count` of 8-byte elements; `max_ctas`
 /// sets the communicator's maxCTAs.
-fn make_ranks(
-    nranks: usize,
-    ngpu: usize,
-    max_count: usize,
-    max_ctas: Option<i32>,
-) -> Result<Vec<Rank>, String> {
+fn make_ranks(nranks: usize, ngpu: usize, max_count: usize, max_ctas: Option<i32>) -> Result<Vec<Rank>, String> {
     let max_bytes = max_count * 8;
     let mut id = ncclUniqueId { internal: [0; 128] };
     nccl(ncclGetUniqueId(&mut id), "ncclGetUniqueId")?;
@@ -354,22 +288,12 @@ fn make_ranks(
     for r in 0..nranks {
         let dev = Device::get((r % ngpu) as i32).map_err(|e| e.msg)?;
         let _g = CtxGuard::new(dev).map_err(|e| e.msg)?;
-        let mut rk = Rank {
-            dev,
-            comm: std::ptr::null_mut(),
-            stream: std::ptr::null_mut(),
-            send: 0,
-            recv: 0,
-            scalar: 0,
-        };
+        let mut rk = Rank { dev, comm: std::ptr::null_mut(), stream: std::ptr::null_mut(), send: 0, recv: 0, scalar: 0 };
         let mut cfg = oxccl::config::config_initializer();
         if let Some(m) = max_ctas {
             cfg.maxCTAs = m;
         }
-        nccl(
-            ncclCommInitRankConfig(&mut rk.comm, nranks as i32, id, r as i32, &mut cfg),
-            "ncclCommInitRankConfig",
-        )?;
+        nccl(ncclCommInitRankConfig(&mut rk.comm, nranks as i32, id, r as i32, &mut cfg), "ncclCommInitRankConfig")?;
         // SAFETY: out-pointers to fields; the device's context is current.
         unsafe {
             ck(cu::cuStreamCreate(&mut rk.stream, 1), "cuStreamCreate")?;
@@ -389,10 +313,7 @@ fn make_ranks(
 /// occupy SMs: each communicator's maxCTAs is set to half the SMs (at most 32, NCCL's usual channel
 /// count), as a user running communicators concurrently sets it (README).
 fn concurrent_soak(o: &Opts, nranks: usize, ngpu: usize) -> Result<usize, String> {
-    let sms = (0..ngpu)
-        .map(|d| Device::get(d as i32).map(|x| x.sm_count))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.msg)?;
+    let sms = (0..ngpu).map(|d| Device::get(d as i32).map(|x| x.sm_count)).collect::<Result<Vec<_>, _>>().map_err(|e| e.msg)?;
     let cap = (sms.iter().copied().min().unwrap_or(2) / 2).clamp(1, 32);
     let a = make_ranks(nranks, ngpu, o.max_count, Some(cap))?;
     let b = make_ranks(nranks, ngpu, o.max_count, Some(cap))?;
@@ -402,23 +323,14 @@ fn concurrent_soak(o: &Opts, nranks: usize, ngpu: usize) -> Result<usize, String
         let tb = s.spawn(|| soak(&b, o.soak, o.max_count, o.seed ^ 0xb, "comm B "));
         (ta.join(), tb.join())
     });
-    let bad = bad_a.map_err(|_| "comm A's thread panicked".to_string())?
-        + bad_b.map_err(|_| "comm B's thread panicked".to_string())?;
+    let bad = bad_a.map_err(|_| "comm A's thread panicked".to_string())? + bad_b.map_err(|_| "comm B's thread panicked".to_string())?;
     for rk in a.iter().chain(&b) {
         nccl(ncclCommDestroy(rk.comm), "ncclCommDestroy")?;
     }
     Ok(bad)
 }
 
-fn check_one(
-    ranks: &[Rank],
-    codec: &Codec,
-    op: CheckOp,
-    count: usize,
-    in_place: bool,
-    seed: u64,
-    graph: bool,
-) -> Result<(), String> {
+fn check_one(ranks: &[Rank], codec: &Codec, op: CheckOp, count: usize, in_place: bool, seed: u64, graph: bool) -> Result<(), String> {
     let dt = codec.dt;
     let es = dt.size();
     let n = ranks.len();
@@ -433,36 +345,15 @@ fn check_one(
             }
             let mut raw: i32 = 0;
             if op == CheckOp::PreMulHost {
-                nccl(
-                    ncclRedOpCreatePreMulSum(
-                        &mut raw,
-                        s.as_mut_ptr().cast(),
-                        dt as i32,
-                        1,
-                        rk.comm,
-                    ),
-                    "ncclRedOpCreatePreMulSum",
-                )?;
+                nccl(ncclRedOpCreatePreMulSum(&mut raw, s.as_mut_ptr().cast(), dt as i32, 1, rk.comm), "ncclRedOpCreatePreMulSum")?;
             } else {
                 let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
                 // SAFETY: 8-byte device buffer, s has 8 bytes; synchronised before s is dropped.
                 unsafe {
-                    ck(
-                        cu::cuMemcpyHtoDAsync_v2(rk.scalar, s.as_ptr().cast(), 8, rk.stream),
-                        "cuMemcpyHtoDAsync",
-                    )?;
+                    ck(cu::cuMemcpyHtoDAsync_v2(rk.scalar, s.as_ptr().cast(), 8, rk.stream), "cuMemcpyHtoDAsync")?;
                     ck(cu::cuStreamSynchronize(rk.stream), "cuStreamSynchronize")?;
                 }
-                nccl(
-                    ncclRedOpCreatePreMulSum(
-                        &mut raw,
-                        rk.scalar as *mut c_void,
-                        dt as i32,
-                        0,
-                        rk.comm,
-                    ),
-                    "ncclRedOpCreatePreMulSum",
-                )?;
+                nccl(ncclRedOpCreatePreMulSum(&mut raw, rk.scalar as *mut c_void, dt as i32, 0, rk.comm), "ncclRedOpCreatePreMulSum")?;
             }
             ops[r] = raw;
         }
@@ -475,9 +366,7 @@ fn check_one(
         // Inputs per rank, and the poisoned output.
         let mut inputs: Vec<Vec<Value>> = Vec::with_capacity(n);
         for (r, rk) in ranks.iter().enumerate() {
-            let vals: Vec<Value> = (0..count)
-                .map(|i| input_value(dt, op, r, i, seed))
-                .collect();
+            let vals: Vec<Value> = (0..count).map(|i| input_value(dt, op, r, i, seed)).collect();
             let mut bytes = vec![0u8; count * es];
             for (i, v) in vals.iter().enumerate() {
                 match v {
@@ -493,15 +382,9 @@ fn check_one(
             // synchronisation below.
             unsafe {
                 if !in_place {
-                    ck(
-                        cu::cuMemsetD8Async(rk.recv, 0xa5, count * es, rk.stream),
-                        "cuMemsetD8Async",
-                    )?;
+                    ck(cu::cuMemsetD8Async(rk.recv, 0xa5, count * es, rk.stream), "cuMemsetD8Async")?;
                 }
-                ck(
-                    cu::cuMemcpyHtoDAsync_v2(dst, bytes.as_ptr().cast(), bytes.len(), rk.stream),
-                    "cuMemcpyHtoDAsync",
-                )?;
+                ck(cu::cuMemcpyHtoDAsync_v2(dst, bytes.as_ptr().cast(), bytes.len(), rk.stream), "cuMemcpyHtoDAsync")?;
                 ck(cu::cuStreamSynchronize(rk.stream), "cuStreamSynchronize")?;
             }
             inputs.push(vals);
@@ -514,13 +397,7 @@ fn check_one(
                     let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
                     // SAFETY: valid stream of the current context.
                     unsafe {
-                        ck(
-                            cu::cuStreamBeginCapture_v2(
-                                rk.stream,
-                                cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-                            ),
-                            "cuStreamBeginCapture",
-                        )?
+                        ck(cu::cuStreamBeginCapture_v2(rk.stream, cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")?
                     };
                 }
                 let launched = launch(ranks, &ops, count, dt, in_place);
@@ -533,10 +410,7 @@ fn check_one(
                     let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
                     let mut g: cu::CUgraph = std::ptr::null_mut();
                     // SAFETY: ends the capture begun above on this stream.
-                    ended = ended.and(ck(
-                        unsafe { cu::cuStreamEndCapture(rk.stream, &mut g) },
-                        "cuStreamEndCapture",
-                    ));
+                    ended = ended.and(ck(unsafe { cu::cuStreamEndCapture(rk.stream, &mut g) }, "cuStreamEndCapture"));
                     captured.push(g);
                 }
                 for (rk, g) in ranks.iter().zip(captured) {
@@ -546,12 +420,7 @@ fn check_one(
                     let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
                     let mut e: cu::CUgraphExec = std::ptr::null_mut();
                     // SAFETY: instantiates a complete captured graph, then drops the template.
-                    let r = unsafe {
-                        ck(
-                            cu::cuGraphInstantiateWithFlags(&mut e, g, 0),
-                            "cuGraphInstantiate",
-                        )
-                    };
+                    let r = unsafe { ck(cu::cuGraphInstantiateWithFlags(&mut e, g, 0), "cuGraphInstantiate") };
                     unsafe { cu::cuGraphDestroy(g) };
                     match r {
                         Ok(()) => graphs.push(e),
@@ -567,19 +436,14 @@ fn check_one(
                 unsafe { ck(cu::cuGraphLaunch(*g, rk.stream), "cuGraphLaunch")? };
             }
         }
-        let expect: Vec<Value> = (0..count)
-            .map(|i| reduce(dt, op, &inputs.iter().map(|v| v[i]).collect::<Vec<_>>()))
-            .collect();
+        let expect: Vec<Value> = (0..count).map(|i| reduce(dt, op, &inputs.iter().map(|v| v[i]).collect::<Vec<_>>())).collect();
         for (r, rk) in ranks.iter().enumerate() {
             let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
             let mut out = vec![0u8; count * es];
             // SAFETY: synchronises the rank's stream, then copies count elements back.
             unsafe {
                 ck(cu::cuStreamSynchronize(rk.stream), "cuStreamSynchronize")?;
-                ck(
-                    cu::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), rk.recv, out.len()),
-                    "cuMemcpyDtoH",
-                )?;
+                ck(cu::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), rk.recv, out.len()), "cuMemcpyDtoH")?;
             }
             if let Err(e) = compare(codec, op, n, &expect, &out) {
                 result = Err(format!("rank {r} round {round}: {e}"));
@@ -603,27 +467,13 @@ fn check_one(
     result
 }
 
-fn launch(
-    ranks: &[Rank],
-    ops: &[i32],
-    count: usize,
-    dt: DataType,
-    in_place: bool,
-) -> Result<(), String> {
+fn launch(ranks: &[Rank], ops: &[i32], count: usize, dt: DataType, in_place: bool) -> Result<(), String> {
     nccl(ncclGroupStart(), "ncclGroupStart")?;
     let mut first = Ok(());
     for (rk, op) in ranks.iter().zip(ops) {
         let send = if in_place { rk.recv } else { rk.send };
         let r = nccl(
-            ncclAllReduce(
-                send as *const c_void,
-                rk.recv as *mut c_void,
-                count,
-                dt as i32,
-                *op,
-                rk.comm,
-                rk.stream.cast(),
-            ),
+            ncclAllReduce(send as *const c_void, rk.recv as *mut c_void, count, dt as i32, *op, rk.comm, rk.stream.cast()),
             "ncclAllReduce",
         );
         first = first.and(r);
@@ -633,13 +483,7 @@ fn launch(
     first.and(end)
 }
 
-fn compare(
-    codec: &Codec,
-    op: CheckOp,
-    n: usize,
-    expect: &[Value],
-    out: &[u8],
-) -> Result<(), String> {
+fn compare(codec: &Codec, op: CheckOp, n: usize, expect: &[Value], out: &[u8]) -> Result<(), String> {
     let dt = codec.dt;
     let es = dt.size();
     let mut wrong = 0usize;

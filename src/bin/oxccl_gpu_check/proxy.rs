@@ -38,11 +38,7 @@ const PER_THREAD: u32 = 32;
 const STALL_SECS: f64 = 20.0;
 
 /// Waits for `stream` at most `secs`, printing `progress` every 2 s; false if still busy then.
-fn wait_stream(
-    stream: cu::CUstream,
-    secs: f64,
-    progress: &dyn Fn() -> String,
-) -> Result<bool, String> {
+fn wait_stream(stream: cu::CUstream, secs: f64, progress: &dyn Fn() -> String) -> Result<bool, String> {
     let t0 = Instant::now();
     let mut next_report = 2.0;
     loop {
@@ -87,10 +83,7 @@ pub fn check(dev: &'static Device) -> Result<usize, String> {
     let (blocks, threads) = (64u32, 256u32);
     let total = (blocks * threads * PER_THREAD) as usize;
     let seen = Arc::new(Mutex::new(vec![0u8; total]));
-    let placement = Placement {
-        device: Some(dev),
-        cpus: oxccl::topo::local_cpus(&dev.bus_id),
-    };
+    let placement = Placement { device: Some(dev), cpus: oxccl::topo::local_cpus(&dev.bus_id) };
     let mut proxy = Proxy::start(
         "oxccl-proxy-check".into(),
         FifoHost::new(words),
@@ -100,12 +93,7 @@ pub fn check(dev: &'static Device) -> Result<usize, String> {
     )
     .map_err(e)?;
     let module = dev.module().map_err(e)?;
-    let args = ProxyTestArgs {
-        fifo,
-        failures: failures.ptr,
-        per_thread: PER_THREAD,
-        _pad0: 0,
-    };
+    let args = ProxyTestArgs { fifo, failures: failures.ptr, per_thread: PER_THREAD, _pad0: 0 };
     let mut stream: cu::CUstream = std::ptr::null_mut();
     // SAFETY: out-pointer to a local; the device's context is current.
     unsafe { ck(cu::cuStreamCreate(&mut stream, 1), "cuStreamCreate")? };
@@ -121,27 +109,17 @@ pub fn check(dev: &'static Device) -> Result<usize, String> {
     };
     let mut bad = 0;
     if !wait_stream(stream, STALL_SECS, &progress)? {
-        println!(
-            "FAIL proxy FIFO: kernel still running after {STALL_SECS} s ({}); stopping the proxy",
-            progress()
-        );
+        println!("FAIL proxy FIFO: kernel still running after {STALL_SECS} s ({}); stopping the proxy", progress());
         bad += 1;
         proxy.stop(); // releases every waiting GPU thread: the kernel must end now
         if !wait_stream(stream, 10.0, &progress)? {
-            return Err(
-                "proxy FIFO: the kernel did not end after the proxy released its waiters".into(),
-            );
+            return Err("proxy FIFO: the kernel did not end after the proxy released its waiters".into());
         }
     }
     let secs = t0.elapsed().as_secs_f64();
     let mut gave_up = 0u32;
     // SAFETY: copies 4 bytes from a live device allocation into a local.
-    unsafe {
-        ck(
-            cu::cuMemcpyDtoH_v2((&mut gave_up as *mut u32).cast(), failures.ptr, 4),
-            "cuMemcpyDtoH",
-        )?
-    };
+    unsafe { ck(cu::cuMemcpyDtoH_v2((&mut gave_up as *mut u32).cast(), failures.ptr, 4), "cuMemcpyDtoH")? };
     let t1 = Instant::now();
     proxy.stop();
     let stop_ms = t1.elapsed().as_secs_f64() * 1e3;
@@ -157,11 +135,7 @@ pub fn check(dev: &'static Device) -> Result<usize, String> {
         total as f64 / secs / 1e6,
         stop_ms
     );
-    for (what, n) in [
-        ("pushes/flushes that gave up", gave_up as usize),
-        ("triggers missing", missing),
-        ("triggers seen twice", dup),
-    ] {
+    for (what, n) in [("pushes/flushes that gave up", gave_up as usize), ("triggers missing", missing), ("triggers seen twice", dup)] {
         if n != 0 {
             println!("FAIL proxy FIFO: {n} {what}");
             bad += 1;
@@ -199,39 +173,13 @@ pub fn check_copy_engine(a: &'static Device, b: &'static Device) -> Result<usize
     let head = DeviceBuffer::zeroed(a, 8).map_err(e)?;
     let base = host.dev_ptr;
     let off = 16 * u64::from(size);
-    let fifo = FifoDevice {
-        triggers: base,
-        tail: base + off,
-        flush_done: base + off + 8,
-        stop: base + off + 16,
-        head: head.ptr,
-        size,
-        _pad0: 0,
-    };
-    let ce = CopyEngine::new(
-        a,
-        vec![Region {
-            ptr: src.ptr,
-            size: bytes,
-        }],
-        vec![Region {
-            ptr: dst.ptr,
-            size: bytes,
-        }],
-        vec![sem.ptr],
-    )
-    .map_err(e)?;
-    let placement = Placement {
-        device: Some(a),
-        cpus: oxccl::topo::local_cpus(&a.bus_id),
-    };
-    let mut proxy = Proxy::start(
-        "oxccl-proxy-ce".into(),
-        FifoHost::new(words),
-        Box::new(ce),
-        placement,
-        Box::new(|err| println!("FAIL copy-engine proxy error: {}", err.msg)),
-    )
+    let fifo = FifoDevice { triggers: base, tail: base + off, flush_done: base + off + 8, stop: base + off + 16, head: head.ptr, size, _pad0: 0 };
+    let ce = CopyEngine::new(a, vec![Region { ptr: src.ptr, size: bytes }], vec![Region { ptr: dst.ptr, size: bytes }], vec![sem.ptr])
+        .map_err(e)?;
+    let placement = Placement { device: Some(a), cpus: oxccl::topo::local_cpus(&a.bus_id) };
+    let mut proxy = Proxy::start("oxccl-proxy-ce".into(), FifoHost::new(words), Box::new(ce), placement, Box::new(|err| {
+        println!("FAIL copy-engine proxy error: {}", err.msg)
+    }))
     .map_err(e)?;
     let args = |mode: u32, failures: u64| PortTestArgs {
         fifo,
@@ -255,60 +203,30 @@ pub fn check_copy_engine(a: &'static Device, b: &'static Device) -> Result<usize
     let t0 = Instant::now();
     {
         let _g = CtxGuard::new(b).map_err(e)?;
-        launch(
-            b.module().map_err(e)?.port_selftest(),
-            1,
-            1024,
-            sb,
-            &args(1, fails_b.ptr),
-        )
-        .map_err(e)?;
+        launch(b.module().map_err(e)?.port_selftest(), 1, 1024, sb, &args(1, fails_b.ptr)).map_err(e)?;
     }
     {
         let _g = CtxGuard::new(a).map_err(e)?;
-        launch(
-            a.module().map_err(e)?.port_selftest(),
-            blocks,
-            256,
-            sa,
-            &args(0, fails_a.ptr),
-        )
-        .map_err(e)?;
+        launch(a.module().map_err(e)?.port_selftest(), blocks, 256, sa, &args(0, fails_a.ptr)).map_err(e)?;
     }
     let mut bad = 0;
     let mut counts = [0u32; 2];
-    for (i, (d, s, f)) in [(a, sa, &fails_a), (b, sb, &fails_b)]
-        .into_iter()
-        .enumerate()
-    {
+    for (i, (d, s, f)) in [(a, sa, &fails_a), (b, sb, &fails_b)].into_iter().enumerate() {
         let _g = CtxGuard::new(d).map_err(e)?;
         // SAFETY: our stream and a live 8-byte device allocation.
-        let progress = || {
-            format!(
-                "FIFO tail {}, flush_done {}",
-                words.tail().load(Ordering::Acquire),
-                words.flush_done().load(Ordering::Acquire)
-            )
-        };
+        let progress = || format!("FIFO tail {}, flush_done {}", words.tail().load(Ordering::Acquire), words.flush_done().load(Ordering::Acquire));
         if !wait_stream(s, STALL_SECS, &progress)? {
             println!("FAIL copy engine: GPU {}'s kernel still running after {STALL_SECS} s ({}); aborting", d.ordinal, progress());
             bad += 1;
             proxy.stop();
             // SAFETY: the abort word lives in mapped host memory that outlives the kernels.
-            unsafe {
-                (*abort.host.cast::<std::sync::atomic::AtomicU32>()).store(1, Ordering::Release)
-            };
+            unsafe { (*abort.host.cast::<std::sync::atomic::AtomicU32>()).store(1, Ordering::Release) };
             if !wait_stream(s, 10.0, &progress)? {
                 return Err("copy engine: a kernel did not end after stop and abort".into());
             }
         }
         // SAFETY: a live 8-byte device allocation; the stream is idle.
-        unsafe {
-            ck(
-                cu::cuMemcpyDtoH_v2((&mut counts[i] as *mut u32).cast(), f.ptr, 4),
-                "cuMemcpyDtoH",
-            )?
-        };
+        unsafe { ck(cu::cuMemcpyDtoH_v2((&mut counts[i] as *mut u32).cast(), f.ptr, 4), "cuMemcpyDtoH")? };
     }
     let secs = t0.elapsed().as_secs_f64();
     proxy.stop();
@@ -325,10 +243,7 @@ pub fn check_copy_engine(a: &'static Device, b: &'static Device) -> Result<usize
         bad += 1;
     }
     if counts[1] != 0 {
-        println!(
-            "FAIL copy engine: {} wrong bytes at the receiver",
-            counts[1]
-        );
+        println!("FAIL copy engine: {} wrong bytes at the receiver", counts[1]);
         bad += 1;
     }
     Ok(bad)

@@ -20,15 +20,8 @@ pub enum CheckOp {
 }
 
 impl CheckOp {
-    pub const ALL: [CheckOp; 7] = [
-        CheckOp::Sum,
-        CheckOp::Prod,
-        CheckOp::Max,
-        CheckOp::Min,
-        CheckOp::Avg,
-        CheckOp::PreMulHost,
-        CheckOp::PreMulDevice,
-    ];
+    pub const ALL: [CheckOp; 7] =
+        [CheckOp::Sum, CheckOp::Prod, CheckOp::Max, CheckOp::Min, CheckOp::Avg, CheckOp::PreMulHost, CheckOp::PreMulDevice];
     pub fn name(self) -> &'static str {
         match self {
             CheckOp::Sum => "sum",
@@ -90,13 +83,7 @@ fn f16_decode(h: u16) -> f64 {
     let m = (h & 0x3ff) as f64;
     match e {
         0 => s * m * 2f64.powi(-24),
-        31 => {
-            if m == 0.0 {
-                s * f64::INFINITY
-            } else {
-                f64::NAN
-            }
-        }
+        31 => if m == 0.0 { s * f64::INFINITY } else { f64::NAN },
         _ => s * (1.0 + m / 1024.0) * 2f64.powi(e - 15),
     }
 }
@@ -111,11 +98,7 @@ fn fp8_decode(b: u8, e4m3: bool) -> f64 {
         return f64::NAN;
     }
     if !e4m3 && e == 31 {
-        return if m == 0.0 {
-            s * f64::INFINITY
-        } else {
-            f64::NAN
-        };
+        return if m == 0.0 { s * f64::INFINITY } else { f64::NAN };
     }
     if e == 0 {
         s * (m / mscale) * 2f64.powi(1 - bias)
@@ -148,9 +131,7 @@ pub fn decode_float(dt: DataType, b: &[u8]) -> f64 {
         DataType::Float32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
         DataType::Float64 => f64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
         DataType::Float16 => f16_decode(u16::from_le_bytes([b[0], b[1]])),
-        DataType::Bfloat16 => {
-            f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16) as f64
-        }
+        DataType::Bfloat16 => f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16) as f64,
         DataType::Float8e4m3 => fp8_decode(b[0], true),
         DataType::Float8e5m2 => fp8_decode(b[0], false),
         _ => unreachable!("not a floating type"),
@@ -175,20 +156,14 @@ impl Codec {
     pub fn new(dt: DataType) -> Codec {
         let table = match dt {
             DataType::Float16 => {
-                let mut t: Vec<(f64, u16)> = (0..=u16::MAX)
-                    .map(|c| (f16_decode(c), c))
-                    .filter(|(v, _)| v.is_finite())
-                    .collect();
+                let mut t: Vec<(f64, u16)> =
+                    (0..=u16::MAX).map(|c| (f16_decode(c), c)).filter(|(v, _)| v.is_finite()).collect();
                 t.sort_by(|a, b| a.0.total_cmp(&b.0));
                 t
             }
             _ => Vec::new(),
         };
-        Codec {
-            dt,
-            table,
-            fp8_cache: Default::default(),
-        }
+        Codec { dt, table, fp8_cache: Default::default() }
     }
 
     pub fn encode_float(&self, v: f64, out: &mut [u8]) {
@@ -216,9 +191,7 @@ impl Codec {
                     .fp8_cache
                     .borrow_mut()
                     .entry(v.to_bits())
-                    .or_insert_with(|| {
-                        encode_by_table(v, 256, |c| fp8_decode(c as u8, e4m3)) as u8
-                    });
+                    .or_insert_with(|| encode_by_table(v, 256, |c| fp8_decode(c as u8, e4m3)) as u8);
             }
             _ => unreachable!("not a floating type"),
         }
@@ -232,8 +205,7 @@ impl Codec {
 
 /// One rank's logical input value for element `i` under `op`, `nranks` ranks.
 pub fn input_value(dt: DataType, op: CheckOp, rank: usize, i: usize, seed: u64) -> Value {
-    let mut r =
-        Rng::new(seed ^ ((rank as u64) << 40) ^ (i as u64).wrapping_mul(0x5851_f42d_4c95_7f2d));
+    let mut r = Rng::new(seed ^ ((rank as u64) << 40) ^ (i as u64).wrapping_mul(0x5851_f42d_4c95_7f2d));
     let x = r.next();
     if dt.is_float() {
         let v = match op {
@@ -258,27 +230,17 @@ pub enum Value {
 pub fn reduce(dt: DataType, op: CheckOp, inputs: &[Value]) -> Value {
     let n = inputs.len();
     if dt.is_float() {
-        let xs: Vec<f64> = inputs
-            .iter()
-            .map(|v| if let Value::F(f) = v { *f } else { 0.0 })
-            .collect();
+        let xs: Vec<f64> = inputs.iter().map(|v| if let Value::F(f) = v { *f } else { 0.0 }).collect();
         Value::F(match op {
             CheckOp::Sum => xs.iter().sum(),
             CheckOp::Prod => xs.iter().product(),
             CheckOp::Max => xs.iter().cloned().fold(f64::MIN, f64::max),
             CheckOp::Min => xs.iter().cloned().fold(f64::MAX, f64::min),
             CheckOp::Avg => xs.iter().sum::<f64>() / n as f64,
-            CheckOp::PreMulHost | CheckOp::PreMulDevice => xs
-                .iter()
-                .enumerate()
-                .map(|(r, x)| x * premul_scalar(r))
-                .sum(),
+            CheckOp::PreMulHost | CheckOp::PreMulDevice => xs.iter().enumerate().map(|(r, x)| x * premul_scalar(r)).sum(),
         })
     } else {
-        let xs: Vec<i128> = inputs
-            .iter()
-            .map(|v| if let Value::I(i) = v { *i } else { 0 })
-            .collect();
+        let xs: Vec<i128> = inputs.iter().map(|v| if let Value::I(i) = v { *i } else { 0 }).collect();
         let w = |v: i128| wrap_int(dt, v);
         Value::I(match op {
             CheckOp::Sum => xs.iter().fold(0, |a, x| w(a + x)),
@@ -289,10 +251,9 @@ pub fn reduce(dt: DataType, op: CheckOp, inputs: &[Value]) -> Value {
                 let s = xs.iter().fold(0, |a, x| w(a + x));
                 w(s / n as i128)
             }
-            CheckOp::PreMulHost | CheckOp::PreMulDevice => xs
-                .iter()
-                .enumerate()
-                .fold(0, |a, (r, x)| w(a + w(x * premul_scalar(r) as i128))),
+            CheckOp::PreMulHost | CheckOp::PreMulDevice => {
+                xs.iter().enumerate().fold(0, |a, (r, x)| w(a + w(x * premul_scalar(r) as i128)))
+            }
         })
     }
 }
@@ -316,12 +277,7 @@ mod tests {
 
     #[test]
     fn narrow_floats_round_trip_small_integers() {
-        for dt in [
-            DataType::Float16,
-            DataType::Bfloat16,
-            DataType::Float8e4m3,
-            DataType::Float8e5m2,
-        ] {
+        for dt in [DataType::Float16, DataType::Bfloat16, DataType::Float8e4m3, DataType::Float8e5m2] {
             let c = Codec::new(dt);
             for v in [-4.0, -1.0, 0.0, 1.0, 2.0, 3.0, 8.0, 16.0] {
                 let mut b = [0u8; 2];
@@ -335,17 +291,7 @@ mod tests {
     fn integer_wrap() {
         assert_eq!(wrap_int(DataType::Int8, 200), -56);
         assert_eq!(wrap_int(DataType::Uint8, -1), 255);
-        assert_eq!(
-            reduce(DataType::Int8, CheckOp::Avg, &[Value::I(-7), Value::I(2)]),
-            Value::I(-2)
-        );
-        assert_eq!(
-            reduce(
-                DataType::Uint8,
-                CheckOp::Sum,
-                &[Value::I(200), Value::I(100)]
-            ),
-            Value::I(44)
-        );
+        assert_eq!(reduce(DataType::Int8, CheckOp::Avg, &[Value::I(-7), Value::I(2)]), Value::I(-2));
+        assert_eq!(reduce(DataType::Uint8, CheckOp::Sum, &[Value::I(200), Value::I(100)]), Value::I(44));
     }
 }
