@@ -97,8 +97,14 @@ pub fn rooted_grid(per_rank_bytes: u64, topo: &Topology, scratch: &Scratch) -> O
     let (grid, _) = exchange_shape(topo, scratch);
     let nb = grid as u64;
     let stream = align16(per_rank_bytes);
-    let chunk = align16(stream.div_ceil(nb)).clamp(4096, scratch.rs_slot_bytes & !15);
+    let chunk = put_chunk(stream, nb, scratch);
     (grid >= 2 && stream.div_ceil(nb * chunk) == 2).then_some(grid / 2)
+}
+
+/// The put chunk of a pair whose chunk is not fixed: its `stream` bytes over `nb` blocks in one
+/// round where a scratch slot holds that, else in slot-sized rounds; at least 4 KiB.
+fn put_chunk(stream: u64, nb: u64, scratch: &Scratch) -> u64 {
+    align16(stream.div_ceil(nb)).clamp(4096, scratch.rs_slot_bytes & !15)
 }
 
 /// Largest put chunk of a Gather: half a scratch slot, so the root's copy-out of one round
@@ -270,7 +276,7 @@ pub fn plan_exchange(
         } else {
             let stream = send_aligned[p].max(recv_aligned[p]);
             let nb = grid as u64;
-            let chunk = align16(stream.div_ceil(nb)).clamp(4096, scratch.rs_slot_bytes & !15);
+            let chunk = put_chunk(stream, nb, scratch);
             let chunk = spec.chunk_cap.map_or(chunk, |cap| chunk.min(align16(cap).max(4096)));
             a.chunk[p] = chunk as u32;
             a.rounds[p] = stream.div_ceil(nb * chunk) as u32;
