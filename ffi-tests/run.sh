@@ -5,7 +5,8 @@
 #  2. every prototype has NCCL's exact type (prototypes.c, compile-time);
 #  3. the library exports exactly NCCL 2.28.9's dynamic symbols (expected/exported_symbols.txt),
 #     has soname libnccl.so.2 and needs no CUDA library at link time;
-#  4. behaviour.c, compiled as C and as C++ and linked as a NCCL application would be (-lnccl), passes.
+#  4. behaviour.c, compiled as C and as C++ and linked as a NCCL application would be (-lnccl), passes;
+#  5. gpu_comm.c (run on GPUs by ffi-tests/gpu.sh) compiles.
 # Usage: ffi-tests/run.sh [DIR containing liboxccl.so]   (default target/release)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -54,4 +55,8 @@ LD_LIBRARY_PATH="$out/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$out/behaviour_
 step "behaviour (C++)"
 g++ -x c++ -std=c++17 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" behaviour.c -x none -L"$out/lib" -lnccl -o "$out/behaviour_cpp"
 LD_LIBRARY_PATH="$out/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$out/behaviour_cpp"
+# gpu_comm.c runs on the GPU machine (ffi-tests/gpu.sh); here it must compile against the header.
+step "gpu_comm compiles"
+gcc -std=gnu11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" -c gpu_comm.c -o "$out/gpu_comm.o"
+echo ok
 echo "ffi-tests: all passed"

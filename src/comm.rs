@@ -84,6 +84,8 @@ pub struct Ready {
     pub fp8_ok: bool,
     /// OXCCL_CHECK=1: ranks agree on every collective before it runs (src/agreement.rs).
     pub check: bool,
+    /// OXCCL_CHECKSUM=1: transfers are checksummed and compared (src/checksum.rs).
+    pub checksum: bool,
     pub abort_flag: Arc<HostMapped>,
     /// Watches the peers' liveness (see `watch_peers`); joined by destroy and abort.
     watchdog: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -418,6 +420,7 @@ impl Comm {
             tuning,
             fp8_ok,
             check: crate::config::env_bool("OXCCL_CHECK", false),
+            checksum: crate::config::env_bool("OXCCL_CHECKSUM", false),
             abort_flag,
             channels: Mutex::new(channels),
             watchdog: Mutex::new(Some(watchdog)),

@@ -165,8 +165,12 @@ pub fn submit(op: Deferred) -> Result<()> {
             // Outside a group the agreement check runs here; a group's End checks all its
             // collectives first (check_agreement) and must not check them twice.
             t.comm.agree(&t)?;
+            if crate::checksum::wanted(std::iter::once((&t.comm, t.stream))) {
+                return end_checksummed(vec![Deferred::Coll(t)], None);
+            }
             launch_task(&t)
         }
+        Some(op @ Deferred::P2p(..)) if crate::checksum::wanted(op_stream(&op).into_iter()) => end_checksummed(vec![op], None),
         Some(op) => run(op),
     }
 }
@@ -257,6 +261,9 @@ pub fn end() -> Result<()> {
     if first_err.is_none() {
         // OXCCL_CHECK: a disagreement drops the whole group before anything is launched.
         check_agreement(&state.ops)?;
+        if crate::checksum::wanted(state.ops.iter().filter_map(op_stream)) {
+            return end_checksummed(state.ops, None);
+        }
     }
     let streams_per_comm = multi_stream_comms(&state.ops);
     let mut p2p: Vec<(Arc<Comm>, Vec<P2pOp>)> = Vec::new();
@@ -285,6 +292,76 @@ pub fn end() -> Result<()> {
             first_err = Some(e);
         }
     }
+    first_err.map_or(Ok(()), Err)
+}
+
+/// The communicator and stream of a collective or point-to-point operation.
+fn op_stream(op: &Deferred) -> Option<(&Arc<Comm>, cu::CUstream)> {
+    match op {
+        Deferred::Coll(t) => Some((&t.comm, t.stream)),
+        Deferred::P2p(c, o) => Some((c, o.stream)),
+        _ => None,
+    }
+}
+
+/// A group's operations under OXCCL_CHECKSUM (src/checksum.rs): launched in waves, each wave
+/// holding at most one collective per communicator (so a collective that reads what an earlier
+/// one of the same group wrote is hashed after that one ran, and one thread driving every rank
+/// still launches all of them before waiting); the point-to-point batches form the last wave, as
+/// in `end`. Inputs are hashed before a wave, outputs after it, and the ranks compare at the end.
+fn end_checksummed(ops: Vec<Deferred>, mut first_err: Option<Error>) -> Result<()> {
+    let streams_per_comm = multi_stream_comms(&ops);
+    let mut s = crate::checksum::Session::default();
+    let mut wave: Vec<CollTask> = Vec::new();
+    let mut p2p: Vec<(Arc<Comm>, Vec<P2pOp>)> = Vec::new();
+    let note = |r: Result<()>, first_err: &mut Option<Error>| {
+        if let Err(e) = r {
+            first_err.get_or_insert(e);
+        }
+    };
+    let flush = |wave: &mut Vec<CollTask>, s: &mut crate::checksum::Session, first_err: &mut Option<Error>| {
+        if wave.is_empty() {
+            return;
+        }
+        wave.iter().for_each(|t| s.before_coll(t));
+        for t in wave.drain(..) {
+            if let Err(e) = launch_task(&t) {
+                first_err.get_or_insert(e);
+            }
+        }
+        s.after_wave();
+    };
+    for op in ops {
+        match op {
+            Deferred::Coll(t) => {
+                if wave.iter().any(|w| Arc::ptr_eq(&w.comm, &t.comm)) {
+                    flush(&mut wave, &mut s, &mut first_err);
+                }
+                wave.push(t);
+            }
+            Deferred::P2p(c, o) => match p2p.iter_mut().find(|(x, _)| Arc::ptr_eq(x, &c)) {
+                Some((_, v)) => v.push(o),
+                None => p2p.push((c, vec![o])),
+            },
+            other => {
+                flush(&mut wave, &mut s, &mut first_err);
+                note(run(other), &mut first_err);
+            }
+        }
+    }
+    flush(&mut wave, &mut s, &mut first_err);
+    if !p2p.is_empty() {
+        p2p.iter().for_each(|(c, ops)| s.before_p2p(c, ops));
+        for (c, ops) in &p2p {
+            note(launch_p2p(c, ops), &mut first_err);
+        }
+        s.after_wave();
+    }
+    if first_err.is_none() {
+        note(join_streams(streams_per_comm), &mut first_err);
+    }
+    // Compared even after a launch error: the peers wait for this rank's hashes.
+    note(s.finish(), &mut first_err);
     first_err.map_or(Ok(()), Err)
 }
 

@@ -15,6 +15,7 @@ pub mod algo;
 pub mod api;
 pub mod bootstrap;
 pub mod channel;
+pub mod checksum;
 pub mod comm;
 pub mod config;
 pub mod device_abi;

@@ -165,9 +165,10 @@ fn check_case(ranks: &[Rank], codec: &Codec, k: Kind, count: usize, in_place: bo
         Kind::ReduceScatter(op) | Kind::Reduce(op, _) => op,
         _ => CheckOp::Max, // inputs for data movement: any values
     };
-    let mut inputs = Vec::with_capacity(n);
-    let (mut send, mut recv) = (Vec::new(), Vec::new());
-    for (r, rk) in ranks.iter().enumerate() {
+    // The host side (inputs, encoding, the reference, the comparison) is most of a soak's time:
+    // it runs one thread per rank (a Codec caches, so each thread has its own).
+    let encode = |r: usize| {
+        let codec = Codec::new(dt);
         let vals: Vec<Value> = (0..sl).map(|i| input_value(dt, op, r, i, seed)).collect();
         let mut bytes = vec![0u8; sl * es];
         for (i, v) in vals.iter().enumerate() {
@@ -176,6 +177,12 @@ fn check_case(ranks: &[Rank], codec: &Codec, k: Kind, count: usize, in_place: bo
                 Value::I(x) => codec.encode_int(*x, &mut bytes[i * es..]),
             }
         }
+        (vals, bytes)
+    };
+    let encoded: Vec<(Vec<Value>, Vec<u8>)> = per_rank(n, sl, encode);
+    let mut inputs = Vec::with_capacity(n);
+    let (mut send, mut recv) = (Vec::new(), Vec::new());
+    for ((r, rk), (vals, bytes)) in ranks.iter().enumerate().zip(encoded) {
         let ip = if in_place { in_place_offset(k, r, count) } else { None };
         // In-place ReduceScatter: recv = send + r*count, so send = recv - r*count (recv buffer
         // placed r*count elements into the rank's big buffer).
@@ -198,8 +205,8 @@ fn check_case(ranks: &[Rank], codec: &Codec, k: Kind, count: usize, in_place: bo
         recv.push(v);
     }
     launch(k, ranks, dt, count, &send, &recv)?;
+    let mut outputs = Vec::with_capacity(n);
     for (r, rk) in ranks.iter().enumerate() {
-        let want = expect(k, dt, r, n, count, &inputs);
         let mut got = vec![0u8; rl * es];
         let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
         // SAFETY: synchronises the rank's stream, then reads back its receive buffer.
@@ -207,6 +214,12 @@ fn check_case(ranks: &[Rank], codec: &Codec, k: Kind, count: usize, in_place: bo
             ck(cu::cuStreamSynchronize(rk.stream), "cuStreamSynchronize")?;
             ck(cu::cuMemcpyDtoH_v2(got.as_mut_ptr().cast(), recv[r], got.len()), "cuMemcpyDtoH")?;
         }
+        outputs.push(got);
+    }
+    let verify = |r: usize| -> Result<(), String> {
+        let codec = Codec::new(dt);
+        let want = expect(k, dt, r, n, count, &inputs);
+        let got = &outputs[r];
         let mut wrong = 0usize;
         let mut first = None;
         for (i, w) in want.iter().enumerate() {
@@ -230,8 +243,22 @@ fn check_case(ranks: &[Rank], codec: &Codec, k: Kind, count: usize, in_place: bo
         if wrong > 0 {
             return Err(format!("rank {r}: {wrong} of {rl} wrong; first {}", first.unwrap_or_default()));
         }
+        Ok(())
+    };
+    per_rank(n, rl, verify).into_iter().collect()
+}
+
+/// `f(r)` for every rank, one thread each; results in rank order. Cases too small to be worth a
+/// thread run inline.
+pub fn per_rank<T: Send>(n: usize, elems: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    if elems < 1 << 14 {
+        return (0..n).map(f).collect();
     }
-    Ok(())
+    let f = &f;
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n).map(|r| s.spawn(move || f(r))).collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    })
 }
 
 /// Runs every case; returns the number of failures.

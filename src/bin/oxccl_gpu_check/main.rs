@@ -365,7 +365,9 @@ fn check_one(ranks: &[Rank], codec: &Codec, op: CheckOp, count: usize, in_place:
         let seed = seed ^ (round as u64) << 32;
         // Inputs per rank, and the poisoned output.
         let mut inputs: Vec<Vec<Value>> = Vec::with_capacity(n);
-        for (r, rk) in ranks.iter().enumerate() {
+        // Host work runs one thread per rank (each with its own Codec, which caches).
+        let encoded = colls::per_rank(n, count, |r| {
+            let codec = Codec::new(dt);
             let vals: Vec<Value> = (0..count).map(|i| input_value(dt, op, r, i, seed)).collect();
             let mut bytes = vec![0u8; count * es];
             for (i, v) in vals.iter().enumerate() {
@@ -374,6 +376,9 @@ fn check_one(ranks: &[Rank], codec: &Codec, op: CheckOp, count: usize, in_place:
                     Value::I(x) => codec.encode_int(*x, &mut bytes[i * es..]),
                 }
             }
+            (vals, bytes)
+        });
+        for (rk, (vals, bytes)) in ranks.iter().zip(encoded) {
             let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
             let dst = if in_place { rk.recv } else { rk.send };
             // Stream-ordered uploads: the rank's stream does not synchronise with the legacy stream,
@@ -436,8 +441,13 @@ fn check_one(ranks: &[Rank], codec: &Codec, op: CheckOp, count: usize, in_place:
                 unsafe { ck(cu::cuGraphLaunch(*g, rk.stream), "cuGraphLaunch")? };
             }
         }
-        let expect: Vec<Value> = (0..count).map(|i| reduce(dt, op, &inputs.iter().map(|v| v[i]).collect::<Vec<_>>())).collect();
-        for (r, rk) in ranks.iter().enumerate() {
+        const PARTS: usize = 8;
+        let expect: Vec<Value> = colls::per_rank(PARTS, count, |t| {
+            (count * t / PARTS..count * (t + 1) / PARTS).map(|i| reduce(dt, op, &inputs.iter().map(|v| v[i]).collect::<Vec<_>>())).collect::<Vec<_>>()
+        })
+        .concat();
+        let mut outs = Vec::with_capacity(n);
+        for rk in ranks {
             let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
             let mut out = vec![0u8; count * es];
             // SAFETY: synchronises the rank's stream, then copies count elements back.
@@ -445,10 +455,11 @@ fn check_one(ranks: &[Rank], codec: &Codec, op: CheckOp, count: usize, in_place:
                 ck(cu::cuStreamSynchronize(rk.stream), "cuStreamSynchronize")?;
                 ck(cu::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), rk.recv, out.len()), "cuMemcpyDtoH")?;
             }
-            if let Err(e) = compare(codec, op, n, &expect, &out) {
-                result = Err(format!("rank {r} round {round}: {e}"));
-                break;
-            }
+            outs.push(out);
+        }
+        let verdicts = colls::per_rank(n, count, |r| compare(&Codec::new(dt), op, n, &expect, &outs[r]));
+        if let Some((r, Err(e))) = verdicts.into_iter().enumerate().find(|(_, v)| v.is_err()) {
+            result = Err(format!("rank {r} round {round}: {e}"));
         }
         if result.is_err() {
             break;
