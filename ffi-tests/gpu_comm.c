@@ -59,10 +59,14 @@ static void allreduce_check(int rank, const char *what, ncclComm_t c, float *buf
   OK(ncclCommUserRank(c, &r));
   float *h = malloc(count * sizeof(float));
   for (size_t i = 0; i < count; i++) h[i] = (float)((r + 1) * (int)(i % 7 + 1));
-  CHECK(cudaMemcpy(buf, h, count * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess, "%s: upload", what);
+  /* On the operation's stream: s does not synchronize with the legacy stream, and a plain
+   * cudaMemcpy from pageable memory may return before its DMA has landed. */
+  CHECK(cudaMemcpyAsync(buf, h, count * sizeof(float), cudaMemcpyHostToDevice, s) == cudaSuccess, "%s: upload", what);
+  CHECK(cudaStreamSynchronize(s) == cudaSuccess, "%s: upload sync", what);
   OK_NB(c, ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, c, s));
   CHECK(cudaStreamSynchronize(s) == cudaSuccess, "%s: sync", what);
-  CHECK(cudaMemcpy(h, buf, count * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess, "%s: download", what);
+  CHECK(cudaMemcpyAsync(h, buf, count * sizeof(float), cudaMemcpyDeviceToHost, s) == cudaSuccess, "%s: download", what);
+  CHECK(cudaStreamSynchronize(s) == cudaSuccess, "%s: download sync", what);
   size_t bad = 0;
   for (size_t i = 0; i < count; i++)
     if (h[i] != (float)(n * (n + 1) / 2 * (int)(i % 7 + 1))) bad++;
