@@ -154,6 +154,24 @@ int main(void) {
     EXPECT(ncclRedOpDestroy(op, comm), ncclSuccess);
     EXPECT(ncclRedOpDestroy(op, comm), ncclInvalidArgument);
     EXPECT(ncclRedOpDestroy(ncclSum, comm), ncclInvalidArgument);
+    /* A user op belongs to the communicator that created it. */
+    ncclUniqueId id2;
+    ncclComm_t other = NULL;
+    EXPECT(ncclGetUniqueId(&id2), ncclSuccess);
+    EXPECT(ncclCommInitRank(&other, 1, id2, 0), ncclSuccess);
+    EXPECT(ncclRedOpCreatePreMulSum(&op, &two, ncclFloat, ncclScalarHostImmediate, comm), ncclSuccess);
+    EXPECT(ncclAllReduce(NULL, NULL, 1, ncclFloat, op, other, 0), ncclInvalidArgument);
+    EXPECT(ncclReduceScatter(NULL, NULL, 1, ncclFloat, op, other, 0), ncclInvalidArgument);
+    EXPECT(ncclRedOpDestroy(op, other), ncclInvalidArgument);
+    EXPECT(ncclAllReduce(NULL, NULL, 1, ncclHalf, op, comm, 0), ncclInvalidArgument); /* created for float */
+    EXPECT(ncclRedOpDestroy(op, comm), ncclSuccess);
+    EXPECT(ncclCommDestroy(other), ncclSuccess);
+    /* A destroyed communicator is rejected by every kind of call, not dereferenced. */
+    EXPECT(ncclAllReduce(NULL, NULL, 1, ncclFloat, ncclSum, other, 0), ncclInvalidArgument);
+    EXPECT(ncclSend(NULL, 1, ncclFloat, 0, other, 0), ncclInvalidArgument);
+    EXPECT(ncclCommGetAsyncError(other, &st), ncclInvalidArgument);
+    EXPECT(ncclCommDestroy(other), ncclInvalidArgument);
+    EXPECT(ncclCommAbort(other), ncclInvalidArgument);
     EXPECT(ncclCommFinalize(comm), ncclSuccess);
     EXPECT(ncclCommFinalize(comm), ncclInvalidArgument);
     EXPECT(ncclCommDestroy(comm), ncclSuccess);

@@ -19,6 +19,8 @@ ln -s "$lib" "$out/lib/libnccl.so.2"
 ln -s libnccl.so.2 "$out/lib/libnccl.so"
 gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" -I"$cuda/include" "$here/gpu_comm.c" \
   -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -lpthread -o "$out/gpu_comm"
+# Pointer checks are part of the test (NCCL_CHECK_POINTERS=1 is honoured by both libraries).
+export NCCL_CHECK_POINTERS=1
 rc=0
 echo "== gpu_comm with oxccl ($lib)"
 LD_LIBRARY_PATH="$out/lib:$cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$out/gpu_comm" $ngpus || rc=1

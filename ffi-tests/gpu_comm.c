@@ -2,7 +2,8 @@
  * thread per GPU in one process. Covers split (colors, NOCOLOR, key order), shrink (unsorted
  * exclude list sorted in place, dense renumbering), nonblocking init, collectives and split
  * (ncclInProgress, polled through ncclCommGetAsyncError), ncclCommRegister, ncclMemAlloc /
- * ncclMemFree (device restored), symmetric windows, finalize/destroy and revoke. Every child is used
+ * ncclMemFree (device restored), symmetric windows, finalize/destroy, revoke, and NCCL_CHECK_POINTERS
+ * refusing host and other-GPU buffers. Every child is used
  * for an AllReduce whose result is checked. The same binary runs against NVIDIA's NCCL (the test is
  * honest) and oxccl: ffi-tests/gpu.sh runs both.
  * Usage: gpu_comm [NGPUS]   (default: every visible GPU; exit 77 with fewer than 2) */
@@ -173,7 +174,25 @@ static void *rank_main(void *arg) {
   OK(ncclCommDestroy(b));
   pthread_barrier_wait(&bar);
 
-  /* 6. Revoke: afterwards collectives are refused; destroy still works. */
+  /* 6. NCCL_CHECK_POINTERS=1 (gpu.sh sets it): host memory and another GPU's memory are refused
+   * with ncclInvalidArgument, by NCCL as by oxccl. */
+  {
+    static float host[16];
+    float *elsewhere = NULL;
+    cudaSetDevice((rank + 1) % N);
+    CHECK(cudaMalloc((void **)&elsewhere, 16 * sizeof(float)) == cudaSuccess, "cudaMalloc elsewhere");
+    cudaSetDevice(rank);
+    r = ncclAllReduce(host, buf, 16, ncclFloat, ncclSum, a, s);
+    CHECK(r == ncclInvalidArgument, "AllReduce from host memory -> %d", (int)r);
+    r = ncclAllReduce(buf, elsewhere, 16, ncclFloat, ncclSum, a, s);
+    CHECK(r == ncclInvalidArgument, "AllReduce into GPU %d's memory -> %d", (rank + 1) % N, (int)r);
+    r = ncclBroadcast(host, buf, 16, ncclFloat, 0, a, s);
+    CHECK(r == ncclInvalidArgument, "Broadcast from host memory -> %d", (int)r);
+    cudaFree(elsewhere);
+  }
+  pthread_barrier_wait(&bar);
+
+  /* 7. Revoke: afterwards collectives are refused; destroy still works. */
   CHECK(cudaStreamSynchronize(s) == cudaSuccess, "sync before revoke");
   OK(ncclCommRevoke(a, NCCL_REVOKE_DEFAULT));
   r = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, a, s);

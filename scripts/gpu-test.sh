@@ -55,12 +55,20 @@ step fault-injection "$bin/oxccl-fault" --ranks $fr
 if [ $quick = 1 ]; then soak=1000; else soak=10000; fi
 step soak "$bin/oxccl-gpu-check" --soak $soak
 step leaks "$bin/oxccl-gpu-check" --leaks
+# OXCCL_CHECKSUM: no false alarm over a random mix, and an injected corruption is reported.
+step soak-checksummed env OXCCL_CHECKSUM=1 "$bin/oxccl-gpu-check" --soak 600 --seed 3
+step checksum-catches-corruption bash -c "OXCCL_CHECKSUM=1 OXCCL_CHECKSUM_INJECT=1 NCCL_DEBUG=WARN '$bin/oxccl-gpu-check' --soak 100 2>&1 | tee /dev/stderr | grep -q 'corrupted data on rank 1'"
+if [ "$ngpu" -ge 2 ] && [ -d "${CUDA_HOME:-/usr/local/cuda}/include" ]; then
+  step ffi-gpu bash "$root/ffi-tests/gpu.sh" "$lib" "$nccldir"
+else
+  summary+=("SKIP  ffi-gpu (fewer than 2 GPUs, or no CUDA toolkit at \$CUDA_HOME)")
+fi
 if [ -n "$nt" ]; then
   H="python3 $root/nccl-tests-harness/harness.py"
   step nccl-tests-allreduce $H check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/allreduce-check"
   step nccl-tests-colls $H check --suite colls-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/colls-check"
   if [ -n "$nccldir" ]; then
-    step nccl-tests-compare $H compare --suite colls-perf --bin "$nt" --oxccl "$lib" --nccl-libdir "$nccldir" --ngpus "$ngpu" --out "$out/colls-perf"
+    step nccl-tests-compare $H compare --suite bench --bin "$nt" --oxccl "$lib" --nccl-libdir "$nccldir" --ngpus "$ngpu" --out "$out/bench"
   else
     summary+=("SKIP  nccl-tests-compare (no --nccl-libdir)")
   fi
