@@ -186,8 +186,10 @@ static void *rank_main(void *arg) {
     CHECK(r == ncclInvalidArgument, "AllReduce from host memory -> %d", (int)r);
     r = ncclAllReduce(buf, elsewhere, 16, ncclFloat, ncclSum, a, s);
     CHECK(r == ncclInvalidArgument, "AllReduce into GPU %d's memory -> %d", (rank + 1) % N, (int)r);
-    r = ncclBroadcast(host, buf, 16, ncclFloat, 0, a, s);
-    CHECK(r == ncclInvalidArgument, "Broadcast from host memory -> %d", (int)r);
+    /* Every rank must refuse, or the others would wait in the collective: the receive buffer
+     * (checked on every rank; Broadcast's send buffer only at the root). */
+    r = ncclBroadcast(buf, host, 16, ncclFloat, 0, a, s);
+    CHECK(r == ncclInvalidArgument, "Broadcast into host memory -> %d", (int)r);
     cudaFree(elsewhere);
   }
   pthread_barrier_wait(&bar);
