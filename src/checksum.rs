@@ -309,19 +309,6 @@ pub struct Session {
 // SAFETY: streams are opaque driver handles; a session is used by the thread that ends the group.
 unsafe impl Send for Session {}
 
-fn coll_name(c: Coll) -> &'static str {
-    match c {
-        Coll::AllReduce => "AllReduce",
-        Coll::ReduceScatter => "ReduceScatter",
-        Coll::Reduce => "Reduce",
-        Coll::AllGather => "AllGather",
-        Coll::Broadcast => "Broadcast",
-        Coll::AlltoAll => "AlltoAll",
-        Coll::Gather => "Gather",
-        Coll::Scatter => "Scatter",
-    }
-}
-
 impl Session {
     fn ledger(&mut self, comm: &Arc<Comm>) -> Option<&mut Ledger> {
         let r = comm.ready().ok()?;
@@ -356,7 +343,7 @@ impl Session {
         let bytes = t.count * t.dtype.size() as u64;
         let map = coll_map(t.coll, me, n, t.root.max(0) as usize, t.send, t.recv, bytes);
         self.ops += 1;
-        let what = format!("{} #{} ({} x {}, root {})", coll_name(t.coll), self.ops, t.count, t.dtype.name(), t.root);
+        let what = format!("{:?} #{} ({} x {}, root {})", t.coll, self.ops, t.count, t.dtype.name(), t.root);
         self.before(&t.comm, &map, &what, t.stream);
     }
 
@@ -723,7 +710,7 @@ mod tests {
         }
         let out = Hashed { what: "AllReduce #1: output of rank 0".into(), hashes: vec![1, 2, 3] };
         let peer = |hs: Vec<u64>| Message { sent: vec![], agree: vec![hs] };
-        assert!(compare(1, &[], &[out.clone()], &peer(vec![1, 2, 3])).expect("same shape").is_empty());
+        assert!(compare(1, &[], std::slice::from_ref(&out), &peer(vec![1, 2, 3])).expect("same shape").is_empty());
         let bad = compare(1, &[], &[out], &peer(vec![1, 9, 3])).expect("same shape");
         assert_eq!(bad, vec![Mismatch { what: "AllReduce #1: output of rank 0".into(), chunk: 1 }]);
     }

@@ -270,10 +270,7 @@ pub fn end() -> Result<()> {
     for op in state.ops {
         let r = match op {
             Deferred::P2p(c, o) => {
-                match p2p.iter_mut().find(|(x, _)| Arc::ptr_eq(x, &c)) {
-                    Some((_, v)) => v.push(o),
-                    None => p2p.push((c, vec![o])),
-                }
+                push_p2p(&mut p2p, c, o);
                 Ok(())
             }
             other => run(other),
@@ -293,6 +290,14 @@ pub fn end() -> Result<()> {
         }
     }
     first_err.map_or(Ok(()), Err)
+}
+
+/// Adds a point-to-point operation to its communicator's batch (one launch per communicator).
+fn push_p2p(p2p: &mut Vec<(Arc<Comm>, Vec<P2pOp>)>, c: Arc<Comm>, o: P2pOp) {
+    match p2p.iter_mut().find(|(x, _)| Arc::ptr_eq(x, &c)) {
+        Some((_, v)) => v.push(o),
+        None => p2p.push((c, vec![o])),
+    }
 }
 
 /// The communicator and stream of a collective or point-to-point operation.
@@ -339,10 +344,7 @@ fn end_checksummed(ops: Vec<Deferred>, mut first_err: Option<Error>) -> Result<(
                 }
                 wave.push(t);
             }
-            Deferred::P2p(c, o) => match p2p.iter_mut().find(|(x, _)| Arc::ptr_eq(x, &c)) {
-                Some((_, v)) => v.push(o),
-                None => p2p.push((c, vec![o])),
-            },
+            Deferred::P2p(c, o) => push_p2p(&mut p2p, c, o),
             other => {
                 flush(&mut wave, &mut s, &mut first_err);
                 note(run(other), &mut first_err);
