@@ -55,6 +55,7 @@ fn generate_device_abi_header(manifest: &Path, dest: &Path) {
                 "FifoDevice".into(),
                 "ProxyTestArgs".into(),
                 "PortTestArgs".into(),
+                "NetStepArgs".into(),
             ],
             ..Default::default()
         },

@@ -91,6 +91,9 @@ pub struct Ready {
     watchdog: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Taken (and freed) by destroy/abort.
     channels: Mutex<Option<MemoryChannels>>,
+    /// Communicators spanning hosts: the local communicator, network links and proxy (src/net);
+    /// they have no channels of their own.
+    pub net: Option<crate::net::Net>,
     pub dev_comm: u64,
     pub launch: Mutex<LaunchState>,
 }
@@ -372,12 +375,6 @@ impl Comm {
             if p.rank as usize != r {
                 return Err(Error::internal(format!("bootstrap returned rank {}'s info in slot {r}", p.rank)));
             }
-            if !p.same_host(&me) {
-                return Err(Error::invalid_usage(format!(
-                    "rank {r} is on another host; communicators spanning hosts need PortChannel \
-                     transports, which this oxccl build does not have yet (all ranks must share a host)"
-                )));
-            }
             if r != self.rank && p.same_process(&me) && p.device == me.device {
                 nccl_info!(Subsys::Init, "ranks {} and {r} share CUDA device {} in one process", self.rank, me.device);
             }
@@ -390,10 +387,32 @@ impl Comm {
         let scratch = Scratch::for_ranks(self.nranks, &tuning);
         let fp8_ok = peers.iter().all(|p| p.cc_major >= 9);
         let abort_flag = Arc::new(HostMapped::zeroed(dev, 64)?);
-        let channels = MemoryChannels::connect(&bootstrap, dev, &peers, &scratch, &abort_flag)?;
-        let dev_comm = channels.dev_comm;
-        let mem = channels.device_bytes;
-        let channels = Some(channels);
+        let spans_hosts = peers.iter().any(|p| !p.same_host(&me));
+        let (channels, net) = if spans_hosts {
+            let (state, flag) = (self.state.clone(), abort_flag.clone());
+            let rank = self.rank;
+            let net = crate::net::Net::connect(crate::net::Setup {
+                bs: &bootstrap,
+                dev,
+                me: self.rank,
+                peers: &peers,
+                device: self.device,
+                config: &self.config,
+                abort_flag: abort_flag.clone(),
+                on_error: Box::new(move |e| {
+                    nccl_warn!("comm rank {rank}: {}; the communicator now reports {}", e.msg, e.code.as_str());
+                    for from in [ResultCode::Success, ResultCode::InProgress] {
+                        let _ = state.compare_exchange(from as i32, e.code as i32, Ordering::AcqRel, Ordering::Acquire);
+                    }
+                    flag.store_u32(0, 1);
+                }),
+            })?;
+            (None, Some(net))
+        } else {
+            (Some(MemoryChannels::connect(&bootstrap, dev, &peers, &scratch, &abort_flag)?), None)
+        };
+        let dev_comm = channels.as_ref().map_or(0, |c| c.dev_comm);
+        let mem = channels.as_ref().map_or(0, |c| c.device_bytes);
         // Every rank has mapped every peer before any of them launches a kernel on the channels.
         bootstrap.barrier()?;
         let launch = LaunchState { last_stream: None, done: Event::new()?, progress: Default::default() };
@@ -423,6 +442,7 @@ impl Comm {
             checksum: crate::config::env_bool("OXCCL_CHECKSUM", false),
             abort_flag,
             channels: Mutex::new(channels),
+            net,
             watchdog: Mutex::new(Some(watchdog)),
             dev_comm,
             launch: Mutex::new(launch),
@@ -483,6 +503,9 @@ impl Comm {
                 return Err(e);
             }
         }
+        if let Some(net) = self.ready.get().and_then(|r| r.net.as_ref()) {
+            net.shutdown(false);
+        }
         self.release_channels(true);
         self.stop_watchdog(true);
         Ok(())
@@ -538,6 +561,9 @@ impl Comm {
         let Some(r) = self.ready.get() else { return };
         r.abort_flag.store_u32(0, 1);
         r.bootstrap.abort();
+        if let Some(net) = &r.net {
+            net.shutdown(true);
+        }
         // No goodbye: the peers are meant to see this rank gone (ncclRemoteError), as with NCCL.
         self.stop_watchdog(false);
         // Kernels see the flag within microseconds; do not wait on a wedged GPU forever.
@@ -679,6 +705,9 @@ impl Comm {
     /// LL flags and semaphore counters of block 0 per peer, copied through a private non-blocking stream (kernels may be spinning meanwhile).
     fn device_state(&self, r: &Ready) -> Result<String> {
         use crate::device_abi::{DevComm, OX_MAX_RANKS};
+        if r.dev_comm == 0 {
+            return Ok(String::from("  (spans hosts: the host-local communicator and the network proxy hold the state)\n"));
+        }
         let mut stream: cu::CUstream = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; the device's context is current (caller).
         crate::gpu::check(unsafe { cu::cuStreamCreate(&mut stream, 1) }, "cuStreamCreate")?;

@@ -119,6 +119,21 @@ pub struct PortTestArgs {
     pub mode: u32,
 }
 
+/// Arguments of `ox_net_step` (kernels/net_step.cu): one step of a communicator spanning hosts,
+/// run by its proxy (src/net).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NetStepArgs {
+    pub fifo: FifoDevice,
+    /// The proxy's plan number (carried in the trigger's size field).
+    pub plan: u64,
+    /// `u64`, host-mapped: steps the proxy has finished (it only grows).
+    pub done: u64,
+    /// `u64` in device memory: steps this communicator's kernels have issued.
+    pub issued: u64,
+    pub abort_flag: u64,
+}
+
 /// One transfer of an exchange.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -295,6 +310,10 @@ mod tests {
             ("ExchangeArgs", "sends", offset_of!(ExchangeArgs, sends)),
             ("ExchangeArgs", "recvs", offset_of!(ExchangeArgs, recvs)),
             ("ExchangeArgs", "copies", offset_of!(ExchangeArgs, copies)),
+            ("NetStepArgs", "plan", offset_of!(NetStepArgs, plan)),
+            ("NetStepArgs", "done", offset_of!(NetStepArgs, done)),
+            ("NetStepArgs", "issued", offset_of!(NetStepArgs, issued)),
+            ("NetStepArgs", "abort_flag", offset_of!(NetStepArgs, abort_flag)),
         ];
         let mut c = format!("#include <stddef.h>\n#include <stdio.h>\n#include \"{header}\"\nint main(void) {{\n");
         c.push_str("printf(\"DevComm %zu\\n\", sizeof(DevComm));\n");

@@ -102,6 +102,12 @@ pub fn launch_task(t: &CollTask) -> Result<()> {
         if let Some(f) = func {
             r.tuning.allowed.for_func(f)?;
         }
+        if let Some(net) = &r.net {
+            if matches!(t.coll, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce) {
+                check_fp8(r, t.dtype)?;
+            }
+            return net.launch_coll(r, t);
+        }
         match t.coll {
             Coll::AllReduce => allreduce(r, t, t.count),
             Coll::ReduceScatter | Coll::Reduce => reducing(r, t),
@@ -170,7 +176,10 @@ pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
                 ls.done.wait_on(first.stream)?;
             }
         }
-        exchange(r, &spec, None, first.stream)?;
+        match &r.net {
+            Some(net) => net.launch_p2p(r, ops, first.stream)?,
+            None => exchange(r, &spec, None, first.stream)?,
+        }
         if !graph && !others.is_empty() {
             ls.done.record(first.stream)?;
             for &s in &others {

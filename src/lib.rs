@@ -24,6 +24,7 @@ pub mod enqueue;
 pub mod gpu;
 pub mod group;
 pub mod mem;
+pub mod net;
 pub mod proxy;
 pub mod split;
 pub mod topo;

@@ -35,6 +35,7 @@ pub struct Module {
     broadcast_ll128: Kernel,
     proxy_selftest: Kernel,
     port_selftest: Kernel,
+    net_step: Kernel,
 }
 
 // SAFETY: module handles are immutable after load and usable from any thread.
@@ -77,6 +78,7 @@ impl Module {
             broadcast_ll128: function(raw, "ox_broadcast_ll128")?,
             proxy_selftest: function(raw, "ox_proxy_selftest")?,
             port_selftest: function(raw, "ox_port_selftest")?,
+            net_step: function(raw, "ox_net_step")?,
         })
     }
 
@@ -108,6 +110,11 @@ impl Module {
 
     pub fn port_selftest(&self) -> Kernel {
         self.port_selftest
+    }
+
+    /// One cross-host step handed to the proxy (kernels/net_step.cu; NetStepArgs).
+    pub fn net_step(&self) -> Kernel {
+        self.net_step
     }
 }
 

@@ -1,0 +1,387 @@
+//! Reductions on the host, for the cross-host steps: partial results of other hosts arrive in host
+//! memory over TCP, so the proxy combines them there instead of copying them to the GPU first.
+//!
+//! Semantics follow kernels/reduce.cuh element by element: integers wrap, float max/min return the
+//! non-NaN operand, half and bfloat16 round once per operation (computed in f64, where the exact
+//! result of one add or multiply of two such values fits), FP8 goes through half as NCCL's does
+//! (one rounding to half, then a saturating one to FP8). Pre-multiplication (PreMulSum, float
+//! average) never happens here: the local stage applies it before any host sees the data.
+
+use crate::types::DataType;
+
+/// The combining part of an op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Combine {
+    Sum,
+    Prod,
+    Max,
+    Min,
+}
+
+/// One reduction: combine, then (integer average only) divide by `postdiv`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostOp {
+    pub dtype: DataType,
+    pub combine: Combine,
+    /// Integer average's divisor (the communicator's size); 0 or 1: none.
+    pub postdiv: u64,
+}
+
+/// A binary floating-point format narrower than f64.
+#[derive(Clone, Copy, Debug)]
+struct Mini {
+    /// Exponent and stored mantissa bits.
+    e: u32,
+    m: u32,
+    /// IEEE-like: the all-ones exponent holds inf and NaN. Otherwise (e4m3) only all-ones is NaN.
+    ieee: bool,
+    /// Out-of-range results saturate to the largest finite value (NCCL's FP8 conversions).
+    satfinite: bool,
+}
+
+const F16: Mini = Mini { e: 5, m: 10, ieee: true, satfinite: false };
+const BF16: Mini = Mini { e: 8, m: 7, ieee: true, satfinite: false };
+const E4M3: Mini = Mini { e: 4, m: 3, ieee: false, satfinite: true };
+const E5M2: Mini = Mini { e: 5, m: 2, ieee: true, satfinite: true };
+
+fn pow2(k: i32) -> f64 {
+    // 2^k for the exponents used here (|k| < 1000), built exactly.
+    f64::from_bits(((k + 1023) as u64) << 52)
+}
+
+impl Mini {
+    fn bias(self) -> i32 {
+        (1 << (self.e - 1)) - 1
+    }
+    fn exp_ones(self) -> u32 {
+        (1 << self.e) - 1
+    }
+    fn max_finite(self) -> f64 {
+        let emax = self.bias() + if self.ieee { 0 } else { 1 };
+        // e4m3's top mantissa pattern at the top exponent is NaN: one ulp less.
+        let mant = if self.ieee { 2.0 - pow2(-(self.m as i32)) } else { 2.0 - pow2(1 - self.m as i32) };
+        mant * pow2(emax)
+    }
+    fn nan(self) -> u32 {
+        if self.ieee {
+            (self.exp_ones() << self.m) | (1 << (self.m - 1))
+        } else {
+            (self.exp_ones() << self.m) | ((1 << self.m) - 1)
+        }
+    }
+
+    fn decode(self, bits: u32) -> f64 {
+        let sign = if bits >> (self.e + self.m) & 1 == 1 { -1.0 } else { 1.0 };
+        let exp = (bits >> self.m) & self.exp_ones();
+        let mant = bits & ((1 << self.m) - 1);
+        if self.ieee && exp == self.exp_ones() {
+            return if mant == 0 { sign * f64::INFINITY } else { f64::NAN };
+        }
+        if !self.ieee && exp == self.exp_ones() && mant == (1 << self.m) - 1 {
+            return f64::NAN;
+        }
+        let frac = mant as f64 * pow2(-(self.m as i32));
+        if exp == 0 {
+            sign * frac * pow2(1 - self.bias())
+        } else {
+            sign * (1.0 + frac) * pow2(exp as i32 - self.bias())
+        }
+    }
+
+    /// Rounds to nearest, ties to even.
+    fn encode(self, x: f64) -> u32 {
+        let sign_bit = if x.is_sign_negative() { 1u32 << (self.e + self.m) } else { 0 };
+        if x.is_nan() {
+            return self.nan();
+        }
+        let a = x.abs();
+        let max = self.max_finite();
+        let overflow = || {
+            if self.satfinite {
+                sign_bit | self.encode_finite(max)
+            } else if self.ieee {
+                sign_bit | (self.exp_ones() << self.m)
+            } else {
+                self.nan()
+            }
+        };
+        if a.is_infinite() {
+            return overflow();
+        }
+        if a == 0.0 {
+            return sign_bit;
+        }
+        let emin = 1 - self.bias();
+        let e = (((a.to_bits() >> 52) & 0x7ff) as i32 - 1023).max(emin);
+        let q = pow2(e - self.m as i32);
+        let r = (a / q).round_ties_even() * q;
+        if r > max {
+            return overflow();
+        }
+        sign_bit | self.encode_finite(r)
+    }
+
+    /// Bits of a non-negative value that is exactly representable.
+    fn encode_finite(self, r: f64) -> u32 {
+        let emin = 1 - self.bias();
+        if r < pow2(emin) {
+            return (r / pow2(emin - self.m as i32)) as u32;
+        }
+        let e = ((r.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+        let mant = (r / pow2(e - self.m as i32)) as u32 - (1 << self.m);
+        (((e + self.bias()) as u32) << self.m) | mant
+    }
+}
+
+/// `v` (an f32 value) rounded to `dt`, as little-endian bytes in the low bytes of a u64: the
+/// scalar of a PreMulSum that the local stage applies (1/nranks for a float average).
+pub fn scalar_bits(dt: DataType, v: f64) -> u64 {
+    match dt {
+        DataType::Float16 => u64::from(F16.encode(v as f32 as f64)),
+        DataType::Bfloat16 => u64::from(BF16.encode(v as f32 as f64)),
+        DataType::Float8e4m3 => u64::from(E4M3.encode(F16.decode(F16.encode(v as f32 as f64)))),
+        DataType::Float8e5m2 => u64::from(E5M2.encode(F16.decode(F16.encode(v as f32 as f64)))),
+        DataType::Float32 => u64::from((v as f32).to_bits()),
+        DataType::Float64 => v.to_bits(),
+        _ => 0,
+    }
+}
+
+fn fmax(a: f64, b: f64) -> f64 {
+    a.max(b) // the non-NaN one, as fmax and __hmax
+}
+fn fmin(a: f64, b: f64) -> f64 {
+    a.min(b)
+}
+
+fn combine_f64(c: Combine, a: f64, b: f64) -> f64 {
+    match c {
+        Combine::Sum => a + b,
+        Combine::Prod => a * b,
+        Combine::Max => fmax(a, b),
+        Combine::Min => fmin(a, b),
+    }
+}
+
+macro_rules! ints {
+    ($acc:expr, $x:expr, $t:ty, $c:expr) => {{
+        const N: usize = std::mem::size_of::<$t>();
+        for (a, x) in $acc.chunks_exact_mut(N).zip($x.chunks_exact(N)) {
+            let (va, vx) = (<$t>::from_le_bytes(a.try_into().unwrap_or_default()), <$t>::from_le_bytes(x.try_into().unwrap_or_default()));
+            let r = match $c {
+                Combine::Sum => va.wrapping_add(vx),
+                Combine::Prod => va.wrapping_mul(vx),
+                Combine::Max => va.max(vx),
+                Combine::Min => va.min(vx),
+            };
+            a.copy_from_slice(&r.to_le_bytes());
+        }
+    }};
+}
+
+macro_rules! floats {
+    ($acc:expr, $x:expr, $t:ty, $c:expr) => {{
+        const N: usize = std::mem::size_of::<$t>();
+        for (a, x) in $acc.chunks_exact_mut(N).zip($x.chunks_exact(N)) {
+            let (va, vx) = (<$t>::from_le_bytes(a.try_into().unwrap_or_default()), <$t>::from_le_bytes(x.try_into().unwrap_or_default()));
+            let r: $t = match $c {
+                Combine::Sum => va + vx,
+                Combine::Prod => va * vx,
+                Combine::Max => va.max(vx),
+                Combine::Min => va.min(vx),
+            };
+            a.copy_from_slice(&r.to_le_bytes());
+        }
+    }};
+}
+
+fn minis16(acc: &mut [u8], x: &[u8], f: Mini, c: Combine) {
+    for (a, x) in acc.chunks_exact_mut(2).zip(x.chunks_exact(2)) {
+        let va = f.decode(u32::from(u16::from_le_bytes([a[0], a[1]])));
+        let vx = f.decode(u32::from(u16::from_le_bytes([x[0], x[1]])));
+        let r = f.encode(combine_f64(c, va, vx)) as u16;
+        a.copy_from_slice(&r.to_le_bytes());
+    }
+}
+
+fn fp8s(acc: &mut [u8], x: &[u8], f: Mini, c: Combine) {
+    for (a, &x) in acc.iter_mut().zip(x) {
+        // Widen to half (exact), operate in half (one rounding), narrow with saturation.
+        let h = F16.decode(F16.encode(combine_f64(c, f.decode(u32::from(*a)), f.decode(u32::from(x)))));
+        *a = f.encode(h) as u8;
+    }
+}
+
+/// acc[i] = acc[i] (op) x[i] over whole elements of `op.dtype` (both slices equally long).
+pub fn combine(op: &HostOp, acc: &mut [u8], x: &[u8]) {
+    let c = op.combine;
+    match op.dtype {
+        DataType::Int8 => ints!(acc, x, i8, c),
+        DataType::Uint8 => ints!(acc, x, u8, c),
+        DataType::Int32 => ints!(acc, x, i32, c),
+        DataType::Uint32 => ints!(acc, x, u32, c),
+        DataType::Int64 => ints!(acc, x, i64, c),
+        DataType::Uint64 => ints!(acc, x, u64, c),
+        DataType::Float32 => floats!(acc, x, f32, c),
+        DataType::Float64 => floats!(acc, x, f64, c),
+        DataType::Float16 => minis16(acc, x, F16, c),
+        DataType::Bfloat16 => minis16(acc, x, BF16, c),
+        DataType::Float8e4m3 => fp8s(acc, x, E4M3, c),
+        DataType::Float8e5m2 => fp8s(acc, x, E5M2, c),
+    }
+}
+
+macro_rules! divide {
+    ($acc:expr, $t:ty, $n:expr) => {{
+        const N: usize = std::mem::size_of::<$t>();
+        let n = $n as $t;
+        for a in $acc.chunks_exact_mut(N) {
+            let v = <$t>::from_le_bytes(a.try_into().unwrap_or_default());
+            // C division truncates toward zero, as Rust's; n >= 2 here, so no overflow.
+            a.copy_from_slice(&(v / n).to_le_bytes());
+        }
+    }};
+}
+
+/// Integer average's final division (no-op for other types or divisors below 2).
+pub fn post(op: &HostOp, acc: &mut [u8]) {
+    if op.postdiv < 2 {
+        return;
+    }
+    match op.dtype {
+        DataType::Int8 => divide!(acc, i8, op.postdiv),
+        DataType::Uint8 => divide!(acc, u8, op.postdiv),
+        DataType::Int32 => divide!(acc, i32, op.postdiv),
+        DataType::Uint32 => divide!(acc, u32, op.postdiv),
+        DataType::Int64 => divide!(acc, i64, op.postdiv),
+        DataType::Uint64 => divide!(acc, u64, op.postdiv),
+        _ => {}
+    }
+}
+
+/// `combine` spread over threads for large buffers (the proxy waits for it, so it is on the
+/// critical path of every cross-host reduction).
+pub fn combine_parallel(op: &HostOp, acc: &mut [u8], x: &[u8]) {
+    const MIN_PER_THREAD: usize = 1 << 20;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8).min(acc.len() / MIN_PER_THREAD).max(1);
+    if threads == 1 {
+        return combine(op, acc, x);
+    }
+    let es = op.dtype.size();
+    let per = (acc.len() / es).div_ceil(threads) * es;
+    std::thread::scope(|s| {
+        for (a, b) in acc.chunks_mut(per).zip(x.chunks(per)) {
+            s.spawn(move || combine(op, a, b));
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(dtype: DataType, combine: Combine) -> HostOp {
+        HostOp { dtype, combine, postdiv: 0 }
+    }
+
+    #[test]
+    fn minifloat_encodings_match_known_values() {
+        assert_eq!(F16.encode(1.0), 0x3c00);
+        assert_eq!(F16.encode(-2.0), 0xc000);
+        assert_eq!(F16.encode(65504.0), 0x7bff);
+        assert_eq!(F16.encode(65520.0), 0x7c00, "rounds up to inf");
+        assert_eq!(F16.encode(pow2(-24)), 0x0001, "smallest subnormal");
+        assert_eq!(F16.encode(pow2(-26)), 0x0000, "below half the smallest: zero");
+        assert_eq!(F16.encode(1.0 + pow2(-11)), 0x3c00, "tie to even (down)");
+        assert_eq!(F16.encode(1.0 + 3.0 * pow2(-11)), 0x3c02, "tie to even (up)");
+        assert_eq!(BF16.encode(1.0), 0x3f80);
+        assert_eq!(BF16.encode(3.0e38), 0x7f62);
+        assert_eq!(E4M3.encode(448.0), 0x7e);
+        assert_eq!(E4M3.encode(1000.0), 0x7e, "saturates");
+        assert_eq!(E4M3.encode(-1000.0), 0xfe);
+        assert_eq!(E4M3.encode(1.0), 0x38);
+        assert_eq!(E4M3.encode(pow2(-9)), 0x01, "smallest subnormal");
+        assert_eq!(E5M2.encode(57344.0), 0x7b);
+        assert_eq!(E5M2.encode(1e9), 0x7b, "saturates");
+        assert_eq!(E5M2.encode(1.0), 0x3c);
+        assert!(E4M3.decode(0x7f).is_nan());
+        assert_eq!(E4M3.decode(0x7e), 448.0);
+        // Every encoding decodes and re-encodes to itself (NaNs aside).
+        for f in [F16, BF16] {
+            for b in 0..=0xffffu32 {
+                let v = f.decode(b);
+                if !v.is_nan() {
+                    assert_eq!(f.encode(v), b, "{f:?} {b:#x}");
+                }
+            }
+        }
+        for f in [E4M3, E5M2] {
+            for b in 0..=0xffu32 {
+                let v = f.decode(b);
+                if !v.is_nan() && !v.is_infinite() {
+                    assert_eq!(f.encode(v), b, "{f:?} {b:#x}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn integer_ops_wrap_and_average_truncates() {
+        let mut a = 100i8.to_le_bytes().to_vec();
+        combine(&op(DataType::Int8, Combine::Sum), &mut a, &100i8.to_le_bytes());
+        assert_eq!(a, (-56i8).to_le_bytes());
+        let mut a: Vec<u8> = [-7i32, 9].iter().flat_map(|v| v.to_le_bytes()).collect();
+        post(&HostOp { dtype: DataType::Int32, combine: Combine::Sum, postdiv: 2 }, &mut a);
+        assert_eq!(a, [-3i32, 4].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>());
+        let mut a = u64::MAX.to_le_bytes().to_vec();
+        combine(&op(DataType::Uint64, Combine::Prod), &mut a, &2u64.to_le_bytes());
+        assert_eq!(a, (u64::MAX - 1).to_le_bytes());
+        let mut a = 3u32.to_le_bytes().to_vec();
+        combine(&op(DataType::Uint32, Combine::Min), &mut a, &5u32.to_le_bytes());
+        assert_eq!(a, 3u32.to_le_bytes());
+    }
+
+    #[test]
+    fn float_ops_follow_the_kernels() {
+        let mut a = f32::NAN.to_le_bytes().to_vec();
+        combine(&op(DataType::Float32, Combine::Max), &mut a, &2.5f32.to_le_bytes());
+        assert_eq!(a, 2.5f32.to_le_bytes(), "max returns the non-NaN operand");
+        // Half: 2048 + 1 rounds back to 2048 (ties to even), 2048 + 3 to 2052.
+        let h = |v: f64| (F16.encode(v) as u16).to_le_bytes();
+        let mut a = h(2048.0).to_vec();
+        combine(&op(DataType::Float16, Combine::Sum), &mut a, &h(1.0));
+        assert_eq!(a, h(2048.0));
+        combine(&op(DataType::Float16, Combine::Sum), &mut a, &h(3.0));
+        assert_eq!(a, h(2052.0));
+        // FP8 e4m3: 448 + 448 saturates to 448 rather than becoming NaN.
+        let mut a = vec![0x7eu8];
+        combine(&op(DataType::Float8e4m3, Combine::Sum), &mut a, &[0x7e]);
+        assert_eq!(a, [0x7e]);
+        // bf16 products round once.
+        let b = |v: f64| (BF16.encode(v) as u16).to_le_bytes();
+        let mut a = b(3.0).to_vec();
+        combine(&op(DataType::Bfloat16, Combine::Prod), &mut a, &b(1.0 / 3.0));
+        assert_eq!(BF16.decode(u32::from(u16::from_le_bytes([a[0], a[1]]))), BF16.decode(BF16.encode(3.0 * BF16.decode(BF16.encode(1.0 / 3.0)))));
+    }
+
+    #[test]
+    fn parallel_combine_equals_serial() {
+        let n = 3 << 20;
+        let x: Vec<u8> = (0..n).map(|i| (i * 7 + 1) as u8).collect();
+        let mut a: Vec<u8> = (0..n).map(|i| (i * 13) as u8).collect();
+        let mut b = a.clone();
+        let o = op(DataType::Float16, Combine::Sum);
+        combine(&o, &mut a, &x);
+        combine_parallel(&o, &mut b, &x);
+        assert!(a == b);
+    }
+
+    #[test]
+    fn scalars_round_to_the_datatype() {
+        assert_eq!(scalar_bits(DataType::Float32, 0.25), u64::from(0.25f32.to_bits()));
+        assert_eq!(scalar_bits(DataType::Float16, 0.25), 0x3400);
+        assert_eq!(scalar_bits(DataType::Bfloat16, 0.5), 0x3f00);
+        assert_eq!(scalar_bits(DataType::Float8e4m3, 0.5), 0x30);
+        assert_eq!(scalar_bits(DataType::Float64, 1.0 / 3.0), (1.0f64 / 3.0).to_bits());
+    }
+}

@@ -1,0 +1,411 @@
+//! A TCP link to one rank on another host: one socket each way (opened through the bootstrap, so
+//! NCCL_SOCKET_IFNAME and the id's secret apply), a sender thread and a receiver thread, each
+//! taking jobs in order. Per direction the byte stream is a sequence of frames (header, payload),
+//! one per job; both ends derive the same jobs from the same plan, so the header only confirms
+//! what the receiver expects (sequence number, length): a mismatch means the ranks called
+//! different operations, and fails the communicator instead of corrupting memory.
+//!
+//! GPU memory is staged through pinned buffers in chunks: the sender copies chunk k+1 to the host
+//! while chunk k is on the wire; the receiver copies chunk k to the GPU while chunk k+1 arrives.
+//! Copies use the thread's own non-blocking stream, never the legacy default stream, which would
+//! wait for (and deadlock with) the user's kernel that waits for this transfer.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::{Error, Result};
+use crate::gpu::stream::RelaxedCapture;
+use crate::gpu::{check, cu, CtxGuard, Device, HostMapped};
+
+/// Staging chunk per copy.
+pub const CHUNK: usize = 2 << 20;
+const MAGIC: u32 = 0x544e_584f; // "OXNT"
+const HEADER_BYTES: usize = 24;
+
+/// Where a job's bytes are.
+#[derive(Clone, Copy, Debug)]
+pub enum Mem {
+    Dev(u64),
+    Host(*mut u8),
+}
+
+/// One transfer for a link thread.
+pub struct Job {
+    pub mem: Mem,
+    pub bytes: u64,
+    pub done: Arc<Tracker>,
+}
+
+// SAFETY: a Host pointer refers to the proxy's arena, which outlives the job (the proxy waits for
+// the tracker before touching the arena again); device addresses are plain numbers.
+unsafe impl Send for Job {}
+
+/// Counts a phase's outstanding jobs; the first failure is kept.
+pub struct Tracker {
+    state: Mutex<(usize, Option<Error>)>,
+    cv: Condvar,
+}
+
+impl Tracker {
+    pub fn new(jobs: usize) -> Arc<Tracker> {
+        Arc::new(Tracker { state: Mutex::new((jobs, None)), cv: Condvar::new() })
+    }
+
+    fn finish(&self, r: Result<()>) {
+        let mut s = self.state.lock();
+        s.0 = s.0.saturating_sub(1);
+        if let Err(e) = r {
+            s.1.get_or_insert(e);
+        }
+        self.cv.notify_all();
+    }
+
+    /// Waits until every job finished (or one failed); `stop()` is polled every few ms and makes
+    /// the wait fail (communicator aborted).
+    pub fn wait(&self, stop: &dyn Fn() -> Option<Error>) -> Result<()> {
+        let mut s = self.state.lock();
+        loop {
+            if let Some(e) = s.1.take() {
+                return Err(e);
+            }
+            if s.0 == 0 {
+                return Ok(());
+            }
+            if let Some(e) = stop() {
+                return Err(e);
+            }
+            self.cv.wait_for(&mut s, Duration::from_millis(5));
+        }
+    }
+}
+
+pub struct Link {
+    pub peer: usize,
+    send: Option<Sender<Job>>,
+    recv: Option<Sender<Job>>,
+    socks: Vec<TcpStream>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Link {
+    /// Starts the two threads of a link with `peer` over `out` (we write) and `inc` (we read).
+    /// `dev`: the GPU whose memory jobs name (None: host memory only, for tests).
+    pub fn start(dev: Option<&'static Device>, me: usize, peer: usize, out: TcpStream, inc: TcpStream) -> Result<Link> {
+        let socks = vec![
+            out.try_clone().map_err(|e| Error::io("cloning a network socket", &e))?,
+            inc.try_clone().map_err(|e| Error::io("cloning a network socket", &e))?,
+        ];
+        for s in [&out, &inc] {
+            s.set_nonblocking(false).map_err(|e| Error::io("blocking mode", &e))?;
+            s.set_nodelay(true).map_err(|e| Error::io("TCP_NODELAY", &e))?;
+        }
+        let (stx, srx) = channel::<Job>();
+        let (rtx, rrx) = channel::<Job>();
+        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new().name(name).spawn(f).map_err(|e| Error::io("cannot start a network thread", &e))
+        };
+        let t1 = spawn(format!("oxccl-net{me}>{peer}"), Box::new(move || sender(dev, peer, out, srx)))?;
+        let t2 = spawn(format!("oxccl-net{me}<{peer}"), Box::new(move || receiver(dev, peer, inc, rrx)))?;
+        Ok(Link { peer, send: Some(stx), recv: Some(rtx), socks, threads: vec![t1, t2] })
+    }
+
+    pub fn send(&self, job: Job) {
+        post(&self.send, job, self.peer);
+    }
+
+    pub fn recv(&self, job: Job) {
+        post(&self.recv, job, self.peer);
+    }
+
+    /// Unblocks both threads at once (abort): their socket calls fail.
+    pub fn interrupt(&self) {
+        for s in &self.socks {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn post(q: &Option<Sender<Job>>, job: Job, peer: usize) {
+    let done = job.done.clone();
+    if q.as_ref().map_or(true, |q| q.send(job).is_err()) {
+        done.finish(Err(Error::remote(format!("the network link to rank {peer} is closed"))));
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        // Closing the queues ends the threads once idle; the shutdown ends a blocked one.
+        self.send = None;
+        self.recv = None;
+        self.interrupt();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A thread's CUDA side: the device context, relaxed capture mode, its stream, two pinned buffers.
+struct Staging {
+    _ctx: CtxGuard,
+    _relaxed: RelaxedCapture,
+    stream: cu::CUstream,
+    bufs: [HostMapped; 2],
+}
+
+impl Staging {
+    fn new(dev: &'static Device) -> Result<Staging> {
+        let ctx = CtxGuard::new(dev)?;
+        let relaxed = RelaxedCapture::new()?;
+        let mut stream: cu::CUstream = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the device's context is current.
+        check(unsafe { cu::cuStreamCreate(&mut stream, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }, "cuStreamCreate")?;
+        let bufs = [HostMapped::zeroed(dev, CHUNK)?, HostMapped::zeroed(dev, CHUNK)?];
+        Ok(Staging { _ctx: ctx, _relaxed: relaxed, stream, bufs })
+    }
+
+    fn sync(&self) -> Result<()> {
+        // SAFETY: our own stream.
+        check(unsafe { cu::cuStreamSynchronize(self.stream) }, "cuStreamSynchronize (network staging)")
+    }
+
+    fn to_host(&self, buf: usize, src: u64, len: usize) -> Result<()> {
+        // SAFETY: the destination is our pinned buffer of CHUNK >= len bytes; src is device memory
+        // of the plan's operation, valid while the user's kernel waits for this step.
+        check(unsafe { cu::cuMemcpyDtoHAsync_v2(self.bufs[buf].host.cast(), src, len, self.stream) }, "cuMemcpyDtoHAsync (network send)")
+    }
+
+    fn to_device(&self, buf: usize, dst: u64, len: usize) -> Result<()> {
+        // SAFETY: as in to_host, the other way.
+        check(unsafe { cu::cuMemcpyHtoDAsync_v2(dst, self.bufs[buf].host.cast(), len, self.stream) }, "cuMemcpyHtoDAsync (network receive)")
+    }
+
+    fn slice(&self, buf: usize, len: usize) -> &mut [u8] {
+        // SAFETY: our pinned buffer, CHUNK bytes, used by this thread only; the stream's copies
+        // into or out of it are synchronised before the slice is touched.
+        unsafe { std::slice::from_raw_parts_mut(self.bufs[buf].host, len) }
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // SAFETY: our stream; the context is still current (the guard drops after this).
+        unsafe {
+            let _ = cu::cuStreamSynchronize(self.stream);
+            let _ = cu::cuStreamDestroy_v2(self.stream);
+        }
+    }
+}
+
+fn chunks(bytes: u64) -> impl Iterator<Item = (u64, usize)> {
+    (0..bytes.div_ceil(CHUNK as u64)).map(move |k| (k * CHUNK as u64, (bytes - k * CHUNK as u64).min(CHUNK as u64) as usize))
+}
+
+/// The thread's staging, made on the first job that names GPU memory.
+fn staging<'a>(st: &'a mut Option<Staging>, dev: Option<&'static Device>, job: &Job) -> Result<Option<&'a Staging>> {
+    if matches!(job.mem, Mem::Host(_)) {
+        return Ok(None);
+    }
+    if st.is_none() {
+        let dev = dev.ok_or_else(|| Error::internal("a network job names GPU memory on a host-only link"))?;
+        *st = Some(Staging::new(dev).map_err(|e| e.context("network staging set-up"))?);
+    }
+    Ok(st.as_ref())
+}
+
+fn sender(dev: Option<&'static Device>, peer: usize, mut sock: TcpStream, jobs: Receiver<Job>) {
+    let mut broken: Option<Error> = None;
+    let mut st: Option<Staging> = None;
+    let mut seq = 0u64;
+    while let Ok(job) = jobs.recv() {
+        seq += 1;
+        let r = match &broken {
+            Some(e) => Err(e.clone()),
+            None => staging(&mut st, dev, &job).and_then(|st| send_one(st, &mut sock, seq, &job)).map_err(|e| e.context(format!("sending to rank {peer}"))),
+        };
+        if let Err(e) = &r {
+            broken.get_or_insert(e.clone());
+        }
+        job.done.finish(r);
+    }
+}
+
+fn send_one(st: Option<&Staging>, sock: &mut TcpStream, seq: u64, job: &Job) -> Result<()> {
+    let mut h = [0u8; HEADER_BYTES];
+    h[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+    h[8..16].copy_from_slice(&seq.to_le_bytes());
+    h[16..24].copy_from_slice(&job.bytes.to_le_bytes());
+    let io = |e: std::io::Error| Error::remote(format!("network write failed: {e}"));
+    sock.write_all(&h).map_err(io)?;
+    match job.mem {
+        Mem::Host(p) => {
+            // SAFETY: the plan's host arena range (see Job).
+            let s = unsafe { std::slice::from_raw_parts(p, job.bytes as usize) };
+            sock.write_all(s).map_err(io)?;
+        }
+        Mem::Dev(src) => {
+            let st = st.ok_or_else(|| Error::internal("no staging for a GPU transfer"))?;
+            let list: Vec<(u64, usize)> = chunks(job.bytes).collect();
+            if let Some(&(off, len)) = list.first() {
+                st.to_host(0, src + off, len)?;
+            }
+            for (k, &(_, len)) in list.iter().enumerate() {
+                st.sync()?; // chunk k is in host memory
+                if let Some(&(off, n)) = list.get(k + 1) {
+                    st.to_host((k + 1) % 2, src + off, n)?; // overlaps the write below
+                }
+                sock.write_all(st.slice(k % 2, len)).map_err(io)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn receiver(dev: Option<&'static Device>, peer: usize, mut sock: TcpStream, jobs: Receiver<Job>) {
+    let mut broken: Option<Error> = None;
+    let mut st: Option<Staging> = None;
+    let mut seq = 0u64;
+    while let Ok(job) = jobs.recv() {
+        seq += 1;
+        let r = match &broken {
+            Some(e) => Err(e.clone()),
+            None => staging(&mut st, dev, &job).and_then(|st| recv_one(st, &mut sock, peer, seq, &job)),
+        };
+        if let Err(e) = &r {
+            broken.get_or_insert(e.clone());
+        }
+        job.done.finish(r);
+    }
+}
+
+fn recv_one(st: Option<&Staging>, sock: &mut TcpStream, peer: usize, seq: u64, job: &Job) -> Result<()> {
+    let io = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            Error::remote(format!("rank {peer} closed its network connection"))
+        } else {
+            Error::remote(format!("network read from rank {peer} failed: {e}"))
+        }
+    };
+    let mut h = [0u8; HEADER_BYTES];
+    sock.read_exact(&mut h).map_err(io)?;
+    let word = |o: usize| u64::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3], h[o + 4], h[o + 5], h[o + 6], h[o + 7]]);
+    let magic = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+    let (their_seq, len) = (word(8), word(16));
+    if magic != MAGIC || their_seq != seq || len != job.bytes {
+        return Err(Error::invalid_usage(format!(
+            "rank {peer} sent transfer #{their_seq} of {len} bytes where this rank expects #{seq} of {} bytes{}: \
+             the ranks called different operations (or different sizes)",
+            job.bytes,
+            if magic != MAGIC { " (not an oxccl frame)" } else { "" }
+        )));
+    }
+    match job.mem {
+        Mem::Host(p) => {
+            // SAFETY: the plan's host arena range (see Job).
+            let s = unsafe { std::slice::from_raw_parts_mut(p, job.bytes as usize) };
+            sock.read_exact(s).map_err(io)?;
+        }
+        Mem::Dev(dst) => {
+            let st = st.ok_or_else(|| Error::internal("no staging for a GPU transfer"))?;
+            for (k, (off, n)) in chunks(job.bytes).enumerate() {
+                // Buffer k % 2 was last used by copy k - 2, which the sync before copy k - 1 ended.
+                sock.read_exact(st.slice(k % 2, n)).map_err(io)?;
+                st.sync()?; // copy k - 1 done: at most one copy in flight
+                st.to_device(k % 2, dst + off, n)?;
+            }
+            st.sync()?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two links joined by loopback sockets, host memory only.
+    fn pair() -> (Link, Link) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = l.local_addr().unwrap();
+        let a_out = TcpStream::connect(a).unwrap();
+        let (b_in, _) = l.accept().unwrap();
+        let b_out = TcpStream::connect(a).unwrap();
+        let (a_in, _) = l.accept().unwrap();
+        (Link::start(None, 0, 1, a_out, a_in).unwrap(), Link::start(None, 1, 0, b_out, b_in).unwrap())
+    }
+
+    #[test]
+    fn host_transfers_arrive_in_order_both_ways_at_once() {
+        let (a, b) = pair();
+        // Larger than socket buffers both ways at once: needs the two threads per link.
+        let n = 24 << 20;
+        let mut src_a: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+        let mut src_b: Vec<u8> = (0..n).map(|i| (i % 241) as u8).collect();
+        let mut dst_a = vec![0u8; n];
+        let mut dst_b = vec![0u8; n];
+        let small = [7u8; 3];
+        let mut small_dst = [0u8; 3];
+        let t = Tracker::new(6);
+        let job = |p: *mut u8, len: usize| Job { mem: Mem::Host(p), bytes: len as u64, done: t.clone() };
+        a.send(job(src_a.as_mut_ptr(), n));
+        b.send(job(src_b.as_mut_ptr(), n));
+        a.send(job(small.as_ptr() as *mut u8, 3));
+        b.recv(job(dst_b.as_mut_ptr(), n));
+        a.recv(job(dst_a.as_mut_ptr(), n));
+        b.recv(job(small_dst.as_mut_ptr(), 3));
+        t.wait(&|| None).unwrap();
+        assert!(dst_b == src_a && dst_a == src_b);
+        assert_eq!(small_dst, small);
+    }
+
+    #[test]
+    fn a_size_mismatch_and_a_closed_peer_are_errors() {
+        let (a, b) = pair();
+        let mut buf = vec![1u8; 64];
+        let t = Tracker::new(2);
+        a.send(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 64, done: t.clone() });
+        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 32, done: t.clone() });
+        let e = t.wait(&|| None).unwrap_err();
+        assert!(e.msg.contains("64 bytes") && e.msg.contains("32 bytes"), "{}", e.msg);
+        // Later jobs on the failed direction fail at once.
+        let t = Tracker::new(1);
+        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone() });
+        assert!(t.wait(&|| None).is_err());
+        drop(b);
+        let (a, b) = pair();
+        drop(a);
+        let t = Tracker::new(1);
+        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone() });
+        let e = t.wait(&|| None).unwrap_err();
+        assert_eq!(e.code, crate::error::ResultCode::RemoteError, "{}", e.msg);
+    }
+
+    #[test]
+    fn chunking_covers_every_byte_once() {
+        let v: Vec<(u64, usize)> = chunks(2 * CHUNK as u64 + 5).collect();
+        assert_eq!(v, vec![(0, CHUNK), (CHUNK as u64, CHUNK), (2 * CHUNK as u64, 5)]);
+        assert_eq!(chunks(0).count(), 0);
+        assert_eq!(chunks(CHUNK as u64).count(), 1);
+    }
+
+    #[test]
+    fn tracker_reports_the_first_failure_and_honours_stop() {
+        let t = Tracker::new(2);
+        t.finish(Err(Error::remote("first")));
+        t.finish(Err(Error::remote("second")));
+        assert_eq!(t.wait(&|| None).unwrap_err().msg, "first");
+        let t = Tracker::new(1);
+        let e = t.wait(&|| Some(Error::remote("aborted"))).unwrap_err();
+        assert_eq!(e.msg, "aborted");
+        let t = Tracker::new(1);
+        let t2 = t.clone();
+        let h = std::thread::spawn(move || t2.finish(Ok(())));
+        assert!(t.wait(&|| None).is_ok());
+        h.join().unwrap();
+    }
+}

@@ -1,0 +1,463 @@
+//! Communicators that span hosts: PortChannel over TCP.
+//!
+//! Ranks of one host form a *local* communicator (an ordinary oxccl communicator: MemoryChannels
+//! over NVLink). Across hosts, each rank has a TCP link to every rank of the other hosts
+//! (`link`), and a proxy thread (`crate::proxy`) that carries out cross-host *steps*. Every
+//! operation is planned (`plan`, a pure function) into stages on the user's stream: launches on
+//! the local communicator, and steps. A step is one tiny kernel (kernels/net_step.cu) that pushes
+//! a trigger naming the step's plan into the proxy's FIFO and waits on a host-to-device counter;
+//! the proxy moves the data (GPU -> pinned host -> socket -> pinned host -> GPU, chunk-pipelined),
+//! combines partial results on the host where the step reduces (`hostreduce`), then bumps the
+//! counter. Because the stream itself waits, the stages need no host synchronisation, and the
+//! same launches work inside CUDA graphs: a captured step's plan is kept for every replay.
+
+pub mod hostreduce;
+pub mod link;
+pub mod plan;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use self::link::{Job, Link, Mem, Tracker};
+use self::plan::{Buf, Call, HostReduce, Layout, LocalOp, Stage, Step};
+use crate::bootstrap::Bootstrap;
+use crate::comm::{Comm, Ready};
+use crate::config::CommConfig;
+use crate::device_abi::{FifoDevice, NetStepArgs};
+use crate::enqueue::{CollTask, P2pOp};
+use crate::error::{Error, Result};
+use crate::gpu::module::launch;
+use crate::gpu::stream::{is_capturing, RelaxedCapture};
+use crate::gpu::{check, cu, Device, DeviceBuffer, HostMapped};
+use crate::log::Subsys;
+use crate::proxy::fifo::{FifoHost, FifoWords};
+use crate::proxy::trigger::Request;
+use crate::proxy::{Handler, Placement, Proxy};
+use crate::topo::PeerInfo;
+use crate::types::DataType;
+
+/// Data connection number of the network links (per pair of ranks; see Bootstrap::data_sockets).
+const NET_CONN: u32 = 0x4e45_5400;
+/// FIFO slots: each step kernel has one trigger in flight, and a communicator's kernels run one
+/// at a time, so a few slots are plenty.
+const FIFO_SLOTS: u32 = 64;
+
+pub type Links = Vec<Option<Link>>;
+
+/// Plans the proxy runs, by number. Steps of graph captures stay for every replay; others are
+/// removed when run, and their numbers reused.
+#[derive(Default)]
+struct Plans {
+    slots: Vec<Option<(Arc<Step>, bool)>>,
+    free: Vec<u32>,
+}
+
+impl Plans {
+    fn insert(&mut self, step: Step, keep: bool) -> Result<u32> {
+        let e = Some((Arc::new(step), keep));
+        if let Some(i) = self.free.pop() {
+            self.slots[i as usize] = e;
+            return Ok(i);
+        }
+        let i = u32::try_from(self.slots.len()).map_err(|_| Error::internal("too many cross-host plans"))?;
+        self.slots.push(e);
+        Ok(i)
+    }
+
+    fn take(&mut self, i: u32) -> Result<Arc<Step>> {
+        let slot = self.slots.get_mut(i as usize).ok_or_else(|| Error::internal(format!("unknown cross-host plan {i}")))?;
+        let (step, keep) = slot.clone().ok_or_else(|| Error::internal(format!("cross-host plan {i} already ran")))?;
+        if !keep {
+            *slot = None;
+            self.free.push(i);
+        }
+        Ok(step)
+    }
+
+    fn remove(&mut self, i: u32) {
+        if let Some(s) = self.slots.get_mut(i as usize) {
+            if s.take().is_some() {
+                self.free.push(i);
+            }
+        }
+    }
+}
+
+/// The cross-host part of a communicator.
+pub struct Net {
+    pub layout: Layout,
+    /// This host's ranks (oxccl's own communicator; never handed to the user).
+    pub local: Arc<Comm>,
+    links: Mutex<Option<Arc<Links>>>,
+    proxy: Mutex<Option<Proxy>>,
+    plans: Arc<Mutex<Plans>>,
+    fifo: FifoDevice,
+    _fifo_mem: HostMapped,
+    _head: DeviceBuffer,
+    issued: DeviceBuffer,
+    done: Arc<HostMapped>,
+    /// Device scratch for ReduceScatter and Reduce; grown, never shrunk or freed before the
+    /// communicator (graphs may hold earlier buffers).
+    scratch: Mutex<Vec<DeviceBuffer>>,
+    dev: &'static Device,
+}
+
+/// What set-up needs from the communicator being initialised.
+pub struct Setup<'a> {
+    pub bs: &'a Bootstrap,
+    pub dev: &'static Device,
+    pub me: usize,
+    pub peers: &'a [PeerInfo],
+    pub device: i32,
+    pub config: &'a CommConfig,
+    pub abort_flag: Arc<HostMapped>,
+    /// Called once if the proxy fails (the communicator records the error and stops kernels).
+    pub on_error: Box<dyn Fn(Error) + Send>,
+}
+
+impl Net {
+    pub fn connect(s: Setup<'_>) -> Result<Net> {
+        let hashes: Vec<u64> = s.peers.iter().map(|p| p.host_hash).collect();
+        let layout = Layout::new(s.me, &hashes);
+        let mh = layout.my_host();
+        // The local communicator first: every rank does this before any link, and it involves
+        // only this host's ranks.
+        let members = layout.hosts[mh].clone();
+        let child = crate::split::Child { rank: layout.local_index(s.me), members: members.clone() };
+        let id = crate::split::child_id(s.bs, &child).map_err(|e| e.context("setting up the host-local communicator"))?;
+        let mut cfg = s.config.clone();
+        cfg.blocking = true; // driven by oxccl itself, from within this init
+        let local = Comm::new(child.rank, members.len(), s.device, cfg);
+        local.init(&id).map_err(|e| e.context("initialising the host-local communicator"))?;
+        let local = Arc::new(local);
+
+        // Links to every rank of the other hosts, in ascending peer order: pairs are then set up
+        // in one global order ((min, max) lexicographic), so no cycle of ranks can wait on each
+        // other.
+        let mut links: Links = (0..layout.nranks()).map(|_| None).collect();
+        for p in 0..layout.nranks() {
+            if layout.host_of[p] == mh {
+                continue;
+            }
+            let mut ds = s.bs.data_sockets(p, NET_CONN, 1).map_err(|e| e.context(format!("connecting to rank {p} on another host")))?;
+            let (Some(out), Some(inc)) = (ds.outgoing.pop(), ds.incoming.pop()) else {
+                return Err(Error::internal("data connection without sockets"));
+            };
+            links[p] = Some(Link::start(Some(s.dev), s.me, p, out, inc)?);
+        }
+        let links = Arc::new(links);
+
+        let fifo_mem = HostMapped::zeroed(s.dev, FifoWords::bytes(FIFO_SLOTS))?;
+        // SAFETY: fresh, zeroed, page-aligned memory of the right size, owned by Net, which stops
+        // the proxy (the FIFO's only host user) before freeing it.
+        let words = unsafe { FifoWords::over(fifo_mem.host, FIFO_SLOTS) }?;
+        let head = DeviceBuffer::zeroed(s.dev, 8)?;
+        let issued = DeviceBuffer::zeroed(s.dev, 8)?;
+        let done = Arc::new(HostMapped::zeroed(s.dev, 64)?);
+        let base = fifo_mem.dev_ptr;
+        let words_off = 16 * u64::from(FIFO_SLOTS);
+        let fifo = FifoDevice {
+            triggers: base,
+            tail: base + words_off,
+            flush_done: base + words_off + 8,
+            stop: base + words_off + 16,
+            head: head.ptr,
+            size: FIFO_SLOTS,
+            _pad0: 0,
+        };
+        let plans = Arc::new(Mutex::new(Plans::default()));
+        let handler = NetHandler::new(s.dev, s.me, links.clone(), plans.clone(), done.clone(), s.abort_flag.clone())?;
+        let placement = Placement { device: Some(s.dev), cpus: crate::topo::local_cpus(&s.dev.bus_id) };
+        let proxy = Proxy::start(format!("oxccl-netproxy{}", s.me), FifoHost::new(words), Box::new(handler), placement, s.on_error)?;
+        nccl_info!(
+            Subsys::Net,
+            "rank {}: {} hosts {:?}; {} local ranks over NVLink, network links to {} ranks",
+            s.me,
+            layout.nhosts(),
+            layout.hosts,
+            members.len(),
+            links.iter().filter(|l| l.is_some()).count()
+        );
+        Ok(Net {
+            layout,
+            local,
+            links: Mutex::new(Some(links)),
+            proxy: Mutex::new(Some(proxy)),
+            plans,
+            fifo,
+            _fifo_mem: fifo_mem,
+            _head: head,
+            issued,
+            done,
+            scratch: Mutex::new(Vec::new()),
+            dev: s.dev,
+        })
+    }
+
+    /// Stops the proxy and closes the links; `abort`: without waiting for anything (kernels were
+    /// told to stop), and the local communicator is aborted too, else destroyed.
+    pub fn shutdown(&self, abort: bool) {
+        if abort {
+            if let Some(l) = self.links.lock().as_ref() {
+                l.iter().flatten().for_each(Link::interrupt);
+            }
+            self.local.abort();
+        }
+        if let Some(mut p) = self.proxy.lock().take() {
+            if abort {
+                p.abort();
+            } else {
+                p.stop();
+            }
+        }
+        drop(self.links.lock().take());
+        if !abort {
+            if let Err(e) = self.local.destroy() {
+                nccl_warn!("destroying the host-local communicator: {}", e.msg);
+            }
+        }
+    }
+
+    fn scratch(&self, bytes: u64) -> Result<u64> {
+        let mut v = self.scratch.lock();
+        if let Some(b) = v.last().filter(|b| b.size as u64 >= bytes) {
+            return Ok(b.ptr);
+        }
+        let _relaxed = RelaxedCapture::new()?;
+        let size = bytes.max(1 << 20).next_power_of_two() as usize;
+        let b = DeviceBuffer::zeroed(self.dev, size)?;
+        let p = b.ptr;
+        v.push(b);
+        Ok(p)
+    }
+
+    /// One collective (inside the communicator's launch lock).
+    pub fn launch_coll(&self, r: &Ready, t: &CollTask) -> Result<()> {
+        let scratch = match plan::scratch_bytes(t.coll, t.count, t.dtype, self.layout.nranks()) {
+            0 => 0,
+            b => self.scratch(b)?,
+        };
+        let call = Call { coll: t.coll, send: t.send, recv: t.recv, count: t.count, dtype: t.dtype, op: t.op, root: t.root as usize, scratch };
+        let stages = plan::plan_coll(&self.layout, &call);
+        nccl_trace!(Subsys::Net, "{:?} count {} {}: {} stages", t.coll, t.count, t.dtype.name(), stages.len());
+        self.run_stages(r, stages, t.dtype, t.stream)
+    }
+
+    /// A group's point-to-point operations (inside the communicator's launch lock).
+    pub fn launch_p2p(&self, r: &Ready, ops: &[P2pOp], stream: cu::CUstream) -> Result<()> {
+        let ops: Vec<plan::P2p> = ops.iter().map(|o| plan::P2p { is_send: o.is_send, peer: o.peer, buf: o.buf, bytes: o.bytes }).collect();
+        self.run_stages(r, plan::direct(&self.layout, &ops), DataType::Uint8, stream)
+    }
+
+    fn run_stages(&self, r: &Ready, stages: Vec<Stage>, dtype: DataType, stream: cu::CUstream) -> Result<()> {
+        for s in stages {
+            match s {
+                Stage::Local(LocalOp::Coll { coll, send, recv, count, op, root }) => {
+                    let t = CollTask { comm: self.local.clone(), coll, send, recv, count, dtype, op, root: root as i32, stream };
+                    crate::enqueue::launch_task(&t)?;
+                }
+                Stage::Local(LocalOp::P2p(v)) => {
+                    let ops: Vec<P2pOp> = v.iter().map(|o| P2pOp { is_send: o.is_send, peer: o.peer, buf: o.buf, bytes: o.bytes, stream }).collect();
+                    crate::enqueue::launch_p2p(&self.local, &ops)?;
+                }
+                Stage::Net(step) => self.launch_step(r, step, stream)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn launch_step(&self, r: &Ready, step: Step, stream: cu::CUstream) -> Result<()> {
+        let keep = is_capturing(stream)?;
+        let id = self.plans.lock().insert(step, keep)?;
+        let args = NetStepArgs {
+            fifo: self.fifo,
+            plan: u64::from(id),
+            done: self.done.dev_ptr,
+            issued: self.issued.ptr,
+            abort_flag: r.abort_flag.dev_ptr,
+        };
+        launch(r.module.net_step(), 1, 32, stream, &args).inspect_err(|_| self.plans.lock().remove(id))
+    }
+}
+
+/// The proxy's side: runs steps.
+struct NetHandler {
+    dev: &'static Device,
+    me: usize,
+    links: Arc<Links>,
+    plans: Arc<Mutex<Plans>>,
+    done: Arc<HostMapped>,
+    abort_flag: Arc<HostMapped>,
+    stream: cu::CUstream,
+    /// Host memory of the steps (received partial results, accumulators) and for device inputs
+    /// of a reduction; pinned, grown on demand.
+    arena: Option<HostMapped>,
+    tmp: Option<HostMapped>,
+    relaxed: Option<RelaxedCapture>,
+}
+
+// SAFETY: the stream handle is usable from any thread; only the proxy thread uses the handler.
+unsafe impl Send for NetHandler {}
+
+impl NetHandler {
+    fn new(dev: &'static Device, me: usize, links: Arc<Links>, plans: Arc<Mutex<Plans>>, done: Arc<HostMapped>, abort_flag: Arc<HostMapped>) -> Result<NetHandler> {
+        let _g = crate::gpu::CtxGuard::new(dev)?;
+        let mut stream: cu::CUstream = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the device's context is current. Non-blocking: the
+        // user's kernel that waits for this step may run on a blocking stream.
+        check(unsafe { cu::cuStreamCreate(&mut stream, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }, "cuStreamCreate")?;
+        Ok(NetHandler { dev, me, links, plans, done, abort_flag, stream, arena: None, tmp: None, relaxed: None })
+    }
+
+    fn stopped(&self) -> Option<Error> {
+        // SAFETY: the abort flag's first word, written by ncclCommAbort and the watchdog.
+        let v = unsafe { std::ptr::read_volatile(self.abort_flag.host.cast::<u32>()) };
+        (v != 0).then(|| Error::remote(format!("rank {}: communicator aborted during a cross-host step", self.me)))
+    }
+
+    fn link(&self, peer: usize) -> Result<&Link> {
+        self.links.get(peer).and_then(Option::as_ref).ok_or_else(|| Error::internal(format!("no network link to rank {peer}")))
+    }
+
+    fn run(&mut self, step: &Step) -> Result<()> {
+        let arena = grow(self.dev, &mut self.arena, step.arena_bytes)?;
+        for ph in &step.phases {
+            let n = ph.sends.len() + ph.recvs.len();
+            if n > 0 {
+                let t = Tracker::new(n);
+                let mem = |b: Buf| match b {
+                    Buf::Dev(p) => Mem::Dev(p),
+                    // SAFETY: the plan reserved this range of the arena (grown above).
+                    Buf::Host(o) => Mem::Host(unsafe { arena.add(o as usize) }),
+                };
+                // Receives first: a peer's data can be written as soon as it arrives.
+                for x in &ph.recvs {
+                    self.link(x.peer)?.recv(Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone() });
+                }
+                for x in &ph.sends {
+                    self.link(x.peer)?.send(Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone() });
+                }
+                t.wait(&|| self.stopped())?;
+            }
+            for red in &ph.reduces {
+                self.reduce(arena, red)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn reduce(&mut self, arena: *mut u8, r: &HostReduce) -> Result<()> {
+        let n = r.bytes as usize;
+        // SAFETY: the plan reserved [acc, acc + bytes) of the arena, disjoint from its inputs.
+        let acc = unsafe { std::slice::from_raw_parts_mut(arena.add(r.acc as usize), n) };
+        for (i, inp) in r.inputs.iter().enumerate() {
+            match *inp {
+                Buf::Dev(p) if i == 0 => self.to_host(acc.as_mut_ptr(), p, n)?,
+                Buf::Dev(p) => {
+                    let tmp = grow(self.dev, &mut self.tmp, r.bytes)?;
+                    self.to_host(tmp, p, n)?;
+                    // SAFETY: tmp holds n bytes just copied in.
+                    hostreduce::combine_parallel(&r.op, acc, unsafe { std::slice::from_raw_parts(tmp, n) });
+                }
+                Buf::Host(o) => {
+                    // SAFETY: a range of the arena the plan reserved, disjoint from acc.
+                    let x = unsafe { std::slice::from_raw_parts(arena.add(o as usize), n) };
+                    if i == 0 {
+                        acc.copy_from_slice(x);
+                    } else {
+                        hostreduce::combine_parallel(&r.op, acc, x);
+                    }
+                }
+            }
+        }
+        hostreduce::post(&r.op, acc);
+        if let Buf::Dev(out) = r.out {
+            // SAFETY: acc is pinned host memory of n bytes; out is the plan's device range.
+            check(unsafe { cu::cuMemcpyHtoDAsync_v2(out, acc.as_ptr().cast(), n, self.stream) }, "cuMemcpyHtoDAsync (reduction result)")?;
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<()> {
+        // SAFETY: dst is pinned host memory of at least n bytes; src the plan's device range.
+        check(unsafe { cu::cuMemcpyDtoHAsync_v2(dst.cast(), src, n, self.stream) }, "cuMemcpyDtoHAsync (reduction input)")?;
+        self.sync()
+    }
+
+    fn sync(&self) -> Result<()> {
+        // SAFETY: our own stream.
+        check(unsafe { cu::cuStreamSynchronize(self.stream) }, "cuStreamSynchronize (cross-host step)")
+    }
+}
+
+/// Pinned host memory of at least `bytes` (grown by powers of two; contents not kept).
+fn grow(dev: &'static Device, slot: &mut Option<HostMapped>, bytes: u64) -> Result<*mut u8> {
+    let bytes = bytes.max(1) as usize;
+    if slot.as_ref().map_or(true, |m| m.size < bytes) {
+        *slot = None; // free first: the old one may be large
+        *slot = Some(HostMapped::zeroed(dev, bytes.max(1 << 20).next_power_of_two())?);
+    }
+    Ok(slot.as_ref().map_or(std::ptr::null_mut(), |m| m.host))
+}
+
+impl Handler for NetHandler {
+    fn execute(&mut self, r: &Request) -> Result<()> {
+        if self.relaxed.is_none() {
+            // Once, on the proxy thread: its copies and allocations must not fail because the
+            // application is capturing a graph on another thread.
+            self.relaxed = Some(RelaxedCapture::new()?);
+        }
+        let step = self.plans.lock().take(r.size)?;
+        self.run(&step).map_err(|e| e.context(format!("rank {}: cross-host step", self.me)))?;
+        // SAFETY: the first word of `done`, host-mapped; only this thread writes it.
+        let done = unsafe { &*self.done.host.cast::<AtomicU64>() };
+        // Release: every copy into GPU memory completed (synchronised) before the kernel sees this.
+        done.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+
+    fn complete(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn interrupter(&self) -> Option<crate::proxy::Interrupt> {
+        let links = self.links.clone();
+        Some(Box::new(move || links.iter().flatten().for_each(Link::interrupt)))
+    }
+}
+
+impl Drop for NetHandler {
+    fn drop(&mut self) {
+        if let Ok(_g) = crate::gpu::CtxGuard::new(self.dev) {
+            // SAFETY: our stream; teardown errors are ignored.
+            unsafe {
+                let _ = cu::cuStreamSynchronize(self.stream);
+                let _ = cu::cuStreamDestroy_v2(self.stream);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_keep_captured_steps_and_recycle_the_others() {
+        let mut p = Plans::default();
+        let a = p.insert(Step::default(), false).unwrap();
+        let b = p.insert(Step::default(), true).unwrap();
+        assert_ne!(a, b);
+        assert!(p.take(a).is_ok());
+        assert!(p.take(a).is_err(), "an eager step runs once");
+        assert!(p.take(b).is_ok() && p.take(b).is_ok(), "a captured step runs at every replay");
+        let c = p.insert(Step::default(), false).unwrap();
+        assert_eq!(c, a, "numbers are reused");
+        p.remove(c);
+        assert!(p.take(c).is_err());
+        assert!(p.take(99).is_err());
+    }
+}

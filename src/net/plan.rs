@@ -1,0 +1,739 @@
+//! How each operation of a communicator that spans hosts splits into stages, as one rank sees it:
+//! stages on the host-local communicator (NVLink, MemoryChannels) and steps across hosts run by the
+//! proxy over TCP. A pure function of the layout and the call, so every rank derives its part of
+//! the same schedule and the pieces of each pair of ranks match without any negotiation.
+//!
+//! Hierarchy: ranks of one host form the local communicator; across hosts, rank (host h, local
+//! index l) talks to its *partner* on host h', the rank with local index l mod L(h'). Reductions
+//! reduce on each host first (the local stage applies pre-multiplication: PreMulSum, float
+//! average), combine the hosts' partial results across hosts in host order (identical on every
+//! rank), then spread the result on each host. Data that is only moved goes between partners and
+//! is then forwarded on each host; AlltoAll, Gather, Scatter and point-to-point calls go straight
+//! to their peer, over the local communicator or the network.
+
+use crate::comm::ResolvedOp;
+use crate::enqueue::Coll;
+use crate::types::{DataType, RedOp};
+
+use super::hostreduce::{Combine, HostOp};
+
+/// Which rank lives on which host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub me: usize,
+    /// Host index of each rank; hosts are numbered in order of their lowest rank.
+    pub host_of: Vec<usize>,
+    /// Ranks of each host, ascending.
+    pub hosts: Vec<Vec<usize>>,
+}
+
+impl Layout {
+    /// From every rank's host hash (by rank).
+    pub fn new(me: usize, host_hash: &[u64]) -> Layout {
+        let mut seen: Vec<u64> = Vec::new();
+        let mut hosts: Vec<Vec<usize>> = Vec::new();
+        let mut host_of = Vec::with_capacity(host_hash.len());
+        for (r, h) in host_hash.iter().enumerate() {
+            let i = match seen.iter().position(|x| x == h) {
+                Some(i) => i,
+                None => {
+                    seen.push(*h);
+                    hosts.push(Vec::new());
+                    seen.len() - 1
+                }
+            };
+            hosts[i].push(r);
+            host_of.push(i);
+        }
+        Layout { me, host_of, hosts }
+    }
+
+    pub fn nranks(&self) -> usize {
+        self.host_of.len()
+    }
+    pub fn nhosts(&self) -> usize {
+        self.hosts.len()
+    }
+    pub fn my_host(&self) -> usize {
+        self.host_of[self.me]
+    }
+    /// Rank `r`'s index on its host (its rank in the local communicator).
+    pub fn local_index(&self, r: usize) -> usize {
+        self.hosts[self.host_of[r]].iter().position(|&x| x == r).unwrap_or(0)
+    }
+    pub fn local_size(&self, h: usize) -> usize {
+        self.hosts[h].len()
+    }
+    /// The rank on host `h` that stands for local index `l` there.
+    pub fn owner(&self, h: usize, l: usize) -> usize {
+        self.hosts[h][l % self.hosts[h].len()]
+    }
+    /// Rank `r`'s partner on host `h`.
+    pub fn partner(&self, r: usize, h: usize) -> usize {
+        self.owner(h, self.local_index(r))
+    }
+    fn same_host(&self, r: usize) -> bool {
+        self.host_of[r] == self.my_host()
+    }
+}
+
+/// Where a cross-host transfer reads or writes: GPU memory, or the step's host arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buf {
+    Dev(u64),
+    Host(u64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Xfer {
+    pub peer: usize,
+    pub buf: Buf,
+    pub bytes: u64,
+}
+
+/// out = inputs[0] (op) inputs[1] (op) ..., accumulated in the host arena at `acc`, then written
+/// to `out` (a device address, or left at `acc` when `out` is `Host(acc)`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostReduce {
+    pub inputs: Vec<Buf>,
+    pub acc: u64,
+    pub out: Buf,
+    pub bytes: u64,
+    pub op: HostOp,
+}
+
+/// Transfers that run concurrently, then reductions once all have landed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Phase {
+    pub sends: Vec<Xfer>,
+    pub recvs: Vec<Xfer>,
+    pub reduces: Vec<HostReduce>,
+}
+
+/// One cross-host step: phases in order, with the host arena they need.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Step {
+    pub phases: Vec<Phase>,
+    pub arena_bytes: u64,
+}
+
+impl Step {
+    fn is_empty(&self) -> bool {
+        self.phases.iter().all(|p| p.sends.is_empty() && p.recvs.is_empty() && p.reduces.is_empty())
+    }
+    /// Reserves `bytes` of the host arena (16-byte aligned).
+    fn host(&mut self, bytes: u64) -> u64 {
+        let off = self.arena_bytes;
+        self.arena_bytes += bytes.div_ceil(16) * 16;
+        off
+    }
+}
+
+/// One point-to-point operation on the local communicator (peer is a local rank).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalP2p {
+    pub is_send: bool,
+    pub peer: usize,
+    pub buf: u64,
+    pub bytes: u64,
+}
+
+/// One stage on the local communicator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LocalOp {
+    Coll { coll: Coll, send: u64, recv: u64, count: u64, op: ResolvedOp, root: usize },
+    P2p(Vec<LocalP2p>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stage {
+    Local(LocalOp),
+    Net(Step),
+}
+
+/// One collective call as the planner takes it (`count` as NCCL's argument; `scratch` is device
+/// memory of at least `scratch_bytes(...)` for ReduceScatter and Reduce).
+#[derive(Clone, Copy, Debug)]
+pub struct Call {
+    pub coll: Coll,
+    pub send: u64,
+    pub recv: u64,
+    pub count: u64,
+    pub dtype: DataType,
+    pub op: ResolvedOp,
+    pub root: usize,
+    pub scratch: u64,
+}
+
+/// Device scratch a call needs on this rank.
+pub fn scratch_bytes(coll: Coll, count: u64, dtype: DataType, nranks: usize) -> u64 {
+    let es = dtype.size() as u64;
+    match coll {
+        Coll::ReduceScatter => count * nranks as u64 * es,
+        Coll::Reduce => count * es,
+        _ => 0,
+    }
+}
+
+/// `n` items split into `k` contiguous ranges as evenly as possible: (start, len) of range `i`.
+pub fn split(n: u64, k: usize, i: usize) -> (u64, u64) {
+    let (k, i) = (k as u64, i as u64);
+    let (q, r) = (n / k, n % k);
+    (i * q + i.min(r), q + u64::from(i < r))
+}
+
+/// The local stage's op and the cross-host combine for a reduction op over `nranks` ranks.
+pub fn split_op(op: ResolvedOp, dtype: DataType, nranks: usize) -> (ResolvedOp, HostOp) {
+    let host = |combine, postdiv| HostOp { dtype, combine, postdiv };
+    match op.op {
+        RedOp::Sum => (op, host(Combine::Sum, 0)),
+        RedOp::Prod => (op, host(Combine::Prod, 0)),
+        RedOp::Max => (op, host(Combine::Max, 0)),
+        RedOp::Min => (op, host(Combine::Min, 0)),
+        RedOp::PreMulSum => (op, host(Combine::Sum, 0)),
+        RedOp::Avg if dtype.is_float() => {
+            // Each input scaled by 1/nranks (the communicator's, not the host's), then summed.
+            let scalar = super::hostreduce::scalar_bits(dtype, 1.0 / nranks as f64);
+            (ResolvedOp { op: RedOp::PreMulSum, scalar, scalar_ptr: 0 }, host(Combine::Sum, 0))
+        }
+        RedOp::Avg => (ResolvedOp { op: RedOp::Sum, scalar: 0, scalar_ptr: 0 }, host(Combine::Sum, nranks as u64)),
+    }
+}
+
+/// The stages of one collective on rank `l.me`.
+pub fn plan_coll(l: &Layout, c: &Call) -> Vec<Stage> {
+    let mut st = plan_all_stages(l, c);
+    st.retain(|s| match s {
+        Stage::Net(step) => !step.is_empty(),
+        Stage::Local(LocalOp::P2p(v)) => !v.is_empty(),
+        Stage::Local(_) => true,
+    });
+    st
+}
+
+/// `plan_coll` before empty stages are dropped (the same number of stages on every rank of a
+/// host).
+fn plan_all_stages(l: &Layout, c: &Call) -> Vec<Stage> {
+    match c.coll {
+        Coll::AllReduce => allreduce(l, c),
+        Coll::ReduceScatter => reducescatter(l, c),
+        Coll::Reduce => reduce(l, c),
+        Coll::AllGather => allgather(l, c),
+        Coll::Broadcast => broadcast(l, c),
+        Coll::AlltoAll | Coll::Gather | Coll::Scatter => direct(l, &direct_ops(l, c)),
+    }
+}
+
+fn local_coll(coll: Coll, send: u64, recv: u64, count: u64, op: ResolvedOp, root: usize) -> Stage {
+    Stage::Local(LocalOp::Coll { coll, send, recv, count, op, root })
+}
+
+fn allreduce(l: &Layout, c: &Call) -> Vec<Stage> {
+    let es = c.dtype.size() as u64;
+    let (local_op, hop) = split_op(c.op, c.dtype, l.nranks());
+    let (me, mh, nh) = (l.me, l.my_host(), l.nhosts());
+    let mut out = vec![local_coll(Coll::AllReduce, c.send, c.recv, c.count, local_op, 0)];
+    // Slice s of the locally reduced vector is combined across hosts by its owners, one per host.
+    let nslices = l.hosts.iter().map(Vec::len).max().unwrap_or(1);
+    let mut step = Step::default();
+    let (mut rs, mut ag) = (Phase::default(), Phase::default());
+    for s in 0..nslices {
+        if l.owner(mh, s) != me {
+            continue;
+        }
+        let (start, len) = split(c.count, nslices, s);
+        if len == 0 {
+            continue;
+        }
+        let group: Vec<usize> = (0..nh).map(|h| l.owner(h, s)).collect();
+        let part = |j: usize| {
+            let (a, n) = split(len, nh, j);
+            (c.recv + (start + a) * es, n * es)
+        };
+        let (mine, mbytes) = part(mh);
+        let mut inputs = Vec::with_capacity(nh);
+        let acc = if mbytes > 0 { step.host(mbytes) } else { 0 };
+        for (j, &g) in group.iter().enumerate() {
+            if j == mh {
+                inputs.push(Buf::Dev(mine));
+                continue;
+            }
+            let (p, pb) = part(j);
+            if pb > 0 {
+                rs.sends.push(Xfer { peer: g, buf: Buf::Dev(p), bytes: pb });
+                ag.recvs.push(Xfer { peer: g, buf: Buf::Dev(p), bytes: pb });
+            }
+            if mbytes > 0 {
+                let h = step.host(mbytes);
+                rs.recvs.push(Xfer { peer: g, buf: Buf::Host(h), bytes: mbytes });
+                ag.sends.push(Xfer { peer: g, buf: Buf::Host(acc), bytes: mbytes });
+                inputs.push(Buf::Host(h));
+            }
+        }
+        if mbytes > 0 {
+            rs.reduces.push(HostReduce { inputs, acc, out: Buf::Dev(mine), bytes: mbytes, op: hop });
+        }
+    }
+    step.phases = vec![rs, ag];
+    out.push(Stage::Net(step));
+    // Each slice's owner spreads the result on its host.
+    if l.local_size(mh) > 1 {
+        for s in 0..nslices.min(l.local_size(mh)) {
+            // Slices s, s + L, s + 2L, ... share an owner here but are not contiguous: one
+            // broadcast each.
+            for t in (s..nslices).step_by(l.local_size(mh)) {
+                let (start, len) = split(c.count, nslices, t);
+                if len > 0 {
+                    let p = c.recv + start * es;
+                    out.push(local_coll(Coll::Broadcast, p, p, len, c.op, s));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn reducescatter(l: &Layout, c: &Call) -> Vec<Stage> {
+    let es = c.dtype.size() as u64;
+    let bytes = c.count * es;
+    let (local_op, hop) = split_op(c.op, c.dtype, l.nranks());
+    let (me, mh) = (l.me, l.my_host());
+    // Every rank of a host holds the host's partial sums of every block.
+    let mut out = vec![local_coll(Coll::AllReduce, c.send, c.scratch, c.count * l.nranks() as u64, local_op, 0)];
+    let mut step = Step::default();
+    let mut ph = Phase::default();
+    if bytes > 0 {
+        for b in 0..l.nranks() {
+            if !l.same_host(b) && l.partner(b, mh) == me {
+                ph.sends.push(Xfer { peer: b, buf: Buf::Dev(c.scratch + b as u64 * bytes), bytes });
+            }
+        }
+        let mut inputs = Vec::new();
+        for h in 0..l.nhosts() {
+            if h == mh {
+                inputs.push(Buf::Dev(c.scratch + me as u64 * bytes));
+            } else {
+                let buf = step.host(bytes);
+                ph.recvs.push(Xfer { peer: l.partner(me, h), buf: Buf::Host(buf), bytes });
+                inputs.push(Buf::Host(buf));
+            }
+        }
+        let acc = step.host(bytes);
+        ph.reduces.push(HostReduce { inputs, acc, out: Buf::Dev(c.recv), bytes, op: hop });
+    }
+    step.phases.push(ph);
+    out.push(Stage::Net(step));
+    out
+}
+
+fn reduce(l: &Layout, c: &Call) -> Vec<Stage> {
+    let es = c.dtype.size() as u64;
+    let bytes = c.count * es;
+    let (local_op, hop) = split_op(c.op, c.dtype, l.nranks());
+    let (me, mh, root) = (l.me, l.my_host(), c.root);
+    let rh = l.host_of[root];
+    // Each host reduces to its representative: the root itself, or the root's partner.
+    let rep = |h: usize| if h == rh { root } else { l.partner(root, h) };
+    let dst = if me == root { c.recv } else { c.scratch };
+    let mut out = vec![local_coll(Coll::Reduce, c.send, dst, c.count, local_op, l.local_index(rep(mh)))];
+    let mut step = Step::default();
+    let mut ph = Phase::default();
+    if bytes > 0 {
+        if me == root {
+            let mut inputs = Vec::new();
+            for h in 0..l.nhosts() {
+                if h == rh {
+                    inputs.push(Buf::Dev(c.recv));
+                } else {
+                    let buf = step.host(bytes);
+                    ph.recvs.push(Xfer { peer: rep(h), buf: Buf::Host(buf), bytes });
+                    inputs.push(Buf::Host(buf));
+                }
+            }
+            let acc = step.host(bytes);
+            ph.reduces.push(HostReduce { inputs, acc, out: Buf::Dev(c.recv), bytes, op: hop });
+        } else if mh != rh && rep(mh) == me {
+            ph.sends.push(Xfer { peer: root, buf: Buf::Dev(c.scratch), bytes });
+        }
+    }
+    step.phases.push(ph);
+    out.push(Stage::Net(step));
+    out
+}
+
+/// Blocks of other hosts' ranks that `r` receives from across hosts (its partner role).
+fn relayed_by(l: &Layout, r: usize) -> impl Iterator<Item = usize> + '_ {
+    let h = l.host_of[r];
+    (0..l.nranks()).filter(move |&x| l.host_of[x] != h && l.partner(x, h) == r)
+}
+
+fn allgather(l: &Layout, c: &Call) -> Vec<Stage> {
+    let bytes = c.count * c.dtype.size() as u64;
+    let (me, mh) = (l.me, l.my_host());
+    let at = |r: usize| c.recv + r as u64 * bytes;
+    if bytes == 0 {
+        return Vec::new();
+    }
+    // Across hosts: my block to my partner on every other host; the blocks I relay arrive.
+    let mut ph = Phase::default();
+    for h in (0..l.nhosts()).filter(|&h| h != mh) {
+        ph.sends.push(Xfer { peer: l.partner(me, h), buf: Buf::Dev(c.send), bytes });
+    }
+    for r in relayed_by(l, me) {
+        ph.recvs.push(Xfer { peer: r, buf: Buf::Dev(at(r)), bytes });
+    }
+    let step = Step { phases: vec![ph], arena_bytes: 0 };
+    // On the host: my block and the ones I relayed to every local peer; theirs from them.
+    let mut ops = Vec::new();
+    let mine: Vec<usize> = std::iter::once(me).chain(relayed_by(l, me)).collect::<Vec<_>>();
+    let mut mine = mine;
+    mine.sort_unstable();
+    for (lp, &p) in l.hosts[mh].iter().enumerate() {
+        if p == me {
+            continue;
+        }
+        for &b in &mine {
+            ops.push(LocalP2p { is_send: true, peer: lp, buf: if b == me { c.send } else { at(b) }, bytes });
+        }
+        let mut theirs: Vec<usize> = std::iter::once(p).chain(relayed_by(l, p)).collect();
+        theirs.sort_unstable();
+        for b in theirs {
+            ops.push(LocalP2p { is_send: false, peer: lp, buf: at(b), bytes });
+        }
+    }
+    if c.send != at(me) {
+        let lme = l.local_index(me);
+        ops.push(LocalP2p { is_send: true, peer: lme, buf: c.send, bytes });
+        ops.push(LocalP2p { is_send: false, peer: lme, buf: at(me), bytes });
+    }
+    vec![Stage::Net(step), Stage::Local(LocalOp::P2p(ops))]
+}
+
+fn broadcast(l: &Layout, c: &Call) -> Vec<Stage> {
+    let bytes = c.count * c.dtype.size() as u64;
+    let (me, mh, root) = (l.me, l.my_host(), c.root);
+    let rh = l.host_of[root];
+    let mut ph = Phase::default();
+    if bytes > 0 {
+        if me == root {
+            for h in (0..l.nhosts()).filter(|&h| h != rh) {
+                ph.sends.push(Xfer { peer: l.partner(root, h), buf: Buf::Dev(c.send), bytes });
+            }
+        } else if mh != rh && l.partner(root, mh) == me {
+            ph.recvs.push(Xfer { peer: root, buf: Buf::Dev(c.recv), bytes });
+        }
+    }
+    let local_root = if mh == rh { root } else { l.partner(root, mh) };
+    let send = if me == root { c.send } else { c.recv };
+    vec![
+        Stage::Net(Step { phases: vec![ph], arena_bytes: 0 }),
+        local_coll(Coll::Broadcast, send, c.recv, c.count, c.op, l.local_index(local_root)),
+    ]
+}
+
+/// Point-to-point operations with global peers (rank `me` may appear: a copy to self).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct P2p {
+    pub is_send: bool,
+    pub peer: usize,
+    pub buf: u64,
+    pub bytes: u64,
+}
+
+fn direct_ops(l: &Layout, c: &Call) -> Vec<P2p> {
+    let bytes = c.count * c.dtype.size() as u64;
+    let (me, n, root) = (l.me, l.nranks(), c.root);
+    let mut v = Vec::new();
+    let pair = |v: &mut Vec<P2p>, peer: usize, send: u64, recv: u64| {
+        v.push(P2p { is_send: true, peer, buf: send, bytes });
+        v.push(P2p { is_send: false, peer, buf: recv, bytes });
+    };
+    match c.coll {
+        Coll::AlltoAll => {
+            for p in 0..n {
+                pair(&mut v, p, c.send + p as u64 * bytes, c.recv + p as u64 * bytes);
+            }
+        }
+        Coll::Gather if me == root => {
+            for p in 0..n {
+                if p == me {
+                    pair(&mut v, p, c.send, c.recv + p as u64 * bytes);
+                } else {
+                    v.push(P2p { is_send: false, peer: p, buf: c.recv + p as u64 * bytes, bytes });
+                }
+            }
+        }
+        Coll::Gather => v.push(P2p { is_send: true, peer: root, buf: c.send, bytes }),
+        Coll::Scatter if me == root => {
+            for p in 0..n {
+                if p == me {
+                    pair(&mut v, p, c.send + p as u64 * bytes, c.recv);
+                } else {
+                    v.push(P2p { is_send: true, peer: p, buf: c.send + p as u64 * bytes, bytes });
+                }
+            }
+        }
+        Coll::Scatter => v.push(P2p { is_send: false, peer: root, buf: c.recv, bytes }),
+        _ => {}
+    }
+    v
+}
+
+/// Point-to-point operations split by where the peer lives: the local communicator first (one
+/// launch), then one step across hosts. Order per peer and direction is kept, so matching is NCCL's.
+pub fn direct(l: &Layout, ops: &[P2p]) -> Vec<Stage> {
+    let mut local = Vec::new();
+    let mut ph = Phase::default();
+    for o in ops {
+        if o.bytes == 0 && o.peer != l.me {
+            // Zero-byte operations still match on the local communicator; across hosts there is
+            // nothing to move (both sides skip them alike).
+            if !l.same_host(o.peer) {
+                continue;
+            }
+        }
+        if l.same_host(o.peer) {
+            local.push(LocalP2p { is_send: o.is_send, peer: l.local_index(o.peer), buf: o.buf, bytes: o.bytes });
+        } else {
+            let x = Xfer { peer: o.peer, buf: Buf::Dev(o.buf), bytes: o.bytes };
+            if o.is_send {
+                ph.sends.push(x);
+            } else {
+                ph.recvs.push(x);
+            }
+        }
+    }
+    let mut st = vec![Stage::Local(LocalOp::P2p(local)), Stage::Net(Step { phases: vec![ph], arena_bytes: 0 })];
+    st.retain(|s| match s {
+        Stage::Net(step) => !step.is_empty(),
+        Stage::Local(LocalOp::P2p(v)) => !v.is_empty(),
+        Stage::Local(_) => true,
+    });
+    st
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sum() -> ResolvedOp {
+        ResolvedOp { op: RedOp::Sum, scalar: 0, scalar_ptr: 0 }
+    }
+
+    fn call(coll: Coll, count: u64, root: usize) -> Call {
+        Call { coll, send: 0x1000_0000, recv: 0x2000_0000, count, dtype: DataType::Float32, op: sum(), root, scratch: 0x3000_0000 }
+    }
+
+    fn layouts() -> Vec<Vec<u64>> {
+        vec![vec![7, 7, 9, 9], vec![1, 2, 3, 4], vec![5, 6, 5], vec![3, 3, 3, 8], vec![1, 2, 2, 1, 3]]
+    }
+
+    fn steps(st: &[Stage]) -> Vec<&Step> {
+        st.iter().filter_map(|s| if let Stage::Net(x) = s { Some(x) } else { None }).collect()
+    }
+
+    /// Every cross-host byte stream matches: for each ordered pair (a, b), the sizes a sends to b,
+    /// in order, equal the sizes b receives from a, in order (phase by phase, step by step).
+    fn check_matching(hashes: &[u64], plan: &dyn Fn(&Layout) -> Vec<Stage>) {
+        let n = hashes.len();
+        let plans: Vec<Vec<Stage>> = (0..n).map(|me| plan(&Layout::new(me, hashes))).collect();
+        for a in 0..n {
+            for b in 0..n {
+                let sent: Vec<u64> = steps(&plans[a]).iter().flat_map(|s| s.phases.iter()).flat_map(|p| p.sends.iter()).filter(|x| x.peer == b).map(|x| x.bytes).collect();
+                let got: Vec<u64> = steps(&plans[b]).iter().flat_map(|s| s.phases.iter()).flat_map(|p| p.recvs.iter()).filter(|x| x.peer == a).map(|x| x.bytes).collect();
+                assert_eq!(sent, got, "{hashes:?}: rank {a} -> rank {b}");
+                if hashes[a] == hashes[b] {
+                    assert!(sent.is_empty(), "same-host ranks {a} and {b} must not use the network");
+                }
+                // Local point-to-point: sends of a to b (local ranks) match b's receives from a.
+                let la = Layout::new(a, hashes);
+                if hashes[a] == hashes[b] && a != b {
+                    let lp = |st: &Vec<Stage>, is_send: bool, peer: usize| -> Vec<u64> {
+                        st.iter()
+                            .filter_map(|s| if let Stage::Local(LocalOp::P2p(v)) = s { Some(v) } else { None })
+                            .flatten()
+                            .filter(|o| o.is_send == is_send && o.peer == peer)
+                            .map(|o| o.bytes)
+                            .collect()
+                    };
+                    assert_eq!(lp(&plans[a], true, la.local_index(b)), lp(&plans[b], false, la.local_index(a)), "{hashes:?}: local {a} -> {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn layout_and_partners() {
+        let l = Layout::new(3, &[5, 5, 8, 5]);
+        assert_eq!(l.hosts, vec![vec![0, 1, 3], vec![2]]);
+        assert_eq!(l.local_index(3), 2);
+        assert_eq!(l.partner(3, 1), 2);
+        assert_eq!(l.partner(2, 0), 0);
+        assert_eq!(split(10, 4, 0), (0, 3));
+        assert_eq!(split(10, 4, 3), (8, 2));
+        assert_eq!(split(1, 3, 2), (1, 0));
+    }
+
+    #[test]
+    fn every_collective_matches_pairwise_in_every_layout() {
+        for hashes in layouts() {
+            for coll in [Coll::AllReduce, Coll::ReduceScatter, Coll::Reduce, Coll::AllGather, Coll::Broadcast, Coll::AlltoAll, Coll::Gather, Coll::Scatter] {
+                for count in [0u64, 1, 3, 1000, 1 << 20] {
+                    for root in 0..hashes.len() {
+                        check_matching(&hashes, &|l| plan_coll(l, &call(coll, count, root)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Simulates a whole AllReduce on integers: local stages by definition, net steps by moving
+    /// bytes between the ranks' "device" vectors; every rank must end with the full sum.
+    #[test]
+    fn allreduce_and_reducescatter_compute_the_sum_in_every_layout() {
+        for hashes in layouts() {
+            let n = hashes.len();
+            for count in [1u64, 5, 64, 1001] {
+                for coll in [Coll::AllReduce, Coll::ReduceScatter, Coll::Reduce] {
+                    let total = if coll == Coll::ReduceScatter { count * n as u64 } else { count };
+                    let input = |r: usize| -> Vec<i64> { (0..total).map(|i| (r as i64 + 1) * 1000 + i as i64).collect() };
+                    let want: Vec<i64> = (0..total).map(|i| (0..n).map(|r| input(r)[i as usize]).sum()).collect();
+                    for root in if coll == Coll::Reduce { 0..n } else { 0..1 } {
+                        let got = simulate(&hashes, coll, count, root, &input);
+                        for r in 0..n {
+                            let expect: Vec<i64> = match coll {
+                                Coll::AllReduce => want.clone(),
+                                Coll::ReduceScatter => want[r * count as usize..(r + 1) * count as usize].to_vec(),
+                                _ if r == root => want.clone(),
+                                _ => continue,
+                            };
+                            assert_eq!(got[r], expect, "{hashes:?} {coll:?} count {count} root {root} rank {r}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs plans on vectors of i64: device memory is one address space per rank (send at
+    /// element 0, recv at element 1<<20, scratch at 2<<20; addresses are element indices * 8).
+    fn simulate(hashes: &[u64], coll: Coll, count: u64, root: usize, input: &dyn Fn(usize) -> Vec<i64>) -> Vec<Vec<i64>> {
+        const SEND: u64 = 0;
+        const RECV: u64 = 8 << 20;
+        const SCR: u64 = 16 << 20;
+        let n = hashes.len();
+        let mut dev: Vec<Vec<i64>> = (0..n).map(|_| vec![0i64; 3 << 20]).collect();
+        for (r, d) in dev.iter_mut().enumerate() {
+            for (i, v) in input(r).into_iter().enumerate() {
+                d[i] = v;
+            }
+        }
+        let c = Call { coll, send: SEND, recv: RECV, count, dtype: DataType::Int64, op: sum(), root, scratch: SCR };
+        let plans: Vec<Vec<Stage>> = (0..n).map(|me| plan_all_stages(&Layout::new(me, hashes), &c)).collect();
+        let layouts: Vec<Layout> = (0..n).map(|me| Layout::new(me, hashes)).collect();
+        let nstages = plans.iter().map(Vec::len).max().unwrap_or(0);
+        // Stages line up by kind across ranks in these plans: run stage i everywhere.
+        let mut arenas: Vec<Vec<i64>> = vec![Vec::new(); n];
+        let at = |a: u64| (a / 8) as usize;
+        for i in 0..nstages {
+            // Local collectives: gather each host's members' views.
+            let mut next = dev.clone();
+            for h in 0..layouts[0].nhosts() {
+                let members = &layouts[0].hosts[h];
+                let stage = |r: usize| plans[r].get(i);
+                match stage(members[0]) {
+                    Some(Stage::Local(LocalOp::Coll { coll: lc, count: lcount, root: lroot, .. })) => {
+                        for &r in members {
+                            let Some(Stage::Local(LocalOp::Coll { recv, .. })) = stage(r) else { panic!("stage kinds differ") };
+                            let sum: Vec<i64> = (0..*lcount as usize)
+                                .map(|k| members.iter().map(|&m| {
+                                    let Some(Stage::Local(LocalOp::Coll { send: ms, .. })) = stage(m) else { unreachable!() };
+                                    dev[m][at(*ms) + k]
+                                }).sum())
+                                .collect();
+                            match lc {
+                                Coll::AllReduce => next[r][at(*recv)..at(*recv) + sum.len()].copy_from_slice(&sum),
+                                Coll::Reduce if layouts[0].hosts[h][*lroot] == r => next[r][at(*recv)..at(*recv) + sum.len()].copy_from_slice(&sum),
+                                Coll::Broadcast => {
+                                    let src = members[*lroot];
+                                    let Some(Stage::Local(LocalOp::Coll { send: rs, .. })) = stage(src) else { unreachable!() };
+                                    let v = dev[src][at(*rs)..at(*rs) + *lcount as usize].to_vec();
+                                    next[r][at(*recv)..at(*recv) + v.len()].copy_from_slice(&v);
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            dev = next;
+            // Net steps: phase by phase; data flows pairwise in order.
+            let maxph = plans.iter().filter_map(|p| if let Some(Stage::Net(s)) = p.get(i) { Some(s.phases.len()) } else { None }).max().unwrap_or(0);
+            for r in 0..n {
+                if let Some(Stage::Net(s)) = plans[r].get(i) {
+                    arenas[r] = vec![0; (s.arena_bytes / 8) as usize + 1];
+                }
+            }
+            for p in 0..maxph {
+                let mut msgs: Vec<(usize, usize, Vec<i64>)> = Vec::new();
+                for r in 0..n {
+                    if let Some(Stage::Net(s)) = plans[r].get(i) {
+                        for x in &s.phases[p].sends {
+                            let len = (x.bytes / 8) as usize;
+                            let v = match x.buf {
+                                Buf::Dev(a) => dev[r][at(a)..at(a) + len].to_vec(),
+                                Buf::Host(a) => arenas[r][at(a)..at(a) + len].to_vec(),
+                            };
+                            msgs.push((r, x.peer, v));
+                        }
+                    }
+                }
+                for r in 0..n {
+                    if let Some(Stage::Net(s)) = plans[r].get(i) {
+                        for x in &s.phases[p].recvs {
+                            let k = msgs.iter().position(|m| m.0 == x.peer && m.1 == r).expect("message");
+                            let (_, _, v) = msgs.remove(k);
+                            assert_eq!(v.len() as u64 * 8, x.bytes);
+                            match x.buf {
+                                Buf::Dev(a) => dev[r][at(a)..at(a) + v.len()].copy_from_slice(&v),
+                                Buf::Host(a) => arenas[r][at(a)..at(a) + v.len()].copy_from_slice(&v),
+                            }
+                        }
+                        for red in &s.phases[p].reduces {
+                            let len = (red.bytes / 8) as usize;
+                            let mut acc = vec![0i64; len];
+                            for inp in &red.inputs {
+                                let v = match *inp {
+                                    Buf::Dev(a) => dev[r][at(a)..at(a) + len].to_vec(),
+                                    Buf::Host(a) => arenas[r][at(a)..at(a) + len].to_vec(),
+                                };
+                                for (x, y) in acc.iter_mut().zip(v) {
+                                    *x += y;
+                                }
+                            }
+                            arenas[r][at(red.acc)..at(red.acc) + len].copy_from_slice(&acc);
+                            if let Buf::Dev(o) = red.out {
+                                dev[r][at(o)..at(o) + len].copy_from_slice(&acc);
+                            }
+                        }
+                    }
+                }
+                assert!(msgs.is_empty(), "unreceived messages");
+            }
+        }
+        let total = if coll == Coll::ReduceScatter { count } else { count };
+        (0..n).map(|r| dev[r][at(RECV)..at(RECV) + total as usize].to_vec()).collect()
+    }
+
+    #[test]
+    fn avg_splits_into_a_local_scale_and_a_host_sum() {
+        let avg = ResolvedOp { op: RedOp::Avg, scalar: 0, scalar_ptr: 0 };
+        let (lo, h) = split_op(avg, DataType::Float32, 4);
+        assert_eq!(lo.op, RedOp::PreMulSum);
+        assert_eq!(lo.scalar, u64::from(0.25f32.to_bits()));
+        assert_eq!((h.combine, h.postdiv), (Combine::Sum, 0));
+        let (lo, h) = split_op(avg, DataType::Int32, 3);
+        assert_eq!((lo.op, h.postdiv), (RedOp::Sum, 3));
+    }
+}
