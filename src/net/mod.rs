@@ -293,8 +293,8 @@ struct NetHandler {
     stream: cu::CUstream,
     /// Host memory of the steps (received partial results, accumulators) and for device inputs
     /// of a reduction; pinned, grown on demand.
-    arena: Option<HostMapped>,
-    tmp: Option<HostMapped>,
+    arena: Vec<HostMapped>,
+    tmp: Vec<HostMapped>,
     relaxed: Option<RelaxedCapture>,
 }
 
@@ -308,7 +308,7 @@ impl NetHandler {
         // SAFETY: out-pointer to a local; the device's context is current. Non-blocking: the
         // user's kernel that waits for this step may run on a blocking stream.
         check(unsafe { cu::cuStreamCreate(&mut stream, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }, "cuStreamCreate")?;
-        Ok(NetHandler { dev, me, links, plans, done, abort_flag, stream, arena: None, tmp: None, relaxed: None })
+        Ok(NetHandler { dev, me, links, plans, done, abort_flag, stream, arena: Vec::new(), tmp: Vec::new(), relaxed: None })
     }
 
     fn stopped(&self) -> Option<Error> {
@@ -393,14 +393,16 @@ impl NetHandler {
     }
 }
 
-/// Pinned host memory of at least `bytes` (grown by powers of two; contents not kept).
-fn grow(dev: &'static Device, slot: &mut Option<HostMapped>, bytes: u64) -> Result<*mut u8> {
+/// Pinned host memory of at least `bytes` (contents not kept). A larger buffer is added rather
+/// than the old one freed: cuMemFreeHost synchronises the device, and the user's kernel waiting
+/// for this very step would never finish. The older buffers go with the handler (the doubling
+/// bounds them by the largest).
+fn grow(dev: &'static Device, bufs: &mut Vec<HostMapped>, bytes: u64) -> Result<*mut u8> {
     let bytes = bytes.max(1) as usize;
-    if slot.as_ref().map_or(true, |m| m.size < bytes) {
-        *slot = None; // free first: the old one may be large
-        *slot = Some(HostMapped::zeroed(dev, bytes.max(1 << 20).next_power_of_two())?);
+    if bufs.last().map_or(true, |m| m.size < bytes) {
+        bufs.push(HostMapped::zeroed(dev, bytes.max(1 << 20).next_power_of_two())?);
     }
-    Ok(slot.as_ref().map_or(std::ptr::null_mut(), |m| m.host))
+    Ok(bufs.last().map_or(std::ptr::null_mut(), |m| m.host))
 }
 
 impl Handler for NetHandler {
