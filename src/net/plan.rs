@@ -200,6 +200,10 @@ pub fn split_op(op: ResolvedOp, dtype: DataType, nranks: usize) -> (ResolvedOp, 
     }
 }
 
+/// AllReduce slices up to this size cross hosts in one round (all to all) rather than two
+/// (reduce-scatter, all-gather).
+pub const ONESHOT_MAX_BYTES: u64 = 256 << 10;
+
 /// The stages of one collective on rank `l.me`.
 pub fn plan_coll(l: &Layout, c: &Call) -> Vec<Stage> {
     let mut st = plan_all_stages(l, c);
@@ -246,6 +250,26 @@ fn allreduce(l: &Layout, c: &Call) -> Vec<Stage> {
             continue;
         }
         let group: Vec<usize> = (0..nh).map(|h| l.owner(h, s)).collect();
+        if nh == 2 || len * es <= ONESHOT_MAX_BYTES {
+            // One round: the whole slice to every other owner, each combines all of them in host
+            // order (identical results everywhere). Two hosts move the same bytes as with the
+            // two-phase form, and small slices save a round trip.
+            let (p, pb) = (c.recv + start * es, len * es);
+            let acc = step.host(pb);
+            let mut inputs = Vec::with_capacity(nh);
+            for (j, &g) in group.iter().enumerate() {
+                if j == mh {
+                    inputs.push(Buf::Dev(p));
+                    continue;
+                }
+                let h = step.host(pb);
+                rs.sends.push(Xfer { peer: g, buf: Buf::Dev(p), bytes: pb });
+                rs.recvs.push(Xfer { peer: g, buf: Buf::Host(h), bytes: pb });
+                inputs.push(Buf::Host(h));
+            }
+            rs.reduces.push(HostReduce { inputs, acc, out: Buf::Dev(p), bytes: pb, op: hop });
+            continue;
+        }
         let part = |j: usize| {
             let (a, n) = split(len, nh, j);
             (c.recv + (start + a) * es, n * es)
@@ -593,11 +617,12 @@ mod tests {
     fn allreduce_and_reducescatter_compute_the_sum_in_every_layout() {
         for hashes in layouts() {
             let n = hashes.len();
-            for count in [1u64, 5, 64, 1001] {
+            for count in [1u64, 5, 64, 1001, 40_000] {
                 for coll in [Coll::AllReduce, Coll::ReduceScatter, Coll::Reduce] {
                     let total = if coll == Coll::ReduceScatter { count * n as u64 } else { count };
                     let input = |r: usize| -> Vec<i64> { (0..total).map(|i| (r as i64 + 1) * 1000 + i as i64).collect() };
-                    let want: Vec<i64> = (0..total).map(|i| (0..n).map(|r| input(r)[i as usize]).sum()).collect();
+                    let inputs: Vec<Vec<i64>> = (0..n).map(input).collect();
+                    let want: Vec<i64> = (0..total as usize).map(|i| inputs.iter().map(|v| v[i]).sum()).collect();
                     for root in if coll == Coll::Reduce { 0..n } else { 0..1 } {
                         let got = simulate(&hashes, coll, count, root, &input);
                         for r in 0..n {
@@ -618,17 +643,17 @@ mod tests {
     /// Runs plans on vectors of i64: device memory is one address space per rank (send at
     /// element 0, recv at element 1<<20, scratch at 2<<20; addresses are element indices * 8).
     fn simulate(hashes: &[u64], coll: Coll, count: u64, root: usize, input: &dyn Fn(usize) -> Vec<i64>) -> Vec<Vec<i64>> {
-        const SEND: u64 = 0;
-        const RECV: u64 = 8 << 20;
-        const SCR: u64 = 16 << 20;
         let n = hashes.len();
-        let mut dev: Vec<Vec<i64>> = (0..n).map(|_| vec![0i64; 3 << 20]).collect();
+        // Each region holds the largest buffer of the call (count * n elements).
+        let span = (count * n as u64).next_power_of_two();
+        let (send, recv, scr) = (0u64, 8 * span, 16 * span);
+        let mut dev: Vec<Vec<i64>> = (0..n).map(|_| vec![0i64; 3 * span as usize]).collect();
         for (r, d) in dev.iter_mut().enumerate() {
             for (i, v) in input(r).into_iter().enumerate() {
                 d[i] = v;
             }
         }
-        let c = Call { coll, send: SEND, recv: RECV, count, dtype: DataType::Int64, op: sum(), root, scratch: SCR };
+        let c = Call { coll, send, recv, count, dtype: DataType::Int64, op: sum(), root, scratch: scr };
         let plans: Vec<Vec<Stage>> = (0..n).map(|me| plan_all_stages(&Layout::new(me, hashes), &c)).collect();
         let layouts: Vec<Layout> = (0..n).map(|me| Layout::new(me, hashes)).collect();
         let nstages = plans.iter().map(Vec::len).max().unwrap_or(0);
@@ -643,14 +668,14 @@ mod tests {
                 let stage = |r: usize| plans[r].get(i);
                 match stage(members[0]) {
                     Some(Stage::Local(LocalOp::Coll { coll: lc, count: lcount, root: lroot, .. })) => {
+                        let sum: Vec<i64> = (0..*lcount as usize)
+                            .map(|k| members.iter().map(|&m| {
+                                let Some(Stage::Local(LocalOp::Coll { send: ms, .. })) = stage(m) else { unreachable!() };
+                                dev[m][at(*ms) + k]
+                            }).sum())
+                            .collect();
                         for &r in members {
                             let Some(Stage::Local(LocalOp::Coll { recv, .. })) = stage(r) else { panic!("stage kinds differ") };
-                            let sum: Vec<i64> = (0..*lcount as usize)
-                                .map(|k| members.iter().map(|&m| {
-                                    let Some(Stage::Local(LocalOp::Coll { send: ms, .. })) = stage(m) else { unreachable!() };
-                                    dev[m][at(*ms) + k]
-                                }).sum())
-                                .collect();
                             match lc {
                                 Coll::AllReduce => next[r][at(*recv)..at(*recv) + sum.len()].copy_from_slice(&sum),
                                 Coll::Reduce if layouts[0].hosts[h][*lroot] == r => next[r][at(*recv)..at(*recv) + sum.len()].copy_from_slice(&sum),
@@ -723,7 +748,7 @@ mod tests {
             }
         }
         let total = if coll == Coll::ReduceScatter { count } else { count };
-        (0..n).map(|r| dev[r][at(RECV)..at(RECV) + total as usize].to_vec()).collect()
+        (0..n).map(|r| dev[r][at(recv)..at(recv) + total as usize].to_vec()).collect()
     }
 
     #[test]
