@@ -24,7 +24,7 @@ use crate::gpu::stream::RelaxedCapture;
 use crate::gpu::{check, cu, CtxGuard, Device, HostMapped};
 
 /// Staging chunk per copy.
-pub const CHUNK: usize = 2 << 20;
+pub const CHUNK: usize = 1 << 20;
 const MAGIC: u32 = 0x544e_584f; // "OXNT"
 const HEADER_BYTES: usize = 24;
 
@@ -57,6 +57,11 @@ impl Tracker {
         Arc::new(Tracker { state: Mutex::new((jobs, None)), cv: Condvar::new() })
     }
 
+    /// `k` more jobs (a job striped over several sockets).
+    fn add(&self, k: usize) {
+        self.state.lock().0 += k;
+    }
+
     fn finish(&self, r: Result<()>) {
         let mut s = self.state.lock();
         s.0 = s.0.saturating_sub(1);
@@ -87,43 +92,76 @@ impl Tracker {
 
 pub struct Link {
     pub peer: usize,
-    send: Option<Sender<Job>>,
-    recv: Option<Sender<Job>>,
+    /// Per socket pair: the queues of its sender and receiver threads.
+    lanes: Vec<(Option<Sender<Job>>, Option<Sender<Job>>)>,
     socks: Vec<TcpStream>,
     threads: Vec<JoinHandle<()>>,
 }
 
+/// Jobs at least this large are striped over every socket of the link.
+pub const STRIPE_MIN: u64 = 1 << 20;
+
+/// Job `job` as the parts each lane carries: the whole job on lane 0 when small, else one
+/// contiguous part per lane. Both ends split alike (same size, same lane count).
+fn stripes(bytes: u64, lanes: usize) -> Vec<(u64, u64)> {
+    if bytes < STRIPE_MIN || lanes < 2 {
+        return vec![(0, bytes)];
+    }
+    (0..lanes).map(|i| super::plan::split(bytes, lanes, i)).filter(|&(_, n)| n > 0).collect()
+}
+
 impl Link {
-    /// Starts the two threads of a link with `peer` over `out` (we write) and `inc` (we read).
+    /// Starts the threads of a link with `peer`: one sender per socket in `out` (we write) and
+    /// one receiver per socket in `inc` (we read); both lists equally long.
     /// `dev`: the GPU whose memory jobs name (None: host memory only, for tests).
-    pub fn start(dev: Option<&'static Device>, me: usize, peer: usize, out: TcpStream, inc: TcpStream) -> Result<Link> {
-        let socks = vec![
-            out.try_clone().map_err(|e| Error::io("cloning a network socket", &e))?,
-            inc.try_clone().map_err(|e| Error::io("cloning a network socket", &e))?,
-        ];
-        for s in [&out, &inc] {
+    pub fn start(dev: Option<&'static Device>, me: usize, peer: usize, out: Vec<TcpStream>, inc: Vec<TcpStream>) -> Result<Link> {
+        if out.is_empty() || out.len() != inc.len() {
+            return Err(Error::internal(format!("network link with {} + {} sockets", out.len(), inc.len())));
+        }
+        let mut socks = Vec::new();
+        for s in out.iter().chain(&inc) {
             s.set_nonblocking(false).map_err(|e| Error::io("blocking mode", &e))?;
             s.set_nodelay(true).map_err(|e| Error::io("TCP_NODELAY", &e))?;
+            socks.push(s.try_clone().map_err(|e| Error::io("cloning a network socket", &e))?);
         }
-        let (stx, srx) = channel::<Job>();
-        let (rtx, rrx) = channel::<Job>();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new().name(name).spawn(f).map_err(|e| Error::io("cannot start a network thread", &e))
         };
-        let t1 = spawn(format!("oxccl-net{me}>{peer}"), Box::new(move || sender(dev, peer, out, srx)))?;
-        let t2 = spawn(format!("oxccl-net{me}<{peer}"), Box::new(move || receiver(dev, peer, inc, rrx)))?;
-        Ok(Link { peer, send: Some(stx), recv: Some(rtx), socks, threads: vec![t1, t2] })
+        let mut lanes = Vec::new();
+        let mut threads = Vec::new();
+        for (i, (o, n)) in out.into_iter().zip(inc).enumerate() {
+            let (stx, srx) = channel::<Job>();
+            let (rtx, rrx) = channel::<Job>();
+            threads.push(spawn(format!("oxccl-net{me}>{peer}.{i}"), Box::new(move || sender(dev, peer, o, srx)))?);
+            threads.push(spawn(format!("oxccl-net{me}<{peer}.{i}"), Box::new(move || receiver(dev, peer, n, rrx)))?);
+            lanes.push((Some(stx), Some(rtx)));
+        }
+        Ok(Link { peer, lanes, socks, threads })
     }
 
     pub fn send(&self, job: Job) {
-        post(&self.send, job, self.peer);
+        self.post(job, true);
     }
 
     pub fn recv(&self, job: Job) {
-        post(&self.recv, job, self.peer);
+        self.post(job, false);
     }
 
-    /// Unblocks both threads at once (abort): their socket calls fail.
+    fn post(&self, job: Job, send: bool) {
+        let parts = stripes(job.bytes, self.lanes.len());
+        job.done.add(parts.len() - 1);
+        for (lane, &(off, n)) in self.lanes.iter().zip(&parts) {
+            let mem = match job.mem {
+                Mem::Dev(p) => Mem::Dev(p + off),
+                // SAFETY: off + n <= job.bytes: within the job's host range.
+                Mem::Host(p) => Mem::Host(unsafe { p.add(off as usize) }),
+            };
+            let part = Job { mem, bytes: n, done: job.done.clone() };
+            post(if send { &lane.0 } else { &lane.1 }, part, self.peer);
+        }
+    }
+
+    /// Unblocks every thread at once (abort): their socket calls fail.
     pub fn interrupt(&self) {
         for s in &self.socks {
             let _ = s.shutdown(Shutdown::Both);
@@ -141,8 +179,7 @@ fn post(q: &Option<Sender<Job>>, job: Job, peer: usize) {
 impl Drop for Link {
     fn drop(&mut self) {
         // Closing the queues ends the threads once idle; the shutdown ends a blocked one.
-        self.send = None;
-        self.recv = None;
+        self.lanes.clear();
         self.interrupt();
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -332,11 +369,25 @@ mod tests {
     fn pair() -> (Link, Link) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let a = l.local_addr().unwrap();
-        let a_out = TcpStream::connect(a).unwrap();
-        let (b_in, _) = l.accept().unwrap();
-        let b_out = TcpStream::connect(a).unwrap();
-        let (a_in, _) = l.accept().unwrap();
-        (Link::start(None, 0, 1, a_out, a_in).unwrap(), Link::start(None, 1, 0, b_out, b_in).unwrap())
+        let (mut ao, mut ai, mut bo, mut bi) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..2 {
+            ao.push(TcpStream::connect(a).unwrap());
+            bi.push(l.accept().unwrap().0);
+            bo.push(TcpStream::connect(a).unwrap());
+            ai.push(l.accept().unwrap().0);
+        }
+        (Link::start(None, 0, 1, ao, ai).unwrap(), Link::start(None, 1, 0, bo, bi).unwrap())
+    }
+
+    #[test]
+    fn stripes_cover_the_job() {
+        assert_eq!(stripes(100, 4), vec![(0, 100)]);
+        assert_eq!(stripes(STRIPE_MIN * 4 + 2, 1), vec![(0, STRIPE_MIN * 4 + 2)]);
+        let s = stripes(STRIPE_MIN * 4 + 2, 4);
+        assert_eq!(s.len(), 4);
+        assert_eq!(s[0].0, 0);
+        assert!(s.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0));
+        assert_eq!(s[3].0 + s[3].1, STRIPE_MIN * 4 + 2);
     }
 
     #[test]

@@ -46,6 +46,22 @@ const FIFO_SLOTS: u32 = 64;
 
 pub type Links = Vec<Option<Link>>;
 
+/// OXCCL_NET_SOCKETS: sockets (each way) per pair of ranks on different hosts, default 4; large
+/// transfers are striped over them (one TCP stream rarely fills a fast NIC, or even loopback).
+/// Must be equal on every rank.
+fn sockets_per_link() -> Result<usize> {
+    match crate::config::env("OXCCL_NET_SOCKETS") {
+        None => Ok(4),
+        Some(v) => match v.trim().parse::<usize>() {
+            Ok(n) if (1..=crate::bootstrap::MAX_DATA_SOCKETS).contains(&n) => {
+                nccl_info!(Subsys::Net, "OXCCL_NET_SOCKETS set by environment to {n}");
+                Ok(n)
+            }
+            _ => Err(Error::invalid_usage(format!("OXCCL_NET_SOCKETS={v}: expected 1..={}", crate::bootstrap::MAX_DATA_SOCKETS))),
+        },
+    }
+}
+
 /// Plans the proxy runs, by number. Steps of graph captures stay for every replay; others are
 /// removed when run, and their numbers reused.
 #[derive(Default)]
@@ -136,16 +152,14 @@ impl Net {
         // Links to every rank of the other hosts, in ascending peer order: pairs are then set up
         // in one global order ((min, max) lexicographic), so no cycle of ranks can wait on each
         // other.
+        let nsocks = sockets_per_link()?;
         let mut links: Links = (0..layout.nranks()).map(|_| None).collect();
         for p in 0..layout.nranks() {
             if layout.host_of[p] == mh {
                 continue;
             }
-            let mut ds = s.bs.data_sockets(p, NET_CONN, 1).map_err(|e| e.context(format!("connecting to rank {p} on another host")))?;
-            let (Some(out), Some(inc)) = (ds.outgoing.pop(), ds.incoming.pop()) else {
-                return Err(Error::internal("data connection without sockets"));
-            };
-            links[p] = Some(Link::start(Some(s.dev), s.me, p, out, inc)?);
+            let ds = s.bs.data_sockets(p, NET_CONN, nsocks).map_err(|e| e.context(format!("connecting to rank {p} on another host")))?;
+            links[p] = Some(Link::start(Some(s.dev), s.me, p, ds.outgoing, ds.incoming)?);
         }
         let links = Arc::new(links);
 
@@ -332,6 +346,16 @@ impl NetHandler {
                     // SAFETY: the plan reserved this range of the arena (grown above).
                     Buf::Host(o) => Mem::Host(unsafe { arena.add(o as usize) }),
                 };
+                // A reduction's first device input goes to its accumulator while the transfers
+                // run (the planner never makes it a receive's destination or the accumulator a
+                // send's source in the same phase).
+                for red in &ph.reduces {
+                    if let (Some(&Buf::Dev(p)), true) = (red.inputs.first(), red.bytes > 0) {
+                        // SAFETY: [acc, acc + bytes) is reserved in the arena grown above.
+                        let acc = unsafe { arena.add(red.acc as usize) };
+                        check(unsafe { cu::cuMemcpyDtoHAsync_v2(acc.cast(), p, red.bytes as usize, self.stream) }, "cuMemcpyDtoHAsync (reduction input)")?;
+                    }
+                }
                 // Receives first: a peer's data can be written as soon as it arrives.
                 for x in &ph.recvs {
                     self.link(x.peer)?.recv(Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone() });
@@ -340,20 +364,23 @@ impl NetHandler {
                     self.link(x.peer)?.send(Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone() });
                 }
                 t.wait(&|| self.stopped())?;
+                self.sync()?;
             }
             for red in &ph.reduces {
-                self.reduce(arena, red)?;
+                self.reduce(arena, red, n > 0)?;
             }
         }
         Ok(())
     }
 
-    fn reduce(&mut self, arena: *mut u8, r: &HostReduce) -> Result<()> {
+    /// `first_loaded`: a first device input is already in the accumulator (see `run`).
+    fn reduce(&mut self, arena: *mut u8, r: &HostReduce, first_loaded: bool) -> Result<()> {
         let n = r.bytes as usize;
         // SAFETY: the plan reserved [acc, acc + bytes) of the arena, disjoint from its inputs.
         let acc = unsafe { std::slice::from_raw_parts_mut(arena.add(r.acc as usize), n) };
         for (i, inp) in r.inputs.iter().enumerate() {
             match *inp {
+                Buf::Dev(_) if i == 0 && first_loaded => {}
                 Buf::Dev(p) if i == 0 => self.to_host(acc.as_mut_ptr(), p, n)?,
                 Buf::Dev(p) => {
                     let tmp = grow(self.dev, &mut self.tmp, r.bytes)?;
