@@ -90,10 +90,13 @@ impl Tracker {
     }
 }
 
+/// A socket pair's queues: its sender thread's and its receiver thread's (None once closed).
+type Lane = (Option<Sender<Job>>, Option<Sender<Job>>);
+
 pub struct Link {
     pub peer: usize,
     /// Per socket pair: the queues of its sender and receiver threads.
-    lanes: Vec<(Option<Sender<Job>>, Option<Sender<Job>>)>,
+    lanes: Vec<Lane>,
     socks: Vec<TcpStream>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -222,6 +225,8 @@ impl Staging {
         check(unsafe { cu::cuMemcpyHtoDAsync_v2(dst, self.bufs[buf].host.cast(), len, self.stream) }, "cuMemcpyHtoDAsync (network receive)")
     }
 
+    // The buffer is raw pinned memory, not data owned through &self; one thread uses it.
+    #[allow(clippy::mut_from_ref)]
     fn slice(&self, buf: usize, len: usize) -> &mut [u8] {
         // SAFETY: our pinned buffer, CHUNK bytes, used by this thread only; the stream's copies
         // into or out of it are synchronised before the slice is touched.

@@ -154,12 +154,12 @@ impl Net {
         // other.
         let nsocks = sockets_per_link()?;
         let mut links: Links = (0..layout.nranks()).map(|_| None).collect();
-        for p in 0..layout.nranks() {
+        for (p, slot) in links.iter_mut().enumerate() {
             if layout.host_of[p] == mh {
                 continue;
             }
             let ds = s.bs.data_sockets(p, NET_CONN, nsocks).map_err(|e| e.context(format!("connecting to rank {p} on another host")))?;
-            links[p] = Some(Link::start(Some(s.dev), s.me, p, ds.outgoing, ds.incoming)?);
+            *slot = Some(Link::start(Some(s.dev), s.me, p, ds.outgoing, ds.incoming)?);
         }
         let links = Arc::new(links);
 

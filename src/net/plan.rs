@@ -666,8 +666,8 @@ mod tests {
             for h in 0..layouts[0].nhosts() {
                 let members = &layouts[0].hosts[h];
                 let stage = |r: usize| plans[r].get(i);
-                match stage(members[0]) {
-                    Some(Stage::Local(LocalOp::Coll { coll: lc, count: lcount, root: lroot, .. })) => {
+                if let Some(Stage::Local(LocalOp::Coll { coll: lc, count: lcount, root: lroot, .. })) = stage(members[0]) {
+                    {
                         let sum: Vec<i64> = (0..*lcount as usize)
                             .map(|k| members.iter().map(|&m| {
                                 let Some(Stage::Local(LocalOp::Coll { send: ms, .. })) = stage(m) else { unreachable!() };
@@ -689,7 +689,6 @@ mod tests {
                             }
                         }
                     }
-                    _ => {}
                 }
             }
             dev = next;
@@ -747,8 +746,7 @@ mod tests {
                 assert!(msgs.is_empty(), "unreceived messages");
             }
         }
-        let total = if coll == Coll::ReduceScatter { count } else { count };
-        (0..n).map(|r| dev[r][at(recv)..at(recv) + total as usize].to_vec()).collect()
+        (0..n).map(|r| dev[r][at(recv)..at(recv) + count as usize].to_vec()).collect()
     }
 
     #[test]
