@@ -67,6 +67,11 @@ if [ -n "$nt" ]; then
   H="python3 $root/nccl-tests-harness/harness.py"
   step nccl-tests-allreduce $H check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/allreduce-check"
   step nccl-tests-colls $H check --suite colls-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/colls-check"
+  if command -v mpirun >/dev/null && [ "$ngpu" -ge 2 ]; then
+    step nccl-tests-multihost bash "$root/scripts/multihost-check.sh" "$lib" "$nt" "$ngpu"
+  else
+    summary+=("SKIP  nccl-tests-multihost (no mpirun or fewer than 2 GPUs)")
+  fi
   if [ -n "$nccldir" ]; then
     step nccl-tests-compare $H compare --suite bench --bin "$nt" --oxccl "$lib" --nccl-libdir "$nccldir" --ngpus "$ngpu" --out "$out/bench"
   else
