@@ -79,3 +79,43 @@ impl Drop for Event {
         unsafe { cu::cuEventDestroy_v2(self.raw) };
     }
 }
+
+/// A non-blocking stream of oxccl's own (proxy and transport threads): never the legacy default
+/// stream, which waits for the application's blocking streams and so could wait for a kernel
+/// that waits for us. Synchronised and destroyed on drop.
+pub struct OwnedStream {
+    dev: &'static super::Device,
+    pub raw: cu::CUstream,
+}
+
+// SAFETY: stream handles are usable from any thread with the device's context current.
+unsafe impl Send for OwnedStream {}
+
+impl OwnedStream {
+    pub fn new(dev: &'static super::Device) -> Result<OwnedStream> {
+        let _g = super::CtxGuard::new(dev)?;
+        let mut raw: cu::CUstream = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the device's context is current.
+        check(unsafe { cu::cuStreamCreate(&mut raw, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }, "cuStreamCreate")?;
+        Ok(OwnedStream { dev, raw })
+    }
+
+    /// Waits for everything queued on the stream (the caller has the device's context current).
+    pub fn sync(&self, what: &str) -> Result<()> {
+        // SAFETY: our own stream.
+        check(unsafe { cu::cuStreamSynchronize(self.raw) }, what)
+    }
+}
+
+impl Drop for OwnedStream {
+    fn drop(&mut self) {
+        if let Ok(_g) = super::CtxGuard::new(self.dev) {
+            // SAFETY: our stream, destroyed once; teardown errors are ignored (the context may be
+            // going away).
+            unsafe {
+                let _ = cu::cuStreamSynchronize(self.raw);
+                let _ = cu::cuStreamDestroy_v2(self.raw);
+            }
+        }
+    }
+}

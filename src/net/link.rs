@@ -20,7 +20,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
-use crate::gpu::stream::RelaxedCapture;
+use crate::gpu::stream::{OwnedStream, RelaxedCapture};
 use crate::gpu::{check, cu, CtxGuard, Device, HostMapped};
 
 /// Staging chunk per copy.
@@ -192,37 +192,35 @@ impl Drop for Link {
 
 /// A thread's CUDA side: the device context, relaxed capture mode, its stream, two pinned buffers.
 struct Staging {
-    _ctx: CtxGuard,
-    _relaxed: RelaxedCapture,
-    stream: cu::CUstream,
+    stream: OwnedStream,
     bufs: [HostMapped; 2],
+    // Dropped after the stream and buffers: the context stays current for their teardown.
+    _relaxed: RelaxedCapture,
+    _ctx: CtxGuard,
 }
 
 impl Staging {
     fn new(dev: &'static Device) -> Result<Staging> {
         let ctx = CtxGuard::new(dev)?;
         let relaxed = RelaxedCapture::new()?;
-        let mut stream: cu::CUstream = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local; the device's context is current.
-        check(unsafe { cu::cuStreamCreate(&mut stream, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }, "cuStreamCreate")?;
+        let stream = OwnedStream::new(dev)?;
         let bufs = [HostMapped::zeroed(dev, CHUNK)?, HostMapped::zeroed(dev, CHUNK)?];
         Ok(Staging { _ctx: ctx, _relaxed: relaxed, stream, bufs })
     }
 
     fn sync(&self) -> Result<()> {
-        // SAFETY: our own stream.
-        check(unsafe { cu::cuStreamSynchronize(self.stream) }, "cuStreamSynchronize (network staging)")
+        self.stream.sync("cuStreamSynchronize (network staging)")
     }
 
     fn to_host(&self, buf: usize, src: u64, len: usize) -> Result<()> {
         // SAFETY: the destination is our pinned buffer of CHUNK >= len bytes; src is device memory
         // of the plan's operation, valid while the user's kernel waits for this step.
-        check(unsafe { cu::cuMemcpyDtoHAsync_v2(self.bufs[buf].host.cast(), src, len, self.stream) }, "cuMemcpyDtoHAsync (network send)")
+        check(unsafe { cu::cuMemcpyDtoHAsync_v2(self.bufs[buf].host.cast(), src, len, self.stream.raw) }, "cuMemcpyDtoHAsync (network send)")
     }
 
     fn to_device(&self, buf: usize, dst: u64, len: usize) -> Result<()> {
         // SAFETY: as in to_host, the other way.
-        check(unsafe { cu::cuMemcpyHtoDAsync_v2(dst, self.bufs[buf].host.cast(), len, self.stream) }, "cuMemcpyHtoDAsync (network receive)")
+        check(unsafe { cu::cuMemcpyHtoDAsync_v2(dst, self.bufs[buf].host.cast(), len, self.stream.raw) }, "cuMemcpyHtoDAsync (network receive)")
     }
 
     // The buffer is raw pinned memory, not data owned through &self; one thread uses it.
@@ -231,16 +229,6 @@ impl Staging {
         // SAFETY: our pinned buffer, CHUNK bytes, used by this thread only; the stream's copies
         // into or out of it are synchronised before the slice is touched.
         unsafe { std::slice::from_raw_parts_mut(self.bufs[buf].host, len) }
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        // SAFETY: our stream; the context is still current (the guard drops after this).
-        unsafe {
-            let _ = cu::cuStreamSynchronize(self.stream);
-            let _ = cu::cuStreamDestroy_v2(self.stream);
-        }
     }
 }
 
@@ -260,7 +248,9 @@ fn staging<'a>(st: &'a mut Option<Staging>, dev: Option<&'static Device>, job: &
     Ok(st.as_ref())
 }
 
-fn sender(dev: Option<&'static Device>, peer: usize, mut sock: TcpStream, jobs: Receiver<Job>) {
+/// A link thread: takes jobs in order, numbering them; after the first failure every later job
+/// fails at once with it (the byte stream is out of step).
+fn serve(dev: Option<&'static Device>, jobs: Receiver<Job>, mut one: impl FnMut(Option<&Staging>, u64, &Job) -> Result<()>) {
     let mut broken: Option<Error> = None;
     let mut st: Option<Staging> = None;
     let mut seq = 0u64;
@@ -268,13 +258,17 @@ fn sender(dev: Option<&'static Device>, peer: usize, mut sock: TcpStream, jobs: 
         seq += 1;
         let r = match &broken {
             Some(e) => Err(e.clone()),
-            None => staging(&mut st, dev, &job).and_then(|st| send_one(st, &mut sock, seq, &job)).map_err(|e| e.context(format!("sending to rank {peer}"))),
+            None => staging(&mut st, dev, &job).and_then(|st| one(st, seq, &job)),
         };
         if let Err(e) = &r {
             broken.get_or_insert(e.clone());
         }
         job.done.finish(r);
     }
+}
+
+fn sender(dev: Option<&'static Device>, peer: usize, mut sock: TcpStream, jobs: Receiver<Job>) {
+    serve(dev, jobs, |st, seq, job| send_one(st, &mut sock, seq, job).map_err(|e| e.context(format!("sending to rank {peer}"))));
 }
 
 fn send_one(st: Option<&Staging>, sock: &mut TcpStream, seq: u64, job: &Job) -> Result<()> {
@@ -309,20 +303,7 @@ fn send_one(st: Option<&Staging>, sock: &mut TcpStream, seq: u64, job: &Job) -> 
 }
 
 fn receiver(dev: Option<&'static Device>, peer: usize, mut sock: TcpStream, jobs: Receiver<Job>) {
-    let mut broken: Option<Error> = None;
-    let mut st: Option<Staging> = None;
-    let mut seq = 0u64;
-    while let Ok(job) = jobs.recv() {
-        seq += 1;
-        let r = match &broken {
-            Some(e) => Err(e.clone()),
-            None => staging(&mut st, dev, &job).and_then(|st| recv_one(st, &mut sock, peer, seq, &job)),
-        };
-        if let Err(e) = &r {
-            broken.get_or_insert(e.clone());
-        }
-        job.done.finish(r);
-    }
+    serve(dev, jobs, |st, seq, job| recv_one(st, &mut sock, peer, seq, job));
 }
 
 fn recv_one(st: Option<&Staging>, sock: &mut TcpStream, peer: usize, seq: u64, job: &Job) -> Result<()> {

@@ -29,7 +29,7 @@ use crate::device_abi::{FifoDevice, NetStepArgs};
 use crate::enqueue::{CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::module::launch;
-use crate::gpu::stream::{is_capturing, RelaxedCapture};
+use crate::gpu::stream::{is_capturing, OwnedStream, RelaxedCapture};
 use crate::gpu::{check, cu, Device, DeviceBuffer, HostMapped};
 use crate::log::Subsys;
 use crate::proxy::fifo::{FifoHost, FifoWords};
@@ -170,17 +170,7 @@ impl Net {
         let head = DeviceBuffer::zeroed(s.dev, 8)?;
         let issued = DeviceBuffer::zeroed(s.dev, 8)?;
         let done = Arc::new(HostMapped::zeroed(s.dev, 64)?);
-        let base = fifo_mem.dev_ptr;
-        let words_off = 16 * u64::from(FIFO_SLOTS);
-        let fifo = FifoDevice {
-            triggers: base,
-            tail: base + words_off,
-            flush_done: base + words_off + 8,
-            stop: base + words_off + 16,
-            head: head.ptr,
-            size: FIFO_SLOTS,
-            _pad0: 0,
-        };
+        let fifo = crate::proxy::fifo::device_view(fifo_mem.dev_ptr, head.ptr, FIFO_SLOTS);
         let plans = Arc::new(Mutex::new(Plans::default()));
         let handler = NetHandler::new(s.dev, s.me, links.clone(), plans.clone(), done.clone(), s.abort_flag.clone())?;
         let placement = Placement { device: Some(s.dev), cpus: crate::topo::local_cpus(&s.dev.bus_id) };
@@ -304,7 +294,7 @@ struct NetHandler {
     plans: Arc<Mutex<Plans>>,
     done: Arc<HostMapped>,
     abort_flag: Arc<HostMapped>,
-    stream: cu::CUstream,
+    stream: OwnedStream,
     /// Host memory of the steps (received partial results, accumulators) and for device inputs
     /// of a reduction; pinned, grown on demand.
     arena: Vec<HostMapped>,
@@ -312,16 +302,10 @@ struct NetHandler {
     relaxed: Option<RelaxedCapture>,
 }
 
-// SAFETY: the stream handle is usable from any thread; only the proxy thread uses the handler.
-unsafe impl Send for NetHandler {}
-
 impl NetHandler {
     fn new(dev: &'static Device, me: usize, links: Arc<Links>, plans: Arc<Mutex<Plans>>, done: Arc<HostMapped>, abort_flag: Arc<HostMapped>) -> Result<NetHandler> {
-        let _g = crate::gpu::CtxGuard::new(dev)?;
-        let mut stream: cu::CUstream = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local; the device's context is current. Non-blocking: the
-        // user's kernel that waits for this step may run on a blocking stream.
-        check(unsafe { cu::cuStreamCreate(&mut stream, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }, "cuStreamCreate")?;
+        // Not the legacy stream: the user's kernel that waits for this step may run on a blocking one.
+        let stream = OwnedStream::new(dev)?;
         Ok(NetHandler { dev, me, links, plans, done, abort_flag, stream, arena: Vec::new(), tmp: Vec::new(), relaxed: None })
     }
 
@@ -353,7 +337,7 @@ impl NetHandler {
                     if let (Some(&Buf::Dev(p)), true) = (red.inputs.first(), red.bytes > 0) {
                         // SAFETY: [acc, acc + bytes) is reserved in the arena grown above.
                         let acc = unsafe { arena.add(red.acc as usize) };
-                        check(unsafe { cu::cuMemcpyDtoHAsync_v2(acc.cast(), p, red.bytes as usize, self.stream) }, "cuMemcpyDtoHAsync (reduction input)")?;
+                        check(unsafe { cu::cuMemcpyDtoHAsync_v2(acc.cast(), p, red.bytes as usize, self.stream.raw) }, "cuMemcpyDtoHAsync (reduction input)")?;
                     }
                 }
                 // Receives first: a peer's data can be written as soon as it arrives.
@@ -402,7 +386,7 @@ impl NetHandler {
         hostreduce::post(&r.op, acc);
         if let Buf::Dev(out) = r.out {
             // SAFETY: acc is pinned host memory of n bytes; out is the plan's device range.
-            check(unsafe { cu::cuMemcpyHtoDAsync_v2(out, acc.as_ptr().cast(), n, self.stream) }, "cuMemcpyHtoDAsync (reduction result)")?;
+            check(unsafe { cu::cuMemcpyHtoDAsync_v2(out, acc.as_ptr().cast(), n, self.stream.raw) }, "cuMemcpyHtoDAsync (reduction result)")?;
             self.sync()?;
         }
         Ok(())
@@ -410,13 +394,12 @@ impl NetHandler {
 
     fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<()> {
         // SAFETY: dst is pinned host memory of at least n bytes; src the plan's device range.
-        check(unsafe { cu::cuMemcpyDtoHAsync_v2(dst.cast(), src, n, self.stream) }, "cuMemcpyDtoHAsync (reduction input)")?;
+        check(unsafe { cu::cuMemcpyDtoHAsync_v2(dst.cast(), src, n, self.stream.raw) }, "cuMemcpyDtoHAsync (reduction input)")?;
         self.sync()
     }
 
     fn sync(&self) -> Result<()> {
-        // SAFETY: our own stream.
-        check(unsafe { cu::cuStreamSynchronize(self.stream) }, "cuStreamSynchronize (cross-host step)")
+        self.stream.sync("cuStreamSynchronize (cross-host step)")
     }
 }
 
@@ -455,18 +438,6 @@ impl Handler for NetHandler {
     fn interrupter(&self) -> Option<crate::proxy::Interrupt> {
         let links = self.links.clone();
         Some(Box::new(move || links.iter().flatten().for_each(Link::interrupt)))
-    }
-}
-
-impl Drop for NetHandler {
-    fn drop(&mut self) {
-        if let Ok(_g) = crate::gpu::CtxGuard::new(self.dev) {
-            // SAFETY: our stream; teardown errors are ignored.
-            unsafe {
-                let _ = cu::cuStreamSynchronize(self.stream);
-                let _ = cu::cuStreamDestroy_v2(self.stream);
-            }
-        }
     }
 }
 

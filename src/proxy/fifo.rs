@@ -115,6 +115,21 @@ impl FifoWords {
     }
 }
 
+/// The kernels' view of a FIFO whose words (`FifoWords::bytes(size)`, host-mapped) start at device
+/// address `base`, with its head counter at `head` (device memory, zeroed).
+pub fn device_view(base: u64, head: u64, size: u32) -> crate::device_abi::FifoDevice {
+    let words = 16 * u64::from(size);
+    crate::device_abi::FifoDevice {
+        triggers: base,
+        tail: base + words,
+        flush_done: base + words + 8,
+        stop: base + words + 16,
+        head,
+        size,
+        _pad0: 0,
+    }
+}
+
 /// The consuming side: positions in order, one at a time.
 pub struct FifoHost {
     words: FifoWords,

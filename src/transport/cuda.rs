@@ -2,6 +2,7 @@
 //! such as TCP), and the copy-engine transport between GPUs of one host (CUDA IPC or one process).
 
 use crate::error::{Error, Result};
+use crate::gpu::stream::OwnedStream;
 use crate::gpu::{check, cu, CtxGuard, Device};
 use crate::proxy::trigger::Request;
 use crate::proxy::Handler;
@@ -59,8 +60,7 @@ impl MemAccess for DeviceMem {
 /// cuMemcpyAsync on the connection's own stream, and signals are stream memory writes queued
 /// after them, so stream order lands every put before the signal that follows it.
 pub struct CopyEngine {
-    dev: &'static Device,
-    stream: cu::CUstream,
+    stream: OwnedStream,
     /// This rank's memories (sources), and the peer's as mapped here (destinations).
     src: Vec<Region>,
     dst: Vec<Region>,
@@ -69,18 +69,12 @@ pub struct CopyEngine {
     values: Vec<u64>,
 }
 
-// SAFETY: CUstream handles are usable from any thread; the proxy thread is the only user.
-unsafe impl Send for CopyEngine {}
-
 impl CopyEngine {
     pub fn new(dev: &'static Device, src: Vec<Region>, dst: Vec<Region>, sems: Vec<u64>) -> Result<CopyEngine> {
-        let _g = CtxGuard::new(dev)?;
-        let mut stream: cu::CUstream = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local; the device's context is current. Non-blocking: the
-        // connection's copies never wait for the legacy default stream.
-        check(unsafe { cu::cuStreamCreate(&mut stream, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }, "cuStreamCreate")?;
+        // Non-blocking: the connection's copies never wait for the legacy default stream.
+        let stream = OwnedStream::new(dev)?;
         let values = vec![0; sems.len()];
-        Ok(CopyEngine { dev, stream, src, dst, sems, values })
+        Ok(CopyEngine { stream, src, dst, sems, values })
     }
 }
 
@@ -92,33 +86,20 @@ impl Handler for CopyEngine {
             let d = region(&self.dst, r.dst_mem, u64::from(r.dst_offset), n, "copy-engine put destination")?;
             // SAFETY: both ranges lie within registered allocations (checked); the proxy thread has
             // the device's context current.
-            check(unsafe { cu::cuMemcpyAsync(d, s, n as usize, self.stream) }, "cuMemcpyAsync (put)")?;
+            check(unsafe { cu::cuMemcpyAsync(d, s, n as usize, self.stream.raw) }, "cuMemcpyAsync (put)")?;
         }
         if r.is_flag() {
             let i = r.semaphore as usize;
             let addr = *self.sems.get(i).ok_or_else(|| Error::invalid_usage(format!("unknown semaphore id {i}")))?;
             self.values[i] += 1;
             // SAFETY: a registered semaphore address; queued after the puts on the same stream.
-            check(unsafe { cu::cuStreamWriteValue64_v2(self.stream, addr, self.values[i], 0) }, "cuStreamWriteValue64 (signal)")?;
+            check(unsafe { cu::cuStreamWriteValue64_v2(self.stream.raw, addr, self.values[i], 0) }, "cuStreamWriteValue64 (signal)")?;
         }
         Ok(())
     }
 
     fn complete(&mut self) -> Result<()> {
-        // SAFETY: the connection's own stream.
-        check(unsafe { cu::cuStreamSynchronize(self.stream) }, "cuStreamSynchronize (flush)")
-    }
-}
-
-impl Drop for CopyEngine {
-    fn drop(&mut self) {
-        if let Ok(_g) = CtxGuard::new(self.dev) {
-            // SAFETY: our stream; teardown errors are ignored (the context may be going away).
-            unsafe {
-                let _ = cu::cuStreamSynchronize(self.stream);
-                let _ = cu::cuStreamDestroy_v2(self.stream);
-            }
-        }
+        self.stream.sync("cuStreamSynchronize (flush)")
     }
 }
 

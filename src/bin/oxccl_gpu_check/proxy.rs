@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::ck;
-use oxccl::device_abi::{FifoDevice, ProxyTestArgs};
+use oxccl::device_abi::ProxyTestArgs;
 use oxccl::gpu::module::launch;
 use oxccl::gpu::{cu, CtxGuard, Device, DeviceBuffer, HostMapped};
-use oxccl::proxy::fifo::{FifoHost, FifoWords};
+use oxccl::proxy::fifo::{device_view, FifoHost, FifoWords};
 use oxccl::proxy::trigger::Request;
 use oxccl::proxy::{Handler, Placement, Proxy};
 use parking_lot::Mutex;
@@ -69,17 +69,7 @@ pub fn check(dev: &'static Device) -> Result<usize, String> {
     let words = unsafe { FifoWords::over(host.host, size) }.map_err(e)?;
     let head = DeviceBuffer::zeroed(dev, 8).map_err(e)?;
     let failures = DeviceBuffer::zeroed(dev, 8).map_err(e)?;
-    let base = host.dev_ptr;
-    let words_off = 16 * u64::from(size);
-    let fifo = FifoDevice {
-        triggers: base,
-        tail: base + words_off,
-        flush_done: base + words_off + 8,
-        stop: base + words_off + 16,
-        head: head.ptr,
-        size,
-        _pad0: 0,
-    };
+    let fifo = device_view(host.dev_ptr, head.ptr, size);
     let (blocks, threads) = (64u32, 256u32);
     let total = (blocks * threads * PER_THREAD) as usize;
     let seen = Arc::new(Mutex::new(vec![0u8; total]));
@@ -171,9 +161,7 @@ pub fn check_copy_engine(a: &'static Device, b: &'static Device) -> Result<usize
     // SAFETY: as in `check`.
     let words = unsafe { FifoWords::over(host.host, size) }.map_err(e)?;
     let head = DeviceBuffer::zeroed(a, 8).map_err(e)?;
-    let base = host.dev_ptr;
-    let off = 16 * u64::from(size);
-    let fifo = FifoDevice { triggers: base, tail: base + off, flush_done: base + off + 8, stop: base + off + 16, head: head.ptr, size, _pad0: 0 };
+    let fifo = device_view(host.dev_ptr, head.ptr, size);
     let ce = CopyEngine::new(a, vec![Region { ptr: src.ptr, size: bytes }], vec![Region { ptr: dst.ptr, size: bytes }], vec![sem.ptr])
         .map_err(e)?;
     let placement = Placement { device: Some(a), cpus: oxccl::topo::local_cpus(&a.bus_id) };
