@@ -401,10 +401,7 @@ impl Comm {
                 abort_flag: abort_flag.clone(),
                 on_error: Box::new(move |e| {
                     nccl_warn!("comm rank {rank}: {}; the communicator now reports {}", e.msg, e.code.as_str());
-                    for from in [ResultCode::Success, ResultCode::InProgress] {
-                        let _ = state.compare_exchange(from as i32, e.code as i32, Ordering::AcqRel, Ordering::Acquire);
-                    }
-                    flag.store_u32(0, 1);
+                    fail_async(&state, e.code, &|| flag.store_u32(0, 1));
                 }),
             })?;
             (None, Some(net))
@@ -661,8 +658,13 @@ fn heartbeat_timeout() -> Duration {
 /// What a lost peer does to the communicator: RemoteError (unless it already failed) and the
 /// device-side abort flag.
 fn on_peer_lost(state: &AtomicI32, stop_kernels: &dyn Fn()) {
+    fail_async(state, ResultCode::RemoteError, stop_kernels);
+}
+
+/// Records an asynchronous failure (unless one is recorded already) and stops the kernels.
+fn fail_async(state: &AtomicI32, code: ResultCode, stop_kernels: &dyn Fn()) {
     for from in [ResultCode::Success, ResultCode::InProgress] {
-        let _ = state.compare_exchange(from as i32, ResultCode::RemoteError as i32, Ordering::AcqRel, Ordering::Acquire);
+        let _ = state.compare_exchange(from as i32, code as i32, Ordering::AcqRel, Ordering::Acquire);
     }
     stop_kernels();
 }
