@@ -26,7 +26,7 @@ use crate::gpu::{check, cu, CtxGuard, Device, HostMapped};
 /// Staging chunk per copy.
 pub const CHUNK: usize = 1 << 20;
 const MAGIC: u32 = 0x544e_584f; // "OXNT"
-const HEADER_BYTES: usize = 24;
+pub const HEADER_BYTES: usize = 24;
 
 /// Where a job's bytes are.
 #[derive(Clone, Copy, Debug)]
@@ -90,18 +90,32 @@ impl Tracker {
     }
 }
 
-/// A socket pair's queues: its sender thread's and its receiver thread's (None once closed).
-type Lane = (Option<Sender<Job>>, Option<Sender<Job>>);
+/// One direction of one lane of a link: carries that direction's jobs, in order, on its own
+/// thread. Both ends number a lane's jobs alike (1, 2, ...), so a carrier can check that what
+/// arrives is what this rank expects. A transport (TCP here, the copy engine in `ce`, InfiniBand
+/// in `ib`) is a pair of carriers per lane.
+pub trait Carrier: Send + 'static {
+    /// Carries job number `seq` of this lane and direction; `cx` is the thread's CUDA side.
+    fn carry(&mut self, cx: &mut Cx, seq: u64, job: &Job) -> Result<()>;
+}
+
+/// A lane: its sending and its receiving carrier.
+pub type Lane = (Box<dyn Carrier>, Box<dyn Carrier>);
+
+/// Unblocks every carrier of a link at once (abort): their blocking calls fail.
+pub type Interrupt = Arc<dyn Fn() + Send + Sync>;
+
+/// A lane's queues: its sender thread's and its receiver thread's (None once closed).
+type Queues = (Option<Sender<Job>>, Option<Sender<Job>>);
 
 pub struct Link {
     pub peer: usize,
-    /// Per socket pair: the queues of its sender and receiver threads.
-    lanes: Vec<Lane>,
-    socks: Vec<TcpStream>,
+    lanes: Vec<Queues>,
+    interrupt: Interrupt,
     threads: Vec<JoinHandle<()>>,
 }
 
-/// Jobs at least this large are striped over every socket of the link.
+/// Jobs at least this large are striped over every lane of the link.
 pub const STRIPE_MIN: u64 = 1 << 20;
 
 /// Job `job` as the parts each lane carries: the whole job on lane 0 when small, else one
@@ -113,33 +127,61 @@ fn stripes(bytes: u64, lanes: usize) -> Vec<(u64, u64)> {
     (0..lanes).map(|i| super::plan::split(bytes, lanes, i)).filter(|&(_, n)| n > 0).collect()
 }
 
-impl Link {
-    /// Starts the threads of a link with `peer`: one sender per socket in `out` (we write) and
-    /// one receiver per socket in `inc` (we read); both lists equally long.
-    /// `dev`: the GPU whose memory jobs name (None: host memory only, for tests).
-    pub fn start(dev: Option<&'static Device>, me: usize, peer: usize, out: Vec<TcpStream>, inc: Vec<TcpStream>) -> Result<Link> {
-        if out.is_empty() || out.len() != inc.len() {
-            return Err(Error::internal(format!("network link with {} + {} sockets", out.len(), inc.len())));
+/// TCP lanes: one per socket pair; `out` sockets we write, `inc` sockets we read; both lists
+/// equally long.
+pub fn tcp_lanes(peer: usize, out: Vec<TcpStream>, inc: Vec<TcpStream>) -> Result<(Vec<Lane>, Interrupt)> {
+    if out.is_empty() || out.len() != inc.len() {
+        return Err(Error::internal(format!("network link with {} + {} sockets", out.len(), inc.len())));
+    }
+    let mut socks = Vec::new();
+    for s in out.iter().chain(&inc) {
+        s.set_nonblocking(false).map_err(|e| Error::io("blocking mode", &e))?;
+        s.set_nodelay(true).map_err(|e| Error::io("TCP_NODELAY", &e))?;
+        socks.push(s.try_clone().map_err(|e| Error::io("cloning a network socket", &e))?);
+    }
+    let lanes = out
+        .into_iter()
+        .zip(inc)
+        .map(|(o, i)| (Box::new(TcpSend { sock: o, peer }) as Box<dyn Carrier>, Box::new(TcpRecv { sock: i, peer }) as Box<dyn Carrier>))
+        .collect();
+    Ok((lanes, shutdown_all(socks)))
+}
+
+/// An interrupt that shuts these sockets down.
+pub fn shutdown_all(socks: Vec<TcpStream>) -> Interrupt {
+    Arc::new(move || {
+        for s in &socks {
+            let _ = s.shutdown(Shutdown::Both);
         }
-        let mut socks = Vec::new();
-        for s in out.iter().chain(&inc) {
-            s.set_nonblocking(false).map_err(|e| Error::io("blocking mode", &e))?;
-            s.set_nodelay(true).map_err(|e| Error::io("TCP_NODELAY", &e))?;
-            socks.push(s.try_clone().map_err(|e| Error::io("cloning a network socket", &e))?);
+    })
+}
+
+impl Link {
+    /// A TCP link with `peer` (see tcp_lanes). `dev`: the GPU whose memory jobs name (None: host
+    /// memory only, for tests).
+    pub fn start(dev: Option<&'static Device>, me: usize, peer: usize, out: Vec<TcpStream>, inc: Vec<TcpStream>) -> Result<Link> {
+        let (lanes, interrupt) = tcp_lanes(peer, out, inc)?;
+        Link::new(dev, me, peer, lanes, interrupt)
+    }
+
+    /// Starts two threads per lane (its sender and its receiver).
+    pub fn new(dev: Option<&'static Device>, me: usize, peer: usize, lanes: Vec<Lane>, interrupt: Interrupt) -> Result<Link> {
+        if lanes.is_empty() {
+            return Err(Error::internal(format!("network link to rank {peer} without lanes")));
         }
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new().name(name).spawn(f).map_err(|e| Error::io("cannot start a network thread", &e))
         };
-        let mut lanes = Vec::new();
+        let mut queues = Vec::new();
         let mut threads = Vec::new();
-        for (i, (o, n)) in out.into_iter().zip(inc).enumerate() {
+        for (i, (s, r)) in lanes.into_iter().enumerate() {
             let (stx, srx) = channel::<Job>();
             let (rtx, rrx) = channel::<Job>();
-            threads.push(spawn(format!("oxccl-net{me}>{peer}.{i}"), Box::new(move || sender(dev, peer, o, srx)))?);
-            threads.push(spawn(format!("oxccl-net{me}<{peer}.{i}"), Box::new(move || receiver(dev, peer, n, rrx)))?);
-            lanes.push((Some(stx), Some(rtx)));
+            threads.push(spawn(format!("oxccl-net{me}>{peer}.{i}"), Box::new(move || serve(dev, srx, s)))?);
+            threads.push(spawn(format!("oxccl-net{me}<{peer}.{i}"), Box::new(move || serve(dev, rrx, r)))?);
+            queues.push((Some(stx), Some(rtx)));
         }
-        Ok(Link { peer, lanes, socks, threads })
+        Ok(Link { peer, lanes: queues, interrupt, threads })
     }
 
     pub fn send(&self, job: Job) {
@@ -164,11 +206,9 @@ impl Link {
         }
     }
 
-    /// Unblocks every thread at once (abort): their socket calls fail.
+    /// Unblocks every thread at once (abort): their blocking calls fail.
     pub fn interrupt(&self) {
-        for s in &self.socks {
-            let _ = s.shutdown(Shutdown::Both);
-        }
+        (self.interrupt)();
     }
 }
 
@@ -191,8 +231,8 @@ impl Drop for Link {
 }
 
 /// A thread's CUDA side: the device context, relaxed capture mode, its stream, two pinned buffers.
-struct Staging {
-    stream: OwnedStream,
+pub struct Staging {
+    pub stream: OwnedStream,
     bufs: [HostMapped; 2],
     // Dropped after the stream and buffers: the context stays current for their teardown.
     _relaxed: RelaxedCapture,
@@ -208,24 +248,24 @@ impl Staging {
         Ok(Staging { _ctx: ctx, _relaxed: relaxed, stream, bufs })
     }
 
-    fn sync(&self) -> Result<()> {
+    pub fn sync(&self) -> Result<()> {
         self.stream.sync("cuStreamSynchronize (network staging)")
     }
 
-    fn to_host(&self, buf: usize, src: u64, len: usize) -> Result<()> {
+    pub fn to_host(&self, buf: usize, src: u64, len: usize) -> Result<()> {
         // SAFETY: the destination is our pinned buffer of CHUNK >= len bytes; src is device memory
         // of the plan's operation, valid while the user's kernel waits for this step.
         check(unsafe { cu::cuMemcpyDtoHAsync_v2(self.bufs[buf].host.cast(), src, len, self.stream.raw) }, "cuMemcpyDtoHAsync (network send)")
     }
 
-    fn to_device(&self, buf: usize, dst: u64, len: usize) -> Result<()> {
+    pub fn to_device(&self, buf: usize, dst: u64, len: usize) -> Result<()> {
         // SAFETY: as in to_host, the other way.
         check(unsafe { cu::cuMemcpyHtoDAsync_v2(dst, self.bufs[buf].host.cast(), len, self.stream.raw) }, "cuMemcpyHtoDAsync (network receive)")
     }
 
     // The buffer is raw pinned memory, not data owned through &self; one thread uses it.
     #[allow(clippy::mut_from_ref)]
-    fn slice(&self, buf: usize, len: usize) -> &mut [u8] {
+    pub fn slice(&self, buf: usize, len: usize) -> &mut [u8] {
         // SAFETY: our pinned buffer, CHUNK bytes, used by this thread only; the stream's copies
         // into or out of it are synchronised before the slice is touched.
         unsafe { std::slice::from_raw_parts_mut(self.bufs[buf].host, len) }
@@ -236,46 +276,109 @@ fn chunks(bytes: u64) -> impl Iterator<Item = (u64, usize)> {
     (0..bytes.div_ceil(CHUNK as u64)).map(move |k| (k * CHUNK as u64, (bytes - k * CHUNK as u64).min(CHUNK as u64) as usize))
 }
 
-/// The thread's staging, made on the first job that names GPU memory.
-fn staging<'a>(st: &'a mut Option<Staging>, dev: Option<&'static Device>, job: &Job) -> Result<Option<&'a Staging>> {
-    if matches!(job.mem, Mem::Host(_)) {
-        return Ok(None);
+/// A link thread's CUDA side: the staging, made on first use (a thread that only moves host
+/// memory never touches CUDA).
+pub struct Cx {
+    dev: Option<&'static Device>,
+    st: Option<Staging>,
+}
+
+impl Cx {
+    pub fn device(&self) -> Result<&'static Device> {
+        self.dev.ok_or_else(|| Error::internal("a network job names GPU memory on a host-only link"))
     }
-    if st.is_none() {
-        let dev = dev.ok_or_else(|| Error::internal("a network job names GPU memory on a host-only link"))?;
-        *st = Some(Staging::new(dev).map_err(|e| e.context("network staging set-up"))?);
+
+    pub fn staging(&mut self) -> Result<&Staging> {
+        if self.st.is_none() {
+            let dev = self.device()?;
+            self.st = Some(Staging::new(dev).map_err(|e| e.context("network staging set-up"))?);
+        }
+        self.st.as_ref().ok_or_else(|| Error::internal("network staging"))
     }
-    Ok(st.as_ref())
 }
 
 /// A link thread: takes jobs in order, numbering them; after the first failure every later job
 /// fails at once with it (the byte stream is out of step).
-fn serve(dev: Option<&'static Device>, jobs: Receiver<Job>, mut one: impl FnMut(Option<&Staging>, u64, &Job) -> Result<()>) {
+fn serve(dev: Option<&'static Device>, jobs: Receiver<Job>, mut carrier: Box<dyn Carrier>) {
     let mut broken: Option<Error> = None;
-    let mut st: Option<Staging> = None;
+    let mut cx = Cx { dev, st: None };
     let mut seq = 0u64;
     while let Ok(job) = jobs.recv() {
         seq += 1;
         let r = match &broken {
             Some(e) => Err(e.clone()),
-            None => staging(&mut st, dev, &job).and_then(|st| one(st, seq, &job)),
+            None => carrier.carry(&mut cx, seq, &job),
         };
         if let Err(e) = &r {
             broken.get_or_insert(e.clone());
         }
         job.done.finish(r);
     }
+    // The carrier's CUDA resources go before the thread's context guard (in cx).
+    drop(carrier);
 }
 
-fn sender(dev: Option<&'static Device>, peer: usize, mut sock: TcpStream, jobs: Receiver<Job>) {
-    serve(dev, jobs, |st, seq, job| send_one(st, &mut sock, seq, job).map_err(|e| e.context(format!("sending to rank {peer}"))));
+struct TcpSend {
+    sock: TcpStream,
+    peer: usize,
+}
+
+impl Carrier for TcpSend {
+    fn carry(&mut self, cx: &mut Cx, seq: u64, job: &Job) -> Result<()> {
+        let st = if matches!(job.mem, Mem::Dev(_)) { Some(cx.staging()?) } else { None };
+        send_one(st, &mut self.sock, seq, job).map_err(|e| e.context(format!("sending to rank {}", self.peer)))
+    }
+}
+
+struct TcpRecv {
+    sock: TcpStream,
+    peer: usize,
+}
+
+impl Carrier for TcpRecv {
+    fn carry(&mut self, cx: &mut Cx, seq: u64, job: &Job) -> Result<()> {
+        let st = if matches!(job.mem, Mem::Dev(_)) { Some(cx.staging()?) } else { None };
+        recv_one(st, &mut self.sock, self.peer, seq, job)
+    }
+}
+
+/// A frame header: magic, `word` (free for the transport), sequence number, length.
+pub fn header(word: u32, seq: u64, len: u64) -> [u8; HEADER_BYTES] {
+    let mut h = [0u8; HEADER_BYTES];
+    h[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+    h[4..8].copy_from_slice(&word.to_le_bytes());
+    h[8..16].copy_from_slice(&seq.to_le_bytes());
+    h[16..24].copy_from_slice(&len.to_le_bytes());
+    h
+}
+
+/// Checks a received header against what this rank expects (job `seq` of `len` bytes); returns
+/// its `word`. A mismatch means the ranks called different operations.
+pub fn check_header(h: &[u8; HEADER_BYTES], peer: usize, seq: u64, len: u64) -> Result<u32> {
+    let word = |o: usize| u64::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3], h[o + 4], h[o + 5], h[o + 6], h[o + 7]]);
+    let magic = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+    let (their_seq, their_len) = (word(8), word(16));
+    if magic != MAGIC || their_seq != seq || their_len != len {
+        return Err(Error::invalid_usage(format!(
+            "rank {peer} sent transfer #{their_seq} of {their_len} bytes where this rank expects #{seq} of {len} bytes{}: \
+             the ranks called different operations (or different sizes)",
+            if magic != MAGIC { " (not an oxccl frame)" } else { "" }
+        )));
+    }
+    Ok(u32::from_le_bytes([h[4], h[5], h[6], h[7]]))
+}
+
+/// A socket error as the communicator reports it.
+pub fn io_error(peer: usize, e: std::io::Error) -> Error {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        Error::remote(format!("rank {peer} closed its network connection"))
+    } else {
+        Error::remote(format!("network I/O with rank {peer} failed: {e}"))
+    }
 }
 
 fn send_one(st: Option<&Staging>, sock: &mut TcpStream, seq: u64, job: &Job) -> Result<()> {
-    let mut h = [0u8; HEADER_BYTES];
-    h[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-    h[8..16].copy_from_slice(&seq.to_le_bytes());
-    h[16..24].copy_from_slice(&job.bytes.to_le_bytes());
+    let h = header(0, seq, job.bytes);
     let io = |e: std::io::Error| Error::remote(format!("network write failed: {e}"));
     sock.write_all(&h).map_err(io)?;
     match job.mem {
@@ -302,31 +405,11 @@ fn send_one(st: Option<&Staging>, sock: &mut TcpStream, seq: u64, job: &Job) -> 
     Ok(())
 }
 
-fn receiver(dev: Option<&'static Device>, peer: usize, mut sock: TcpStream, jobs: Receiver<Job>) {
-    serve(dev, jobs, |st, seq, job| recv_one(st, &mut sock, peer, seq, job));
-}
-
 fn recv_one(st: Option<&Staging>, sock: &mut TcpStream, peer: usize, seq: u64, job: &Job) -> Result<()> {
-    let io = |e: std::io::Error| {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            Error::remote(format!("rank {peer} closed its network connection"))
-        } else {
-            Error::remote(format!("network read from rank {peer} failed: {e}"))
-        }
-    };
+    let io = |e: std::io::Error| io_error(peer, e);
     let mut h = [0u8; HEADER_BYTES];
     sock.read_exact(&mut h).map_err(io)?;
-    let word = |o: usize| u64::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3], h[o + 4], h[o + 5], h[o + 6], h[o + 7]]);
-    let magic = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
-    let (their_seq, len) = (word(8), word(16));
-    if magic != MAGIC || their_seq != seq || len != job.bytes {
-        return Err(Error::invalid_usage(format!(
-            "rank {peer} sent transfer #{their_seq} of {len} bytes where this rank expects #{seq} of {} bytes{}: \
-             the ranks called different operations (or different sizes)",
-            job.bytes,
-            if magic != MAGIC { " (not an oxccl frame)" } else { "" }
-        )));
-    }
+    check_header(&h, peer, seq, job.bytes)?;
     match job.mem {
         Mem::Host(p) => {
             // SAFETY: the plan's host arena range (see Job).
