@@ -351,6 +351,8 @@ impl Comm {
         let _ctx = CtxGuard::new(dev)?;
         let module = dev.module()?;
         let bootstrap = Bootstrap::init(id, self.rank, self.nranks, bootstrap::default_timeout())?;
+        let knobs = crate::net::select::Knobs::from_env(self.config.net_name.as_deref());
+        let paths = crate::net::select::choose(&knobs, cfg!(feature = "ib"))?;
 
         let me = PeerInfo {
             rank: self.rank as u32,
@@ -362,6 +364,7 @@ impl Comm {
             cc_minor: dev.cc_minor,
             sm_count: topo::block_budget(dev.sm_count, self.config.max_ctas),
             bus_id: bus_id_bytes(&dev.bus_id),
+            paths: paths.code(),
         };
         if me.sm_count < dev.sm_count {
             nccl_info!(Subsys::Init, "rank {}: maxCTAs {} caps kernels at {} thread blocks ({} SMs)", self.rank, self.config.max_ctas, me.sm_count, dev.sm_count);
@@ -379,6 +382,7 @@ impl Comm {
                 nccl_info!(Subsys::Init, "ranks {} and {r} share CUDA device {} in one process", self.rank, me.device);
             }
         }
+        crate::net::select::agree(&peers.iter().map(|p| p.paths).collect::<Vec<_>>())?;
         let topo = Topology {
             nranks: self.nranks,
             sm_count: peers.iter().map(|p| p.sm_count.max(1) as u32).min().unwrap_or(1),
@@ -387,8 +391,10 @@ impl Comm {
         let scratch = Scratch::for_ranks(self.nranks, &tuning);
         let fp8_ok = peers.iter().all(|p| p.cc_major >= 9);
         let abort_flag = Arc::new(HostMapped::zeroed(dev, 64)?);
+        // Cross-host machinery also serves one host when peer GPU memory is not to be used.
         let spans_hosts = peers.iter().any(|p| !p.same_host(&me));
-        let (channels, net) = if spans_hosts {
+        let port_channels = spans_hosts || (self.nranks > 1 && paths.local != crate::net::select::LocalPath::Memory);
+        let (channels, net) = if port_channels {
             let (state, flag) = (self.state.clone(), abort_flag.clone());
             let rank = self.rank;
             let net = crate::net::Net::connect(crate::net::Setup {
@@ -398,6 +404,7 @@ impl Comm {
                 peers: &peers,
                 device: self.device,
                 config: &self.config,
+                paths,
                 abort_flag: abort_flag.clone(),
                 on_error: Box::new(move |e| {
                     nccl_warn!("comm rank {rank}: {}; the communicator now reports {}", e.msg, e.code.as_str());

@@ -90,10 +90,12 @@ pub struct PeerInfo {
     pub sm_count: i32,
     /// PCI bus id, NUL-padded.
     pub bus_id: [u8; 16],
+    /// The transports it chose (net::select::Paths::code); every rank must choose alike.
+    pub paths: u32,
 }
 
 impl PeerInfo {
-    pub const BYTES: usize = 4 + 8 + 8 + 4 + 4 * 4 + 16;
+    pub const BYTES: usize = 4 + 8 + 8 + 4 + 4 * 4 + 16 + 4;
 
     pub fn same_host(&self, o: &PeerInfo) -> bool {
         self.host_hash == o.host_hash
@@ -116,6 +118,7 @@ impl PeerInfo {
             v.extend_from_slice(&x.to_le_bytes());
         }
         v.extend_from_slice(&self.bus_id);
+        v.extend_from_slice(&self.paths.to_le_bytes());
         v
     }
 
@@ -137,6 +140,7 @@ impl PeerInfo {
             cc_minor: u32at(32) as i32,
             sm_count: u32at(36) as i32,
             bus_id,
+            paths: u32at(56),
         })
     }
 }
@@ -241,6 +245,7 @@ mod tests {
             cc_minor: 0,
             sm_count: 132,
             bus_id,
+            paths: 0x21,
         };
         let e = p.encode();
         assert_eq!(e.len(), PeerInfo::BYTES);

@@ -16,7 +16,12 @@
 //! abort. A case passes when every survivor saw an error and aborted within the bound; a survivor
 //! still running at the bound is a hang: it is killed and the case fails.
 //!
+//! --ranks-per-host P simulates hosts: rank r gets NCCL_HOSTID=oxccl-fault-host-(r / P), so ranks
+//! of different "hosts" talk over oxccl's network links (scripts/hostsim.sh does the same for
+//! MPI jobs).
+//!
 //! Usage: oxccl-fault [--ranks 2,4] [--scenarios init,allreduce,...] [--bound-secs 30] [--seed N]
+//!                    [--ranks-per-host P]
 //! Exit status 0 only if every case passed. Prints a Markdown table of the measurements.
 
 use std::ffi::c_void;
@@ -72,10 +77,11 @@ struct Opts {
     scenarios: Vec<String>,
     bound: Duration,
     seed: u64,
+    per_host: Option<usize>,
 }
 
 fn opts(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts { ranks: vec![2, 4], scenarios: SCENARIOS.iter().map(|s| s.to_string()).collect(), bound: Duration::from_secs(30), seed: 1 };
+    let mut o = Opts { ranks: vec![2, 4], scenarios: SCENARIOS.iter().map(|s| s.to_string()).collect(), bound: Duration::from_secs(30), seed: 1, per_host: None };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
@@ -84,8 +90,9 @@ fn opts(args: &[String]) -> Result<Opts, String> {
             "--scenarios" => o.scenarios = val()?.split(',').map(|s| s.trim().to_string()).collect(),
             "--bound-secs" => o.bound = Duration::from_secs(val()?.parse().map_err(|e| format!("--bound-secs: {e}"))?),
             "--seed" => o.seed = val()?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--ranks-per-host" => o.per_host = Some(val()?.parse().ok().filter(|&p: &usize| p > 0).ok_or("--ranks-per-host: a positive integer")?),
             "-h" | "--help" => {
-                println!("usage: oxccl-fault [--ranks 2,4] [--scenarios {}] [--bound-secs 30] [--seed N]", SCENARIOS.join(","));
+                println!("usage: oxccl-fault [--ranks 2,4] [--scenarios {}] [--bound-secs 30] [--seed N] [--ranks-per-host P]", SCENARIOS.join(","));
                 std::process::exit(0)
             }
             _ => return Err(format!("unknown argument {a}")),
@@ -137,7 +144,7 @@ fn parent(args: &[String]) -> Result<bool, String> {
             let victim = rng.next(n as u64) as usize;
             // Init: anywhere from before the victim reaches the bootstrap to the end of setup.
             let kill_ms = if sc == "init" { rng.next(1500) } else { 200 + rng.next(800) };
-            let (ok, line) = run_case(&exe, n, sc, victim, kill_ms, o.bound)?;
+            let (ok, line) = run_case(&exe, n, sc, victim, kill_ms, o.bound, o.per_host)?;
             all_ok &= ok;
             println!("{line}");
         }
@@ -145,7 +152,7 @@ fn parent(args: &[String]) -> Result<bool, String> {
     Ok(all_ok)
 }
 
-fn run_case(exe: &std::path::Path, n: usize, sc: &str, victim: usize, kill_ms: u64, bound: Duration) -> Result<(bool, String), String> {
+fn run_case(exe: &std::path::Path, n: usize, sc: &str, victim: usize, kill_ms: u64, bound: Duration, per_host: Option<usize>) -> Result<(bool, String), String> {
     let mut id = ncclUniqueId { internal: [0; 128] };
     if ncclGetUniqueId(&mut id) != ResultCode::Success {
         return Err("ncclGetUniqueId failed".into());
@@ -153,7 +160,11 @@ fn run_case(exe: &std::path::Path, n: usize, sc: &str, victim: usize, kill_ms: u
     let hex: String = id.internal.iter().map(|b| format!("{:02x}", *b as u8)).collect();
     let mut kids: Vec<Child> = Vec::new();
     for r in 0..n {
-        let c = Command::new(exe)
+        let mut c = Command::new(exe);
+        if let Some(p) = per_host {
+            c.env("NCCL_HOSTID", format!("oxccl-fault-host-{}", r / p));
+        }
+        let c = c
             .args(["--child", &r.to_string(), &n.to_string(), sc, &hex, &victim.to_string(), &kill_ms.to_string()])
             // A rank that dies before it registers is only noticed by the others' bootstrap
             // timeout (default 300 s): shorten it so init cases end well within the bound.

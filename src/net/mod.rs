@@ -11,9 +11,11 @@
 //! counter. Because the stream itself waits, the stages need no host synchronisation, and the
 //! same launches work inside CUDA graphs: a captured step's plan is kept for every replay.
 
+pub mod ce;
 pub mod hostreduce;
 pub mod link;
 pub mod plan;
+pub mod select;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,6 +24,7 @@ use parking_lot::Mutex;
 
 use self::link::{Job, Link, Mem, Tracker};
 use self::plan::{Buf, Call, HostReduce, Layout, LocalOp, Stage, Step};
+use self::select::{LocalPath, NetWant, Paths};
 use crate::bootstrap::Bootstrap;
 use crate::comm::{Comm, Ready};
 use crate::config::CommConfig;
@@ -60,6 +63,33 @@ fn sockets_per_link() -> Result<usize> {
             _ => Err(Error::invalid_usage(format!("OXCCL_NET_SOCKETS={v}: expected 1..={}", crate::bootstrap::MAX_DATA_SOCKETS))),
         },
     }
+}
+
+/// Lanes to a rank on another host when InfiniBand may be used (NCCL_NET=IB, or found).
+#[cfg(feature = "ib")]
+fn net_lanes(s: &Setup<'_>, p: usize, mut out: Vec<std::net::TcpStream>, mut inc: Vec<std::net::TcpStream>) -> Result<(Vec<link::Lane>, link::Interrupt)> {
+    use std::io::{Read, Write};
+    let found = ib::IbNet::open()?;
+    // Both ends must pick the same transport: InfiniBand only where both hosts have it.
+    let (o, i) = match (out.first_mut(), inc.first_mut()) {
+        (Some(o), Some(i)) => (o, i),
+        _ => return Err(Error::internal("network link without sockets")),
+    };
+    let io = |e| link::io_error(p, e).context("choosing the network transport");
+    o.write_all(&[u8::from(found.is_some())]).map_err(io)?;
+    let mut theirs = [0u8; 1];
+    i.read_exact(&mut theirs).map_err(io)?;
+    match (found.filter(|_| theirs[0] == 1), s.paths.net) {
+        (Some(ibn), _) => ibn.lanes(s.dev, s.me, p, out, inc),
+        (None, NetWant::Ib) => Err(Error::invalid_usage("NCCL_NET=IB: no active InfiniBand/RoCE port found (see NCCL_IB_HCA)")),
+        (None, _) => link::tcp_lanes(p, out, inc),
+    }
+}
+
+/// Without the `ib` feature `select::choose` never asks for InfiniBand.
+#[cfg(not(feature = "ib"))]
+fn net_lanes(_s: &Setup<'_>, p: usize, out: Vec<std::net::TcpStream>, inc: Vec<std::net::TcpStream>) -> Result<(Vec<link::Lane>, link::Interrupt)> {
+    link::tcp_lanes(p, out, inc)
 }
 
 /// Plans the proxy runs, by number. Steps of graph captures stay for every replay; others are
@@ -128,6 +158,8 @@ pub struct Setup<'a> {
     pub peers: &'a [PeerInfo],
     pub device: i32,
     pub config: &'a CommConfig,
+    /// The transports chosen (select::choose), equal on every rank.
+    pub paths: Paths,
     pub abort_flag: Arc<HostMapped>,
     /// Called once if the proxy fails (the communicator records the error and stops kernels).
     pub on_error: Box<dyn Fn(Error) + Send>,
@@ -135,7 +167,12 @@ pub struct Setup<'a> {
 
 impl Net {
     pub fn connect(s: Setup<'_>) -> Result<Net> {
-        let hashes: Vec<u64> = s.peers.iter().map(|p| p.host_hash).collect();
+        // With peer GPU memory ruled out on a host (copy engine, host staging), every rank is planned
+        // as a host of its own and only the links tell hosts apart.
+        let hashes: Vec<u64> = match s.paths.local {
+            LocalPath::Memory => s.peers.iter().map(|p| p.host_hash).collect(),
+            LocalPath::CopyEngine | LocalPath::Host => (0..s.peers.len() as u64).collect(),
+        };
         let layout = Layout::new(s.me, &hashes);
         let mh = layout.my_host();
         // The local communicator first: every rank does this before any link, and it involves
@@ -158,8 +195,17 @@ impl Net {
             if layout.host_of[p] == mh {
                 continue;
             }
-            let ds = s.bs.data_sockets(p, NET_CONN, nsocks).map_err(|e| e.context(format!("connecting to rank {p} on another host")))?;
-            *slot = Some(Link::start(Some(s.dev), s.me, p, ds.outgoing, ds.incoming)?);
+            let ds = s.bs.data_sockets(p, NET_CONN, nsocks).map_err(|e| e.context(format!("connecting to rank {p}")))?;
+            let (peer, me) = (&s.peers[p], &s.peers[s.me]);
+            let (lanes, interrupt) = if peer.same_host(me) && s.paths.local == LocalPath::CopyEngine {
+                let peer_device = peer.same_process(me).then_some(peer.device);
+                ce::lanes(s.dev, p, peer_device, ds.outgoing, ds.incoming)?
+            } else if !peer.same_host(me) && s.paths.net != NetWant::Socket {
+                net_lanes(&s, p, ds.outgoing, ds.incoming)?
+            } else {
+                link::tcp_lanes(p, ds.outgoing, ds.incoming)?
+            };
+            *slot = Some(Link::new(Some(s.dev), s.me, p, lanes, interrupt)?);
         }
         let links = Arc::new(links);
 
@@ -177,8 +223,9 @@ impl Net {
         let proxy = Proxy::start(format!("oxccl-netproxy{}", s.me), FifoHost::new(words), Box::new(handler), placement, s.on_error)?;
         nccl_info!(
             Subsys::Net,
-            "rank {}: {} hosts {:?}; {} local ranks over NVLink, network links to {} ranks",
+            "rank {}: {}; {} hosts {:?}; {} local ranks over NVLink, links to {} ranks",
             s.me,
+            s.paths.describe(),
             layout.nhosts(),
             layout.hosts,
             members.len(),
