@@ -119,3 +119,50 @@ impl Drop for OwnedStream {
         }
     }
 }
+
+/// An asynchronous device-to-device copy (same GPU, or a peer's memory mapped here) that asks the
+/// driver for a copy engine. A plain cuMemcpyAsync between two device addresses may run as a copy
+/// *kernel*; a kernel queued by a proxy thread can then wait in a hardware queue it shares with
+/// the user's stream (CUDA_DEVICE_MAX_CONNECTIONS), behind work that waits for the very kernel
+/// that waits for this proxy: a deadlock. Copy-engine work does not queue behind kernels.
+/// Falls back to cuMemcpyAsync on drivers without cuMemcpyBatchAsync (before CUDA 12.8).
+pub fn copy_engine_async(dst: cu::CUdeviceptr, src: cu::CUdeviceptr, n: usize, stream: cu::CUstream) -> Result<()> {
+    static BATCH: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let batch = *BATCH.get_or_init(|| {
+        // cudarc panics when the driver lacks the symbol; a zero-count call only loads it.
+        std::panic::catch_unwind(|| {
+            // SAFETY: count 0: the driver rejects the call without reading any pointer.
+            unsafe {
+                cu::cuMemcpyBatchAsync_v2(
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    0,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    0,
+                    std::ptr::null_mut(),
+                )
+            }
+        })
+        .is_ok()
+    });
+    if !batch {
+        // SAFETY: the caller guarantees both ranges are valid device memory for this context.
+        return check(unsafe { cu::cuMemcpyAsync(dst, src, n, stream) }, "cuMemcpyAsync");
+    }
+    let none = cu::CUmemLocation { type_: cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_INVALID, id: 0 };
+    let mut attrs = cu::CUmemcpyAttributes {
+        // Stream order: the source is read after earlier work on the stream, like cuMemcpyAsync.
+        srcAccessOrder: cu::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
+        srcLocHint: none,
+        dstLocHint: none,
+        flags: cu::CUmemcpyFlags::CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE as u32,
+    };
+    let (mut d, mut s, mut len, mut idx) = (dst, src, n, 0usize);
+    // SAFETY: one copy described by locals that outlive the call; the caller guarantees the ranges.
+    check(
+        unsafe { cu::cuMemcpyBatchAsync_v2(&mut d, &mut s, &mut len, 1, &mut attrs, &mut idx, 1, stream) },
+        "cuMemcpyBatchAsync",
+    )
+}

@@ -21,6 +21,7 @@ use std::net::TcpStream;
 use super::link::{check_header, header, io_error, shutdown_all, Carrier, Cx, Interrupt, Job, Lane, Mem, HEADER_BYTES};
 use crate::error::{Error, Result};
 use crate::gpu::ipc::{self, ImportedBuffer, IPC_HANDLE_BYTES};
+use crate::gpu::stream::copy_engine_async;
 use crate::gpu::{check, cu, Device, DeviceBuffer};
 
 /// Bytes per slot: large enough that a copy outlasts the per-chunk round trip.
@@ -115,15 +116,17 @@ impl Carrier for CeSend {
             let dst = self.dst + self.slot * CHUNK;
             self.slot = (self.slot + 1) % SLOTS;
             if n > 0 {
-                let rc = match job.mem {
-                    // SAFETY: [src + off, + n) is the plan's device range (valid while the user's
-                    // kernel waits for this step); dst is a slot of CHUNK >= n bytes of the peer's
-                    // ring, mapped for this context; the thread's context is current (staging).
-                    Mem::Dev(src) => unsafe { cu::cuMemcpyAsync(dst, src + off, n as usize, st.stream.raw) },
+                match job.mem {
+                    // [src + off, + n) is the plan's device range (valid while the user's kernel
+                    // waits for this step); dst is a slot of CHUNK >= n bytes of the peer's ring,
+                    // mapped for this context, which is current (staging).
+                    Mem::Dev(src) => copy_engine_async(dst, src + off, n as usize, st.stream.raw)?,
                     // SAFETY: as above; the source is the proxy's pinned arena range.
-                    Mem::Host(p) => unsafe { cu::cuMemcpyHtoDAsync_v2(dst, p.add(off as usize).cast(), n as usize, st.stream.raw) },
-                };
-                check(rc, "cuMemcpyAsync (copy-engine put)")?;
+                    Mem::Host(p) => check(
+                        unsafe { cu::cuMemcpyHtoDAsync_v2(dst, p.add(off as usize).cast(), n as usize, st.stream.raw) },
+                        "cuMemcpyHtoDAsync (copy-engine put)",
+                    )?,
+                }
                 // The chunk is in the peer's memory before its header is sent.
                 st.sync()?;
             }
@@ -154,14 +157,16 @@ impl Carrier for CeRecv {
             let src = self.ring.ptr + self.slot * CHUNK;
             self.slot = (self.slot + 1) % SLOTS;
             if n > 0 {
-                let rc = match job.mem {
-                    // SAFETY: src is a slot of our ring holding n bytes (its header arrived);
-                    // [dst + off, + n) the plan's device range.
-                    Mem::Dev(dst) => unsafe { cu::cuMemcpyAsync(dst + off, src, n as usize, st.stream.raw) },
+                match job.mem {
+                    // src is a slot of our ring holding n bytes (its header arrived); [dst + off,
+                    // + n) the plan's device range.
+                    Mem::Dev(dst) => copy_engine_async(dst + off, src, n as usize, st.stream.raw)?,
                     // SAFETY: as above; the destination is the proxy's pinned arena range.
-                    Mem::Host(p) => unsafe { cu::cuMemcpyDtoHAsync_v2(p.add(off as usize).cast(), src, n as usize, st.stream.raw) },
-                };
-                check(rc, "cuMemcpyAsync (copy-engine receive)")?;
+                    Mem::Host(p) => check(
+                        unsafe { cu::cuMemcpyDtoHAsync_v2(p.add(off as usize).cast(), src, n as usize, st.stream.raw) },
+                        "cuMemcpyDtoHAsync (copy-engine receive)",
+                    )?,
+                }
                 // The slot is read before the sender may fill it again.
                 st.sync()?;
             }
