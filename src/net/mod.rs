@@ -11,7 +11,10 @@
 //! counter. Because the stream itself waits, the stages need no host synchronisation, and the
 //! same launches work inside CUDA graphs: a captured step's plan is kept for every replay.
 
+pub mod hca;
 pub mod hostreduce;
+#[cfg(feature = "ib")]
+pub mod ib;
 pub mod link;
 pub mod plan;
 
