@@ -122,6 +122,16 @@ fn build_fatbin(manifest: &Path, out: &Path, abi_header: &Path) {
     if fatbin.is_file() && fs::read_to_string(&stamp_path).ok().as_deref() == Some(stamp.as_str()) {
         return;
     }
+    // Cargo gives each feature set (`--features ib`) its own OUT_DIR, so a copy keyed by the
+    // stamp is also kept beside them, in target/<profile>/build/oxccl-fatbin-cache: a build with
+    // other features reuses the kernels instead of compiling them again (tens of minutes).
+    let shared = shared_cache(out).map(|d| d.join(format!("{stamp}.fatbin")));
+    if let Some(cached) = shared.as_ref().filter(|c| c.is_file()) {
+        if fs::copy(cached, &fatbin).is_ok() {
+            fs::write(&stamp_path, &stamp).expect("write fatbin stamp");
+            return;
+        }
+    }
 
     let nvcc = find_nvcc(manifest).unwrap_or_else(|| {
         panic!(
@@ -142,7 +152,23 @@ fn build_fatbin(manifest: &Path, out: &Path, abi_header: &Path) {
         .status()
         .unwrap_or_else(|e| panic!("could not run {}: {e}", nvcc.display()));
     assert!(status.success(), "nvcc failed building the kernels ({status})");
-    fs::write(&stamp_path, stamp).expect("write fatbin stamp");
+    fs::write(&stamp_path, &stamp).expect("write fatbin stamp");
+    if let Some(cached) = shared {
+        // Best effort; written under a temporary name and renamed, so a concurrent build never
+        // reads half a file.
+        let tmp = cached.with_extension(format!("tmp{}", std::process::id()));
+        let saved = cached.parent().is_some_and(|d| fs::create_dir_all(d).is_ok()) && fs::copy(&fatbin, &tmp).is_ok();
+        if !saved || fs::rename(&tmp, &cached).is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+    }
+}
+
+/// target/<profile>/build/oxccl-fatbin-cache, from OUT_DIR = target/<profile>/build/oxccl-<hash>/out
+/// (None if OUT_DIR is laid out otherwise).
+fn shared_cache(out: &Path) -> Option<PathBuf> {
+    let build = out.parent()?.parent()?;
+    (build.file_name()? == "build").then(|| build.join("oxccl-fatbin-cache"))
 }
 
 fn generate_nccl_header(manifest: &Path) {

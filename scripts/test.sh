@@ -71,6 +71,22 @@ if cargo clippy --version >/dev/null 2>&1; then
 else
   echo "test: clippy not installed; skipped"
 fi
+# The InfiniBand transport (feature `ib`): it needs rdma-core (libibverbs-dev, which brings libnl)
+# and, for the ibverbs-sys crate's build, cmake and libclang. Its kernels come from the fatbin
+# cache the builds above filled (build.rs), so this adds no nvcc run.
+ib_pkgs=()
+for p in libibverbs-dev cmake libclang-dev; do
+  dpkg -s "$p" >/dev/null 2>&1 || ib_pkgs+=("$p")
+done
+if [ ${#ib_pkgs[@]} -gt 0 ]; then
+  sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${ib_pkgs[@]}"
+fi
+if cargo clippy --version >/dev/null 2>&1; then
+  cargo clippy --release --locked --features ib --all-targets -- -D warnings
+fi
+cargo test --release --locked --features ib --lib net::
 bash ffi-tests/run.sh target/release
 bash packaging/check.sh
 echo "test: all passed"

@@ -12,7 +12,10 @@
 //! same launches work inside CUDA graphs: a captured step's plan is kept for every replay.
 
 pub mod ce;
+pub mod hca;
 pub mod hostreduce;
+#[cfg(feature = "ib")]
+pub mod ib;
 pub mod link;
 pub mod plan;
 pub mod select;
@@ -69,7 +72,7 @@ fn sockets_per_link() -> Result<usize> {
 #[cfg(feature = "ib")]
 fn net_lanes(s: &Setup<'_>, p: usize, mut out: Vec<std::net::TcpStream>, mut inc: Vec<std::net::TcpStream>) -> Result<(Vec<link::Lane>, link::Interrupt)> {
     use std::io::{Read, Write};
-    let found = ib::IbNet::open()?;
+    let found = ib::open()?;
     // Both ends must pick the same transport: InfiniBand only where both hosts have it.
     let (o, i) = match (out.first_mut(), inc.first_mut()) {
         (Some(o), Some(i)) => (o, i),
