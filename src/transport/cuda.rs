@@ -1,6 +1,8 @@
 //! The CUDA side of the transports: device memories as `MemAccess` (for host-staged transports
 //! such as TCP), and the copy-engine transport between GPUs of one host (CUDA IPC or one process).
 
+use parking_lot::Mutex;
+
 use crate::error::{Error, Result};
 use crate::gpu::stream::OwnedStream;
 use crate::gpu::{check, cu, CtxGuard, Device};
@@ -24,35 +26,55 @@ fn region(table: &[Region], id: u16, off: u64, len: u64, what: &str) -> Result<u
     Ok(r.ptr + off)
 }
 
-/// Device memories of this GPU, reached with synchronous copies (the proxy thread or a receiver
-/// thread makes them; each call makes the device's context current).
+/// Device memories of this GPU, reached with copies the calling thread waits for (the proxy thread
+/// or a receiver thread). Copies run on non-blocking streams of a small pool, never on the legacy
+/// default stream: that one would wait for the user's kernels on blocking streams, among them
+/// the kernel waiting for this very transfer.
 pub struct DeviceMem {
     pub dev: &'static Device,
     pub mems: Vec<Region>,
     /// Device addresses of this GPU's inbound semaphores (`u64`).
     pub sems: Vec<u64>,
+    streams: Mutex<Vec<OwnedStream>>,
+}
+
+impl DeviceMem {
+    pub fn new(dev: &'static Device, mems: Vec<Region>, sems: Vec<u64>) -> DeviceMem {
+        DeviceMem { dev, mems, sems, streams: Mutex::new(Vec::new()) }
+    }
+
+    /// Runs `f` with the device's context current and a stream of the pool (made on demand, one
+    /// per concurrent caller), then waits for that stream.
+    fn on_stream(&self, what: &str, f: impl FnOnce(cu::CUstream) -> cu::CUresult) -> Result<()> {
+        let _g = CtxGuard::new(self.dev)?;
+        let s = match self.streams.lock().pop() {
+            Some(s) => s,
+            None => OwnedStream::new(self.dev)?,
+        };
+        let r = check(f(s.raw), what).and_then(|_| s.sync(what));
+        self.streams.lock().push(s);
+        r
+    }
 }
 
 impl MemAccess for DeviceMem {
     fn read(&self, mem: u16, off: u64, dst: &mut [u8]) -> Result<()> {
         let src = region(&self.mems, mem, off, dst.len() as u64, "read")?;
-        let _g = CtxGuard::new(self.dev)?;
-        // SAFETY: `src` lies within a registered allocation (checked); dst is writable host memory.
-        check(unsafe { cu::cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), src, dst.len()) }, "cuMemcpyDtoH")
+        // SAFETY: `src` lies within a registered allocation (checked); dst is writable host memory,
+        // and on_stream waits for the copy before returning.
+        self.on_stream("cuMemcpyDtoHAsync", |st| unsafe { cu::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), src, dst.len(), st) })
     }
 
     fn write(&self, mem: u16, off: u64, src: &[u8]) -> Result<()> {
         let dst = region(&self.mems, mem, off, src.len() as u64, "write")?;
-        let _g = CtxGuard::new(self.dev)?;
-        // SAFETY: as in read. Later copies on the default stream (a signal) run after this one.
-        check(unsafe { cu::cuMemcpyHtoD_v2(dst, src.as_ptr().cast(), src.len()) }, "cuMemcpyHtoD")
+        // SAFETY: as in read; complete when on_stream returns, so a later signal follows it.
+        self.on_stream("cuMemcpyHtoDAsync", |st| unsafe { cu::cuMemcpyHtoDAsync_v2(dst, src.as_ptr().cast(), src.len(), st) })
     }
 
     fn signal(&self, sem: u16, value: u64) -> Result<()> {
         let addr = *self.sems.get(sem as usize).ok_or_else(|| Error::invalid_usage(format!("unknown semaphore id {sem}")))?;
-        let _g = CtxGuard::new(self.dev)?;
-        // SAFETY: a registered u64 semaphore; the default stream orders it after earlier writes.
-        check(unsafe { cu::cuMemcpyHtoD_v2(addr, (&value as *const u64).cast(), 8) }, "cuMemcpyHtoD (semaphore)")
+        // SAFETY: a registered u64 semaphore; every earlier write completed before its call returned.
+        self.on_stream("cuMemcpyHtoDAsync (semaphore)", |st| unsafe { cu::cuMemcpyHtoDAsync_v2(addr, (&value as *const u64).cast(), 8, st) })
     }
 }
 
