@@ -52,6 +52,12 @@ step gpu-check-proxy "$bin/oxccl-gpu-check" --proxy
 step gpu-check-hang "$bin/oxccl-gpu-check" --hang
 if [ "$ngpu" -ge 4 ]; then fr=2,4; else fr=2; fi
 step fault-injection "$bin/oxccl-fault" --ranks $fr
+if [ "$ngpu" -ge 4 ]; then
+  step fault-injection-hosts "$bin/oxccl-fault" --ranks 4 --ranks-per-host 2
+else
+  step fault-injection-hosts "$bin/oxccl-fault" --ranks 2 --ranks-per-host 1 --scenarios allreduce,sendrecv,stop
+fi
+step fault-injection-ce env OXCCL_LOCAL_TRANSPORT=ce "$bin/oxccl-fault" --ranks $fr --scenarios allreduce,allgather,sendrecv,stop
 if [ $quick = 1 ]; then soak=1000; else soak=10000; fi
 step soak "$bin/oxccl-gpu-check" --soak $soak
 step leaks "$bin/oxccl-gpu-check" --leaks

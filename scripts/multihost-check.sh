@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Cross-host correctness on one machine: every nccl-tests binary with -c 1 -d all (-o all for the
 # reducing ones) under mpirun, ranks split into simulated hosts by scripts/hostsim.sh: 2 hosts x
-# N/2 ranks (N >= 4) and N hosts x 1, plus -G 20 for AllReduce. Fails if any row is wrong or a run
-# fails.  Usage: scripts/multihost-check.sh <liboxccl.so> <nccl-tests build dir (MPI=1)> [N GPUs]
+# N/2 ranks (N >= 4) and N hosts x 1, plus -G 20 for AllReduce; then one host over copy engines
+# (OXCCL_LOCAL_TRANSPORT=ce) and host staging (NCCL_P2P_DISABLE=1). Fails if any row is wrong or a
+# run fails.  Usage: scripts/multihost-check.sh <liboxccl.so> <nccl-tests build dir (MPI=1)> [N GPUs]
 set -uo pipefail
 lib=$(realpath "$1"); nt=$2; n=${3:-$(nvidia-smi -L | wc -l)}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,6 +26,19 @@ for ph in $layouts; do
   done
   timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x NCCL_DEBUG=WARN "$here/hostsim.sh" "$ph" "$nt/all_reduce_perf" -b 8 -e 4M -f 16 -c 1 -G 20 -n 2 -w 1 > "$log/$ph-G.log" 2>&1
   check "$((n / ph)) hosts x $ph: all_reduce -G 20" "$log/$ph-G.log" $?
+done
+# The same machinery between GPUs of one host: copy engines (OXCCL_LOCAL_TRANSPORT=ce) for every
+# binary, and the host-staged path (NCCL_P2P_DISABLE=1) for four of them.
+for t in all_reduce reduce_scatter reduce broadcast all_gather alltoall sendrecv gather scatter hypercube; do
+  o=""; case $t in all_reduce|reduce_scatter|reduce) o="-o all";; esac
+  d="-d all"; [ $t = hypercube ] && d=""
+  timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x OXCCL_LOCAL_TRANSPORT=ce -x NCCL_DEBUG=WARN "$nt/${t}_perf" -b 8 -e 8M -f 8 -c 1 $d $o -n 1 -w 1 > "$log/ce-$t.log" 2>&1
+  check "copy engine: $t" "$log/ce-$t.log" $?
+done
+for t in all_reduce all_gather alltoall sendrecv; do
+  o=""; [ $t = all_reduce ] && o="-o all"
+  timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x NCCL_P2P_DISABLE=1 -x NCCL_DEBUG=WARN "$nt/${t}_perf" -b 8 -e 4M -f 16 -c 1 -d all $o -n 1 -w 1 > "$log/host-$t.log" 2>&1
+  check "NCCL_P2P_DISABLE=1: $t" "$log/host-$t.log" $?
 done
 echo "multihost-check: $fails failure(s); logs in $log"
 [ "$fails" -eq 0 ]
