@@ -18,7 +18,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use super::link::{check_header, header, io_error, shutdown_all, Carrier, Cx, Interrupt, Job, Lane, Mem, HEADER_BYTES};
+use super::link::{check_header, header, io_error, prepare_sockets, shutdown_all, Carrier, Cx, Interrupt, Job, Lane, Mem, HEADER_BYTES};
 use crate::error::{Error, Result};
 use crate::gpu::ipc::{self, ImportedBuffer, IPC_HANDLE_BYTES};
 use crate::gpu::stream::copy_engine_async;
@@ -53,15 +53,7 @@ fn publish(ring: &DeviceBuffer, same_process: bool, dev: &'static Device) -> Res
 /// this process (no IPC then: a process cannot open its own handles), else None.
 /// Collective for the pair: both ranks call it with their sockets after data_sockets returned.
 pub fn lanes(dev: &'static Device, peer: usize, peer_device: Option<i32>, out: Vec<TcpStream>, inc: Vec<TcpStream>) -> Result<(Vec<Lane>, Interrupt)> {
-    if out.is_empty() || out.len() != inc.len() {
-        return Err(Error::internal(format!("copy-engine link with {} + {} sockets", out.len(), inc.len())));
-    }
-    let mut socks = Vec::new();
-    for s in out.iter().chain(&inc) {
-        s.set_nonblocking(false).map_err(|e| Error::io("blocking mode", &e))?;
-        s.set_nodelay(true).map_err(|e| Error::io("TCP_NODELAY", &e))?;
-        socks.push(s.try_clone().map_err(|e| Error::io("cloning a socket", &e))?);
-    }
+    let socks = prepare_sockets("copy-engine", &out, &inc)?;
     let io = |e| io_error(peer, e).context("copy-engine link set-up");
     // Every receiving ring is published before any sender waits for its peer's: both ranks of the
     // pair write first, so neither waits on the other.

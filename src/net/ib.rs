@@ -41,7 +41,7 @@ use ibverbs_sys as ffi;
 use once_cell::sync::OnceCell;
 
 use super::hca::HcaFilter;
-use super::link::{check_header, header, io_error, shutdown_all, Carrier, Cx, Interrupt, Job, Lane, Mem, Staging, CHUNK, HEADER_BYTES};
+use super::link::{check_header, header, io_error, prepare_sockets, shutdown_all, Carrier, Cx, Interrupt, Job, Lane, Mem, Staging, CHUNK, HEADER_BYTES};
 use crate::error::{Error, Result};
 use crate::gpu::{check, cu, CtxGuard, Device, HostMapped};
 use crate::log::Subsys;
@@ -349,6 +349,31 @@ impl Watch {
 // ---------------------------------------------------------------------------------------------
 // The sending and the receiving carrier.
 
+/// A carrier side that polls its completion queue: `wait` spins on `reap` until `ready`, backing
+/// off and watching the peer (`Watch::idle`) while nothing completes.
+trait Reap: Sized {
+    /// Takes the completions that arrived; true if there were any.
+    fn reap(&mut self) -> Result<bool>;
+    fn watch(&mut self) -> &mut Watch;
+
+    fn wait(&mut self, ready: impl Fn(&Self) -> bool) -> Result<()> {
+        let mut b = Backoff(0);
+        loop {
+            if self.reap()? {
+                b = Backoff(0);
+            }
+            if ready(self) {
+                return Ok(());
+            }
+            if let Err(e) = self.watch().idle(&mut b) {
+                // A last look: what completed before the peer left (or the abort) still counts.
+                self.reap()?;
+                return if ready(self) { Ok(()) } else { Err(e) };
+            }
+        }
+    }
+}
+
 struct Sender<W: Wire> {
     w: W,
     peer: usize,
@@ -361,12 +386,7 @@ struct Sender<W: Wire> {
     cqes: Vec<Completion>,
 }
 
-impl<W: Wire> Sender<W> {
-    fn new(w: W, watch: Watch, gdr: bool) -> Sender<W> {
-        let peer = watch.peer;
-        Sender { w, peer, watch, posted: 0, completed: 0, gdr, cqes: Vec::new() }
-    }
-
+impl<W: Wire> Reap for Sender<W> {
     fn reap(&mut self) -> Result<bool> {
         self.cqes.clear();
         self.w.poll(&mut self.cqes)?;
@@ -385,22 +405,17 @@ impl<W: Wire> Sender<W> {
         Ok(!self.cqes.is_empty())
     }
 
-    fn wait(&mut self, ready: impl Fn(&Self) -> bool) -> Result<()> {
-        let mut b = Backoff(0);
-        loop {
-            if self.reap()? {
-                b = Backoff(0);
-            }
-            if ready(self) {
-                return Ok(());
-            }
-            if let Err(e) = self.watch.idle(&mut b) {
-                // A last look: what completed before the peer left (or the abort) still counts.
-                self.reap()?;
-                return if ready(self) { Ok(()) } else { Err(e) };
-            }
-        }
+    fn watch(&mut self) -> &mut Watch {
+        &mut self.watch
     }
+}
+
+impl<W: Wire> Sender<W> {
+    fn new(w: W, watch: Watch, gdr: bool) -> Sender<W> {
+        let peer = watch.peer;
+        Sender { w, peer, watch, posted: 0, completed: 0, gdr, cqes: Vec::new() }
+    }
+
 
     fn send(&mut self, st: Option<&Staging>, seq: u64, job: &Job) -> Result<()> {
         // GPUDirect RDMA: the job's range registered for this job only (it is the user's memory,
@@ -486,13 +501,7 @@ struct Receiver<W: Wire> {
     cqes: Vec<Completion>,
 }
 
-impl<W: Wire> Receiver<W> {
-    /// `w` must have SLOTS receives posted.
-    fn new(w: W, watch: Watch) -> Receiver<W> {
-        let peer = watch.peer;
-        Receiver { w, peer, watch, consumed: 0, arrived: 0, lens: [0; SLOTS], credits_posted: 0, credits_done: 0, cqes: Vec::new() }
-    }
-
+impl<W: Wire> Reap for Receiver<W> {
     fn reap(&mut self) -> Result<bool> {
         self.cqes.clear();
         self.w.poll(&mut self.cqes)?;
@@ -523,22 +532,18 @@ impl<W: Wire> Receiver<W> {
         Ok(!self.cqes.is_empty())
     }
 
-    fn wait(&mut self, ready: impl Fn(&Self) -> bool) -> Result<()> {
-        let mut b = Backoff(0);
-        loop {
-            if self.reap()? {
-                b = Backoff(0);
-            }
-            if ready(self) {
-                return Ok(());
-            }
-            if let Err(e) = self.watch.idle(&mut b) {
-                // A last look: what completed before the peer left (or the abort) still counts.
-                self.reap()?;
-                return if ready(self) { Ok(()) } else { Err(e) };
-            }
-        }
+    fn watch(&mut self) -> &mut Watch {
+        &mut self.watch
     }
+}
+
+impl<W: Wire> Receiver<W> {
+    /// `w` must have SLOTS receives posted.
+    fn new(w: W, watch: Watch) -> Receiver<W> {
+        let peer = watch.peer;
+        Receiver { w, peer, watch, consumed: 0, arrived: 0, lens: [0; SLOTS], credits_posted: 0, credits_done: 0, cqes: Vec::new() }
+    }
+
 
     fn recv(&mut self, st: Option<&Staging>, seq: u64, job: &Job) -> Result<()> {
         let base = self.w.mem();
@@ -833,20 +838,12 @@ impl IbNet {
     /// sockets carry the set-up exchange (both ranks must call this for each other), then watch
     /// the peer. `dev`: the GPU whose memory jobs name. The interrupt fails every blocked carrier.
     pub fn lanes(&self, dev: &'static Device, me: usize, peer: usize, out: Vec<TcpStream>, inc: Vec<TcpStream>) -> Result<(Vec<Lane>, Interrupt)> {
-        if out.is_empty() || out.len() != inc.len() {
-            return Err(Error::internal(format!("InfiniBand link with {} + {} sockets", out.len(), inc.len())));
-        }
+        let socks = prepare_sockets("InfiniBand", &out, &inc)?;
         let picks = self.ports_for(dev, out.len());
         let stop = Arc::new(AtomicBool::new(false));
-        let mut socks = Vec::new();
         let mut lanes: Vec<Lane> = Vec::new();
         for (i, (mut o, mut n)) in out.into_iter().zip(inc).enumerate() {
             let port = &self.ports[picks[i]];
-            for s in [&o, &n] {
-                s.set_nonblocking(false).map_err(|e| Error::io("blocking mode", &e))?;
-                s.set_nodelay(true).map_err(|e| Error::io("TCP_NODELAY", &e))?;
-                socks.push(s.try_clone().map_err(|e| Error::io("cloning a network socket", &e))?);
-            }
             let mut snd = Verbs::new(port, dev, Role::Sender)?;
             let mut rcv = Verbs::new(port, dev, Role::Receiver)?;
             // Every write before any read: the peer does the same, so neither waits on the other

@@ -130,21 +130,29 @@ fn stripes(bytes: u64, lanes: usize) -> Vec<(u64, u64)> {
 /// TCP lanes: one per socket pair; `out` sockets we write, `inc` sockets we read; both lists
 /// equally long.
 pub fn tcp_lanes(peer: usize, out: Vec<TcpStream>, inc: Vec<TcpStream>) -> Result<(Vec<Lane>, Interrupt)> {
-    if out.is_empty() || out.len() != inc.len() {
-        return Err(Error::internal(format!("network link with {} + {} sockets", out.len(), inc.len())));
-    }
-    let mut socks = Vec::new();
-    for s in out.iter().chain(&inc) {
-        s.set_nonblocking(false).map_err(|e| Error::io("blocking mode", &e))?;
-        s.set_nodelay(true).map_err(|e| Error::io("TCP_NODELAY", &e))?;
-        socks.push(s.try_clone().map_err(|e| Error::io("cloning a network socket", &e))?);
-    }
+    let socks = prepare_sockets("network", &out, &inc)?;
     let lanes = out
         .into_iter()
         .zip(inc)
         .map(|(o, i)| (Box::new(TcpSend { sock: o, peer }) as Box<dyn Carrier>, Box::new(TcpRecv { sock: i, peer }) as Box<dyn Carrier>))
         .collect();
     Ok((lanes, shutdown_all(socks)))
+}
+
+/// Checks a link's socket pairs (`out` and `inc` equally long, not empty), puts them in blocking
+/// mode without Nagle's delay, and returns clones of them all for the link's interrupt.
+/// `what` names the transport in errors.
+pub fn prepare_sockets(what: &str, out: &[TcpStream], inc: &[TcpStream]) -> Result<Vec<TcpStream>> {
+    if out.is_empty() || out.len() != inc.len() {
+        return Err(Error::internal(format!("{what} link with {} + {} sockets", out.len(), inc.len())));
+    }
+    let mut socks = Vec::new();
+    for s in out.iter().chain(inc) {
+        s.set_nonblocking(false).map_err(|e| Error::io("blocking mode", &e))?;
+        s.set_nodelay(true).map_err(|e| Error::io("TCP_NODELAY", &e))?;
+        socks.push(s.try_clone().map_err(|e| Error::io("cloning a socket", &e))?);
+    }
+    Ok(socks)
 }
 
 /// An interrupt that shuts these sockets down.
