@@ -61,7 +61,7 @@ pub fn lanes(dev: &'static Device, peer: usize, peer_device: Option<i32>, out: V
     for mut s in inc {
         let ring = DeviceBuffer::zeroed(dev, (CHUNK * SLOTS) as usize)?;
         s.write_all(&publish(&ring, peer_device.is_some(), dev)?).map_err(io)?;
-        recvs.push(CeRecv { sock: s, peer, ring, slot: 0 });
+        recvs.push(CeRecv { sock: s, peer, ring: OwnRing { ring }, slot: 0 });
     }
     if let Some(d) = peer_device {
         dev.enable_peer_access(Device::get(d)?)?;
@@ -77,27 +77,91 @@ pub fn lanes(dev: &'static Device, peer: usize, peer_device: Option<i32>, out: V
             let imp = ImportedBuffer::open(dev, &h).map_err(|e| e.context(format!("mapping rank {peer}'s copy-engine ring")))?;
             (imp.ptr, Some(imp))
         };
-        let send = CeSend { sock: s, peer, dst, _import: import, credits: SLOTS, slot: 0 };
+        let send = CeSend::new(s, peer, PeerRing { dst, _import: import });
         lanes.push((Box::new(send), Box::new(r)));
     }
     Ok((lanes, shutdown_all(socks)))
 }
 
-struct CeSend {
-    sock: TcpStream,
-    peer: usize,
-    /// The peer's ring as mapped here.
+/// How a lane's chunks get into the receiver's ring and out of it: CUDA copies on the GPUs
+/// (`PeerRing`, `OwnRing`), or host memory in the CPU tests. Each call is complete when it
+/// returns (the header or credit that follows must not overtake the bytes).
+trait Put: Send + 'static {
+    /// `n` bytes of `job` at `off` into slot `slot` of the peer's ring.
+    fn put(&mut self, cx: &mut Cx, slot: u64, job: &Job, off: u64, n: u64) -> Result<()>;
+}
+
+trait Take: Send + 'static {
+    /// `n` bytes of slot `slot` of our ring into `job` at `off`.
+    fn take(&mut self, cx: &mut Cx, slot: u64, job: &Job, off: u64, n: u64) -> Result<()>;
+}
+
+/// The peer's ring as mapped here.
+struct PeerRing {
     dst: u64,
     _import: Option<ImportedBuffer>,
+}
+
+impl Put for PeerRing {
+    fn put(&mut self, cx: &mut Cx, slot: u64, job: &Job, off: u64, n: u64) -> Result<()> {
+        let st = cx.staging()?;
+        let dst = self.dst + slot * CHUNK;
+        match job.mem {
+            // [src + off, + n) is the plan's device range (valid while the user's kernel waits for
+            // this step); dst is a slot of CHUNK >= n bytes of the peer's ring, mapped for this
+            // context, which is current (staging).
+            Mem::Dev(src) => copy_engine_async(dst, src + off, n as usize, st.stream.raw)?,
+            // SAFETY: as above; the source is the proxy's pinned arena range.
+            Mem::Host(p) => check(
+                unsafe { cu::cuMemcpyHtoDAsync_v2(dst, p.add(off as usize).cast(), n as usize, st.stream.raw) },
+                "cuMemcpyHtoDAsync (copy-engine put)",
+            )?,
+        }
+        st.sync()
+    }
+}
+
+/// Our ring, which the peer writes.
+struct OwnRing {
+    ring: DeviceBuffer,
+}
+
+impl Take for OwnRing {
+    fn take(&mut self, cx: &mut Cx, slot: u64, job: &Job, off: u64, n: u64) -> Result<()> {
+        let st = cx.staging()?;
+        let src = self.ring.ptr + slot * CHUNK;
+        match job.mem {
+            // src is a slot of our ring holding n bytes (its header arrived); [dst + off, + n)
+            // the plan's device range.
+            Mem::Dev(dst) => copy_engine_async(dst + off, src, n as usize, st.stream.raw)?,
+            // SAFETY: as above; the destination is the proxy's pinned arena range.
+            Mem::Host(p) => check(
+                unsafe { cu::cuMemcpyDtoHAsync_v2(p.add(off as usize).cast(), src, n as usize, st.stream.raw) },
+                "cuMemcpyDtoHAsync (copy-engine receive)",
+            )?,
+        }
+        st.sync()
+    }
+}
+
+struct CeSend<P: Put> {
+    sock: TcpStream,
+    peer: usize,
+    ring: P,
     /// Slots the receiver has freed and we have not filled.
     credits: u64,
     slot: u64,
 }
 
-impl Carrier for CeSend {
+impl<P: Put> CeSend<P> {
+    fn new(sock: TcpStream, peer: usize, ring: P) -> CeSend<P> {
+        CeSend { sock, peer, ring, credits: SLOTS, slot: 0 }
+    }
+}
+
+impl<P: Put> Carrier for CeSend<P> {
     fn carry(&mut self, cx: &mut Cx, seq: u64, job: &Job) -> Result<()> {
         let io = |e| io_error(self.peer, e);
-        let st = cx.staging()?;
         for (k, &(off, n)) in chunks(job.bytes).iter().enumerate() {
             while self.credits == 0 {
                 let mut c = [0u8; 8];
@@ -105,22 +169,11 @@ impl Carrier for CeSend {
                 self.credits += 1;
             }
             self.credits -= 1;
-            let dst = self.dst + self.slot * CHUNK;
+            let slot = self.slot;
             self.slot = (self.slot + 1) % SLOTS;
             if n > 0 {
-                match job.mem {
-                    // [src + off, + n) is the plan's device range (valid while the user's kernel
-                    // waits for this step); dst is a slot of CHUNK >= n bytes of the peer's ring,
-                    // mapped for this context, which is current (staging).
-                    Mem::Dev(src) => copy_engine_async(dst, src + off, n as usize, st.stream.raw)?,
-                    // SAFETY: as above; the source is the proxy's pinned arena range.
-                    Mem::Host(p) => check(
-                        unsafe { cu::cuMemcpyHtoDAsync_v2(dst, p.add(off as usize).cast(), n as usize, st.stream.raw) },
-                        "cuMemcpyHtoDAsync (copy-engine put)",
-                    )?,
-                }
                 // The chunk is in the peer's memory before its header is sent.
-                st.sync()?;
+                self.ring.put(cx, slot, job, off, n)?;
             }
             self.sock.write_all(&header(k as u32, seq, job.bytes)).map_err(io)?;
         }
@@ -128,17 +181,16 @@ impl Carrier for CeSend {
     }
 }
 
-struct CeRecv {
+struct CeRecv<T: Take> {
     sock: TcpStream,
     peer: usize,
-    ring: DeviceBuffer,
+    ring: T,
     slot: u64,
 }
 
-impl Carrier for CeRecv {
+impl<T: Take> Carrier for CeRecv<T> {
     fn carry(&mut self, cx: &mut Cx, seq: u64, job: &Job) -> Result<()> {
         let io = |e| io_error(self.peer, e);
-        let st = cx.staging()?;
         for (k, &(off, n)) in chunks(job.bytes).iter().enumerate() {
             let mut h = [0u8; HEADER_BYTES];
             self.sock.read_exact(&mut h).map_err(io)?;
@@ -146,21 +198,11 @@ impl Carrier for CeRecv {
             if their_k != k as u32 {
                 return Err(Error::internal(format!("rank {}: copy-engine chunk {their_k} where {k} was expected", self.peer)));
             }
-            let src = self.ring.ptr + self.slot * CHUNK;
+            let slot = self.slot;
             self.slot = (self.slot + 1) % SLOTS;
             if n > 0 {
-                match job.mem {
-                    // src is a slot of our ring holding n bytes (its header arrived); [dst + off,
-                    // + n) the plan's device range.
-                    Mem::Dev(dst) => copy_engine_async(dst + off, src, n as usize, st.stream.raw)?,
-                    // SAFETY: as above; the destination is the proxy's pinned arena range.
-                    Mem::Host(p) => check(
-                        unsafe { cu::cuMemcpyDtoHAsync_v2(p.add(off as usize).cast(), src, n as usize, st.stream.raw) },
-                        "cuMemcpyDtoHAsync (copy-engine receive)",
-                    )?,
-                }
                 // The slot is read before the sender may fill it again.
-                st.sync()?;
+                self.ring.take(cx, slot, job, off, n)?;
             }
             self.sock.write_all(&(k as u64).to_le_bytes()).map_err(io)?;
         }
@@ -171,6 +213,106 @@ impl Carrier for CeRecv {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::link::{Link, Tracker};
+    use std::sync::{Arc, Mutex};
+
+    /// A ring in host memory, shared by a sender and the receiver it writes to.
+    #[derive(Clone)]
+    struct HostRing(Arc<Mutex<Vec<u8>>>);
+
+    fn host(job: &Job) -> *mut u8 {
+        match job.mem {
+            Mem::Host(p) => p,
+            Mem::Dev(_) => panic!("host memory only in these tests"),
+        }
+    }
+
+    impl Put for HostRing {
+        fn put(&mut self, _: &mut Cx, slot: u64, job: &Job, off: u64, n: u64) -> Result<()> {
+            let mut r = self.0.lock().unwrap();
+            let at = (slot * CHUNK) as usize;
+            // SAFETY: the test's job buffer holds job.bytes >= off + n bytes.
+            let src = unsafe { std::slice::from_raw_parts(host(job).add(off as usize), n as usize) };
+            r[at..at + n as usize].copy_from_slice(src);
+            Ok(())
+        }
+    }
+
+    impl Take for HostRing {
+        fn take(&mut self, _: &mut Cx, slot: u64, job: &Job, off: u64, n: u64) -> Result<()> {
+            let r = self.0.lock().unwrap();
+            let at = (slot * CHUNK) as usize;
+            // SAFETY: as in put.
+            let dst = unsafe { std::slice::from_raw_parts_mut(host(job).add(off as usize), n as usize) };
+            dst.copy_from_slice(&r[at..at + n as usize]);
+            Ok(())
+        }
+    }
+
+    /// Two ranks' copy-engine links over loopback sockets and host rings, `lanes` lanes each.
+    fn pair(lanes: usize) -> (Link, Link) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = l.local_addr().unwrap();
+        let (mut la, mut lb): (Vec<Lane>, Vec<Lane>) = (Vec::new(), Vec::new());
+        let (mut sa, mut sb) = (Vec::new(), Vec::new());
+        for _ in 0..lanes {
+            let a_out = TcpStream::connect(a).unwrap();
+            let b_inc = l.accept().unwrap().0;
+            let b_out = TcpStream::connect(a).unwrap();
+            let a_inc = l.accept().unwrap().0;
+            let ab = HostRing(Arc::new(Mutex::new(vec![0; (CHUNK * SLOTS) as usize])));
+            let ba = HostRing(Arc::new(Mutex::new(vec![0; (CHUNK * SLOTS) as usize])));
+            for s in [&a_out, &a_inc] {
+                sa.push(s.try_clone().unwrap());
+            }
+            for s in [&b_out, &b_inc] {
+                sb.push(s.try_clone().unwrap());
+            }
+            la.push((Box::new(CeSend::new(a_out, 1, ab.clone())), Box::new(CeRecv { sock: a_inc, peer: 1, ring: ba.clone(), slot: 0 })));
+            lb.push((Box::new(CeSend::new(b_out, 0, ba)), Box::new(CeRecv { sock: b_inc, peer: 0, ring: ab, slot: 0 })));
+        }
+        (Link::new(None, 0, 1, la, shutdown_all(sa)).unwrap(), Link::new(None, 1, 0, lb, shutdown_all(sb)).unwrap())
+    }
+
+    fn job(t: &Arc<Tracker>, v: &mut [u8]) -> Job {
+        Job { mem: Mem::Host(v.as_mut_ptr()), bytes: v.len() as u64, done: t.clone() }
+    }
+
+    #[test]
+    fn jobs_of_every_size_cross_both_ways_through_the_rings() {
+        for lanes in [1, 2] {
+            let (a, b) = pair(lanes);
+            // Several chunks per lane wrap the two slots and need credits; 0 bytes is one header.
+            for n in [0usize, 5, CHUNK as usize, 3 * CHUNK as usize + 7, 9 * CHUNK as usize + 1] {
+                let mut src_a: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+                let mut src_b: Vec<u8> = (0..n).map(|i| (i % 241) as u8 ^ 0x5a).collect();
+                let (mut dst_a, mut dst_b) = (vec![0u8; n], vec![0u8; n]);
+                let t = Tracker::new(4);
+                a.send(job(&t, &mut src_a));
+                b.send(job(&t, &mut src_b));
+                b.recv(job(&t, &mut dst_b));
+                a.recv(job(&t, &mut dst_a));
+                t.wait(&|| None).unwrap();
+                assert!(dst_b == src_a && dst_a == src_b, "{lanes} lanes, {n} bytes");
+            }
+        }
+    }
+
+    #[test]
+    fn a_size_mismatch_and_a_closed_peer_are_errors() {
+        let (a, b) = pair(1);
+        let (mut x, mut y) = (vec![1u8; 64], vec![0u8; 32]);
+        let t = Tracker::new(2);
+        a.send(job(&t, &mut x));
+        b.recv(job(&t, &mut y));
+        let e = t.wait(&|| None).unwrap_err();
+        assert!(e.msg.contains("64 bytes") && e.msg.contains("32 bytes"), "{}", e.msg);
+        drop(b);
+        let t = Tracker::new(1);
+        a.recv(job(&t, &mut y));
+        let e = t.wait(&|| None).unwrap_err();
+        assert_eq!(e.code, crate::error::ResultCode::RemoteError, "{}", e.msg);
+    }
 
     #[test]
     fn chunks_cover_every_byte_once_and_empty_jobs_have_one() {
