@@ -227,6 +227,17 @@ pub fn pick_gid(entries: &[(u8, [u8; 16], GidKind)]) -> Option<u8> {
     entries.iter().filter_map(|(i, g, k)| rank(g, *k).map(|r| (r, *i))).min().map(|(_, i)| i)
 }
 
+/// IBV_QPF_GRH_REQUIRED, a bit of ibv_port_attr.flags (rdma-core's verbs_api.h; not in the
+/// bindings).
+const QPF_GRH_REQUIRED: u8 = 1;
+
+/// Whether a port's connections must carry a global route header: RoCE always (it addresses by
+/// GID); InfiniBand when the port's flags say IBV_QPF_GRH_REQUIRED (man ibv_query_port: "the
+/// applications must create all AH with GRH configured"; NCCL's ncclIbQpRtr does so).
+pub fn needs_grh(ethernet: bool, port_flags: u8) -> bool {
+    ethernet || port_flags & QPF_GRH_REQUIRED != 0
+}
+
 /// The NICs nearest a GPU in the PCI tree: those whose sysfs device path shares the most leading
 /// components with the GPU's. All of them when the GPU's path (or every NIC's) is unknown.
 pub fn nearest(gpu: Option<&Path>, nics: &[Option<PathBuf>]) -> Vec<usize> {
@@ -651,6 +662,8 @@ struct Port {
     mtu: u8,
     gid_index: u8,
     gid: [u8; 16],
+    /// Connections carry a global route header (`needs_grh`).
+    grh: bool,
     /// The device's PCI path in sysfs (to find the NIC nearest a GPU).
     pci: Option<PathBuf>,
 }
@@ -750,8 +763,9 @@ fn active_ports(hca: &Arc<Hca>, filter: &HcaFilter) -> Vec<Port> {
             continue;
         }
         let mut pa = ffi::ibv_port_attr::default();
-        // SAFETY: the exported ibv_query_port fills a whole struct ibv_port_attr (its declared
-        // _compat_ type is a prefix of it), as verbs.h's own inline wrapper passes it.
+        // SAFETY: pa is a whole struct ibv_port_attr, as verbs.h's inline wrapper passes it; the
+        // exported ibv_query_port writes no more than that (rdma-core 55: only its _compat_
+        // prefix, state .. flags, which holds every field read here; the rest stays zero).
         if unsafe { ffi::ibv_query_port(hca.ctx, num, (&mut pa as *mut ffi::ibv_port_attr).cast()) } != 0 {
             continue;
         }
@@ -768,7 +782,7 @@ fn active_ports(hca: &Arc<Hca>, filter: &HcaFilter) -> Vec<Port> {
         }
         let Some((gid_index, gid)) = port_gid(hca, num, &pa, ethernet) else { continue };
         let link_layer = if ethernet { ffi::IBV_LINK_LAYER_ETHERNET } else { ffi::IBV_LINK_LAYER_INFINIBAND } as u8;
-        ports.push(Port { hca: hca.clone(), num, link_layer, lid: pa.lid, mtu: pa.active_mtu as u8, gid_index, gid, pci: pci.clone() });
+        ports.push(Port { hca: hca.clone(), num, link_layer, lid: pa.lid, mtu: pa.active_mtu as u8, gid_index, gid, grh: needs_grh(ethernet, pa.flags), pci: pci.clone() });
     }
     ports
 }
@@ -972,6 +986,7 @@ struct Verbs {
     port: u8,
     gid_index: u8,
     ethernet: bool,
+    grh: bool,
     local: Endpoint,
     remote: Endpoint,
     peer: usize,
@@ -1075,6 +1090,7 @@ impl Verbs {
             port: port.num,
             gid_index: port.gid_index,
             ethernet: port.ethernet(),
+            grh: port.grh,
             local,
             remote: local,
             peer: usize::MAX,
@@ -1119,13 +1135,16 @@ impl Verbs {
             ah_attr: ffi::ibv_ah_attr { dlid: remote.lid, sl: env_u8("NCCL_IB_SL", 0), src_path_bits: 0, port_num: self.port, ..Default::default() },
             ..Default::default()
         };
-        if self.ethernet {
-            // RoCE routes by GID (no LIDs on Ethernet).
+        // RoCE routes by GID (no LIDs on Ethernet); an InfiniBand port flagged
+        // IBV_QPF_GRH_REQUIRED also needs the GRH, else the RTR transition is refused.
+        if self.grh {
             a.ah_attr.is_global = 1;
             a.ah_attr.grh.dgid = ffi::ibv_gid { raw: remote.gid };
             a.ah_attr.grh.sgid_index = self.gid_index;
             a.ah_attr.grh.hop_limit = 255;
-            a.ah_attr.grh.traffic_class = env_u8("NCCL_IB_TC", 0);
+            if self.ethernet {
+                a.ah_attr.grh.traffic_class = env_u8("NCCL_IB_TC", 0);
+            }
         }
         let mask = ffi::ibv_qp_attr_mask::IBV_QP_STATE
             | ffi::ibv_qp_attr_mask::IBV_QP_AV
@@ -1385,6 +1404,15 @@ mod tests {
         assert_eq!(GidKind::from_sysfs("RoCE v2\n"), RoceV2);
         assert_eq!(GidKind::from_sysfs("IB/RoCE v1\n"), RoceV1);
         assert_eq!(GidKind::from_sysfs(""), Unknown);
+    }
+
+    #[test]
+    fn global_route_header() {
+        // RoCE always; InfiniBand only when the port requires it (IBV_QPF_GRH_REQUIRED = 1).
+        assert!(needs_grh(true, 0));
+        assert!(!needs_grh(false, 0));
+        assert!(needs_grh(false, 1));
+        assert!(!needs_grh(false, 0xfe), "other port flags do not ask for a GRH");
     }
 
     #[test]
