@@ -56,6 +56,8 @@ fn generate_device_abi_header(manifest: &Path, dest: &Path) {
                 "ProxyTestArgs".into(),
                 "PortTestArgs".into(),
                 "NetStepArgs".into(),
+                "RegEntry".into(),
+                "RegOffer".into(),
             ],
             ..Default::default()
         },

@@ -3,7 +3,8 @@
  * exclude list sorted in place, dense renumbering), nonblocking init, collectives and split
  * (ncclInProgress, polled through ncclCommGetAsyncError), ncclCommRegister, ncclMemAlloc /
  * ncclMemFree (device restored), symmetric windows, finalize/destroy, revoke, and NCCL_CHECK_POINTERS
- * refusing host and other-GPU buffers. Every child is used
+ * refusing host and other-GPU buffers, AllGather and AlltoAll into registered buffers (large enough
+ * for oxccl's zero-copy path, through re-registration in freed and reallocated memory). Every child is used
  * for an AllReduce whose result is checked. The same binary runs against NVIDIA's NCCL (the test is
  * honest) and oxccl: ffi-tests/gpu.sh runs both.
  * Usage: gpu_comm [NGPUS]   (default: every visible GPU; exit 77 with fewer than 2) */
@@ -73,6 +74,67 @@ static void allreduce_check(int rank, const char *what, ncclComm_t c, float *buf
     if (h[i] != (float)(n * (n + 1) / 2 * (int)(i % 7 + 1))) bad++;
   CHECK(bad == 0, "%s: %zu of %zu elements wrong (n %d)", what, bad, count, n);
   free(h);
+}
+
+/* AllGather and AlltoAll of `per` floats per rank into registered buffers, `reps` times each with
+ * new contents: element i of rank q's block for iteration k is q*1000003 + k*7 + i%4093. Large
+ * enough (per pair, more than one round of oxccl's put scratch) for peers to write straight into
+ * the registered receive buffer; `cumem` picks ncclMemAlloc (cuMem) or cudaMalloc memory. */
+static void registered_exchange_check(int rank, ncclComm_t c, size_t per, int cumem, int reps, cudaStream_t s) {
+  int n = N;
+  float *send = NULL, *recv = NULL;
+  size_t total = per * (size_t)n;
+  if (cumem) {
+    OK(ncclMemAlloc((void **)&send, total * sizeof(float)));
+    OK(ncclMemAlloc((void **)&recv, total * sizeof(float)));
+  } else {
+    CHECK(cudaMalloc((void **)&send, total * sizeof(float)) == cudaSuccess, "cudaMalloc send");
+    CHECK(cudaMalloc((void **)&recv, total * sizeof(float)) == cudaSuccess, "cudaMalloc recv");
+  }
+  if (!send || !recv) return;
+  void *hs = NULL, *hr = NULL;
+  OK(ncclCommRegister(c, send, total * sizeof(float), &hs));
+  OK(ncclCommRegister(c, recv, total * sizeof(float), &hr));
+  float *h = malloc(total * sizeof(float));
+  for (int k = 0; k < reps; k++) {
+    for (int alltoall = 0; alltoall < 2; alltoall++) {
+      /* AllGather sends block 0 of `send` to everyone; AlltoAll sends block q to rank q and tags
+       * it with the destination too. */
+      for (size_t i = 0; i < total; i++) {
+        size_t q = i / per;
+        h[i] = (float)(rank * 1000003 + k * 7 + (int)(i % per % 4093) + (alltoall ? (int)q * 17 : 0));
+      }
+      CHECK(cudaMemcpyAsync(send, h, total * sizeof(float), cudaMemcpyHostToDevice, s) == cudaSuccess, "upload");
+      CHECK(cudaMemsetAsync(recv, 0xff, total * sizeof(float), s) == cudaSuccess, "clear");
+      if (alltoall)
+        OK(ncclAlltoAll(send, recv, per, ncclFloat, c, s));
+      else
+        OK(ncclAllGather(send, recv, per, ncclFloat, c, s));
+      CHECK(cudaMemcpyAsync(h, recv, total * sizeof(float), cudaMemcpyDeviceToHost, s) == cudaSuccess, "download");
+      CHECK(cudaStreamSynchronize(s) == cudaSuccess, "sync");
+      size_t bad = 0, first = (size_t)-1;
+      for (size_t i = 0; i < total; i++) {
+        int q = (int)(i / per);
+        float want = (float)(q * 1000003 + k * 7 + (int)(i % per % 4093) + (alltoall ? rank * 17 : 0));
+        if (h[i] != want) {
+          if (!bad) first = i;
+          bad++;
+        }
+      }
+      CHECK(bad == 0, "registered %s (%s, iteration %d): %zu of %zu wrong, first at %zu", alltoall ? "AlltoAll" : "AllGather",
+            cumem ? "ncclMemAlloc" : "cudaMalloc", k, bad, total, first);
+    }
+  }
+  free(h);
+  OK(ncclCommDeregister(c, hs));
+  OK(ncclCommDeregister(c, hr));
+  if (cumem) {
+    OK(ncclMemFree(send));
+    OK(ncclMemFree(recv));
+  } else {
+    cudaFree(send);
+    cudaFree(recv);
+  }
 }
 
 static void *rank_main(void *arg) {
@@ -146,6 +208,11 @@ static void *rank_main(void *arg) {
   cudaGetDevice(&dev);
   CHECK(dev == (rank + 1) % N, "ncclMemFree left device %d current", dev);
   cudaSetDevice(rank);
+  pthread_barrier_wait(&bar);
+
+  /* 4b. Registered buffers used by peers: 10 Mi floats (40 MiB) per pair, more than one round of oxccl's put scratch at 2 and 4 ranks; cuMem then cudaMalloc memory,
+   * then cuMem again (freed and reallocated memory registered anew). */
+  for (int v = 0; v < 3; v++) registered_exchange_check(rank, a, (size_t)10 << 20, v != 1, 3, s);
   pthread_barrier_wait(&bar);
 
   /* 5. A nonblocking communicator, its collectives and its split. */

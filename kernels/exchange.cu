@@ -15,6 +15,9 @@
 //                 A relay transfer (Broadcast) runs one round behind: the sending side forwards
 //                 piece k-1 of what a third rank put into its scratch in round k-1, straight from
 //                 that scratch, so a forwarded piece costs one NVLink write and no extra copy.
+//                 A receiver whose destination is registered may offer it (kernels/direct.cuh):
+//                 a sender that takes the offer writes everything after round 0 straight into the
+//                 receiver's buffer in round 1, and the pair leaves the later rounds' syncs.
 // Local copies (a rank to itself) ride along with the put rounds when there are any, so that
 // local HBM traffic overlaps the NVLink traffic instead of preceding it.
 // Every launch of this kernel on a communicator uses the same grid and block size on every rank
@@ -22,6 +25,7 @@
 #include "common.cuh"
 #include "ll_flags.cuh"
 #include "memory_channel.cuh"
+#include "direct.cuh"
 
 // Block-cooperative share of the local copies for step `k` of `steps` (each copy is cut into
 // steps * gridDim 16-byte aligned pieces; piece k*gridDim + b belongs to block b in step k).
@@ -47,16 +51,27 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(Exch
   __shared__ uint8_t ll_peer[OX_MAX_RANKS];
   __shared__ uint8_t oneway[OX_MAX_RANKS];  // LL_ACK pairs: 1 = this rank sends, 2 = it receives
   __shared__ uint8_t put_peer[OX_MAX_RANKS];
+  // Zero-copy streams (direct.cuh): which pairs carry data each way, which of them run direct.
+  __shared__ uint8_t out_active[OX_MAX_RANKS], in_active[OX_MAX_RANKS];
+  __shared__ uint8_t direct_out[OX_MAX_RANKS], direct_in[OX_MAX_RANKS];
+  __shared__ uint64_t direct_dst[OX_MAX_RANKS];  // peer's buffer at stream position 0, mapped here
   if ((int)threadIdx.x < OX_MAX_RANKS) {
     const uint8_t m = (int)threadIdx.x < n ? a.mode[threadIdx.x] : OX_MODE_NONE;
     ll_peer[threadIdx.x] = m == OX_MODE_LL || m == OX_MODE_LL_ACK;
     oneway[threadIdx.x] = 0;
     put_peer[threadIdx.x] = 0;
+    out_active[threadIdx.x] = 0;
+    in_active[threadIdx.x] = 0;
+    direct_out[threadIdx.x] = 0;
+    direct_in[threadIdx.x] = 0;
+    direct_dst[threadIdx.x] = 0;
   }
   __syncthreads();
-  // An LL_ACK pair moves data one way, so these writes never conflict.
+  // An LL_ACK pair moves data one way, so these writes never conflict; the others store equal values.
   if (threadIdx.x < a.nsend && a.mode[a.sends[threadIdx.x].peer] == OX_MODE_LL_ACK) oneway[a.sends[threadIdx.x].peer] = 1;
   if (threadIdx.x < a.nrecv && a.mode[a.recvs[threadIdx.x].peer] == OX_MODE_LL_ACK) oneway[a.recvs[threadIdx.x].peer] = 2;
+  if (threadIdx.x < a.nsend && a.sends[threadIdx.x].bytes > 0) out_active[a.sends[threadIdx.x].peer] = 1;
+  if (threadIdx.x < a.nrecv && a.recvs[threadIdx.x].bytes > 0) in_active[a.recvs[threadIdx.x].peer] = 1;
   ox_ll_flags_load(c, flags, ab);  // includes a __syncthreads
   if ((int)threadIdx.x < n) {
     if (oneway[threadIdx.x] == 2) ox_ll_ack_post(c, (int)threadIdx.x, flags[threadIdx.x]);
@@ -92,6 +107,15 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(Exch
     const uint64_t rs_slot = c.rs_slot_bytes;
     const uint64_t area_bytes = (uint64_t)c.rs_max_blocks * n * rs_slot;
     const char* my_rs = reinterpret_cast<const char*>(c.rs_scratch[me]);
+    // Offers for this launch (or "none", so a sender never reads a stale one), published by the
+    // round-0 sync below. The host offers only a pair's single, unrelayed receive.
+    if (threadIdx.x < a.nrecv) {
+      const Xfer& x = a.recvs[threadIdx.x];
+      if (a.offer[x.peer] != 0) ox_reg_offer_post(c, x.peer, a.offer[x.peer], x.dst, x.off, x.bytes);
+    }
+    if ((int)threadIdx.x < n && (int)threadIdx.x != me && a.mode[threadIdx.x] == OX_MODE_PUT && a.rounds[threadIdx.x] >= 2 &&
+        a.offer[threadIdx.x] == 0)
+      ox_reg_offer_post(c, (int)threadIdx.x, 0, 0, 0, 0);
     for (uint32_t k = 0; k < max_rounds; ++k) {
       const uint64_t area = (k & 1u) * area_bytes;
       // Block b starts at send b (mod nsend): at any moment the grid writes to every peer, not
@@ -100,6 +124,22 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(Exch
         const Xfer& x = a.sends[(i + b) % a.nsend];
         const int p = x.peer;
         if (a.mode[p] != OX_MODE_PUT || k >= a.rounds[p]) continue;
+        if (direct_out[p]) {
+          // Round 1 writes everything after round 0 into the receiver's buffer, this block taking
+          // one contiguous share of it; later rounds have nothing left to move.
+          if (k != 1) continue;
+          const uint64_t C = a.chunk[p];
+          const uint64_t first = (uint64_t)nb * C;  // round 0 moved stream positions [0, first)
+          const uint64_t lo0 = first > x.off ? first : x.off, hi0 = x.off + x.bytes;
+          if (lo0 >= hi0) continue;
+          const uint64_t share = ((ox_ceil_div(hi0 - lo0, nb) + 15) / 16) * 16;
+          const uint64_t lo = lo0 + (uint64_t)b * share;
+          if (lo >= hi0) continue;
+          const uint64_t len = ox_min(share, hi0 - lo);
+          ox_copy(reinterpret_cast<char*>(direct_dst[p] + lo), reinterpret_cast<const char*>(x.src) + (lo - x.off), len, threadIdx.x,
+                  blockDim.x, false);
+          continue;
+        }
         if (x.relay && k == 0) continue;  // forwards run one round behind
         const uint32_t kk = x.relay ? k - 1 : k;  // the piece this round moves
         const uint64_t C = a.chunk[p];
@@ -116,12 +156,40 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(Exch
       }
       // This block's share of the local copies, while the peers' puts are in flight.
       ox_local_copies_step(a, k, max_rounds);
-      if ((int)threadIdx.x < n) put_peer[threadIdx.x] = a.mode[threadIdx.x] == OX_MODE_PUT && k < a.rounds[threadIdx.x];
+      if ((int)threadIdx.x < n) {
+        const int p = (int)threadIdx.x;
+        // From round 2, a pair whose every active direction runs direct has nothing left to sync;
+        // both sides know both directions' answers by then, so they drop it alike.
+        const bool finished = k >= 2 && (direct_out[p] || !out_active[p]) && (direct_in[p] || !in_active[p]);
+        put_peer[p] = a.mode[p] == OX_MODE_PUT && k < a.rounds[p] && !finished;
+      }
       ox_block_sync_masked(c, put_peer, ab);
+      if (k == 0 && (int)threadIdx.x < n && (int)threadIdx.x != me) {
+        // Sender side of the offer: this thread waited for peer p above, so its acquire covers
+        // the offer p posted before its round-0 signal. Every send to p must be unrelayed and lie
+        // inside the offered receive, or the stream goes through scratch as usual.
+        const int p = (int)threadIdx.x;
+        if (a.mode[p] == OX_MODE_PUT && a.rounds[p] >= 2 && out_active[p]) {
+          const RegOffer o = ox_reg_offer_read(c, p);
+          if (o.gen != 0) {
+            uint64_t dst = ox_reg_translate(c, p, o);
+            for (uint32_t i = 0; dst != 0 && i < a.nsend; ++i) {
+              const Xfer& x = a.sends[i];
+              if (x.peer == p && (x.relay || x.off < o.off || x.off + x.bytes > o.off + o.bytes)) dst = 0;
+            }
+            direct_out[p] = dst != 0;
+            direct_dst[p] = dst - o.off;  // wraps; only used with positions >= o.off
+            ox_reg_answer(c, p, dst != 0);  // published by the round-1 signal
+          }
+        }
+      }
+      if (k == 1 && (int)threadIdx.x < n && a.offer[threadIdx.x] != 0) direct_in[threadIdx.x] = ox_reg_taken(c, (int)threadIdx.x);
+      if (k <= 1) __syncthreads();
       for (uint32_t i = 0; i < a.nrecv; ++i) {
         const Xfer& x = a.recvs[(i + b) % a.nrecv];
         const int p = x.peer;
         if (a.mode[p] != OX_MODE_PUT || k >= a.rounds[p]) continue;
+        if (direct_in[p]) continue;  // from round 1 the sender wrote straight into x.dst
         if (x.relay && k == 0) continue;
         const uint32_t kk = x.relay ? k - 1 : k;
         const uint64_t C = a.chunk[p];

@@ -96,6 +96,8 @@ pub struct Ready {
     pub net: Option<crate::net::Net>,
     pub dev_comm: u64,
     pub launch: Mutex<LaunchState>,
+    /// ncclCommRegister's buffers, offered to peers for zero-copy streams (src/reg).
+    pub reg: crate::reg::Registry,
 }
 
 /// Launch bookkeeping, held across a launch so that one communicator's kernels are issued in a
@@ -192,6 +194,26 @@ impl Comm {
             )));
         }
         Ok(ResolvedOp { op: RedOp::PreMulSum, scalar: u.scalar, scalar_ptr: u.scalar_ptr })
+    }
+
+    /// ncclCommRegister: a handle for [ptr, ptr + size) (the same one for the same buffer).
+    pub fn register(&self, ptr: u64, size: u64) -> Result<u64> {
+        let r = self.ready()?;
+        let _relaxed = RelaxedCapture::new()?;
+        r.reg.register(ptr, size)
+    }
+
+    /// ncclCommDeregister. The last reference's generation is retired only after this
+    /// communicator's kernels finished: a peer may be writing into the buffer until then.
+    pub fn deregister(&self, handle: u64) -> Result<()> {
+        let r = self.ready()?;
+        if let Some(gen) = r.reg.release(handle)? {
+            if !self.aborted.load(Ordering::Acquire) {
+                self.wait_idle("ncclCommDeregister")?;
+            }
+            r.reg.retire(gen);
+        }
+        Ok(())
     }
 
     /// The initialised state, or the reason there is none.
@@ -416,6 +438,8 @@ impl Comm {
             (Some(MemoryChannels::connect(&bootstrap, dev, &peers, &scratch, &abort_flag)?), None)
         };
         let dev_comm = channels.as_ref().map_or(0, |c| c.dev_comm);
+        // Before the barrier: every rank's registration socket exists before any rank registers.
+        let reg = crate::reg::Registry::start(dev, self.rank, &peers, crate::reg::comm_key(id), channels.as_ref().map(|c| c.reg_table.clone()));
         let mem = channels.as_ref().map_or(0, |c| c.device_bytes);
         // Every rank has mapped every peer before any of them launches a kernel on the channels.
         bootstrap.barrier()?;
@@ -450,6 +474,7 @@ impl Comm {
             watchdog: Mutex::new(Some(watchdog)),
             dev_comm,
             launch: Mutex::new(launch),
+            reg,
         })
     }
 
@@ -580,6 +605,8 @@ impl Comm {
 
     fn release_channels(&self, free: bool) {
         if let Some(r) = self.ready.get() {
+            // Peer buffers mapped for zero-copy writes go with the channels.
+            r.reg.close(free);
             if let Some(ch) = r.channels.lock().take() {
                 if free {
                     drop(ch);

@@ -41,6 +41,41 @@ pub const OX_MODE_CHAIN: u8 = 5;
 /// Broadcast's LL128 chain. (6 was the LL16 packet chain, retired: LL128 beat it at every size.)
 pub const OX_MODE_LL128_CHAIN: u8 = 7;
 
+/// Registrations of one peer a rank's table has room for (src/reg: a registration's slot is its
+/// generation modulo this).
+pub const OX_REG_SLOTS: usize = 512;
+
+/// One buffer a peer registered (ncclCommRegister), as this rank has mapped it. A rank's table
+/// (`DevComm::reg_table`) holds `OX_REG_SLOTS` of these per peer, in host-mapped memory: the
+/// registration thread (src/reg) writes `gen` last, and a kernel that reads a `gen` equal to the
+/// one a peer offers (acquire) sees the other fields of that registration.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegEntry {
+    /// The registration's generation (never 0 for a live entry).
+    pub gen: u64,
+    /// The buffer's address in the peer's address space, and its size.
+    pub base: u64,
+    pub size: u64,
+    /// The same buffer as mapped into this rank's address space.
+    pub local: u64,
+}
+
+/// A receiver's offer to a rank that sends it a put stream in this exchange launch: "from round 1
+/// on, write the stream straight into my buffer". Kept in the sender's shared buffer, one per
+/// receiving rank (`DevComm::reg_offer_off`); rewritten by the receiver in every launch in which
+/// the pair moves data in two or more put rounds (`gen` 0: no offer).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegOffer {
+    /// Generation of the receiver's registration covering `dst`.
+    pub gen: u64,
+    /// The receive's destination (receiver's address space), stream position and length.
+    pub dst: u64,
+    pub off: u64,
+    pub bytes: u64,
+}
+
 /// PortChannel trigger: 128 bits a GPU thread pushes into the proxy FIFO.
 /// `fst` = size (bits 0-31) | source offset (32-63);
 /// `snd` = destination offset (0-31) | source memory id (32-40) | destination memory id (41-49) |
@@ -173,6 +208,10 @@ pub struct ExchangeArgs {
     pub sends: [Xfer; OX_MAX_XFERS],
     pub recvs: [Xfer; OX_MAX_XFERS],
     pub copies: [Xfer; OX_MAX_COPIES],
+    /// Per peer: generation of this rank's registration covering its receive from that peer,
+    /// offered to the peer for zero-copy writes (0: none; see `RegOffer`). Only pairs in PUT mode
+    /// with two or more rounds, whose receive is the pair's only one and not relayed.
+    pub offer: [u64; OX_MAX_RANKS],
 }
 
 impl Default for ExchangeArgs {
@@ -189,6 +228,7 @@ impl Default for ExchangeArgs {
             sends: [Xfer::default(); OX_MAX_XFERS],
             recvs: [Xfer::default(); OX_MAX_XFERS],
             copies: [Xfer::default(); OX_MAX_COPIES],
+            offer: [0; OX_MAX_RANKS],
         }
     }
 }
@@ -232,6 +272,16 @@ pub struct DevComm {
     pub ll_pending: u64,
     /// Host-mapped `u32`, non-zero once the communicator is aborted: every device spin loop reads it.
     pub abort_flag: u64,
+    /// Host-mapped `RegEntry[nranks][OX_REG_SLOTS]`: the peers' registered buffers this rank has
+    /// mapped (src/reg).
+    pub reg_table: u64,
+    /// Offset from a rank's `ll_scratch` of its `RegOffer[OX_MAX_RANKS]`, indexed by the receiving
+    /// rank that wrote it.
+    pub reg_offer_off: u64,
+    /// Offset from a rank's `ll_scratch` of its acceptances, `u32[OX_MAX_BLOCKS][OX_MAX_RANKS]`
+    /// indexed `[block][sending rank]`: 1 if that block of the sender took this rank's offer in
+    /// the current launch, 0 if it declined.
+    pub reg_accept_off: u64,
 }
 
 /// Arguments of every collective kernel, passed by value.
@@ -285,6 +335,12 @@ mod tests {
             ("DevComm", "ll_flags", offset_of!(DevComm, ll_flags)),
             ("DevComm", "sem_expected", offset_of!(DevComm, sem_expected)),
             ("DevComm", "abort_flag", offset_of!(DevComm, abort_flag)),
+            ("DevComm", "reg_table", offset_of!(DevComm, reg_table)),
+            ("DevComm", "reg_offer_off", offset_of!(DevComm, reg_offer_off)),
+            ("DevComm", "reg_accept_off", offset_of!(DevComm, reg_accept_off)),
+            ("RegEntry", "local", offset_of!(RegEntry, local)),
+            ("RegOffer", "bytes", offset_of!(RegOffer, bytes)),
+            ("ExchangeArgs", "offer", offset_of!(ExchangeArgs, offer)),
             ("CollArgs", "comm", offset_of!(CollArgs, comm)),
             ("CollArgs", "send", offset_of!(CollArgs, send)),
             ("CollArgs", "recv", offset_of!(CollArgs, recv)),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::algo::envlists::Func;
 use crate::algo::{
-    plan_exchange, select_allreduce, select_reduce, select_reducescatter, ExchangeSpec, LocalCopy, Transfer,
+    offer_candidates, plan_exchange, select_allreduce, select_reduce, select_reducescatter, ExchangeSpec, LocalCopy, Transfer,
 };
 use crate::comm::{Comm, LaunchState, Ready, ResolvedOp};
 use crate::device_abi::CollArgs;
@@ -260,6 +260,11 @@ fn exchange(r: &Ready, spec: &ExchangeSpec, func: Option<Func>, stream: cu::CUst
     }
     let me = r.bootstrap.rank();
     let mut plan = plan_exchange(me, spec, func, &r.topo, &r.scratch, &r.tuning)?;
+    if r.reg.sharing() {
+        for (peer, dst, bytes) in offer_candidates(&plan.args) {
+            plan.args.offer[peer] = r.reg.offer(dst, bytes).unwrap_or(0);
+        }
+    }
     plan.args.comm = r.dev_comm;
     nccl_trace!(Subsys::Coll, "exchange: {} sends, {} receives, {} copies", plan.args.nsend, plan.args.nrecv, plan.args.ncopy);
     launch(r.module.exchange(), plan.grid, plan.block, stream, &plan.args)

@@ -26,6 +26,7 @@ pub mod group;
 pub mod mem;
 pub mod net;
 pub mod proxy;
+pub mod reg;
 pub mod split;
 pub mod topo;
 pub mod transport;

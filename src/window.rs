@@ -2,9 +2,9 @@
 //! Registration is a collective over the bootstrap: the ranks exchange what they register, and a
 //! symmetric window (NCCL_WIN_COLL_SYMMETRIC) whose ranks disagree on the size is
 //! ncclInvalidUsage on every rank, with a WARN naming them, instead of undefined behaviour later.
-//! oxccl's collectives stay correct on any buffer and do not need windows to be fast, so a window
-//! is bookkeeping: its handle, owned by the communicator, freed by ncclCommWindowDeregister or
-//! when the communicator goes.
+//! A window's buffer is also registered (src/reg), so peers write put streams straight into it,
+//! as into any ncclCommRegister buffer; the handle is owned by the communicator, freed by
+//! ncclCommWindowDeregister or when the communicator goes.
 
 use std::sync::Arc;
 
@@ -23,6 +23,8 @@ pub struct Window {
     pub base: u64,
     pub size: u64,
     pub flags: i32,
+    /// Its registration handle (src/reg), 0 if it has none.
+    pub reg: u64,
 }
 
 /// Every window a communicator has registered, by handle address.
@@ -36,15 +38,14 @@ impl Windows {
         h
     }
 
-    /// Frees window `h` if this communicator registered it.
-    pub fn remove(&self, h: usize) -> Result<()> {
+    /// Frees window `h` if this communicator registered it, returning what it was.
+    pub fn remove(&self, h: usize) -> Result<Window> {
         let mut v = self.0.lock();
         let i = v.iter().position(|&x| x == h).ok_or_else(|| Error::invalid_usage(format!("unknown window {h:#x} (not registered with this communicator, or already deregistered)")))?;
         v.swap_remove(i);
         // SAFETY: h came from Box::into_raw in insert and was just removed from the list, so it
         // is freed exactly once.
-        drop(unsafe { Box::from_raw(h as *mut Window) });
-        Ok(())
+        Ok(*unsafe { Box::from_raw(h as *mut Window) })
     }
 
     /// The window behind handle `h`, if this communicator registered it.
@@ -135,7 +136,12 @@ impl WindowJob {
         let r = self.comm.ready()?;
         self.comm.check_usable()?;
         agree(&r.bootstrap, self.size, self.flags)?;
-        let h = self.comm.windows.insert(Window { base: self.base, size: self.size, flags: self.flags });
+        // A buffer that cannot be registered still makes a window; streams then use scratch.
+        let reg = self.comm.register(self.base, self.size).unwrap_or_else(|e| {
+            nccl_info!(crate::log::Subsys::Reg, "window {:#x}: not registered ({})", self.base, e.msg);
+            0
+        });
+        let h = self.comm.windows.insert(Window { base: self.base, size: self.size, flags: self.flags, reg });
         // SAFETY: the caller passed a non-NULL, writable ncclWindow_t* (checked at the call).
         unsafe { *(self.out as *mut usize) = h };
         Ok(())
@@ -162,11 +168,13 @@ mod tests {
     #[test]
     fn handles_are_freed_once_and_only_known_ones() {
         let w = Windows::default();
-        let a = w.insert(Window { base: 0x1000, size: 4096, flags: 1 });
-        let b = w.insert(Window { base: 0x9000, size: 8192, flags: 0 });
+        let a = w.insert(Window { base: 0x1000, size: 4096, flags: 1, reg: 0 });
+        let b = w.insert(Window { base: 0x9000, size: 8192, flags: 0, reg: 7 });
         assert_eq!(w.get(a).unwrap().size, 4096);
         assert_eq!(w.len(), 2);
-        w.remove(a).unwrap();
+        assert_eq!(w.remove(a).unwrap().reg, 0);
+        assert_eq!(w.remove(b).unwrap().reg, 7, "the registration handle comes back to be released");
+        let b = w.insert(Window { base: 0x9000, size: 8192, flags: 0, reg: 7 });
         assert_eq!(w.remove(a).unwrap_err().code, ResultCode::InvalidUsage, "twice");
         assert_eq!(w.remove(0xdead0).unwrap_err().code, ResultCode::InvalidUsage, "never registered");
         assert!(w.get(a).is_none());

@@ -316,6 +316,28 @@ pub fn plan_exchange(
     Ok(ExchangePlan { args: a, grid, block })
 }
 
+/// The receives of a planned launch this rank may offer for zero-copy writes (kernels/direct.cuh),
+/// as (peer, destination, bytes): put pairs of two or more rounds (round 0 always goes through
+/// scratch), a non-empty receive that is the pair's only one, neither forwarded to this rank nor
+/// forwarded on by it (a forward reads its piece from this rank's scratch).
+pub fn offer_candidates(a: &ExchangeArgs) -> Vec<(usize, u64, u64)> {
+    let sends = &a.sends[..a.nsend as usize];
+    let recvs = &a.recvs[..a.nrecv as usize];
+    recvs
+        .iter()
+        .filter(|x| {
+            let p = x.peer as usize;
+            a.mode[p] == OX_MODE_PUT
+                && a.rounds[p] >= 2
+                && x.bytes > 0
+                && x.relay == 0
+                && recvs.iter().filter(|y| y.peer == x.peer).count() == 1
+                && !sends.iter().any(|s| s.relay == x.peer + 1)
+        })
+        .map(|x| (x.peer as usize, x.dst, x.bytes))
+        .collect()
+}
+
 /// A relay send forwards, piece for piece, the only stream its source sends this rank, so both
 /// must be their pair's only transfer in that direction, and the chunk must be fixed.
 fn check_relays(me: usize, spec: &ExchangeSpec) -> Result<()> {
@@ -343,6 +365,52 @@ fn check_relays(me: usize, spec: &ExchangeSpec) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_plain_multi_round_receives_are_offered() {
+        let (topo, s, t) = setup(4);
+        let big = 64 << 20;
+        // AlltoAll-like: one big receive from each peer, put mode, many rounds: all offered.
+        let spec = ExchangeSpec {
+            sends: (1..4).map(|p| Transfer { peer: p, ptr: 0x1000_0000 * p as u64, bytes: big, relay: None }).collect(),
+            recvs: (1..4).map(|p| Transfer { peer: p, ptr: 0x9000_0000 + 0x1000_0000 * p as u64, bytes: big, relay: None }).collect(),
+            ..Default::default()
+        };
+        let plan = plan_exchange(0, &spec, None, &topo, &s, &t).unwrap();
+        let got = offer_candidates(&plan.args);
+        assert_eq!(got.iter().map(|c| c.0).collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert_eq!(got[0], (1, 0xa000_0000, big));
+        // Small: packets, or a single put round: nothing offered.
+        for bytes in [4096, 1 << 20] {
+            let spec = ExchangeSpec { recvs: vec![Transfer { peer: 1, ptr: 0x9000, bytes, relay: None }], ..Default::default() };
+            let plan = plan_exchange(0, &spec, None, &topo, &s, &t).unwrap();
+            assert!(plan.args.mode[1] != OX_MODE_PUT || plan.args.rounds[1] < 2);
+            assert!(offer_candidates(&plan.args).is_empty(), "{bytes} bytes");
+        }
+        // Two receives from one peer (grouped p2p): neither is offered.
+        let spec = ExchangeSpec {
+            recvs: vec![
+                Transfer { peer: 1, ptr: 0x9000_0000, bytes: big, relay: None },
+                Transfer { peer: 1, ptr: 0xa000_0000, bytes: big, relay: None },
+            ],
+            ..Default::default()
+        };
+        assert!(offer_candidates(&plan_exchange(0, &spec, None, &topo, &s, &t).unwrap().args).is_empty());
+        // A relay (Broadcast): the forwarded stream and the stream this rank forwards are not.
+        let spec = ExchangeSpec {
+            sends: vec![Transfer { peer: 2, ptr: 0, bytes: big, relay: Some(0) }],
+            recvs: vec![Transfer { peer: 0, ptr: 0x9000_0000, bytes: big, relay: None }],
+            put_chunk: Some(1 << 20),
+            ..Default::default()
+        };
+        assert!(offer_candidates(&plan_exchange(1, &spec, None, &topo, &s, &t).unwrap().args).is_empty());
+        let spec = ExchangeSpec {
+            recvs: vec![Transfer { peer: 1, ptr: 0x9000_0000, bytes: big, relay: Some(0) }],
+            put_chunk: Some(1 << 20),
+            ..Default::default()
+        };
+        assert!(offer_candidates(&plan_exchange(2, &spec, None, &topo, &s, &t).unwrap().args).is_empty());
+    }
 
     fn setup(n: usize) -> (Topology, Scratch, Tuning) {
         let t = Tuning::default();

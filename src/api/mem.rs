@@ -4,7 +4,6 @@ use std::ffi::{c_int, c_void};
 
 use super::types::{ncclComm_t, ncclResult_t, ncclWindow_t};
 use super::{call, call_grouped, comm_arg, out};
-use crate::error::Error;
 
 /// Allocates device memory on the current device, shareable with peers (cuMem VMM when available).
 #[no_mangle]
@@ -22,26 +21,32 @@ pub extern "C" fn ncclMemFree(ptr: *mut c_void) -> ncclResult_t {
     call("ncclMemFree", || crate::mem::free(ptr as u64))
 }
 
-/// Registration lets peers use a buffer directly. oxccl's collectives do not use registered
-/// buffers yet, so, as NCCL does where registration buys nothing, this succeeds with a NULL handle.
+/// Registers a buffer with the communicator (local, reference-counted: the same buffer gets the
+/// same handle). Peers of the host map it and write put streams straight into it (src/reg).
+/// NULL or size 0 succeeds with a NULL handle.
 #[no_mangle]
 pub extern "C" fn ncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> ncclResult_t {
     call_grouped("ncclCommRegister", || {
-        let _ = (buff, size);
-        comm_arg(comm)?;
-        *out(handle, "handle")? = std::ptr::null_mut();
+        let c = comm_arg(comm)?;
+        let h = out(handle, "handle")?;
+        if buff.is_null() || size == 0 {
+            *h = std::ptr::null_mut();
+            return Ok(());
+        }
+        *h = c.register(buff as u64, size as u64)? as usize as *mut c_void;
         Ok(())
     })
 }
 
+/// Drops one reference to a registration; NULL is a no-op.
 #[no_mangle]
 pub extern "C" fn ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
     call("ncclCommDeregister", || {
-        comm_arg(comm)?;
+        let c = comm_arg(comm)?;
         if handle.is_null() {
             return Ok(());
         }
-        Err(Error::invalid_usage(format!("unknown registration handle {handle:p}")))
+        c.deregister(handle as usize as u64)
     })
 }
 
@@ -76,6 +81,10 @@ pub extern "C" fn ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) 
         if win.is_null() {
             return Ok(());
         }
-        c.windows.remove(win as usize)
+        let w = c.windows.remove(win as usize)?;
+        if w.reg != 0 {
+            c.deregister(w.reg)?;
+        }
+        Ok(())
     })
 }

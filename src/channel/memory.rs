@@ -2,7 +2,9 @@
 
 use crate::algo::Scratch;
 use crate::bootstrap::Bootstrap;
-use crate::device_abi::{DevComm, OX_MAX_BLOCKS, OX_MAX_RANKS};
+use std::sync::Arc;
+
+use crate::device_abi::{DevComm, RegEntry, RegOffer, OX_MAX_BLOCKS, OX_MAX_RANKS, OX_REG_SLOTS};
 use crate::error::{Error, Result};
 use crate::gpu::ipc::{self, ImportedBuffer, IPC_HANDLE_BYTES};
 use crate::gpu::context::{can_access, ordinal_by_bus_id};
@@ -26,8 +28,14 @@ struct SharedLayout {
     rs_off: u64,
     sem_off: u64,
     ack_off: u64,
+    /// Zero-copy offers received (`RegOffer` per receiving rank) and answers (u32 per block and
+    /// sender): kernels/direct.cuh.
+    offer_off: u64,
+    accept_off: u64,
     total: u64,
 }
+
+const OFFER_BYTES: u64 = (OX_MAX_RANKS * std::mem::size_of::<RegOffer>()) as u64;
 
 impl SharedLayout {
     fn new(s: &Scratch, nranks: usize) -> SharedLayout {
@@ -36,7 +44,9 @@ impl SharedLayout {
         let rs_off = align_up(ll128_off + s.ll128_bytes());
         let sem_off = align_up(rs_off + s.rs_bytes(nranks));
         let ack_off = align_up(sem_off + SEM_BYTES);
-        SharedLayout { ll_off, ll128_off, rs_off, sem_off, ack_off, total: align_up(ack_off + FLAG_TABLE_BYTES) }
+        let offer_off = align_up(ack_off + FLAG_TABLE_BYTES);
+        let accept_off = align_up(offer_off + OFFER_BYTES);
+        SharedLayout { ll_off, ll128_off, rs_off, sem_off, ack_off, offer_off, accept_off, total: align_up(accept_off + FLAG_TABLE_BYTES) }
     }
 }
 
@@ -87,6 +97,8 @@ pub struct MemoryChannels {
     pub dev_comm: u64,
     /// Bytes of device memory this rank allocated for the communicator.
     pub device_bytes: u64,
+    /// `RegEntry[nranks][OX_REG_SLOTS]` the kernels read (`DevComm::reg_table`); src/reg fills it.
+    pub reg_table: Arc<HostMapped>,
     // Drop order matters: unmap peers' memory before freeing ours.
     _imports: Vec<ImportedBuffer>,
     _private: DeviceBuffer,
@@ -148,6 +160,7 @@ impl MemoryChannels {
             };
         }
 
+        let reg_table = Arc::new(HostMapped::zeroed(dev, n * OX_REG_SLOTS * std::mem::size_of::<RegEntry>())?);
         let mut dc = DevComm {
             rank: me as i32,
             nranks: n as i32,
@@ -165,6 +178,9 @@ impl MemoryChannels {
             sem_expected: private.ptr + EXPECTED_OFF,
             ll_pending: private.ptr + PENDING_OFF,
             abort_flag: abort_flag.dev_ptr,
+            reg_table: reg_table.dev_ptr,
+            reg_offer_off: layout.offer_off - layout.ll_off,
+            reg_accept_off: layout.accept_off - layout.ll_off,
         };
         for (r, base) in bases.iter().enumerate().take(n) {
             dc.ll_scratch[r] = base + layout.ll_off;
@@ -180,6 +196,7 @@ impl MemoryChannels {
         Ok(MemoryChannels {
             dev_comm: private.ptr + DEVCOMM_OFF,
             device_bytes: layout.total + PRIVATE_BYTES,
+            reg_table,
             _imports: imports,
             _private: private,
             _shared: shared,
@@ -224,7 +241,10 @@ mod tests {
             assert_eq!(l.ll128_off % 128, 0);
             assert!(l.rs_off + s.rs_bytes(n) <= l.sem_off);
             assert!(l.sem_off + SEM_BYTES <= l.ack_off);
-            assert!(l.ack_off + FLAG_TABLE_BYTES <= l.total);
+            assert!(l.ack_off + FLAG_TABLE_BYTES <= l.offer_off);
+            assert!(l.offer_off + OFFER_BYTES <= l.accept_off);
+            assert!(l.accept_off + FLAG_TABLE_BYTES <= l.total);
+            assert_eq!(l.offer_off % 32, 0);
             assert_eq!(l.rs_off % 16, 0);
         }
         const { assert!(EXPECTED_OFF >= FLAGS_OFF + FLAG_TABLE_BYTES) };

@@ -106,6 +106,20 @@ impl HostMapped {
         // SAFETY: in bounds and aligned (asserted); volatile because the GPU reads it concurrently.
         unsafe { std::ptr::write_volatile(self.host.add(off).cast::<u32>(), v) };
     }
+
+    /// Volatile store of a u64 at byte offset `off` (8-byte aligned), seen by kernels reading it.
+    pub fn store_u64(&self, off: usize, v: u64) {
+        assert!(off % 8 == 0 && off + 8 <= self.size);
+        // SAFETY: in bounds and aligned (asserted); volatile because the GPU reads it concurrently.
+        unsafe { std::ptr::write_volatile(self.host.add(off).cast::<u64>(), v) };
+    }
+
+    /// Volatile load of a u64 at byte offset `off` (8-byte aligned).
+    pub fn load_u64(&self, off: usize) -> u64 {
+        assert!(off % 8 == 0 && off + 8 <= self.size);
+        // SAFETY: in bounds and aligned (asserted).
+        unsafe { std::ptr::read_volatile(self.host.add(off).cast::<u64>()) }
+    }
 }
 
 impl Drop for HostMapped {

@@ -1,0 +1,185 @@
+//! The registration thread: maps what peers register and enters it in this rank's table.
+//!
+//! It runs on its own so that no call of the application ever waits for a mapping: a kernel that
+//! finds a peer's offer not yet in the table declines it (kernels/direct.cuh).
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use super::export::{kind_error, VmmImport};
+use super::uds::{self, Received};
+use super::wire::{Kind, Msg};
+use crate::device_abi::{RegEntry, OX_REG_SLOTS};
+use crate::error::{Error, Result};
+use crate::gpu::ipc::ImportedBuffer;
+use crate::gpu::{CtxGuard, Device, HostMapped};
+use crate::log::Subsys;
+
+/// A peer buffer as mapped here; unmapped on drop.
+enum Mapping {
+    Ipc { _buf: ImportedBuffer },
+    Vmm { _map: VmmImport },
+    Ptr,
+}
+
+pub struct Importer {
+    wake: OwnedFd,
+    thread: JoinHandle<()>,
+}
+
+impl Importer {
+    pub fn start(dev: &'static Device, me: usize, nranks: usize, name: &str, table: Arc<HostMapped>) -> Result<Importer> {
+        let listener = uds::listen(name).map_err(|e| Error::system(format!("registration socket {name}: {e}")))?;
+        // SAFETY: plain syscall; the result is a fresh descriptor we own.
+        let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if wake < 0 {
+            return Err(Error::system(format!("eventfd: {}", std::io::Error::last_os_error())));
+        }
+        // SAFETY: eventfd returned a fresh descriptor.
+        let wake = unsafe { OwnedFd::from_raw_fd(wake) };
+        let wake_r = wake.try_clone().map_err(|e| Error::system(format!("dup: {e}")))?;
+        let thread = std::thread::Builder::new()
+            .name(format!("oxccl-reg-{me}"))
+            .spawn(move || {
+                crate::log::set_thread_device(dev.ordinal);
+                let mut t = Thread { dev, me, nranks, table, listener, wake: wake_r, conns: Vec::new(), maps: HashMap::new() };
+                t.run();
+            })
+            .map_err(|e| Error::system(format!("registration thread: {e}")))?;
+        Ok(Importer { wake, thread })
+    }
+
+    /// Wakes the thread, which unmaps everything (or, with `unmap` false, because kernels may still
+    /// use the mappings, leaves them mapped) and exits; waits for it.
+    pub fn stop(self, unmap: bool) {
+        let one: u64 = if unmap { 1 } else { 2 };
+        // SAFETY: writes 8 bytes from a local to our eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        let _ = self.thread.join();
+    }
+}
+
+struct Thread {
+    dev: &'static Device,
+    me: usize,
+    nranks: usize,
+    table: Arc<HostMapped>,
+    listener: OwnedFd,
+    wake: OwnedFd,
+    conns: Vec<OwnedFd>,
+    maps: HashMap<(u32, u64), Mapping>,
+}
+
+impl Thread {
+    fn run(&mut self) {
+        loop {
+            let mut fds = vec![
+                libc::pollfd { fd: self.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: self.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            ];
+            fds.extend(self.conns.iter().map(|c| libc::pollfd { fd: c.as_raw_fd(), events: libc::POLLIN, revents: 0 }));
+            // SAFETY: fds is a valid array of its length; wait until something happens.
+            let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+            if rc < 0 {
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                break;
+            }
+            if fds[0].revents != 0 {
+                let mut v: u64 = 0;
+                // SAFETY: reads the eventfd's 8-byte counter into a local.
+                unsafe { libc::read(self.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+                if v >= 2 {
+                    std::mem::forget(std::mem::take(&mut self.maps));
+                }
+                break;
+            }
+            if fds[1].revents != 0 {
+                while let Ok(Some(c)) = uds::accept(&self.listener) {
+                    self.conns.push(c);
+                }
+            }
+            let mut closed = Vec::new();
+            for i in 0..self.conns.len() {
+                if fds.get(i + 2).is_none_or(|f| f.revents == 0) {
+                    continue;
+                }
+                loop {
+                    match uds::recv(&self.conns[i], Msg::BYTES + 1) {
+                        Ok(Received::Msg(b, fd)) => self.handle(&b, fd),
+                        Ok(Received::Empty) => break,
+                        Ok(Received::Closed) | Err(_) => {
+                            closed.push(i);
+                            break;
+                        }
+                    }
+                }
+            }
+            for i in closed.into_iter().rev() {
+                self.conns.swap_remove(i);
+            }
+        }
+        // Kernels no longer run on this communicator (the caller waited): unmap all.
+        self.maps.clear();
+    }
+
+    fn handle(&mut self, b: &[u8], fd: Option<OwnedFd>) {
+        let m = match Msg::decode(b) {
+            Ok(m) if (m.rank as usize) < self.nranks && m.rank as usize != self.me => m,
+            Ok(m) => {
+                nccl_warn!("rank {}: registration message from unknown rank {}", self.me, m.rank);
+                return;
+            }
+            Err(e) => {
+                nccl_warn!("rank {}: {}", self.me, e.msg);
+                return;
+            }
+        };
+        let slot_off = ((m.rank as usize) * OX_REG_SLOTS + (m.gen % OX_REG_SLOTS as u64) as usize) * std::mem::size_of::<RegEntry>();
+        if m.kind == Kind::Dead {
+            if self.table.load_u64(slot_off) == m.gen {
+                self.table.store_u64(slot_off, 0);
+            }
+            self.maps.remove(&(m.rank, m.gen));
+            nccl_info!(Subsys::Reg, "rank {}: rank {}'s registration {} retired", self.me, m.rank, m.gen);
+            return;
+        }
+        match self.map(&m, fd) {
+            Ok((local, mapping)) => {
+                // The slot's previous registration is retired (its Dead message came first on
+                // this connection). Invalidate, fill, then publish gen last: a kernel that reads
+                // this gen reads these fields.
+                self.table.store_u64(slot_off, 0);
+                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+                self.table.store_u64(slot_off + 8, m.base);
+                self.table.store_u64(slot_off + 16, m.size);
+                self.table.store_u64(slot_off + 24, local);
+                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+                self.table.store_u64(slot_off, m.gen);
+                self.maps.insert((m.rank, m.gen), mapping);
+                nccl_info!(Subsys::Reg, "rank {}: mapped rank {}'s registration {} ({:#x}, {} bytes) at {local:#x}", self.me, m.rank, m.gen, m.base, m.size);
+            }
+            Err(e) => nccl_info!(Subsys::Reg, "rank {}: cannot map rank {}'s registration {}: {}; its streams go through scratch", self.me, m.rank, m.gen, e.msg),
+        }
+    }
+
+    fn map(&self, m: &Msg, fd: Option<OwnedFd>) -> Result<(u64, Mapping)> {
+        let _g = CtxGuard::new(self.dev)?;
+        match m.kind {
+            Kind::Ipc => {
+                let b = ImportedBuffer::open(self.dev, &m.handle)?;
+                Ok((b.ptr, Mapping::Ipc { _buf: b }))
+            }
+            Kind::Fd => {
+                let fd = fd.ok_or_else(|| kind_error(m.kind))?;
+                let v = VmmImport::map(self.dev, &fd, m.size)?;
+                Ok((v.ptr, Mapping::Vmm { _map: v }))
+            }
+            Kind::Ptr => Ok((m.base, Mapping::Ptr)),
+            Kind::Dead => Err(kind_error(m.kind)),
+        }
+    }
+}

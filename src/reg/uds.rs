@@ -1,0 +1,214 @@
+//! Unix seqpacket sockets in the abstract namespace: one message per send, message boundaries
+//! kept, and a file descriptor may travel with a message (SCM_RIGHTS). std has no seqpacket
+//! sockets nor stable ancillary data, hence libc.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+fn abstract_addr(name: &str) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+    // SAFETY: sockaddr_un is plain old data; all-zero is a valid value.
+    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = name.as_bytes();
+    if bytes.len() + 1 > a.sun_path.len() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "socket name too long"));
+    }
+    // sun_path[0] = 0 puts the name in the abstract namespace: no file, gone with the socket.
+    for (d, s) in a.sun_path[1..].iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + bytes.len();
+    Ok((a, len as libc::socklen_t))
+}
+
+fn socket(nonblocking: bool) -> io::Result<OwnedFd> {
+    let ty = libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | if nonblocking { libc::SOCK_NONBLOCK } else { 0 };
+    // SAFETY: plain syscall; the result is a fresh descriptor we own.
+    let fd = cvt(unsafe { libc::socket(libc::AF_UNIX, ty, 0) })?;
+    // SAFETY: fd was just returned by socket() and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A non-blocking listener bound to `name`.
+pub fn listen(name: &str) -> io::Result<OwnedFd> {
+    let s = socket(true)?;
+    let (a, len) = abstract_addr(name)?;
+    // SAFETY: a/len describe a valid sockaddr_un.
+    cvt(unsafe { libc::bind(s.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) })?;
+    // SAFETY: plain syscall on our socket.
+    cvt(unsafe { libc::listen(s.as_raw_fd(), 64) })?;
+    Ok(s)
+}
+
+/// A new non-blocking connection from `listener`, if one is waiting.
+pub fn accept(listener: &OwnedFd) -> io::Result<Option<OwnedFd>> {
+    // SAFETY: plain syscall; null address pointers are allowed.
+    let rc = unsafe {
+        libc::accept4(listener.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+    };
+    match cvt(rc) {
+        // SAFETY: accept4 returned a fresh descriptor.
+        Ok(fd) => Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) })),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A blocking connection to `name`; sends give up after `timeout`.
+pub fn connect(name: &str, timeout: Duration) -> io::Result<OwnedFd> {
+    let s = socket(false)?;
+    let (a, len) = abstract_addr(name)?;
+    // SAFETY: a/len describe a valid sockaddr_un.
+    cvt(unsafe { libc::connect(s.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) })?;
+    let tv = libc::timeval { tv_sec: timeout.as_secs() as libc::time_t, tv_usec: timeout.subsec_micros() as libc::suseconds_t };
+    // SAFETY: tv is a valid timeval of the size passed.
+    cvt(unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    })?;
+    Ok(s)
+}
+
+/// Sends one message, with `fd` attached if given.
+pub fn send(sock: &OwnedFd, msg: &[u8], fd: Option<RawFd>) -> io::Result<()> {
+    let mut iov = libc::iovec { iov_base: msg.as_ptr() as *mut libc::c_void, iov_len: msg.len() };
+    // Room for one descriptor's control message, u64-aligned.
+    let mut cbuf = [0u64; 4];
+    // SAFETY: msghdr is plain old data; all-zero is valid.
+    let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
+    mh.msg_iov = &mut iov;
+    mh.msg_iovlen = 1;
+    if let Some(fd) = fd {
+        // SAFETY: CMSG_SPACE is a pure computation.
+        let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+        assert!(space <= std::mem::size_of_val(&cbuf));
+        mh.msg_control = cbuf.as_mut_ptr().cast();
+        mh.msg_controllen = space as _;
+        // SAFETY: msg_control points at `space` bytes we own; CMSG_FIRSTHDR returns a header inside it.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&mh);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
+        }
+    }
+    // SAFETY: mh describes buffers that outlive the call.
+    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &mh, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if n as usize != msg.len() {
+        return Err(io::Error::new(io::ErrorKind::WriteZero, "short seqpacket send"));
+    }
+    Ok(())
+}
+
+/// What one receive got.
+pub enum Received {
+    Msg(Vec<u8>, Option<OwnedFd>),
+    /// Nothing waiting (non-blocking socket).
+    Empty,
+    /// The peer closed the connection.
+    Closed,
+}
+
+/// Receives one message of at most `max` bytes and the descriptor sent with it, if any.
+pub fn recv(sock: &OwnedFd, max: usize) -> io::Result<Received> {
+    let mut buf = vec![0u8; max];
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut cbuf = [0u64; 4];
+    // SAFETY: msghdr is plain old data; all-zero is valid.
+    let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
+    mh.msg_iov = &mut iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = cbuf.as_mut_ptr().cast();
+    mh.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+    // SAFETY: mh describes buffers that outlive the call; CLOEXEC for any received descriptor.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut mh, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::WouldBlock { Ok(Received::Empty) } else { Err(e) };
+    }
+    if n == 0 {
+        return Ok(Received::Closed);
+    }
+    let mut fd = None;
+    // SAFETY: walking the control messages the kernel wrote into cbuf.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&mh);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let raw = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<RawFd>());
+                fd = Some(OwnedFd::from_raw_fd(raw));
+            }
+            c = libc::CMSG_NXTHDR(&mh, c);
+        }
+    }
+    if mh.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "truncated registration message"));
+    }
+    buf.truncate(n as usize);
+    Ok(Received::Msg(buf, fd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Seek, Write};
+
+    #[test]
+    fn messages_and_descriptors_cross_a_socket() {
+        let name = format!("oxccl-test-uds-{}", std::process::id());
+        let l = listen(&name).expect("listen");
+        assert!(accept(&l).unwrap().is_none(), "nobody connected yet");
+        let c = connect(&name, Duration::from_secs(2)).expect("connect");
+        let s = accept(&l).unwrap().expect("a connection waits");
+        assert!(matches!(recv(&s, 64).unwrap(), Received::Empty));
+
+        // A descriptor sent with a message opens the same file on the other side.
+        let mut f = tempfile_in_tmp();
+        f.write_all(b"zero-copy").unwrap();
+        send(&c, b"first", Some(f.as_raw_fd())).unwrap();
+        send(&c, b"second", None).unwrap();
+        match recv(&s, 64).unwrap() {
+            Received::Msg(m, Some(fd)) => {
+                assert_eq!(m, b"first");
+                let mut g = std::fs::File::from(fd);
+                g.rewind().unwrap();
+                let mut text = String::new();
+                g.read_to_string(&mut text).unwrap();
+                assert_eq!(text, "zero-copy");
+            }
+            _ => panic!("expected a message with a descriptor"),
+        }
+        match recv(&s, 64).unwrap() {
+            Received::Msg(m, None) => assert_eq!(m, b"second", "boundaries kept"),
+            _ => panic!("expected a plain message"),
+        }
+        drop(c);
+        assert!(matches!(recv(&s, 64).unwrap(), Received::Closed));
+        assert!(connect(&format!("{name}-nobody"), Duration::from_secs(1)).is_err());
+    }
+
+    fn tempfile_in_tmp() -> std::fs::File {
+        let p = std::env::temp_dir().join(format!("oxccl-uds-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&p).unwrap();
+        let _ = std::fs::remove_file(&p);
+        f
+    }
+}
