@@ -333,12 +333,16 @@ ncclResult_t ncclMemFree(void *ptr);
 ncclResult_t pncclMemFree(void *ptr);
 
 /*
- Registration lets peers use a buffer directly. oxccl's collectives do not use registered
- buffers yet, so, as NCCL does where registration buys nothing, this succeeds with a NULL handle.
+ Registers a buffer with the communicator (local, reference-counted: the same buffer gets the
+ same handle). Peers on the same host map it and write large transfers straight into it.
+ NULL or size 0 succeeds with a NULL handle.
  */
 ncclResult_t ncclCommRegister(ncclComm_t comm, void *buff, size_t size, void **handle);
 ncclResult_t pncclCommRegister(ncclComm_t comm, void *buff, size_t size, void **handle);
 
+/*
+ Drops one reference to a registration; NULL is a no-op.
+ */
 ncclResult_t ncclCommDeregister(ncclComm_t comm, void *handle);
 ncclResult_t pncclCommDeregister(ncclComm_t comm, void *handle);
 

@@ -22,7 +22,7 @@ pub extern "C" fn ncclMemFree(ptr: *mut c_void) -> ncclResult_t {
 }
 
 /// Registers a buffer with the communicator (local, reference-counted: the same buffer gets the
-/// same handle). Peers of the host map it and write put streams straight into it (src/reg).
+/// same handle). Peers on the same host map it and write large transfers straight into it.
 /// NULL or size 0 succeeds with a NULL handle.
 #[no_mangle]
 pub extern "C" fn ncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> ncclResult_t {
