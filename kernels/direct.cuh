@@ -1,11 +1,11 @@
 // Zero-copy put streams (registered buffers, src/reg). A receiver whose destination lies in a buffer
 // it registered offers it to the sender (RegOffer, written into the sender's shared buffer before
 // the receiver's round-0 signal); after round 0's sync the sender looks the offer up in its table
-// of the peers' registrations (host-mapped RegEntry, filled by the registration thread), answers
-// with one u32 per block in the receiver's shared buffer, and, if it accepted, writes the rest of
-// the stream (everything after round 0) straight into the receiver's buffer before its round-1
-// signal. The receiver reads the answer after its round-1 wait. Both sides then know, per block,
-// that the stream is complete, and drop the pair from later rounds' syncs if nothing else flows.
+// of the peers' registrations (RegEntry in device memory, filled by the registration thread), answers
+// with one u32 per block in the receiver's shared buffer, and, if it accepted, puts its pieces from
+// round 1 on straight into their places in the receiver's buffer instead of scratch. The receiver
+// reads the answer after its round-1 wait and copies nothing out of scratch for them. The rounds
+// and their syncs stay: they pace the writers (one burst of every remaining piece measured slower).
 //
 // Why round 0 still goes through scratch: the sender learns of the offer only from a sync, and the
 // round-0 sync exists anyway; waiting for an offer before round 0 would add a round trip to every
@@ -51,8 +51,8 @@ OX_DEV RegOffer ox_reg_offer_read(const DevComm& c, int peer) {
 OX_DEV uint64_t ox_reg_translate(const DevComm& c, int peer, const RegOffer& o) {
   if (c.reg_table == 0) return 0;
   const RegEntry* e = reinterpret_cast<const RegEntry*>(c.reg_table) + (uint64_t)peer * OX_REG_SLOTS + o.gen % OX_REG_SLOTS;
-  // Acquire: the host writes gen last (x86 stores are ordered), so a matching gen brings the
-  // entry's other fields with it.
+  // Acquire: the registration thread writes gen last (a second stream-ordered copy, or, in a
+  // host-mapped table, a later x86 store), so a matching gen brings the entry's other fields.
   if (ox_ld_acquire_sys(&e->gen) != o.gen) return 0;
   const uint64_t base = ox_ld_relaxed_sys(&e->base);
   const uint64_t size = ox_ld_relaxed_sys(&e->size);

@@ -46,9 +46,9 @@ pub const OX_MODE_LL128_CHAIN: u8 = 7;
 pub const OX_REG_SLOTS: usize = 512;
 
 /// One buffer a peer registered (ncclCommRegister), as this rank has mapped it. A rank's table
-/// (`DevComm::reg_table`) holds `OX_REG_SLOTS` of these per peer, in host-mapped memory: the
-/// registration thread (src/reg) writes `gen` last, and a kernel that reads a `gen` equal to the
-/// one a peer offers (acquire) sees the other fields of that registration.
+/// (`DevComm::reg_table`) holds `OX_REG_SLOTS` of these per peer, in device memory: the
+/// registration thread (src/reg/table.rs) writes `gen` last, and a kernel that reads a `gen`
+/// equal to the one a peer offers (acquire) sees the other fields of that registration.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RegEntry {
@@ -272,8 +272,8 @@ pub struct DevComm {
     pub ll_pending: u64,
     /// Host-mapped `u32`, non-zero once the communicator is aborted: every device spin loop reads it.
     pub abort_flag: u64,
-    /// Host-mapped `RegEntry[nranks][OX_REG_SLOTS]`: the peers' registered buffers this rank has
-    /// mapped (src/reg).
+    /// `RegEntry[nranks][OX_REG_SLOTS]`: the peers' registered buffers this rank has mapped
+    /// (src/reg/table.rs; device memory, host-mapped with OXCCL_REG_TABLE=host).
     pub reg_table: u64,
     /// Offset from a rank's `ll_scratch` of its `RegOffer[OX_MAX_RANKS]`, indexed by the receiving
     /// rank that wrote it.

@@ -98,7 +98,7 @@ pub struct MemoryChannels {
     /// Bytes of device memory this rank allocated for the communicator.
     pub device_bytes: u64,
     /// `RegEntry[nranks][OX_REG_SLOTS]` the kernels read (`DevComm::reg_table`); src/reg fills it.
-    pub reg_table: Arc<HostMapped>,
+    pub reg_table: Arc<crate::reg::Table>,
     // Drop order matters: unmap peers' memory before freeing ours.
     _imports: Vec<ImportedBuffer>,
     _private: DeviceBuffer,
@@ -160,7 +160,7 @@ impl MemoryChannels {
             };
         }
 
-        let reg_table = Arc::new(HostMapped::zeroed(dev, n * OX_REG_SLOTS * std::mem::size_of::<RegEntry>())?);
+        let reg_table = Arc::new(crate::reg::Table::new(dev, n * OX_REG_SLOTS * std::mem::size_of::<RegEntry>())?);
         let mut dc = DevComm {
             rank: me as i32,
             nranks: n as i32,
@@ -178,7 +178,7 @@ impl MemoryChannels {
             sem_expected: private.ptr + EXPECTED_OFF,
             ll_pending: private.ptr + PENDING_OFF,
             abort_flag: abort_flag.dev_ptr,
-            reg_table: reg_table.dev_ptr,
+            reg_table: reg_table.dev_ptr(),
             reg_offer_off: layout.offer_off - layout.ll_off,
             reg_accept_off: layout.accept_off - layout.ll_off,
         };

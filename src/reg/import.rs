@@ -14,7 +14,8 @@ use super::wire::{Kind, Msg};
 use crate::device_abi::{RegEntry, OX_REG_SLOTS};
 use crate::error::{Error, Result};
 use crate::gpu::ipc::ImportedBuffer;
-use crate::gpu::{CtxGuard, Device, HostMapped};
+use crate::gpu::{CtxGuard, Device};
+use super::table::Table;
 use crate::log::Subsys;
 
 /// A peer buffer as mapped here; unmapped on drop.
@@ -30,7 +31,7 @@ pub struct Importer {
 }
 
 impl Importer {
-    pub fn start(dev: &'static Device, me: usize, nranks: usize, name: &str, table: Arc<HostMapped>) -> Result<Importer> {
+    pub fn start(dev: &'static Device, me: usize, nranks: usize, name: &str, table: Arc<Table>) -> Result<Importer> {
         let listener = uds::listen(name).map_err(|e| Error::system(format!("registration socket {name}: {e}")))?;
         // SAFETY: plain syscall; the result is a fresh descriptor we own.
         let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -65,7 +66,7 @@ struct Thread {
     dev: &'static Device,
     me: usize,
     nranks: usize,
-    table: Arc<HostMapped>,
+    table: Arc<Table>,
     listener: OwnedFd,
     wake: OwnedFd,
     conns: Vec<OwnedFd>,
@@ -140,8 +141,8 @@ impl Thread {
         };
         let slot_off = ((m.rank as usize) * OX_REG_SLOTS + (m.gen % OX_REG_SLOTS as u64) as usize) * std::mem::size_of::<RegEntry>();
         if m.kind == Kind::Dead {
-            if self.table.load_u64(slot_off) == m.gen {
-                self.table.store_u64(slot_off, 0);
+            if let Err(e) = self.table.retire(slot_off, m.gen) {
+                nccl_warn!("rank {}: registration table: {}", self.me, e.msg);
             }
             self.maps.remove(&(m.rank, m.gen));
             nccl_info!(Subsys::Reg, "rank {}: rank {}'s registration {} retired", self.me, m.rank, m.gen);
@@ -150,15 +151,11 @@ impl Thread {
         match self.map(&m, fd) {
             Ok((local, mapping)) => {
                 // The slot's previous registration is retired (its Dead message came first on
-                // this connection). Invalidate, fill, then publish gen last: a kernel that reads
-                // this gen reads these fields.
-                self.table.store_u64(slot_off, 0);
-                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-                self.table.store_u64(slot_off + 8, m.base);
-                self.table.store_u64(slot_off + 16, m.size);
-                self.table.store_u64(slot_off + 24, local);
-                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-                self.table.store_u64(slot_off, m.gen);
+                // this connection).
+                if let Err(e) = self.table.publish(slot_off, RegEntry { gen: m.gen, base: m.base, size: m.size, local }) {
+                    nccl_warn!("rank {}: registration table: {}", self.me, e.msg);
+                    return;
+                }
                 self.maps.insert((m.rank, m.gen), mapping);
                 nccl_info!(Subsys::Reg, "rank {}: mapped rank {}'s registration {} ({:#x}, {} bytes) at {local:#x}", self.me, m.rank, m.gen, m.base, m.size);
             }

@@ -15,8 +15,11 @@
 
 mod export;
 mod import;
+mod table;
 pub mod uds;
 pub mod wire;
+
+pub use table::Table;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,7 +29,7 @@ use parking_lot::Mutex;
 
 use crate::device_abi::OX_REG_SLOTS;
 use crate::error::{Error, Result};
-use crate::gpu::{Device, HostMapped};
+use crate::gpu::Device;
 use crate::log::Subsys;
 use crate::topo::PeerInfo;
 
@@ -139,7 +142,7 @@ impl Registry {
     ///
     /// Without a `table` (no MemoryChannels: ranks on several hosts, or a transport that keeps
     /// off peer memory) registrations are bookkeeping only.
-    pub fn start(dev: &'static Device, me: usize, peers: &[PeerInfo], comm_key: u64, table: Option<Arc<HostMapped>>) -> Registry {
+    pub fn start(dev: &'static Device, me: usize, peers: &[PeerInfo], comm_key: u64, table: Option<Arc<Table>>) -> Registry {
         let prefix = format!("oxccl-reg-{comm_key:016x}");
         let share = table.is_some() && peers.len() > 1;
         let importer = match table.filter(|_| share) {
