@@ -53,8 +53,48 @@ fn legacy_alloc(dev: &Device, size: usize) -> Result<(u64, Alloc)> {
     Ok((p, Alloc::Legacy { device: dev.ordinal }))
 }
 
-fn location(ordinal: i32) -> cu::CUmemLocation {
+pub(crate) fn location(ordinal: i32) -> cu::CUmemLocation {
     cu::CUmemLocation { type_: cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: ordinal }
+}
+
+/// Maps cuMem allocation `handle` (`size` bytes) at a fresh address aligned to `align`, readable
+/// and writable by the GPUs in `devices`. On failure everything done here is undone; the handle
+/// stays the caller's.
+pub(crate) fn map_handle(handle: cu::CUmemGenericAllocationHandle, size: usize, align: usize, devices: &[i32]) -> Result<u64> {
+    let mut ptr: cu::CUdeviceptr = 0;
+    // SAFETY: out-pointer to a local.
+    check(unsafe { cu::cuMemAddressReserve(&mut ptr, size, align, 0, 0) }, "cuMemAddressReserve")?;
+    let undo = |mapped: bool| unsafe {
+        if mapped {
+            cu::cuMemUnmap(ptr, size);
+        }
+        cu::cuMemAddressFree(ptr, size);
+    };
+    // SAFETY: ptr..ptr+size is reserved; the handle covers `size` bytes.
+    if let Err(e) = check(unsafe { cu::cuMemMap(ptr, size, 0, handle, 0) }, "cuMemMap") {
+        undo(false);
+        return Err(e);
+    }
+    let descs: Vec<cu::CUmemAccessDesc> = devices
+        .iter()
+        .map(|&d| cu::CUmemAccessDesc { location: location(d), flags: cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE })
+        .collect();
+    // SAFETY: the range is mapped; descs is a valid array of its length.
+    if let Err(e) = check(unsafe { cu::cuMemSetAccess(ptr, size, descs.as_ptr(), descs.len()) }, "cuMemSetAccess") {
+        undo(true);
+        return Err(e);
+    }
+    Ok(ptr)
+}
+
+/// Undoes [`map_handle`] and releases the handle.
+///
+/// # Safety
+/// `ptr`/`size` came from `map_handle` with `handle`, and no kernel uses the range any more.
+pub(crate) unsafe fn unmap_handle(ptr: u64, size: usize, handle: cu::CUmemGenericAllocationHandle) -> Result<()> {
+    check(cu::cuMemUnmap(ptr, size), "cuMemUnmap")?;
+    check(cu::cuMemAddressFree(ptr, size), "cuMemAddressFree")?;
+    check(cu::cuMemRelease(handle), "cuMemRelease")
 }
 
 fn vmm_alloc(dev: &Device, size: usize) -> Result<(u64, Alloc)> {
@@ -71,39 +111,20 @@ fn vmm_alloc(dev: &Device, size: usize) -> Result<(u64, Alloc)> {
     let mut handle: cu::CUmemGenericAllocationHandle = 0;
     // SAFETY: out-pointer to a local.
     check(unsafe { cu::cuMemCreate(&mut handle, rounded, &prop, 0) }, "cuMemCreate")?;
-    let mut ptr: cu::CUdeviceptr = 0;
-    // SAFETY: reserve a fresh range; on failure release what was created.
-    let rc = unsafe { cu::cuMemAddressReserve(&mut ptr, rounded, gran, 0, 0) };
-    if let Err(e) = check(rc, "cuMemAddressReserve") {
-        unsafe { cu::cuMemRelease(handle) };
-        return Err(e);
-    }
-    let undo = |ptr, mapped: bool| unsafe {
-        if mapped {
-            cu::cuMemUnmap(ptr, rounded);
-        }
-        cu::cuMemAddressFree(ptr, rounded);
-        cu::cuMemRelease(handle);
-    };
-    // SAFETY: ptr..ptr+rounded is reserved; handle has that size.
-    if let Err(e) = check(unsafe { cu::cuMemMap(ptr, rounded, 0, handle, 0) }, "cuMemMap") {
-        undo(ptr, false);
-        return Err(e);
-    }
-    let mut descs = Vec::new();
+    let mut devices = Vec::new();
     for d in 0..device_count()? {
         if can_access(d, dev.ordinal).unwrap_or(false) {
-            descs.push(cu::CUmemAccessDesc {
-                location: location(d),
-                flags: cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-            });
+            devices.push(d);
         }
     }
-    // SAFETY: the range is mapped; descs is a valid array of its length.
-    if let Err(e) = check(unsafe { cu::cuMemSetAccess(ptr, rounded, descs.as_ptr(), descs.len()) }, "cuMemSetAccess") {
-        undo(ptr, true);
-        return Err(e);
-    }
+    let ptr = match map_handle(handle, rounded, gran, &devices) {
+        Ok(p) => p,
+        Err(e) => {
+            // SAFETY: created above, not mapped anywhere.
+            unsafe { cu::cuMemRelease(handle) };
+            return Err(e);
+        }
+    };
     Ok((ptr, Alloc::Vmm { handle, size: rounded, device: dev.ordinal }))
 }
 
@@ -118,12 +139,7 @@ pub fn free(ptr: u64) -> Result<()> {
         Some(Alloc::Vmm { handle, size, device }) => {
             let _ctx = CtxGuard::new(Device::get(device)?)?;
             // SAFETY: the range and handle came from vmm_alloc and are released once.
-            unsafe {
-                check(cu::cuMemUnmap(ptr, size), "cuMemUnmap")?;
-                check(cu::cuMemAddressFree(ptr, size), "cuMemAddressFree")?;
-                check(cu::cuMemRelease(handle), "cuMemRelease")?;
-            }
-            Ok(())
+            unsafe { unmap_handle(ptr, size, handle) }
         }
         Some(Alloc::Legacy { device }) => {
             let _ctx = CtxGuard::new(Device::get(device)?)?;

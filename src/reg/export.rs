@@ -6,6 +6,7 @@ use super::wire::Kind;
 use crate::error::{Error, Result};
 use crate::gpu::ipc::{self, IPC_HANDLE_BYTES};
 use crate::gpu::{check, cu, CtxGuard, Device};
+use crate::mem::{location, map_handle, unmap_handle};
 
 /// The allocation holding a registered buffer.
 pub struct Alloc {
@@ -16,10 +17,6 @@ pub struct Alloc {
     legacy: bool,
     /// cuMem memory: a POSIX file descriptor for it.
     fd: Option<OwnedFd>,
-}
-
-fn location(ordinal: i32) -> cu::CUmemLocation {
-    cu::CUmemLocation { type_: cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: ordinal }
 }
 
 /// Describes the allocation holding [ptr, ptr + size) on `dev`, or None if peers cannot map it
@@ -123,30 +120,14 @@ impl VmmImport {
             },
             "cuMemImportFromShareableHandle",
         )?;
-        let mut ptr: cu::CUdeviceptr = 0;
-        // SAFETY: out-pointer to a local; on failure the handle is released.
-        if let Err(e) = check(unsafe { cu::cuMemAddressReserve(&mut ptr, size, 0, 0, 0) }, "cuMemAddressReserve") {
-            unsafe { cu::cuMemRelease(handle) };
-            return Err(e);
-        }
-        let undo = |mapped: bool| unsafe {
-            if mapped {
-                cu::cuMemUnmap(ptr, size);
+        let ptr = match map_handle(handle, size, 0, &[dev.ordinal]) {
+            Ok(p) => p,
+            Err(e) => {
+                // SAFETY: imported above, not mapped anywhere.
+                unsafe { cu::cuMemRelease(handle) };
+                return Err(e);
             }
-            cu::cuMemAddressFree(ptr, size);
-            cu::cuMemRelease(handle);
         };
-        // SAFETY: ptr..ptr+size is reserved; the imported handle covers the allocation's size.
-        if let Err(e) = check(unsafe { cu::cuMemMap(ptr, size, 0, handle, 0) }, "cuMemMap") {
-            undo(false);
-            return Err(e);
-        }
-        let desc = cu::CUmemAccessDesc { location: location(dev.ordinal), flags: cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-        // SAFETY: the range is mapped; one descriptor.
-        if let Err(e) = check(unsafe { cu::cuMemSetAccess(ptr, size, &desc, 1) }, "cuMemSetAccess") {
-            undo(true);
-            return Err(e);
-        }
         Ok(VmmImport { ptr, size, handle, dev })
     }
 }
@@ -154,12 +135,9 @@ impl VmmImport {
 impl Drop for VmmImport {
     fn drop(&mut self) {
         if let Ok(_g) = CtxGuard::new(self.dev) {
-            // SAFETY: mapped by `map`, released once.
-            unsafe {
-                cu::cuMemUnmap(self.ptr, self.size);
-                cu::cuMemAddressFree(self.ptr, self.size);
-                cu::cuMemRelease(self.handle);
-            }
+            // SAFETY: mapped by `map`, released once; kernels are done with it (the registration
+            // thread drops imports only after the peer retired them or the communicator ended).
+            let _ = unsafe { unmap_handle(self.ptr, self.size, self.handle) };
         }
     }
 }
