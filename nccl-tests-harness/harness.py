@@ -85,6 +85,21 @@ def suite(name, ngpus):
                 seen.add(key)
                 runs.append(r)
         return runs
+    if name == "registered-check":
+        # Registered buffers (-R 1: ncclCommRegister; -R 2: symmetric windows): zero-copy put
+        # streams need two or more put rounds, so the sizes reach 256 MiB.
+        runs = []
+        sizes = ["-b", "8", "-e", "256M", "-f", "8", "-c", "1", "-n", "1", "-w", "1"]
+        exch = ("all_gather_perf", "alltoall_perf", "sendrecv_perf", "gather_perf", "scatter_perf", "broadcast_perf", "all_reduce_perf")
+        keep = {"np2", "np3", f"np{ngpus}", f"g{ngpus}"}
+        for test in exch:
+            for m in modes_for(ngpus, graph=False):
+                if m["name"] not in keep:
+                    continue
+                runs.append((test, dict(m, name=f"{m['name']}-R1"), sizes + ["-d", "all", "-R", "1"]))
+                # Windows register the same way: one datatype is enough there.
+                runs.append((test, dict(m, name=f"{m['name']}-R2"), sizes + ["-d", "float", "-R", "2"]))
+        return runs
     if name == "allreduce-check":
         return [("all_reduce_perf", m, CHECK_ARGS) for m in modes_for(ngpus)]
     if name == "allreduce-perf":

@@ -73,6 +73,7 @@ if [ -n "$nt" ]; then
   H="python3 $root/nccl-tests-harness/harness.py"
   step nccl-tests-allreduce $H check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/allreduce-check"
   step nccl-tests-colls $H check --suite colls-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/colls-check"
+  step nccl-tests-registered $H check --suite registered-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/registered-check"
   if command -v mpirun >/dev/null && [ "$ngpu" -ge 2 ]; then
     step nccl-tests-multihost bash "$root/scripts/multihost-check.sh" "$lib" "$nt" "$ngpu"
   else
