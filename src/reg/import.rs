@@ -15,8 +15,16 @@ use crate::device_abi::{RegEntry, OX_REG_SLOTS};
 use crate::error::{Error, Result};
 use crate::gpu::ipc::ImportedBuffer;
 use crate::gpu::{CtxGuard, Device};
-use super::table::Table;
 use crate::log::Subsys;
+
+/// Where the thread enters what it mapped: the kernels' table (`super::table::Table`), or a
+/// plain array in the CPU tests.
+pub trait Sink: Send + Sync + 'static {
+    /// Enters `e` at byte offset `off`, generation last.
+    fn publish(&self, off: usize, e: RegEntry) -> Result<()>;
+    /// Clears the slot at `off` if it holds generation `gen`.
+    fn retire(&self, off: usize, gen: u64) -> Result<()>;
+}
 
 /// A peer buffer as mapped here; unmapped on drop.
 enum Mapping {
@@ -31,7 +39,8 @@ pub struct Importer {
 }
 
 impl Importer {
-    pub fn start(dev: &'static Device, me: usize, nranks: usize, name: &str, table: Arc<Table>) -> Result<Importer> {
+    /// `dev` None (CPU tests): only same-process pointers can be entered.
+    pub fn start(dev: Option<&'static Device>, me: usize, nranks: usize, name: &str, table: Arc<dyn Sink>) -> Result<Importer> {
         let listener = uds::listen(name).map_err(|e| Error::system(format!("registration socket {name}: {e}")))?;
         // SAFETY: plain syscall; the result is a fresh descriptor we own.
         let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -44,7 +53,9 @@ impl Importer {
         let thread = std::thread::Builder::new()
             .name(format!("oxccl-reg-{me}"))
             .spawn(move || {
-                crate::log::set_thread_device(dev.ordinal);
+                if let Some(d) = dev {
+                    crate::log::set_thread_device(d.ordinal);
+                }
                 let mut t = Thread { dev, me, nranks, table, listener, wake: wake_r, conns: Vec::new(), maps: HashMap::new() };
                 t.run();
             })
@@ -63,10 +74,10 @@ impl Importer {
 }
 
 struct Thread {
-    dev: &'static Device,
+    dev: Option<&'static Device>,
     me: usize,
     nranks: usize,
-    table: Arc<Table>,
+    table: Arc<dyn Sink>,
     listener: OwnedFd,
     wake: OwnedFd,
     conns: Vec<OwnedFd>,
@@ -164,19 +175,100 @@ impl Thread {
     }
 
     fn map(&self, m: &Msg, fd: Option<OwnedFd>) -> Result<(u64, Mapping)> {
-        let _g = CtxGuard::new(self.dev)?;
+        if m.kind == Kind::Ptr {
+            return Ok((m.base, Mapping::Ptr));
+        }
+        let dev = self.dev.ok_or_else(|| Error::internal("registration thread without a GPU"))?;
+        let _g = CtxGuard::new(dev)?;
         match m.kind {
             Kind::Ipc => {
-                let b = ImportedBuffer::open(self.dev, &m.handle)?;
+                let b = ImportedBuffer::open(dev, &m.handle)?;
                 Ok((b.ptr, Mapping::Ipc { _buf: b }))
             }
             Kind::Fd => {
                 let fd = fd.ok_or_else(|| kind_error(m.kind))?;
-                let v = VmmImport::map(self.dev, &fd, m.size)?;
+                let v = VmmImport::map(dev, &fd, m.size)?;
                 Ok((v.ptr, Mapping::Vmm { _map: v }))
             }
-            Kind::Ptr => Ok((m.base, Mapping::Ptr)),
-            Kind::Dead => Err(kind_error(m.kind)),
+            Kind::Ptr | Kind::Dead => Err(kind_error(m.kind)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// A table of u64 words, as the kernels' table is laid out.
+    struct Words(parking_lot::Mutex<Vec<u64>>);
+
+    impl Sink for Words {
+        fn publish(&self, off: usize, e: RegEntry) -> Result<()> {
+            let mut w = self.0.lock();
+            let i = off / 8;
+            w[i + 1] = e.base;
+            w[i + 2] = e.size;
+            w[i + 3] = e.local;
+            w[i] = e.gen;
+            Ok(())
+        }
+        fn retire(&self, off: usize, gen: u64) -> Result<()> {
+            let mut w = self.0.lock();
+            if w[off / 8] == gen {
+                w[off / 8] = 0;
+            }
+            Ok(())
+        }
+    }
+
+    fn entry(t: &Words, rank: usize, gen: u64) -> [u64; 4] {
+        let i = (rank * OX_REG_SLOTS + (gen % OX_REG_SLOTS as u64) as usize) * 4;
+        let w = t.0.lock();
+        [w[i], w[i + 1], w[i + 2], w[i + 3]]
+    }
+
+    fn wait_for(t: &Words, rank: usize, gen: u64, want: [u64; 4]) {
+        let t0 = Instant::now();
+        while entry(t, rank, gen) != want {
+            assert!(t0.elapsed() < Duration::from_secs(10), "table entry never became {want:?}: {:?}", entry(t, rank, gen));
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn announcements_enter_and_leave_the_table_and_garbage_is_ignored() {
+        let n = 3;
+        let words = Arc::new(Words(parking_lot::Mutex::new(vec![0; n * OX_REG_SLOTS * 4])));
+        let name = format!("oxccl-test-import-{}", std::process::id());
+        let imp = Importer::start(None, 0, n, &name, words.clone()).expect("start");
+        let c1 = uds::connect(&name, Duration::from_secs(2)).expect("rank 1 connects");
+        let c2 = uds::connect(&name, Duration::from_secs(2)).expect("rank 2 connects");
+        let ptr = |rank: u32, gen: u64, base: u64| Msg { kind: Kind::Ptr, rank, gen, base, size: 4096, handle: [0; 64] };
+        uds::send(&c1, &ptr(1, 7, 0x7000).encode(), None).unwrap();
+        uds::send(&c2, &ptr(2, 7, 0x9000).encode(), None).unwrap();
+        wait_for(&words, 1, 7, [7, 0x7000, 4096, 0x7000]);
+        wait_for(&words, 2, 7, [7, 0x9000, 4096, 0x9000]);
+        // Not entered: from this rank itself, from a rank outside the communicator, garbage,
+        // and a descriptor-less cuMem announcement (no GPU here: it fails, as a bad one would).
+        uds::send(&c1, &ptr(0, 8, 0x1000).encode(), None).unwrap();
+        uds::send(&c1, &ptr(5, 8, 0x1000).encode(), None).unwrap();
+        uds::send(&c1, b"not a registration message", None).unwrap();
+        uds::send(&c1, &Msg { kind: Kind::Fd, ..ptr(1, 9, 0x2000) }.encode(), None).unwrap();
+        // A retirement of rank 1's generation 7 clears it, and only it.
+        uds::send(&c1, &Msg::dead(1, 7).encode(), None).unwrap();
+        wait_for(&words, 1, 7, [0, 0x7000, 4096, 0x7000]);
+        assert_eq!(entry(&words, 2, 7)[0], 7, "rank 2's registration stays");
+        assert_eq!(entry(&words, 0, 8)[0], 0);
+        assert_eq!(entry(&words, 1, 9)[0], 0);
+        // A retirement of a generation the slot no longer holds changes nothing.
+        uds::send(&c2, &Msg::dead(2, 7 + OX_REG_SLOTS as u64).encode(), None).unwrap();
+        // A peer that goes away does not stop the thread: the other connection still works.
+        drop(c1);
+        uds::send(&c2, &ptr(2, 11, 0xb000).encode(), None).unwrap();
+        wait_for(&words, 2, 11, [11, 0xb000, 4096, 0xb000]);
+        assert_eq!(entry(&words, 2, 7)[0], 7);
+        imp.stop(true);
+        assert!(uds::connect(&name, Duration::from_secs(1)).is_err(), "the socket goes with the thread");
     }
 }

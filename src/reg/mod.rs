@@ -147,7 +147,7 @@ impl Registry {
         let share = table.is_some() && peers.len() > 1;
         let importer = match table.filter(|_| share) {
             None => None,
-            Some(table) => match import::Importer::start(dev, me, peers.len(), &format!("{prefix}-{me}"), table) {
+            Some(table) => match import::Importer::start(Some(dev), me, peers.len(), &format!("{prefix}-{me}"), table) {
                 Ok(i) => Some(i),
                 Err(e) => {
                     nccl_info!(Subsys::Reg, "rank {me}: no registration thread ({}); peers will not write into this rank's registered buffers", e.msg);

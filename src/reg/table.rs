@@ -36,9 +36,12 @@ impl Table {
         }
     }
 
+}
+
+impl super::import::Sink for Table {
     /// Enters `e` at byte offset `off`: invalidates the slot, writes the fields, then the
     /// generation. Called by the registration thread only.
-    pub fn publish(&self, off: usize, e: RegEntry) -> Result<()> {
+    fn publish(&self, off: usize, e: RegEntry) -> Result<()> {
         match self {
             Table::Host(h) => {
                 h.store_u64(off, 0);
@@ -60,7 +63,7 @@ impl Table {
     }
 
     /// Clears the slot at `off` if it still holds generation `gen`.
-    pub fn retire(&self, off: usize, gen: u64) -> Result<()> {
+    fn retire(&self, off: usize, gen: u64) -> Result<()> {
         match self {
             Table::Host(h) => {
                 if h.load_u64(off) == gen {
@@ -73,7 +76,9 @@ impl Table {
             Table::Device { .. } => self.copy(off, &[0]),
         }
     }
+}
 
+impl Table {
     /// Device table: copies `words` to byte offset `off` and waits for the copy (a copy engine
     /// from pinned memory on a stream of our own: it never queues behind the application's work).
     fn copy(&self, off: usize, words: &[u64]) -> Result<()> {
