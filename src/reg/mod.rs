@@ -99,10 +99,6 @@ impl Book {
             .map(|r| r.gen)
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.regs.is_empty()
-    }
-
     pub fn any_shared(&self) -> bool {
         self.regs.iter().any(|r| r.gen != 0)
     }
@@ -234,11 +230,9 @@ impl Registry {
         self.any_shared.load(Ordering::Acquire)
     }
 
-    /// The generation to offer for a receive into [ptr, ptr + bytes), if registered and shared.
+    /// The generation to offer for a receive into [ptr, ptr + bytes), if registered and shared
+    /// (callers ask only while `sharing()`).
     pub fn offer(&self, ptr: u64, bytes: u64) -> Option<u64> {
-        if !self.any_shared.load(Ordering::Acquire) {
-            return None;
-        }
         self.book.lock().covering(ptr, bytes)
     }
 
@@ -336,7 +330,7 @@ mod tests {
         assert_eq!(b.release(16).unwrap(), None, "one reference left");
         assert_eq!(b.release(16).unwrap().map(|r| r.ptr), Some(0x1000));
         assert_eq!(b.release(16).unwrap_err().code, crate::ResultCode::InvalidUsage);
-        assert!(b.is_empty());
+        assert!(b.find_same(0x1000, 0x100).is_none(), "gone after the last reference");
     }
 
     #[test]
