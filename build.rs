@@ -56,6 +56,7 @@ fn generate_device_abi_header(manifest: &Path, dest: &Path) {
                 "ProxyTestArgs".into(),
                 "PortTestArgs".into(),
                 "NetStepArgs".into(),
+                "NetCopy".into(),
                 "RegEntry".into(),
                 "RegOffer".into(),
             ],

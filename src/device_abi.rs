@@ -154,6 +154,18 @@ pub struct PortTestArgs {
     pub mode: u32,
 }
 
+/// Most copies a step kernel makes, both ways together (src/net/stage.rs).
+pub const OX_NET_COPIES: usize = 32;
+
+/// One copy of a step kernel, between GPU memory and the step's host-mapped arena.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetCopy {
+    pub src: u64,
+    pub dst: u64,
+    pub bytes: u64,
+}
+
 /// Arguments of `ox_net_step` (kernels/net_step.cu): one step of a communicator spanning hosts,
 /// run by its proxy (src/net).
 #[repr(C)]
@@ -167,6 +179,11 @@ pub struct NetStepArgs {
     /// `u64` in device memory: steps this communicator's kernels have issued.
     pub issued: u64,
     pub abort_flag: u64,
+    /// Copies before the step is handed over (`copies[..npre]`, GPU -> host) and after the proxy
+    /// finished it (`copies[npre..npre + npost]`, host -> GPU).
+    pub npre: u32,
+    pub npost: u32,
+    pub copies: [NetCopy; OX_NET_COPIES],
 }
 
 /// One transfer of an exchange.
@@ -370,6 +387,10 @@ mod tests {
             ("NetStepArgs", "done", offset_of!(NetStepArgs, done)),
             ("NetStepArgs", "issued", offset_of!(NetStepArgs, issued)),
             ("NetStepArgs", "abort_flag", offset_of!(NetStepArgs, abort_flag)),
+            ("NetStepArgs", "npre", offset_of!(NetStepArgs, npre)),
+            ("NetStepArgs", "npost", offset_of!(NetStepArgs, npost)),
+            ("NetStepArgs", "copies", offset_of!(NetStepArgs, copies)),
+            ("NetCopy", "bytes", offset_of!(NetCopy, bytes)),
         ];
         let mut c = format!("#include <stddef.h>\n#include <stdio.h>\n#include \"{header}\"\nint main(void) {{\n");
         c.push_str("printf(\"DevComm %zu\\n\", sizeof(DevComm));\n");
@@ -414,6 +435,7 @@ mod tests {
         assert_eq!(align_of::<CollArgs>(), 8);
         assert!(size_of::<CollArgs>() <= 4096, "kernel parameters are limited to 4 KiB");
         assert!(size_of::<ExchangeArgs>() <= 4096, "kernel parameters are limited to 4 KiB");
+        assert!(size_of::<NetStepArgs>() <= 4096, "kernel parameters are limited to 4 KiB");
         assert_eq!(size_of::<ExchangeArgs>() % 8, 0);
     }
 }

@@ -12,6 +12,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -97,6 +98,12 @@ impl Tracker {
 pub trait Carrier: Send + 'static {
     /// Carries job number `seq` of this lane and direction; `cx` is the thread's CUDA side.
     fn carry(&mut self, cx: &mut Cx, seq: u64, job: &Job) -> Result<()>;
+
+    /// The plain TCP socket this carrier frames jobs on, if that is all it does: the proxy may then
+    /// carry small jobs itself on a clone of it (`inline`), with the same frames.
+    fn socket(&self) -> Option<&TcpStream> {
+        None
+    }
 }
 
 /// A lane: its sending and its receiving carrier.
@@ -105,12 +112,27 @@ pub type Lane = (Box<dyn Carrier>, Box<dyn Carrier>);
 /// Unblocks every carrier of a link at once (abort): their blocking calls fail.
 pub type Interrupt = Arc<dyn Fn() + Send + Sync>;
 
-/// A lane's queues: its sender thread's and its receiver thread's (None once closed).
-type Queues = (Option<Sender<Job>>, Option<Sender<Job>>);
+/// A lane's queues: its sender thread's and its receiver thread's (None once closed); each job
+/// goes with its sequence number.
+type Queues = (Option<Sender<(u64, Job)>>, Option<Sender<(u64, Job)>>);
+
+/// Which way a job goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dir {
+    Send,
+    Recv,
+}
 
 pub struct Link {
     pub peer: usize,
     lanes: Vec<Queues>,
+    /// Per lane, the last sequence number given out each way (sends, receives). Numbers are taken
+    /// when a job is posted, not when a thread carries it, so the proxy can carry a job on lane 0
+    /// itself (`inline`) between posted ones: the lane's threads are idle then (the proxy waits
+    /// for a phase's jobs before the next), and both ends count every job of the lane alike.
+    seqs: Vec<[AtomicU64; 2]>,
+    /// Clones of lane 0's sockets (ours to write, ours to read) when the lanes are plain TCP.
+    inline: Option<(TcpStream, TcpStream)>,
     interrupt: Interrupt,
     threads: Vec<JoinHandle<()>>,
 }
@@ -180,16 +202,36 @@ impl Link {
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new().name(name).spawn(f).map_err(|e| Error::io("cannot start a network thread", &e))
         };
+        let inline = match lanes.first().map(|(s, r)| (s.socket(), r.socket())) {
+            Some((Some(o), Some(i))) => {
+                let clone = |s: &TcpStream| s.try_clone().map_err(|e| Error::io("cloning a socket", &e));
+                Some((clone(o)?, clone(i)?))
+            }
+            _ => None,
+        };
+        let seqs = lanes.iter().map(|_| [AtomicU64::new(0), AtomicU64::new(0)]).collect();
         let mut queues = Vec::new();
         let mut threads = Vec::new();
         for (i, (s, r)) in lanes.into_iter().enumerate() {
-            let (stx, srx) = channel::<Job>();
-            let (rtx, rrx) = channel::<Job>();
+            let (stx, srx) = channel::<(u64, Job)>();
+            let (rtx, rrx) = channel::<(u64, Job)>();
             threads.push(spawn(format!("oxccl-net{me}>{peer}.{i}"), Box::new(move || serve(dev, srx, s)))?);
             threads.push(spawn(format!("oxccl-net{me}<{peer}.{i}"), Box::new(move || serve(dev, rrx, r)))?);
             queues.push((Some(stx), Some(rtx)));
         }
-        Ok(Link { peer, lanes: queues, interrupt, threads })
+        Ok(Link { peer, lanes: queues, seqs, inline, interrupt, threads })
+    }
+
+    /// The next sequence number of `lane` going `dir`.
+    pub fn next_seq(&self, lane: usize, dir: Dir) -> u64 {
+        let i = usize::from(dir == Dir::Recv);
+        // Relaxed: only the proxy thread posts, and the channel or the proxy itself carries it on.
+        self.seqs.get(lane).map_or(0, |s| s[i].fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    /// Lane 0's sockets (write, read) when the proxy may carry small jobs on them itself.
+    pub fn inline_sockets(&self) -> Option<(&TcpStream, &TcpStream)> {
+        self.inline.as_ref().map(|(o, i)| (o, i))
     }
 
     pub fn send(&self, job: Job) {
@@ -203,14 +245,15 @@ impl Link {
     fn post(&self, job: Job, send: bool) {
         let parts = stripes(job.bytes, self.lanes.len());
         job.done.add(parts.len() - 1);
-        for (lane, &(off, n)) in self.lanes.iter().zip(&parts) {
+        let dir = if send { Dir::Send } else { Dir::Recv };
+        for (i, (lane, &(off, n))) in self.lanes.iter().zip(&parts).enumerate() {
             let mem = match job.mem {
                 Mem::Dev(p) => Mem::Dev(p + off),
                 // SAFETY: off + n <= job.bytes: within the job's host range.
                 Mem::Host(p) => Mem::Host(unsafe { p.add(off as usize) }),
             };
             let part = Job { mem, bytes: n, done: job.done.clone() };
-            post(if send { &lane.0 } else { &lane.1 }, part, self.peer);
+            post(if send { &lane.0 } else { &lane.1 }, self.next_seq(i, dir), part, self.peer);
         }
     }
 
@@ -220,9 +263,9 @@ impl Link {
     }
 }
 
-fn post(q: &Option<Sender<Job>>, job: Job, peer: usize) {
+fn post(q: &Option<Sender<(u64, Job)>>, seq: u64, job: Job, peer: usize) {
     let done = job.done.clone();
-    if q.as_ref().map_or(true, |q| q.send(job).is_err()) {
+    if q.as_ref().map_or(true, |q| q.send((seq, job)).is_err()) {
         done.finish(Err(Error::remote(format!("the network link to rank {peer} is closed"))));
     }
 }
@@ -305,14 +348,12 @@ impl Cx {
     }
 }
 
-/// A link thread: takes jobs in order, numbering them; after the first failure every later job
+/// A link thread: takes jobs in order (numbered when posted); after the first failure every later job
 /// fails at once with it (the byte stream is out of step).
-fn serve(dev: Option<&'static Device>, jobs: Receiver<Job>, mut carrier: Box<dyn Carrier>) {
+fn serve(dev: Option<&'static Device>, jobs: Receiver<(u64, Job)>, mut carrier: Box<dyn Carrier>) {
     let mut broken: Option<Error> = None;
     let mut cx = Cx { dev, st: None };
-    let mut seq = 0u64;
-    while let Ok(job) = jobs.recv() {
-        seq += 1;
+    while let Ok((seq, job)) = jobs.recv() {
         let r = match &broken {
             Some(e) => Err(e.clone()),
             None => carrier.carry(&mut cx, seq, &job),
@@ -336,6 +377,10 @@ impl Carrier for TcpSend {
         let st = if matches!(job.mem, Mem::Dev(_)) { Some(cx.staging()?) } else { None };
         send_one(st, &mut self.sock, seq, job).map_err(|e| e.context(format!("sending to rank {}", self.peer)))
     }
+
+    fn socket(&self) -> Option<&TcpStream> {
+        Some(&self.sock)
+    }
 }
 
 struct TcpRecv {
@@ -347,6 +392,10 @@ impl Carrier for TcpRecv {
     fn carry(&mut self, cx: &mut Cx, seq: u64, job: &Job) -> Result<()> {
         let st = if matches!(job.mem, Mem::Dev(_)) { Some(cx.staging()?) } else { None };
         recv_one(st, &mut self.sock, self.peer, seq, job)
+    }
+
+    fn socket(&self) -> Option<&TcpStream> {
+        Some(&self.sock)
     }
 }
 

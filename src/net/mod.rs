@@ -16,22 +16,24 @@ pub mod hca;
 pub mod hostreduce;
 #[cfg(feature = "ib")]
 pub mod ib;
+pub mod inline;
 pub mod link;
 pub mod plan;
 pub mod select;
+pub mod stage;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use self::link::{Job, Link, Mem, Tracker};
-use self::plan::{Buf, Call, HostReduce, Layout, LocalOp, Stage, Step};
+use self::link::{Dir, Job, Link, Mem, Tracker};
+use self::plan::{Buf, Call, HostReduce, Layout, LocalOp, Phase, Stage, Step};
 use self::select::{LocalPath, NetWant, Paths};
 use crate::bootstrap::Bootstrap;
 use crate::comm::{Comm, Ready};
 use crate::config::CommConfig;
-use crate::device_abi::{FifoDevice, NetStepArgs};
+use crate::device_abi::{FifoDevice, NetCopy, NetStepArgs, OX_NET_COPIES};
 use crate::enqueue::{CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::module::launch;
@@ -150,6 +152,15 @@ pub struct Net {
     /// Device scratch for ReduceScatter and Reduce; grown, never shrunk or freed before the
     /// communicator (graphs may hold earlier buffers).
     scratch: Mutex<Vec<DeviceBuffer>>,
+    /// Host arenas of staged steps (`stage`), host-mapped; grown like `scratch`. One serves every
+    /// step: a communicator's step kernels run one after another, and a step's arena is used only
+    /// between its kernel's start and end.
+    mailboxes: Mutex<Vec<HostMapped>>,
+    /// Jobs up to this size are carried by the proxy itself (`inline`), and steps made only of
+    /// such jobs are staged by their kernel; 0: neither.
+    inline_max: u64,
+    /// Ranks whose link the proxy can carry jobs on itself (plain TCP).
+    inline_peer: Vec<bool>,
     dev: &'static Device,
 }
 
@@ -221,7 +232,9 @@ impl Net {
         let done = Arc::new(HostMapped::zeroed(s.dev, 64)?);
         let fifo = crate::proxy::fifo::device_view(fifo_mem.dev_ptr, head.ptr, FIFO_SLOTS);
         let plans = Arc::new(Mutex::new(Plans::default()));
-        let handler = NetHandler::new(s.dev, s.me, links.clone(), plans.clone(), done.clone(), s.abort_flag.clone())?;
+        let inline_max = inline::max_bytes();
+        let inline_peer = links.iter().map(|l| l.as_ref().is_some_and(|l| l.inline_sockets().is_some())).collect();
+        let handler = NetHandler::new(s.dev, s.me, links.clone(), plans.clone(), done.clone(), s.abort_flag.clone(), inline_max)?;
         let placement = Placement { device: Some(s.dev), cpus: crate::topo::local_cpus(&s.dev.bus_id) };
         let proxy = Proxy::start(format!("oxccl-netproxy{}", s.me), FifoHost::new(words), Box::new(handler), placement, s.on_error)?;
         nccl_info!(
@@ -246,6 +259,9 @@ impl Net {
             issued,
             done,
             scratch: Mutex::new(Vec::new()),
+            mailboxes: Mutex::new(Vec::new()),
+            inline_max,
+            inline_peer,
             dev: s.dev,
         })
     }
@@ -322,17 +338,49 @@ impl Net {
         Ok(())
     }
 
+    /// A host arena for a staged step: (host address, device address) of at least `bytes`.
+    fn mailbox(&self, bytes: u64) -> Result<(*mut u8, u64)> {
+        let mut v = self.mailboxes.lock();
+        if let Some(m) = v.last().filter(|m| m.size as u64 >= bytes) {
+            return Ok((m.host, m.dev_ptr));
+        }
+        let _relaxed = RelaxedCapture::new()?;
+        let m = HostMapped::zeroed(self.dev, bytes.max(1 << 16).next_power_of_two() as usize)?;
+        let r = (m.host, m.dev_ptr);
+        v.push(m);
+        Ok(r)
+    }
+
     fn launch_step(&self, r: &Ready, step: Step, stream: cu::CUstream) -> Result<()> {
         let keep = is_capturing(stream)?;
-        let id = self.plans.lock().insert(step, keep)?;
-        let args = NetStepArgs {
+        let mut args = NetStepArgs {
             fifo: self.fifo,
-            plan: u64::from(id),
+            plan: 0,
             done: self.done.dev_ptr,
             issued: self.issued.ptr,
             abort_flag: r.abort_flag.dev_ptr,
+            npre: 0,
+            npost: 0,
+            copies: Default::default(),
         };
-        launch(r.module.net_step(), 1, 32, stream, &args).inspect_err(|_| self.plans.lock().remove(id))
+        let inline = self.inline_max > 0
+            && step.phases.iter().flat_map(|p| p.sends.iter().chain(&p.recvs)).all(|x| self.inline_peer.get(x.peer).copied().unwrap_or(false));
+        let (step, block) = match inline.then(|| stage::stage_on_host(&step, self.inline_max, OX_NET_COPIES)).flatten() {
+            Some(st) => {
+                let (host, dev) = self.mailbox(st.step.arena_bytes)?;
+                let copies = st.pre.iter().map(|c| NetCopy { src: c.dev, dst: dev + c.host, bytes: c.bytes });
+                let copies = copies.chain(st.post.iter().map(|c| NetCopy { src: dev + c.host, dst: c.dev, bytes: c.bytes }));
+                for (slot, c) in args.copies.iter_mut().zip(copies) {
+                    *slot = c;
+                }
+                (args.npre, args.npost) = (st.pre.len() as u32, st.post.len() as u32);
+                (Step { pinned: host as u64, ..st.step }, 512)
+            }
+            None => (step, 32),
+        };
+        let id = self.plans.lock().insert(step, keep)?;
+        args.plan = u64::from(id);
+        launch(r.module.net_step(), 1, block, stream, &args).inspect_err(|_| self.plans.lock().remove(id))
     }
 }
 
@@ -349,14 +397,54 @@ struct NetHandler {
     /// of a reduction; pinned, grown on demand.
     arena: Vec<HostMapped>,
     tmp: Vec<HostMapped>,
+    /// Staging of inline phases' GPU sources and destinations (see `run_inline`).
+    outbox: Vec<HostMapped>,
+    inbox: Vec<HostMapped>,
+    /// Jobs up to this size are carried by this thread (`inline`); 0: never.
+    inline_max: u64,
     relaxed: Option<RelaxedCapture>,
+    /// OXCCL_NET_PROFILE=1: where steps spend their time, printed when the communicator goes.
+    profile: Option<Profile>,
+}
+
+/// Time per step by size class (bytes moved, powers of 4): steps, total, transfers, reductions.
+#[derive(Default)]
+struct Profile {
+    rows: std::collections::BTreeMap<u32, [f64; 4]>,
+}
+
+impl Profile {
+    /// `step`: a whole step's row (its total), else a phase's.
+    fn add(&mut self, step: bool, bytes: u64, total: f64, xfer: f64, reduce: f64) {
+        let class = if bytes == 0 { 0 } else { (64 - bytes.leading_zeros()).div_ceil(2) };
+        let r = self.rows.entry(class + if step { 100 } else { 0 }).or_default();
+        r[0] += 1.0;
+        r[1] += total;
+        r[2] += xfer;
+        r[3] += reduce;
+    }
 }
 
 impl NetHandler {
-    fn new(dev: &'static Device, me: usize, links: Arc<Links>, plans: Arc<Mutex<Plans>>, done: Arc<HostMapped>, abort_flag: Arc<HostMapped>) -> Result<NetHandler> {
+    fn new(dev: &'static Device, me: usize, links: Arc<Links>, plans: Arc<Mutex<Plans>>, done: Arc<HostMapped>, abort_flag: Arc<HostMapped>, inline_max: u64) -> Result<NetHandler> {
         // Not the legacy stream: the user's kernel that waits for this step may run on a blocking one.
         let stream = OwnedStream::new(dev)?;
-        Ok(NetHandler { dev, me, links, plans, done, abort_flag, stream, arena: Vec::new(), tmp: Vec::new(), relaxed: None })
+        Ok(NetHandler {
+            dev,
+            me,
+            links,
+            plans,
+            done,
+            abort_flag,
+            stream,
+            arena: Vec::new(),
+            tmp: Vec::new(),
+            outbox: Vec::new(),
+            inbox: Vec::new(),
+            inline_max,
+            relaxed: None,
+            profile: crate::config::env("OXCCL_NET_PROFILE").filter(|v| v.trim() == "1").map(|_| Profile::default()),
+        })
     }
 
     fn stopped(&self) -> Option<Error> {
@@ -370,16 +458,15 @@ impl NetHandler {
     }
 
     fn run(&mut self, step: &Step) -> Result<()> {
-        let arena = grow(self.dev, &mut self.arena, step.arena_bytes)?;
+        // A staged step's arena came with its launch (the kernel fills and empties it).
+        let arena = match step.pinned {
+            0 => grow(self.dev, &mut self.arena, step.arena_bytes)?,
+            p => p as *mut u8,
+        };
         for ph in &step.phases {
             let n = ph.sends.len() + ph.recvs.len();
+            let mut preloaded = false;
             if n > 0 {
-                let t = Tracker::new(n);
-                let mem = |b: Buf| match b {
-                    Buf::Dev(p) => Mem::Dev(p),
-                    // SAFETY: the plan reserved this range of the arena (grown above).
-                    Buf::Host(o) => Mem::Host(unsafe { arena.add(o as usize) }),
-                };
                 // A reduction's first device input goes to its accumulator while the transfers
                 // run (the planner never makes it a receive's destination or the accumulator a
                 // send's source in the same phase).
@@ -388,8 +475,20 @@ impl NetHandler {
                         // SAFETY: [acc, acc + bytes) is reserved in the arena grown above.
                         let acc = unsafe { arena.add(red.acc as usize) };
                         check(unsafe { cu::cuMemcpyDtoHAsync_v2(acc.cast(), p, red.bytes as usize, self.stream.raw) }, "cuMemcpyDtoHAsync (reduction input)")?;
+                        preloaded = true;
                     }
                 }
+            }
+            let t0 = std::time::Instant::now();
+            if n > 0 && self.inline_ok(ph) {
+                self.run_inline(arena, ph, preloaded)?;
+            } else if n > 0 {
+                let t = Tracker::new(n);
+                let mem = |b: Buf| match b {
+                    Buf::Dev(p) => Mem::Dev(p),
+                    // SAFETY: the plan reserved this range of the arena (grown above).
+                    Buf::Host(o) => Mem::Host(unsafe { arena.add(o as usize) }),
+                };
                 // Receives first: a peer's data can be written as soon as it arrives.
                 for x in &ph.recvs {
                     self.link(x.peer)?.recv(Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone() });
@@ -400,9 +499,104 @@ impl NetHandler {
                 t.wait(&|| self.stopped())?;
                 self.sync()?;
             }
+            let t1 = std::time::Instant::now();
             for red in &ph.reduces {
                 self.reduce(arena, red, n > 0)?;
             }
+            if let Some(p) = self.profile.as_mut() {
+                let bytes = ph.sends.iter().chain(&ph.recvs).map(|x| x.bytes).sum();
+                p.add(false, bytes, 0.0, (t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64());
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this thread carries the phase itself: every job small and every link plain TCP.
+    fn inline_ok(&self, ph: &Phase) -> bool {
+        ph.sends.iter().chain(&ph.recvs).all(|x| {
+            x.bytes <= self.inline_max && self.links.get(x.peer).and_then(Option::as_ref).is_some_and(|l| l.inline_sockets().is_some())
+        })
+    }
+
+    /// A phase of small jobs on this thread (see `inline`): GPU sources copied to the pinned
+    /// outbox with one synchronisation (which also covers `run`'s reduction preloads, `preloaded`),
+    /// the frames written and read without blocking, GPU destinations copied from the inbox with
+    /// one more. A staged step (`stage`) has no GPU buffers left: no CUDA call at all.
+    fn run_inline(&mut self, arena: *mut u8, ph: &Phase, preloaded: bool) -> Result<()> {
+        let dev_bytes = |v: &[plan::Xfer]| v.iter().filter(|x| matches!(x.buf, Buf::Dev(_))).map(|x| x.bytes.div_ceil(16) * 16).sum::<u64>();
+        let outbox = grow(self.dev, &mut self.outbox, dev_bytes(&ph.sends))?;
+        let inbox = grow(self.dev, &mut self.inbox, dev_bytes(&ph.recvs))?;
+        // Where each job's bytes are on the host: the arena, or its slot in the outbox / inbox.
+        let place = |v: &[plan::Xfer], base: *mut u8| -> Vec<*mut u8> {
+            let mut off = 0u64;
+            v.iter()
+                .map(|x| match x.buf {
+                    // SAFETY: the plan reserved this range of the arena (grown by `run`).
+                    Buf::Host(o) => unsafe { arena.add(o as usize) },
+                    Buf::Dev(_) => {
+                        // SAFETY: the box was grown to the sum of these slots.
+                        let p = unsafe { base.add(off as usize) };
+                        off += x.bytes.div_ceil(16) * 16;
+                        p
+                    }
+                })
+                .collect()
+        };
+        let (src, dst) = (place(&ph.sends, outbox), place(&ph.recvs, inbox));
+        let mut copies = preloaded;
+        for (x, &h) in ph.sends.iter().zip(&src) {
+            if let Buf::Dev(p) = x.buf {
+                // SAFETY: h is an outbox slot of x.bytes; p the plan's device range.
+                check(unsafe { cu::cuMemcpyDtoHAsync_v2(h.cast(), p, x.bytes as usize, self.stream.raw) }, "cuMemcpyDtoHAsync (network send)")?;
+                copies = true;
+            }
+        }
+        if copies {
+            self.sync()?;
+        }
+        let mut outs: Vec<inline::Out> = Vec::new();
+        let mut ins: Vec<inline::In> = Vec::new();
+        let mut out_peers: Vec<usize> = Vec::new();
+        let mut in_peers: Vec<usize> = Vec::new();
+        for (x, &h) in ph.sends.iter().zip(&src) {
+            let link = self.link(x.peer)?;
+            let (w, _) = link.inline_sockets().ok_or_else(|| Error::internal("inline phase on a link without sockets"))?;
+            let k = match out_peers.iter().position(|&p| p == x.peer) {
+                Some(k) => k,
+                None => {
+                    out_peers.push(x.peer);
+                    outs.push(inline::Out::new(w, x.peer));
+                    outs.len() - 1
+                }
+            };
+            // SAFETY: h holds x.bytes (the arena range, or the outbox slot synchronised above).
+            outs[k].frame(link.next_seq(0, Dir::Send), unsafe { std::slice::from_raw_parts(h, x.bytes as usize) });
+        }
+        for (x, &h) in ph.recvs.iter().zip(&dst) {
+            let link = self.link(x.peer)?;
+            let (_, r) = link.inline_sockets().ok_or_else(|| Error::internal("inline phase on a link without sockets"))?;
+            let k = match in_peers.iter().position(|&p| p == x.peer) {
+                Some(k) => k,
+                None => {
+                    in_peers.push(x.peer);
+                    ins.push(inline::In::new(r, x.peer));
+                    ins.len() - 1
+                }
+            };
+            // SAFETY: h is x.bytes of the arena or the inbox, untouched until exchange returns.
+            unsafe { ins[k].expect(link.next_seq(0, Dir::Recv), h, x.bytes as usize) };
+        }
+        inline::exchange(&mut outs, &mut ins, &|| self.stopped())?;
+        let mut copies = false;
+        for (x, &h) in ph.recvs.iter().zip(&dst) {
+            if let Buf::Dev(p) = x.buf {
+                // SAFETY: h holds the x.bytes just received; p the plan's device range.
+                check(unsafe { cu::cuMemcpyHtoDAsync_v2(p, h.cast(), x.bytes as usize, self.stream.raw) }, "cuMemcpyHtoDAsync (network receive)")?;
+                copies = true;
+            }
+        }
+        if copies {
+            self.sync()?;
         }
         Ok(())
     }
@@ -465,6 +659,22 @@ fn grow(dev: &'static Device, bufs: &mut Vec<HostMapped>, bytes: u64) -> Result<
     Ok(bufs.last().map_or(std::ptr::null_mut(), |m| m.host))
 }
 
+impl Drop for NetHandler {
+    fn drop(&mut self) {
+        let Some(p) = &self.profile else { return };
+        let mut out = format!("oxccl net profile, rank {} (us per item; a phase's bytes class is 4^k):\n", self.me);
+        for (class, r) in &p.rows {
+            let n = r[0].max(1.0);
+            if *class >= 100 {
+                out.push_str(&format!("  steps  <= 4^{:<2} B: {:>8} avg total {:>9.1}\n", class - 100, r[0], r[1] * 1e6 / n));
+            } else {
+                out.push_str(&format!("  phases <= 4^{class:<2} B: {:>8} avg transfers {:>9.1} avg reductions {:>9.1}\n", r[0], r[2] * 1e6 / n, r[3] * 1e6 / n));
+            }
+        }
+        eprint!("{out}");
+    }
+}
+
 impl Handler for NetHandler {
     fn execute(&mut self, r: &Request) -> Result<()> {
         if self.relaxed.is_none() {
@@ -473,7 +683,12 @@ impl Handler for NetHandler {
             self.relaxed = Some(RelaxedCapture::new()?);
         }
         let step = self.plans.lock().take(r.size)?;
+        let t0 = std::time::Instant::now();
         self.run(&step).map_err(|e| e.context(format!("rank {}: cross-host step", self.me)))?;
+        if let Some(p) = self.profile.as_mut() {
+            let bytes = step.phases.iter().flat_map(|ph| ph.sends.iter().chain(&ph.recvs)).map(|x| x.bytes).sum();
+            p.add(true, bytes, t0.elapsed().as_secs_f64(), 0.0, 0.0);
+        }
         // SAFETY: the first word of `done`, host-mapped; only this thread writes it.
         let done = unsafe { &*self.done.host.cast::<AtomicU64>() };
         // Release: every copy into GPU memory completed (synchronised) before the kernel sees this.

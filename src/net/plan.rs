@@ -115,6 +115,9 @@ pub struct Phase {
 pub struct Step {
     pub phases: Vec<Phase>,
     pub arena_bytes: u64,
+    /// Host address of the step's arena when its launch provided one (a step staged by its
+    /// kernel, `stage`); 0: the proxy's own arena.
+    pub pinned: u64,
 }
 
 impl Step {
@@ -122,7 +125,7 @@ impl Step {
         self.phases.iter().all(|p| p.sends.is_empty() && p.recvs.is_empty() && p.reduces.is_empty())
     }
     /// Reserves `bytes` of the host arena (16-byte aligned).
-    fn host(&mut self, bytes: u64) -> u64 {
+    pub fn host(&mut self, bytes: u64) -> u64 {
         let off = self.arena_bytes;
         self.arena_bytes += bytes.div_ceil(16) * 16;
         off
@@ -406,7 +409,7 @@ fn allgather(l: &Layout, c: &Call) -> Vec<Stage> {
     for r in relayed_by(l, me) {
         ph.recvs.push(Xfer { peer: r, buf: Buf::Dev(at(r)), bytes });
     }
-    let step = Step { phases: vec![ph], arena_bytes: 0 };
+    let step = Step { phases: vec![ph], ..Default::default() };
     // On the host: my block and the ones I relayed to every local peer; theirs from them.
     let mut ops = Vec::new();
     let mine: Vec<usize> = std::iter::once(me).chain(relayed_by(l, me)).collect::<Vec<_>>();
@@ -450,7 +453,7 @@ fn broadcast(l: &Layout, c: &Call) -> Vec<Stage> {
     let local_root = if mh == rh { root } else { l.partner(root, mh) };
     let send = if me == root { c.send } else { c.recv };
     vec![
-        Stage::Net(Step { phases: vec![ph], arena_bytes: 0 }),
+        Stage::Net(Step { phases: vec![ph], ..Default::default() }),
         local_coll(Coll::Broadcast, send, c.recv, c.count, c.op, l.local_index(local_root)),
     ]
 }
@@ -527,7 +530,7 @@ pub fn direct(l: &Layout, ops: &[P2p]) -> Vec<Stage> {
             }
         }
     }
-    let mut st = vec![Stage::Local(LocalOp::P2p(local)), Stage::Net(Step { phases: vec![ph], arena_bytes: 0 })];
+    let mut st = vec![Stage::Local(LocalOp::P2p(local)), Stage::Net(Step { phases: vec![ph], ..Default::default() })];
     st.retain(|s| match s {
         Stage::Net(step) => !step.is_empty(),
         Stage::Local(LocalOp::P2p(v)) => !v.is_empty(),
@@ -623,8 +626,8 @@ mod tests {
                     let input = |r: usize| -> Vec<i64> { (0..total).map(|i| (r as i64 + 1) * 1000 + i as i64).collect() };
                     let inputs: Vec<Vec<i64>> = (0..n).map(input).collect();
                     let want: Vec<i64> = (0..total as usize).map(|i| inputs.iter().map(|v| v[i]).sum()).collect();
-                    for root in if coll == Coll::Reduce { 0..n } else { 0..1 } {
-                        let got = simulate(&hashes, coll, count, root, &input);
+                    for (root, staged) in (if coll == Coll::Reduce { 0..n } else { 0..1 }).flat_map(|r| [(r, false), (r, true)]) {
+                        let got = simulate(&hashes, coll, count, root, &input, staged);
                         for r in 0..n {
                             let expect: Vec<i64> = match coll {
                                 Coll::AllReduce => want.clone(),
@@ -632,7 +635,7 @@ mod tests {
                                 _ if r == root => want.clone(),
                                 _ => continue,
                             };
-                            assert_eq!(got[r], expect, "{hashes:?} {coll:?} count {count} root {root} rank {r}");
+                            assert_eq!(got[r], expect, "{hashes:?} {coll:?} count {count} root {root} rank {r} staged {staged}");
                         }
                     }
                 }
@@ -642,7 +645,8 @@ mod tests {
 
     /// Runs plans on vectors of i64: device memory is one address space per rank (send at
     /// element 0, recv at element 1<<20, scratch at 2<<20; addresses are element indices * 8).
-    fn simulate(hashes: &[u64], coll: Coll, count: u64, root: usize, input: &dyn Fn(usize) -> Vec<i64>) -> Vec<Vec<i64>> {
+    /// `staged`: every step as `stage::stage_on_host` rewrites it, its copies made around it.
+    fn simulate(hashes: &[u64], coll: Coll, count: u64, root: usize, input: &dyn Fn(usize) -> Vec<i64>, staged: bool) -> Vec<Vec<i64>> {
         let n = hashes.len();
         // Each region holds the largest buffer of the call (count * n elements).
         let span = (count * n as u64).next_power_of_two();
@@ -654,7 +658,25 @@ mod tests {
             }
         }
         let c = Call { coll, send, recv, count, dtype: DataType::Int64, op: sum(), root, scratch: scr };
-        let plans: Vec<Vec<Stage>> = (0..n).map(|me| plan_all_stages(&Layout::new(me, hashes), &c)).collect();
+        let mut plans: Vec<Vec<Stage>> = (0..n).map(|me| plan_all_stages(&Layout::new(me, hashes), &c)).collect();
+        // Per rank and stage: the kernel's copies of a staged step.
+        let mut copies: Vec<Vec<Option<super::super::stage::Staged>>> = plans.iter().map(|p| vec![None; p.len()]).collect();
+        if staged {
+            for (r, p) in plans.iter_mut().enumerate() {
+                for (i, st) in p.iter_mut().enumerate() {
+                    if let Stage::Net(step) = st {
+                        let carries = step.phases.iter().any(|p| !p.sends.is_empty() || !p.recvs.is_empty());
+                        let x = super::super::stage::stage_on_host(step, u64::MAX, usize::MAX);
+                        // Today's plans never read what an earlier phase wrote: all can be staged.
+                        assert_eq!(x.is_some(), carries, "{hashes:?} {coll:?} rank {r} stage {i}");
+                        if let Some(x) = x {
+                            *step = x.step.clone();
+                            copies[r][i] = Some(x);
+                        }
+                    }
+                }
+            }
+        }
         let layouts: Vec<Layout> = (0..n).map(|me| Layout::new(me, hashes)).collect();
         let nstages = plans.iter().map(Vec::len).max().unwrap_or(0);
         // Stages line up by kind across ranks in these plans: run stage i everywhere.
@@ -697,6 +719,11 @@ mod tests {
             for r in 0..n {
                 if let Some(Stage::Net(s)) = plans[r].get(i) {
                     arenas[r] = vec![0; (s.arena_bytes / 8) as usize + 1];
+                }
+                for c in copies[r].get(i).into_iter().flatten().flat_map(|x| &x.pre) {
+                    let len = (c.bytes / 8) as usize;
+                    let v = dev[r][at(c.dev)..at(c.dev) + len].to_vec();
+                    arenas[r][at(c.host)..at(c.host) + len].copy_from_slice(&v);
                 }
             }
             for p in 0..maxph {
@@ -744,6 +771,13 @@ mod tests {
                     }
                 }
                 assert!(msgs.is_empty(), "unreceived messages");
+            }
+            for r in 0..n {
+                for c in copies[r].get(i).into_iter().flatten().flat_map(|x| &x.post) {
+                    let len = (c.bytes / 8) as usize;
+                    let v = arenas[r][at(c.host)..at(c.host) + len].to_vec();
+                    dev[r][at(c.dev)..at(c.dev) + len].copy_from_slice(&v);
+                }
             }
         }
         (0..n).map(|r| dev[r][at(recv)..at(recv) + count as usize].to_vec()).collect()

@@ -1,0 +1,355 @@
+//! Small transfers carried by the proxy thread itself, on lane 0's TCP sockets.
+//!
+//! A posted job costs thread hand-offs: the proxy wakes a link thread, the peer's reading thread
+//! wakes when the frame lands, and the proxy wakes again when the tracker counts the job done.
+//! Each hand-off is a futex wake of a sleeping thread, tens of microseconds on an idle server
+//! core, which is most of a small step. Here the proxy, already spinning, writes and reads the
+//! frames with non-blocking calls (MSG_DONTWAIT: the flag is per call, so the link threads' blocking
+//! sockets, which share the file description, are unaffected) until every frame of a phase has
+//! gone and arrived.
+//!
+//! The frames are exactly the link threads' (`link::header`, then the payload, the whole job on
+//! lane 0 since small jobs are not striped), numbered from the link's shared counters, so each end
+//! decides alone whether it carries a job inline or posts it: the byte stream is the same.
+//! Writes and reads are interleaved, so two ranks sending each other more than their socket buffers
+//! hold still progress.
+
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+use super::link::{check_header, header, io_error, HEADER_BYTES, STRIPE_MIN};
+use crate::error::{Error, Result};
+use crate::log::Subsys;
+
+/// Jobs up to this size are carried inline by default (OXCCL_NET_INLINE_MAX).
+pub const DEFAULT_MAX: u64 = 64 << 10;
+
+/// How long the proxy spins on its sockets after the last progress before it sleeps in poll(2)
+/// (a peer that is late by more than this is not waiting for a few microseconds).
+const SPIN: Duration = Duration::from_micros(200);
+/// poll(2) timeout once sleeping: how often `stop` is asked then.
+const POLL_MS: i32 = 2;
+
+/// OXCCL_NET_INLINE_MAX: the largest job (bytes) the proxy carries itself; 0 turns this off.
+/// Capped below the striping threshold, whose jobs travel on several lanes. Per rank: each end
+/// decides alone (see the module note).
+pub fn max_bytes() -> u64 {
+    match crate::config::env("OXCCL_NET_INLINE_MAX") {
+        None => DEFAULT_MAX,
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) => {
+                let n = n.min(STRIPE_MIN - 1);
+                nccl_info!(Subsys::Net, "OXCCL_NET_INLINE_MAX set by environment to {n}");
+                n
+            }
+            Err(_) => {
+                nccl_warn!("OXCCL_NET_INLINE_MAX={v}: not a byte count, using {DEFAULT_MAX}");
+                DEFAULT_MAX
+            }
+        },
+    }
+}
+
+/// One link's outgoing frames of a phase, concatenated.
+pub struct Out {
+    fd: RawFd,
+    peer: usize,
+    buf: Vec<u8>,
+    off: usize,
+}
+
+impl Out {
+    pub fn new(sock: &TcpStream, peer: usize) -> Out {
+        Out { fd: sock.as_raw_fd(), peer, buf: Vec::new(), off: 0 }
+    }
+
+    /// Appends job `seq`'s frame.
+    pub fn frame(&mut self, seq: u64, payload: &[u8]) {
+        self.buf.extend_from_slice(&header(0, seq, payload.len() as u64));
+        self.buf.extend_from_slice(payload);
+    }
+
+    fn done(&self) -> bool {
+        self.off == self.buf.len()
+    }
+
+    /// Writes what the socket takes now; true if anything went.
+    fn progress(&mut self) -> Result<bool> {
+        let mut any = false;
+        while !self.done() {
+            let rest = &self.buf[self.off..];
+            // SAFETY: a valid buffer of rest.len() bytes; fd is a socket the caller keeps open.
+            let n = unsafe { libc::send(self.fd, rest.as_ptr().cast(), rest.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+            match n {
+                n if n > 0 => {
+                    self.off += n as usize;
+                    any = true;
+                }
+                _ => match last_error() {
+                    Some(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Some(e) => return Err(io_error(self.peer, e).context(format!("sending to rank {}", self.peer))),
+                    None => break,
+                },
+            }
+        }
+        Ok(any)
+    }
+}
+
+/// A frame this rank expects: its sequence number and where its payload goes.
+struct Expect {
+    seq: u64,
+    dst: *mut u8,
+    len: usize,
+}
+
+/// One link's expected incoming frames, in order.
+pub struct In {
+    fd: RawFd,
+    peer: usize,
+    frames: Vec<Expect>,
+    cur: usize,
+    hdr: [u8; HEADER_BYTES],
+    /// Bytes of the current frame received (header first).
+    got: usize,
+}
+
+impl In {
+    pub fn new(sock: &TcpStream, peer: usize) -> In {
+        In { fd: sock.as_raw_fd(), peer, frames: Vec::new(), cur: 0, hdr: [0; HEADER_BYTES], got: 0 }
+    }
+
+    /// Expects job `seq` of `len` bytes next, its payload to land at `dst`.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes, and nothing else may touch that range, until
+    /// `exchange` returns.
+    pub unsafe fn expect(&mut self, seq: u64, dst: *mut u8, len: usize) {
+        self.frames.push(Expect { seq, dst, len });
+    }
+
+    fn done(&self) -> bool {
+        self.cur == self.frames.len()
+    }
+
+    /// Reads what has arrived; true if anything did.
+    fn progress(&mut self) -> Result<bool> {
+        let mut any = false;
+        while let Some(f) = self.frames.get(self.cur) {
+            let (ptr, want) = if self.got < HEADER_BYTES {
+                // SAFETY: within the header buffer.
+                (unsafe { self.hdr.as_mut_ptr().add(self.got) }, HEADER_BYTES - self.got)
+            } else {
+                // SAFETY: within the payload range `expect` was promised.
+                (unsafe { f.dst.add(self.got - HEADER_BYTES) }, f.len + HEADER_BYTES - self.got)
+            };
+            if want > 0 {
+                // SAFETY: ptr is valid for `want` bytes (above); fd is a socket the caller keeps open.
+                let n = unsafe { libc::recv(self.fd, ptr.cast(), want, libc::MSG_DONTWAIT) };
+                match n {
+                    0 => return Err(Error::remote(format!("rank {} closed its network connection", self.peer))),
+                    n if n > 0 => {
+                        any = true;
+                        let before = self.got;
+                        self.got += n as usize;
+                        if before < HEADER_BYTES && self.got == HEADER_BYTES {
+                            check_header(&self.hdr, self.peer, f.seq, f.len as u64)?;
+                        }
+                    }
+                    _ => match last_error() {
+                        Some(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Some(e) => return Err(io_error(self.peer, e)),
+                        None => break,
+                    },
+                }
+            }
+            if self.got == HEADER_BYTES + f.len {
+                self.cur += 1;
+                self.got = 0;
+            }
+        }
+        Ok(any)
+    }
+}
+
+/// errno of a failed call, None for "would block".
+fn last_error() -> Option<std::io::Error> {
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) => None,
+        #[allow(unreachable_patterns)] // EWOULDBLOCK == EAGAIN on Linux
+        Some(libc::EWOULDBLOCK) => None,
+        _ => Some(e),
+    }
+}
+
+/// Sends every `outs` frame and receives every `ins` frame, interleaved, until all are done; a
+/// socket error or end of stream fails with the peer named, and `stop()` (asked between polls)
+/// ends the wait with its error (abort).
+pub fn exchange(outs: &mut [Out], ins: &mut [In], stop: &dyn Fn() -> Option<Error>) -> Result<()> {
+    let mut last = Instant::now();
+    let mut polls = 0u32;
+    loop {
+        let mut any = false;
+        for o in outs.iter_mut() {
+            any |= o.progress()?;
+        }
+        for i in ins.iter_mut() {
+            any |= i.progress()?;
+        }
+        if outs.iter().all(Out::done) && ins.iter().all(In::done) {
+            return Ok(());
+        }
+        if any {
+            last = Instant::now();
+            continue;
+        }
+        polls = polls.wrapping_add(1);
+        if polls % 64 == 0 {
+            if let Some(e) = stop() {
+                return Err(e);
+            }
+        }
+        if last.elapsed() < SPIN {
+            std::hint::spin_loop();
+            continue;
+        }
+        // Long wait (a late peer): sleep until a socket is ready, or a short timeout for `stop`.
+        let mut fds: Vec<libc::pollfd> = outs
+            .iter()
+            .filter(|o| !o.done())
+            .map(|o| libc::pollfd { fd: o.fd, events: libc::POLLOUT, revents: 0 })
+            .chain(ins.iter().filter(|i| !i.done()).map(|i| libc::pollfd { fd: i.fd, events: libc::POLLIN, revents: 0 }))
+            .collect();
+        // SAFETY: fds is a valid array of fds.len() entries.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, POLL_MS) };
+        if let Some(e) = stop() {
+            return Err(e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::link::{Job, Link, Mem, Tracker};
+    use std::net::TcpListener;
+
+    /// Socket pairs a->b and b->a over loopback.
+    fn sockets() -> (TcpStream, TcpStream, TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = l.local_addr().unwrap();
+        let ao = TcpStream::connect(a).unwrap();
+        let bi = l.accept().unwrap().0;
+        let bo = TcpStream::connect(a).unwrap();
+        let ai = l.accept().unwrap().0;
+        (ao, ai, bo, bi)
+    }
+
+    #[test]
+    fn frames_cross_both_ways_beyond_socket_buffers() {
+        let (ao, ai, bo, bi) = sockets();
+        // More than loopback's socket buffers each way at once: needs the interleaving.
+        let sizes = [0usize, 1, 4096, 8 << 20, 3];
+        let data = |seed: usize, n: usize| -> Vec<u8> { (0..n).map(|i| ((i * 7 + seed) % 251) as u8).collect() };
+        let t = std::thread::spawn(move || {
+            let mut o = Out::new(&bo, 0);
+            let mut i = In::new(&bi, 0);
+            let mut dst: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+            for (k, &n) in sizes.iter().enumerate() {
+                o.frame(k as u64 + 1, &data(k + 100, n));
+                // SAFETY: dst[k] is n bytes and outlives exchange.
+                unsafe { i.expect(k as u64 + 1, dst[k].as_mut_ptr(), n) };
+            }
+            exchange(&mut [o], &mut [i], &|| None).unwrap();
+            dst
+        });
+        let mut o = Out::new(&ao, 1);
+        let mut i = In::new(&ai, 1);
+        let mut dst: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+        for (k, &n) in sizes.iter().enumerate() {
+            o.frame(k as u64 + 1, &data(k, n));
+            // SAFETY: as above.
+            unsafe { i.expect(k as u64 + 1, dst[k].as_mut_ptr(), n) };
+        }
+        exchange(&mut [o], &mut [i], &|| None).unwrap();
+        let theirs = t.join().unwrap();
+        for (k, &n) in sizes.iter().enumerate() {
+            assert!(dst[k] == data(k + 100, n), "frame {k} a<-b");
+            assert!(theirs[k] == data(k, n), "frame {k} b<-a");
+        }
+    }
+
+    #[test]
+    fn a_wrong_frame_a_closed_peer_and_stop_are_errors() {
+        let (ao, _ai, _bo, bi) = sockets();
+        let mut o = Out::new(&ao, 1);
+        o.frame(1, &[1, 2, 3, 4]);
+        exchange(&mut [o], &mut [], &|| None).unwrap();
+        let mut buf = [0u8; 8];
+        let mut i = In::new(&bi, 0);
+        // SAFETY: buf outlives exchange.
+        unsafe { i.expect(1, buf.as_mut_ptr(), 8) };
+        let e = exchange(&mut [], &mut [i], &|| None).unwrap_err();
+        assert!(e.msg.contains("4 bytes") && e.msg.contains("8 bytes"), "{}", e.msg);
+
+        let (ao, _ai, _bo, bi) = sockets();
+        drop(ao);
+        let mut i = In::new(&bi, 0);
+        // SAFETY: as above.
+        unsafe { i.expect(1, buf.as_mut_ptr(), 8) };
+        let e = exchange(&mut [], &mut [i], &|| None).unwrap_err();
+        assert_eq!(e.code, crate::error::ResultCode::RemoteError, "{}", e.msg);
+        assert!(e.msg.contains("rank 0"), "{}", e.msg);
+
+        let (_ao, _ai, _bo, bi) = sockets();
+        let mut i = In::new(&bi, 0);
+        // SAFETY: as above.
+        unsafe { i.expect(1, buf.as_mut_ptr(), 8) };
+        let t0 = Instant::now();
+        let asked = std::cell::Cell::new(0u32);
+        let stop = || {
+            asked.set(asked.get() + 1);
+            (t0.elapsed() > Duration::from_millis(30)).then(|| Error::remote("aborted"))
+        };
+        let e = exchange(&mut [], &mut [i], &stop).unwrap_err();
+        assert_eq!(e.msg, "aborted");
+        assert!(t0.elapsed() < Duration::from_secs(2));
+    }
+
+    /// Jobs posted to a link's threads and frames carried inline share one numbering: each end may
+    /// choose either way for any small job.
+    #[test]
+    fn inline_frames_and_posted_jobs_interleave_on_one_link() {
+        let (ao, ai, bo, bi) = sockets();
+        let a = Link::start(None, 0, 1, vec![ao], vec![ai]).unwrap();
+        let b = Link::start(None, 1, 0, vec![bo], vec![bi]).unwrap();
+        let mut src = [5u8; 16];
+        let mut got = [[0u8; 16]; 3];
+        // 1: posted on both ends.
+        let t = Tracker::new(2);
+        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: 16, done: t.clone() });
+        b.recv(Job { mem: Mem::Host(got[0].as_mut_ptr()), bytes: 16, done: t.clone() });
+        t.wait(&|| None).unwrap();
+        // 2: inline sender, posted receiver.
+        let t = Tracker::new(1);
+        b.recv(Job { mem: Mem::Host(got[1].as_mut_ptr()), bytes: 16, done: t.clone() });
+        let (aw, _) = a.inline_sockets().unwrap();
+        let mut o = Out::new(aw, 1);
+        o.frame(a.next_seq(0, crate::net::link::Dir::Send), &[6u8; 16]);
+        exchange(&mut [o], &mut [], &|| None).unwrap();
+        t.wait(&|| None).unwrap();
+        // 3: posted sender, inline receiver.
+        let t = Tracker::new(1);
+        src = [7u8; 16];
+        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: 16, done: t.clone() });
+        let (_, br) = b.inline_sockets().unwrap();
+        let mut i = In::new(br, 0);
+        // SAFETY: got[2] outlives exchange.
+        unsafe { i.expect(b.next_seq(0, crate::net::link::Dir::Recv), got[2].as_mut_ptr(), 16) };
+        exchange(&mut [], &mut [i], &|| None).unwrap();
+        t.wait(&|| None).unwrap();
+        assert_eq!(got, [[5u8; 16], [6u8; 16], [7u8; 16]]);
+    }
+}

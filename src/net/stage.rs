@@ -1,0 +1,175 @@
+//! Steps whose GPU data the step kernel itself moves through host memory.
+//!
+//! A small step spends most of its time in the proxy's CUDA calls: a device-to-host copy and a
+//! stream synchronisation before it can send, a host-to-device copy and another synchronisation
+//! after it received. When every job of a step is small, the plan is rewritten instead: each GPU
+//! range the step reads gets a *shadow* in the step's pinned, host-mapped arena, which the step
+//! kernel fills before it hands the step to the proxy (`pre`), and each GPU range the step writes
+//! gets a shadow the kernel copies out after the proxy is done (`post`). The proxy then touches
+//! host memory only and makes no CUDA call at all.
+//!
+//! A pure function of the step, so it is tested on the CPU with the plan simulator.
+
+use super::plan::{Buf, HostReduce, Phase, Step, Xfer};
+
+/// One copy the step kernel makes: between GPU address `dev` and arena offset `host`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostCopy {
+    pub dev: u64,
+    pub host: u64,
+    pub bytes: u64,
+}
+
+/// A step rewritten to host memory, with the copies around it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Staged {
+    pub step: Step,
+    /// GPU -> arena, before the proxy runs the step.
+    pub pre: Vec<HostCopy>,
+    /// Arena -> GPU, after.
+    pub post: Vec<HostCopy>,
+}
+
+fn overlap(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.0 + b.1 && b.0 < a.0 + a.1
+}
+
+/// Rewrites `step` (see the module note) when every transfer is at most `max_job` bytes and at
+/// most `max_copies` copies are needed in all; None when it does not apply.
+///
+/// All reads are copied before the step and all writes after it, so a step that reads a GPU range
+/// an earlier phase of it writes, or writes one range twice, is left alone (no plan does today).
+pub fn stage_on_host(step: &Step, max_job: u64, max_copies: usize) -> Option<Staged> {
+    let all = step.phases.iter().flat_map(|p| p.sends.iter().chain(&p.recvs));
+    if all.clone().any(|x| x.bytes > max_job) || all.clone().next().is_none() {
+        return None;
+    }
+    // Writes so far (earlier phases), to refuse a later read of them.
+    let mut written: Vec<(u64, u64)> = Vec::new();
+    for ph in &step.phases {
+        let reads = ph.sends.iter().map(|x| (x.buf, x.bytes)).chain(ph.reduces.iter().flat_map(|r| r.inputs.iter().map(|&b| (b, r.bytes))));
+        for (b, n) in reads {
+            if let Buf::Dev(a) = b {
+                if n > 0 && written.iter().any(|&w| overlap(w, (a, n))) {
+                    return None;
+                }
+            }
+        }
+        let writes = ph.recvs.iter().map(|x| (x.buf, x.bytes)).chain(ph.reduces.iter().map(|r| (r.out, r.bytes)));
+        for (b, n) in writes {
+            if let Buf::Dev(a) = b {
+                if n > 0 {
+                    if written.iter().any(|&w| overlap(w, (a, n))) {
+                        return None;
+                    }
+                    written.push((a, n));
+                }
+            }
+        }
+    }
+
+    let mut out = Step { phases: Vec::with_capacity(step.phases.len()), arena_bytes: step.arena_bytes, pinned: 0 };
+    let (mut pre, mut post) = (Vec::new(), Vec::new());
+    // A shadow has the GPU address's alignment modulo 16, so the kernel copies 16-byte words.
+    let shadow = |out: &mut Step, dev: u64, bytes: u64| out.host(bytes + 15) + dev % 16;
+    let mut read = |out: &mut Step, b: Buf, bytes: u64| -> Buf {
+        let Buf::Dev(dev) = b else { return b };
+        if let Some(c) = pre.iter().find(|c: &&HostCopy| c.dev == dev && c.bytes == bytes) {
+            return Buf::Host(c.host);
+        }
+        let host = shadow(out, dev, bytes);
+        pre.push(HostCopy { dev, host, bytes });
+        Buf::Host(host)
+    };
+    let mut write = |out: &mut Step, b: Buf, bytes: u64, host: Option<u64>| -> Buf {
+        let Buf::Dev(dev) = b else { return b };
+        let host = host.unwrap_or_else(|| shadow(out, dev, bytes));
+        post.push(HostCopy { dev, host, bytes });
+        Buf::Host(host)
+    };
+    for ph in &step.phases {
+        let mut p = Phase::default();
+        for x in &ph.sends {
+            p.sends.push(Xfer { buf: read(&mut out, x.buf, x.bytes), ..*x });
+        }
+        for x in &ph.recvs {
+            p.recvs.push(Xfer { buf: write(&mut out, x.buf, x.bytes, None), ..*x });
+        }
+        for r in &ph.reduces {
+            let inputs = r.inputs.iter().map(|&b| read(&mut out, b, r.bytes)).collect();
+            // The result is left in the accumulator, which the kernel copies out.
+            let outb = match r.out {
+                Buf::Dev(_) if r.bytes > 0 => write(&mut out, r.out, r.bytes, Some(r.acc)),
+                Buf::Dev(_) => Buf::Host(r.acc),
+                b => b,
+            };
+            p.reduces.push(HostReduce { inputs, out: outb, ..r.clone() });
+        }
+        out.phases.push(p);
+    }
+    pre.retain(|c| c.bytes > 0);
+    post.retain(|c| c.bytes > 0);
+    if pre.len().saturating_add(post.len()) > max_copies {
+        return None;
+    }
+    Some(Staged { step: out, pre, post })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::hostreduce::{Combine, HostOp};
+    use crate::types::DataType;
+
+    fn op() -> HostOp {
+        HostOp { dtype: DataType::Float32, combine: Combine::Sum, postdiv: 0 }
+    }
+
+    #[test]
+    fn reads_and_writes_get_aligned_shadows_and_reads_are_shared() {
+        let mut s = Step::default();
+        let acc = s.host(64);
+        let got = s.host(64);
+        let ph = Phase {
+            sends: vec![Xfer { peer: 1, buf: Buf::Dev(0x1003), bytes: 64 }, Xfer { peer: 2, buf: Buf::Dev(0x1003), bytes: 64 }],
+            recvs: vec![Xfer { peer: 1, buf: Buf::Host(got), bytes: 64 }, Xfer { peer: 2, buf: Buf::Dev(0x5008), bytes: 64 }],
+            reduces: vec![HostReduce { inputs: vec![Buf::Dev(0x1003), Buf::Host(got)], acc, out: Buf::Dev(0x1003), bytes: 64, op: op() }],
+        };
+        s.phases.push(ph);
+        let st = stage_on_host(&s, 64, 3).unwrap();
+        // One read copy for the three reads of 0x1003; writes: the receive and the result.
+        assert_eq!(st.pre.len(), 1);
+        assert_eq!(st.pre[0].dev, 0x1003);
+        assert_eq!(st.pre[0].host % 16, 3);
+        assert_eq!(st.post.len(), 2);
+        assert_eq!(st.post[0].dev, 0x5008);
+        assert_eq!(st.post[0].host % 16, 8);
+        assert_eq!(st.post[1], HostCopy { dev: 0x1003, host: acc, bytes: 64 });
+        let p = &st.step.phases[0];
+        assert!(p.sends.iter().chain(&p.recvs).all(|x| matches!(x.buf, Buf::Host(_))));
+        assert_eq!(p.reduces[0].inputs, vec![Buf::Host(st.pre[0].host), Buf::Host(got)]);
+        assert_eq!(p.reduces[0].out, Buf::Host(acc));
+        // Shadows lie beyond the plan's own arena, inside the new size.
+        assert!(st.pre[0].host >= s.arena_bytes && st.pre[0].host + 64 <= st.step.arena_bytes);
+    }
+
+    #[test]
+    fn large_jobs_too_many_copies_and_hazards_are_left_alone() {
+        let x = |buf, bytes| Xfer { peer: 1, buf, bytes };
+        let one = |sends: Vec<Xfer>, recvs: Vec<Xfer>| Step { phases: vec![Phase { sends, recvs, reduces: vec![] }], ..Default::default() };
+        assert!(stage_on_host(&one(vec![x(Buf::Dev(0), 65)], vec![]), 64, 4).is_none());
+        assert!(stage_on_host(&one(vec![], vec![]), 64, 4).is_none(), "nothing to carry");
+        let many: Vec<Xfer> = (0..5).map(|i| x(Buf::Dev(i * 64), 8)).collect();
+        assert!(stage_on_host(&one(many.clone(), vec![]), 64, 4).is_none());
+        assert!(stage_on_host(&one(many.clone(), vec![x(Buf::Dev(1000), 8)]), 64, 5).is_none(), "reads and writes count together");
+        assert!(stage_on_host(&one(many, vec![]), 64, 5).is_some());
+        // Written in phase 0, read in phase 1.
+        let mut s = one(vec![], vec![x(Buf::Dev(100), 8)]);
+        s.phases.push(Phase { sends: vec![x(Buf::Dev(104), 8)], ..Default::default() });
+        assert!(stage_on_host(&s, 64, 4).is_none());
+        // Written twice.
+        assert!(stage_on_host(&one(vec![], vec![x(Buf::Dev(100), 8), x(Buf::Dev(96), 8)]), 64, 4).is_none());
+        // Read and written in one phase is fine (reads are copied first).
+        assert!(stage_on_host(&one(vec![x(Buf::Dev(100), 8)], vec![x(Buf::Dev(100), 8)]), 64, 4).is_some());
+    }
+}
