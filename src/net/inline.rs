@@ -16,18 +16,20 @@
 
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
-use std::time::{Duration, Instant};
 
 use super::link::{check_header, header, io_error, HEADER_BYTES, STRIPE_MIN};
+use super::plan::Phase;
 use crate::error::{Error, Result};
 use crate::log::Subsys;
 
 /// Jobs up to this size are carried inline by default (OXCCL_NET_INLINE_MAX).
-pub const DEFAULT_MAX: u64 = 64 << 10;
+pub const DEFAULT_MAX: u64 = 256 << 10;
 
-/// How long the proxy spins on its sockets after the last progress before it sleeps in poll(2)
-/// (a peer that is late by more than this is not waiting for a few microseconds).
-const SPIN: Duration = Duration::from_micros(200);
+/// Idle rounds (each a non-blocking call per socket, about a microsecond) the proxy spins on its
+/// sockets after the last progress before it sleeps in poll(2): a peer that is late by more is
+/// not a few microseconds away. Counted, not timed: reading a clock in the loop costs more than
+/// a round on some virtual machines.
+const SPIN_ROUNDS: u32 = 4096;
 /// poll(2) timeout once sleeping: how often `stop` is asked then.
 const POLL_MS: i32 = 2;
 
@@ -49,6 +51,20 @@ pub fn max_bytes() -> u64 {
             }
         },
     }
+}
+
+/// Whether the proxy carries a phase itself: each job at most `max` bytes, and all of them together
+/// at most twice that (one thread moves them one after another; larger phases go to the links'
+/// threads, which move several at once).
+pub fn phase_fits(ph: &Phase, max: u64) -> bool {
+    let mut total = 0u64;
+    for x in ph.sends.iter().chain(&ph.recvs) {
+        if x.bytes > max {
+            return false;
+        }
+        total = total.saturating_add(x.bytes);
+    }
+    total <= max.saturating_mul(2)
 }
 
 /// One link's outgoing frames of a phase, concatenated.
@@ -188,8 +204,7 @@ fn last_error() -> Option<std::io::Error> {
 /// socket error or end of stream fails with the peer named, and `stop()` (asked between polls)
 /// ends the wait with its error (abort).
 pub fn exchange(outs: &mut [Out], ins: &mut [In], stop: &dyn Fn() -> Option<Error>) -> Result<()> {
-    let mut last = Instant::now();
-    let mut polls = 0u32;
+    let mut idle = 0u32;
     loop {
         let mut any = false;
         for o in outs.iter_mut() {
@@ -202,16 +217,16 @@ pub fn exchange(outs: &mut [Out], ins: &mut [In], stop: &dyn Fn() -> Option<Erro
             return Ok(());
         }
         if any {
-            last = Instant::now();
+            idle = 0;
             continue;
         }
-        polls = polls.wrapping_add(1);
-        if polls % 64 == 0 {
+        idle = idle.saturating_add(1);
+        if idle % 64 == 0 {
             if let Some(e) = stop() {
                 return Err(e);
             }
         }
-        if last.elapsed() < SPIN {
+        if idle < SPIN_ROUNDS {
             std::hint::spin_loop();
             continue;
         }
@@ -234,7 +249,20 @@ pub fn exchange(outs: &mut [Out], ins: &mut [In], stop: &dyn Fn() -> Option<Erro
 mod tests {
     use super::*;
     use crate::net::link::{Job, Link, Mem, Tracker};
+    use crate::net::plan::{Buf, Xfer};
     use std::net::TcpListener;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_phase_fits_by_each_job_and_by_its_total() {
+        let x = |bytes| Xfer { peer: 1, buf: Buf::Host(0), bytes };
+        let ph = |sends: Vec<Xfer>, recvs: Vec<Xfer>| Phase { sends, recvs, reduces: vec![] };
+        assert!(phase_fits(&ph(vec![x(100)], vec![x(100)]), 100));
+        assert!(!phase_fits(&ph(vec![x(101)], vec![]), 100));
+        assert!(!phase_fits(&ph(vec![x(100), x(100)], vec![x(1)]), 100), "201 bytes in all");
+        assert!(phase_fits(&ph(vec![], vec![]), 0));
+        assert!(!phase_fits(&ph(vec![x(1)], vec![]), 0));
+    }
 
     /// Socket pairs a->b and b->a over loopback.
     fn sockets() -> (TcpStream, TcpStream, TcpStream, TcpStream) {

@@ -363,7 +363,9 @@ impl Net {
             npost: 0,
             copies: Default::default(),
         };
+        // The proxy must carry every phase itself (NetHandler::inline_ok decides alike).
         let inline = self.inline_max > 0
+            && step.phases.iter().all(|p| inline::phase_fits(p, self.inline_max))
             && step.phases.iter().flat_map(|p| p.sends.iter().chain(&p.recvs)).all(|x| self.inline_peer.get(x.peer).copied().unwrap_or(false));
         let (step, block) = match inline.then(|| stage::stage_on_host(&step, self.inline_max, OX_NET_COPIES)).flatten() {
             Some(st) => {
@@ -511,11 +513,12 @@ impl NetHandler {
         Ok(())
     }
 
-    /// Whether this thread carries the phase itself: every job small and every link plain TCP.
+    /// Whether this thread carries the phase itself: small enough (`inline::phase_fits`) and every
+    /// link plain TCP.
     fn inline_ok(&self, ph: &Phase) -> bool {
-        ph.sends.iter().chain(&ph.recvs).all(|x| {
-            x.bytes <= self.inline_max && self.links.get(x.peer).and_then(Option::as_ref).is_some_and(|l| l.inline_sockets().is_some())
-        })
+        self.inline_max > 0
+            && inline::phase_fits(ph, self.inline_max)
+            && ph.sends.iter().chain(&ph.recvs).all(|x| self.links.get(x.peer).and_then(Option::as_ref).is_some_and(|l| l.inline_sockets().is_some()))
     }
 
     /// A phase of small jobs on this thread (see `inline`): GPU sources copied to the pinned
