@@ -1,5 +1,5 @@
 // One step of a communicator that spans hosts (src/net): the stream hands the step to the
-// communicator's proxy thread and waits for it. The kernel is a stream-ordered doorbell, so it
+// communicator's proxy thread and waits for it (a small step that only sends does not). The kernel is a stream-ordered doorbell, so it
 // works the same eagerly and inside a CUDA graph (the plan number and the copies are kernel
 // arguments, the step counter lives in device memory and counts every replay). For a small step
 // (src/net/stage.rs) the block also copies the step's GPU inputs into its host arena before the
@@ -16,38 +16,53 @@
 //   `done` (a release); thread 0's acquire load of it, then the barrier, order those writes before
 //   every thread's post-copy loads (which bypass caches: host_copy.cuh) and the kernel boundary
 //   orders everything before later work on the stream.
-// - An abort (or a stopped proxy) ends the wait, so no kernel spins on a dead peer; the
-//   post-copies are skipped then.
+// - The arena is shared by every staged step, and a detached step (`detach`: one that only sends
+//   from the arena) returns as soon as it pushed, while the proxy may still read its arena. So a
+//   kernel with pre-copies first waits until the proxy has finished every earlier step (acquire
+//   on `done`: the proxy's reads of the arena happened before its release store), then fills it.
+// - An abort (or a stopped proxy) ends the waits, so no kernel spins on a dead peer; the copies
+//   after a failed wait are skipped.
 #include "common.cuh"
 #include "abort.cuh"
 #include "fifo.cuh"
 #include "host_copy.cuh"
 
+// Thread 0 waits until the proxy has finished step `target`; false on abort or a stopped FIFO.
+OX_DEV bool ox_net_wait(const NetStepArgs& a, AbortState& ab, uint64_t target) {
+  const uint64_t* done = reinterpret_cast<const uint64_t*>(a.done);
+  for (uint32_t spins = 0; ox_ld_acquire_sys(done) < target; ++spins) {
+    if (ab.poll()) return false;
+    if ((spins & 63u) == 63u && ox_fifo_stopped(a.fifo)) return false;
+  }
+  return true;
+}
+
 extern "C" __global__ void ox_net_step(NetStepArgs a) {
   if (blockIdx.x != 0) return;
-  for (uint32_t k = 0; k < a.npre; ++k) ox_host_copy<false>(a.copies[k].dst, a.copies[k].src, a.copies[k].bytes);
-  __shared__ uint32_t finished;
-  __syncthreads();
+  __shared__ uint32_t go;
+  __shared__ uint64_t target;
   if (threadIdx.x == 0) {
-    finished = 0;
     uint64_t* issued = reinterpret_cast<uint64_t*>(a.issued);
     // Only this communicator's kernels touch the counter, and they never overlap (one order of
     // launches per communicator), so a plain read-modify-write is enough.
-    const uint64_t target = *issued + 1;
+    target = *issued + 1;
     *issued = target;
+    AbortState ab(a.abort_flag);
+    go = a.npre == 0 || ox_net_wait(a, ab, target - 1);
+  }
+  __syncthreads();
+  if (!go) return;
+  for (uint32_t k = 0; k < a.npre; ++k) ox_host_copy<false>(a.copies[k].dst, a.copies[k].src, a.copies[k].bytes);
+  __syncthreads();
+  if (threadIdx.x == 0) {
     const uint64_t fst = a.plan & 0xffffffffull;  // the trigger's size field carries the plan
-    if (ox_fifo_push(a.fifo, fst, ox_trigger_type(OX_TRIGGER_DATA | OX_TRIGGER_FLAG)) != ~0ull) {
+    go = ox_fifo_push(a.fifo, fst, ox_trigger_type(OX_TRIGGER_DATA | OX_TRIGGER_FLAG)) != ~0ull;
+    if (go && !a.detach) {
       AbortState ab(a.abort_flag);
-      const uint64_t* done = reinterpret_cast<const uint64_t*>(a.done);
-      uint32_t spins = 0;
-      for (; ox_ld_acquire_sys(done) < target; ++spins) {
-        if (ab.poll()) break;
-        if ((spins & 63u) == 63u && ox_fifo_stopped(a.fifo)) break;
-      }
-      finished = ox_ld_acquire_sys(done) >= target;
+      go = ox_net_wait(a, ab, target);
     }
   }
   __syncthreads();
-  if (!finished) return;
+  if (!go || a.detach) return;
   for (uint32_t k = a.npre; k < a.npre + a.npost; ++k) ox_host_copy<true>(a.copies[k].dst, a.copies[k].src, a.copies[k].bytes);
 }

@@ -183,6 +183,10 @@ pub struct NetStepArgs {
     /// finished it (`copies[npre..npre + npost]`, host -> GPU).
     pub npre: u32,
     pub npost: u32,
+    /// 1: return once the step is handed over, without waiting for the proxy (a step that only
+    /// sends from its host arena).
+    pub detach: u32,
+    pub pad: u32,
     pub copies: [NetCopy; OX_NET_COPIES],
 }
 
@@ -389,6 +393,7 @@ mod tests {
             ("NetStepArgs", "abort_flag", offset_of!(NetStepArgs, abort_flag)),
             ("NetStepArgs", "npre", offset_of!(NetStepArgs, npre)),
             ("NetStepArgs", "npost", offset_of!(NetStepArgs, npost)),
+            ("NetStepArgs", "detach", offset_of!(NetStepArgs, detach)),
             ("NetStepArgs", "copies", offset_of!(NetStepArgs, copies)),
             ("NetCopy", "bytes", offset_of!(NetCopy, bytes)),
         ];

@@ -279,7 +279,8 @@ impl Net {
             if abort {
                 p.abort();
             } else {
-                p.stop();
+                // Detached sends (launch_step) may still be queued or running: carry them out.
+                p.finish();
             }
         }
         drop(self.links.lock().take());
@@ -361,6 +362,8 @@ impl Net {
             abort_flag: r.abort_flag.dev_ptr,
             npre: 0,
             npost: 0,
+            detach: 0,
+            pad: 0,
             copies: Default::default(),
         };
         // The proxy must carry every phase itself (NetHandler::inline_ok decides alike).
@@ -376,6 +379,13 @@ impl Net {
                     *slot = c;
                 }
                 (args.npre, args.npost) = (st.pre.len() as u32, st.post.len() as u32);
+                // A step that only sends has all it needs in the arena once its kernel pushed it:
+                // the kernel returns then, and the stream goes on while the proxy sends. The next
+                // staged step's kernel waits for the proxy before it refills the arena, later
+                // steps' completion implies this one's, errors reach the communicator's async
+                // error, and a graceful teardown drains the proxy (Proxy::finish).
+                let sends_only = st.post.is_empty() && st.step.phases.iter().all(|p| p.recvs.is_empty() && p.reduces.is_empty());
+                args.detach = u32::from(sends_only);
                 (Step { pinned: host as u64, ..st.step }, 512)
             }
             None => (step, 32),

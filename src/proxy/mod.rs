@@ -46,6 +46,8 @@ pub struct Placement {
 
 pub struct Proxy {
     stop: Arc<AtomicBool>,
+    /// With `stop`: carry out what is already in the FIFO first (`finish`).
+    drain: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     interrupt: Option<Interrupt>,
 }
@@ -66,7 +68,8 @@ impl Proxy {
         on_error: Box<dyn Fn(Error) + Send>,
     ) -> Result<Proxy> {
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let drain = Arc::new(AtomicBool::new(false));
+        let (flag, drain_flag) = (stop.clone(), drain.clone());
         let interrupt = handler.interrupter();
         let thread = std::thread::Builder::new()
             .name(name)
@@ -82,7 +85,7 @@ impl Proxy {
                 if let Some(cpus) = &placement.cpus {
                     crate::topo::bind_current_thread(cpus);
                 }
-                if let Err(e) = run(&mut fifo, handler.as_mut(), &flag) {
+                if let Err(e) = run(&mut fifo, handler.as_mut(), &flag, &drain_flag) {
                     nccl_warn!("proxy: {}", e.msg);
                     on_error(e);
                 }
@@ -90,7 +93,15 @@ impl Proxy {
                 fifo.release();
             })
             .map_err(|e| Error::io("cannot start the proxy thread", &e))?;
-        Ok(Proxy { stop, thread: Some(thread), interrupt })
+        Ok(Proxy { stop, drain, thread: Some(thread), interrupt })
+    }
+
+    /// Graceful stop: carries out every trigger already pushed, then stops as `stop` does. For a
+    /// teardown after the GPU work finished, when a kernel may have handed over work it does not
+    /// wait for (a detached cross-host send, `net`).
+    pub fn finish(&mut self) {
+        self.drain.store(true, Ordering::Release);
+        self.stop();
     }
 
     /// Abort: interrupts a transport blocked on a hung peer, then stops. Always returns promptly.
@@ -117,14 +128,15 @@ impl Drop for Proxy {
     }
 }
 
-fn run(fifo: &mut FifoHost, handler: &mut dyn Handler, stop: &AtomicBool) -> Result<()> {
+fn run(fifo: &mut FifoHost, handler: &mut dyn Handler, stop: &AtomicBool, drain: &AtomicBool) -> Result<()> {
     let mut idle = 0u32;
     loop {
-        if stop.load(Ordering::Acquire) {
+        let next = fifo.poll();
+        if stop.load(Ordering::Acquire) && (next.is_none() || !drain.load(Ordering::Acquire)) {
             nccl_trace!(Subsys::Proxy, "proxy: stopping at FIFO position {}", fifo.position());
             return Ok(());
         }
-        let Some(t) = fifo.poll() else {
+        let Some(t) = next else {
             idle = idle.saturating_add(1);
             if idle < SPIN_POLLS {
                 std::hint::spin_loop();
@@ -163,6 +175,8 @@ mod tests {
     struct Recorder {
         log: Arc<Mutex<Vec<(Request, bool)>>>,
         fail_at: Option<u32>,
+        /// Time each execute takes.
+        slow: Duration,
     }
 
     impl Handler for Recorder {
@@ -170,6 +184,7 @@ mod tests {
             if Some(r.size) == self.fail_at {
                 return Err(Error::remote("peer 3 closed the connection"));
             }
+            std::thread::sleep(self.slow);
             self.log.lock().push((*r, false));
             Ok(())
         }
@@ -214,6 +229,28 @@ mod tests {
         p.stop();
         assert!(t0.elapsed() < Duration::from_millis(500), "stop took {:?}", t0.elapsed());
         assert!(!waiter.join().unwrap(), "the waiting GPU thread was released, not completed");
+    }
+
+    /// `finish` carries out what was pushed before it; `stop` does not wait for it.
+    #[test]
+    fn finish_drains_the_fifo_and_stop_does_not() {
+        for drain in [true, false] {
+            let f = Arc::new(HeapFifo::new(16).unwrap());
+            let head = AtomicU64::new(0);
+            let rec = Recorder { slow: Duration::from_millis(20), ..Default::default() };
+            let log = rec.log.clone();
+            let mut p = Proxy::start("test-proxy".into(), FifoHost::new(f.words), Box::new(rec), Placement::default(), Box::new(|_| {})).unwrap();
+            for size in 1..=8 {
+                f.words.push_like_device(&head, req(OX_TRIGGER_DATA, size)).unwrap();
+            }
+            if drain {
+                p.finish();
+                assert_eq!(log.lock().len(), 8, "every pushed trigger carried out");
+            } else {
+                p.stop();
+                assert!(log.lock().len() < 8, "stop does not drain");
+            }
+        }
     }
 
     #[test]
