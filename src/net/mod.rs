@@ -153,8 +153,9 @@ pub struct Net {
     /// communicator (graphs may hold earlier buffers).
     scratch: Mutex<Vec<DeviceBuffer>>,
     /// Host arenas of staged steps (`stage`), host-mapped; grown like `scratch`. One serves every
-    /// step: a communicator's step kernels run one after another, and a step's arena is used only
-    /// between its kernel's start and end.
+    /// step: a communicator's step kernels run one after another, and a step uses the arena from
+    /// its kernel's start until the proxy has finished it (a detached send outlives its kernel,
+    /// so a kernel waits for the proxy's earlier steps before it writes the arena).
     mailboxes: Mutex<Vec<HostMapped>>,
     /// Jobs up to this size are carried by the proxy itself (`inline`), and steps made only of
     /// such jobs are staged by their kernel; 0: neither.
