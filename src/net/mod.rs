@@ -385,8 +385,7 @@ impl Net {
                 // staged step's kernel waits for the proxy before it refills the arena, later
                 // steps' completion implies this one's, errors reach the communicator's async
                 // error, and a graceful teardown drains the proxy (Proxy::finish).
-                let sends_only = st.post.is_empty() && st.step.phases.iter().all(|p| p.recvs.is_empty() && p.reduces.is_empty());
-                args.detach = u32::from(sends_only);
+                args.detach = u32::from(st.sends_only());
                 (Step { pinned: host as u64, ..st.step }, 512)
             }
             None => (step, 32),

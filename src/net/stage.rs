@@ -30,6 +30,14 @@ pub struct Staged {
     pub post: Vec<HostCopy>,
 }
 
+impl Staged {
+    /// The step only sends: once its kernel has filled the arena and handed it over, nothing of it
+    /// is left for the kernel to do, so the kernel may return without waiting (`detach`).
+    pub fn sends_only(&self) -> bool {
+        self.post.is_empty() && self.step.phases.iter().all(|p| p.recvs.is_empty() && p.reduces.is_empty())
+    }
+}
+
 fn overlap(a: (u64, u64), b: (u64, u64)) -> bool {
     a.0 < b.0 + b.1 && b.0 < a.0 + a.1
 }
@@ -147,6 +155,7 @@ mod tests {
         assert_eq!(st.post[1], HostCopy { dev: 0x1003, host: acc, bytes: 64 });
         let p = &st.step.phases[0];
         assert!(p.sends.iter().chain(&p.recvs).all(|x| matches!(x.buf, Buf::Host(_))));
+        assert!(!st.sends_only());
         assert_eq!(p.reduces[0].inputs, vec![Buf::Host(st.pre[0].host), Buf::Host(got)]);
         assert_eq!(p.reduces[0].out, Buf::Host(acc));
         // Shadows lie beyond the plan's own arena, inside the new size.
@@ -171,5 +180,15 @@ mod tests {
         assert!(stage_on_host(&one(vec![], vec![x(Buf::Dev(100), 8), x(Buf::Dev(96), 8)]), 64, 4).is_none());
         // Read and written in one phase is fine (reads are copied first).
         assert!(stage_on_host(&one(vec![x(Buf::Dev(100), 8)], vec![x(Buf::Dev(100), 8)]), 64, 4).is_some());
+    }
+
+    #[test]
+    fn only_a_step_without_receives_reductions_or_copies_out_is_send_only() {
+        let x = |buf, bytes| Xfer { peer: 1, buf, bytes };
+        let one = |sends: Vec<Xfer>, recvs: Vec<Xfer>| Step { phases: vec![Phase { sends, recvs, reduces: vec![] }], ..Default::default() };
+        assert!(stage_on_host(&one(vec![x(Buf::Dev(0), 8), x(Buf::Dev(64), 8)], vec![]), 64, 4).unwrap().sends_only());
+        // Even into host memory only, a receive needs the kernel to wait.
+        assert!(!stage_on_host(&one(vec![x(Buf::Dev(0), 8)], vec![x(Buf::Host(0), 8)]), 64, 4).unwrap().sends_only());
+        assert!(!stage_on_host(&one(vec![], vec![x(Buf::Dev(0), 8)]), 64, 4).unwrap().sends_only());
     }
 }
