@@ -149,27 +149,42 @@ impl In {
         self.cur == self.frames.len()
     }
 
-    /// Reads what has arrived; true if anything did.
+    /// Reads what has arrived; true if anything did. The header and the payload it announces are
+    /// read by one call (two buffers): the length is known in advance, and a header that does not
+    /// match fails the communicator whatever landed in the payload's place.
     fn progress(&mut self) -> Result<bool> {
         let mut any = false;
         while let Some(f) = self.frames.get(self.cur) {
-            let (ptr, want) = if self.got < HEADER_BYTES {
-                // SAFETY: within the header buffer.
-                (unsafe { self.hdr.as_mut_ptr().add(self.got) }, HEADER_BYTES - self.got)
-            } else {
-                // SAFETY: within the payload range `expect` was promised.
-                (unsafe { f.dst.add(self.got - HEADER_BYTES) }, f.len + HEADER_BYTES - self.got)
-            };
-            if want > 0 {
-                // SAFETY: ptr is valid for `want` bytes (above); fd is a socket the caller keeps open.
-                let n = unsafe { libc::recv(self.fd, ptr.cast(), want, libc::MSG_DONTWAIT) };
+            let total = HEADER_BYTES + f.len;
+            if self.got < total {
+                let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 2];
+                let mut n_iov = 0;
+                if self.got < HEADER_BYTES {
+                    // SAFETY: within the header buffer.
+                    iov[0] = libc::iovec { iov_base: unsafe { self.hdr.as_mut_ptr().add(self.got) }.cast(), iov_len: HEADER_BYTES - self.got };
+                    n_iov = 1;
+                }
+                let done = self.got.saturating_sub(HEADER_BYTES);
+                if f.len > done {
+                    // SAFETY: within the payload range `expect` was promised.
+                    iov[n_iov] = libc::iovec { iov_base: unsafe { f.dst.add(done) }.cast(), iov_len: f.len - done };
+                    n_iov += 1;
+                }
+                // SAFETY: a zeroed msghdr naming n_iov valid buffers (above); fd is a socket the
+                // caller keeps open.
+                let n = unsafe {
+                    let mut m: libc::msghdr = std::mem::zeroed();
+                    m.msg_iov = iov.as_mut_ptr();
+                    m.msg_iovlen = n_iov as _;
+                    libc::recvmsg(self.fd, &mut m, libc::MSG_DONTWAIT)
+                };
                 match n {
                     0 => return Err(Error::remote(format!("rank {} closed its network connection", self.peer))),
                     n if n > 0 => {
                         any = true;
                         let before = self.got;
                         self.got += n as usize;
-                        if before < HEADER_BYTES && self.got == HEADER_BYTES {
+                        if before < HEADER_BYTES && self.got >= HEADER_BYTES {
                             check_header(&self.hdr, self.peer, f.seq, f.len as u64)?;
                         }
                     }
@@ -180,7 +195,7 @@ impl In {
                     },
                 }
             }
-            if self.got == HEADER_BYTES + f.len {
+            if self.got == total {
                 self.cur += 1;
                 self.got = 0;
             }
