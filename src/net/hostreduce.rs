@@ -443,18 +443,22 @@ mod tests {
         assert!(a == b);
     }
 
+    /// A small deterministic generator for test data.
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
     /// The typed (vectorised) loops give the bytes the byte-wise ones give: the same data run
     /// aligned (fast) and one byte off (byte-wise).
     #[test]
     fn typed_fast_paths_equal_the_bytewise_ones() {
         let n = 4096;
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rnd = xorshift(0x9e37_79b9_7f4a_7c15);
         for dt in [DataType::Int8, DataType::Uint8, DataType::Int32, DataType::Uint32, DataType::Int64, DataType::Uint64, DataType::Float32, DataType::Float64, DataType::Bfloat16] {
             for c in [Combine::Sum, Combine::Prod, Combine::Max, Combine::Min] {
                 let a0: Vec<u8> = (0..n).map(|_| rnd() as u8).collect();
@@ -480,13 +484,7 @@ mod tests {
 
     #[test]
     fn bf16_fast_encoding_equals_the_general_one() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rnd = xorshift(0x2545_f491_4f6c_dd1d);
         let d = |b: u64| BF16.decode((b & 0xffff) as u32);
         for _ in 0..200_000 {
             let (p, q) = (d(rnd()), d(rnd()));
