@@ -353,7 +353,7 @@ impl Net {
         Ok(r)
     }
 
-    fn launch_step(&self, r: &Ready, step: Step, stream: cu::CUstream) -> Result<()> {
+    fn launch_step(&self, r: &Ready, mut step: Step, stream: cu::CUstream) -> Result<()> {
         let keep = is_capturing(stream)?;
         let mut args = NetStepArgs {
             fifo: self.fifo,
@@ -376,19 +376,46 @@ impl Net {
                 let (host, dev) = self.mailbox(st.step.arena_bytes)?;
                 let copies = st.pre.iter().map(|c| NetCopy { src: c.dev, dst: dev + c.host, bytes: c.bytes });
                 let copies = copies.chain(st.post.iter().map(|c| NetCopy { src: dev + c.host, dst: c.dev, bytes: c.bytes }));
-                for (slot, c) in args.copies.iter_mut().zip(copies) {
-                    *slot = c;
-                }
-                (args.npre, args.npost) = (st.pre.len() as u32, st.post.len() as u32);
                 // A step that only sends has all it needs in the arena once its kernel pushed it:
                 // the kernel returns then, and the stream goes on while the proxy sends. The next
                 // staged step's kernel waits for the proxy before it refills the arena, later
                 // steps' completion implies this one's, errors reach the communicator's async
                 // error, and a graceful teardown drains the proxy (Proxy::finish).
-                args.detach = u32::from(st.sends_only());
-                (Step { pinned: host as u64, ..st.step }, 512)
+                let detach = st.sends_only();
+                // The step's GPU-to-GPU copies: before the hand-over in a detached kernel, else
+                // after it, so a kernel without pre-copies still pushes at once.
+                let own = st.step.copies.iter().map(|c| NetCopy { src: c.src, dst: c.dst, bytes: c.bytes });
+                let (npre, npost) = match detach {
+                    true => (st.pre.len() + st.step.copies.len(), st.post.len()),
+                    false => (st.pre.len(), st.post.len() + st.step.copies.len()),
+                };
+                let copies: Vec<NetCopy> = match detach {
+                    true => own.chain(copies).collect(),
+                    false => copies.chain(own).collect(),
+                };
+                for (slot, c) in args.copies.iter_mut().zip(copies) {
+                    *slot = c;
+                }
+                (args.npre, args.npost) = (npre as u32, npost as u32);
+                args.detach = u32::from(detach);
+                (Step { pinned: host as u64, copies: Vec::new(), ..st.step }, 512)
             }
-            None => (step, 32),
+            None => {
+                // The copies go first, as the host stage they stand for would (a rank alone on its
+                // host: the local communicator is itself, and it pairs sends to self in order).
+                let copies = std::mem::take(&mut step.copies);
+                if !copies.is_empty() {
+                    let ops: Vec<P2pOp> = copies
+                        .iter()
+                        .flat_map(|c| [(true, c.src), (false, c.dst)].map(|(is_send, buf)| P2pOp { is_send, peer: 0, buf, bytes: c.bytes, stream }))
+                        .collect();
+                    crate::enqueue::launch_p2p(&self.local, &ops)?;
+                }
+                if !step.has_work() {
+                    return Ok(());
+                }
+                (step, 32)
+            }
         };
         let id = self.plans.lock().insert(step, keep)?;
         args.plan = u64::from(id);

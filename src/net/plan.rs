@@ -110,6 +110,14 @@ pub struct Phase {
     pub reduces: Vec<HostReduce>,
 }
 
+/// A copy between two GPU ranges of this rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DevCopy {
+    pub src: u64,
+    pub dst: u64,
+    pub bytes: u64,
+}
+
 /// One cross-host step: phases in order, with the host arena they need.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Step {
@@ -118,11 +126,20 @@ pub struct Step {
     /// Host address of the step's arena when its launch provided one (a step staged by its
     /// kernel, `stage`); 0: the proxy's own arena.
     pub pinned: u64,
+    /// Copies on this GPU that go with the step, disjoint from every range its phases touch, so
+    /// they may run at any point of it: a rank alone on its host has no local stage to make them,
+    /// and the step kernel does them within its own launch (else they are launched before it).
+    /// Never the proxy's: `launch_step` takes them out.
+    pub copies: Vec<DevCopy>,
 }
 
 impl Step {
     fn is_empty(&self) -> bool {
-        self.phases.iter().all(|p| p.sends.is_empty() && p.recvs.is_empty() && p.reduces.is_empty())
+        self.copies.is_empty() && !self.has_work()
+    }
+    /// Whether the proxy has anything to do: a transfer or a reduction.
+    pub fn has_work(&self) -> bool {
+        self.phases.iter().any(|p| !p.sends.is_empty() || !p.recvs.is_empty() || !p.reduces.is_empty())
     }
     /// Reserves `bytes` of the host arena (16-byte aligned).
     pub fn host(&mut self, bytes: u64) -> u64 {
@@ -210,12 +227,16 @@ pub const ONESHOT_MAX_BYTES: u64 = 256 << 10;
 /// The stages of one collective on rank `l.me`.
 pub fn plan_coll(l: &Layout, c: &Call) -> Vec<Stage> {
     let mut st = plan_all_stages(l, c);
+    drop_empty(&mut st);
+    st
+}
+
+fn drop_empty(st: &mut Vec<Stage>) {
     st.retain(|s| match s {
         Stage::Net(step) => !step.is_empty(),
         Stage::Local(LocalOp::P2p(v)) => !v.is_empty(),
         Stage::Local(_) => true,
     });
-    st
 }
 
 /// `plan_coll` before empty stages are dropped (the same number of stages on every rank of a
@@ -227,7 +248,7 @@ fn plan_all_stages(l: &Layout, c: &Call) -> Vec<Stage> {
         Coll::Reduce => reduce(l, c),
         Coll::AllGather => allgather(l, c),
         Coll::Broadcast => broadcast(l, c),
-        Coll::AlltoAll | Coll::Gather | Coll::Scatter => direct(l, &direct_ops(l, c)),
+        Coll::AlltoAll | Coll::Gather | Coll::Scatter => direct_all(l, &direct_ops(l, c)),
     }
 }
 
@@ -235,11 +256,33 @@ fn local_coll(coll: Coll, send: u64, recv: u64, count: u64, op: ResolvedOp, root
     Stage::Local(LocalOp::Coll { coll, send, recv, count, op, root })
 }
 
+/// A stage with nothing to do (dropped by `plan_coll`), keeping stage numbers equal on every host.
+fn no_stage() -> Stage {
+    Stage::Local(LocalOp::P2p(Vec::new()))
+}
+
+/// Whether this rank's host stage of a reduction would only copy its input (it is alone on its
+/// host and the op needs no scaling there), so the step reads the input itself: one launch less.
+fn solo_reduction(l: &Layout, local_op: ResolvedOp) -> bool {
+    l.local_size(l.my_host()) == 1 && local_op.op != RedOp::PreMulSum
+}
+
+/// The copy from `src` to `dst`, unless they are the same range.
+fn copy_if_moved(src: u64, dst: u64, bytes: u64) -> Vec<DevCopy> {
+    if src == dst || bytes == 0 {
+        return Vec::new();
+    }
+    vec![DevCopy { src, dst, bytes }]
+}
+
 fn allreduce(l: &Layout, c: &Call) -> Vec<Stage> {
     let es = c.dtype.size() as u64;
     let (local_op, hop) = split_op(c.op, c.dtype, l.nranks());
     let (me, mh, nh) = (l.me, l.my_host(), l.nhosts());
-    let mut out = vec![local_coll(Coll::AllReduce, c.send, c.recv, c.count, local_op, 0)];
+    // Where the host's partial result is: recv after the host stage, or the input itself.
+    let solo = solo_reduction(l, local_op);
+    let src = if solo { c.send } else { c.recv };
+    let mut out = vec![if solo { no_stage() } else { local_coll(Coll::AllReduce, c.send, c.recv, c.count, local_op, 0) }];
     // Slice s of the locally reduced vector is combined across hosts by its owners, one per host.
     let nslices = l.hosts.iter().map(Vec::len).max().unwrap_or(1);
     let mut step = Step::default();
@@ -258,15 +301,16 @@ fn allreduce(l: &Layout, c: &Call) -> Vec<Stage> {
             // order (identical results everywhere). Two hosts move the same bytes as with the
             // two-phase form, and small slices save a round trip.
             let (p, pb) = (c.recv + start * es, len * es);
+            let ps = src + start * es;
             let acc = step.host(pb);
             let mut inputs = Vec::with_capacity(nh);
             for (j, &g) in group.iter().enumerate() {
                 if j == mh {
-                    inputs.push(Buf::Dev(p));
+                    inputs.push(Buf::Dev(ps));
                     continue;
                 }
                 let h = step.host(pb);
-                rs.sends.push(Xfer { peer: g, buf: Buf::Dev(p), bytes: pb });
+                rs.sends.push(Xfer { peer: g, buf: Buf::Dev(ps), bytes: pb });
                 rs.recvs.push(Xfer { peer: g, buf: Buf::Host(h), bytes: pb });
                 inputs.push(Buf::Host(h));
             }
@@ -277,17 +321,19 @@ fn allreduce(l: &Layout, c: &Call) -> Vec<Stage> {
             let (a, n) = split(len, nh, j);
             (c.recv + (start + a) * es, n * es)
         };
+        // The same part of the host's partial result.
+        let part_src = |j: usize| part(j).0 - c.recv + src;
         let (mine, mbytes) = part(mh);
         let mut inputs = Vec::with_capacity(nh);
         let acc = if mbytes > 0 { step.host(mbytes) } else { 0 };
         for (j, &g) in group.iter().enumerate() {
             if j == mh {
-                inputs.push(Buf::Dev(mine));
+                inputs.push(Buf::Dev(part_src(j)));
                 continue;
             }
             let (p, pb) = part(j);
             if pb > 0 {
-                rs.sends.push(Xfer { peer: g, buf: Buf::Dev(p), bytes: pb });
+                rs.sends.push(Xfer { peer: g, buf: Buf::Dev(part_src(j)), bytes: pb });
                 ag.recvs.push(Xfer { peer: g, buf: Buf::Dev(p), bytes: pb });
             }
             if mbytes > 0 {
@@ -325,20 +371,23 @@ fn reducescatter(l: &Layout, c: &Call) -> Vec<Stage> {
     let bytes = c.count * es;
     let (local_op, hop) = split_op(c.op, c.dtype, l.nranks());
     let (me, mh) = (l.me, l.my_host());
-    // Every rank of a host holds the host's partial sums of every block.
-    let mut out = vec![local_coll(Coll::AllReduce, c.send, c.scratch, c.count * l.nranks() as u64, local_op, 0)];
+    // Every rank of a host holds the host's partial sums of every block (in scratch; alone on its
+    // host, the input is that).
+    let solo = solo_reduction(l, local_op);
+    let base = if solo { c.send } else { c.scratch };
+    let mut out = vec![if solo { no_stage() } else { local_coll(Coll::AllReduce, c.send, c.scratch, c.count * l.nranks() as u64, local_op, 0) }];
     let mut step = Step::default();
     let mut ph = Phase::default();
     if bytes > 0 {
         for b in 0..l.nranks() {
             if !l.same_host(b) && l.partner(b, mh) == me {
-                ph.sends.push(Xfer { peer: b, buf: Buf::Dev(c.scratch + b as u64 * bytes), bytes });
+                ph.sends.push(Xfer { peer: b, buf: Buf::Dev(base + b as u64 * bytes), bytes });
             }
         }
         let mut inputs = Vec::new();
         for h in 0..l.nhosts() {
             if h == mh {
-                inputs.push(Buf::Dev(c.scratch + me as u64 * bytes));
+                inputs.push(Buf::Dev(base + me as u64 * bytes));
             } else {
                 let buf = step.host(bytes);
                 ph.recvs.push(Xfer { peer: l.partner(me, h), buf: Buf::Host(buf), bytes });
@@ -362,7 +411,10 @@ fn reduce(l: &Layout, c: &Call) -> Vec<Stage> {
     // Each host reduces to its representative: the root itself, or the root's partner.
     let rep = |h: usize| if h == rh { root } else { l.partner(root, h) };
     let dst = if me == root { c.recv } else { c.scratch };
-    let mut out = vec![local_coll(Coll::Reduce, c.send, dst, c.count, local_op, l.local_index(rep(mh)))];
+    // Where the host's partial result is on its representative (alone on its host: the input).
+    let solo = solo_reduction(l, local_op);
+    let part = if solo { c.send } else { dst };
+    let mut out = vec![if solo { no_stage() } else { local_coll(Coll::Reduce, c.send, dst, c.count, local_op, l.local_index(rep(mh))) }];
     let mut step = Step::default();
     let mut ph = Phase::default();
     if bytes > 0 {
@@ -370,7 +422,7 @@ fn reduce(l: &Layout, c: &Call) -> Vec<Stage> {
             let mut inputs = Vec::new();
             for h in 0..l.nhosts() {
                 if h == rh {
-                    inputs.push(Buf::Dev(c.recv));
+                    inputs.push(Buf::Dev(part));
                 } else {
                     let buf = step.host(bytes);
                     ph.recvs.push(Xfer { peer: rep(h), buf: Buf::Host(buf), bytes });
@@ -380,7 +432,7 @@ fn reduce(l: &Layout, c: &Call) -> Vec<Stage> {
             let acc = step.host(bytes);
             ph.reduces.push(HostReduce { inputs, acc, out: Buf::Dev(c.recv), bytes, op: hop });
         } else if mh != rh && rep(mh) == me {
-            ph.sends.push(Xfer { peer: root, buf: Buf::Dev(c.scratch), bytes });
+            ph.sends.push(Xfer { peer: root, buf: Buf::Dev(part), bytes });
         }
     }
     step.phases.push(ph);
@@ -409,7 +461,12 @@ fn allgather(l: &Layout, c: &Call) -> Vec<Stage> {
     for r in relayed_by(l, me) {
         ph.recvs.push(Xfer { peer: r, buf: Buf::Dev(at(r)), bytes });
     }
-    let step = Step { phases: vec![ph], ..Default::default() };
+    let mut step = Step { phases: vec![ph], ..Default::default() };
+    if l.local_size(mh) == 1 {
+        // Alone on the host: the only local work is my own block's copy.
+        step.copies = copy_if_moved(c.send, at(me), bytes);
+        return vec![Stage::Net(step), no_stage()];
+    }
     // On the host: my block and the ones I relayed to every local peer; theirs from them.
     let mut ops = Vec::new();
     let mine: Vec<usize> = std::iter::once(me).chain(relayed_by(l, me)).collect::<Vec<_>>();
@@ -452,6 +509,11 @@ fn broadcast(l: &Layout, c: &Call) -> Vec<Stage> {
     }
     let local_root = if mh == rh { root } else { l.partner(root, mh) };
     let send = if me == root { c.send } else { c.recv };
+    if l.local_size(mh) == 1 {
+        // Alone on the host: the host stage is the root's copy to its output, or nothing.
+        let copies = copy_if_moved(send, c.recv, bytes);
+        return vec![Stage::Net(Step { phases: vec![ph], copies, ..Default::default() }), no_stage()];
+    }
     vec![
         Stage::Net(Step { phases: vec![ph], ..Default::default() }),
         local_coll(Coll::Broadcast, send, c.recv, c.count, c.op, l.local_index(local_root)),
@@ -509,6 +571,13 @@ fn direct_ops(l: &Layout, c: &Call) -> Vec<P2p> {
 /// Point-to-point operations split by where the peer lives: the local communicator first (one
 /// launch), then one step across hosts. Order per peer and direction is kept, so matching is NCCL's.
 pub fn direct(l: &Layout, ops: &[P2p]) -> Vec<Stage> {
+    let mut st = direct_all(l, ops);
+    drop_empty(&mut st);
+    st
+}
+
+/// `direct` before empty stages are dropped.
+fn direct_all(l: &Layout, ops: &[P2p]) -> Vec<Stage> {
     let mut local = Vec::new();
     let mut ph = Phase::default();
     for o in ops {
@@ -530,13 +599,18 @@ pub fn direct(l: &Layout, ops: &[P2p]) -> Vec<Stage> {
             }
         }
     }
-    let mut st = vec![Stage::Local(LocalOp::P2p(local)), Stage::Net(Step { phases: vec![ph], ..Default::default() })];
-    st.retain(|s| match s {
-        Stage::Net(step) => !step.is_empty(),
-        Stage::Local(LocalOp::P2p(v)) => !v.is_empty(),
-        Stage::Local(_) => true,
-    });
-    st
+    let mut step = Step { phases: vec![ph], ..Default::default() };
+    if l.local_size(l.my_host()) == 1 {
+        // Alone on the host, every local operation is with myself: the i-th send to self goes to
+        // the i-th receive from self (as enqueue::launch_p2p pairs them), made by the step. A
+        // group that does not pair up stays local, to be refused there with NCCL's error.
+        let (s, r): (Vec<&LocalP2p>, Vec<&LocalP2p>) = local.iter().partition(|o| o.is_send);
+        if s.len() == r.len() && s.iter().zip(&r).all(|(a, b)| a.bytes == b.bytes) {
+            step.copies = s.iter().zip(&r).flat_map(|(a, b)| copy_if_moved(a.buf, b.buf, a.bytes)).collect();
+            local.clear();
+        }
+    }
+    vec![Stage::Local(LocalOp::P2p(local)), Stage::Net(step)]
 }
 
 #[cfg(test)]
@@ -614,28 +688,47 @@ mod tests {
         }
     }
 
-    /// Simulates a whole AllReduce on integers: local stages by definition, net steps by moving
-    /// bytes between the ranks' "device" vectors; every rank must end with the full sum.
+    /// Simulates whole collectives on integers: local stages by definition, net steps by moving
+    /// bytes between the ranks' "device" vectors, staged or not, out-of-place and in-place; every
+    /// rank must end with what NCCL defines. Layouts include ranks alone on their host, whose
+    /// host stage is folded into the step (its input read directly, its copies in `Step::copies`).
     #[test]
-    fn allreduce_and_reducescatter_compute_the_sum_in_every_layout() {
+    fn every_collective_computes_its_result_in_every_layout() {
+        use Coll::*;
         for hashes in layouts() {
             let n = hashes.len();
             for count in [1u64, 5, 64, 1001, 40_000] {
-                for coll in [Coll::AllReduce, Coll::ReduceScatter, Coll::Reduce] {
-                    let total = if coll == Coll::ReduceScatter { count * n as u64 } else { count };
-                    let input = |r: usize| -> Vec<i64> { (0..total).map(|i| (r as i64 + 1) * 1000 + i as i64).collect() };
+                let cn = count as usize;
+                for coll in [AllReduce, ReduceScatter, Reduce, AllGather, Broadcast, AlltoAll, Gather, Scatter] {
+                    let in_len = match coll {
+                        ReduceScatter | AlltoAll | Scatter => cn * n,
+                        _ => cn,
+                    };
+                    let input = |r: usize| -> Vec<i64> { (0..in_len).map(|i| (r as i64 + 1) * 1_000_000 + i as i64).collect() };
                     let inputs: Vec<Vec<i64>> = (0..n).map(input).collect();
-                    let want: Vec<i64> = (0..total as usize).map(|i| inputs.iter().map(|v| v[i]).sum()).collect();
-                    for (root, staged) in (if coll == Coll::Reduce { 0..n } else { 0..1 }).flat_map(|r| [(r, false), (r, true)]) {
-                        let got = simulate(&hashes, coll, count, root, &input, staged);
-                        for r in 0..n {
-                            let expect: Vec<i64> = match coll {
-                                Coll::AllReduce => want.clone(),
-                                Coll::ReduceScatter => want[r * count as usize..(r + 1) * count as usize].to_vec(),
-                                _ if r == root => want.clone(),
-                                _ => continue,
-                            };
-                            assert_eq!(got[r], expect, "{hashes:?} {coll:?} count {count} root {root} rank {r} staged {staged}");
+                    let sum: Vec<i64> = (0..in_len).map(|i| inputs.iter().map(|v| v[i]).sum()).collect();
+                    let rooted = matches!(coll, Reduce | Broadcast | Gather | Scatter);
+                    let inplace_ok = matches!(coll, AllReduce | ReduceScatter | Reduce | AllGather | Broadcast);
+                    for root in if rooted { 0..n } else { 0..1 } {
+                        for (inplace, staged) in [(false, false), (false, true), (true, false), (true, true)] {
+                            if inplace && !inplace_ok {
+                                continue;
+                            }
+                            let got = simulate(&hashes, coll, count, root, inplace, staged, &input);
+                            for (r, got) in got.iter().enumerate() {
+                                let want: Vec<i64> = match coll {
+                                    AllReduce => sum.clone(),
+                                    ReduceScatter => sum[r * cn..(r + 1) * cn].to_vec(),
+                                    Reduce if r == root => sum.clone(),
+                                    AllGather => inputs.concat(),
+                                    Broadcast => inputs[root].clone(),
+                                    AlltoAll => (0..n).flat_map(|p| inputs[p][r * cn..(r + 1) * cn].to_vec()).collect(),
+                                    Gather if r == root => inputs.concat(),
+                                    Scatter => inputs[root][r * cn..(r + 1) * cn].to_vec(),
+                                    _ => continue,
+                                };
+                                assert_eq!(*got, want, "{hashes:?} {coll:?} count {count} root {root} rank {r} in-place {inplace} staged {staged}");
+                            }
                         }
                     }
                 }
@@ -643,22 +736,84 @@ mod tests {
         }
     }
 
+    #[test]
+    fn ranks_alone_on_their_host_need_no_host_stage() {
+        // Two hosts of one rank: every collective is one step (its copies inside), out-of-place too.
+        for coll in [Coll::AllReduce, Coll::ReduceScatter, Coll::Reduce, Coll::AllGather, Coll::Broadcast, Coll::AlltoAll, Coll::Gather, Coll::Scatter] {
+            for me in 0..2 {
+                let st = plan_coll(&Layout::new(me, &[1, 2]), &call(coll, 1000, 0));
+                assert!(matches!(st.as_slice(), [Stage::Net(_)]), "{coll:?} rank {me}: {st:?}");
+            }
+        }
+        let st = plan_coll(&Layout::new(0, &[1, 2]), &call(Coll::AllGather, 1000, 0));
+        let Stage::Net(s) = &st[0] else { unreachable!() };
+        assert_eq!(s.copies, vec![DevCopy { src: 0x1000_0000, dst: 0x2000_0000, bytes: 4000 }]);
+        // A scaling op keeps its host stage (it multiplies even a single rank's input).
+        let mut c = call(Coll::AllReduce, 1000, 0);
+        c.op = ResolvedOp { op: RedOp::PreMulSum, scalar: 1, scalar_ptr: 0 };
+        assert_eq!(plan_coll(&Layout::new(0, &[1, 2]), &c).len(), 2);
+        // Sends to self that do not pair up stay on the local communicator, which refuses them.
+        let ops = [P2p { is_send: true, peer: 0, buf: 0, bytes: 8 }, P2p { is_send: false, peer: 1, buf: 64, bytes: 8 }];
+        let st = direct(&Layout::new(0, &[1, 2]), &ops);
+        assert!(matches!(&st[0], Stage::Local(LocalOp::P2p(v)) if v.len() == 1));
+        let ops = [P2p { is_send: true, peer: 0, buf: 0, bytes: 8 }, P2p { is_send: false, peer: 0, buf: 64, bytes: 8 }];
+        let st = direct(&Layout::new(0, &[1, 2]), &ops);
+        assert!(matches!(st.as_slice(), [Stage::Net(s)] if s.copies == vec![DevCopy { src: 0, dst: 64, bytes: 8 }] && !s.has_work()));
+    }
+
     /// Runs plans on vectors of i64: device memory is one address space per rank (send at
-    /// element 0, recv at element 1<<20, scratch at 2<<20; addresses are element indices * 8).
-    /// `staged`: every step as `stage::stage_on_host` rewrites it, its copies made around it.
-    fn simulate(hashes: &[u64], coll: Coll, count: u64, root: usize, input: &dyn Fn(usize) -> Vec<i64>, staged: bool) -> Vec<Vec<i64>> {
+    /// element 0, recv at element `span`, scratch at 2 `span`; addresses are element indices * 8;
+    /// in-place calls as nccl-tests makes them). `staged`: every step as `stage::stage_on_host`
+    /// rewrites it, its copies made around it. Returns each rank's output.
+    fn simulate(hashes: &[u64], coll: Coll, count: u64, root: usize, inplace: bool, staged: bool, input: &dyn Fn(usize) -> Vec<i64>) -> Vec<Vec<i64>> {
         let n = hashes.len();
         // Each region holds the largest buffer of the call (count * n elements).
         let span = (count * n as u64).next_power_of_two();
-        let (send, recv, scr) = (0u64, 8 * span, 16 * span);
+        let (send0, recv0, scr) = (0u64, 8 * span, 16 * span);
+        let calls: Vec<Call> = (0..n as u64)
+            .map(|r| {
+                let (send, recv) = match (inplace, coll) {
+                    (false, _) => (send0, recv0),
+                    (true, Coll::AllGather) => (recv0 + r * count * 8, recv0),
+                    (true, Coll::ReduceScatter) => (send0, send0 + r * count * 8),
+                    (true, _) => (recv0, recv0),
+                };
+                Call { coll, send, recv, count, dtype: DataType::Int64, op: sum(), root, scratch: scr }
+            })
+            .collect();
+        let out_len = match coll {
+            Coll::AllGather | Coll::AlltoAll | Coll::Gather => count * n as u64,
+            _ => count,
+        } as usize;
+        let at = |a: u64| (a / 8) as usize;
         let mut dev: Vec<Vec<i64>> = (0..n).map(|_| vec![0i64; 3 * span as usize]).collect();
         for (r, d) in dev.iter_mut().enumerate() {
-            for (i, v) in input(r).into_iter().enumerate() {
-                d[i] = v;
+            let v = input(r);
+            d[at(calls[r].send)..at(calls[r].send) + v.len()].copy_from_slice(&v);
+        }
+        let mut plans: Vec<Vec<Stage>> = (0..n).map(|me| plan_all_stages(&Layout::new(me, hashes), &calls[me])).collect();
+        // A step's own copies may run at any point of it: disjoint from what its phases write,
+        // and writing nothing its phases read.
+        for p in &plans {
+            for s in steps(p) {
+                let ranges = |w: bool| -> Vec<(u64, u64)> {
+                    let mut v = Vec::new();
+                    for ph in &s.phases {
+                        let rw = ph.sends.iter().map(|x| (false, x.buf, x.bytes)).chain(ph.recvs.iter().map(|x| (true, x.buf, x.bytes)));
+                        let red = ph.reduces.iter().flat_map(|r| r.inputs.iter().map(|&b| (false, b, r.bytes)).chain([(true, r.out, r.bytes)]));
+                        v.extend(rw.chain(red).filter_map(|(wr, b, n)| match b {
+                            Buf::Dev(a) if wr == w || !w => Some((a, n)),
+                            _ => None,
+                        }));
+                    }
+                    v
+                };
+                let hit = |a: u64, n: u64, v: &[(u64, u64)]| v.iter().any(|&(b, m)| a < b + m && b < a + n);
+                for c in &s.copies {
+                    assert!(!hit(c.dst, c.bytes, &ranges(false)) && !hit(c.src, c.bytes, &ranges(true)), "{hashes:?} {coll:?}: copy {c:?} meets the step");
+                }
             }
         }
-        let c = Call { coll, send, recv, count, dtype: DataType::Int64, op: sum(), root, scratch: scr };
-        let mut plans: Vec<Vec<Stage>> = (0..n).map(|me| plan_all_stages(&Layout::new(me, hashes), &c)).collect();
         // Per rank and stage: the kernel's copies of a staged step.
         let mut copies: Vec<Vec<Option<super::super::stage::Staged>>> = plans.iter().map(|p| vec![None; p.len()]).collect();
         if staged {
@@ -670,6 +825,7 @@ mod tests {
                         // Today's plans never read what an earlier phase wrote: all can be staged.
                         assert_eq!(x.is_some(), carries, "{hashes:?} {coll:?} rank {r} stage {i}");
                         if let Some(x) = x {
+                            assert_eq!(x.step.copies, step.copies);
                             *step = x.step.clone();
                             copies[r][i] = Some(x);
                         }
@@ -681,7 +837,6 @@ mod tests {
         let nstages = plans.iter().map(Vec::len).max().unwrap_or(0);
         // Stages line up by kind across ranks in these plans: run stage i everywhere.
         let mut arenas: Vec<Vec<i64>> = vec![Vec::new(); n];
-        let at = |a: u64| (a / 8) as usize;
         for i in 0..nstages {
             // Local collectives: gather each host's members' views.
             let mut next = dev.clone();
@@ -689,36 +844,66 @@ mod tests {
                 let members = &layouts[0].hosts[h];
                 let stage = |r: usize| plans[r].get(i);
                 if let Some(Stage::Local(LocalOp::Coll { coll: lc, count: lcount, root: lroot, .. })) = stage(members[0]) {
-                    {
-                        let sum: Vec<i64> = (0..*lcount as usize)
-                            .map(|k| members.iter().map(|&m| {
-                                let Some(Stage::Local(LocalOp::Coll { send: ms, .. })) = stage(m) else { unreachable!() };
-                                dev[m][at(*ms) + k]
-                            }).sum())
-                            .collect();
-                        for &r in members {
-                            let Some(Stage::Local(LocalOp::Coll { recv, .. })) = stage(r) else { panic!("stage kinds differ") };
-                            match lc {
-                                Coll::AllReduce => next[r][at(*recv)..at(*recv) + sum.len()].copy_from_slice(&sum),
-                                Coll::Reduce if layouts[0].hosts[h][*lroot] == r => next[r][at(*recv)..at(*recv) + sum.len()].copy_from_slice(&sum),
-                                Coll::Broadcast => {
-                                    let src = members[*lroot];
-                                    let Some(Stage::Local(LocalOp::Coll { send: rs, .. })) = stage(src) else { unreachable!() };
-                                    let v = dev[src][at(*rs)..at(*rs) + *lcount as usize].to_vec();
-                                    next[r][at(*recv)..at(*recv) + v.len()].copy_from_slice(&v);
-                                }
-                                _ => {}
+                    let sum: Vec<i64> = (0..*lcount as usize)
+                        .map(|k| {
+                            members
+                                .iter()
+                                .map(|&m| {
+                                    let Some(Stage::Local(LocalOp::Coll { send: ms, .. })) = stage(m) else { unreachable!() };
+                                    dev[m][at(*ms) + k]
+                                })
+                                .sum()
+                        })
+                        .collect();
+                    for &r in members {
+                        let Some(Stage::Local(LocalOp::Coll { recv, .. })) = stage(r) else { panic!("stage kinds differ") };
+                        match lc {
+                            Coll::AllReduce => next[r][at(*recv)..at(*recv) + sum.len()].copy_from_slice(&sum),
+                            Coll::Reduce if layouts[0].hosts[h][*lroot] == r => next[r][at(*recv)..at(*recv) + sum.len()].copy_from_slice(&sum),
+                            Coll::Broadcast => {
+                                let src = members[*lroot];
+                                let Some(Stage::Local(LocalOp::Coll { send: rs, .. })) = stage(src) else { unreachable!() };
+                                let v = dev[src][at(*rs)..at(*rs) + *lcount as usize].to_vec();
+                                next[r][at(*recv)..at(*recv) + v.len()].copy_from_slice(&v);
                             }
+                            _ => {}
                         }
                     }
                 }
+                // Local point-to-point: each (sender, receiver) pair in posting order; all reads
+                // before any write, as within one launch.
+                let mut msgs: Vec<(usize, usize, Vec<i64>)> = Vec::new();
+                for &r in members {
+                    if let Some(Stage::Local(LocalOp::P2p(v))) = stage(r) {
+                        for o in v.iter().filter(|o| o.is_send) {
+                            msgs.push((r, members[o.peer], dev[r][at(o.buf)..at(o.buf) + (o.bytes / 8) as usize].to_vec()));
+                        }
+                    }
+                }
+                for &r in members {
+                    if let Some(Stage::Local(LocalOp::P2p(v))) = stage(r) {
+                        for o in v.iter().filter(|o| !o.is_send) {
+                            let k = msgs.iter().position(|m| m.0 == members[o.peer] && m.1 == r).expect("local message");
+                            let (_, _, d) = msgs.remove(k);
+                            assert_eq!(d.len() as u64 * 8, o.bytes);
+                            next[r][at(o.buf)..at(o.buf) + d.len()].copy_from_slice(&d);
+                        }
+                    }
+                }
+                assert!(msgs.is_empty(), "unreceived local messages");
             }
             dev = next;
-            // Net steps: phase by phase; data flows pairwise in order.
+            // Net steps: the step's own copies (anywhere in the step: first here), then phase by
+            // phase; data flows pairwise in order.
             let maxph = plans.iter().filter_map(|p| if let Some(Stage::Net(s)) = p.get(i) { Some(s.phases.len()) } else { None }).max().unwrap_or(0);
             for r in 0..n {
                 if let Some(Stage::Net(s)) = plans[r].get(i) {
                     arenas[r] = vec![0; (s.arena_bytes / 8) as usize + 1];
+                    for c in &s.copies {
+                        let len = (c.bytes / 8) as usize;
+                        let v = dev[r][at(c.src)..at(c.src) + len].to_vec();
+                        dev[r][at(c.dst)..at(c.dst) + len].copy_from_slice(&v);
+                    }
                 }
                 for c in copies[r].get(i).into_iter().flatten().flat_map(|x| &x.pre) {
                     let len = (c.bytes / 8) as usize;
@@ -780,7 +965,7 @@ mod tests {
                 }
             }
         }
-        (0..n).map(|r| dev[r][at(recv)..at(recv) + count as usize].to_vec()).collect()
+        (0..n).map(|r| dev[r][at(calls[r].recv)..at(calls[r].recv) + out_len].to_vec()).collect()
     }
 
     #[test]

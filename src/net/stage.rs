@@ -43,7 +43,8 @@ fn overlap(a: (u64, u64), b: (u64, u64)) -> bool {
 }
 
 /// Rewrites `step` (see the module note) when every transfer is at most `max_job` bytes and at
-/// most `max_copies` copies are needed in all; None when it does not apply.
+/// most `max_copies` copies are needed in all (the step's own `copies` included); None when it
+/// does not apply.
 ///
 /// All reads are copied before the step and all writes after it, so a step that reads a GPU range
 /// an earlier phase of it writes, or writes one range twice, is left alone (no plan does today).
@@ -76,7 +77,8 @@ pub fn stage_on_host(step: &Step, max_job: u64, max_copies: usize) -> Option<Sta
         }
     }
 
-    let mut out = Step { phases: Vec::with_capacity(step.phases.len()), arena_bytes: step.arena_bytes, pinned: 0 };
+    // The step's own GPU-to-GPU copies stay as they are (disjoint from what the phases touch).
+    let mut out = Step { phases: Vec::with_capacity(step.phases.len()), arena_bytes: step.arena_bytes, pinned: 0, copies: step.copies.clone() };
     let (mut pre, mut post) = (Vec::new(), Vec::new());
     // A shadow has the GPU address's alignment modulo 16, so the kernel copies 16-byte words.
     let shadow = |out: &mut Step, dev: u64, bytes: u64| out.host(bytes + 15) + dev % 16;
@@ -117,7 +119,7 @@ pub fn stage_on_host(step: &Step, max_job: u64, max_copies: usize) -> Option<Sta
     }
     pre.retain(|c| c.bytes > 0);
     post.retain(|c| c.bytes > 0);
-    if pre.len().saturating_add(post.len()) > max_copies {
+    if pre.len().saturating_add(post.len()).saturating_add(out.copies.len()) > max_copies {
         return None;
     }
     Some(Staged { step: out, pre, post })
