@@ -224,6 +224,17 @@ pub fn split_op(op: ResolvedOp, dtype: DataType, nranks: usize) -> (ResolvedOp, 
 /// (reduce-scatter, all-gather).
 pub const ONESHOT_MAX_BYTES: u64 = 256 << 10;
 
+/// AllReduce up to this size: every rank of a host exchanges the host's whole partial result with
+/// its partners and combines it itself, so no host stage follows the step (the host stage's
+/// results are bit-identical on every rank of a host, and every rank combines in host order).
+/// Above it, slices are combined by their owners and spread on each host.
+pub const FULL_EXCHANGE_MAX_BYTES: u64 = 64 << 10;
+
+/// Broadcast across three hosts or more up to this size goes along a chain of hosts (each proxy
+/// sends once) rather than from the root to every host (the root's proxy sends to each in turn).
+/// Above it, a relay would store and forward a whole large job; the root sends to each.
+pub const CHAIN_MAX_BYTES: u64 = 256 << 10;
+
 /// The stages of one collective on rank `l.me`.
 pub fn plan_coll(l: &Layout, c: &Call) -> Vec<Stage> {
     let mut st = plan_all_stages(l, c);
@@ -283,6 +294,30 @@ fn allreduce(l: &Layout, c: &Call) -> Vec<Stage> {
     let solo = solo_reduction(l, local_op);
     let src = if solo { c.send } else { c.recv };
     let mut out = vec![if solo { no_stage() } else { local_coll(Coll::AllReduce, c.send, c.recv, c.count, local_op, 0) }];
+    if c.count * es <= FULL_EXCHANGE_MAX_BYTES && c.count > 0 {
+        let bytes = c.count * es;
+        let mut step = Step::default();
+        let mut ph = Phase::default();
+        // My host's result to every rank that takes it from me, every other host's from my partner.
+        for x in relayed_by(l, me) {
+            ph.sends.push(Xfer { peer: x, buf: Buf::Dev(src), bytes });
+        }
+        let acc = step.host(bytes);
+        let mut inputs = Vec::with_capacity(nh);
+        for h in 0..nh {
+            if h == mh {
+                inputs.push(Buf::Dev(src));
+            } else {
+                let b = step.host(bytes);
+                ph.recvs.push(Xfer { peer: l.partner(me, h), buf: Buf::Host(b), bytes });
+                inputs.push(Buf::Host(b));
+            }
+        }
+        ph.reduces.push(HostReduce { inputs, acc, out: Buf::Dev(c.recv), bytes, op: hop });
+        step.phases = vec![ph];
+        out.push(Stage::Net(step));
+        return out;
+    }
     // Slice s of the locally reduced vector is combined across hosts by its owners, one per host.
     let nslices = l.hosts.iter().map(Vec::len).max().unwrap_or(1);
     let mut step = Step::default();
@@ -496,26 +531,49 @@ fn allgather(l: &Layout, c: &Call) -> Vec<Stage> {
 fn broadcast(l: &Layout, c: &Call) -> Vec<Stage> {
     let bytes = c.count * c.dtype.size() as u64;
     let (me, mh, root) = (l.me, l.my_host(), c.root);
-    let rh = l.host_of[root];
-    let mut ph = Phase::default();
-    if bytes > 0 {
-        if me == root {
-            for h in (0..l.nhosts()).filter(|&h| h != rh) {
-                ph.sends.push(Xfer { peer: l.partner(root, h), buf: Buf::Dev(c.send), bytes });
+    let (rh, nh) = (l.host_of[root], l.nhosts());
+    // The rank that stands for host h: the root, or its partner there.
+    let rep = |h: usize| if h == rh { root } else { l.partner(root, h) };
+    let mut phases = vec![Phase::default()];
+    if bytes > 0 && nh > 2 && bytes <= CHAIN_MAX_BYTES {
+        // Along a chain of the hosts from the root's: each representative receives from the one
+        // before and passes it on, so no proxy sends more than once per call.
+        let pos = (mh + nh - rh) % nh;
+        let at = |k: usize| rep((rh + k) % nh);
+        if me == rep(mh) {
+            if pos > 0 {
+                phases[0].recvs.push(Xfer { peer: at(pos - 1), buf: Buf::Dev(c.recv), bytes });
             }
-        } else if mh != rh && l.partner(root, mh) == me {
-            ph.recvs.push(Xfer { peer: root, buf: Buf::Dev(c.recv), bytes });
+            if pos + 1 < nh {
+                let src = if me == root { c.send } else { c.recv };
+                let mut ph = Phase::default();
+                ph.sends.push(Xfer { peer: at(pos + 1), buf: Buf::Dev(src), bytes });
+                // The root sends at once; a relay after its receive.
+                if pos == 0 {
+                    phases[0] = ph;
+                } else {
+                    phases.push(ph);
+                }
+            }
+        }
+    } else if bytes > 0 {
+        if me == root {
+            for h in (0..nh).filter(|&h| h != rh) {
+                phases[0].sends.push(Xfer { peer: rep(h), buf: Buf::Dev(c.send), bytes });
+            }
+        } else if mh != rh && rep(mh) == me {
+            phases[0].recvs.push(Xfer { peer: root, buf: Buf::Dev(c.recv), bytes });
         }
     }
-    let local_root = if mh == rh { root } else { l.partner(root, mh) };
+    let local_root = rep(mh);
     let send = if me == root { c.send } else { c.recv };
     if l.local_size(mh) == 1 {
         // Alone on the host: the host stage is the root's copy to its output, or nothing.
         let copies = copy_if_moved(send, c.recv, bytes);
-        return vec![Stage::Net(Step { phases: vec![ph], copies, ..Default::default() }), no_stage()];
+        return vec![Stage::Net(Step { phases, copies, ..Default::default() }), no_stage()];
     }
     vec![
-        Stage::Net(Step { phases: vec![ph], ..Default::default() }),
+        Stage::Net(Step { phases, ..Default::default() }),
         local_coll(Coll::Broadcast, send, c.recv, c.count, c.op, l.local_index(local_root)),
     ]
 }
@@ -761,6 +819,23 @@ mod tests {
         assert!(matches!(st.as_slice(), [Stage::Net(s)] if s.copies == vec![DevCopy { src: 0, dst: 64, bytes: 8 }] && !s.has_work()));
     }
 
+    #[test]
+    fn small_broadcasts_chain_and_small_allreduces_end_with_the_step() {
+        let hashes = [1, 2, 3, 4];
+        for (count, most) in [(1000u64, 1usize), (CHAIN_MAX_BYTES / 4 + 1, 3)] {
+            let sends: Vec<usize> = (0..4).map(|me| steps(&plan_coll(&Layout::new(me, &hashes), &call(Coll::Broadcast, count, 1))).iter().flat_map(|s| &s.phases).map(|p| p.sends.len()).sum()).collect();
+            assert_eq!(*sends.iter().max().unwrap(), most, "count {count}: {sends:?}");
+        }
+        // Root 1: 1 -> 2 -> 3 -> 0; rank 2 receives from 1, then sends to 3.
+        let st = plan_coll(&Layout::new(2, &hashes), &call(Coll::Broadcast, 1000, 1));
+        let s = steps(&st)[0];
+        assert_eq!((s.phases[0].recvs[0].peer, s.phases[1].sends[0].peer), (1, 3));
+        // 2 hosts x 2: small AllReduce is the host stage and one step; larger ones spread slices.
+        let l = Layout::new(0, &[7, 7, 9, 9]);
+        assert_eq!(plan_coll(&l, &call(Coll::AllReduce, FULL_EXCHANGE_MAX_BYTES / 4, 0)).len(), 2);
+        assert_eq!(plan_coll(&l, &call(Coll::AllReduce, FULL_EXCHANGE_MAX_BYTES / 4 + 1, 0)).len(), 4);
+    }
+
     /// Runs plans on vectors of i64: device memory is one address space per rank (send at
     /// element 0, recv at element `span`, scratch at 2 `span`; addresses are element indices * 8;
     /// in-place calls as nccl-tests makes them). `staged`: every step as `stage::stage_on_host`
@@ -895,7 +970,6 @@ mod tests {
             dev = next;
             // Net steps: the step's own copies (anywhere in the step: first here), then phase by
             // phase; data flows pairwise in order.
-            let maxph = plans.iter().filter_map(|p| if let Some(Stage::Net(s)) = p.get(i) { Some(s.phases.len()) } else { None }).max().unwrap_or(0);
             for r in 0..n {
                 if let Some(Stage::Net(s)) = plans[r].get(i) {
                     arenas[r] = vec![0; (s.arena_bytes / 8) as usize + 1];
@@ -911,11 +985,17 @@ mod tests {
                     arenas[r][at(c.host)..at(c.host) + len].copy_from_slice(&v);
                 }
             }
-            for p in 0..maxph {
-                let mut msgs: Vec<(usize, usize, Vec<i64>)> = Vec::new();
+            // Phases run as the proxies run them: a rank sends when it enters a phase and leaves
+            // it once all its receives have arrived (then reduces); sends never block.
+            let mut msgs: Vec<(usize, usize, Vec<i64>)> = Vec::new();
+            let (mut cur, mut sent) = (vec![0usize; n], vec![false; n]);
+            loop {
+                let mut progress = false;
                 for r in 0..n {
-                    if let Some(Stage::Net(s)) = plans[r].get(i) {
-                        for x in &s.phases[p].sends {
+                    let Some(Stage::Net(s)) = plans[r].get(i) else { continue };
+                    let Some(ph) = s.phases.get(cur[r]) else { continue };
+                    if !sent[r] {
+                        for x in &ph.sends {
                             let len = (x.bytes / 8) as usize;
                             let v = match x.buf {
                                 Buf::Dev(a) => dev[r][at(a)..at(a) + len].to_vec(),
@@ -923,40 +1003,53 @@ mod tests {
                             };
                             msgs.push((r, x.peer, v));
                         }
+                        (sent[r], progress) = (true, true);
                     }
-                }
-                for r in 0..n {
-                    if let Some(Stage::Net(s)) = plans[r].get(i) {
-                        for x in &s.phases[p].recvs {
-                            let k = msgs.iter().position(|m| m.0 == x.peer && m.1 == r).expect("message");
-                            let (_, _, v) = msgs.remove(k);
-                            assert_eq!(v.len() as u64 * 8, x.bytes);
-                            match x.buf {
-                                Buf::Dev(a) => dev[r][at(a)..at(a) + v.len()].copy_from_slice(&v),
-                                Buf::Host(a) => arenas[r][at(a)..at(a) + v.len()].copy_from_slice(&v),
-                            }
-                        }
-                        for red in &s.phases[p].reduces {
-                            let len = (red.bytes / 8) as usize;
-                            let mut acc = vec![0i64; len];
-                            for inp in &red.inputs {
-                                let v = match *inp {
-                                    Buf::Dev(a) => dev[r][at(a)..at(a) + len].to_vec(),
-                                    Buf::Host(a) => arenas[r][at(a)..at(a) + len].to_vec(),
-                                };
-                                for (x, y) in acc.iter_mut().zip(v) {
-                                    *x += y;
-                                }
-                            }
-                            arenas[r][at(red.acc)..at(red.acc) + len].copy_from_slice(&acc);
-                            if let Buf::Dev(o) = red.out {
-                                dev[r][at(o)..at(o) + len].copy_from_slice(&acc);
-                            }
+                    let ready = ph.recvs.iter().all(|x| {
+                        let want = ph.recvs.iter().filter(|y| y.peer == x.peer).count();
+                        msgs.iter().filter(|m| m.0 == x.peer && m.1 == r).count() >= want
+                    });
+                    if !ready {
+                        continue;
+                    }
+                    for x in &ph.recvs {
+                        let k = msgs.iter().position(|m| m.0 == x.peer && m.1 == r).expect("message");
+                        let (_, _, v) = msgs.remove(k);
+                        assert_eq!(v.len() as u64 * 8, x.bytes);
+                        match x.buf {
+                            Buf::Dev(a) => dev[r][at(a)..at(a) + v.len()].copy_from_slice(&v),
+                            Buf::Host(a) => arenas[r][at(a)..at(a) + v.len()].copy_from_slice(&v),
                         }
                     }
+                    for red in &ph.reduces {
+                        let len = (red.bytes / 8) as usize;
+                        let mut acc = vec![0i64; len];
+                        for inp in &red.inputs {
+                            let v = match *inp {
+                                Buf::Dev(a) => dev[r][at(a)..at(a) + len].to_vec(),
+                                Buf::Host(a) => arenas[r][at(a)..at(a) + len].to_vec(),
+                            };
+                            for (x, y) in acc.iter_mut().zip(v) {
+                                *x += y;
+                            }
+                        }
+                        arenas[r][at(red.acc)..at(red.acc) + len].copy_from_slice(&acc);
+                        if let Buf::Dev(o) = red.out {
+                            dev[r][at(o)..at(o) + len].copy_from_slice(&acc);
+                        }
+                    }
+                    (cur[r], sent[r], progress) = (cur[r] + 1, false, true);
                 }
-                assert!(msgs.is_empty(), "unreceived messages");
+                if !progress {
+                    break;
+                }
             }
+            for r in 0..n {
+                if let Some(Stage::Net(s)) = plans[r].get(i) {
+                    assert_eq!(cur[r], s.phases.len(), "{hashes:?} {coll:?}: rank {r} waits forever in stage {i}");
+                }
+            }
+            assert!(msgs.is_empty(), "unreceived messages");
             for r in 0..n {
                 for c in copies[r].get(i).into_iter().flatten().flat_map(|x| &x.post) {
                     let len = (c.bytes / 8) as usize;

@@ -46,8 +46,9 @@ fn overlap(a: (u64, u64), b: (u64, u64)) -> bool {
 /// most `max_copies` copies are needed in all (the step's own `copies` included); None when it
 /// does not apply.
 ///
-/// All reads are copied before the step and all writes after it, so a step that reads a GPU range
-/// an earlier phase of it writes, or writes one range twice, is left alone (no plan does today).
+/// All reads are copied before the step and all writes after it. A read of exactly a range an
+/// earlier phase wrote (a relay passing on what it received) reads that write's shadow; a read
+/// that only overlaps one, or a range written twice, leaves the step alone (no plan does today).
 pub fn stage_on_host(step: &Step, max_job: u64, max_copies: usize) -> Option<Staged> {
     let all = step.phases.iter().flat_map(|p| p.sends.iter().chain(&p.recvs));
     if all.clone().any(|x| x.bytes > max_job) || all.clone().next().is_none() {
@@ -59,7 +60,7 @@ pub fn stage_on_host(step: &Step, max_job: u64, max_copies: usize) -> Option<Sta
         let reads = ph.sends.iter().map(|x| (x.buf, x.bytes)).chain(ph.reduces.iter().flat_map(|r| r.inputs.iter().map(|&b| (b, r.bytes))));
         for (b, n) in reads {
             if let Buf::Dev(a) = b {
-                if n > 0 && written.iter().any(|&w| overlap(w, (a, n))) {
+                if n > 0 && written.iter().any(|&w| overlap(w, (a, n)) && w != (a, n)) {
                     return None;
                 }
             }
@@ -82,8 +83,13 @@ pub fn stage_on_host(step: &Step, max_job: u64, max_copies: usize) -> Option<Sta
     let (mut pre, mut post) = (Vec::new(), Vec::new());
     // A shadow has the GPU address's alignment modulo 16, so the kernel copies 16-byte words.
     let shadow = |out: &mut Step, dev: u64, bytes: u64| out.host(bytes + 15) + dev % 16;
-    let mut read = |out: &mut Step, b: Buf, bytes: u64| -> Buf {
+    // Writes of earlier phases (their shadows), which later reads of the same range take.
+    let mut earlier: Vec<HostCopy> = Vec::new();
+    let mut read = |out: &mut Step, earlier: &[HostCopy], b: Buf, bytes: u64| -> Buf {
         let Buf::Dev(dev) = b else { return b };
+        if let Some(c) = earlier.iter().find(|c| c.dev == dev && c.bytes == bytes) {
+            return Buf::Host(c.host);
+        }
         if let Some(c) = pre.iter().find(|c: &&HostCopy| c.dev == dev && c.bytes == bytes) {
             return Buf::Host(c.host);
         }
@@ -99,23 +105,32 @@ pub fn stage_on_host(step: &Step, max_job: u64, max_copies: usize) -> Option<Sta
     };
     for ph in &step.phases {
         let mut p = Phase::default();
+        let mut wrote = Vec::new();
         for x in &ph.sends {
-            p.sends.push(Xfer { buf: read(&mut out, x.buf, x.bytes), ..*x });
+            p.sends.push(Xfer { buf: read(&mut out, &earlier, x.buf, x.bytes), ..*x });
         }
         for x in &ph.recvs {
-            p.recvs.push(Xfer { buf: write(&mut out, x.buf, x.bytes, None), ..*x });
+            let b = write(&mut out, x.buf, x.bytes, None);
+            if let (Buf::Dev(dev), Buf::Host(host)) = (x.buf, b) {
+                wrote.push(HostCopy { dev, host, bytes: x.bytes });
+            }
+            p.recvs.push(Xfer { buf: b, ..*x });
         }
         for r in &ph.reduces {
-            let inputs = r.inputs.iter().map(|&b| read(&mut out, b, r.bytes)).collect();
+            let inputs = r.inputs.iter().map(|&b| read(&mut out, &earlier, b, r.bytes)).collect();
             // The result is left in the accumulator, which the kernel copies out.
             let outb = match r.out {
                 Buf::Dev(_) if r.bytes > 0 => write(&mut out, r.out, r.bytes, Some(r.acc)),
                 Buf::Dev(_) => Buf::Host(r.acc),
                 b => b,
             };
+            if let (Buf::Dev(dev), Buf::Host(host)) = (r.out, outb) {
+                wrote.push(HostCopy { dev, host, bytes: r.bytes });
+            }
             p.reduces.push(HostReduce { inputs, out: outb, ..r.clone() });
         }
         out.phases.push(p);
+        earlier.extend(wrote);
     }
     pre.retain(|c| c.bytes > 0);
     post.retain(|c| c.bytes > 0);
@@ -182,6 +197,23 @@ mod tests {
         assert!(stage_on_host(&one(vec![], vec![x(Buf::Dev(100), 8), x(Buf::Dev(96), 8)]), 64, 4).is_none());
         // Read and written in one phase is fine (reads are copied first).
         assert!(stage_on_host(&one(vec![x(Buf::Dev(100), 8)], vec![x(Buf::Dev(100), 8)]), 64, 4).is_some());
+    }
+
+    #[test]
+    fn a_relay_sends_what_it_received_from_the_same_shadow() {
+        let x = |buf, bytes| Xfer { peer: 1, buf, bytes };
+        let mut s = Step { phases: vec![Phase { recvs: vec![x(Buf::Dev(96), 8)], ..Default::default() }], ..Default::default() };
+        s.phases.push(Phase { sends: vec![x(Buf::Dev(96), 8)], ..Default::default() });
+        let st = stage_on_host(&s, 64, 4).expect("an exact range is relayed");
+        let Buf::Host(h) = st.step.phases[0].recvs[0].buf else { panic!("receive not shadowed") };
+        assert_eq!(st.step.phases[1].sends[0].buf, Buf::Host(h), "the send reads what the receive wrote");
+        assert!(st.pre.is_empty(), "nothing is read from the GPU");
+        assert_eq!(st.post, vec![HostCopy { dev: 96, host: h, bytes: 8 }]);
+        // In one phase, a read of a range the same phase writes still reads the GPU's data.
+        let one = Step { phases: vec![Phase { sends: vec![x(Buf::Dev(96), 8)], recvs: vec![x(Buf::Dev(96), 8)], reduces: vec![] }], ..Default::default() };
+        let st = stage_on_host(&one, 64, 4).unwrap();
+        assert_eq!(st.pre.len(), 1);
+        assert_ne!(st.step.phases[0].sends[0].buf, st.step.phases[0].recvs[0].buf);
     }
 
     #[test]
