@@ -235,6 +235,11 @@ pub const FULL_EXCHANGE_MAX_BYTES: u64 = 64 << 10;
 /// Above it, a relay would store and forward a whole large job; the root sends to each.
 pub const CHAIN_MAX_BYTES: u64 = 256 << 10;
 
+/// Broadcast between two hosts up to this size, with at most `DIRECT_MAX_PEERS` ranks on the
+/// other host: the root sends to each of them, and they need no host stage after the step.
+pub const DIRECT_MAX_BYTES: u64 = 64 << 10;
+pub const DIRECT_MAX_PEERS: usize = 4;
+
 /// The stages of one collective on rank `l.me`.
 pub fn plan_coll(l: &Layout, c: &Call) -> Vec<Stage> {
     let mut st = plan_all_stages(l, c);
@@ -535,7 +540,18 @@ fn broadcast(l: &Layout, c: &Call) -> Vec<Stage> {
     // The rank that stands for host h: the root, or its partner there.
     let rep = |h: usize| if h == rh { root } else { l.partner(root, h) };
     let mut phases = vec![Phase::default()];
-    if bytes > 0 && nh > 2 && bytes <= CHAIN_MAX_BYTES {
+    // Two hosts, a small message and few ranks on the other host: the root sends to each of them,
+    // so no host stage follows there.
+    let direct = nh == 2 && bytes <= DIRECT_MAX_BYTES && l.nranks() - l.local_size(rh) <= DIRECT_MAX_PEERS;
+    if bytes > 0 && direct {
+        if me == root {
+            for &r in l.hosts.iter().enumerate().filter(|&(h, _)| h != rh).flat_map(|(_, v)| v) {
+                phases[0].sends.push(Xfer { peer: r, buf: Buf::Dev(c.send), bytes });
+            }
+        } else if mh != rh {
+            phases[0].recvs.push(Xfer { peer: root, buf: Buf::Dev(c.recv), bytes });
+        }
+    } else if bytes > 0 && nh > 2 && bytes <= CHAIN_MAX_BYTES {
         // Along a chain of the hosts from the root's: each representative receives from the one
         // before and passes it on, so no proxy sends more than once per call.
         let pos = (mh + nh - rh) % nh;
@@ -567,8 +583,9 @@ fn broadcast(l: &Layout, c: &Call) -> Vec<Stage> {
     }
     let local_root = rep(mh);
     let send = if me == root { c.send } else { c.recv };
-    if l.local_size(mh) == 1 {
-        // Alone on the host: the host stage is the root's copy to its output, or nothing.
+    if l.local_size(mh) == 1 || (direct && mh != rh) {
+        // Alone on the host, or every rank here received from the root itself: the host stage is
+        // the root's copy to its output, or nothing.
         let copies = copy_if_moved(send, c.recv, bytes);
         return vec![Stage::Net(Step { phases, copies, ..Default::default() }), no_stage()];
     }
@@ -830,6 +847,14 @@ mod tests {
         let st = plan_coll(&Layout::new(2, &hashes), &call(Coll::Broadcast, 1000, 1));
         let s = steps(&st)[0];
         assert_eq!((s.phases[0].recvs[0].peer, s.phases[1].sends[0].peer), (1, 3));
+        // 2 hosts x 2: a small Broadcast goes from the root to both ranks of the other host, which
+        // have nothing else to do; a larger one goes to the root's partner, which spreads it.
+        let l3 = Layout::new(3, &[7, 7, 9, 9]);
+        let st = plan_coll(&l3, &call(Coll::Broadcast, DIRECT_MAX_BYTES / 4, 0));
+        assert!(matches!(st.as_slice(), [Stage::Net(s)] if s.phases[0].recvs[0].peer == 0), "{st:?}");
+        let st = plan_coll(&Layout::new(0, &[7, 7, 9, 9]), &call(Coll::Broadcast, DIRECT_MAX_BYTES / 4, 0));
+        assert_eq!(steps(&st)[0].phases[0].sends.iter().map(|x| x.peer).collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(plan_coll(&l3, &call(Coll::Broadcast, DIRECT_MAX_BYTES / 4 + 1, 0)).len(), 1, "only the host stage");
         // 2 hosts x 2: small AllReduce is the host stage and one step; larger ones spread slices.
         let l = Layout::new(0, &[7, 7, 9, 9]);
         assert_eq!(plan_coll(&l, &call(Coll::AllReduce, FULL_EXCHANGE_MAX_BYTES / 4, 0)).len(), 2);
