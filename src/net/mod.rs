@@ -595,38 +595,21 @@ impl NetHandler {
         if copies {
             self.sync()?;
         }
-        let mut outs: Vec<inline::Out> = Vec::new();
-        let mut ins: Vec<inline::In> = Vec::new();
-        let mut out_peers: Vec<usize> = Vec::new();
-        let mut in_peers: Vec<usize> = Vec::new();
+        // One writer and one reader per peer, every job of the phase framed on them in order.
+        let (mut outs, mut ins) = (PerPeer::<inline::Out>::default(), PerPeer::<inline::In>::default());
         for (x, &h) in ph.sends.iter().zip(&src) {
             let link = self.link(x.peer)?;
             let (w, _) = link.inline_sockets().ok_or_else(|| Error::internal("inline phase on a link without sockets"))?;
-            let k = match out_peers.iter().position(|&p| p == x.peer) {
-                Some(k) => k,
-                None => {
-                    out_peers.push(x.peer);
-                    outs.push(inline::Out::new(w, x.peer));
-                    outs.len() - 1
-                }
-            };
             // SAFETY: h holds x.bytes (the arena range, or the outbox slot synchronised above).
-            outs[k].frame(link.next_seq(0, Dir::Send), unsafe { std::slice::from_raw_parts(h, x.bytes as usize) });
+            outs.get(x.peer, || inline::Out::new(w, x.peer)).frame(link.next_seq(0, Dir::Send), unsafe { std::slice::from_raw_parts(h, x.bytes as usize) });
         }
         for (x, &h) in ph.recvs.iter().zip(&dst) {
             let link = self.link(x.peer)?;
             let (_, r) = link.inline_sockets().ok_or_else(|| Error::internal("inline phase on a link without sockets"))?;
-            let k = match in_peers.iter().position(|&p| p == x.peer) {
-                Some(k) => k,
-                None => {
-                    in_peers.push(x.peer);
-                    ins.push(inline::In::new(r, x.peer));
-                    ins.len() - 1
-                }
-            };
             // SAFETY: h is x.bytes of the arena or the inbox, untouched until exchange returns.
-            unsafe { ins[k].expect(link.next_seq(0, Dir::Recv), h, x.bytes as usize) };
+            unsafe { ins.get(x.peer, || inline::In::new(r, x.peer)).expect(link.next_seq(0, Dir::Recv), h, x.bytes as usize) };
         }
+        let (mut outs, mut ins) = (outs.items, ins.items);
         inline::exchange(&mut outs, &mut ins, &|| self.stopped())?;
         let mut copies = false;
         for (x, &h) in ph.recvs.iter().zip(&dst) {
@@ -685,6 +668,33 @@ impl NetHandler {
 
     fn sync(&self) -> Result<()> {
         self.stream.sync("cuStreamSynchronize (cross-host step)")
+    }
+}
+
+/// One item per peer, in order of first use.
+struct PerPeer<T> {
+    peers: Vec<usize>,
+    items: Vec<T>,
+}
+
+impl<T> Default for PerPeer<T> {
+    fn default() -> Self {
+        PerPeer { peers: Vec::new(), items: Vec::new() }
+    }
+}
+
+impl<T> PerPeer<T> {
+    /// `peer`'s item, made by `new` on first use.
+    fn get(&mut self, peer: usize, new: impl FnOnce() -> T) -> &mut T {
+        let k = match self.peers.iter().position(|&p| p == peer) {
+            Some(k) => k,
+            None => {
+                self.peers.push(peer);
+                self.items.push(new());
+                self.items.len() - 1
+            }
+        };
+        &mut self.items[k]
     }
 }
 
@@ -750,6 +760,15 @@ impl Handler for NetHandler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_peer_items_are_made_once_in_order_of_first_use() {
+        let mut p = PerPeer::<Vec<u32>>::default();
+        for (peer, v) in [(3, 1), (1, 2), (3, 3)] {
+            p.get(peer, Vec::new).push(v);
+        }
+        assert_eq!((p.peers, p.items), (vec![3, 1], vec![vec![1, 3], vec![2]]));
+    }
 
     #[test]
     fn plans_keep_captured_steps_and_recycle_the_others() {
