@@ -247,11 +247,59 @@ fn bf16_decode(bits: u32) -> f64 {
     f64::from(f32::from_bits(bits << 16))
 }
 
+/// IEEE half to nearest, ties to even (overflow to infinity), from an f64, without
+/// `Mini::encode`'s general path: through f32 as `bf16_encode` (every half and every midpoint
+/// between two halves is an f32, so only an f32 landing exactly on a midpoint needs the f64).
+/// Same results as `F16.encode` (tested).
+fn f16_encode(x: f64) -> u32 {
+    if x.is_nan() {
+        return F16.nan();
+    }
+    let f = x as f32;
+    let b = f.to_bits();
+    let sign = (b >> 16) & 0x8000;
+    let e = ((b >> 23) & 0xff) as i32 - 127;
+    if e == 128 {
+        return sign | 0x7c00; // infinity (x is not NaN)
+    }
+    // Below half the smallest subnormal (2^-25): zero, whatever the exact value.
+    if e < -25 {
+        return sign;
+    }
+    let s = (b & 0x7f_ffff) | 0x80_0000; // 24-bit significand, value s * 2^(e - 23)
+    // Normal halves keep 11 significant bits; subnormals fewer (units of 2^-24).
+    let shift = if e >= -14 { 13 } else { (-1 - e) as u32 };
+    let mut h = if e >= -14 { (((e + 15) as u32) << 10) | ((s >> 13) & 0x3ff) } else { s >> shift };
+    let (rem, half) = (s & ((1 << shift) - 1), 1u32 << (shift - 1));
+    let up = if rem == half && f64::from(f) != x { x.abs() > f64::from(f).abs() } else { rem > half || (rem == half && h & 1 == 1) };
+    h += u32::from(up);
+    sign | h.min(0x7c00)
+}
+
+fn f16_decode(h: u32) -> f64 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let (e, m) = ((h >> 10) & 0x1f, u64::from(h & 0x3ff));
+    match e {
+        0x1f if m == 0 => sign * f64::INFINITY,
+        0x1f => f64::NAN,
+        0 => sign * m as f64 * pow2(-24),
+        _ => sign * f64::from_bits((u64::from(e) + 1008) << 52 | m << 42),
+    }
+}
+
 fn minis16(acc: &mut [u8], x: &[u8], f: Mini, c: Combine) {
     if f.e == BF16.e && f.m == BF16.m {
         if let Some((a, b)) = typed::<u16>(acc, x) {
             for (a, b) in a.iter_mut().zip(b) {
                 *a = bf16_encode(combine_f64(c, bf16_decode(u32::from(*a)), bf16_decode(u32::from(*b)))) as u16;
+            }
+            return;
+        }
+    }
+    if f.e == F16.e && f.m == F16.m {
+        if let Some((a, b)) = typed::<u16>(acc, x) {
+            for (a, b) in a.iter_mut().zip(b) {
+                *a = f16_encode(combine_f64(c, f16_decode(u32::from(*a)), f16_decode(u32::from(*b)))) as u16;
             }
             return;
         }
@@ -264,11 +312,41 @@ fn minis16(acc: &mut [u8], x: &[u8], f: Mini, c: Combine) {
     }
 }
 
+/// One FP8 element: widened to half (exact), combined in half (one rounding), narrowed with
+/// saturation, as the kernels do.
+fn fp8_one(f: Mini, c: Combine, a: u8, x: u8) -> u8 {
+    let h = F16.decode(F16.encode(combine_f64(c, f.decode(u32::from(a)), f.decode(u32::from(x)))));
+    f.encode(h) as u8
+}
+
+/// FP8 results of every (acc, x) pair for one format and op, `fp8_one` run once per pair (about a
+/// millisecond, once per process): the loop is then a load per element, where `fp8_one` costs
+/// tens of nanoseconds (a 2 MiB combine took 40 ms).
+fn fp8_table(f: Mini, c: Combine) -> &'static [u8] {
+    static TABLES: [std::sync::OnceLock<Box<[u8]>>; 8] = [const { std::sync::OnceLock::new() }; 8];
+    let k = usize::from(f.m == E5M2.m) * 4
+        + match c {
+            Combine::Sum => 0,
+            Combine::Prod => 1,
+            Combine::Max => 2,
+            Combine::Min => 3,
+        };
+    TABLES[k].get_or_init(|| (0..=u16::MAX).map(|i| fp8_one(f, c, (i >> 8) as u8, i as u8)).collect())
+}
+
+/// Below this many elements the table is not worth building.
+const FP8_TABLE_MIN: usize = 4096;
+
 fn fp8s(acc: &mut [u8], x: &[u8], f: Mini, c: Combine) {
+    if acc.len() >= FP8_TABLE_MIN {
+        let t = fp8_table(f, c);
+        for (a, &x) in acc.iter_mut().zip(x) {
+            *a = t[usize::from(*a) << 8 | usize::from(x)];
+        }
+        return;
+    }
     for (a, &x) in acc.iter_mut().zip(x) {
-        // Widen to half (exact), operate in half (one rounding), narrow with saturation.
-        let h = F16.decode(F16.encode(combine_f64(c, f.decode(u32::from(*a)), f.decode(u32::from(x)))));
-        *a = f.encode(h) as u8;
+        *a = fp8_one(f, c, *a, x);
     }
 }
 
@@ -459,7 +537,7 @@ mod tests {
     fn typed_fast_paths_equal_the_bytewise_ones() {
         let n = 4096;
         let mut rnd = xorshift(0x9e37_79b9_7f4a_7c15);
-        for dt in [DataType::Int8, DataType::Uint8, DataType::Int32, DataType::Uint32, DataType::Int64, DataType::Uint64, DataType::Float32, DataType::Float64, DataType::Bfloat16] {
+        for dt in [DataType::Int8, DataType::Uint8, DataType::Int32, DataType::Uint32, DataType::Int64, DataType::Uint64, DataType::Float32, DataType::Float64, DataType::Float16, DataType::Bfloat16] {
             for c in [Combine::Sum, Combine::Prod, Combine::Max, Combine::Min] {
                 let a0: Vec<u8> = (0..n).map(|_| rnd() as u8).collect();
                 let x0: Vec<u8> = (0..n).map(|_| rnd() as u8).collect();
@@ -479,6 +557,76 @@ mod tests {
                 combine(&op(dt, c), &mut ab[1..], &xb[1..]);
                 assert!(a1 == &ab[1..], "{dt:?} {c:?}");
             }
+        }
+    }
+
+    /// The FP8 tables hold `fp8_one` of every pair, in (acc, x) order, and a large combine (which
+    /// uses them) gives what element-wise calls give.
+    #[test]
+    fn fp8_tables_equal_the_element_wise_path() {
+        let mut rnd = xorshift(0x51_7cc1_b727_220a);
+        for (dt, f) in [(DataType::Float8e4m3, E4M3), (DataType::Float8e5m2, E5M2)] {
+            for c in [Combine::Sum, Combine::Prod, Combine::Max, Combine::Min] {
+                let t = fp8_table(f, c);
+                for i in 0..=u16::MAX {
+                    let (a, x) = ((i >> 8) as u8, i as u8);
+                    assert_eq!(t[usize::from(i)], fp8_one(f, c, a, x), "{dt:?} {c:?} {a:#x} {x:#x}");
+                }
+                let a0: Vec<u8> = (0..FP8_TABLE_MIN * 2).map(|_| rnd() as u8).collect();
+                let x0: Vec<u8> = (0..FP8_TABLE_MIN * 2).map(|_| rnd() as u8).collect();
+                let mut a1 = a0.clone();
+                combine(&op(dt, c), &mut a1, &x0);
+                let want: Vec<u8> = a0.iter().zip(&x0).map(|(&a, &x)| fp8_one(f, c, a, x)).collect();
+                assert_eq!(a1, want, "{dt:?} {c:?}");
+            }
+        }
+        // Saturation survives the table: e4m3 448 + 448 stays 448.
+        let mut a = vec![0x7e; FP8_TABLE_MIN];
+        combine(&op(DataType::Float8e4m3, Combine::Sum), &mut a, &vec![0x7e; FP8_TABLE_MIN]);
+        assert!(a.iter().all(|&v| v == 0x7e));
+    }
+
+    #[test]
+    fn f16_fast_paths_equal_the_general_ones() {
+        for h in 0..=u16::MAX {
+            let (fast, slow) = (f16_decode(u32::from(h)), F16.decode(u32::from(h)));
+            assert!(fast.to_bits() == slow.to_bits() || (fast.is_nan() && slow.is_nan()), "{h:#x}");
+        }
+        let mut rnd = xorshift(0x3c6e_f372_fe94_f82b);
+        let d = |b: u64| F16.decode((b & 0xffff) as u32);
+        for _ in 0..300_000 {
+            let (p, q) = (d(rnd()), d(rnd()));
+            for v in [p + q, p * q, p - q, fmax(p, q), fmin(p, q)] {
+                assert_eq!(f16_encode(v), F16.encode(v), "{v:e}");
+            }
+        }
+        // Midpoints and just off them (normal and subnormal), the overflow edge, tiny values.
+        let ulp = pow2(-10);
+        for v in [
+            1.0 + ulp / 2.0,
+            1.0 + ulp / 2.0 + pow2(-40),
+            1.0 + ulp / 2.0 - pow2(-40),
+            1.0 + 1.5 * ulp,
+            pow2(-24) * 1.5,
+            pow2(-24) * 2.5,
+            pow2(-24) * 2.5 + pow2(-60),
+            pow2(-25),
+            pow2(-25) + pow2(-70),
+            pow2(-26),
+            pow2(-14) - pow2(-25),
+            65504.0,
+            65519.99,
+            65520.0,
+            65520.0 - pow2(-30),
+            1e6,
+            -65520.0,
+            0.0,
+            -0.0,
+            1e-300,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        ] {
+            assert_eq!(f16_encode(v), F16.encode(v), "{v:e}");
         }
     }
 
