@@ -75,7 +75,7 @@ if [ -n "$nt" ]; then
   step nccl-tests-colls $H check --suite colls-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/colls-check"
   step nccl-tests-registered $H check --suite registered-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/registered-check"
   if command -v mpirun >/dev/null && [ "$ngpu" -ge 2 ]; then
-    step nccl-tests-multihost bash "$root/scripts/multihost-check.sh" "$lib" "$nt" "$ngpu"
+    step nccl-tests-multihost bash "$root/scripts/multihost-check.sh" "$lib" "$nt" "$ngpu" "$out/multihost"
   else
     summary+=("SKIP  nccl-tests-multihost (no mpirun or fewer than 2 GPUs)")
   fi

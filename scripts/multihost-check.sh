@@ -3,28 +3,32 @@
 # reducing ones) under mpirun, ranks split into simulated hosts by scripts/hostsim.sh: 2 hosts x
 # N/2 ranks (N >= 4) and N hosts x 1, plus -G 20 for AllReduce; then one host over copy engines
 # (OXCCL_LOCAL_TRANSPORT=ce) and host staging (NCCL_P2P_DISABLE=1). Fails if any row is wrong or a
-# run fails.  Usage: scripts/multihost-check.sh <liboxccl.so> <nccl-tests build dir (MPI=1)> [N GPUs]
+# run fails; each line says how long its run took (a hang and a slow run look alike otherwise).
+# Usage: scripts/multihost-check.sh <liboxccl.so> <nccl-tests build dir (MPI=1)> [N GPUs] [log dir]
+# (default log dir: a new temporary one).
 set -uo pipefail
 lib=$(realpath "$1"); nt=$2; n=${3:-$(nvidia-smi -L | wc -l)}
 here=$(cd "$(dirname "$0")" && pwd)
 mpi="mpirun --allow-run-as-root --bind-to none"
 fails=0
 layouts="1"; [ "$n" -ge 4 ] && layouts="$(( n / 2 )) 1"
-check() { # label, log (hypercube has no redop column)
+t0=$SECONDS
+check() { # label, log, rc (hypercube has no redop column)
   local a=9 b=13; case $2 in *hypercube*) a=8; b=12;; esac
-  local rows wrong
+  local rows wrong took=$((SECONDS - t0))
+  t0=$SECONDS
   rows=$(grep -cE '^ +[0-9]' "$2"); wrong=$(grep -E '^ +[0-9]' "$2" | awk -v a=$a -v b=$b '$a!=0||($b!="N/A"&&$b!=0)' | wc -l)
-  if [ "$3" -eq 0 ] && [ "$rows" -gt 0 ] && [ "$wrong" -eq 0 ]; then echo "PASS  $1 ($rows rows)"; else echo "FAIL  $1 (rc $3, $rows rows, $wrong wrong; $2)"; fails=$((fails + 1)); fi
+  if [ "$3" -eq 0 ] && [ "$rows" -gt 0 ] && [ "$wrong" -eq 0 ]; then echo "PASS  $1 ($rows rows, ${took} s)"; else echo "FAIL  $1 (rc $3, $rows rows, $wrong wrong, ${took} s; $2)"; fails=$((fails + 1)); fi
 }
-log=$(mktemp -d)
+if [ -n "${4:-}" ]; then log=$4; mkdir -p "$log"; else log=$(mktemp -d); fi
 for ph in $layouts; do
   for t in all_reduce reduce_scatter reduce broadcast all_gather alltoall sendrecv gather scatter hypercube; do
     o=""; case $t in all_reduce|reduce_scatter|reduce) o="-o all";; esac
     d="-d all"; [ $t = hypercube ] && d=""
-    timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x NCCL_DEBUG=WARN "$here/hostsim.sh" "$ph" "$nt/${t}_perf" -b 8 -e 8M -f 8 -c 1 $d $o -n 1 -w 1 > "$log/$ph-$t.log" 2>&1
+    timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x NCCL_DEBUG=WARN -x OXCCL_DEBUG_DUMP=30 "$here/hostsim.sh" "$ph" "$nt/${t}_perf" -b 8 -e 8M -f 8 -c 1 $d $o -n 1 -w 1 > "$log/$ph-$t.log" 2>&1
     check "$((n / ph)) hosts x $ph: $t" "$log/$ph-$t.log" $?
   done
-  timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x NCCL_DEBUG=WARN "$here/hostsim.sh" "$ph" "$nt/all_reduce_perf" -b 8 -e 4M -f 16 -c 1 -G 20 -n 2 -w 1 > "$log/$ph-G.log" 2>&1
+  timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x NCCL_DEBUG=WARN -x OXCCL_DEBUG_DUMP=30 "$here/hostsim.sh" "$ph" "$nt/all_reduce_perf" -b 8 -e 4M -f 16 -c 1 -G 20 -n 2 -w 1 > "$log/$ph-G.log" 2>&1
   check "$((n / ph)) hosts x $ph: all_reduce -G 20" "$log/$ph-G.log" $?
 done
 # The same machinery between GPUs of one host: copy engines (OXCCL_LOCAL_TRANSPORT=ce) for every
