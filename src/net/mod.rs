@@ -374,8 +374,8 @@ impl Net {
         let (step, block) = match inline.then(|| stage::stage_on_host(&step, self.inline_max, OX_NET_COPIES)).flatten() {
             Some(st) => {
                 let (host, dev) = self.mailbox(st.step.arena_bytes)?;
-                let copies = st.pre.iter().map(|c| NetCopy { src: c.dev, dst: dev + c.host, bytes: c.bytes });
-                let copies = copies.chain(st.post.iter().map(|c| NetCopy { src: dev + c.host, dst: c.dev, bytes: c.bytes }));
+                let pre = st.pre.iter().map(|c| NetCopy { src: c.dev, dst: dev + c.host, bytes: c.bytes });
+                let post = st.post.iter().map(|c| NetCopy { src: dev + c.host, dst: c.dev, bytes: c.bytes });
                 // A step that only sends has all it needs in the arena once its kernel pushed it:
                 // the kernel returns then, and the stream goes on while the proxy sends. The next
                 // staged step's kernel waits for the proxy before it refills the arena, later
@@ -389,10 +389,8 @@ impl Net {
                     true => (st.pre.len() + st.step.copies.len(), st.post.len()),
                     false => (st.pre.len(), st.post.len() + st.step.copies.len()),
                 };
-                let copies: Vec<NetCopy> = match detach {
-                    true => own.chain(copies).collect(),
-                    false => copies.chain(own).collect(),
-                };
+                // Straight into the kernel's argument slots: no allocation on the launch path.
+                let copies = own.clone().filter(|_| detach).chain(pre).chain(post).chain(own.filter(|_| !detach));
                 for (slot, c) in args.copies.iter_mut().zip(copies) {
                     *slot = c;
                 }

@@ -299,8 +299,8 @@ fn allreduce(l: &Layout, c: &Call) -> Vec<Stage> {
     let solo = solo_reduction(l, local_op);
     let src = if solo { c.send } else { c.recv };
     let mut out = vec![if solo { no_stage() } else { local_coll(Coll::AllReduce, c.send, c.recv, c.count, local_op, 0) }];
-    if c.count * es <= FULL_EXCHANGE_MAX_BYTES && c.count > 0 {
-        let bytes = c.count * es;
+    let bytes = c.count * es;
+    if bytes <= FULL_EXCHANGE_MAX_BYTES && bytes > 0 {
         let mut step = Step::default();
         let mut ph = Phase::default();
         // My host's result to every rank that takes it from me, every other host's from my partner.
