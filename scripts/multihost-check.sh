@@ -5,7 +5,8 @@
 # (OXCCL_LOCAL_TRANSPORT=ce) and host staging (NCCL_P2P_DISABLE=1). Fails if any row is wrong or a
 # run fails; each line says how long its run took (a hang and a slow run look alike otherwise).
 # Usage: scripts/multihost-check.sh <liboxccl.so> <nccl-tests build dir (MPI=1)> [N GPUs] [log dir]
-# (default log dir: a new temporary one).
+# (default log dir: a new temporary one). MHC_PARTS="hosts" or "local" runs only the simulated
+# hosts or only the one-host transports (each part fits one 10-minute device call); default both.
 set -uo pipefail
 lib=$(realpath "$1"); nt=$2; n=${3:-$(nvidia-smi -L | wc -l)}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -21,6 +22,8 @@ check() { # label, log, rc (hypercube has no redop column)
   if [ "$3" -eq 0 ] && [ "$rows" -gt 0 ] && [ "$wrong" -eq 0 ]; then echo "PASS  $1 ($rows rows, ${took} s)"; else echo "FAIL  $1 (rc $3, $rows rows, $wrong wrong, ${took} s; $2)"; fails=$((fails + 1)); fi
 }
 if [ -n "${4:-}" ]; then log=$4; mkdir -p "$log"; else log=$(mktemp -d); fi
+parts=${MHC_PARTS:-hosts local}
+[[ " $parts " == *" hosts "* ]] || layouts=""
 for ph in $layouts; do
   for t in all_reduce reduce_scatter reduce broadcast all_gather alltoall sendrecv gather scatter hypercube; do
     o=""; case $t in all_reduce|reduce_scatter|reduce) o="-o all";; esac
@@ -33,13 +36,16 @@ for ph in $layouts; do
 done
 # The same machinery between GPUs of one host: copy engines (OXCCL_LOCAL_TRANSPORT=ce) for every
 # binary, and the host-staged path (NCCL_P2P_DISABLE=1) for four of them.
-for t in all_reduce reduce_scatter reduce broadcast all_gather alltoall sendrecv gather scatter hypercube; do
+local_tests="all_reduce reduce_scatter reduce broadcast all_gather alltoall sendrecv gather scatter hypercube"
+host_tests="all_reduce all_gather alltoall sendrecv"
+[[ " $parts " == *" local "* ]] || { local_tests=""; host_tests=""; }
+for t in $local_tests; do
   o=""; case $t in all_reduce|reduce_scatter|reduce) o="-o all";; esac
   d="-d all"; [ $t = hypercube ] && d=""
   timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x OXCCL_LOCAL_TRANSPORT=ce -x NCCL_DEBUG=WARN "$nt/${t}_perf" -b 8 -e 8M -f 8 -c 1 $d $o -n 1 -w 1 > "$log/ce-$t.log" 2>&1
   check "copy engine: $t" "$log/ce-$t.log" $?
 done
-for t in all_reduce all_gather alltoall sendrecv; do
+for t in $host_tests; do
   o=""; [ $t = all_reduce ] && o="-o all"
   timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x NCCL_P2P_DISABLE=1 -x NCCL_DEBUG=WARN "$nt/${t}_perf" -b 8 -e 4M -f 16 -c 1 -d all $o -n 1 -w 1 > "$log/host-$t.log" 2>&1
   check "NCCL_P2P_DISABLE=1: $t" "$log/host-$t.log" $?
