@@ -17,40 +17,64 @@
 
 // ---- oneshot -------------------------------------------------------------------------------
 // Packet i of a source at 16 i into its LL region (ll_flags.cuh).
-template <typename T, typename Op>
-OX_DEV void allreduce_oneshot(const CollArgs& a) {
-  const DevComm& c = ox_comm(a);
+//
+// For a few packets the launch is latency: what precedes the first packet write sits on the
+// critical path. So everything the writes need but the flags (the scratch bases, the region
+// geometry, this thread's first input packet) is loaded before ox_ll_flags_load, overlapping the
+// flag loads, and kept in registers and shared memory: every volatile packet access clobbers
+// memory, which would make the compiler reload DevComm fields and redo the region division.
+// `Probe` marks the phases for scripts/lab/oneshot_lab.cu; the library's kernels use NoProbe.
+struct NoProbe {
+  OX_DEV void mark(int) const {}
+};
+
+template <typename T, typename Op, typename Probe>
+OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Probe& probe) {
+  probe.mark(0);
   const int me = c.rank, n = c.nranks;
   AbortState ab(c.abort_flag);
   __shared__ uint32_t flags[OX_MAX_RANKS];
-  ox_ll_flags_load(c, flags, ab);
+  __shared__ char* base[OX_MAX_RANKS];
+  if ((int)threadIdx.x < n) base[threadIdx.x] = reinterpret_cast<char*>(c.ll_scratch[threadIdx.x]);
+  const uint64_t half = c.ll_half_bytes, region = ox_ll_region_bytes(c);
   const uint64_t nbytes = a.count * sizeof(T);
   const uint64_t npkt = ox_ceil_div(nbytes, 8);
   const char* src = reinterpret_cast<const char*>(a.send);
   char* dst = reinterpret_cast<char*>(a.recv);
   const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
-
   const Op op(a, n);
   // pre() is applied by the rank that owns the input (PreMulSum scalars differ per rank), so
   // packets carry pre-scaled values and the reduction below only combines.
+  const uint64_t first = g < npkt ? ox_pre<T>(op, ox_load8(src, g * 8, nbytes)) : 0;
+  ox_ll_flags_load(c, flags, ab);  // its __syncthreads also publishes base[]
+  probe.mark(1);
+
   for (uint64_t i = g; i < npkt; i += G) {
-    const uint64_t v = ox_pre<T>(op, ox_load8(src, i * 8, nbytes));
+    const uint64_t v = i == g ? first : ox_pre<T>(op, ox_load8(src, i * 8, nbytes));
     for (int k = 1; k < n; ++k) {
       const int p = me + k < n ? me + k : me + k - n;  // staggered so ranks start on different peers
-      ox_ll16_write(ox_ll_region(c, p, flags[p], me) + i * 16, v, flags[p]);
+      ox_ll16_write(ox_ll_at(base[p], half, region, flags[p], me) + i * 16, v, flags[p]);
     }
   }
+  probe.mark(2);
   for (uint64_t i = g; i < npkt; i += G) {
     uint64_t acc = 0;
     for (int r = 0; r < n; ++r) {
-      const uint64_t x = r == me ? ox_pre<T>(op, ox_load8(src, i * 8, nbytes))
-                                 : ox_ll16_read(ox_ll_region(c, me, flags[r], r) + i * 16, flags[r], ab);
+      const uint64_t x = r == me ? (i == g ? first : ox_pre<T>(op, ox_load8(src, i * 8, nbytes)))
+                                 : ox_ll16_read(ox_ll_at(base[me], half, region, flags[r], r) + i * 16, flags[r], ab);
       acc = r == 0 ? x : ox_combine<T>(op, acc, x);
     }
     ox_store8(dst, i * 8, nbytes, ox_post<T>(op, acc));
   }
-  ox_ll_flags_advance_all(c, flags);
+  probe.mark(3);
+  ox_ll_flags_advance_all(c, me, n, flags);
+  probe.mark(4);
+}
+
+template <typename T, typename Op>
+OX_DEV void allreduce_oneshot(const CollArgs& a) {
+  allreduce_oneshot_with<T, Op>(a, ox_comm(a), NoProbe());
 }
 
 // ---- twophase ------------------------------------------------------------------------------
@@ -112,7 +136,7 @@ OX_DEV void allreduce_twophase(const CollArgs& a) {
     if (i >= npkt) continue;
     ox_store8(dst, i * 8, nbytes, ox_ll16_read(ox_ll_region(c, me, flags[p], p) + area + k * 16, flags[p], ab));
   }
-  ox_ll_flags_advance_all(c, flags);
+  ox_ll_flags_advance_all(c, me, n, flags);
 }
 
 // ---- rsag ----------------------------------------------------------------------------------

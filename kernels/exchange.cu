@@ -71,10 +71,7 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(Exch
   if (threadIdx.x < a.nrecv && a.mode[a.recvs[threadIdx.x].peer] == OX_MODE_LL_ACK) oneway[a.recvs[threadIdx.x].peer] = 2;
   if (threadIdx.x < a.nsend && a.sends[threadIdx.x].bytes > 0) out_active[a.sends[threadIdx.x].peer] = 1;
   ox_ll_flags_load(c, flags, ab);  // includes a __syncthreads
-  if ((int)threadIdx.x < n) {
-    if (oneway[threadIdx.x] == 2) ox_ll_ack_post(c, (int)threadIdx.x, flags[threadIdx.x]);
-    if (oneway[threadIdx.x] == 1) ox_ll_pending_set(c, (int)threadIdx.x, flags[threadIdx.x]);
-  }
+  ox_ll_oneway_mark(c, me, n, flags, oneway);
   const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
   uint32_t max_rounds = 0;
@@ -194,5 +191,5 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(Exch
     const uint64_t npkt = ox_ceil_div(x.bytes, 8);
     for (uint64_t i = g; i < npkt; i += G) ox_store8(reinterpret_cast<char*>(x.dst), i * 8, x.bytes, ox_ll16_read(base + i * 16, f, ab));
   }
-  ox_ll_flags_advance(c, flags, ll_peer);
+  ox_ll_flags_advance(c, me, n, flags, ll_peer);
 }

@@ -40,11 +40,14 @@ OX_DEV void ox_ll128_chain(const CollArgs& a, int pos, uint64_t nbytes, P& pol) 
   const int prev = (me + n - 1) % n, next = (me + 1) % n;
   const bool has_prev = pos > 0, has_next = pos < n - 1;
   __shared__ uint32_t flags[OX_MAX_RANKS];
-  __shared__ uint8_t pair[OX_MAX_RANKS];
-  if ((int)threadIdx.x < OX_MAX_RANKS) pair[threadIdx.x] = ((int)threadIdx.x == prev && has_prev) || ((int)threadIdx.x == next && has_next);
+  __shared__ uint8_t pair[OX_MAX_RANKS], role[OX_MAX_RANKS];
+  if ((int)threadIdx.x < OX_MAX_RANKS) {
+    // One-way both: lines come from prev (acknowledged) and go to next (pending).
+    role[threadIdx.x] = ((int)threadIdx.x == prev && has_prev ? 2 : 0) | ((int)threadIdx.x == next && has_next ? 1 : 0);
+    pair[threadIdx.x] = role[threadIdx.x] != 0;
+  }
   ox_ll_flags_load(c, flags, ab);  // includes a __syncthreads
-  if (has_prev && (int)threadIdx.x == prev) ox_ll_ack_post(c, prev, flags[prev]);
-  if (has_next && (int)threadIdx.x == next) ox_ll_pending_set(c, next, flags[next]);
+  ox_ll_oneway_mark(c, me, n, flags, role);
   const uint64_t words = ox_ceil_div(nbytes, 8);
   const uint64_t lines = ox_ceil_div(words, kLl128LineWords);
   const uint64_t sub_lines = c.ll128_half_bytes / 2 / kLl128LineBytes;
@@ -92,5 +95,5 @@ OX_DEV void ox_ll128_chain(const CollArgs& a, int pos, uint64_t nbytes, P& pol) 
       if (threadIdx.x == 0) up.relaxed_signal();
     }
   }
-  ox_ll_flags_advance(c, flags, pair);
+  ox_ll_flags_advance(c, me, n, flags, pair);
 }

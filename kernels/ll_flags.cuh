@@ -22,12 +22,15 @@
 #pragma once
 #include "abort.cuh"
 
+// This rank's flag and pending tables, at fixed offsets from its DevComm (OX_PRIV_*, laid out by
+// src/channel/memory.rs): computed from the DevComm's address, not loaded from it, so the flag
+// loads that open every packet launch do not wait for a load of DevComm first.
 OX_DEV uint32_t* ox_ll_flag_ptr(const DevComm& c, uint32_t block, int peer) {
-  return reinterpret_cast<uint32_t*>(c.ll_flags) + (uint64_t)block * OX_MAX_RANKS + (uint64_t)peer;
+  return reinterpret_cast<uint32_t*>(reinterpret_cast<uintptr_t>(&c) + OX_PRIV_FLAGS_OFF) + (uint64_t)block * OX_MAX_RANKS + (uint64_t)peer;
 }
 
 OX_DEV uint32_t* ox_ll_pending_ptr(const DevComm& c, uint32_t block, int peer) {
-  return reinterpret_cast<uint32_t*>(c.ll_pending) + (uint64_t)block * OX_MAX_RANKS + (uint64_t)peer;
+  return reinterpret_cast<uint32_t*>(reinterpret_cast<uintptr_t>(&c) + OX_PRIV_PENDING_OFF) + (uint64_t)block * OX_MAX_RANKS + (uint64_t)peer;
 }
 
 // Slot (block, reader) of `owner`'s acknowledgement table, as mapped into this rank.
@@ -43,13 +46,15 @@ OX_DEV uint32_t ox_ll_next_flag(uint32_t flag) { return flag + 1 == 0 ? 2u : fla
 // (see the top of this file). Acquire: the peer's later reads of this rank's packets are not
 // affected, but this block's packet writes must not be issued before the wait ends; the
 // __syncthreads extends that to the block.
+// Every slot of the tables exists (OX_MAX_RANKS per block), so threads load before they know
+// whether their peer index is in range: the loads then issue without waiting for DevComm.
 OX_DEV void ox_ll_flags_load(const DevComm& c, uint32_t* flags, AbortState& ab) {
   const int p = (int)threadIdx.x;
-  if (p < c.nranks) {
+  if (p < OX_MAX_RANKS) {
     const uint32_t f = *ox_ll_flag_ptr(c, blockIdx.x, p);
-    flags[p] = f;
     const uint32_t pending = *ox_ll_pending_ptr(c, blockIdx.x, p);
-    if (p != c.rank && ox_ll_next_flag(pending) == f) {
+    flags[p] = f;
+    if (p < c.nranks && p != c.rank && ox_ll_next_flag(pending) == f) {
       // The peer may already have entered this launch too (when it is one-way again) and
       // posted f itself: either value proves it left f-2. Nothing newer can be there yet.
       const uint32_t* ack = ox_ll_ack_ptr(c, c.rank, blockIdx.x, p);
@@ -77,33 +82,49 @@ OX_DEV char* ox_ll_region(const DevComm& c, int reader, uint32_t flag, int src) 
   return reinterpret_cast<char*>(c.ll_scratch[reader]) + ox_ll_half_offset(c, flag) + (uint64_t)src * ox_ll_region_bytes(c);
 }
 
-// One-way launches, called by thread `peer` of every block once the launch's flags are loaded.
-// Receiver: tells the sender this rank has entered the launch of flag f. Relaxed: the launch
-// boundary already ordered this rank's reads of older packets before it.
-OX_DEV void ox_ll_ack_post(const DevComm& c, int sender, uint32_t f) {
-  for (uint32_t s = blockIdx.x; s < OX_MAX_BLOCKS; s += gridDim.x) ox_st_relaxed_sys_u32(ox_ll_ack_ptr(c, sender, s, c.rank), f);
-}
-// Sender: remembers that launch f was one-way to `receiver`, so the next launch waits for the ack.
-OX_DEV void ox_ll_pending_set(const DevComm& c, int receiver, uint32_t f) {
-  for (uint32_t s = blockIdx.x; s < OX_MAX_BLOCKS; s += gridDim.x) *ox_ll_pending_ptr(c, s, receiver) = f;
+// ox_ll_region with the pieces already at hand: `base` = the reader's ll_scratch, `half` =
+// ll_half_bytes, `region` = ox_ll_region_bytes.
+OX_DEV char* ox_ll_at(char* base, uint64_t half, uint64_t region, uint32_t flag, int src) {
+  return base + (flag & 1u) * half + (uint64_t)src * region;
 }
 
-// Advances the flags of every peer p with active[p] != 0 (thread p handles peer p).
-OX_DEV void ox_ll_flags_advance(const DevComm& c, const uint32_t* flags, const uint8_t* active) {
+// Every per-launch bookkeeping store below goes to all OX_MAX_BLOCKS / gridDim slots this block
+// owns (s = blockIdx.x + j * gridDim.x) for each peer it concerns. They are spread over the
+// block's threads, one (slot, peer) pair per thread: issued by one thread per peer they ran one
+// after another and cost 1.2 us of a 3.2 us 8-byte AllReduce at 4 blocks, 4.1 us at 1 block
+// (H200, scripts/lab/oneshot_lab.cu). Call with the whole block, after ox_ll_flags_load. The
+// caller passes its rank and rank count from registers: re-reading them from DevComm after an
+// acquire (which empties L1) would put an L2 round trip before a sender's first packet.
+template <typename F>
+OX_DEV void ox_ll_for_owned_slots(int n, F&& f) {
+  const uint32_t slots = (OX_MAX_BLOCKS - 1 - blockIdx.x) / gridDim.x + 1;
+  for (uint32_t k = threadIdx.x; k < slots * (uint32_t)n; k += blockDim.x) f(blockIdx.x + (k / n) * gridDim.x, (int)(k % n));
+}
+
+// One-way launches. `role[p]` (shared memory, written before ox_ll_flags_load's __syncthreads):
+// bit 0 if this launch moves packets only from this rank to p, bit 1 if only from p to this rank.
+// Receiver: tells the sender this rank has entered the launch of flag f. Relaxed: the launch
+// boundary already ordered this rank's reads of older packets before it. Sender: remembers that
+// launch f was one-way to p, so the next launch waits for the ack.
+OX_DEV void ox_ll_oneway_mark(const DevComm& c, int me, int n, const uint32_t* flags, const uint8_t* role) {
+  ox_ll_for_owned_slots(n, [&](uint32_t s, int p) {
+    if (role[p] & 2) ox_st_relaxed_sys_u32(ox_ll_ack_ptr(c, p, s, me), flags[p]);
+    if (role[p] & 1) *ox_ll_pending_ptr(c, s, p) = flags[p];
+  });
+}
+
+// Advances the flags of every peer p with active[p] != 0 (shared memory).
+OX_DEV void ox_ll_flags_advance(const DevComm& c, int me, int n, const uint32_t* flags, const uint8_t* active) {
   __syncthreads();  // every thread of the block has used the flags before they change
-  const int p = (int)threadIdx.x;
-  if (p < c.nranks && p != c.rank && active[p]) {
-    const uint32_t next = ox_ll_next_flag(flags[p]);
-    for (uint32_t s = blockIdx.x; s < OX_MAX_BLOCKS; s += gridDim.x) *ox_ll_flag_ptr(c, s, p) = next;
-  }
+  ox_ll_for_owned_slots(n, [&](uint32_t s, int p) {
+    if (p != me && active[p]) *ox_ll_flag_ptr(c, s, p) = ox_ll_next_flag(flags[p]);
+  });
 }
 
 // Advances the flags of every peer (collectives where all pairs exchange).
-OX_DEV void ox_ll_flags_advance_all(const DevComm& c, const uint32_t* flags) {
+OX_DEV void ox_ll_flags_advance_all(const DevComm& c, int me, int n, const uint32_t* flags) {
   __syncthreads();
-  const int p = (int)threadIdx.x;
-  if (p < c.nranks && p != c.rank) {
-    const uint32_t next = ox_ll_next_flag(flags[p]);
-    for (uint32_t s = blockIdx.x; s < OX_MAX_BLOCKS; s += gridDim.x) *ox_ll_flag_ptr(c, s, p) = next;
-  }
+  ox_ll_for_owned_slots(n, [&](uint32_t s, int p) {
+    if (p != me) *ox_ll_flag_ptr(c, s, p) = ox_ll_next_flag(flags[p]);
+  });
 }

@@ -55,7 +55,7 @@ OX_DEV void reducescatter_ll(const CollArgs& a) {
     }
     ox_store8(dst, i * 8, nbytes, ox_post<T>(op, acc));
   }
-  ox_ll_flags_advance_all(c, flags);
+  ox_ll_flags_advance_all(c, me, n, flags);
 }
 
 template <typename T, typename Op>
@@ -94,13 +94,18 @@ OX_DEV void reduce_ll(const CollArgs& a) {
   const int me = c.rank, n = c.nranks, root = a.root;
   AbortState ab(c.abort_flag);
   __shared__ uint32_t flags[OX_MAX_RANKS];
-  __shared__ uint8_t pair[OX_MAX_RANKS];
-  if ((int)threadIdx.x < OX_MAX_RANKS) pair[threadIdx.x] = me == root ? (int)threadIdx.x != root : (int)threadIdx.x == root;
-  ox_ll_flags_load(c, flags, ab);  // includes a __syncthreads
-  if ((int)threadIdx.x < n && pair[threadIdx.x]) {
-    if (me == root) ox_ll_ack_post(c, (int)threadIdx.x, flags[threadIdx.x]);
-    else ox_ll_pending_set(c, root, flags[root]);
+  __shared__ uint8_t pair[OX_MAX_RANKS], role[OX_MAX_RANKS];
+  if ((int)threadIdx.x < OX_MAX_RANKS) {
+    pair[threadIdx.x] = me == root ? (int)threadIdx.x != root : (int)threadIdx.x == root;
+    role[threadIdx.x] = pair[threadIdx.x] ? (me == root ? 2 : 1) : 0;  // one-way: root receives
   }
+  // The root's scratch and its geometry are read before the flags, not after: a sender's flag
+  // load waits on an acquire, which empties L1, and DevComm loads behind it would delay its
+  // packets by an L2 round trip (as in allreduce_oneshot).
+  char* const root_base = reinterpret_cast<char*>(c.ll_scratch[root]);
+  const uint64_t half = c.ll_half_bytes, region = ox_ll_region_bytes(c);
+  ox_ll_flags_load(c, flags, ab);  // includes a __syncthreads
+  ox_ll_oneway_mark(c, me, n, flags, role);
   const uint64_t nbytes = a.count * sizeof(T);
   const uint64_t npkt = ox_ceil_div(nbytes, 8);
   const char* src = reinterpret_cast<const char*>(a.send);
@@ -108,7 +113,7 @@ OX_DEV void reduce_ll(const CollArgs& a) {
   const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
   const Op op(a, n);
   if (me != root) {
-    char* base = ox_ll_region(c, root, flags[root], me);
+    char* base = ox_ll_at(root_base, half, region, flags[root], me);
     for (uint64_t i = g; i < npkt; i += G) ox_ll16_write(base + i * 16, ox_pre<T>(op, ox_load8(src, i * 8, nbytes)), flags[root]);
   } else {
     char* dst = reinterpret_cast<char*>(a.recv);
@@ -116,13 +121,13 @@ OX_DEV void reduce_ll(const CollArgs& a) {
       uint64_t acc = 0;
       for (int r = 0; r < n; ++r) {
         const uint64_t x = r == me ? ox_pre<T>(op, ox_load8(src, i * 8, nbytes))
-                                   : ox_ll16_read(ox_ll_region(c, me, flags[r], r) + i * 16, flags[r], ab);
+                                   : ox_ll16_read(ox_ll_at(root_base, half, region, flags[r], r) + i * 16, flags[r], ab);
         acc = r == 0 ? x : ox_combine<T>(op, acc, x);
       }
       ox_store8(dst, i * 8, nbytes, ox_post<T>(op, acc));
     }
   }
-  ox_ll_flags_advance(c, flags, pair);
+  ox_ll_flags_advance(c, me, n, flags, pair);
 }
 
 // Reduce on 3+ ranks as LL128 lines along a chain ending at the root (root+1 -> ... -> root, as

@@ -10,6 +10,14 @@
 pub const OX_MAX_RANKS: usize = 32;
 /// Blocks one launch may use; sizes the LL flag and semaphore slot arrays.
 pub const OX_MAX_BLOCKS: usize = 128;
+/// Where a rank's LL flag and pending tables sit, in bytes from its [`DevComm`]
+/// (src/channel/memory.rs lays its private buffer out so; `DevComm::ll_flags` / `ll_pending`
+/// hold the same addresses for the host). Kernels compute the tables' addresses from the
+/// DevComm pointer instead of loading them from it: that dependent load sat on every packet
+/// launch's critical path (scripts/lab/oneshot_lab.cu).
+pub const OX_PRIV_FLAGS_OFF: u64 = 2048;
+pub const OX_PRIV_PENDING_OFF: u64 = 18432;
+const _: () = assert!(OX_PRIV_PENDING_OFF == OX_PRIV_FLAGS_OFF + (OX_MAX_BLOCKS * OX_MAX_RANKS * 4) as u64);
 /// Bytes of LL16 packet: two 4-byte data words, each followed by its 4-byte flag.
 pub const OX_LL16_BYTES: usize = 16;
 /// Payload bytes carried by one LL16 packet.
@@ -404,6 +412,7 @@ mod tests {
         c.push_str("printf(\"Trigger %zu %zu\\n\", sizeof(Trigger), _Alignof(Trigger));\n");
         c.push_str("printf(\"FifoDevice %zu\\n\", sizeof(FifoDevice));\n");
         c.push_str("printf(\"OX_MAX_RANKS %d\\nOX_MAX_BLOCKS %d\\n\", OX_MAX_RANKS, OX_MAX_BLOCKS);\n");
+        c.push_str("printf(\"OX_PRIV %llu %llu\\n\", (unsigned long long)OX_PRIV_FLAGS_OFF, (unsigned long long)OX_PRIV_PENDING_OFF);\n");
         for (s, f, _) in fields {
             c.push_str(&format!("printf(\"{s}.{f} %zu\\n\", offsetof({s}, {f}));\n"));
         }
@@ -417,7 +426,7 @@ mod tests {
         let out = Command::new(&exe).output().expect("run layout");
         let text = String::from_utf8(out.stdout).expect("utf8");
         let mut expect = format!(
-            "DevComm {}\nCollArgs {}\nExchangeArgs {}\nTrigger {} {}\nFifoDevice {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\n",
+            "DevComm {}\nCollArgs {}\nExchangeArgs {}\nTrigger {} {}\nFifoDevice {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\nOX_PRIV {OX_PRIV_FLAGS_OFF} {OX_PRIV_PENDING_OFF}\n",
             size_of::<DevComm>(),
             size_of::<CollArgs>(),
             size_of::<ExchangeArgs>(),

@@ -4,7 +4,7 @@ use crate::algo::Scratch;
 use crate::bootstrap::Bootstrap;
 use std::sync::Arc;
 
-use crate::device_abi::{DevComm, RegEntry, RegOffer, OX_MAX_BLOCKS, OX_MAX_RANKS, OX_REG_SLOTS};
+use crate::device_abi::{DevComm, RegEntry, RegOffer, OX_MAX_BLOCKS, OX_MAX_RANKS, OX_PRIV_FLAGS_OFF, OX_PRIV_PENDING_OFF, OX_REG_SLOTS};
 use crate::error::{Error, Result};
 use crate::gpu::ipc::{self, ImportedBuffer, IPC_HANDLE_BYTES};
 use crate::gpu::context::{can_access, ordinal_by_bus_id};
@@ -50,13 +50,14 @@ impl SharedLayout {
     }
 }
 
-/// Private buffer layout: LL flags (u32 per block and peer), expected semaphore counts, pending
-/// one-way LL launches (u32 per block and peer), then the DevComm itself.
-const FLAGS_OFF: u64 = 0;
-const EXPECTED_OFF: u64 = FLAGS_OFF + FLAG_TABLE_BYTES;
-const PENDING_OFF: u64 = EXPECTED_OFF + SEM_BYTES;
-const DEVCOMM_OFF: u64 = PENDING_OFF + FLAG_TABLE_BYTES;
-const PRIVATE_BYTES: u64 = DEVCOMM_OFF + std::mem::size_of::<DevComm>() as u64;
+/// Private buffer layout: the DevComm itself, LL flags (u32 per block and peer) and pending
+/// one-way LL launches (u32 per block and peer) at the offsets kernels derive from the DevComm's
+/// address (OX_PRIV_*), then expected semaphore counts.
+const DEVCOMM_OFF: u64 = 0;
+const FLAGS_OFF: u64 = DEVCOMM_OFF + OX_PRIV_FLAGS_OFF;
+const PENDING_OFF: u64 = DEVCOMM_OFF + OX_PRIV_PENDING_OFF;
+const EXPECTED_OFF: u64 = PENDING_OFF + FLAG_TABLE_BYTES;
+const PRIVATE_BYTES: u64 = EXPECTED_OFF + SEM_BYTES;
 
 /// What a rank publishes about its shared buffer.
 struct Published {
@@ -247,8 +248,8 @@ mod tests {
             assert_eq!(l.offer_off % 32, 0);
             assert_eq!(l.rs_off % 16, 0);
         }
-        const { assert!(EXPECTED_OFF >= FLAGS_OFF + FLAG_TABLE_BYTES) };
-        const { assert!(PENDING_OFF >= EXPECTED_OFF + SEM_BYTES) };
-        const { assert!(DEVCOMM_OFF >= PENDING_OFF + FLAG_TABLE_BYTES && DEVCOMM_OFF % 8 == 0) };
+        const { assert!(FLAGS_OFF >= DEVCOMM_OFF + std::mem::size_of::<DevComm>() as u64 && FLAGS_OFF % 128 == 0) };
+        const { assert!(PENDING_OFF >= FLAGS_OFF + FLAG_TABLE_BYTES) };
+        const { assert!(EXPECTED_OFF >= PENDING_OFF + FLAG_TABLE_BYTES && EXPECTED_OFF % 8 == 0) };
     }
 }
