@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README, CI): needs no GPU. Installs the pinned nvcc, builds the library, checks
-# that include/nccl.h is what the build generates, runs the Rust tests, clippy, the C ABI tests and
-# builds and checks the packages (install tree, .deb, Python wheel).
+# that include/nccl.h is what the build generates, runs the Rust tests, builds the GPU lab, runs
+# clippy, the C ABI tests and builds and checks the packages (install tree, .deb, Python wheel).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -18,6 +18,8 @@ if [ "$before" != "$after" ] || ! git diff --quiet -- include/nccl.h 2>/dev/null
 fi
 
 cargo test --release --locked
+# The GPU lab (scripts/lab) includes the library's kernels: it must keep compiling with them.
+bash scripts/lab/build.sh "$root/target/lab" > /dev/null
 python3 scripts/model/ll_ack_model.py
 python3 scripts/model/reduce_relay_model.py
 python3 scripts/model/reduce_chain_model.py

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds scripts/lab/oneshot_lab (sm_90) against the kernels and the ABI header of the last cargo
+# build: bash scripts/lab/build.sh [out dir]. Needs a `cargo build --release` first (for the header).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${1:-$root/target/lab}
+hdr=$(ls -td "$root"/target/release/build/oxccl-*/out 2>/dev/null | while read -r d; do [ -f "$d/oxccl_device_abi.h" ] && echo "$d" && break; done)
+[ -n "$hdr" ] || { echo "no oxccl_device_abi.h: run cargo build --release first" >&2; exit 1; }
+nvcc=${NVCC:-$(command -v nvcc || echo "$root/.tools/cuda/nvidia/cu13/bin/nvcc")}
+mkdir -p "$out"
+"$nvcc" -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -I"$root/kernels" -I"$hdr" \
+  -L"$(dirname "$nvcc")/../lib" -L"$(dirname "$nvcc")/../lib64" -o "$out/oneshot_lab" "$root/scripts/lab/oneshot_lab.cu" -lpthread
+echo "built $out/oneshot_lab"
