@@ -8,9 +8,14 @@
 //              entry and exit (block 0, thread 0): where a launch's time goes, and the gap between
 //              launches;
 //   lean     - the same packets with the per-launch bookkeeping stripped (one flag word per block,
-//              no acknowledgement check, no 128-slot flag advance): what that bookkeeping costs.
+//              no acknowledgement check, no 128-slot flag advance): what that bookkeeping costs;
+//   exchange - the library's exchange kernel (ox_exchange, kernels/exchange.cu) moving small
+//              packet streams as AllGather (every pair both ways, LL) and Broadcast from rank 0
+//              (one way, LL_ACK) do, per launch shape, next to an empty kernel with the same
+//              ~3.9 KiB of parameters: the small AllGather/Broadcast/AlltoAll/Send-Recv path.
 // Build (here or on the GPU machine): bash scripts/lab/build.sh; run: ./oneshot_lab [ngpus].
 #include "allreduce.cu"
+#include "exchange.cu"
 
 #include <atomic>
 #include <chrono>
@@ -35,6 +40,8 @@ OX_DEV uint64_t lab_gtime() {
 }
 
 extern "C" __global__ void lab_empty(CollArgs) {}
+// An empty kernel taking the exchange kernel's ~3.9 KiB of parameters: what they cost a launch.
+extern "C" __global__ void lab_empty_x(ExchangeArgs) {}
 
 // GPU `first` writes i+1 to the peer's word and waits for i+1 in its own; the other answers.
 extern "C" __global__ void lab_ping(volatile uint32_t* mine, volatile uint32_t* peer, int iters, int first) {
@@ -198,7 +205,35 @@ static double now_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-enum Which { EMPTY, REAL, STAMPED, LEAN };
+enum Which { EMPTY, REAL, STAMPED, LEAN, EMPTY_X, EXCH_AG, EXCH_BC };
+
+// The exchange kernel's arguments for `count` floats per pair, laid out as src/algo/exchange.rs
+// plans a packet-only launch: AllGather (each rank's input to every peer, both ways, OX_MODE_LL;
+// peer p's piece lands at recv + p * count) or Broadcast from rank 0 (OX_MODE_LL_ACK).
+static ExchangeArgs exch_args(Which w, int g, uint64_t count) {
+  const int n = (int)R.size();
+  ExchangeArgs x;
+  memset(&x, 0, sizeof x);
+  x.comm = (uint64_t)R[g].priv;
+  const uint64_t bytes = count * 4;
+  for (int p = 0; p < n; ++p) {
+    if (p == g) continue;
+    if (w == EXCH_AG) {
+      x.mode[p] = OX_MODE_LL;
+      x.sends[x.nsend++] = Xfer{(uint64_t)R[g].send, 0, bytes, 0, p, 0};
+      x.recvs[x.nrecv++] = Xfer{0, (uint64_t)R[g].recv + (uint64_t)p * bytes, bytes, 0, p, 0};
+    } else if (g == 0) {
+      x.mode[p] = OX_MODE_LL_ACK;
+      x.sends[x.nsend++] = Xfer{(uint64_t)R[g].send, 0, bytes, 0, p, 0};
+    } else if (p == 0) {
+      x.mode[p] = OX_MODE_LL_ACK;
+      x.recvs[x.nrecv++] = Xfer{0, (uint64_t)R[g].recv, bytes, 0, p, 0};
+    }
+  }
+  if (w == EXCH_AG) x.copies[x.ncopy++] = Xfer{(uint64_t)R[g].send, (uint64_t)R[g].recv + (uint64_t)g * bytes, bytes, 0, g, 0};
+  return x;
+}
+
 static void launch(Which w, int g, int grid, int block, const CollArgs& a) {
   cudaStream_t s = R[g].s;
   switch (w) {
@@ -206,6 +241,9 @@ static void launch(Which w, int g, int grid, int block, const CollArgs& a) {
     case REAL: ox_allreduce_oneshot_f32_sum<<<grid, block, 0, s>>>(a); break;
     case STAMPED: lab_stamped<<<grid, block, 0, s>>>(a); break;
     case LEAN: lab_lean<<<grid, block, 0, s>>>(a); break;
+    case EMPTY_X: lab_empty_x<<<grid, block, 0, s>>>(exch_args(EXCH_AG, g, a.count)); break;
+    case EXCH_AG:
+    case EXCH_BC: ox_exchange<<<grid, block, 0, s>>>(exch_args(w, g, a.count)); break;
   }
 }
 static uint64_t extra(Which w, int g) {
@@ -225,6 +263,25 @@ static void check_result(uint64_t count, const char* what) {
         exit(2);
       }
     CK(cudaMemset(r.recv, 0, count * 4));
+  }
+}
+
+// AllGather: rank g's piece p holds 1 + p; Broadcast from rank 0: every other rank holds 1.
+static void check_exchange(Which w, uint64_t count, const char* what) {
+  const int n = (int)R.size();
+  for (auto& r : R) {
+    const uint64_t total = w == EXCH_AG ? count * n : count;
+    std::vector<float> v(total);
+    CK(cudaSetDevice(r.dev));
+    CK(cudaMemcpy(v.data(), r.recv, total * 4, cudaMemcpyDeviceToHost));
+    for (uint64_t i = 0; i < total && (w == EXCH_AG || r.dev != 0); ++i) {
+      const float want = w == EXCH_AG ? 1.0f + (float)(i / count) : 1.0f;
+      if (v[i] != want) {
+        printf("WRONG %s rank %d elem %llu: %f != %f\n", what, r.dev, (unsigned long long)i, v[i], want);
+        exit(2);
+      }
+    }
+    CK(cudaMemset(r.recv, 0, total * 4));
   }
 }
 
@@ -367,6 +424,30 @@ int main(int argc, char** argv) {
   stamped_report(2, 1, 512);
   stamped_report(2, 4, 128);
   stamped_report(8192, 8, 512);
+
+  // The exchange kernel: the library launches packet-only exchanges on the full exchange grid
+  // (128 blocks) of 256 threads (src/algo/exchange.rs).
+  const uint64_t xcounts[] = {16, 1024, 8192};
+  const int xshapes[][2] = {{128, 256}, {128, 1024}, {64, 256}, {16, 256}, {4, 256}, {4, 512}, {1, 256}};
+  for (uint64_t count : xcounts) {
+    for (auto& sh : xshapes) {
+      const int grid = sh[0], block = sh[1];
+      double ge = graph_us(EMPTY_X, count, grid, block, 200);
+      double ga = graph_us(EXCH_AG, count, grid, block, 200);
+      check_exchange(EXCH_AG, count, "allgather graph");
+      double gb = graph_us(EXCH_BC, count, grid, block, 200);
+      check_exchange(EXCH_BC, count, "broadcast graph");
+      double ee = eager_us(EMPTY_X, count, grid, block, 2000);
+      double ea = eager_us(EXCH_AG, count, grid, block, 2000);
+      check_exchange(EXCH_AG, count, "allgather eager");
+      double eb = eager_us(EXCH_BC, count, grid, block, 2000);
+      check_exchange(EXCH_BC, count, "broadcast eager");
+      printf("exchange %6llu B per pair grid %3d block %4d | graph us: empty(3.9 KiB args) %.2f allgather %.2f broadcast %.2f | "
+             "eager us: empty %.2f allgather %.2f broadcast %.2f\n",
+             (unsigned long long)count * 4, grid, block, ge, ga, gb, ee, ea, eb);
+      fflush(stdout);
+    }
+  }
   printf("oneshot_lab: done\n");
   return 0;
 }
