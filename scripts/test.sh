@@ -45,7 +45,7 @@ python3 nccl-tests-harness/bars.py "$bt/pass" > /dev/null || { echo "test: bars.
 fb="$bt/fake"; mkdir -p "$fb"
 cat > "$fb/mpirun" <<'FAKE'
 #!/usr/bin/env bash
-while [ $# -gt 0 ]; do case $1 in -np|-x|--bind-to) shift 2 ;; --allow-run-as-root) shift ;; *) break ;; esac; done
+while [ $# -gt 0 ]; do case $1 in -x) case $2 in *=*) export "$2" ;; esac; shift 2 ;; -np|--bind-to) shift 2 ;; --allow-run-as-root) shift ;; *) break ;; esac; done
 exec "$@"
 FAKE
 cat > "$fb/fake_perf" <<'FAKE'
@@ -67,6 +67,14 @@ if PATH="$fb:$PATH" FAKE_WRONG=1 python3 nccl-tests-harness/harness.py compare -
   echo "test: harness compare passed a run with wrong values"; exit 1
 fi
 grep -q '| NO |' "$bt/w/results.md" || { echo "test: harness summary does not flag the wrong run"; exit 1; }
+# scripts/ab-small.sh on the same fakes: one line per (binary, mode, build) and exit 0; a wrong row
+# (oxccl's fake reports one under FAKE_WRONG=1) makes it exit 1.
+ab=$(PATH="$fb:$PATH" AB_LOGS="$bt/ab" bash scripts/ab-small.sh "$fb" 2 "sendrecv" nccl x="$fb/fake_perf" 2> /dev/null) \
+  || { echo "test: ab-small failed on the fake binaries"; echo "$ab"; exit 1; }
+[ "$(grep -c '^sendrecv .* rc 0: 8:' <<< "$ab")" = 4 ] || { echo "test: ab-small printed unexpected lines"; echo "$ab"; exit 1; }
+if PATH="$fb:$PATH" FAKE_WRONG=1 AB_GRAPH=0 AB_LOGS="$bt/ab" bash scripts/ab-small.sh "$fb" 2 "sendrecv" x="$fb/fake_perf" > /dev/null 2>&1; then
+  echo "test: ab-small passed a wrong row"; exit 1
+fi
 rm -rf "$bt"
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --release --locked --all-targets -- -D warnings
