@@ -27,14 +27,17 @@ def inp(rank, n, dtype, salt=0, op=None):
     if dtype == torch.bool:
         return ((i + rank + salt) % 3 == 0)
     if op == dist.ReduceOp.PRODUCT:
-        v = (i + rank + salt) % 2 + 1  # 1 or 2: products of up to 4 ranks stay small
+        v = (i + rank + salt) % 2 + 1  # 1 or 2: products stay exact in every float dtype
     else:
         v = (i * 3 + rank * 5 + salt) % 7 + (1 if dtype == torch.uint8 else -3 if dtype.is_signed or dtype in FLOATS else 0)
     return v.to(dtype)
 
 
 def reference(xs, op, dtype):
-    stack = torch.stack([x.to(torch.float64) if dtype != torch.bool else x for x in xs])
+    # Integers reduce in int64 and wrap on the final cast, as the GPU's narrow arithmetic does
+    # (a product of 8 ranks' 1s and 2s reaches 256, which int8/uint8 hold as 0).
+    wide = torch.float64 if dtype in FLOATS else torch.int64
+    stack = torch.stack([x.to(wide) if dtype != torch.bool else x for x in xs])
     if dtype == torch.bool:
         return {dist.ReduceOp.SUM: stack.any(0), dist.ReduceOp.MAX: stack.any(0),
                 dist.ReduceOp.PRODUCT: stack.all(0), dist.ReduceOp.MIN: stack.all(0)}[op]
