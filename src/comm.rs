@@ -742,7 +742,7 @@ impl Comm {
     fn device_state(&self, r: &Ready) -> Result<String> {
         use crate::device_abi::{DevComm, OX_MAX_RANKS};
         if r.dev_comm == 0 {
-            return Ok(String::from("  (spans hosts: the host-local communicator and the network proxy hold the state)\n"));
+            return self.net_state(r);
         }
         let mut stream: cu::CUstream = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; the device's context is current (caller).
@@ -781,6 +781,34 @@ impl Comm {
         // SAFETY: our stream; nothing is queued on it any more.
         unsafe { cu::cuStreamDestroy_v2(stream) };
         res.map(|()| out)
+    }
+}
+
+impl Comm {
+    /// A communicator spanning hosts: its cross-host steps (net::Net::describe), then the
+    /// host-local communicator's LL flags and semaphores.
+    fn net_state(&self, r: &Ready) -> Result<String> {
+        let Some(net) = r.net.as_ref() else { return Ok(String::from(" (none: no peers)")) };
+        let mut stream: cu::CUstream = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the device's context is current (caller).
+        crate::gpu::check(unsafe { cu::cuStreamCreate(&mut stream, 1) }, "cuStreamCreate")?;
+        let read = |src: u64| -> Result<u64> {
+            let mut v = 0u64;
+            // SAFETY: `src` is a counter of this communicator's; v is a local of 8 bytes.
+            crate::gpu::check(unsafe { cu::cuMemcpyDtoHAsync_v2((&mut v as *mut u64).cast(), src, 8, stream) }, "cuMemcpyDtoHAsync")?;
+            // SAFETY: our stream.
+            crate::gpu::check(unsafe { cu::cuStreamSynchronize(stream) }, "cuStreamSynchronize")?;
+            Ok(v)
+        };
+        let mut out = format!("\n    {}", net.describe(&read));
+        // SAFETY: our stream; nothing is queued on it any more.
+        unsafe { cu::cuStreamDestroy_v2(stream) };
+        let local = &net.local;
+        if let Some(lr) = local.ready.get().filter(|_| local.nranks > 1) {
+            let state = local.device_state(lr).unwrap_or_else(|e| format!(" unavailable: {}", e.msg));
+            let _ = write!(out, "\n    host-local communicator, rank {}/{}:{}", local.rank, local.nranks, state.replace("\n    ", "\n      "));
+        }
+        Ok(out)
     }
 }
 

@@ -92,7 +92,10 @@ pub fn start_monitor() {
             std::thread::sleep(Duration::from_secs(1));
             for c in crate::comm::live() {
                 if let Some(text) = c.stall_dump(after) {
-                    nccl_warn!("{text}");
+                    // A line each: NCCL's log lines hold 1023 bytes, and a dump is longer.
+                    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                        nccl_warn!("{line}");
+                    }
                 }
             }
         });

@@ -207,6 +207,27 @@ impl In {
     }
 }
 
+/// What a phase still waits for, peer by peer (the hang dump's text).
+pub fn pending(outs: &[Out], ins: &[In]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    for o in outs.iter().filter(|o| !o.done()) {
+        let _ = write!(s, "{}sending to rank {}: {} of {} bytes written", if s.is_empty() { "" } else { "; " }, o.peer, o.off, o.buf.len());
+    }
+    for i in ins.iter().filter(|i| !i.done()) {
+        let _ = write!(
+            s,
+            "{}receiving from rank {}: frame {} of {}, {} bytes of it read",
+            if s.is_empty() { "" } else { "; " },
+            i.peer,
+            i.cur + 1,
+            i.frames.len(),
+            i.got
+        );
+    }
+    s
+}
+
 /// errno of a failed call, None for "would block".
 fn last_error() -> Option<std::io::Error> {
     let e = std::io::Error::last_os_error();
@@ -222,6 +243,12 @@ fn last_error() -> Option<std::io::Error> {
 /// socket error or end of stream fails with the peer named, and `stop()` (asked between polls)
 /// ends the wait with its error (abort).
 pub fn exchange(outs: &mut [Out], ins: &mut [In], stop: &dyn Fn() -> Option<Error>) -> Result<()> {
+    exchange_noting(outs, ins, stop, &|_| {})
+}
+
+/// `exchange`, telling `note` what is still outstanding (`pending`) each time the wait turns
+/// long (the proxy keeps it for the hang dump, OXCCL_DEBUG_DUMP); nothing on the fast path.
+pub fn exchange_noting(outs: &mut [Out], ins: &mut [In], stop: &dyn Fn() -> Option<Error>, note: &dyn Fn(String)) -> Result<()> {
     let mut idle = 0u32;
     loop {
         let mut any = false;
@@ -247,6 +274,9 @@ pub fn exchange(outs: &mut [Out], ins: &mut [In], stop: &dyn Fn() -> Option<Erro
         if idle < SPIN_ROUNDS {
             std::hint::spin_loop();
             continue;
+        }
+        if idle == SPIN_ROUNDS {
+            note(pending(outs, ins));
         }
         // Long wait (a late peer): sleep until a socket is ready, or a short timeout for `stop`.
         let mut fds: Vec<libc::pollfd> = outs
@@ -362,6 +392,34 @@ mod tests {
         let e = exchange(&mut [], &mut [i], &stop).unwrap_err();
         assert_eq!(e.msg, "aborted");
         assert!(t0.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_long_wait_is_noted_with_what_is_outstanding() {
+        let (ao, _ai, _bo, bi) = sockets();
+        // A peer that sends 8 bytes of a 12-byte frame, then goes quiet; nothing reads our frame.
+        let mut head = header(0, 1, 12).to_vec();
+        head.extend_from_slice(&[7; 8]);
+        use std::io::Write;
+        (&ao).write_all(&head).unwrap();
+        let mut buf = [0u8; 12];
+        let mut i = In::new(&bi, 3);
+        // SAFETY: buf outlives exchange.
+        unsafe { i.expect(1, buf.as_mut_ptr(), 12) };
+        let (mut o, big) = (Out::new(&bi, 3), vec![0u8; 64 << 20]);
+        o.frame(1, &big); // more than loopback's buffers take while nobody reads
+        let t0 = Instant::now();
+        let notes = std::cell::RefCell::new(Vec::new());
+        let stop = || (t0.elapsed() > Duration::from_millis(300)).then(|| Error::remote("aborted"));
+        let e = exchange_noting(&mut [o], &mut [i], &stop, &|s| notes.borrow_mut().push(s)).unwrap_err();
+        assert_eq!(e.msg, "aborted");
+        // Noted each time the wait turns long (the kernel may grow the socket's buffer, and the
+        // send moves on a little); never on the spinning path.
+        let notes = notes.into_inner();
+        let last = notes.last().expect("a long wait is noted");
+        assert!(notes.len() < 1000, "{} notes", notes.len());
+        assert!(last.contains("sending to rank 3: ") && last.contains(&format!("of {} bytes written", big.len() + HEADER_BYTES)), "{last}");
+        assert!(last.contains(&format!("receiving from rank 3: frame 1 of 1, {} bytes of it read", HEADER_BYTES + 8)), "{last}");
     }
 
     /// Jobs posted to a link's threads and frames carried inline share one numbering: each end may

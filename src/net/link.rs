@@ -75,6 +75,14 @@ impl Tracker {
     /// Waits until every job finished (or one failed); `stop()` is polled every few ms and makes
     /// the wait fail (communicator aborted).
     pub fn wait(&self, stop: &dyn Fn() -> Option<Error>) -> Result<()> {
+        self.wait_noting(stop, &|_| {})
+    }
+
+    /// `wait`, telling `note` how many jobs are left once the wait has lasted a second (the
+    /// proxy keeps it for the hang dump, OXCCL_DEBUG_DUMP).
+    pub fn wait_noting(&self, stop: &dyn Fn() -> Option<Error>, note: &dyn Fn(usize)) -> Result<()> {
+        let t0 = std::time::Instant::now();
+        let mut noted = false;
         let mut s = self.state.lock();
         loop {
             if let Some(e) = s.1.take() {
@@ -85,6 +93,10 @@ impl Tracker {
             }
             if let Some(e) = stop() {
                 return Err(e);
+            }
+            if !noted && t0.elapsed() >= Duration::from_secs(1) {
+                noted = true;
+                note(s.0);
             }
             self.cv.wait_for(&mut s, Duration::from_millis(5));
         }
@@ -586,5 +598,18 @@ mod tests {
         let h = std::thread::spawn(move || t2.finish(Ok(())));
         assert!(t.wait(&|| None).is_ok());
         h.join().unwrap();
+    }
+
+    #[test]
+    fn a_wait_past_a_second_notes_the_jobs_left_once() {
+        let t = Tracker::new(3);
+        t.finish(Ok(()));
+        let t0 = std::time::Instant::now();
+        let notes = std::cell::RefCell::new(Vec::new());
+        let stop = || (t0.elapsed() > Duration::from_millis(1300)).then(|| Error::remote("aborted"));
+        assert!(t.wait_noting(&stop, &|left| notes.borrow_mut().push(left)).is_err());
+        assert_eq!(notes.into_inner(), vec![2]);
+        let quick = Tracker::new(0);
+        quick.wait_noting(&|| None, &|_| panic!("no note for a wait that did not last")).unwrap();
     }
 }

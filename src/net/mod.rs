@@ -136,6 +136,22 @@ impl Plans {
     }
 }
 
+/// What the proxy is doing, for the hang dump (OXCCL_DEBUG_DUMP): a count bumped as each step
+/// starts, and a description written only where a phase's wait turns long.
+#[derive(Default)]
+struct NetStatus {
+    /// Steps the proxy has started (the running one's FIFO position is this minus one).
+    started: AtomicU64,
+    /// The last long wait: the `started` count it belongs to, and what it waits for.
+    wait: Mutex<(u64, String)>,
+}
+
+impl NetStatus {
+    fn note(&self, what: String) {
+        *self.wait.lock() = (self.started.load(Ordering::Relaxed), what);
+    }
+}
+
 /// The cross-host part of a communicator.
 pub struct Net {
     pub layout: Layout,
@@ -163,6 +179,7 @@ pub struct Net {
     /// Ranks whose link the proxy can carry jobs on itself (plain TCP).
     inline_peer: Vec<bool>,
     dev: &'static Device,
+    status: Arc<NetStatus>,
 }
 
 /// What set-up needs from the communicator being initialised.
@@ -235,7 +252,8 @@ impl Net {
         let plans = Arc::new(Mutex::new(Plans::default()));
         let inline_max = inline::max_bytes();
         let inline_peer = links.iter().map(|l| l.as_ref().is_some_and(|l| l.inline_sockets().is_some())).collect();
-        let handler = NetHandler::new(s.dev, s.me, links.clone(), plans.clone(), done.clone(), s.abort_flag.clone(), inline_max)?;
+        let status = Arc::new(NetStatus::default());
+        let handler = NetHandler::new(s.dev, s.me, links.clone(), plans.clone(), done.clone(), s.abort_flag.clone(), inline_max, status.clone())?;
         let placement = Placement { device: Some(s.dev), cpus: crate::topo::local_cpus(&s.dev.bus_id) };
         let proxy = Proxy::start(format!("oxccl-netproxy{}", s.me), FifoHost::new(words), Box::new(handler), placement, s.on_error)?;
         nccl_info!(
@@ -264,7 +282,24 @@ impl Net {
             inline_max,
             inline_peer,
             dev: s.dev,
+            status,
         })
+    }
+
+    /// The cross-host steps' state for the hang dump: how many the kernels handed over, the proxy
+    /// started and finished, and what a long-waiting step waits for. `read` copies a device word
+    /// (without waiting for the communicator's streams).
+    pub fn describe(&self, read: &dyn Fn(u64) -> Result<u64>) -> String {
+        let issued = read(self.issued.ptr).map_or_else(|e| format!("? ({})", e.msg), |v| v.to_string());
+        // SAFETY: the first word of `done`, host-mapped, written by the proxy thread.
+        let done = unsafe { &*self.done.host.cast::<AtomicU64>() }.load(Ordering::Acquire);
+        let started = self.status.started.load(Ordering::Relaxed);
+        let mut s = format!("cross-host steps: {issued} started by kernels, {started} by the proxy, {done} finished");
+        let (at, what) = self.status.wait.lock().clone();
+        if at == started && started > done && !what.is_empty() {
+            s.push_str(&format!("; step at FIFO position {} waits: {what}", started - 1));
+        }
+        s
     }
 
     /// Stops the proxy and closes the links; `abort`: without waiting for anything (kernels were
@@ -439,6 +474,7 @@ struct NetHandler {
     inbox: Vec<HostMapped>,
     /// Jobs up to this size are carried by this thread (`inline`); 0: never.
     inline_max: u64,
+    status: Arc<NetStatus>,
     relaxed: Option<RelaxedCapture>,
     /// OXCCL_NET_PROFILE=1: where steps spend their time, printed when the communicator goes.
     profile: Option<Profile>,
@@ -463,7 +499,17 @@ impl Profile {
 }
 
 impl NetHandler {
-    fn new(dev: &'static Device, me: usize, links: Arc<Links>, plans: Arc<Mutex<Plans>>, done: Arc<HostMapped>, abort_flag: Arc<HostMapped>, inline_max: u64) -> Result<NetHandler> {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        dev: &'static Device,
+        me: usize,
+        links: Arc<Links>,
+        plans: Arc<Mutex<Plans>>,
+        done: Arc<HostMapped>,
+        abort_flag: Arc<HostMapped>,
+        inline_max: u64,
+        status: Arc<NetStatus>,
+    ) -> Result<NetHandler> {
         // Not the legacy stream: the user's kernel that waits for this step may run on a blocking one.
         let stream = OwnedStream::new(dev)?;
         Ok(NetHandler {
@@ -479,6 +525,7 @@ impl NetHandler {
             outbox: Vec::new(),
             inbox: Vec::new(),
             inline_max,
+            status,
             relaxed: None,
             profile: crate::config::env("OXCCL_NET_PROFILE").filter(|v| v.trim() == "1").map(|_| Profile::default()),
         })
@@ -500,7 +547,7 @@ impl NetHandler {
             0 => grow(self.dev, &mut self.arena, step.arena_bytes)?,
             p => p as *mut u8,
         };
-        for ph in &step.phases {
+        for (k, ph) in step.phases.iter().enumerate() {
             let n = ph.sends.len() + ph.recvs.len();
             let mut preloaded = false;
             if n > 0 {
@@ -519,7 +566,7 @@ impl NetHandler {
             // Clocks only when profiling: this is the proxy's per-step path.
             let t0 = self.profile.is_some().then(std::time::Instant::now);
             if n > 0 && self.inline_ok(ph) {
-                self.run_inline(arena, ph, preloaded)?;
+                self.run_inline(arena, k, ph, preloaded)?;
             } else if n > 0 {
                 let t = Tracker::new(n);
                 let mem = |b: Buf| match b {
@@ -534,7 +581,15 @@ impl NetHandler {
                 for x in &ph.sends {
                     self.link(x.peer)?.send(Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone() });
                 }
-                t.wait(&|| self.stopped())?;
+                let status = self.status.clone();
+                let peers = |v: &[plan::Xfer]| v.iter().map(|x| x.peer).collect::<Vec<_>>();
+                t.wait_noting(&|| self.stopped(), &|left| {
+                    status.note(format!(
+                        "phase {k}: {left} of {n} link jobs left (sends to ranks {:?}, receives from ranks {:?})",
+                        peers(&ph.sends),
+                        peers(&ph.recvs)
+                    ))
+                })?;
                 self.sync()?;
             }
             let t1 = self.profile.is_some().then(std::time::Instant::now);
@@ -561,7 +616,7 @@ impl NetHandler {
     /// outbox with one synchronisation (which also covers `run`'s reduction preloads, `preloaded`),
     /// the frames written and read without blocking, GPU destinations copied from the inbox with
     /// one more. A staged step (`stage`) has no GPU buffers left: no CUDA call at all.
-    fn run_inline(&mut self, arena: *mut u8, ph: &Phase, preloaded: bool) -> Result<()> {
+    fn run_inline(&mut self, arena: *mut u8, k: usize, ph: &Phase, preloaded: bool) -> Result<()> {
         let dev_bytes = |v: &[plan::Xfer]| v.iter().filter(|x| matches!(x.buf, Buf::Dev(_))).map(|x| x.bytes.div_ceil(16) * 16).sum::<u64>();
         let outbox = grow(self.dev, &mut self.outbox, dev_bytes(&ph.sends))?;
         let inbox = grow(self.dev, &mut self.inbox, dev_bytes(&ph.recvs))?;
@@ -608,7 +663,8 @@ impl NetHandler {
             unsafe { ins.get(x.peer, || inline::In::new(r, x.peer)).expect(link.next_seq(0, Dir::Recv), h, x.bytes as usize) };
         }
         let (mut outs, mut ins) = (outs.items, ins.items);
-        inline::exchange(&mut outs, &mut ins, &|| self.stopped())?;
+        let status = self.status.clone();
+        inline::exchange_noting(&mut outs, &mut ins, &|| self.stopped(), &|what| status.note(format!("phase {k} (inline): {what}")))?;
         let mut copies = false;
         for (x, &h) in ph.recvs.iter().zip(&dst) {
             if let Buf::Dev(p) = x.buf {
@@ -731,6 +787,7 @@ impl Handler for NetHandler {
             // application is capturing a graph on another thread.
             self.relaxed = Some(RelaxedCapture::new()?);
         }
+        self.status.started.fetch_add(1, Ordering::Relaxed);
         let step = self.plans.lock().take(r.size)?;
         let t0 = self.profile.is_some().then(std::time::Instant::now);
         self.run(&step).map_err(|e| e.context(format!("rank {}: cross-host step", self.me)))?;
