@@ -367,6 +367,13 @@ impl Cx {
 fn serve(dev: Option<&'static Device>, jobs: Receiver<(u64, Job)>, mut carrier: Box<dyn Carrier>) {
     let mut broken: Option<Error> = None;
     let mut cx = Cx { dev, st: None };
+    if dev.is_some() && crate::config::env("OXCCL_NET_EAGER_STAGING").is_some_and(|v| v.trim() == "1") {
+        // Diagnostic (session 25's 8-rank AlltoAll hang, see BENCHMARKS): the staging's CUDA calls
+        // at the thread's start, before any step kernel spins, instead of at its first GPU job.
+        if let Err(e) = cx.staging() {
+            broken = Some(e);
+        }
+    }
     while let Ok((seq, job)) = jobs.recv() {
         let r = match &broken {
             Some(e) => Err(e.clone()),
