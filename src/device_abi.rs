@@ -48,6 +48,9 @@ pub const OX_MODE_CHAIN: u8 = 5;
 /// double-buffered halves of the LL128 scratch (kernels/reduce_colls.cu, reduce_ll128_chain), and
 /// Broadcast's LL128 chain. (6 was the LL16 packet chain, retired: LL128 beat it at every size.)
 pub const OX_MODE_LL128_CHAIN: u8 = 7;
+/// The one-shot gather kernel (kernels/gather_oneshot.cu; `CollArgs::mode`): AlltoAll, sending
+/// input piece p to peer p (otherwise AllGather, sending the whole input to every peer).
+pub const OX_GATHER_ALLTOALL: u8 = 8;
 
 /// Registrations of one peer a rank's table has room for (src/reg: a registration's slot is its
 /// generation modulo this).

@@ -112,6 +112,7 @@ pub fn launch_task(t: &CollTask) -> Result<()> {
             Coll::AllReduce => allreduce(r, t, t.count),
             Coll::ReduceScatter | Coll::Reduce => reducing(r, t),
             Coll::Broadcast => broadcast(r, t, func),
+            Coll::AllGather | Coll::AlltoAll => gather(r, t, func),
             _ => exchange(r, &coll_spec(r, t), func, t.stream),
         }
     })
@@ -251,6 +252,20 @@ fn broadcast(r: &Ready, t: &CollTask, func: Option<Func>) -> Result<()> {
     nccl_trace!(Subsys::Coll, "Broadcast {bytes} B root {} -> LL128 chain grid {grid} block {block}", t.root);
     let args = coll_args(r, t, bytes, 0, crate::device_abi::OX_MODE_LL128_CHAIN as u32);
     launch(r.module.broadcast_ll128(), grid, block, t.stream, &args)
+}
+
+/// AllGather and AlltoAll: the one-shot gather kernel where the selector says so, else the
+/// exchange kernel.
+fn gather(r: &Ready, t: &CollTask, func: Option<Func>) -> Result<()> {
+    let piece = t.count * t.dtype.size() as u64;
+    let allgather = t.coll == Coll::AllGather;
+    let Some((grid, block)) = crate::algo::select_gather_oneshot(piece, allgather, &r.topo, &r.scratch, &r.tuning) else {
+        return exchange(r, &coll_spec(r, t), func, t.stream);
+    };
+    nccl_trace!(Subsys::Coll, "{:?} {piece} B per rank -> one-shot gather grid {grid} block {block}", t.coll);
+    let mode = if allgather { 0 } else { crate::device_abi::OX_GATHER_ALLTOALL as u32 };
+    let args = coll_args(r, t, piece, 0, mode);
+    launch(r.module.gather_oneshot(), grid, block, t.stream, &args)
 }
 
 fn exchange(r: &Ready, spec: &ExchangeSpec, func: Option<Func>, stream: cu::CUstream) -> Result<()> {

@@ -12,10 +12,13 @@
 //   exchange - the library's exchange kernel (ox_exchange, kernels/exchange.cu) moving small
 //              packet streams as AllGather (every pair both ways, LL) and Broadcast from rank 0
 //              (one way, LL_ACK) do, per launch shape, next to an empty kernel with the same
-//              ~3.9 KiB of parameters: the small AllGather/Broadcast/AlltoAll/Send-Recv path.
+//              ~3.9 KiB of parameters: the small AllGather/Broadcast/AlltoAll/Send-Recv path;
+//              and the one-shot gather kernel (ox_gather_oneshot, kernels/gather_oneshot.cu)
+//              moving the same AllGather.
 // Build (here or on the GPU machine): bash scripts/lab/build.sh; run: ./oneshot_lab [ngpus].
 #include "allreduce.cu"
 #include "exchange.cu"
+#include "gather_oneshot.cu"
 
 #include <atomic>
 #include <chrono>
@@ -205,7 +208,7 @@ static double now_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-enum Which { EMPTY, REAL, STAMPED, LEAN, EMPTY_X, EXCH_AG, EXCH_BC };
+enum Which { EMPTY, REAL, STAMPED, LEAN, EMPTY_X, EXCH_AG, EXCH_BC, GATHER_OS };
 
 // The exchange kernel's arguments for `count` floats per pair, laid out as src/algo/exchange.rs
 // plans a packet-only launch: AllGather (each rank's input to every peer, both ways, OX_MODE_LL;
@@ -244,6 +247,13 @@ static void launch(Which w, int g, int grid, int block, const CollArgs& a) {
     case EMPTY_X: lab_empty_x<<<grid, block, 0, s>>>(exch_args(EXCH_AG, g, a.count)); break;
     case EXCH_AG:
     case EXCH_BC: ox_exchange<<<grid, block, 0, s>>>(exch_args(w, g, a.count)); break;
+    case GATHER_OS: {  // AllGather of a.count floats per rank: the kernel counts bytes
+      CollArgs b = a;
+      b.count = a.count * 4;
+      b.mode = 0;
+      ox_gather_oneshot<<<grid, block, 0, s>>>(b);
+      break;
+    }
   }
 }
 static uint64_t extra(Which w, int g) {
@@ -442,9 +452,13 @@ int main(int argc, char** argv) {
       check_exchange(EXCH_AG, count, "allgather eager");
       double eb = eager_us(EXCH_BC, count, grid, block, 2000);
       check_exchange(EXCH_BC, count, "broadcast eager");
-      printf("exchange %6llu B per pair grid %3d block %4d | graph us: empty(3.9 KiB args) %.2f allgather %.2f broadcast %.2f | "
-             "eager us: empty %.2f allgather %.2f broadcast %.2f\n",
-             (unsigned long long)count * 4, grid, block, ge, ga, gb, ee, ea, eb);
+      double go = graph_us(GATHER_OS, count, grid, block, 200);
+      check_exchange(EXCH_AG, count, "one-shot gather graph");
+      double eo = eager_us(GATHER_OS, count, grid, block, 2000);
+      check_exchange(EXCH_AG, count, "one-shot gather eager");
+      printf("exchange %6llu B per pair grid %3d block %4d | graph us: empty(3.9 KiB args) %.2f allgather %.2f broadcast %.2f "
+             "one-shot allgather %.2f | eager us: empty %.2f allgather %.2f broadcast %.2f one-shot allgather %.2f\n",
+             (unsigned long long)count * 4, grid, block, ge, ga, gb, go, ee, ea, eb, eo);
       fflush(stdout);
     }
   }

@@ -44,7 +44,7 @@ pub struct AllReducePlan {
 
 /// Largest message the one-shot algorithm's scratch holds: each source rank's slot of
 /// half/nranks bytes carries 8 payload bytes per 16-byte packet.
-fn oneshot_capacity(s: &Scratch, n: u64) -> u64 {
+pub(super) fn oneshot_capacity(s: &Scratch, n: u64) -> u64 {
     ((s.ll_half_bytes / n) & !15) / 2
 }
 
@@ -87,7 +87,7 @@ const DEFAULT_LL_MIN_BLOCKS: u32 = 4;
 /// Smallest per-block slice of the put-based algorithm: below it, more blocks only add syncs.
 const RSAG_MIN_SLICE_BYTES: u64 = 4096;
 
-fn ll_shape(npkt: u64, sm_count: u32, t: &Tuning) -> (u32, u32) {
+pub(super) fn ll_shape(npkt: u64, sm_count: u32, t: &Tuning) -> (u32, u32) {
     let threads = t.ll_threads.unwrap_or(512);
     let cap = t.ll_blocks.unwrap_or(sm_count.clamp(1, 64)).min(OX_MAX_BLOCKS as u32);
     // Even a one-packet message takes several blocks: measured on H200, an 8-byte AllReduce runs

@@ -69,6 +69,25 @@ fn default_ll_max_bytes(nranks: usize) -> u64 {
     }
 }
 
+/// Largest AllGather / AlltoAll piece the one-shot gather kernel takes by default: none yet. The
+/// kernel (kernels/gather_oneshot.cu, session 25) has not run on a GPU; it stays off until
+/// nccl-tests `-c 1` passes with it and its times are measured (OXCCL_GATHER_ONESHOT_MAX_BYTES
+/// turns it on for that).
+const DEFAULT_GATHER_ONESHOT_MAX: u64 = 0;
+
+/// AllGather (`allgather`) or AlltoAll of `piece` bytes per pair of ranks on one host: the one-shot
+/// gather kernel's launch shape when it takes the call (the same on every rank: it depends only on
+/// values every rank shares), else None and the exchange kernel moves it. The kernel moves the
+/// one-shot AllReduce's packets, so it shares that kernel's capacity and launch shape.
+pub fn select_gather_oneshot(piece: u64, allgather: bool, topo: &Topology, scratch: &Scratch, t: &Tuning) -> Option<(u32, u32)> {
+    let n = topo.nranks as u64;
+    if n < 2 || piece == 0 || (allgather && !t.allowed.packets[Func::AllGather as usize]) {
+        return None;
+    }
+    let max = t.gather_oneshot_max_bytes.unwrap_or(DEFAULT_GATHER_ONESHOT_MAX).min(super::allreduce::oneshot_capacity(scratch, n));
+    (piece <= max).then(|| super::allreduce::ll_shape(piece.div_ceil(8), topo.sm_count, t))
+}
+
 /// The exchange kernel's launch shape: the same on every rank of a communicator (pairs that
 /// move data in rounds pair block b with block b), one block per SM at most. Packet-only
 /// launches use it too: sizing their grid to the work measured slower at 8 B-64 KiB on H200 x4
@@ -631,5 +650,32 @@ mod tests {
         let spec = ExchangeSpec { sends: vec![Transfer { peer: 1, ptr: 0, bytes: 8, relay: None }; OX_MAX_XFERS + 1], ..Default::default() };
         let e = plan_exchange(0, &spec, None, &topo, &s, &t).unwrap_err();
         assert_eq!(e.code, crate::error::ResultCode::InvalidUsage);
+    }
+
+    #[test]
+    fn the_one_shot_gather_is_off_by_default_and_bounded_when_on() {
+        for n in [2usize, 4, 8] {
+            let (topo, s, mut t) = setup(n);
+            assert_eq!(select_gather_oneshot(64, true, &topo, &s, &t), None, "off until measured (n={n})");
+            t.gather_oneshot_max_bytes = Some(64 << 10);
+            let (grid, block) = select_gather_oneshot(8, true, &topo, &s, &t).expect("8 bytes");
+            assert!((4..=64).contains(&grid) && block == 512, "the one-shot AllReduce's shape: {grid} x {block}");
+            assert!(select_gather_oneshot(64 << 10, false, &topo, &s, &t).is_some(), "AlltoAll, n={n}");
+            assert_eq!(select_gather_oneshot((64 << 10) + 1, true, &topo, &s, &t), None, "above the limit");
+            assert_eq!(select_gather_oneshot(0, true, &topo, &s, &t), None, "nothing to move");
+            // Past the scratch a source region holds, the exchange kernel moves it whatever the limit.
+            t.gather_oneshot_max_bytes = Some(u64::MAX);
+            let cap = ((s.ll_half_bytes / n as u64) & !15) / 2;
+            assert!(select_gather_oneshot(cap, true, &topo, &s, &t).is_some());
+            assert_eq!(select_gather_oneshot(cap + 1, true, &topo, &s, &t), None);
+            // NCCL_PROTO without packets for AllGather leaves it to the exchange kernel; AlltoAll has no
+            // NCCL function name and keeps the one-shot kernel.
+            t.allowed = crate::algo::envlists::Allowed::from_values(Some("Simple"), None).unwrap();
+            assert_eq!(select_gather_oneshot(8, true, &topo, &s, &t), None);
+            assert!(select_gather_oneshot(8, false, &topo, &s, &t).is_some());
+        }
+        let (topo, s, mut t) = setup(1);
+        t.gather_oneshot_max_bytes = Some(64 << 10);
+        assert_eq!(select_gather_oneshot(8, true, &topo, &s, &t), None, "one rank: the exchange's local copy");
     }
 }

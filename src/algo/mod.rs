@@ -11,7 +11,10 @@ mod reducing;
 mod tuning;
 
 pub use allreduce::{select_allreduce, AllReduceAlgo, AllReducePlan};
-pub use exchange::{broadcast_relay, broadcast_spec, exchange_shape, offer_candidates, plan_exchange, gather_chunk_cap, rooted_grid, ExchangePlan, ExchangeSpec, LocalCopy, Transfer};
+pub use exchange::{
+    broadcast_relay, broadcast_spec, exchange_shape, gather_chunk_cap, offer_candidates, plan_exchange, rooted_grid, select_gather_oneshot, ExchangePlan,
+    ExchangeSpec, LocalCopy, Transfer,
+};
 pub use reducing::{select_reduce, select_reducescatter, ReducePlan};
 pub use tuning::Tuning;
 

@@ -32,6 +32,7 @@ pub struct Module {
     reducescatter: Vec<Kernel>,
     reduce: Vec<Kernel>,
     exchange: Kernel,
+    gather_oneshot: Kernel,
     broadcast_ll128: Kernel,
     proxy_selftest: Kernel,
     port_selftest: Kernel,
@@ -75,6 +76,7 @@ impl Module {
             reducescatter: typed_table(raw, "ox_reducescatter", &LL_PUT)?,
             reduce: typed_table(raw, "ox_reduce", &LL_PUT)?,
             exchange: function(raw, "ox_exchange")?,
+            gather_oneshot: function(raw, "ox_gather_oneshot")?,
             broadcast_ll128: function(raw, "ox_broadcast_ll128")?,
             proxy_selftest: function(raw, "ox_proxy_selftest")?,
             port_selftest: function(raw, "ox_port_selftest")?,
@@ -97,6 +99,11 @@ impl Module {
 
     pub fn exchange(&self) -> Kernel {
         self.exchange
+    }
+
+    /// One-shot AllGather / AlltoAll (kernels/gather_oneshot.cu; CollArgs, count in bytes).
+    pub fn gather_oneshot(&self) -> Kernel {
+        self.gather_oneshot
     }
 
     /// Broadcast along the LL128 chain (kernels/broadcast.cu; CollArgs with count in bytes).
