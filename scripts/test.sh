@@ -75,6 +75,10 @@ ab=$(PATH="$fb:$PATH" AB_LOGS="$bt/ab" bash scripts/ab-small.sh "$fb" 2 "sendrec
 if PATH="$fb:$PATH" FAKE_WRONG=1 AB_GRAPH=0 AB_LOGS="$bt/ab" bash scripts/ab-small.sh "$fb" 2 "sendrecv" x="$fb/fake_perf" > /dev/null 2>&1; then
   echo "test: ab-small passed a wrong row"; exit 1
 fi
+# A build's settings reach the ranks: the same fake, told to report a wrong row through its spec.
+if PATH="$fb:$PATH" AB_GRAPH=0 AB_LOGS="$bt/ab" bash scripts/ab-small.sh "$fb" 2 "sendrecv" x="$fb/fake_perf,FAKE_WRONG=1" > /dev/null 2>&1; then
+  echo "test: ab-small did not pass a build's settings to the ranks"; exit 1
+fi
 rm -rf "$bt"
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --release --locked --all-targets -- -D warnings
