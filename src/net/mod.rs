@@ -585,7 +585,7 @@ impl NetHandler {
                 let peers = |v: &[plan::Xfer]| v.iter().map(|x| x.peer).collect::<Vec<_>>();
                 t.wait_noting(&|| self.stopped(), &|left| {
                     status.note(format!(
-                        "phase {k}: {left} of {n} link jobs left (sends to ranks {:?}, receives from ranks {:?})",
+                        "phase {k}: {left} link transfers outstanding (a striped job counts once per lane) of {n} jobs: sends to ranks {:?}, receives from ranks {:?}",
                         peers(&ph.sends),
                         peers(&ph.recvs)
                     ))
