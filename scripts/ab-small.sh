@@ -16,6 +16,12 @@ nt=${1:?nccl-tests dir}; np=${2:?rank count}; bins=${3:?binaries}; shift 3
 args=${AB_ARGS:--b 8 -e 64K -f 8 -c 1 -n 300 -w 30}
 logs=${AB_LOGS:-$(mktemp -d)}; mkdir -p "$logs"
 mpi="mpirun --allow-run-as-root --bind-to none"
+# Each run goes in the background and is waited for, so a TERM or INT to this script (an outer
+# timeout) stops the run as well: left behind, its ranks kept spinning on the GPUs and slowed the
+# measurements that followed (session 25).
+job=""
+trap '[ -n "$job" ] && kill -TERM "$job" 2>/dev/null; exit 143' TERM INT
+bg_run() { "$@" & job=$!; wait "$job"; local rc=$?; job=""; return $rc; }
 lib_of() { local s=${1#*=}; echo "${s%%,*}"; }
 for b in "$@"; do  # every library must exist before the first run
   [ "$b" = nccl ] || [ -e "$(lib_of "$b")" ] || { echo "ab-small: no library $(lib_of "$b")"; exit 2; }
@@ -33,7 +39,7 @@ for t in $bins; do
         fi
       fi
       log="$logs/$t-np$np-G$G-$label.log"
-      timeout 120 $mpi -np "$np" "${pre[@]}" -x NCCL_NVLS_ENABLE=0 -x NCCL_DEBUG=WARN "$nt/${t}_perf" $args -G "$G" > "$log" 2>&1
+      bg_run timeout 120 $mpi -np "$np" "${pre[@]}" -x NCCL_NVLS_ENABLE=0 -x NCCL_DEBUG=WARN "$nt/${t}_perf" $args -G "$G" > "$log" 2>&1
       rc=$?
       rows=$(grep -E '^ +[0-9]' "$log" | awk '{printf "%s:%s%s ", $1, $6, ($9 != 0 && $9 != "N/A" ? "!" : "")}')
       [ $rc -eq 0 ] && [ -n "$rows" ] || fail=1

@@ -11,6 +11,12 @@ set -uo pipefail
 lib=$(realpath "$1"); nt=$2; n=${3:-$(nvidia-smi -L | wc -l)}
 here=$(cd "$(dirname "$0")" && pwd)
 mpi="mpirun --allow-run-as-root --bind-to none"
+# Each run goes in the background and is waited for, so a TERM or INT to this script (an outer
+# timeout) stops the run as well: left behind, its ranks kept spinning on the GPUs and slowed the
+# measurements that followed (session 25).
+job=""
+trap '[ -n "$job" ] && kill -TERM "$job" 2>/dev/null; exit 143' TERM INT
+bg_run() { "$@" & job=$!; wait "$job"; local rc=$?; job=""; return $rc; }
 fails=0
 layouts="1"; [ "$n" -ge 4 ] && layouts="$(( n / 2 )) 1"
 t0=$SECONDS
@@ -28,10 +34,10 @@ for ph in $layouts; do
   for t in all_reduce reduce_scatter reduce broadcast all_gather alltoall sendrecv gather scatter hypercube; do
     o=""; case $t in all_reduce|reduce_scatter|reduce) o="-o all";; esac
     d="-d all"; [ $t = hypercube ] && d=""
-    timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x NCCL_DEBUG=WARN -x OXCCL_DEBUG_DUMP=30 "$here/hostsim.sh" "$ph" "$nt/${t}_perf" -b 8 -e 8M -f 8 -c 1 $d $o -n 1 -w 1 > "$log/$ph-$t.log" 2>&1
+    bg_run timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x NCCL_DEBUG=WARN -x OXCCL_DEBUG_DUMP=30 "$here/hostsim.sh" "$ph" "$nt/${t}_perf" -b 8 -e 8M -f 8 -c 1 $d $o -n 1 -w 1 > "$log/$ph-$t.log" 2>&1
     check "$((n / ph)) hosts x $ph: $t" "$log/$ph-$t.log" $?
   done
-  timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x NCCL_DEBUG=WARN -x OXCCL_DEBUG_DUMP=30 "$here/hostsim.sh" "$ph" "$nt/all_reduce_perf" -b 8 -e 4M -f 16 -c 1 -G 20 -n 2 -w 1 > "$log/$ph-G.log" 2>&1
+  bg_run timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x NCCL_DEBUG=WARN -x OXCCL_DEBUG_DUMP=30 "$here/hostsim.sh" "$ph" "$nt/all_reduce_perf" -b 8 -e 4M -f 16 -c 1 -G 20 -n 2 -w 1 > "$log/$ph-G.log" 2>&1
   check "$((n / ph)) hosts x $ph: all_reduce -G 20" "$log/$ph-G.log" $?
 done
 # The same machinery between GPUs of one host: copy engines (OXCCL_LOCAL_TRANSPORT=ce) for every
@@ -42,12 +48,12 @@ host_tests="all_reduce all_gather alltoall sendrecv"
 for t in $local_tests; do
   o=""; case $t in all_reduce|reduce_scatter|reduce) o="-o all";; esac
   d="-d all"; [ $t = hypercube ] && d=""
-  timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x OXCCL_LOCAL_TRANSPORT=ce -x NCCL_DEBUG=WARN "$nt/${t}_perf" -b 8 -e 8M -f 8 -c 1 $d $o -n 1 -w 1 > "$log/ce-$t.log" 2>&1
+  bg_run timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x OXCCL_LOCAL_TRANSPORT=ce -x NCCL_DEBUG=WARN "$nt/${t}_perf" -b 8 -e 8M -f 8 -c 1 $d $o -n 1 -w 1 > "$log/ce-$t.log" 2>&1
   check "copy engine: $t" "$log/ce-$t.log" $?
 done
 for t in $host_tests; do
   o=""; [ $t = all_reduce ] && o="-o all"
-  timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x NCCL_P2P_DISABLE=1 -x NCCL_DEBUG=WARN "$nt/${t}_perf" -b 8 -e 4M -f 16 -c 1 -d all $o -n 1 -w 1 > "$log/host-$t.log" 2>&1
+  bg_run timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x NCCL_P2P_DISABLE=1 -x NCCL_DEBUG=WARN "$nt/${t}_perf" -b 8 -e 4M -f 16 -c 1 -d all $o -n 1 -w 1 > "$log/host-$t.log" 2>&1
   check "NCCL_P2P_DISABLE=1: $t" "$log/host-$t.log" $?
 done
 echo "multihost-check: $fails failure(s); logs in $log"

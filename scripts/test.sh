@@ -79,6 +79,14 @@ fi
 if PATH="$fb:$PATH" AB_GRAPH=0 AB_LOGS="$bt/ab" bash scripts/ab-small.sh "$fb" 2 "sendrecv" x="$fb/fake_perf,FAKE_WRONG=1" > /dev/null 2>&1; then
   echo "test: ab-small did not pass a build's settings to the ranks"; exit 1
 fi
+# An outer timeout stops multihost-check's and ab-small's current run too: nothing is left running.
+st="$bt/stuck"; mkdir -p "$st/bin"; printf '#!/usr/bin/env bash\nexec sleep 31.25\n' > "$st/bin/mpirun"; chmod +x "$st/bin/mpirun"; touch "$st/lib.so"
+PATH="$st/bin:$PATH" timeout 3 bash scripts/multihost-check.sh "$st/lib.so" "$st" 2 "$st/log" > /dev/null 2>&1 || true
+PATH="$st/bin:$PATH" timeout 3 bash scripts/ab-small.sh "$st" 2 sendrecv x="$st/lib.so" > /dev/null 2>&1 || true
+sleep 1
+if pgrep -f "sleep 31.25" > /dev/null; then
+  pkill -f "sleep 31.25"; echo "test: a timed-out multihost-check or ab-small left its run behind"; exit 1
+fi
 rm -rf "$bt"
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --release --locked --all-targets -- -D warnings
