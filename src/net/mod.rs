@@ -581,10 +581,9 @@ impl NetHandler {
                 for x in &ph.sends {
                     self.link(x.peer)?.send(Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone() });
                 }
-                let status = self.status.clone();
                 let peers = |v: &[plan::Xfer]| v.iter().map(|x| x.peer).collect::<Vec<_>>();
                 t.wait_noting(&|| self.stopped(), &|left| {
-                    status.note(format!(
+                    self.status.note(format!(
                         "phase {k}: {left} link transfers outstanding (a striped job counts once per lane) of {n} jobs: sends to ranks {:?}, receives from ranks {:?}",
                         peers(&ph.sends),
                         peers(&ph.recvs)
@@ -663,8 +662,7 @@ impl NetHandler {
             unsafe { ins.get(x.peer, || inline::In::new(r, x.peer)).expect(link.next_seq(0, Dir::Recv), h, x.bytes as usize) };
         }
         let (mut outs, mut ins) = (outs.items, ins.items);
-        let status = self.status.clone();
-        inline::exchange_noting(&mut outs, &mut ins, &|| self.stopped(), &|what| status.note(format!("phase {k} (inline): {what}")))?;
+        inline::exchange_noting(&mut outs, &mut ins, &|| self.stopped(), &|what| self.status.note(format!("phase {k} (inline): {what}")))?;
         let mut copies = false;
         for (x, &h) in ph.recvs.iter().zip(&dst) {
             if let Buf::Dev(p) = x.buf {
