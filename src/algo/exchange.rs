@@ -69,11 +69,19 @@ fn default_ll_max_bytes(nranks: usize) -> u64 {
     }
 }
 
-/// Largest AllGather / AlltoAll piece the one-shot gather kernel takes by default: none yet. The
-/// kernel (kernels/gather_oneshot.cu, session 25) has not run on a GPU; it stays off until
-/// nccl-tests `-c 1` passes with it and its times are measured (OXCCL_GATHER_ONESHOT_MAX_BYTES
-/// turns it on for that).
-const DEFAULT_GATHER_ONESHOT_MAX: u64 = 0;
+/// Largest AllGather / AlltoAll piece (bytes per pair of ranks) the one-shot gather kernel takes
+/// by default (the scratch's capacity bounds it further). On H200 x4 and x2 it beat the exchange
+/// kernel at every piece measured, 16 B-256 KiB, eager and under graphs (AllGather np4 at 256 KiB
+/// pieces: 10.4 us against 14.0; np2 at 256 KiB: 5.2 against 8.5; BENCHMARKS fifteenth pass).
+/// Above 4 ranks it has not run yet (no 8-GPU machine since it was written): the exchange kernel
+/// keeps those until it is measured there.
+fn default_gather_oneshot_max(nranks: u64) -> u64 {
+    if nranks <= 4 {
+        256 << 10
+    } else {
+        0
+    }
+}
 
 /// AllGather (`allgather`) or AlltoAll of `piece` bytes per pair of ranks on one host: the one-shot
 /// gather kernel's launch shape when it takes the call (the same on every rank: it depends only on
@@ -84,7 +92,7 @@ pub fn select_gather_oneshot(piece: u64, allgather: bool, topo: &Topology, scrat
     if n < 2 || piece == 0 || (allgather && !t.allowed.packets[Func::AllGather as usize]) {
         return None;
     }
-    let max = t.gather_oneshot_max_bytes.unwrap_or(DEFAULT_GATHER_ONESHOT_MAX).min(super::allreduce::oneshot_capacity(scratch, n));
+    let max = t.gather_oneshot_max_bytes.unwrap_or_else(|| default_gather_oneshot_max(n)).min(super::allreduce::oneshot_capacity(scratch, n));
     (piece <= max).then(|| super::allreduce::ll_shape(piece.div_ceil(8), topo.sm_count, t))
 }
 
@@ -653,10 +661,19 @@ mod tests {
     }
 
     #[test]
-    fn the_one_shot_gather_is_off_by_default_and_bounded_when_on() {
+    fn the_one_shot_gather_has_a_default_limit_and_is_bounded_by_its_scratch() {
         for n in [2usize, 4, 8] {
             let (topo, s, mut t) = setup(n);
-            assert_eq!(select_gather_oneshot(64, true, &topo, &s, &t), None, "off until measured (n={n})");
+            let def = default_gather_oneshot_max(n as u64).min(super::super::allreduce::oneshot_capacity(&s, n as u64));
+            if n <= 4 {
+                assert!(def >= 16 << 10, "on by default at {n} ranks");
+                assert!(select_gather_oneshot(def, true, &topo, &s, &t).is_some(), "n={n}");
+            } else {
+                assert_eq!(def, 0, "off above 4 ranks until measured there");
+            }
+            assert_eq!(select_gather_oneshot(def + 1, true, &topo, &s, &t), None, "n={n}");
+            t.gather_oneshot_max_bytes = Some(0);
+            assert_eq!(select_gather_oneshot(8, true, &topo, &s, &t), None, "0 turns it off (n={n})");
             t.gather_oneshot_max_bytes = Some(64 << 10);
             let (grid, block) = select_gather_oneshot(8, true, &topo, &s, &t).expect("8 bytes");
             assert!((4..=64).contains(&grid) && block == 512, "the one-shot AllReduce's shape: {grid} x {block}");

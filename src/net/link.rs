@@ -9,6 +9,13 @@
 //! while chunk k is on the wire; the receiver copies chunk k to the GPU while chunk k+1 arrives.
 //! Copies use the thread's own non-blocking stream, never the legacy default stream, which would
 //! wait for (and deadlock with) the user's kernel that waits for this transfer.
+//!
+//! Each thread makes its stream and pinned buffers when the link starts, and the link is not
+//! ready until every thread has: never inside a step. Made on first use, at 8 ranks (32-56 link
+//! threads per process creating streams and pinning memory at once, while the step kernel spins)
+//! the driver deadlocked: threads stood in cuMemHostAlloc and cuStreamCreate on its write lock,
+//! the copies the spinning kernel waited for stood behind them on its read lock (cuda-gdb,
+//! BENCHMARKS fifteenth pass).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -108,6 +115,12 @@ impl Tracker {
 /// arrives is what this rank expects. A transport (TCP here, the copy engine in `ce`, InfiniBand
 /// in `ib`) is a pair of carriers per lane.
 pub trait Carrier: Send + 'static {
+    /// Sets up the thread's CUDA side before any job (see the module note): a stream; this
+    /// default is for carriers that move GPU memory with copies only.
+    fn prepare(&mut self, cx: &mut Cx) -> Result<()> {
+        cx.prepare(false)
+    }
+
     /// Carries job number `seq` of this lane and direction; `cx` is the thread's CUDA side.
     fn carry(&mut self, cx: &mut Cx, seq: u64, job: &Job) -> Result<()>;
 
@@ -147,6 +160,8 @@ pub struct Link {
     inline: Option<(TcpStream, TcpStream)>,
     interrupt: Interrupt,
     threads: Vec<JoinHandle<()>>,
+    /// One report per thread that its CUDA side is set up (`ready` takes them).
+    pending: Mutex<Vec<Receiver<Result<()>>>>,
 }
 
 /// Jobs at least this large are striped over every lane of the link.
@@ -206,8 +221,17 @@ impl Link {
         Link::new(dev, me, peer, lanes, interrupt)
     }
 
-    /// Starts two threads per lane (its sender and its receiver).
+    /// `spawn`, then `ready`.
     pub fn new(dev: Option<&'static Device>, me: usize, peer: usize, lanes: Vec<Lane>, interrupt: Interrupt) -> Result<Link> {
+        let link = Link::spawn(dev, me, peer, lanes, interrupt)?;
+        link.ready()?;
+        Ok(link)
+    }
+
+    /// Starts two threads per lane (its sender and its receiver), which set up their CUDA side
+    /// (`Carrier::prepare`); the link takes no job until `ready` has returned. Apart so that a
+    /// communicator's links set up at once.
+    pub fn spawn(dev: Option<&'static Device>, me: usize, peer: usize, lanes: Vec<Lane>, interrupt: Interrupt) -> Result<Link> {
         if lanes.is_empty() {
             return Err(Error::internal(format!("network link to rank {peer} without lanes")));
         }
@@ -224,14 +248,27 @@ impl Link {
         let seqs = lanes.iter().map(|_| [AtomicU64::new(0), AtomicU64::new(0)]).collect();
         let mut queues = Vec::new();
         let mut threads = Vec::new();
+        let mut pending = Vec::new();
         for (i, (s, r)) in lanes.into_iter().enumerate() {
             let (stx, srx) = channel::<(u64, Job)>();
             let (rtx, rrx) = channel::<(u64, Job)>();
-            threads.push(spawn(format!("oxccl-net{me}>{peer}.{i}"), Box::new(move || serve(dev, srx, s)))?);
-            threads.push(spawn(format!("oxccl-net{me}<{peer}.{i}"), Box::new(move || serve(dev, rrx, r)))?);
+            let (sready, sdone) = channel();
+            let (rready, rdone) = channel();
+            threads.push(spawn(format!("oxccl-net{me}>{peer}.{i}"), Box::new(move || serve(dev, srx, s, sready)))?);
+            threads.push(spawn(format!("oxccl-net{me}<{peer}.{i}"), Box::new(move || serve(dev, rrx, r, rready)))?);
             queues.push((Some(stx), Some(rtx)));
+            pending.extend([sdone, rdone]);
         }
-        Ok(Link { peer, lanes: queues, seqs, inline, interrupt, threads })
+        Ok(Link { peer, lanes: queues, seqs, inline, interrupt, threads, pending: Mutex::new(pending) })
+    }
+
+    /// Waits until every thread has set up its CUDA side; the first failure is the link's.
+    pub fn ready(&self) -> Result<()> {
+        let peer = self.peer;
+        for r in self.pending.lock().drain(..) {
+            r.recv().map_err(|_| Error::internal(format!("a network thread for rank {peer} ended during set-up")))??;
+        }
+        Ok(())
     }
 
     /// The next sequence number of `lane` going `dir`.
@@ -293,22 +330,32 @@ impl Drop for Link {
     }
 }
 
-/// A thread's CUDA side: the device context, relaxed capture mode, its stream, two pinned buffers.
+/// A thread's CUDA side: the device context, relaxed capture mode, its stream, and two pinned
+/// buffers for carriers that stage through host memory (none for the others).
 pub struct Staging {
     pub stream: OwnedStream,
-    bufs: [HostMapped; 2],
+    bufs: Vec<HostMapped>,
     // Dropped after the stream and buffers: the context stays current for their teardown.
     _relaxed: RelaxedCapture,
     _ctx: CtxGuard,
 }
 
 impl Staging {
-    fn new(dev: &'static Device) -> Result<Staging> {
+    fn new(dev: &'static Device, buffers: bool) -> Result<Staging> {
         let ctx = CtxGuard::new(dev)?;
         let relaxed = RelaxedCapture::new()?;
         let stream = OwnedStream::new(dev)?;
-        let bufs = [HostMapped::zeroed(dev, CHUNK)?, HostMapped::zeroed(dev, CHUNK)?];
+        let bufs = if buffers { vec![HostMapped::zeroed(dev, CHUNK)?, HostMapped::zeroed(dev, CHUNK)?] } else { Vec::new() };
         Ok(Staging { _ctx: ctx, _relaxed: relaxed, stream, bufs })
+    }
+
+    /// Pinned buffer `i`, which `len` bytes must fit.
+    fn buf(&self, i: usize, len: usize) -> Result<&HostMapped> {
+        let b = self.bufs.get(i).ok_or_else(|| Error::internal("network staging without pinned buffers"))?;
+        if len > b.size {
+            return Err(Error::internal(format!("{len} bytes for a {} byte staging buffer", b.size)));
+        }
+        Ok(b)
     }
 
     pub fn sync(&self) -> Result<()> {
@@ -316,22 +363,23 @@ impl Staging {
     }
 
     pub fn to_host(&self, buf: usize, src: u64, len: usize) -> Result<()> {
-        // SAFETY: the destination is our pinned buffer of CHUNK >= len bytes; src is device memory
+        // SAFETY: the destination is our pinned buffer of at least len bytes (checked); src is device memory
         // of the plan's operation, valid while the user's kernel waits for this step.
-        check(unsafe { cu::cuMemcpyDtoHAsync_v2(self.bufs[buf].host.cast(), src, len, self.stream.raw) }, "cuMemcpyDtoHAsync (network send)")
+        check(unsafe { cu::cuMemcpyDtoHAsync_v2(self.buf(buf, len)?.host.cast(), src, len, self.stream.raw) }, "cuMemcpyDtoHAsync (network send)")
     }
 
     pub fn to_device(&self, buf: usize, dst: u64, len: usize) -> Result<()> {
         // SAFETY: as in to_host, the other way.
-        check(unsafe { cu::cuMemcpyHtoDAsync_v2(dst, self.bufs[buf].host.cast(), len, self.stream.raw) }, "cuMemcpyHtoDAsync (network receive)")
+        check(unsafe { cu::cuMemcpyHtoDAsync_v2(dst, self.buf(buf, len)?.host.cast(), len, self.stream.raw) }, "cuMemcpyHtoDAsync (network receive)")
     }
 
     // The buffer is raw pinned memory, not data owned through &self; one thread uses it.
     #[allow(clippy::mut_from_ref)]
-    pub fn slice(&self, buf: usize, len: usize) -> &mut [u8] {
-        // SAFETY: our pinned buffer, CHUNK bytes, used by this thread only; the stream's copies
-        // into or out of it are synchronised before the slice is touched.
-        unsafe { std::slice::from_raw_parts_mut(self.bufs[buf].host, len) }
+    pub fn slice(&self, buf: usize, len: usize) -> Result<&mut [u8]> {
+        let b = self.buf(buf, len)?;
+        // SAFETY: our pinned buffer, at least len bytes (checked), used by this thread only; the
+        // stream's copies into or out of it are synchronised before the slice is touched.
+        Ok(unsafe { std::slice::from_raw_parts_mut(b.host, len) })
     }
 }
 
@@ -341,8 +389,8 @@ fn chunks(bytes: u64) -> impl Iterator<Item = (u64, usize)> {
     (0..bytes.div_ceil(CHUNK as u64)).map(move |k| (k * CHUNK as u64, (bytes - k * CHUNK as u64).min(CHUNK as u64) as usize))
 }
 
-/// A link thread's CUDA side: the staging, made on first use (a thread that only moves host
-/// memory never touches CUDA).
+/// A link thread's CUDA side: the staging, made by `prepare` when the link starts (a link
+/// without a GPU, in tests, has none).
 pub struct Cx {
     dev: Option<&'static Device>,
     st: Option<Staging>,
@@ -353,27 +401,29 @@ impl Cx {
         self.dev.ok_or_else(|| Error::internal("a network job names GPU memory on a host-only link"))
     }
 
-    pub fn staging(&mut self) -> Result<&Staging> {
-        if self.st.is_none() {
-            let dev = self.device()?;
-            self.st = Some(Staging::new(dev).map_err(|e| e.context("network staging set-up"))?);
+    /// Makes the staging (with pinned buffers if `buffers`), once; nothing without a GPU.
+    pub fn prepare(&mut self, buffers: bool) -> Result<()> {
+        if let (Some(dev), None) = (self.dev, &self.st) {
+            self.st = Some(Staging::new(dev, buffers).map_err(|e| e.context("network staging set-up"))?);
         }
-        self.st.as_ref().ok_or_else(|| Error::internal("network staging"))
+        Ok(())
+    }
+
+    pub fn staging(&self) -> Result<&Staging> {
+        self.device()?;
+        self.st.as_ref().ok_or_else(|| Error::internal("network staging not set up when the link started"))
     }
 }
 
-/// A link thread: takes jobs in order (numbered when posted); after the first failure every later job
-/// fails at once with it (the byte stream is out of step).
-fn serve(dev: Option<&'static Device>, jobs: Receiver<(u64, Job)>, mut carrier: Box<dyn Carrier>) {
-    let mut broken: Option<Error> = None;
+/// A link thread: sets up its CUDA side and reports it on `ready`, then takes jobs in order
+/// (numbered when posted); after the first failure every later job fails at once with it (the
+/// byte stream is out of step).
+fn serve(dev: Option<&'static Device>, jobs: Receiver<(u64, Job)>, mut carrier: Box<dyn Carrier>, ready: Sender<Result<()>>) {
     let mut cx = Cx { dev, st: None };
-    if dev.is_some() && crate::config::env("OXCCL_NET_EAGER_STAGING").is_some_and(|v| v.trim() == "1") {
-        // Diagnostic (session 25's 8-rank AlltoAll hang, see BENCHMARKS): the staging's CUDA calls
-        // at the thread's start, before any step kernel spins, instead of at its first GPU job.
-        if let Err(e) = cx.staging() {
-            broken = Some(e);
-        }
-    }
+    let set_up = carrier.prepare(&mut cx);
+    let mut broken = set_up.as_ref().err().cloned();
+    // The link may be gone already (its set-up failed on another thread).
+    let _ = ready.send(set_up);
     while let Ok((seq, job)) = jobs.recv() {
         let r = match &broken {
             Some(e) => Err(e.clone()),
@@ -394,6 +444,10 @@ struct TcpSend {
 }
 
 impl Carrier for TcpSend {
+    fn prepare(&mut self, cx: &mut Cx) -> Result<()> {
+        cx.prepare(true)
+    }
+
     fn carry(&mut self, cx: &mut Cx, seq: u64, job: &Job) -> Result<()> {
         let st = if matches!(job.mem, Mem::Dev(_)) { Some(cx.staging()?) } else { None };
         send_one(st, &mut self.sock, seq, job).map_err(|e| e.context(format!("sending to rank {}", self.peer)))
@@ -410,6 +464,10 @@ struct TcpRecv {
 }
 
 impl Carrier for TcpRecv {
+    fn prepare(&mut self, cx: &mut Cx) -> Result<()> {
+        cx.prepare(true)
+    }
+
     fn carry(&mut self, cx: &mut Cx, seq: u64, job: &Job) -> Result<()> {
         let st = if matches!(job.mem, Mem::Dev(_)) { Some(cx.staging()?) } else { None };
         recv_one(st, &mut self.sock, self.peer, seq, job)
@@ -476,7 +534,7 @@ fn send_one(st: Option<&Staging>, sock: &mut TcpStream, seq: u64, job: &Job) -> 
                 if let Some(&(off, n)) = list.get(k + 1) {
                     st.to_host((k + 1) % 2, src + off, n)?; // overlaps the write below
                 }
-                sock.write_all(st.slice(k % 2, len)).map_err(io)?;
+                sock.write_all(st.slice(k % 2, len)?).map_err(io)?;
             }
         }
     }
@@ -498,7 +556,7 @@ fn recv_one(st: Option<&Staging>, sock: &mut TcpStream, peer: usize, seq: u64, j
             let st = st.ok_or_else(|| Error::internal("no staging for a GPU transfer"))?;
             for (k, (off, n)) in chunks(job.bytes).enumerate() {
                 // Buffer k % 2 was last used by copy k - 2, which the sync before copy k - 1 ended.
-                sock.read_exact(st.slice(k % 2, n)).map_err(io)?;
+                sock.read_exact(st.slice(k % 2, n)?).map_err(io)?;
                 st.sync()?; // copy k - 1 done: at most one copy in flight
                 st.to_device(k % 2, dst + off, n)?;
             }
@@ -524,6 +582,43 @@ mod tests {
             ai.push(l.accept().unwrap().0);
         }
         (Link::start(None, 0, 1, ao, ai).unwrap(), Link::start(None, 1, 0, bo, bi).unwrap())
+    }
+
+    /// Records the order of its calls; `fail` makes its set-up fail.
+    struct Probe {
+        log: Arc<Mutex<Vec<&'static str>>>,
+        fail: bool,
+    }
+
+    impl Carrier for Probe {
+        fn prepare(&mut self, _: &mut Cx) -> Result<()> {
+            self.log.lock().push("prepare");
+            if self.fail {
+                return Err(Error::system("no pinned memory"));
+            }
+            Ok(())
+        }
+
+        fn carry(&mut self, _: &mut Cx, _: u64, _: &Job) -> Result<()> {
+            self.log.lock().push("carry");
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_link_is_ready_only_once_every_thread_set_up_and_reports_a_failed_one() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let probe = |fail| Box::new(Probe { log: log.clone(), fail }) as Box<dyn Carrier>;
+        let nop: Interrupt = Arc::new(|| {});
+        let link = Link::new(None, 0, 1, vec![(probe(false), probe(false)), (probe(false), probe(false))], nop.clone()).unwrap();
+        assert_eq!(*log.lock(), vec!["prepare"; 4], "all four threads set up before new returns");
+        let t = Tracker::new(1);
+        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 0, done: t.clone() });
+        t.wait(&|| None).unwrap();
+        assert_eq!(log.lock().last(), Some(&"carry"));
+        drop(link);
+        let e = Link::new(None, 3, 5, vec![(probe(false), probe(false)), (probe(false), probe(true))], nop).err().expect("a failed set-up");
+        assert!(e.msg.contains("no pinned memory"), "{}", e.msg);
     }
 
     #[test]

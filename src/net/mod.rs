@@ -237,7 +237,13 @@ impl Net {
             } else {
                 link::tcp_lanes(p, ds.outgoing, ds.incoming)?
             };
-            *slot = Some(Link::new(Some(s.dev), s.me, p, lanes, interrupt)?);
+            *slot = Some(Link::spawn(Some(s.dev), s.me, p, lanes, interrupt)?);
+        }
+        // Every link thread's CUDA staging exists before the first step kernel can run (link.rs).
+        for (p, l) in links.iter().enumerate() {
+            if let Some(l) = l {
+                l.ready().map_err(|e| e.context(format!("setting up the network link to rank {p}")))?;
+            }
         }
         let links = Arc::new(links);
 
@@ -512,6 +518,14 @@ impl NetHandler {
     ) -> Result<NetHandler> {
         // Not the legacy stream: the user's kernel that waits for this step may run on a blocking one.
         let stream = OwnedStream::new(dev)?;
+        // The pinned buffers at their smallest (1 MiB, `grow`) now, before any step kernel spins:
+        // CUDA allocations inside a step are what deadlocked the driver at 8 ranks (link.rs). A
+        // step needing more still grows them then, on this one thread.
+        let mut bufs = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+        for b in &mut bufs {
+            grow(dev, b, 1)?;
+        }
+        let [arena, tmp, outbox, inbox] = bufs;
         Ok(NetHandler {
             dev,
             me,
@@ -520,10 +534,10 @@ impl NetHandler {
             done,
             abort_flag,
             stream,
-            arena: Vec::new(),
-            tmp: Vec::new(),
-            outbox: Vec::new(),
-            inbox: Vec::new(),
+            arena,
+            tmp,
+            outbox,
+            inbox,
             inline_max,
             status,
             relaxed: None,
