@@ -242,10 +242,15 @@ fn coll_spec(r: &Ready, t: &CollTask) -> ExchangeSpec {
     s
 }
 
-/// Broadcast: along the LL128 chain where the selector says so, else the exchange kernel's
-/// direct or relayed transfers.
+/// Broadcast: small ones as one-way packets, mid sizes along the LL128 chain where the
+/// selectors say so, else the exchange kernel's direct or relayed transfers.
 fn broadcast(r: &Ready, t: &CollTask, func: Option<Func>) -> Result<()> {
     let bytes = t.count * t.dtype.size() as u64;
+    if let Some((grid, block)) = crate::algo::chain::broadcast_oneshot(bytes, &r.topo, &r.scratch, &r.tuning) {
+        nccl_trace!(Subsys::Coll, "Broadcast {bytes} B root {} -> one-shot packets grid {grid} block {block}", t.root);
+        let args = coll_args(r, t, bytes, 0, 0);
+        return launch(r.module.broadcast_oneshot(), grid, block, t.stream, &args);
+    }
     let Some((grid, block)) = crate::algo::chain::broadcast_ll128(bytes, &r.topo, &r.scratch, &r.tuning) else {
         return exchange(r, &coll_spec(r, t), func, t.stream);
     };

@@ -42,6 +42,28 @@ fn default_broadcast_ll128_bounds(nranks: usize) -> (u64, u64) {
     }
 }
 
+/// Largest Broadcast the one-shot packet kernel takes by default: everything below the LL128
+/// chain's range, at 2-4 ranks. Above 4 ranks none until it is measured on 8 GPUs.
+fn default_broadcast_oneshot_max(nranks: usize) -> u64 {
+    if nranks <= 4 {
+        default_broadcast_ll128_bounds(nranks).0 - 1
+    } else {
+        0
+    }
+}
+
+/// Broadcast as one-way packets from the root (kernels/broadcast.cu, `ox_broadcast_oneshot`):
+/// (grid, block), or None. Bounded by what one source region of a rank's LL scratch holds, as
+/// the one-shot AllReduce is; the shape is that kernel's for the same packets.
+pub fn broadcast_oneshot(bytes: u64, topo: &Topology, s: &Scratch, t: &Tuning) -> Option<(u32, u32)> {
+    let n = topo.nranks;
+    if n < 2 || bytes == 0 || !t.allowed.packets[Func::Broadcast as usize] {
+        return None;
+    }
+    let max = t.broadcast_oneshot_max_bytes.unwrap_or_else(|| default_broadcast_oneshot_max(n)).min(super::allreduce::oneshot_capacity(s, n as u64));
+    (bytes <= max).then(|| super::allreduce::ll_shape(bytes.div_ceil(8), topo.sm_count, t))
+}
+
 /// Broadcast along the LL128 chain from the root: (grid, block), or None for the exchange kernel.
 pub fn broadcast_ll128(bytes: u64, topo: &Topology, s: &Scratch, t: &Tuning) -> Option<(u32, u32)> {
     let n = topo.nranks;
@@ -58,6 +80,37 @@ pub fn broadcast_ll128(bytes: u64, topo: &Topology, s: &Scratch, t: &Tuning) -> 
 mod tests {
     use super::*;
     use crate::algo::envlists::Allowed;
+
+    #[test]
+    fn small_broadcasts_take_the_one_shot_kernel_up_to_the_chain() {
+        for n in [2usize, 3, 4, 8] {
+            let mut t = Tuning::default();
+            let s = Scratch::for_ranks(n, &t);
+            let topo = Topology { nranks: n, sm_count: 132 };
+            let chain_min = default_broadcast_ll128_bounds(n).0;
+            if n <= 4 {
+                for bytes in [1u64, 8, 4096, chain_min - 1] {
+                    let (grid, block) = broadcast_oneshot(bytes, &topo, &s, &t).unwrap_or_else(|| panic!("{bytes} B at {n} ranks"));
+                    assert!(grid >= 1 && block >= 64, "{grid} x {block}");
+                    assert!(broadcast_ll128(bytes, &topo, &s, &t).is_none(), "{bytes} B: below the chain");
+                }
+                assert!(broadcast_oneshot(chain_min, &topo, &s, &t).is_none());
+                assert!(broadcast_ll128(chain_min, &topo, &s, &t).is_some(), "the chain takes over at {chain_min}");
+            } else {
+                assert!(broadcast_oneshot(8, &topo, &s, &t).is_none(), "off above 4 ranks until measured");
+            }
+            assert!(broadcast_oneshot(0, &topo, &s, &t).is_none(), "nothing to move");
+            // The scratch bounds it whatever the setting; 0 turns it off; NCCL_PROTO without packets too.
+            t.broadcast_oneshot_max_bytes = Some(u64::MAX);
+            let cap = crate::algo::allreduce::oneshot_capacity(&s, n as u64);
+            assert!(broadcast_oneshot(cap, &topo, &s, &t).is_some() && broadcast_oneshot(cap + 1, &topo, &s, &t).is_none());
+            t.broadcast_oneshot_max_bytes = Some(0);
+            assert!(broadcast_oneshot(8, &topo, &s, &t).is_none());
+            t.broadcast_oneshot_max_bytes = None;
+            t.allowed = Allowed::from_values(Some("Simple"), None).unwrap();
+            assert!(broadcast_oneshot(8, &topo, &s, &t).is_none());
+        }
+    }
 
     #[test]
     fn broadcast_takes_the_chain_at_mid_sizes() {

@@ -32,6 +32,9 @@ pub struct Tuning {
     /// OXCCL_GATHER_ONESHOT_MAX_BYTES: largest piece (bytes per pair of ranks) of an AllGather or
     /// AlltoAll run by the one-shot gather kernel instead of the exchange kernel (0 = never).
     pub gather_oneshot_max_bytes: Option<u64>,
+    /// OXCCL_BROADCAST_ONESHOT_MAX_BYTES: largest Broadcast run by the one-shot packet kernel
+    /// (0 = never).
+    pub broadcast_oneshot_max_bytes: Option<u64>,
     /// OXCCL_REDUCE_LL_MAX_BYTES: largest ReduceScatter chunk / Reduce message moved as packets.
     pub reduce_ll_max_bytes: Option<u64>,
     /// OXCCL_RELAY_MIN_BYTES: smallest Broadcast (3+ ranks) that the root scatters and the other
@@ -86,6 +89,7 @@ impl Tuning {
             exchange_threads: num32("OXCCL_EXCHANGE_THREADS").filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
             exchange_ll_blocks: num32("OXCCL_EXCHANGE_LL_BLOCKS").filter(|&b| b > 0),
             gather_oneshot_max_bytes: num("OXCCL_GATHER_ONESHOT_MAX_BYTES"),
+            broadcast_oneshot_max_bytes: num("OXCCL_BROADCAST_ONESHOT_MAX_BYTES"),
             reduce_ll_max_bytes: num("OXCCL_REDUCE_LL_MAX_BYTES"),
             relay_min_bytes: num("OXCCL_RELAY_MIN_BYTES"),
             reduce_relay_min_bytes: num("OXCCL_REDUCE_RELAY_MIN_BYTES"),

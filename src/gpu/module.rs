@@ -34,6 +34,7 @@ pub struct Module {
     exchange: Kernel,
     gather_oneshot: Kernel,
     broadcast_ll128: Kernel,
+    broadcast_oneshot: Kernel,
     proxy_selftest: Kernel,
     port_selftest: Kernel,
     net_step: Kernel,
@@ -78,6 +79,7 @@ impl Module {
             exchange: function(raw, "ox_exchange")?,
             gather_oneshot: function(raw, "ox_gather_oneshot")?,
             broadcast_ll128: function(raw, "ox_broadcast_ll128")?,
+            broadcast_oneshot: function(raw, "ox_broadcast_oneshot")?,
             proxy_selftest: function(raw, "ox_proxy_selftest")?,
             port_selftest: function(raw, "ox_port_selftest")?,
             net_step: function(raw, "ox_net_step")?,
@@ -109,6 +111,11 @@ impl Module {
     /// Broadcast along the LL128 chain (kernels/broadcast.cu; CollArgs with count in bytes).
     pub fn broadcast_ll128(&self) -> Kernel {
         self.broadcast_ll128
+    }
+
+    /// Small Broadcast as one-way packets (kernels/broadcast.cu; CollArgs with count in bytes).
+    pub fn broadcast_oneshot(&self) -> Kernel {
+        self.broadcast_oneshot
     }
 
     pub fn proxy_selftest(&self) -> Kernel {
