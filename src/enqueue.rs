@@ -179,7 +179,7 @@ pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
         }
         match &r.net {
             Some(net) => net.launch_p2p(r, ops, first.stream)?,
-            None => exchange(r, &spec, None, first.stream)?,
+            None => p2p(r, &spec, first.stream)?,
         }
         if !graph && !others.is_empty() {
             ls.done.record(first.stream)?;
@@ -189,6 +189,29 @@ pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// A group's point-to-point transfers on one host: the one-shot kernel where the selector says so,
+/// else the exchange kernel.
+fn p2p(r: &Ready, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<()> {
+    let Some((grid, block)) = crate::algo::select_p2p_oneshot(spec, &r.topo, &r.scratch, &r.tuning) else {
+        return exchange(r, spec, None, stream);
+    };
+    let (send, recv) = (spec.sends.first(), spec.recvs.first());
+    nccl_trace!(Subsys::P2p, "one-shot point-to-point: send {:?}, receive {:?} -> grid {grid} block {block}", send.map(|x| (x.peer, x.bytes)), recv.map(|x| (x.peer, x.bytes)));
+    // Kernel-specific use of CollArgs: see kernels/p2p_oneshot.cu.
+    let args = CollArgs {
+        comm: r.dev_comm,
+        send: send.map_or(0, |x| x.ptr),
+        recv: recv.map_or(0, |x| x.ptr),
+        count: send.map_or(0, |x| x.bytes),
+        chunk_elems: recv.map_or(0, |x| x.bytes),
+        scalar: 0,
+        scalar_ptr: 0,
+        root: send.map_or(-1, |x| x.peer as i32),
+        mode: recv.map_or(u32::MAX, |x| x.peer as u32),
+    };
+    launch(r.module.p2p_oneshot(), grid, block, stream, &args)
 }
 
 /// Transfer lists of a non-reducing collective, as this rank sees them.

@@ -96,6 +96,44 @@ pub fn select_gather_oneshot(piece: u64, allgather: bool, topo: &Topology, scrat
     (piece <= max).then(|| super::allreduce::ll_shape(piece.div_ceil(8), topo.sm_count, t))
 }
 
+/// Largest transfer the one-shot point-to-point kernel takes by default: as the gather kernel's, at
+/// 2-4 ranks; above 4 ranks none until it is measured on 8 GPUs.
+fn default_p2p_oneshot_max(nranks: usize) -> u64 {
+    if nranks <= 4 {
+        256 << 10
+    } else {
+        0
+    }
+}
+
+/// A group's point-to-point transfers (`spec`, as `enqueue::p2p` builds it) that the one-shot
+/// point-to-point kernel (kernels/p2p_oneshot.cu) moves: at most one send and one receive, each
+/// non-empty and with another rank, no send to self; its launch shape, else None (the exchange
+/// kernel). Each pair must be one `plan_exchange` would move as packets too, whatever else the
+/// peer's group holds: the peer may run the exchange kernel for its side, and the two kernels'
+/// packets agree only there. That decision depends on the pair's own byte counts, which both
+/// sides see alike.
+pub fn select_p2p_oneshot(spec: &ExchangeSpec, topo: &Topology, scratch: &Scratch, t: &Tuning) -> Option<(u32, u32)> {
+    let n = topo.nranks;
+    if n < 2 || !spec.copies.is_empty() || spec.sends.len() > 1 || spec.recvs.len() > 1 || spec.put_chunk.is_some() {
+        return None;
+    }
+    let all = || spec.sends.iter().chain(&spec.recvs);
+    if all().next().is_none() || all().any(|x| x.bytes == 0 || x.relay.is_some() || x.peer >= n) {
+        return None;
+    }
+    // plan_exchange's packet condition for a pair without a fixed chunk (packets and puts allowed:
+    // NCCL_PROTO does not apply to point-to-point).
+    let ll_slot = (scratch.ll_half_bytes / n as u64) & !15;
+    let ll_max = t.exchange_ll_max_bytes.unwrap_or_else(|| default_ll_max_bytes(n));
+    let max = t.p2p_oneshot_max_bytes.unwrap_or_else(|| default_p2p_oneshot_max(n)).min(ll_max);
+    if all().any(|x| x.bytes > max || pkts(x.bytes) * 16 > ll_slot) {
+        return None;
+    }
+    let most = all().map(|x| pkts(x.bytes)).max().unwrap_or(1);
+    Some(super::allreduce::ll_shape(most, topo.sm_count, t))
+}
+
 /// The exchange kernel's launch shape: the same on every rank of a communicator (pairs that
 /// move data in rounds pair block b with block b), one block per SM at most. Packet-only
 /// launches use it too: sizing their grid to the work measured slower at 8 B-64 KiB on H200 x4
@@ -650,6 +688,62 @@ mod tests {
         assert_eq!((small.grid, small.block), (exchange_shape(&topo, &s).0, 256), "packet-only default");
         let big = plan_exchange(0, &broadcast_spec(0, 0, 4, 0x10, 0x20, 64 << 20, None), None, &topo, &s, &t).unwrap();
         assert_eq!(big.block, 1024, "put launches default");
+    }
+
+    #[test]
+    fn the_one_shot_p2p_kernel_takes_only_pairs_the_exchange_moves_as_packets() {
+        let x = |peer, bytes| Transfer { peer, ptr: 0x1000, bytes, relay: None };
+        let spec = |sends: Vec<Transfer>, recvs: Vec<Transfer>| ExchangeSpec { sends, recvs, ..Default::default() };
+        for n in [2usize, 3, 4, 8] {
+            let (topo, s, mut t) = setup(n);
+            let (next, prev) = (1 % n, n - 1);
+            let ring = spec(vec![x(next, 4096)], vec![x(prev, 4096)]);
+            if n > 4 {
+                assert_eq!(select_p2p_oneshot(&ring, &topo, &s, &t), None, "off above 4 ranks until measured");
+                t.p2p_oneshot_max_bytes = Some(256 << 10);
+            }
+            let (grid, block) = select_p2p_oneshot(&ring, &topo, &s, &t).expect("a ring step");
+            assert!(grid >= 1 && block >= 64);
+            assert!(select_p2p_oneshot(&spec(vec![x(next, 8)], vec![]), &topo, &s, &t).is_some(), "a lone send");
+            assert!(select_p2p_oneshot(&spec(vec![], vec![x(prev, 8)]), &topo, &s, &t).is_some(), "a lone receive");
+            // Not for it: nothing, an empty transfer, two sends, a send to self, a relay.
+            assert_eq!(select_p2p_oneshot(&spec(vec![], vec![]), &topo, &s, &t), None);
+            assert_eq!(select_p2p_oneshot(&spec(vec![x(next, 0)], vec![x(prev, 8)]), &topo, &s, &t), None);
+            assert_eq!(select_p2p_oneshot(&spec(vec![x(next, 8), x(next, 8)], vec![]), &topo, &s, &t), None);
+            let mut with_self = ring.clone();
+            with_self.copies.push(LocalCopy { src: 1, dst: 2, bytes: 8 });
+            assert_eq!(select_p2p_oneshot(&with_self, &topo, &s, &t), None);
+            assert_eq!(select_p2p_oneshot(&spec(vec![Transfer { relay: Some(0), ..x(next, 8) }], vec![]), &topo, &s, &t), None);
+            // The interoperability invariant: wherever it takes a group, the exchange kernel would
+            // move each of its pairs as packets at offset 0, even inside a peer's larger group
+            // (the peer then runs the exchange kernel for its side).
+            let limit = t.p2p_oneshot_max_bytes.unwrap_or_else(|| default_p2p_oneshot_max(n));
+            for bytes in [1u64, 8, 100, 4096, 64 << 10, limit, limit + 1, 1 << 20, 64 << 20] {
+                for g in [spec(vec![x(next, bytes)], vec![x(prev, bytes)]), spec(vec![x(next, bytes)], vec![x(next, bytes / 2 + 1)])] {
+                    let Some(_) = select_p2p_oneshot(&g, &topo, &s, &t) else {
+                        assert!(bytes > 4096, "{bytes} B at {n} ranks refused");
+                        continue;
+                    };
+                    assert!(bytes <= limit, "{bytes} B taken past the limit {limit}");
+                    // A peer's group also holds transfers with third ranks (never more with us: a
+                    // pair's transfers match on both sides).
+                    let mut peer_group = g.clone();
+                    let ours: Vec<usize> = g.sends.iter().chain(&g.recvs).map(|x| x.peer).collect();
+                    if let Some(third) = (1..n).find(|p| !ours.contains(p)) {
+                        peer_group.sends.push(x(third, 32 << 20)); // a big put
+                    }
+                    for plan in [plan_exchange(0, &g, None, &topo, &s, &t).unwrap(), plan_exchange(0, &peer_group, None, &topo, &s, &t).unwrap()] {
+                        for xf in plan.args.sends[..g.sends.len()].iter().chain(&plan.args.recvs[..g.recvs.len()]) {
+                            let m = plan.args.mode[xf.peer as usize];
+                            assert!(m == OX_MODE_LL || m == OX_MODE_LL_ACK, "{bytes} B to {}: mode {m}", xf.peer);
+                            assert_eq!(xf.off, 0);
+                        }
+                    }
+                }
+            }
+            t.p2p_oneshot_max_bytes = Some(0);
+            assert_eq!(select_p2p_oneshot(&ring, &topo, &s, &t), None, "0 turns it off");
+        }
     }
 
     #[test]

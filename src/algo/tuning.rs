@@ -35,6 +35,9 @@ pub struct Tuning {
     /// OXCCL_BROADCAST_ONESHOT_MAX_BYTES: largest Broadcast run by the one-shot packet kernel
     /// (0 = never).
     pub broadcast_oneshot_max_bytes: Option<u64>,
+    /// OXCCL_P2P_ONESHOT_MAX_BYTES: largest send or receive of a one-send, one-receive group run
+    /// by the one-shot point-to-point kernel (0 = never).
+    pub p2p_oneshot_max_bytes: Option<u64>,
     /// OXCCL_REDUCE_LL_MAX_BYTES: largest ReduceScatter chunk / Reduce message moved as packets.
     pub reduce_ll_max_bytes: Option<u64>,
     /// OXCCL_RELAY_MIN_BYTES: smallest Broadcast (3+ ranks) that the root scatters and the other
@@ -90,6 +93,7 @@ impl Tuning {
             exchange_ll_blocks: num32("OXCCL_EXCHANGE_LL_BLOCKS").filter(|&b| b > 0),
             gather_oneshot_max_bytes: num("OXCCL_GATHER_ONESHOT_MAX_BYTES"),
             broadcast_oneshot_max_bytes: num("OXCCL_BROADCAST_ONESHOT_MAX_BYTES"),
+            p2p_oneshot_max_bytes: num("OXCCL_P2P_ONESHOT_MAX_BYTES"),
             reduce_ll_max_bytes: num("OXCCL_REDUCE_LL_MAX_BYTES"),
             relay_min_bytes: num("OXCCL_RELAY_MIN_BYTES"),
             reduce_relay_min_bytes: num("OXCCL_REDUCE_RELAY_MIN_BYTES"),

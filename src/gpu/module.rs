@@ -35,6 +35,7 @@ pub struct Module {
     gather_oneshot: Kernel,
     broadcast_ll128: Kernel,
     broadcast_oneshot: Kernel,
+    p2p_oneshot: Kernel,
     proxy_selftest: Kernel,
     port_selftest: Kernel,
     net_step: Kernel,
@@ -80,6 +81,7 @@ impl Module {
             gather_oneshot: function(raw, "ox_gather_oneshot")?,
             broadcast_ll128: function(raw, "ox_broadcast_ll128")?,
             broadcast_oneshot: function(raw, "ox_broadcast_oneshot")?,
+            p2p_oneshot: function(raw, "ox_p2p_oneshot")?,
             proxy_selftest: function(raw, "ox_proxy_selftest")?,
             port_selftest: function(raw, "ox_port_selftest")?,
             net_step: function(raw, "ox_net_step")?,
@@ -116,6 +118,11 @@ impl Module {
     /// Small Broadcast as one-way packets (kernels/broadcast.cu; CollArgs with count in bytes).
     pub fn broadcast_oneshot(&self) -> Kernel {
         self.broadcast_oneshot
+    }
+
+    /// One send and one receive as packets (kernels/p2p_oneshot.cu; CollArgs as described there).
+    pub fn p2p_oneshot(&self) -> Kernel {
+        self.p2p_oneshot
     }
 
     pub fn proxy_selftest(&self) -> Kernel {

@@ -1,5 +1,5 @@
 //! Checks of every operation besides AllReduce: AllGather, ReduceScatter, Broadcast, Reduce,
-//! AlltoAll, Gather, Scatter and grouped Send/Recv (ring shift, all pairs, self, zero counts),
+//! AlltoAll, Gather, Scatter and grouped Send/Recv (ring shift, all pairs, fan-out and fan-in, self, zero counts),
 //! in and out of place where NCCL defines it, against a host reference. Positions an operation
 //! must not write (a non-root's Reduce output) must keep their poison.
 
@@ -27,6 +27,12 @@ enum Kind {
     Scatter(usize),
     Ring,
     AllPairs,
+    /// Sends from the root to every other rank, each receiving from the root alone: at 3+ ranks
+    /// the root's group goes through the exchange kernel while each receiver's single receive
+    /// takes the one-shot point-to-point kernel, so one pair's packets cross the two kernels.
+    FanOut(usize),
+    /// The reverse: every other rank sends to the root, which receives them all.
+    FanIn(usize),
 }
 
 fn op_raw(op: CheckOp) -> i32 {
@@ -36,10 +42,10 @@ fn op_raw(op: CheckOp) -> i32 {
 /// Element counts of each rank's send and receive buffers.
 fn sizes(k: Kind, n: usize, count: usize) -> (usize, usize) {
     match k {
-        Kind::AllGather | Kind::Gather(_) => (count, n * count),
+        Kind::AllGather | Kind::Gather(_) | Kind::FanIn(_) => (count, n * count),
         Kind::ReduceScatter(_) | Kind::Scatter(_) => (n * count, count),
         Kind::AlltoAll | Kind::AllPairs => (n * count, n * count),
-        Kind::Broadcast(_) | Kind::Reduce(..) | Kind::Ring => (count, count),
+        Kind::Broadcast(_) | Kind::Reduce(..) | Kind::Ring | Kind::FanOut(_) => (count, count),
     }
 }
 
@@ -104,6 +110,13 @@ fn expect(k: Kind, dt: DataType, r: usize, n: usize, count: usize, inputs: &[Vec
             let from = (r + n - 1) % n;
             (0..count).for_each(|i| out[i] = Some(inputs[from][i]));
         }
+        Kind::FanOut(root) if r != root => (0..count).for_each(|i| out[i] = Some(inputs[root][i])),
+        Kind::FanIn(root) if r == root => {
+            for p in (0..n).filter(|&p| p != root) {
+                (0..count).for_each(|i| out[p * count + i] = Some(inputs[p][i]));
+            }
+        }
+        Kind::FanOut(_) | Kind::FanIn(_) => {}
     }
     out
 }
@@ -149,6 +162,15 @@ fn launch(k: Kind, ranks: &[Rank], dt: DataType, count: usize, send: &[u64], rec
                 }
                 res
             }
+            Kind::FanOut(root) if r == root => (0..n)
+                .filter(|&p| p != root)
+                .try_for_each(|p| nccl(ncclSend(s, count, d, p as i32, rk.comm, st), "ncclSend")),
+            Kind::FanOut(root) => nccl(ncclRecv(v, count, d, root as i32, rk.comm, st), "ncclRecv"),
+            Kind::FanIn(root) if r == root => (0..n).filter(|&p| p != root).try_for_each(|p| {
+                let ro = (recv[r] + p as u64 * count as u64 * es) as *mut c_void;
+                nccl(ncclRecv(ro, count, d, p as i32, rk.comm, st), "ncclRecv")
+            }),
+            Kind::FanIn(root) => nccl(ncclSend(s, count, d, root as i32, rk.comm, st), "ncclSend"),
         };
         first = first.and(res);
     }
@@ -283,6 +305,8 @@ pub fn check_all(ranks: &[Rank], max_count: usize, quick: bool) -> usize {
         Kind::Scatter(last),
         Kind::Ring,
         Kind::AllPairs,
+        Kind::FanOut(0),
+        Kind::FanIn(last),
     ];
     kinds.retain(|k| !matches!(k, Kind::ReduceScatter(CheckOp::PreMulDevice)));
     let mut bad = 0;
@@ -315,7 +339,7 @@ pub fn soak_one(ranks: &[Rank], r: u64, max_count: usize) -> (String, Result<(),
     let pick = |shift: u32, m: u64| ((r >> shift) % m.max(1)) as usize;
     let root = pick(4, n as u64);
     let op = [CheckOp::Sum, CheckOp::Prod, CheckOp::Max, CheckOp::Min][pick(8, 4)];
-    let k = match pick(12, 9) {
+    let k = match pick(12, 11) {
         0 => Kind::AllGather,
         1 => Kind::ReduceScatter(op),
         2 => Kind::Broadcast(root),
@@ -324,6 +348,8 @@ pub fn soak_one(ranks: &[Rank], r: u64, max_count: usize) -> (String, Result<(),
         5 => Kind::Gather(root),
         6 => Kind::Scatter(root),
         7 => Kind::Ring,
+        8 => Kind::FanOut(root),
+        9 => Kind::FanIn(root),
         _ => Kind::AllPairs,
     };
     let reduces = matches!(k, Kind::ReduceScatter(_) | Kind::Reduce(..));
