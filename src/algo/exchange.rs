@@ -96,14 +96,10 @@ pub fn select_gather_oneshot(piece: u64, allgather: bool, topo: &Topology, scrat
     (piece <= max).then(|| super::allreduce::ll_shape(piece.div_ceil(8), topo.sm_count, t))
 }
 
-/// Largest transfer the one-shot point-to-point kernel takes by default: as the gather kernel's, at
-/// 2-4 ranks; above 4 ranks none until it is measured on 8 GPUs.
+/// Largest transfer the one-shot point-to-point kernel takes by default: the gather kernel's limit
+/// (it still won at 128 KB, the largest size measured; none above 4 ranks until measured there).
 fn default_p2p_oneshot_max(nranks: usize) -> u64 {
-    if nranks <= 4 {
-        256 << 10
-    } else {
-        0
-    }
+    default_gather_oneshot_max(nranks as u64)
 }
 
 /// A group's point-to-point transfers (`spec`, as `enqueue::p2p` builds it) that the one-shot
