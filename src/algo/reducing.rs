@@ -143,7 +143,11 @@ pub fn select_reduce(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: 
         return p;
     }
     if ll_fits(Func::Reduce, bytes, n, s, t) {
-        let (grid, block) = exchange_shape(topo, s);
+        // The one-shot AllReduce's shape for the same packets: the exchange kernel's fixed grid of
+        // 1024-thread blocks dates from flags kept per block. On H200 x2 it took 0.35-0.6 us off
+        // 64 B-32 KB (BENCHMARKS fifteenth pass). 3+ ranks keep the exchange grid until the new
+        // shape has passed nccl-tests there (the 4-GPU machine was gone before that run).
+        let (grid, block) = if n == 2 { super::allreduce::ll_shape(bytes.div_ceil(8), topo.sm_count, t) } else { exchange_shape(topo, s) };
         return ReducePlan { mode: OX_MODE_LL as u32, grid, block, chunk_elems: 0 };
     }
     let chain_min = t.reduce_chain_min_bytes.unwrap_or(DEFAULT_REDUCE_CHAIN_MIN_BYTES);
@@ -312,13 +316,22 @@ mod tests {
     }
 
     #[test]
-    fn reduce_packets_use_the_fixed_exchange_grid() {
+    fn reduce_packets_take_the_one_shot_allreduce_shape_at_two_ranks() {
         let t = Tuning::default();
-        let s = Scratch::for_ranks(4, &t);
-        let topo = Topology { nranks: 4, sm_count: 132 };
-        let a = select_reduce(1, DataType::Float32, &topo, &s, &t);
-        let b = select_reduce(4096, DataType::Float32, &topo, &s, &t);
-        assert_eq!((a.grid, a.block), (b.grid, b.block));
-        assert_eq!((a.grid, a.block), exchange_shape(&topo, &s));
+        let s4 = Scratch::for_ranks(4, &t);
+        let four = Topology { nranks: 4, sm_count: 132 };
+        for count in [1u64, 4096] {
+            let p = select_reduce(count, DataType::Float32, &four, &s4, &t);
+            assert_eq!((p.mode, p.grid, p.block), (OX_MODE_LL as u32, exchange_shape(&four, &s4).0, exchange_shape(&four, &s4).1), "4 ranks: not yet");
+        }
+        let s = Scratch::for_ranks(2, &t);
+        let topo = Topology { nranks: 2, sm_count: 132 };
+        for count in [1u64, 4096, 10_000] {
+            let p = select_reduce(count, DataType::Float32, &topo, &s, &t);
+            assert_eq!(p.mode, OX_MODE_LL as u32, "count {count}");
+            assert_eq!((p.grid, p.block), crate::algo::allreduce::ll_shape((count * 4).div_ceil(8), 132, &t), "count {count}");
+        }
+        let (small, big) = (select_reduce(1, DataType::Float32, &topo, &s, &t), select_reduce(10_000, DataType::Float32, &topo, &s, &t));
+        assert!(small.grid < big.grid, "the grid follows the packets: {} vs {}", small.grid, big.grid);
     }
 }
