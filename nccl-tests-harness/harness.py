@@ -42,16 +42,17 @@ def modes_for(ngpus, graph=True):
 CHECK_ARGS = ["-b", "8", "-e", "512M", "-f", "4", "-c", "1", "-d", "all", "-o", "all", "-n", "1", "-w", "0"]
 PERF_ARGS = ["-b", "8", "-e", "512M", "-f", "2", "-c", "0", "-n", "100", "-w", "20"]
 
-# Every nccl-tests binary, with the flags that exercise all of it.
+# Every nccl-tests binary, with the flags that exercise all of it. Every root is `-r -1`: nccl-tests
+# reads -r with strtol, so the `-r all` used here until session 26 meant root 0 only.
 COLLS = {
     "all_reduce_perf": ["-o", "all"],
     "reduce_scatter_perf": ["-o", "all"],
-    "reduce_perf": ["-o", "all", "-r", "all"],
-    "broadcast_perf": ["-r", "all"],
+    "reduce_perf": ["-o", "all", "-r", "-1"],
+    "broadcast_perf": ["-r", "-1"],
     "all_gather_perf": [],
     "alltoall_perf": [],
-    "gather_perf": ["-r", "all"],
-    "scatter_perf": ["-r", "all"],
+    "gather_perf": ["-r", "-1"],
+    "scatter_perf": ["-r", "-1"],
     "sendrecv_perf": [],
     "hypercube_perf": [],
 }
