@@ -7,6 +7,7 @@
 #include "ll128_chain.cuh"
 #include "ll_flags.cuh"
 #include "packet.cuh"
+#include "pdl.cuh"
 
 struct BroadcastLl128Line {
   const char* src;  // the root's sendbuff; null off the root
@@ -29,6 +30,7 @@ struct BroadcastLl128Line {
 };
 
 extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_broadcast_ll128(CollArgs a) {
+  ox_pdl_enter();
   const DevComm& c = ox_comm(a);
   const int n = c.nranks, pos = (c.rank - a.root + n) % n;  // 0 = the root
   const bool root = pos == 0;
@@ -46,6 +48,7 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_broadcast_ll1
 // fifteenth pass: 6.6-6.9 us under graphs there, against 2.9-4 for the one-shot kernels).
 // Untyped: `count` is bytes.
 extern "C" __global__ void ox_broadcast_oneshot(CollArgs a) {
+  ox_pdl_enter();
   const DevComm& c = ox_comm(a);
   const int me = c.rank, n = c.nranks, root = a.root;
   AbortState ab(c.abort_flag);

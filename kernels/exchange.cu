@@ -26,6 +26,7 @@
 #include "ll_flags.cuh"
 #include "memory_channel.cuh"
 #include "direct.cuh"
+#include "pdl.cuh"
 
 // Block-cooperative share of the local copies for step `k` of `steps` (each copy is cut into
 // steps * gridDim 16-byte aligned pieces; piece k*gridDim + b belongs to block b in step k).
@@ -44,6 +45,7 @@ OX_DEV void ox_local_copies_step(const ExchangeArgs& a, uint32_t k, uint32_t ste
 }
 
 extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(ExchangeArgs a) {
+  ox_pdl_enter();
   const DevComm& c = *reinterpret_cast<const DevComm*>(a.comm);
   const int me = c.rank, n = c.nranks;
   AbortState ab(c.abort_flag);

@@ -20,8 +20,10 @@
 #include "copy.cuh"
 #include "ll_flags.cuh"
 #include "packet.cuh"
+#include "pdl.cuh"
 
 extern "C" __global__ void ox_gather_oneshot(CollArgs a) {
+  ox_pdl_enter();
   const DevComm& c = ox_comm(a);
   const int me = c.rank, n = c.nranks;
   AbortState ab(c.abort_flag);

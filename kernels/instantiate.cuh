@@ -1,11 +1,13 @@
 // Instantiation of typed collective kernels: <prefix>_<type>_<op>(CollArgs) for every datatype
 // and op, looked up by name on the host (src/gpu/module.rs).
 #pragma once
+#include "pdl.cuh"
 #include "reduce.cuh"
 
 #define OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, ONAME, OP)                         \
   extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1)                  \
       PREFIX##_##TNAME##_##ONAME(CollArgs args) {                                  \
+    ox_pdl_enter();                                                                \
     FN<T, OP<T>>(args);                                                            \
   }
 

@@ -26,6 +26,7 @@
 #include "abort.cuh"
 #include "fifo.cuh"
 #include "host_copy.cuh"
+#include "pdl.cuh"
 
 // Thread 0 waits until the proxy has finished step `target`; false on abort or a stopped FIFO.
 OX_DEV bool ox_net_wait(const NetStepArgs& a, AbortState& ab, uint64_t target) {
@@ -38,6 +39,7 @@ OX_DEV bool ox_net_wait(const NetStepArgs& a, AbortState& ab, uint64_t target) {
 }
 
 extern "C" __global__ void ox_net_step(NetStepArgs a) {
+  ox_pdl_enter();
   if (blockIdx.x != 0) return;
   __shared__ uint32_t go;
   __shared__ uint64_t target;

@@ -109,6 +109,10 @@ pub struct LaunchState {
     /// flushed (finalize, destroy, abort wait for it). Not on every launch: it would cost the hot
     /// path a driver call.
     pub done: Event,
+    /// Blocks of the communicator's last kernel on `last_stream` that may still hold SMs when the
+    /// next launch there begins early (algo::pdl's `prev_grid`): 0 when none can, u32::MAX when
+    /// unknown (after a failed launch or one made elsewhere), which allows no early start.
+    pub last_grid: u32,
     /// OXCCL_DEBUG_DUMP's record of issued work (empty when the dump is off).
     pub progress: crate::diag::Progress,
 }
@@ -443,7 +447,7 @@ impl Comm {
         let mem = channels.as_ref().map_or(0, |c| c.device_bytes);
         // Every rank has mapped every peer before any of them launches a kernel on the channels.
         bootstrap.barrier()?;
-        let launch = LaunchState { last_stream: None, done: Event::new()?, progress: Default::default() };
+        let launch = LaunchState { last_stream: None, done: Event::new()?, last_grid: 0, progress: Default::default() };
         let bootstrap = Arc::new(bootstrap);
         let watchdog = watch_peers(self.rank, self.nranks, bootstrap.clone(), self.state.clone(), abort_flag.clone())?;
         nccl_info!(

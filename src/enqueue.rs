@@ -12,7 +12,7 @@ use crate::algo::{
 use crate::comm::{Comm, LaunchState, Ready, ResolvedOp};
 use crate::device_abi::CollArgs;
 use crate::error::{Error, Result};
-use crate::gpu::module::launch;
+use crate::gpu::module::{launch_pdl, Kernel};
 use crate::gpu::stream::is_capturing;
 use crate::gpu::{check, cu, CtxGuard};
 use crate::log::Subsys;
@@ -84,8 +84,15 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
             ls.done.record(prev)?;
             ls.done.wait_on(stream)?;
         }
+        // Nothing of this communicator's can still hold SMs ahead of the new stream's first
+        // launch that algo::pdl would have to count (an event wait orders it, or, in a capture,
+        // the previous stream's branch is the user's to order).
+        ls.last_grid = 0;
     }
-    f(r, &mut ls)?;
+    if let Err(e) = f(r, &mut ls) {
+        ls.last_grid = u32::MAX; // whatever ran last is unknown: no PDL behind it
+        return Err(e);
+    }
     ls.last_stream = Some(stream);
     if crate::diag::dump_after().is_some() {
         ls.progress.note(what());
@@ -96,7 +103,7 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
 /// Launches one collective on its stream.
 pub fn launch_task(t: &CollTask) -> Result<()> {
     let what = || format!("{:?} {} x {} root {} on stream {:p}", t.coll, t.count, t.dtype.name(), t.root, t.stream);
-    with_launch(&t.comm, t.stream, what, |r, _| {
+    with_launch(&t.comm, t.stream, what, |r, ls| {
         // NCCL_PROTO/NCCL_ALGO may leave a collective nothing to run.
         let func = nccl_func(t.coll);
         if let Some(f) = func {
@@ -109,11 +116,11 @@ pub fn launch_task(t: &CollTask) -> Result<()> {
             return net.launch_coll(r, t);
         }
         match t.coll {
-            Coll::AllReduce => allreduce(r, t, t.count),
-            Coll::ReduceScatter | Coll::Reduce => reducing(r, t),
-            Coll::Broadcast => broadcast(r, t, func),
-            Coll::AllGather | Coll::AlltoAll => gather(r, t, func),
-            _ => exchange(r, &coll_spec(r, t), func, t.stream),
+            Coll::AllReduce => allreduce(r, ls, t, t.count),
+            Coll::ReduceScatter | Coll::Reduce => reducing(r, ls, t),
+            Coll::Broadcast => broadcast(r, ls, t, func),
+            Coll::AllGather | Coll::AlltoAll => gather(r, ls, t, func),
+            _ => exchange(r, ls, &coll_spec(r, t), func, t.stream),
         }
     })
 }
@@ -179,7 +186,7 @@ pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
         }
         match &r.net {
             Some(net) => net.launch_p2p(r, ops, first.stream)?,
-            None => p2p(r, &spec, first.stream)?,
+            None => p2p(r, ls, &spec, first.stream)?,
         }
         if !graph && !others.is_empty() {
             ls.done.record(first.stream)?;
@@ -193,9 +200,9 @@ pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
 
 /// A group's point-to-point transfers on one host: the one-shot kernel where the selector says so,
 /// else the exchange kernel.
-fn p2p(r: &Ready, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<()> {
+fn p2p(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<()> {
     let Some((grid, block)) = crate::algo::select_p2p_oneshot(spec, &r.topo, &r.scratch, &r.tuning) else {
-        return exchange(r, spec, None, stream);
+        return exchange(r, ls, spec, None, stream);
     };
     let (send, recv) = (spec.sends.first(), spec.recvs.first());
     nccl_trace!(Subsys::P2p, "one-shot point-to-point: send {:?}, receive {:?} -> grid {grid} block {block}", send.map(|x| (x.peer, x.bytes)), recv.map(|x| (x.peer, x.bytes)));
@@ -211,7 +218,7 @@ fn p2p(r: &Ready, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<()> {
         root: send.map_or(-1, |x| x.peer as i32),
         mode: recv.map_or(u32::MAX, |x| x.peer as u32),
     };
-    launch(r.module.p2p_oneshot(), grid, block, stream, &args)
+    kernel(r, ls, r.module.p2p_oneshot(), grid, block, stream, &args)
 }
 
 /// Transfer lists of a non-reducing collective, as this rank sees them.
@@ -267,39 +274,39 @@ fn coll_spec(r: &Ready, t: &CollTask) -> ExchangeSpec {
 
 /// Broadcast: small ones as one-way packets, mid sizes along the LL128 chain where the
 /// selectors say so, else the exchange kernel's direct or relayed transfers.
-fn broadcast(r: &Ready, t: &CollTask, func: Option<Func>) -> Result<()> {
+fn broadcast(r: &Ready, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) -> Result<()> {
     let bytes = t.count * t.dtype.size() as u64;
     if let Some((grid, block)) = crate::algo::chain::broadcast_oneshot(bytes, &r.topo, &r.scratch, &r.tuning) {
         nccl_trace!(Subsys::Coll, "Broadcast {bytes} B root {} -> one-shot packets grid {grid} block {block}", t.root);
         let args = coll_args(r, t, bytes, 0, 0);
-        return launch(r.module.broadcast_oneshot(), grid, block, t.stream, &args);
+        return kernel(r, ls, r.module.broadcast_oneshot(), grid, block, t.stream, &args);
     }
     let Some((grid, block)) = crate::algo::chain::broadcast_ll128(bytes, &r.topo, &r.scratch, &r.tuning) else {
-        return exchange(r, &coll_spec(r, t), func, t.stream);
+        return exchange(r, ls, &coll_spec(r, t), func, t.stream);
     };
     nccl_trace!(Subsys::Coll, "Broadcast {bytes} B root {} -> LL128 chain grid {grid} block {block}", t.root);
     let args = coll_args(r, t, bytes, 0, crate::device_abi::OX_MODE_LL128_CHAIN as u32);
-    launch(r.module.broadcast_ll128(), grid, block, t.stream, &args)
+    kernel(r, ls, r.module.broadcast_ll128(), grid, block, t.stream, &args)
 }
 
 /// AllGather and AlltoAll: the one-shot gather kernel where the selector says so, else the
 /// exchange kernel.
-fn gather(r: &Ready, t: &CollTask, func: Option<Func>) -> Result<()> {
+fn gather(r: &Ready, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) -> Result<()> {
     let piece = t.count * t.dtype.size() as u64;
     let allgather = t.coll == Coll::AllGather;
     let Some((grid, block)) = crate::algo::select_gather_oneshot(piece, allgather, &r.topo, &r.scratch, &r.tuning) else {
-        return exchange(r, &coll_spec(r, t), func, t.stream);
+        return exchange(r, ls, &coll_spec(r, t), func, t.stream);
     };
     nccl_trace!(Subsys::Coll, "{:?} {piece} B per rank -> one-shot gather grid {grid} block {block}", t.coll);
     let mode = if allgather { 0 } else { crate::device_abi::OX_GATHER_ALLTOALL as u32 };
     let args = coll_args(r, t, piece, 0, mode);
-    launch(r.module.gather_oneshot(), grid, block, t.stream, &args)
+    kernel(r, ls, r.module.gather_oneshot(), grid, block, t.stream, &args)
 }
 
-fn exchange(r: &Ready, spec: &ExchangeSpec, func: Option<Func>, stream: cu::CUstream) -> Result<()> {
+fn exchange(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<Func>, stream: cu::CUstream) -> Result<()> {
     if spec.sends.is_empty() && spec.recvs.is_empty() && spec.copies.iter().all(|c| c.bytes >= LOCAL_COPY_MIN_BYTES) {
         // Nothing but large local copies (one rank, or sends to self): the copy engine.
-        return spec.copies.iter().try_for_each(|c| local_copy(c.dst, c.src, c.bytes, stream));
+        return spec.copies.iter().try_for_each(|c| local_copy(ls, c.dst, c.src, c.bytes, stream));
     }
     let me = r.bootstrap.rank();
     let mut plan = plan_exchange(me, spec, func, &r.topo, &r.scratch, &r.tuning)?;
@@ -310,7 +317,7 @@ fn exchange(r: &Ready, spec: &ExchangeSpec, func: Option<Func>, stream: cu::CUst
     }
     plan.args.comm = r.dev_comm;
     nccl_trace!(Subsys::Coll, "exchange: {} sends, {} receives, {} copies", plan.args.nsend, plan.args.nrecv, plan.args.ncopy);
-    launch(r.module.exchange(), plan.grid, plan.block, stream, &plan.args)
+    kernel(r, ls, r.module.exchange(), plan.grid, plan.block, stream, &plan.args)
 }
 
 fn check_fp8(r: &Ready, dt: DataType) -> Result<()> {
@@ -341,14 +348,14 @@ fn coll_args(r: &Ready, t: &CollTask, count: u64, chunk_elems: u64, mode: u32) -
 const LOCAL_COPY_MIN_BYTES: u64 = 256 << 10;
 
 /// AllReduce of `count` elements (also a one-rank ReduceScatter or Reduce).
-fn allreduce(r: &Ready, t: &CollTask, count: u64) -> Result<()> {
+fn allreduce(r: &Ready, ls: &mut LaunchState, t: &CollTask, count: u64) -> Result<()> {
     check_fp8(r, t.dtype)?;
     let bytes = count * t.dtype.size() as u64;
     if t.comm.nranks == 1 && t.op.op != RedOp::PreMulSum && (t.send == t.recv || bytes >= LOCAL_COPY_MIN_BYTES) {
         // One rank: every built-in op is the identity (avg multiplies by 1/1 exactly). Large
         // copies go to the copy engine; small ones take the one-pass kernel, whose launch is far
         // cheaper than a copy-engine transfer's set-up.
-        return local_copy(t.recv, t.send, bytes, t.stream);
+        return local_copy(ls, t.recv, t.send, bytes, t.stream);
     }
     let plan = select_allreduce(count, t.dtype, &r.topo, &r.scratch, &r.tuning);
     nccl_trace!(
@@ -361,13 +368,13 @@ fn allreduce(r: &Ready, t: &CollTask, count: u64) -> Result<()> {
         plan.block
     );
     let args = coll_args(r, t, count, plan.chunk_elems, 0);
-    launch(r.module.allreduce(plan.algo, t.dtype, t.op.op), plan.grid, plan.block, t.stream, &args)
+    kernel(r, ls, r.module.allreduce(plan.algo, t.dtype, t.op.op), plan.grid, plan.block, t.stream, &args)
 }
 
 /// ReduceScatter or Reduce (one rank: AllReduce's single pass, which also applies PreMulSum).
-fn reducing(r: &Ready, t: &CollTask) -> Result<()> {
+fn reducing(r: &Ready, ls: &mut LaunchState, t: &CollTask) -> Result<()> {
     if t.comm.nranks == 1 {
-        return allreduce(r, t, t.count);
+        return allreduce(r, ls, t, t.count);
     }
     check_fp8(r, t.dtype)?;
     let select = if t.coll == Coll::Reduce { select_reduce } else { select_reducescatter };
@@ -379,7 +386,16 @@ fn reducing(r: &Ready, t: &CollTask) -> Result<()> {
         r.module.reducescatter(put, t.dtype, t.op.op)
     };
     let args = coll_args(r, t, t.count, plan.chunk_elems, plan.mode);
-    launch(k, plan.grid, plan.block, t.stream, &args)
+    kernel(r, ls, k, plan.grid, plan.block, t.stream, &args)
+}
+
+/// Launches one kernel of the communicator on `stream`, with programmatic dependent launch where
+/// algo::pdl allows it behind the communicator's previous kernel there.
+fn kernel<A>(r: &Ready, ls: &mut LaunchState, k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &A) -> Result<()> {
+    let pdl = crate::algo::pdl::allowed(!r.tuning.pdl_off, r.dev.cc_major, ls.last_grid, grid, r.topo.sm_count);
+    launch_pdl(k, grid, block, stream, args, pdl)?;
+    ls.last_grid = grid;
+    Ok(())
 }
 
 /// The cost model's prediction for a task, in microseconds (ncclGroupSimulateEnd).
@@ -401,10 +417,11 @@ pub fn predict_us(t: &CollTask) -> Result<f64> {
     })
 }
 
-fn local_copy(dst: u64, src: u64, bytes: u64, stream: cu::CUstream) -> Result<()> {
+fn local_copy(ls: &mut LaunchState, dst: u64, src: u64, bytes: u64, stream: cu::CUstream) -> Result<()> {
     if dst == src || bytes == 0 {
         return Ok(());
     }
+    ls.last_grid = 0; // a kernel behind the copy waits for the copy, and so for every kernel before
     // SAFETY: both ranges belong to the caller's device buffers of at least `bytes`.
     check(unsafe { cu::cuMemcpyDtoDAsync_v2(dst, src, bytes as usize, stream) }, "cuMemcpyDtoDAsync")
 }

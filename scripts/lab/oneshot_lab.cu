@@ -15,7 +15,9 @@
 //              ~3.9 KiB of parameters: the small AllGather/Broadcast/AlltoAll/Send-Recv path;
 //              and the one-shot gather kernel (ox_gather_oneshot, kernels/gather_oneshot.cu)
 //              moving the same AllGather.
-// Build (here or on the GPU machine): bash scripts/lab/build.sh; run: ./oneshot_lab [ngpus].
+//   pdl      - (`./oneshot_lab N pdl`) the empty, real and lean kernels launched plainly and with
+//              programmatic dependent launch (kernels/pdl.cuh), eager and in graphs, results checked.
+// Build (here or on the GPU machine): bash scripts/lab/build.sh; run: ./oneshot_lab [ngpus] [pdl].
 #include "allreduce.cu"
 #include "exchange.cu"
 #include "gather_oneshot.cu"
@@ -24,6 +26,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -42,7 +45,7 @@ OX_DEV uint64_t lab_gtime() {
   return t;
 }
 
-extern "C" __global__ void lab_empty(CollArgs) {}
+extern "C" __global__ void lab_empty(CollArgs) { ox_pdl_enter(); }
 // An empty kernel taking the exchange kernel's ~3.9 KiB of parameters: what they cost a launch.
 extern "C" __global__ void lab_empty_x(ExchangeArgs) {}
 
@@ -68,6 +71,7 @@ struct LabProbe {
   OX_DEV void mark(int k) const { t[k] = clock64(); }
 };
 extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) lab_stamped(CollArgs a) {
+  ox_pdl_enter();
   const uint64_t t0 = lab_gtime();
   long long t[5];
   allreduce_oneshot_with<float, OpSum<float>>(a, ox_comm(a), LabProbe{t});
@@ -84,6 +88,7 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) lab_stamped(Coll
 // every thread, bumped by thread 0 at exit. Only sound with the same grid every launch and
 // symmetric launches (as here); it measures cost, it is not a protocol.
 extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) lab_lean(CollArgs a) {
+  ox_pdl_enter();
   const DevComm& c = ox_comm(a);
   const int me = c.rank, n = c.nranks;
   AbortState ab(c.abort_flag);
@@ -237,13 +242,33 @@ static ExchangeArgs exch_args(Which w, int g, uint64_t count) {
   return x;
 }
 
+// Launches with programmatic stream serialization when set (the `pdl` section).
+static bool g_pdl = false;
+template <typename A>
+static void launch_k(void (*k)(A), int grid, int block, cudaStream_t s, const A& a) {
+  if (!g_pdl) {
+    k<<<grid, block, 0, s>>>(a);
+    return;
+  }
+  cudaLaunchAttribute at;
+  at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.stream = s;
+  cfg.attrs = &at;
+  cfg.numAttrs = 1;
+  CK(cudaLaunchKernelEx(&cfg, k, a));
+}
+
 static void launch(Which w, int g, int grid, int block, const CollArgs& a) {
   cudaStream_t s = R[g].s;
   switch (w) {
-    case EMPTY: lab_empty<<<grid, block, 0, s>>>(a); break;
-    case REAL: ox_allreduce_oneshot_f32_sum<<<grid, block, 0, s>>>(a); break;
-    case STAMPED: lab_stamped<<<grid, block, 0, s>>>(a); break;
-    case LEAN: lab_lean<<<grid, block, 0, s>>>(a); break;
+    case EMPTY: launch_k(lab_empty, grid, block, s, a); break;
+    case REAL: launch_k(ox_allreduce_oneshot_f32_sum, grid, block, s, a); break;
+    case STAMPED: launch_k(lab_stamped, grid, block, s, a); break;
+    case LEAN: launch_k(lab_lean, grid, block, s, a); break;
     case EMPTY_X: lab_empty_x<<<grid, block, 0, s>>>(exch_args(EXCH_AG, g, a.count)); break;
     case EXCH_AG:
     case EXCH_BC: ox_exchange<<<grid, block, 0, s>>>(exch_args(w, g, a.count)); break;
@@ -408,6 +433,36 @@ int main(int argc, char** argv) {
   }
   setup(n);
   printf("oneshot_lab: %d GPUs, graph = %d launches per graph, eager = one host thread per GPU\n", n, NODES);
+  if (argc > 2 && strcmp(argv[2], "pdl") == 0) {
+    const uint64_t pcounts[] = {2, 1024, 8192};
+    const int pshapes[][2] = {{1, 512}, {4, 512}, {8, 512}};
+    for (uint64_t count : pcounts)
+      for (auto& sh : pshapes) {
+        const int grid = sh[0], block = sh[1];
+        if ((uint64_t)grid * block < (count * 4 + 7) / 8 / 8) continue;
+        for (int p = 0; p < 2; ++p) {
+          g_pdl = p == 1;
+          double ge = graph_us(EMPTY, count, grid, block, 300);
+          double gr = graph_us(REAL, count, grid, block, 300);
+          check_result(count, "real graph");
+          double gl = graph_us(LEAN, count, grid, block, 300);
+          check_result(count, "lean graph");
+          double ee = eager_us(EMPTY, count, grid, block, 3000);
+          double er = eager_us(REAL, count, grid, block, 3000);
+          check_result(count, "real eager");
+          printf("pdl %d %6llu B grid %2d block %4d | graph us: empty %.2f real %.2f lean %.2f | eager us: empty %.2f real %.2f\n",
+                 p, (unsigned long long)count * 4, grid, block, ge, gr, gl, ee, er);
+          fflush(stdout);
+        }
+      }
+    for (int p = 0; p < 2; ++p) {
+      g_pdl = p == 1;
+      printf("stamps with pdl %d:\n", p);
+      stamped_report(2, 4, 512);
+    }
+    printf("oneshot_lab: done\n");
+    return 0;
+  }
   ping(10000);
   const uint64_t counts[] = {2, 8192, 16384};
   const int shapes[][2] = {{1, 512}, {2, 512}, {4, 512}, {4, 256}, {4, 128}, {4, 64}, {8, 64}, {8, 128}, {8, 512}, {16, 256}, {32, 128}, {16, 512}, {4, 1024}};

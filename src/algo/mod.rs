@@ -7,6 +7,7 @@ pub mod chain;
 pub mod cost;
 pub mod envlists;
 mod exchange;
+pub mod pdl;
 mod reducing;
 mod tuning;
 

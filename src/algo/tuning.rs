@@ -68,6 +68,8 @@ pub struct Tuning {
     /// OXCCL_BROADCAST_LL128_MIN_BYTES / _MAX_BYTES: Broadcast along the LL128 chain from / below.
     pub broadcast_ll128_min_bytes: Option<u64>,
     pub broadcast_ll128_max_bytes: Option<u64>,
+    /// OXCCL_PDL=0: no programmatic dependent launch (algo::pdl); on by default on sm_90+.
+    pub pdl_off: bool,
     /// NCCL_PROTO / NCCL_ALGO, per collective.
     pub allowed: Allowed,
 }
@@ -110,6 +112,7 @@ impl Tuning {
             reduce_ll128_max_bytes: num("OXCCL_REDUCE_LL128_MAX_BYTES").filter(|&b| b > 0),
             broadcast_ll128_min_bytes: num("OXCCL_BROADCAST_LL128_MIN_BYTES"),
             broadcast_ll128_max_bytes: num("OXCCL_BROADCAST_LL128_MAX_BYTES").filter(|&b| b > 0),
+            pdl_off: num("OXCCL_PDL") == Some(0),
         })
     }
 }

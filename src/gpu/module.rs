@@ -150,11 +150,38 @@ fn function(module: cu::CUmodule, name: &str) -> Result<Kernel> {
 
 /// Launches `k` with one by-value argument struct.
 pub fn launch<A>(k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &A) -> Result<()> {
+    launch_pdl(k, grid, block, stream, args, false)
+}
+
+/// Launches `k` with one by-value argument struct; `pdl`: with programmatic stream serialization,
+/// so that it may begin while the previous kernel in `stream` still runs (algo::pdl says when;
+/// every oxccl kernel waits for that kernel before it touches memory, kernels/pdl.cuh).
+pub fn launch_pdl<A>(k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &A, pdl: bool) -> Result<()> {
     let mut params = [args as *const A as *mut std::ffi::c_void];
-    // SAFETY: `args` outlives the call (the driver copies parameters at launch); the kernel takes
-    // exactly one parameter of type A.
-    check(
-        unsafe { cu::cuLaunchKernel(k.0, grid, 1, 1, block, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()) },
-        "cuLaunchKernel",
-    )
+    if !pdl {
+        // SAFETY: `args` outlives the call (the driver copies parameters at launch); the kernel
+        // takes exactly one parameter of type A.
+        return check(
+            unsafe { cu::cuLaunchKernel(k.0, grid, 1, 1, block, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()) },
+            "cuLaunchKernel",
+        );
+    }
+    // SAFETY: an all-zero attribute is a valid plain-old-data value; id and value are set below.
+    let mut attr: cu::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = cu::CUlaunchConfig {
+        gridDimX: grid,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: as above; `config` and `attr` outlive the call.
+    check(unsafe { cu::cuLaunchKernelEx(&config, k.0, params.as_mut_ptr(), std::ptr::null_mut()) }, "cuLaunchKernelEx")
 }

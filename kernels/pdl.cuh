@@ -1,0 +1,27 @@
+// Programmatic dependent launch (PDL, sm_90 and later): the entry of every oxccl kernel.
+//
+// The host may launch an oxccl kernel with programmatic stream serialization (src/gpu/module.rs,
+// algo::pdl decides when). Such a launch may start as soon as every block of the previous kernel
+// in the stream has run griddepcontrol.launch_dependents (or exited), so its launch latency and
+// block scheduling overlap that kernel instead of following its end.
+//
+// Ordering: griddepcontrol.wait returns once every prerequisite grid has completed and its memory
+// operations are performed and visible to this grid. Nothing before it may read or write memory
+// that earlier work in the stream touches (user buffers, the LL flag tables, scratch, counters),
+// so it comes first, before any load. Where the launch had no programmatic dependency it returns
+// at once.
+//
+// The trigger comes after the wait, never before: a kernel of this communicator launched behind
+// this one can then be resident only while this one runs, not while an earlier one still does, so
+// at most two kernels of a communicator hold SMs at once, whose grids the host keeps within the
+// communicator's block budget (maxCTAs). The trigger only lets the next launch begin; it says
+// nothing about this kernel's memory, which the next kernel's own wait covers.
+#pragma once
+#include "common.cuh"
+
+OX_DEV void ox_pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
