@@ -392,7 +392,7 @@ fn reducing(r: &Ready, ls: &mut LaunchState, t: &CollTask) -> Result<()> {
 /// Launches one kernel of the communicator on `stream`, with programmatic dependent launch where
 /// algo::pdl allows it behind the communicator's previous kernel there.
 fn kernel<A>(r: &Ready, ls: &mut LaunchState, k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &A) -> Result<()> {
-    let pdl = crate::algo::pdl::allowed(!r.tuning.pdl_off, r.dev.cc_major, ls.last_grid, grid, r.topo.sm_count);
+    let pdl = crate::algo::pdl::allowed(!r.tuning.pdl_off, r.dev.cc_major, r.dev.driver, ls.last_grid, grid, r.topo.sm_count);
     launch_pdl(k, grid, block, stream, args, pdl)?;
     ls.last_grid = grid;
     Ok(())

@@ -20,6 +20,8 @@ pub struct Device {
     pub sm_count: i32,
     pub cc_major: i32,
     pub cc_minor: i32,
+    /// The driver's CUDA version (cuDriverGetVersion: 13000 for 13.0).
+    pub driver: i32,
     /// PCI bus id, "0000:xx:yy.z", identifying the GPU across processes.
     pub bus_id: String,
     module: OnceLock<std::result::Result<Module, Error>>,
@@ -67,7 +69,9 @@ impl Device {
             let mut buf = [0 as c_char; 32];
             check(cu::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev), "cuDeviceGetPCIBusId")?;
             let bus_id = std::ffi::CStr::from_ptr(buf.as_ptr()).to_string_lossy().to_lowercase();
-            Ok(Device { ordinal, cu: dev, ctx, sm_count, cc_major, cc_minor, bus_id, module: OnceLock::new() })
+            let mut driver = 0;
+            check(cu::cuDriverGetVersion(&mut driver), "cuDriverGetVersion")?;
+            Ok(Device { ordinal, cu: dev, ctx, sm_count, cc_major, cc_minor, driver, bus_id, module: OnceLock::new() })
         }
     }
 
