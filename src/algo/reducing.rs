@@ -146,8 +146,10 @@ pub fn select_reduce(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: 
         // The one-shot AllReduce's shape for the same packets: the exchange kernel's fixed grid of
         // 1024-thread blocks dates from flags kept per block. On H200 x2 it took 0.35-0.6 us off
         // 64 B-32 KB (BENCHMARKS fifteenth pass). 3+ ranks keep the exchange grid until the new
-        // shape has passed nccl-tests there (the 4-GPU machine was gone before that run).
-        let (grid, block) = if n == 2 { super::allreduce::ll_shape(bytes.div_ceil(8), topo.sm_count, t) } else { exchange_shape(topo, s) };
+        // shape has passed nccl-tests there (no 4-GPU machine was lent since; the setting lets one
+        // build test both).
+        let shape_ranks = t.reduce_ll_shape_max_ranks.unwrap_or(2);
+        let (grid, block) = if n as u64 <= shape_ranks { super::allreduce::ll_shape(bytes.div_ceil(8), topo.sm_count, t) } else { exchange_shape(topo, s) };
         return ReducePlan { mode: OX_MODE_LL as u32, grid, block, chunk_elems: 0 };
     }
     let chain_min = t.reduce_chain_min_bytes.unwrap_or(DEFAULT_REDUCE_CHAIN_MIN_BYTES);
@@ -333,5 +335,9 @@ mod tests {
         }
         let (small, big) = (select_reduce(1, DataType::Float32, &topo, &s, &t), select_reduce(10_000, DataType::Float32, &topo, &s, &t));
         assert!(small.grid < big.grid, "the grid follows the packets: {} vs {}", small.grid, big.grid);
+        // OXCCL_REDUCE_LL_SHAPE_MAX_RANKS=4 gives 4 ranks the same shape (to measure it there).
+        let t4 = Tuning { reduce_ll_shape_max_ranks: Some(4), ..Tuning::default() };
+        let p = select_reduce(4096, DataType::Float32, &four, &s4, &t4);
+        assert_eq!((p.mode, p.grid, p.block), (OX_MODE_LL as u32, crate::algo::allreduce::ll_shape(4096 * 4 / 8, 132, &t4).0, crate::algo::allreduce::ll_shape(4096 * 4 / 8, 132, &t4).1));
     }
 }

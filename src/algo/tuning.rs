@@ -40,6 +40,9 @@ pub struct Tuning {
     pub p2p_oneshot_max_bytes: Option<u64>,
     /// OXCCL_REDUCE_LL_MAX_BYTES: largest ReduceScatter chunk / Reduce message moved as packets.
     pub reduce_ll_max_bytes: Option<u64>,
+    /// OXCCL_REDUCE_LL_SHAPE_MAX_RANKS: most ranks at which a packet Reduce takes the one-shot
+    /// AllReduce's launch shape instead of the exchange grid (default 2, until 3-4 are measured).
+    pub reduce_ll_shape_max_ranks: Option<u64>,
     /// OXCCL_RELAY_MIN_BYTES: smallest Broadcast (3+ ranks) that the root scatters and the other
     /// ranks forward to each other (0 = never); OXCCL_RELAY_ROUNDS: the pipeline depth of the
     /// relayed Broadcast and Reduce.
@@ -97,6 +100,7 @@ impl Tuning {
             broadcast_oneshot_max_bytes: num("OXCCL_BROADCAST_ONESHOT_MAX_BYTES"),
             p2p_oneshot_max_bytes: num("OXCCL_P2P_ONESHOT_MAX_BYTES"),
             reduce_ll_max_bytes: num("OXCCL_REDUCE_LL_MAX_BYTES"),
+            reduce_ll_shape_max_ranks: num("OXCCL_REDUCE_LL_SHAPE_MAX_RANKS"),
             relay_min_bytes: num("OXCCL_RELAY_MIN_BYTES"),
             reduce_relay_min_bytes: num("OXCCL_REDUCE_RELAY_MIN_BYTES"),
             relay_rounds: num32("OXCCL_RELAY_ROUNDS").filter(|&r| (1..=1024).contains(&r)),
