@@ -423,6 +423,25 @@ static void stamped_report(uint64_t count, int grid, int block) {
   }
 }
 
+// The empty, real and lean kernels at one size and launch shape, in graphs and eager, results
+// checked; one line prefixed by `tag`. Shapes with more than 8 packets per thread are skipped.
+static void measure(uint64_t count, int grid, int block, const char* tag) {
+  if ((uint64_t)grid * block < (count * 4 + 7) / 8 / 8) return;
+  double ge = graph_us(EMPTY, count, grid, block, 200);
+  double gr = graph_us(REAL, count, grid, block, 200);
+  check_result(count, "real graph");
+  double gl = graph_us(LEAN, count, grid, block, 200);
+  check_result(count, "lean graph");
+  double ee = eager_us(EMPTY, count, grid, block, 2000);
+  double er = eager_us(REAL, count, grid, block, 2000);
+  check_result(count, "real eager");
+  double el = eager_us(LEAN, count, grid, block, 2000);
+  check_result(count, "lean eager");
+  printf("%s%6llu B grid %3d block %4d | graph us: empty %.2f real %.2f lean %.2f | eager us: empty %.2f real %.2f lean %.2f\n",
+         tag, (unsigned long long)count * 4, grid, block, ge, gr, gl, ee, er, el);
+  fflush(stdout);
+}
+
 int main(int argc, char** argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2;
   int have = 0;
@@ -437,24 +456,11 @@ int main(int argc, char** argv) {
     const uint64_t pcounts[] = {2, 1024, 8192};
     const int pshapes[][2] = {{1, 512}, {4, 512}, {8, 512}};
     for (uint64_t count : pcounts)
-      for (auto& sh : pshapes) {
-        const int grid = sh[0], block = sh[1];
-        if ((uint64_t)grid * block < (count * 4 + 7) / 8 / 8) continue;
+      for (auto& sh : pshapes)
         for (int p = 0; p < 2; ++p) {
           g_pdl = p == 1;
-          double ge = graph_us(EMPTY, count, grid, block, 300);
-          double gr = graph_us(REAL, count, grid, block, 300);
-          check_result(count, "real graph");
-          double gl = graph_us(LEAN, count, grid, block, 300);
-          check_result(count, "lean graph");
-          double ee = eager_us(EMPTY, count, grid, block, 3000);
-          double er = eager_us(REAL, count, grid, block, 3000);
-          check_result(count, "real eager");
-          printf("pdl %d %6llu B grid %2d block %4d | graph us: empty %.2f real %.2f lean %.2f | eager us: empty %.2f real %.2f\n",
-                 p, (unsigned long long)count * 4, grid, block, ge, gr, gl, ee, er);
-          fflush(stdout);
+          measure(count, sh[0], sh[1], g_pdl ? "pdl 1 " : "pdl 0 ");
         }
-      }
     for (int p = 0; p < 2; ++p) {
       g_pdl = p == 1;
       printf("stamps with pdl %d:\n", p);
@@ -466,25 +472,8 @@ int main(int argc, char** argv) {
   ping(10000);
   const uint64_t counts[] = {2, 8192, 16384};
   const int shapes[][2] = {{1, 512}, {2, 512}, {4, 512}, {4, 256}, {4, 128}, {4, 64}, {8, 64}, {8, 128}, {8, 512}, {16, 256}, {32, 128}, {16, 512}, {4, 1024}};
-  for (uint64_t count : counts) {
-    for (auto& sh : shapes) {
-      const int grid = sh[0], block = sh[1];
-      if ((uint64_t)grid * block < (count * 4 + 7) / 8 / 8) continue;  // > 8 packets per thread
-      double ge = graph_us(EMPTY, count, grid, block, 200);
-      double gr = graph_us(REAL, count, grid, block, 200);
-      check_result(count, "real graph");
-      double gl = graph_us(LEAN, count, grid, block, 200);
-      check_result(count, "lean graph");
-      double ee = eager_us(EMPTY, count, grid, block, 2000);
-      double er = eager_us(REAL, count, grid, block, 2000);
-      check_result(count, "real eager");
-      double el = eager_us(LEAN, count, grid, block, 2000);
-      check_result(count, "lean eager");
-      printf("%6llu B grid %3d block %4d | graph us: empty %.2f real %.2f lean %.2f | eager us: empty %.2f real %.2f lean %.2f\n",
-             (unsigned long long)count * 4, grid, block, ge, gr, gl, ee, er, el);
-      fflush(stdout);
-    }
-  }
+  for (uint64_t count : counts)
+    for (auto& sh : shapes) measure(count, sh[0], sh[1], "");
   stamped_report(2, 4, 512);
   stamped_report(2, 1, 512);
   stamped_report(2, 4, 128);
