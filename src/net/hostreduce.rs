@@ -234,7 +234,8 @@ macro_rules! floats {
 // result once to the format, with the results of the exact f64 path (tested bit for bit on every
 // value of both formats against chosen partners and on random pairs; every pair of sums and
 // products in `sixteen_bit_exhaustive`, run by hand) in a fraction of its time (build machine,
-// 2 MiB: bfloat16 sum 9.4 -> 0.5 ns an element; half sum 10.8 -> 4.4, 0.18 with F16C):
+// 2 MiB: bfloat16 sum 9.4 -> 0.5 ns an element; half sum 10.8 -> 4.4; eight lanes at a time
+// (`ops_simd`) about 0.2 for both):
 // widening is exact; a product (at most 16 or 22 significant bits, never below f32's range for
 // half, and exact in f32's subnormals wherever a bfloat16 rounding point is near) and max/min are
 // exact in f32; a sum is exact in f32 unless one operand's lowest bit lies 24 or more bits below
@@ -337,44 +338,82 @@ fn f16_op(c: Combine, a: u16, b: u16) -> u16 {
     f16_round(r, 0.0)
 }
 
-/// `f16_op` eight elements at a time with the F16C conversions, where the CPU has them (x86-64
-/// with AVX and F16C, asked at run time); returns how many leading elements it did (a multiple
-/// of 8). Same results as `f16_op` (every pair tested): widening is exact, `vcvtps2ph` with
-/// round-to-nearest-even rounds once with subnormals and overflow to infinity as `f16_round` does,
-/// NaN lanes become the canonical NaN before narrowing, and max/min choose as f32::max/min do
-/// (the non-NaN operand; the first of two equal ones). Half values and
-/// their sums and products are never f32 subnormals, so the denormal modes do not matter.
+/// `bf16_op` / `f16_op` eight elements at a time where the CPU can (x86-64, asked at run time:
+/// AVX2 for bfloat16, AVX and F16C for half); returns how many leading elements it did (a
+/// multiple of 8, 0 without those features). Same results as the scalar ops (every pair of every
+/// op tested): widening is exact, the op is the same f32 operation (`op_8`), NaN lanes become the
+/// canonical NaN before narrowing, and narrowing rounds once to nearest even as `bf16_round` /
+/// `f16_round` do (bfloat16 by the integer carry of `bf16_round`; half by `vcvtps2ph`, with
+/// subnormals and overflow to infinity). Half values and their sums and products are never f32
+/// subnormals, so the denormal modes do not matter for half.
 #[cfg(target_arch = "x86_64")]
-fn f16_ops_simd(c: Combine, a: &mut [u16], b: &[u16]) -> usize {
-    if !(std::arch::is_x86_feature_detected!("avx") && std::arch::is_x86_feature_detected!("f16c")) {
-        return 0;
+fn ops_simd(half: bool, c: Combine, a: &mut [u16], b: &[u16]) -> usize {
+    use std::arch::is_x86_feature_detected as has;
+    if half && has!("avx") && has!("f16c") {
+        // SAFETY: the CPU has AVX and F16C.
+        return unsafe { f16_ops_8(c, a, b) };
     }
-    // SAFETY: the CPU has AVX and F16C (checked above).
-    unsafe { f16_ops_f16c(c, a, b) }
+    if !half && has!("avx2") {
+        // SAFETY: the CPU has AVX2.
+        return unsafe { bf16_ops_8(c, a, b) };
+    }
+    0
+}
+
+/// `op_f32` on eight lanes, NaN results made the canonical NaN (which narrows to the formats'
+/// canonical NaNs: 0x7fc0 and 0x7e00). vmaxps/vminps return their second operand when the two
+/// are equal (+0 and -0) or either is NaN: with x second, equal operands give x as f32::max/min
+/// do, and where x is NaN y is taken instead.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+fn op_8(c: Combine, x: std::arch::x86_64::__m256, y: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let r = match c {
+        Combine::Sum => _mm256_add_ps(x, y),
+        Combine::Prod => _mm256_mul_ps(x, y),
+        Combine::Max => _mm256_blendv_ps(_mm256_max_ps(y, x), y, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x)),
+        Combine::Min => _mm256_blendv_ps(_mm256_min_ps(y, x), y, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x)),
+    };
+    _mm256_blendv_ps(r, _mm256_set1_ps(f32::from_bits(0x7fc0_0000)), _mm256_cmp_ps::<_CMP_UNORD_Q>(r, r))
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx,f16c")]
-unsafe fn f16_ops_f16c(c: Combine, a: &mut [u16], b: &[u16]) -> usize {
+unsafe fn f16_ops_8(c: Combine, a: &mut [u16], b: &[u16]) -> usize {
     use std::arch::x86_64::*;
     let n = a.len().min(b.len()) / 8 * 8;
-    let canonical = _mm256_set1_ps(f32::from_bits(0x7fc0_0000)); // narrows to 0x7e00, F16.nan()
     for i in (0..n).step_by(8) {
         // SAFETY: i + 8 <= n <= both lengths; unaligned 16-byte loads and stores.
         let (pa, pb) = unsafe { (a.as_mut_ptr().add(i).cast::<__m128i>(), b.as_ptr().add(i).cast::<__m128i>()) };
         let (x, y) = unsafe { (_mm256_cvtph_ps(_mm_loadu_si128(pa)), _mm256_cvtph_ps(_mm_loadu_si128(pb))) };
-        let r = match c {
-            Combine::Sum => _mm256_add_ps(x, y),
-            Combine::Prod => _mm256_mul_ps(x, y),
-            // vmaxps/vminps return their second operand when the two are equal (+0 and -0) or
-            // either is NaN: with x second, equal operands give x as f32::max/min do, and where x
-            // is NaN y is taken instead.
-            Combine::Max => _mm256_blendv_ps(_mm256_max_ps(y, x), y, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x)),
-            Combine::Min => _mm256_blendv_ps(_mm256_min_ps(y, x), y, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x)),
-        };
-        let r = _mm256_blendv_ps(r, canonical, _mm256_cmp_ps::<_CMP_UNORD_Q>(r, r));
+        let r = op_8(c, x, y);
         // SAFETY: as above.
         unsafe { _mm_storeu_si128(pa, _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(r)) };
+    }
+    n
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn bf16_ops_8(c: Combine, a: &mut [u16], b: &[u16]) -> usize {
+    use std::arch::x86_64::*;
+    let n = a.len().min(b.len()) / 8 * 8;
+    let widen = |h: __m128i| _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)));
+    for i in (0..n).step_by(8) {
+        // SAFETY: i + 8 <= n <= both lengths; unaligned 16-byte loads and stores.
+        let (pa, pb) = unsafe { (a.as_mut_ptr().add(i).cast::<__m128i>(), b.as_ptr().add(i).cast::<__m128i>()) };
+        let (x, y) = unsafe { (widen(_mm_loadu_si128(pa)), widen(_mm_loadu_si128(pb))) };
+        let r = _mm256_castps_si256(op_8(c, x, y));
+        // bf16_round without a midpoint error: adding 0x7fff plus the kept part's lowest bit
+        // carries into the kept half exactly when it rounds up (ties to even); infinities and the
+        // canonical NaN pass unchanged, the largest finite values round up to infinity.
+        let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(r), _mm256_set1_epi32(1));
+        let h = _mm256_srli_epi32::<16>(_mm256_add_epi32(r, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))));
+        // Eight 32-bit lanes of at most 0xffff to eight u16: pack within each 128-bit half, then
+        // take the two halves' low quadwords.
+        let p = _mm256_permute4x64_epi64::<0b1000>(_mm256_packus_epi32(h, h));
+        // SAFETY: as above.
+        unsafe { _mm_storeu_si128(pa, _mm256_castsi256_si128(p)) };
     }
     n
 }
@@ -419,6 +458,11 @@ fn f16_encode(x: f64) -> u32 {
 fn minis16(acc: &mut [u8], x: &[u8], f: Mini, c: Combine) {
     if f.e == BF16.e && f.m == BF16.m {
         if let Some((a, b)) = typed::<u16>(acc, x) {
+            #[cfg(target_arch = "x86_64")]
+            let (a, b) = {
+                let done = ops_simd(false, c, a, b);
+                (&mut a[done..], &b[done..])
+            };
             // One loop per op, so the op's match folds away inside each.
             zip_apply!(a, b, c, |p, q| bf16_op(Combine::Sum, p, q), |p, q| bf16_op(Combine::Prod, p, q), |p, q| bf16_op(Combine::Max, p, q), |p, q| bf16_op(Combine::Min, p, q));
             return;
@@ -428,7 +472,7 @@ fn minis16(acc: &mut [u8], x: &[u8], f: Mini, c: Combine) {
         if let Some((a, b)) = typed::<u16>(acc, x) {
             #[cfg(target_arch = "x86_64")]
             let (a, b) = {
-                let done = f16_ops_simd(c, a, b);
+                let done = ops_simd(true, c, a, b);
                 (&mut a[done..], &b[done..])
             };
             zip_apply!(a, b, c, |p, q| f16_op(Combine::Sum, p, q), |p, q| f16_op(Combine::Prod, p, q), |p, q| f16_op(Combine::Max, p, q), |p, q| f16_op(Combine::Min, p, q));
@@ -811,21 +855,24 @@ mod tests {
         }
     }
 
-    /// `combine` on half buffers (the F16C path where the CPU has it, eight at a time, and the
-    /// scalar tail) equals `f16_op` element by element: a spread of accumulators against every half,
-    /// buffers of odd length.
+    /// `combine` on bfloat16 and half buffers (eight at a time where the CPU can, and the scalar
+    /// tail) equals `bf16_op` / `f16_op` element by element: a spread of accumulators (the edges
+    /// of both formats among them) against every value, buffers of odd length.
     #[test]
-    fn half_buffers_equal_the_elementwise_op() {
+    fn sixteen_bit_buffers_equal_the_elementwise_op() {
         let every: Vec<u8> = (0..=u16::MAX).flat_map(|v| v.to_le_bytes()).collect();
-        for c in [Combine::Sum, Combine::Prod, Combine::Max, Combine::Min] {
-            let op = HostOp { dtype: DataType::Float16, combine: c, postdiv: 0 };
-            for a in (0..=u16::MAX).step_by(251).chain([0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0xfe01, 0x7bff, 0x0001]) {
-                let n = 65536 - usize::from(a % 7); // odd lengths leave a tail for the scalar loop
-                let mut acc: Vec<u8> = std::iter::repeat(a.to_le_bytes()).take(n).flatten().collect();
-                combine(&op, &mut acc, &every[..2 * n]);
-                for (b, got) in acc.chunks_exact(2).enumerate() {
-                    let got = u16::from_le_bytes([got[0], got[1]]);
-                    assert_eq!(got, f16_op(c, a, b as u16), "{c:?} {a:#06x} {b:#06x}");
+        let edges = [0x0000, 0x8000, 0x0001, 0x7c00, 0xfc00, 0x7e00, 0xfe01, 0x7bff, 0x7f7f, 0xff80, 0x7fc0, 0xffc1, 0x0080];
+        for (dt, op16) in [(DataType::Float16, f16_op as fn(Combine, u16, u16) -> u16), (DataType::Bfloat16, bf16_op)] {
+            for c in [Combine::Sum, Combine::Prod, Combine::Max, Combine::Min] {
+                let op = HostOp { dtype: dt, combine: c, postdiv: 0 };
+                for a in (0..=u16::MAX).step_by(251).chain(edges) {
+                    let n = 65536 - usize::from(a % 7); // odd lengths leave a tail for the scalar loop
+                    let mut acc: Vec<u8> = std::iter::repeat(a.to_le_bytes()).take(n).flatten().collect();
+                    combine(&op, &mut acc, &every[..2 * n]);
+                    for (b, got) in acc.chunks_exact(2).enumerate() {
+                        let got = u16::from_le_bytes([got[0], got[1]]);
+                        assert_eq!(got, op16(c, a, b as u16), "{dt:?} {c:?} {a:#06x} {b:#06x}");
+                    }
                 }
             }
         }
@@ -846,8 +893,8 @@ mod speed {
     use super::*;
 
     /// Every pair of both 16-bit formats for every op against the f64 computation rounded by
-    /// `bf16_encode` / `f16_encode` (themselves tested against `Mini::encode`), half also through
-    /// `combine` (the F16C path): 2^32 pairs per case, 2.5 minutes on the build machine.
+    /// `bf16_encode` / `f16_encode` (themselves tested against `Mini::encode`), directly and
+    /// through `combine` (the eight-lane paths): 2^32 pairs per case, minutes on the build machine.
     /// `cargo test --release -- --ignored sixteen_bit_exhaustive --nocapture`.
     #[test]
     #[ignore]
@@ -859,13 +906,18 @@ mod speed {
                         for a in (part * 0x4000)..((part + 1) * 0x4000) {
                             let a = a as u16;
                             let (xa, ha) = (BF16.decode(u32::from(a)), f64::from(f16_to_f32(a)));
-                            let op = HostOp { dtype: DataType::Float16, combine: c, postdiv: 0 };
-                            let mut acc: Vec<u8> = std::iter::repeat(a.to_le_bytes()).take(65536).flatten().collect();
                             let every: Vec<u8> = (0..=u16::MAX).flat_map(|v| v.to_le_bytes()).collect();
-                            combine(&op, &mut acc, &every);
+                            let buffer = |dtype| {
+                                let mut acc: Vec<u8> = std::iter::repeat(a.to_le_bytes()).take(65536).flatten().collect();
+                                combine(&HostOp { dtype, combine: c, postdiv: 0 }, &mut acc, &every);
+                                acc
+                            };
+                            let (acc, bacc) = (buffer(DataType::Float16), buffer(DataType::Bfloat16));
                             for b in 0..=u16::MAX {
                                 let want = bf16_encode(combine_f64(c, xa, BF16.decode(u32::from(b)))) as u16;
                                 assert_eq!(bf16_op(c, a, b), want, "bf16 {c:?} {a:#06x} {b:#06x}");
+                                let got = u16::from_le_bytes([bacc[2 * b as usize], bacc[2 * b as usize + 1]]);
+                                assert_eq!(got, want, "bf16 buffer {c:?} {a:#06x} {b:#06x}");
                                 let want = f16_encode(combine_f64(c, ha, f64::from(f16_to_f32(b)))) as u16;
                                 assert_eq!(f16_op(c, a, b), want, "f16 {c:?} {a:#06x} {b:#06x}");
                                 let got = u16::from_le_bytes([acc[2 * b as usize], acc[2 * b as usize + 1]]);
