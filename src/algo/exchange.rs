@@ -612,7 +612,7 @@ mod tests {
         let p = plan_exchange(0, &spec, None, &topo, &s, &t).unwrap();
         assert_eq!(p.args.mode[3], OX_MODE_PUT);
         assert_eq!(p.args.sends[1].off % 16, 0);
-        assert!(p.args.chunk[3] as u64 <= s.rs_slot_bytes && p.args.chunk[3] % 16 == 0);
+        assert!(p.args.chunk[3] as u64 <= s.rs_slot_bytes && p.args.chunk[3].is_multiple_of(16));
     }
 
     /// Relayed Broadcast on 3-5 ranks, any root: every pair agrees, every byte of the message

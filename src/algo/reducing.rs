@@ -233,7 +233,7 @@ mod tests {
                     let p = select_reduce(bytes / es, dt, &topo, &s, &t);
                     if n >= 3 {
                         assert_eq!(p.mode, OX_MODE_LL128_CHAIN as u32, "n={n} {} {bytes} B", dt.name());
-                        assert!(p.packets() && p.grid >= 1 && p.grid <= s.rs_max_blocks && p.block % 32 == 0);
+                        assert!(p.packets() && p.grid >= 1 && p.grid <= s.rs_max_blocks && p.block.is_multiple_of(32));
                     } else {
                         assert_ne!(p.mode, OX_MODE_LL128_CHAIN as u32);
                     }
@@ -270,7 +270,7 @@ mod tests {
                     let p = select_reduce(count, dt, &topo, &s, &t);
                     assert_eq!(p.mode, OX_MODE_CHAIN as u32, "n={n} {} {bytes} B", dt.name());
                     assert!(p.grid >= 1 && p.grid <= s.rs_max_blocks && p.grid <= 132);
-                    assert!(p.block >= 96 && p.block % 32 == 0, "a signalling warp, a waiting warp and at least one computing warp");
+                    assert!(p.block >= 96 && p.block.is_multiple_of(32), "a signalling warp, a waiting warp and at least one computing warp");
                     assert_eq!(p.chunk_elems % unit, 0);
                     assert!(p.chunk_elems >= unit && p.chunk_elems * es <= s.rs_slot_bytes);
                     let per = count.div_ceil(p.grid as u64).div_ceil(unit) * unit;

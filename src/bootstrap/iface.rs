@@ -84,7 +84,7 @@ pub(crate) fn choose<'a>(
     family: Option<Family>,
     root_hint: Option<IpAddr>,
 ) -> Option<&'a Interface> {
-    let usable = || ifaces.iter().filter(move |i| family.map_or(true, |f| f.matches(i.ip)));
+    let usable = || ifaces.iter().filter(move |i| family.is_none_or(|f| f.matches(i.ip)));
     let first_matching = |spec: &str| {
         let filter = IfFilter::parse(spec);
         usable().find(|i| filter.accepts(&i.name))

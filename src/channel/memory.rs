@@ -248,8 +248,8 @@ mod tests {
             assert_eq!(l.offer_off % 32, 0);
             assert_eq!(l.rs_off % 16, 0);
         }
-        const { assert!(FLAGS_OFF >= DEVCOMM_OFF + std::mem::size_of::<DevComm>() as u64 && FLAGS_OFF % 128 == 0) };
+        const { assert!(FLAGS_OFF >= DEVCOMM_OFF + std::mem::size_of::<DevComm>() as u64 && FLAGS_OFF.is_multiple_of(128)) };
         const { assert!(PENDING_OFF >= FLAGS_OFF + FLAG_TABLE_BYTES) };
-        const { assert!(EXPECTED_OFF >= PENDING_OFF + FLAG_TABLE_BYTES && EXPECTED_OFF % 8 == 0) };
+        const { assert!(EXPECTED_OFF >= PENDING_OFF + FLAG_TABLE_BYTES && EXPECTED_OFF.is_multiple_of(8)) };
     }
 }

@@ -28,7 +28,7 @@ impl DeviceBuffer {
 
     /// Fills `count` u32 words at byte offset `off` with `value` (synchronously).
     pub fn fill_u32(&self, off: usize, value: u32, count: usize) -> Result<()> {
-        assert!(off % 4 == 0 && off + count * 4 <= self.size, "fill_u32 outside the buffer");
+        assert!(off.is_multiple_of(4) && off + count * 4 <= self.size, "fill_u32 outside the buffer");
         let _g = CtxGuard::new(self.dev)?;
         // SAFETY: the range is inside this allocation (asserted above).
         check(unsafe { cu::cuMemsetD32_v2(self.ptr + off as u64, value, count) }, "cuMemsetD32")
@@ -102,21 +102,21 @@ impl HostMapped {
 
     /// Volatile store of a u32 at byte offset `off`, seen by kernels polling it.
     pub fn store_u32(&self, off: usize, v: u32) {
-        assert!(off % 4 == 0 && off + 4 <= self.size);
+        assert!(off.is_multiple_of(4) && off + 4 <= self.size);
         // SAFETY: in bounds and aligned (asserted); volatile because the GPU reads it concurrently.
         unsafe { std::ptr::write_volatile(self.host.add(off).cast::<u32>(), v) };
     }
 
     /// Volatile store of a u64 at byte offset `off` (8-byte aligned), seen by kernels reading it.
     pub fn store_u64(&self, off: usize, v: u64) {
-        assert!(off % 8 == 0 && off + 8 <= self.size);
+        assert!(off.is_multiple_of(8) && off + 8 <= self.size);
         // SAFETY: in bounds and aligned (asserted); volatile because the GPU reads it concurrently.
         unsafe { std::ptr::write_volatile(self.host.add(off).cast::<u64>(), v) };
     }
 
     /// Volatile load of a u64 at byte offset `off` (8-byte aligned).
     pub fn load_u64(&self, off: usize) -> u64 {
-        assert!(off % 8 == 0 && off + 8 <= self.size);
+        assert!(off.is_multiple_of(8) && off + 8 <= self.size);
         // SAFETY: in bounds and aligned (asserted).
         unsafe { std::ptr::read_volatile(self.host.add(off).cast::<u64>()) }
     }

@@ -63,7 +63,7 @@ impl HcaFilter {
 
     fn entry_matches(&self, e: &HcaEntry, name: &str, port: u8) -> bool {
         let name_ok = if self.exact { name == e.name } else { name.starts_with(e.name.as_str()) };
-        name_ok && e.port.map_or(true, |p| p == port)
+        name_ok && e.port.is_none_or(|p| p == port)
     }
 
     /// Whether port `port` of device `name` may be used. An empty list keeps everything (also

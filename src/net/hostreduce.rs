@@ -867,7 +867,7 @@ mod tests {
                 let op = HostOp { dtype: dt, combine: c, postdiv: 0 };
                 for a in (0..=u16::MAX).step_by(251).chain(edges) {
                     let n = 65536 - usize::from(a % 7); // odd lengths leave a tail for the scalar loop
-                    let mut acc: Vec<u8> = std::iter::repeat(a.to_le_bytes()).take(n).flatten().collect();
+                    let mut acc: Vec<u8> = std::iter::repeat_n(a.to_le_bytes(), n).flatten().collect();
                     combine(&op, &mut acc, &every[..2 * n]);
                     for (b, got) in acc.chunks_exact(2).enumerate() {
                         let got = u16::from_le_bytes([got[0], got[1]]);
@@ -908,7 +908,7 @@ mod speed {
                             let (xa, ha) = (BF16.decode(u32::from(a)), f64::from(f16_to_f32(a)));
                             let every: Vec<u8> = (0..=u16::MAX).flat_map(|v| v.to_le_bytes()).collect();
                             let buffer = |dtype| {
-                                let mut acc: Vec<u8> = std::iter::repeat(a.to_le_bytes()).take(65536).flatten().collect();
+                                let mut acc: Vec<u8> = std::iter::repeat_n(a.to_le_bytes(), 65536).flatten().collect();
                                 combine(&HostOp { dtype, combine: c, postdiv: 0 }, &mut acc, &every);
                                 acc
                             };

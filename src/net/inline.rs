@@ -266,7 +266,7 @@ pub fn exchange_noting(outs: &mut [Out], ins: &mut [In], stop: &dyn Fn() -> Opti
             continue;
         }
         idle = idle.saturating_add(1);
-        if idle % 64 == 0 {
+        if idle.is_multiple_of(64) {
             if let Some(e) = stop() {
                 return Err(e);
             }

@@ -314,7 +314,7 @@ impl Link {
 
 fn post(q: &Option<Sender<(u64, Job)>>, seq: u64, job: Job, peer: usize) {
     let done = job.done.clone();
-    if q.as_ref().map_or(true, |q| q.send((seq, job)).is_err()) {
+    if q.as_ref().is_none_or(|q| q.send((seq, job)).is_err()) {
         done.finish(Err(Error::remote(format!("the network link to rank {peer} is closed"))));
     }
 }

@@ -770,7 +770,7 @@ impl<T> PerPeer<T> {
 /// bounds them by the largest).
 fn grow(dev: &'static Device, bufs: &mut Vec<HostMapped>, bytes: u64) -> Result<*mut u8> {
     let bytes = bytes.max(1) as usize;
-    if bufs.last().map_or(true, |m| m.size < bytes) {
+    if bufs.last().is_none_or(|m| m.size < bytes) {
         bufs.push(HostMapped::zeroed(dev, bytes.max(1 << 20).next_power_of_two())?);
     }
     Ok(bufs.last().map_or(std::ptr::null_mut(), |m| m.host))

@@ -46,7 +46,7 @@ impl FifoWords {
         if size == 0 || !size.is_power_of_two() || size > 1 << 20 {
             return Err(Error::invalid_argument(format!("FIFO size {size} must be a power of two in [1, 2^20]")));
         }
-        if (base as usize) % 16 != 0 {
+        if !(base as usize).is_multiple_of(16) {
             return Err(Error::internal("FIFO memory is not 16-byte aligned"));
         }
         let words = base.cast::<AtomicU64>();

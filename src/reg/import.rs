@@ -116,7 +116,7 @@ impl Thread {
             }
             let mut closed = Vec::new();
             for i in 0..self.conns.len() {
-                if fds.get(i + 2).map_or(true, |f| f.revents == 0) {
+                if fds.get(i + 2).is_none_or(|f| f.revents == 0) {
                     continue;
                 }
                 loop {

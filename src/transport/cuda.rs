@@ -20,7 +20,7 @@ pub struct Region {
 
 fn region(table: &[Region], id: u16, off: u64, len: u64, what: &str) -> Result<u64> {
     let r = table.get(id as usize).ok_or_else(|| Error::invalid_usage(format!("{what}: unknown memory id {id}")))?;
-    if off.checked_add(len).map_or(true, |end| end > r.size) {
+    if off.checked_add(len).is_none_or(|end| end > r.size) {
         return Err(Error::invalid_usage(format!("{what}: {len} bytes at offset {off} exceed memory {id} ({} bytes)", r.size)));
     }
     Ok(r.ptr + off)

@@ -249,14 +249,14 @@ fn soak(ranks: &[Rank], iters: usize, max_count: usize, seed: u64, label: &str) 
         x ^= x << 25;
         x ^= x >> 27;
         let r = x.wrapping_mul(0x2545_f491_4f6c_dd1d);
-        let (what, res) = if r % 4 == 0 {
+        let (what, res) = if r.is_multiple_of(4) {
             let dt = DataType::ALL[((r >> 8) % 12) as usize];
             let op = CheckOp::ALL[((r >> 16) % 7) as usize];
             let bits = (usize::BITS - max_count.leading_zeros()) as u64;
             let count = ((1usize << ((r >> 24) % bits)) + ((r >> 40) % 4096) as usize).min(max_count);
             // Graph replays as the --graph check runs them (a host-immediate PreMulSum scalar
             // would be baked into the graph, which the replay-with-fresh-data check cannot use).
-            let (in_place, graph) = ((r >> 56) & 1 == 1, (r >> 57) % 8 == 0 && op != CheckOp::PreMulHost);
+            let (in_place, graph) = ((r >> 56) & 1 == 1, (r >> 57).is_multiple_of(8) && op != CheckOp::PreMulHost);
             let what = format!("AllReduce {} {} count {count}{}{}", dt.name(), op.name(), if in_place { " in-place" } else { "" }, if graph { " graph" } else { "" });
             (what, check_one(ranks, &Codec::new(dt), op, count, in_place, r, graph))
         } else {
