@@ -888,8 +888,9 @@ mod tests {
     }
 }
 
+/// Run by hand (`--ignored`): the exhaustive 16-bit check and the combine timings.
 #[cfg(test)]
-mod speed {
+mod by_hand {
     use super::*;
 
     /// Every pair of both 16-bit formats for every op against the f64 computation rounded by

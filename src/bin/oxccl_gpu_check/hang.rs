@@ -1,9 +1,10 @@
 //! A deliberate hang: rank 0 sends 256 MiB that rank 1 never receives, so rank 0's kernel waits on
 //! its peer forever (a smaller send fits the put scratch and completes without its receiver: a
-//! 1 MiB one did, and the check then waited for a dump of nothing). With OXCCL_DEBUG_DUMP=1 the stall must be dumped (WARN lines naming the stuck
-//! operation) within a few seconds, and ncclCommAbort must then return promptly and leave the
-//! stream idle: the kernel saw the abort flag and exited. The dump is one WARN per line, so it is
-//! looked for in the WARN log (NCCL_DEBUG_FILE, set here), not in ncclGetLastError's last line.
+//! 1 MiB one did, and the check then waited for a dump of nothing). With OXCCL_DEBUG_DUMP=1 the
+//! stall must be dumped (WARN lines naming the stuck operation) within a few seconds, and
+//! ncclCommAbort must then return promptly and leave the stream idle: the kernel saw the abort
+//! flag and exited. The dump is one WARN per line, so it is looked for in the WARN log
+//! (NCCL_DEBUG_FILE, set here), not in ncclGetLastError's last line.
 
 use std::time::{Duration, Instant};
 
