@@ -55,7 +55,7 @@ step fault-injection "$bin/oxccl-fault" --ranks $fr
 if [ "$ngpu" -ge 4 ]; then
   step fault-injection-hosts "$bin/oxccl-fault" --ranks 4 --ranks-per-host 2
 else
-  step fault-injection-hosts "$bin/oxccl-fault" --ranks 2 --ranks-per-host 1 --scenarios allreduce,sendrecv,stop
+  step fault-injection-hosts "$bin/oxccl-fault" --ranks 2 --ranks-per-host 1 --scenarios allreduce,bigreduce,sendrecv,stop
 fi
 step fault-injection-ce env OXCCL_LOCAL_TRANSPORT=ce "$bin/oxccl-fault" --ranks $fr --scenarios allreduce,allgather,sendrecv,stop
 if [ $quick = 1 ]; then soak=1000; else soak=10000; fi

@@ -6,6 +6,8 @@
 //!   init       - while the communicator is being created (0-1.5 s after start; a victim that
 //!                dies before registering is caught by the bootstrap timeout, set to bound/3)
 //!   allreduce  - in a loop of small AllReduces (4 KiB)
+//!   bigreduce  - in a loop of large AllReduces (16 MiB; across hosts, the proxy combines them as
+//!                they arrive)
 //!   allgather  - in a loop of large AllGathers (64 MiB per rank)
 //!   sendrecv   - in a loop of ring send/recv groups (1 MiB)
 //!   graph      - in a loop of CUDA graph replays of an AllReduce (1 MiB)
@@ -38,7 +40,7 @@ use oxccl::gpu::{self, cu, CtxGuard, Device, DeviceBuffer};
 use oxccl::types::DataType;
 use oxccl::ResultCode;
 
-const SCENARIOS: [&str; 6] = ["init", "allreduce", "allgather", "sendrecv", "graph", "stop"];
+const SCENARIOS: [&str; 7] = ["init", "allreduce", "bigreduce", "allgather", "sendrecv", "graph", "stop"];
 
 fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -333,6 +335,7 @@ fn child(a: &[String]) -> Result<(), String> {
     let (count, bytes_out) = match sc.as_str() {
         "allgather" => (16usize << 20, (16usize << 20) * 4 * n),
         "sendrecv" | "graph" => (256 << 10, 1 << 20),
+        "bigreduce" => (4 << 20, 16 << 20),
         _ => (1024, 4096),
     };
     let send = DeviceBuffer::zeroed(dev, count * 4).map_err(|e| e.msg)?;

@@ -572,18 +572,22 @@ pub fn post(op: &HostOp, acc: &mut [u8]) {
     }
 }
 
+/// Threads a host combine may spread over: the CPUs this process may use, at most 8.
+pub fn max_threads() -> usize {
+    // Asked once: std reads the cgroup's CPU quota from files at every call (tens of us, more
+    // than a small step's whole reduction).
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    (*CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))).min(8)
+}
+
 /// `combine` spread over threads for large buffers (the proxy waits for it, so it is on the
 /// critical path of every cross-host reduction).
 pub fn combine_parallel(op: &HostOp, acc: &mut [u8], x: &[u8]) {
     const MIN_PER_THREAD: usize = 1 << 20;
-    // Asked once: std reads the cgroup's CPU quota from files at every call (tens of us, more
-    // than a small step's whole reduction).
-    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     if acc.len() < 2 * MIN_PER_THREAD {
         return combine(op, acc, x);
     }
-    let cpus = *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let threads = cpus.min(8).min(acc.len() / MIN_PER_THREAD).max(1);
+    let threads = max_threads().min(acc.len() / MIN_PER_THREAD).max(1);
     if threads == 1 {
         return combine(op, acc, x);
     }

@@ -48,7 +48,31 @@ pub struct Job {
     pub mem: Mem,
     pub bytes: u64,
     pub done: Arc<Tracker>,
+    /// Watched progress (`Landing`), published with release ordering: for a receive, how many
+    /// bytes are in memory; for a send, how many of its source have been read (copied out of the
+    /// GPU). Set to `bytes` when the job ends well, whatever the carrier; TCP also publishes along
+    /// the way (receives into host memory, sends from GPU memory).
+    pub landed: Option<Arc<AtomicU64>>,
 }
+
+/// A host receive posted with `Link::recv_landing`: how much of each striped part has landed.
+pub struct Landing {
+    /// (offset in the job, length, bytes of it landed)
+    parts: Vec<(u64, u64, Arc<AtomicU64>)>,
+}
+
+impl Landing {
+    /// Whether bytes [a, b) of the job are in memory (acquire: they may be read then).
+    pub fn has(&self, a: u64, b: u64) -> bool {
+        self.parts.iter().all(|(off, len, got)| {
+            let (lo, hi) = (a.max(*off), b.min(off + len));
+            lo >= hi || got.load(Ordering::Acquire) >= hi - off
+        })
+    }
+}
+
+/// A TCP receive into host memory publishes its progress after every this many bytes.
+const LANDING_STEP: usize = 256 << 10;
 
 // SAFETY: a Host pointer refers to the proxy's arena, which outlives the job (the proxy waits for
 // the tracker before touching the arena again); device addresses are plain numbers.
@@ -77,6 +101,16 @@ impl Tracker {
             s.1.get_or_insert(e);
         }
         self.cv.notify_all();
+    }
+
+    /// Jobs not finished yet.
+    pub fn pending(&self) -> usize {
+        self.state.lock().0
+    }
+
+    /// The first failure so far, if any (without waiting; `wait` still reports it).
+    pub fn failed(&self) -> Option<Error> {
+        self.state.lock().1.clone()
     }
 
     /// Waits until every job finished (or one failed); `stop()` is polled every few ms and makes
@@ -291,7 +325,30 @@ impl Link {
         self.post(job, false);
     }
 
+    /// A receive whose bytes the caller watches land (`Landing::has`) while it runs.
+    pub fn recv_landing(&self, job: Job) -> Landing {
+        self.post_watched(job, false)
+    }
+
+    /// A send whose source the caller watches being read (`Landing::has`: those bytes of a GPU
+    /// source have been copied out, so the range may be overwritten).
+    pub fn send_landing(&self, job: Job) -> Landing {
+        self.post_watched(job, true)
+    }
+
+    fn post_watched(&self, job: Job, send: bool) -> Landing {
+        let parts: Vec<(u64, u64, Arc<AtomicU64>)> = stripes(job.bytes, self.lanes.len()).into_iter().map(|(o, n)| (o, n, Arc::new(AtomicU64::new(0)))).collect();
+        let counters = parts.iter().map(|p| p.2.clone()).collect();
+        self.post_parts(job, send, Some(counters));
+        Landing { parts }
+    }
+
     fn post(&self, job: Job, send: bool) {
+        self.post_parts(job, send, None);
+    }
+
+    /// `landed`: one counter per stripe part (see `Job::landed`).
+    fn post_parts(&self, job: Job, send: bool, landed: Option<Vec<Arc<AtomicU64>>>) {
         let parts = stripes(job.bytes, self.lanes.len());
         job.done.add(parts.len() - 1);
         let dir = if send { Dir::Send } else { Dir::Recv };
@@ -301,7 +358,8 @@ impl Link {
                 // SAFETY: off + n <= job.bytes: within the job's host range.
                 Mem::Host(p) => Mem::Host(unsafe { p.add(off as usize) }),
             };
-            let part = Job { mem, bytes: n, done: job.done.clone() };
+            let landed = landed.as_ref().and_then(|v| v.get(i).cloned());
+            let part = Job { mem, bytes: n, done: job.done.clone(), landed };
             post(if send { &lane.0 } else { &lane.1 }, self.next_seq(i, dir), part, self.peer);
         }
     }
@@ -431,6 +489,9 @@ fn serve(dev: Option<&'static Device>, jobs: Receiver<(u64, Job)>, mut carrier: 
         };
         if let Err(e) = &r {
             broken.get_or_insert(e.clone());
+        } else if let Some(l) = &job.landed {
+            // Release: the job's bytes are in memory before a watcher sees them counted.
+            l.store(job.bytes, Ordering::Release);
         }
         job.done.finish(r);
     }
@@ -531,6 +592,10 @@ fn send_one(st: Option<&Staging>, sock: &mut TcpStream, seq: u64, job: &Job) -> 
             }
             for (k, &(_, len)) in list.iter().enumerate() {
                 st.sync()?; // chunk k is in host memory
+                if let Some(l) = &job.landed {
+                    // Release: the copy out of chunk k is complete; its source may be rewritten.
+                    l.store(list[k].0 + len as u64, Ordering::Release);
+                }
                 if let Some(&(off, n)) = list.get(k + 1) {
                     st.to_host((k + 1) % 2, src + off, n)?; // overlaps the write below
                 }
@@ -550,7 +615,18 @@ fn recv_one(st: Option<&Staging>, sock: &mut TcpStream, peer: usize, seq: u64, j
         Mem::Host(p) => {
             // SAFETY: the plan's host arena range (see Job).
             let s = unsafe { std::slice::from_raw_parts_mut(p, job.bytes as usize) };
-            sock.read_exact(s).map_err(io)?;
+            match &job.landed {
+                None => sock.read_exact(s).map_err(io)?,
+                Some(landed) => {
+                    let mut got = 0;
+                    for piece in s.chunks_mut(LANDING_STEP) {
+                        sock.read_exact(piece).map_err(io)?;
+                        got += piece.len() as u64;
+                        // Release: the piece is in memory before the watcher counts it.
+                        landed.store(got, Ordering::Release);
+                    }
+                }
+            }
         }
         Mem::Dev(dst) => {
             let st = st.ok_or_else(|| Error::internal("no staging for a GPU transfer"))?;
@@ -613,7 +689,7 @@ mod tests {
         let link = Link::new(None, 0, 1, vec![(probe(false), probe(false)), (probe(false), probe(false))], nop.clone()).unwrap();
         assert_eq!(*log.lock(), vec!["prepare"; 4], "all four threads set up before new returns");
         let t = Tracker::new(1);
-        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 0, done: t.clone() });
+        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 0, done: t.clone(), landed: None });
         t.wait(&|| None).unwrap();
         assert_eq!(log.lock().last(), Some(&"carry"));
         drop(link);
@@ -644,7 +720,7 @@ mod tests {
         let small = [7u8; 3];
         let mut small_dst = [0u8; 3];
         let t = Tracker::new(6);
-        let job = |p: *mut u8, len: usize| Job { mem: Mem::Host(p), bytes: len as u64, done: t.clone() };
+        let job = |p: *mut u8, len: usize| Job { mem: Mem::Host(p), bytes: len as u64, done: t.clone(), landed: None };
         a.send(job(src_a.as_mut_ptr(), n));
         b.send(job(src_b.as_mut_ptr(), n));
         a.send(job(small.as_ptr() as *mut u8, 3));
@@ -657,23 +733,59 @@ mod tests {
     }
 
     #[test]
+    fn a_watched_receive_shows_its_bytes_only_once_they_landed() {
+        let (a, b) = pair();
+        // Striped over both lanes (two parts), each landing in several steps.
+        let n = 3 * STRIPE_MIN as usize + 5;
+        let mut src: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
+        let mut dst = vec![0u8; n];
+        let t = Tracker::new(1);
+        let landing = b.recv_landing(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None });
+        assert_eq!(landing.parts.len(), 2);
+        assert!(landing.has(0, 0), "an empty range is always there");
+        assert!(!landing.has(0, 1) && !landing.has(n as u64 - 1, n as u64), "nothing sent yet");
+        let ts = Tracker::new(1);
+        let sent = a.send_landing(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: n as u64, done: ts.clone(), landed: None });
+        // Watch the first part fill up, then the whole.
+        let t0 = std::time::Instant::now();
+        while !landing.has(0, LANDING_STEP as u64) {
+            assert!(t0.elapsed() < Duration::from_secs(10), "the first piece never showed");
+            std::thread::yield_now();
+        }
+        t.wait(&|| None).unwrap();
+        ts.wait(&|| None).unwrap();
+        assert!(landing.has(0, n as u64) && sent.has(0, n as u64));
+        assert!(dst == src);
+    }
+
+    #[test]
+    fn landing_checks_every_part_a_range_touches() {
+        let part = |o: u64, n: u64, got: u64| (o, n, Arc::new(AtomicU64::new(got)));
+        let l = Landing { parts: vec![part(0, 100, 100), part(100, 100, 30), part(200, 50, 0)] };
+        assert!(l.has(0, 100) && l.has(50, 130) && l.has(100, 130));
+        assert!(!l.has(50, 131), "byte 130 is byte 30 of the second part, not landed");
+        assert!(!l.has(199, 201) && !l.has(240, 250));
+        assert!(l.has(130, 130));
+    }
+
+    #[test]
     fn a_size_mismatch_and_a_closed_peer_are_errors() {
         let (a, b) = pair();
         let mut buf = vec![1u8; 64];
         let t = Tracker::new(2);
-        a.send(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 64, done: t.clone() });
-        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 32, done: t.clone() });
+        a.send(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 64, done: t.clone(), landed: None });
+        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 32, done: t.clone(), landed: None });
         let e = t.wait(&|| None).unwrap_err();
         assert!(e.msg.contains("64 bytes") && e.msg.contains("32 bytes"), "{}", e.msg);
         // Later jobs on the failed direction fail at once.
         let t = Tracker::new(1);
-        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone() });
+        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone(), landed: None });
         assert!(t.wait(&|| None).is_err());
         drop(b);
         let (a, b) = pair();
         drop(a);
         let t = Tracker::new(1);
-        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone() });
+        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone(), landed: None });
         let e = t.wait(&|| None).unwrap_err();
         assert_eq!(e.code, crate::error::ResultCode::RemoteError, "{}", e.msg);
     }

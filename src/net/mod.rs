@@ -18,6 +18,7 @@ pub mod hostreduce;
 pub mod ib;
 pub mod inline;
 pub mod link;
+pub mod pipeline;
 pub mod plan;
 pub mod select;
 pub mod stage;
@@ -484,23 +485,30 @@ struct NetHandler {
     relaxed: Option<RelaxedCapture>,
     /// OXCCL_NET_PROFILE=1: where steps spend their time, printed when the communicator goes.
     profile: Option<Profile>,
+    /// Threaded phases combine their inputs as they land (`pipeline`); OXCCL_NET_PIPELINE=0: after
+    /// all transfers, as before (for comparison).
+    pipeline: bool,
+    /// Seconds of host combining in the current phase's reductions (profiling only).
+    combining: f64,
 }
 
-/// Time per step by size class (bytes moved, powers of 4): steps, total, transfers, reductions.
+/// Time per step by size class (bytes moved, powers of 4): steps, total, transfers, reductions,
+/// and the host combining within those reductions (the rest of them is copies to and from the GPU).
 #[derive(Default)]
 struct Profile {
-    rows: std::collections::BTreeMap<u32, [f64; 4]>,
+    rows: std::collections::BTreeMap<u32, [f64; 5]>,
 }
 
 impl Profile {
     /// `step`: a whole step's row (its total), else a phase's.
-    fn add(&mut self, step: bool, bytes: u64, total: f64, xfer: f64, reduce: f64) {
+    fn add(&mut self, step: bool, bytes: u64, total: f64, xfer: f64, reduce: f64, combine: f64) {
         let class = if bytes == 0 { 0 } else { (64 - bytes.leading_zeros()).div_ceil(2) };
         let r = self.rows.entry(class + if step { 100 } else { 0 }).or_default();
         r[0] += 1.0;
         r[1] += total;
         r[2] += xfer;
         r[3] += reduce;
+        r[4] += combine;
     }
 }
 
@@ -542,6 +550,8 @@ impl NetHandler {
             status,
             relaxed: None,
             profile: crate::config::env("OXCCL_NET_PROFILE").filter(|v| v.trim() == "1").map(|_| Profile::default()),
+            combining: 0.0,
+            pipeline: crate::config::env("OXCCL_NET_PIPELINE").is_none_or(|v| v.trim() != "0"),
         })
     }
 
@@ -563,8 +573,11 @@ impl NetHandler {
         };
         for (k, ph) in step.phases.iter().enumerate() {
             let n = ph.sends.len() + ph.recvs.len();
+            let inline = n > 0 && self.inline_ok(ph);
+            // The threaded path combines as the inputs land where the phase allows (`pipeline`).
+            let pipe = (n > 0 && !inline && self.pipeline).then(|| pipeline::plan(ph)).flatten();
             let mut preloaded = false;
-            if n > 0 {
+            if n > 0 && pipe.is_none() {
                 // A reduction's first device input goes to its accumulator while the transfers
                 // run (the planner never makes it a receive's destination or the accumulator a
                 // send's source in the same phase).
@@ -579,30 +592,22 @@ impl NetHandler {
             }
             // Clocks only when profiling: this is the proxy's per-step path.
             let t0 = self.profile.is_some().then(std::time::Instant::now);
-            if n > 0 && self.inline_ok(ph) {
+            self.combining = 0.0;
+            if let Some(pipe) = &pipe {
+                let t1 = self.run_pipelined(arena, k, ph, pipe)?;
+                if let (Some(p), Some(t0)) = (self.profile.as_mut(), t0) {
+                    let bytes = ph.sends.iter().chain(&ph.recvs).map(|x| x.bytes).sum();
+                    let t1 = t1.unwrap_or(t0);
+                    p.add(false, bytes, 0.0, (t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64(), self.combining);
+                }
+                continue;
+            }
+            if inline {
                 self.run_inline(arena, k, ph, preloaded)?;
             } else if n > 0 {
                 let t = Tracker::new(n);
-                let mem = |b: Buf| match b {
-                    Buf::Dev(p) => Mem::Dev(p),
-                    // SAFETY: the plan reserved this range of the arena (grown above).
-                    Buf::Host(o) => Mem::Host(unsafe { arena.add(o as usize) }),
-                };
-                // Receives first: a peer's data can be written as soon as it arrives.
-                for x in &ph.recvs {
-                    self.link(x.peer)?.recv(Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone() });
-                }
-                for x in &ph.sends {
-                    self.link(x.peer)?.send(Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone() });
-                }
-                let peers = |v: &[plan::Xfer]| v.iter().map(|x| x.peer).collect::<Vec<_>>();
-                t.wait_noting(&|| self.stopped(), &|left| {
-                    self.status.note(format!(
-                        "phase {k}: {left} link transfers outstanding (a striped job counts once per lane) of {n} jobs: sends to ranks {:?}, receives from ranks {:?}",
-                        peers(&ph.sends),
-                        peers(&ph.recvs)
-                    ))
-                })?;
+                self.post_phase(arena, ph, &t, &[], &[])?;
+                self.wait_phase(k, ph, &t)?;
                 self.sync()?;
             }
             let t1 = self.profile.is_some().then(std::time::Instant::now);
@@ -611,10 +616,210 @@ impl NetHandler {
             }
             if let (Some(p), Some(t0), Some(t1)) = (self.profile.as_mut(), t0, t1) {
                 let bytes = ph.sends.iter().chain(&ph.recvs).map(|x| x.bytes).sum();
-                p.add(false, bytes, 0.0, (t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64());
+                p.add(false, bytes, 0.0, (t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64(), self.combining);
             }
         }
         Ok(())
+    }
+
+    /// Hands a phase's jobs to the link threads, receives first (a peer's data can be written as
+    /// soon as it arrives). Receives marked in `watched` are posted so that their bytes can be
+    /// used as they land, sends in `watched_sends` so that their source's reading can be followed:
+    /// their `Landing`s are returned, by number.
+    fn post_phase(&self, arena: *mut u8, ph: &Phase, t: &Arc<Tracker>, watched: &[bool], watched_sends: &[bool]) -> Result<Landings> {
+        let mem = |b: Buf| match b {
+            Buf::Dev(p) => Mem::Dev(p),
+            // SAFETY: the plan reserved this range of the arena (grown by `run`).
+            Buf::Host(o) => Mem::Host(unsafe { arena.add(o as usize) }),
+        };
+        let mut landings = Vec::with_capacity(ph.recvs.len());
+        for (i, x) in ph.recvs.iter().enumerate() {
+            let job = Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone(), landed: None };
+            let link = self.link(x.peer)?;
+            landings.push(if watched.get(i).copied().unwrap_or(false) { Some(link.recv_landing(job)) } else {
+                link.recv(job);
+                None
+            });
+        }
+        let mut read = Vec::with_capacity(ph.sends.len());
+        for (i, x) in ph.sends.iter().enumerate() {
+            let job = Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone(), landed: None };
+            let link = self.link(x.peer)?;
+            read.push(if watched_sends.get(i).copied().unwrap_or(false) { Some(link.send_landing(job)) } else {
+                link.send(job);
+                None
+            });
+        }
+        Ok(Landings { recvs: landings, sends: read })
+    }
+
+    /// Waits for every job of phase `k` (noting what is outstanding for the hang dump).
+    fn wait_phase(&self, k: usize, ph: &Phase, t: &Tracker) -> Result<()> {
+        let n = ph.sends.len() + ph.recvs.len();
+        let peers = |v: &[plan::Xfer]| v.iter().map(|x| x.peer).collect::<Vec<_>>();
+        t.wait_noting(&|| self.stopped(), &|left| {
+            self.status.note(format!(
+                "phase {k}: {left} link transfers outstanding (a striped job counts once per lane) of {n} jobs: sends to ranks {:?}, receives from ranks {:?}",
+                peers(&ph.sends),
+                peers(&ph.recvs)
+            ))
+        })
+    }
+
+    /// A threaded phase whose reductions run as their inputs land (`pipeline`): GPU inputs copied
+    /// to the host while the jobs run, each piece combined once every received input has it and
+    /// its result copied to the GPU at once (or, for a result range the phase's transfers use,
+    /// after they end). Returns when the transfers ended, for the profile.
+    fn run_pipelined(&mut self, arena: *mut u8, k: usize, ph: &Phase, pipe: &pipeline::Pipe) -> Result<Option<std::time::Instant>> {
+        use pipeline::Src;
+        let tmp = if pipe.tmp_bytes > 0 { grow(self.dev, &mut self.tmp, pipe.tmp_bytes)? } else { std::ptr::null_mut() };
+        for (red, r) in ph.reduces.iter().zip(&pipe.reductions) {
+            for s in &r.inputs {
+                if let (Src::Dev { dev, tmp: slot }, true) = (*s, red.bytes > 0) {
+                    // SAFETY: the accumulator's range of the arena, or the scratch slot grown above.
+                    let dst = unsafe { slot.map_or(arena.add(red.acc as usize), |o| tmp.add(o as usize)) };
+                    check(unsafe { cu::cuMemcpyDtoHAsync_v2(dst.cast(), dev, red.bytes as usize, self.stream.raw) }, "cuMemcpyDtoHAsync (reduction input)")?;
+                }
+            }
+        }
+        let t = Tracker::new(ph.sends.len() + ph.recvs.len());
+        let landings = self.post_phase(arena, ph, &t, &pipe.watched, &pipe.watched_sends)?;
+        // The GPU inputs are on the host (the transfers go on meanwhile).
+        self.sync()?;
+        let pieces: Vec<(usize, u64, u64)> = ph.reduces.iter().enumerate().flat_map(|(i, r)| pipeline::pieces(r.bytes).map(move |(a, b)| (i, a, b))).collect();
+        let landed = |s: &Src, a: u64, b: u64| match *s {
+            Src::Landing { recv, skip, .. } => landings.recvs.get(recv).and_then(Option::as_ref).is_none_or(|l| l.has(skip + a, skip + b)),
+            Src::Ready(_) | Src::Dev { .. } => true,
+        };
+        // Whether piece [a, b) of reduction i may be written to its GPU range now.
+        let writable = |i: usize, a: u64, b: u64| match (&pipe.reductions[i].out, ph.reduces[i].out) {
+            (pipeline::Out::Early, _) => true,
+            (pipeline::Out::AfterSends(v), Buf::Dev(out)) => v.iter().all(|&k| {
+                let x = &ph.sends[k];
+                match (x.buf, landings.sends.get(k).and_then(Option::as_ref)) {
+                    (Buf::Dev(q), Some(l)) => pipeline::read_before(out, a, b, q, x.bytes).is_none_or(|(lo, hi)| l.has(lo, hi)),
+                    _ => false,
+                }
+            }),
+            _ => false,
+        };
+        let (arena_at, tmp_at) = (arena as usize, tmp as usize);
+        // One piece: the accumulator's range from the first input, the others combined in host
+        // order (every host makes the same result bit for bit).
+        let work = |&(i, a, b): &(usize, u64, u64)| {
+            let (red, r) = (&ph.reduces[i], &pipe.reductions[i]);
+            let len = (b - a) as usize;
+            // SAFETY: each piece is a distinct range of its accumulator (accumulators are disjoint
+            // from each other and from every input range: `pipeline::plan`), reserved in the
+            // arena, and one thread claims it (`Claims`).
+            let acc = unsafe { std::slice::from_raw_parts_mut((arena_at + (red.acc + a) as usize) as *mut u8, len) };
+            for (j, s) in r.inputs.iter().enumerate() {
+                let at = match *s {
+                    Src::Ready(o) | Src::Landing { at: o, .. } => Some(arena_at + (o + a) as usize),
+                    Src::Dev { tmp: Some(o), .. } => Some(tmp_at + (o + a) as usize),
+                    Src::Dev { tmp: None, .. } => None, // already in the accumulator
+                };
+                // SAFETY: an input range of the arena or scratch, landed or copied (checked by
+                // `landed` and the synchronisation above), not written while the piece is combined.
+                let x = at.map(|p| unsafe { std::slice::from_raw_parts(p as *const u8, len) });
+                match (j, x) {
+                    (0, Some(x)) => acc.copy_from_slice(x),
+                    (_, Some(x)) => hostreduce::combine(&red.op, acc, x),
+                    (_, None) => {}
+                }
+            }
+            hostreduce::post(&red.op, acc);
+        };
+        let clock = self.profile.is_some();
+        let claims = pipeline::Claims::new(pieces.len());
+        let combining_ns = std::sync::atomic::AtomicU64::new(0);
+        // Combines every piece whose inputs have landed and nobody has taken; true if any.
+        let combine_some = || {
+            let mut any = false;
+            for (n, p) in pieces.iter().enumerate() {
+                if claims.open(n) && pipe.reductions[p.0].inputs.iter().all(|s| landed(s, p.1, p.2)) && claims.take(n) {
+                    let c0 = clock.then(std::time::Instant::now);
+                    work(p);
+                    claims.made(n);
+                    combining_ns.fetch_add(c0.map_or(0, |c| c.elapsed().as_nanos() as u64), Ordering::Relaxed);
+                    any = true;
+                }
+            }
+            any
+        };
+        // A piece takes one core about as long as the wire takes to bring it: more pieces at once
+        // need helpers (the proxy thread combines too, and alone issues the CUDA copies).
+        let bytes: u64 = ph.reduces.iter().map(|r| r.bytes).sum();
+        let helpers = if bytes >= 4 * pipeline::PIECE { hostreduce::max_threads().min(4) - 1 } else { 0 };
+        let mut t_xfer = None;
+        let r = std::thread::scope(|sc| {
+            for _ in 0..helpers {
+                sc.spawn(|| {
+                    let mut idle = 0;
+                    while claims.any_open() && !claims.cancelled() {
+                        if combine_some() {
+                            idle = 0;
+                        } else {
+                            idle_wait(&mut idle);
+                        }
+                    }
+                });
+            }
+            let r = (|| -> Result<()> {
+                let (mut idle, mut noted) = (0u32, false);
+                let t_wait = std::time::Instant::now();
+                let mut out: Vec<bool> = pieces.iter().map(|&(i, _, _)| !matches!(pipe.reductions[i].out, pipeline::Out::Early | pipeline::Out::AfterSends(_))).collect();
+                let mut left = out.iter().filter(|&&o| !o).count();
+                while claims.any_open() || left > 0 || !claims.all_made() {
+                    let mut progressed = combine_some();
+                    for (n, &(i, a, b)) in pieces.iter().enumerate() {
+                        if out[n] || !claims.is_made(n) || !writable(i, a, b) {
+                            continue;
+                        }
+                        if let Buf::Dev(dst) = ph.reduces[i].out {
+                            // SAFETY: the piece's range of the accumulator, final; dst the plan's
+                            // device range, which no transfer reads any more (`writable`).
+                            let src = unsafe { arena.add((ph.reduces[i].acc + a) as usize) };
+                            check(unsafe { cu::cuMemcpyHtoDAsync_v2(dst + a, src.cast(), (b - a) as usize, self.stream.raw) }, "cuMemcpyHtoDAsync (reduction result)")?;
+                        }
+                        out[n] = true;
+                        left -= 1;
+                        progressed = true;
+                    }
+                    if clock && t_xfer.is_none() && t.pending() == 0 {
+                        t_xfer = Some(std::time::Instant::now());
+                    }
+                    if progressed {
+                        idle = 0;
+                    } else if idle_wait(&mut idle) {
+                        if let Some(e) = t.failed().or_else(|| self.stopped()) {
+                            return Err(e);
+                        }
+                        if !noted && t_wait.elapsed() >= std::time::Duration::from_secs(1) {
+                            noted = true;
+                            self.status.note(format!("phase {k}: {left} pieces of its reductions wait for received data or for sends to read their range"));
+                        }
+                    }
+                }
+                Ok(())
+            })();
+            // Helpers stop at once on a failure (pieces that will never land).
+            claims.cancel();
+            r
+        });
+        self.combining += combining_ns.load(Ordering::Relaxed) as f64 * 1e-9;
+        r?;
+        self.wait_phase(k, ph, &t)?;
+        let t1 = t_xfer.or_else(|| clock.then(std::time::Instant::now));
+        for (red, r) in ph.reduces.iter().zip(&pipe.reductions) {
+            if let (Buf::Dev(out), pipeline::Out::AtEnd, true) = (red.out, &r.out, red.bytes > 0) {
+                // SAFETY: the accumulator, final; out the plan's device range, which no transfer uses now.
+                let src = unsafe { arena.add(red.acc as usize) };
+                check(unsafe { cu::cuMemcpyHtoDAsync_v2(out, src.cast(), red.bytes as usize, self.stream.raw) }, "cuMemcpyHtoDAsync (reduction result)")?;
+            }
+        }
+        self.sync()?;
+        Ok(t1)
     }
 
     /// Whether this thread carries the phase itself: small enough (`inline::phase_fits`) and every
@@ -696,6 +901,13 @@ impl NetHandler {
         let n = r.bytes as usize;
         // SAFETY: the plan reserved [acc, acc + bytes) of the arena, disjoint from its inputs.
         let acc = unsafe { std::slice::from_raw_parts_mut(arena.add(r.acc as usize), n) };
+        let clock = self.profile.is_some();
+        let mut combining = 0.0;
+        let mut timed = |f: &mut dyn FnMut()| {
+            let t = clock.then(std::time::Instant::now);
+            f();
+            combining += t.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        };
         for (i, inp) in r.inputs.iter().enumerate() {
             match *inp {
                 Buf::Dev(_) if i == 0 && first_loaded => {}
@@ -704,7 +916,7 @@ impl NetHandler {
                     let tmp = grow(self.dev, &mut self.tmp, r.bytes)?;
                     self.to_host(tmp, p, n)?;
                     // SAFETY: tmp holds n bytes just copied in.
-                    hostreduce::combine_parallel(&r.op, acc, unsafe { std::slice::from_raw_parts(tmp, n) });
+                    timed(&mut || hostreduce::combine_parallel(&r.op, acc, unsafe { std::slice::from_raw_parts(tmp, n) }));
                 }
                 Buf::Host(o) => {
                     // SAFETY: a range of the arena the plan reserved, disjoint from acc.
@@ -712,12 +924,13 @@ impl NetHandler {
                     if i == 0 {
                         acc.copy_from_slice(x);
                     } else {
-                        hostreduce::combine_parallel(&r.op, acc, x);
+                        timed(&mut || hostreduce::combine_parallel(&r.op, acc, x));
                     }
                 }
             }
         }
-        hostreduce::post(&r.op, acc);
+        timed(&mut || hostreduce::post(&r.op, acc));
+        self.combining += combining;
         if let Buf::Dev(out) = r.out {
             // SAFETY: acc is pinned host memory of n bytes; out is the plan's device range.
             check(unsafe { cu::cuMemcpyHtoDAsync_v2(out, acc.as_ptr().cast(), n, self.stream.raw) }, "cuMemcpyHtoDAsync (reduction result)")?;
@@ -735,6 +948,12 @@ impl NetHandler {
     fn sync(&self) -> Result<()> {
         self.stream.sync("cuStreamSynchronize (cross-host step)")
     }
+}
+
+/// A phase's watched transfers (`NetHandler::post_phase`), by receive and send number.
+struct Landings {
+    recvs: Vec<Option<link::Landing>>,
+    sends: Vec<Option<link::Landing>>,
 }
 
 /// One item per peer, in order of first use.
@@ -764,6 +983,20 @@ impl<T> PerPeer<T> {
     }
 }
 
+/// One idle turn of a polling loop: spins first, then yields, then sleeps briefly; true when the
+/// caller should look for failures (not every turn: it takes a lock).
+fn idle_wait(idle: &mut u32) -> bool {
+    *idle += 1;
+    if *idle < 64 {
+        std::hint::spin_loop();
+    } else if *idle < 4096 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(20));
+    }
+    (*idle).is_multiple_of(16)
+}
+
 /// Pinned host memory of at least `bytes` (contents not kept). A larger buffer is added rather
 /// than the old one freed: cuMemFreeHost synchronises the device, and the user's kernel waiting
 /// for this very step would never finish. The older buffers go with the handler (the doubling
@@ -785,7 +1018,13 @@ impl Drop for NetHandler {
             if *class >= 100 {
                 out.push_str(&format!("  steps  <= 4^{:<2} B: {:>8} avg total {:>9.1}\n", class - 100, r[0], r[1] * 1e6 / n));
             } else {
-                out.push_str(&format!("  phases <= 4^{class:<2} B: {:>8} avg transfers {:>9.1} avg reductions {:>9.1}\n", r[0], r[2] * 1e6 / n, r[3] * 1e6 / n));
+                out.push_str(&format!(
+                    "  phases <= 4^{class:<2} B: {:>8} avg transfers {:>9.1} avg reductions {:>9.1} (combining {:>9.1})\n",
+                    r[0],
+                    r[2] * 1e6 / n,
+                    r[3] * 1e6 / n,
+                    r[4] * 1e6 / n
+                ));
             }
         }
         eprint!("{out}");
@@ -805,7 +1044,7 @@ impl Handler for NetHandler {
         self.run(&step).map_err(|e| e.context(format!("rank {}: cross-host step", self.me)))?;
         if let (Some(p), Some(t0)) = (self.profile.as_mut(), t0) {
             let bytes = step.phases.iter().flat_map(|ph| ph.sends.iter().chain(&ph.recvs)).map(|x| x.bytes).sum();
-            p.add(true, bytes, t0.elapsed().as_secs_f64(), 0.0, 0.0);
+            p.add(true, bytes, t0.elapsed().as_secs_f64(), 0.0, 0.0, 0.0);
         }
         // SAFETY: the first word of `done`, host-mapped; only this thread writes it.
         let done = unsafe { &*self.done.host.cast::<AtomicU64>() };

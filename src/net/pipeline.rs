@@ -1,0 +1,380 @@
+//! Host reductions that run while their inputs arrive.
+//!
+//! On the threaded path (jobs above the inline size) the proxy used to wait for every transfer of
+//! a phase, then copy a GPU input to the host, combine whole buffers, and copy the result to the
+//! GPU: at 2 simulated hosts a 2 MB AllReduce spent 1.1 ms of its 1.7 ms step after the wire
+//! (BENCHMARKS, seventeenth pass). Where a phase allows it, the proxy now copies every GPU input
+//! to the host while the transfers run, combines each piece of `PIECE` bytes as soon as all its
+//! received inputs have it (`link::Landing`), and copies the piece's result to the GPU at once.
+//! `plan` decides, as a pure function of the phase, whether and how; the proxy (`mod.rs`) runs it.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+
+use super::plan::{Buf, Phase};
+
+/// Bytes combined, and copied to the GPU, at a time.
+pub const PIECE: u64 = 256 << 10;
+
+/// Where one input of a reduction is while the phase runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Src {
+    /// In the arena at this offset before the phase starts (an earlier phase's result).
+    Ready(u64),
+    /// Landing in the arena at `at`, which is byte `skip` of the phase's receive number `recv`.
+    Landing { recv: usize, at: u64, skip: u64 },
+    /// GPU memory, copied to the host while the transfers run: into the reduction's accumulator
+    /// when it is the first input (`tmp` None), else at offset `tmp` of the proxy's scratch.
+    Dev { dev: u64, tmp: Option<u64> },
+}
+
+/// When a piece of a reduction's result goes to its GPU range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Out {
+    /// The result stays in the arena (a later phase sends it).
+    Host,
+    /// As soon as the piece is made.
+    Early,
+    /// Once these sends of the phase (an in-place call's own input) have read the piece's range.
+    AfterSends(Vec<usize>),
+    /// After every transfer of the phase (a receive writes that range too).
+    AtEnd,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reduction {
+    pub inputs: Vec<Src>,
+    pub out: Out,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pipe {
+    /// One per `Phase::reduces`, in order.
+    pub reductions: Vec<Reduction>,
+    /// Scratch for GPU inputs after the first.
+    pub tmp_bytes: u64,
+    /// Per receive of the phase: whether a reduction reads it as it lands.
+    pub watched: Vec<bool>,
+    /// Per send of the phase: whether a result waits for it to read its source (`Out::AfterSends`).
+    pub watched_sends: Vec<bool>,
+}
+
+fn overlap(a: u64, an: u64, b: u64, bn: u64) -> bool {
+    an > 0 && bn > 0 && a < b + bn && b < a + an
+}
+
+/// How to run `ph`'s reductions as their inputs arrive; None where the phase has none, or where
+/// its buffers are laid out in a way this does not handle (then the proxy combines after the
+/// transfers, as before): a GPU input that a receive writes, an accumulator that a transfer
+/// touches, a host input that covers part of a receive.
+pub fn plan(ph: &Phase) -> Option<Pipe> {
+    if ph.reduces.is_empty() {
+        return None;
+    }
+    let xfers = || ph.sends.iter().chain(&ph.recvs);
+    let host_xfer = |o: u64, n: u64| xfers().any(|x| matches!(x.buf, Buf::Host(q) if overlap(o, n, q, x.bytes)));
+    let mut watched = vec![false; ph.recvs.len()];
+    let mut watched_sends = vec![false; ph.sends.len()];
+    let mut tmp_bytes = 0u64;
+    let mut reductions = Vec::with_capacity(ph.reduces.len());
+    for r in &ph.reduces {
+        let n = r.bytes;
+        if host_xfer(r.acc, n) || ph.reduces.iter().flat_map(|q| &q.inputs).any(|b| matches!(*b, Buf::Host(o) if overlap(o, n, r.acc, n))) {
+            return None;
+        }
+        let mut inputs = Vec::with_capacity(r.inputs.len());
+        for (i, b) in r.inputs.iter().enumerate() {
+            inputs.push(match *b {
+                Buf::Dev(p) => {
+                    if ph.recvs.iter().any(|x| matches!(x.buf, Buf::Dev(q) if overlap(p, n, q, x.bytes))) {
+                        return None;
+                    }
+                    let tmp = (i > 0).then(|| {
+                        let t = tmp_bytes;
+                        tmp_bytes += n.div_ceil(16) * 16;
+                        t
+                    });
+                    Src::Dev { dev: p, tmp }
+                }
+                Buf::Host(o) => {
+                    let into = ph.recvs.iter().position(|x| matches!(x.buf, Buf::Host(q) if overlap(o, n, q, x.bytes)));
+                    match into {
+                        None => Src::Ready(o),
+                        Some(k) => {
+                            let (q, len) = match ph.recvs[k].buf {
+                                Buf::Host(q) => (q, ph.recvs[k].bytes),
+                                Buf::Dev(_) => return None,
+                            };
+                            if o < q || o + n > q + len {
+                                return None;
+                            }
+                            watched[k] = true;
+                            Src::Landing { recv: k, at: o, skip: o - q }
+                        }
+                    }
+                }
+            });
+        }
+        let out = match r.out {
+            Buf::Host(_) => Out::Host,
+            Buf::Dev(p) if ph.recvs.iter().any(|x| matches!(x.buf, Buf::Dev(q) if overlap(p, n, q, x.bytes))) => Out::AtEnd,
+            Buf::Dev(p) => {
+                let sends: Vec<usize> = (0..ph.sends.len()).filter(|&k| matches!(ph.sends[k].buf, Buf::Dev(q) if overlap(p, n, q, ph.sends[k].bytes))).collect();
+                sends.iter().for_each(|&k| watched_sends[k] = true);
+                if sends.is_empty() {
+                    Out::Early
+                } else {
+                    Out::AfterSends(sends)
+                }
+            }
+        };
+        reductions.push(Reduction { inputs, out });
+    }
+    Some(Pipe { reductions, tmp_bytes, watched, watched_sends })
+}
+
+/// Bytes [lo, hi) of a send from GPU range [q, q + len) that must have been read before bytes
+/// [a, b) of a result at `out` may be written; None if the ranges do not meet.
+pub fn read_before(out: u64, a: u64, b: u64, q: u64, len: u64) -> Option<(u64, u64)> {
+    let (lo, hi) = ((out + a).max(q), (out + b).min(q + len));
+    (lo < hi).then(|| (lo - q, hi - q))
+}
+
+/// Who combines which piece, among the proxy thread and its helpers: a piece is open, then
+/// taken by one thread, then made (combined, readable by the others).
+pub struct Claims {
+    state: Vec<AtomicU8>,
+    open: AtomicUsize,
+    cancelled: AtomicBool,
+}
+
+const OPEN: u8 = 0;
+const TAKEN: u8 = 1;
+const MADE: u8 = 2;
+
+impl Claims {
+    pub fn new(n: usize) -> Claims {
+        Claims { state: (0..n).map(|_| AtomicU8::new(OPEN)).collect(), open: AtomicUsize::new(n), cancelled: AtomicBool::new(false) }
+    }
+
+    pub fn open(&self, i: usize) -> bool {
+        self.state[i].load(Ordering::Relaxed) == OPEN
+    }
+
+    /// Takes piece `i` for this thread; false if another took it first.
+    pub fn take(&self, i: usize) -> bool {
+        let won = self.state[i].compare_exchange(OPEN, TAKEN, Ordering::Relaxed, Ordering::Relaxed).is_ok();
+        if won {
+            self.open.fetch_sub(1, Ordering::Relaxed);
+        }
+        won
+    }
+
+    /// Piece `i` is combined (release: its bytes are written before another thread sees it made).
+    pub fn made(&self, i: usize) {
+        self.state[i].store(MADE, Ordering::Release);
+    }
+
+    /// Whether piece `i` is combined (acquire: its bytes may be read then).
+    pub fn is_made(&self, i: usize) -> bool {
+        self.state[i].load(Ordering::Acquire) == MADE
+    }
+
+    pub fn any_open(&self) -> bool {
+        self.open.load(Ordering::Relaxed) > 0
+    }
+
+    pub fn all_made(&self) -> bool {
+        (0..self.state.len()).all(|i| self.is_made(i))
+    }
+
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+    }
+
+    pub fn cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+}
+
+/// The pieces of a reduction of `bytes`: [start, end) ranges of at most `PIECE` bytes.
+pub fn pieces(bytes: u64) -> impl Iterator<Item = (u64, u64)> {
+    (0..bytes.div_ceil(PIECE)).map(move |k| (k * PIECE, ((k + 1) * PIECE).min(bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::hostreduce::{Combine, HostOp};
+    use crate::net::plan::{HostReduce, Xfer};
+    use crate::types::DataType;
+
+    fn red(inputs: Vec<Buf>, acc: u64, out: Buf, bytes: u64) -> HostReduce {
+        HostReduce { inputs, acc, out, bytes, op: HostOp { dtype: DataType::Float32, combine: Combine::Sum, postdiv: 0 } }
+    }
+
+    fn xfer(peer: usize, buf: Buf, bytes: u64) -> Xfer {
+        Xfer { peer, buf, bytes }
+    }
+
+    /// Two hosts' AllReduce as the planner makes it: send my input, receive the other's, combine.
+    fn two_host_allreduce(mine_first: bool, send: u64, out: u64) -> Phase {
+        let n = 1 << 20;
+        let (recv_at, acc) = (0, n);
+        let inputs = if mine_first { vec![Buf::Dev(send), Buf::Host(recv_at)] } else { vec![Buf::Host(recv_at), Buf::Dev(send)] };
+        Phase {
+            sends: vec![xfer(1, Buf::Dev(send), n)],
+            recvs: vec![xfer(1, Buf::Host(recv_at), n)],
+            reduces: vec![red(inputs, acc, Buf::Dev(out), n)],
+        }
+    }
+
+    #[test]
+    fn received_inputs_are_watched_and_gpu_inputs_staged() {
+        let p = plan(&two_host_allreduce(true, 0x1000_0000, 0x2000_0000)).unwrap();
+        assert_eq!(p.watched, vec![true]);
+        assert_eq!(p.tmp_bytes, 0, "a first GPU input goes straight to the accumulator");
+        assert_eq!(p.reductions[0].inputs, vec![Src::Dev { dev: 0x1000_0000, tmp: None }, Src::Landing { recv: 0, at: 0, skip: 0 }]);
+        assert_eq!(p.reductions[0].out, Out::Early);
+        assert_eq!(p.watched_sends, vec![false]);
+        // Host order keeps the other host's input first on the second host: the GPU's goes to scratch.
+        let p = plan(&two_host_allreduce(false, 0x1000_0000, 0x2000_0000)).unwrap();
+        assert_eq!(p.reductions[0].inputs, vec![Src::Landing { recv: 0, at: 0, skip: 0 }, Src::Dev { dev: 0x1000_0000, tmp: Some(0) }]);
+        assert_eq!(p.tmp_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn an_in_place_result_waits_for_the_send_that_reads_its_range() {
+        // In place: the send reads the very range the result goes to.
+        let p = plan(&two_host_allreduce(true, 0x1000_0000, 0x1000_0000)).unwrap();
+        assert_eq!(p.reductions[0].out, Out::AfterSends(vec![0]));
+        assert_eq!(p.watched_sends, vec![true]);
+        // Overlapping by one element is enough.
+        let p = plan(&two_host_allreduce(true, 0x1000_0000, 0x1000_0000 + (1 << 20) - 4)).unwrap();
+        assert_eq!(p.reductions[0].out, Out::AfterSends(vec![0]));
+        let p = plan(&two_host_allreduce(true, 0x1000_0000, 0x1000_0000 + (1 << 20))).unwrap();
+        assert_eq!(p.reductions[0].out, Out::Early, "adjacent ranges do not overlap");
+        // A receive into the result's range: only after the phase.
+        let mut ph = two_host_allreduce(true, 0x1000_0000, 0x2000_0000);
+        ph.recvs.push(xfer(2, Buf::Dev(0x2000_0000 + 64), 64));
+        assert_eq!(plan(&ph).unwrap().reductions[0].out, Out::AtEnd);
+    }
+
+    #[test]
+    fn a_result_piece_waits_for_the_send_bytes_under_it() {
+        // Result at 1000, send source at 1100 of 200 bytes.
+        assert_eq!(read_before(1000, 0, 100, 1100, 200), None);
+        assert_eq!(read_before(1000, 0, 101, 1100, 200), Some((0, 1)));
+        assert_eq!(read_before(1000, 150, 250, 1100, 200), Some((50, 150)));
+        assert_eq!(read_before(1000, 250, 400, 1100, 200), Some((150, 200)));
+        assert_eq!(read_before(1000, 300, 400, 1100, 200), None);
+        // In place: the same range.
+        assert_eq!(read_before(1000, 64, 128, 1000, 256), Some((64, 128)));
+    }
+
+    #[test]
+    fn layouts_it_does_not_handle_fall_back() {
+        assert_eq!(plan(&Phase { sends: vec![xfer(1, Buf::Dev(0), 64)], ..Phase::default() }), None, "nothing to reduce");
+        // A GPU input that a receive of the same phase writes.
+        let mut ph = two_host_allreduce(true, 0x1000_0000, 0x2000_0000);
+        ph.recvs.push(xfer(2, Buf::Dev(0x1000_0000 + 64), 64));
+        assert_eq!(plan(&ph), None);
+        // An accumulator a transfer reads.
+        let mut ph = two_host_allreduce(true, 0x1000_0000, 0x2000_0000);
+        ph.sends.push(xfer(2, Buf::Host(1 << 20), 16));
+        assert_eq!(plan(&ph), None);
+        // A host input that starts inside a receive and runs past its end.
+        let mut ph = two_host_allreduce(true, 0x1000_0000, 0x2000_0000);
+        ph.reduces[0].inputs[1] = Buf::Host(16);
+        ph.reduces[0].acc = 4 << 20;
+        assert_eq!(plan(&ph), None);
+    }
+
+    #[test]
+    fn a_host_input_inside_a_receive_lands_at_its_offset_and_arena_inputs_are_ready() {
+        let n = 4096;
+        let ph = Phase {
+            sends: vec![],
+            recvs: vec![xfer(1, Buf::Host(0), 3 * n)],
+            reduces: vec![red(vec![Buf::Host(10 * n), Buf::Host(n), Buf::Dev(0x5000)], 20 * n, Buf::Host(20 * n), n)],
+        };
+        let p = plan(&ph).unwrap();
+        assert_eq!(p.reductions[0].inputs, vec![Src::Ready(10 * n), Src::Landing { recv: 0, at: n, skip: n }, Src::Dev { dev: 0x5000, tmp: Some(0) }]);
+        assert_eq!(p.reductions[0].out, Out::Host, "a result left in the arena is not copied");
+    }
+
+    /// Every phase with reductions that the planner makes, in every layout, in and out of place,
+    /// runs this way (none falls back). A result waits for a send where the send reads its range:
+    /// in place, or where a host stage left the host's partial result in the output first.
+    #[test]
+    fn every_planned_reduction_runs_as_its_inputs_land() {
+        use crate::net::plan::{plan_coll, Call, Layout, Stage};
+        use crate::comm::ResolvedOp;
+        use crate::enqueue::Coll;
+        use crate::types::RedOp;
+        let sum = ResolvedOp { op: RedOp::Sum, scalar: 0, scalar_ptr: 0 };
+        let mut seen = [0usize; 4];
+        for hashes in [vec![1, 2], vec![7, 7, 9, 9], vec![1, 2, 3, 4], vec![5, 6, 5], vec![1, 2, 2, 1, 3]] {
+            for me in 0..hashes.len() {
+                let l = Layout::new(me, &hashes);
+                for coll in [Coll::AllReduce, Coll::ReduceScatter, Coll::Reduce] {
+                    for count in [1u64, 1000, 1 << 20] {
+                        for inplace in [false, true] {
+                            let recv = if inplace { 0x1000_0000 } else { 0x2000_0000 };
+                            let c = Call { coll, send: 0x1000_0000, recv, count, dtype: DataType::Float32, op: sum, root: 0, scratch: 0x4000_0000 };
+                            for st in plan_coll(&l, &c) {
+                                let Stage::Net(step) = st else { continue };
+                                for ph in step.phases.iter().filter(|p| !p.reduces.is_empty()) {
+                                    let p = plan(ph).unwrap_or_else(|| panic!("{hashes:?} rank {me} {coll:?} {count} in-place {inplace}: {ph:?}"));
+                                    for r in &p.reductions {
+                                        seen[match r.out {
+                                            Out::Host => 0,
+                                            Out::Early => 1,
+                                            Out::AfterSends(_) => 2,
+                                            Out::AtEnd => 3,
+                                        }] += 1;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(seen[1] > 0 && seen[2] > 0, "{seen:?}");
+        assert_eq!(seen[3], 0, "no planned result range is a receive's");
+    }
+
+    #[test]
+    fn each_piece_is_taken_by_one_thread_and_seen_made() {
+        let c = Claims::new(64);
+        let won = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for i in 0..64 {
+                        if c.open(i) && c.take(i) {
+                            won.fetch_add(1, Ordering::Relaxed);
+                            c.made(i);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(won.load(Ordering::Relaxed), 64, "every piece taken exactly once");
+        assert!(!c.any_open() && c.all_made());
+        let c = Claims::new(2);
+        assert!(c.take(0) && !c.take(0));
+        assert!(c.any_open() && !c.all_made() && !c.is_made(0));
+        assert!(!c.cancelled());
+        c.cancel();
+        assert!(c.cancelled());
+    }
+
+    #[test]
+    fn pieces_cover_a_reduction_once() {
+        assert_eq!(pieces(0).count(), 0);
+        assert_eq!(pieces(8).collect::<Vec<_>>(), vec![(0, 8)]);
+        let v: Vec<_> = pieces(2 * PIECE + 12).collect();
+        assert_eq!(v, vec![(0, PIECE), (PIECE, 2 * PIECE), (2 * PIECE, 2 * PIECE + 12)]);
+    }
+}
