@@ -17,16 +17,18 @@
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 
-use super::link::{check_header, header, io_error, HEADER_BYTES, STRIPE_MIN};
+use super::link::{check_header, header, io_error, stripe_min, HEADER_BYTES};
 use super::plan::Phase;
 use crate::error::{Error, Result};
 use crate::log::Subsys;
 
-/// Jobs up to this size are carried inline by default (OXCCL_NET_INLINE_MAX). 512 KiB against
-/// 256 KiB, same call, H200 x4 at 2x2 and 4x1: at 512 KB, Reduce 19-48% faster, Broadcast 9-32%,
-/// Send/Recv 16-84% (2x1 in session 22: no consistent change). From 1 MiB the links' threads
-/// move jobs in parallel and stripe them.
-pub const DEFAULT_MAX: u64 = 512 << 10;
+/// Jobs up to this size are carried inline by default (OXCCL_NET_INLINE_MAX). Since the threaded
+/// path combines reductions as they land (`pipeline`), jobs of 512 KiB are faster there, striped:
+/// same call at 2 simulated hosts x 1 on H100 (session 29, s29d), inline 256 KiB and striping from
+/// 512 KiB against 512 KiB and 1 MiB, at 512 KB: AllReduce 239 vs 329 us, Reduce 131 vs 165,
+/// Broadcast 122 vs 170, Send/Recv 177 vs 257. (Before that pipeline, 512 KiB beat 256 KiB at
+/// 2x2 and 4x1 on H200 x4, session 23; not re-measured there.)
+pub const DEFAULT_MAX: u64 = 256 << 10;
 
 /// Idle rounds (each a non-blocking call per socket, about a microsecond) the proxy spins on its
 /// sockets after the last progress before it sleeps in poll(2): a peer that is late by more is
@@ -40,17 +42,18 @@ const POLL_MS: i32 = 2;
 /// Capped below the striping threshold, whose jobs travel on several lanes. Per rank: each end
 /// decides alone (see the module note).
 pub fn max_bytes() -> u64 {
+    let cap = stripe_min() - 1;
     match crate::config::env("OXCCL_NET_INLINE_MAX") {
-        None => DEFAULT_MAX,
+        None => DEFAULT_MAX.min(cap),
         Some(v) => match v.trim().parse::<u64>() {
             Ok(n) => {
-                let n = n.min(STRIPE_MIN - 1);
+                let n = n.min(cap);
                 nccl_info!(Subsys::Net, "OXCCL_NET_INLINE_MAX set by environment to {n}");
                 n
             }
             Err(_) => {
-                nccl_warn!("OXCCL_NET_INLINE_MAX={v}: not a byte count, using {DEFAULT_MAX}");
-                DEFAULT_MAX
+                nccl_warn!("OXCCL_NET_INLINE_MAX={v}: not a byte count, using {}", DEFAULT_MAX.min(cap));
+                DEFAULT_MAX.min(cap)
             }
         },
     }

@@ -71,8 +71,9 @@ impl Landing {
     }
 }
 
-/// A TCP receive into host memory publishes its progress after every this many bytes.
-const LANDING_STEP: usize = 256 << 10;
+/// A TCP receive into host memory publishes its progress after every this many bytes (at most
+/// the smallest piece a reduction combines at a time, `pipeline::MIN_PIECE`).
+const LANDING_STEP: usize = 32 << 10;
 
 // SAFETY: a Host pointer refers to the proxy's arena, which outlives the job (the proxy waits for
 // the tracker before touching the arena again); device addresses are plain numbers.
@@ -198,13 +199,34 @@ pub struct Link {
     pending: Mutex<Vec<Receiver<Result<()>>>>,
 }
 
-/// Jobs at least this large are striped over every lane of the link.
-pub const STRIPE_MIN: u64 = 1 << 20;
+/// Jobs at least this large are striped over every lane of the link (by default). 512 KiB rather
+/// than 1 MiB since session 29: with the inline limit at 256 KiB (`inline::DEFAULT_MAX` says why).
+pub const STRIPE_MIN: u64 = 512 << 10;
+
+/// OXCCL_NET_STRIPE_MIN: the smallest job (bytes) striped over every lane, default `STRIPE_MIN`,
+/// at least 64 KiB. Both ends must split alike: equal on every rank (a mismatch fails the first
+/// such transfer as a size mismatch, not silently).
+pub fn stripe_min() -> u64 {
+    static V: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *V.get_or_init(|| match crate::config::env("OXCCL_NET_STRIPE_MIN") {
+        None => STRIPE_MIN,
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n >= 64 << 10 => {
+                nccl_info!(crate::log::Subsys::Net, "OXCCL_NET_STRIPE_MIN set by environment to {n}");
+                n
+            }
+            _ => {
+                nccl_warn!("OXCCL_NET_STRIPE_MIN={v}: expected a byte count of at least 65536, using {STRIPE_MIN}");
+                STRIPE_MIN
+            }
+        },
+    })
+}
 
 /// Job `job` as the parts each lane carries: the whole job on lane 0 when small, else one
 /// contiguous part per lane. Both ends split alike (same size, same lane count).
 fn stripes(bytes: u64, lanes: usize) -> Vec<(u64, u64)> {
-    if bytes < STRIPE_MIN || lanes < 2 {
+    if bytes < stripe_min() || lanes < 2 {
         return vec![(0, bytes)];
     }
     (0..lanes).map(|i| super::plan::split(bytes, lanes, i)).filter(|&(_, n)| n > 0).collect()

@@ -4,7 +4,7 @@
 //! a phase, then copy a GPU input to the host, combine whole buffers, and copy the result to the
 //! GPU: at 2 simulated hosts a 2 MB AllReduce spent 1.1 ms of its 1.7 ms step after the wire
 //! (BENCHMARKS, seventeenth pass). Where a phase allows it, the proxy now copies every GPU input
-//! to the host while the transfers run, combines each piece of `PIECE` bytes as soon as all its
+//! to the host while the transfers run, combines each piece (`piece_bytes`) as soon as all its
 //! received inputs have it (`link::Landing`), and copies the piece's result to the GPU at once.
 //! `plan` decides, as a pure function of the phase, whether and how; the proxy (`mod.rs`) runs it.
 
@@ -12,8 +12,15 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 use super::plan::{Buf, Phase};
 
-/// Bytes combined, and copied to the GPU, at a time.
+/// Bytes combined, and copied to the GPU, at a time: a quarter of the reduction, between
+/// `MIN_PIECE` and `PIECE` (so a reduction of 512 KiB still overlaps its last quarter only).
 pub const PIECE: u64 = 256 << 10;
+pub const MIN_PIECE: u64 = 32 << 10;
+
+/// The piece size for a reduction of `bytes` (a multiple of 4 KiB, so of every element size).
+pub fn piece_bytes(bytes: u64) -> u64 {
+    (bytes / 4).next_multiple_of(4 << 10).clamp(MIN_PIECE, PIECE)
+}
 
 /// Where one input of a reduction is while the phase runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,9 +203,10 @@ impl Claims {
     }
 }
 
-/// The pieces of a reduction of `bytes`: [start, end) ranges of at most `PIECE` bytes.
+/// The pieces of a reduction of `bytes`: [start, end) ranges of `piece_bytes(bytes)`.
 pub fn pieces(bytes: u64) -> impl Iterator<Item = (u64, u64)> {
-    (0..bytes.div_ceil(PIECE)).map(move |k| (k * PIECE, ((k + 1) * PIECE).min(bytes)))
+    let p = piece_bytes(bytes);
+    (0..bytes.div_ceil(p)).map(move |k| (k * p, ((k + 1) * p).min(bytes)))
 }
 
 #[cfg(test)]
@@ -374,7 +382,15 @@ mod tests {
     fn pieces_cover_a_reduction_once() {
         assert_eq!(pieces(0).count(), 0);
         assert_eq!(pieces(8).collect::<Vec<_>>(), vec![(0, 8)]);
-        let v: Vec<_> = pieces(2 * PIECE + 12).collect();
-        assert_eq!(v, vec![(0, PIECE), (PIECE, 2 * PIECE), (2 * PIECE, 2 * PIECE + 12)]);
+        let v: Vec<_> = pieces(8 * PIECE + 12).collect();
+        assert_eq!(v.len(), 9);
+        assert_eq!((v[0], v[8]), ((0, PIECE), (8 * PIECE, 8 * PIECE + 12)));
+        assert!(v.windows(2).all(|w| w[0].1 == w[1].0));
+        // A quarter of a mid-size reduction, at least MIN_PIECE.
+        assert_eq!(piece_bytes(512 << 10), 128 << 10);
+        assert_eq!(piece_bytes(100 << 10), MIN_PIECE);
+        assert_eq!(piece_bytes(1 << 30), PIECE);
+        assert_eq!(piece_bytes(300_000) % (4 << 10), 0);
+        assert_eq!(pieces(512 << 10).count(), 4);
     }
 }
