@@ -572,12 +572,24 @@ pub fn post(op: &HostOp, acc: &mut [u8]) {
     }
 }
 
-/// Threads a host combine may spread over: the CPUs this process may use, at most 8.
-pub fn max_threads() -> usize {
+/// The CPUs this process may use.
+pub fn cpus() -> usize {
     // Asked once: std reads the cgroup's CPU quota from files at every call (tens of us, more
     // than a small step's whole reduction).
     static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    (*CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))).min(8)
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Threads a host combine may spread over: the CPUs this process may use, at most 8.
+pub fn max_threads() -> usize {
+    cpus().min(8)
+}
+
+/// Helper threads a rank's proxy may use to combine pieces as they land (`pipeline`), with
+/// `local_ranks` ranks on its host doing the same: at most 3, and together with the proxies at
+/// most half the CPUs (the application's own threads need the rest).
+pub fn helpers(cpus: usize, local_ranks: usize) -> usize {
+    (cpus / (2 * local_ranks.max(1))).saturating_sub(1).min(3)
 }
 
 /// `combine` spread over threads for large buffers (the proxy waits for it, so it is on the
@@ -606,6 +618,16 @@ mod tests {
 
     fn op(dtype: DataType, combine: Combine) -> HostOp {
         HostOp { dtype, combine, postdiv: 0 }
+    }
+
+    #[test]
+    fn combine_helpers_leave_half_the_cpus() {
+        assert_eq!(helpers(32, 1), 3);
+        assert_eq!(helpers(32, 8), 1);
+        assert_eq!(helpers(16, 8), 0);
+        assert_eq!(helpers(2, 1), 0);
+        assert_eq!(helpers(8, 1), 3);
+        assert_eq!(helpers(1, 0), 0);
     }
 
     #[test]

@@ -260,7 +260,7 @@ impl Net {
         let inline_max = inline::max_bytes();
         let inline_peer = links.iter().map(|l| l.as_ref().is_some_and(|l| l.inline_sockets().is_some())).collect();
         let status = Arc::new(NetStatus::default());
-        let handler = NetHandler::new(s.dev, s.me, links.clone(), plans.clone(), done.clone(), s.abort_flag.clone(), inline_max, status.clone())?;
+        let handler = NetHandler::new(s.dev, s.me, links.clone(), plans.clone(), done.clone(), s.abort_flag.clone(), inline_max, status.clone(), members.len())?;
         let placement = Placement { device: Some(s.dev), cpus: crate::topo::local_cpus(&s.dev.bus_id) };
         let proxy = Proxy::start(format!("oxccl-netproxy{}", s.me), FifoHost::new(words), Box::new(handler), placement, s.on_error)?;
         nccl_info!(
@@ -488,6 +488,8 @@ struct NetHandler {
     /// Threaded phases combine their inputs as they land (`pipeline`); OXCCL_NET_PIPELINE=0: after
     /// all transfers, as before (for comparison).
     pipeline: bool,
+    /// Threads that help the proxy combine large reductions (`hostreduce::helpers`).
+    helpers: usize,
     /// Seconds of host combining in the current phase's reductions (profiling only).
     combining: f64,
 }
@@ -523,6 +525,7 @@ impl NetHandler {
         abort_flag: Arc<HostMapped>,
         inline_max: u64,
         status: Arc<NetStatus>,
+        local_ranks: usize,
     ) -> Result<NetHandler> {
         // Not the legacy stream: the user's kernel that waits for this step may run on a blocking one.
         let stream = OwnedStream::new(dev)?;
@@ -552,6 +555,7 @@ impl NetHandler {
             profile: crate::config::env("OXCCL_NET_PROFILE").filter(|v| v.trim() == "1").map(|_| Profile::default()),
             combining: 0.0,
             pipeline: crate::config::env("OXCCL_NET_PIPELINE").is_none_or(|v| v.trim() != "0"),
+            helpers: hostreduce::helpers(hostreduce::cpus(), local_ranks),
         })
     }
 
@@ -750,7 +754,7 @@ impl NetHandler {
         // A piece takes one core about as long as the wire takes to bring it: more pieces at once
         // need helpers (the proxy thread combines too, and alone issues the CUDA copies).
         let bytes: u64 = ph.reduces.iter().map(|r| r.bytes).sum();
-        let helpers = if bytes >= 4 * pipeline::PIECE { hostreduce::max_threads().min(4) - 1 } else { 0 };
+        let helpers = if bytes >= 4 * pipeline::PIECE { self.helpers } else { 0 };
         let mut t_xfer = None;
         let r = std::thread::scope(|sc| {
             for _ in 0..helpers {
