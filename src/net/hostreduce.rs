@@ -580,6 +580,45 @@ pub fn cpus() -> usize {
     *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// Bytes of the accumulator combined with every input before the next block: small enough to stay
+/// in the core's cache between inputs, so that a first input copied in (and the integer average's
+/// division) costs no extra trip to memory.
+const BLOCK: usize = 16 << 10;
+
+/// acc = srcs[0] (op) srcs[1] (op) ..., then `post`, block by block. A `None` source is already in
+/// `acc` (the first only); every slice is as long as `acc`.
+pub fn reduce_into(op: &HostOp, acc: &mut [u8], srcs: &[Option<&[u8]>]) {
+    for (k, a) in acc.chunks_mut(BLOCK).enumerate() {
+        let r = k * BLOCK..k * BLOCK + a.len();
+        for (j, s) in srcs.iter().enumerate() {
+            match (j, s) {
+                (0, Some(x)) => a.copy_from_slice(&x[r.clone()]),
+                (_, Some(x)) => combine(op, a, &x[r.clone()]),
+                (_, None) => {}
+            }
+        }
+        post(op, a);
+    }
+}
+
+/// `reduce_into` spread over threads for large buffers (the proxy waits for it).
+pub fn reduce_into_parallel(op: &HostOp, acc: &mut [u8], srcs: &[Option<&[u8]>]) {
+    const MIN_PER_THREAD: usize = 1 << 20;
+    let threads = max_threads().min(acc.len() / MIN_PER_THREAD);
+    if threads < 2 {
+        return reduce_into(op, acc, srcs);
+    }
+    let es = op.dtype.size();
+    let per = (acc.len() / es).div_ceil(threads) * es;
+    std::thread::scope(|sc| {
+        for (t, a) in acc.chunks_mut(per).enumerate() {
+            let off = t * per;
+            let part: Vec<Option<&[u8]>> = srcs.iter().map(|s| s.map(|x| &x[off..off + a.len()])).collect();
+            sc.spawn(move || reduce_into(op, a, &part));
+        }
+    });
+}
+
 /// Threads a host combine may spread over: the CPUs this process may use, at most 8.
 pub fn max_threads() -> usize {
     cpus().min(8)
@@ -592,32 +631,51 @@ pub fn helpers(cpus: usize, local_ranks: usize) -> usize {
     (cpus / (2 * local_ranks.max(1))).saturating_sub(1).min(3)
 }
 
-/// `combine` spread over threads for large buffers (the proxy waits for it, so it is on the
-/// critical path of every cross-host reduction).
-pub fn combine_parallel(op: &HostOp, acc: &mut [u8], x: &[u8]) {
-    const MIN_PER_THREAD: usize = 1 << 20;
-    if acc.len() < 2 * MIN_PER_THREAD {
-        return combine(op, acc, x);
-    }
-    let threads = max_threads().min(acc.len() / MIN_PER_THREAD).max(1);
-    if threads == 1 {
-        return combine(op, acc, x);
-    }
-    let es = op.dtype.size();
-    let per = (acc.len() / es).div_ceil(threads) * es;
-    std::thread::scope(|s| {
-        for (a, b) in acc.chunks_mut(per).zip(x.chunks(per)) {
-            s.spawn(move || combine(op, a, b));
-        }
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn op(dtype: DataType, combine: Combine) -> HostOp {
         HostOp { dtype, combine, postdiv: 0 }
+    }
+
+    #[test]
+    fn reducing_block_by_block_equals_copying_then_combining() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut bytes = |n: usize| -> Vec<u8> {
+            (0..n)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    // Finite values for the float types: keep exponents away from all-ones.
+                    (seed >> 33) as u8 & 0x3f
+                })
+                .collect()
+        };
+        for dtype in [DataType::Float32, DataType::Bfloat16, DataType::Float16, DataType::Int64, DataType::Uint8, DataType::Float8e4m3] {
+            for combine_op in [Combine::Sum, Combine::Max, Combine::Prod] {
+                for postdiv in [0, 3] {
+                    let op = HostOp { dtype, combine: combine_op, postdiv };
+                    // Not a multiple of the block, and over the parallel threshold once.
+                    for n in [dtype.size() * 7, BLOCK * 3 + dtype.size() * 5, (3 << 20) + BLOCK / 2] {
+                        let n = n / dtype.size() * dtype.size();
+                        let (a, b, c) = (bytes(n), bytes(n), bytes(n));
+                        let mut want = a.clone();
+                        combine(&op, &mut want, &b);
+                        combine(&op, &mut want, &c);
+                        post(&op, &mut want);
+                        let mut got = vec![0u8; n];
+                        reduce_into_parallel(&op, &mut got, &[Some(&a), Some(&b), Some(&c)]);
+                        assert!(got == want, "{dtype:?} {combine_op:?} postdiv {postdiv} n {n}");
+                        // The first input already in place.
+                        let mut got = a.clone();
+                        reduce_into(&op, &mut got, &[None, Some(&b), Some(&c)]);
+                        assert!(got == want, "{dtype:?} {combine_op:?} postdiv {postdiv} n {n}, first in place");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
@@ -708,18 +766,6 @@ mod tests {
         let mut a = b(3.0).to_vec();
         combine(&op(DataType::Bfloat16, Combine::Prod), &mut a, &b(1.0 / 3.0));
         assert_eq!(BF16.decode(u32::from(u16::from_le_bytes([a[0], a[1]]))), BF16.decode(BF16.encode(3.0 * BF16.decode(BF16.encode(1.0 / 3.0)))));
-    }
-
-    #[test]
-    fn parallel_combine_equals_serial() {
-        let n = 3 << 20;
-        let x: Vec<u8> = (0..n).map(|i| (i * 7 + 1) as u8).collect();
-        let mut a: Vec<u8> = (0..n).map(|i| (i * 13) as u8).collect();
-        let mut b = a.clone();
-        let o = op(DataType::Float16, Combine::Sum);
-        combine(&o, &mut a, &x);
-        combine_parallel(&o, &mut b, &x);
-        assert!(a == b);
     }
 
     /// A small deterministic generator for test data.

@@ -717,22 +717,21 @@ impl NetHandler {
             // from each other and from every input range: `pipeline::plan`), reserved in the
             // arena, and one thread claims it (`Claims`).
             let acc = unsafe { std::slice::from_raw_parts_mut((arena_at + (red.acc + a) as usize) as *mut u8, len) };
-            for (j, s) in r.inputs.iter().enumerate() {
-                let at = match *s {
-                    Src::Ready(o) | Src::Landing { at: o, .. } => Some(arena_at + (o + a) as usize),
-                    Src::Dev { tmp: Some(o), .. } => Some(tmp_at + (o + a) as usize),
-                    Src::Dev { tmp: None, .. } => None, // already in the accumulator
-                };
-                // SAFETY: an input range of the arena or scratch, landed or copied (checked by
-                // `landed` and the synchronisation above), not written while the piece is combined.
-                let x = at.map(|p| unsafe { std::slice::from_raw_parts(p as *const u8, len) });
-                match (j, x) {
-                    (0, Some(x)) => acc.copy_from_slice(x),
-                    (_, Some(x)) => hostreduce::combine(&red.op, acc, x),
-                    (_, None) => {}
-                }
-            }
-            hostreduce::post(&red.op, acc);
+            let srcs: Vec<Option<&[u8]>> = r
+                .inputs
+                .iter()
+                .map(|s| {
+                    let at = match *s {
+                        Src::Ready(o) | Src::Landing { at: o, .. } => Some(arena_at + (o + a) as usize),
+                        Src::Dev { tmp: Some(o), .. } => Some(tmp_at + (o + a) as usize),
+                        Src::Dev { tmp: None, .. } => None, // already in the accumulator
+                    };
+                    // SAFETY: an input range of the arena or scratch, landed or copied (checked by
+                    // `landed` and the synchronisation above), not written while it is combined.
+                    at.map(|p| unsafe { std::slice::from_raw_parts(p as *const u8, len) })
+                })
+                .collect();
+            hostreduce::reduce_into(&red.op, acc, &srcs);
         };
         let clock = self.profile.is_some();
         let claims = pipeline::Claims::new(pieces.len());
@@ -903,38 +902,35 @@ impl NetHandler {
     /// `first_loaded`: a first device input is already in the accumulator (see `run`).
     fn reduce(&mut self, arena: *mut u8, r: &HostReduce, first_loaded: bool) -> Result<()> {
         let n = r.bytes as usize;
+        // Device inputs after the first go to scratch, one slot each, copied before combining.
+        let extra = r.inputs.iter().skip(1).filter(|b| matches!(b, Buf::Dev(_))).count();
+        let tmp = if extra > 0 { grow(self.dev, &mut self.tmp, r.bytes.div_ceil(16) * 16 * extra as u64)? } else { std::ptr::null_mut() };
         // SAFETY: the plan reserved [acc, acc + bytes) of the arena, disjoint from its inputs.
         let acc = unsafe { std::slice::from_raw_parts_mut(arena.add(r.acc as usize), n) };
-        let clock = self.profile.is_some();
-        let mut combining = 0.0;
-        let mut timed = |f: &mut dyn FnMut()| {
-            let t = clock.then(std::time::Instant::now);
-            f();
-            combining += t.map_or(0.0, |t| t.elapsed().as_secs_f64());
-        };
+        let mut slot = 0usize;
+        let mut srcs: Vec<Option<&[u8]>> = Vec::with_capacity(r.inputs.len());
         for (i, inp) in r.inputs.iter().enumerate() {
-            match *inp {
-                Buf::Dev(_) if i == 0 && first_loaded => {}
-                Buf::Dev(p) if i == 0 => self.to_host(acc.as_mut_ptr(), p, n)?,
+            srcs.push(match *inp {
+                Buf::Dev(_) if i == 0 && first_loaded => None,
+                Buf::Dev(p) if i == 0 => {
+                    self.to_host(acc.as_mut_ptr(), p, n)?;
+                    None
+                }
                 Buf::Dev(p) => {
-                    let tmp = grow(self.dev, &mut self.tmp, r.bytes)?;
-                    self.to_host(tmp, p, n)?;
-                    // SAFETY: tmp holds n bytes just copied in.
-                    timed(&mut || hostreduce::combine_parallel(&r.op, acc, unsafe { std::slice::from_raw_parts(tmp, n) }));
+                    // SAFETY: slot `slot` of the scratch grown above for `extra` inputs.
+                    let t = unsafe { tmp.add(slot * (r.bytes.div_ceil(16) * 16) as usize) };
+                    slot += 1;
+                    self.to_host(t, p, n)?;
+                    // SAFETY: t holds n bytes just copied in, untouched until this reduction ends.
+                    Some(unsafe { std::slice::from_raw_parts(t as *const u8, n) })
                 }
-                Buf::Host(o) => {
-                    // SAFETY: a range of the arena the plan reserved, disjoint from acc.
-                    let x = unsafe { std::slice::from_raw_parts(arena.add(o as usize), n) };
-                    if i == 0 {
-                        acc.copy_from_slice(x);
-                    } else {
-                        timed(&mut || hostreduce::combine_parallel(&r.op, acc, x));
-                    }
-                }
-            }
+                // SAFETY: a range of the arena the plan reserved, disjoint from acc.
+                Buf::Host(o) => Some(unsafe { std::slice::from_raw_parts(arena.add(o as usize) as *const u8, n) }),
+            });
         }
-        timed(&mut || hostreduce::post(&r.op, acc));
-        self.combining += combining;
+        let t = self.profile.is_some().then(std::time::Instant::now);
+        hostreduce::reduce_into_parallel(&r.op, acc, &srcs);
+        self.combining += t.map_or(0.0, |t| t.elapsed().as_secs_f64());
         if let Buf::Dev(out) = r.out {
             // SAFETY: acc is pinned host memory of n bytes; out is the plan's device range.
             check(unsafe { cu::cuMemcpyHtoDAsync_v2(out, acc.as_ptr().cast(), n, self.stream.raw) }, "cuMemcpyHtoDAsync (reduction result)")?;
