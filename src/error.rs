@@ -144,6 +144,17 @@ macro_rules! ensure {
     };
 }
 
+/// The message of a caught panic (`std::panic::catch_unwind`'s payload).
+pub fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,3 +178,4 @@ mod tests {
         assert!(line > 100);
     }
 }
+

@@ -18,7 +18,6 @@ pub mod redop;
 pub mod types;
 pub mod version;
 
-use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -32,7 +31,7 @@ pub(crate) fn call(name: &'static str, f: impl FnOnce() -> Result<()>) -> ncclRe
         Ok(Ok(())) => ResultCode::Success,
         Ok(Err(e)) => report(name, e),
         Err(p) => {
-            nccl_warn!("{name}: internal error: {}", panic_text(&*p));
+            nccl_warn!("{name}: internal error: {}", crate::error::panic_text(&*p));
             ResultCode::InternalError
         }
     }
@@ -48,7 +47,7 @@ pub(crate) fn call_grouped(name: &'static str, f: impl FnOnce() -> Result<()>) -
             report(name, e)
         }
         Err(p) => {
-            let e = Error::internal(format!("{name}: internal error: {}", panic_text(&*p)));
+            let e = Error::internal(format!("{name}: internal error: {}", crate::error::panic_text(&*p)));
             crate::group::record_error(&e);
             report(name, e)
         }
@@ -60,16 +59,6 @@ fn report(name: &str, e: Error) -> ncclResult_t {
         crate::log::warn_error(&e.clone().context(name));
     }
     e.code
-}
-
-fn panic_text(p: &(dyn Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic".to_string()
-    }
 }
 
 /// A required out-pointer: NULL is an invalid argument naming the parameter.

@@ -507,7 +507,10 @@ fn serve(dev: Option<&'static Device>, jobs: Receiver<(u64, Job)>, mut carrier: 
     while let Ok((seq, job)) = jobs.recv() {
         let r = match &broken {
             Some(e) => Err(e.clone()),
-            None => carrier.carry(&mut cx, seq, &job),
+            // A panic fails this job (and the lane after it) instead of ending the thread with
+            // the job never finished, which would leave the proxy waiting for it.
+            None => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| carrier.carry(&mut cx, seq, &job)))
+                .unwrap_or_else(|p| Err(Error::internal(format!("network thread: internal error: {}", crate::error::panic_text(&*p))))),
         };
         if let Err(e) = &r {
             broken.get_or_insert(e.clone());
@@ -697,8 +700,11 @@ mod tests {
             Ok(())
         }
 
-        fn carry(&mut self, _: &mut Cx, _: u64, _: &Job) -> Result<()> {
+        fn carry(&mut self, _: &mut Cx, _: u64, job: &Job) -> Result<()> {
             self.log.lock().push("carry");
+            if job.bytes == 13 {
+                panic!("carrier bug");
+            }
             Ok(())
         }
     }
@@ -714,6 +720,12 @@ mod tests {
         link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 0, done: t.clone(), landed: None });
         t.wait(&|| None).unwrap();
         assert_eq!(log.lock().last(), Some(&"carry"));
+        // A panicking carrier fails its job (and later ones on that lane), the thread lives on.
+        let t = Tracker::new(2);
+        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 13, done: t.clone(), landed: None });
+        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 0, done: t.clone(), landed: None });
+        let e = t.wait(&|| None).unwrap_err();
+        assert!(e.code == crate::error::ResultCode::InternalError && e.msg.contains("carrier bug"), "{e:?}");
         drop(link);
         let e = Link::new(None, 3, 5, vec![(probe(false), probe(false)), (probe(false), probe(true))], nop).err().expect("a failed set-up");
         assert!(e.msg.contains("no pinned memory"), "{}", e.msg);

@@ -85,7 +85,11 @@ impl Proxy {
                 if let Some(cpus) = &placement.cpus {
                     crate::topo::bind_current_thread(cpus);
                 }
-                if let Err(e) = run(&mut fifo, handler.as_mut(), &flag, &drain_flag) {
+                // A panic in a handler fails the communicator like any other error: the thread
+                // still releases the FIFO's waiters below instead of leaving kernels spinning.
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&mut fifo, handler.as_mut(), &flag, &drain_flag)))
+                    .unwrap_or_else(|p| Err(Error::internal(format!("proxy thread: internal error: {}", crate::error::panic_text(&*p)))));
+                if let Err(e) = r {
                     nccl_warn!("proxy: {}", e.msg);
                     on_error(e);
                 }
@@ -175,6 +179,8 @@ mod tests {
     struct Recorder {
         log: Arc<Mutex<Vec<(Request, bool)>>>,
         fail_at: Option<u32>,
+        /// A request size whose execution panics.
+        panic_at: Option<u32>,
         /// Time each execute takes.
         slow: Duration,
     }
@@ -183,6 +189,9 @@ mod tests {
         fn execute(&mut self, r: &Request) -> Result<()> {
             if Some(r.size) == self.fail_at {
                 return Err(Error::remote("peer 3 closed the connection"));
+            }
+            if Some(r.size) == self.panic_at {
+                panic!("slot {} out of range", r.size);
             }
             std::thread::sleep(self.slow);
             self.log.lock().push((*r, false));
@@ -251,6 +260,23 @@ mod tests {
                 assert!(log.lock().len() < 8, "stop does not drain");
             }
         }
+    }
+
+    #[test]
+    fn a_panicking_handler_reports_an_internal_error_and_releases() {
+        let f = Arc::new(HeapFifo::new(4).unwrap());
+        let head = AtomicU64::new(0);
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let e2 = errors.clone();
+        let rec = Recorder { panic_at: Some(5), ..Default::default() };
+        let _p = Proxy::start("test-proxy".into(), FifoHost::new(f.words), Box::new(rec), Placement::default(), Box::new(move |e| e2.lock().push(e))).unwrap();
+        f.words.push_like_device(&head, req(OX_TRIGGER_DATA, 5)).unwrap();
+        let pos = f.words.push_like_device(&head, req(OX_TRIGGER_SYNC, 0)).unwrap();
+        assert!(!f.words.flush_like_device(pos), "the flush is released, not completed");
+        let errs = errors.lock();
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].code, crate::error::ResultCode::InternalError);
+        assert!(errs[0].msg.contains("slot 5 out of range"), "{:?}", errs[0]);
     }
 
     #[test]
