@@ -16,10 +16,13 @@
 //   `done` (a release); thread 0's acquire load of it, then the barrier, order those writes before
 //   every thread's post-copy loads (which bypass caches: host_copy.cuh) and the kernel boundary
 //   orders everything before later work on the stream.
-// - The arena is shared by every staged step, and a detached step (`detach`: one that only sends
-//   from the arena) returns as soon as it pushed, while the proxy may still read its arena. So a
-//   kernel with pre-copies first waits until the proxy has finished every earlier step (acquire
-//   on `done`: the proxy's reads of the arena happened before its release store), then fills it.
+// - A detached step (`detach`: one that only sends from the arena) returns as soon as it pushed,
+//   while the proxy may still read its arena. So a kernel with pre-copies first waits until the
+//   proxy has finished every earlier step (acquire on `done`: the proxy's reads of the arena
+//   happened before its release store), then fills it. Detached steps alternate between two
+//   arenas by the parity of their number (`flip` != 0; the host keeps every other step to the
+//   first, src/net/mod.rs): one waits only for step target - 2 and those before it, the last
+//   that can have used its arena, so it fills one while the proxy still sends the other.
 // - An abort (or a stopped proxy) ends the waits, so no kernel spins on a dead peer; the copies
 //   after a failed wait are skipped.
 #include "common.cuh"
@@ -50,14 +53,25 @@ extern "C" __global__ void ox_net_step(NetStepArgs a) {
     target = *issued + 1;
     *issued = target;
     AbortState ab(a.abort_flag);
-    go = a.npre == 0 || ox_net_wait(a, ab, target - 1);
+    // With two arenas (flip != 0) a step uses the one of its number's parity, whose last user was
+    // step target - 2: only that one (and so every step before it) must have finished.
+    // (target counts from 1: the first two steps of a pair wait for nothing.)
+    const uint64_t before = a.flip != 0 ? (target > 2 ? target - 2 : 0) : target - 1;
+    go = a.npre == 0 || ox_net_wait(a, ab, before);
   }
   __syncthreads();
   if (!go) return;
-  for (uint32_t k = 0; k < a.npre; ++k) ox_host_copy<false>(a.copies[k].dst, a.copies[k].src, a.copies[k].bytes);
+  // Odd steps use the second arena: the arena side of each copy marked in arena_copies moves by
+  // flip (modulo 2^64: the second arena may lie below the first).
+  const uint64_t shift = (target & 1) ? a.flip : 0;
+  for (uint32_t k = 0; k < a.npre; ++k) {
+    const uint64_t dst = a.copies[k].dst + ((a.arena_copies >> k) & 1 ? shift : 0);
+    ox_host_copy<false>(dst, a.copies[k].src, a.copies[k].bytes);
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
-    const uint64_t fst = a.plan & 0xffffffffull;  // the trigger's size field carries the plan
+    // The trigger's size field carries the plan, its source-offset field the arena used.
+    const uint64_t fst = (a.plan & 0xffffffffull) | (uint64_t)(shift != 0) << 32;
     go = ox_fifo_push(a.fifo, fst, ox_trigger_type(OX_TRIGGER_DATA | OX_TRIGGER_FLAG)) != ~0ull;
     if (go && !a.detach) {
       AbortState ab(a.abort_flag);
@@ -66,5 +80,8 @@ extern "C" __global__ void ox_net_step(NetStepArgs a) {
   }
   __syncthreads();
   if (!go || a.detach) return;
-  for (uint32_t k = a.npre; k < a.npre + a.npost; ++k) ox_host_copy<true>(a.copies[k].dst, a.copies[k].src, a.copies[k].bytes);
+  for (uint32_t k = a.npre; k < a.npre + a.npost; ++k) {
+    const uint64_t src = a.copies[k].src + ((a.arena_copies >> k) & 1 ? shift : 0);
+    ox_host_copy<true>(a.copies[k].dst, src, a.copies[k].bytes);
+  }
 }

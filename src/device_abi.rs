@@ -167,6 +167,8 @@ pub struct PortTestArgs {
 
 /// Most copies a step kernel makes, both ways together (src/net/stage.rs).
 pub const OX_NET_COPIES: usize = 32;
+// `NetStepArgs::arena_copies` has a bit per copy.
+const _: () = assert!(OX_NET_COPIES <= 32);
 
 /// One copy of a step kernel, between GPU memory and the step's host-mapped arena.
 #[repr(C)]
@@ -197,7 +199,12 @@ pub struct NetStepArgs {
     /// 1: return once the step is handed over, without waiting for the proxy (a step that only
     /// sends from its host arena).
     pub detach: u32,
-    pub pad: u32,
+    /// Bit k: copy k's host side (destination before the hand-over, source after) is in the
+    /// arena, and moves by `flip` in a step that uses the second one.
+    pub arena_copies: u32,
+    /// The second arena's device address minus the first's, modulo 2^64; 0: one arena. Steps of
+    /// odd number (the device's count, so graph replays alternate too) use the second.
+    pub flip: u64,
     pub copies: [NetCopy; OX_NET_COPIES],
 }
 
@@ -405,6 +412,8 @@ mod tests {
             ("NetStepArgs", "npre", offset_of!(NetStepArgs, npre)),
             ("NetStepArgs", "npost", offset_of!(NetStepArgs, npost)),
             ("NetStepArgs", "detach", offset_of!(NetStepArgs, detach)),
+            ("NetStepArgs", "arena_copies", offset_of!(NetStepArgs, arena_copies)),
+            ("NetStepArgs", "flip", offset_of!(NetStepArgs, flip)),
             ("NetStepArgs", "copies", offset_of!(NetStepArgs, copies)),
             ("NetCopy", "bytes", offset_of!(NetCopy, bytes)),
         ];

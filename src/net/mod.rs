@@ -169,11 +169,14 @@ pub struct Net {
     /// Device scratch for ReduceScatter and Reduce; grown, never shrunk or freed before the
     /// communicator (graphs may hold earlier buffers).
     scratch: Mutex<Vec<DeviceBuffer>>,
-    /// Host arenas of staged steps (`stage`), host-mapped; grown like `scratch`. One serves every
-    /// step: a communicator's step kernels run one after another, and a step uses the arena from
-    /// its kernel's start until the proxy has finished it (a detached send outlives its kernel,
-    /// so a kernel waits for the proxy's earlier steps before it writes the arena).
-    mailboxes: Mutex<Vec<HostMapped>>,
+    /// Host arenas of staged steps (`stage`), host-mapped, in pairs; grown like `scratch`. A
+    /// communicator's step kernels run one after another, and a step uses its arena from its
+    /// kernel's start until the proxy has finished it (a detached send outlives its kernel).
+    /// Detached steps alternate between the pair by the parity of their number (counted on the
+    /// device, so graph replays alternate too): such a kernel waits only for the step before the
+    /// previous one before it writes its arena, so it fills one while the proxy still sends from
+    /// the other. Other staged steps use the first and wait for every earlier step.
+    mailboxes: Mutex<Vec<[HostMapped; 2]>>,
     /// Jobs up to this size are carried by the proxy itself (`inline`), and steps made only of
     /// such jobs are staged by their kernel; 0: neither.
     inline_max: u64,
@@ -382,15 +385,18 @@ impl Net {
         Ok(())
     }
 
-    /// A host arena for a staged step: (host address, device address) of at least `bytes`.
-    fn mailbox(&self, bytes: u64) -> Result<(*mut u8, u64)> {
+    /// The two host arenas for a staged step: (host address, device address) of each, at least
+    /// `bytes` long.
+    fn mailbox(&self, bytes: u64) -> Result<[(*mut u8, u64); 2]> {
         let mut v = self.mailboxes.lock();
-        if let Some(m) = v.last().filter(|m| m.size as u64 >= bytes) {
-            return Ok((m.host, m.dev_ptr));
+        let pair = |m: &[HostMapped; 2]| [(m[0].host, m[0].dev_ptr), (m[1].host, m[1].dev_ptr)];
+        if let Some(m) = v.last().filter(|m| m[0].size as u64 >= bytes) {
+            return Ok(pair(m));
         }
         let _relaxed = RelaxedCapture::new()?;
-        let m = HostMapped::zeroed(self.dev, bytes.max(1 << 16).next_power_of_two() as usize)?;
-        let r = (m.host, m.dev_ptr);
+        let size = bytes.max(1 << 16).next_power_of_two() as usize;
+        let m = [HostMapped::zeroed(self.dev, size)?, HostMapped::zeroed(self.dev, size)?];
+        let r = pair(&m);
         v.push(m);
         Ok(r)
     }
@@ -406,7 +412,8 @@ impl Net {
             npre: 0,
             npost: 0,
             detach: 0,
-            pad: 0,
+            arena_copies: 0,
+            flip: 0,
             copies: Default::default(),
         };
         // The proxy must carry every phase itself (NetHandler::inline_ok decides alike).
@@ -415,7 +422,7 @@ impl Net {
             && step.phases.iter().flat_map(|p| p.sends.iter().chain(&p.recvs)).all(|x| self.inline_peer.get(x.peer).copied().unwrap_or(false));
         let (step, block) = match inline.then(|| stage::stage_on_host(&step, self.inline_max, OX_NET_COPIES)).flatten() {
             Some(st) => {
-                let (host, dev) = self.mailbox(st.step.arena_bytes)?;
+                let [(host, dev), (host1, dev1)] = self.mailbox(st.step.arena_bytes)?;
                 let pre = st.pre.iter().map(|c| NetCopy { src: c.dev, dst: dev + c.host, bytes: c.bytes });
                 let post = st.post.iter().map(|c| NetCopy { src: dev + c.host, dst: c.dev, bytes: c.bytes });
                 // A step that only sends has all it needs in the arena once its kernel pushed it:
@@ -431,14 +438,30 @@ impl Net {
                     true => (st.pre.len() + st.step.copies.len(), st.post.len()),
                     false => (st.pre.len(), st.post.len() + st.step.copies.len()),
                 };
-                // Straight into the kernel's argument slots: no allocation on the launch path.
-                let copies = own.clone().filter(|_| detach).chain(pre).chain(post).chain(own.filter(|_| !detach));
-                for (slot, c) in args.copies.iter_mut().zip(copies) {
+                // Straight into the kernel's argument slots: no allocation on the launch path. The
+                // arena side of the pre- and post-copies moves with the arena a step uses.
+                let copies = own
+                    .clone()
+                    .filter(|_| detach)
+                    .map(|c| (c, false))
+                    .chain(pre.map(|c| (c, true)))
+                    .chain(post.map(|c| (c, true)))
+                    .chain(own.filter(|_| !detach).map(|c| (c, false)));
+                for (k, (slot, (c, arena))) in args.copies.iter_mut().zip(copies).enumerate() {
                     *slot = c;
+                    args.arena_copies |= u32::from(arena) << k;
                 }
                 (args.npre, args.npost) = (npre as u32, npost as u32);
                 args.detach = u32::from(detach);
-                (Step { pinned: host as u64, copies: Vec::new(), ..st.step }, 512)
+                // Only a detached step alternates: its kernel fills one arena while the proxy still
+                // sends the step before from the other. Others keep to the first, as every step
+                // did before (alternating cost exchanges 2-3 us a step at 2 simulated hosts, s29i,
+                // where a kernel waits for its own step anyway). The first arena's other users
+                // have all finished when a detached step writes it: steps that wait for the proxy
+                // before their kernel ends, and detached steps two or more before it.
+                args.flip = if detach { dev1.wrapping_sub(dev) } else { 0 };
+                let flip = if detach { (host1 as u64).wrapping_sub(host as u64) } else { 0 };
+                (Step { pinned: host as u64, pinned_flip: flip, copies: Vec::new(), ..st.step }, 512)
             }
             None => {
                 // The copies go first, as the host stage they stand for would (a rank alone on its
@@ -569,10 +592,12 @@ impl NetHandler {
         self.links.get(peer).and_then(Option::as_ref).ok_or_else(|| Error::internal(format!("no network link to rank {peer}")))
     }
 
-    fn run(&mut self, step: &Step) -> Result<()> {
+    /// `second`: a staged step whose kernel used the second of its pair of arenas.
+    fn run(&mut self, step: &Step, second: bool) -> Result<()> {
         // A staged step's arena came with its launch (the kernel fills and empties it).
         let arena = match step.pinned {
             0 => grow(self.dev, &mut self.arena, step.arena_bytes)?,
+            p if second => p.wrapping_add(step.pinned_flip) as *mut u8,
             p => p as *mut u8,
         };
         for (k, ph) in step.phases.iter().enumerate() {
@@ -1041,7 +1066,8 @@ impl Handler for NetHandler {
         self.status.started.fetch_add(1, Ordering::Relaxed);
         let step = self.plans.lock().take(r.size)?;
         let t0 = self.profile.is_some().then(std::time::Instant::now);
-        self.run(&step).map_err(|e| e.context(format!("rank {}: cross-host step", self.me)))?;
+        // The kernel names the arena it used in the trigger's source-offset field.
+        self.run(&step, r.src_offset & 1 == 1).map_err(|e| e.context(format!("rank {}: cross-host step", self.me)))?;
         if let (Some(p), Some(t0)) = (self.profile.as_mut(), t0) {
             let bytes = step.phases.iter().flat_map(|ph| ph.sends.iter().chain(&ph.recvs)).map(|x| x.bytes).sum();
             p.add(true, bytes, t0.elapsed().as_secs_f64(), 0.0, 0.0, 0.0);

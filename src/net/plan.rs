@@ -126,6 +126,8 @@ pub struct Step {
     /// Host address of the step's arena when its launch provided one (a step staged by its
     /// kernel, `stage`); 0: the proxy's own arena.
     pub pinned: u64,
+    /// The second arena of the pair, less `pinned` (modulo 2^64); the kernel names which it used.
+    pub pinned_flip: u64,
     /// Copies on this GPU that go with the step, disjoint from every range its phases touch, so
     /// they may run at any point of it: a rank alone on its host has no local stage to make them,
     /// and the step kernel does them within its own launch (else they are launched before it).
