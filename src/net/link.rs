@@ -55,7 +55,8 @@ pub struct Job {
     pub landed: Option<Arc<AtomicU64>>,
 }
 
-/// A host receive posted with `Link::recv_landing`: how much of each striped part has landed.
+/// A job posted with `Link::post_job` to be watched: how much of each striped part has landed
+/// (a receive) or been read (a send).
 pub struct Landing {
     /// (offset in the job, length, bytes of it landed)
     parts: Vec<(u64, u64, Arc<AtomicU64>)>,
@@ -347,22 +348,19 @@ impl Link {
         self.post(job, false);
     }
 
-    /// A receive whose bytes the caller watches land (`Landing::has`) while it runs.
-    pub fn recv_landing(&self, job: Job) -> Landing {
-        self.post_watched(job, false)
-    }
-
-    /// A send whose source the caller watches being read (`Landing::has`: those bytes of a GPU
-    /// source have been copied out, so the range may be overwritten).
-    pub fn send_landing(&self, job: Job) -> Landing {
-        self.post_watched(job, true)
-    }
-
-    fn post_watched(&self, job: Job, send: bool) -> Landing {
+    /// Posts a job going `dir`. `watch`: the caller follows its progress (`Landing::has`, the
+    /// `Landing` returned): for a receive, which bytes have landed; for a send, which bytes of a
+    /// GPU source have been copied out (so that range may be overwritten).
+    pub fn post_job(&self, job: Job, dir: Dir, watch: bool) -> Option<Landing> {
+        let send = dir == Dir::Send;
+        if !watch {
+            self.post(job, send);
+            return None;
+        }
         let parts: Vec<(u64, u64, Arc<AtomicU64>)> = stripes(job.bytes, self.lanes.len()).into_iter().map(|(o, n)| (o, n, Arc::new(AtomicU64::new(0)))).collect();
         let counters = parts.iter().map(|p| p.2.clone()).collect();
         self.post_parts(job, send, Some(counters));
-        Landing { parts }
+        Some(Landing { parts })
     }
 
     fn post(&self, job: Job, send: bool) {
@@ -774,12 +772,12 @@ mod tests {
         let mut src: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
         let mut dst = vec![0u8; n];
         let t = Tracker::new(1);
-        let landing = b.recv_landing(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None });
+        let landing = b.post_job(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None }, Dir::Recv, true).unwrap();
         assert_eq!(landing.parts.len(), 2);
         assert!(landing.has(0, 0), "an empty range is always there");
         assert!(!landing.has(0, 1) && !landing.has(n as u64 - 1, n as u64), "nothing sent yet");
         let ts = Tracker::new(1);
-        let sent = a.send_landing(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: n as u64, done: ts.clone(), landed: None });
+        let sent = a.post_job(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: n as u64, done: ts.clone(), landed: None }, Dir::Send, true).unwrap();
         // Watch the first part fill up, then the whole.
         let t0 = std::time::Instant::now();
         while !landing.has(0, LANDING_STEP as u64) {

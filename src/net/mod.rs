@@ -661,25 +661,18 @@ impl NetHandler {
             // SAFETY: the plan reserved this range of the arena (grown by `run`).
             Buf::Host(o) => Mem::Host(unsafe { arena.add(o as usize) }),
         };
-        let mut landings = Vec::with_capacity(ph.recvs.len());
-        for (i, x) in ph.recvs.iter().enumerate() {
-            let job = Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone(), landed: None };
-            let link = self.link(x.peer)?;
-            landings.push(if watched.get(i).copied().unwrap_or(false) { Some(link.recv_landing(job)) } else {
-                link.recv(job);
-                None
-            });
-        }
-        let mut read = Vec::with_capacity(ph.sends.len());
-        for (i, x) in ph.sends.iter().enumerate() {
-            let job = Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone(), landed: None };
-            let link = self.link(x.peer)?;
-            read.push(if watched_sends.get(i).copied().unwrap_or(false) { Some(link.send_landing(job)) } else {
-                link.send(job);
-                None
-            });
-        }
-        Ok(Landings { recvs: landings, sends: read })
+        let post = |v: &[plan::Xfer], dir: Dir, watched: &[bool]| -> Result<Vec<Option<link::Landing>>> {
+            v.iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    let job = Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone(), landed: None };
+                    Ok(self.link(x.peer)?.post_job(job, dir, watched.get(i).copied().unwrap_or(false)))
+                })
+                .collect()
+        };
+        let recvs = post(&ph.recvs, Dir::Recv, watched)?;
+        let sends = post(&ph.sends, Dir::Send, watched_sends)?;
+        Ok(Landings { recvs, sends })
     }
 
     /// Waits for every job of phase `k` (noting what is outstanding for the hang dump).
