@@ -63,7 +63,8 @@ pub struct Landing {
 }
 
 impl Landing {
-    /// Whether bytes [a, b) of the job are in memory (acquire: they may be read then).
+    /// Whether bytes [a, b) of the job have landed (a receive: they may be read then) or been read
+    /// (a send: that range may be overwritten then); acquire ordering.
     pub fn has(&self, a: u64, b: u64) -> bool {
         self.parts.iter().all(|(off, len, got)| {
             let (lo, hi) = (a.max(*off), b.min(off + len));
