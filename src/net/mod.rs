@@ -752,81 +752,44 @@ impl NetHandler {
             hostreduce::reduce_into(&red.op, acc, &srcs);
         };
         let clock = self.profile.is_some();
-        let claims = pipeline::Claims::new(pieces.len());
         let combining_ns = std::sync::atomic::AtomicU64::new(0);
-        // Combines every piece whose inputs have landed and nobody has taken; true if any.
-        let combine_some = || {
-            let mut any = false;
-            for (n, p) in pieces.iter().enumerate() {
-                if claims.open(n) && pipe.reductions[p.0].inputs.iter().all(|s| landed(s, p.1, p.2)) && claims.take(n) {
-                    let c0 = clock.then(std::time::Instant::now);
-                    work(p);
-                    claims.made(n);
-                    combining_ns.fetch_add(c0.map_or(0, |c| c.elapsed().as_nanos() as u64), Ordering::Relaxed);
-                    any = true;
-                }
-            }
-            any
+        let copied: Vec<bool> = pieces.iter().map(|&(i, _, _)| matches!(pipe.reductions[i].out, pipeline::Out::Early | pipeline::Out::AfterSends(_))).collect();
+        let landed_n = |n: usize| {
+            let (i, a, b) = pieces[n];
+            pipe.reductions[i].inputs.iter().all(|s| landed(s, a, b))
+        };
+        let combine_n = |n: usize| {
+            let c0 = clock.then(std::time::Instant::now);
+            work(&pieces[n]);
+            combining_ns.fetch_add(c0.map_or(0, |c| c.elapsed().as_nanos() as u64), Ordering::Relaxed);
+        };
+        let writable_n = |n: usize| {
+            let (i, a, b) = pieces[n];
+            writable(i, a, b)
+        };
+        let stream = self.stream.raw;
+        let mut copy_out = |n: usize| {
+            let (i, a, b) = pieces[n];
+            let red = &ph.reduces[i];
+            let Buf::Dev(dst) = red.out else { return Ok(()) };
+            // SAFETY: the piece's range of the accumulator, final; dst the plan's device range,
+            // which no transfer reads any more (`writable`).
+            let src = unsafe { arena.add((red.acc + a) as usize) };
+            check(unsafe { cu::cuMemcpyHtoDAsync_v2(dst + a, src.cast(), (b - a) as usize, stream) }, "cuMemcpyHtoDAsync (reduction result)")
         };
         // A piece takes one core about as long as the wire takes to bring it: more pieces at once
         // need helpers (the proxy thread combines too, and alone issues the CUDA copies).
         let bytes: u64 = ph.reduces.iter().map(|r| r.bytes).sum();
         let helpers = if bytes >= 4 * pipeline::PIECE { self.helpers } else { 0 };
         let mut t_xfer = None;
-        let r = std::thread::scope(|sc| {
-            for _ in 0..helpers {
-                sc.spawn(|| {
-                    let mut idle = 0;
-                    while claims.any_open() && !claims.cancelled() {
-                        if combine_some() {
-                            idle = 0;
-                        } else {
-                            idle_wait(&mut idle);
-                        }
-                    }
-                });
+        let mut tick = || {
+            if clock && t_xfer.is_none() && t.pending() == 0 {
+                t_xfer = Some(std::time::Instant::now());
             }
-            let r = (|| -> Result<()> {
-                let (mut idle, mut noted) = (0u32, false);
-                let t_wait = std::time::Instant::now();
-                let mut out: Vec<bool> = pieces.iter().map(|&(i, _, _)| !matches!(pipe.reductions[i].out, pipeline::Out::Early | pipeline::Out::AfterSends(_))).collect();
-                let mut left = out.iter().filter(|&&o| !o).count();
-                while claims.any_open() || left > 0 || !claims.all_made() {
-                    let mut progressed = combine_some();
-                    for (n, &(i, a, b)) in pieces.iter().enumerate() {
-                        if out[n] || !claims.is_made(n) || !writable(i, a, b) {
-                            continue;
-                        }
-                        if let Buf::Dev(dst) = ph.reduces[i].out {
-                            // SAFETY: the piece's range of the accumulator, final; dst the plan's
-                            // device range, which no transfer reads any more (`writable`).
-                            let src = unsafe { arena.add((ph.reduces[i].acc + a) as usize) };
-                            check(unsafe { cu::cuMemcpyHtoDAsync_v2(dst + a, src.cast(), (b - a) as usize, self.stream.raw) }, "cuMemcpyHtoDAsync (reduction result)")?;
-                        }
-                        out[n] = true;
-                        left -= 1;
-                        progressed = true;
-                    }
-                    if clock && t_xfer.is_none() && t.pending() == 0 {
-                        t_xfer = Some(std::time::Instant::now());
-                    }
-                    if progressed {
-                        idle = 0;
-                    } else if idle_wait(&mut idle) {
-                        if let Some(e) = t.failed().or_else(|| self.stopped()) {
-                            return Err(e);
-                        }
-                        if !noted && t_wait.elapsed() >= std::time::Duration::from_secs(1) {
-                            noted = true;
-                            self.status.note(format!("phase {k}: {left} pieces of its reductions wait for received data or for sends to read their range"));
-                        }
-                    }
-                }
-                Ok(())
-            })();
-            // Helpers stop at once on a failure (pieces that will never land).
-            claims.cancel();
-            r
+        };
+        let parts = pipeline::Pieces { landed: &landed_n, combine: &combine_n, copied: &copied, writable: &writable_n };
+        let r = pipeline::drive(&parts, helpers, &mut copy_out, &mut tick, &|| t.failed().or_else(|| self.stopped()), &|left| {
+            self.status.note(format!("phase {k}: {left} pieces of its reductions wait for received data or for sends to read their range"))
         });
         self.combining += combining_ns.load(Ordering::Relaxed) as f64 * 1e-9;
         r?;
@@ -999,20 +962,6 @@ impl<T> PerPeer<T> {
         };
         &mut self.items[k]
     }
-}
-
-/// One idle turn of a polling loop: spins first, then yields, then sleeps briefly; true when the
-/// caller should look for failures (not every turn: it takes a lock).
-fn idle_wait(idle: &mut u32) -> bool {
-    *idle += 1;
-    if *idle < 64 {
-        std::hint::spin_loop();
-    } else if *idle < 4096 {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep(std::time::Duration::from_micros(20));
-    }
-    (*idle).is_multiple_of(16)
 }
 
 /// Pinned host memory of at least `bytes` (contents not kept). A larger buffer is added rather

@@ -148,7 +148,7 @@ pub fn read_before(out: u64, a: u64, b: u64, q: u64, len: u64) -> Option<(u64, u
 
 /// Who combines which piece, among the proxy thread and its helpers: a piece is open, then
 /// taken by one thread, then made (combined, readable by the others).
-pub struct Claims {
+struct Claims {
     state: Vec<AtomicU8>,
     open: AtomicUsize,
     cancelled: AtomicBool,
@@ -159,16 +159,16 @@ const TAKEN: u8 = 1;
 const MADE: u8 = 2;
 
 impl Claims {
-    pub fn new(n: usize) -> Claims {
+    fn new(n: usize) -> Claims {
         Claims { state: (0..n).map(|_| AtomicU8::new(OPEN)).collect(), open: AtomicUsize::new(n), cancelled: AtomicBool::new(false) }
     }
 
-    pub fn open(&self, i: usize) -> bool {
+    fn open(&self, i: usize) -> bool {
         self.state[i].load(Ordering::Relaxed) == OPEN
     }
 
     /// Takes piece `i` for this thread; false if another took it first.
-    pub fn take(&self, i: usize) -> bool {
+    fn take(&self, i: usize) -> bool {
         let won = self.state[i].compare_exchange(OPEN, TAKEN, Ordering::Relaxed, Ordering::Relaxed).is_ok();
         if won {
             self.open.fetch_sub(1, Ordering::Relaxed);
@@ -177,30 +177,135 @@ impl Claims {
     }
 
     /// Piece `i` is combined (release: its bytes are written before another thread sees it made).
-    pub fn made(&self, i: usize) {
+    fn made(&self, i: usize) {
         self.state[i].store(MADE, Ordering::Release);
     }
 
     /// Whether piece `i` is combined (acquire: its bytes may be read then).
-    pub fn is_made(&self, i: usize) -> bool {
+    fn is_made(&self, i: usize) -> bool {
         self.state[i].load(Ordering::Acquire) == MADE
     }
 
-    pub fn any_open(&self) -> bool {
+    fn any_open(&self) -> bool {
         self.open.load(Ordering::Relaxed) > 0
     }
 
-    pub fn all_made(&self) -> bool {
+    fn all_made(&self) -> bool {
         (0..self.state.len()).all(|i| self.is_made(i))
     }
 
-    pub fn cancel(&self) {
+    fn cancel(&self) {
         self.cancelled.store(true, Ordering::Relaxed);
     }
 
-    pub fn cancelled(&self) -> bool {
+    fn cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Relaxed)
     }
+}
+
+/// What `drive` needs to know of a phase's pieces, by piece number.
+pub struct Pieces<'a> {
+    /// Whether every input of piece n has landed (asked from every combining thread).
+    pub landed: &'a (dyn Fn(usize) -> bool + Sync),
+    /// Combines piece n (once per piece, on whichever combining thread took it).
+    pub combine: &'a (dyn Fn(usize) + Sync),
+    /// Whether piece n goes to the GPU as soon as it is made (`Out::Early`, `Out::AfterSends`);
+    /// other pieces are done once made.
+    pub copied: &'a [bool],
+    /// Whether piece n's result may be written to the GPU now (asked on the calling thread).
+    pub writable: &'a dyn Fn(usize) -> bool,
+}
+
+/// Runs a phase's pieces: the calling thread (the proxy) and `helpers` more combine each piece
+/// once it has landed; the calling thread alone copies each made piece out (`copy_out`, once per
+/// piece, when writable), since it alone makes CUDA calls. `tick` runs every turn (the profile's
+/// clock); `failed`, asked now and then while nothing moves, ends the run with its error (a failed
+/// transfer, an abort), and the helpers stop with it; `note(left)` once nothing has been left
+/// waiting for a second (the hang dump).
+pub fn drive(
+    p: &Pieces<'_>,
+    helpers: usize,
+    copy_out: &mut dyn FnMut(usize) -> crate::error::Result<()>,
+    tick: &mut dyn FnMut(),
+    failed: &dyn Fn() -> Option<crate::error::Error>,
+    note: &dyn Fn(usize),
+) -> crate::error::Result<()> {
+    let n = p.copied.len();
+    let claims = Claims::new(n);
+    // Combines every piece that has landed and that nobody has taken; true if any.
+    let combine_some = || {
+        let mut any = false;
+        for i in 0..n {
+            if claims.open(i) && (p.landed)(i) && claims.take(i) {
+                (p.combine)(i);
+                claims.made(i);
+                any = true;
+            }
+        }
+        any
+    };
+    std::thread::scope(|sc| {
+        for _ in 0..helpers {
+            sc.spawn(|| {
+                let mut idle = 0;
+                while claims.any_open() && !claims.cancelled() {
+                    if combine_some() {
+                        idle = 0;
+                    } else {
+                        idle_wait(&mut idle);
+                    }
+                }
+            });
+        }
+        let r = (|| {
+            let (mut idle, mut noted) = (0u32, false);
+            let t0 = std::time::Instant::now();
+            let mut out: Vec<bool> = p.copied.iter().map(|c| !c).collect();
+            let mut left = out.iter().filter(|&&o| !o).count();
+            while claims.any_open() || left > 0 || !claims.all_made() {
+                let mut progressed = combine_some();
+                for (i, done) in out.iter_mut().enumerate() {
+                    if *done || !claims.is_made(i) || !(p.writable)(i) {
+                        continue;
+                    }
+                    copy_out(i)?;
+                    *done = true;
+                    left -= 1;
+                    progressed = true;
+                }
+                tick();
+                if progressed {
+                    idle = 0;
+                } else if idle_wait(&mut idle) {
+                    if let Some(e) = failed() {
+                        return Err(e);
+                    }
+                    if !noted && t0.elapsed() >= std::time::Duration::from_secs(1) {
+                        noted = true;
+                        note((0..n).filter(|&i| !out[i] || !claims.is_made(i)).count());
+                    }
+                }
+            }
+            Ok(())
+        })();
+        // Helpers stop at once on a failure (pieces that will never land).
+        claims.cancel();
+        r
+    })
+}
+
+/// One idle turn of a polling loop: spins first, then yields, then sleeps briefly; true when the
+/// caller should look for failures (not every turn: that takes a lock).
+pub fn idle_wait(idle: &mut u32) -> bool {
+    *idle += 1;
+    if *idle < 64 {
+        std::hint::spin_loop();
+    } else if *idle < 4096 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(20));
+    }
+    (*idle).is_multiple_of(16)
 }
 
 /// The pieces of a reduction of `bytes`: [start, end) ranges of `piece_bytes(bytes)`.
@@ -376,6 +481,68 @@ mod tests {
         assert!(!c.cancelled());
         c.cancel();
         assert!(c.cancelled());
+    }
+
+    /// Pieces land and become writable in a random order on other threads; every piece must be
+    /// combined once, only after it landed, and copied out once, only after it was made and
+    /// became writable, with and without helpers.
+    #[test]
+    fn drive_combines_each_landed_piece_once_and_copies_it_once_writable() {
+        use std::sync::atomic::AtomicU32;
+        for helpers in [0, 3] {
+            let n = 40;
+            let landed: Vec<AtomicBool> = (0..n).map(|_| AtomicBool::new(false)).collect();
+            let writable: Vec<AtomicBool> = (0..n).map(|_| AtomicBool::new(false)).collect();
+            let combined: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+            let copied_to: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+            // Every third piece stays on the host (done once made).
+            let copied: Vec<bool> = (0..n).map(|i| i % 3 != 0).collect();
+            let combine = |i: usize| {
+                assert!(landed[i].load(Ordering::Acquire), "piece {i} combined before it landed");
+                combined[i].fetch_add(1, Ordering::Relaxed);
+            };
+            let land = |i: usize| landed[i].load(Ordering::Acquire);
+            let may_write = |i: usize| writable[i].load(Ordering::Acquire);
+            let p = Pieces { landed: &land, combine: &combine, copied: &copied, writable: &may_write };
+            std::thread::scope(|sc| {
+                // Land the pieces in a scrambled order, and let each be written some time later.
+                sc.spawn(|| {
+                    for k in 0..n {
+                        let i = (k * 17 + 5) % n;
+                        landed[i].store(true, Ordering::Release);
+                        std::thread::sleep(std::time::Duration::from_micros(200));
+                        writable[(k * 7 + 3) % n].store(true, Ordering::Release);
+                    }
+                });
+                let mut copy_out = |i: usize| {
+                    assert!(combined[i].load(Ordering::Relaxed) == 1 && may_write(i), "piece {i} copied before it was made or writable");
+                    copied_to[i].fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                };
+                drive(&p, helpers, &mut copy_out, &mut || {}, &|| None, &|_| {}).unwrap();
+            });
+            for i in 0..n {
+                assert_eq!(combined[i].load(Ordering::Relaxed), 1, "helpers {helpers}: piece {i} combined once");
+                assert_eq!(copied_to[i].load(Ordering::Relaxed), u32::from(copied[i]), "helpers {helpers}: piece {i} copied once if it goes out");
+            }
+        }
+    }
+
+    /// A piece that never lands (its transfer failed) ends the run with the failure, and the
+    /// helpers stop with it.
+    #[test]
+    fn drive_stops_on_a_failure_with_pieces_left() {
+        let land = |i: usize| i != 2;
+        let p = Pieces { landed: &land, combine: &|_| {}, copied: &[true; 4], writable: &|_| true };
+        let t0 = std::time::Instant::now();
+        let failed = || (t0.elapsed() > std::time::Duration::from_millis(50)).then(|| crate::error::Error::remote("rank 1 closed its network connection"));
+        let e = drive(&p, 2, &mut |_| Ok(()), &mut || {}, &failed, &|_| {}).unwrap_err();
+        assert!(e.msg.contains("rank 1"), "{e:?}");
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+        // A copy that fails ends it too.
+        let p = Pieces { landed: &|_| true, combine: &|_| {}, copied: &[true; 4], writable: &|_| true };
+        let e = drive(&p, 1, &mut |i| if i == 1 { Err(crate::error::Error::system("cuMemcpyHtoDAsync failed")) } else { Ok(()) }, &mut || {}, &|| None, &|_| {}).unwrap_err();
+        assert!(e.msg.contains("cuMemcpyHtoDAsync"), "{e:?}");
     }
 
     #[test]
