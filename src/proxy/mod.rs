@@ -262,44 +262,27 @@ mod tests {
         }
     }
 
+    /// A handler's error, or its panic, reaches the error callback once, with its code, and the
+    /// GPU thread waiting on a flush is released.
     #[test]
-    fn a_panicking_handler_reports_an_internal_error_and_releases() {
-        let f = Arc::new(HeapFifo::new(4).unwrap());
-        let head = AtomicU64::new(0);
-        let errors = Arc::new(Mutex::new(Vec::new()));
-        let e2 = errors.clone();
-        let rec = Recorder { panic_at: Some(5), ..Default::default() };
-        let _p = Proxy::start("test-proxy".into(), FifoHost::new(f.words), Box::new(rec), Placement::default(), Box::new(move |e| e2.lock().push(e))).unwrap();
-        f.words.push_like_device(&head, req(OX_TRIGGER_DATA, 5)).unwrap();
-        let pos = f.words.push_like_device(&head, req(OX_TRIGGER_SYNC, 0)).unwrap();
-        assert!(!f.words.flush_like_device(pos), "the flush is released, not completed");
-        let errs = errors.lock();
-        assert_eq!(errs.len(), 1);
-        assert_eq!(errs[0].code, crate::error::ResultCode::InternalError);
-        assert!(errs[0].msg.contains("slot 5 out of range"), "{:?}", errs[0]);
-    }
-
-    #[test]
-    fn transport_error_reports_and_releases() {
-        let f = Arc::new(HeapFifo::new(4).unwrap());
-        let head = AtomicU64::new(0);
-        let errors = Arc::new(Mutex::new(Vec::new()));
-        let e2 = errors.clone();
-        let rec = Recorder { fail_at: Some(7), ..Default::default() };
-        let _p = Proxy::start(
-            "test-proxy".into(),
-            FifoHost::new(f.words),
-            Box::new(rec),
-            Placement::default(),
-            Box::new(move |e| e2.lock().push(e)),
-        )
-        .unwrap();
-        f.words.push_like_device(&head, req(OX_TRIGGER_DATA, 7)).unwrap();
-        let pos = f.words.push_like_device(&head, req(OX_TRIGGER_SYNC, 0)).unwrap();
-        assert!(!f.words.flush_like_device(pos), "the flush is released, not completed");
-        let errs = errors.lock();
-        assert_eq!(errs.len(), 1);
-        assert_eq!(errs[0].code, crate::error::ResultCode::RemoteError);
-        assert!(errs[0].msg.contains("peer 3"), "{:?}", errs[0]);
+    fn a_failing_or_panicking_handler_reports_and_releases() {
+        let cases = [
+            (Recorder { fail_at: Some(7), ..Default::default() }, 7, crate::error::ResultCode::RemoteError, "peer 3"),
+            (Recorder { panic_at: Some(5), ..Default::default() }, 5, crate::error::ResultCode::InternalError, "slot 5 out of range"),
+        ];
+        for (rec, size, code, text) in cases {
+            let f = Arc::new(HeapFifo::new(4).unwrap());
+            let head = AtomicU64::new(0);
+            let errors = Arc::new(Mutex::new(Vec::new()));
+            let e2 = errors.clone();
+            let _p = Proxy::start("test-proxy".into(), FifoHost::new(f.words), Box::new(rec), Placement::default(), Box::new(move |e| e2.lock().push(e))).unwrap();
+            f.words.push_like_device(&head, req(OX_TRIGGER_DATA, size)).unwrap();
+            let pos = f.words.push_like_device(&head, req(OX_TRIGGER_SYNC, 0)).unwrap();
+            assert!(!f.words.flush_like_device(pos), "the flush is released, not completed");
+            let errs = errors.lock();
+            assert_eq!(errs.len(), 1);
+            assert_eq!(errs[0].code, code);
+            assert!(errs[0].msg.contains(text), "{:?}", errs[0]);
+        }
     }
 }
