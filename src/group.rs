@@ -159,6 +159,7 @@ fn run_windows(jobs: Vec<crate::window::WindowJob>) -> Result<()> {
 
 /// Runs an operation now, or defers it to the outermost End when a group is open.
 pub fn submit(op: Deferred) -> Result<()> {
+    crate::hostprof::mark(crate::hostprof::Stage::Validate);
     match defer(op, |g, op| g.ops.push(op)) {
         None => Ok(()),
         Some(Deferred::Coll(t)) => {

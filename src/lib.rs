@@ -23,6 +23,7 @@ pub mod diag;
 pub mod enqueue;
 pub mod gpu;
 pub mod group;
+pub mod hostprof;
 pub mod mem;
 pub mod net;
 pub mod proxy;

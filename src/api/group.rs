@@ -8,6 +8,7 @@ use crate::group;
 #[no_mangle]
 pub extern "C" fn ncclGroupStart() -> ncclResult_t {
     call("ncclGroupStart", || {
+        crate::hostprof::begin();
         group::start();
         Ok(())
     })
@@ -15,7 +16,9 @@ pub extern "C" fn ncclGroupStart() -> ncclResult_t {
 
 #[no_mangle]
 pub extern "C" fn ncclGroupEnd() -> ncclResult_t {
-    call("ncclGroupEnd", group::end)
+    let r = call("ncclGroupEnd", group::end);
+    crate::hostprof::end(group::depth() > 0);
+    r
 }
 
 /// Like ncclGroupEnd, but launches nothing; stores the predicted time (microseconds, as NCCL's

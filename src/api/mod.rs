@@ -40,7 +40,10 @@ pub(crate) fn call(name: &'static str, f: impl FnOnce() -> Result<()>) -> ncclRe
 /// Like [`call`], for operations that can be part of a group: an error is also remembered by the
 /// calling thread's open group, whose End then returns it and drops the group.
 pub(crate) fn call_grouped(name: &'static str, f: impl FnOnce() -> Result<()>) -> ncclResult_t {
-    match catch_unwind(AssertUnwindSafe(f)) {
+    crate::hostprof::begin();
+    let r = catch_unwind(AssertUnwindSafe(f));
+    crate::hostprof::end(crate::group::depth() > 0);
+    match r {
         Ok(Ok(())) => ResultCode::Success,
         Ok(Err(e)) => {
             crate::group::record_error(&e);
