@@ -98,6 +98,9 @@ pub struct Ready {
     pub launch: Mutex<LaunchState>,
     /// ncclCommRegister's buffers, offered to peers for zero-copy streams (src/reg).
     pub reg: crate::reg::Registry,
+    /// Two ranks in two processes of one host: large transfers by copy engine straight into the
+    /// peer's buffer (transport::ce_direct).
+    pub ce: Option<crate::transport::ce_direct::CeDirect>,
 }
 
 /// Launch bookkeeping, held across a launch so that one communicator's kernels are issued in a
@@ -442,6 +445,14 @@ impl Comm {
             (Some(MemoryChannels::connect(&bootstrap, dev, &peers, &scratch, &abort_flag)?), None)
         };
         let dev_comm = channels.as_ref().map_or(0, |c| c.dev_comm);
+        let ce = match &channels {
+            Some(ch) if self.nranks == 2 && crate::algo::ce_direct::min_bytes(&tuning) > 0 && !peers[0].same_process(&peers[1]) => {
+                let peer = 1 - self.rank;
+                let key = crate::reg::comm_key(id);
+                crate::transport::ce_direct::CeDirect::connect(&bootstrap, dev, key, ch.ce_counters[self.rank], ch.ce_counters[peer], abort_flag.clone())?
+            }
+            _ => None,
+        };
         // Before the barrier: every rank's registration socket exists before any rank registers.
         let reg = crate::reg::Registry::start(dev, self.rank, &peers, crate::reg::comm_key(id), channels.as_ref().map(|c| c.reg_table.clone()));
         let mem = channels.as_ref().map_or(0, |c| c.device_bytes);
@@ -479,6 +490,7 @@ impl Comm {
             dev_comm,
             launch: Mutex::new(launch),
             reg,
+            ce,
         })
     }
 

@@ -72,6 +72,7 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
     what: impl FnOnce() -> String,
     f: F,
 ) -> Result<()> {
+    crate::hostprof::mark(crate::hostprof::Stage::Submit);
     let r = comm.ready()?;
     comm.check_usable()?;
     let _ctx = CtxGuard::new(r.dev)?;
@@ -89,6 +90,7 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
         // the previous stream's branch is the user's to order).
         ls.last_grid = 0;
     }
+    crate::hostprof::mark(crate::hostprof::Stage::Prepare);
     if let Err(e) = f(r, &mut ls) {
         ls.last_grid = u32::MAX; // whatever ran last is unknown: no PDL behind it
         return Err(e);
@@ -201,6 +203,9 @@ pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
 /// A group's point-to-point transfers on one host: the one-shot kernel where the selector says so,
 /// else the exchange kernel.
 fn p2p(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<()> {
+    if ce_direct(r, ls, spec, stream)? {
+        return Ok(());
+    }
     let Some((grid, block)) = crate::algo::select_p2p_oneshot(spec, &r.topo, &r.scratch, &r.tuning) else {
         return exchange(r, ls, spec, None, stream);
     };
@@ -308,6 +313,9 @@ fn exchange(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<F
         // Nothing but large local copies (one rank, or sends to self): the copy engine.
         return spec.copies.iter().try_for_each(|c| local_copy(ls, c.dst, c.src, c.bytes, stream));
     }
+    if ce_direct(r, ls, spec, stream)? {
+        return Ok(());
+    }
     let me = r.bootstrap.rank();
     let mut plan = plan_exchange(me, spec, func, &r.topo, &r.scratch, &r.tuning)?;
     if r.reg.sharing() {
@@ -318,6 +326,23 @@ fn exchange(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<F
     plan.args.comm = r.dev_comm;
     nccl_trace!(Subsys::Coll, "exchange: {} sends, {} receives, {} copies", plan.args.nsend, plan.args.nrecv, plan.args.ncopy);
     kernel(r, ls, r.module.exchange(), plan.grid, plan.block, stream, &plan.args)
+}
+
+/// Large transfers of a 2-rank communicator by copy engine straight into the peer's buffer, where
+/// algo::ce_direct takes them and the handshake agrees (else false: the kernels move them).
+fn ce_direct(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<bool> {
+    let Some(ce) = &r.ce else { return Ok(false) };
+    if !crate::algo::ce_direct::takes(spec, r.bootstrap.rank(), r.topo.nranks, &r.tuning) {
+        return Ok(false);
+    }
+    nccl_trace!(Subsys::P2p, "copy-engine direct: sends {:?}, receives {:?}", spec.sends.first().map(|x| x.bytes), spec.recvs.first().map(|x| x.bytes));
+    let kernels = crate::transport::ce_direct::Kernels { wait: r.module.ce_wait(), copy: r.module.ce_copy() };
+    if !ce.run(kernels, r.dev_comm, spec, stream)? {
+        return Ok(false);
+    }
+    // Copies and stream writes came last: a kernel after them has nothing of ours to overlap.
+    ls.last_grid = 0;
+    Ok(true)
 }
 
 fn check_fp8(r: &Ready, dt: DataType) -> Result<()> {
@@ -393,7 +418,9 @@ fn reducing(r: &Ready, ls: &mut LaunchState, t: &CollTask) -> Result<()> {
 /// algo::pdl allows it behind the communicator's previous kernel there.
 fn kernel<A>(r: &Ready, ls: &mut LaunchState, k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &A) -> Result<()> {
     let pdl = crate::algo::pdl::allowed(!r.tuning.pdl_off, r.dev.cc_major, r.dev.driver, ls.last_grid, grid, r.topo.sm_count);
+    crate::hostprof::mark(crate::hostprof::Stage::Plan);
     launch_pdl(k, grid, block, stream, args, pdl)?;
+    crate::hostprof::mark(crate::hostprof::Stage::Launch);
     ls.last_grid = grid;
     Ok(())
 }

@@ -38,6 +38,9 @@ pub struct Tuning {
     /// OXCCL_P2P_ONESHOT_MAX_BYTES: largest send or receive of a one-send, one-receive group run
     /// by the one-shot point-to-point kernel (0 = never).
     pub p2p_oneshot_max_bytes: Option<u64>,
+    /// OXCCL_CE_DIRECT_MIN_BYTES: smallest transfer the copy-engine direct path takes between the
+    /// two processes of a 2-rank communicator (0 = never; algo::ce_direct).
+    pub ce_direct_min_bytes: Option<u64>,
     /// OXCCL_REDUCE_LL_MAX_BYTES: largest ReduceScatter chunk / Reduce message moved as packets.
     pub reduce_ll_max_bytes: Option<u64>,
     /// OXCCL_REDUCE_LL_SHAPE_MAX_RANKS: most ranks at which a packet Reduce takes the one-shot
@@ -99,6 +102,7 @@ impl Tuning {
             gather_oneshot_max_bytes: num("OXCCL_GATHER_ONESHOT_MAX_BYTES"),
             broadcast_oneshot_max_bytes: num("OXCCL_BROADCAST_ONESHOT_MAX_BYTES"),
             p2p_oneshot_max_bytes: num("OXCCL_P2P_ONESHOT_MAX_BYTES"),
+            ce_direct_min_bytes: num("OXCCL_CE_DIRECT_MIN_BYTES"),
             reduce_ll_max_bytes: num("OXCCL_REDUCE_LL_MAX_BYTES"),
             reduce_ll_shape_max_ranks: num("OXCCL_REDUCE_LL_SHAPE_MAX_RANKS"),
             relay_min_bytes: num("OXCCL_RELAY_MIN_BYTES"),

@@ -32,9 +32,12 @@ struct SharedLayout {
     /// sender): kernels/direct.cuh.
     offer_off: u64,
     accept_off: u64,
+    /// The copy-engine direct path's counters (transport::ce_direct).
+    ce_off: u64,
     total: u64,
 }
 
+const CE_COUNTER_BYTES: u64 = crate::transport::ce_direct::COUNTER_BYTES;
 const OFFER_BYTES: u64 = (OX_MAX_RANKS * std::mem::size_of::<RegOffer>()) as u64;
 
 impl SharedLayout {
@@ -46,7 +49,8 @@ impl SharedLayout {
         let ack_off = align_up(sem_off + SEM_BYTES);
         let offer_off = align_up(ack_off + FLAG_TABLE_BYTES);
         let accept_off = align_up(offer_off + OFFER_BYTES);
-        SharedLayout { ll_off, ll128_off, rs_off, sem_off, ack_off, offer_off, accept_off, total: align_up(accept_off + FLAG_TABLE_BYTES) }
+        let ce_off = align_up(accept_off + FLAG_TABLE_BYTES);
+        SharedLayout { ll_off, ll128_off, rs_off, sem_off, ack_off, offer_off, accept_off, ce_off, total: align_up(ce_off + CE_COUNTER_BYTES) }
     }
 }
 
@@ -100,6 +104,8 @@ pub struct MemoryChannels {
     pub device_bytes: u64,
     /// `RegEntry[nranks][OX_REG_SLOTS]` the kernels read (`DevComm::reg_table`); src/reg fills it.
     pub reg_table: Arc<crate::reg::Table>,
+    /// Each rank's copy-engine direct counters, as mapped here (zeroed at init).
+    pub ce_counters: Vec<u64>,
     // Drop order matters: unmap peers' memory before freeing ours.
     _imports: Vec<ImportedBuffer>,
     _private: DeviceBuffer,
@@ -195,6 +201,7 @@ impl MemoryChannels {
         };
         private.write(DEVCOMM_OFF as usize, bytes)?;
         Ok(MemoryChannels {
+            ce_counters: bases.iter().take(n).map(|b| b + layout.ce_off).collect(),
             dev_comm: private.ptr + DEVCOMM_OFF,
             device_bytes: layout.total + PRIVATE_BYTES,
             reg_table,
@@ -244,7 +251,8 @@ mod tests {
             assert!(l.sem_off + SEM_BYTES <= l.ack_off);
             assert!(l.ack_off + FLAG_TABLE_BYTES <= l.offer_off);
             assert!(l.offer_off + OFFER_BYTES <= l.accept_off);
-            assert!(l.accept_off + FLAG_TABLE_BYTES <= l.total);
+            assert!(l.accept_off + FLAG_TABLE_BYTES <= l.ce_off);
+            assert!(l.ce_off + CE_COUNTER_BYTES <= l.total && l.ce_off.is_multiple_of(8));
             assert_eq!(l.offer_off % 32, 0);
             assert_eq!(l.rs_off % 16, 0);
         }

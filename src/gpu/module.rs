@@ -36,6 +36,8 @@ pub struct Module {
     broadcast_ll128: Kernel,
     broadcast_oneshot: Kernel,
     p2p_oneshot: Kernel,
+    ce_wait: Kernel,
+    ce_copy: Kernel,
     proxy_selftest: Kernel,
     port_selftest: Kernel,
     net_step: Kernel,
@@ -82,6 +84,8 @@ impl Module {
             broadcast_ll128: function(raw, "ox_broadcast_ll128")?,
             broadcast_oneshot: function(raw, "ox_broadcast_oneshot")?,
             p2p_oneshot: function(raw, "ox_p2p_oneshot")?,
+            ce_wait: function(raw, "ox_ce_wait")?,
+            ce_copy: function(raw, "ox_ce_copy")?,
             proxy_selftest: function(raw, "ox_proxy_selftest")?,
             port_selftest: function(raw, "ox_port_selftest")?,
             net_step: function(raw, "ox_net_step")?,
@@ -123,6 +127,16 @@ impl Module {
     /// One send and one receive as packets (kernels/p2p_oneshot.cu; CollArgs as described there).
     pub fn p2p_oneshot(&self) -> Kernel {
         self.p2p_oneshot
+    }
+
+    /// The copy-engine direct path's stream wait (kernels/ce_direct.cu; CollArgs as described there).
+    pub fn ce_wait(&self) -> Kernel {
+        self.ce_wait
+    }
+
+    /// The copy-engine direct path's local copy by SMs (kernels/ce_direct.cu).
+    pub fn ce_copy(&self) -> Kernel {
+        self.ce_copy
     }
 
     pub fn proxy_selftest(&self) -> Kernel {

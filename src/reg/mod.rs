@@ -13,7 +13,7 @@
 //! ranks; its slot in a peer's table is `gen % OX_REG_SLOTS`, chosen so that no two live
 //! registrations share one.
 
-mod export;
+pub(crate) mod export;
 mod import;
 mod table;
 pub mod uds;

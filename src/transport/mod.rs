@@ -2,6 +2,7 @@
 //! between registered memories (`MemAccess`: device memory through staging copies, or host memory
 //! in tests and host-only use) and signals the peer's host-to-device semaphores after the data.
 
+pub mod ce_direct;
 pub mod cuda;
 pub mod tcp;
 

@@ -1,0 +1,37 @@
+// Stream-side pieces of the copy-engine direct path (src/transport/ce_direct.rs).
+//
+// ox_ce_wait: one thread spins
+// until a 64-bit counter in this GPU's memory reaches a target, or the communicator is aborted.
+// The counters are written by the peer's stream (cuStreamWriteValue64 through its mapping of our
+// memory): "my buffer is ready for your copy" before a sender's copy, "my copy into your buffer
+// is done" before a receiver's next work. A kernel rather than cuStreamWaitValue64 so that an
+// abort releases it (a stream memory wait can only be released by the value it waits for).
+//
+// CollArgs: comm = the DevComm (for the abort flag), send = the counter's address, count = the
+// target; the others are unused.
+#include "common.cuh"
+#include "copy.cuh"
+#include "pdl.cuh"
+
+extern "C" __global__ void ox_ce_wait(CollArgs a) {
+  ox_pdl_enter();
+  if (threadIdx.x != 0) return;
+  const DevComm& c = ox_comm(a);
+  AbortState ab(c.abort_flag);
+  const uint64_t* counter = reinterpret_cast<const uint64_t*>(a.send);
+  // Acquire (system scope): the peer's stream wrote the counter after its copy engine finished
+  // writing our buffer (the stream write carries a full memory barrier), so work after this
+  // kernel on our stream sees the data. Compared by difference: the counters only grow.
+  while ((int64_t)(ox_ld_acquire_sys(counter) - a.count) < 0) {
+    if (ab.poll()) return;
+  }
+}
+
+// ox_ce_copy: a local copy beside the transfer (an out-of-place root's own piece), by SMs: a copy
+// engine of this GPU is busy with the transfer, and a second copy on the engines would share it.
+// CollArgs: send = source, recv = destination, count = bytes. No ordering beyond the stream's.
+extern "C" __global__ void ox_ce_copy(CollArgs a) {
+  ox_pdl_enter();
+  ox_copy(reinterpret_cast<char*>(a.recv), reinterpret_cast<const char*>(a.send), a.count,
+          blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x, false);
+}

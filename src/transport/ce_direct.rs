@@ -1,0 +1,512 @@
+//! Copy-engine direct transfers between the two ranks of a 2-rank communicator that are separate
+//! processes on one host: the sender's copy engine writes straight into the receiver's buffer,
+//! which the receiver shares for the transfer through CUDA IPC. One copy engine moves 391-396 GB/s
+//! each way over an NV18 pair, where SM copies top out at 365-373 (BENCHMARKS, eighteenth pass),
+//! and that margin is what large Broadcast, Send/Recv, Gather and Scatter need over NCCL.
+//!
+//! Per launch (algo::ce_direct decides which; both ranks alike):
+//! 1. Host handshake over a Unix socket of the pair (made at init): each rank tells the other
+//!    whether it is capturing a CUDA graph and, for a receive, its destination's allocation
+//!    (buffer id, range, offset) with a CUDA IPC handle (cudaMalloc memory) or, the first time,
+//!    its cuMem file descriptor (ncclMemAlloc memory). Both then know whether the path runs: not
+//!    while either captures (a graph would replay the stream writes' values), not for memory that
+//!    cannot be shared (pools). The sender maps the destination (cached per buffer id) and both
+//!    exchange whether that worked.
+//!    Where the path does not run, the caller launches the SM kernels, again on both ranks.
+//!    The call returns only once the peer has made its matching call (NCCL's calls return
+//!    without waiting for the peer); OXCCL_CE_DIRECT_MIN_BYTES=0 turns the path off.
+//! 2. Stream order, on each rank's own stream, with two counters per rank in the channel buffer
+//!    (`ready`: my peer's buffer may take my next copy; `done`: my peer's copy into me finished):
+//!    ```text
+//!    receiver: write peer.ready = #receives   (its stream reached the receive: dst writable)
+//!    sender:   wait  my.ready >= #sends; copy-engine copy; write peer.done = #sends
+//!    receiver: wait  my.done >= #receives
+//!    ```
+//!    A rank that sends and receives does both in that order, so neither waits for the other
+//!    first. Writes are cuStreamWriteValue64 with its full memory barrier (the copy lands before
+//!    the count); waits are a one-thread kernel (kernels/ce_wait.cu) that also watches the abort
+//!    flag, so ncclCommAbort releases them. Local copies (an out-of-place root's own piece) run
+//!    beside the transfer on a side stream, by SMs (kernels/ce_direct.cu): on this GPU's copy
+//!    engines they shared the transfer's and cost out-of-place Broadcast, Scatter and AllGather
+//!    4-10% (s30g).
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::algo::{ExchangeSpec, LocalCopy, Transfer};
+use crate::device_abi::CollArgs;
+use crate::error::{Error, Result};
+use crate::gpu::ipc::{ImportedBuffer, IPC_HANDLE_BYTES};
+use crate::gpu::module::{launch_pdl, Kernel};
+use crate::gpu::stream::{copy_engine_async, is_capturing, Event, OwnedStream};
+use crate::gpu::{check, cu, Device};
+use crate::log::Subsys;
+use crate::reg::export::{describe, VmmImport};
+use crate::reg::uds;
+use crate::reg::wire::Kind;
+
+/// Mappings of the peer's buffers kept at most; beyond, new buffers take the SM path.
+const MAX_IMPORTS: usize = 64;
+/// Buffer ids whose descriptor the peer already has (cuMem memory: the fd goes once).
+const MAX_SENT: usize = 64;
+/// How long a handshake message may take to come (the peer's matching call).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Blocks of a local copy: about 1.5 TB/s of HBM copy, so a root's own piece is done before
+/// its transfer (395 GB/s), with most SMs left to whatever else runs.
+const COPY_BLOCKS: u32 = 32;
+
+/// The path's kernels (kernels/ce_direct.cu).
+#[derive(Clone, Copy)]
+pub struct Kernels {
+    pub wait: Kernel,
+    pub copy: Kernel,
+}
+
+/// Offsets of the two counters in a rank's counter area (u64 each).
+pub const READY_OFF: u64 = 0;
+pub const DONE_OFF: u64 = 8;
+pub const COUNTER_BYTES: u64 = 16;
+
+/// What one rank tells the other before a transfer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offer {
+    pub capturing: bool,
+    /// Bytes this rank sends to the peer and receives from it in this launch (0: none).
+    pub send_bytes: u64,
+    pub recv_bytes: u64,
+    /// The destination of this rank's receive, if it has one and can share it.
+    pub dst: Option<Dest>,
+}
+
+/// How the peer maps a destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Share {
+    /// cudaMalloc memory: its CUDA IPC handle.
+    Ipc([u8; IPC_HANDLE_BYTES]),
+    /// cuMem memory whose file descriptor travels with this message.
+    Fd,
+    /// cuMem memory the peer mapped before (by `id`).
+    Known,
+}
+
+/// A receive buffer as the peer can map it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dest {
+    /// CU_POINTER_ATTRIBUTE_BUFFER_ID: unique per allocation for the process's lifetime.
+    pub id: u64,
+    /// The allocation's base and size in the receiver's address space (stale mappings are found
+    /// by a new id over the same range).
+    pub base: u64,
+    pub size: u64,
+    pub offset: u64,
+    pub share: Share,
+}
+
+impl Offer {
+    pub const BYTES: usize = 2 + 8 * 6 + 1 + IPC_HANDLE_BYTES;
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(Self::BYTES);
+        v.push(self.capturing as u8);
+        v.push(self.dst.is_some() as u8);
+        let d = self.dst.unwrap_or(Dest { id: 0, base: 0, size: 0, offset: 0, share: Share::Known });
+        for w in [self.send_bytes, self.recv_bytes, d.id, d.base, d.size, d.offset] {
+            v.extend_from_slice(&w.to_le_bytes());
+        }
+        let (kind, h) = match d.share {
+            Share::Ipc(h) => (0, h),
+            Share::Fd => (1, [0; IPC_HANDLE_BYTES]),
+            Share::Known => (2, [0; IPC_HANDLE_BYTES]),
+        };
+        v.push(kind);
+        v.extend_from_slice(&h);
+        v
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Offer> {
+        const KIND: usize = 2 + 8 * 6;
+        if b.len() != Self::BYTES || b[0] > 1 || b[1] > 1 || b[KIND] > 2 {
+            return Err(Error::internal(format!("copy-engine handshake: malformed offer of {} bytes", b.len())));
+        }
+        let w = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[2 + 8 * i..10 + 8 * i]);
+            u64::from_le_bytes(a)
+        };
+        let mut h = [0u8; IPC_HANDLE_BYTES];
+        h.copy_from_slice(&b[KIND + 1..]);
+        let share = match b[KIND] {
+            0 => Share::Ipc(h),
+            1 => Share::Fd,
+            _ => Share::Known,
+        };
+        let dst = (b[1] == 1).then_some(Dest { id: w(2), base: w(3), size: w(4), offset: w(5), share });
+        Ok(Offer { capturing: b[0] == 1, send_bytes: w(0), recv_bytes: w(1), dst })
+    }
+}
+
+/// Whether the path can run once both offers are known: the same answer on both ranks (the
+/// test is symmetric in the two offers). The launches must mirror each other (my send is the
+/// peer's receive, of the same size): where they do not (say both ranks post a send first, as
+/// separate operations), neither takes the path and the kernels behave as NCCL's would.
+pub fn agreed(mine: &Offer, theirs: &Offer) -> bool {
+    let sides = |a: &Offer, b: &Offer| a.send_bytes == b.recv_bytes && (a.recv_bytes == 0 || a.dst.is_some());
+    !mine.capturing && !theirs.capturing && (mine.send_bytes | mine.recv_bytes) != 0 && sides(mine, theirs) && sides(theirs, mine)
+}
+
+enum Mapping {
+    Ipc(ImportedBuffer),
+    Vmm(VmmImport),
+}
+
+impl Mapping {
+    fn ptr(&self) -> u64 {
+        match self {
+            Mapping::Ipc(m) => m.ptr,
+            Mapping::Vmm(m) => m.ptr,
+        }
+    }
+}
+
+struct Import {
+    id: u64,
+    base: u64,
+    size: u64,
+    map: Mapping,
+}
+
+#[derive(Default)]
+struct State {
+    /// Transfers this rank made into the peer, and the peer into this rank (the counters' values).
+    sent: u64,
+    received: u64,
+    /// Ids of this rank's buffers the peer has mapped (it said so).
+    known: Vec<u64>,
+    imports: Vec<Import>,
+}
+
+/// The path between this rank and its one peer.
+pub struct CeDirect {
+    dev: &'static Device,
+    peer: usize,
+    sock: OwnedFd,
+    /// Counter areas (device addresses here): this rank's own, and the peer's as mapped here.
+    mine: u64,
+    theirs: u64,
+    /// The communicator's abort flag (host memory): a handshake wait gives up once it is set.
+    abort: std::sync::Arc<crate::gpu::HostMapped>,
+    state: Mutex<State>,
+    side: OwnedStream,
+    fork: Event,
+    join: Event,
+}
+
+// SAFETY: the events and stream are driver handles usable from any thread; State is behind a lock.
+unsafe impl Send for CeDirect {}
+unsafe impl Sync for CeDirect {}
+
+impl CeDirect {
+    /// Collective over the pair (both ranks call it at init): connects their socket. `mine` /
+    /// `theirs`: the counter areas (COUNTER_BYTES, zeroed at init on both ranks). None on both
+    /// ranks if either could not connect.
+    pub fn connect(
+        boot: &crate::bootstrap::Bootstrap,
+        dev: &'static Device,
+        comm_key: u64,
+        mine: u64,
+        theirs: u64,
+        abort: std::sync::Arc<crate::gpu::HostMapped>,
+    ) -> Result<Option<CeDirect>> {
+        let me = boot.rank();
+        let peer = 1 - me;
+        let name = format!("oxccl-ce-{comm_key:016x}");
+        let listener = if me == 0 { uds::listen(&name).ok() } else { None };
+        boot.barrier()?;
+        let sock = if me == 0 {
+            listener.and_then(|l| {
+                let until = Instant::now() + Duration::from_secs(10);
+                loop {
+                    match uds::accept(&l) {
+                        Ok(Some(s)) => break Some(s),
+                        Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_micros(100)),
+                        _ => break None,
+                    }
+                }
+            })
+        } else {
+            uds::connect(&name, Duration::from_secs(10)).ok().filter(set_nonblocking)
+        };
+        let ok = boot.all_gather(&[sock.is_some() as u8])?.iter().all(|v| v.first() == Some(&1));
+        let Some(sock) = sock.filter(|_| ok) else {
+            nccl_info!(Subsys::Init, "copy-engine direct: no socket between the two ranks; large transfers use SM copies");
+            return Ok(None);
+        };
+        let _g = crate::gpu::CtxGuard::new(dev)?;
+        Ok(Some(CeDirect {
+            dev,
+            peer,
+            sock,
+            mine,
+            theirs,
+            abort,
+            state: Mutex::new(State::default()),
+            side: OwnedStream::new(dev)?,
+            fork: Event::new()?,
+            join: Event::new()?,
+        }))
+    }
+
+    fn send_msg(&self, msg: &[u8], fd: Option<std::os::fd::RawFd>) -> Result<()> {
+        uds::send(&self.sock, msg, fd).map_err(|e| Error::system(format!("copy-engine handshake with rank {}: {e}", self.peer)))
+    }
+
+    /// The peer's next message (and descriptor), waiting for its matching call.
+    fn recv_msg(&self) -> Result<(Vec<u8>, Option<OwnedFd>)> {
+        let t0 = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            match uds::recv(&self.sock, Offer::BYTES) {
+                Ok(uds::Received::Msg(m, fd)) => return Ok((m, fd)),
+                Ok(uds::Received::Empty) => {}
+                Ok(uds::Received::Closed) => return Err(Error::remote(format!("copy-engine handshake: rank {} closed its connection", self.peer))),
+                Err(e) => return Err(Error::system(format!("copy-engine handshake with rank {}: {e}", self.peer))),
+            }
+            spins += 1;
+            if spins > 2000 {
+                if self.abort.load_u64(0) != 0 {
+                    return Err(Error::remote(format!("copy-engine handshake with rank {}: communicator aborted", self.peer)));
+                }
+                if t0.elapsed() > HANDSHAKE_TIMEOUT {
+                    return Err(Error::remote(format!("copy-engine handshake: rank {} made no matching call in {} s", self.peer, HANDSHAKE_TIMEOUT.as_secs())));
+                }
+                std::thread::sleep(Duration::from_micros(20));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Moves `spec` (which algo::ce_direct::takes) on `stream`, or returns false when the
+    /// handshake says the SM kernels must (on both ranks). The caller holds the launch lock with
+    /// the device's context current.
+    pub fn run(&self, kernels: Kernels, dev_comm: u64, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<bool> {
+        let send = spec.sends.first().copied();
+        let recv = spec.recvs.first().copied();
+        let capturing = is_capturing(stream)?;
+        let mut st = self.state.lock();
+        let (dst, fd) = match recv {
+            Some(r) if !capturing => self.describe(&mut st, r)?,
+            _ => (None, None),
+        };
+        let bytes = |x: Option<Transfer>| x.map_or(0, |t| t.bytes);
+        let mine = Offer { capturing, send_bytes: bytes(send), recv_bytes: bytes(recv), dst };
+        self.send_msg(&mine.encode(), fd.as_ref().map(|f| f.as_raw_fd()))?;
+        let (msg, their_fd) = self.recv_msg()?;
+        let theirs = Offer::decode(&msg)?;
+        if !agreed(&mine, &theirs) {
+            nccl_trace!(Subsys::P2p, "copy-engine direct: not this time (capturing {} / {}, shareable {} / {})", mine.capturing, theirs.capturing, mine.dst.is_some(), theirs.dst.is_some());
+            return Ok(false);
+        }
+        let target = match (send, theirs.dst) {
+            (Some(s), Some(d)) => self.map(&mut st, &d, their_fd, s.bytes),
+            _ => Some(0),
+        };
+        self.send_msg(&[target.is_some() as u8], None)?;
+        let peer_ok = self.recv_msg()?.0.first() == Some(&1);
+        if let Some(d) = mine.dst {
+            // The peer has this buffer mapped now, or must be sent its descriptor again.
+            st.known.retain(|&k| k != d.id);
+            if peer_ok {
+                if st.known.len() == MAX_SENT {
+                    st.known.remove(0);
+                }
+                st.known.push(d.id);
+            }
+        }
+        let Some(target) = target.filter(|_| peer_ok) else {
+            nccl_trace!(Subsys::P2p, "copy-engine direct: a mapping failed, the SM path moves it");
+            return Ok(false);
+        };
+        self.issue(&mut st, kernels, dev_comm, send, recv, target, &spec.copies, stream)?;
+        Ok(true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn issue(
+        &self,
+        st: &mut State,
+        kernels: Kernels,
+        dev_comm: u64,
+        send: Option<Transfer>,
+        recv: Option<Transfer>,
+        target: u64,
+        copies: &[LocalCopy],
+        stream: cu::CUstream,
+    ) -> Result<()> {
+        let copies: Vec<&LocalCopy> = copies.iter().filter(|c| c.bytes > 0 && c.src != c.dst).collect();
+        if !copies.is_empty() {
+            self.fork.record(stream)?;
+            self.fork.wait_on(self.side.raw)?;
+            for c in &copies {
+                let args = CollArgs { send: c.src, recv: c.dst, count: c.bytes, ..Default::default() };
+                launch_pdl(kernels.copy, COPY_BLOCKS, 512, self.side.raw, &args, false)?;
+            }
+            self.join.record(self.side.raw)?;
+        }
+        let wait = |counter: u64, value: u64| {
+            let args = CollArgs { comm: dev_comm, send: counter, count: value, ..Default::default() };
+            launch_pdl(kernels.wait, 1, 32, stream, &args, false)
+        };
+        // SAFETY (both writes): the address is a counter of the peer's channel buffer, mapped here
+        // for the communicator's lifetime; the default flags put a memory barrier before the write.
+        let write = |counter: u64, value: u64, what: &str| check(unsafe { cu::cuStreamWriteValue64_v2(stream, counter, value, 0) }, what);
+        if recv.is_some() {
+            st.received += 1;
+            write(self.theirs + READY_OFF, st.received, "cuStreamWriteValue64 (ready)")?;
+        }
+        if let Some(s) = send {
+            st.sent += 1;
+            wait(self.mine + READY_OFF, st.sent)?;
+            copy_engine_async(target, s.ptr, s.bytes as usize, stream)?;
+            write(self.theirs + DONE_OFF, st.sent, "cuStreamWriteValue64 (done)")?;
+        }
+        if recv.is_some() {
+            wait(self.mine + DONE_OFF, st.received)?;
+        }
+        if !copies.is_empty() {
+            self.join.wait_on(stream)?;
+        }
+        Ok(())
+    }
+
+    /// The receive buffer as the peer can map it, and the descriptor to send with it; None if
+    /// it cannot be shared (not device memory, a pool, or the transfer would leave it).
+    fn describe(&self, st: &mut State, r: Transfer) -> Result<(Option<Dest>, Option<OwnedFd>)> {
+        let (mut base, mut size): (cu::CUdeviceptr, usize) = (0, 0);
+        let mut id: u64 = 0;
+        // SAFETY: out-pointers to locals of the attributes' types; the driver validates the address.
+        let ok = unsafe {
+            cu::cuMemGetAddressRange_v2(&mut base, &mut size, r.ptr) == cu::CUresult::CUDA_SUCCESS
+                && cu::cuPointerGetAttribute((&mut id as *mut u64).cast(), cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID, r.ptr)
+                    == cu::CUresult::CUDA_SUCCESS
+        };
+        let offset = r.ptr.wrapping_sub(base);
+        if !ok || r.ptr < base || offset.checked_add(r.bytes).is_none_or(|end| end > size as u64) {
+            return Ok((None, None));
+        }
+        let dest = |share| Some(Dest { id, base, size: size as u64, offset, share });
+        if st.known.contains(&id) {
+            return Ok((dest(Share::Known), None));
+        }
+        let Some(alloc) = describe(self.dev, r.ptr, r.bytes)? else { return Ok((None, None)) };
+        Ok(match alloc.share_with(false, -1) {
+            Some((Kind::Ipc, _)) => (dest(Share::Ipc(alloc.ipc)), None),
+            // The descriptor is the allocation's own: duplicated so it outlives `alloc`.
+            Some((Kind::Fd, Some(fd))) => match nix_dup(fd) {
+                Some(f) => (dest(Share::Fd), Some(f)),
+                None => (None, None),
+            },
+            _ => (None, None),
+        })
+    }
+
+    /// The address here of the peer's destination, mapping its allocation if new; None if it
+    /// cannot be mapped. A new buffer id over the range of a cached mapping means the peer freed
+    /// that allocation, which it can only do once its stream has waited for our copies into it:
+    /// that mapping is closed.
+    fn map(&self, st: &mut State, d: &Dest, fd: Option<OwnedFd>, bytes: u64) -> Option<u64> {
+        if d.offset.checked_add(bytes).is_none_or(|end| end > d.size) {
+            return None;
+        }
+        if let Some(m) = st.imports.iter().find(|m| m.id == d.id) {
+            return Some(m.map.ptr() + d.offset);
+        }
+        st.imports.retain(|m| m.base + m.size <= d.base || d.base + d.size <= m.base);
+        if st.imports.len() == MAX_IMPORTS {
+            return None;
+        }
+        let mapped = match (d.share, fd) {
+            (Share::Ipc(h), _) => ImportedBuffer::open(self.dev, &h).map(Mapping::Ipc),
+            (Share::Fd, Some(fd)) => VmmImport::map(self.dev, &fd, d.size).map(Mapping::Vmm),
+            _ => Err(Error::internal("no descriptor for an allocation not mapped before")),
+        };
+        match mapped {
+            Ok(map) => {
+                let at = map.ptr() + d.offset;
+                st.imports.push(Import { id: d.id, base: d.base, size: d.size, map });
+                Some(at)
+            }
+            Err(e) => {
+                nccl_info!(Subsys::P2p, "copy-engine direct: could not map rank {}'s buffer ({}); the SM path moves it", self.peer, e.msg);
+                None
+            }
+        }
+    }
+}
+
+fn set_nonblocking(s: &OwnedFd) -> bool {
+    // SAFETY: plain fcntl calls on a descriptor we own.
+    unsafe {
+        let fl = libc::fcntl(s.as_raw_fd(), libc::F_GETFL);
+        fl >= 0 && libc::fcntl(s.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK) >= 0
+    }
+}
+
+fn nix_dup(fd: std::os::fd::RawFd) -> Option<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: duplicates a descriptor the caller holds open; the copy is owned here.
+    let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    // SAFETY: a fresh descriptor from fcntl.
+    (d >= 0).then(|| unsafe { OwnedFd::from_raw_fd(d) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dest(id: u64) -> Dest {
+        Dest { id, base: 0x7f00_0000_0000, size: 1 << 30, offset: 4096, share: Share::Ipc([id as u8; IPC_HANDLE_BYTES]) }
+    }
+
+    #[test]
+    fn offers_round_trip_and_reject_garbage() {
+        let fd = Dest { share: Share::Fd, ..dest(8) };
+        let known = Dest { share: Share::Known, ..dest(9) };
+        let o = |capturing, send_bytes, recv_bytes, dst| Offer { capturing, send_bytes, recv_bytes, dst };
+        for o in [o(false, 5, 6, Some(dest(7))), o(true, 1, 0, None), o(false, 0, 3, Some(fd)), o(false, 0, 1 << 40, Some(known))] {
+            let b = o.encode();
+            assert_eq!(b.len(), Offer::BYTES);
+            assert_eq!(Offer::decode(&b).unwrap(), o);
+        }
+        assert!(Offer::decode(&[0; 3]).is_err());
+        let mut b = o(false, 1, 0, None).encode();
+        b[0] = 2;
+        assert!(Offer::decode(&b).is_err());
+    }
+
+    #[test]
+    fn both_ranks_reach_the_same_verdict() {
+        let o = |capturing, send_bytes, recv_bytes, dst: Option<Dest>| Offer { capturing, send_bytes, recv_bytes, dst };
+        let d = Some(dest(1));
+        // (rank a's offer, rank b's offer, expected): every verdict is checked from both sides.
+        let cases = [
+            (o(false, 64, 0, None), o(false, 0, 64, d), true),    // a sends, b shares its buffer
+            (o(false, 64, 0, None), o(false, 0, 64, None), false), // b's buffer cannot be shared
+            (o(true, 64, 0, None), o(false, 0, 64, d), false),    // a captures a graph
+            (o(false, 64, 0, None), o(true, 0, 64, d), false),    // b captures a graph
+            (o(false, 64, 64, d), o(false, 64, 64, d), true),     // both ways
+            (o(false, 64, 64, d), o(false, 64, 64, None), false), // one way cannot be shared
+            (o(false, 64, 0, None), o(false, 64, 0, None), false), // both send first: no pairing
+            (o(false, 0, 64, d), o(false, 0, 64, d), false),      // both receive first
+            (o(false, 64, 0, None), o(false, 0, 32, d), false),   // sizes differ
+            (o(false, 0, 0, None), o(false, 0, 0, None), false),  // nothing to move
+        ];
+        for (i, (a, b, want)) in cases.iter().enumerate() {
+            assert_eq!(agreed(a, b), *want, "case {i}, a's view");
+            assert_eq!(agreed(b, a), *want, "case {i}, b's view");
+        }
+    }
+}
