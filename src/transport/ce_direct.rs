@@ -30,7 +30,7 @@
 //!    engines they shared the transfer's and cost out-of-place Broadcast, Scatter and AllGather
 //!    4-10% (s30g).
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -188,11 +188,100 @@ struct State {
     imports: Vec<Import>,
 }
 
+/// The pair's socket (non-blocking seqpacket: one message per send, a descriptor may ride along).
+struct Wire {
+    sock: OwnedFd,
+    peer: usize,
+}
+
+impl Wire {
+    fn send(&self, msg: &[u8], fd: Option<RawFd>) -> Result<()> {
+        uds::send(&self.sock, msg, fd).map_err(|e| self.io_error(e))
+    }
+
+    /// A socket failure: the peer's end going away is the peer's failure (ncclRemoteError).
+    fn io_error(&self, e: std::io::Error) -> Error {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+        let msg = format!("copy-engine handshake with rank {}: {e}", self.peer);
+        if matches!(e.kind(), BrokenPipe | ConnectionAborted | ConnectionReset) {
+            Error::remote(msg)
+        } else {
+            Error::system(msg)
+        }
+    }
+
+    /// The peer's next message (and descriptor), waiting for its matching call until `aborted`
+    /// or `timeout`.
+    fn recv(&self, aborted: &dyn Fn() -> bool, timeout: Duration) -> Result<(Vec<u8>, Option<OwnedFd>)> {
+        let t0 = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            match uds::recv(&self.sock, Offer::BYTES) {
+                Ok(uds::Received::Msg(m, fd)) => return Ok((m, fd)),
+                Ok(uds::Received::Empty) => {}
+                Ok(uds::Received::Closed) => return Err(Error::remote(format!("copy-engine handshake: rank {} closed its connection", self.peer))),
+                Err(e) => return Err(self.io_error(e)),
+            }
+            spins += 1;
+            if spins > 2000 {
+                if aborted() {
+                    return Err(Error::remote(format!("copy-engine handshake with rank {}: communicator aborted", self.peer)));
+                }
+                if t0.elapsed() > timeout {
+                    return Err(Error::remote(format!("copy-engine handshake: rank {} made no matching call in {} s", self.peer, timeout.as_secs())));
+                }
+                std::thread::sleep(Duration::from_micros(20));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+/// What one handshake decided, the same on both ranks as to whether the path runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// Some: the path runs; the address here of the peer's destination (0 if this rank only
+    /// receives). None: both ranks run the kernels.
+    pub target: Option<u64>,
+    /// The peer mapped this rank's destination (it need not be sent its descriptor again).
+    pub peer_mapped: bool,
+}
+
+/// One handshake: both offers cross, then, if `agreed`, the sender maps the peer's destination
+/// (`map`, given the descriptor that came with the offer) and both say whether that worked.
+fn handshake(
+    wire: &Wire,
+    mine: &Offer,
+    fd: Option<RawFd>,
+    aborted: &dyn Fn() -> bool,
+    timeout: Duration,
+    map: impl FnOnce(&Dest, Option<OwnedFd>) -> Option<u64>,
+) -> Result<Verdict> {
+    wire.send(&mine.encode(), fd)?;
+    let (msg, their_fd) = wire.recv(aborted, timeout)?;
+    let theirs = Offer::decode(&msg)?;
+    if !agreed(mine, &theirs) {
+        nccl_trace!(Subsys::P2p, "copy-engine direct: not this time (capturing {} / {}, shareable {} / {})", mine.capturing, theirs.capturing, mine.dst.is_some(), theirs.dst.is_some());
+        return Ok(Verdict { target: None, peer_mapped: false });
+    }
+    let target = match theirs.dst.filter(|_| mine.send_bytes > 0) {
+        Some(d) => map(&d, their_fd),
+        None => Some(0),
+    };
+    wire.send(&[target.is_some() as u8], None)?;
+    let peer_ok = wire.recv(aborted, timeout)?.0.first() == Some(&1);
+    if !peer_ok || target.is_none() {
+        nccl_trace!(Subsys::P2p, "copy-engine direct: a mapping failed, the SM path moves it");
+    }
+    Ok(Verdict { target: target.filter(|_| peer_ok), peer_mapped: peer_ok && mine.dst.is_some() })
+}
+
 /// The path between this rank and its one peer.
 pub struct CeDirect {
     dev: &'static Device,
     peer: usize,
-    sock: OwnedFd,
+    wire: Wire,
     /// Counter areas (device addresses here): this rank's own, and the peer's as mapped here.
     mine: u64,
     theirs: u64,
@@ -248,7 +337,7 @@ impl CeDirect {
         Ok(Some(CeDirect {
             dev,
             peer,
-            sock,
+            wire: Wire { sock, peer },
             mine,
             theirs,
             abort,
@@ -257,36 +346,6 @@ impl CeDirect {
             fork: Event::new()?,
             join: Event::new()?,
         }))
-    }
-
-    fn send_msg(&self, msg: &[u8], fd: Option<std::os::fd::RawFd>) -> Result<()> {
-        uds::send(&self.sock, msg, fd).map_err(|e| Error::system(format!("copy-engine handshake with rank {}: {e}", self.peer)))
-    }
-
-    /// The peer's next message (and descriptor), waiting for its matching call.
-    fn recv_msg(&self) -> Result<(Vec<u8>, Option<OwnedFd>)> {
-        let t0 = Instant::now();
-        let mut spins = 0u32;
-        loop {
-            match uds::recv(&self.sock, Offer::BYTES) {
-                Ok(uds::Received::Msg(m, fd)) => return Ok((m, fd)),
-                Ok(uds::Received::Empty) => {}
-                Ok(uds::Received::Closed) => return Err(Error::remote(format!("copy-engine handshake: rank {} closed its connection", self.peer))),
-                Err(e) => return Err(Error::system(format!("copy-engine handshake with rank {}: {e}", self.peer))),
-            }
-            spins += 1;
-            if spins > 2000 {
-                if self.abort.load_u64(0) != 0 {
-                    return Err(Error::remote(format!("copy-engine handshake with rank {}: communicator aborted", self.peer)));
-                }
-                if t0.elapsed() > HANDSHAKE_TIMEOUT {
-                    return Err(Error::remote(format!("copy-engine handshake: rank {} made no matching call in {} s", self.peer, HANDSHAKE_TIMEOUT.as_secs())));
-                }
-                std::thread::sleep(Duration::from_micros(20));
-            } else {
-                std::hint::spin_loop();
-            }
-        }
     }
 
     /// Moves `spec` (which algo::ce_direct::takes) on `stream`, or returns false when the
@@ -303,33 +362,21 @@ impl CeDirect {
         };
         let bytes = |x: Option<Transfer>| x.map_or(0, |t| t.bytes);
         let mine = Offer { capturing, send_bytes: bytes(send), recv_bytes: bytes(recv), dst };
-        self.send_msg(&mine.encode(), fd.as_ref().map(|f| f.as_raw_fd()))?;
-        let (msg, their_fd) = self.recv_msg()?;
-        let theirs = Offer::decode(&msg)?;
-        if !agreed(&mine, &theirs) {
-            nccl_trace!(Subsys::P2p, "copy-engine direct: not this time (capturing {} / {}, shareable {} / {})", mine.capturing, theirs.capturing, mine.dst.is_some(), theirs.dst.is_some());
-            return Ok(false);
-        }
-        let target = match (send, theirs.dst) {
-            (Some(s), Some(d)) => self.map(&mut st, &d, their_fd, s.bytes),
-            _ => Some(0),
-        };
-        self.send_msg(&[target.is_some() as u8], None)?;
-        let peer_ok = self.recv_msg()?.0.first() == Some(&1);
+        let aborted = || self.abort.load_u64(0) != 0;
+        let v = handshake(&self.wire, &mine, fd.as_ref().map(|f| f.as_raw_fd()), &aborted, HANDSHAKE_TIMEOUT, |d, fd| {
+            self.map(&mut st, d, fd, bytes(send))
+        })?;
         if let Some(d) = mine.dst {
             // The peer has this buffer mapped now, or must be sent its descriptor again.
             st.known.retain(|&k| k != d.id);
-            if peer_ok {
+            if v.peer_mapped {
                 if st.known.len() == MAX_SENT {
                     st.known.remove(0);
                 }
                 st.known.push(d.id);
             }
         }
-        let Some(target) = target.filter(|_| peer_ok) else {
-            nccl_trace!(Subsys::P2p, "copy-engine direct: a mapping failed, the SM path moves it");
-            return Ok(false);
-        };
+        let Some(target) = v.target else { return Ok(false) };
         self.issue(&mut st, kernels, dev_comm, send, recv, target, &spec.copies, stream)?;
         Ok(true)
     }
@@ -509,4 +556,101 @@ mod tests {
             assert_eq!(agreed(b, a), *want, "case {i}, b's view");
         }
     }
+
+    /// A connected pair of the sockets the path uses (non-blocking seqpacket).
+    fn wires() -> (Wire, Wire) {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0; 2];
+        // SAFETY: plain syscall writing two descriptors into a local array.
+        let rc = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        // SAFETY: fresh descriptors from socketpair, owned here.
+        let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        (Wire { sock: a, peer: 1 }, Wire { sock: b, peer: 0 })
+    }
+
+    /// Both ranks' handshakes, each in its own thread: (rank a's verdict, rank b's, whether each
+    /// map closure ran). `a_maps` / `b_maps`: what each rank's mapping returns.
+    fn pair(a: Offer, b: Offer, b_fd: Option<RawFd>, a_maps: Option<u64>, b_maps: Option<u64>) -> (Verdict, Verdict, bool, bool) {
+        let (wa, wb) = wires();
+        let never = || false;
+        std::thread::scope(|s| {
+            let ta = s.spawn(|| {
+                let mut ran = false;
+                let v = handshake(&wa, &a, None, &never, Duration::from_secs(5), |d, fd| {
+                    ran = true;
+                    assert_eq!(d, &b.dst.unwrap(), "the peer's destination arrives intact");
+                    assert_eq!(fd.is_some(), b_fd.is_some(), "a descriptor comes exactly when one was sent");
+                    a_maps
+                })
+                .unwrap();
+                (v, ran)
+            });
+            let tb = s.spawn(|| {
+                let mut ran = false;
+                let v = handshake(&wb, &b, b_fd, &never, Duration::from_secs(5), |_, _| {
+                    ran = true;
+                    b_maps
+                })
+                .unwrap();
+                (v, ran)
+            });
+            let ((va, ra), (vb, rb)) = (ta.join().unwrap(), tb.join().unwrap());
+            (va, vb, ra, rb)
+        })
+    }
+
+    #[test]
+    fn handshakes_over_a_socket_pair_agree_on_both_ranks() {
+        let o = |capturing, send_bytes, recv_bytes, dst: Option<Dest>| Offer { capturing, send_bytes, recv_bytes, dst };
+        let d = Some(dest(3));
+        // a sends 64 bytes into b's shared buffer: a gets its mapping, b only receives.
+        let (va, vb, ra, rb) = pair(o(false, 64, 0, None), o(false, 0, 64, d), None, Some(0xabc0), None);
+        assert_eq!((va, vb), (Verdict { target: Some(0xabc0), peer_mapped: false }, Verdict { target: Some(0), peer_mapped: true }));
+        assert!(ra && !rb, "only the sender maps");
+        // a cannot map it: both run the kernels, and b will send its descriptor again.
+        let (va, vb, ..) = pair(o(false, 64, 0, None), o(false, 0, 64, d), None, None, None);
+        assert_eq!((va.target, vb.target, vb.peer_mapped), (None, None, false));
+        // Launches that do not mirror each other (both send first): nobody maps, both fall back.
+        let (va, vb, ra, rb) = pair(o(false, 64, 0, None), o(false, 64, 0, None), None, Some(1), Some(1));
+        assert_eq!((va.target, vb.target, ra, rb), (None, None, false, false));
+        // A graph capture on one side: both fall back.
+        let (va, vb, ra, _) = pair(o(false, 64, 0, None), o(true, 0, 64, d), None, Some(1), None);
+        assert_eq!((va.target, vb.target, ra), (None, None, false));
+        // Both ways: each maps the other's buffer; one failure sends both to the kernels.
+        let (va, vb, ..) = pair(o(false, 64, 64, d), o(false, 64, 64, d), None, Some(0x10), Some(0x20));
+        assert_eq!((va.target, vb.target), (Some(0x10), Some(0x20)));
+        let (va, vb, ..) = pair(o(false, 64, 64, d), o(false, 64, 64, d), None, Some(0x10), None);
+        assert_eq!((va.target, vb.target), (None, None));
+    }
+
+    #[test]
+    fn a_cumem_descriptor_travels_with_the_offer() {
+        let mut p = [0; 2];
+        // SAFETY: plain syscall writing two descriptors into a local array.
+        assert_eq!(unsafe { libc::pipe(p.as_mut_ptr()) }, 0);
+        let fd_dest = Dest { share: Share::Fd, ..dest(4) };
+        let o = |send_bytes, recv_bytes, dst| Offer { capturing: false, send_bytes, recv_bytes, dst };
+        let (va, vb, ra, _) = pair(o(64, 0, None), o(0, 64, Some(fd_dest)), Some(p[1]), Some(0x40), None);
+        assert_eq!((va.target, vb.target, ra), (Some(0x40), Some(0), true));
+        // SAFETY: the pipe's ends, closed once.
+        unsafe {
+            libc::close(p[0]);
+            libc::close(p[1]);
+        }
+    }
+
+    #[test]
+    fn a_handshake_gives_up_on_abort_and_on_a_closed_peer() {
+        let (wa, wb) = wires();
+        let o = Offer { capturing: false, send_bytes: 64, recv_bytes: 0, dst: None };
+        let t0 = Instant::now();
+        let e = handshake(&wa, &o, None, &|| true, Duration::from_secs(60), |_, _| None).unwrap_err();
+        assert_eq!(e.code, crate::error::ResultCode::RemoteError);
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        drop(wb);
+        let e = handshake(&wa, &o, None, &|| false, Duration::from_secs(60), |_, _| None).unwrap_err();
+        assert_eq!(e.code, crate::error::ResultCode::RemoteError, "{}", e.msg);
+    }
+
 }
