@@ -101,6 +101,13 @@ def suite(name, ngpus):
                 # Windows register the same way: one datatype is enough there.
                 runs.append((test, dict(m, name=f"{m['name']}-R2"), sizes + ["-d", "float", "-R", "2"]))
         return runs
+    if name == "ce-direct-check":
+        # The copy-engine direct path (2 ranks in 2 processes): run with
+        # OXCCL_CE_DIRECT_MIN_BYTES=1048576 in the environment so that every size here takes it.
+        sizes = ["-b", "1M", "-e", "64M", "-f", "4", "-c", "1", "-d", "all", "-n", "2", "-w", "1"]
+        exch = ("broadcast_perf", "sendrecv_perf", "gather_perf", "scatter_perf", "all_gather_perf", "alltoall_perf")
+        m = mode("np2", 2, mpi(2), [])
+        return [(test, m, sizes + COLLS[test]) for test in exch] + [(test, dict(m, name="np2-G"), sizes + ["-G", "20"]) for test in exch[:2]]
     if name == "allreduce-check":
         return [("all_reduce_perf", m, CHECK_ARGS) for m in modes_for(ngpus)]
     if name == "allreduce-perf":

@@ -58,6 +58,9 @@ else
   step fault-injection-hosts "$bin/oxccl-fault" --ranks 2 --ranks-per-host 1 --scenarios allreduce,bigreduce,sendrecv,stop
 fi
 step fault-injection-ce env OXCCL_LOCAL_TRANSPORT=ce "$bin/oxccl-fault" --ranks $fr --scenarios allreduce,allgather,sendrecv,stop
+# The copy-engine direct path (2 ranks, 2 processes) with every transfer taking it: a peer killed
+# mid-transfer, and the survivor's abort.
+step fault-injection-ce-direct env OXCCL_CE_DIRECT_MIN_BYTES=1 "$bin/oxccl-fault" --ranks 2 --scenarios sendrecv,allgather
 if [ $quick = 1 ]; then soak=1000; else soak=10000; fi
 step soak "$bin/oxccl-gpu-check" --soak $soak
 step leaks "$bin/oxccl-gpu-check" --leaks
@@ -74,6 +77,7 @@ if [ -n "$nt" ]; then
   step nccl-tests-allreduce $H check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/allreduce-check"
   step nccl-tests-colls $H check --suite colls-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/colls-check"
   step nccl-tests-registered $H check --suite registered-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/registered-check"
+  step nccl-tests-ce-direct env OXCCL_CE_DIRECT_MIN_BYTES=1048576 $H check --suite ce-direct-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/ce-direct-check"
   if command -v mpirun >/dev/null && [ "$ngpu" -ge 2 ]; then
     step nccl-tests-multihost bash "$root/scripts/multihost-check.sh" "$lib" "$nt" "$ngpu" "$out/multihost"
   else
