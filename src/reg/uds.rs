@@ -83,6 +83,15 @@ pub fn connect(name: &str, timeout: Duration) -> io::Result<OwnedFd> {
     Ok(s)
 }
 
+/// Makes a connected socket non-blocking (as `accept` makes those it returns).
+pub fn set_nonblocking(sock: &OwnedFd) -> io::Result<()> {
+    // SAFETY: plain fcntl calls on a descriptor the caller owns.
+    let fl = cvt(unsafe { libc::fcntl(sock.as_raw_fd(), libc::F_GETFL) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::fcntl(sock.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK) })?;
+    Ok(())
+}
+
 /// Sends one message, with `fd` attached if given.
 pub fn send(sock: &OwnedFd, msg: &[u8], fd: Option<RawFd>) -> io::Result<()> {
     let mut iov = libc::iovec { iov_base: msg.as_ptr() as *mut libc::c_void, iov_len: msg.len() };

@@ -326,7 +326,7 @@ impl CeDirect {
                 }
             })
         } else {
-            uds::connect(&name, Duration::from_secs(10)).ok().filter(set_nonblocking)
+            uds::connect(&name, Duration::from_secs(10)).ok().filter(|s| uds::set_nonblocking(s).is_ok())
         };
         let ok = boot.all_gather(&[sock.is_some() as u8])?.iter().all(|v| v.first() == Some(&1));
         let Some(sock) = sock.filter(|_| ok) else {
@@ -452,9 +452,10 @@ impl CeDirect {
         Ok(match alloc.share_with(false, -1) {
             Some((Kind::Ipc, _)) => (dest(Share::Ipc(alloc.ipc)), None),
             // The descriptor is the allocation's own: duplicated so it outlives `alloc`.
-            Some((Kind::Fd, Some(fd))) => match nix_dup(fd) {
-                Some(f) => (dest(Share::Fd), Some(f)),
-                None => (None, None),
+            // SAFETY: `fd` is the allocation's descriptor, open while `alloc` lives.
+            Some((Kind::Fd, Some(fd))) => match unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }.try_clone_to_owned() {
+                Ok(f) => (dest(Share::Fd), Some(f)),
+                Err(_) => (None, None),
             },
             _ => (None, None),
         })
@@ -492,22 +493,6 @@ impl CeDirect {
             }
         }
     }
-}
-
-fn set_nonblocking(s: &OwnedFd) -> bool {
-    // SAFETY: plain fcntl calls on a descriptor we own.
-    unsafe {
-        let fl = libc::fcntl(s.as_raw_fd(), libc::F_GETFL);
-        fl >= 0 && libc::fcntl(s.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK) >= 0
-    }
-}
-
-fn nix_dup(fd: std::os::fd::RawFd) -> Option<OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: duplicates a descriptor the caller holds open; the copy is owned here.
-    let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-    // SAFETY: a fresh descriptor from fcntl.
-    (d >= 0).then(|| unsafe { OwnedFd::from_raw_fd(d) })
 }
 
 #[cfg(test)]
