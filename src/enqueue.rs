@@ -203,7 +203,7 @@ pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
 /// A group's point-to-point transfers on one host: the one-shot kernel where the selector says so,
 /// else the exchange kernel.
 fn p2p(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<()> {
-    if ce_direct(r, ls, spec, stream)? {
+    if ce_direct(r, ls, spec, None, stream)? {
         return Ok(());
     }
     let Some((grid, block)) = crate::algo::select_p2p_oneshot(spec, &r.topo, &r.scratch, &r.tuning) else {
@@ -313,7 +313,7 @@ fn exchange(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<F
         // Nothing but large local copies (one rank, or sends to self): the copy engine.
         return spec.copies.iter().try_for_each(|c| local_copy(ls, c.dst, c.src, c.bytes, stream));
     }
-    if ce_direct(r, ls, spec, stream)? {
+    if ce_direct(r, ls, spec, func, stream)? {
         return Ok(());
     }
     let me = r.bootstrap.rank();
@@ -330,9 +330,9 @@ fn exchange(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<F
 
 /// Large transfers of a 2-rank communicator by copy engine straight into the peer's buffer, where
 /// algo::ce_direct takes them and the handshake agrees (else false: the kernels move them).
-fn ce_direct(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<bool> {
+fn ce_direct(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<Func>, stream: cu::CUstream) -> Result<bool> {
     let Some(ce) = &r.ce else { return Ok(false) };
-    if !crate::algo::ce_direct::takes(spec, r.bootstrap.rank(), r.topo.nranks, &r.tuning) {
+    if !crate::algo::ce_direct::takes(spec, func, r.bootstrap.rank(), r.topo.nranks, &r.tuning) {
         return Ok(false);
     }
     nccl_trace!(Subsys::P2p, "copy-engine direct: sends {:?}, receives {:?}", spec.sends.first().map(|x| x.bytes), spec.recvs.first().map(|x| x.bytes));

@@ -9,6 +9,7 @@
 //! condition below is symmetric in the two lists. Local copies do not enter the decision (one side
 //! of a Gather has one, the other none); the path runs any number of them beside the transfer.
 
+use super::envlists::Func;
 use super::{ExchangeSpec, Tuning};
 
 /// Smallest transfer taken unless tuned (OXCCL_CE_DIRECT_MIN_BYTES; 0 = never). At 4-32 MiB the
@@ -22,10 +23,14 @@ pub fn min_bytes(t: &Tuning) -> u64 {
 
 /// Whether the path takes this rank's transfer lists of one launch: a 2-rank communicator, at
 /// most one send and one receive, each with the other rank, none relayed, each at least the
-/// minimum, and at least one of them.
-pub fn takes(spec: &ExchangeSpec, me: usize, nranks: usize, t: &Tuning) -> bool {
+/// minimum, and at least one of them. `func`: the collective NCCL_PROTO may restrict (None for
+/// Send/Recv, AlltoAll, Gather, Scatter); the path counts as its Simple protocol.
+pub fn takes(spec: &ExchangeSpec, func: Option<Func>, me: usize, nranks: usize, t: &Tuning) -> bool {
     let min = min_bytes(t);
     if nranks != 2 || me > 1 || min == 0 || spec.put_chunk.is_some() || spec.sends.len() > 1 || spec.recvs.len() > 1 {
+        return false;
+    }
+    if func.is_some_and(|f| !t.allowed.puts[f as usize]) {
         return false;
     }
     let mut all = spec.sends.iter().chain(&spec.recvs).peekable();
@@ -60,8 +65,8 @@ mod tests {
             (spec(vec![], vec![], 2), spec(vec![], vec![], 0), false), // nothing between the ranks
         ];
         for (i, (a, b, want)) in cases.iter().enumerate() {
-            assert_eq!(takes(a, 0, 2, &t), *want, "case {i}, rank 0");
-            assert_eq!(takes(b, 1, 2, &t), *want, "case {i}, rank 1");
+            assert_eq!(takes(a, None, 0, 2, &t), *want, "case {i}, rank 0");
+            assert_eq!(takes(b, None, 1, 2, &t), *want, "case {i}, rank 1");
         }
     }
 
@@ -70,18 +75,23 @@ mod tests {
         let big = DEFAULT_MIN_BYTES;
         let mut t = Tuning::default();
         let s = spec(vec![x(1, big)], vec![], 0);
-        assert!(takes(&s, 0, 2, &t));
-        assert!(!takes(&s, 0, 3, &t), "three ranks");
-        assert!(!takes(&spec(vec![x(0, big)], vec![], 0), 0, 2, &t), "a send to self is a local copy, not a transfer");
+        assert!(takes(&s, None, 0, 2, &t));
+        assert!(!takes(&s, None, 0, 3, &t), "three ranks");
+        assert!(!takes(&spec(vec![x(0, big)], vec![], 0), None, 0, 2, &t), "a send to self is a local copy, not a transfer");
         let mut relayed = s.clone();
         relayed.sends[0].relay = Some(1);
-        assert!(!takes(&relayed, 0, 2, &t));
+        assert!(!takes(&relayed, None, 0, 2, &t));
         let mut chunked = s.clone();
         chunked.put_chunk = Some(4096);
-        assert!(!takes(&chunked, 0, 2, &t));
+        assert!(!takes(&chunked, None, 0, 2, &t));
         t.ce_direct_min_bytes = Some(0);
-        assert!(!takes(&s, 0, 2, &t), "0 turns the path off");
+        assert!(!takes(&s, None, 0, 2, &t), "0 turns the path off");
         t.ce_direct_min_bytes = Some(1);
-        assert!(takes(&spec(vec![x(1, 1)], vec![], 0), 0, 2, &t));
+        // NCCL_PROTO without Simple for Broadcast keeps its Broadcasts off the path, not others.
+        t.allowed = crate::algo::envlists::Allowed::from_values(Some("Broadcast:LL,LL128"), None).unwrap();
+        assert!(!takes(&s, Some(Func::Broadcast), 0, 2, &t));
+        assert!(takes(&s, Some(Func::AllGather), 0, 2, &t));
+        assert!(takes(&s, None, 0, 2, &t));
+        assert!(takes(&spec(vec![x(1, 1)], vec![], 0), None, 0, 2, &t));
     }
 }
