@@ -30,14 +30,7 @@
 #include <thread>
 #include <vector>
 
-#define CK(x)                                                                       \
-  do {                                                                              \
-    cudaError_t e_ = (x);                                                           \
-    if (e_ != cudaSuccess) {                                                        \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                      \
-    }                                                                               \
-  } while (0)
+#include "lab.h"
 
 OX_DEV uint64_t lab_gtime() {
   uint64_t t;

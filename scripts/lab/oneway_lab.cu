@@ -16,14 +16,7 @@
 #include <cstring>
 #include <vector>
 
-#define CK(x)                                                                       \
-  do {                                                                              \
-    cudaError_t e_ = (x);                                                           \
-    if (e_ != cudaSuccess) {                                                        \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                      \
-    }                                                                               \
-  } while (0)
+#include "lab.h"
 
 constexpr int REPS = 10;
 
@@ -84,6 +77,37 @@ static void issue(const Part& p, size_t off, size_t len, int& used0, int& used1)
   }
 }
 
+// One warm-up pass, `reset`, then REPS passes timed until both GPUs are idle: seconds.
+template <class F, class R>
+static double timed(F&& once, R&& reset) {
+  once();
+  for (int d = 0; d < 2; ++d) {
+    CK(cudaSetDevice(d));
+    CK(cudaDeviceSynchronize());
+  }
+  reset();
+  auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < REPS; ++r) once();
+  for (int d = 0; d < 2; ++d) {
+    CK(cudaSetDevice(d));
+    CK(cudaDeviceSynchronize());
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Whether GPU 1's destination holds the pattern `fill` wrote with `salt`.
+static bool dst_ok(uint32_t salt) {
+  unsigned long long* bad;
+  CK(cudaSetDevice(1));
+  CK(cudaMallocManaged(&bad, 8));
+  *bad = 0;
+  count_bad<<<264, 512>>>(reinterpret_cast<const uint32_t*>(dst1), N / 4, salt, bad);
+  CK(cudaDeviceSynchronize());
+  const bool ok = *bad == 0;
+  CK(cudaFree(bad));
+  return ok;
+}
+
 static void run_case(const char* name, std::vector<Part> parts) {
   static uint32_t salt = 1;
   ++salt;
@@ -102,28 +126,10 @@ static void run_case(const char* name, std::vector<Part> parts) {
       off += len;
     }
   };
-  once();
-  for (int d = 0; d < 2; ++d) {
-    CK(cudaSetDevice(d));
-    CK(cudaDeviceSynchronize());
-  }
-  auto t0 = std::chrono::steady_clock::now();
-  for (int r = 0; r < REPS; ++r) once();
-  for (int d = 0; d < 2; ++d) {
-    CK(cudaSetDevice(d));
-    CK(cudaDeviceSynchronize());
-  }
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  unsigned long long* bad;
-  CK(cudaSetDevice(1));
-  CK(cudaMallocManaged(&bad, 8));
-  *bad = 0;
-  count_bad<<<264, 512>>>(reinterpret_cast<const uint32_t*>(dst1), N / 4, salt, bad);
-  CK(cudaDeviceSynchronize());
-  printf("%-40s %7.1f GB/s  %8.1f us per %zu MiB  %s\n", name, (double)N * REPS / s / 1e9, s / REPS * 1e6, N >> 20,
-         *bad ? "WRONG" : "ok");
+  const double sec = timed(once, [] {});
+  printf("%-40s %7.1f GB/s  %8.1f us per %zu MiB  %s\n", name, (double)N * REPS / sec / 1e9, sec / REPS * 1e6, N >> 20,
+         dst_ok(salt) ? "ok" : "WRONG");
   fflush(stdout);
-  CK(cudaFree(bad));
 }
 
 
@@ -258,29 +264,11 @@ static void pipeline_case(size_t chunk, int slots, int nstreams, int blocks, boo
     else sender_ops();
     host_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
   };
-  once();
-  for (int d = 0; d < 2; ++d) {
-    CK(cudaSetDevice(d));
-    CK(cudaDeviceSynchronize());
-  }
-  host_us = 0;
-  auto t0 = std::chrono::steady_clock::now();
-  for (int r = 0; r < REPS; ++r) once();
-  for (int d = 0; d < 2; ++d) {
-    CK(cudaSetDevice(d));
-    CK(cudaDeviceSynchronize());
-  }
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  unsigned long long* bad;
-  CK(cudaSetDevice(1));
-  CK(cudaMallocManaged(&bad, 8));
-  *bad = 0;
-  count_bad<<<264, 512>>>(reinterpret_cast<const uint32_t*>(dst1), N / 4, salt, bad);
-  CK(cudaDeviceSynchronize());
+  const double sec = timed(once, [&] { host_us = 0; });
   printf("pipeline%s chunk %5zu KiB slots %d streams %d drain blocks %3d  %7.1f GB/s  %8.1f us  host %6.1f us/call  %s\n",
-         graph ? " graph" : "", chunk >> 10, slots, nstreams, blocks, (double)N * REPS / s / 1e9, s / REPS * 1e6, host_us / REPS, *bad ? "WRONG" : "ok");
+         graph ? " graph" : "", chunk >> 10, slots, nstreams, blocks, (double)N * REPS / sec / 1e9, sec / REPS * 1e6, host_us / REPS,
+         dst_ok(salt) ? "ok" : "WRONG");
   fflush(stdout);
-  CK(cudaFree(bad));
   CK(cudaFree(ring));
   CK(cudaFree(full));
   CK(cudaFree(done));
@@ -295,7 +283,7 @@ static void pipeline_case(size_t chunk, int slots, int nstreams, int blocks, boo
 // Both directions at once (SendRecv at 2 ranks): GPU 0 -> GPU 1 and GPU 1 -> GPU 0, each by `how`.
 static char *src1, *dst0;
 static void bidir_case(const char* name, int ce, int blocks) {
-  for (int r = 0; r < 1; ++r) {
+  auto once = [&]() {
     for (int d = 0; d < 2; ++d) {
       CK(cudaSetDevice(d));
       const char* s = d == 0 ? src0 : src1;
@@ -304,21 +292,9 @@ static void bidir_case(const char* name, int ce, int blocks) {
       if (ce) CK(cudaMemcpyAsync(t, s, N, cudaMemcpyDeviceToDevice, q));
       else copy16<<<blocks, 512, 0, q>>>(reinterpret_cast<const int4*>(s), reinterpret_cast<int4*>(t), N / 16);
     }
-  }
-  for (int d = 0; d < 2; ++d) { CK(cudaSetDevice(d)); CK(cudaDeviceSynchronize()); }
-  auto t0 = std::chrono::steady_clock::now();
-  for (int r = 0; r < REPS; ++r)
-    for (int d = 0; d < 2; ++d) {
-      CK(cudaSetDevice(d));
-      const char* s = d == 0 ? src0 : src1;
-      char* t = d == 0 ? dst1 : dst0;
-      cudaStream_t q = d == 0 ? st0[0] : st1[0];
-      if (ce) CK(cudaMemcpyAsync(t, s, N, cudaMemcpyDeviceToDevice, q));
-      else copy16<<<blocks, 512, 0, q>>>(reinterpret_cast<const int4*>(s), reinterpret_cast<int4*>(t), N / 16);
-    }
-  for (int d = 0; d < 2; ++d) { CK(cudaSetDevice(d)); CK(cudaDeviceSynchronize()); }
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  printf("%-40s %7.1f GB/s each way\n", name, (double)N * REPS / s / 1e9);
+  };
+  const double sec = timed(once, [] {});
+  printf("%-40s %7.1f GB/s each way\n", name, (double)N * REPS / sec / 1e9);
   fflush(stdout);
 }
 
