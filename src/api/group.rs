@@ -16,9 +16,11 @@ pub extern "C" fn ncclGroupStart() -> ncclResult_t {
 
 #[no_mangle]
 pub extern "C" fn ncclGroupEnd() -> ncclResult_t {
-    let r = call("ncclGroupEnd", group::end);
-    crate::hostprof::end(group::depth() > 0);
-    r
+    call("ncclGroupEnd", || {
+        let r = group::end();
+        crate::hostprof::end(group::depth() > 0);
+        r
+    })
 }
 
 /// Like ncclGroupEnd, but launches nothing; stores the predicted time (microseconds, as NCCL's

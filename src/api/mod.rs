@@ -40,9 +40,13 @@ pub(crate) fn call(name: &'static str, f: impl FnOnce() -> Result<()>) -> ncclRe
 /// Like [`call`], for operations that can be part of a group: an error is also remembered by the
 /// calling thread's open group, whose End then returns it and drops the group.
 pub(crate) fn call_grouped(name: &'static str, f: impl FnOnce() -> Result<()>) -> ncclResult_t {
-    crate::hostprof::begin();
-    let r = catch_unwind(AssertUnwindSafe(f));
-    crate::hostprof::end(crate::group::depth() > 0);
+    // The profiler's clock runs inside the panic boundary too (it touches thread-locals).
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        crate::hostprof::begin();
+        let r = f();
+        crate::hostprof::end(crate::group::depth() > 0);
+        r
+    }));
     match r {
         Ok(Ok(())) => ResultCode::Success,
         Ok(Err(e)) => {
