@@ -1,6 +1,12 @@
 //! Unix seqpacket sockets in the abstract namespace: one message per send, message boundaries
 //! kept, and a file descriptor may travel with a message (SCM_RIGHTS). std has no seqpacket
 //! sockets nor stable ancillary data, hence libc.
+//!
+//! An abstract name is reachable by every process in the network namespace, whatever its user,
+//! and what crosses these sockets maps GPU memory (ours into the peer, the peer's into ours). So
+//! both ends check the other's credentials (SO_PEERCRED): only a process of this process's
+//! effective user is accepted or connected to. Processes of the same user can already read each
+//! other's memory (ptrace), so the user is the boundary that matters.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -49,17 +55,42 @@ pub fn listen(name: &str) -> io::Result<OwnedFd> {
     Ok(s)
 }
 
-/// A new non-blocking connection from `listener`, if one is waiting.
+/// The user id of the process at the other end of a connected socket (for a connection, its
+/// creator's at connect(); for a listener's peer, the listener's at listen()).
+pub fn peer_uid(sock: &OwnedFd) -> io::Result<u32> {
+    // SAFETY: ucred is plain old data; all-zero is valid.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: cred/len describe a buffer of the size passed.
+    cvt(unsafe { libc::getsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len) })?;
+    Ok(cred.uid)
+}
+
+/// Whether the process behind `sock` runs as this process's effective user.
+fn same_user(sock: &OwnedFd) -> io::Result<bool> {
+    // SAFETY: geteuid cannot fail.
+    Ok(peer_uid(sock)? == unsafe { libc::geteuid() })
+}
+
+/// A new non-blocking connection from `listener`, if one is waiting. A connection from a process
+/// of another user is closed with a warning and skipped.
 pub fn accept(listener: &OwnedFd) -> io::Result<Option<OwnedFd>> {
-    // SAFETY: plain syscall; null address pointers are allowed.
-    let rc = unsafe {
-        libc::accept4(listener.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
-    };
-    match cvt(rc) {
-        // SAFETY: accept4 returned a fresh descriptor.
-        Ok(fd) => Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) })),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-        Err(e) => Err(e),
+    loop {
+        // SAFETY: plain syscall; null address pointers are allowed.
+        let rc = unsafe {
+            libc::accept4(listener.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+        };
+        let s = match cvt(rc) {
+            // SAFETY: accept4 returned a fresh descriptor.
+            Ok(fd) => unsafe { OwnedFd::from_raw_fd(fd) },
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match same_user(&s) {
+            Ok(true) => return Ok(Some(s)),
+            Ok(false) => nccl_warn!("local socket: refused a connection from user {} (not this process's user)", peer_uid(&s).unwrap_or(u32::MAX)),
+            Err(e) => nccl_warn!("local socket: refused a connection whose credentials could not be read: {e}"),
+        }
     }
 }
 
@@ -69,6 +100,9 @@ pub fn connect(name: &str, timeout: Duration) -> io::Result<OwnedFd> {
     let (a, len) = abstract_addr(name)?;
     // SAFETY: a/len describe a valid sockaddr_un.
     cvt(unsafe { libc::connect(s.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) })?;
+    if !same_user(&s)? {
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("socket {name} belongs to another user")));
+    }
     let tv = libc::timeval { tv_sec: timeout.as_secs() as libc::time_t, tv_usec: timeout.subsec_micros() as libc::suseconds_t };
     // SAFETY: tv is a valid timeval of the size passed.
     cvt(unsafe {
@@ -212,6 +246,56 @@ mod tests {
         drop(c);
         assert!(matches!(recv(&s, 64).unwrap(), Received::Closed));
         assert!(connect(&format!("{name}-nobody"), Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn peers_are_of_this_user() {
+        let name = format!("oxccl-test-uds-cred-{}", std::process::id());
+        let l = listen(&name).expect("listen");
+        let c = connect(&name, Duration::from_secs(2)).expect("connect");
+        let s = accept(&l).unwrap().expect("a connection waits");
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        assert_eq!(peer_uid(&s).unwrap(), me);
+        assert_eq!(peer_uid(&c).unwrap(), me);
+    }
+
+    /// A process of another user can reach the abstract name but is refused. Needs root (to
+    /// become another user in a child); elsewhere the refusal path has no other user to test with.
+    #[test]
+    fn another_users_connection_is_refused() {
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("another_users_connection_is_refused: not root, nothing to test");
+            return;
+        }
+        let name = format!("oxccl-test-uds-other-{}", std::process::id());
+        let l = listen(&name).expect("listen");
+        let (a, len) = abstract_addr(&name).unwrap();
+        // The child only makes async-signal-safe calls: it becomes `nobody`, connects, and exits
+        // with 0 if the connection was made.
+        // SAFETY: fork in a test; the child runs only syscalls before _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            // SAFETY: plain syscalls in the child.
+            unsafe {
+                if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                    libc::_exit(2);
+                }
+                let fd = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0);
+                let ok = fd >= 0 && libc::connect(fd, (&a as *const libc::sockaddr_un).cast(), len) == 0;
+                libc::_exit(if ok { 0 } else { 1 });
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the other user's connect went through: {status}");
+        assert!(accept(&l).unwrap().is_none(), "another user's connection must be refused");
+        // A connection of our own user behind it is still accepted.
+        let _c = connect(&name, Duration::from_secs(2)).expect("connect");
+        assert!(accept(&l).unwrap().is_some());
     }
 
     fn tempfile_in_tmp() -> std::fs::File {
