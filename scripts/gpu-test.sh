@@ -80,6 +80,10 @@ if [ -n "$nt" ]; then
   step nccl-tests-ce-direct env OXCCL_CE_DIRECT_MIN_BYTES=1048576 $H check --suite ce-direct-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/ce-direct-check"
   if command -v mpirun >/dev/null && [ "$ngpu" -ge 2 ]; then
     step nccl-tests-multihost bash "$root/scripts/multihost-check.sh" "$lib" "$nt" "$ngpu" "$out/multihost"
+    # Below 4 GPUs, the 2 x 2 and 4 x 1 layouts still run, with 4 ranks time-sharing the GPUs.
+    if [ "$ngpu" -lt 4 ]; then
+      step nccl-tests-multihost-shared env MHC_PARTS=hosts MHC_RANKS=4 bash "$root/scripts/multihost-check.sh" "$lib" "$nt" "$ngpu" "$out/multihost-shared"
+    fi
   else
     summary+=("SKIP  nccl-tests-multihost (no mpirun or fewer than 2 GPUs)")
   fi

@@ -7,6 +7,8 @@
 # Usage: scripts/multihost-check.sh <liboxccl.so> <nccl-tests build dir (MPI=1)> [N GPUs] [log dir]
 # (default log dir: a new temporary one). MHC_PARTS="hosts" or "local" runs only the simulated
 # hosts or only the one-host transports (each part fits one 10-minute device call); default both.
+# MHC_RANKS=R runs the simulated hosts with R ranks instead of N: with R > N, rank r on GPU r % N
+# (GPUs time-shared), so a 2-GPU machine can check the 2 x 2 and 4 x 1 layouts (MHC_RANKS=4).
 set -uo pipefail
 lib=$(realpath "$1"); nt=$2; n=${3:-$(nvidia-smi -L | wc -l)}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,7 +20,9 @@ job=""
 trap '[ -n "$job" ] && kill -TERM "$job" 2>/dev/null; exit 143' TERM INT
 bg_run() { "$@" & job=$!; wait "$job"; local rc=$?; job=""; return $rc; }
 fails=0
-layouts="1"; [ "$n" -ge 4 ] && layouts="$(( n / 2 )) 1"
+ranks=${MHC_RANKS:-$n}
+share=(); [ "$ranks" -gt "$n" ] && share=(-x HOSTSIM_GPUS="$n")
+layouts="1"; [ "$ranks" -ge 4 ] && layouts="$(( ranks / 2 )) 1"
 t0=$SECONDS
 check() { # label, log, rc (hypercube has no redop column)
   local a=9 b=13; case $2 in *hypercube*) a=8; b=12;; esac
@@ -34,11 +38,11 @@ for ph in $layouts; do
   for t in all_reduce reduce_scatter reduce broadcast all_gather alltoall sendrecv gather scatter hypercube; do
     o=""; case $t in all_reduce|reduce_scatter|reduce) o="-o all";; esac
     d="-d all"; [ $t = hypercube ] && d=""
-    bg_run timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x NCCL_DEBUG=WARN -x OXCCL_DEBUG_DUMP=30 "$here/hostsim.sh" "$ph" "$nt/${t}_perf" -b 8 -e 8M -f 8 -c 1 $d $o -n 1 -w 1 > "$log/$ph-$t.log" 2>&1
-    check "$((n / ph)) hosts x $ph: $t" "$log/$ph-$t.log" $?
+    bg_run timeout 300 $mpi -np "$ranks" "${share[@]}" -x LD_PRELOAD="$lib" -x NCCL_DEBUG=WARN -x OXCCL_DEBUG_DUMP=30 "$here/hostsim.sh" "$ph" "$nt/${t}_perf" -b 8 -e 8M -f 8 -c 1 $d $o -n 1 -w 1 > "$log/$ph-$t.log" 2>&1
+    check "$((ranks / ph)) hosts x $ph: $t" "$log/$ph-$t.log" $?
   done
-  bg_run timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x NCCL_DEBUG=WARN -x OXCCL_DEBUG_DUMP=30 "$here/hostsim.sh" "$ph" "$nt/all_reduce_perf" -b 8 -e 4M -f 16 -c 1 -G 20 -n 2 -w 1 > "$log/$ph-G.log" 2>&1
-  check "$((n / ph)) hosts x $ph: all_reduce -G 20" "$log/$ph-G.log" $?
+  bg_run timeout 300 $mpi -np "$ranks" "${share[@]}" -x LD_PRELOAD="$lib" -x NCCL_DEBUG=WARN -x OXCCL_DEBUG_DUMP=30 "$here/hostsim.sh" "$ph" "$nt/all_reduce_perf" -b 8 -e 4M -f 16 -c 1 -G 20 -n 2 -w 1 > "$log/$ph-G.log" 2>&1
+  check "$((ranks / ph)) hosts x $ph: all_reduce -G 20" "$log/$ph-G.log" $?
 done
 # The same machinery between GPUs of one host: copy engines (OXCCL_LOCAL_TRANSPORT=ce) for every
 # binary, and the host-staged path (NCCL_P2P_DISABLE=1) for four of them.
