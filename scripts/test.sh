@@ -87,6 +87,21 @@ sleep 1
 if pgrep -f "sleep 31.25" > /dev/null; then
   pkill -f "sleep 31.25"; echo "test: a timed-out multihost-check or ab-small left its run behind"; exit 1
 fi
+# MHC_RANKS: more ranks than GPUs reach mpirun (-np, HOSTSIM_GPUS), and hostsim.sh maps rank r to
+# GPU r % HOSTSIM_GPUS and to its simulated host. A recording mpirun stands in for OpenMPI.
+rec="$bt/rec"; mkdir -p "$rec/bin"; touch "$rec/lib.so"
+printf '#!/usr/bin/env bash\necho "$*" >> "%s/args"\n' "$rec" > "$rec/bin/mpirun"; chmod +x "$rec/bin/mpirun"
+# (It fails every check, having no rows to read: only the recorded command lines count here.)
+PATH="$rec/bin:$PATH" MHC_PARTS=hosts MHC_RANKS=4 bash scripts/multihost-check.sh "$rec/lib.so" "$rec" 2 "$rec/log" > /dev/null 2>&1 || true
+n4=$(grep -c -- '-np 4 -x HOSTSIM_GPUS=2 ' "$rec/args" || true); rm -f "$rec/args"
+PATH="$rec/bin:$PATH" MHC_PARTS=hosts bash scripts/multihost-check.sh "$rec/lib.so" "$rec" 2 "$rec/log" > /dev/null 2>&1 || true
+n2=$(grep -c -- '-np 2 -x LD_PRELOAD' "$rec/args" || true); nshare=$(grep -c HOSTSIM_GPUS "$rec/args" || true)
+[ "$n4" = 22 ] && [ "$n2" = 11 ] && [ "$nshare" = 0 ] \
+  || { echo "test: multihost-check's MHC_RANKS: $n4 shared runs (want 22), $n2 plain (want 11), $nshare plain with HOSTSIM_GPUS"; exit 1; }
+sim=$(OMPI_COMM_WORLD_RANK=3 HOSTSIM_GPUS=2 bash scripts/hostsim.sh 2 env)
+grep -qx NCCL_TESTS_DEVICE=1 <<< "$sim" && grep -qx NCCL_HOSTID=oxccl-sim-host-1 <<< "$sim" \
+  || { echo "test: hostsim.sh mapped rank 3 of 2 GPUs wrongly"; grep NCCL_ <<< "$sim"; exit 1; }
+if OMPI_COMM_WORLD_RANK=3 bash scripts/hostsim.sh 1 env | grep -q NCCL_TESTS_DEVICE; then echo "test: hostsim.sh set a device without HOSTSIM_GPUS"; exit 1; fi
 rm -rf "$bt"
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --release --locked --all-targets -- -D warnings
