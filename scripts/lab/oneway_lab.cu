@@ -16,7 +16,7 @@
 #include <cstring>
 #include <vector>
 
-#include "lab.h"
+#include "pair.h"
 
 constexpr int REPS = 10;
 
@@ -143,11 +143,6 @@ typedef int (*WriteFn)(cudaStream_t, unsigned long long, unsigned int, unsigned 
 static WaitFn p_wait;
 static WriteFn p_write;
 
-__device__ __forceinline__ uint32_t ld_acq_sys(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 __device__ __forceinline__ void st_rel_sys(uint32_t* p, uint32_t v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
@@ -299,20 +294,8 @@ static void bidir_case(const char* name, int ce, int blocks) {
 }
 
 int main(int argc, char** argv) {
-  int have = 0;
-  CK(cudaGetDeviceCount(&have));
-  if (have < 2) {
-    printf("oneway_lab: needs 2 GPUs, %d present\n", have);
-    return 1;
-  }
-  N = (size_t)(argc > 1 ? atoi(argv[1]) : 512) << 20;
-  st0.resize(8);
-  st1.resize(8);
-  for (int d = 0; d < 2; ++d) {
-    CK(cudaSetDevice(d));
-    CK(cudaDeviceEnablePeerAccess(1 - d, 0));
-    for (int s = 0; s < 8; ++s) CK(cudaStreamCreateWithFlags(d == 0 ? &st0[s] : &st1[s], cudaStreamNonBlocking));
-  }
+  N = pair_setup("oneway_lab", argc, argv, st0, st1);
+  if (!N) return 1;
   CK(cudaSetDevice(0));
   CK(cudaMalloc(&src0, N));
   CK(cudaSetDevice(1));

@@ -22,7 +22,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "lab.h"
+#include "pair.h"
 
 constexpr int REPS = 10;
 
@@ -31,11 +31,6 @@ typedef int (*WaitFn)(cudaStream_t, unsigned long long, unsigned int, unsigned i
 static WriteFn p_write;
 static WaitFn p_wait;
 
-__device__ __forceinline__ uint32_t ld_acq_sys(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 
 // Small integers in floats, so a + b is exact.
 __global__ void fill(float* p, size_t n, uint32_t mod) {
@@ -327,20 +322,8 @@ static void sched_case(const char* label, int mode, std::vector<size_t> ends, in
 }
 
 int main(int argc, char** argv) {
-  int have = 0;
-  CK(cudaGetDeviceCount(&have));
-  if (have < 2) {
-    printf("reduce_lab: needs 2 GPUs, %d present\n", have);
-    return 1;
-  }
-  N = (size_t)(argc > 1 ? atoi(argv[1]) : 512) << 20;
-  st0.resize(8);
-  st1.resize(8);
-  for (int d = 0; d < 2; ++d) {
-    CK(cudaSetDevice(d));
-    CK(cudaDeviceEnablePeerAccess(1 - d, 0));
-    for (int s = 0; s < 8; ++s) CK(cudaStreamCreateWithFlags(d == 0 ? &st0[s] : &st1[s], cudaStreamNonBlocking));
-  }
+  N = pair_setup("reduce_lab", argc, argv, st0, st1);
+  if (!N) return 1;
   CK(cudaSetDevice(0));
   CK(cudaMalloc(&b0, N));
   fill<<<264, 512>>>(b0, N / 4, 777);
