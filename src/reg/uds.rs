@@ -66,10 +66,9 @@ pub fn peer_uid(sock: &OwnedFd) -> io::Result<u32> {
     Ok(cred.uid)
 }
 
-/// Whether the process behind `sock` runs as this process's effective user.
-fn same_user(sock: &OwnedFd) -> io::Result<bool> {
+fn my_uid() -> u32 {
     // SAFETY: geteuid cannot fail.
-    Ok(peer_uid(sock)? == unsafe { libc::geteuid() })
+    unsafe { libc::geteuid() }
 }
 
 /// A new non-blocking connection from `listener`, if one is waiting. A connection from a process
@@ -86,9 +85,9 @@ pub fn accept(listener: &OwnedFd) -> io::Result<Option<OwnedFd>> {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
             Err(e) => return Err(e),
         };
-        match same_user(&s) {
-            Ok(true) => return Ok(Some(s)),
-            Ok(false) => nccl_warn!("local socket: refused a connection from user {} (not this process's user)", peer_uid(&s).unwrap_or(u32::MAX)),
+        match peer_uid(&s) {
+            Ok(uid) if uid == my_uid() => return Ok(Some(s)),
+            Ok(uid) => nccl_warn!("local socket: refused a connection from user {uid} (not this process's user)"),
             Err(e) => nccl_warn!("local socket: refused a connection whose credentials could not be read: {e}"),
         }
     }
@@ -100,7 +99,7 @@ pub fn connect(name: &str, timeout: Duration) -> io::Result<OwnedFd> {
     let (a, len) = abstract_addr(name)?;
     // SAFETY: a/len describe a valid sockaddr_un.
     cvt(unsafe { libc::connect(s.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) })?;
-    if !same_user(&s)? {
+    if peer_uid(&s)? != my_uid() {
         return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("socket {name} belongs to another user")));
     }
     let tv = libc::timeval { tv_sec: timeout.as_secs() as libc::time_t, tv_usec: timeout.subsec_micros() as libc::suseconds_t };
@@ -254,18 +253,15 @@ mod tests {
         let l = listen(&name).expect("listen");
         let c = connect(&name, Duration::from_secs(2)).expect("connect");
         let s = accept(&l).unwrap().expect("a connection waits");
-        // SAFETY: geteuid cannot fail.
-        let me = unsafe { libc::geteuid() };
-        assert_eq!(peer_uid(&s).unwrap(), me);
-        assert_eq!(peer_uid(&c).unwrap(), me);
+        assert_eq!(peer_uid(&s).unwrap(), my_uid());
+        assert_eq!(peer_uid(&c).unwrap(), my_uid());
     }
 
     /// A process of another user can reach the abstract name but is refused. Needs root (to
     /// become another user in a child); elsewhere the refusal path has no other user to test with.
     #[test]
     fn another_users_connection_is_refused() {
-        // SAFETY: geteuid cannot fail.
-        if unsafe { libc::geteuid() } != 0 {
+        if my_uid() != 0 {
             eprintln!("another_users_connection_is_refused: not root, nothing to test");
             return;
         }
