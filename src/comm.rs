@@ -449,7 +449,14 @@ impl Comm {
             Some(ch) if self.nranks == 2 && crate::algo::ce_direct::min_bytes(&tuning) > 0 && !peers[0].same_process(&peers[1]) => {
                 let peer = 1 - self.rank;
                 let key = crate::reg::comm_key(id);
-                crate::transport::ce_direct::CeDirect::connect(&bootstrap, dev, key, ch.ce_counters[self.rank], ch.ce_counters[peer], abort_flag.clone())?
+                let on_error = tuning.ce_direct_async.then(|| {
+                    let (state, flag, rank) = (self.state.clone(), abort_flag.clone(), self.rank);
+                    Box::new(move |e: Error| {
+                        nccl_warn!("comm rank {rank}: {}; the communicator now reports {}", e.msg, e.code.as_str());
+                        fail_async(&state, e.code, &|| flag.store_u32(0, 1));
+                    }) as Box<dyn Fn(Error) + Send + Sync>
+                });
+                crate::transport::ce_direct::CeDirect::connect(&bootstrap, dev, key, ch.ce_counters[self.rank], ch.ce_counters[peer], abort_flag.clone(), on_error)?
             }
             _ => None,
         };

@@ -14,6 +14,7 @@ use crate::device_abi::CollArgs;
 use crate::error::{Error, Result};
 use crate::gpu::module::{launch_pdl, Kernel};
 use crate::gpu::stream::is_capturing;
+use crate::transport::ce_direct::Fallback;
 use crate::gpu::{check, cu, CtxGuard};
 use crate::log::Subsys;
 use crate::types::{DataType, RedOp};
@@ -316,6 +317,12 @@ fn exchange(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<F
     if ce_direct(r, ls, spec, func, stream)? {
         return Ok(());
     }
+    let plan = exchange_plan(r, spec, func)?;
+    kernel(r, ls, r.module.exchange(), plan.grid, plan.block, stream, &plan.args)
+}
+
+/// The exchange kernel's launch for `spec`, with this rank's registered-buffer offers.
+fn exchange_plan(r: &Ready, spec: &ExchangeSpec, func: Option<Func>) -> Result<crate::algo::ExchangePlan> {
     let me = r.bootstrap.rank();
     let mut plan = plan_exchange(me, spec, func, &r.topo, &r.scratch, &r.tuning)?;
     if r.reg.sharing() {
@@ -325,7 +332,7 @@ fn exchange(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<F
     }
     plan.args.comm = r.dev_comm;
     nccl_trace!(Subsys::Coll, "exchange: {} sends, {} receives, {} copies", plan.args.nsend, plan.args.nrecv, plan.args.ncopy);
-    kernel(r, ls, r.module.exchange(), plan.grid, plan.block, stream, &plan.args)
+    Ok(plan)
 }
 
 /// Large transfers of a 2-rank communicator by copy engine straight into the peer's buffer, where
@@ -337,6 +344,21 @@ fn ce_direct(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<
     }
     nccl_trace!(Subsys::P2p, "copy-engine direct: sends {:?}, receives {:?}", spec.sends.first().map(|x| x.bytes), spec.recvs.first().map(|x| x.bytes));
     let kernels = crate::transport::ce_direct::Kernels { wait: r.module.ce_wait(), copy: r.module.ce_copy() };
+    if ce.is_async() {
+        // The worker launches the exchange kernel itself if the pair disagrees: planned here, in
+        // call order, like any launch.
+        let plan = exchange_plan(r, spec, func)?;
+        let fallback = Fallback { kernel: r.module.exchange(), grid: plan.grid, block: plan.block, args: Box::new(plan.args) };
+        return match ce.submit(kernels, r.dev_comm, spec, fallback, stream)? {
+            Some(fb) => kernel(r, ls, fb.kernel, fb.grid, fb.block, stream, &*fb.args).map(|_| true),
+            None => {
+                // The gate came last on the stream, and it waits for the worker's stream, whose
+                // kernels need SMs: nothing may start early behind it and take them.
+                ls.last_grid = u32::MAX;
+                Ok(true)
+            }
+        };
+    }
     if !ce.run(kernels, r.dev_comm, spec, stream)? {
         return Ok(false);
     }

@@ -13,8 +13,14 @@
 //!    cannot be shared (pools). The sender maps the destination (cached per buffer id) and both
 //!    exchange whether that worked.
 //!    Where the path does not run, the caller launches the SM kernels, again on both ranks.
-//!    The call returns only once the peer has made its matching call (NCCL's calls return
-//!    without waiting for the peer); OXCCL_CE_DIRECT_MIN_BYTES=0 turns the path off.
+//!    By default the handshake runs on the calling thread, so the call returns only once the
+//!    peer has made its matching call (NCCL's calls return without waiting for the peer);
+//!    OXCCL_CE_DIRECT_MIN_BYTES=0 turns the path off. With OXCCL_CE_DIRECT_ASYNC=1 a worker
+//!    thread per communicator handshakes instead (`submit`): the call records an event on the
+//!    user's stream, queues the launch and puts a gate (a wait kernel on this rank's gate count)
+//!    on the stream; the worker, in call order, handshakes, makes its own stream wait for the
+//!    event, copies or launches the SM kernels there, and writes the gate count. The call
+//!    returns at once. (Built in session 31 without a GPU to run it on: not yet the default.)
 //! 2. Stream order, on each rank's own stream, with two counters per rank in the channel buffer
 //!    (`ready`: my peer's buffer may take my next copy; `done`: my peer's copy into me finished):
 //!    ```text
@@ -31,12 +37,14 @@
 //!    4-10% (s30g).
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use crate::algo::{ExchangeSpec, LocalCopy, Transfer};
-use crate::device_abi::CollArgs;
+use crate::device_abi::{CollArgs, ExchangeArgs};
 use crate::error::{Error, Result};
 use crate::gpu::ipc::{ImportedBuffer, IPC_HANDLE_BYTES};
 use crate::gpu::module::{launch_pdl, Kernel};
@@ -51,8 +59,10 @@ use crate::reg::wire::Kind;
 const MAX_IMPORTS: usize = 64;
 /// Buffer ids whose descriptor the peer already has (cuMem memory: the fd goes once).
 const MAX_SENT: usize = 64;
-/// How long a handshake message may take to come (the peer's matching call).
+/// How long a handshake message may take to come (the peer's matching call) when the caller
+/// waits for it; the worker waits as long as kernels would (until an abort).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(600);
+const NO_TIMEOUT: Duration = Duration::MAX;
 
 /// Blocks of a local copy: enough that a root's own piece is done before its transfer (out of
 /// place matched in place within 1% in s30h, so the copy never lengthened a call), with most SMs
@@ -66,10 +76,12 @@ pub struct Kernels {
     pub copy: Kernel,
 }
 
-/// Offsets of the two counters in a rank's counter area (u64 each).
+/// Offsets of the counters in a rank's counter area (u64 each). `ready` and `done` are written by
+/// the peer; `gate` only by this rank's worker (OXCCL_CE_DIRECT_ASYNC), for its own stream.
 pub const READY_OFF: u64 = 0;
 pub const DONE_OFF: u64 = 8;
-pub const COUNTER_BYTES: u64 = 16;
+pub const GATE_OFF: u64 = 16;
+pub const COUNTER_BYTES: u64 = 24;
 
 /// What one rank tells the other before a transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,8 +196,6 @@ struct State {
     /// Transfers this rank made into the peer, and the peer into this rank (the counters' values).
     sent: u64,
     received: u64,
-    /// Ids of this rank's buffers the peer has mapped (it said so).
-    known: Vec<u64>,
     imports: Vec<Import>,
 }
 
@@ -278,8 +288,114 @@ fn handshake(
     Ok(Verdict { target: target.filter(|_| peer_ok), peer_mapped: peer_ok && mine.dst.is_some() })
 }
 
-/// The path between this rank and its one peer.
+/// The path between this rank and its one peer. With OXCCL_CE_DIRECT_ASYNC=1 the handshakes run
+/// on a worker thread (`submit`), so that a call returns at once, as NCCL's does; else on the
+/// calling thread (`run`).
 pub struct CeDirect {
+    inner: Arc<Inner>,
+    worker: Option<Worker>,
+}
+
+/// The SM kernels' launch for a transfer, made by the worker when the pair does not agree to
+/// copy it.
+pub struct Fallback {
+    pub kernel: Kernel,
+    pub grid: u32,
+    pub block: u32,
+    pub args: Box<ExchangeArgs>,
+}
+
+/// One launch handed to the worker, in call order.
+struct Op {
+    offer: Offer,
+    fd: Option<OwnedFd>,
+    send: Option<Transfer>,
+    recv: Option<Transfer>,
+    copies: Vec<LocalCopy>,
+    kernels: Kernels,
+    dev_comm: u64,
+    /// The user's stream work: an event recorded where the launch stands in it, the kernels to
+    /// run if the pair disagrees, and the gate count that releases the stream. None: the caller
+    /// already runs the kernels (it captures a graph, or cannot share its receive buffer), and
+    /// the worker only tells the peer.
+    work: Option<(Event, Fallback, u64)>,
+}
+
+/// Launches waiting for the worker, in call order, and its stop flag.
+struct Queue<T> {
+    ops: Mutex<std::collections::VecDeque<T>>,
+    more: parking_lot::Condvar,
+    stop: AtomicBool,
+}
+
+impl<T> Queue<T> {
+    fn new() -> Self {
+        Queue { ops: Mutex::new(Default::default()), more: parking_lot::Condvar::new(), stop: AtomicBool::new(false) }
+    }
+
+    fn push(&self, op: T) {
+        self.ops.lock().push_back(op);
+        self.more.notify_one();
+    }
+
+    /// Asks the worker to finish what is queued and exit.
+    fn stop(&self) {
+        // The flag under the lock: a worker between its check and its wait cannot miss it.
+        let _ops = self.ops.lock();
+        self.stop.store(true, Ordering::Release);
+        self.more.notify_all();
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// The next launch, waiting for one; None once stopped with nothing left.
+    fn next(&self) -> Option<T> {
+        let mut ops = self.ops.lock();
+        loop {
+            if let Some(op) = ops.pop_front() {
+                return Some(op);
+            }
+            if self.stopping() {
+                return None;
+            }
+            self.more.wait(&mut ops);
+        }
+    }
+
+    /// Serves launches in order until stopped and drained, or until one fails (a panic counts as
+    /// a failure): the first failure, if any.
+    fn serve_all(&self, mut serve: impl FnMut(T) -> Result<()>) -> Result<()> {
+        while let Some(op) = self.next() {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serve(op)))
+                .unwrap_or_else(|_| Err(Error::internal("copy-engine direct worker panicked")))?;
+        }
+        Ok(())
+    }
+}
+
+struct Worker {
+    queue: Arc<Queue<Op>>,
+    /// Gate counts handed out (the caller holds the launch lock, so in call order).
+    issued: AtomicU64,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for CeDirect {
+    fn drop(&mut self) {
+        if let Some(w) = &mut self.worker {
+            // The worker finishes what is queued (a destroy has waited for the streams, whose
+            // gates needed it), unless the communicator was aborted, then exits.
+            w.queue.stop();
+            if let Some(t) = w.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+struct Inner {
     dev: &'static Device,
     peer: usize,
     wire: Wire,
@@ -288,28 +404,113 @@ pub struct CeDirect {
     theirs: u64,
     /// The communicator's abort flag (host memory): a handshake wait gives up once it is set.
     abort: std::sync::Arc<crate::gpu::HostMapped>,
+    /// The counters' values and the peer's buffers mapped here: taken by the thread that
+    /// handshakes (the caller, or the worker across its wait for the peer).
     state: Mutex<State>,
+    /// Ids of this rank's buffers the peer has mapped (it said so): read by the caller as it
+    /// describes a receive, so never held across a handshake.
+    known: Mutex<Vec<u64>>,
     side: OwnedStream,
     fork: Event,
     join: Event,
 }
 
 // SAFETY: the events and stream are driver handles usable from any thread; State is behind a lock.
-unsafe impl Send for CeDirect {}
-unsafe impl Sync for CeDirect {}
+unsafe impl Send for Inner {}
+unsafe impl Sync for Inner {}
 
 impl CeDirect {
     /// Collective over the pair (both ranks call it at init): connects their socket. `mine` /
     /// `theirs`: the counter areas (COUNTER_BYTES, zeroed at init on both ranks). None on both
-    /// ranks if either could not connect.
+    /// ranks if either could not connect. `async_errors`: Some to start the worker thread
+    /// (OXCCL_CE_DIRECT_ASYNC), which reports a failure through it.
     pub fn connect(
         boot: &crate::bootstrap::Bootstrap,
         dev: &'static Device,
         comm_key: u64,
         mine: u64,
         theirs: u64,
-        abort: std::sync::Arc<crate::gpu::HostMapped>,
+        abort: Arc<crate::gpu::HostMapped>,
+        async_errors: Option<Box<dyn Fn(Error) + Send + Sync>>,
     ) -> Result<Option<CeDirect>> {
+        let Some(inner) = Inner::connect(boot, dev, comm_key, mine, theirs, abort)? else { return Ok(None) };
+        let inner = Arc::new(inner);
+        let worker = match async_errors {
+            None => None,
+            Some(on_error) => {
+                let queue = Arc::new(Queue::new());
+                let (i, q) = (inner.clone(), queue.clone());
+                let thread = std::thread::Builder::new()
+                    .name("oxccl-ce-direct".into())
+                    .spawn(move || i.work(&q, on_error))
+                    .map_err(|e| Error::system(format!("copy-engine direct: cannot start its worker thread: {e}")))?;
+                Some(Worker { queue, issued: AtomicU64::new(0), thread: Some(thread) })
+            }
+        };
+        Ok(Some(CeDirect { inner, worker }))
+    }
+
+    /// Whether launches go through `submit` (the worker) rather than `run`.
+    pub fn is_async(&self) -> bool {
+        self.worker.is_some()
+    }
+
+    /// Moves `spec` (which algo::ce_direct::takes) on `stream`, or returns false when the
+    /// handshake says the SM kernels must (on both ranks). The caller holds the launch lock with
+    /// the device's context current.
+    pub fn run(&self, kernels: Kernels, dev_comm: u64, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<bool> {
+        self.inner.run(kernels, dev_comm, spec, stream)
+    }
+
+    /// The worker's form of `run`: returns at once. Gives `fallback` back when this rank already
+    /// knows the kernels must move `spec` (it captures a graph, or cannot share its receive
+    /// buffer): the caller launches it, and the worker tells the peer. Otherwise the user's
+    /// stream gets an event and a gate (a one-thread wait kernel on this rank's gate count, which
+    /// also watches the abort flag); the worker, once the peer's offer is in, waits for the event
+    /// on its own stream, copies (or launches `fallback` there) and then writes the gate count.
+    /// The caller holds the launch lock with the device's context current.
+    pub fn submit(&self, kernels: Kernels, dev_comm: u64, spec: &ExchangeSpec, fallback: Fallback, stream: cu::CUstream) -> Result<Option<Fallback>> {
+        let Some(w) = &self.worker else { return Err(Error::internal("copy-engine direct: submit without a worker")) };
+        let (send, recv) = (spec.sends.first().copied(), spec.recvs.first().copied());
+        let capturing = is_capturing(stream)?;
+        let (dst, fd) = match recv {
+            Some(r) if !capturing => self.inner.describe(r)?,
+            _ => (None, None),
+        };
+        let bytes = |x: Option<Transfer>| x.map_or(0, |t| t.bytes);
+        let offer = Offer { capturing, send_bytes: bytes(send), recv_bytes: bytes(recv), dst };
+        let copies = spec.copies.clone();
+        let op = |work| Op { offer, fd, send, recv, copies, kernels, dev_comm, work };
+        // `agreed` cannot hold for these, whatever the peer offers.
+        if capturing || (recv.is_some() && dst.is_none()) {
+            w.push(op(None));
+            return Ok(Some(fallback));
+        }
+        let at = Event::new()?;
+        at.record(stream)?;
+        let gate = w.issued.fetch_add(1, Ordering::Relaxed) + 1;
+        w.push(op(Some((at, fallback, gate))));
+        let args = CollArgs { comm: dev_comm, send: self.inner.mine + GATE_OFF, count: gate, ..Default::default() };
+        launch_pdl(kernels.wait, 1, 32, stream, &args, false)?;
+        Ok(None)
+    }
+}
+
+impl Worker {
+    fn push(&self, op: Op) {
+        self.queue.push(op);
+    }
+}
+
+impl Inner {
+    fn connect(
+        boot: &crate::bootstrap::Bootstrap,
+        dev: &'static Device,
+        comm_key: u64,
+        mine: u64,
+        theirs: u64,
+        abort: Arc<crate::gpu::HostMapped>,
+    ) -> Result<Option<Inner>> {
         let me = boot.rank();
         let peer = 1 - me;
         let name = format!("oxccl-ce-{comm_key:016x}");
@@ -335,7 +536,7 @@ impl CeDirect {
             return Ok(None);
         };
         let _g = crate::gpu::CtxGuard::new(dev)?;
-        Ok(Some(CeDirect {
+        Ok(Some(Inner {
             dev,
             peer,
             wire: Wire { sock, peer },
@@ -343,43 +544,85 @@ impl CeDirect {
             theirs,
             abort,
             state: Mutex::new(State::default()),
+            known: Mutex::new(Vec::new()),
             side: OwnedStream::new(dev)?,
             fork: Event::new()?,
             join: Event::new()?,
         }))
     }
 
-    /// Moves `spec` (which algo::ce_direct::takes) on `stream`, or returns false when the
-    /// handshake says the SM kernels must (on both ranks). The caller holds the launch lock with
-    /// the device's context current.
-    pub fn run(&self, kernels: Kernels, dev_comm: u64, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<bool> {
+    fn run(&self, kernels: Kernels, dev_comm: u64, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<bool> {
         let send = spec.sends.first().copied();
         let recv = spec.recvs.first().copied();
         let capturing = is_capturing(stream)?;
-        let mut st = self.state.lock();
         let (dst, fd) = match recv {
-            Some(r) if !capturing => self.describe(&mut st, r)?,
+            Some(r) if !capturing => self.describe(r)?,
             _ => (None, None),
         };
+        let mut st = self.state.lock();
         let bytes = |x: Option<Transfer>| x.map_or(0, |t| t.bytes);
         let mine = Offer { capturing, send_bytes: bytes(send), recv_bytes: bytes(recv), dst };
         let aborted = || self.abort.load_u64(0) != 0;
-        let v = handshake(&self.wire, &mine, fd.as_ref().map(|f| f.as_raw_fd()), &aborted, HANDSHAKE_TIMEOUT, |d, fd| {
-            self.map(&mut st, d, fd, bytes(send))
-        })?;
-        if let Some(d) = mine.dst {
-            // The peer has this buffer mapped now, or must be sent its descriptor again.
-            st.known.retain(|&k| k != d.id);
-            if v.peer_mapped {
-                if st.known.len() == MAX_SENT {
-                    st.known.remove(0);
-                }
-                st.known.push(d.id);
-            }
-        }
+        let v = self.agree(&mut st, &mine, fd, &aborted, HANDSHAKE_TIMEOUT)?;
         let Some(target) = v.target else { return Ok(false) };
         self.issue(&mut st, kernels, dev_comm, send, recv, target, &spec.copies, stream)?;
         Ok(true)
+    }
+
+    /// The worker thread: serves queued launches in call order until stopped (after the queue
+    /// drains) or a launch fails (reported through `on_error`, which also aborts the
+    /// communicator, so the gates and every kernel waiting on the pair let go).
+    fn work(&self, q: &Queue<Op>, on_error: Box<dyn Fn(Error) + Send + Sync>) {
+        let setup = crate::gpu::CtxGuard::new(self.dev).and_then(|g| Ok((g, OwnedStream::new(self.dev)?)));
+        let (_ctx, stream) = match setup {
+            Ok(x) => x,
+            Err(e) => return on_error(e.context("copy-engine direct worker")),
+        };
+        // A stop (the communicator going away) ends a wait for the peer: by then the streams were
+        // waited for, so every launch that gates one was served, and what is left only tells the
+        // peer about kernels it runs anyway.
+        let aborted = || self.abort.load_u64(0) != 0 || q.stopping();
+        if let Err(e) = q.serve_all(|op| self.serve(op, stream.raw, &aborted)) {
+            // After a stop or an abort the failure is the communicator's end, not news.
+            if !aborted() {
+                on_error(e);
+            }
+        }
+    }
+
+    /// One queued launch: the handshake, then (if the caller's stream waits on it) the copy or
+    /// the kernels on the worker's stream behind the caller's event, and the gate count.
+    fn serve(&self, op: Op, work: cu::CUstream, aborted: &dyn Fn() -> bool) -> Result<()> {
+        let mut st = self.state.lock();
+        let v = self.agree(&mut st, &op.offer, op.fd, aborted, NO_TIMEOUT)?;
+        let Some((at, fallback, gate)) = op.work else { return Ok(()) };
+        at.wait_on(work)?;
+        match v.target {
+            Some(target) => self.issue(&mut st, op.kernels, op.dev_comm, op.send, op.recv, target, &op.copies, work)?,
+            None => launch_pdl(fallback.kernel, fallback.grid, fallback.block, work, &*fallback.args, false)?,
+        }
+        // SAFETY: this rank's own gate counter (channel buffer, device memory of this context);
+        // the default flags put a memory barrier before the write, after everything above.
+        check(unsafe { cu::cuStreamWriteValue64_v2(work, self.mine + GATE_OFF, gate, 0) }, "cuStreamWriteValue64 (gate)")
+    }
+
+    /// The handshake for `mine` (and its descriptor), and the bookkeeping of which of this
+    /// rank's buffers the peer has mapped.
+    fn agree(&self, st: &mut State, mine: &Offer, fd: Option<OwnedFd>, aborted: &dyn Fn() -> bool, timeout: Duration) -> Result<Verdict> {
+        let send_bytes = mine.send_bytes;
+        let v = handshake(&self.wire, mine, fd.as_ref().map(|f| f.as_raw_fd()), aborted, timeout, |d, fd| self.map(st, d, fd, send_bytes))?;
+        if let Some(d) = mine.dst {
+            // The peer has this buffer mapped now, or must be sent its descriptor again.
+            let mut known = self.known.lock();
+            known.retain(|&k| k != d.id);
+            if v.peer_mapped {
+                if known.len() == MAX_SENT {
+                    known.remove(0);
+                }
+                known.push(d.id);
+            }
+        }
+        Ok(v)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -432,7 +675,7 @@ impl CeDirect {
 
     /// The receive buffer as the peer can map it, and the descriptor to send with it; None if
     /// it cannot be shared (not device memory, a pool, or the transfer would leave it).
-    fn describe(&self, st: &mut State, r: Transfer) -> Result<(Option<Dest>, Option<OwnedFd>)> {
+    fn describe(&self, r: Transfer) -> Result<(Option<Dest>, Option<OwnedFd>)> {
         let (mut base, mut size): (cu::CUdeviceptr, usize) = (0, 0);
         let mut id: u64 = 0;
         // SAFETY: out-pointers to locals of the attributes' types; the driver validates the address.
@@ -446,7 +689,7 @@ impl CeDirect {
             return Ok((None, None));
         }
         let dest = |share| Some(Dest { id, base, size: size as u64, offset, share });
-        if st.known.contains(&id) {
+        if self.known.lock().contains(&id) {
             return Ok((dest(Share::Known), None));
         }
         let Some(alloc) = describe(self.dev, r.ptr, r.bytes)? else { return Ok((None, None)) };
@@ -502,6 +745,62 @@ mod tests {
 
     fn dest(id: u64) -> Dest {
         Dest { id, base: 0x7f00_0000_0000, size: 1 << 30, offset: 4096, share: Share::Ipc([id as u8; IPC_HANDLE_BYTES]) }
+    }
+
+    #[test]
+    fn the_worker_queue_serves_in_order_drains_on_stop_and_ends_on_failure() {
+        // In call order, across a wait for the next launch.
+        let q = Arc::new(Queue::new());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (q2, s2) = (q.clone(), seen.clone());
+        let t = std::thread::spawn(move || {
+            q2.serve_all(|x: u32| {
+                s2.lock().push(x);
+                Ok(())
+            })
+        });
+        for x in 0..3 {
+            q.push(x);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        q.push(3);
+        q.stop();
+        q.push(4); // queued before the worker looked again: still served (a stop drains)
+        assert!(t.join().unwrap().is_ok());
+        let got = seen.lock().clone();
+        assert!(got == [0, 1, 2, 3] || got == [0, 1, 2, 3, 4], "{got:?}");
+
+        // A stop releases a worker waiting on an empty queue.
+        let q = Arc::new(Queue::<u32>::new());
+        let q2 = q.clone();
+        let t = std::thread::spawn(move || q2.serve_all(|_| Ok(())));
+        std::thread::sleep(Duration::from_millis(20));
+        let t0 = Instant::now();
+        q.stop();
+        assert!(t.join().unwrap().is_ok());
+        assert!(t0.elapsed() < Duration::from_secs(2));
+
+        // The first failure ends the worker and is returned; so is a panic, as a failure.
+        let q = Queue::new();
+        for x in [1u32, 2, 3] {
+            q.push(x);
+        }
+        let mut served = Vec::new();
+        let e = q
+            .serve_all(|x| {
+                if x == 2 {
+                    return Err(Error::remote("peer gone"));
+                }
+                served.push(x);
+                Ok(())
+            })
+            .unwrap_err();
+        assert_eq!(e.code, crate::error::ResultCode::RemoteError);
+        assert_eq!(served, [1]);
+        let q = Queue::new();
+        q.push(7u32);
+        let e = q.serve_all(|_| panic!("bug")).unwrap_err();
+        assert_eq!(e.code, crate::error::ResultCode::InternalError);
     }
 
     #[test]

@@ -1,0 +1,108 @@
+// Two processes, one GPU each (GPUs 0 and 1), one 2-rank communicator: NCCL's calls return without
+// waiting for the peer's matching call. Rank 0 posts a large send (then a large Broadcast) and
+// tells rank 1 over a pipe that the call has returned; rank 1 posts the matching call only after
+// hearing that. With NCCL both complete. A library whose call waits on the host for the peer
+// would stall there: an alarm turns that into a failure. The data is checked too.
+// Exit status 0: pass; 77: fewer than 2 GPUs (skipped); anything else: fail.
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define COUNT (16u << 20) /* floats: 64 MiB, above every copy-engine threshold */
+
+#define CHECK(cond, ...)                                   \
+  do {                                                     \
+    if (!(cond)) {                                         \
+      fprintf(stderr, "rank %d: ", rank);                  \
+      fprintf(stderr, __VA_ARGS__);                        \
+      fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);   \
+      _exit(1);                                            \
+    }                                                      \
+  } while (0)
+
+static float value(size_t i, int round) { return (float)((i * 7 + (size_t)round * 13) % 1000); }
+
+static int rank;
+
+// Rank 0 makes `call` and says so; rank 1 waits to hear it, then makes its own.
+static void one_round(int round, ncclComm_t comm, cudaStream_t s, float* buf, float* host, int sig_w, int sig_r) {
+  if (rank == 0) {
+    for (size_t i = 0; i < COUNT; ++i) host[i] = value(i, round);
+    CHECK(cudaMemcpy(buf, host, COUNT * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess, "cudaMemcpy in");
+  } else {
+    CHECK(cudaMemset(buf, 0, COUNT * sizeof(float)) == cudaSuccess, "cudaMemset");
+  }
+  CHECK(cudaDeviceSynchronize() == cudaSuccess, "cudaDeviceSynchronize");
+  char b = (char)round;
+  if (rank == 1) CHECK(read(sig_r, &b, 1) == 1, "reading rank 0's signal");
+  ncclResult_t r = round == 0 ? (rank == 0 ? ncclSend(buf, COUNT, ncclFloat, 1, comm, s) : ncclRecv(buf, COUNT, ncclFloat, 0, comm, s))
+                              : ncclBroadcast(buf, buf, COUNT, ncclFloat, 0, comm, s);
+  CHECK(r == ncclSuccess, "round %d: %s", round, ncclGetErrorString(r));
+  if (rank == 0) CHECK(write(sig_w, &b, 1) == 1, "signalling rank 1");
+  CHECK(cudaStreamSynchronize(s) == cudaSuccess, "round %d: cudaStreamSynchronize", round);
+  if (rank == 1) {
+    CHECK(cudaMemcpy(host, buf, COUNT * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess, "cudaMemcpy out");
+    for (size_t i = 0; i < COUNT; ++i) CHECK(host[i] == value(i, round), "round %d: element %zu is %g, expected %g", round, i, host[i], value(i, round));
+  }
+}
+
+static void child(int id_w, int id_r, int sig_w, int sig_r) {
+  alarm(120);  // a call that waits for the peer's (which waits for the signal) never returns
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) _exit(77);
+  CHECK(cudaSetDevice(rank) == cudaSuccess, "cudaSetDevice");
+  ncclUniqueId id;
+  if (rank == 0) {
+    CHECK(ncclGetUniqueId(&id) == ncclSuccess, "ncclGetUniqueId");
+    CHECK(write(id_w, &id, sizeof id) == sizeof id, "sending the id");
+  } else {
+    CHECK(read(id_r, &id, sizeof id) == sizeof id, "receiving the id");
+  }
+  ncclComm_t comm;
+  CHECK(ncclCommInitRank(&comm, 2, id, rank) == ncclSuccess, "ncclCommInitRank");
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "cudaStreamCreate");
+  float* buf;
+  CHECK(cudaMalloc((void**)&buf, COUNT * sizeof(float)) == cudaSuccess, "cudaMalloc");
+  float* host = malloc(COUNT * sizeof(float));
+  CHECK(host != NULL, "malloc");
+  for (int round = 0; round < 2; ++round) one_round(round, comm, s, buf, host, sig_w, sig_r);
+  CHECK(ncclCommDestroy(comm) == ncclSuccess, "ncclCommDestroy");
+  _exit(0);
+}
+
+int main(void) {
+  int id_pipe[2], sig_pipe[2];
+  if (pipe(id_pipe) || pipe(sig_pipe)) return 2;
+  pid_t pids[2];
+  for (rank = 0; rank < 2; ++rank) {
+    pids[rank] = fork();
+    if (pids[rank] < 0) return 2;
+    if (pids[rank] == 0) child(id_pipe[1], id_pipe[0], sig_pipe[1], sig_pipe[0]);
+  }
+  int rc = 0, skipped = 0;
+  for (int r = 0; r < 2; ++r) {
+    int st = 0;
+    waitpid(pids[r], &st, 0);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+      skipped = 1;
+    } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      fprintf(stderr, "gpu_pair: rank %d %s %d\n", r, WIFSIGNALED(st) ? "killed by signal" : "exited with",
+              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+      if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
+        fprintf(stderr, "gpu_pair: rank %d timed out: a call waited for the peer's matching call\n", r);
+      rc = 1;
+    }
+  }
+  if (skipped && !rc) {
+    printf("gpu_pair: fewer than 2 GPUs, skipped\n");
+    return 77;
+  }
+  printf("gpu_pair: %s\n", rc ? "FAIL" : "PASS (each call returned before the peer made its matching call)");
+  return rc;
+}
