@@ -433,8 +433,44 @@ impl CeDirect {
         abort: Arc<crate::gpu::HostMapped>,
         async_errors: Option<Box<dyn Fn(Error) + Send + Sync>>,
     ) -> Result<Option<CeDirect>> {
-        let Some(inner) = Inner::connect(boot, dev, comm_key, mine, theirs, abort)? else { return Ok(None) };
-        let inner = Arc::new(inner);
+        let me = boot.rank();
+        let peer = 1 - me;
+        let name = format!("oxccl-ce-{comm_key:016x}");
+        let listener = if me == 0 { uds::listen(&name).ok() } else { None };
+        boot.barrier()?;
+        let sock = if me == 0 {
+            listener.and_then(|l| {
+                let until = Instant::now() + Duration::from_secs(10);
+                loop {
+                    match uds::accept(&l) {
+                        Ok(Some(s)) => break Some(s),
+                        Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_micros(100)),
+                        _ => break None,
+                    }
+                }
+            })
+        } else {
+            uds::connect(&name, Duration::from_secs(10)).ok().filter(|s| uds::set_nonblocking(s).is_ok())
+        };
+        let ok = boot.all_gather(&[sock.is_some() as u8])?.iter().all(|v| v.first() == Some(&1));
+        let Some(sock) = sock.filter(|_| ok) else {
+            nccl_info!(Subsys::Init, "copy-engine direct: no socket between the two ranks; large transfers use SM copies");
+            return Ok(None);
+        };
+        let _g = crate::gpu::CtxGuard::new(dev)?;
+        let inner = Arc::new(Inner {
+            dev,
+            peer,
+            wire: Wire { sock, peer },
+            mine,
+            theirs,
+            abort,
+            state: Mutex::new(State::default()),
+            known: Mutex::new(Vec::new()),
+            side: OwnedStream::new(dev)?,
+            fork: Event::new()?,
+            join: Event::new()?,
+        });
         let worker = match async_errors {
             None => None,
             Some(on_error) => {
@@ -503,53 +539,6 @@ impl Worker {
 }
 
 impl Inner {
-    fn connect(
-        boot: &crate::bootstrap::Bootstrap,
-        dev: &'static Device,
-        comm_key: u64,
-        mine: u64,
-        theirs: u64,
-        abort: Arc<crate::gpu::HostMapped>,
-    ) -> Result<Option<Inner>> {
-        let me = boot.rank();
-        let peer = 1 - me;
-        let name = format!("oxccl-ce-{comm_key:016x}");
-        let listener = if me == 0 { uds::listen(&name).ok() } else { None };
-        boot.barrier()?;
-        let sock = if me == 0 {
-            listener.and_then(|l| {
-                let until = Instant::now() + Duration::from_secs(10);
-                loop {
-                    match uds::accept(&l) {
-                        Ok(Some(s)) => break Some(s),
-                        Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_micros(100)),
-                        _ => break None,
-                    }
-                }
-            })
-        } else {
-            uds::connect(&name, Duration::from_secs(10)).ok().filter(|s| uds::set_nonblocking(s).is_ok())
-        };
-        let ok = boot.all_gather(&[sock.is_some() as u8])?.iter().all(|v| v.first() == Some(&1));
-        let Some(sock) = sock.filter(|_| ok) else {
-            nccl_info!(Subsys::Init, "copy-engine direct: no socket between the two ranks; large transfers use SM copies");
-            return Ok(None);
-        };
-        let _g = crate::gpu::CtxGuard::new(dev)?;
-        Ok(Some(Inner {
-            dev,
-            peer,
-            wire: Wire { sock, peer },
-            mine,
-            theirs,
-            abort,
-            state: Mutex::new(State::default()),
-            known: Mutex::new(Vec::new()),
-            side: OwnedStream::new(dev)?,
-            fork: Event::new()?,
-            join: Event::new()?,
-        }))
-    }
 
     fn run(&self, kernels: Kernels, dev_comm: u64, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<bool> {
         let send = spec.sends.first().copied();
