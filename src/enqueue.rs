@@ -14,9 +14,9 @@ use crate::device_abi::CollArgs;
 use crate::error::{Error, Result};
 use crate::gpu::module::{launch_pdl, Kernel};
 use crate::gpu::stream::is_capturing;
-use crate::transport::ce_direct::Fallback;
 use crate::gpu::{check, cu, CtxGuard};
 use crate::log::Subsys;
+use crate::transport::ce_direct::Fallback;
 use crate::types::{DataType, RedOp};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -519,22 +519,16 @@ impl CeDirect {
         let op = |work| Op { offer, fd, send, recv, copies, kernels, dev_comm, work };
         // `agreed` cannot hold for these, whatever the peer offers.
         if capturing || (recv.is_some() && dst.is_none()) {
-            w.push(op(None));
+            w.queue.push(op(None));
             return Ok(Some(fallback));
         }
         let at = Event::new()?;
         at.record(stream)?;
         let gate = w.issued.fetch_add(1, Ordering::Relaxed) + 1;
-        w.push(op(Some((at, fallback, gate))));
+        w.queue.push(op(Some((at, fallback, gate))));
         let args = CollArgs { comm: dev_comm, send: self.inner.mine + GATE_OFF, count: gate, ..Default::default() };
         launch_pdl(kernels.wait, 1, 32, stream, &args, false)?;
         Ok(None)
-    }
-}
-
-impl Worker {
-    fn push(&self, op: Op) {
-        self.queue.push(op);
     }
 }
 
