@@ -31,16 +31,20 @@ if [ -n "$nccl_dir" ]; then
   echo "== gpu_comm with NCCL ($nccl_dir)"
   LD_LIBRARY_PATH="$nccl_dir:$cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$out/gpu_comm" $ngpus || rc=1
 fi
-# gpu_pair (two processes): a call returns before the peer makes its matching call. oxccl's
-# copy-engine direct path meets that only with its handshakes on the worker thread
-# (OXCCL_CE_DIRECT_ASYNC=1); exit status 77 means fewer than 2 GPUs.
-pair() { # label, lib dir, env...
-  local label=$1 dir=$2; shift 2
-  echo "== gpu_pair with $label"
+# gpu_pair (two processes): a call returns before the peer makes its matching call (after a
+# first call together); exit status 77 means fewer than 2 GPUs. With OXCCL_CE_DIRECT_ASYNC=0
+# oxccl's copy-engine direct path handshakes on the calling thread and must fail the test: that
+# shows it can fail.
+pair() { # expected (pass/fail), label, lib dir, env...
+  local want=$1 label=$2 dir=$3; shift 3
+  echo "== gpu_pair with $label (expected: $want)"
   local prc=0
   env "$@" LD_LIBRARY_PATH="$dir:$cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$out/gpu_pair" || prc=$?
-  [ $prc = 0 ] || [ $prc = 77 ] || rc=1
+  if [ $prc = 77 ]; then return; fi
+  if [ $want = pass ] && [ $prc != 0 ]; then rc=1; fi
+  if [ $want = fail ] && [ $prc = 0 ]; then echo "gpu_pair passed where it must fail"; rc=1; fi
 }
-pair "oxccl, OXCCL_CE_DIRECT_ASYNC=1" "$out/lib" OXCCL_CE_DIRECT_ASYNC=1
-if [ -n "$nccl_dir" ]; then pair "NCCL ($nccl_dir)" "$nccl_dir"; fi
+pair pass "oxccl" "$out/lib"
+pair fail "oxccl, OXCCL_CE_DIRECT_ASYNC=0" "$out/lib" OXCCL_CE_DIRECT_ASYNC=0 GPU_PAIR_ALARM=15
+if [ -n "$nccl_dir" ]; then pair pass "NCCL ($nccl_dir)" "$nccl_dir"; fi
 exit $rc

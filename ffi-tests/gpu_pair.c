@@ -3,6 +3,9 @@
 // tells rank 1 over a pipe that the call has returned; rank 1 posts the matching call only after
 // hearing that. With NCCL both complete. A library whose call waits on the host for the peer
 // would stall there: an alarm turns that into a failure. The data is checked too.
+// First both ranks make the same calls together: NCCL 2.28 connects a peer's channels at its first
+// operation with it, in the call, on both ranks (runtime connect), so only later calls return
+// without the peer. GPU_PAIR_ALARM: seconds before a stalled rank fails (default 120).
 // Exit status 0: pass; 77: fewer than 2 GPUs (skipped); anything else: fail.
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -29,8 +32,9 @@ static float value(size_t i, int round) { return (float)((i * 7 + (size_t)round 
 
 static int rank;
 
-// Rank 0 makes `call` and says so; rank 1 waits to hear it, then makes its own.
-static void one_round(int round, ncclComm_t comm, cudaStream_t s, float* buf, float* host, int sig_w, int sig_r) {
+// Rank 0 makes `call` and says so; rank 1 waits to hear it, then makes its own. `ordered` 0: both
+// call at once (the warm-up).
+static void one_round(int round, int ordered, ncclComm_t comm, cudaStream_t s, float* buf, float* host, int sig_w, int sig_r) {
   if (rank == 0) {
     for (size_t i = 0; i < COUNT; ++i) host[i] = value(i, round);
     CHECK(cudaMemcpy(buf, host, COUNT * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess, "cudaMemcpy in");
@@ -39,11 +43,11 @@ static void one_round(int round, ncclComm_t comm, cudaStream_t s, float* buf, fl
   }
   CHECK(cudaDeviceSynchronize() == cudaSuccess, "cudaDeviceSynchronize");
   char b = (char)round;
-  if (rank == 1) CHECK(read(sig_r, &b, 1) == 1, "reading rank 0's signal");
+  if (ordered && rank == 1) CHECK(read(sig_r, &b, 1) == 1, "reading rank 0's signal");
   ncclResult_t r = round == 0 ? (rank == 0 ? ncclSend(buf, COUNT, ncclFloat, 1, comm, s) : ncclRecv(buf, COUNT, ncclFloat, 0, comm, s))
                               : ncclBroadcast(buf, buf, COUNT, ncclFloat, 0, comm, s);
   CHECK(r == ncclSuccess, "round %d: %s", round, ncclGetErrorString(r));
-  if (rank == 0) CHECK(write(sig_w, &b, 1) == 1, "signalling rank 1");
+  if (ordered && rank == 0) CHECK(write(sig_w, &b, 1) == 1, "signalling rank 1");
   CHECK(cudaStreamSynchronize(s) == cudaSuccess, "round %d: cudaStreamSynchronize", round);
   if (rank == 1) {
     CHECK(cudaMemcpy(host, buf, COUNT * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess, "cudaMemcpy out");
@@ -52,7 +56,8 @@ static void one_round(int round, ncclComm_t comm, cudaStream_t s, float* buf, fl
 }
 
 static void child(int id_w, int id_r, int sig_w, int sig_r) {
-  alarm(120);  // a call that waits for the peer's (which waits for the signal) never returns
+  const char* secs = getenv("GPU_PAIR_ALARM");
+  alarm(secs && atoi(secs) > 0 ? (unsigned)atoi(secs) : 120);  // a call waiting for the peer's never returns
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) _exit(77);
   CHECK(cudaSetDevice(rank) == cudaSuccess, "cudaSetDevice");
@@ -71,7 +76,8 @@ static void child(int id_w, int id_r, int sig_w, int sig_r) {
   CHECK(cudaMalloc((void**)&buf, COUNT * sizeof(float)) == cudaSuccess, "cudaMalloc");
   float* host = malloc(COUNT * sizeof(float));
   CHECK(host != NULL, "malloc");
-  for (int round = 0; round < 2; ++round) one_round(round, comm, s, buf, host, sig_w, sig_r);
+  for (int round = 0; round < 2; ++round) one_round(round, 0, comm, s, buf, host, sig_w, sig_r);
+  for (int round = 0; round < 2; ++round) one_round(round, 1, comm, s, buf, host, sig_w, sig_r);
   CHECK(ncclCommDestroy(comm) == ncclSuccess, "ncclCommDestroy");
   _exit(0);
 }

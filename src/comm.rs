@@ -449,7 +449,7 @@ impl Comm {
             Some(ch) if self.nranks == 2 && crate::algo::ce_direct::min_bytes(&tuning) > 0 && !peers[0].same_process(&peers[1]) => {
                 let peer = 1 - self.rank;
                 let key = crate::reg::comm_key(id);
-                let on_error = tuning.ce_direct_async.then(|| {
+                let on_error = (!tuning.ce_direct_sync).then(|| {
                     let (state, flag, rank) = (self.state.clone(), abort_flag.clone(), self.rank);
                     Box::new(move |e: Error| {
                         nccl_warn!("comm rank {rank}: {}; the communicator now reports {}", e.msg, e.code.as_str());
@@ -618,6 +618,10 @@ impl Comm {
         }
         // No goodbye: the peers are meant to see this rank gone (ncclRemoteError), as with NCCL.
         self.stop_watchdog(false);
+        // The copy-engine worker gives up on the peer and releases the stream waits it owns.
+        if let Some(ce) = &r.ce {
+            ce.stop();
+        }
         // Kernels see the flag within microseconds; do not wait on a wedged GPU forever.
         let drained = self.quiesce(Some(Instant::now() + Duration::from_secs(10))).unwrap_or(false);
         if !drained {

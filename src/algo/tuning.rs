@@ -41,9 +41,10 @@ pub struct Tuning {
     /// OXCCL_CE_DIRECT_MIN_BYTES: smallest transfer the copy-engine direct path takes between the
     /// two processes of a 2-rank communicator (0 = never; algo::ce_direct).
     pub ce_direct_min_bytes: Option<u64>,
-    /// OXCCL_CE_DIRECT_ASYNC=1: the copy-engine direct path's handshakes run on a worker thread,
-    /// so that its calls return at once (transport::ce_direct::CeDirect::submit).
-    pub ce_direct_async: bool,
+    /// OXCCL_CE_DIRECT_ASYNC=0: the copy-engine direct path's handshakes run on the calling
+    /// thread, whose call then waits for the peer's. By default a worker thread runs them, so that
+    /// calls return at once as NCCL's do (transport::ce_direct::CeDirect::submit).
+    pub ce_direct_sync: bool,
     /// OXCCL_REDUCE_LL_MAX_BYTES: largest ReduceScatter chunk / Reduce message moved as packets.
     pub reduce_ll_max_bytes: Option<u64>,
     /// OXCCL_REDUCE_LL_SHAPE_MAX_RANKS: most ranks at which a packet Reduce takes the one-shot
@@ -106,7 +107,7 @@ impl Tuning {
             broadcast_oneshot_max_bytes: num("OXCCL_BROADCAST_ONESHOT_MAX_BYTES"),
             p2p_oneshot_max_bytes: num("OXCCL_P2P_ONESHOT_MAX_BYTES"),
             ce_direct_min_bytes: num("OXCCL_CE_DIRECT_MIN_BYTES"),
-            ce_direct_async: num("OXCCL_CE_DIRECT_ASYNC") == Some(1),
+            ce_direct_sync: num("OXCCL_CE_DIRECT_ASYNC") == Some(0),
             reduce_ll_max_bytes: num("OXCCL_REDUCE_LL_MAX_BYTES"),
             reduce_ll_shape_max_ranks: num("OXCCL_REDUCE_LL_SHAPE_MAX_RANKS"),
             relay_min_bytes: num("OXCCL_RELAY_MIN_BYTES"),

@@ -8,29 +8,31 @@
 //! 1. Host handshake over a Unix socket of the pair (made at init): each rank tells the other
 //!    whether it is capturing a CUDA graph and, for a receive, its destination's allocation
 //!    (buffer id, range, offset) with a CUDA IPC handle (cudaMalloc memory) or, the first time,
-//!    its cuMem file descriptor (ncclMemAlloc memory). Both then know whether the path runs: not
-//!    while either captures (a graph would replay the stream writes' values), not for memory that
-//!    cannot be shared (pools). The sender maps the destination (cached per buffer id) and both
-//!    exchange whether that worked.
-//!    Where the path does not run, the caller launches the SM kernels, again on both ranks.
-//!    By default the handshake runs on the calling thread, so the call returns only once the
-//!    peer has made its matching call (NCCL's calls return without waiting for the peer);
-//!    OXCCL_CE_DIRECT_MIN_BYTES=0 turns the path off. With OXCCL_CE_DIRECT_ASYNC=1 a worker
-//!    thread per communicator handshakes instead (`submit`): the call records an event on the
-//!    user's stream, queues the launch and puts a gate (a wait kernel on this rank's gate count)
-//!    on the stream; the worker, in call order, handshakes, makes its own stream wait for the
-//!    event, copies or launches the SM kernels there, and writes the gate count. The call
-//!    returns at once. (Built in session 31 without a GPU to run it on: not yet the default.)
-//! 2. Stream order, on each rank's own stream, with two counters per rank in the channel buffer
-//!    (`ready`: my peer's buffer may take my next copy; `done`: my peer's copy into me finished):
+//!    its cuMem file descriptor (ncclMemAlloc memory), and which of the peer's buffers it has
+//!    mapped. Both then know whether the path runs: not while either captures (a graph would
+//!    replay the stream writes' values), not for memory that cannot be shared (pools). The sender
+//!    maps the destination (cached per buffer id) and, unless both offers show it mapped already
+//!    (`certain`), both exchange whether that worked. Where the path does not run, the SM kernels
+//!    move the data, again on both ranks.
+//!    A worker thread per communicator handshakes (`submit`), in call order, so a call returns at
+//!    once, as NCCL's does: a program may make a rank's next call wait on the host for something
+//!    the peer does after its own call returned. The call puts on the user's stream everything
+//!    that needs no answer from the peer (an event, the receive's counters, a gate for the
+//!    worker's part); the worker's stream, behind the event, copies, or runs the kernels where
+//!    the pair disagreed. OXCCL_CE_DIRECT_ASYNC=0 handshakes on the calling thread instead
+//!    (`run`), whose call then returns only once the peer has made its matching call.
+//! 2. Stream order with two counters per rank in the channel buffer (`ready`: my peer's buffer may
+//!    take my next copy; `done`: my peer's copy into me finished):
 //!    ```text
 //!    receiver: write peer.ready = #receives   (its stream reached the receive: dst writable)
 //!    sender:   wait  my.ready >= #sends; copy-engine copy; write peer.done = #sends
 //!    receiver: wait  my.done >= #receives
 //!    ```
 //!    A rank that sends and receives does both in that order, so neither waits for the other
-//!    first. Writes are cuStreamWriteValue64 with its full memory barrier (the copy lands before
-//!    the count); waits are a one-thread kernel (kernels/ce_wait.cu) that also watches the abort
+//!    first. With the worker, the sender's line runs on the worker's stream and the user's stream
+//!    waits for a third counter, `gate`, which the worker writes after it (see `submit`).
+//!    Writes are cuStreamWriteValue64 with its full memory barrier (the copy lands before the
+//!    count); waits are a one-thread kernel (kernels/ce_direct.cu) that also watches the abort
 //!    flag, so ncclCommAbort releases them. Local copies (an out-of-place root's own piece) run
 //!    beside the transfer on a side stream, by SMs (kernels/ce_direct.cu): on this GPU's copy
 //!    engines they shared the transfer's and cost out-of-place Broadcast, Scatter and AllGather
@@ -92,7 +94,14 @@ pub struct Offer {
     pub recv_bytes: u64,
     /// The destination of this rank's receive, if it has one and can share it.
     pub dst: Option<Dest>,
+    /// Ids of the peer's buffers this rank has mapped, most recently used first (0: none), filled
+    /// in as the handshake starts: where each transfer's destination is among its sender's, both
+    /// ranks know the mapping holds and skip the second exchange (`certain`).
+    pub mapped: [u64; MAPPED_IDS],
 }
+
+/// Mapped ids an offer lists: enough for a loop over a few buffers.
+pub const MAPPED_IDS: usize = 4;
 
 /// How the peer maps a destination.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,7 +128,7 @@ pub struct Dest {
 }
 
 impl Offer {
-    pub const BYTES: usize = 2 + 8 * 6 + 1 + IPC_HANDLE_BYTES;
+    pub const BYTES: usize = 2 + 8 * 6 + 1 + IPC_HANDLE_BYTES + 8 * MAPPED_IDS;
 
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(Self::BYTES);
@@ -136,6 +145,9 @@ impl Offer {
         };
         v.push(kind);
         v.extend_from_slice(&h);
+        for id in self.mapped {
+            v.extend_from_slice(&id.to_le_bytes());
+        }
         v
     }
 
@@ -150,14 +162,21 @@ impl Offer {
             u64::from_le_bytes(a)
         };
         let mut h = [0u8; IPC_HANDLE_BYTES];
-        h.copy_from_slice(&b[KIND + 1..]);
+        h.copy_from_slice(&b[KIND + 1..KIND + 1 + IPC_HANDLE_BYTES]);
+        let mut mapped = [0u64; MAPPED_IDS];
+        for (i, m) in mapped.iter_mut().enumerate() {
+            let at = KIND + 1 + IPC_HANDLE_BYTES + 8 * i;
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[at..at + 8]);
+            *m = u64::from_le_bytes(a);
+        }
         let share = match b[KIND] {
             0 => Share::Ipc(h),
             1 => Share::Fd,
             _ => Share::Known,
         };
         let dst = (b[1] == 1).then_some(Dest { id: w(2), base: w(3), size: w(4), offset: w(5), share });
-        Ok(Offer { capturing: b[0] == 1, send_bytes: w(0), recv_bytes: w(1), dst })
+        Ok(Offer { capturing: b[0] == 1, send_bytes: w(0), recv_bytes: w(1), dst, mapped })
     }
 }
 
@@ -168,6 +187,16 @@ impl Offer {
 pub fn agreed(mine: &Offer, theirs: &Offer) -> bool {
     let sides = |a: &Offer, b: &Offer| a.send_bytes == b.recv_bytes && (a.recv_bytes == 0 || a.dst.is_some());
     !mine.capturing && !theirs.capturing && (mine.send_bytes | mine.recv_bytes) != 0 && sides(mine, theirs) && sides(theirs, mine)
+}
+
+/// Whether both ranks know, from the two offers alone, that every transfer's sender has its
+/// destination mapped already, so that the exchange of mapping results can be skipped. Symmetric
+/// in the two offers, like `agreed`, and meant for offers that agree.
+pub fn certain(mine: &Offer, theirs: &Offer) -> bool {
+    let holds = |sender: &Offer, receiver: &Offer| {
+        sender.send_bytes == 0 || receiver.dst.is_some_and(|d| d.id != 0 && sender.mapped.contains(&d.id))
+    };
+    holds(mine, theirs) && holds(theirs, mine)
 }
 
 enum Mapping {
@@ -196,7 +225,18 @@ struct State {
     /// Transfers this rank made into the peer, and the peer into this rank (the counters' values).
     sent: u64,
     received: u64,
+    /// Oldest first, most recently used last.
     imports: Vec<Import>,
+    stats: Stats,
+}
+
+/// Host time the path spends per launch, logged at INFO when the communicator goes.
+#[derive(Default)]
+struct Stats {
+    handshakes: u64,
+    handshake_ns: u64,
+    issues: u64,
+    issue_ns: u64,
 }
 
 /// The pair's socket (non-blocking seqpacket: one message per send, a descriptor may ride along).
@@ -280,6 +320,13 @@ fn handshake(
         Some(d) => map(&d, their_fd),
         None => Some(0),
     };
+    if certain(mine, &theirs) {
+        // The peer skips the second exchange too: a cached mapping cannot fail.
+        return match target {
+            Some(_) => Ok(Verdict { target, peer_mapped: mine.dst.is_some() }),
+            None => Err(Error::internal("copy-engine handshake: a mapping both ranks knew of is gone")),
+        };
+    }
     wire.send(&[target.is_some() as u8], None)?;
     let peer_ok = wire.recv(aborted, timeout)?.0.first() == Some(&1);
     if !peer_ok || target.is_none() {
@@ -314,11 +361,23 @@ struct Op {
     copies: Vec<LocalCopy>,
     kernels: Kernels,
     dev_comm: u64,
-    /// The user's stream work: an event recorded where the launch stands in it, the kernels to
-    /// run if the pair disagrees, and the gate count that releases the stream. None: the caller
-    /// already runs the kernels (it captures a graph, or cannot share its receive buffer), and
-    /// the worker only tells the peer.
-    work: Option<(Event, Fallback, u64)>,
+    /// This launch's counts (`Counts`): the send's and the receive's, where it has them.
+    sent: u64,
+    received: u64,
+    /// The worker's part of the launch. None: the caller already runs the kernels (it captures a
+    /// graph, or cannot share its receive buffer), and the worker only tells the peer.
+    work: Option<Work>,
+}
+
+struct Work {
+    /// Recorded on the user's stream where the launch stands in it.
+    at: Event,
+    /// The kernels to run if the pair disagrees.
+    fallback: Fallback,
+    /// The gate count the user's stream waits for, when the worker's stream has work the user's
+    /// stream must wait for (a send, local copies); None for a bare receive, whose stream waits
+    /// for its `done` count instead (the peer's copy, or the worker after the fallback kernels).
+    gate: Option<u64>,
 }
 
 /// Launches waiting for the worker, in call order, and its stop flag.
@@ -350,24 +409,25 @@ impl<T> Queue<T> {
         self.stop.load(Ordering::Acquire)
     }
 
-    /// The next launch, waiting for one; None once stopped with nothing left.
-    fn next(&self) -> Option<T> {
+    /// The next launch, waiting for one; None once stopped with nothing left, or once `flagged`
+    /// (looked at every 10 ms while idle).
+    fn next(&self, flagged: &dyn Fn() -> bool) -> Option<T> {
         let mut ops = self.ops.lock();
         loop {
             if let Some(op) = ops.pop_front() {
                 return Some(op);
             }
-            if self.stopping() {
+            if self.stopping() || flagged() {
                 return None;
             }
-            self.more.wait(&mut ops);
+            self.more.wait_for(&mut ops, Duration::from_millis(10));
         }
     }
 
-    /// Serves launches in order until stopped and drained, or until one fails (a panic counts as
-    /// a failure): the first failure, if any.
-    fn serve_all(&self, mut serve: impl FnMut(T) -> Result<()>) -> Result<()> {
-        while let Some(op) = self.next() {
+    /// Serves launches in order until stopped and drained, until `flagged` while idle, or until
+    /// one fails (a panic counts as a failure): the first failure, if any.
+    fn serve_all(&self, mut serve: impl FnMut(T) -> Result<()>, flagged: &dyn Fn() -> bool) -> Result<()> {
+        while let Some(op) = self.next(flagged) {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serve(op)))
                 .unwrap_or_else(|_| Err(Error::internal("copy-engine direct worker panicked")))?;
         }
@@ -379,18 +439,23 @@ struct Worker {
     queue: Arc<Queue<Op>>,
     /// Gate counts handed out (the caller holds the launch lock, so in call order).
     issued: AtomicU64,
-    thread: Option<std::thread::JoinHandle<()>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Drop for CeDirect {
     fn drop(&mut self) {
-        if let Some(w) = &mut self.worker {
-            // The worker finishes what is queued (a destroy has waited for the streams, whose
-            // gates needed it), unless the communicator was aborted, then exits.
-            w.queue.stop();
-            if let Some(t) = w.thread.take() {
-                let _ = t.join();
-            }
+        self.stop();
+        let st = self.inner.state.lock();
+        let s = &st.stats;
+        if s.handshakes > 0 {
+            nccl_info!(
+                Subsys::P2p,
+                "copy-engine direct: {} handshakes, {:.1} us each; {} copies issued, {:.1} us each (host time)",
+                s.handshakes,
+                s.handshake_ns as f64 / s.handshakes as f64 / 1e3,
+                s.issues,
+                s.issue_ns as f64 / s.issues.max(1) as f64 / 1e3
+            );
         }
     }
 }
@@ -413,6 +478,13 @@ struct Inner {
     side: OwnedStream,
     fork: Event,
     join: Event,
+    /// Events for the worker's launches, reused: one is back here once the worker's stream waits
+    /// on it (a wait takes the event's state when it is queued).
+    events: Mutex<Vec<Event>>,
+    /// With the worker: sends and receives of every launch the path takes, counted by the caller
+    /// in call order (the launch lock), so on both ranks alike whatever the handshake then says.
+    sent: AtomicU64,
+    received: AtomicU64,
 }
 
 // SAFETY: the events and stream are driver handles usable from any thread; State is behind a lock.
@@ -470,6 +542,9 @@ impl CeDirect {
             side: OwnedStream::new(dev)?,
             fork: Event::new()?,
             join: Event::new()?,
+            events: Mutex::new(Vec::new()),
+            sent: AtomicU64::new(0),
+            received: AtomicU64::new(0),
         });
         let worker = match async_errors {
             None => None,
@@ -480,7 +555,7 @@ impl CeDirect {
                     .name("oxccl-ce-direct".into())
                     .spawn(move || i.work(&q, on_error))
                     .map_err(|e| Error::system(format!("copy-engine direct: cannot start its worker thread: {e}")))?;
-                Some(Worker { queue, issued: AtomicU64::new(0), thread: Some(thread) })
+                Some(Worker { queue, issued: AtomicU64::new(0), thread: Mutex::new(Some(thread)) })
             }
         };
         Ok(Some(CeDirect { inner, worker }))
@@ -491,6 +566,19 @@ impl CeDirect {
         self.worker.is_some()
     }
 
+    /// Ends the worker thread, if any: it finishes what is queued (a destroy has waited for the
+    /// streams, whose gates needed it) or, once the communicator's abort flag is set, gives up on
+    /// the peer, releases every stream wait of the path and exits. ncclCommAbort calls it after
+    /// setting the flag and before it waits for the streams.
+    pub fn stop(&self) {
+        if let Some(w) = &self.worker {
+            w.queue.stop();
+            if let Some(t) = w.thread.lock().take() {
+                let _ = t.join();
+            }
+        }
+    }
+
     /// Moves `spec` (which algo::ce_direct::takes) on `stream`, or returns false when the
     /// handshake says the SM kernels must (on both ranks). The caller holds the launch lock with
     /// the device's context current.
@@ -498,36 +586,58 @@ impl CeDirect {
         self.inner.run(kernels, dev_comm, spec, stream)
     }
 
-    /// The worker's form of `run`: returns at once. Gives `fallback` back when this rank already
-    /// knows the kernels must move `spec` (it captures a graph, or cannot share its receive
-    /// buffer): the caller launches it, and the worker tells the peer. Otherwise the user's
-    /// stream gets an event and a gate (a one-thread wait kernel on this rank's gate count, which
-    /// also watches the abort flag); the worker, once the peer's offer is in, waits for the event
-    /// on its own stream, copies (or launches `fallback` there) and then writes the gate count.
-    /// The caller holds the launch lock with the device's context current.
+    /// The worker's form of `run`: returns at once, leaving the handshake to the worker. Every
+    /// launch the path takes counts one send and/or one receive on both ranks. Gives `fallback`
+    /// back when this rank already knows the kernels must move `spec` (it captures a graph, or
+    /// cannot share its receive buffer): the caller launches it, and the worker tells the peer.
+    /// Otherwise the user's stream gets, in order:
+    /// ```text
+    /// event at                   (the worker's stream starts here)
+    /// write peer.ready = #recv   (receive: dst writable, as in `issue`)
+    /// wait  my.gate >= #gate     (send or local copies: the worker's copy, copies, or fallback)
+    /// wait  my.done >= #recv     (receive: the peer's copy, or the worker after the fallback)
+    /// ```
+    /// A bare receive thus costs the stream no more than `run`'s; the worker, once the peer's
+    /// offer is in, runs the send's copy (`serve`). The caller holds the launch lock with the
+    /// device's context current.
     pub fn submit(&self, kernels: Kernels, dev_comm: u64, spec: &ExchangeSpec, fallback: Fallback, stream: cu::CUstream) -> Result<Option<Fallback>> {
         let Some(w) = &self.worker else { return Err(Error::internal("copy-engine direct: submit without a worker")) };
+        let inner = &*self.inner;
         let (send, recv) = (spec.sends.first().copied(), spec.recvs.first().copied());
         let capturing = is_capturing(stream)?;
         let (dst, fd) = match recv {
-            Some(r) if !capturing => self.inner.describe(r)?,
+            Some(r) if !capturing => inner.describe(r)?,
             _ => (None, None),
         };
         let bytes = |x: Option<Transfer>| x.map_or(0, |t| t.bytes);
-        let offer = Offer { capturing, send_bytes: bytes(send), recv_bytes: bytes(recv), dst };
-        let copies = spec.copies.clone();
-        let op = |work| Op { offer, fd, send, recv, copies, kernels, dev_comm, work };
-        // `agreed` cannot hold for these, whatever the peer offers.
+        let offer = Offer { capturing, send_bytes: bytes(send), recv_bytes: bytes(recv), dst, mapped: [0; MAPPED_IDS] };
+        let count = |c: &AtomicU64, x: Option<Transfer>| if x.is_some() { c.fetch_add(1, Ordering::Relaxed) + 1 } else { 0 };
+        let (sent, received) = (count(&inner.sent, send), count(&inner.received, recv));
+        let copies: Vec<LocalCopy> = spec.copies.iter().filter(|c| c.bytes > 0 && c.src != c.dst).copied().collect();
+        let has_copies = !copies.is_empty();
+        let op = |work| Op { offer, fd, send, recv, copies, kernels, dev_comm, sent, received, work };
+        // `agreed` cannot hold for these, whatever the peer offers. The peer's counts still moved:
+        // its waits are released by its worker (fallback), and later ones wait for later counts.
         if capturing || (recv.is_some() && dst.is_none()) {
             w.queue.push(op(None));
             return Ok(Some(fallback));
         }
-        let at = Event::new()?;
+        let at = match inner.events.lock().pop() {
+            Some(e) => e,
+            None => Event::new()?,
+        };
         at.record(stream)?;
-        let gate = w.issued.fetch_add(1, Ordering::Relaxed) + 1;
-        w.queue.push(op(Some((at, fallback, gate))));
-        let args = CollArgs { comm: dev_comm, send: self.inner.mine + GATE_OFF, count: gate, ..Default::default() };
-        launch_pdl(kernels.wait, 1, 32, stream, &args, false)?;
+        if recv.is_some() {
+            inner.write(inner.theirs + READY_OFF, received, stream, "cuStreamWriteValue64 (ready)")?;
+        }
+        let gate = (send.is_some() || has_copies).then(|| w.issued.fetch_add(1, Ordering::Relaxed) + 1);
+        w.queue.push(op(Some(Work { at, fallback, gate })));
+        if let Some(g) = gate {
+            inner.wait(kernels, dev_comm, inner.mine + GATE_OFF, g, stream)?;
+        }
+        if recv.is_some() {
+            inner.wait(kernels, dev_comm, inner.mine + DONE_OFF, received, stream)?;
+        }
         Ok(None)
     }
 }
@@ -544,12 +654,20 @@ impl Inner {
         };
         let mut st = self.state.lock();
         let bytes = |x: Option<Transfer>| x.map_or(0, |t| t.bytes);
-        let mine = Offer { capturing, send_bytes: bytes(send), recv_bytes: bytes(recv), dst };
+        let mine = Offer { capturing, send_bytes: bytes(send), recv_bytes: bytes(recv), dst, mapped: [0; MAPPED_IDS] };
         let aborted = || self.abort.load_u64(0) != 0;
         let v = self.agree(&mut st, &mine, fd, &aborted, HANDSHAKE_TIMEOUT)?;
         let Some(target) = v.target else { return Ok(false) };
         self.issue(&mut st, kernels, dev_comm, send, recv, target, &spec.copies, stream)?;
         Ok(true)
+    }
+
+    /// Makes `stream` wait until this rank's counter at `counter` reaches `value`: a one-thread
+    /// kernel (kernels/ce_direct.cu) that also lets go on an abort. (cuStreamWaitValue64 in its
+    /// place was measured slower, 1-30% at 2-64 MB in session 32, and only the value releases it.)
+    fn wait(&self, kernels: Kernels, dev_comm: u64, counter: u64, value: u64, stream: cu::CUstream) -> Result<()> {
+        let args = CollArgs { comm: dev_comm, send: counter, count: value, ..Default::default() };
+        launch_pdl(kernels.wait, 1, 32, stream, &args, false)
     }
 
     /// The worker thread: serves queued launches in call order until stopped (after the queue
@@ -564,8 +682,9 @@ impl Inner {
         // A stop (the communicator going away) ends a wait for the peer: by then the streams were
         // waited for, so every launch that gates one was served, and what is left only tells the
         // peer about kernels it runs anyway.
-        let aborted = || self.abort.load_u64(0) != 0 || q.stopping();
-        if let Err(e) = q.serve_all(|op| self.serve(op, stream.raw, &aborted)) {
+        let flagged = || self.abort.load_u64(0) != 0;
+        let aborted = || flagged() || q.stopping();
+        if let Err(e) = q.serve_all(|op| self.serve(op, stream.raw, &aborted), &flagged) {
             // After a stop or an abort the failure is the communicator's end, not news.
             if !aborted() {
                 on_error(e);
@@ -573,27 +692,85 @@ impl Inner {
         }
     }
 
-    /// One queued launch: the handshake, then (if the caller's stream waits on it) the copy or
-    /// the kernels on the worker's stream behind the caller's event, and the gate count.
+    /// One queued launch: the handshake, then the worker's part of it on its stream, behind the
+    /// caller's event: where the pair agreed, the local copies beside the send's copy (the send
+    /// waits for the peer's `ready`, then writes its `done`); where it did not, the kernels, then
+    /// this rank's own `done` for a receive (the peer will not write it); last the gate count.
     fn serve(&self, op: Op, work: cu::CUstream, aborted: &dyn Fn() -> bool) -> Result<()> {
         let mut st = self.state.lock();
         let v = self.agree(&mut st, &op.offer, op.fd, aborted, NO_TIMEOUT)?;
-        let Some((at, fallback, gate)) = op.work else { return Ok(()) };
-        at.wait_on(work)?;
+        let Some(Work { at, fallback, gate }) = op.work else { return Ok(()) };
+        let t0 = Instant::now();
         match v.target {
-            Some(target) => self.issue(&mut st, op.kernels, op.dev_comm, op.send, op.recv, target, &op.copies, work)?,
-            None => launch_pdl(fallback.kernel, fallback.grid, fallback.block, work, &*fallback.args, false)?,
+            Some(target) => {
+                if gate.is_some() {
+                    at.wait_on(work)?;
+                }
+                self.fork_copies(op.kernels, &op.copies, work)?;
+                if let Some(s) = op.send {
+                    self.wait(op.kernels, op.dev_comm, self.mine + READY_OFF, op.sent, work)?;
+                    copy_engine_async(target, s.ptr, s.bytes as usize, work)?;
+                    self.write(self.theirs + DONE_OFF, op.sent, work, "cuStreamWriteValue64 (done)")?;
+                }
+                if !op.copies.is_empty() {
+                    self.join.wait_on(work)?;
+                }
+            }
+            None => {
+                at.wait_on(work)?;
+                launch_pdl(fallback.kernel, fallback.grid, fallback.block, work, &*fallback.args, false)?;
+                if op.recv.is_some() {
+                    // SAFETY of the write: this rank's own counter; after the kernels above.
+                    self.write(self.mine + DONE_OFF, op.received, work, "cuStreamWriteValue64 (own done)")?;
+                }
+            }
         }
-        // SAFETY: this rank's own gate counter (channel buffer, device memory of this context);
-        // the default flags put a memory barrier before the write, after everything above.
-        check(unsafe { cu::cuStreamWriteValue64_v2(work, self.mine + GATE_OFF, gate, 0) }, "cuStreamWriteValue64 (gate)")
+        self.events.lock().push(at);
+        if let Some(g) = gate {
+            self.write(self.mine + GATE_OFF, g, work, "cuStreamWriteValue64 (gate)")?;
+        }
+        st.stats.issues += 1;
+        st.stats.issue_ns += t0.elapsed().as_nanos() as u64;
+        Ok(())
+    }
+
+    /// Writes `value` to a counter (this rank's, or the peer's as mapped here) in `stream`'s
+    /// order. The default flags put a full memory barrier before the write: whatever the stream
+    /// did before (a copy into the peer, kernels) is visible before the count.
+    fn write(&self, counter: u64, value: u64, stream: cu::CUstream, what: &str) -> Result<()> {
+        // SAFETY: the address is a counter of a channel buffer (this rank's or the peer's, mapped
+        // here for the communicator's lifetime).
+        check(unsafe { cu::cuStreamWriteValue64_v2(stream, counter, value, 0) }, what)
+    }
+
+    /// Local copies (already filtered) on the side stream, forked from `stream`; the caller joins
+    /// (`join`) where the launch ends.
+    fn fork_copies(&self, kernels: Kernels, copies: &[LocalCopy], stream: cu::CUstream) -> Result<()> {
+        if copies.is_empty() {
+            return Ok(());
+        }
+        self.fork.record(stream)?;
+        self.fork.wait_on(self.side.raw)?;
+        for c in copies {
+            let args = CollArgs { send: c.src, recv: c.dst, count: c.bytes, ..Default::default() };
+            launch_pdl(kernels.copy, COPY_BLOCKS, 512, self.side.raw, &args, false)?;
+        }
+        self.join.record(self.side.raw)
     }
 
     /// The handshake for `mine` (and its descriptor), and the bookkeeping of which of this
     /// rank's buffers the peer has mapped.
     fn agree(&self, st: &mut State, mine: &Offer, fd: Option<OwnedFd>, aborted: &dyn Fn() -> bool, timeout: Duration) -> Result<Verdict> {
         let send_bytes = mine.send_bytes;
+        let mut mapped = [0u64; MAPPED_IDS];
+        for (m, i) in mapped.iter_mut().zip(st.imports.iter().rev()) {
+            *m = i.id;
+        }
+        let mine = &Offer { mapped, ..*mine };
+        let t0 = Instant::now();
         let v = handshake(&self.wire, mine, fd.as_ref().map(|f| f.as_raw_fd()), aborted, timeout, |d, fd| self.map(st, d, fd, send_bytes))?;
+        st.stats.handshakes += 1;
+        st.stats.handshake_ns += t0.elapsed().as_nanos() as u64;
         if let Some(d) = mine.dst {
             // The peer has this buffer mapped now, or must be sent its descriptor again.
             let mut known = self.known.lock();
@@ -608,6 +785,7 @@ impl Inner {
         Ok(v)
     }
 
+    /// The calling thread's launch (`run`): the whole protocol on the user's stream.
     #[allow(clippy::too_many_arguments)]
     fn issue(
         &self,
@@ -620,32 +798,19 @@ impl Inner {
         copies: &[LocalCopy],
         stream: cu::CUstream,
     ) -> Result<()> {
-        let copies: Vec<&LocalCopy> = copies.iter().filter(|c| c.bytes > 0 && c.src != c.dst).collect();
-        if !copies.is_empty() {
-            self.fork.record(stream)?;
-            self.fork.wait_on(self.side.raw)?;
-            for c in &copies {
-                let args = CollArgs { send: c.src, recv: c.dst, count: c.bytes, ..Default::default() };
-                launch_pdl(kernels.copy, COPY_BLOCKS, 512, self.side.raw, &args, false)?;
-            }
-            self.join.record(self.side.raw)?;
-        }
-        let wait = |counter: u64, value: u64| {
-            let args = CollArgs { comm: dev_comm, send: counter, count: value, ..Default::default() };
-            launch_pdl(kernels.wait, 1, 32, stream, &args, false)
-        };
-        // SAFETY (both writes): the address is a counter of the peer's channel buffer, mapped here
-        // for the communicator's lifetime; the default flags put a memory barrier before the write.
-        let write = |counter: u64, value: u64, what: &str| check(unsafe { cu::cuStreamWriteValue64_v2(stream, counter, value, 0) }, what);
+        let t0 = Instant::now();
+        let copies: Vec<LocalCopy> = copies.iter().filter(|c| c.bytes > 0 && c.src != c.dst).copied().collect();
+        self.fork_copies(kernels, &copies, stream)?;
+        let wait = |counter: u64, value: u64| self.wait(kernels, dev_comm, counter, value, stream);
         if recv.is_some() {
             st.received += 1;
-            write(self.theirs + READY_OFF, st.received, "cuStreamWriteValue64 (ready)")?;
+            self.write(self.theirs + READY_OFF, st.received, stream, "cuStreamWriteValue64 (ready)")?;
         }
         if let Some(s) = send {
             st.sent += 1;
             wait(self.mine + READY_OFF, st.sent)?;
             copy_engine_async(target, s.ptr, s.bytes as usize, stream)?;
-            write(self.theirs + DONE_OFF, st.sent, "cuStreamWriteValue64 (done)")?;
+            self.write(self.theirs + DONE_OFF, st.sent, stream, "cuStreamWriteValue64 (done)")?;
         }
         if recv.is_some() {
             wait(self.mine + DONE_OFF, st.received)?;
@@ -653,6 +818,8 @@ impl Inner {
         if !copies.is_empty() {
             self.join.wait_on(stream)?;
         }
+        st.stats.issues += 1;
+        st.stats.issue_ns += t0.elapsed().as_nanos() as u64;
         Ok(())
     }
 
@@ -696,8 +863,12 @@ impl Inner {
         if d.offset.checked_add(bytes).is_none_or(|end| end > d.size) {
             return None;
         }
-        if let Some(m) = st.imports.iter().find(|m| m.id == d.id) {
-            return Some(m.map.ptr() + d.offset);
+        if let Some(i) = st.imports.iter().position(|m| m.id == d.id) {
+            // Most recently used last: the offers list the last few.
+            let m = st.imports.remove(i);
+            let at = m.map.ptr() + d.offset;
+            st.imports.push(m);
+            return Some(at);
         }
         st.imports.retain(|m| m.base + m.size <= d.base || d.base + d.size <= m.base);
         if st.imports.len() == MAX_IMPORTS {
@@ -737,10 +908,13 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let (q2, s2) = (q.clone(), seen.clone());
         let t = std::thread::spawn(move || {
-            q2.serve_all(|x: u32| {
-                s2.lock().push(x);
-                Ok(())
-            })
+            q2.serve_all(
+                |x: u32| {
+                    s2.lock().push(x);
+                    Ok(())
+                },
+                &|| false,
+            )
         });
         for x in 0..3 {
             q.push(x);
@@ -756,10 +930,21 @@ mod tests {
         // A stop releases a worker waiting on an empty queue.
         let q = Arc::new(Queue::<u32>::new());
         let q2 = q.clone();
-        let t = std::thread::spawn(move || q2.serve_all(|_| Ok(())));
+        let t = std::thread::spawn(move || q2.serve_all(|_| Ok(()), &|| false));
         std::thread::sleep(Duration::from_millis(20));
         let t0 = Instant::now();
         q.stop();
+        assert!(t.join().unwrap().is_ok());
+        assert!(t0.elapsed() < Duration::from_secs(2));
+
+        // An abort flag seen while idle ends the worker too, with no stop.
+        let q = Arc::new(Queue::<u32>::new());
+        let flag = Arc::new(AtomicBool::new(false));
+        let (q2, f2) = (q.clone(), flag.clone());
+        let t = std::thread::spawn(move || q2.serve_all(|_| Ok(()), &|| f2.load(Ordering::Acquire)));
+        std::thread::sleep(Duration::from_millis(20));
+        let t0 = Instant::now();
+        flag.store(true, Ordering::Release);
         assert!(t.join().unwrap().is_ok());
         assert!(t0.elapsed() < Duration::from_secs(2));
 
@@ -770,19 +955,22 @@ mod tests {
         }
         let mut served = Vec::new();
         let e = q
-            .serve_all(|x| {
-                if x == 2 {
-                    return Err(Error::remote("peer gone"));
-                }
-                served.push(x);
-                Ok(())
-            })
+            .serve_all(
+                |x| {
+                    if x == 2 {
+                        return Err(Error::remote("peer gone"));
+                    }
+                    served.push(x);
+                    Ok(())
+                },
+                &|| false,
+            )
             .unwrap_err();
         assert_eq!(e.code, crate::error::ResultCode::RemoteError);
         assert_eq!(served, [1]);
         let q = Queue::new();
         q.push(7u32);
-        let e = q.serve_all(|_| panic!("bug")).unwrap_err();
+        let e = q.serve_all(|_| panic!("bug"), &|| false).unwrap_err();
         assert_eq!(e.code, crate::error::ResultCode::InternalError);
     }
 
@@ -790,8 +978,9 @@ mod tests {
     fn offers_round_trip_and_reject_garbage() {
         let fd = Dest { share: Share::Fd, ..dest(8) };
         let known = Dest { share: Share::Known, ..dest(9) };
-        let o = |capturing, send_bytes, recv_bytes, dst| Offer { capturing, send_bytes, recv_bytes, dst };
-        for o in [o(false, 5, 6, Some(dest(7))), o(true, 1, 0, None), o(false, 0, 3, Some(fd)), o(false, 0, 1 << 40, Some(known))] {
+        let o = |capturing, send_bytes, recv_bytes, dst| Offer { capturing, send_bytes, recv_bytes, dst, mapped: [0; MAPPED_IDS] };
+        let listed = Offer { mapped: [9, 8, 0, u64::MAX], ..o(false, 5, 6, Some(dest(7))) };
+        for o in [o(false, 5, 6, Some(dest(7))), o(true, 1, 0, None), o(false, 0, 3, Some(fd)), o(false, 0, 1 << 40, Some(known)), listed] {
             let b = o.encode();
             assert_eq!(b.len(), Offer::BYTES);
             assert_eq!(Offer::decode(&b).unwrap(), o);
@@ -804,7 +993,7 @@ mod tests {
 
     #[test]
     fn both_ranks_reach_the_same_verdict() {
-        let o = |capturing, send_bytes, recv_bytes, dst: Option<Dest>| Offer { capturing, send_bytes, recv_bytes, dst };
+        let o = |capturing, send_bytes, recv_bytes, dst: Option<Dest>| Offer { capturing, send_bytes, recv_bytes, dst, mapped: [0; MAPPED_IDS] };
         let d = Some(dest(1));
         // (rank a's offer, rank b's offer, expected): every verdict is checked from both sides.
         let cases = [
@@ -823,6 +1012,28 @@ mod tests {
             assert_eq!(agreed(a, b), *want, "case {i}, a's view");
             assert_eq!(agreed(b, a), *want, "case {i}, b's view");
         }
+    }
+
+    #[test]
+    fn a_known_mapping_is_certain_from_both_sides() {
+        let o = |send_bytes, recv_bytes, dst: Option<Dest>, mapped| Offer { capturing: false, send_bytes, recv_bytes, dst, mapped };
+        let (d3, d5) = (Some(dest(3)), Some(dest(5)));
+        // (rank a's offer, rank b's offer, expected)
+        let cases = [
+            (o(64, 0, None, [3, 0, 0, 0]), o(0, 64, d3, [0; 4]), true),  // a sends into b's 3, mapped
+            (o(64, 0, None, [4, 0, 0, 0]), o(0, 64, d3, [0; 4]), false), // a has another buffer of b's
+            (o(64, 0, None, [0; 4]), o(0, 64, d3, [0; 4]), false),       // a has nothing mapped
+            (o(64, 64, d5, [0, 0, 0, 3]), o(64, 64, d3, [5, 0, 0, 0]), true), // both ways, both mapped
+            (o(64, 64, d5, [3, 0, 0, 0]), o(64, 64, d3, [0; 4]), false),  // only one way mapped
+            (o(0, 64, d5, [0; 4]), o(64, 0, None, [0, 5, 0, 0]), true),  // b sends into a's 5
+        ];
+        for (i, (a, b, want)) in cases.iter().enumerate() {
+            assert_eq!(certain(a, b), *want, "case {i}, a's view");
+            assert_eq!(certain(b, a), *want, "case {i}, b's view");
+        }
+        // An id 0 (no buffer) never matches an empty slot.
+        let zero = Some(Dest { id: 0, ..dest(0) });
+        assert!(!certain(&o(64, 0, None, [0; 4]), &o(0, 64, zero, [0; 4])));
     }
 
     /// A connected pair of the sockets the path uses (non-blocking seqpacket).
@@ -870,7 +1081,7 @@ mod tests {
 
     #[test]
     fn handshakes_over_a_socket_pair_agree_on_both_ranks() {
-        let o = |capturing, send_bytes, recv_bytes, dst: Option<Dest>| Offer { capturing, send_bytes, recv_bytes, dst };
+        let o = |capturing, send_bytes, recv_bytes, dst: Option<Dest>| Offer { capturing, send_bytes, recv_bytes, dst, mapped: [0; MAPPED_IDS] };
         let d = Some(dest(3));
         // a sends 64 bytes into b's shared buffer: a gets its mapping, b only receives.
         let (va, vb, ra, rb) = pair(o(false, 64, 0, None), o(false, 0, 64, d), None, Some(0xabc0), None);
@@ -890,6 +1101,20 @@ mod tests {
         assert_eq!((va.target, vb.target), (Some(0x10), Some(0x20)));
         let (va, vb, ..) = pair(o(false, 64, 64, d), o(false, 64, 64, d), None, Some(0x10), None);
         assert_eq!((va.target, vb.target), (None, None));
+        // a lists b's buffer as mapped: both skip the second exchange (were only one to skip it,
+        // the other would wait for it and fail), and a still takes its address from its cache.
+        let listed = Offer { mapped: [7, 3, 0, 0], ..o(false, 64, 0, None) };
+        let (va, vb, ra, rb) = pair(listed, o(false, 0, 64, d), None, Some(0xc0), None);
+        assert_eq!((va, vb), (Verdict { target: Some(0xc0), peer_mapped: false }, Verdict { target: Some(0), peer_mapped: true }));
+        assert!(ra && !rb);
+        // A cache that fails what both ranks took as mapped is a bug, reported as one.
+        let (wa, wb) = wires();
+        std::thread::scope(|s| {
+            let tb = s.spawn(|| handshake(&wb, &o(false, 0, 64, d), None, &|| false, Duration::from_secs(5), |_, _| None));
+            let ea = handshake(&wa, &listed, None, &|| false, Duration::from_secs(5), |_, _| None).unwrap_err();
+            assert_eq!(ea.code, crate::error::ResultCode::InternalError);
+            assert!(tb.join().unwrap().unwrap().target.is_some(), "b believes the copy runs: a must not run the kernels silently");
+        });
     }
 
     #[test]
@@ -898,7 +1123,7 @@ mod tests {
         // SAFETY: plain syscall writing two descriptors into a local array.
         assert_eq!(unsafe { libc::pipe(p.as_mut_ptr()) }, 0);
         let fd_dest = Dest { share: Share::Fd, ..dest(4) };
-        let o = |send_bytes, recv_bytes, dst| Offer { capturing: false, send_bytes, recv_bytes, dst };
+        let o = |send_bytes, recv_bytes, dst| Offer { capturing: false, send_bytes, recv_bytes, dst, mapped: [0; MAPPED_IDS] };
         let (va, vb, ra, _) = pair(o(64, 0, None), o(0, 64, Some(fd_dest)), Some(p[1]), Some(0x40), None);
         assert_eq!((va.target, vb.target, ra), (Some(0x40), Some(0), true));
         // SAFETY: the pipe's ends, closed once.
@@ -911,7 +1136,7 @@ mod tests {
     #[test]
     fn a_handshake_gives_up_on_abort_and_on_a_closed_peer() {
         let (wa, wb) = wires();
-        let o = Offer { capturing: false, send_bytes: 64, recv_bytes: 0, dst: None };
+        let o = Offer { capturing: false, send_bytes: 64, recv_bytes: 0, dst: None, mapped: [0; MAPPED_IDS] };
         let t0 = Instant::now();
         let e = handshake(&wa, &o, None, &|| true, Duration::from_secs(60), |_, _| None).unwrap_err();
         assert_eq!(e.code, crate::error::ResultCode::RemoteError);
