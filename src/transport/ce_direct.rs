@@ -361,7 +361,7 @@ struct Op {
     copies: Vec<LocalCopy>,
     kernels: Kernels,
     dev_comm: u64,
-    /// This launch's counts (`Counts`): the send's and the receive's, where it has them.
+    /// This launch's counts (`Inner::sent`, `Inner::received`), where it has a send / receive.
     sent: u64,
     received: u64,
     /// The worker's part of the launch. None: the caller already runs the kernels (it captures a
@@ -450,7 +450,7 @@ impl Drop for CeDirect {
         if s.handshakes > 0 {
             nccl_info!(
                 Subsys::P2p,
-                "copy-engine direct: {} handshakes, {:.1} us each; {} copies issued, {:.1} us each (host time)",
+                "copy-engine direct: {} handshakes, {:.1} us each; {} launches' stream work issued, {:.1} us each (host time)",
                 s.handshakes,
                 s.handshake_ns as f64 / s.handshakes as f64 / 1e3,
                 s.issues,
@@ -568,8 +568,8 @@ impl CeDirect {
 
     /// Ends the worker thread, if any: it finishes what is queued (a destroy has waited for the
     /// streams, whose gates needed it) or, once the communicator's abort flag is set, gives up on
-    /// the peer, releases every stream wait of the path and exits. ncclCommAbort calls it after
-    /// setting the flag and before it waits for the streams.
+    /// the peer and exits (the wait kernels let go on the same flag). ncclCommAbort calls it
+    /// after setting the flag and before it waits for the streams.
     pub fn stop(&self) {
         if let Some(w) = &self.worker {
             w.queue.stop();
@@ -611,6 +611,11 @@ impl CeDirect {
         };
         let bytes = |x: Option<Transfer>| x.map_or(0, |t| t.bytes);
         let offer = Offer { capturing, send_bytes: bytes(send), recv_bytes: bytes(recv), dst, mapped: [0; MAPPED_IDS] };
+        // Taken before the counts move: a failure after them would leave the ranks' counts apart.
+        let at = match inner.events.lock().pop() {
+            Some(e) => e,
+            None => Event::new()?,
+        };
         let count = |c: &AtomicU64, x: Option<Transfer>| if x.is_some() { c.fetch_add(1, Ordering::Relaxed) + 1 } else { 0 };
         let (sent, received) = (count(&inner.sent, send), count(&inner.received, recv));
         let copies: Vec<LocalCopy> = spec.copies.iter().filter(|c| c.bytes > 0 && c.src != c.dst).copied().collect();
@@ -619,13 +624,10 @@ impl CeDirect {
         // `agreed` cannot hold for these, whatever the peer offers. The peer's counts still moved:
         // its waits are released by its worker (fallback), and later ones wait for later counts.
         if capturing || (recv.is_some() && dst.is_none()) {
+            inner.events.lock().push(at);
             w.queue.push(op(None));
             return Ok(Some(fallback));
         }
-        let at = match inner.events.lock().pop() {
-            Some(e) => e,
-            None => Event::new()?,
-        };
         at.record(stream)?;
         if recv.is_some() {
             inner.write(inner.theirs + READY_OFF, received, stream, "cuStreamWriteValue64 (ready)")?;
