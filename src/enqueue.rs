@@ -352,8 +352,9 @@ fn ce_direct(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<
         return match ce.submit(kernels, r.dev_comm, spec, fallback, stream)? {
             Some(fb) => kernel(r, ls, fb.kernel, fb.grid, fb.block, stream, &*fb.args).map(|_| true),
             None => {
-                // The gate came last on the stream, and it waits for the worker's stream, whose
-                // kernels need SMs: nothing may start early behind it and take them.
+                // A wait came last on the stream (the gate, or the receive's `done`), and it may
+                // wait for kernels on the worker's stream (the fallback), which need SMs: nothing
+                // may start early behind it and take them.
                 ls.last_grid = u32::MAX;
                 Ok(true)
             }

@@ -722,7 +722,7 @@ impl Inner {
                 at.wait_on(work)?;
                 launch_pdl(fallback.kernel, fallback.grid, fallback.block, work, &*fallback.args, false)?;
                 if op.recv.is_some() {
-                    // SAFETY of the write: this rank's own counter; after the kernels above.
+                    // The peer will not write it: this rank releases its own receive, after the kernels.
                     self.write(self.mine + DONE_OFF, op.received, work, "cuStreamWriteValue64 (own done)")?;
                 }
             }
