@@ -7,6 +7,8 @@
 # Usage: scripts/multihost-check.sh <liboxccl.so> <nccl-tests build dir (MPI=1)> [N GPUs] [log dir]
 # (default log dir: a new temporary one). MHC_PARTS="hosts" or "local" runs only the simulated
 # hosts or only the one-host transports (each part fits one 10-minute device call); default both.
+# MHC_GRAPH=all runs every binary under -G 20 as well (-d all, -o all), not only AllReduce;
+# MHC_GRAPH=only runs only those -G 20 runs.
 # MHC_RANKS=R runs the simulated hosts with R ranks instead of N: with R > N, rank r on GPU r % N
 # (GPUs time-shared), so a 2-GPU machine can check the 2 x 2 and 4 x 1 layouts (MHC_RANKS=4).
 set -uo pipefail
@@ -33,16 +35,24 @@ check() { # label, log, rc (hypercube has no redop column)
 }
 if [ -n "${4:-}" ]; then log=$4; mkdir -p "$log"; else log=$(mktemp -d); fi
 parts=${MHC_PARTS:-hosts local}
+# -G 20 (CUDA graphs) for AllReduce only by default; MHC_GRAPH=all runs every binary that way too.
+graph_tests=all_reduce
+plain_tests="all_reduce reduce_scatter reduce broadcast all_gather alltoall sendrecv gather scatter hypercube"
+case ${MHC_GRAPH:-} in all) graph_tests=$plain_tests;; only) graph_tests=$plain_tests; plain_tests="";; esac
 [[ " $parts " == *" hosts "* ]] || layouts=""
 for ph in $layouts; do
-  for t in all_reduce reduce_scatter reduce broadcast all_gather alltoall sendrecv gather scatter hypercube; do
+  for t in $plain_tests; do
     o=""; case $t in all_reduce|reduce_scatter|reduce) o="-o all";; esac
     d="-d all"; [ $t = hypercube ] && d=""
     bg_run timeout 300 $mpi -np "$ranks" "${share[@]}" -x LD_PRELOAD="$lib" -x NCCL_DEBUG=WARN -x OXCCL_DEBUG_DUMP=30 "$here/hostsim.sh" "$ph" "$nt/${t}_perf" -b 8 -e 8M -f 8 -c 1 $d $o -n 1 -w 1 > "$log/$ph-$t.log" 2>&1
     check "$((ranks / ph)) hosts x $ph: $t" "$log/$ph-$t.log" $?
   done
-  bg_run timeout 300 $mpi -np "$ranks" "${share[@]}" -x LD_PRELOAD="$lib" -x NCCL_DEBUG=WARN -x OXCCL_DEBUG_DUMP=30 "$here/hostsim.sh" "$ph" "$nt/all_reduce_perf" -b 8 -e 4M -f 16 -c 1 -G 20 -n 2 -w 1 > "$log/$ph-G.log" 2>&1
-  check "$((ranks / ph)) hosts x $ph: all_reduce -G 20" "$log/$ph-G.log" $?
+  for t in $graph_tests; do
+    o=""; case $t in all_reduce|reduce_scatter|reduce) o="-o all";; esac
+    d="-d all"; [ $t = hypercube ] && d=""
+    bg_run timeout 300 $mpi -np "$ranks" "${share[@]}" -x LD_PRELOAD="$lib" -x NCCL_DEBUG=WARN -x OXCCL_DEBUG_DUMP=30 "$here/hostsim.sh" "$ph" "$nt/${t}_perf" -b 8 -e 4M -f 16 -c 1 $d $o -G 20 -n 2 -w 1 > "$log/$ph-G-$t.log" 2>&1
+    check "$((ranks / ph)) hosts x $ph: $t -G 20" "$log/$ph-G-$t.log" $?
+  done
 done
 # The same machinery between GPUs of one host: copy engines (OXCCL_LOCAL_TRANSPORT=ce) for every
 # binary, and the host-staged path (NCCL_P2P_DISABLE=1) for four of them.

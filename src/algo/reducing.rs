@@ -80,6 +80,8 @@ const DEFAULT_REDUCE_RELAY_MIN_BYTES: u64 = 128 << 20;
 /// relay; at 16 MiB and below the chain's per-step release (a system-scope fence, ~2-3 us per
 /// step) loses (108.8 against 90.4 at 16 MiB). 3 ranks: 140.0 / 137.7 at 32 MiB, 234 / 275 at 64.
 const DEFAULT_REDUCE_CHAIN_MIN_BYTES: u64 = 32 << 20;
+/// Most ranks at which packet Reduce takes the one-shot AllReduce's shape (measured at 2-4).
+const DEFAULT_REDUCE_LL_SHAPE_MAX_RANKS: u64 = 4;
 /// Largest chain step per block unless OXCCL_CHAIN_STEPS asks otherwise: past it, more and smaller
 /// steps shorten the pipeline's fill (n - 1 steps) while each step still moves 128 blocks x 64 KiB,
 /// enough to hide its release (H200 x4: 815 us at 256 MiB in 64 KiB steps against 842 in 128 KiB).
@@ -145,10 +147,10 @@ pub fn select_reduce(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: 
     if ll_fits(Func::Reduce, bytes, n, s, t) {
         // The one-shot AllReduce's shape for the same packets: the exchange kernel's fixed grid of
         // 1024-thread blocks dates from flags kept per block. On H200 x2 it took 0.35-0.6 us off
-        // 64 B-32 KB (BENCHMARKS fifteenth pass). 3+ ranks keep the exchange grid until the new
-        // shape has passed nccl-tests there (no 4-GPU machine was lent since; the setting lets one
-        // build test both).
-        let shape_ranks = t.reduce_ll_shape_max_ranks.unwrap_or(2);
+        // 64 B-32 KB (BENCHMARKS fifteenth pass); on H200 x4 it took 1.4-1.7 us off eager and
+        // 0.6-0.9 us off -G 20 at 8 B-32 KB (twenty-first pass). More than 4 ranks keep the
+        // exchange grid until measured there.
+        let shape_ranks = t.reduce_ll_shape_max_ranks.unwrap_or(DEFAULT_REDUCE_LL_SHAPE_MAX_RANKS);
         let (grid, block) = if n as u64 <= shape_ranks { super::allreduce::ll_shape(bytes.div_ceil(8), topo.sm_count, t) } else { exchange_shape(topo, s) };
         return ReducePlan { mode: OX_MODE_LL as u32, grid, block, chunk_elems: 0 };
     }
@@ -318,14 +320,18 @@ mod tests {
     }
 
     #[test]
-    fn reduce_packets_take_the_one_shot_allreduce_shape_at_two_ranks() {
+    fn reduce_packets_take_the_one_shot_allreduce_shape_up_to_four_ranks() {
         let t = Tuning::default();
         let s4 = Scratch::for_ranks(4, &t);
         let four = Topology { nranks: 4, sm_count: 132 };
         for count in [1u64, 4096] {
             let p = select_reduce(count, DataType::Float32, &four, &s4, &t);
-            assert_eq!((p.mode, p.grid, p.block), (OX_MODE_LL as u32, exchange_shape(&four, &s4).0, exchange_shape(&four, &s4).1), "4 ranks: not yet");
+            assert_eq!((p.mode, p.grid, p.block), (OX_MODE_LL as u32, crate::algo::allreduce::ll_shape((count * 4).div_ceil(8), 132, &t).0, crate::algo::allreduce::ll_shape((count * 4).div_ceil(8), 132, &t).1), "4 ranks, count {count}");
         }
+        let s8 = Scratch::for_ranks(8, &t);
+        let eight = Topology { nranks: 8, sm_count: 132 };
+        let p = select_reduce(64, DataType::Float32, &eight, &s8, &t);
+        assert_eq!((p.mode, p.grid, p.block), (OX_MODE_LL as u32, exchange_shape(&eight, &s8).0, exchange_shape(&eight, &s8).1), "8 ranks: not measured");
         let s = Scratch::for_ranks(2, &t);
         let topo = Topology { nranks: 2, sm_count: 132 };
         for count in [1u64, 4096, 10_000] {
@@ -335,9 +341,9 @@ mod tests {
         }
         let (small, big) = (select_reduce(1, DataType::Float32, &topo, &s, &t), select_reduce(10_000, DataType::Float32, &topo, &s, &t));
         assert!(small.grid < big.grid, "the grid follows the packets: {} vs {}", small.grid, big.grid);
-        // OXCCL_REDUCE_LL_SHAPE_MAX_RANKS=4 gives 4 ranks the same shape (to measure it there).
-        let t4 = Tuning { reduce_ll_shape_max_ranks: Some(4), ..Tuning::default() };
-        let p = select_reduce(4096, DataType::Float32, &four, &s4, &t4);
-        assert_eq!((p.mode, p.grid, p.block), (OX_MODE_LL as u32, crate::algo::allreduce::ll_shape(4096 * 4 / 8, 132, &t4).0, crate::algo::allreduce::ll_shape(4096 * 4 / 8, 132, &t4).1));
+        // OXCCL_REDUCE_LL_SHAPE_MAX_RANKS=2 gives 4 ranks the exchange grid back (to compare).
+        let t2 = Tuning { reduce_ll_shape_max_ranks: Some(2), ..Tuning::default() };
+        let p = select_reduce(4096, DataType::Float32, &four, &s4, &t2);
+        assert_eq!((p.mode, p.grid, p.block), (OX_MODE_LL as u32, exchange_shape(&four, &s4).0, exchange_shape(&four, &s4).1));
     }
 }

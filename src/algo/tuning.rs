@@ -48,7 +48,7 @@ pub struct Tuning {
     /// OXCCL_REDUCE_LL_MAX_BYTES: largest ReduceScatter chunk / Reduce message moved as packets.
     pub reduce_ll_max_bytes: Option<u64>,
     /// OXCCL_REDUCE_LL_SHAPE_MAX_RANKS: most ranks at which a packet Reduce takes the one-shot
-    /// AllReduce's launch shape instead of the exchange grid (default 2, until 3-4 are measured).
+    /// AllReduce's launch shape instead of the exchange grid (default 4: measured at 2-4).
     pub reduce_ll_shape_max_ranks: Option<u64>,
     /// OXCCL_RELAY_MIN_BYTES: smallest Broadcast (3+ ranks) that the root scatters and the other
     /// ranks forward to each other (0 = never); OXCCL_RELAY_ROUNDS: the pipeline depth of the
