@@ -11,6 +11,71 @@ least 0.9x NCCL's busbw).
 """
 import argparse, json, os, sys
 
+KB, MB = 1 << 10, 1 << 20
+# Issue 9's targets, ranks -> rows: (label, binaries, mode kind, lowest and highest bytes, measure,
+# bar). Mode kinds: "eager" (npN), "graph" (npN-G), "single" (gN, one process); measure "time"
+# means time ratio <= bar, "busbw" means busbw ratio >= bar. AllReduce's small rows differ by rank
+# count; the rest are the same at 2 and 4 GPUs.
+OTHERS = ("all_gather_perf", "reduce_scatter_perf", "alltoall_perf", "broadcast_perf", "reduce_perf", "sendrecv_perf")
+def issue9_rows(n):
+    ar = ("all_reduce_perf",)
+    return [
+        ("AllReduce <= 64 KB, eager", ar, "eager", 1, 64 * KB, "time", 0.6 if n <= 2 else 0.5),
+        ("AllReduce <= 64 KB, CUDA graph", ar, "graph", 1, 64 * KB, "time", 0.35 if n <= 2 else 0.3),
+        ("AllReduce 256 KB - 32 MB", ar, "eager", 256 * KB, 32 * MB, "time", 0.8),
+        ("AllReduce >= 128 MB", ar, "eager", 128 * MB, None, "busbw", 1.1),
+        ("others <= 64 KB, eager", OTHERS, "eager", 1, 64 * KB, "time", 0.8),
+        ("others <= 64 KB, CUDA graph", OTHERS, "graph", 1, 64 * KB, "time", 0.8),
+        ("others >= 128 MB", OTHERS, "eager", 128 * MB, None, "busbw", 1.05),
+        (f"single process -g {n} <= 64 KB", ar + OTHERS, "single", 1, 64 * KB, "time", 1.0),
+    ]
+
+
+def mode_kind(mode):
+    if mode.startswith("g"):
+        return "single"
+    return "graph" if mode.endswith("-G") else "eager"
+
+
+def check_issue9(results, n):
+    """Every row of issue 9's table at n ranks: its worst ratio over all runs and sizes it covers,
+    and each size that misses. A row no run covers is reported as not measured (and misses)."""
+    misses = 0
+    for label, tests, kind, lo, hi, measure, bar in issue9_rows(n):
+        worst, bad, seen = None, [], 0
+        for r in results:
+            test = r["name"].split("-")[0]
+            if test not in tests or mode_kind(r["mode"]) != kind:
+                continue
+            if not r.get("oxccl_ok", True):
+                bad.append(f"{r['name']}: oxccl run failed")
+            for x in r["rows"]:
+                b = x["bytes"]
+                v = x["time_ratio"] if measure == "time" else x["busbw_ratio"]
+                if b < lo or (hi is not None and b > hi) or v is None:
+                    continue
+                seen += 1
+                if measure == "time":
+                    worst = v if worst is None else max(worst, v)
+                    ok = v <= bar
+                else:
+                    worst = v if worst is None else min(worst, v)
+                    ok = v >= bar
+                if not ok:
+                    ty = f" {x['type']}" if x.get("type") else ""
+                    bad.append(f"{r['name']} {b} B{ty}: {v:.3f}")
+        if not seen:
+            bad.append("not measured")
+        verdict = "met" if not bad else "MISSED"
+        sign = "<=" if measure == "time" else ">="
+        shown = "-" if worst is None else f"{worst:.3f}"
+        print(f"{n} GPUs | {label} | {measure} ratio {sign} {bar} | worst {shown} over {seen} rows | {verdict}")
+        for m in bad:
+            print(f"    {m}")
+        misses += bool(bad)
+    print(f"bars --issue9: {misses} of {len(issue9_rows(n))} rows missed at {n} GPUs")
+    return misses
+
 
 def check(results, a):
     misses = []
@@ -38,6 +103,7 @@ def main():
     p.add_argument("--small-max-time", type=float, default=1.0)
     p.add_argument("--large-bytes", type=int, default=128 << 20)
     p.add_argument("--large-min-busbw", type=float, default=0.9)
+    p.add_argument("--issue9", type=int, default=None, metavar="N", help="check issue 9's table at N GPUs instead")
     a = p.parse_args()
     results = []
     for d in a.dirs:
@@ -51,6 +117,8 @@ def main():
     if not results:
         print("bars: no runs in the results")
         return 2
+    if a.issue9:
+        return 1 if check_issue9(results, a.issue9) else 0
     misses = check(results, a)
     print(f"bars: {len(results)} runs, {len(misses)} miss(es)")
     return 1 if misses else 0

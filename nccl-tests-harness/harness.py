@@ -11,7 +11,9 @@ compare: every run twice, oxccl then the reference NCCL, in the same invocation;
          time ratio (oxccl/NCCL, lower is better) and busbw ratio (higher is better); writes
          results.md (a summary per run against issue 3's bar, then every size), results.json and
          (with matplotlib) one PNG per run into --out. `--suite bench` is every table of
-         BENCHMARKS.md's same-call comparisons in one invocation (colls-perf + allreduce-perf).
+         BENCHMARKS.md's same-call comparisons in one invocation (colls-perf + allreduce-perf);
+         `--suite issue9 --ngpus N` is issue 9's table at N ranks (about 8 minutes at N = 4),
+         checked by `bars.py --issue9 OUT`.
 Suites are defined below (SUITES); modes: mpirun one process per GPU (npN), one process driving N
 GPUs (gN), threads (tN), each optionally with CUDA graphs (-G).
 """
@@ -108,6 +110,33 @@ def suite(name, ngpus):
         exch = ("broadcast_perf", "sendrecv_perf", "gather_perf", "scatter_perf", "all_gather_perf", "alltoall_perf")
         m = mode("np2", 2, mpi(2), [])
         return [(test, m, sizes + COLLS[test]) for test in exch] + [(test, dict(m, name="np2-G"), sizes + ["-G", "20"]) for test in exch[:2]]
+    if name == "issue9":
+        # Issue 9's target table at ngpus ranks, one process per GPU (plus -g ngpus): small sizes
+        # eager and under graphs, AllReduce 256 KB-32 MB, every binary from 128 MB; AllReduce in
+        # float and bfloat16. Mode names carry the size class so that each run keeps its own logs;
+        # `bars.py --issue9` checks every row of the issue against its bar.
+        n = ngpus
+        small = ["-b", "8", "-e", "64K", "-f", "2", "-c", "1", "-n", "200", "-w", "30"]
+        mid = ["-b", "256K", "-e", "32M", "-f", "2", "-c", "1", "-n", "50", "-w", "10"]
+        large = ["-b", "128M", "-e", "512M", "-f", "2", "-c", "0", "-n", "20", "-w", "5"]
+        op = lambda t: ["-o", "sum"] if t in ("all_reduce_perf", "reduce_scatter_perf", "reduce_perf") else []
+        others = ("all_gather_perf", "reduce_scatter_perf", "alltoall_perf", "broadcast_perf", "reduce_perf", "sendrecv_perf")
+        m = lambda tag, extra=(): mode(f"np{n}{tag}", n, mpi(n), list(extra))
+        runs = []
+        for dt in ("float", "bfloat16"):
+            runs.append(("all_reduce_perf", m(""), small + ["-d", dt, "-o", "sum"]))
+            runs.append(("all_reduce_perf", m("-G", ["-G", "20"]), small + ["-d", dt, "-o", "sum"]))
+        for t in others:
+            runs.append((t, m(""), small + ["-d", "float"] + op(t)))
+            runs.append((t, m("-G", ["-G", "20"]), small + ["-d", "float"] + op(t)))
+        for dt in ("float", "bfloat16"):
+            runs.append(("all_reduce_perf", m("-mid"), mid + ["-d", dt, "-o", "sum"]))
+            runs.append(("all_reduce_perf", m("-large"), large + ["-d", dt, "-o", "sum"]))
+        for t in others:
+            runs.append((t, m("-large"), large + ["-d", "float"] + op(t)))
+        for t in ("all_reduce_perf",) + others:
+            runs.append((t, mode(f"g{n}", n, [], ["-g", str(n)]), small + ["-d", "float"] + op(t)))
+        return runs
     if name == "allreduce-check":
         return [("all_reduce_perf", m, CHECK_ARGS) for m in modes_for(ngpus)]
     if name == "allreduce-perf":

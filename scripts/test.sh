@@ -39,6 +39,34 @@ if python3 nccl-tests-harness/bars.py "$bt/miss" > "$bt/out" || [ "$(grep -c ' B
   echo "test: nccl-tests-harness/bars.py did not report the two misses"; cat "$bt/out"; exit 1
 fi
 python3 nccl-tests-harness/bars.py "$bt/pass" > /dev/null || { echo "test: bars.py failed a run within the bar"; exit 1; }
+# Issue 9's table (bars.py --issue9): every row covered and within its bar at 2 GPUs passes; the
+# same with AllReduce under graphs at 0.36x (its 2-GPU bar is 0.35x) misses exactly that row; at
+# 4 GPUs the eager AllReduce row (0.5x there) misses too, and a missing row is never "met".
+i9() { # graph AllReduce ratio -> results.json on stdout
+  local r='"oxccl_ok":true,"rows":'
+  echo "[{\"name\":\"all_reduce_perf-np2-float\",\"mode\":\"np2\",$r[{\"bytes\":8,\"time_ratio\":0.55,\"busbw_ratio\":null}]},
+{\"name\":\"all_reduce_perf-np2-G-float\",\"mode\":\"np2-G\",$r[{\"bytes\":8,\"time_ratio\":$1,\"busbw_ratio\":null}]},
+{\"name\":\"all_reduce_perf-np2-mid-float\",\"mode\":\"np2-mid\",$r[{\"bytes\":1048576,\"time_ratio\":0.7,\"busbw_ratio\":1.4}]},
+{\"name\":\"all_reduce_perf-np2-large-float\",\"mode\":\"np2-large\",$r[{\"bytes\":134217728,\"time_ratio\":0.9,\"busbw_ratio\":1.12}]},
+{\"name\":\"sendrecv_perf-np2\",\"mode\":\"np2\",$r[{\"bytes\":0,\"time_ratio\":3.0,\"busbw_ratio\":null},{\"bytes\":64,\"time_ratio\":0.7,\"busbw_ratio\":null}]},
+{\"name\":\"sendrecv_perf-np2-G\",\"mode\":\"np2-G\",$r[{\"bytes\":64,\"time_ratio\":0.7,\"busbw_ratio\":null}]},
+{\"name\":\"sendrecv_perf-np2-large\",\"mode\":\"np2-large\",$r[{\"bytes\":536870912,\"time_ratio\":0.9,\"busbw_ratio\":1.06}]},
+{\"name\":\"reduce_perf-g2\",\"mode\":\"g2\",$r[{\"bytes\":8,\"time_ratio\":0.99,\"busbw_ratio\":null}]}]"
+}
+mkdir -p "$bt/i9pass" "$bt/i9miss"
+i9 0.34 > "$bt/i9pass/results.json"; i9 0.36 > "$bt/i9miss/results.json"
+python3 nccl-tests-harness/bars.py --issue9 2 "$bt/i9pass" > "$bt/out" || { echo "test: bars.py --issue9 failed a table within its bars"; cat "$bt/out"; exit 1; }
+if python3 nccl-tests-harness/bars.py --issue9 2 "$bt/i9miss" > "$bt/out" || ! grep -q "1 of 8 rows missed" "$bt/out" || ! grep -q "np2-G-float 8 B: 0.360" "$bt/out"; then
+  echo "test: bars.py --issue9 did not report the graph AllReduce row alone"; cat "$bt/out"; exit 1
+fi
+sed 's/np2/np4/g; s/-g2/-g4/' "$bt/i9pass/results.json" > "$bt/i9miss/results.json"
+if python3 nccl-tests-harness/bars.py --issue9 4 "$bt/i9miss" > "$bt/out" || ! grep -q "2 of 8 rows missed" "$bt/out"; then
+  echo "test: bars.py --issue9 4 did not report the eager (0.55 > 0.5) and graph (0.34 > 0.3) AllReduce rows"; cat "$bt/out"; exit 1
+fi
+echo '[]' > "$bt/i9miss/results.json"
+if python3 nccl-tests-harness/bars.py --issue9 2 "$bt/i9miss" > "$bt/out" 2>&1; then
+  echo "test: bars.py --issue9 passed an empty table"; cat "$bt/out"; exit 1
+fi
 # The harness end to end on the CPU: fake nccl-tests binaries (oxccl faster at 8 B, 0.94x NCCL's
 # busbw at 128 MiB) behind a fake mpirun; `compare --suite bench` must run every binary at np2,
 # write the summary with every run meeting the bar, and fail when oxccl reports a wrong value.
