@@ -326,12 +326,12 @@ mod tests {
         let four = Topology { nranks: 4, sm_count: 132 };
         for count in [1u64, 4096] {
             let p = select_reduce(count, DataType::Float32, &four, &s4, &t);
-            assert_eq!((p.mode, p.grid, p.block), (OX_MODE_LL as u32, crate::algo::allreduce::ll_shape((count * 4).div_ceil(8), 132, &t).0, crate::algo::allreduce::ll_shape((count * 4).div_ceil(8), 132, &t).1), "4 ranks, count {count}");
+            assert_eq!((p.mode, (p.grid, p.block)), (OX_MODE_LL as u32, crate::algo::allreduce::ll_shape((count * 4).div_ceil(8), 132, &t)), "4 ranks, count {count}");
         }
         let s8 = Scratch::for_ranks(8, &t);
         let eight = Topology { nranks: 8, sm_count: 132 };
         let p = select_reduce(64, DataType::Float32, &eight, &s8, &t);
-        assert_eq!((p.mode, p.grid, p.block), (OX_MODE_LL as u32, exchange_shape(&eight, &s8).0, exchange_shape(&eight, &s8).1), "8 ranks: not measured");
+        assert_eq!((p.mode, (p.grid, p.block)), (OX_MODE_LL as u32, exchange_shape(&eight, &s8)), "8 ranks: not measured");
         let s = Scratch::for_ranks(2, &t);
         let topo = Topology { nranks: 2, sm_count: 132 };
         for count in [1u64, 4096, 10_000] {
@@ -344,6 +344,6 @@ mod tests {
         // OXCCL_REDUCE_LL_SHAPE_MAX_RANKS=2 gives 4 ranks the exchange grid back (to compare).
         let t2 = Tuning { reduce_ll_shape_max_ranks: Some(2), ..Tuning::default() };
         let p = select_reduce(4096, DataType::Float32, &four, &s4, &t2);
-        assert_eq!((p.mode, p.grid, p.block), (OX_MODE_LL as u32, exchange_shape(&four, &s4).0, exchange_shape(&four, &s4).1));
+        assert_eq!((p.mode, (p.grid, p.block)), (OX_MODE_LL as u32, exchange_shape(&four, &s4)));
     }
 }
