@@ -1,5 +1,6 @@
 // One step of a communicator that spans hosts (src/net): the stream hands the step to the
-// communicator's proxy thread and waits for it (a small step that only sends does not). The kernel is a stream-ordered doorbell, so it
+// communicator's proxy thread and waits for it (a small step that only sends does not; an issued
+// step waits in a later completion launch). The kernel is a stream-ordered doorbell, so it
 // works the same eagerly and inside a CUDA graph (the plan number and the copies are kernel
 // arguments, the step counter lives in device memory and counts every replay). For a small step
 // (src/net/stage.rs) the block also copies the step's GPU inputs into its host arena before the
@@ -23,6 +24,13 @@
 //   arenas by the parity of their number (`flip` != 0; the host keeps every other step to the
 //   first, src/net/mod.rs): one waits only for step target - 2 and those before it, the last
 //   that can have used its arena, so it fills one while the proxy still sends the other.
+// - An issued step (`detach` = OX_NET_STEP_ISSUE) returns once handed over like a detached one,
+//   but its wait and copies out come in a completion launch of the same arguments later on the
+//   stream (OX_NET_STEP_COMPLETE), with only work that touches neither the step's buffers nor
+//   this communicator's counters in between (src/net/mod.rs). That launch reads the step's number
+//   back from `issued`: no other step kernel of this communicator ran in between. An issued step
+//   keeps to the first arena (flip = 0), so the next staged kernel with pre-copies, which waits
+//   for every earlier step, cannot refill it before the completion has copied out of it.
 // - An abort (or a stopped proxy) ends the waits, so no kernel spins on a dead peer; the copies
 //   after a failed wait are skipped.
 #include "common.cuh"
@@ -41,9 +49,34 @@ OX_DEV bool ox_net_wait(const NetStepArgs& a, AbortState& ab, uint64_t target) {
   return true;
 }
 
+// The completion of an issued step: wait for the proxy, then the copies out.
+OX_DEV void ox_net_complete(const NetStepArgs& a) {
+  __shared__ uint32_t go;
+  __shared__ uint64_t target;
+  if (threadIdx.x == 0) {
+    // Written by the issuing kernel, which finished before this one started (stream order).
+    target = *reinterpret_cast<const uint64_t*>(a.issued);
+    AbortState ab(a.abort_flag);
+    go = ox_net_wait(a, ab, target);
+  }
+  __syncthreads();
+  if (!go) return;
+  const uint64_t shift = (target & 1) ? a.flip : 0;
+  for (uint32_t k = a.npre; k < a.npre + a.npost; ++k) {
+    const uint64_t src = a.copies[k].src + ((a.arena_copies >> k) & 1 ? shift : 0);
+    ox_host_copy<true>(a.copies[k].dst, src, a.copies[k].bytes);
+  }
+}
+
 extern "C" __global__ void ox_net_step(NetStepArgs a) {
   ox_pdl_enter();
   if (blockIdx.x != 0) return;
+  if (a.detach == OX_NET_STEP_COMPLETE) {
+    ox_net_complete(a);
+    return;
+  }
+  // Detached and issued steps return once handed over; only a waiting step waits here.
+  const bool wait_here = a.detach == OX_NET_STEP_WAIT;
   __shared__ uint32_t go;
   __shared__ uint64_t target;
   if (threadIdx.x == 0) {
@@ -73,13 +106,13 @@ extern "C" __global__ void ox_net_step(NetStepArgs a) {
     // The trigger's size field carries the plan, its source-offset field the arena used.
     const uint64_t fst = (a.plan & 0xffffffffull) | (uint64_t)(shift != 0) << 32;
     go = ox_fifo_push(a.fifo, fst, ox_trigger_type(OX_TRIGGER_DATA | OX_TRIGGER_FLAG)) != ~0ull;
-    if (go && !a.detach) {
+    if (go && wait_here) {
       AbortState ab(a.abort_flag);
       go = ox_net_wait(a, ab, target);
     }
   }
   __syncthreads();
-  if (!go || a.detach) return;
+  if (!go || !wait_here) return;
   for (uint32_t k = a.npre; k < a.npre + a.npost; ++k) {
     const uint64_t src = a.copies[k].src + ((a.arena_copies >> k) & 1 ? shift : 0);
     ox_host_copy<true>(a.copies[k].dst, src, a.copies[k].bytes);

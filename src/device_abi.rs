@@ -170,6 +170,16 @@ pub const OX_NET_COPIES: usize = 32;
 // `NetStepArgs::arena_copies` has a bit per copy.
 const _: () = assert!(OX_NET_COPIES <= 32);
 
+/// `NetStepArgs::detach`: what a step kernel does. Wait: hand the step over, wait for the proxy,
+/// copy the results out. Detach: hand it over and return (a step that only sends from its arena).
+/// Issue: hand it over and return, leaving the wait and the copies out to a Complete launch of the
+/// same arguments later on the stream (independent work runs in between). Complete: wait for the
+/// step last issued, then copy out.
+pub const OX_NET_STEP_WAIT: u32 = 0;
+pub const OX_NET_STEP_DETACH: u32 = 1;
+pub const OX_NET_STEP_ISSUE: u32 = 2;
+pub const OX_NET_STEP_COMPLETE: u32 = 3;
+
 /// One copy of a step kernel, between GPU memory and the step's host-mapped arena.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -196,8 +206,8 @@ pub struct NetStepArgs {
     /// finished it (`copies[npre..npre + npost]`, host -> GPU).
     pub npre: u32,
     pub npost: u32,
-    /// 1: return once the step is handed over, without waiting for the proxy (a step that only
-    /// sends from its host arena).
+    /// OX_NET_STEP_*: wait for the proxy in this kernel, not at all (detached), or in a later
+    /// completion launch.
     pub detach: u32,
     /// Bit k: copy k's host side (destination before the hand-over, source after) is in the
     /// arena, and moves by `flip` in a step that uses the second one.

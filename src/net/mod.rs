@@ -34,7 +34,7 @@ use self::select::{LocalPath, NetWant, Paths};
 use crate::bootstrap::Bootstrap;
 use crate::comm::{Comm, Ready};
 use crate::config::CommConfig;
-use crate::device_abi::{FifoDevice, NetCopy, NetStepArgs, OX_NET_COPIES};
+use crate::device_abi::{FifoDevice, NetCopy, NetStepArgs, OX_NET_COPIES, OX_NET_STEP_COMPLETE, OX_NET_STEP_ISSUE, OX_NET_STEP_WAIT};
 use crate::enqueue::{CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::module::launch;
@@ -68,6 +68,22 @@ fn sockets_per_link() -> Result<usize> {
             }
             _ => Err(Error::invalid_usage(format!("OXCCL_NET_SOCKETS={v}: expected 1..={}", crate::bootstrap::MAX_DATA_SOCKETS))),
         },
+    }
+}
+
+/// OXCCL_NET_P2P_OVERLAP: 1 overlaps a group's local point-to-point launch with its cross-host
+/// step (see `Net::p2p_overlap`); default 0.
+fn p2p_overlap() -> bool {
+    match crate::config::env("OXCCL_NET_P2P_OVERLAP").map(|v| v.trim().to_string()) {
+        None => false,
+        Some(v) if v == "0" || v == "1" => {
+            nccl_info!(Subsys::Net, "OXCCL_NET_P2P_OVERLAP set by environment to {v}");
+            v == "1"
+        }
+        Some(v) => {
+            nccl_warn!("OXCCL_NET_P2P_OVERLAP={v}: expected 0 or 1, using 0");
+            false
+        }
     }
 }
 
@@ -182,6 +198,10 @@ pub struct Net {
     inline_max: u64,
     /// Ranks whose link the proxy can carry jobs on itself (plain TCP).
     inline_peer: Vec<bool>,
+    /// OXCCL_NET_P2P_OVERLAP=1: a group's point-to-point work on this host runs while its
+    /// cross-host step is in flight (`plan::overlappable`) instead of before it. Off until
+    /// measured; ranks need not agree (an issued step never waits for anything of the peer's).
+    p2p_overlap: bool,
     dev: &'static Device,
     status: Arc<NetStatus>,
 }
@@ -291,6 +311,7 @@ impl Net {
             mailboxes: Mutex::new(Vec::new()),
             inline_max,
             inline_peer,
+            p2p_overlap: p2p_overlap(),
             dev: s.dev,
             status,
         })
@@ -359,13 +380,34 @@ impl Net {
         let call = Call { coll: t.coll, send: t.send, recv: t.recv, count: t.count, dtype: t.dtype, op: t.op, root: t.root as usize, scratch };
         let stages = plan::plan_coll(&self.layout, &call);
         nccl_trace!(Subsys::Net, "{:?} count {} {}: {} stages", t.coll, t.count, t.dtype.name(), stages.len());
+        if plan::is_direct(t.coll) {
+            return self.run_direct(r, stages, t.dtype, t.stream);
+        }
         self.run_stages(r, stages, t.dtype, t.stream)
     }
 
     /// A group's point-to-point operations (inside the communicator's launch lock).
     pub fn launch_p2p(&self, r: &Ready, ops: &[P2pOp], stream: cu::CUstream) -> Result<()> {
         let ops: Vec<plan::P2p> = ops.iter().map(|o| plan::P2p { is_send: o.is_send, peer: o.peer, buf: o.buf, bytes: o.bytes }).collect();
-        self.run_stages(r, plan::direct(&self.layout, &ops), DataType::Uint8, stream)
+        self.run_direct(r, plan::direct(&self.layout, &ops), DataType::Uint8, stream)
+    }
+
+    /// Point-to-point stages (`plan::direct`); with OXCCL_NET_P2P_OVERLAP the step goes first, its
+    /// kernel returning once the proxy has it, the local launch runs while the proxy moves the
+    /// data, and a completion kernel then waits for the step.
+    fn run_direct(&self, r: &Ready, stages: Vec<Stage>, dtype: DataType, stream: cu::CUstream) -> Result<()> {
+        let stages = if self.p2p_overlap { plan::split_direct(stages) } else { Err(stages) };
+        let (local, step) = match stages {
+            Ok(two) => two,
+            Err(stages) => return self.run_stages(r, stages, dtype, stream),
+        };
+        let complete = self.launch_step(r, step, stream, true)?;
+        let ops: Vec<P2pOp> = local.iter().map(|o| P2pOp { is_send: o.is_send, peer: o.peer, buf: o.buf, bytes: o.bytes, stream }).collect();
+        crate::enqueue::launch_p2p(&self.local, &ops)?;
+        if let Some((args, block)) = complete {
+            launch(r.module.net_step(), 1, block, stream, &args)?;
+        }
+        Ok(())
     }
 
     fn run_stages(&self, r: &Ready, stages: Vec<Stage>, dtype: DataType, stream: cu::CUstream) -> Result<()> {
@@ -379,7 +421,9 @@ impl Net {
                     let ops: Vec<P2pOp> = v.iter().map(|o| P2pOp { is_send: o.is_send, peer: o.peer, buf: o.buf, bytes: o.bytes, stream }).collect();
                     crate::enqueue::launch_p2p(&self.local, &ops)?;
                 }
-                Stage::Net(step) => self.launch_step(r, step, stream)?,
+                Stage::Net(step) => {
+                    self.launch_step(r, step, stream, false)?;
+                }
             }
         }
         Ok(())
@@ -401,7 +445,10 @@ impl Net {
         Ok(r)
     }
 
-    fn launch_step(&self, r: &Ready, mut step: Step, stream: cu::CUstream) -> Result<()> {
+    /// Launches a step's kernel. With `split`, a step that would wait for the proxy is only
+    /// issued, and the completion launch (its arguments and block size) is returned for the caller
+    /// to make once independent work is on the stream; None where nothing is left to wait for.
+    fn launch_step(&self, r: &Ready, mut step: Step, stream: cu::CUstream, split: bool) -> Result<Option<(NetStepArgs, u32)>> {
         let keep = is_capturing(stream)?;
         let mut args = NetStepArgs {
             fifo: self.fifo,
@@ -475,14 +522,22 @@ impl Net {
                     crate::enqueue::launch_p2p(&self.local, &ops)?;
                 }
                 if !step.has_work() {
-                    return Ok(());
+                    return Ok(None);
                 }
                 (step, 32)
             }
         };
         let id = self.plans.lock().insert(step, keep)?;
         args.plan = u64::from(id);
-        launch(r.module.net_step(), 1, block, stream, &args).inspect_err(|_| self.plans.lock().remove(id))
+        let mut complete = None;
+        if split && args.detach == OX_NET_STEP_WAIT {
+            let mut done = args;
+            done.detach = OX_NET_STEP_COMPLETE;
+            args.detach = OX_NET_STEP_ISSUE;
+            complete = Some((done, block));
+        }
+        launch(r.module.net_step(), 1, block, stream, &args).inspect_err(|_| self.plans.lock().remove(id))?;
+        Ok(complete)
     }
 }
 

@@ -270,6 +270,11 @@ fn plan_all_stages(l: &Layout, c: &Call) -> Vec<Stage> {
     }
 }
 
+/// Collectives planned as point-to-point operations (`direct`, as `plan_all_stages` does).
+pub fn is_direct(coll: Coll) -> bool {
+    matches!(coll, Coll::AlltoAll | Coll::Gather | Coll::Scatter)
+}
+
 fn local_coll(coll: Coll, send: u64, recv: u64, count: u64, op: ResolvedOp, root: usize) -> Stage {
     Stage::Local(LocalOp::Coll { coll, send, recv, count, op, root })
 }
@@ -653,6 +658,17 @@ pub fn direct(l: &Layout, ops: &[P2p]) -> Vec<Stage> {
     st
 }
 
+/// `direct`'s two stages when both have work, as (local operations, cross-host step); else the
+/// stages back. The two touch different peers' buffers (each operation is in one or the other),
+/// so the step may be in flight while the local launch runs (OXCCL_NET_P2P_OVERLAP).
+pub fn split_direct(stages: Vec<Stage>) -> std::result::Result<(Vec<LocalP2p>, Step), Vec<Stage>> {
+    match <[Stage; 2]>::try_from(stages) {
+        Ok([Stage::Local(LocalOp::P2p(v)), Stage::Net(step)]) if !v.is_empty() && !step.is_empty() => Ok((v, step)),
+        Ok(two) => Err(two.into()),
+        Err(other) => Err(other),
+    }
+}
+
 /// `direct` before empty stages are dropped.
 fn direct_all(l: &Layout, ops: &[P2p]) -> Vec<Stage> {
     let mut local = Vec::new();
@@ -693,6 +709,25 @@ fn direct_all(l: &Layout, ops: &[P2p]) -> Vec<Stage> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn split_direct_takes_only_a_local_launch_and_a_step_with_work() {
+        // 2 hosts x 2: rank 1 receives from rank 0 (same host) and sends to rank 2 (the other).
+        let l = Layout::new(1, &[7, 7, 9, 9]);
+        let ops = [P2p { is_send: false, peer: 0, buf: 0x100, bytes: 64 }, P2p { is_send: true, peer: 2, buf: 0x200, bytes: 64 }];
+        let (local, step) = split_direct(direct(&l, &ops)).expect("both stages have work");
+        assert_eq!(local, vec![LocalP2p { is_send: false, peer: 0, buf: 0x100, bytes: 64 }]);
+        assert_eq!(step.phases[0].sends.len(), 1);
+        assert_eq!(step.phases[0].sends[0].peer, 2);
+        // Only one of them: the stages come back unchanged.
+        for one in [&ops[..1], &ops[1..]] {
+            let st = direct(&l, one);
+            assert_eq!(split_direct(st.clone()), Err(st));
+        }
+        // Any other shape (a collective's plan) comes back too.
+        let st = vec![Stage::Net(Step::default()), Stage::Local(LocalOp::P2p(vec![LocalP2p { is_send: true, peer: 0, buf: 0, bytes: 8 }]))];
+        assert_eq!(split_direct(st.clone()), Err(st));
+    }
 
     fn sum() -> ResolvedOp {
         ResolvedOp { op: RedOp::Sum, scalar: 0, scalar_ptr: 0 }
