@@ -3,8 +3,9 @@
 // step waits in a later completion launch). The kernel is a stream-ordered doorbell, so it
 // works the same eagerly and inside a CUDA graph (the plan number and the copies are kernel
 // arguments, the step counter lives in device memory and counts every replay). For a small step
-// (src/net/stage.rs) the block also copies the step's GPU inputs into its host arena before the
-// hand-over and the results out of it afterwards; otherwise the proxy copies, and one thread works.
+// (src/net/stage.rs) the kernel's blocks also copy the step's GPU inputs into its host arena before
+// the hand-over and the results out of it afterwards; otherwise the proxy copies, and one thread
+// works.
 //
 // Ordering:
 // - Everything earlier on the stream has finished when this kernel starts, and its writes are in
@@ -12,9 +13,11 @@
 // - The pre-copies' stores to host memory, by every thread, come before the barrier; thread 0's
 //   push (fifo.cuh: fence.acq_rel.sys, then the store of the trigger) follows it, and the fence is
 //   cumulative over what the barrier ordered before it, so the proxy that sees the trigger sees
-//   the arena filled.
+//   the arena filled. With several blocks, each other block's thread 0 adds to `issued[1]` with a
+//   system-scope release after its barrier, and block 0's acquire load of the count precedes its
+//   push, so the proxy sees every block's part of the arena.
 // - The proxy completes every write into this GPU's memory and into the arena before it raises
-//   `done` (a release); thread 0's acquire load of it, then the barrier, order those writes before
+//   `done` (a release); each block's thread 0's acquire load of it, then the barrier, order those writes before
 //   every thread's post-copy loads (which bypass caches: host_copy.cuh) and the kernel boundary
 //   orders everything before later work on the stream.
 // - A detached step (`detach`: one that only sends from the arena) returns as soon as it pushed,
@@ -35,6 +38,7 @@
 //   after a failed wait are skipped.
 #include "common.cuh"
 #include "abort.cuh"
+#include "atomics.cuh"
 #include "fifo.cuh"
 #include "host_copy.cuh"
 #include "pdl.cuh"
@@ -49,6 +53,28 @@ OX_DEV bool ox_net_wait(const NetStepArgs& a, AbortState& ab, uint64_t target) {
   return true;
 }
 
+// This block's part of a `bytes`-long copy: all of it in a one-block launch, else one of
+// gridDim.x slices of whole 16-byte units (so each slice keeps the copy's alignment).
+OX_DEV void ox_net_part(uint64_t bytes, uint64_t& off, uint64_t& len) {
+  const uint64_t per = ((bytes + gridDim.x - 1) / gridDim.x + 15) & ~15ull;
+  off = ox_min(per * blockIdx.x, bytes);
+  len = ox_min(per, bytes - off);
+}
+
+// Copies k in [from, to): GPU -> host (ToHost) or host -> GPU, this block's part of each; the
+// arena side of a copy marked in arena_copies moves by `shift`.
+template <bool ToHost>
+OX_DEV void ox_net_copies(const NetStepArgs& a, uint32_t from, uint32_t to, uint64_t shift) {
+  for (uint32_t k = from; k < to; ++k) {
+    const NetCopy& c = a.copies[k];
+    const uint64_t moved = (a.arena_copies >> k) & 1 ? shift : 0;
+    uint64_t off, len;
+    ox_net_part(c.bytes, off, len);
+    if (ToHost) ox_host_copy<false>(c.dst + moved + off, c.src + off, len);
+    else ox_host_copy<true>(c.dst + off, c.src + moved + off, len);
+  }
+}
+
 // The completion of an issued step: wait for the proxy, then the copies out.
 OX_DEV void ox_net_complete(const NetStepArgs& a) {
   __shared__ uint32_t go;
@@ -61,30 +87,30 @@ OX_DEV void ox_net_complete(const NetStepArgs& a) {
   }
   __syncthreads();
   if (!go) return;
-  const uint64_t shift = (target & 1) ? a.flip : 0;
-  for (uint32_t k = a.npre; k < a.npre + a.npost; ++k) {
-    const uint64_t src = a.copies[k].src + ((a.arena_copies >> k) & 1 ? shift : 0);
-    ox_host_copy<true>(a.copies[k].dst, src, a.copies[k].bytes);
-  }
+  ox_net_copies<false>(a, a.npre, a.npre + a.npost, (target & 1) ? a.flip : 0);
 }
 
+// Several blocks (OXCCL_NET_STEP_BLOCKS) share the copies; block 0 alone hands the step over,
+// once every other block has counted its part of the copies in (`issued[1]`, then reset for the
+// next step kernel, which starts after this one ended). The other blocks never wait for block 0,
+// so they need not run at the same time as it.
 extern "C" __global__ void ox_net_step(NetStepArgs a) {
   ox_pdl_enter();
-  if (blockIdx.x != 0) return;
   if (a.detach == OX_NET_STEP_COMPLETE) {
     ox_net_complete(a);
     return;
   }
   // Detached and issued steps return once handed over; only a waiting step waits here.
   const bool wait_here = a.detach == OX_NET_STEP_WAIT;
+  uint64_t* issued = reinterpret_cast<uint64_t*>(a.issued);
+  uint64_t* arrived = issued + 1;
   __shared__ uint32_t go;
   __shared__ uint64_t target;
   if (threadIdx.x == 0) {
-    uint64_t* issued = reinterpret_cast<uint64_t*>(a.issued);
-    // Only this communicator's kernels touch the counter, and they never overlap (one order of
-    // launches per communicator), so a plain read-modify-write is enough.
-    target = *issued + 1;
-    *issued = target;
+    // Only this communicator's kernels touch the counters, and they never overlap (one order of
+    // launches per communicator), so plain reads and writes are enough. Block 0 writes the new
+    // count only after every other block has arrived, so all of them read the old one here.
+    target = *reinterpret_cast<volatile uint64_t*>(issued) + 1;
     AbortState ab(a.abort_flag);
     // With two arenas (flip != 0) a step uses the one of its number's parity, whose last user was
     // step target - 2: only that one (and so every step before it) must have finished.
@@ -93,28 +119,39 @@ extern "C" __global__ void ox_net_step(NetStepArgs a) {
     go = a.npre == 0 || ox_net_wait(a, ab, before);
   }
   __syncthreads();
-  if (!go) return;
   // Odd steps use the second arena: the arena side of each copy marked in arena_copies moves by
   // flip (modulo 2^64: the second arena may lie below the first).
   const uint64_t shift = (target & 1) ? a.flip : 0;
-  for (uint32_t k = 0; k < a.npre; ++k) {
-    const uint64_t dst = a.copies[k].dst + ((a.arena_copies >> k) & 1 ? shift : 0);
-    ox_host_copy<false>(dst, a.copies[k].src, a.copies[k].bytes);
-  }
+  if (go) ox_net_copies<true>(a, 0, a.npre, shift);
   __syncthreads();
   if (threadIdx.x == 0) {
-    // The trigger's size field carries the plan, its source-offset field the arena used.
-    const uint64_t fst = (a.plan & 0xffffffffull) | (uint64_t)(shift != 0) << 32;
-    go = ox_fifo_push(a.fifo, fst, ox_trigger_type(OX_TRIGGER_DATA | OX_TRIGGER_FLAG)) != ~0ull;
-    if (go && wait_here) {
-      AbortState ab(a.abort_flag);
-      go = ox_net_wait(a, ab, target);
+    AbortState ab(a.abort_flag);
+    if (blockIdx.x != 0) {
+      // Release (system scope, cumulative over the block's copies, ordered before by the
+      // barrier): block 0's acquire of the count, then its push, make them visible to the proxy.
+      // A block whose wait failed arrives too, so block 0 never waits for it in vain.
+      ox_red_release_sys_add(arrived, 1);
+    } else {
+      // The other blocks wait only for the proxy's earlier steps (ox_net_wait, which also gives
+      // up on a stopped FIFO), so they always come; the abort check is for a dead communicator.
+      while (ox_ld_acquire_sys(arrived) < gridDim.x - 1) {
+        if (ab.poll()) {
+          go = 0;
+          break;
+        }
+      }
+      *arrived = 0;
+      *issued = target;
+      if (go) {
+        // The trigger's size field carries the plan, its source-offset field the arena used.
+        const uint64_t fst = (a.plan & 0xffffffffull) | (uint64_t)(shift != 0) << 32;
+        go = ox_fifo_push(a.fifo, fst, ox_trigger_type(OX_TRIGGER_DATA | OX_TRIGGER_FLAG)) != ~0ull;
+      }
     }
+    // Every block waits for the proxy itself before its part of the copies out.
+    if (go && wait_here) go = ox_net_wait(a, ab, target);
   }
   __syncthreads();
   if (!go || !wait_here) return;
-  for (uint32_t k = a.npre; k < a.npre + a.npost; ++k) {
-    const uint64_t src = a.copies[k].src + ((a.arena_copies >> k) & 1 ? shift : 0);
-    ox_host_copy<true>(a.copies[k].dst, src, a.copies[k].bytes);
-  }
+  ox_net_copies<false>(a, a.npre, a.npre + a.npost, shift);
 }

@@ -199,7 +199,9 @@ pub struct NetStepArgs {
     pub plan: u64,
     /// `u64`, host-mapped: steps the proxy has finished (it only grows).
     pub done: u64,
-    /// `u64` in device memory: steps this communicator's kernels have issued.
+    /// Two `u64` in device memory: steps this communicator's kernels have issued, then the blocks
+    /// of the running step kernel that have made their part of its copies (block 0 waits for the
+    /// others and resets it).
     pub issued: u64,
     pub abort_flag: u64,
     /// Copies before the step is handed over (`copies[..npre]`, GPU -> host) and after the proxy

@@ -87,6 +87,31 @@ fn p2p_overlap() -> bool {
     }
 }
 
+/// OXCCL_NET_STEP_BLOCKS: most blocks of a staged step kernel (1..=32), which share its copies
+/// through host memory at one block per 32 KiB; default 1 (one block copies everything) until
+/// measured on GPUs.
+fn step_blocks() -> u32 {
+    match crate::config::env("OXCCL_NET_STEP_BLOCKS") {
+        None => 1,
+        Some(v) => match v.trim().parse::<u32>() {
+            Ok(n) if (1..=32).contains(&n) => {
+                nccl_info!(Subsys::Net, "OXCCL_NET_STEP_BLOCKS set by environment to {n}");
+                n
+            }
+            _ => {
+                nccl_warn!("OXCCL_NET_STEP_BLOCKS={v}: expected 1..=32, using 1");
+                1
+            }
+        },
+    }
+}
+
+/// Blocks of a staged step kernel whose copies before and after the hand-over move `pre` and
+/// `post` bytes: one per 32 KiB of the larger, at most `max`.
+fn staged_grid(pre: u64, post: u64, max: u32) -> u32 {
+    pre.max(post).div_ceil(32 << 10).clamp(1, u64::from(max.max(1))) as u32
+}
+
 /// Lanes to a rank on another host when InfiniBand may be used (NCCL_NET=IB, or found).
 #[cfg(feature = "ib")]
 fn net_lanes(s: &Setup<'_>, p: usize, mut out: Vec<std::net::TcpStream>, mut inc: Vec<std::net::TcpStream>) -> Result<(Vec<link::Lane>, link::Interrupt)> {
@@ -202,6 +227,8 @@ pub struct Net {
     /// cross-host step is in flight (`plan::overlappable`) instead of before it. Off until
     /// measured; ranks need not agree (an issued step never waits for anything of the peer's).
     p2p_overlap: bool,
+    /// OXCCL_NET_STEP_BLOCKS: most blocks a staged step kernel spreads its copies over.
+    step_blocks: u32,
     dev: &'static Device,
     status: Arc<NetStatus>,
 }
@@ -276,7 +303,7 @@ impl Net {
         // the proxy (the FIFO's only host user) before freeing it.
         let words = unsafe { FifoWords::over(fifo_mem.host, FIFO_SLOTS) }?;
         let head = DeviceBuffer::zeroed(s.dev, 8)?;
-        let issued = DeviceBuffer::zeroed(s.dev, 8)?;
+        let issued = DeviceBuffer::zeroed(s.dev, 16)?;
         let done = Arc::new(HostMapped::zeroed(s.dev, 64)?);
         let fifo = crate::proxy::fifo::device_view(fifo_mem.dev_ptr, head.ptr, FIFO_SLOTS);
         let plans = Arc::new(Mutex::new(Plans::default()));
@@ -312,6 +339,7 @@ impl Net {
             inline_max,
             inline_peer,
             p2p_overlap: p2p_overlap(),
+            step_blocks: step_blocks(),
             dev: s.dev,
             status,
         })
@@ -404,8 +432,8 @@ impl Net {
         let complete = self.launch_step(r, step, stream, true)?;
         let ops: Vec<P2pOp> = local.iter().map(|o| P2pOp { is_send: o.is_send, peer: o.peer, buf: o.buf, bytes: o.bytes, stream }).collect();
         crate::enqueue::launch_p2p(&self.local, &ops)?;
-        if let Some((args, block)) = complete {
-            launch(r.module.net_step(), 1, block, stream, &args)?;
+        if let Some((args, (grid, block))) = complete {
+            launch(r.module.net_step(), grid, block, stream, &args)?;
         }
         Ok(())
     }
@@ -448,7 +476,7 @@ impl Net {
     /// Launches a step's kernel. With `split`, a step that would wait for the proxy is only
     /// issued, and the completion launch (its arguments and block size) is returned for the caller
     /// to make once independent work is on the stream; None where nothing is left to wait for.
-    fn launch_step(&self, r: &Ready, mut step: Step, stream: cu::CUstream, split: bool) -> Result<Option<(NetStepArgs, u32)>> {
+    fn launch_step(&self, r: &Ready, mut step: Step, stream: cu::CUstream, split: bool) -> Result<Option<(NetStepArgs, (u32, u32))>> {
         let keep = is_capturing(stream)?;
         let mut args = NetStepArgs {
             fifo: self.fifo,
@@ -467,7 +495,7 @@ impl Net {
         let inline = self.inline_max > 0
             && step.phases.iter().all(|p| inline::phase_fits(p, self.inline_max))
             && step.phases.iter().flat_map(|p| p.sends.iter().chain(&p.recvs)).all(|x| self.inline_peer.get(x.peer).copied().unwrap_or(false));
-        let (step, block) = match inline.then(|| stage::stage_on_host(&step, self.inline_max, OX_NET_COPIES)).flatten() {
+        let (step, shape) = match inline.then(|| stage::stage_on_host(&step, self.inline_max, OX_NET_COPIES)).flatten() {
             Some(st) => {
                 let [(host, dev), (host1, dev1)] = self.mailbox(st.step.arena_bytes)?;
                 let pre = st.pre.iter().map(|c| NetCopy { src: c.dev, dst: dev + c.host, bytes: c.bytes });
@@ -508,7 +536,10 @@ impl Net {
                 // before their kernel ends, and detached steps two or more before it.
                 args.flip = if detach { dev1.wrapping_sub(dev) } else { 0 };
                 let flip = if detach { (host1 as u64).wrapping_sub(host as u64) } else { 0 };
-                (Step { pinned: host as u64, pinned_flip: flip, copies: Vec::new(), ..st.step }, 512)
+                let (npre, npost) = (args.npre as usize, args.npost as usize);
+                let bytes = |v: &[NetCopy]| v.iter().map(|c| c.bytes).sum::<u64>();
+                let grid = staged_grid(bytes(&args.copies[..npre]), bytes(&args.copies[npre..npre + npost]), self.step_blocks);
+                (Step { pinned: host as u64, pinned_flip: flip, copies: Vec::new(), ..st.step }, (grid, 512))
             }
             None => {
                 // The copies go first, as the host stage they stand for would (a rank alone on its
@@ -524,7 +555,7 @@ impl Net {
                 if !step.has_work() {
                     return Ok(None);
                 }
-                (step, 32)
+                (step, (1, 32))
             }
         };
         let id = self.plans.lock().insert(step, keep)?;
@@ -534,9 +565,9 @@ impl Net {
             let mut done = args;
             done.detach = OX_NET_STEP_COMPLETE;
             args.detach = OX_NET_STEP_ISSUE;
-            complete = Some((done, block));
+            complete = Some((done, shape));
         }
-        launch(r.module.net_step(), 1, block, stream, &args).inspect_err(|_| self.plans.lock().remove(id))?;
+        launch(r.module.net_step(), shape.0, shape.1, stream, &args).inspect_err(|_| self.plans.lock().remove(id))?;
         Ok(complete)
     }
 }
@@ -1097,6 +1128,16 @@ mod tests {
             p.get(peer, Vec::new).push(v);
         }
         assert_eq!((p.peers, p.items), (vec![3, 1], vec![vec![1, 3], vec![2]]));
+    }
+
+    #[test]
+    fn staged_steps_take_a_block_per_32_kib_of_copies_up_to_the_setting() {
+        assert_eq!(staged_grid(0, 0, 8), 1, "a step with no copies still runs one block");
+        assert_eq!(staged_grid(1 << 20, 1 << 20, 1), 1, "the default keeps one block");
+        assert_eq!(staged_grid(64 << 10, 0, 8), 2);
+        assert_eq!(staged_grid(33 << 10, 100 << 10, 32), 4, "the larger side decides");
+        assert_eq!(staged_grid(1 << 20, 0, 8), 8);
+        assert_eq!(staged_grid(8, 8, 0), 1, "never no block");
     }
 
     #[test]
