@@ -224,7 +224,7 @@ pub struct Net {
     /// Ranks whose link the proxy can carry jobs on itself (plain TCP).
     inline_peer: Vec<bool>,
     /// OXCCL_NET_P2P_OVERLAP=1: a group's point-to-point work on this host runs while its
-    /// cross-host step is in flight (`plan::overlappable`) instead of before it. Off until
+    /// cross-host step is in flight (`plan::split_direct`) instead of before it. Off until
     /// measured; ranks need not agree (an issued step never waits for anything of the peer's).
     p2p_overlap: bool,
     /// OXCCL_NET_STEP_BLOCKS: most blocks a staged step kernel spreads its copies over.
