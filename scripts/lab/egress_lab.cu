@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "lab.h"
+#include "pattern.h"
 
 constexpr int REPS = 10;
 constexpr int MAXG = 8;
@@ -27,35 +28,12 @@ struct Targets {
   int4* dst[MAXG - 1];
 };
 
-// Blocks are split evenly among the targets; four 16-byte loads in flight per thread (as oneway_lab).
+// Blocks are split evenly among the targets.
 __global__ void put_many(Targets t, int ntargets, size_t n16) {
   const int per = gridDim.x / ntargets;
   const int k = blockIdx.x / per;
   if (k >= ntargets) return;
-  const int4* __restrict__ src = t.src[k];
-  int4* __restrict__ dst = t.dst[k];
-  size_t i = (blockIdx.x % per) * (size_t)blockDim.x + threadIdx.x;
-  const size_t stride = (size_t)per * blockDim.x;
-  for (; i + 3 * stride < n16; i += 4 * stride) {
-    int4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];
-    dst[i] = a;
-    dst[i + stride] = b;
-    dst[i + 2 * stride] = c;
-    dst[i + 3 * stride] = d;
-  }
-  for (; i < n16; i += stride) dst[i] = src[i];
-}
-
-__global__ void fill(uint32_t* p, size_t n, uint32_t salt) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    p[i] = (uint32_t)(i * 2654435761u) ^ salt;
-}
-
-__global__ void count_bad(const uint32_t* p, size_t n, uint32_t salt, unsigned long long* bad) {
-  unsigned long long b = 0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    b += p[i] != ((uint32_t)(i * 2654435761u) ^ salt);
-  if (b) atomicAdd(bad, b);
+  copy16_strided(t.src[k], t.dst[k], n16, (blockIdx.x % per) * (size_t)blockDim.x + threadIdx.x, (size_t)per * blockDim.x);
 }
 
 static int G;

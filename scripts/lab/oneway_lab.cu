@@ -17,33 +17,12 @@
 #include <vector>
 
 #include "pair.h"
+#include "pattern.h"
 
 constexpr int REPS = 10;
 
 __global__ void copy16(const int4* __restrict__ src, int4* __restrict__ dst, size_t n) {
-  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  // Four loads in flight per thread before the stores: a peer access has a long latency.
-  for (; i + 3 * stride < n; i += 4 * stride) {
-    int4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];
-    dst[i] = a;
-    dst[i + stride] = b;
-    dst[i + 2 * stride] = c;
-    dst[i + 3 * stride] = d;
-  }
-  for (; i < n; i += stride) dst[i] = src[i];
-}
-
-__global__ void fill(uint32_t* p, size_t n, uint32_t salt) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    p[i] = (uint32_t)(i * 2654435761u) ^ salt;
-}
-
-__global__ void count_bad(const uint32_t* p, size_t n, uint32_t salt, unsigned long long* bad) {
-  unsigned long long b = 0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    b += p[i] != ((uint32_t)(i * 2654435761u) ^ salt);
-  if (b) atomicAdd(bad, b);
+  copy16_strided(src, dst, n, blockIdx.x * (size_t)blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);
 }
 
 // One part of a case: bytes [off, off+len) moved by `how` with `k` streams or `blocks` blocks.
