@@ -16,13 +16,32 @@
 #include "instantiate.cuh"
 
 // ---- oneshot -------------------------------------------------------------------------------
-// Packet i of a source at 16 i into its LL region (ll_flags.cuh).
+// Packet i of a source at 16 i into its LL region (ll_flags.cuh), or into its ring region.
 //
 // For a few packets the launch is latency: what precedes the first packet write sits on the
 // critical path. So everything the writes need but the flags (the scratch bases, the region
 // geometry, this thread's first input packet) is loaded before ox_ll_flags_load, overlapping the
 // flag loads, and kept in registers and shared memory: every volatile packet access clobbers
 // memory, which would make the compiler reload DevComm fields and redo the region division.
+//
+// The ring form (OX_ONESHOT_RING, messages up to OX_RING_PAYLOAD_BYTES) places the PDL wait and
+// trigger itself, so that back-to-back one-shot launches overlap (kernels/pdl.cuh):
+// - Its flags advance right after they are loaded, not at exit. Stores, a GPU-scope fence, a
+//   block barrier, then the trigger: the next launch starts only after every block triggered, so
+//   its flag loads (relaxed, GPU scope) see the advanced values.
+// - Early (OX_ONESHOT_EARLY), it does everything up to the last packet write before its PDL wait:
+//   flags, input, packets. The host sets EARLY only where the previous kernel in the stream is
+//   this communicator's ring one-shot (a captured graph's node, so nothing can come between) and
+//   this launch's input does not overlap that one's output; nothing else that kernel writes is
+//   read here before the wait. The output is written after the wait, as always.
+// Why 4 ring slots. An early launch L with flag f+1 (per pair) writes the slot of flag f-3. It
+// started once its predecessor P (flag f) triggered, so this rank's launch of flag f-1 is
+// complete: this rank read the peer's f-1 packets, or (one-way launch towards the peer) P waited
+// for the peer's acknowledgement of f-1. Either way the peer's launch of f-1 had begun. If it
+// began early, its own predecessor (a ring one-shot, flag f-2) had passed its wait, so the peer's
+// launch of f-3 was complete. With fewer slots L would overwrite packets of f-1 or f-2 that the
+// peer may still be reading. The LL halves keep their rule (ll_flags.cuh): a launch that follows
+// an early one has a ring one-shot two flags back, which never used the halves.
 // `Probe` marks the phases for scripts/lab/oneshot_lab.cu; the library's kernels use NoProbe.
 struct NoProbe {
   OX_DEV void mark(int) const {}
@@ -31,6 +50,10 @@ struct NoProbe {
 template <typename T, typename Op, typename Probe>
 OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Probe& probe) {
   probe.mark(0);
+  const bool ring = (a.mode & OX_ONESHOT_RING) != 0;
+  const bool early = ring && (a.mode & OX_ONESHOT_EARLY) != 0;
+  if (!early) ox_pdl_wait();
+  if (!ring) ox_pdl_trigger();
   const int me = c.rank, n = c.nranks;
   AbortState ab(c.abort_flag);
   __shared__ uint32_t flags[OX_MAX_RANKS];
@@ -48,27 +71,43 @@ OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Pr
   // packets carry pre-scaled values and the reduction below only combines.
   const uint64_t first = g < npkt ? ox_pre<T>(op, ox_load8(src, g * 8, nbytes)) : 0;
   ox_ll_flags_load(c, flags, ab);  // its __syncthreads also publishes base[]
+  if (ring) {
+    ox_ll_flags_advance_all(c, me, n, flags);
+    __threadfence();  // this thread's table stores are visible GPU-wide before the trigger
+    __syncthreads();  // every thread's, before any thread triggers (a block triggers once)
+    if (!early) ox_pdl_trigger();
+  }
   probe.mark(1);
 
   for (uint64_t i = g; i < npkt; i += G) {
     const uint64_t v = i == g ? first : ox_pre<T>(op, ox_load8(src, i * 8, nbytes));
     for (int k = 1; k < n; ++k) {
       const int p = me + k < n ? me + k : me + k - n;  // staggered so ranks start on different peers
-      ox_ll16_write(ox_ll_at(base[p], half, region, flags[p], me) + i * 16, v, flags[p]);
+      char* at = ring ? ox_ring_at(base[p], half, n, flags[p], me) : ox_ll_at(base[p], half, region, flags[p], me);
+      ox_ll16_write(at + i * 16, v, flags[p]);
     }
   }
   probe.mark(2);
+  if (early) {
+    ox_pdl_wait();  // the previous kernel is complete: its output, and our output buffer, are ours
+    ox_pdl_trigger();
+  }
   for (uint64_t i = g; i < npkt; i += G) {
     uint64_t acc = 0;
     for (int r = 0; r < n; ++r) {
-      const uint64_t x = r == me ? (i == g ? first : ox_pre<T>(op, ox_load8(src, i * 8, nbytes)))
-                                 : ox_ll16_read(ox_ll_at(base[me], half, region, flags[r], r) + i * 16, flags[r], ab);
+      uint64_t x;
+      if (r == me) {
+        x = i == g ? first : ox_pre<T>(op, ox_load8(src, i * 8, nbytes));
+      } else {
+        const char* at = ring ? ox_ring_at(base[me], half, n, flags[r], r) : ox_ll_at(base[me], half, region, flags[r], r);
+        x = ox_ll16_read(at + i * 16, flags[r], ab);
+      }
       acc = r == 0 ? x : ox_combine<T>(op, acc, x);
     }
     ox_store8(dst, i * 8, nbytes, ox_post<T>(op, acc));
   }
   probe.mark(3);
-  ox_ll_flags_advance_all(c, me, n, flags);
+  if (!ring) ox_ll_flags_advance_all(c, me, n, flags);
   probe.mark(4);
 }
 
@@ -147,6 +186,6 @@ OX_DEV void allreduce_rsag(const CollArgs& a) {
 }
 
 // ---- entry points --------------------------------------------------------------------------
-OX_TYPED_KERNELS(ox_allreduce_oneshot, allreduce_oneshot)
+OX_TYPED_KERNELS_ENTRY(ox_allreduce_oneshot, allreduce_oneshot, (void)0)  // its own PDL entry
 OX_TYPED_KERNELS(ox_allreduce_twophase, allreduce_twophase)
 OX_TYPED_KERNELS(ox_allreduce_rsag, allreduce_rsag)

@@ -38,8 +38,18 @@ OX_DEV uint32_t* ox_ll_ack_ptr(const DevComm& c, int owner, uint32_t block, int 
   return reinterpret_cast<uint32_t*>(c.ll_ack[owner]) + (uint64_t)block * OX_MAX_RANKS + (uint64_t)reader;
 }
 
-// Next flag; skips 0 (fresh, zeroed scratch) on wrap-around and keeps the parity alternating.
-OX_DEV uint32_t ox_ll_next_flag(uint32_t flag) { return flag + 1 == 0 ? 2u : flag + 1; }
+// Next flag; skips 0 (fresh, zeroed scratch) on wrap-around, to 4: the flag modulo 2 picks an
+// LL half and modulo OX_RING_SLOTS (4) a ring slot, and both must keep advancing by one.
+OX_DEV uint32_t ox_ll_next_flag(uint32_t flag) { return flag + 1 == 0 ? 4u : flag + 1; }
+
+// A flag-table load. Relaxed at GPU scope, so never served from a stale L1 line: an early
+// one-shot launch (allreduce.cu) reads the table before its PDL wait, while the previous kernel,
+// which wrote it, may still run.
+OX_DEV uint32_t ox_ll_table_ld(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 
 // Loads this block's flag for every peer into shared memory (thread p loads peer p); where the
 // pair's previous launch was one-way from this rank, first waits for the peer's acknowledgement
@@ -51,8 +61,8 @@ OX_DEV uint32_t ox_ll_next_flag(uint32_t flag) { return flag + 1 == 0 ? 2u : fla
 OX_DEV void ox_ll_flags_load(const DevComm& c, uint32_t* flags, AbortState& ab) {
   const int p = (int)threadIdx.x;
   if (p < OX_MAX_RANKS) {
-    const uint32_t f = *ox_ll_flag_ptr(c, blockIdx.x, p);
-    const uint32_t pending = *ox_ll_pending_ptr(c, blockIdx.x, p);
+    const uint32_t f = ox_ll_table_ld(ox_ll_flag_ptr(c, blockIdx.x, p));
+    const uint32_t pending = ox_ll_table_ld(ox_ll_pending_ptr(c, blockIdx.x, p));
     flags[p] = f;
     if (p < c.nranks && p != c.rank && ox_ll_next_flag(pending) == f) {
       // The peer may already have entered this launch too (when it is one-way again) and
@@ -86,6 +96,13 @@ OX_DEV char* ox_ll_region(const DevComm& c, int reader, uint32_t flag, int src) 
 // ll_half_bytes, `region` = ox_ll_region_bytes.
 OX_DEV char* ox_ll_at(char* base, uint64_t half, uint64_t region, uint32_t flag, int src) {
   return base + (flag & 1u) * half + (uint64_t)src * region;
+}
+
+// The ring area (one-shot AllReduce, allreduce.cu): OX_RING_SLOTS slots of nranks regions of
+// OX_RING_REGION_BYTES, right after the two LL halves of each rank's LL scratch. `base` = the
+// reader's ll_scratch, `half` = ll_half_bytes.
+OX_DEV char* ox_ring_at(char* base, uint64_t half, int n, uint32_t flag, int src) {
+  return base + 2 * half + ((uint64_t)(flag % OX_RING_SLOTS) * (uint64_t)n + (uint64_t)src) * OX_RING_REGION_BYTES;
 }
 
 // Every per-launch bookkeeping store below goes to all OX_MAX_BLOCKS / gridDim slots this block

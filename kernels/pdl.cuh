@@ -16,12 +16,28 @@
 // at most two kernels of a communicator hold SMs at once, whose grids the host keeps within the
 // communicator's block budget (maxCTAs). The trigger only lets the next launch begin; it says
 // nothing about this kernel's memory, which the next kernel's own wait covers.
+//
+// One exception, the ring one-shot AllReduce (allreduce.cu, OX_ONESHOT_RING / OX_ONESHOT_EARLY):
+// it triggers only after advancing its LL flags (with a GPU-scope fence), so that the next ring
+// one-shot can read them before its wait; and launched early, it reads its input and sends its
+// packets before its wait, where the host proved (algo::pdl::early) that the previous kernel is
+// the only unfinished work and writes nothing it reads there. Its trigger still follows its wait.
 #pragma once
 #include "common.cuh"
 
-OX_DEV void ox_pdl_enter() {
+OX_DEV void ox_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+OX_DEV void ox_pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+OX_DEV void ox_pdl_enter() {
+  ox_pdl_wait();
+  ox_pdl_trigger();
 }

@@ -47,6 +47,7 @@ q=""; [ $quick = 1 ] && q="--quick"
 export NCCL_NVLS_ENABLE=0
 step gpu-check-allreduce "$bin/oxccl-gpu-check" --graph $q
 step gpu-check-colls "$bin/oxccl-gpu-check" --colls --quick
+step gpu-check-chain "$bin/oxccl-gpu-check" --chain
 step gpu-check-split "$bin/oxccl-gpu-check" --split
 step gpu-check-proxy "$bin/oxccl-gpu-check" --proxy
 step gpu-check-hang "$bin/oxccl-gpu-check" --hang

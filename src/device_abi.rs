@@ -52,6 +52,25 @@ pub const OX_MODE_LL128_CHAIN: u8 = 7;
 /// input piece p to peer p (otherwise AllGather, sending the whole input to every peer).
 pub const OX_GATHER_ALLTOALL: u8 = 8;
 
+/// The one-shot AllReduce (`CollArgs::mode` bits; kernels/allreduce.cu). RING: its packets go
+/// through the ring area, `OX_RING_SLOTS` slots picked by the pair's flag modulo the slot count,
+/// instead of the LL halves; set for every message of at most `OX_RING_PAYLOAD_BYTES` on 2 to
+/// `OX_RING_MAX_RANKS` ranks (all ranks agree: it depends on the size alone). EARLY (with RING,
+/// and only where the host proved the previous kernel in the stream is this communicator's ring
+/// one-shot and the input is not its output): the kernel reads its input and sends its packets
+/// before waiting for the previous kernel (kernels/pdl.cuh).
+pub const OX_ONESHOT_RING: u32 = 1;
+pub const OX_ONESHOT_EARLY: u32 = 2;
+/// Slots of the ring area: an early launch with flag f writes the slot of flag f - 4, which the
+/// peer is proven to have finished with (kernels/allreduce.cu explains why 2 or 3 would not do).
+pub const OX_RING_SLOTS: u64 = 4;
+/// Bytes of one source's region in one ring slot (LL16: twice the payload).
+pub const OX_RING_REGION_BYTES: u64 = 128 << 10;
+pub const OX_RING_PAYLOAD_BYTES: u64 = OX_RING_REGION_BYTES / 2;
+/// Ranks up to which a communicator has a ring area (`OX_RING_SLOTS * n * OX_RING_REGION_BYTES`
+/// bytes per rank, right after its LL halves).
+pub const OX_RING_MAX_RANKS: usize = 8;
+
 /// Registrations of one peer a rank's table has room for (src/reg: a registration's slot is its
 /// generation modulo this).
 pub const OX_REG_SLOTS: usize = 512;

@@ -13,7 +13,9 @@ use crate::comm::{Comm, LaunchState, Ready, ResolvedOp};
 use crate::device_abi::CollArgs;
 use crate::error::{Error, Result};
 use crate::gpu::module::{launch_pdl, Kernel};
-use crate::gpu::stream::is_capturing;
+use crate::algo::pdl::{CaptureTail, RingAnchor};
+use crate::device_abi::{OX_ONESHOT_EARLY, OX_ONESHOT_RING};
+use crate::gpu::stream::{capture_tail, is_capturing};
 use crate::gpu::{check, cu, CtxGuard};
 use crate::log::Subsys;
 use crate::transport::ce_direct::Fallback;
@@ -92,6 +94,7 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
         ls.last_grid = 0;
     }
     crate::hostprof::mark(crate::hostprof::Stage::Prepare);
+    ls.ring_prev = ls.ring_anchor.take(); // only the launch right after it may use it
     if let Err(e) = f(r, &mut ls) {
         ls.last_grid = u32::MAX; // whatever ran last is unknown: no PDL behind it
         return Err(e);
@@ -392,6 +395,14 @@ fn coll_args(r: &Ready, t: &CollTask, count: u64, chunk_elems: u64, mode: u32) -
     }
 }
 
+/// Ring one-shot AllReduces launched early in this process (algo::pdl::early), for tests that must
+/// know the early path ran (oxccl-gpu-check --chain).
+static EARLY_LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub fn early_launches() -> u64 {
+    EARLY_LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Single-rank copies at least this large use the copy engine.
 const LOCAL_COPY_MIN_BYTES: u64 = 256 << 10;
 
@@ -415,8 +426,35 @@ fn allreduce(r: &Ready, ls: &mut LaunchState, t: &CollTask, count: u64) -> Resul
         plan.grid,
         plan.block
     );
-    let args = coll_args(r, t, count, plan.chunk_elems, 0);
-    kernel(r, ls, r.module.allreduce(plan.algo, t.dtype, t.op.op), plan.grid, plan.block, t.stream, &args)
+    let k = r.module.allreduce(plan.algo, t.dtype, t.op.op);
+    if !plan.ring {
+        return kernel(r, ls, k, plan.grid, plan.block, t.stream, &coll_args(r, t, count, plan.chunk_elems, 0));
+    }
+    // The ring one-shot: early behind the previous one where algo::pdl::early proves it safe,
+    // and remembered as the anchor for the next launch when captured.
+    let pdl = pdl_allowed(r, ls, plan.grid);
+    let tail = capture_tail(t.stream)?;
+    let early = crate::algo::pdl::early(
+        !r.tuning.early_off,
+        pdl,
+        t.op.scalar_ptr != 0,
+        t.stream as usize,
+        tail,
+        ls.ring_prev.as_ref(),
+        (t.send, t.send + bytes),
+    );
+    let mode = OX_ONESHOT_RING | if early { OX_ONESHOT_EARLY } else { 0 };
+    if early {
+        EARLY_LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    nccl_trace!(Subsys::Coll, "AllReduce ring one-shot{}", if early { ", early" } else { "" });
+    launch(ls, k, plan.grid, plan.block, t.stream, &coll_args(r, t, count, 0, mode), pdl)?;
+    if tail.is_some() {
+        if let Some(CaptureTail { id, only: Some(node) }) = capture_tail(t.stream)? {
+            ls.ring_anchor = Some(RingAnchor { stream: t.stream as usize, capture: id, node, recv: (t.recv, t.recv + bytes) });
+        }
+    }
+    Ok(())
 }
 
 /// ReduceScatter or Reduce (one rank: AllReduce's single pass, which also applies PreMulSum).
@@ -440,7 +478,16 @@ fn reducing(r: &Ready, ls: &mut LaunchState, t: &CollTask) -> Result<()> {
 /// Launches one kernel of the communicator on `stream`, with programmatic dependent launch where
 /// algo::pdl allows it behind the communicator's previous kernel there.
 fn kernel<A>(r: &Ready, ls: &mut LaunchState, k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &A) -> Result<()> {
-    let pdl = crate::algo::pdl::allowed(!r.tuning.pdl_off, r.dev.cc_major, r.dev.driver, ls.last_grid, grid, r.topo.sm_count);
+    let pdl = pdl_allowed(r, ls, grid);
+    launch(ls, k, grid, block, stream, args, pdl)
+}
+
+/// Whether a kernel of `grid` blocks may start early behind the communicator's previous one.
+fn pdl_allowed(r: &Ready, ls: &LaunchState, grid: u32) -> bool {
+    crate::algo::pdl::allowed(!r.tuning.pdl_off, r.dev.cc_major, r.dev.driver, ls.last_grid, grid, r.topo.sm_count)
+}
+
+fn launch<A>(ls: &mut LaunchState, k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &A, pdl: bool) -> Result<()> {
     crate::hostprof::mark(crate::hostprof::Stage::Plan);
     launch_pdl(k, grid, block, stream, args, pdl)?;
     crate::hostprof::mark(crate::hostprof::Stage::Launch);

@@ -4,7 +4,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$root/target/lab}
-hdr=$(ls -td "$root"/target/release/build/oxccl-*/out 2>/dev/null | while read -r d; do [ -f "$d/oxccl_device_abi.h" ] && echo "$d" && break; done)
+# The newest header (not the newest folder: rewriting a file leaves its folder's time alone).
+hdr=$(ls -t "$root"/target/release/build/oxccl-*/out/oxccl_device_abi.h 2>/dev/null | head -1 | xargs -r dirname)
 [ -n "$hdr" ] || { echo "no oxccl_device_abi.h: run cargo build --release first" >&2; exit 1; }
 nvcc=${NVCC:-$(command -v nvcc || echo "$root/.tools/cuda/nvidia/cu13/bin/nvcc")}
 mkdir -p "$out"

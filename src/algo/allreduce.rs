@@ -40,6 +40,14 @@ pub struct AllReducePlan {
     pub block: u32,
     /// Elements per block per round (rsag only; 0 otherwise).
     pub chunk_elems: u64,
+    /// One-shot through the ring area (OX_ONESHOT_RING): a pure function of the size and rank
+    /// count, so every rank agrees on where the packets go.
+    pub ring: bool,
+}
+
+/// Whether a one-shot AllReduce of `bytes` on `n` ranks goes through the ring area.
+pub fn oneshot_ring(bytes: u64, n: usize) -> bool {
+    Scratch::ring_bytes(n) > 0 && bytes <= crate::device_abi::OX_RING_PAYLOAD_BYTES
 }
 
 /// Largest message the one-shot algorithm's scratch holds: each source rank's slot of
@@ -105,7 +113,7 @@ pub fn select_allreduce(count: u64, dt: DataType, topo: &Topology, scratch: &Scr
     if topo.nranks <= 1 {
         // One rank: the one-shot kernel with no peers is an elementwise pre/post pass, any size.
         let (grid, block) = ll_shape(npkt, topo.sm_count, t);
-        return AllReducePlan { algo: AllReduceAlgo::OneShot, grid, block, chunk_elems: 0 };
+        return AllReducePlan { algo: AllReduceAlgo::OneShot, grid, block, chunk_elems: 0, ring: false };
     }
     let n = topo.nranks as u64;
     let oneshot_fits = bytes <= oneshot_capacity(scratch, n);
@@ -137,11 +145,11 @@ pub fn select_allreduce(count: u64, dt: DataType, topo: &Topology, scratch: &Scr
     match algo {
         AllReduceAlgo::OneShot => {
             let (grid, block) = ll_shape(npkt, topo.sm_count, t);
-            AllReducePlan { algo, grid, block, chunk_elems: 0 }
+            AllReducePlan { algo, grid, block, chunk_elems: 0, ring: oneshot_ring(bytes, topo.nranks) }
         }
         AllReduceAlgo::TwoPhase => {
             let (grid, block) = ll_shape(npkt.div_ceil(n) * (n - 1), topo.sm_count, t);
-            AllReducePlan { algo, grid, block, chunk_elems: 0 }
+            AllReducePlan { algo, grid, block, chunk_elems: 0, ring: false }
         }
         AllReduceAlgo::Rsag => {
             // Slices are whole 16-byte units so every slice of an aligned buffer stays aligned.
@@ -156,7 +164,7 @@ pub fn select_allreduce(count: u64, dt: DataType, topo: &Topology, scratch: &Scr
             // One block per SM at most: more would queue behind each other.
             let cap = scratch.rs_max_blocks.min(topo.sm_count.max(1)) as u64;
             let grid = per.div_ceil(chunk).clamp(1, cap) as u32;
-            AllReducePlan { algo, grid, block: t.rs_threads.unwrap_or(1024), chunk_elems: chunk }
+            AllReducePlan { algo, grid, block: t.rs_threads.unwrap_or(1024), chunk_elems: chunk, ring: false }
         }
     }
 }
@@ -180,6 +188,26 @@ mod tests {
                 assert!(p.grid >= 1 && p.grid <= 64);
             }
         }
+    }
+
+    #[test]
+    fn one_shots_up_to_64k_on_2_to_8_ranks_take_the_ring() {
+        let t = Tuning::default();
+        for n in [2usize, 3, 4, 8] {
+            let s = Scratch::for_ranks(n, &t);
+            let plan = |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(n), &s, &t);
+            // Eight ranks leave one-shot at 32 KiB (default_oneshot_max); what one-shot takes is ringed.
+            let top = if n == 8 { 32 << 10 } else { 64 << 10 };
+            assert!(plan(8).ring && plan(top).ring, "n={n}");
+            let p = plan(128 << 10);
+            assert!(!p.ring, "n={n}: beyond the ring's regions");
+        }
+        for n in [1usize, 9, 16] {
+            let s = Scratch::for_ranks(n, &t);
+            assert!(!select_allreduce(2, DataType::Float32, &topo(n), &s, &t).ring, "n={n}: no ring area");
+            assert_eq!(Scratch::ring_bytes(n), 0);
+        }
+        assert_eq!(Scratch::ring_bytes(2), 1 << 20);
     }
 
     #[test]
@@ -227,6 +255,9 @@ mod tests {
                     let nb = count * dt.size() as u64;
                     let npkt = nb.div_ceil(8);
                     match p.algo {
+                        AllReduceAlgo::OneShot if p.ring => {
+                            assert!(npkt * 16 <= crate::device_abi::OX_RING_REGION_BYTES && n <= crate::device_abi::OX_RING_MAX_RANKS)
+                        }
                         AllReduceAlgo::OneShot => assert!(npkt * 16 <= (s.ll_half_bytes / n as u64) & !15),
                         AllReduceAlgo::TwoPhase => {
                             assert!(npkt.div_ceil(n as u64) * 16 <= twophase_area(&s, n as u64))

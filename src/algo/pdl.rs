@@ -27,9 +27,76 @@ pub fn allowed(enabled: bool, cc_major: i32, driver: i32, prev_grid: u32, grid: 
     enabled && cc_major >= MIN_CC_MAJOR && driver >= MIN_DRIVER && prev_grid.saturating_add(grid) <= budget
 }
 
+/// Where a stream's capture stands just before a launch: the capture's id, and the graph node
+/// the next captured work will depend on when it is exactly one (None: several, or none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CaptureTail {
+    pub id: u64,
+    pub only: Option<usize>,
+}
+
+/// The communicator's last ring one-shot AllReduce (OX_ONESHOT_RING), as captured: its stream,
+/// capture, graph node and output range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingAnchor {
+    pub stream: usize,
+    pub capture: u64,
+    pub node: usize,
+    pub recv: (u64, u64),
+}
+
+/// Whether a ring one-shot AllReduce may launch early (OX_ONESHOT_EARLY): read its input and send
+/// its packets before its PDL wait (kernels/allreduce.cu). Only where that cannot be told apart
+/// from waiting first:
+/// - the launch is programmatic (`pdl`) and early launches are `enabled` (OXCCL_ONESHOT_EARLY);
+/// - the stream is being captured and the new node will depend on exactly one node, the
+///   communicator's previous ring one-shot on this stream and capture (`anchor`): in a graph
+///   nothing can run between the two, so the previous kernel is the only unfinished work the
+///   early part could race with. Eagerly, anything the user enqueued in between could be;
+/// - the input `send` (a byte range) does not overlap that kernel's output, the only memory it
+///   writes that this one reads before its wait (flags and ring slots have their own protocol);
+/// - the PreMulSum scalar, if any, is not in device memory (it could be that output too).
+pub fn early(enabled: bool, pdl: bool, device_scalar: bool, stream: usize, tail: Option<CaptureTail>, anchor: Option<&RingAnchor>, send: (u64, u64)) -> bool {
+    let (Some(tail), Some(a)) = (tail, anchor) else { return false };
+    let disjoint = send.1 <= a.recv.0 || a.recv.1 <= send.0;
+    enabled && pdl && !device_scalar && a.stream == stream && a.capture == tail.id && tail.only == Some(a.node) && disjoint
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn anchor() -> RingAnchor {
+        RingAnchor { stream: 7, capture: 3, node: 0x1000, recv: (0x2000, 0x3000) }
+    }
+    const TAIL: Option<CaptureTail> = Some(CaptureTail { id: 3, only: Some(0x1000) });
+
+    #[test]
+    fn early_behind_the_previous_captured_ring_launch_only() {
+        let a = anchor();
+        assert!(early(true, true, false, 7, TAIL, Some(&a), (0x4000, 0x5000)));
+        assert!(early(true, true, false, 7, TAIL, Some(&a), (0x1000, 0x2000)), "ends where the output starts");
+        assert!(!early(true, true, false, 7, None, Some(&a), (0x4000, 0x5000)), "eager: the user may have enqueued work between");
+        assert!(!early(true, true, false, 7, TAIL, None, (0x4000, 0x5000)), "no ring launch before");
+        assert!(!early(true, true, false, 8, TAIL, Some(&a), (0x4000, 0x5000)), "another stream");
+        let other_capture = Some(CaptureTail { id: 4, only: Some(0x1000) });
+        assert!(!early(true, true, false, 7, other_capture, Some(&a), (0x4000, 0x5000)), "another capture");
+        let other_node = Some(CaptureTail { id: 3, only: Some(0x1100) });
+        assert!(!early(true, true, false, 7, other_node, Some(&a), (0x4000, 0x5000)), "something was captured in between");
+        let joined = Some(CaptureTail { id: 3, only: None });
+        assert!(!early(true, true, false, 7, joined, Some(&a), (0x4000, 0x5000)), "several dependencies (an event join)");
+    }
+
+    #[test]
+    fn never_early_on_its_predecessors_output_or_when_off() {
+        let a = anchor();
+        assert!(!early(true, true, false, 7, TAIL, Some(&a), (0x2000, 0x3000)), "in place behind the previous call");
+        assert!(!early(true, true, false, 7, TAIL, Some(&a), (0x2fff, 0x4000)), "one byte of overlap");
+        assert!(!early(true, true, false, 7, TAIL, Some(&a), (0x1000, 0x2001)));
+        assert!(!early(true, false, false, 7, TAIL, Some(&a), (0x4000, 0x5000)), "a plain launch waits for its predecessor anyway");
+        assert!(!early(false, true, false, 7, TAIL, Some(&a), (0x4000, 0x5000)), "OXCCL_ONESHOT_EARLY=0");
+        assert!(!early(true, true, true, 7, TAIL, Some(&a), (0x4000, 0x5000)), "a device scalar");
+    }
 
     #[test]
     fn small_back_to_back_kernels_overlap_on_hopper() {

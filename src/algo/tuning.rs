@@ -80,6 +80,8 @@ pub struct Tuning {
     pub broadcast_ll128_max_bytes: Option<u64>,
     /// OXCCL_PDL=0: no programmatic dependent launch (algo::pdl); on by default on sm_90+.
     pub pdl_off: bool,
+    /// OXCCL_ONESHOT_EARLY=0: no early one-shot AllReduce launches in CUDA graphs (algo::pdl::early).
+    pub early_off: bool,
     /// NCCL_PROTO / NCCL_ALGO, per collective.
     pub allowed: Allowed,
 }
@@ -126,6 +128,7 @@ impl Tuning {
             broadcast_ll128_min_bytes: num("OXCCL_BROADCAST_LL128_MIN_BYTES"),
             broadcast_ll128_max_bytes: num("OXCCL_BROADCAST_LL128_MAX_BYTES").filter(|&b| b > 0),
             pdl_off: num("OXCCL_PDL") == Some(0),
+            early_off: num("OXCCL_ONESHOT_EARLY") == Some(0),
         })
     }
 }

@@ -43,7 +43,7 @@ const OFFER_BYTES: u64 = (OX_MAX_RANKS * std::mem::size_of::<RegOffer>()) as u64
 impl SharedLayout {
     fn new(s: &Scratch, nranks: usize) -> SharedLayout {
         let ll_off = 0;
-        let ll128_off = align_up(ll_off + s.ll_bytes());
+        let ll128_off = align_up(ll_off + s.ll_bytes() + Scratch::ring_bytes(nranks));
         let rs_off = align_up(ll128_off + s.ll128_bytes());
         let sem_off = align_up(rs_off + s.rs_bytes(nranks));
         let ack_off = align_up(sem_off + SEM_BYTES);
@@ -244,7 +244,7 @@ mod tests {
         for n in [1, 2, 3, 8, 32] {
             let s = Scratch::for_ranks(n, &t);
             let l = SharedLayout::new(&s, n);
-            assert!(l.ll_off + s.ll_bytes() <= l.ll128_off);
+            assert!(l.ll_off + s.ll_bytes() + Scratch::ring_bytes(n) <= l.ll128_off);
             assert!(l.ll128_off + s.ll128_bytes() <= l.rs_off);
             assert_eq!(l.ll128_off % 128, 0);
             assert!(l.rs_off + s.rs_bytes(n) <= l.sem_off);

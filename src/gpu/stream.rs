@@ -13,6 +13,27 @@ pub fn is_capturing(stream: cu::CUstream) -> Result<bool> {
     Ok(st != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }
 
+/// Where `stream`'s capture stands (algo::pdl::CaptureTail), or None when it is not capturing.
+pub fn capture_tail(stream: cu::CUstream) -> Result<Option<crate::algo::pdl::CaptureTail>> {
+    let mut st = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id: cu::cuuint64_t = 0;
+    let mut graph: cu::CUgraph = std::ptr::null_mut();
+    let mut deps: *const cu::CUgraphNode = std::ptr::null();
+    let mut n: usize = 0;
+    // SAFETY: out-pointers to locals; the edge data is optional (null: not wanted). The driver
+    // owns the dependency array, valid until the next call on the stream; read at once.
+    check(
+        unsafe { cu::cuStreamGetCaptureInfo_v3(stream, &mut st, &mut id, &mut graph, &mut deps, std::ptr::null_mut(), &mut n) },
+        "cuStreamGetCaptureInfo",
+    )?;
+    if st != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE {
+        return Ok(None);
+    }
+    // SAFETY: n entries at deps (n == 1 checked).
+    let only = if n == 1 && !deps.is_null() { Some(unsafe { *deps } as usize) } else { None };
+    Ok(Some(crate::algo::pdl::CaptureTail { id, only }))
+}
+
 /// Switches this thread to relaxed stream-capture mode for a scope: set-up work (allocations,
 /// synchronous copies) must not fail because another thread is capturing a graph.
 pub struct RelaxedCapture {

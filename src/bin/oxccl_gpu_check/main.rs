@@ -6,15 +6,17 @@
 //! counts; optionally the same through CUDA graphs replayed with fresh data. Exit status 0 only if
 //! every result is right.
 //!
-//! Usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy] [--hang] [--soak N [--seed S] [--concurrent]] [--leaks]
+//! Usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy] [--hang] [--soak N [--seed S] [--concurrent]] [--leaks] [--chain]
 //! (--colls: the other collectives and send/recv instead of AllReduce; see colls.rs;
 //! --split: ncclCommSplit/Shrink/Revoke and collectives on the children; see split.rs;
 //! --proxy: the PortChannel proxy FIFO under many concurrent GPU pushers; see proxy.rs;
 //! --hang: a deliberately stuck send, its OXCCL_DEBUG_DUMP and a prompt ncclCommAbort; see hang.rs;
 //! --soak N: N random operations of every kind, checked; see soak(); --seed S starts another sequence;
 //! --concurrent: two communicators over the same GPUs, each soaked by its own thread at once;
-//! --leaks: 200 init/destroy and 1,000 register/deregister cycles, memory flat; see leaks.rs)
+//! --leaks: 200 init/destroy and 1,000 register/deregister cycles, memory flat; see leaks.rs;
+//! --chain: 24 AllReduces per CUDA graph, fresh inputs on every replay, early launches; see chain.rs)
 
+mod chain;
 mod colls;
 mod hang;
 mod leaks;
@@ -53,10 +55,12 @@ struct Opts {
     concurrent: bool,
     /// --leaks: init/destroy and register/deregister cycles; memory must stay flat.
     leaks: bool,
+    /// --chain: back-to-back AllReduces in one CUDA graph, each with its own fresh input (chain.rs).
+    chain: bool,
 }
 
 fn opts() -> Result<Opts, String> {
-    let mut o = Opts { ranks: 0, max_count: 1 << 22, graph: false, quick: false, colls: false, split: false, proxy: false, hang: false, soak: 0, seed: 0, concurrent: false, leaks: false };
+    let mut o = Opts { ranks: 0, max_count: 1 << 22, graph: false, quick: false, colls: false, split: false, proxy: false, hang: false, soak: 0, seed: 0, concurrent: false, leaks: false, chain: false };
     let mut a = std::env::args().skip(1);
     while let Some(x) = a.next() {
         let mut val = || a.next().ok_or_else(|| format!("{x} needs a value"));
@@ -70,11 +74,12 @@ fn opts() -> Result<Opts, String> {
             "--proxy" => o.proxy = true,
             "--hang" => o.hang = true,
             "--leaks" => o.leaks = true,
+            "--chain" => o.chain = true,
             "--soak" => o.soak = val()?.parse().map_err(|e| format!("--soak: {e}"))?,
             "--seed" => o.seed = val()?.parse().map_err(|e| format!("--seed: {e}"))?,
             "--concurrent" => o.concurrent = true,
             "-h" | "--help" => {
-                println!("usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy] [--hang] [--soak N [--seed S] [--concurrent]] [--leaks]");
+                println!("usage: oxccl-gpu-check [--ranks N] [--max-count N] [--graph] [--quick] [--colls] [--split] [--proxy] [--hang] [--soak N [--seed S] [--concurrent]] [--leaks] [--chain]");
                 std::process::exit(0)
             }
             _ => return Err(format!("unknown argument {x}")),
@@ -174,6 +179,13 @@ fn run(o: &Opts, ngpu: usize) -> Result<usize, String> {
 
     if o.soak > 0 {
         let bad = soak(&ranks, o.soak, o.max_count, o.seed, "");
+        for rk in &ranks {
+            nccl(ncclCommDestroy(rk.comm), "ncclCommDestroy")?;
+        }
+        return Ok(bad);
+    }
+    if o.chain {
+        let bad = chain::check(&ranks)?;
         for rk in &ranks {
             nccl(ncclCommDestroy(rk.comm), "ncclCommDestroy")?;
         }
