@@ -11,6 +11,10 @@
 //! running one and the next, waiting. Their grids together must fit the communicator's block
 //! budget (the SMs, capped by maxCTAs), which users size so that concurrent communicators fit on
 //! the GPU side by side; a launch that would exceed it is an ordinary launch.
+//!
+//! The ring one-shot AllReduce bends the first half of that rule where [`early`] allows: inside a
+//! captured graph, right behind its own kind, it reads its input and sends its packets before its
+//! wait (kernels/allreduce.cu). Its trigger still follows its wait.
 
 /// PDL needs compute capability 9.0 (griddepcontrol).
 pub const MIN_CC_MAJOR: i32 = 9;
