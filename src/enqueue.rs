@@ -441,7 +441,7 @@ fn allreduce(r: &Ready, ls: &mut LaunchState, t: &CollTask, count: u64) -> Resul
         t.stream as usize,
         tail,
         ls.ring_prev.as_ref(),
-        (t.send, t.send + bytes),
+        (t.send, t.send.saturating_add(bytes)),
     );
     let mode = OX_ONESHOT_RING | if early { OX_ONESHOT_EARLY } else { 0 };
     if early {
@@ -451,7 +451,7 @@ fn allreduce(r: &Ready, ls: &mut LaunchState, t: &CollTask, count: u64) -> Resul
     launch(ls, k, plan.grid, plan.block, t.stream, &coll_args(r, t, count, 0, mode), pdl)?;
     if tail.is_some() {
         if let Some(CaptureTail { id, only: Some(node) }) = capture_tail(t.stream)? {
-            ls.ring_anchor = Some(RingAnchor { stream: t.stream as usize, capture: id, node, recv: (t.recv, t.recv + bytes) });
+            ls.ring_anchor = Some(RingAnchor { stream: t.stream as usize, capture: id, node, recv: (t.recv, t.recv.saturating_add(bytes)) });
         }
     }
     Ok(())
