@@ -188,41 +188,9 @@ fn run(ranks: &[Rank], bufs: &[Bufs]) -> Result<usize, String> {
     bad += verify(ranks, bufs, 0, "eager")?;
 
     let before = oxccl::enqueue::early_launches();
-    for rk in ranks {
-        let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
-        // SAFETY: valid stream of the current context.
-        unsafe { ck(cu::cuStreamBeginCapture_v2(rk.stream, cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")? };
-    }
-    let issued = issue(ranks, bufs);
-    // End every capture (even after a failed call) before instantiating any graph.
-    let mut graphs: Vec<cu::CUgraph> = Vec::new();
-    let mut ended = Ok(());
-    for rk in ranks {
-        let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
-        let mut g: cu::CUgraph = std::ptr::null_mut();
-        // SAFETY: ends the capture begun above.
-        ended = ended.and(ck(unsafe { cu::cuStreamEndCapture(rk.stream, &mut g) }, "cuStreamEndCapture"));
-        graphs.push(g);
-    }
+    let execs = crate::capture(ranks, || issue(ranks, bufs))?;
     let early = oxccl::enqueue::early_launches() - before;
-    let mut execs: Vec<cu::CUgraphExec> = Vec::new();
-    for (rk, g) in ranks.iter().zip(&graphs) {
-        if g.is_null() {
-            continue;
-        }
-        let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
-        let mut e: cu::CUgraphExec = std::ptr::null_mut();
-        // SAFETY: instantiates a complete captured graph, then drops the template.
-        let r = unsafe { ck(cu::cuGraphInstantiateWithFlags(&mut e, *g, 0), "cuGraphInstantiate") };
-        unsafe { cu::cuGraphDestroy(*g) };
-        match r {
-            Ok(()) => execs.push(e),
-            Err(err) => ended = ended.and(Err(err)),
-        }
-    }
     let replays = (|| -> Result<usize, String> {
-        issued?;
-        ended?;
         let mut bad = 0;
         for round in 1..=REPLAYS {
             prepare(ranks, bufs, round)?;

@@ -410,42 +410,7 @@ fn check_one(ranks: &[Rank], codec: &Codec, op: CheckOp, count: usize, in_place:
             launch(ranks, &ops, count, dt, in_place)?;
         } else {
             if round == 0 {
-                for rk in ranks {
-                    let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
-                    // SAFETY: valid stream of the current context.
-                    unsafe {
-                        ck(cu::cuStreamBeginCapture_v2(rk.stream, cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")?
-                    };
-                }
-                let launched = launch(ranks, &ops, count, dt, in_place);
-                // End every capture before instantiating any graph (instantiation is not allowed
-                // while this thread still captures another stream), and end them even after a
-                // failed launch, so no stream is left capturing for the checks that follow.
-                let mut captured = Vec::with_capacity(ranks.len());
-                let mut ended = Ok(());
-                for rk in ranks {
-                    let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
-                    let mut g: cu::CUgraph = std::ptr::null_mut();
-                    // SAFETY: ends the capture begun above on this stream.
-                    ended = ended.and(ck(unsafe { cu::cuStreamEndCapture(rk.stream, &mut g) }, "cuStreamEndCapture"));
-                    captured.push(g);
-                }
-                for (rk, g) in ranks.iter().zip(captured) {
-                    if g.is_null() {
-                        continue;
-                    }
-                    let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
-                    let mut e: cu::CUgraphExec = std::ptr::null_mut();
-                    // SAFETY: instantiates a complete captured graph, then drops the template.
-                    let r = unsafe { ck(cu::cuGraphInstantiateWithFlags(&mut e, g, 0), "cuGraphInstantiate") };
-                    unsafe { cu::cuGraphDestroy(g) };
-                    match r {
-                        Ok(()) => graphs.push(e),
-                        Err(err) => ended = ended.and(Err(err)),
-                    }
-                }
-                launched?;
-                ended?;
+                graphs = capture(ranks, || launch(ranks, &ops, count, dt, in_place))?;
             }
             for (rk, g) in ranks.iter().zip(&graphs) {
                 let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
@@ -488,6 +453,53 @@ fn check_one(ranks: &[Rank], codec: &Codec, op: CheckOp, count: usize, in_place:
         }
     }
     result
+}
+
+/// Captures what `issue` enqueues on every rank's stream (thread-local capture) and instantiates
+/// one graph per rank. Every capture is ended before any graph is instantiated (instantiation is
+/// not allowed while this thread still captures another stream), even after a failed `issue`, so
+/// no stream is left capturing for the checks that follow.
+pub(crate) fn capture(ranks: &[Rank], issue: impl FnOnce() -> Result<(), String>) -> Result<Vec<cu::CUgraphExec>, String> {
+    for rk in ranks {
+        let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
+        // SAFETY: valid stream of the current context.
+        unsafe { ck(cu::cuStreamBeginCapture_v2(rk.stream, cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")? };
+    }
+    let issued = issue();
+    let mut captured = Vec::with_capacity(ranks.len());
+    let mut ended = Ok(());
+    for rk in ranks {
+        let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
+        let mut g: cu::CUgraph = std::ptr::null_mut();
+        // SAFETY: ends the capture begun above on this stream.
+        ended = ended.and(ck(unsafe { cu::cuStreamEndCapture(rk.stream, &mut g) }, "cuStreamEndCapture"));
+        captured.push(g);
+    }
+    let mut execs = Vec::with_capacity(ranks.len());
+    for (rk, g) in ranks.iter().zip(captured) {
+        if g.is_null() {
+            continue;
+        }
+        let _g = CtxGuard::new(rk.dev).map_err(|e| e.msg)?;
+        let mut e: cu::CUgraphExec = std::ptr::null_mut();
+        // SAFETY: instantiates a complete captured graph, then drops the template.
+        let r = unsafe { ck(cu::cuGraphInstantiateWithFlags(&mut e, g, 0), "cuGraphInstantiate") };
+        unsafe { cu::cuGraphDestroy(g) };
+        match r {
+            Ok(()) => execs.push(e),
+            Err(err) => ended = ended.and(Err(err)),
+        }
+    }
+    if let Err(e) = issued.and(ended) {
+        for (rk, x) in ranks.iter().zip(execs) {
+            if let Ok(_g) = CtxGuard::new(rk.dev) {
+                // SAFETY: instantiated above, never launched.
+                unsafe { cu::cuGraphExecDestroy(x) };
+            }
+        }
+        return Err(e);
+    }
+    Ok(execs)
 }
 
 fn launch(ranks: &[Rank], ops: &[i32], count: usize, dt: DataType, in_place: bool) -> Result<(), String> {
