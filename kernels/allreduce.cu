@@ -1,14 +1,17 @@
-// AllReduce kernels. Three algorithms, chosen on the host by algo::allreduce:
+// AllReduce kernels. Five algorithms, chosen on the host by algo::allreduce:
 //   oneshot  - all-pairs LL16: every rank writes its whole input as packets into every peer's
 //              scratch, then reduces all inputs locally. One hop; for small messages.
 //   twophase - LL16 reduce-scatter into the owner's scratch, then LL16 all-gather of the reduced
 //              chunks. Two hops, each rank moves 2(n-1)/n of the data; for medium messages.
+//   oneshot128, twophase128 - the same two as LL128 lines (ap128.cuh): 120 payload bytes per 128
+//              on the links instead of 8 per 16, for a warp's work per line of 120 bytes.
 //   rsag     - reduce-scatter + all-gather with MemoryChannel puts and semaphores, pipelined in
 //              rounds per block; for large messages.
 // Every algorithm reduces in rank order 0..n-1, so all ranks get bit-identical results, and
 // touches each element's input before writing its output from the same thread, so in-place
 // (send == recv) is safe.
 #include "common.cuh"
+#include "ap128.cuh"
 #include "ll_flags.cuh"
 #include "memory_channel.cuh"
 #include "reduce.cuh"
@@ -185,6 +188,177 @@ OX_DEV void allreduce_twophase(const CollArgs& a) {
   ox_ll_flags_advance_all(c, me, n, flags);
 }
 
+// ---- oneshot128 and twophase128 ------------------------------------------------------------
+// Lines as in ll128_chain.cuh: a warp works on 4 lines at a time, lanes 8i..8i+7 on line
+// base + i, lane j of a line on the message's 8-byte words 15 l + 2j and (j < 7) 15 l + 2j + 1.
+// Every loop over line groups is warp-uniform, and the 8 lanes of a line store it in one
+// instruction after a __syncwarp (ll128.cuh).
+
+// This lane's one or two input words at word index w, pre() applied (see oneshot); 0 past the end.
+template <typename T, typename Op>
+OX_DEV void ox_ap128_in(const Op& op, const char* src, uint64_t nbytes, uint64_t w, bool two, uint64_t& x0, uint64_t& x1) {
+  x0 = ox_pre<T>(op, ox_load8(src, w * 8, nbytes));
+  x1 = two ? ox_pre<T>(op, ox_load8(src, (w + 1) * 8, nbytes)) : 0;
+}
+
+// Warp-collective. Reduces, in rank order 0..n-1, this lane's words of line `l` of every source's
+// region of this rank's half (`mine` = ll_scratch[me] + ap128_off; at offset `off` in each region)
+// with this rank's own words m0/m1, four ranks' lines in flight at a time.
+template <typename T, typename Op>
+OX_DEV void ox_ap128_reduce_line(const Op& op, char* mine, uint64_t half, uint64_t region, const uint32_t* flags, int me, int n,
+                                 uint64_t off, uint32_t lane, bool active, uint64_t m0, uint64_t m1, uint64_t& acc0,
+                                 uint64_t& acc1, AbortState& ab) {
+  constexpr int K = 4;
+  for (int r0 = 0; r0 < n; r0 += K) {
+    const char* at[K];
+    uint64_t fl[K], w0[K], w1[K];
+    uint32_t use = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int r = r0 + k;
+      const bool peer = r < n && r != me;
+      const uint32_t f = peer ? flags[r] : 0;
+      at[k] = ox_ap128_at(mine, half, region, f, peer ? r : 0) + off;
+      fl[k] = ox_ap128_flag(f);
+      w0[k] = w1[k] = 0;
+      use |= (uint32_t)peer << k;
+    }
+    ox_ll128_load_many<K>(at, fl, use, lane, active, w0, w1, ab);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int r = r0 + k;
+      if (r >= n) break;
+      const uint64_t x0 = r == me ? m0 : w0[k], x1 = r == me ? m1 : w1[k];
+      acc0 = r == 0 ? x0 : ox_combine<T>(op, acc0, x0);
+      acc1 = r == 0 ? x1 : ox_combine<T>(op, acc1, x1);
+    }
+  }
+}
+
+// One-shot: every rank writes its whole input as lines into its region of every peer's half,
+// then reduces line by line. Capacity: the message's lines fit a region (algo::allreduce).
+template <typename T, typename Op>
+OX_DEV void allreduce_oneshot128(const CollArgs& a) {
+  const DevComm& c = ox_comm(a);
+  const int me = c.rank, n = c.nranks;
+  AbortState ab(c.abort_flag);
+  __shared__ uint32_t flags[OX_MAX_RANKS];
+  __shared__ char* base[OX_MAX_RANKS];
+  if ((int)threadIdx.x < n) base[threadIdx.x] = reinterpret_cast<char*>(c.ll_scratch[threadIdx.x] + c.ap128_off);
+  const uint64_t half = c.ap128_half_bytes, region = ox_ap128_region_bytes(half, n);
+  const uint64_t nbytes = a.count * sizeof(T);
+  const uint64_t lines = ox_ceil_div(ox_ceil_div(nbytes, 8), (uint64_t)kLl128LineWords);
+  const char* src = reinterpret_cast<const char*>(a.send);
+  char* dst = reinterpret_cast<char*>(a.recv);
+  const Op op(a, n);
+  ox_ll_flags_load(c, flags, ab);  // its __syncthreads also publishes base[]
+  const uint32_t lane = threadIdx.x % 32, j = lane & 7;
+  const bool two = j < 7;
+  const uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const uint64_t nwarps = (uint64_t)gridDim.x * blockDim.x / 32;
+
+  for (uint64_t g = 4 * warp; g < lines; g += 4 * nwarps) {
+    const uint64_t l = g + lane / 8;
+    const bool active = l < lines;
+    uint64_t x0 = 0, x1 = 0;
+    if (active) ox_ap128_in<T>(op, src, nbytes, l * kLl128LineWords + 2 * j, two, x0, x1);
+    __syncwarp();
+    for (int k = 1; k < n && active; ++k) {
+      const int p = me + k < n ? me + k : me + k - n;  // staggered so ranks start on different peers
+      ox_ll128_store(ox_ap128_at(base[p], half, region, flags[p], me) + l * kLl128LineBytes, lane, x0, x1, ox_ap128_flag(flags[p]));
+    }
+  }
+  // Same lane-to-word mapping as above: in place, a word is read before this lane writes it.
+  for (uint64_t g = 4 * warp; g < lines; g += 4 * nwarps) {
+    const uint64_t l = g + lane / 8;
+    const bool active = l < lines;
+    const uint64_t w = l * kLl128LineWords + 2 * j;
+    uint64_t m0 = 0, m1 = 0, acc0 = 0, acc1 = 0;
+    if (active) ox_ap128_in<T>(op, src, nbytes, w, two, m0, m1);
+    ox_ap128_reduce_line<T>(op, base[me], half, region, flags, me, n, l * kLl128LineBytes, lane, active, m0, m1, acc0, acc1, ab);
+    if (active) ox_store8(dst, w * 8, nbytes, ox_post<T>(op, acc0));
+    if (active && two) ox_store8(dst, (w + 1) * 8, nbytes, ox_post<T>(op, acc1));
+  }
+  ox_ll_flags_advance_all(c, me, n, flags);
+}
+
+// Two-phase: chunk p = words [p cw, min((p+1) cw, words)) is reduced by rank p. Each source's
+// region holds its reduce-scatter lines at 0 and its all-gather lines at `area` (half the region).
+// Phases 1 and 3 share one (lane -> word) mapping and phase 2 reads its input before writing it,
+// so in place every word is read before it is written, by the same lane.
+template <typename T, typename Op>
+OX_DEV void allreduce_twophase128(const CollArgs& a) {
+  const DevComm& c = ox_comm(a);
+  const int me = c.rank, n = c.nranks;
+  AbortState ab(c.abort_flag);
+  __shared__ uint32_t flags[OX_MAX_RANKS];
+  __shared__ char* base[OX_MAX_RANKS];
+  if ((int)threadIdx.x < n) base[threadIdx.x] = reinterpret_cast<char*>(c.ll_scratch[threadIdx.x] + c.ap128_off);
+  const uint64_t half = c.ap128_half_bytes, region = ox_ap128_region_bytes(half, n);
+  const uint64_t area = (region / 2) & ~127ull;
+  const uint64_t nbytes = a.count * sizeof(T);
+  const uint64_t words = ox_ceil_div(nbytes, 8);
+  const uint64_t cw = ox_ceil_div(words, (uint64_t)n);               // words per chunk
+  const uint32_t cl = (uint32_t)ox_ceil_div(cw, (uint64_t)kLl128LineWords);  // lines per chunk
+  const uint32_t others = (uint32_t)(n - 1) * cl;
+  const char* src = reinterpret_cast<const char*>(a.send);
+  char* dst = reinterpret_cast<char*>(a.recv);
+  const Op op(a, n);
+  ox_ll_flags_load(c, flags, ab);
+  const uint32_t lane = threadIdx.x % 32, j = lane & 7;
+  const bool two = j < 7;
+  const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const uint32_t nwarps = gridDim.x * blockDim.x / 32;
+
+  // 1. Reduce-scatter: line l of every other rank's chunk to that rank.
+  for (uint32_t g = 4 * warp; g < others; g += 4 * nwarps) {
+    const uint32_t t = g + lane / 8;
+    const bool active = t < others;
+    const uint32_t q = t / cl, l = t - q * cl;
+    const int p = (int)q < me ? (int)q : (int)q + 1;
+    uint64_t x0 = 0, x1 = 0;
+    if (active) ox_ap128_in<T>(op, src, nbytes, (uint64_t)p * cw + (uint64_t)l * kLl128LineWords + 2 * j, two, x0, x1);
+    __syncwarp();
+    if (active) ox_ll128_store(ox_ap128_at(base[p], half, region, flags[p], me) + (uint64_t)l * kLl128LineBytes, lane, x0, x1, ox_ap128_flag(flags[p]));
+  }
+  // 2. Reduce this rank's chunk; keep it, and send it as lines to every peer's all-gather area.
+  const uint64_t my_lo = (uint64_t)me * cw, my_hi = ox_min(my_lo + cw, words);
+  for (uint32_t g = 4 * warp; g < cl; g += 4 * nwarps) {
+    const uint32_t l = g + lane / 8;
+    const uint64_t w = my_lo + (uint64_t)l * kLl128LineWords + 2 * j;
+    const bool active = l < cl;
+    uint64_t m0 = 0, m1 = 0, acc0 = 0, acc1 = 0;
+    if (active) ox_ap128_in<T>(op, src, nbytes, w, two, m0, m1);
+    ox_ap128_reduce_line<T>(op, base[me], half, region, flags, me, n, (uint64_t)l * kLl128LineBytes, lane, active, m0, m1, acc0, acc1, ab);
+    acc0 = ox_post<T>(op, acc0);
+    acc1 = ox_post<T>(op, acc1);
+    __syncwarp();
+    for (int k = 1; k < n && active; ++k) {
+      const int p = me + k < n ? me + k : me + k - n;
+      ox_ll128_store(ox_ap128_at(base[p], half, region, flags[p], me) + area + (uint64_t)l * kLl128LineBytes, lane, acc0, acc1,
+                     ox_ap128_flag(flags[p]));
+    }
+    if (active && w < my_hi) ox_store8(dst, w * 8, nbytes, acc0);
+    if (active && two && w + 1 < my_hi) ox_store8(dst, (w + 1) * 8, nbytes, acc1);
+  }
+  // 3. All-gather: line l of every other chunk from its owner.
+  for (uint32_t g = 4 * warp; g < others; g += 4 * nwarps) {
+    const bool active = g + lane / 8 < others;
+    const uint32_t t = active ? g + lane / 8 : 0;  // inactive lanes still load (nothing): keep p a rank
+    const uint32_t q = t / cl, l = t - q * cl;
+    const int p = (int)q < me ? (int)q : (int)q + 1;
+    const uint32_t f = flags[p];
+    uint64_t d0 = 0, d1 = 0;
+    ox_ll128_load(ox_ap128_at(base[me], half, region, f, p) + area + (uint64_t)l * kLl128LineBytes, lane, active, ox_ap128_flag(f), d0, d1, ab);
+    if (!active) continue;  // nothing warp-collective follows in this iteration
+    const uint64_t w = (uint64_t)p * cw + (uint64_t)l * kLl128LineWords + 2 * j;
+    const uint64_t hi = ox_min((uint64_t)(p + 1) * cw, words);
+    if (w < hi) ox_store8(dst, w * 8, nbytes, d0);
+    if (two && w + 1 < hi) ox_store8(dst, (w + 1) * 8, nbytes, d1);
+  }
+  ox_ll_flags_advance_all(c, me, n, flags);
+}
+
 // ---- rsag ----------------------------------------------------------------------------------
 // Geometry, the slice reduction and the round loop live in rsag.cuh (shared with Reduce).
 template <typename T, typename Op>
@@ -196,3 +370,5 @@ OX_DEV void allreduce_rsag(const CollArgs& a) {
 OX_TYPED_KERNELS_ENTRY(ox_allreduce_oneshot, allreduce_oneshot, (void)0)  // its own PDL entry
 OX_TYPED_KERNELS(ox_allreduce_twophase, allreduce_twophase)
 OX_TYPED_KERNELS(ox_allreduce_rsag, allreduce_rsag)
+OX_TYPED_KERNELS(ox_allreduce_oneshot128, allreduce_oneshot128)
+OX_TYPED_KERNELS(ox_allreduce_twophase128, allreduce_twophase128)

@@ -61,6 +61,10 @@ pub const OX_GATHER_ALLTOALL: u8 = 8;
 /// before waiting for the previous kernel (kernels/pdl.cuh).
 pub const OX_ONESHOT_RING: u32 = 1;
 pub const OX_ONESHOT_EARLY: u32 = 2;
+/// The put-based AllReduce (`CollArgs::mode`; kernels/rsag.cuh): the all-gather reads each
+/// owner's reduced slice from the owner's scratch into the output (a get), instead of the owner
+/// writing it into every peer's scratch for a local copy-out.
+pub const OX_RSAG_GET: u32 = 4;
 /// Slots of the ring area: an early launch with flag f writes the slot of flag f - 4, which the
 /// peer is proven to have finished with (kernels/allreduce.cu explains why 2 or 3 would not do).
 pub const OX_RING_SLOTS: u64 = 4;
@@ -321,6 +325,13 @@ pub struct DevComm {
     pub ll128_half_bytes: u64,
     /// Offset of a rank's LL128 scratch from its LL scratch (`ll_scratch[r] + ll128_off`).
     pub ll128_off: u64,
+    /// Bytes of one half of each rank's all-pairs LL128 area (halves alternate with the pair
+    /// flag's parity, one region per source rank in each, as the LL halves): the LL128 one-shot
+    /// and two-phase AllReduces (kernels/allreduce.cu). Kept apart from the chain's LL128 scratch,
+    /// which the predecessor alone writes whole.
+    pub ap128_half_bytes: u64,
+    /// Offset of a rank's all-pairs LL128 area from its LL scratch.
+    pub ap128_off: u64,
     /// Each rank's LL scratch, as mapped into this rank's address space (own entry included).
     pub ll_scratch: [u64; OX_MAX_RANKS],
     /// Each rank's put-based scratch: RS area then AG area, each `rs_max_blocks * nranks` slots.
@@ -397,6 +408,8 @@ mod tests {
             ("DevComm", "rs_max_blocks", offset_of!(DevComm, rs_max_blocks)),
             ("DevComm", "ll128_half_bytes", offset_of!(DevComm, ll128_half_bytes)),
             ("DevComm", "ll128_off", offset_of!(DevComm, ll128_off)),
+            ("DevComm", "ap128_half_bytes", offset_of!(DevComm, ap128_half_bytes)),
+            ("DevComm", "ap128_off", offset_of!(DevComm, ap128_off)),
             ("DevComm", "ll_scratch", offset_of!(DevComm, ll_scratch)),
             ("DevComm", "rs_scratch", offset_of!(DevComm, rs_scratch)),
             ("DevComm", "sem_inbound", offset_of!(DevComm, sem_inbound)),

@@ -13,10 +13,16 @@ pub enum AllReduceAlgo {
     TwoPhase = 1,
     /// Put-based reduce-scatter + all-gather with semaphores, pipelined per block. Large messages.
     Rsag = 2,
+    /// OneShot with LL128 lines through the all-pairs LL128 area: 120 payload bytes in 128.
+    OneShot128 = 3,
+    /// TwoPhase with LL128 lines.
+    TwoPhase128 = 4,
 }
 
 impl AllReduceAlgo {
-    pub const ALL: [AllReduceAlgo; 3] = [AllReduceAlgo::OneShot, AllReduceAlgo::TwoPhase, AllReduceAlgo::Rsag];
+    /// In discriminant order (the kernel table is indexed by it).
+    pub const ALL: [AllReduceAlgo; 5] =
+        [AllReduceAlgo::OneShot, AllReduceAlgo::TwoPhase, AllReduceAlgo::Rsag, AllReduceAlgo::OneShot128, AllReduceAlgo::TwoPhase128];
 
     /// Name in kernel symbols (ox_allreduce_<name>_...) and in OXCCL_ALLREDUCE_ALGO.
     pub fn name(self) -> &'static str {
@@ -24,6 +30,8 @@ impl AllReduceAlgo {
             AllReduceAlgo::OneShot => "oneshot",
             AllReduceAlgo::TwoPhase => "twophase",
             AllReduceAlgo::Rsag => "rsag",
+            AllReduceAlgo::OneShot128 => "oneshot128",
+            AllReduceAlgo::TwoPhase128 => "twophase128",
         }
     }
 
@@ -43,6 +51,19 @@ pub struct AllReducePlan {
     /// One-shot through the ring area (OX_ONESHOT_RING): a pure function of the size and rank
     /// count, so every rank agrees on where the packets go.
     pub ring: bool,
+    /// Put-based: the all-gather reads the owners' slices (OX_RSAG_GET).
+    pub get: bool,
+}
+
+impl AllReducePlan {
+    /// `CollArgs::mode` bits the plan implies (the ring one-shot's are set at launch).
+    pub fn mode(&self) -> u32 {
+        if self.algo == AllReduceAlgo::Rsag && self.get {
+            crate::device_abi::OX_RSAG_GET
+        } else {
+            0
+        }
+    }
 }
 
 /// Whether a one-shot AllReduce of `bytes` on `n` ranks goes through the ring area.
@@ -65,6 +86,18 @@ fn twophase_capacity(s: &Scratch, n: u64) -> u64 {
 /// Bytes of each phase's area in a source's LL region (kernels/allreduce.cu, allreduce_twophase).
 fn twophase_area(s: &Scratch, n: u64) -> u64 {
     (((s.ll_half_bytes / n) & !15) / 2) & !15
+}
+
+/// Largest message the LL128 one-shot holds: its lines (120 payload bytes each) fit one source's
+/// region of the all-pairs area.
+fn oneshot128_capacity(s: &Scratch, n: u64) -> u64 {
+    s.ap128_region_bytes(n as usize) / 128 * 120
+}
+
+/// Largest message the LL128 two-phase holds: a chunk of ceil(words/n) words, in lines of 15
+/// words, fits half a source's region (the other half carries the all-gather).
+fn twophase128_capacity(s: &Scratch, n: u64) -> u64 {
+    (s.ap128_region_bytes(n as usize) / 2 / 128) * 15 * 8 * n
 }
 
 /// Default one-shot limit, from nccl-tests sweeps on H200 NVLink (BENCHMARKS.md): with two
@@ -105,6 +138,16 @@ pub(super) fn ll_shape(npkt: u64, sm_count: u32, t: &Tuning) -> (u32, u32) {
     (grid, threads)
 }
 
+/// Launch shape of the LL128 algorithms for `lines` lines per phase: a warp takes 4 lines at a
+/// time.
+fn ll128_shape(lines: u64, sm_count: u32, t: &Tuning) -> (u32, u32) {
+    let threads = t.ll_threads.unwrap_or(512);
+    let cap = t.ll_blocks.unwrap_or(sm_count.clamp(1, 64)).min(OX_MAX_BLOCKS as u32);
+    let min = t.ll_min_blocks.unwrap_or(DEFAULT_LL_MIN_BLOCKS).clamp(1, cap);
+    let grid = lines.div_ceil(4).div_ceil((threads / 32) as u64).clamp(min as u64, cap as u64) as u32;
+    (grid, threads)
+}
+
 /// Chooses the AllReduce algorithm and launch shape.
 pub fn select_allreduce(count: u64, dt: DataType, topo: &Topology, scratch: &Scratch, t: &Tuning) -> AllReducePlan {
     let es = dt.size() as u64;
@@ -113,19 +156,25 @@ pub fn select_allreduce(count: u64, dt: DataType, topo: &Topology, scratch: &Scr
     if topo.nranks <= 1 {
         // One rank: the one-shot kernel with no peers is an elementwise pre/post pass, any size.
         let (grid, block) = ll_shape(npkt, topo.sm_count, t);
-        return AllReducePlan { algo: AllReduceAlgo::OneShot, grid, block, chunk_elems: 0, ring: false };
+        return AllReducePlan { algo: AllReduceAlgo::OneShot, grid, block, chunk_elems: 0, ring: false, get: false };
     }
     let n = topo.nranks as u64;
-    let oneshot_fits = bytes <= oneshot_capacity(scratch, n);
-    let twophase_fits = bytes <= twophase_capacity(scratch, n);
+    let f = Func::AllReduce as usize;
+    // LL128 replaces LL16 beyond the ring's sizes wherever its area holds the message.
+    let lines_ok = !t.ap128_off && t.allowed.lines[f] && !oneshot_ring(bytes, topo.nranks);
+    let oneshot128_fits = lines_ok && bytes <= oneshot128_capacity(scratch, n);
+    let twophase128_fits = lines_ok && bytes <= twophase128_capacity(scratch, n);
+    let oneshot_fits = bytes <= oneshot_capacity(scratch, n) || oneshot128_fits;
+    let twophase_fits = bytes <= twophase_capacity(scratch, n) || twophase128_fits;
 
     // NCCL_PROTO: LL/LL128 stand for the packet algorithms, Simple for the put-based one. Where
     // only packets are allowed but the message exceeds their scratch, the put-based algorithm runs.
-    let f = Func::AllReduce as usize;
     let (packets_ok, puts_ok) = (t.allowed.packets[f], t.allowed.puts[f]);
     let forced = t.allreduce_algo.filter(|a| match a {
-        AllReduceAlgo::OneShot => oneshot_fits,
-        AllReduceAlgo::TwoPhase => twophase_fits,
+        AllReduceAlgo::OneShot => bytes <= oneshot_capacity(scratch, n),
+        AllReduceAlgo::TwoPhase => bytes <= twophase_capacity(scratch, n),
+        AllReduceAlgo::OneShot128 => !t.ap128_off && bytes <= oneshot128_capacity(scratch, n),
+        AllReduceAlgo::TwoPhase128 => !t.ap128_off && bytes <= twophase128_capacity(scratch, n),
         AllReduceAlgo::Rsag => true,
     });
     let algo = forced.unwrap_or_else(|| {
@@ -141,15 +190,29 @@ pub fn select_allreduce(count: u64, dt: DataType, topo: &Topology, scratch: &Scr
             AllReduceAlgo::Rsag
         }
     });
+    let algo = match algo {
+        AllReduceAlgo::OneShot if forced.is_none() && oneshot128_fits => AllReduceAlgo::OneShot128,
+        AllReduceAlgo::TwoPhase if forced.is_none() && twophase128_fits => AllReduceAlgo::TwoPhase128,
+        a => a,
+    };
+    let get = t.rsag_get.unwrap_or(false);
 
     match algo {
         AllReduceAlgo::OneShot => {
             let (grid, block) = ll_shape(npkt, topo.sm_count, t);
-            AllReducePlan { algo, grid, block, chunk_elems: 0, ring: oneshot_ring(bytes, topo.nranks) }
+            AllReducePlan { algo, grid, block, chunk_elems: 0, ring: oneshot_ring(bytes, topo.nranks), get: false }
         }
         AllReduceAlgo::TwoPhase => {
             let (grid, block) = ll_shape(npkt.div_ceil(n) * (n - 1), topo.sm_count, t);
-            AllReducePlan { algo, grid, block, chunk_elems: 0, ring: false }
+            AllReducePlan { algo, grid, block, chunk_elems: 0, ring: false, get: false }
+        }
+        AllReduceAlgo::OneShot128 => {
+            let (grid, block) = ll128_shape(npkt.div_ceil(15), topo.sm_count, t);
+            AllReducePlan { algo, grid, block, chunk_elems: 0, ring: false, get: false }
+        }
+        AllReduceAlgo::TwoPhase128 => {
+            let (grid, block) = ll128_shape(npkt.div_ceil(n).div_ceil(15) * (n - 1), topo.sm_count, t);
+            AllReducePlan { algo, grid, block, chunk_elems: 0, ring: false, get: false }
         }
         AllReduceAlgo::Rsag => {
             // Slices are whole 16-byte units so every slice of an aligned buffer stays aligned.
@@ -164,7 +227,7 @@ pub fn select_allreduce(count: u64, dt: DataType, topo: &Topology, scratch: &Scr
             // One block per SM at most: more would queue behind each other.
             let cap = scratch.rs_max_blocks.min(topo.sm_count.max(1)) as u64;
             let grid = per.div_ceil(chunk).clamp(1, cap) as u32;
-            AllReducePlan { algo, grid, block: t.rs_threads.unwrap_or(1024), chunk_elems: chunk, ring: false }
+            AllReducePlan { algo, grid, block: t.rs_threads.unwrap_or(1024), chunk_elems: chunk, ring: false, get }
         }
     }
 }
@@ -215,15 +278,22 @@ mod tests {
         let t = Tuning::default();
         let s = Scratch::for_ranks(4, &t);
         let pick = |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(4), &s, &t).algo;
-        assert_eq!(pick(256 << 10), AllReduceAlgo::OneShot);
-        assert_eq!(pick(512 << 10), AllReduceAlgo::TwoPhase);
+        assert_eq!(pick(64 << 10), AllReduceAlgo::OneShot);
+        assert_eq!(pick(256 << 10), AllReduceAlgo::OneShot128);
+        assert_eq!(pick(512 << 10), AllReduceAlgo::TwoPhase128);
         assert_eq!(pick(1 << 20), AllReduceAlgo::Rsag);
         assert_eq!(pick(512 << 20), AllReduceAlgo::Rsag);
         // Two ranks: one hop up to 512 KiB, then the put-based algorithm.
         let s2 = Scratch::for_ranks(2, &t);
         let pick2 = |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(2), &s2, &t).algo;
-        assert_eq!(pick2(1 << 20), AllReduceAlgo::OneShot);
+        assert_eq!(pick2(64 << 10), AllReduceAlgo::OneShot);
+        assert_eq!(pick2(1 << 20), AllReduceAlgo::OneShot128);
         assert_eq!(pick2(2 << 20), AllReduceAlgo::Rsag);
+        // OXCCL_AP128=0: LL16 packets throughout.
+        let off = Tuning { ap128_off: true, ..Tuning::default() };
+        let pick_off = |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(4), &s, &off).algo;
+        assert_eq!(pick_off(256 << 10), AllReduceAlgo::OneShot);
+        assert_eq!(pick_off(512 << 10), AllReduceAlgo::TwoPhase);
     }
 
     #[test]
@@ -261,6 +331,13 @@ mod tests {
                         AllReduceAlgo::OneShot => assert!(npkt * 16 <= (s.ll_half_bytes / n as u64) & !15),
                         AllReduceAlgo::TwoPhase => {
                             assert!(npkt.div_ceil(n as u64) * 16 <= twophase_area(&s, n as u64))
+                        }
+                        AllReduceAlgo::OneShot128 => {
+                            assert!(!p.ring && npkt.div_ceil(15) * 128 <= s.ap128_region_bytes(n));
+                            assert!(nb > crate::device_abi::OX_RING_PAYLOAD_BYTES || n > crate::device_abi::OX_RING_MAX_RANKS);
+                        }
+                        AllReduceAlgo::TwoPhase128 => {
+                            assert!(npkt.div_ceil(n as u64).div_ceil(15) * 128 <= s.ap128_region_bytes(n) / 2 / 128 * 128)
                         }
                         AllReduceAlgo::Rsag => {
                             assert!(p.chunk_elems * dt.size() as u64 <= s.rs_slot_bytes);
@@ -313,8 +390,40 @@ mod tests {
         assert_eq!(select_allreduce(2, DataType::Float32, &topo(4), &s, &simple).algo, AllReduceAlgo::Rsag);
         let ll = Tuning { allowed: super::super::envlists::Allowed::from_values(Some("LL"), None).unwrap(), ..Default::default() };
         assert_eq!(select_allreduce(200_000, DataType::Float32, &topo(4), &s, &ll).algo, AllReduceAlgo::TwoPhase);
+        let ll128 = Tuning { allowed: super::super::envlists::Allowed::from_values(Some("LL128"), None).unwrap(), ..Default::default() };
+        assert_eq!(select_allreduce(200_000, DataType::Float32, &topo(4), &s, &ll128).algo, AllReduceAlgo::TwoPhase128);
         // Beyond the packet scratch, the put-based algorithm is the only one that can run.
         assert_eq!(select_allreduce(100 << 20, DataType::Float32, &topo(4), &s, &ll).algo, AllReduceAlgo::Rsag);
+    }
+
+    #[test]
+    fn ll128_capacities_hold_whole_lines() {
+        let t = Tuning::default();
+        for n in 2..=32usize {
+            let s = Scratch::for_ranks(n, &t);
+            let n64 = n as u64;
+            // The largest message each takes still fits, in lines, where the kernels put it.
+            let one = oneshot128_capacity(&s, n64);
+            assert!(one.div_ceil(8).div_ceil(15) * 128 <= s.ap128_region_bytes(n), "n={n}");
+            let two = twophase128_capacity(&s, n64);
+            let area = (s.ap128_region_bytes(n) / 2) & !127;
+            assert!(two.div_ceil(8).div_ceil(n64).div_ceil(15) * 128 <= area, "n={n}");
+            // And the kernels' region arithmetic gives the same region as the host's.
+            assert_eq!(s.ap128_region_bytes(n) % 128, 0);
+        }
+        // At 4 ranks both hold what the defaults give them.
+        let s = Scratch::for_ranks(4, &t);
+        assert!(oneshot128_capacity(&s, 4) >= 256 << 10 && twophase128_capacity(&s, 4) >= 1 << 20);
+    }
+
+    #[test]
+    fn rsag_get_is_a_mode_bit_of_the_put_based_plan_only() {
+        let t = Tuning { rsag_get: Some(true), ..Tuning::default() };
+        let s = Scratch::for_ranks(4, &t);
+        let big = select_allreduce(16 << 20, DataType::Float32, &topo(4), &s, &t);
+        assert_eq!((big.algo, big.mode()), (AllReduceAlgo::Rsag, crate::device_abi::OX_RSAG_GET));
+        let small = select_allreduce(16, DataType::Float32, &topo(4), &s, &t);
+        assert_eq!(small.mode(), 0);
     }
 
     #[test]

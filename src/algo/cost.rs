@@ -8,6 +8,8 @@ use super::{AllReduceAlgo, AllReducePlan};
 const LAUNCH_US: f64 = 4.0;
 /// One cross-GPU hop (a packet or a semaphore round trip), microseconds.
 const HOP_US: f64 = 1.0;
+/// Bytes on the links per payload byte of LL128 lines.
+const LL128_OVERHEAD: f64 = 128.0 / 120.0;
 /// Per-GPU NVLink bandwidth one way, bytes per microsecond (370 GB/s).
 const LINK_BYTES_PER_US: f64 = 370_000.0;
 
@@ -23,6 +25,9 @@ pub fn allreduce_us(plan: &AllReducePlan, bytes: u64, nranks: usize) -> f64 {
         AllReduceAlgo::OneShot => LAUNCH_US + HOP_US + 2.0 * (n - 1.0) * b / LINK_BYTES_PER_US,
         // Two hops, each moving (n-1)/n of the data as packets.
         AllReduceAlgo::TwoPhase => LAUNCH_US + 2.0 * HOP_US + 2.0 * 2.0 * (n - 1.0) / n * b / LINK_BYTES_PER_US,
+        // The same as LL128 lines: 128 bytes on the links for 120 of payload.
+        AllReduceAlgo::OneShot128 => LAUNCH_US + HOP_US + LL128_OVERHEAD * (n - 1.0) * b / LINK_BYTES_PER_US,
+        AllReduceAlgo::TwoPhase128 => LAUNCH_US + 2.0 * HOP_US + LL128_OVERHEAD * 2.0 * (n - 1.0) / n * b / LINK_BYTES_PER_US,
         // Two semaphore syncs per round per block; full efficiency.
         AllReduceAlgo::Rsag => {
             let rounds = (b / n / (plan.chunk_elems.max(1) as f64 * plan.grid.max(1) as f64)).ceil().max(1.0);

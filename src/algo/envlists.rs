@@ -7,7 +7,7 @@
 //! their defaults (everything enabled), as NCCL's `forced` flags do.
 //!
 //! Mapping onto oxccl: protocols LL and LL128 mean oxccl's packet algorithms, Simple its put-based
-//! ones. Algorithms Ring, Tree and PAT admit oxccl's NVLink algorithms (which are neither rings nor
+//! ones; where an AllReduce algorithm has an LL128-line form, that form needs LL128. Algorithms Ring, Tree and PAT admit oxccl's NVLink algorithms (which are neither rings nor
 //! trees: all-pairs packets and put-based reduce-scatter/all-gather); NVLS, NVLSTree, CollnetDirect
 //! and CollnetChain select nothing oxccl has. A collective left with no protocol or no algorithm
 //! is ncclInvalidUsage when it is called, as in NCCL.
@@ -84,13 +84,16 @@ pub struct Allowed {
     pub packets: [bool; 5],
     /// Per function: put-based algorithms allowed (Simple enabled).
     pub puts: [bool; 5],
+    /// Per function: LL128 lines allowed where an algorithm has both forms (LL128 enabled, or
+    /// NCCL_PROTO not given).
+    pub lines: [bool; 5],
     /// Per function: some enabled algorithm maps to oxccl's (Ring, Tree or PAT).
     pub any_algo: [bool; 5],
 }
 
 impl Default for Allowed {
     fn default() -> Self {
-        Allowed { packets: [true; 5], puts: [true; 5], any_algo: [true; 5] }
+        Allowed { packets: [true; 5], puts: [true; 5], lines: [true; 5], any_algo: [true; 5] }
     }
 }
 
@@ -102,6 +105,7 @@ impl Allowed {
             for f in (0..FUNCS.len()).filter(|&f| t.forced[f]) {
                 a.packets[f] = t.enabled[f][0] || t.enabled[f][1];
                 a.puts[f] = t.enabled[f][2];
+                a.lines[f] = t.enabled[f][1];
             }
         }
         if let Some(v) = algo.filter(|v| !v.is_empty()) {

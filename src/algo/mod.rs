@@ -37,6 +37,8 @@ pub struct Scratch {
     pub ll_half_bytes: u64,
     /// One half of the LL128 line scratch (the same alternation; kernels/ll128.cuh).
     pub ll128_half_bytes: u64,
+    /// One half of the all-pairs LL128 area (one region per source rank, as the LL halves).
+    pub ap128_half_bytes: u64,
     /// One (block, source) slot of the put-based scratch.
     pub rs_slot_bytes: u64,
     /// Blocks the put-based scratch has slots for.
@@ -50,7 +52,7 @@ impl Scratch {
     pub fn for_ranks(nranks: usize, tuning: &Tuning) -> Scratch {
         if nranks <= 1 {
             // A single rank exchanges nothing; kernels (PreMulSum scaling) never touch scratch.
-            return Scratch { ll_half_bytes: 4096, ll128_half_bytes: 4096, rs_slot_bytes: 4096, rs_max_blocks: 1 };
+            return Scratch { ll_half_bytes: 4096, ll128_half_bytes: 4096, ap128_half_bytes: 4096, rs_slot_bytes: 4096, rs_max_blocks: 1 };
         }
         let n = nranks as u64;
         let slot = tuning.rs_slot_bytes.unwrap_or_else(|| (512 * 1024 / n).clamp(32 * 1024, 256 * 1024));
@@ -61,6 +63,9 @@ impl Scratch {
             // 410.4 against 428.3), 16 MiB loses at 128 MiB for Broadcast (457.3) and both lose at
             // 256 MiB, where the put chain and the relay take over.
             ll128_half_bytes: tuning.ll128_half_bytes.unwrap_or(8 << 20) & !255,
+            // 4 MiB halves: LL128 one-shots and two-phase AllReduces of up to about 1.9 MB at any
+            // rank count (algo::allreduce), 8 MiB a rank in all.
+            ap128_half_bytes: 4 << 20,
             rs_slot_bytes: slot & !15,
             rs_max_blocks: tuning.rs_blocks.unwrap_or(128).clamp(1, crate::device_abi::OX_MAX_BLOCKS as u32),
         }
@@ -86,6 +91,17 @@ impl Scratch {
     /// Bytes of LL128 scratch each rank allocates (both halves).
     pub fn ll128_bytes(&self) -> u64 {
         2 * self.ll128_half_bytes
+    }
+
+    /// Bytes of the all-pairs LL128 area each rank allocates (both halves).
+    pub fn ap128_bytes(&self) -> u64 {
+        2 * self.ap128_half_bytes
+    }
+
+    /// Bytes of one source's region in one half of the all-pairs LL128 area: whole 128-byte lines
+    /// (kernels/allreduce.cu, ox_ap128_region_bytes computes the same).
+    pub fn ap128_region_bytes(&self, nranks: usize) -> u64 {
+        (self.ap128_half_bytes / nranks.max(1) as u64) & !127
     }
 
     /// Bytes of put-based scratch each rank allocates (RS and AG areas).

@@ -9,6 +9,11 @@ use crate::error::Result;
 pub struct Tuning {
     /// OXCCL_ALLREDUCE_ALGO = oneshot | twophase | rsag: force one algorithm where it fits.
     pub allreduce_algo: Option<super::AllReduceAlgo>,
+    /// OXCCL_AP128=0: the one-shot and two-phase AllReduces keep LL16 packets beyond the ring's
+    /// sizes instead of LL128 lines.
+    pub ap128_off: bool,
+    /// OXCCL_RSAG_AG = get | put: how the put-based AllReduce's all-gather moves data.
+    pub rsag_get: Option<bool>,
     /// OXCCL_ONESHOT_MAX_BYTES: largest message for the one-shot packet algorithm.
     pub oneshot_max_bytes: Option<u64>,
     /// OXCCL_TWOPHASE_MAX_BYTES: largest message for the two-phase packet algorithm.
@@ -95,6 +100,12 @@ impl Tuning {
         Ok(Tuning {
             allowed: Allowed::from_values(env("NCCL_PROTO").as_deref(), env("NCCL_ALGO").as_deref())?,
             allreduce_algo: env("OXCCL_ALLREDUCE_ALGO").and_then(|v| super::AllReduceAlgo::from_name(v.trim())),
+            ap128_off: env("OXCCL_AP128").is_some_and(|v| v.trim() == "0"),
+            rsag_get: env("OXCCL_RSAG_AG").and_then(|v| match v.trim().to_ascii_lowercase().as_str() {
+                "get" => Some(true),
+                "put" => Some(false),
+                _ => None,
+            }),
             oneshot_max_bytes: num("OXCCL_ONESHOT_MAX_BYTES"),
             twophase_max_bytes: num("OXCCL_TWOPHASE_MAX_BYTES"),
             ll_blocks: num32("OXCCL_LL_BLOCKS").filter(|&b| b > 0),

@@ -24,6 +24,7 @@ fn align_up(x: u64) -> u64 {
 #[derive(Clone, Copy, Debug)]
 struct SharedLayout {
     ll_off: u64,
+    ap128_off: u64,
     ll128_off: u64,
     rs_off: u64,
     sem_off: u64,
@@ -43,14 +44,15 @@ const OFFER_BYTES: u64 = (OX_MAX_RANKS * std::mem::size_of::<RegOffer>()) as u64
 impl SharedLayout {
     fn new(s: &Scratch, nranks: usize) -> SharedLayout {
         let ll_off = 0;
-        let ll128_off = align_up(ll_off + s.ll_bytes() + Scratch::ring_bytes(nranks));
+        let ap128_off = align_up(ll_off + s.ll_bytes() + Scratch::ring_bytes(nranks));
+        let ll128_off = align_up(ap128_off + s.ap128_bytes());
         let rs_off = align_up(ll128_off + s.ll128_bytes());
         let sem_off = align_up(rs_off + s.rs_bytes(nranks));
         let ack_off = align_up(sem_off + SEM_BYTES);
         let offer_off = align_up(ack_off + FLAG_TABLE_BYTES);
         let accept_off = align_up(offer_off + OFFER_BYTES);
         let ce_off = align_up(accept_off + FLAG_TABLE_BYTES);
-        SharedLayout { ll_off, ll128_off, rs_off, sem_off, ack_off, offer_off, accept_off, ce_off, total: align_up(ce_off + CE_COUNTER_BYTES) }
+        SharedLayout { ll_off, ap128_off, ll128_off, rs_off, sem_off, ack_off, offer_off, accept_off, ce_off, total: align_up(ce_off + CE_COUNTER_BYTES) }
     }
 }
 
@@ -177,6 +179,8 @@ impl MemoryChannels {
             _pad0: 0,
             ll128_half_bytes: scratch.ll128_half_bytes,
             ll128_off: layout.ll128_off - layout.ll_off,
+            ap128_half_bytes: scratch.ap128_half_bytes,
+            ap128_off: layout.ap128_off - layout.ll_off,
             ll_scratch: [0; OX_MAX_RANKS],
             rs_scratch: [0; OX_MAX_RANKS],
             sem_inbound: [0; OX_MAX_RANKS],
@@ -244,7 +248,9 @@ mod tests {
         for n in [1, 2, 3, 8, 32] {
             let s = Scratch::for_ranks(n, &t);
             let l = SharedLayout::new(&s, n);
-            assert!(l.ll_off + s.ll_bytes() + Scratch::ring_bytes(n) <= l.ll128_off);
+            assert!(l.ll_off + s.ll_bytes() + Scratch::ring_bytes(n) <= l.ap128_off);
+            assert!(l.ap128_off + s.ap128_bytes() <= l.ll128_off);
+            assert_eq!(l.ap128_off % 128, 0);
             assert!(l.ll128_off + s.ll128_bytes() <= l.rs_off);
             assert_eq!(l.ll128_off % 128, 0);
             assert!(l.rs_off + s.rs_bytes(n) <= l.sem_off);
