@@ -104,8 +104,11 @@ fn twophase128_capacity(s: &Scratch, n: u64) -> u64 {
 /// ranks one-shot moves the same bytes as two-phase in one hop instead of two, and wins until the
 /// packets' half efficiency costs more than the put-based algorithm's syncs (about 1 MiB); with
 /// more ranks one-shot moves (n-1)/2 times more bytes than two-phase and stops paying earlier.
-fn default_oneshot_max(n: u64) -> u64 {
+/// As LL128 lines (`lines`: the message fits the all-pairs area), two ranks keep one-shot as far
+/// as the area holds: 8.8 against 10.8 us at 1 MiB on H200 x4 (s35a).
+fn default_oneshot_max(n: u64, lines: bool) -> u64 {
     match n {
+        2 if lines => u64::MAX,
         2 => 1 << 20,
         3..=4 => 256 << 10,
         _ => 32 << 10,
@@ -113,10 +116,14 @@ fn default_oneshot_max(n: u64) -> u64 {
 }
 
 /// Default two-phase limit: above it the put-based algorithm, spread over every block, is faster
-/// (two ranks never pick two-phase: one-shot moves the same bytes in one hop).
-fn default_twophase_max(n: u64) -> u64 {
+/// (two ranks never pick two-phase: one-shot moves the same bytes in one hop). As LL128 lines
+/// two-phase wins as far as the all-pairs area holds: 10.0 against 16.5 us at 1 MiB on 4 H200
+/// (s35a).
+fn default_twophase_max(n: u64, lines: bool) -> u64 {
     if n == 2 {
         0
+    } else if lines {
+        u64::MAX
     } else {
         512 << 10
     }
@@ -180,9 +187,9 @@ pub fn select_allreduce(count: u64, dt: DataType, topo: &Topology, scratch: &Scr
     let algo = forced.unwrap_or_else(|| {
         if !packets_ok {
             AllReduceAlgo::Rsag
-        } else if oneshot_fits && bytes <= t.oneshot_max_bytes.unwrap_or_else(|| default_oneshot_max(n)) {
+        } else if oneshot_fits && bytes <= t.oneshot_max_bytes.unwrap_or_else(|| default_oneshot_max(n, oneshot128_fits)) {
             AllReduceAlgo::OneShot
-        } else if twophase_fits && (!puts_ok || bytes <= t.twophase_max_bytes.unwrap_or_else(|| default_twophase_max(n))) {
+        } else if twophase_fits && (!puts_ok || bytes <= t.twophase_max_bytes.unwrap_or_else(|| default_twophase_max(n, twophase128_fits))) {
             AllReduceAlgo::TwoPhase
         } else if oneshot_fits && !puts_ok {
             AllReduceAlgo::OneShot
@@ -281,7 +288,8 @@ mod tests {
         assert_eq!(pick(64 << 10), AllReduceAlgo::OneShot);
         assert_eq!(pick(256 << 10), AllReduceAlgo::OneShot128);
         assert_eq!(pick(512 << 10), AllReduceAlgo::TwoPhase128);
-        assert_eq!(pick(1 << 20), AllReduceAlgo::Rsag);
+        assert_eq!(pick(1 << 20), AllReduceAlgo::TwoPhase128);
+        assert_eq!(pick(twophase128_capacity(&s, 4) + 4), AllReduceAlgo::Rsag);
         assert_eq!(pick(512 << 20), AllReduceAlgo::Rsag);
         // Two ranks: one hop up to 512 KiB, then the put-based algorithm.
         let s2 = Scratch::for_ranks(2, &t);
@@ -294,6 +302,7 @@ mod tests {
         let pick_off = |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(4), &s, &off).algo;
         assert_eq!(pick_off(256 << 10), AllReduceAlgo::OneShot);
         assert_eq!(pick_off(512 << 10), AllReduceAlgo::TwoPhase);
+        assert_eq!(pick_off(1 << 20), AllReduceAlgo::Rsag);
     }
 
     #[test]

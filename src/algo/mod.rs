@@ -65,7 +65,7 @@ impl Scratch {
             ll128_half_bytes: tuning.ll128_half_bytes.unwrap_or(8 << 20) & !255,
             // 4 MiB halves: LL128 one-shots and two-phase AllReduces of up to about 1.9 MB at any
             // rank count (algo::allreduce), 8 MiB a rank in all.
-            ap128_half_bytes: 4 << 20,
+            ap128_half_bytes: tuning.ap128_half_bytes.unwrap_or(4 << 20) & !4095,
             rs_slot_bytes: slot & !15,
             rs_max_blocks: tuning.rs_blocks.unwrap_or(128).clamp(1, crate::device_abi::OX_MAX_BLOCKS as u32),
         }
