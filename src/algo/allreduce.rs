@@ -105,7 +105,8 @@ fn twophase128_capacity(s: &Scratch, n: u64) -> u64 {
 /// packets' half efficiency costs more than the put-based algorithm's syncs (about 1 MiB); with
 /// more ranks one-shot moves (n-1)/2 times more bytes than two-phase and stops paying earlier.
 /// As LL128 lines (`lines`: the message fits the all-pairs area), two ranks keep one-shot as far
-/// as the area holds: 8.8 against 10.8 us at 1 MiB on H200 x4 (s35a).
+/// as the area holds: 8.8 against 10.8 us at 1 MiB on H200 x4 (s35a), 13.8 against the put-based
+/// 17.3 at 2 MiB, even at 4 MiB (22.4 against 23.6) and behind at 8 MiB (39.4 against 36.0; s35b).
 fn default_oneshot_max(n: u64, lines: bool) -> u64 {
     match n {
         2 if lines => u64::MAX,
@@ -118,7 +119,9 @@ fn default_oneshot_max(n: u64, lines: bool) -> u64 {
 /// Default two-phase limit: above it the put-based algorithm, spread over every block, is faster
 /// (two ranks never pick two-phase: one-shot moves the same bytes in one hop). As LL128 lines
 /// two-phase wins as far as the all-pairs area holds: 10.0 against 16.5 us at 1 MiB on 4 H200
-/// (s35a).
+/// (s35a), 16.1 against 22.9 at 2 MiB, even at 4 MiB (32.4 against 32.2) and behind from 8 MiB
+/// (64.9 against 50.8; s35b), where LL128 lines move about 200 GB/s out of a GPU. The default area
+/// holds about 3.75 MiB at any rank count (Scratch::for_ranks).
 fn default_twophase_max(n: u64, lines: bool) -> u64 {
     if n == 2 {
         0
@@ -146,12 +149,15 @@ pub(super) fn ll_shape(npkt: u64, sm_count: u32, t: &Tuning) -> (u32, u32) {
 }
 
 /// Launch shape of the LL128 algorithms for `lines` lines per phase: a warp takes 4 lines at a
-/// time.
+/// time, and a phase goes best in one pass of the grid. Up to 64 blocks of 512 threads, then
+/// blocks of 1024, up to one per SM: at 2 MiB on 4 H200, 103 blocks of 1024 took 16.1 us, 64 of
+/// 512 20.0 and 64 of 1024 17.8; below 1 MiB, 1024-thread blocks lost up to 1.5 us (s35a, s35b).
 fn ll128_shape(lines: u64, sm_count: u32, t: &Tuning) -> (u32, u32) {
-    let threads = t.ll_threads.unwrap_or(512);
-    let cap = t.ll_blocks.unwrap_or(sm_count.clamp(1, 64)).min(OX_MAX_BLOCKS as u32);
+    let groups = lines.div_ceil(4);
+    let threads = t.ll_threads.unwrap_or(if groups <= 64 * 16 { 512 } else { 1024 });
+    let cap = t.ll_blocks.unwrap_or(sm_count.clamp(1, OX_MAX_BLOCKS as u32)).min(OX_MAX_BLOCKS as u32);
     let min = t.ll_min_blocks.unwrap_or(DEFAULT_LL_MIN_BLOCKS).clamp(1, cap);
-    let grid = lines.div_ceil(4).div_ceil((threads / 32) as u64).clamp(min as u64, cap as u64) as u32;
+    let grid = groups.div_ceil((threads / 32) as u64).clamp(min as u64, cap as u64) as u32;
     (grid, threads)
 }
 
@@ -296,7 +302,10 @@ mod tests {
         let pick2 = |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(2), &s2, &t).algo;
         assert_eq!(pick2(64 << 10), AllReduceAlgo::OneShot);
         assert_eq!(pick2(1 << 20), AllReduceAlgo::OneShot128);
-        assert_eq!(pick2(2 << 20), AllReduceAlgo::Rsag);
+        assert_eq!(pick2(2 << 20), AllReduceAlgo::OneShot128);
+        assert_eq!(pick2(4 << 20), AllReduceAlgo::Rsag);
+        assert_eq!(pick(2 << 20), AllReduceAlgo::TwoPhase128);
+        assert_eq!(pick(4 << 20), AllReduceAlgo::Rsag);
         // OXCCL_AP128=0: LL16 packets throughout.
         let off = Tuning { ap128_off: true, ..Tuning::default() };
         let pick_off = |bytes: u64| select_allreduce(bytes / 4, DataType::Float32, &topo(4), &s, &off).algo;
@@ -422,7 +431,21 @@ mod tests {
         }
         // At 4 ranks both hold what the defaults give them.
         let s = Scratch::for_ranks(4, &t);
-        assert!(oneshot128_capacity(&s, 4) >= 256 << 10 && twophase128_capacity(&s, 4) >= 1 << 20);
+        assert!(oneshot128_capacity(&s, 4) >= 256 << 10 && twophase128_capacity(&s, 4) >= 3 << 20);
+        assert!(oneshot128_capacity(&Scratch::for_ranks(2, &t), 2) >= 3 << 20);
+    }
+
+    #[test]
+    fn ll128_grids_take_a_phase_in_one_pass_where_they_can() {
+        let t = Tuning::default();
+        // 512 KiB at 4 ranks: 3279 lines a phase, 52 blocks of 512.
+        assert_eq!(ll128_shape(3279, 132, &t), (52, 512));
+        // 2 MiB at 4 ranks: 13107 lines, 103 blocks of 1024.
+        assert_eq!(ll128_shape(13107, 132, &t), (103, 1024));
+        // Never more blocks than SMs or OX_MAX_BLOCKS, never fewer than the minimum.
+        assert_eq!(ll128_shape(1 << 20, 132, &t), (128, 1024));
+        assert_eq!(ll128_shape(1 << 20, 78, &t).0, 78);
+        assert_eq!(ll128_shape(1, 132, &t), (DEFAULT_LL_MIN_BLOCKS, 512));
     }
 
     #[test]

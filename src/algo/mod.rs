@@ -63,9 +63,10 @@ impl Scratch {
             // 410.4 against 428.3), 16 MiB loses at 128 MiB for Broadcast (457.3) and both lose at
             // 256 MiB, where the put chain and the relay take over.
             ll128_half_bytes: tuning.ll128_half_bytes.unwrap_or(8 << 20) & !255,
-            // 4 MiB halves: LL128 one-shots and two-phase AllReduces of up to about 1.9 MB at any
-            // rank count (algo::allreduce), 8 MiB a rank in all.
-            ap128_half_bytes: tuning.ap128_half_bytes.unwrap_or(4 << 20) & !4095,
+            // 8 MiB halves: LL128 two-phase AllReduces of up to 3.75 MiB at any rank count, and
+            // one-shots of 3.75 MiB at 2 ranks (algo::allreduce), 16 MiB a rank in all. Larger
+            // messages go faster put-based (s35b).
+            ap128_half_bytes: tuning.ap128_half_bytes.unwrap_or(8 << 20) & !4095,
             rs_slot_bytes: slot & !15,
             rs_max_blocks: tuning.rs_blocks.unwrap_or(128).clamp(1, crate::device_abi::OX_MAX_BLOCKS as u32),
         }
