@@ -113,6 +113,25 @@ OX_DEV void rsag_body(const CollArgs& a) {
   const bool get = !kToRoot && (a.mode & OX_RSAG_GET) != 0;
   const Op op(a, n);
 
+  // All-gather copy-out of the round at offset o from the AG slots peers wrote (Reduce: the root
+  // only), or, in the get form, from the owners' own slots.
+  auto copy_out = [&](uint64_t o) {
+    if (!writes_out) return;
+    for (int j = 1; j < n; ++j) {
+      const int p = me + j < n ? me + j : me + j - n;
+      const uint64_t len = geo.slice(p, o, S);
+      if (len == 0) continue;
+      const char* from = get ? reinterpret_cast<const char*>(c.rs_scratch[p]) + ag_off + ((uint64_t)b * n + p) * slot
+                             : my_rs + ag_off + ((uint64_t)b * n + p) * slot;
+      ox_copy(reinterpret_cast<char*>(out + geo.start(p) + o), from, len * sizeof(T), threadIdx.x, blockDim.x, true);
+    }
+  };
+  // A round's copy-out runs after the next round's reduce-scatter puts, so that the local copy
+  // overlaps the puts' NVLink writes instead of leaving the links idle. Both are allowed once the
+  // round's second sync passed (the owners' reduce of this round has read their RS slots), and the
+  // next round's first sync still follows the copy-out, so the slot reuse above is unchanged. In
+  // place, the two touch different offsets of every piece.
+  uint64_t prev = ~0ull;
   for (uint64_t o = (uint64_t)b * S; o < geo.per; o += (uint64_t)nb * S) {
     // Reduce-scatter puts.
     for (int j = 1; j < n; ++j) {
@@ -122,6 +141,7 @@ OX_DEV void rsag_body(const CollArgs& a) {
       char* dst = reinterpret_cast<char*>(c.rs_scratch[p]) + ((uint64_t)b * n + me) * slot;
       ox_copy_pre<T>(op, reinterpret_cast<T*>(dst), in + geo.start(p) + o, len, threadIdx.x, blockDim.x);
     }
+    if (prev != ~0ull) copy_out(prev);
     ox_block_sync_peers(c, ab);
     const uint64_t mylen = geo.slice(me, o, S);
     if (mylen) {
@@ -130,16 +150,7 @@ OX_DEV void rsag_body(const CollArgs& a) {
       reduce_slice<T>(c, op, in + geo.start(me) + o, dst, my_rs + (uint64_t)b * n * slot, ag_off, b, mylen, ag);
     }
     ox_block_sync_peers(c, ab);
-    // All-gather copy-out from the AG slots peers wrote (Reduce: the root only).
-    if (writes_out) {
-      for (int j = 1; j < n; ++j) {
-        const int p = me + j < n ? me + j : me + j - n;
-        const uint64_t len = geo.slice(p, o, S);
-        if (len == 0) continue;
-        const char* from = get ? reinterpret_cast<const char*>(c.rs_scratch[p]) + ag_off + ((uint64_t)b * n + p) * slot
-                               : my_rs + ag_off + ((uint64_t)b * n + p) * slot;
-        ox_copy(reinterpret_cast<char*>(out + geo.start(p) + o), from, len * sizeof(T), threadIdx.x, blockDim.x, true);
-      }
-    }
+    prev = o;
   }
+  if (prev != ~0ull) copy_out(prev);
 }

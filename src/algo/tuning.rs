@@ -14,6 +14,9 @@ pub struct Tuning {
     pub ap128_off: bool,
     /// OXCCL_AP128_HALF_BYTES: bytes of each half of the all-pairs LL128 area (at least 1 MiB).
     pub ap128_half_bytes: Option<u64>,
+    /// OXCCL_RSAG_MID_BLOCKS: most blocks of the put-based AllReduce at 4+ ranks while each rank
+    /// owns at most 4 MiB (default 64).
+    pub rsag_mid_blocks: Option<u32>,
     /// OXCCL_RSAG_AG = get | put: how the put-based AllReduce's all-gather moves data.
     pub rsag_get: Option<bool>,
     /// OXCCL_ONESHOT_MAX_BYTES: largest message for the one-shot packet algorithm.
@@ -103,6 +106,7 @@ impl Tuning {
             allowed: Allowed::from_values(env("NCCL_PROTO").as_deref(), env("NCCL_ALGO").as_deref())?,
             allreduce_algo: env("OXCCL_ALLREDUCE_ALGO").and_then(|v| super::AllReduceAlgo::from_name(v.trim())),
             ap128_off: env("OXCCL_AP128").is_some_and(|v| v.trim() == "0"),
+            rsag_mid_blocks: num32("OXCCL_RSAG_MID_BLOCKS").filter(|&b| b > 0),
             ap128_half_bytes: num("OXCCL_AP128_HALF_BYTES").filter(|&b| (1 << 20..=1 << 30).contains(&b)),
             rsag_get: env("OXCCL_RSAG_AG").and_then(|v| match v.trim().to_ascii_lowercase().as_str() {
                 "get" => Some(true),
