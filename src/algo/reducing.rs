@@ -169,7 +169,14 @@ pub fn select_reduce(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: 
         let chunk = per.div_ceil(grid as u64 * rounds).div_ceil(unit) * unit;
         return ReducePlan { mode: OX_MODE_RELAY as u32, grid, block, chunk_elems: chunk.clamp(unit, slot_elems) };
     }
-    let forced = Tuning { allreduce_algo: Some(AllReduceAlgo::Rsag), ..t.clone() };
+    // The put-based AllReduce's geometry, without the block and thread counts measured for
+    // AllReduce alone (its 64-block, 512-thread mid-size shapes): Reduce keeps what it had.
+    let forced = Tuning {
+        allreduce_algo: Some(AllReduceAlgo::Rsag),
+        rsag_mid_blocks: Some(t.rsag_mid_blocks.unwrap_or(u32::MAX)),
+        rs_threads: Some(t.rs_threads.unwrap_or(1024)),
+        ..t.clone()
+    };
     let p = select_allreduce(count, dt, topo, s, &forced);
     ReducePlan { mode: OX_MODE_PUT as u32, grid: p.grid, block: p.block, chunk_elems: p.chunk_elems }
 }
@@ -177,6 +184,23 @@ pub fn select_reduce(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn put_reduce_keeps_full_blocks_of_1024() {
+        let t = Tuning {
+            reduce_ll_max_bytes: Some(0),
+            reduce_ll128_min_bytes: Some(0),
+            reduce_chain_min_bytes: Some(0),
+            reduce_relay_min_bytes: Some(0),
+            ..Tuning::default()
+        };
+        for n in [2usize, 4] {
+            let s = Scratch::for_ranks(n, &t);
+            let topo = Topology { nranks: n, sm_count: 132 };
+            let p = select_reduce((8 << 20) / 4, DataType::Float32, &topo, &s, &t);
+            assert_eq!((p.mode, p.grid, p.block), (OX_MODE_PUT as u32, 128, 1024), "n={n}");
+        }
+    }
 
     #[test]
     fn small_is_packets_large_is_puts_within_scratch() {
