@@ -161,7 +161,7 @@ pub(super) fn ll_shape(npkt: u64, sm_count: u32, t: &Tuning) -> (u32, u32) {
 /// time, and a phase goes best in one pass of the grid. Up to 64 blocks of 512 threads, then
 /// blocks of 1024, up to one per SM: at 2 MiB on 4 H200, 103 blocks of 1024 took 16.1 us, 64 of
 /// 512 20.0 and 64 of 1024 17.8; below 1 MiB, 1024-thread blocks lost up to 1.5 us (s35a, s35b).
-fn ll128_shape(lines: u64, sm_count: u32, t: &Tuning) -> (u32, u32) {
+fn ap128_shape(lines: u64, sm_count: u32, t: &Tuning) -> (u32, u32) {
     let groups = lines.div_ceil(4);
     let threads = t.ll_threads.unwrap_or(if groups <= 64 * 16 { 512 } else { 1024 });
     let cap = t.ll_blocks.unwrap_or(sm_count.clamp(1, OX_MAX_BLOCKS as u32)).min(OX_MAX_BLOCKS as u32);
@@ -229,11 +229,11 @@ pub fn select_allreduce(count: u64, dt: DataType, topo: &Topology, scratch: &Scr
             AllReducePlan { algo, grid, block, chunk_elems: 0, ring: false, get: false }
         }
         AllReduceAlgo::OneShot128 => {
-            let (grid, block) = ll128_shape(npkt.div_ceil(15), topo.sm_count, t);
+            let (grid, block) = ap128_shape(npkt.div_ceil(15), topo.sm_count, t);
             AllReducePlan { algo, grid, block, chunk_elems: 0, ring: false, get: false }
         }
         AllReduceAlgo::TwoPhase128 => {
-            let (grid, block) = ll128_shape(npkt.div_ceil(n).div_ceil(15) * (n - 1), topo.sm_count, t);
+            let (grid, block) = ap128_shape(npkt.div_ceil(n).div_ceil(15) * (n - 1), topo.sm_count, t);
             AllReducePlan { algo, grid, block, chunk_elems: 0, ring: false, get: false }
         }
         AllReduceAlgo::Rsag => {
@@ -466,13 +466,13 @@ mod tests {
     fn ll128_grids_take_a_phase_in_one_pass_where_they_can() {
         let t = Tuning::default();
         // 512 KiB at 4 ranks: 3279 lines a phase, 52 blocks of 512.
-        assert_eq!(ll128_shape(3279, 132, &t), (52, 512));
+        assert_eq!(ap128_shape(3279, 132, &t), (52, 512));
         // 2 MiB at 4 ranks: 13107 lines, 103 blocks of 1024.
-        assert_eq!(ll128_shape(13107, 132, &t), (103, 1024));
+        assert_eq!(ap128_shape(13107, 132, &t), (103, 1024));
         // Never more blocks than SMs or OX_MAX_BLOCKS, never fewer than the minimum.
-        assert_eq!(ll128_shape(1 << 20, 132, &t), (128, 1024));
-        assert_eq!(ll128_shape(1 << 20, 78, &t).0, 78);
-        assert_eq!(ll128_shape(1, 132, &t), (DEFAULT_LL_MIN_BLOCKS, 512));
+        assert_eq!(ap128_shape(1 << 20, 132, &t), (128, 1024));
+        assert_eq!(ap128_shape(1 << 20, 78, &t).0, 78);
+        assert_eq!(ap128_shape(1, 132, &t), (DEFAULT_LL_MIN_BLOCKS, 512));
     }
 
     #[test]
