@@ -29,6 +29,12 @@ for rule in credits ack; do  # the model must still fail when either reuse rule 
     echo "test: reduce_ll128_model no longer catches a missing $rule rule"; exit 1
   fi
 done
+python3 scripts/model/rsag_model.py
+for order in late-copy-out early-puts early-self; do  # and this one each broken round order
+  if python3 scripts/model/rsag_model.py --mutate=$order > /dev/null; then
+    echo "test: rsag_model no longer catches the $order order"; exit 1
+  fi
+done
 # The harness's bar check: a run with one slow small size and one slow large size must miss
 # twice (exit 1), a run within the bar must pass.
 bt=$(mktemp -d)
