@@ -194,6 +194,13 @@ OX_DEV void allreduce_twophase(const CollArgs& a) {
 // Every loop over line groups is warp-uniform, and the 8 lanes of a line store it in one
 // instruction after a __syncwarp (ll128.cuh).
 
+// Both kernels' start: every rank's area (ll_scratch + ap128_off) and this launch's pair flags,
+// into the block's shared arrays.
+OX_DEV void ox_ap128_begin(const DevComm& c, char** base, uint32_t* flags, AbortState& ab) {
+  if ((int)threadIdx.x < c.nranks) base[threadIdx.x] = reinterpret_cast<char*>(c.ll_scratch[threadIdx.x] + c.ap128_off);
+  ox_ll_flags_load(c, flags, ab);  // its __syncthreads also publishes base[]
+}
+
 // This lane's one or two input words at word index w, pre() applied (see oneshot); 0 past the end.
 template <typename T, typename Op>
 OX_DEV void ox_ap128_in(const Op& op, const char* src, uint64_t nbytes, uint64_t w, bool two, uint64_t& x0, uint64_t& x1) {
@@ -244,14 +251,13 @@ OX_DEV void allreduce_oneshot128(const CollArgs& a) {
   AbortState ab(c.abort_flag);
   __shared__ uint32_t flags[OX_MAX_RANKS];
   __shared__ char* base[OX_MAX_RANKS];
-  if ((int)threadIdx.x < n) base[threadIdx.x] = reinterpret_cast<char*>(c.ll_scratch[threadIdx.x] + c.ap128_off);
   const uint64_t half = c.ap128_half_bytes, region = ox_ap128_region_bytes(half, n);
   const uint64_t nbytes = a.count * sizeof(T);
   const uint64_t lines = ox_ceil_div(ox_ceil_div(nbytes, 8), (uint64_t)kLl128LineWords);
   const char* src = reinterpret_cast<const char*>(a.send);
   char* dst = reinterpret_cast<char*>(a.recv);
   const Op op(a, n);
-  ox_ll_flags_load(c, flags, ab);  // its __syncthreads also publishes base[]
+  ox_ap128_begin(c, base, flags, ab);
   const uint32_t lane = threadIdx.x % 32, j = lane & 7;
   const bool two = j < 7;
   const uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
@@ -293,7 +299,6 @@ OX_DEV void allreduce_twophase128(const CollArgs& a) {
   AbortState ab(c.abort_flag);
   __shared__ uint32_t flags[OX_MAX_RANKS];
   __shared__ char* base[OX_MAX_RANKS];
-  if ((int)threadIdx.x < n) base[threadIdx.x] = reinterpret_cast<char*>(c.ll_scratch[threadIdx.x] + c.ap128_off);
   const uint64_t half = c.ap128_half_bytes, region = ox_ap128_region_bytes(half, n);
   const uint64_t area = (region / 2) & ~127ull;
   const uint64_t nbytes = a.count * sizeof(T);
@@ -304,7 +309,7 @@ OX_DEV void allreduce_twophase128(const CollArgs& a) {
   const char* src = reinterpret_cast<const char*>(a.send);
   char* dst = reinterpret_cast<char*>(a.recv);
   const Op op(a, n);
-  ox_ll_flags_load(c, flags, ab);
+  ox_ap128_begin(c, base, flags, ab);
   const uint32_t lane = threadIdx.x % 32, j = lane & 7;
   const bool two = j < 7;
   const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;

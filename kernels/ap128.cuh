@@ -24,35 +24,3 @@ OX_DEV char* ox_ap128_at(char* base, uint64_t half, uint64_t region, uint32_t fl
   return base + (flag & 1u) * half + (uint64_t)src * region;
 }
 
-// Warp-collective: every lane calls it with the same `use` mask. For each k with bit k of `use`,
-// lanes whose line is `active` read their 16 bytes of line `at[k]` into w0[k]/w1[k], reloading
-// only the sources whose lines are not all there yet, until every active line of every used
-// source carries its flag `flag[k]`. All sources' loads are in flight together, so a warp pays one
-// round trip for all of them rather than one each. Returns early (garbage) once the communicator
-// is aborted.
-template <int K>
-OX_DEV void ox_ll128_load_many(const char* const (&at)[K], const uint64_t (&flag)[K], uint32_t use, uint32_t lane, bool active,
-                               uint64_t (&w0)[K], uint64_t (&w1)[K], AbortState& ab) {
-  const uint32_t j = lane & 7;
-  bool done[K];
-#pragma unroll
-  for (int k = 0; k < K; ++k) done[k] = ((use >> k) & 1u) == 0;  // warp-uniform
-  for (;;) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      if (!done[k] && active) {
-        asm volatile("ld.volatile.global.v2.u64 {%0,%1}, [%2];" : "=l"(w0[k]), "=l"(w1[k]) : "l"(at[k] + j * 16) : "memory");
-      }
-    }
-    bool all = true;
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      if (!done[k]) {
-        done[k] = !__any_sync(0xffffffffu, active && j == 7 && w1[k] != flag[k]);
-        all = all && done[k];
-      }
-    }
-    if (all) return;
-    if (__any_sync(0xffffffffu, ab.poll())) return;
-  }
-}

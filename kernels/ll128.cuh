@@ -25,19 +25,48 @@ OX_DEV void ox_ll128_store(char* line, uint32_t lane, uint64_t w0, uint64_t w1, 
   asm volatile("st.volatile.global.v2.u64 [%0], {%1,%2};" ::"l"(line + j * 16), "l"(w0), "l"(hi) : "memory");
 }
 
-// Warp-collective: every lane of the warp calls it. A lane with `active` reads its 16 bytes of
-// `line` into w0/w1 (w1 is the flag on the 8th lane of a line); the warp reloads until every active
-// line carries `flag`, or the communicator is aborted (then the data is garbage and the kernel is
-// on its way out). Inactive lanes take part in the votes only.
-OX_DEV void ox_ll128_load(const char* line, uint32_t lane, bool active, uint64_t flag, uint64_t& w0, uint64_t& w1,
-                          AbortState& ab) {
+// Warp-collective: every lane calls it with the same `use` mask. For each k with bit k of `use`,
+// lanes whose line is `active` read their 16 bytes of line `at[k]` into w0[k]/w1[k], reloading
+// only the sources whose lines are not all there yet, until every active line of every used
+// source carries its flag `flag[k]`. All sources' loads are in flight together, so a warp pays one
+// round trip for all of them rather than one each. Returns early (garbage) once the communicator
+// is aborted.
+template <int K>
+OX_DEV void ox_ll128_load_many(const char* const (&at)[K], const uint64_t (&flag)[K], uint32_t use, uint32_t lane, bool active,
+                               uint64_t (&w0)[K], uint64_t (&w1)[K], AbortState& ab) {
   const uint32_t j = lane & 7;
+  bool done[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) done[k] = ((use >> k) & 1u) == 0;  // warp-uniform
   for (;;) {
-    if (active) {
-      asm volatile("ld.volatile.global.v2.u64 {%0,%1}, [%2];" : "=l"(w0), "=l"(w1) : "l"(line + j * 16) : "memory");
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (!done[k] && active) {
+        asm volatile("ld.volatile.global.v2.u64 {%0,%1}, [%2];" : "=l"(w0[k]), "=l"(w1[k]) : "l"(at[k] + j * 16) : "memory");
+      }
     }
-    const bool stale = active && j == 7 && w1 != flag;
-    if (!__any_sync(0xffffffffu, stale)) return;
+    bool all = true;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (!done[k]) {
+        done[k] = !__any_sync(0xffffffffu, active && j == 7 && w1[k] != flag[k]);
+        all = all && done[k];
+      }
+    }
+    if (all) return;
     if (__any_sync(0xffffffffu, ab.poll())) return;
   }
+}
+
+// One line: lanes with `active` read their 16 bytes of `line` into w0/w1 (w1 is the flag on the 8th
+// lane of a line); the warp reloads until every active line carries `flag`. Warp-collective, as
+// ox_ll128_load_many; inactive lanes take part in the votes only.
+OX_DEV void ox_ll128_load(const char* line, uint32_t lane, bool active, uint64_t flag, uint64_t& w0, uint64_t& w1,
+                          AbortState& ab) {
+  const char* at[1] = {line};
+  const uint64_t fl[1] = {flag};
+  uint64_t a0[1], a1[1];
+  ox_ll128_load_many<1>(at, fl, 1u, lane, active, a0, a1, ab);
+  w0 = a0[0];
+  w1 = a1[0];
 }

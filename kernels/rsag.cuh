@@ -10,13 +10,6 @@
 // my AG data of round k reached it (so I had consumed round k), and writes my AG slot for round
 // k+1 only after my round-k+1 RS signal (sent after I copied out round k).
 //
-// The get form (AllReduce with OX_RSAG_GET): the reduced slice goes to my output and to my own AG
-// slot (b, me), and after the sync each rank reads every owner's slot straight into its output,
-// which saves the copy-out pass through local memory. Reuse: I write slot (b, me) again only after
-// the next round's (or a later launch's round-0) RS sync with every peer, whose signal each peer
-// sends after its reads of this round returned (a later launch's block starts after the peer's
-// whole previous launch ended, PDL waits included). No other kernel writes slot (b, me) of my AG
-// area: every put into a rank's AG area goes to the writer's own slot (b, writer) there.
 #pragma once
 #include "memory_channel.cuh"
 #include "reduce.cuh"
@@ -34,9 +27,7 @@ struct RsagGeom {
   }
 };
 
-// Where reduce_slice also writes its results: nowhere, every peer's AG slot, one rank's, or this
-// rank's own (kAgSelf: the get form, where peers read it from here).
-constexpr int kAgSelf = -3;
+// Where reduce_slice also writes its results: nowhere, every peer's AG slot, or one rank's.
 constexpr int kAgNone = -2;
 constexpr int kAgAll = -1;
 
@@ -50,7 +41,6 @@ OX_DEV void reduce_slice(const DevComm& c, const Op& op, const T* in, T* out, co
   const int me = c.rank, n = c.nranks;
   const uint64_t slot = c.rs_slot_bytes;
   const uint32_t tid = threadIdx.x, nt = blockDim.x;
-  char* self = ag == kAgSelf ? reinterpret_cast<char*>(c.rs_scratch[me]) + ag_off + ((uint64_t)b * n + me) * slot : nullptr;
   const uintptr_t mis = reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out);
   uint64_t done = 0;
   if ((mis & 15) == 0) {
@@ -63,10 +53,9 @@ OX_DEV void reduce_slice(const DevComm& c, const Op& op, const T* in, T* out, co
       }
       acc = ox_post<T>(op, acc);
       if (out) reinterpret_cast<uint4*>(out)[w] = acc;
-      if (self) reinterpret_cast<uint4*>(self)[w] = acc;
       for (int j = 1; j < n; ++j) {
         const int p = me + j < n ? me + j : me + j - n;
-        if (ag == kAgNone || ag == kAgSelf || (ag >= 0 && p != ag)) continue;
+        if (ag == kAgNone || (ag >= 0 && p != ag)) continue;
         char* dst = reinterpret_cast<char*>(c.rs_scratch[p]) + ag_off + ((uint64_t)b * n + me) * slot;
         reinterpret_cast<uint4*>(dst)[w] = acc;
       }
@@ -81,10 +70,9 @@ OX_DEV void reduce_slice(const DevComm& c, const Op& op, const T* in, T* out, co
     }
     acc = op.post(acc);
     if (out) out[e] = acc;
-    if (self) reinterpret_cast<T*>(self)[e] = acc;
     for (int j = 1; j < n; ++j) {
       const int p = me + j < n ? me + j : me + j - n;
-      if (ag == kAgNone || ag == kAgSelf || (ag >= 0 && p != ag)) continue;
+      if (ag == kAgNone || (ag >= 0 && p != ag)) continue;
       reinterpret_cast<T*>(reinterpret_cast<char*>(c.rs_scratch[p]) + ag_off + ((uint64_t)b * n + me) * slot)[e] = acc;
     }
   }
@@ -110,19 +98,17 @@ OX_DEV void rsag_body(const CollArgs& a) {
   const T* in = reinterpret_cast<const T*>(a.send);
   T* out = reinterpret_cast<T*>(a.recv);
   const bool writes_out = !kToRoot || me == root;
-  const bool get = !kToRoot && (a.mode & OX_RSAG_GET) != 0;
   const Op op(a, n);
 
   // All-gather copy-out of the round at offset o from the AG slots peers wrote (Reduce: the root
-  // only), or, in the get form, from the owners' own slots.
+  // only).
   auto copy_out = [&](uint64_t o) {
     if (!writes_out) return;
     for (int j = 1; j < n; ++j) {
       const int p = me + j < n ? me + j : me + j - n;
       const uint64_t len = geo.slice(p, o, S);
       if (len == 0) continue;
-      const char* from = get ? reinterpret_cast<const char*>(c.rs_scratch[p]) + ag_off + ((uint64_t)b * n + p) * slot
-                             : my_rs + ag_off + ((uint64_t)b * n + p) * slot;
+      const char* from = my_rs + ag_off + ((uint64_t)b * n + p) * slot;
       ox_copy(reinterpret_cast<char*>(out + geo.start(p) + o), from, len * sizeof(T), threadIdx.x, blockDim.x, true);
     }
   };
@@ -147,7 +133,7 @@ OX_DEV void rsag_body(const CollArgs& a) {
     const uint64_t mylen = geo.slice(me, o, S);
     if (mylen) {
       T* dst = writes_out ? out + geo.start(me) + o : nullptr;
-      const int ag = kToRoot ? (me == root ? kAgNone : root) : get ? kAgSelf : kAgAll;
+      const int ag = kToRoot ? (me == root ? kAgNone : root) : kAgAll;
       reduce_slice<T>(c, op, in + geo.start(me) + o, dst, my_rs + (uint64_t)b * n * slot, ag_off, b, mylen, ag);
     }
     ox_block_sync_peers(c, ab);

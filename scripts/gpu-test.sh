@@ -47,10 +47,9 @@ q=""; [ $quick = 1 ] && q="--quick"
 export NCCL_NVLS_ENABLE=0
 step gpu-check-allreduce "$bin/oxccl-gpu-check" --graph $q
 # The AllReduce forms the defaults no longer reach at these sizes: LL16 packets beyond the ring
-# (OXCCL_AP128=0), the get all-gather, and the put-based rounds of small slots (several rounds a
+# (OXCCL_AP128=0), and the put-based rounds of small slots (several rounds a
 # block, so each round's copy-out follows the next round's puts).
 step gpu-check-allreduce-ll16 env OXCCL_AP128=0 "$bin/oxccl-gpu-check" --quick
-step gpu-check-allreduce-get env OXCCL_RSAG_AG=get "$bin/oxccl-gpu-check" --quick
 step gpu-check-allreduce-rounds env OXCCL_RSAG_SLOT_BYTES=16384 "$bin/oxccl-gpu-check" --quick
 step gpu-check-colls "$bin/oxccl-gpu-check" --colls --quick
 step gpu-check-chain "$bin/oxccl-gpu-check" --chain

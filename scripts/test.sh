@@ -30,7 +30,7 @@ for rule in credits ack; do  # the model must still fail when either reuse rule 
   fi
 done
 python3 scripts/model/rsag_model.py
-for order in late-copy-out early-puts early-self; do  # and this one each broken round order
+for order in late-copy-out early-puts early-ag; do  # and this one each broken round order
   if python3 scripts/model/rsag_model.py --mutate=$order > /dev/null; then
     echo "test: rsag_model no longer catches the $order order"; exit 1
   fi

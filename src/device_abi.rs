@@ -61,10 +61,6 @@ pub const OX_GATHER_ALLTOALL: u8 = 8;
 /// before waiting for the previous kernel (kernels/pdl.cuh).
 pub const OX_ONESHOT_RING: u32 = 1;
 pub const OX_ONESHOT_EARLY: u32 = 2;
-/// The put-based AllReduce (`CollArgs::mode`; kernels/rsag.cuh): the all-gather reads each
-/// owner's reduced slice from the owner's scratch into the output (a get), instead of the owner
-/// writing it into every peer's scratch for a local copy-out.
-pub const OX_RSAG_GET: u32 = 4;
 /// Slots of the ring area: an early launch with flag f writes the slot of flag f - 4, which the
 /// peer is proven to have finished with (kernels/allreduce.cu explains why 2 or 3 would not do).
 pub const OX_RING_SLOTS: u64 = 4;

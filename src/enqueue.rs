@@ -428,7 +428,7 @@ fn allreduce(r: &Ready, ls: &mut LaunchState, t: &CollTask, count: u64) -> Resul
     );
     let k = r.module.allreduce(plan.algo, t.dtype, t.op.op);
     if !plan.ring {
-        return kernel(r, ls, k, plan.grid, plan.block, t.stream, &coll_args(r, t, count, plan.chunk_elems, plan.mode()));
+        return kernel(r, ls, k, plan.grid, plan.block, t.stream, &coll_args(r, t, count, plan.chunk_elems, 0));
     }
     // The ring one-shot: early behind the previous one where algo::pdl::early proves it safe,
     // and remembered as the anchor for the next launch when captured.

@@ -1,11 +1,10 @@
 #!/usr/bin/env python3
-"""Executable model of kernels/rsag.cuh rsag_body: the put-based AllReduce (put and get forms)
-and the put-based Reduce, one block, several rounds, several launches in a row.
+"""Executable model of kernels/rsag.cuh rsag_body: the put-based AllReduce and the
+put-based Reduce, one block, several rounds, several launches in a row.
 
 Mirrors the kernel's order per round: reduce-scatter puts of this round, the copy-out of the
 previous round (it follows the next round's puts, 6f2bad4), sync, the reduction (reading the RS
-slots; writing the AG slots: every peer's, this rank's own in the get form, or the root's for
-Reduce), sync; the last round's copy-out after the loop, with no sync before the next launch.
+slots; writing the AG slots: every peer's, or the root's for Reduce), sync; the last round's copy-out after the loop, with no sync before the next launch.
 
 ox_block_sync_peers is a barrier of the block across ranks (every rank signals after its prior
 accesses and waits for every peer's signal), and launches of one rank follow each other with no
@@ -17,7 +16,7 @@ writer). Every element of an output is written once, by the ranks that write out
 for AllReduce, the root for Reduce).
 
   python3 scripts/model/rsag_model.py                # exit status 0 when every case passes
-  python3 scripts/model/rsag_model.py --mutate=M     # M = late-copy-out | early-puts | early-self:
+  python3 scripts/model/rsag_model.py --mutate=M     # M = late-copy-out | early-puts | early-ag:
                                                      # a broken order; the model must then fail
 """
 import sys
@@ -40,7 +39,6 @@ def program(me, n, count, S, nb, b, launch, kind, root, mutate):
     length = lambda j: min((j + 1) * per, count) - start(j)
     slice_ = lambda j, o: 0 if o >= length(j) else min(S, length(j) - o)
     to_root = kind == "reduce"
-    get = kind == "get"
     writes_out = not to_root or me == root
     peers = [(me + j) % n for j in range(1, n)]
     segs = [[]]
@@ -59,7 +57,7 @@ def program(me, n, count, S, nb, b, launch, kind, root, mutate):
             return
         for p in peers:
             if slice_(p, o):
-                slot = (p, "ag", p) if get else (me, "ag", p)
+                slot = (me, "ag", p)
                 cur().append(("r", slot, ("ag", launch, k, p)))
                 for e in range(slice_(p, o)):
                     cur().append(("out", start(p) + o + e, (launch, k, p)))
@@ -71,8 +69,9 @@ def program(me, n, count, S, nb, b, launch, kind, root, mutate):
             rs_puts(o, k)
         if prev is not None and mutate != "late-copy-out":
             copy_out(*prev)
-        if mutate == "early-self" and get and slice_(me, o):
-            cur().append(("w", (me, "ag", me), ("ag", launch, k, me)))
+        if mutate == "early-ag" and not to_root and slice_(me, o):
+            for p in peers:  # the reduction's AG writes before the round's first sync
+                cur().append(("w", (p, "ag", me), ("ag", launch, k, me)))
         sync()
         if prev is not None and mutate == "late-copy-out":
             copy_out(*prev)
@@ -85,10 +84,7 @@ def program(me, n, count, S, nb, b, launch, kind, root, mutate):
             if to_root:
                 if me != root:
                     cur().append(("w", (root, "ag", me), ("ag", launch, k, me)))
-            elif get:
-                if mutate != "early-self":
-                    cur().append(("w", (me, "ag", me), ("ag", launch, k, me)))
-            else:
+            elif mutate != "early-ag":
                 for p in peers:
                     cur().append(("w", (p, "ag", me), ("ag", launch, k, me)))
         if mutate == "early-puts" and k + 1 < len(offsets):
@@ -165,10 +161,10 @@ def cases():
     # kind after every other.
     mixes = [
         [("put", 40, 4, 0), ("put", 40, 4, 0)],
-        [("get", 40, 4, 0), ("get", 37, 4, 0), ("put", 40, 4, 0), ("get", 9, 4, 0)],
-        [("put", 33, 2, 0), ("reduce", 33, 2, 1), ("get", 33, 2, 0), ("reduce", 50, 4, 0)],
-        [("reduce", 64, 4, 2), ("get", 64, 8, 0), ("reduce", 5, 4, 1), ("put", 64, 3, 0)],
-        [("get", 3, 4, 0), ("get", 100, 5, 0), ("put", 7, 1, 0)],
+        [("put", 40, 4, 0), ("put", 37, 4, 0), ("put", 9, 4, 0)],
+        [("put", 33, 2, 0), ("reduce", 33, 2, 1), ("put", 33, 2, 0), ("reduce", 50, 4, 0)],
+        [("reduce", 64, 4, 2), ("put", 64, 8, 0), ("reduce", 5, 4, 1), ("put", 64, 3, 0)],
+        [("put", 3, 4, 0), ("put", 100, 5, 0), ("put", 7, 1, 0)],
     ]
     for n in (2, 3, 4, 5):
         for mix in mixes:
@@ -182,7 +178,7 @@ def main():
     for a in sys.argv[1:]:
         if a.startswith("--mutate="):
             mutate = a.split("=", 1)[1]
-            assert mutate in ("late-copy-out", "early-puts", "early-self"), mutate
+            assert mutate in ("late-copy-out", "early-puts", "early-ag"), mutate
     bad = 0
     total = 0
     for n, mix, nb in cases():

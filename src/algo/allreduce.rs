@@ -51,19 +51,6 @@ pub struct AllReducePlan {
     /// One-shot through the ring area (OX_ONESHOT_RING): a pure function of the size and rank
     /// count, so every rank agrees on where the packets go.
     pub ring: bool,
-    /// Put-based: the all-gather reads the owners' slices (OX_RSAG_GET).
-    pub get: bool,
-}
-
-impl AllReducePlan {
-    /// `CollArgs::mode` bits the plan implies (the ring one-shot's are set at launch).
-    pub fn mode(&self) -> u32 {
-        if self.algo == AllReduceAlgo::Rsag && self.get {
-            crate::device_abi::OX_RSAG_GET
-        } else {
-            0
-        }
-    }
 }
 
 /// Whether a one-shot AllReduce of `bytes` on `n` ranks goes through the ring area.
@@ -178,7 +165,7 @@ pub fn select_allreduce(count: u64, dt: DataType, topo: &Topology, scratch: &Scr
     if topo.nranks <= 1 {
         // One rank: the one-shot kernel with no peers is an elementwise pre/post pass, any size.
         let (grid, block) = ll_shape(npkt, topo.sm_count, t);
-        return AllReducePlan { algo: AllReduceAlgo::OneShot, grid, block, chunk_elems: 0, ring: false, get: false };
+        return AllReducePlan { algo: AllReduceAlgo::OneShot, grid, block, chunk_elems: 0, ring: false };
     }
     let n = topo.nranks as u64;
     let f = Func::AllReduce as usize;
@@ -217,24 +204,23 @@ pub fn select_allreduce(count: u64, dt: DataType, topo: &Topology, scratch: &Scr
         AllReduceAlgo::TwoPhase if forced.is_none() && twophase128_fits => AllReduceAlgo::TwoPhase128,
         a => a,
     };
-    let get = t.rsag_get.unwrap_or(false);
 
     match algo {
         AllReduceAlgo::OneShot => {
             let (grid, block) = ll_shape(npkt, topo.sm_count, t);
-            AllReducePlan { algo, grid, block, chunk_elems: 0, ring: oneshot_ring(bytes, topo.nranks), get: false }
+            AllReducePlan { algo, grid, block, chunk_elems: 0, ring: oneshot_ring(bytes, topo.nranks) }
         }
         AllReduceAlgo::TwoPhase => {
             let (grid, block) = ll_shape(npkt.div_ceil(n) * (n - 1), topo.sm_count, t);
-            AllReducePlan { algo, grid, block, chunk_elems: 0, ring: false, get: false }
+            AllReducePlan { algo, grid, block, chunk_elems: 0, ring: false }
         }
         AllReduceAlgo::OneShot128 => {
             let (grid, block) = ap128_shape(npkt.div_ceil(15), topo.sm_count, t);
-            AllReducePlan { algo, grid, block, chunk_elems: 0, ring: false, get: false }
+            AllReducePlan { algo, grid, block, chunk_elems: 0, ring: false }
         }
         AllReduceAlgo::TwoPhase128 => {
             let (grid, block) = ap128_shape(npkt.div_ceil(n).div_ceil(15) * (n - 1), topo.sm_count, t);
-            AllReducePlan { algo, grid, block, chunk_elems: 0, ring: false, get: false }
+            AllReducePlan { algo, grid, block, chunk_elems: 0, ring: false }
         }
         AllReduceAlgo::Rsag => {
             // Slices are whole 16-byte units so every slice of an aligned buffer stays aligned.
@@ -252,7 +238,7 @@ pub fn select_allreduce(count: u64, dt: DataType, topo: &Topology, scratch: &Scr
             let chunk = spread.max(min_elems).min(slot_elems);
             let grid = per.div_ceil(chunk).clamp(1, cap) as u32;
             let block = t.rs_threads.unwrap_or(if bytes <= RSAG_HALF_BLOCK_MAX_BYTES { 512 } else { 1024 });
-            AllReducePlan { algo, grid, block, chunk_elems: chunk, ring: false, get }
+            AllReducePlan { algo, grid, block, chunk_elems: chunk, ring: false }
         }
     }
 }
@@ -473,16 +459,6 @@ mod tests {
         assert_eq!(ap128_shape(1 << 20, 132, &t), (128, 1024));
         assert_eq!(ap128_shape(1 << 20, 78, &t).0, 78);
         assert_eq!(ap128_shape(1, 132, &t), (DEFAULT_LL_MIN_BLOCKS, 512));
-    }
-
-    #[test]
-    fn rsag_get_is_a_mode_bit_of_the_put_based_plan_only() {
-        let t = Tuning { rsag_get: Some(true), ..Tuning::default() };
-        let s = Scratch::for_ranks(4, &t);
-        let big = select_allreduce(16 << 20, DataType::Float32, &topo(4), &s, &t);
-        assert_eq!((big.algo, big.mode()), (AllReduceAlgo::Rsag, crate::device_abi::OX_RSAG_GET));
-        let small = select_allreduce(16, DataType::Float32, &topo(4), &s, &t);
-        assert_eq!(small.mode(), 0);
     }
 
     #[test]

@@ -17,8 +17,6 @@ pub struct Tuning {
     /// OXCCL_RSAG_MID_BLOCKS: most blocks of the put-based AllReduce at 4+ ranks while each rank
     /// owns at most 4 MiB (default 64).
     pub rsag_mid_blocks: Option<u32>,
-    /// OXCCL_RSAG_AG = get | put: how the put-based AllReduce's all-gather moves data.
-    pub rsag_get: Option<bool>,
     /// OXCCL_ONESHOT_MAX_BYTES: largest message for the one-shot packet algorithm.
     pub oneshot_max_bytes: Option<u64>,
     /// OXCCL_TWOPHASE_MAX_BYTES: largest message for the two-phase packet algorithm.
@@ -108,11 +106,6 @@ impl Tuning {
             ap128_off: env("OXCCL_AP128").is_some_and(|v| v.trim() == "0"),
             rsag_mid_blocks: num32("OXCCL_RSAG_MID_BLOCKS").filter(|&b| b > 0),
             ap128_half_bytes: num("OXCCL_AP128_HALF_BYTES").filter(|&b| (1 << 20..=1 << 30).contains(&b)),
-            rsag_get: env("OXCCL_RSAG_AG").and_then(|v| match v.trim().to_ascii_lowercase().as_str() {
-                "get" => Some(true),
-                "put" => Some(false),
-                _ => None,
-            }),
             oneshot_max_bytes: num("OXCCL_ONESHOT_MAX_BYTES"),
             twophase_max_bytes: num("OXCCL_TWOPHASE_MAX_BYTES"),
             ll_blocks: num32("OXCCL_LL_BLOCKS").filter(|&b| b > 0),
