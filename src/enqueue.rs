@@ -245,6 +245,7 @@ fn coll_spec(r: &Ready, t: &CollTask) -> ExchangeSpec {
                 s.recvs.push(Transfer { peer: p, ptr: t.recv + p as u64 * bytes, bytes, relay: None });
             }
             s.copies.push(copy(t.send, t.recv + me as u64 * bytes));
+            (s.chunk_cap, s.threads) = crate::algo::allgather_shape(bytes, &r.topo, &r.scratch);
         }
         Coll::Broadcast => {
             let relay = crate::algo::broadcast_relay(bytes, &r.topo, &r.scratch, &r.tuning);

@@ -48,6 +48,9 @@ pub struct ExchangeSpec {
     /// Largest put chunk (bytes per block per round) of pairs whose chunk is not fixed
     /// (`gather_chunk_cap`); at least 4 KiB. Both sides of a pair must pass the same value.
     pub chunk_cap: Option<u64>,
+    /// Threads per block of a launch that puts, if not the default (`allgather_shape`); a rank's
+    /// own choice (its peers need not agree), below OXCCL_EXCHANGE_THREADS.
+    pub threads: Option<u32>,
 }
 
 /// The launch: arguments (without the communicator pointer) and shape.
@@ -143,8 +146,12 @@ pub fn exchange_shape(topo: &Topology, scratch: &Scratch) -> (u32, u32) {
 /// may be tuned (OXCCL_EXCHANGE_THREADS) without the peers agreeing. Packet-only launches use
 /// 256 threads: on H200 x4 at 8 B-32 KiB that took 5.2-5.6 us where 1024 took 5.7-6.8 (Broadcast;
 /// AlltoAll 6.3-6.9 against 7.0-8.0), as a block's packet reads then wait on fewer stragglers.
-fn exchange_threads(t: &Tuning, packet_only: bool) -> u32 {
-    t.exchange_threads.unwrap_or(if packet_only { 256 } else { 1024 })
+fn exchange_threads(t: &Tuning, packet_only: bool, wanted: Option<u32>) -> u32 {
+    t.exchange_threads.unwrap_or(match wanted {
+        _ if packet_only => 256,
+        Some(b) => b,
+        None => 1024,
+    })
 }
 
 /// Blocks of a Scatter's launch (each non-root rank's stream is `per_rank_bytes` long), or None
@@ -174,6 +181,29 @@ fn put_chunk(stream: u64, nb: u64, scratch: &Scratch) -> u64 {
 /// Below `grid` x half a slot per rank the chunk is smaller anyway.
 pub fn gather_chunk_cap(scratch: &Scratch) -> u64 {
     ((scratch.rs_slot_bytes / 2) & !15).max(4096)
+}
+
+/// Smallest piece (bytes per rank) of an AllGather that `allgather_shape` changes at 4+ ranks:
+/// measured from there (128 MB at 4 ranks) only.
+const ALLGATHER_SMALL_CHUNK_MIN_PIECE: u64 = 32 << 20;
+const ALLGATHER_LARGE_THREADS: u32 = 896;
+
+/// An AllGather's put chunk cap and block size at 4+ ranks from 32 MiB a rank: chunks of at most
+/// half a slot (more rounds, so one round's copy-out overlaps more of the next round's puts, as
+/// for Gather) and blocks of 896 threads. Busbw GB/s at 128 / 256 / 512 MB, 4 ranks:
+/// - H200 x4 (s36c): 303.6 / 322.4 / 330.4 before; 313.7 / 325.4 / 331.3 with half-slot chunks
+///   and 512 threads; NCCL 2.28.9 291.8 / 305.6 / 316.4.
+/// - H100 x4 (s36e-g, repeated 3-4 times, within 1%): half-slot chunks with 512 threads 314 / 327 /
+///   332; with 896 threads 315-316 / 333 / 338-339; 640, 768, 832, 960 and 1024 threads all in
+///   between or below; NCCL 288 / 305.5 / 318.
+///
+/// The cap is a function of the size and the rank count, so every rank passes the same one.
+pub fn allgather_shape(piece_bytes: u64, topo: &Topology, scratch: &Scratch) -> (Option<u64>, Option<u32>) {
+    if topo.nranks >= 4 && piece_bytes >= ALLGATHER_SMALL_CHUNK_MIN_PIECE {
+        (Some(gather_chunk_cap(scratch)), Some(ALLGATHER_LARGE_THREADS))
+    } else {
+        (None, None)
+    }
 }
 
 /// Smallest Broadcast relayed (3+ ranks), unless tuned. Below it the root's three-fold sending
@@ -373,7 +403,7 @@ pub fn plan_exchange(
         Some(b) if packet_only => b.clamp(1, grid),
         _ => grid,
     };
-    let block = exchange_threads(t, packet_only);
+    let block = exchange_threads(t, packet_only, spec.threads);
     Ok(ExchangePlan { args: a, grid, block })
 }
 
@@ -600,6 +630,35 @@ mod tests {
         let a = plan_exchange(3, &small, None, &topo, &s, &t).unwrap();
         let b = plan_exchange(3, &ExchangeSpec { chunk_cap: None, ..small.clone() }, None, &topo, &s, &t).unwrap();
         assert_eq!((a.args.chunk[0], a.args.rounds[0]), (b.args.chunk[0], b.args.rounds[0]));
+    }
+
+    /// AllGather from 32 MiB a rank at 4+ ranks: half-slot chunks (pairs agree) and 896 threads,
+    /// which OXCCL_EXCHANGE_THREADS overrides; smaller pieces and fewer ranks keep the defaults.
+    #[test]
+    fn large_allgathers_take_half_slot_chunks_and_896_threads() {
+        let (topo, s, mut t) = setup(4);
+        let piece = 32u64 << 20;
+        assert_eq!(allgather_shape(piece, &topo, &s), (Some(s.rs_slot_bytes / 2), Some(896)));
+        assert_eq!(allgather_shape(piece - 1, &topo, &s), (None, None));
+        let (topo3, s3, _) = setup(3);
+        assert_eq!(allgather_shape(piece, &topo3, &s3), (None, None));
+        let spec = |me: usize| {
+            let (cap, threads) = allgather_shape(piece, &topo, &s);
+            let others = (0..4).filter(move |&p| p != me);
+            ExchangeSpec {
+                sends: others.clone().map(|p| Transfer { peer: p, ptr: 0x1000, bytes: piece, relay: None }).collect(),
+                recvs: others.map(|p| Transfer { peer: p, ptr: 0x1000_0000 * (p as u64 + 1), bytes: piece, relay: None }).collect(),
+                chunk_cap: cap,
+                threads,
+                ..Default::default()
+            }
+        };
+        let (p0, p2) = (plan_exchange(0, &spec(0), None, &topo, &s, &t).unwrap(), plan_exchange(2, &spec(2), None, &topo, &s, &t).unwrap());
+        assert_pair_agrees(&p0, 0, &p2, 2);
+        assert_eq!((p0.args.chunk[2] as u64, p0.block), (s.rs_slot_bytes / 2, 896));
+        assert!(p0.grid as u64 * p0.args.chunk[2] as u64 * p0.args.rounds[2] as u64 >= piece);
+        t.exchange_threads = Some(1024);
+        assert_eq!(plan_exchange(0, &spec(0), None, &topo, &s, &t).unwrap().block, 1024);
     }
 
     #[test]

@@ -14,7 +14,7 @@ mod tuning;
 
 pub use allreduce::{select_allreduce, AllReduceAlgo, AllReducePlan};
 pub use exchange::{
-    broadcast_relay, broadcast_spec, exchange_shape, gather_chunk_cap, offer_candidates, plan_exchange, rooted_grid, select_gather_oneshot, select_p2p_oneshot, ExchangePlan,
+    allgather_shape, broadcast_relay, broadcast_spec, exchange_shape, gather_chunk_cap, offer_candidates, plan_exchange, rooted_grid, select_gather_oneshot, select_p2p_oneshot, ExchangePlan,
     ExchangeSpec, LocalCopy, Transfer,
 };
 pub use reducing::{select_reduce, select_reducescatter, ReducePlan};
