@@ -183,14 +183,15 @@ pub fn gather_chunk_cap(scratch: &Scratch) -> u64 {
     ((scratch.rs_slot_bytes / 2) & !15).max(4096)
 }
 
-/// Smallest piece (bytes per rank) of an AllGather that `allgather_shape` changes at 4+ ranks:
+/// Smallest piece (bytes per rank) of an AllGather that `allgather_shape` changes at 4 ranks:
 /// measured from there (128 MB at 4 ranks) only.
 const ALLGATHER_SMALL_CHUNK_MIN_PIECE: u64 = 32 << 20;
 const ALLGATHER_LARGE_THREADS: u32 = 896;
 
-/// An AllGather's put chunk cap and block size at 4+ ranks from 32 MiB a rank: chunks of at most
+/// An AllGather's put chunk cap and block size at 4 ranks from 32 MiB a rank: chunks of at most
 /// half a slot (more rounds, so one round's copy-out overlaps more of the next round's puts, as
-/// for Gather) and blocks of 896 threads. Busbw GB/s at 128 / 256 / 512 MB, 4 ranks:
+/// for Gather) and blocks of 896 threads. Other rank counts are unmeasured and keep the defaults
+/// (at 8 ranks a half slot is 32 KiB, and 32 KiB chunks lost at 4). Busbw GB/s at 128 / 256 / 512 MB, 4 ranks:
 /// - H200 x4 (s36c): 303.6 / 322.4 / 330.4 before; 313.7 / 325.4 / 331.3 with half-slot chunks
 ///   and 512 threads; NCCL 2.28.9 291.8 / 305.6 / 316.4.
 /// - H100 x4 (s36e-g, repeated 3-4 times, within 1%): half-slot chunks with 512 threads 314 / 327 /
@@ -199,7 +200,7 @@ const ALLGATHER_LARGE_THREADS: u32 = 896;
 ///
 /// The cap is a function of the size and the rank count, so every rank passes the same one.
 pub fn allgather_shape(piece_bytes: u64, topo: &Topology, scratch: &Scratch) -> (Option<u64>, Option<u32>) {
-    if topo.nranks >= 4 && piece_bytes >= ALLGATHER_SMALL_CHUNK_MIN_PIECE {
+    if topo.nranks == 4 && piece_bytes >= ALLGATHER_SMALL_CHUNK_MIN_PIECE {
         (Some(gather_chunk_cap(scratch)), Some(ALLGATHER_LARGE_THREADS))
     } else {
         (None, None)
@@ -632,16 +633,18 @@ mod tests {
         assert_eq!((a.args.chunk[0], a.args.rounds[0]), (b.args.chunk[0], b.args.rounds[0]));
     }
 
-    /// AllGather from 32 MiB a rank at 4+ ranks: half-slot chunks (pairs agree) and 896 threads,
-    /// which OXCCL_EXCHANGE_THREADS overrides; smaller pieces and fewer ranks keep the defaults.
+    /// AllGather from 32 MiB a rank at 4 ranks: half-slot chunks (pairs agree) and 896 threads,
+    /// which OXCCL_EXCHANGE_THREADS overrides; smaller pieces and other rank counts keep the defaults.
     #[test]
     fn large_allgathers_take_half_slot_chunks_and_896_threads() {
         let (topo, s, mut t) = setup(4);
         let piece = 32u64 << 20;
         assert_eq!(allgather_shape(piece, &topo, &s), (Some(s.rs_slot_bytes / 2), Some(896)));
         assert_eq!(allgather_shape(piece - 1, &topo, &s), (None, None));
-        let (topo3, s3, _) = setup(3);
-        assert_eq!(allgather_shape(piece, &topo3, &s3), (None, None));
+        for n in [3, 8] {
+            let (topo_n, s_n, _) = setup(n);
+            assert_eq!(allgather_shape(piece, &topo_n, &s_n), (None, None), "{n} ranks");
+        }
         let spec = |me: usize| {
             let (cap, threads) = allgather_shape(piece, &topo, &s);
             let others = (0..4).filter(move |&p| p != me);
