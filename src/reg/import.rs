@@ -56,6 +56,9 @@ impl Importer {
                 if let Some(d) = dev {
                     crate::log::set_thread_device(d.ordinal);
                 }
+                // Mapping and unmapping peers' buffers must neither fail nor invalidate a graph
+                // the application captures meanwhile in global mode on another thread.
+                let _relaxed = dev.and_then(|_| crate::gpu::stream::RelaxedCapture::new().ok());
                 let mut t = Thread { dev, me, nranks, table, listener, wake: wake_r, conns: Vec::new(), maps: HashMap::new() };
                 t.run();
             })

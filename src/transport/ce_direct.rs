@@ -50,7 +50,7 @@ use crate::device_abi::{CollArgs, ExchangeArgs};
 use crate::error::{Error, Result};
 use crate::gpu::ipc::{ImportedBuffer, IPC_HANDLE_BYTES};
 use crate::gpu::module::{launch_pdl, Kernel};
-use crate::gpu::stream::{copy_engine_async, is_capturing, Event, OwnedStream};
+use crate::gpu::stream::{copy_engine_async, is_capturing, Event, OwnedStream, RelaxedCapture};
 use crate::gpu::{check, cu, Device};
 use crate::log::Subsys;
 use crate::reg::export::{describe, VmmImport};
@@ -676,8 +676,10 @@ impl Inner {
     /// drains) or a launch fails (reported through `on_error`, which also aborts the
     /// communicator, so the gates and every kernel waiting on the pair let go).
     fn work(&self, q: &Queue<Op>, on_error: Box<dyn Fn(Error) + Send + Sync>) {
-        let setup = crate::gpu::CtxGuard::new(self.dev).and_then(|g| Ok((g, OwnedStream::new(self.dev)?)));
-        let (_ctx, stream) = match setup {
+        // Relaxed capture mode: mapping a peer's buffer here must neither fail nor invalidate a
+        // graph the application captures meanwhile in global mode on another thread.
+        let setup = crate::gpu::CtxGuard::new(self.dev).and_then(|g| Ok((g, RelaxedCapture::new()?, OwnedStream::new(self.dev)?)));
+        let (_ctx, _relaxed, stream) = match setup {
             Ok(x) => x,
             Err(e) => return on_error(e.context("copy-engine direct worker")),
         };
