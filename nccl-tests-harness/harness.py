@@ -104,12 +104,24 @@ def suite(name, ngpus):
                 runs.append((test, dict(m, name=f"{m['name']}-R2"), sizes + ["-d", "float", "-R", "2"]))
         return runs
     if name == "ce-direct-check":
-        # The copy-engine direct path (2 ranks in 2 processes): run with
+        # The copy-engine direct path (pairs of ranks in separate processes): run with
         # OXCCL_CE_DIRECT_MIN_BYTES=1048576 in the environment so that every size here takes it.
+        # np3 and np<ngpus>: a rank's launch spans several pairs; np2 -g 2 (4 ranks in 2
+        # processes): pairs inside a process have no link, so one launch mixes copy-engine pairs
+        # with kernel pairs.
         sizes = ["-b", "1M", "-e", "64M", "-f", "4", "-c", "1", "-d", "all", "-n", "2", "-w", "1"]
         exch = ("broadcast_perf", "sendrecv_perf", "gather_perf", "scatter_perf", "all_gather_perf", "alltoall_perf")
-        m = mode("np2", 2, mpi(2), [])
-        return [(test, m, sizes + COLLS[test]) for test in exch] + [(test, dict(m, name="np2-G"), sizes + ["-G", "20"]) for test in exch[:2]]
+        runs = []
+        for n in sorted({2, 3, ngpus}):
+            if n > ngpus:
+                continue
+            m = mode(f"np{n}", n, mpi(n), [])
+            runs += [(test, m, sizes + COLLS[test]) for test in exch + (("hypercube_perf",) if n == ngpus and n > 2 else ())]
+            runs += [(test, dict(m, name=f"np{n}-G"), sizes + ["-G", "20"]) for test in exch[:2]]
+        if ngpus >= 4:
+            m = mode("np2-g2", 4, mpi(2), ["-g", "2"])
+            runs += [(test, m, sizes + COLLS[test]) for test in ("sendrecv_perf", "alltoall_perf", "scatter_perf")]
+        return runs
     if name == "issue9":
         # Issue 9's target table at ngpus ranks, one process per GPU (plus -g ngpus): small sizes
         # eager and under graphs, AllReduce 256 KB-32 MB, every binary from 128 MB; AllReduce in

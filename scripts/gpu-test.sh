@@ -64,11 +64,11 @@ else
   step fault-injection-hosts "$bin/oxccl-fault" --ranks 2 --ranks-per-host 1 --scenarios allreduce,bigreduce,sendrecv,stop
 fi
 step fault-injection-ce env OXCCL_LOCAL_TRANSPORT=ce "$bin/oxccl-fault" --ranks $fr --scenarios allreduce,allgather,sendrecv,stop
-# The copy-engine direct path (2 ranks, 2 processes) with every transfer taking it: a peer killed
-# mid-transfer, and the survivor's abort.
-step fault-injection-ce-direct env OXCCL_CE_DIRECT_MIN_BYTES=1 "$bin/oxccl-fault" --ranks 2 --scenarios sendrecv,allgather
+# The copy-engine direct path (pairs of ranks in separate processes) with every transfer taking
+# it: a peer killed mid-transfer, and the survivors' abort.
+step fault-injection-ce-direct env OXCCL_CE_DIRECT_MIN_BYTES=1 "$bin/oxccl-fault" --ranks $fr --scenarios sendrecv,allgather
 # The same with the handshakes on the calling thread (OXCCL_CE_DIRECT_ASYNC=0).
-step fault-injection-ce-direct-sync env OXCCL_CE_DIRECT_ASYNC=0 OXCCL_CE_DIRECT_MIN_BYTES=1 "$bin/oxccl-fault" --ranks 2 --scenarios sendrecv,allgather
+step fault-injection-ce-direct-sync env OXCCL_CE_DIRECT_ASYNC=0 OXCCL_CE_DIRECT_MIN_BYTES=1 "$bin/oxccl-fault" --ranks $fr --scenarios sendrecv,allgather
 if [ $quick = 1 ]; then soak=1000; else soak=10000; fi
 step soak "$bin/oxccl-gpu-check" --soak $soak
 step leaks "$bin/oxccl-gpu-check" --leaks

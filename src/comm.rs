@@ -450,8 +450,10 @@ impl Comm {
         };
         let dev_comm = channels.as_ref().map_or(0, |c| c.dev_comm);
         let ce = match &channels {
-            Some(ch) if self.nranks == 2 && crate::algo::ce_direct::min_bytes(&tuning) > 0 && !peers[0].same_process(&peers[1]) => {
-                let peer = 1 - self.rank;
+            // Pairs in separate processes (one host: the channels map every peer); a rank has no
+            // copy engine of its own to lend a peer in its own process, whose buffers it sees.
+            Some(ch) if self.nranks >= 2 && crate::algo::ce_direct::min_bytes(&tuning) > 0 && peers.iter().any(|p| !p.same_process(&peers[self.rank])) => {
+                let candidate: Vec<bool> = peers.iter().map(|p| !p.same_process(&peers[self.rank])).collect();
                 let key = crate::reg::comm_key(id);
                 let on_error = (!tuning.ce_direct_sync).then(|| {
                     let (state, flag, rank) = (self.state.clone(), abort_flag.clone(), self.rank);
@@ -460,7 +462,7 @@ impl Comm {
                         fail_async(&state, e.code, &|| flag.store_u32(0, 1));
                     }) as Box<dyn Fn(Error) + Send + Sync>
                 });
-                crate::transport::ce_direct::CeDirect::connect(&bootstrap, dev, key, ch.ce_counters[self.rank], ch.ce_counters[peer], abort_flag.clone(), on_error)?
+                crate::transport::ce_direct::CeDirect::connect(&bootstrap, dev, key, &ch.ce_counters, &candidate, abort_flag.clone(), on_error)?
             }
             _ => None,
         };

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::algo::ce_direct::Traffic;
 use crate::algo::envlists::Func;
 use crate::algo::{
     offer_candidates, plan_exchange, select_allreduce, select_reduce, select_reducescatter, ExchangeSpec, LocalCopy, Transfer,
@@ -279,6 +280,14 @@ fn coll_spec(r: &Ready, t: &CollTask) -> ExchangeSpec {
         Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce => {}
     }
     s.copies.retain(|c| c.src != c.dst && c.bytes > 0);
+    s.traffic = match t.coll {
+        Coll::AllGather => Traffic::AllGather,
+        Coll::Broadcast => Traffic::Broadcast,
+        Coll::AlltoAll => Traffic::AlltoAll,
+        Coll::Gather => Traffic::Gather,
+        Coll::Scatter => Traffic::Scatter,
+        Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce => Traffic::P2p,
+    };
     s
 }
 
@@ -339,35 +348,35 @@ fn exchange_plan(r: &Ready, spec: &ExchangeSpec, func: Option<Func>) -> Result<c
     Ok(plan)
 }
 
-/// Large transfers of a 2-rank communicator by copy engine straight into the peer's buffer, where
-/// algo::ce_direct takes them and the handshake agrees (else false: the kernels move them).
+/// Large transfers between ranks in separate processes by copy engine straight into the peer's
+/// buffer, for the pairs algo::ce_direct::pairs takes where their handshakes agree; the exchange
+/// kernel moves the rest of the launch (false: no pair is taken, the caller moves it all).
 fn ce_direct(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<Func>, stream: cu::CUstream) -> Result<bool> {
     let Some(ce) = &r.ce else { return Ok(false) };
-    if !crate::algo::ce_direct::takes(spec, func, r.bootstrap.rank(), r.topo.nranks, &r.tuning) {
+    let peers = crate::algo::ce_direct::pairs(spec, func, r.bootstrap.rank(), r.topo.nranks, &r.tuning, |p| ce.linked(p));
+    if peers.is_empty() {
         return Ok(false);
     }
-    nccl_trace!(Subsys::P2p, "copy-engine direct: sends {:?}, receives {:?}", spec.sends.first().map(|x| x.bytes), spec.recvs.first().map(|x| x.bytes));
+    nccl_trace!(Subsys::P2p, "copy-engine direct: peers {peers:?} of sends {:?}, receives {:?}", spec.sends.iter().map(|x| (x.peer, x.bytes)).collect::<Vec<_>>(), spec.recvs.iter().map(|x| (x.peer, x.bytes)).collect::<Vec<_>>());
     let kernels = crate::transport::ce_direct::Kernels { wait: r.module.ce_wait(), copy: r.module.ce_copy() };
+    // The kernel for the whole launch, planned here in call order like any launch; the path
+    // takes out the pairs that agree.
+    let plan = exchange_plan(r, spec, func)?;
+    let fallback = Fallback { kernel: r.module.exchange(), grid: plan.grid, block: plan.block, args: Box::new(plan.args) };
     if ce.is_async() {
-        // The worker launches the exchange kernel itself if the pair disagrees: planned here, in
-        // call order, like any launch.
-        let plan = exchange_plan(r, spec, func)?;
-        let fallback = Fallback { kernel: r.module.exchange(), grid: plan.grid, block: plan.block, args: Box::new(plan.args) };
-        return match ce.submit(kernels, r.dev_comm, spec, fallback, stream)? {
+        return match ce.submit(kernels, r.dev_comm, spec, &peers, fallback, stream)? {
             Some(fb) => kernel(r, ls, fb.kernel, fb.grid, fb.block, stream, &*fb.args).map(|_| true),
             None => {
-                // A wait came last on the stream (the gate, or the receive's `done`), and it may
-                // wait for kernels on the worker's stream (the fallback), which need SMs: nothing
-                // may start early behind it and take them.
+                // A wait came last on the stream (the gate, or a receive's `done`), and it may
+                // wait for kernels on the worker's stream, which need SMs: nothing may start
+                // early behind it and take them.
                 ls.last_grid = u32::MAX;
                 Ok(true)
             }
         };
     }
-    if !ce.run(kernels, r.dev_comm, spec, stream)? {
-        return Ok(false);
-    }
-    // Copies and stream writes came last: a kernel after them has nothing of ours to overlap.
+    ce.run(kernels, r.dev_comm, spec, &peers, fallback, stream)?;
+    // Copies, kernels and stream waits came last: a kernel after them has nothing of ours to overlap.
     ls.last_grid = 0;
     Ok(true)
 }

@@ -51,6 +51,9 @@ pub struct ExchangeSpec {
     /// Threads per block of a launch that puts, if not the default (`allgather_shape`); a rank's
     /// own choice (its peers need not agree), below OXCCL_EXCHANGE_THREADS.
     pub threads: Option<u32>,
+    /// The operation the transfers serve, for the copy-engine direct path's thresholds
+    /// (algo::ce_direct::min_bytes_for). The same on every rank.
+    pub traffic: super::ce_direct::Traffic,
 }
 
 /// The launch: arguments (without the communicator pointer) and shape.

@@ -46,8 +46,9 @@ pub struct Tuning {
     /// OXCCL_P2P_ONESHOT_MAX_BYTES: largest send or receive of a one-send, one-receive group run
     /// by the one-shot point-to-point kernel (0 = never).
     pub p2p_oneshot_max_bytes: Option<u64>,
-    /// OXCCL_CE_DIRECT_MIN_BYTES: smallest transfer the copy-engine direct path takes between the
-    /// two processes of a 2-rank communicator (0 = never; algo::ce_direct).
+    /// OXCCL_CE_DIRECT_MIN_BYTES: smallest transfer the copy-engine direct path takes between two
+    /// ranks in separate processes, for every operation (0 = never; unset: algo::ce_direct's
+    /// defaults per operation and rank count).
     pub ce_direct_min_bytes: Option<u64>,
     /// OXCCL_CE_DIRECT_ASYNC=0: the copy-engine direct path's handshakes run on the calling
     /// thread, whose call then waits for the peer's. By default a worker thread runs them, so that

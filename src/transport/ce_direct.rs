@@ -1,43 +1,51 @@
-//! Copy-engine direct transfers between the two ranks of a 2-rank communicator that are separate
-//! processes on one host: the sender's copy engine writes straight into the receiver's buffer,
-//! which the receiver shares for the transfer through CUDA IPC. One copy engine moves 391-396 GB/s
-//! each way over an NV18 pair, where SM copies top out at 365-373 (BENCHMARKS, eighteenth pass),
-//! and that margin is what large Broadcast, Send/Recv, Gather and Scatter need over NCCL.
+//! Copy-engine direct transfers between ranks of a communicator that are separate processes on
+//! one host: the sender's copy engine writes straight into the receiver's buffer, which the
+//! receiver shares for the transfer through CUDA IPC. One copy engine moves 391-396 GB/s each way
+//! over an NV18 pair, where SM copies top out at 365-373 (BENCHMARKS, eighteenth pass), and that
+//! margin is what large Broadcast, Send/Recv, Gather and Scatter need over NCCL. At 4 ranks a
+//! ring of copy engines moves 386.5 GB/s a GPU where SM copies reach 359 (twenty-first pass).
 //!
-//! Per launch (algo::ce_direct decides which; both ranks alike):
-//! 1. Host handshake over a Unix socket of the pair (made at init): each rank tells the other
-//!    whether it is capturing a CUDA graph and, for a receive, its destination's allocation
-//!    (buffer id, range, offset) with a CUDA IPC handle (cudaMalloc memory) or, the first time,
-//!    its cuMem file descriptor (ncclMemAlloc memory), and which of the peer's buffers it has
-//!    mapped. Both then know whether the path runs: not while either captures (a graph would
-//!    replay the stream writes' values), not for memory that cannot be shared (pools). The sender
-//!    maps the destination (cached per buffer id) and, unless both offers show it mapped already
-//!    (`certain`), both exchange whether that worked. Where the path does not run, the SM kernels
-//!    move the data, again on both ranks.
+//! Everything is per pair of ranks (a `Link`: a Unix socket made at init, counters, mappings);
+//! a launch takes the path for the pairs algo::ce_direct::pairs names, both ranks of a pair
+//! alike. Per launch:
+//! 1. Host handshake with every such pair: each rank tells the other whether it is capturing a
+//!    CUDA graph and, for a receive, its destination's allocation (buffer id, range, offset) with
+//!    a CUDA IPC handle (cudaMalloc memory) or, the first time, its cuMem file descriptor
+//!    (ncclMemAlloc memory), and which of the peer's buffers it has mapped. Both then know
+//!    whether the pair's transfers go by copy engine: not while either captures (a graph would
+//!    replay the stream writes' values), not for memory that cannot be shared (pools). The
+//!    sender maps the destination (cached per buffer id) and, unless both offers show it mapped
+//!    already (`certain`), both exchange whether that worked. Every offer of a launch goes out
+//!    before any is read (`handshake_all`), so ranks that handshake with several peers never
+//!    wait on each other in a cycle. Pairs that do not agree, and transfers with peers the path
+//!    does not take, are moved by the exchange kernel, planned for the whole launch with those
+//!    pairs' modes left in and the agreed pairs' set to none (`Fallback::without`).
 //!    A worker thread per communicator handshakes (`submit`), in call order, so a call returns at
 //!    once, as NCCL's does: a program may make a rank's next call wait on the host for something
 //!    the peer does after its own call returned. The call puts on the user's stream everything
-//!    that needs no answer from the peer (an event, the receive's counters, a gate for the
-//!    worker's part); the worker's stream, behind the event, copies, or runs the kernels where
-//!    the pair disagreed. OXCCL_CE_DIRECT_ASYNC=0 handshakes on the calling thread instead
-//!    (`run`), whose call then returns only once the peer has made its matching call.
-//! 2. Stream order with two counters per rank in the channel buffer (`ready`: my peer's buffer may
-//!    take my next copy; `done`: my peer's copy into me finished):
+//!    that needs no answer from the peers (an event, the receives' counters, a gate for the
+//!    worker's part); the worker's stream, behind the event, copies, then runs the kernel for
+//!    whatever the copy engines do not move. OXCCL_CE_DIRECT_ASYNC=0 handshakes on the calling
+//!    thread instead (`run`), whose call then returns only once the peers made their matching
+//!    calls.
+//! 2. Stream order with two counters per pair in each rank's channel buffer (`ready`: the peer's
+//!    buffer may take my next copy; `done`: the peer's copy into me finished):
 //!    ```text
-//!    receiver: write peer.ready = #receives   (its stream reached the receive: dst writable)
-//!    sender:   wait  my.ready >= #sends; copy-engine copy; write peer.done = #sends
-//!    receiver: wait  my.done >= #receives
+//!    receiver: write peer.ready[me] = #receives   (its stream reached the receive: dst writable)
+//!    sender:   wait  my.ready[peer] >= #sends; copy-engine copy; write peer.done[me] = #sends
+//!    receiver: wait  my.done[peer] >= #receives
 //!    ```
-//!    A rank that sends and receives does both in that order, so neither waits for the other
-//!    first. With the worker, the sender's line runs on the worker's stream and the user's stream
-//!    waits for a third counter, `gate`, which the worker writes after it (see `submit`).
+//!    A rank writes every `ready` of a launch before it waits for anything, so no ring of ranks
+//!    waits for itself: a sender's wait depends only on the head of the receiver's stream.
+//!    With the worker, the senders' lines and the kernel run on the worker's stream and the
+//!    user's stream waits for a third counter, `gate`, which the worker writes after them (see
+//!    `submit`).
 //!    Writes are cuStreamWriteValue64 with its full memory barrier (the copy lands before the
 //!    count); waits are a one-thread kernel (kernels/ce_direct.cu) that also watches the abort
 //!    flag, so ncclCommAbort releases them. Local copies (an out-of-place root's own piece) run
-//!    beside the transfer on a side stream, by SMs (kernels/ce_direct.cu): on this GPU's copy
+//!    beside the transfers on a side stream, by SMs (kernels/ce_direct.cu): on this GPU's copy
 //!    engines they shared the transfer's and cost out-of-place Broadcast, Scatter and AllGather
 //!    4-10% (s30g).
-
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -46,7 +54,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::algo::{ExchangeSpec, LocalCopy, Transfer};
-use crate::device_abi::{CollArgs, ExchangeArgs};
+use crate::device_abi::{CollArgs, ExchangeArgs, OX_MAX_RANKS, OX_MODE_NONE};
 use crate::error::{Error, Result};
 use crate::gpu::ipc::{ImportedBuffer, IPC_HANDLE_BYTES};
 use crate::gpu::module::{launch_pdl, Kernel};
@@ -78,12 +86,18 @@ pub struct Kernels {
     pub copy: Kernel,
 }
 
-/// Offsets of the counters in a rank's counter area (u64 each). `ready` and `done` are written by
-/// the peer; `gate` only by this rank's worker (OXCCL_CE_DIRECT_ASYNC), for its own stream.
-pub const READY_OFF: u64 = 0;
-pub const DONE_OFF: u64 = 8;
-pub const GATE_OFF: u64 = 16;
-pub const COUNTER_BYTES: u64 = 24;
+
+/// Offsets of the counters in a rank's counter area (u64 each). `ready(p)` and `done(p)` are
+/// written by peer p; `gate` only by this rank's worker (OXCCL_CE_DIRECT_ASYNC), for its own
+/// stream.
+pub const fn ready_off(peer: usize) -> u64 {
+    16 * peer as u64
+}
+pub const fn done_off(peer: usize) -> u64 {
+    16 * peer as u64 + 8
+}
+pub const GATE_OFF: u64 = 16 * OX_MAX_RANKS as u64;
+pub const COUNTER_BYTES: u64 = GATE_OFF + 8;
 
 /// What one rank tells the other before a transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -220,13 +234,21 @@ struct Import {
     map: Mapping,
 }
 
+
+/// One pair's host-side state, taken by the thread that handshakes (the caller, or the worker).
 #[derive(Default)]
-struct State {
+struct PairState {
     /// Transfers this rank made into the peer, and the peer into this rank (the counters' values).
     sent: u64,
     received: u64,
-    /// Oldest first, most recently used last.
+    /// The peer's buffers mapped here, oldest first, most recently used last.
     imports: Vec<Import>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Per peer (index = rank; unused where there is no link).
+    pairs: Vec<PairState>,
     stats: Stats,
 }
 
@@ -299,52 +321,103 @@ pub struct Verdict {
     pub peer_mapped: bool,
 }
 
-/// One handshake: both offers cross, then, if `agreed`, the sender maps the peer's destination
-/// (`map`, given the descriptor that came with the offer) and both say whether that worked.
+
+/// One rank's side of one pair's handshake in a launch.
+struct Party<'a> {
+    wire: &'a Wire,
+    mine: Offer,
+    fd: Option<RawFd>,
+}
+
+/// The handshakes of one launch with each of its pairs: every offer goes out before any is read,
+/// then, for each pair that `agreed`, the sender maps the peer's destination (`map`, given the
+/// pair's index and the descriptor that came with the offer) and, unless `certain`, both say
+/// whether that worked, again all sends before any read. Sends never wait (a few hundred bytes
+/// into a socket buffer), so ranks handshaking with several peers in any order cannot wait on
+/// each other in a cycle. One verdict per party, in order.
+fn handshake_all(
+    parties: &[Party],
+    aborted: &dyn Fn() -> bool,
+    timeout: Duration,
+    mut map: impl FnMut(usize, &Dest, Option<OwnedFd>) -> Option<u64>,
+) -> Result<Vec<Verdict>> {
+    for p in parties {
+        p.wire.send(&p.mine.encode(), p.fd)?;
+    }
+    let mut theirs = Vec::with_capacity(parties.len());
+    for p in parties {
+        let (msg, fd) = p.wire.recv(aborted, timeout)?;
+        theirs.push((Offer::decode(&msg)?, fd));
+    }
+    let mut out = Vec::with_capacity(parties.len());
+    let mut second = Vec::new();
+    for (i, (p, (their, their_fd))) in parties.iter().zip(theirs).enumerate() {
+        let mine = &p.mine;
+        if !agreed(mine, &their) {
+            nccl_trace!(
+                Subsys::P2p,
+                "copy-engine direct with rank {}: not this time (capturing {} / {}, shareable {} / {})",
+                p.wire.peer,
+                mine.capturing,
+                their.capturing,
+                mine.dst.is_some(),
+                their.dst.is_some()
+            );
+            out.push(Verdict { target: None, peer_mapped: false });
+            continue;
+        }
+        let target = match their.dst.filter(|_| mine.send_bytes > 0) {
+            Some(d) => map(i, &d, their_fd),
+            None => Some(0),
+        };
+        if certain(mine, &their) {
+            // The peer skips the second exchange too: a cached mapping cannot fail.
+            if target.is_none() {
+                return Err(Error::internal("copy-engine handshake: a mapping both ranks knew of is gone"));
+            }
+            out.push(Verdict { target, peer_mapped: mine.dst.is_some() });
+            continue;
+        }
+        p.wire.send(&[target.is_some() as u8], None)?;
+        second.push(i);
+        out.push(Verdict { target, peer_mapped: false });
+    }
+    for i in second {
+        let p = &parties[i];
+        let peer_ok = p.wire.recv(aborted, timeout)?.0.first() == Some(&1);
+        let v = &mut out[i];
+        if !peer_ok || v.target.is_none() {
+            nccl_trace!(Subsys::P2p, "copy-engine direct with rank {}: a mapping failed, the SM path moves it", p.wire.peer);
+        }
+        *v = Verdict { target: v.target.filter(|_| peer_ok), peer_mapped: peer_ok && p.mine.dst.is_some() };
+    }
+    Ok(out)
+}
+
+/// One pair's handshake (`handshake_all` with one party).
+#[cfg(test)]
 fn handshake(
     wire: &Wire,
     mine: &Offer,
     fd: Option<RawFd>,
     aborted: &dyn Fn() -> bool,
     timeout: Duration,
-    map: impl FnOnce(&Dest, Option<OwnedFd>) -> Option<u64>,
+    mut map: impl FnMut(&Dest, Option<OwnedFd>) -> Option<u64>,
 ) -> Result<Verdict> {
-    wire.send(&mine.encode(), fd)?;
-    let (msg, their_fd) = wire.recv(aborted, timeout)?;
-    let theirs = Offer::decode(&msg)?;
-    if !agreed(mine, &theirs) {
-        nccl_trace!(Subsys::P2p, "copy-engine direct: not this time (capturing {} / {}, shareable {} / {})", mine.capturing, theirs.capturing, mine.dst.is_some(), theirs.dst.is_some());
-        return Ok(Verdict { target: None, peer_mapped: false });
-    }
-    let target = match theirs.dst.filter(|_| mine.send_bytes > 0) {
-        Some(d) => map(&d, their_fd),
-        None => Some(0),
-    };
-    if certain(mine, &theirs) {
-        // The peer skips the second exchange too: a cached mapping cannot fail.
-        return match target {
-            Some(_) => Ok(Verdict { target, peer_mapped: mine.dst.is_some() }),
-            None => Err(Error::internal("copy-engine handshake: a mapping both ranks knew of is gone")),
-        };
-    }
-    wire.send(&[target.is_some() as u8], None)?;
-    let peer_ok = wire.recv(aborted, timeout)?.0.first() == Some(&1);
-    if !peer_ok || target.is_none() {
-        nccl_trace!(Subsys::P2p, "copy-engine direct: a mapping failed, the SM path moves it");
-    }
-    Ok(Verdict { target: target.filter(|_| peer_ok), peer_mapped: peer_ok && mine.dst.is_some() })
+    let v = handshake_all(&[Party { wire, mine: *mine, fd }], aborted, timeout, |_, d, fd| map(d, fd))?;
+    Ok(v[0])
 }
 
-/// The path between this rank and its one peer. With OXCCL_CE_DIRECT_ASYNC=1 the handshakes run
-/// on a worker thread (`submit`), so that a call returns at once, as NCCL's does; else on the
-/// calling thread (`run`).
+/// The path between this rank and its peers in other processes of the host. With
+/// OXCCL_CE_DIRECT_ASYNC=1 the handshakes run on a worker thread (`submit`), so that a call
+/// returns at once, as NCCL's does; else on the calling thread (`run`).
 pub struct CeDirect {
     inner: Arc<Inner>,
     worker: Option<Worker>,
 }
 
-/// The SM kernels' launch for a transfer, made by the worker when the pair does not agree to
-/// copy it.
+/// The exchange kernel's launch for a whole launch's transfers, made for whatever the copy
+/// engines do not move.
 pub struct Fallback {
     pub kernel: Kernel,
     pub grid: u32,
@@ -352,31 +425,58 @@ pub struct Fallback {
     pub args: Box<ExchangeArgs>,
 }
 
-/// One launch handed to the worker, in call order.
-struct Op {
+impl Fallback {
+    /// This launch without the pairs whose transfers the copy engines move: their mode becomes
+    /// none, which the kernel skips in every phase (no packets, no put rounds or syncs, no
+    /// flags, no offers), as for a pair with nothing to move. The grid stays, so block b still
+    /// pairs with block b on every peer. None if nothing is left: no pair and no local copy.
+    fn without(mut self, peers: impl Iterator<Item = usize>) -> Option<Fallback> {
+        for p in peers {
+            self.args.mode[p] = OX_MODE_NONE;
+            self.args.rounds[p] = 0;
+            self.args.chunk[p] = 0;
+            self.args.offer[p] = 0;
+        }
+        self.moves_pairs().then_some(self)
+    }
+
+    fn moves_pairs(&self) -> bool {
+        self.args.mode.iter().any(|&m| m != OX_MODE_NONE)
+    }
+}
+
+/// One pair's part of a launch.
+struct Part {
+    peer: usize,
     offer: Offer,
     fd: Option<OwnedFd>,
     send: Option<Transfer>,
     recv: Option<Transfer>,
+    /// This launch's counts for the pair (worker mode: `Link::sent`, `Link::received`).
+    sent: u64,
+    received: u64,
+}
+
+/// One launch handed to the worker, in call order.
+struct Op {
+    parts: Vec<Part>,
     copies: Vec<LocalCopy>,
     kernels: Kernels,
     dev_comm: u64,
-    /// This launch's counts (`Inner::sent`, `Inner::received`), where it has a send / receive.
-    sent: u64,
-    received: u64,
-    /// The worker's part of the launch. None: the caller already runs the kernels (it captures a
-    /// graph, or cannot share its receive buffer), and the worker only tells the peer.
+    /// The worker's part of the launch. None: the caller already runs the kernel (it captures a
+    /// graph, or cannot share any receive buffer), and the worker only tells the peers.
     work: Option<Work>,
 }
 
 struct Work {
     /// Recorded on the user's stream where the launch stands in it.
     at: Event,
-    /// The kernels to run if the pair disagrees.
+    /// The kernel for the whole launch, less the pairs that agree.
     fallback: Fallback,
     /// The gate count the user's stream waits for, when the worker's stream has work the user's
-    /// stream must wait for (a send, local copies); None for a bare receive, whose stream waits
-    /// for its `done` count instead (the peer's copy, or the worker after the fallback kernels).
+    /// stream must wait for (a send, local copies, transfers outside the path); None for bare
+    /// receives, whose stream waits for their `done` counts instead (the peers' copies, or the
+    /// worker after the kernel).
     gate: Option<u64>,
 }
 
@@ -435,6 +535,7 @@ impl<T> Queue<T> {
     }
 }
 
+
 struct Worker {
     queue: Arc<Queue<Op>>,
     /// Gate counts handed out (the caller holds the launch lock, so in call order).
@@ -460,31 +561,39 @@ impl Drop for CeDirect {
     }
 }
 
-struct Inner {
-    dev: &'static Device,
-    peer: usize,
+/// The path's end of one pair.
+struct Link {
     wire: Wire,
-    /// Counter areas (device addresses here): this rank's own, and the peer's as mapped here.
-    mine: u64,
+    /// The peer's counter area, as mapped here.
     theirs: u64,
-    /// The communicator's abort flag (host memory): a handshake wait gives up once it is set.
-    abort: std::sync::Arc<crate::gpu::HostMapped>,
-    /// The counters' values and the peer's buffers mapped here: taken by the thread that
-    /// handshakes (the caller, or the worker across its wait for the peer).
-    state: Mutex<State>,
     /// Ids of this rank's buffers the peer has mapped (it said so): read by the caller as it
     /// describes a receive, so never held across a handshake.
     known: Mutex<Vec<u64>>,
+    /// With the worker: sends and receives of every launch the path takes for the pair, counted
+    /// by the caller in call order (the launch lock), so on both ranks alike whatever the
+    /// handshake then says.
+    sent: AtomicU64,
+    received: AtomicU64,
+}
+
+struct Inner {
+    dev: &'static Device,
+    me: usize,
+    /// Per peer (index = rank): the pair's link, where the two ranks connected one.
+    links: Vec<Option<Link>>,
+    /// This rank's counter area (device address).
+    mine: u64,
+    /// The communicator's abort flag (host memory): a handshake wait gives up once it is set.
+    abort: std::sync::Arc<crate::gpu::HostMapped>,
+    /// The pairs' counts and mappings: taken by the thread that handshakes (the caller, or the
+    /// worker across its wait for the peers).
+    state: Mutex<State>,
     side: OwnedStream,
     fork: Event,
     join: Event,
     /// Events for the worker's launches, reused: one is back here once the worker's stream waits
     /// on it (a wait takes the event's state when it is queued).
     events: Mutex<Vec<Event>>,
-    /// With the worker: sends and receives of every launch the path takes, counted by the caller
-    /// in call order (the launch lock), so on both ranks alike whatever the handshake then says.
-    sent: AtomicU64,
-    received: AtomicU64,
 }
 
 // SAFETY: the events and stream are driver handles usable from any thread; State is behind a lock.
@@ -492,26 +601,34 @@ unsafe impl Send for Inner {}
 unsafe impl Sync for Inner {}
 
 impl CeDirect {
-    /// Collective over the pair (both ranks call it at init): connects their socket. `mine` /
-    /// `theirs`: the counter areas (COUNTER_BYTES, zeroed at init on both ranks). None on both
-    /// ranks if either could not connect. `async_errors`: Some to start the worker thread
-    /// (OXCCL_CE_DIRECT_ASYNC), which reports a failure through it.
+    /// Collective over the communicator (every rank calls it at init): connects a socket for
+    /// each pair of ranks that `candidate` allows on both sides (separate processes of one host).
+    /// `counters`: every rank's counter area as mapped here (COUNTER_BYTES, zeroed at init). A
+    /// pair keeps its link only if both ranks connected it; None where no pair did.
+    /// `async_errors`: Some to start the worker thread (OXCCL_CE_DIRECT_ASYNC), which reports a
+    /// failure through it.
     pub fn connect(
         boot: &crate::bootstrap::Bootstrap,
         dev: &'static Device,
         comm_key: u64,
-        mine: u64,
-        theirs: u64,
+        counters: &[u64],
+        candidate: &[bool],
         abort: Arc<crate::gpu::HostMapped>,
         async_errors: Option<Box<dyn Fn(Error) + Send + Sync>>,
     ) -> Result<Option<CeDirect>> {
-        let me = boot.rank();
-        let peer = 1 - me;
-        let name = format!("oxccl-ce-{comm_key:016x}");
-        let listener = if me == 0 { uds::listen(&name).ok() } else { None };
+        let (me, n) = (boot.rank(), boot.nranks());
+        let name = |lo: usize, hi: usize| format!("oxccl-ce-{comm_key:016x}-{lo}-{hi}");
+        let wanted = |p: usize| p != me && p < n && candidate.get(p).copied().unwrap_or(false);
+        // The lower rank of a pair listens, the higher connects: all listeners exist before the
+        // barrier, and a connection waits in the listener's backlog until it is accepted.
+        let listeners: Vec<(usize, Option<OwnedFd>)> = (me + 1..n).filter(|&p| wanted(p)).map(|p| (p, uds::listen(&name(me, p)).ok())).collect();
         boot.barrier()?;
-        let sock = if me == 0 {
-            listener.and_then(|l| {
+        let mut socks: Vec<Option<OwnedFd>> = (0..n).map(|_| None).collect();
+        for p in (0..me).filter(|&p| wanted(p)) {
+            socks[p] = uds::connect(&name(p, me), Duration::from_secs(10)).ok().filter(|s| uds::set_nonblocking(s).is_ok());
+        }
+        for (p, l) in listeners {
+            socks[p] = l.and_then(|l| {
                 let until = Instant::now() + Duration::from_secs(10);
                 loop {
                     match uds::accept(&l) {
@@ -520,31 +637,43 @@ impl CeDirect {
                         _ => break None,
                     }
                 }
-            })
-        } else {
-            uds::connect(&name, Duration::from_secs(10)).ok().filter(|s| uds::set_nonblocking(s).is_ok())
-        };
-        let ok = boot.all_gather(&[sock.is_some() as u8])?.iter().all(|v| v.first() == Some(&1));
-        let Some(sock) = sock.filter(|_| ok) else {
-            nccl_info!(Subsys::Init, "copy-engine direct: no socket between the two ranks; large transfers use SM copies");
+            });
+        }
+        let mine: Vec<u8> = socks.iter().map(|s| s.is_some() as u8).collect();
+        let all = boot.all_gather(&mine)?;
+        let both = |p: usize| socks[p].is_some() && all.get(p).and_then(|v| v.get(me)) == Some(&1);
+        let keep: Vec<bool> = (0..n).map(both).collect();
+        if !keep.iter().any(|&k| k) {
+            nccl_info!(Subsys::Init, "copy-engine direct: no socket to any peer; large transfers use SM copies");
             return Ok(None);
-        };
+        }
+        let links: Vec<Option<Link>> = socks
+            .into_iter()
+            .enumerate()
+            .map(|(p, s)| {
+                s.filter(|_| keep[p]).map(|sock| Link {
+                    wire: Wire { sock, peer: p },
+                    theirs: counters[p],
+                    known: Mutex::new(Vec::new()),
+                    sent: AtomicU64::new(0),
+                    received: AtomicU64::new(0),
+                })
+            })
+            .collect();
+        let linked: Vec<usize> = (0..n).filter(|&p| keep[p]).collect();
+        nccl_info!(Subsys::Init, "copy-engine direct: linked to ranks {linked:?}");
         let _g = crate::gpu::CtxGuard::new(dev)?;
         let inner = Arc::new(Inner {
             dev,
-            peer,
-            wire: Wire { sock, peer },
-            mine,
-            theirs,
+            me,
+            links,
+            mine: counters[me],
             abort,
-            state: Mutex::new(State::default()),
-            known: Mutex::new(Vec::new()),
+            state: Mutex::new(State { pairs: (0..n).map(|_| PairState::default()).collect(), stats: Stats::default() }),
             side: OwnedStream::new(dev)?,
             fork: Event::new()?,
             join: Event::new()?,
             events: Mutex::new(Vec::new()),
-            sent: AtomicU64::new(0),
-            received: AtomicU64::new(0),
         });
         let worker = match async_errors {
             None => None,
@@ -561,6 +690,11 @@ impl CeDirect {
         Ok(Some(CeDirect { inner, worker }))
     }
 
+    /// Whether this rank has a link with `peer` (the same answer on both ranks of the pair).
+    pub fn linked(&self, peer: usize) -> bool {
+        self.inner.links.get(peer).is_some_and(|l| l.is_some())
+    }
+
     /// Whether launches go through `submit` (the worker) rather than `run`.
     pub fn is_async(&self) -> bool {
         self.worker.is_some()
@@ -568,7 +702,7 @@ impl CeDirect {
 
     /// Ends the worker thread, if any: it finishes what is queued (a destroy has waited for the
     /// streams, whose gates needed it) or, once the communicator's abort flag is set, gives up on
-    /// the peer and exits (the wait kernels let go on the same flag). ncclCommAbort calls it
+    /// the peers and exits (the wait kernels let go on the same flag). ncclCommAbort calls it
     /// after setting the flag and before it waits for the streams.
     pub fn stop(&self) {
         if let Some(w) = &self.worker {
@@ -579,89 +713,151 @@ impl CeDirect {
         }
     }
 
-    /// Moves `spec` (which algo::ce_direct::takes) on `stream`, or returns false when the
-    /// handshake says the SM kernels must (on both ranks). The caller holds the launch lock with
-    /// the device's context current.
-    pub fn run(&self, kernels: Kernels, dev_comm: u64, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<bool> {
-        self.inner.run(kernels, dev_comm, spec, stream)
+    /// Moves `spec` on `stream`: the transfers with `peers` (algo::ce_direct::pairs, all linked)
+    /// by copy engine where the handshake agrees, the rest by `fallback` (the exchange kernel
+    /// for all of `spec`), on both ranks of each pair alike. The caller holds the launch lock
+    /// with the device's context current.
+    pub fn run(&self, kernels: Kernels, dev_comm: u64, spec: &ExchangeSpec, peers: &[usize], fallback: Fallback, stream: cu::CUstream) -> Result<()> {
+        self.inner.run(kernels, dev_comm, spec, peers, fallback, stream)
     }
 
-    /// The worker's form of `run`: returns at once, leaving the handshake to the worker. Every
-    /// launch the path takes counts one send and/or one receive on both ranks. Gives `fallback`
-    /// back when this rank already knows the kernels must move `spec` (it captures a graph, or
-    /// cannot share its receive buffer): the caller launches it, and the worker tells the peer.
-    /// Otherwise the user's stream gets, in order:
+    /// The worker's form of `run`: returns at once, leaving the handshakes to the worker. Every
+    /// launch counts, per pair in `peers`, its send and/or receive on both ranks. Gives
+    /// `fallback` back when this rank already knows that no pair can agree (it captures a graph,
+    /// or cannot share any receive buffer): the caller launches it, and the worker tells the
+    /// peers. Otherwise the user's stream gets, in order:
     /// ```text
-    /// event at                   (the worker's stream starts here)
-    /// write peer.ready = #recv   (receive: dst writable, as in `issue`)
-    /// wait  my.gate >= #gate     (send or local copies: the worker's copy, copies, or fallback)
-    /// wait  my.done >= #recv     (receive: the peer's copy, or the worker after the fallback)
+    /// event at                        (the worker's stream starts here)
+    /// write peer.ready[me] = #recv    (each receive: dst writable, as in `issue`)
+    /// wait  my.gate >= #gate          (sends, local copies or other transfers: the worker's part)
+    /// wait  my.done[peer] >= #recv    (each receive: the peer's copy, or the worker's kernel)
     /// ```
-    /// A bare receive thus costs the stream no more than `run`'s; the worker, once the peer's
-    /// offer is in, runs the send's copy (`serve`). The caller holds the launch lock with the
-    /// device's context current.
-    pub fn submit(&self, kernels: Kernels, dev_comm: u64, spec: &ExchangeSpec, fallback: Fallback, stream: cu::CUstream) -> Result<Option<Fallback>> {
+    /// Bare receives thus cost the stream no more than `run`'s; the worker, once the peers'
+    /// offers are in, runs the sends' copies and the kernel (`serve`). The caller holds the
+    /// launch lock with the device's context current.
+    pub fn submit(
+        &self,
+        kernels: Kernels,
+        dev_comm: u64,
+        spec: &ExchangeSpec,
+        peers: &[usize],
+        fallback: Fallback,
+        stream: cu::CUstream,
+    ) -> Result<Option<Fallback>> {
         let Some(w) = &self.worker else { return Err(Error::internal("copy-engine direct: submit without a worker")) };
         let inner = &*self.inner;
-        let (send, recv) = (spec.sends.first().copied(), spec.recvs.first().copied());
         let capturing = is_capturing(stream)?;
-        let (dst, fd) = match recv {
-            Some(r) if !capturing => inner.describe(r)?,
-            _ => (None, None),
-        };
-        let bytes = |x: Option<Transfer>| x.map_or(0, |t| t.bytes);
-        let offer = Offer { capturing, send_bytes: bytes(send), recv_bytes: bytes(recv), dst, mapped: [0; MAPPED_IDS] };
+        let mut parts = inner.parts(spec, peers, capturing)?;
         // Taken before the counts move: a failure after them would leave the ranks' counts apart.
         let at = match inner.events.lock().pop() {
             Some(e) => e,
             None => Event::new()?,
         };
-        let count = |c: &AtomicU64, x: Option<Transfer>| if x.is_some() { c.fetch_add(1, Ordering::Relaxed) + 1 } else { 0 };
-        let (sent, received) = (count(&inner.sent, send), count(&inner.received, recv));
-        let copies: Vec<LocalCopy> = spec.copies.iter().filter(|c| c.bytes > 0 && c.src != c.dst).copied().collect();
-        let has_copies = !copies.is_empty();
-        let op = |work| Op { offer, fd, send, recv, copies, kernels, dev_comm, sent, received, work };
-        // `agreed` cannot hold for these, whatever the peer offers. The peer's counts still moved:
-        // its waits are released by its worker (fallback), and later ones wait for later counts.
-        if capturing || (recv.is_some() && dst.is_none()) {
+        for pt in &mut parts {
+            let l = inner.link(pt.peer)?;
+            let count = |c: &AtomicU64, on: bool| if on { c.fetch_add(1, Ordering::Relaxed) + 1 } else { 0 };
+            pt.sent = count(&l.sent, pt.send.is_some());
+            pt.received = count(&l.received, pt.recv.is_some());
+        }
+        let copies = real_copies(&spec.copies);
+        // No pair can agree, whatever the peers offer. Their counts still moved: their waits are
+        // released by their workers (after their kernels), and later ones wait for later counts.
+        if parts.iter().all(|pt| capturing || (pt.recv.is_some() && pt.offer.dst.is_none())) {
             inner.events.lock().push(at);
-            w.queue.push(op(None));
+            w.queue.push(Op { parts, copies, kernels, dev_comm, work: None });
             return Ok(Some(fallback));
         }
         at.record(stream)?;
-        if recv.is_some() {
-            inner.write(inner.theirs + READY_OFF, received, stream, "cuStreamWriteValue64 (ready)")?;
+        for pt in parts.iter().filter(|pt| pt.recv.is_some()) {
+            let l = inner.link(pt.peer)?;
+            inner.write(l.theirs + ready_off(inner.me), pt.received, stream, "cuStreamWriteValue64 (ready)")?;
         }
-        let gate = (send.is_some() || has_copies).then(|| w.issued.fetch_add(1, Ordering::Relaxed) + 1);
-        w.queue.push(op(Some(Work { at, fallback, gate })));
+        // Transfers with peers outside the path leave the kernel work on the worker's stream.
+        let outside = spec.sends.iter().chain(&spec.recvs).any(|x| !peers.contains(&x.peer));
+        let gate = (parts.iter().any(|pt| pt.send.is_some()) || !copies.is_empty() || outside).then(|| w.issued.fetch_add(1, Ordering::Relaxed) + 1);
+        let waits: Vec<(usize, u64)> = parts.iter().filter(|pt| pt.recv.is_some()).map(|pt| (pt.peer, pt.received)).collect();
+        w.queue.push(Op { parts, copies, kernels, dev_comm, work: Some(Work { at, fallback, gate }) });
         if let Some(g) = gate {
             inner.wait(kernels, dev_comm, inner.mine + GATE_OFF, g, stream)?;
         }
-        if recv.is_some() {
-            inner.wait(kernels, dev_comm, inner.mine + DONE_OFF, received, stream)?;
+        for (p, received) in waits {
+            inner.wait(kernels, dev_comm, inner.mine + done_off(p), received, stream)?;
         }
         Ok(None)
     }
 }
 
-impl Inner {
+/// Local copies that move bytes.
+fn real_copies(copies: &[LocalCopy]) -> Vec<LocalCopy> {
+    copies.iter().filter(|c| c.bytes > 0 && c.src != c.dst).copied().collect()
+}
 
-    fn run(&self, kernels: Kernels, dev_comm: u64, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<bool> {
-        let send = spec.sends.first().copied();
-        let recv = spec.recvs.first().copied();
+impl Inner {
+    fn link(&self, peer: usize) -> Result<&Link> {
+        self.links.get(peer).and_then(|l| l.as_ref()).ok_or_else(|| Error::internal(format!("copy-engine direct: no link with rank {peer}")))
+    }
+
+    /// This rank's part of a launch for each of `peers`: its send to and receive from the peer
+    /// (at most one each: algo::ce_direct::pairs) and its offer, the receive described for
+    /// sharing unless capturing. Counts are left at 0.
+    fn parts(&self, spec: &ExchangeSpec, peers: &[usize], capturing: bool) -> Result<Vec<Part>> {
+        let mut parts = Vec::with_capacity(peers.len());
+        for &p in peers {
+            let l = self.link(p)?;
+            let send = spec.sends.iter().find(|x| x.peer == p).copied();
+            let recv = spec.recvs.iter().find(|x| x.peer == p).copied();
+            let (dst, fd) = match recv {
+                Some(r) if !capturing => self.describe(l, r)?,
+                _ => (None, None),
+            };
+            let bytes = |x: Option<Transfer>| x.map_or(0, |t| t.bytes);
+            let offer = Offer { capturing, send_bytes: bytes(send), recv_bytes: bytes(recv), dst, mapped: [0; MAPPED_IDS] };
+            parts.push(Part { peer: p, offer, fd, send, recv, sent: 0, received: 0 });
+        }
+        Ok(parts)
+    }
+
+    fn run(&self, kernels: Kernels, dev_comm: u64, spec: &ExchangeSpec, peers: &[usize], fallback: Fallback, stream: cu::CUstream) -> Result<()> {
         let capturing = is_capturing(stream)?;
-        let (dst, fd) = match recv {
-            Some(r) if !capturing => self.describe(r)?,
-            _ => (None, None),
-        };
+        let parts = self.parts(spec, peers, capturing)?;
         let mut st = self.state.lock();
-        let bytes = |x: Option<Transfer>| x.map_or(0, |t| t.bytes);
-        let mine = Offer { capturing, send_bytes: bytes(send), recv_bytes: bytes(recv), dst, mapped: [0; MAPPED_IDS] };
         let aborted = || self.abort.load_u64(0) != 0;
-        let v = self.agree(&mut st, &mine, fd, &aborted, HANDSHAKE_TIMEOUT)?;
-        let Some(target) = v.target else { return Ok(false) };
-        self.issue(&mut st, kernels, dev_comm, send, recv, target, &spec.copies, stream)?;
-        Ok(true)
+        let verdicts = self.agree(&mut st, &parts, &aborted, HANDSHAKE_TIMEOUT)?;
+        let t0 = Instant::now();
+        let agreed: Vec<(&Part, u64)> = parts.iter().zip(&verdicts).filter_map(|(pt, v)| v.target.map(|t| (pt, t))).collect();
+        let rest = fallback.without(agreed.iter().map(|(pt, _)| pt.peer));
+        // The kernel, if any, carries the local copies; else they go beside the copies.
+        let copies = if rest.is_some() { Vec::new() } else { real_copies(&spec.copies) };
+        self.fork_copies(kernels, &copies, stream)?;
+        let wait = |counter: u64, value: u64| self.wait(kernels, dev_comm, counter, value, stream);
+        // Every `ready` first: a sender's wait below must never depend on this stream's own later work.
+        let mut recvs = Vec::new();
+        for (pt, _) in agreed.iter().filter(|(pt, _)| pt.recv.is_some()) {
+            let ps = &mut st.pairs[pt.peer];
+            ps.received += 1;
+            self.write(self.link(pt.peer)?.theirs + ready_off(self.me), ps.received, stream, "cuStreamWriteValue64 (ready)")?;
+            recvs.push((pt.peer, ps.received));
+        }
+        for &(pt, target) in agreed.iter() {
+            let Some(s) = pt.send else { continue };
+            let ps = &mut st.pairs[pt.peer];
+            ps.sent += 1;
+            wait(self.mine + ready_off(pt.peer), ps.sent)?;
+            copy_engine_async(target, s.ptr, s.bytes as usize, stream)?;
+            self.write(self.link(pt.peer)?.theirs + done_off(self.me), ps.sent, stream, "cuStreamWriteValue64 (done)")?;
+        }
+        if let Some(fb) = rest {
+            launch_pdl(fb.kernel, fb.grid, fb.block, stream, &*fb.args, false)?;
+        }
+        for (p, received) in recvs {
+            wait(self.mine + done_off(p), received)?;
+        }
+        if !copies.is_empty() {
+            self.join.wait_on(stream)?;
+        }
+        st.stats.issues += 1;
+        st.stats.issue_ns += t0.elapsed().as_nanos() as u64;
+        Ok(())
     }
 
     /// Makes `stream` wait until this rank's counter at `counter` reaches `value`: a one-thread
@@ -696,38 +892,39 @@ impl Inner {
         }
     }
 
-    /// One queued launch: the handshake, then the worker's part of it on its stream, behind the
-    /// caller's event: where the pair agreed, the local copies beside the send's copy (the send
-    /// waits for the peer's `ready`, then writes its `done`); where it did not, the kernels, then
-    /// this rank's own `done` for a receive (the peer will not write it); last the gate count.
+    /// One queued launch: the handshakes, then the worker's part of it on its stream, behind the
+    /// caller's event: the agreed sends' copies (each waits for the peer's `ready`, then writes
+    /// its `done`), then the kernel for everything else with the local copies (or the local
+    /// copies beside the sends, where nothing else is left), then this rank's own `done` for
+    /// each receive of a pair that did not agree (the peer will not write it); last the gate.
     fn serve(&self, op: Op, work: cu::CUstream, aborted: &dyn Fn() -> bool) -> Result<()> {
         let mut st = self.state.lock();
-        let v = self.agree(&mut st, &op.offer, op.fd, aborted, NO_TIMEOUT)?;
+        let verdicts = self.agree(&mut st, &op.parts, aborted, NO_TIMEOUT)?;
         let Some(Work { at, fallback, gate }) = op.work else { return Ok(()) };
         let t0 = Instant::now();
-        match v.target {
-            Some(target) => {
-                if gate.is_some() {
-                    at.wait_on(work)?;
-                }
-                self.fork_copies(op.kernels, &op.copies, work)?;
-                if let Some(s) = op.send {
-                    self.wait(op.kernels, op.dev_comm, self.mine + READY_OFF, op.sent, work)?;
-                    copy_engine_async(target, s.ptr, s.bytes as usize, work)?;
-                    self.write(self.theirs + DONE_OFF, op.sent, work, "cuStreamWriteValue64 (done)")?;
-                }
-                if !op.copies.is_empty() {
-                    self.join.wait_on(work)?;
-                }
-            }
-            None => {
-                at.wait_on(work)?;
-                launch_pdl(fallback.kernel, fallback.grid, fallback.block, work, &*fallback.args, false)?;
-                if op.recv.is_some() {
-                    // The peer will not write it: this rank releases its own receive, after the kernels.
-                    self.write(self.mine + DONE_OFF, op.received, work, "cuStreamWriteValue64 (own done)")?;
-                }
-            }
+        let rest = fallback.without(op.parts.iter().zip(&verdicts).filter(|(_, v)| v.target.is_some()).map(|(pt, _)| pt.peer));
+        let copies = if rest.is_some() { Vec::new() } else { op.copies };
+        let own_done: Vec<&Part> = op.parts.iter().zip(&verdicts).filter(|(pt, v)| v.target.is_none() && pt.recv.is_some()).map(|(pt, _)| pt).collect();
+        let sends: Vec<(&Part, u64)> = op.parts.iter().zip(&verdicts).filter_map(|(pt, v)| v.target.filter(|_| pt.send.is_some()).map(|t| (pt, t))).collect();
+        if gate.is_some() || rest.is_some() || !own_done.is_empty() {
+            at.wait_on(work)?;
+        }
+        self.fork_copies(op.kernels, &copies, work)?;
+        for (pt, target) in sends {
+            let Some(s) = pt.send else { continue };
+            self.wait(op.kernels, op.dev_comm, self.mine + ready_off(pt.peer), pt.sent, work)?;
+            copy_engine_async(target, s.ptr, s.bytes as usize, work)?;
+            self.write(self.link(pt.peer)?.theirs + done_off(self.me), pt.sent, work, "cuStreamWriteValue64 (done)")?;
+        }
+        if let Some(fb) = rest {
+            launch_pdl(fb.kernel, fb.grid, fb.block, work, &*fb.args, false)?;
+        }
+        for pt in own_done {
+            // The peer will not write it: this rank releases its own receive, after the kernel.
+            self.write(self.mine + done_off(pt.peer), pt.received, work, "cuStreamWriteValue64 (own done)")?;
+        }
+        if !copies.is_empty() {
+            self.join.wait_on(work)?;
         }
         self.events.lock().push(at);
         if let Some(g) = gate {
@@ -738,11 +935,11 @@ impl Inner {
         Ok(())
     }
 
-    /// Writes `value` to a counter (this rank's, or the peer's as mapped here) in `stream`'s
+    /// Writes `value` to a counter (this rank's, or a peer's as mapped here) in `stream`'s
     /// order. The default flags put a full memory barrier before the write: whatever the stream
     /// did before (a copy into the peer, kernels) is visible before the count.
     fn write(&self, counter: u64, value: u64, stream: cu::CUstream, what: &str) -> Result<()> {
-        // SAFETY: the address is a counter of a channel buffer (this rank's or the peer's, mapped
+        // SAFETY: the address is a counter of a channel buffer (this rank's or a peer's, mapped
         // here for the communicator's lifetime).
         check(unsafe { cu::cuStreamWriteValue64_v2(stream, counter, value, 0) }, what)
     }
@@ -762,22 +959,29 @@ impl Inner {
         self.join.record(self.side.raw)
     }
 
-    /// The handshake for `mine` (and its descriptor), and the bookkeeping of which of this
-    /// rank's buffers the peer has mapped.
-    fn agree(&self, st: &mut State, mine: &Offer, fd: Option<OwnedFd>, aborted: &dyn Fn() -> bool, timeout: Duration) -> Result<Verdict> {
-        let send_bytes = mine.send_bytes;
-        let mut mapped = [0u64; MAPPED_IDS];
-        for (m, i) in mapped.iter_mut().zip(st.imports.iter().rev()) {
-            *m = i.id;
+    /// The handshakes for a launch's parts (and their descriptors), and the bookkeeping of which
+    /// of this rank's buffers each peer has mapped. One verdict per part, in order.
+    fn agree(&self, st: &mut State, parts: &[Part], aborted: &dyn Fn() -> bool, timeout: Duration) -> Result<Vec<Verdict>> {
+        let mut parties = Vec::with_capacity(parts.len());
+        for pt in parts {
+            let mut mapped = [0u64; MAPPED_IDS];
+            for (m, i) in mapped.iter_mut().zip(st.pairs[pt.peer].imports.iter().rev()) {
+                *m = i.id;
+            }
+            parties.push(Party { wire: &self.link(pt.peer)?.wire, mine: Offer { mapped, ..pt.offer }, fd: pt.fd.as_ref().map(|f| f.as_raw_fd()) });
         }
-        let mine = &Offer { mapped, ..*mine };
         let t0 = Instant::now();
-        let v = handshake(&self.wire, mine, fd.as_ref().map(|f| f.as_raw_fd()), aborted, timeout, |d, fd| self.map(st, d, fd, send_bytes))?;
+        let verdicts = handshake_all(&parties, aborted, timeout, |i, d, fd| {
+            let pt = &parts[i];
+            let bytes = pt.offer.send_bytes;
+            self.map(&mut st.pairs[pt.peer], pt.peer, d, fd, bytes)
+        })?;
         st.stats.handshakes += 1;
         st.stats.handshake_ns += t0.elapsed().as_nanos() as u64;
-        if let Some(d) = mine.dst {
+        for (pt, v) in parts.iter().zip(&verdicts) {
+            let Some(d) = pt.offer.dst else { continue };
             // The peer has this buffer mapped now, or must be sent its descriptor again.
-            let mut known = self.known.lock();
+            let mut known = self.link(pt.peer)?.known.lock();
             known.retain(|&k| k != d.id);
             if v.peer_mapped {
                 if known.len() == MAX_SENT {
@@ -786,50 +990,12 @@ impl Inner {
                 known.push(d.id);
             }
         }
-        Ok(v)
-    }
-
-    /// The calling thread's launch (`run`): the whole protocol on the user's stream.
-    #[allow(clippy::too_many_arguments)]
-    fn issue(
-        &self,
-        st: &mut State,
-        kernels: Kernels,
-        dev_comm: u64,
-        send: Option<Transfer>,
-        recv: Option<Transfer>,
-        target: u64,
-        copies: &[LocalCopy],
-        stream: cu::CUstream,
-    ) -> Result<()> {
-        let t0 = Instant::now();
-        let copies: Vec<LocalCopy> = copies.iter().filter(|c| c.bytes > 0 && c.src != c.dst).copied().collect();
-        self.fork_copies(kernels, &copies, stream)?;
-        let wait = |counter: u64, value: u64| self.wait(kernels, dev_comm, counter, value, stream);
-        if recv.is_some() {
-            st.received += 1;
-            self.write(self.theirs + READY_OFF, st.received, stream, "cuStreamWriteValue64 (ready)")?;
-        }
-        if let Some(s) = send {
-            st.sent += 1;
-            wait(self.mine + READY_OFF, st.sent)?;
-            copy_engine_async(target, s.ptr, s.bytes as usize, stream)?;
-            self.write(self.theirs + DONE_OFF, st.sent, stream, "cuStreamWriteValue64 (done)")?;
-        }
-        if recv.is_some() {
-            wait(self.mine + DONE_OFF, st.received)?;
-        }
-        if !copies.is_empty() {
-            self.join.wait_on(stream)?;
-        }
-        st.stats.issues += 1;
-        st.stats.issue_ns += t0.elapsed().as_nanos() as u64;
-        Ok(())
+        Ok(verdicts)
     }
 
     /// The receive buffer as the peer can map it, and the descriptor to send with it; None if
     /// it cannot be shared (not device memory, a pool, or the transfer would leave it).
-    fn describe(&self, r: Transfer) -> Result<(Option<Dest>, Option<OwnedFd>)> {
+    fn describe(&self, link: &Link, r: Transfer) -> Result<(Option<Dest>, Option<OwnedFd>)> {
         let (mut base, mut size): (cu::CUdeviceptr, usize) = (0, 0);
         let mut id: u64 = 0;
         // SAFETY: out-pointers to locals of the attributes' types; the driver validates the address.
@@ -843,7 +1009,7 @@ impl Inner {
             return Ok((None, None));
         }
         let dest = |share| Some(Dest { id, base, size: size as u64, offset, share });
-        if self.known.lock().contains(&id) {
+        if link.known.lock().contains(&id) {
             return Ok((dest(Share::Known), None));
         }
         let Some(alloc) = describe(self.dev, r.ptr, r.bytes)? else { return Ok((None, None)) };
@@ -859,11 +1025,11 @@ impl Inner {
         })
     }
 
-    /// The address here of the peer's destination, mapping its allocation if new; None if it
+    /// The address here of a peer's destination, mapping its allocation if new; None if it
     /// cannot be mapped. A new buffer id over the range of a cached mapping means the peer freed
     /// that allocation, which it can only do once its stream has waited for our copies into it:
     /// that mapping is closed.
-    fn map(&self, st: &mut State, d: &Dest, fd: Option<OwnedFd>, bytes: u64) -> Option<u64> {
+    fn map(&self, st: &mut PairState, peer: usize, d: &Dest, fd: Option<OwnedFd>, bytes: u64) -> Option<u64> {
         if d.offset.checked_add(bytes).is_none_or(|end| end > d.size) {
             return None;
         }
@@ -890,7 +1056,7 @@ impl Inner {
                 Some(at)
             }
             Err(e) => {
-                nccl_info!(Subsys::P2p, "copy-engine direct: could not map rank {}'s buffer ({}); the SM path moves it", self.peer, e.msg);
+                nccl_info!(Subsys::P2p, "copy-engine direct: could not map rank {peer}'s buffer ({}); the SM path moves it", e.msg);
                 None
             }
         }
@@ -1119,6 +1285,67 @@ mod tests {
             assert_eq!(ea.code, crate::error::ResultCode::InternalError);
             assert!(tb.join().unwrap().unwrap().target.is_some(), "b believes the copy runs: a must not run the kernels silently");
         });
+    }
+
+    #[test]
+    fn a_ring_of_ranks_handshakes_with_both_neighbours_in_any_order() {
+        // 4 ranks, each sending to the next and receiving from the previous: every rank's two
+        // handshakes, in opposite orders on odd and even ranks, with one pair (3 -> 0) declining
+        // because 0's receive cannot be shared. Sequential blocking handshakes could wait in a
+        // cycle here; handshake_all must not.
+        let n = 4;
+        let mut next: Vec<Option<Wire>> = (0..n).map(|_| None).collect();
+        let mut prev: Vec<Option<Wire>> = (0..n).map(|_| None).collect();
+        for r in 0..n {
+            let (a, b) = wires();
+            next[r] = Some(Wire { peer: (r + 1) % n, ..a });
+            prev[(r + 1) % n] = Some(Wire { peer: r, ..b });
+        }
+        let o = |send_bytes, recv_bytes, dst: Option<Dest>| Offer { capturing: false, send_bytes, recv_bytes, dst, mapped: [0; MAPPED_IDS] };
+        let got: Vec<Vec<Verdict>> = std::thread::scope(|s| {
+            let ts: Vec<_> = (0..n)
+                .map(|r| {
+                    let (nx, pv) = (next[r].as_ref().unwrap(), prev[r].as_ref().unwrap());
+                    s.spawn(move || {
+                        let send = Party { wire: nx, mine: o(64, 0, None), fd: None };
+                        let recv = Party { wire: pv, mine: o(0, 64, (r != 0).then(|| dest(10 + r as u64))), fd: None };
+                        let parties = if r % 2 == 0 { vec![send, recv] } else { vec![recv, send] };
+                        let mut v = handshake_all(&parties, &|| false, Duration::from_secs(5), |i, d, _| {
+                            assert_eq!(parties[i].mine.send_bytes, 64, "only the sender maps");
+                            Some(d.id * 0x100)
+                        })
+                        .unwrap();
+                        if r % 2 == 1 {
+                            v.reverse();
+                        }
+                        v // [send verdict, receive verdict]
+                    })
+                })
+                .collect();
+            ts.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        for (r, v) in got.iter().enumerate() {
+            let to = (r + 1) % n;
+            let want_send = (to != 0).then(|| (10 + to as u64) * 0x100);
+            assert_eq!(v[0].target, want_send, "rank {r}'s send to {to}");
+            assert_eq!(v[1].target.is_some(), r != 0, "rank {r}'s receive");
+        }
+    }
+
+    #[test]
+    fn a_fallback_without_the_agreed_pairs_keeps_the_rest() {
+        use crate::device_abi::{OX_MODE_LL, OX_MODE_PUT};
+        let mut args = ExchangeArgs::default();
+        args.mode[1] = OX_MODE_PUT;
+        args.rounds[1] = 3;
+        args.chunk[1] = 4096;
+        args.offer[1] = 7;
+        args.mode[2] = OX_MODE_LL;
+        let fb = |args: ExchangeArgs| Fallback { kernel: Kernel(std::ptr::null_mut()), grid: 8, block: 512, args: Box::new(args) };
+        let rest = fb(args).without([1].into_iter()).expect("pair 2 is left");
+        assert_eq!((rest.args.mode[1], rest.args.rounds[1], rest.args.chunk[1], rest.args.offer[1]), (OX_MODE_NONE, 0, 0, 0));
+        assert_eq!((rest.args.mode[2], rest.grid), (OX_MODE_LL, 8));
+        assert!(fb(args).without([1, 2].into_iter()).is_none(), "nothing left");
     }
 
     #[test]
