@@ -429,7 +429,8 @@ impl Fallback {
     /// This launch without the pairs whose transfers the copy engines move: their mode becomes
     /// none, which the kernel skips in every phase (no packets, no put rounds or syncs, no
     /// flags, no offers), as for a pair with nothing to move. The grid stays, so block b still
-    /// pairs with block b on every peer. None if nothing is left: no pair and no local copy.
+    /// pairs with block b on every peer. None if no pair is left: the launch's local copies then
+    /// run beside the copy-engine copies (`fork_copies`) instead of in the kernel.
     fn without(mut self, peers: impl Iterator<Item = usize>) -> Option<Fallback> {
         for p in peers {
             self.args.mode[p] = OX_MODE_NONE;
@@ -437,11 +438,7 @@ impl Fallback {
             self.args.chunk[p] = 0;
             self.args.offer[p] = 0;
         }
-        self.moves_pairs().then_some(self)
-    }
-
-    fn moves_pairs(&self) -> bool {
-        self.args.mode.iter().any(|&m| m != OX_MODE_NONE)
+        self.args.mode.iter().any(|&m| m != OX_MODE_NONE).then_some(self)
     }
 }
 
@@ -534,7 +531,6 @@ impl<T> Queue<T> {
         Ok(())
     }
 }
-
 
 struct Worker {
     queue: Arc<Queue<Op>>,
@@ -739,7 +735,7 @@ impl CeDirect {
     /// peers. Otherwise the user's stream gets, in order:
     /// ```text
     /// event at                        (the worker's stream starts here)
-    /// write peer.ready[me] = #recv    (each receive: dst writable, as in `issue`)
+    /// write peer.ready[me] = #recv    (each receive: dst writable, as in `run`)
     /// wait  my.gate >= #gate          (sends, local copies or other transfers: the worker's part)
     /// wait  my.done[peer] >= #recv    (each receive: the peer's copy, or the worker's kernel)
     /// ```
