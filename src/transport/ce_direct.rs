@@ -849,9 +849,7 @@ impl Inner {
             let Some(s) = pt.send else { continue };
             let ps = &mut st.pairs[pt.peer];
             ps.sent += 1;
-            wait(self.mine + ready_off(pt.peer), ps.sent)?;
-            copy_engine_async(target, s.ptr, s.bytes as usize, stream)?;
-            self.write(self.link(pt.peer)?.theirs + done_off(self.me), ps.sent, stream, "cuStreamWriteValue64 (done)")?;
+            self.send(kernels, dev_comm, pt.peer, ps.sent, target, s, stream)?;
         }
         if let Some(fb) = rest {
             launch_pdl(fb.kernel, fb.grid, fb.block, stream, &*fb.args, false)?;
@@ -865,6 +863,16 @@ impl Inner {
         st.stats.issues += 1;
         st.stats.issue_ns += t0.elapsed().as_nanos() as u64;
         Ok(())
+    }
+
+    /// The sender's line of the protocol for its `count`-th copy to `peer`: wait for the peer's
+    /// `ready`, copy by copy engine into `target` (the peer's buffer as mapped here), then
+    /// write the peer's `done`, all in `stream`'s order.
+    #[allow(clippy::too_many_arguments)]
+    fn send(&self, kernels: Kernels, dev_comm: u64, peer: usize, count: u64, target: u64, s: Transfer, stream: cu::CUstream) -> Result<()> {
+        self.wait(kernels, dev_comm, self.mine + ready_off(peer), count, stream)?;
+        copy_engine_async(target, s.ptr, s.bytes as usize, stream)?;
+        self.write(self.link(peer)?.theirs + done_off(self.me), count, stream, "cuStreamWriteValue64 (done)")
     }
 
     /// Makes `stream` wait until this rank's counter at `counter` reaches `value`: a one-thread
@@ -936,9 +944,7 @@ impl Inner {
                 }
                 None => work,
             };
-            self.wait(op.kernels, op.dev_comm, self.mine + ready_off(pt.peer), pt.sent, on)?;
-            copy_engine_async(target, s.ptr, s.bytes as usize, on)?;
-            self.write(self.link(pt.peer)?.theirs + done_off(self.me), pt.sent, on, "cuStreamWriteValue64 (done)")?;
+            self.send(op.kernels, op.dev_comm, pt.peer, pt.sent, target, s, on)?;
         }
         for ((lane, joined), _) in lanes.iter().zip(&used).filter(|(_, &u)| u) {
             joined.record(lane.raw)?;
