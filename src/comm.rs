@@ -462,7 +462,7 @@ impl Comm {
                         fail_async(&state, e.code, &|| flag.store_u32(0, 1));
                     }) as Box<dyn Fn(Error) + Send + Sync>
                 });
-                crate::transport::ce_direct::CeDirect::connect(&bootstrap, dev, key, &ch.ce_counters, &candidate, tuning.ce_direct_streams, abort_flag.clone(), on_error)?
+                crate::transport::ce_direct::CeDirect::connect(&bootstrap, dev, key, &ch.ce_counters, &candidate, abort_flag.clone(), on_error)?
             }
             _ => None,
         };

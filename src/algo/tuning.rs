@@ -54,10 +54,6 @@ pub struct Tuning {
     /// thread, whose call then waits for the peer's. By default a worker thread runs them, so that
     /// calls return at once as NCCL's do (transport::ce_direct::CeDirect::submit).
     pub ce_direct_sync: bool,
-    /// OXCCL_CE_DIRECT_STREAMS (1-8, default 1): streams the copy-engine direct path's worker
-    /// spreads one launch's copies to several peers over (transport::ce_direct). With one, they
-    /// run one after another; three halved AlltoAll's bus bandwidth from 256 MB at 4 ranks (s38a).
-    pub ce_direct_streams: u32,
     /// OXCCL_REDUCE_LL_MAX_BYTES: largest ReduceScatter chunk / Reduce message moved as packets.
     pub reduce_ll_max_bytes: Option<u64>,
     /// OXCCL_REDUCE_LL_SHAPE_MAX_RANKS: most ranks at which a packet Reduce takes the one-shot
@@ -126,7 +122,6 @@ impl Tuning {
             p2p_oneshot_max_bytes: num("OXCCL_P2P_ONESHOT_MAX_BYTES"),
             ce_direct_min_bytes: num("OXCCL_CE_DIRECT_MIN_BYTES"),
             ce_direct_sync: num("OXCCL_CE_DIRECT_ASYNC") == Some(0),
-            ce_direct_streams: num32("OXCCL_CE_DIRECT_STREAMS").filter(|&n| (1..=8).contains(&n)).unwrap_or(1),
             reduce_ll_max_bytes: num("OXCCL_REDUCE_LL_MAX_BYTES"),
             reduce_ll_shape_max_ranks: num("OXCCL_REDUCE_LL_SHAPE_MAX_RANKS"),
             relay_min_bytes: num("OXCCL_RELAY_MIN_BYTES"),

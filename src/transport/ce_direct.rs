@@ -587,12 +587,6 @@ struct Inner {
     side: OwnedStream,
     fork: Event,
     join: Event,
-    /// OXCCL_CE_DIRECT_STREAMS - 1 more streams for the worker's copies, with an event each to
-    /// join them back: a launch's sends to several peers then run side by side instead of one
-    /// after another (empty: one after another on the worker's stream).
-    lanes: Vec<(OwnedStream, Event)>,
-    /// Forks the lanes from the worker's stream.
-    lanes_fork: Event,
     /// Events for the worker's launches, reused: one is back here once the worker's stream waits
     /// on it (a wait takes the event's state when it is queued).
     events: Mutex<Vec<Event>>,
@@ -606,18 +600,15 @@ impl CeDirect {
     /// Collective over the communicator (every rank calls it at init): connects a socket for
     /// each pair of ranks that `candidate` allows on both sides (separate processes of one host).
     /// `counters`: every rank's counter area as mapped here (COUNTER_BYTES, zeroed at init). A
-    /// pair keeps its link only if both ranks connected it; None where no pair did. `streams`:
-    /// how many streams the worker spreads a launch's copies over (OXCCL_CE_DIRECT_STREAMS).
+    /// pair keeps its link only if both ranks connected it; None where no pair did.
     /// `async_errors`: Some to start the worker thread (OXCCL_CE_DIRECT_ASYNC), which reports a
     /// failure through it.
-    #[allow(clippy::too_many_arguments)]
     pub fn connect(
         boot: &crate::bootstrap::Bootstrap,
         dev: &'static Device,
         comm_key: u64,
         counters: &[u64],
         candidate: &[bool],
-        streams: u32,
         abort: Arc<crate::gpu::HostMapped>,
         async_errors: Option<Box<dyn Fn(Error) + Send + Sync>>,
     ) -> Result<Option<CeDirect>> {
@@ -678,8 +669,6 @@ impl CeDirect {
             side: OwnedStream::new(dev)?,
             fork: Event::new()?,
             join: Event::new()?,
-            lanes: (1..streams.max(1)).map(|_| Ok((OwnedStream::new(dev)?, Event::new()?))).collect::<Result<_>>()?,
-            lanes_fork: Event::new()?,
             events: Mutex::new(Vec::new()),
         });
         let worker = match async_errors {
@@ -925,30 +914,9 @@ impl Inner {
             at.wait_on(work)?;
         }
         self.fork_copies(op.kernels, &copies, work)?;
-        // Send i goes on lane i - 1 (round robin), send 0 on the worker's stream; the lanes join
-        // back before the kernel, so what follows waits for every copy.
-        let lanes = if sends.len() > 1 { &self.lanes[..] } else { &[] };
-        if !lanes.is_empty() {
-            self.lanes_fork.record(work)?;
-        }
-        let mut used = vec![false; lanes.len()];
-        for (i, (pt, target)) in sends.into_iter().enumerate() {
+        for (pt, target) in sends {
             let Some(s) = pt.send else { continue };
-            let on = match i.checked_sub(1).filter(|_| !lanes.is_empty()).map(|j| j % lanes.len()) {
-                Some(j) => {
-                    if !used[j] {
-                        self.lanes_fork.wait_on(lanes[j].0.raw)?;
-                        used[j] = true;
-                    }
-                    lanes[j].0.raw
-                }
-                None => work,
-            };
-            self.send(op.kernels, op.dev_comm, pt.peer, pt.sent, target, s, on)?;
-        }
-        for ((lane, joined), _) in lanes.iter().zip(&used).filter(|(_, &u)| u) {
-            joined.record(lane.raw)?;
-            joined.wait_on(work)?;
+            self.send(op.kernels, op.dev_comm, pt.peer, pt.sent, target, s, work)?;
         }
         if let Some(fb) = rest {
             launch_pdl(fb.kernel, fb.grid, fb.block, work, &*fb.args, false)?;
