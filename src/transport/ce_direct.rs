@@ -86,7 +86,6 @@ pub struct Kernels {
     pub copy: Kernel,
 }
 
-
 /// Offsets of the counters in a rank's counter area (u64 each). `ready(p)` and `done(p)` are
 /// written by peer p; `gate` only by this rank's worker (OXCCL_CE_DIRECT_ASYNC), for its own
 /// stream.
@@ -234,7 +233,6 @@ struct Import {
     map: Mapping,
 }
 
-
 /// One pair's host-side state, taken by the thread that handshakes (the caller, or the worker).
 #[derive(Default)]
 struct PairState {
@@ -320,7 +318,6 @@ pub struct Verdict {
     /// The peer mapped this rank's destination (it need not be sent its descriptor again).
     pub peer_mapped: bool,
 }
-
 
 /// One rank's side of one pair's handshake in a launch.
 struct Party<'a> {
