@@ -28,25 +28,36 @@
 // memory, which would make the compiler reload DevComm fields and redo the region division.
 //
 // The ring form (OX_ONESHOT_RING, messages up to OX_RING_PAYLOAD_BYTES) places the PDL wait and
-// trigger itself, so that back-to-back one-shot launches overlap (kernels/pdl.cuh):
-// - Its flags advance before its trigger, not at exit: stores, a GPU-scope fence, a block
-//   barrier, then the trigger. The next launch starts only after every block triggered, so its
-//   flag loads (relaxed, GPU scope) see the advanced values. Not early, the advance follows the
-//   packet writes (the fence would hold up the first packet: 2.51 against 2.79 us a call at 2
-//   ranks under graphs, s34i); early, it precedes them and the trigger follows the wait anyway.
-// - Early (OX_ONESHOT_EARLY), it does everything up to the last packet write before its PDL wait:
-//   flags, input, packets. The host sets EARLY only where the previous kernel in the stream is
-//   this communicator's ring one-shot (a captured graph's node, so nothing can come between) and
-//   this launch's input does not overlap that one's output; nothing else that kernel writes is
-//   read here before the wait. The output is written after the wait, as always.
-// Why 4 ring slots. An early launch L with flag f+1 (per pair) writes the slot of flag f-3. It
-// started once its predecessor P (flag f) triggered, so this rank's launch of flag f-1 is
-// complete: this rank read the peer's f-1 packets, or (one-way launch towards the peer) P waited
-// for the peer's acknowledgement of f-1. Either way the peer's launch of f-1 had begun. If it
-// began early, its own predecessor (a ring one-shot, flag f-2) had passed its wait, so the peer's
-// launch of f-3 was complete. With fewer slots L would overwrite packets of f-1 or f-2 that the
-// peer may still be reading. The LL halves keep their rule (ll_flags.cuh): a launch that follows
-// an early one has a ring one-shot two flags back, which never used the halves.
+// trigger itself, so that back-to-back one-shot launches overlap (kernels/pdl.cuh). Launches
+// behind a non-early ring launch (the head) that the host marks early form a chain:
+// - The head waits first, loads its flags, and its block's last warp (the advancer, whose
+//   packets come after the others') stores the next flags into the flag table and into the base table, and position
+//   0 into the chain word, fences them (GPU scope) and alone triggers (ll_flags.cuh,
+//   ox_ring_head_advance).
+// - Early (OX_ONESHOT_EARLY) at chain position k, a launch takes its flags from the base table
+//   (base + k - 1) and does everything up to its last packet write before its PDL wait: input,
+//   packets. It reads neither the flag table nor anything else a launch in flight writes but its
+//   protocol's words, so it advances nothing before it triggers: after its wait it stores k into
+//   the chain word and, once its reads are done, the next flags into the flag table (for whatever
+//   waits first next). Where the table was loaded, advanced and fenced before the packets
+//   (session 38's build), an 8-byte call under graphs took 2.0 us at 2 ranks; from the base table
+//   1.47 (s39d).
+// - It triggers after its wait, or (OX_ONESHOT_ENTRY, small messages) as soon as the chain word
+//   shows launch k - 1 past its own wait: then the next launch's start overlaps this one's wait.
+//   Its output is written after the wait, as always. The host marks a launch early only where the
+//   previous kernel in the stream is this communicator's ring one-shot (a captured graph's node, so
+//   nothing can come between) and its input overlaps no output a launch still in flight may write
+//   (algo::pdl::early).
+// Why 8 ring slots. Let L, with flag f (per pair), write its packets. (a) Then this rank's launch
+// of flag f-3 is complete: if L waited first, f-1 is; if early, L began once f-1 triggered, and
+// f-1 triggered after its own wait (f-2 complete) or, at entry, once f-2 had passed its wait (f-3
+// complete). (b) A complete launch f-3 read the peer's f-3 packets, or was one-way towards the
+// peer, and then the head f-2 waited for the peer's acknowledgement before it triggered. Either
+// way the peer's launch of f-3 had reached its packets (or its acknowledgement), so by (a) on the
+// peer, the peer's f-6 is complete: slot f mod 8 last held the packets of f-8, which the peer has
+// read. With 5 slots L could overwrite f-5 while the peer still reads it. The LL halves keep their
+// rule (ll_flags.cuh): a launch that waits first behind an early one has a ring launch two flags
+// back, which never used the halves; the early one's predecessors (f-2, f-3) are ring launches too.
 // `Probe` marks the phases for scripts/lab/oneshot_lab.cu; the library's kernels use NoProbe.
 struct NoProbe {
   OX_DEV void mark(int) const {}
@@ -57,8 +68,16 @@ OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Pr
   probe.mark(0);
   const bool ring = (a.mode & OX_ONESHOT_RING) != 0;
   const bool early = ring && (a.mode & OX_ONESHOT_EARLY) != 0;
+  const bool entry = early && (a.mode & OX_ONESHOT_ENTRY) != 0;
+  const uint32_t pos = a.mode >> OX_ONESHOT_POS_SHIFT;  // early: 1, 2, ... behind the head
   if (!early) ox_pdl_wait();
   if (!ring) ox_pdl_trigger();
+  // Ring: the block's last warp does the chain's bookkeeping (the head's advance, an entry
+  // launch's chain-word wait) and alone triggers; the other warps go straight on to their packets.
+  const bool advancer = ring && threadIdx.x >= blockDim.x - 32;  // blockDim is a multiple of 32
+  const uint32_t* chain = ox_ring_chain_ptr(c);
+  uint32_t chained = 0;
+  if (entry && advancer) chained = ox_ll_table_ld(chain);  // issued first: the trigger waits on it
   const int me = c.rank, n = c.nranks;
   AbortState ab(c.abort_flag);
   __shared__ uint32_t flags[OX_MAX_RANKS];
@@ -69,17 +88,38 @@ OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Pr
   const uint64_t npkt = ox_ceil_div(nbytes, 8);
   const char* src = reinterpret_cast<const char*>(a.send);
   char* dst = reinterpret_cast<char*>(a.recv);
-  const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  // Packet index of this thread: every block's last warp (the ring form's advancer) comes after
+  // all other threads, so it takes packets only where the others have one each. Packets it wrote
+  // before its fence would make the fence wait for the peer's acknowledgement; leaving it none at
+  // all cost a second round of reads at 16-64 KB (1.92 against 1.76 us at 16 KB, s39e).
+  const uint32_t lead = blockDim.x - 32;
+  const uint64_t g = threadIdx.x < lead ? (uint64_t)blockIdx.x * lead + threadIdx.x
+                                        : (uint64_t)gridDim.x * lead + blockIdx.x * 32ull + (threadIdx.x - lead);
   const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
   const Op op(a, n);
   // pre() is applied by the rank that owns the input (PreMulSum scalars differ per rank), so
   // packets carry pre-scaled values and the reduction below only combines.
   const uint64_t first = g < npkt ? ox_pre<T>(op, ox_load8(src, g * 8, nbytes)) : 0;
-  ox_ll_flags_load(c, flags, ab);  // its __syncthreads also publishes base[]
   if (early) {
-    ox_ll_flags_advance_all(c, me, n, flags);
-    __threadfence();  // this thread's table stores are visible GPU-wide before the trigger
-    __syncthreads();  // every thread's, before any thread triggers (a block triggers once)
+    // The head's base table, written before its trigger (ll_flags.cuh); every slot exists.
+    if (threadIdx.x < OX_MAX_RANKS) flags[threadIdx.x] = ox_ll_flag_add(ox_ll_table_ld(ox_ring_base_ptr(c, blockIdx.x, threadIdx.x)), pos - 1);
+    __syncthreads();  // also publishes base[]
+  } else {
+    ox_ll_flags_load(c, flags, ab);  // its __syncthreads also publishes base[]
+  }
+  if (advancer) {
+    if (!early) {
+      if (ring) {
+        ox_ring_head_advance(c, me, n, flags);
+        ox_pdl_trigger();
+      }
+    } else if (entry && (threadIdx.x & 31) == 0) {
+      // The next launch may begin once the launch before this one has passed its wait (so the
+      // one before that is complete): three launches in flight at most, which the 8 ring slots
+      // and the host's input check (algo::pdl::early) are sized for.
+      while (chained < pos - 1 && !ab.poll()) chained = ox_ll_table_ld(chain);
+      ox_pdl_trigger();
+    }
   }
   probe.mark(1);
 
@@ -92,15 +132,12 @@ OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Pr
     }
   }
   probe.mark(2);
-  if (ring && !early) {  // after the packets: the fence would hold up the first one
-    ox_ll_flags_advance_all(c, me, n, flags);
-    __threadfence();
-    __syncthreads();
-    ox_pdl_trigger();
-  }
   if (early) {
     ox_pdl_wait();  // the previous kernel is complete: its output, and our output buffer, are ours
-    ox_pdl_trigger();
+    probe.mark(5);
+    // Relaxed: it tells the next launches only that this wait has returned, a fact of time.
+    if (blockIdx.x == 0 && threadIdx.x == 0) ox_st_relaxed_gpu_u32(ox_ring_chain_ptr(c), pos);
+    if (!entry) ox_pdl_trigger();
   }
   for (uint64_t i = g; i < npkt; i += G) {
     uint64_t acc = 0;
@@ -117,6 +154,7 @@ OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Pr
     ox_store8(dst, i * 8, nbytes, ox_post<T>(op, acc));
   }
   probe.mark(3);
+  if (early && advancer) ox_ring_table_advance(c, me, n, flags);
   if (!ring) ox_ll_flags_advance_all(c, me, n, flags);
   probe.mark(4);
 }

@@ -44,6 +44,11 @@ OX_DEV uint32_t ox_ld_acquire_sys_u32(const uint32_t* p) {
   return v;
 }
 
+// 32-bit relaxed store at GPU scope: the value alone is the message, to this GPU's kernels.
+OX_DEV void ox_st_relaxed_gpu_u32(uint32_t* p, uint32_t v) {
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 // 32-bit relaxed store at system scope: the value alone is the message.
 OX_DEV void ox_st_relaxed_sys_u32(uint32_t* p, uint32_t v) {
   asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");

@@ -38,9 +38,15 @@ OX_DEV uint32_t* ox_ll_ack_ptr(const DevComm& c, int owner, uint32_t block, int 
   return reinterpret_cast<uint32_t*>(c.ll_ack[owner]) + (uint64_t)block * OX_MAX_RANKS + (uint64_t)reader;
 }
 
-// Next flag; skips 0 (fresh, zeroed scratch) on wrap-around, to 4: the flag modulo 2 picks an
-// LL half and modulo OX_RING_SLOTS (4) a ring slot, and both must keep advancing by one.
-OX_DEV uint32_t ox_ll_next_flag(uint32_t flag) { return flag + 1 == 0 ? 4u : flag + 1; }
+// Next flag; skips 0 (fresh, zeroed scratch) on wrap-around, to 8: the flag modulo 2 picks an
+// LL half and modulo OX_RING_SLOTS (8) a ring slot, and both must keep advancing by one.
+OX_DEV uint32_t ox_ll_next_flag(uint32_t flag) { return flag + 1 == 0 ? 8u : flag + 1; }
+
+// The flag d launches after `flag` (ox_ll_next_flag applied d times).
+OX_DEV uint32_t ox_ll_flag_add(uint32_t flag, uint32_t d) {
+  const uint64_t t = (uint64_t)flag + d;
+  return t > 0xffffffffull ? (uint32_t)(t - 0x100000000ull + 8) : (uint32_t)t;
+}
 
 // A flag-table load. Relaxed at GPU scope, so never served from a stale L1 line: an early
 // one-shot launch (allreduce.cu) reads the table before its PDL wait, while the previous kernel,
@@ -144,4 +150,53 @@ OX_DEV void ox_ll_flags_advance_all(const DevComm& c, int me, int n, const uint3
   ox_ll_for_owned_slots(n, [&](uint32_t s, int p) {
     if (p != me) *ox_ll_flag_ptr(c, s, p) = ox_ll_next_flag(flags[p]);
   });
+}
+
+// The ring one-shot's chain (allreduce.cu). A non-early ring launch (the head) writes, besides
+// the flag table, the base table: the flags of the first early launch behind it. The early launch
+// at chain position k then takes base + k - 1 (every ring launch is all-pairs, so each pair's flag
+// advances by one per launch) without reading the flag table, which it advances only after its
+// wait. The chain word holds the position of the last launch of the chain that has passed its
+// PDL wait (the head stores 0).
+OX_DEV uint32_t* ox_ring_base_ptr(const DevComm& c, uint32_t block, int peer) {
+  return reinterpret_cast<uint32_t*>(reinterpret_cast<uintptr_t>(&c) + OX_PRIV_RING_BASE_OFF) + (uint64_t)block * OX_MAX_RANKS + (uint64_t)peer;
+}
+OX_DEV uint32_t* ox_ring_chain_ptr(const DevComm& c) {
+  return reinterpret_cast<uint32_t*>(reinterpret_cast<uintptr_t>(&c) + OX_PRIV_RING_CHAIN_OFF);
+}
+
+// The head's advance, by one whole warp of the block that has written no packets yet: the flag
+// and base tables of every slot the block owns, and (block 0) the chain word. Its fence then waits
+// only for these stores and the warp's own loads: after packet stores it would wait for their
+// acknowledgement by the peer (about an NVLink round trip), and every thread fencing before its
+// first packet held that packet up (s39a: packets left 1.69 us after entry). Order: the stores, a
+// GPU-scope fence, __syncwarp (every lane has fenced), then the caller's trigger: the next launch
+// starts only once every block triggered, and its relaxed GPU-scope loads (ox_ll_table_ld) of
+// either table or the word then see the new values.
+OX_DEV void ox_ring_head_advance(const DevComm& c, int me, int n, const uint32_t* flags) {
+  const uint32_t lane = threadIdx.x & 31;
+  const uint32_t slots = (OX_MAX_BLOCKS - 1 - blockIdx.x) / gridDim.x + 1;
+  for (uint32_t k = lane; k < slots * (uint32_t)n; k += 32) {
+    const int p = (int)(k % (uint32_t)n);
+    const uint32_t s = blockIdx.x + (k / (uint32_t)n) * gridDim.x;
+    if (p != me) {
+      const uint32_t next = ox_ll_next_flag(flags[p]);
+      *ox_ll_flag_ptr(c, s, p) = next;
+      *ox_ring_base_ptr(c, s, p) = next;
+    }
+  }
+  if (blockIdx.x == 0 && lane == 0) *ox_ring_chain_ptr(c) = 0;
+  __threadfence();
+  __syncwarp();
+}
+
+// An early launch's advance of the flag table, after its wait (so after every earlier launch's):
+// read only by launches that wait first, which the kernel boundary orders. No fence.
+OX_DEV void ox_ring_table_advance(const DevComm& c, int me, int n, const uint32_t* flags) {
+  const uint32_t lane = threadIdx.x & 31;
+  const uint32_t slots = (OX_MAX_BLOCKS - 1 - blockIdx.x) / gridDim.x + 1;
+  for (uint32_t k = lane; k < slots * (uint32_t)n; k += 32) {
+    const int p = (int)(k % (uint32_t)n);
+    if (p != me) *ox_ll_flag_ptr(c, blockIdx.x + (k / (uint32_t)n) * gridDim.x, p) = ox_ll_next_flag(flags[p]);
+  }
 }

@@ -17,11 +17,12 @@
 // communicator's block budget (maxCTAs). The trigger only lets the next launch begin; it says
 // nothing about this kernel's memory, which the next kernel's own wait covers.
 //
-// One exception, the ring one-shot AllReduce (allreduce.cu, OX_ONESHOT_RING / OX_ONESHOT_EARLY):
-// it triggers only after advancing its LL flags (with a GPU-scope fence), so that the next ring
-// one-shot can read them before its wait; and launched early, it reads its input and sends its
-// packets before its wait, where the host proved (algo::pdl::early) that the previous kernel is
-// the only unfinished work and writes nothing it reads there. Its trigger still follows its wait.
+// One exception, the ring one-shot AllReduce (allreduce.cu, OX_ONESHOT_RING / _EARLY / _ENTRY):
+// a launch that waits first triggers only after storing the flags a chain behind it starts from
+// (with a GPU-scope fence); launched early, it reads its input and sends its packets before its
+// wait, where the host proved (algo::pdl::early) that no kernel still in flight writes anything it
+// reads there, and it triggers after its wait or, small, as soon as the launch before it has passed
+// its own wait (three of the communicator's kernels in flight; the host counts both earlier grids).
 #pragma once
 #include "common.cuh"
 

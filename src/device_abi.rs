@@ -17,7 +17,14 @@ pub const OX_MAX_BLOCKS: usize = 128;
 /// launch's critical path (scripts/lab/oneshot_lab.cu).
 pub const OX_PRIV_FLAGS_OFF: u64 = 2048;
 pub const OX_PRIV_PENDING_OFF: u64 = 18432;
+/// The ring one-shot's chain (kernels/allreduce.cu): the base table (u32 per block and peer, the
+/// flags of the first early launch behind a chain's head) and the chain word (u32: the position
+/// of the last launch of the chain that has passed its PDL wait).
+pub const OX_PRIV_RING_BASE_OFF: u64 = 34816;
+pub const OX_PRIV_RING_CHAIN_OFF: u64 = 51200;
 const _: () = assert!(OX_PRIV_PENDING_OFF == OX_PRIV_FLAGS_OFF + (OX_MAX_BLOCKS * OX_MAX_RANKS * 4) as u64);
+const _: () = assert!(OX_PRIV_RING_BASE_OFF == OX_PRIV_PENDING_OFF + (OX_MAX_BLOCKS * OX_MAX_RANKS * 4) as u64);
+const _: () = assert!(OX_PRIV_RING_CHAIN_OFF == OX_PRIV_RING_BASE_OFF + (OX_MAX_BLOCKS * OX_MAX_RANKS * 4) as u64);
 /// Bytes of LL16 packet: two 4-byte data words, each followed by its 4-byte flag.
 pub const OX_LL16_BYTES: usize = 16;
 /// Payload bytes carried by one LL16 packet.
@@ -57,13 +64,20 @@ pub const OX_GATHER_ALLTOALL: u8 = 8;
 /// instead of the LL halves; set for every message of at most `OX_RING_PAYLOAD_BYTES` on 2 to
 /// `OX_RING_MAX_RANKS` ranks (all ranks agree: it depends on the size alone). EARLY (with RING,
 /// and only where the host proved the previous kernel in the stream is this communicator's ring
-/// one-shot and the input is not its output): the kernel reads its input and sends its packets
-/// before waiting for the previous kernel (kernels/pdl.cuh).
+/// one-shot and the input is not the output of any launch that may still run): the kernel reads
+/// its input and sends its packets before waiting for the previous kernel (kernels/pdl.cuh), at
+/// position `mode >> OX_ONESHOT_POS_SHIFT` (1, 2, ...) of the chain of early launches behind the
+/// last non-early ring launch. ENTRY (with EARLY): it lets the next launch begin as soon as the
+/// launch before it has passed its wait, instead of after its own wait.
 pub const OX_ONESHOT_RING: u32 = 1;
 pub const OX_ONESHOT_EARLY: u32 = 2;
-/// Slots of the ring area: an early launch with flag f writes the slot of flag f - 4, which the
-/// peer is proven to have finished with (kernels/allreduce.cu explains why 2 or 3 would not do).
-pub const OX_RING_SLOTS: u64 = 4;
+pub const OX_ONESHOT_ENTRY: u32 = 4;
+pub const OX_ONESHOT_POS_SHIFT: u32 = 8;
+/// The longest chain: a launch that would be further back is not early (it starts a new chain).
+pub const OX_ONESHOT_POS_MAX: u32 = (1 << 24) - 1;
+/// Slots of the ring area: a launch with flag f writes the slot of flag f - 8, which the peer is
+/// proven to have finished with (kernels/allreduce.cu explains why 6 would do and 5 would not).
+pub const OX_RING_SLOTS: u64 = 8;
 /// Bytes of one source's region in one ring slot (LL16: twice the payload).
 pub const OX_RING_REGION_BYTES: u64 = 128 << 10;
 pub const OX_RING_PAYLOAD_BYTES: u64 = OX_RING_REGION_BYTES / 2;
@@ -464,7 +478,7 @@ mod tests {
         c.push_str("printf(\"Trigger %zu %zu\\n\", sizeof(Trigger), _Alignof(Trigger));\n");
         c.push_str("printf(\"FifoDevice %zu\\n\", sizeof(FifoDevice));\n");
         c.push_str("printf(\"OX_MAX_RANKS %d\\nOX_MAX_BLOCKS %d\\n\", OX_MAX_RANKS, OX_MAX_BLOCKS);\n");
-        c.push_str("printf(\"OX_PRIV %llu %llu\\n\", (unsigned long long)OX_PRIV_FLAGS_OFF, (unsigned long long)OX_PRIV_PENDING_OFF);\n");
+        c.push_str("printf(\"OX_PRIV %llu %llu %llu %llu\\n\", (unsigned long long)OX_PRIV_FLAGS_OFF, (unsigned long long)OX_PRIV_PENDING_OFF, (unsigned long long)OX_PRIV_RING_BASE_OFF, (unsigned long long)OX_PRIV_RING_CHAIN_OFF);\n");
         for (s, f, _) in fields {
             c.push_str(&format!("printf(\"{s}.{f} %zu\\n\", offsetof({s}, {f}));\n"));
         }
@@ -478,7 +492,7 @@ mod tests {
         let out = Command::new(&exe).output().expect("run layout");
         let text = String::from_utf8(out.stdout).expect("utf8");
         let mut expect = format!(
-            "DevComm {}\nCollArgs {}\nExchangeArgs {}\nTrigger {} {}\nFifoDevice {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\nOX_PRIV {OX_PRIV_FLAGS_OFF} {OX_PRIV_PENDING_OFF}\n",
+            "DevComm {}\nCollArgs {}\nExchangeArgs {}\nTrigger {} {}\nFifoDevice {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\nOX_PRIV {OX_PRIV_FLAGS_OFF} {OX_PRIV_PENDING_OFF} {OX_PRIV_RING_BASE_OFF} {OX_PRIV_RING_CHAIN_OFF}\n",
             size_of::<DevComm>(),
             size_of::<CollArgs>(),
             size_of::<ExchangeArgs>(),

@@ -15,7 +15,7 @@ use crate::device_abi::CollArgs;
 use crate::error::{Error, Result};
 use crate::gpu::module::{launch_pdl, Kernel};
 use crate::algo::pdl::{CaptureTail, RingAnchor};
-use crate::device_abi::{OX_ONESHOT_EARLY, OX_ONESHOT_RING};
+use crate::device_abi::{OX_ONESHOT_EARLY, OX_ONESHOT_ENTRY, OX_ONESHOT_POS_SHIFT, OX_ONESHOT_RING};
 use crate::gpu::stream::{capture_tail, is_capturing};
 use crate::gpu::{check, cu, CtxGuard};
 use crate::log::Subsys;
@@ -453,15 +453,32 @@ fn allreduce(r: &Ready, ls: &mut LaunchState, t: &CollTask, count: u64) -> Resul
         ls.ring_prev.as_ref(),
         (t.send, t.send.saturating_add(bytes)),
     );
-    let mode = OX_ONESHOT_RING | if early { OX_ONESHOT_EARLY } else { 0 };
+    let prev = ls.ring_prev.filter(|_| early);
+    let pos = prev.and_then(|a| a.next_pos()).unwrap_or(0);
+    let entry = crate::algo::pdl::entry(early, bytes, r.tuning.entry_bytes);
+    let mode = OX_ONESHOT_RING
+        | if early { OX_ONESHOT_EARLY | pos << OX_ONESHOT_POS_SHIFT } else { 0 }
+        | if entry { OX_ONESHOT_ENTRY } else { 0 };
     if early {
         EARLY_LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
-    nccl_trace!(Subsys::Coll, "AllReduce ring one-shot{}", if early { ", early" } else { "" });
+    nccl_trace!(Subsys::Coll, "AllReduce ring one-shot{}", if entry { ", early at entry" } else if early { ", early" } else { "" });
     launch(ls, k, plan.grid, plan.block, t.stream, &coll_args(r, t, count, 0, mode), pdl)?;
+    if entry {
+        // The launch before this one may run until the next one's wait: count its blocks too.
+        ls.last_grid = plan.grid.saturating_add(prev.map_or(u32::MAX, |a| a.grid));
+    }
     if tail.is_some() {
         if let Some(CaptureTail { id, only: Some(node) }) = capture_tail(t.stream)? {
-            ls.ring_anchor = Some(RingAnchor { stream: t.stream as usize, capture: id, node, recv: (t.recv, t.recv.saturating_add(bytes)) });
+            ls.ring_anchor = Some(RingAnchor {
+                stream: t.stream as usize,
+                capture: id,
+                node,
+                recv: (t.recv, t.recv.saturating_add(bytes)),
+                grid: plan.grid,
+                pos,
+                before: prev.filter(|_| entry).map(|a| a.recv),
+            });
         }
     }
     Ok(())

@@ -61,7 +61,9 @@ extern "C" __global__ void lab_ping(volatile uint32_t* mine, volatile uint32_t* 
 // a.mode = launch index.
 struct LabProbe {
   long long* t;
-  OX_DEV void mark(int k) const { t[k] = clock64(); }
+  OX_DEV void mark(int k) const {
+    if (k < 5) t[k] = clock64();
+  }
 };
 extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) lab_stamped(CollArgs a) {
   ox_pdl_enter();
@@ -74,6 +76,126 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) lab_stamped(Coll
     s[0] = t0;
     for (int k = 1; k < 5; ++k) s[k] = (uint64_t)(t[k] - t[0]);
     s[5] = t4;
+  }
+}
+
+// The ring one-shot (OX_ONESHOT_RING, and EARLY after a graph's first node) stamped with
+// %globaltimer at every phase (block 0, thread 0): a.root = launch index, a.chunk_elems = stamps
+// (8 u64 per launch: entry, flags, packets, reads done, end, wait returned, exit).
+struct LabGProbe {
+  uint64_t* t;
+  OX_DEV void mark(int k) const { t[k] = lab_gtime(); }
+};
+extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) lab_early(CollArgs a) {
+  uint64_t t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  allreduce_oneshot_with<float, OpSum<float>>(a, ox_comm(a), LabGProbe{t});
+  t[6] = lab_gtime();
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    uint64_t* s = reinterpret_cast<uint64_t*>(a.chunk_elems) + 8ull * (uint32_t)a.root;
+    for (int k = 0; k < 7; ++k) s[k] = t[k];
+  }
+}
+
+// A timing prototype of a deeper chain (not the library's protocol): early nodes take their flags
+// from a base table that only the chain's head writes (base + k - 1 at chain position k), so they
+// need no table advance before their trigger, and trigger at entry once the W word shows node
+// k - 1 has passed its wait (node k - 2 complete): three nodes in flight, 8 ring slots.
+// a.scalar = chain position k (0 = head), a.scalar_ptr = base table then W, a.root = launch index.
+OX_DEV char* lab_ring8_at(char* base, uint64_t half, int n, uint32_t flag, int src) {
+  return base + 2 * half + ((uint64_t)(flag % 8) * (uint64_t)n + (uint64_t)src) * OX_RING_REGION_BYTES;
+}
+extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) lab_chain(CollArgs a) {
+  uint64_t t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  t[0] = lab_gtime();
+  const DevComm& c = ox_comm(a);
+  uint32_t* btab = reinterpret_cast<uint32_t*>(a.scalar_ptr);
+  uint32_t* W = btab + OX_MAX_BLOCKS * OX_MAX_RANKS;
+  const uint32_t k = (uint32_t)a.scalar;
+  const bool head = k == 0;
+  const bool advancer = threadIdx.x >= blockDim.x - 32;
+  if (head) ox_pdl_wait();
+  uint32_t w0 = 0;
+  if (!head && advancer && (threadIdx.x & 31) == 0) w0 = ox_ll_table_ld(W);
+  const int me = c.rank, n = c.nranks;
+  AbortState ab(c.abort_flag);
+  __shared__ uint32_t flags[OX_MAX_RANKS];
+  __shared__ char* base[OX_MAX_RANKS];
+  if ((int)threadIdx.x < n) base[threadIdx.x] = reinterpret_cast<char*>(c.ll_scratch[threadIdx.x]);
+  const uint64_t half = c.ll_half_bytes;
+  const uint64_t nbytes = a.count * sizeof(float);
+  const uint64_t npkt = ox_ceil_div(nbytes, 8);
+  const char* src = reinterpret_cast<const char*>(a.send);
+  char* dst = reinterpret_cast<char*>(a.recv);
+  const uint32_t lead = blockDim.x - 32;
+  const uint64_t g = threadIdx.x < lead ? (uint64_t)blockIdx.x * lead + threadIdx.x
+                                        : (uint64_t)gridDim.x * lead + blockIdx.x * 32ull + (threadIdx.x - lead);
+  const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
+  const OpSum<float> op(a, n);
+  const uint64_t first = g < npkt ? ox_load8(src, g * 8, nbytes) : 0;
+  if (head) {
+    ox_ll_flags_load(c, flags, ab);
+  } else {
+    if (threadIdx.x < OX_MAX_RANKS) flags[threadIdx.x] = ox_ll_table_ld(btab + blockIdx.x * OX_MAX_RANKS + threadIdx.x) + (k - 1);
+    __syncthreads();
+  }
+  if (advancer) {
+    const uint32_t lane = threadIdx.x & 31;
+    if (head) {
+      const uint32_t slots = (OX_MAX_BLOCKS - 1 - blockIdx.x) / gridDim.x + 1;
+      for (uint32_t j = lane; j < slots * (uint32_t)n; j += 32) {
+        const int p = (int)(j % (uint32_t)n);
+        const uint32_t s = blockIdx.x + (j / (uint32_t)n) * gridDim.x;
+        if (p != me) {
+          *ox_ll_flag_ptr(c, s, p) = flags[p] + 1;
+          btab[s * OX_MAX_RANKS + p] = flags[p] + 1;
+        }
+      }
+      if (blockIdx.x == 0 && lane == 0) *W = 0;
+      __threadfence();
+      __syncwarp();
+      ox_pdl_trigger();
+    } else if (lane == 0) {
+      for (uint32_t w = w0; (int)w < (int)k - 1; w = ox_ll_table_ld(W))
+        if (ab.poll()) break;
+      ox_pdl_trigger();
+    }
+  }
+  t[1] = lab_gtime();
+  for (uint64_t i = g; i < npkt; i += G) {
+    const uint64_t v = i == g ? first : ox_load8(src, i * 8, nbytes);
+    for (int q = 1; q < n; ++q) {
+      const int p = me + q < n ? me + q : me + q - n;
+      ox_ll16_write(lab_ring8_at(base[p], half, n, flags[p], me) + i * 16, v, flags[p]);
+    }
+  }
+  t[2] = lab_gtime();
+  if (!head) {
+    ox_pdl_wait();
+    t[5] = lab_gtime();
+    if (blockIdx.x == 0 && threadIdx.x == 0) asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(W), "r"(k) : "memory");
+  }
+  for (uint64_t i = g; i < npkt; i += G) {
+    uint64_t acc = 0;
+    for (int r = 0; r < n; ++r) {
+      const uint64_t x = r == me ? (i == g ? first : ox_load8(src, i * 8, nbytes))
+                                 : ox_ll16_read(lab_ring8_at(base[me], half, n, flags[r], r) + i * 16, flags[r], ab);
+      acc = r == 0 ? x : ox_combine<float>(op, acc, x);
+    }
+    ox_store8(dst, i * 8, nbytes, acc);
+  }
+  t[3] = lab_gtime();
+  if (!head && advancer) {  // after the wait: the previous nodes' advances are done
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t slots = (OX_MAX_BLOCKS - 1 - blockIdx.x) / gridDim.x + 1;
+    for (uint32_t j = lane; j < slots * (uint32_t)n; j += 32) {
+      const int p = (int)(j % (uint32_t)n);
+      if (p != me) *ox_ll_flag_ptr(c, blockIdx.x + (j / (uint32_t)n) * gridDim.x, p) = flags[p] + 1;
+    }
+  }
+  t[6] = lab_gtime();
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    uint64_t* st = reinterpret_cast<uint64_t*>(a.chunk_elems) + 8ull * (uint32_t)a.root;
+    for (int j = 0; j < 7; ++j) st[j] = t[j];
   }
 }
 
@@ -124,12 +246,14 @@ struct Rank {
   uint64_t* stamps;
   uint32_t* lean;  // lab_lean's flag words (start at 1)
   uint32_t* ping;
+  uint32_t* chain;  // lab_chain's base table and W word
 };
 
 static const uint64_t HALF = 8ull << 20;
 static const uint64_t TABLE = 4ull * OX_MAX_BLOCKS * OX_MAX_RANKS;
+static const uint64_t RING = 8 * OX_MAX_RANKS * OX_RING_REGION_BYTES;  // ox_ring_at's area (4 slots), lab_chain's (8)
 static const int NODES = 20;
-static const uint64_t EXPECTED_OFF = OX_PRIV_PENDING_OFF + TABLE;
+static const uint64_t EXPECTED_OFF = OX_PRIV_RING_CHAIN_OFF + 256;
 static const uint64_t ABORT_OFF = EXPECTED_OFF + 2 * TABLE;
 static const uint64_t PRIV_BYTES = ABORT_OFF + 64;
 
@@ -144,8 +268,8 @@ static void setup(int n) {
     for (int h = 0; h < n; ++h)
       if (h != g) CK(cudaDeviceEnablePeerAccess(h, 0));
     CK(cudaStreamCreateWithFlags(&r.s, cudaStreamNonBlocking));
-    CK(cudaMalloc(&r.shared, 2 * HALF + TABLE));
-    CK(cudaMemset(r.shared, 0, 2 * HALF + TABLE));
+    CK(cudaMalloc(&r.shared, 2 * HALF + RING + TABLE));
+    CK(cudaMemset(r.shared, 0, 2 * HALF + RING + TABLE));
     CK(cudaMalloc(&r.priv, PRIV_BYTES));
     CK(cudaMemset(r.priv, 0, PRIV_BYTES));
     std::vector<uint32_t> ones(OX_MAX_BLOCKS * OX_MAX_RANKS, 1);
@@ -155,11 +279,14 @@ static void setup(int n) {
     std::vector<float> v(1 << 18, 1.0f + g);
     CK(cudaMemcpy(r.send, v.data(), 1 << 20, cudaMemcpyHostToDevice));
     CK(cudaMalloc(&r.stamps, 8 * 8 * NODES * sizeof(uint64_t)));
+    CK(cudaMemset(r.stamps, 0, 8 * 8 * NODES * sizeof(uint64_t)));
     // lab_lean's flags start far above the real kernel's, so neither ever matches the other's
     // stale packets in the shared scratch.
     std::vector<uint32_t> far(OX_MAX_BLOCKS, 1u << 30);
     CK(cudaMalloc(&r.lean, 4 * OX_MAX_BLOCKS));
     CK(cudaMemcpy(r.lean, far.data(), 4 * OX_MAX_BLOCKS, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&r.chain, TABLE + 64));
+    CK(cudaMemset(r.chain, 0, TABLE + 64));
     CK(cudaMalloc(&r.ping, 64));
     CK(cudaMemset(r.ping, 0, 64));
   }
@@ -171,7 +298,7 @@ static void setup(int n) {
     dc.ll_half_bytes = HALF;
     for (int h = 0; h < n; ++h) {
       dc.ll_scratch[h] = (uint64_t)R[h].shared;
-      dc.ll_ack[h] = (uint64_t)(R[h].shared + 2 * HALF);
+      dc.ll_ack[h] = (uint64_t)(R[h].shared + 2 * HALF + RING);
     }
     dc.ll_flags = (uint64_t)(R[g].priv + OX_PRIV_FLAGS_OFF);
     dc.ll_pending = (uint64_t)(R[g].priv + OX_PRIV_PENDING_OFF);
@@ -206,7 +333,7 @@ static double now_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-enum Which { EMPTY, REAL, STAMPED, LEAN, EMPTY_X, EXCH_AG, EXCH_BC, GATHER_OS };
+enum Which { EMPTY, REAL, STAMPED, LEAN, EMPTY_X, EXCH_AG, EXCH_BC, GATHER_OS, RING_ONLY, EARLY0, ENTRY, CHAIN };
 
 // The exchange kernel's arguments for `count` floats per pair, laid out as src/algo/exchange.rs
 // plans a packet-only launch: AllGather (each rank's input to every peer, both ways, OX_MODE_LL;
@@ -265,6 +392,26 @@ static void launch(Which w, int g, int grid, int block, const CollArgs& a) {
     case EMPTY_X: lab_empty_x<<<grid, block, 0, s>>>(exch_args(EXCH_AG, g, a.count)); break;
     case EXCH_AG:
     case EXCH_BC: ox_exchange<<<grid, block, 0, s>>>(exch_args(w, g, a.count)); break;
+    case RING_ONLY:
+    case EARLY0:
+    case ENTRY: {  // a.mode = node index in the graph = chain position; the first node is the head
+      CollArgs b = a;
+      b.root = (int32_t)a.mode;
+      b.mode = OX_ONESHOT_RING;
+      if (w != RING_ONLY && a.mode > 0)
+        b.mode |= OX_ONESHOT_EARLY | (w == ENTRY ? OX_ONESHOT_ENTRY : 0) | (a.mode << OX_ONESHOT_POS_SHIFT);
+      launch_k(lab_early, grid, block, s, b);
+      break;
+    }
+    case CHAIN: {  // a.mode = node index = chain position
+      CollArgs b = a;
+      b.root = (int32_t)a.mode;
+      b.scalar = a.mode;
+      b.scalar_ptr = (uint64_t)R[g].chain;
+      b.mode = 0;
+      launch_k(lab_chain, grid, block, s, b);
+      break;
+    }
     case GATHER_OS: {  // AllGather of a.count floats per rank: the kernel counts bytes
       CollArgs b = a;
       b.count = a.count * 4;
@@ -275,7 +422,7 @@ static void launch(Which w, int g, int grid, int block, const CollArgs& a) {
   }
 }
 static uint64_t extra(Which w, int g) {
-  return w == STAMPED ? (uint64_t)R[g].stamps : w == LEAN ? (uint64_t)R[g].lean : 0;
+  return w == STAMPED || w == RING_ONLY || w == EARLY0 || w == ENTRY || w == CHAIN ? (uint64_t)R[g].stamps : w == LEAN ? (uint64_t)R[g].lean : 0;
 }
 
 static void check_result(uint64_t count, const char* what) {
@@ -435,6 +582,41 @@ static void measure(uint64_t count, int grid, int block, const char* tag) {
   fflush(stdout);
 }
 
+// The ring one-shot in graphs of NODES PDL launches: per-op time, then the stamps of one replay
+// averaged over nodes 2..NODES-1 per GPU, relative to each node's entry (us).
+static void early_report(Which w, const char* name, uint64_t count, int grid, int block) {
+  g_pdl = true;
+  const double us = graph_us(w, count, grid, block, 300);
+  check_result(count, name);
+  graph_us(w, count, grid, block, 1);
+  check_result(count, name);
+  printf("early-lab %-9s %6llu B grid %2d block %4d: %.3f us per op\n", name, (unsigned long long)count * 4, grid, block, us);
+  for (int g = 0; g < (int)R.size(); ++g) {
+    std::vector<uint64_t> s(8 * NODES);
+    CK(cudaSetDevice(g));
+    CK(cudaMemcpy(s.data(), R[g].stamps, s.size() * 8, cudaMemcpyDeviceToHost));
+    double per = 0, f = 0, p = 0, wt = 0, rd = 0, ex = 0, lat = 0, wgap = 0;
+    int m = 0;
+    for (int i = 2; i < NODES; ++i, ++m) {
+      const uint64_t* c = &s[8 * i];
+      const uint64_t* q = &s[8 * (i - 1)];
+      auto d = [](uint64_t a, uint64_t b) { return a && b ? ((double)(int64_t)(a - b)) / 1000.0 : 0.0; };
+      per += d(c[0], q[0]);
+      f += d(c[1], c[0]);
+      p += d(c[2], c[0]);
+      wt += d(c[5], c[0]);
+      rd += d(c[3], c[0]);
+      ex += d(c[6], c[0]);
+      lat += d(c[0], w != CHAIN && w != ENTRY && q[5] ? q[5] : q[1]);  // entry after the previous trigger (about)
+      wgap += d(c[5], q[6]);  // wait returned after the previous kernel's exit (block 0)
+    }
+    printf("  gpu %d: period %.3f | from entry: flags %.3f packets %.3f waited %.3f reads %.3f exit %.3f | "
+           "entry after prev trigger %.3f, wait after prev exit %.3f\n",
+           g, per / m, f / m, p / m, wt / m, rd / m, ex / m, lat / m, wgap / m);
+  }
+  fflush(stdout);
+}
+
 int main(int argc, char** argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2;
   int have = 0;
@@ -445,6 +627,19 @@ int main(int argc, char** argv) {
   }
   setup(n);
   printf("oneshot_lab: %d GPUs, graph = %d launches per graph, eager = one host thread per GPU\n", n, NODES);
+  if (argc > 2 && strcmp(argv[2], "early") == 0) {
+    const int eshapes[][2] = {{4, 512}, {2, 256}, {4, 256}, {8, 512}};
+    const uint64_t ecounts[] = {2, 512, 2048, 8192, 16384};
+    for (uint64_t count : ecounts)
+      for (auto& sh : eshapes) {
+        early_report(RING_ONLY, "ring", count, sh[0], sh[1]);
+        early_report(EARLY0, "early", count, sh[0], sh[1]);
+        early_report(ENTRY, "entry", count, sh[0], sh[1]);
+        early_report(CHAIN, "chain", count, sh[0], sh[1]);
+      }
+    printf("oneshot_lab: done\n");
+    return 0;
+  }
   if (argc > 2 && strcmp(argv[2], "pdl") == 0) {
     const uint64_t pcounts[] = {2, 1024, 8192};
     const int pshapes[][2] = {{1, 512}, {4, 512}, {8, 512}};

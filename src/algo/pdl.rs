@@ -12,9 +12,11 @@
 //! budget (the SMs, capped by maxCTAs), which users size so that concurrent communicators fit on
 //! the GPU side by side; a launch that would exceed it is an ordinary launch.
 //!
-//! The ring one-shot AllReduce bends the first half of that rule where [`early`] allows: inside a
-//! captured graph, right behind its own kind, it reads its input and sends its packets before its
-//! wait (kernels/allreduce.cu). Its trigger still follows its wait.
+//! The ring one-shot AllReduce bends that rule where [`early`] allows: inside a captured graph,
+//! right behind its own kind, it reads its input and sends its packets before its wait
+//! (kernels/allreduce.cu). Small ones ([`entry`]) also trigger before their wait, as soon as the
+//! launch before them has passed its own: three kernels of the communicator may then be resident,
+//! which the launch behind counts (the host keeps `last_grid` at the two grids' sum).
 
 /// PDL needs compute capability 9.0 (griddepcontrol).
 pub const MIN_CC_MAJOR: i32 = 9;
@@ -40,13 +42,31 @@ pub struct CaptureTail {
 }
 
 /// The communicator's last ring one-shot AllReduce (OX_ONESHOT_RING), as captured: its stream,
-/// capture, graph node and output range.
+/// capture, graph node, output range, grid and place in its chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RingAnchor {
     pub stream: usize,
     pub capture: u64,
     pub node: usize,
     pub recv: (u64, u64),
+    pub grid: u32,
+    /// Chain position (kernels/allreduce.cu): 0 for a launch that was not early, the head.
+    pub pos: u32,
+    /// When it triggered at entry ([`entry`]): the output range of the launch before it, which
+    /// may still be running when the next launch begins.
+    pub before: Option<(u64, u64)>,
+}
+
+impl RingAnchor {
+    /// The chain position of an early launch right behind this one; None past the longest chain
+    /// (that launch then waits first and heads a new chain).
+    pub fn next_pos(&self) -> Option<u32> {
+        self.pos.checked_add(1).filter(|&p| p <= crate::device_abi::OX_ONESHOT_POS_MAX)
+    }
+}
+
+fn overlap(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.1 && b.0 < a.1
 }
 
 /// Whether a ring one-shot AllReduce may launch early (OX_ONESHOT_EARLY): read its input and send
@@ -57,13 +77,32 @@ pub struct RingAnchor {
 ///   communicator's previous ring one-shot on this stream and capture (`anchor`): in a graph
 ///   nothing can run between the two, so the previous kernel is the only unfinished work the
 ///   early part could race with. Eagerly, anything the user enqueued in between could be;
-/// - the input `send` (a byte range) does not overlap that kernel's output, the only memory it
-///   writes that this one reads before its wait (flags and ring slots have their own protocol);
-/// - the PreMulSum scalar, if any, is not in device memory (it could be that output too).
+/// - the input `send` (a byte range) does not overlap that kernel's output, nor, where that
+///   kernel triggered at entry, the output of the one before it: the only memory those write
+///   that this one reads before its wait (flags and ring slots have their own protocol);
+/// - the PreMulSum scalar, if any, is not in device memory (it could be such an output too);
+/// - the chain is not at its longest ([`RingAnchor::next_pos`]).
 pub fn early(enabled: bool, pdl: bool, device_scalar: bool, stream: usize, tail: Option<CaptureTail>, anchor: Option<&RingAnchor>, send: (u64, u64)) -> bool {
     let (Some(tail), Some(a)) = (tail, anchor) else { return false };
-    let disjoint = send.1 <= a.recv.0 || a.recv.1 <= send.0;
-    enabled && pdl && !device_scalar && a.stream == stream && a.capture == tail.id && tail.only == Some(a.node) && disjoint
+    let disjoint = !overlap(send, a.recv) && !a.before.is_some_and(|b| overlap(send, b));
+    enabled
+        && pdl
+        && !device_scalar
+        && a.stream == stream
+        && a.capture == tail.id
+        && tail.only == Some(a.node)
+        && disjoint
+        && a.next_pos().is_some()
+}
+
+/// Whether an early launch of `bytes` triggers at entry (OX_ONESHOT_ENTRY) rather than after its
+/// wait: up to `max_bytes` (OXCCL_ONESHOT_ENTRY_BYTES; 0 never). Small launches are all latency,
+/// and the next one's launch then overlaps this one's wait: 1.38-1.42 against 1.45-1.46 us a call
+/// at 8-128 B, 2 ranks, in graphs (BENCHMARKS twenty-seventh pass). From 1 KB it was slower
+/// (1.56-1.71 against 1.51-1.62 at 1-8 KB), and the input must also avoid the output of the launch
+/// two back, which nccl-tests' in-place calls at 32 KB overlap.
+pub fn entry(early: bool, bytes: u64, max_bytes: u64) -> bool {
+    early && bytes <= max_bytes
 }
 
 #[cfg(test)]
@@ -71,7 +110,7 @@ mod tests {
     use super::*;
 
     fn anchor() -> RingAnchor {
-        RingAnchor { stream: 7, capture: 3, node: 0x1000, recv: (0x2000, 0x3000) }
+        RingAnchor { stream: 7, capture: 3, node: 0x1000, recv: (0x2000, 0x3000), grid: 4, pos: 0, before: None }
     }
     const TAIL: Option<CaptureTail> = Some(CaptureTail { id: 3, only: Some(0x1000) });
 
@@ -100,6 +139,34 @@ mod tests {
         assert!(!early(true, false, false, 7, TAIL, Some(&a), (0x4000, 0x5000)), "a plain launch waits for its predecessor anyway");
         assert!(!early(false, true, false, 7, TAIL, Some(&a), (0x4000, 0x5000)), "OXCCL_ONESHOT_EARLY=0");
         assert!(!early(true, true, true, 7, TAIL, Some(&a), (0x4000, 0x5000)), "a device scalar");
+    }
+
+    #[test]
+    fn behind_an_entry_launch_the_input_also_avoids_the_output_before_it() {
+        let a = RingAnchor { pos: 3, before: Some((0x6000, 0x7000)), ..anchor() };
+        assert!(early(true, true, false, 7, TAIL, Some(&a), (0x4000, 0x5000)));
+        assert!(!early(true, true, false, 7, TAIL, Some(&a), (0x6800, 0x6900)), "the launch before the anchor may still write it");
+        assert!(!early(true, true, false, 7, TAIL, Some(&a), (0x2800, 0x2900)));
+        assert!(early(true, true, false, 7, TAIL, Some(&a), (0x7000, 0x8000)), "ends are exclusive");
+    }
+
+    #[test]
+    fn chains_end_at_the_longest_position() {
+        let max = crate::device_abi::OX_ONESHOT_POS_MAX;
+        assert_eq!(anchor().next_pos(), Some(1));
+        assert_eq!(RingAnchor { pos: max - 1, ..anchor() }.next_pos(), Some(max));
+        let last = RingAnchor { pos: max, ..anchor() };
+        assert_eq!(last.next_pos(), None);
+        assert!(!early(true, true, false, 7, TAIL, Some(&last), (0x4000, 0x5000)), "the next launch heads a new chain");
+    }
+
+    #[test]
+    fn only_small_early_launches_trigger_at_entry() {
+        assert!(entry(true, 8, 8192));
+        assert!(entry(true, 8192, 8192));
+        assert!(!entry(true, 8193, 8192));
+        assert!(!entry(false, 8, 8192), "a launch that waits first");
+        assert!(!entry(true, 8, 0), "OXCCL_ONESHOT_ENTRY_BYTES=0");
     }
 
     #[test]

@@ -91,9 +91,15 @@ pub struct Tuning {
     pub pdl_off: bool,
     /// OXCCL_ONESHOT_EARLY=0: no early one-shot AllReduce launches in CUDA graphs (algo::pdl::early).
     pub early_off: bool,
+    /// OXCCL_ONESHOT_ENTRY_BYTES: early one-shot AllReduces up to this size trigger at entry
+    /// (algo::pdl::entry); 0 never.
+    pub entry_bytes: u64,
     /// NCCL_PROTO / NCCL_ALGO, per collective.
     pub allowed: Allowed,
 }
+
+/// Default OXCCL_ONESHOT_ENTRY_BYTES.
+pub const ENTRY_BYTES: u64 = 256;
 
 impl Tuning {
     /// Reads the OXCCL_* tuning variables and NCCL_PROTO/NCCL_ALGO (whose syntax errors are
@@ -141,6 +147,7 @@ impl Tuning {
             broadcast_ll128_max_bytes: num("OXCCL_BROADCAST_LL128_MAX_BYTES").filter(|&b| b > 0),
             pdl_off: num("OXCCL_PDL") == Some(0),
             early_off: num("OXCCL_ONESHOT_EARLY") == Some(0),
+            entry_bytes: num("OXCCL_ONESHOT_ENTRY_BYTES").unwrap_or(ENTRY_BYTES),
         })
     }
 }

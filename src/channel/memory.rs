@@ -4,7 +4,7 @@ use crate::algo::Scratch;
 use crate::bootstrap::Bootstrap;
 use std::sync::Arc;
 
-use crate::device_abi::{DevComm, RegEntry, RegOffer, OX_MAX_BLOCKS, OX_MAX_RANKS, OX_PRIV_FLAGS_OFF, OX_PRIV_PENDING_OFF, OX_REG_SLOTS};
+use crate::device_abi::{DevComm, RegEntry, RegOffer, OX_MAX_BLOCKS, OX_MAX_RANKS, OX_PRIV_FLAGS_OFF, OX_PRIV_PENDING_OFF, OX_PRIV_RING_CHAIN_OFF, OX_REG_SLOTS};
 use crate::error::{Error, Result};
 use crate::gpu::ipc::{self, ImportedBuffer, IPC_HANDLE_BYTES};
 use crate::gpu::context::{can_access, ordinal_by_bus_id};
@@ -57,12 +57,15 @@ impl SharedLayout {
 }
 
 /// Private buffer layout: the DevComm itself, LL flags (u32 per block and peer) and pending
-/// one-way LL launches (u32 per block and peer) at the offsets kernels derive from the DevComm's
-/// address (OX_PRIV_*), then expected semaphore counts.
+/// one-way LL launches (u32 per block and peer), the ring one-shot's base table and chain word,
+/// at the offsets kernels derive from the DevComm's address (OX_PRIV_*), then expected semaphore
+/// counts.
 const DEVCOMM_OFF: u64 = 0;
 const FLAGS_OFF: u64 = DEVCOMM_OFF + OX_PRIV_FLAGS_OFF;
 const PENDING_OFF: u64 = DEVCOMM_OFF + OX_PRIV_PENDING_OFF;
-const EXPECTED_OFF: u64 = PENDING_OFF + FLAG_TABLE_BYTES;
+/// The ring one-shot's base table and chain word (OX_PRIV_RING_*), zeroed like the rest.
+const RING_CHAIN_OFF: u64 = DEVCOMM_OFF + OX_PRIV_RING_CHAIN_OFF;
+const EXPECTED_OFF: u64 = RING_CHAIN_OFF + 256;
 const PRIVATE_BYTES: u64 = EXPECTED_OFF + SEM_BYTES;
 
 /// What a rank publishes about its shared buffer.
@@ -265,5 +268,7 @@ mod tests {
         const { assert!(FLAGS_OFF >= DEVCOMM_OFF + std::mem::size_of::<DevComm>() as u64 && FLAGS_OFF.is_multiple_of(128)) };
         const { assert!(PENDING_OFF >= FLAGS_OFF + FLAG_TABLE_BYTES) };
         const { assert!(EXPECTED_OFF >= PENDING_OFF + FLAG_TABLE_BYTES && EXPECTED_OFF.is_multiple_of(8)) };
+        use crate::device_abi::OX_PRIV_RING_BASE_OFF;
+        const { assert!(OX_PRIV_RING_BASE_OFF >= OX_PRIV_PENDING_OFF + FLAG_TABLE_BYTES && RING_CHAIN_OFF >= DEVCOMM_OFF + OX_PRIV_RING_BASE_OFF + FLAG_TABLE_BYTES) };
     }
 }
