@@ -281,7 +281,7 @@ mod tests {
             assert!(!select_allreduce(2, DataType::Float32, &topo(n), &s, &t).ring, "n={n}: no ring area");
             assert_eq!(Scratch::ring_bytes(n), 0);
         }
-        assert_eq!(Scratch::ring_bytes(2), 1 << 20);
+        assert_eq!(Scratch::ring_bytes(2), 2 << 20, "8 slots of 2 regions of 128 KiB");
     }
 
     #[test]

@@ -79,7 +79,7 @@ impl Scratch {
 
     /// Bytes of the one-shot AllReduce's ring area each rank allocates right after its LL halves
     /// (kernels/ll_flags.cuh, ox_ring_at): OX_RING_SLOTS slots of one region per source, for 2 to
-    /// OX_RING_MAX_RANKS ranks; none otherwise (1 MiB at 2 ranks, 4 MiB at 8).
+    /// OX_RING_MAX_RANKS ranks; none otherwise (2 MiB at 2 ranks, 8 MiB at 8).
     pub fn ring_bytes(nranks: usize) -> u64 {
         use crate::device_abi::{OX_RING_MAX_RANKS, OX_RING_REGION_BYTES, OX_RING_SLOTS};
         if (2..=OX_RING_MAX_RANKS).contains(&nranks) {
