@@ -118,10 +118,11 @@ OX_DEV char* ox_ring_at(char* base, uint64_t half, int n, uint32_t flag, int src
 // (H200, scripts/lab/oneshot_lab.cu). Call with the whole block, after ox_ll_flags_load. The
 // caller passes its rank and rank count from registers: re-reading them from DevComm after an
 // acquire (which empties L1) would put an L2 round trip before a sender's first packet.
+// `first` and `stride` spread them over fewer threads (one warp: lane, 32).
 template <typename F>
-OX_DEV void ox_ll_for_owned_slots(int n, F&& f) {
+OX_DEV void ox_ll_for_owned_slots(int n, F&& f, uint32_t first = threadIdx.x, uint32_t stride = blockDim.x) {
   const uint32_t slots = (OX_MAX_BLOCKS - 1 - blockIdx.x) / gridDim.x + 1;
-  for (uint32_t k = threadIdx.x; k < slots * (uint32_t)n; k += blockDim.x) f(blockIdx.x + (k / n) * gridDim.x, (int)(k % n));
+  for (uint32_t k = first; k < slots * (uint32_t)n; k += stride) f(blockIdx.x + (k / n) * gridDim.x, (int)(k % n));
 }
 
 // One-way launches. `role[p]` (shared memory, written before ox_ll_flags_load's __syncthreads):
@@ -175,16 +176,9 @@ OX_DEV uint32_t* ox_ring_chain_ptr(const DevComm& c) {
 // either table or the word then see the new values.
 OX_DEV void ox_ring_head_advance(const DevComm& c, int me, int n, const uint32_t* flags) {
   const uint32_t lane = threadIdx.x & 31;
-  const uint32_t slots = (OX_MAX_BLOCKS - 1 - blockIdx.x) / gridDim.x + 1;
-  for (uint32_t k = lane; k < slots * (uint32_t)n; k += 32) {
-    const int p = (int)(k % (uint32_t)n);
-    const uint32_t s = blockIdx.x + (k / (uint32_t)n) * gridDim.x;
-    if (p != me) {
-      const uint32_t next = ox_ll_next_flag(flags[p]);
-      *ox_ll_flag_ptr(c, s, p) = next;
-      *ox_ring_base_ptr(c, s, p) = next;
-    }
-  }
+  ox_ll_for_owned_slots(n, [&](uint32_t s, int p) {
+    if (p != me) *ox_ll_flag_ptr(c, s, p) = *ox_ring_base_ptr(c, s, p) = ox_ll_next_flag(flags[p]);
+  }, lane, 32);
   if (blockIdx.x == 0 && lane == 0) *ox_ring_chain_ptr(c) = 0;
   __threadfence();
   __syncwarp();
@@ -193,10 +187,7 @@ OX_DEV void ox_ring_head_advance(const DevComm& c, int me, int n, const uint32_t
 // An early launch's advance of the flag table, after its wait (so after every earlier launch's):
 // read only by launches that wait first, which the kernel boundary orders. No fence.
 OX_DEV void ox_ring_table_advance(const DevComm& c, int me, int n, const uint32_t* flags) {
-  const uint32_t lane = threadIdx.x & 31;
-  const uint32_t slots = (OX_MAX_BLOCKS - 1 - blockIdx.x) / gridDim.x + 1;
-  for (uint32_t k = lane; k < slots * (uint32_t)n; k += 32) {
-    const int p = (int)(k % (uint32_t)n);
-    if (p != me) *ox_ll_flag_ptr(c, blockIdx.x + (k / (uint32_t)n) * gridDim.x, p) = ox_ll_next_flag(flags[p]);
-  }
+  ox_ll_for_owned_slots(n, [&](uint32_t s, int p) {
+    if (p != me) *ox_ll_flag_ptr(c, s, p) = ox_ll_next_flag(flags[p]);
+  }, threadIdx.x & 31, 32);
 }

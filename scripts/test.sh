@@ -35,6 +35,12 @@ for order in late-copy-out early-puts early-ag; do  # and this one each broken r
     echo "test: rsag_model no longer catches the $order order"; exit 1
   fi
 done
+python3 scripts/model/ring_chain_model.py
+for bad in --slots=4 --mutate=nochain; do  # too few ring slots, or entry triggers with no bound
+  if python3 scripts/model/ring_chain_model.py $bad > /dev/null; then
+    echo "test: ring_chain_model no longer catches $bad"; exit 1
+  fi
+done
 # The harness's bar check: a run with one slow small size and one slow large size must miss
 # twice (exit 1), a run within the bar must pass.
 bt=$(mktemp -d)

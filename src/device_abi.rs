@@ -76,7 +76,7 @@ pub const OX_ONESHOT_POS_SHIFT: u32 = 8;
 /// The longest chain: a launch that would be further back is not early (it starts a new chain).
 pub const OX_ONESHOT_POS_MAX: u32 = (1 << 24) - 1;
 /// Slots of the ring area: a launch with flag f writes the slot of flag f - 8, which the peer is
-/// proven to have finished with (kernels/allreduce.cu explains why 6 would do and 5 would not).
+/// proven to have finished with (kernels/allreduce.cu: 6 would do; scripts/model/ring_chain_model.py).
 pub const OX_RING_SLOTS: u64 = 8;
 /// Bytes of one source's region in one ring slot (LL16: twice the payload).
 pub const OX_RING_REGION_BYTES: u64 = 128 << 10;

@@ -17,7 +17,10 @@
 //              moving the same AllGather.
 //   pdl      - (`./oneshot_lab N pdl`) the empty, real and lean kernels launched plainly and with
 //              programmatic dependent launch (kernels/pdl.cuh), eager and in graphs, results checked.
-// Build (here or on the GPU machine): bash scripts/lab/build.sh; run: ./oneshot_lab [ngpus] [pdl].
+//   early    - (`./oneshot_lab N early`) the ring one-shot in graphs of PDL launches as the library
+//              chains them (a head, then early launches; entry triggers or not), per launch shape
+//              and size, with %globaltimer stamps of each phase (session 39).
+// Build (here or on the GPU machine): bash scripts/lab/build.sh; run: ./oneshot_lab [ngpus] [pdl|early].
 #include "allreduce.cu"
 #include "exchange.cu"
 #include "gather_oneshot.cu"
@@ -96,109 +99,6 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) lab_early(CollAr
   }
 }
 
-// A timing prototype of a deeper chain (not the library's protocol): early nodes take their flags
-// from a base table that only the chain's head writes (base + k - 1 at chain position k), so they
-// need no table advance before their trigger, and trigger at entry once the W word shows node
-// k - 1 has passed its wait (node k - 2 complete): three nodes in flight, 8 ring slots.
-// a.scalar = chain position k (0 = head), a.scalar_ptr = base table then W, a.root = launch index.
-OX_DEV char* lab_ring8_at(char* base, uint64_t half, int n, uint32_t flag, int src) {
-  return base + 2 * half + ((uint64_t)(flag % 8) * (uint64_t)n + (uint64_t)src) * OX_RING_REGION_BYTES;
-}
-extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) lab_chain(CollArgs a) {
-  uint64_t t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  t[0] = lab_gtime();
-  const DevComm& c = ox_comm(a);
-  uint32_t* btab = reinterpret_cast<uint32_t*>(a.scalar_ptr);
-  uint32_t* W = btab + OX_MAX_BLOCKS * OX_MAX_RANKS;
-  const uint32_t k = (uint32_t)a.scalar;
-  const bool head = k == 0;
-  const bool advancer = threadIdx.x >= blockDim.x - 32;
-  if (head) ox_pdl_wait();
-  uint32_t w0 = 0;
-  if (!head && advancer && (threadIdx.x & 31) == 0) w0 = ox_ll_table_ld(W);
-  const int me = c.rank, n = c.nranks;
-  AbortState ab(c.abort_flag);
-  __shared__ uint32_t flags[OX_MAX_RANKS];
-  __shared__ char* base[OX_MAX_RANKS];
-  if ((int)threadIdx.x < n) base[threadIdx.x] = reinterpret_cast<char*>(c.ll_scratch[threadIdx.x]);
-  const uint64_t half = c.ll_half_bytes;
-  const uint64_t nbytes = a.count * sizeof(float);
-  const uint64_t npkt = ox_ceil_div(nbytes, 8);
-  const char* src = reinterpret_cast<const char*>(a.send);
-  char* dst = reinterpret_cast<char*>(a.recv);
-  const uint32_t lead = blockDim.x - 32;
-  const uint64_t g = threadIdx.x < lead ? (uint64_t)blockIdx.x * lead + threadIdx.x
-                                        : (uint64_t)gridDim.x * lead + blockIdx.x * 32ull + (threadIdx.x - lead);
-  const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
-  const OpSum<float> op(a, n);
-  const uint64_t first = g < npkt ? ox_load8(src, g * 8, nbytes) : 0;
-  if (head) {
-    ox_ll_flags_load(c, flags, ab);
-  } else {
-    if (threadIdx.x < OX_MAX_RANKS) flags[threadIdx.x] = ox_ll_table_ld(btab + blockIdx.x * OX_MAX_RANKS + threadIdx.x) + (k - 1);
-    __syncthreads();
-  }
-  if (advancer) {
-    const uint32_t lane = threadIdx.x & 31;
-    if (head) {
-      const uint32_t slots = (OX_MAX_BLOCKS - 1 - blockIdx.x) / gridDim.x + 1;
-      for (uint32_t j = lane; j < slots * (uint32_t)n; j += 32) {
-        const int p = (int)(j % (uint32_t)n);
-        const uint32_t s = blockIdx.x + (j / (uint32_t)n) * gridDim.x;
-        if (p != me) {
-          *ox_ll_flag_ptr(c, s, p) = flags[p] + 1;
-          btab[s * OX_MAX_RANKS + p] = flags[p] + 1;
-        }
-      }
-      if (blockIdx.x == 0 && lane == 0) *W = 0;
-      __threadfence();
-      __syncwarp();
-      ox_pdl_trigger();
-    } else if (lane == 0) {
-      for (uint32_t w = w0; (int)w < (int)k - 1; w = ox_ll_table_ld(W))
-        if (ab.poll()) break;
-      ox_pdl_trigger();
-    }
-  }
-  t[1] = lab_gtime();
-  for (uint64_t i = g; i < npkt; i += G) {
-    const uint64_t v = i == g ? first : ox_load8(src, i * 8, nbytes);
-    for (int q = 1; q < n; ++q) {
-      const int p = me + q < n ? me + q : me + q - n;
-      ox_ll16_write(lab_ring8_at(base[p], half, n, flags[p], me) + i * 16, v, flags[p]);
-    }
-  }
-  t[2] = lab_gtime();
-  if (!head) {
-    ox_pdl_wait();
-    t[5] = lab_gtime();
-    if (blockIdx.x == 0 && threadIdx.x == 0) asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(W), "r"(k) : "memory");
-  }
-  for (uint64_t i = g; i < npkt; i += G) {
-    uint64_t acc = 0;
-    for (int r = 0; r < n; ++r) {
-      const uint64_t x = r == me ? (i == g ? first : ox_load8(src, i * 8, nbytes))
-                                 : ox_ll16_read(lab_ring8_at(base[me], half, n, flags[r], r) + i * 16, flags[r], ab);
-      acc = r == 0 ? x : ox_combine<float>(op, acc, x);
-    }
-    ox_store8(dst, i * 8, nbytes, acc);
-  }
-  t[3] = lab_gtime();
-  if (!head && advancer) {  // after the wait: the previous nodes' advances are done
-    const uint32_t lane = threadIdx.x & 31;
-    const uint32_t slots = (OX_MAX_BLOCKS - 1 - blockIdx.x) / gridDim.x + 1;
-    for (uint32_t j = lane; j < slots * (uint32_t)n; j += 32) {
-      const int p = (int)(j % (uint32_t)n);
-      if (p != me) *ox_ll_flag_ptr(c, blockIdx.x + (j / (uint32_t)n) * gridDim.x, p) = flags[p] + 1;
-    }
-  }
-  t[6] = lab_gtime();
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    uint64_t* st = reinterpret_cast<uint64_t*>(a.chunk_elems) + 8ull * (uint32_t)a.root;
-    for (int j = 0; j < 7; ++j) st[j] = t[j];
-  }
-}
-
 // Lean bookkeeping: flag = this block's word in the lab's own array (a.chunk_elems), read by
 // every thread, bumped by thread 0 at exit. Only sound with the same grid every launch and
 // symmetric launches (as here); it measures cost, it is not a protocol.
@@ -246,12 +146,11 @@ struct Rank {
   uint64_t* stamps;
   uint32_t* lean;  // lab_lean's flag words (start at 1)
   uint32_t* ping;
-  uint32_t* chain;  // lab_chain's base table and W word
 };
 
 static const uint64_t HALF = 8ull << 20;
 static const uint64_t TABLE = 4ull * OX_MAX_BLOCKS * OX_MAX_RANKS;
-static const uint64_t RING = 8 * OX_MAX_RANKS * OX_RING_REGION_BYTES;  // ox_ring_at's area (4 slots), lab_chain's (8)
+static const uint64_t RING = OX_RING_SLOTS * OX_MAX_RANKS * OX_RING_REGION_BYTES;  // ox_ring_at's area
 static const int NODES = 20;
 static const uint64_t EXPECTED_OFF = OX_PRIV_RING_CHAIN_OFF + 256;
 static const uint64_t ABORT_OFF = EXPECTED_OFF + 2 * TABLE;
@@ -285,8 +184,6 @@ static void setup(int n) {
     std::vector<uint32_t> far(OX_MAX_BLOCKS, 1u << 30);
     CK(cudaMalloc(&r.lean, 4 * OX_MAX_BLOCKS));
     CK(cudaMemcpy(r.lean, far.data(), 4 * OX_MAX_BLOCKS, cudaMemcpyHostToDevice));
-    CK(cudaMalloc(&r.chain, TABLE + 64));
-    CK(cudaMemset(r.chain, 0, TABLE + 64));
     CK(cudaMalloc(&r.ping, 64));
     CK(cudaMemset(r.ping, 0, 64));
   }
@@ -333,7 +230,7 @@ static double now_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-enum Which { EMPTY, REAL, STAMPED, LEAN, EMPTY_X, EXCH_AG, EXCH_BC, GATHER_OS, RING_ONLY, EARLY0, ENTRY, CHAIN };
+enum Which { EMPTY, REAL, STAMPED, LEAN, EMPTY_X, EXCH_AG, EXCH_BC, GATHER_OS, RING_ONLY, EARLY0, ENTRY };
 
 // The exchange kernel's arguments for `count` floats per pair, laid out as src/algo/exchange.rs
 // plans a packet-only launch: AllGather (each rank's input to every peer, both ways, OX_MODE_LL;
@@ -403,15 +300,6 @@ static void launch(Which w, int g, int grid, int block, const CollArgs& a) {
       launch_k(lab_early, grid, block, s, b);
       break;
     }
-    case CHAIN: {  // a.mode = node index = chain position
-      CollArgs b = a;
-      b.root = (int32_t)a.mode;
-      b.scalar = a.mode;
-      b.scalar_ptr = (uint64_t)R[g].chain;
-      b.mode = 0;
-      launch_k(lab_chain, grid, block, s, b);
-      break;
-    }
     case GATHER_OS: {  // AllGather of a.count floats per rank: the kernel counts bytes
       CollArgs b = a;
       b.count = a.count * 4;
@@ -422,7 +310,7 @@ static void launch(Which w, int g, int grid, int block, const CollArgs& a) {
   }
 }
 static uint64_t extra(Which w, int g) {
-  return w == STAMPED || w == RING_ONLY || w == EARLY0 || w == ENTRY || w == CHAIN ? (uint64_t)R[g].stamps : w == LEAN ? (uint64_t)R[g].lean : 0;
+  return w == STAMPED || w == RING_ONLY || w == EARLY0 || w == ENTRY ? (uint64_t)R[g].stamps : w == LEAN ? (uint64_t)R[g].lean : 0;
 }
 
 static void check_result(uint64_t count, const char* what) {
@@ -607,7 +495,7 @@ static void early_report(Which w, const char* name, uint64_t count, int grid, in
       wt += d(c[5], c[0]);
       rd += d(c[3], c[0]);
       ex += d(c[6], c[0]);
-      lat += d(c[0], w != CHAIN && w != ENTRY && q[5] ? q[5] : q[1]);  // entry after the previous trigger (about)
+      lat += d(c[0], w != ENTRY && q[5] ? q[5] : q[1]);  // entry after the previous trigger (about)
       wgap += d(c[5], q[6]);  // wait returned after the previous kernel's exit (block 0)
     }
     printf("  gpu %d: period %.3f | from entry: flags %.3f packets %.3f waited %.3f reads %.3f exit %.3f | "
@@ -635,7 +523,6 @@ int main(int argc, char** argv) {
         early_report(RING_ONLY, "ring", count, sh[0], sh[1]);
         early_report(EARLY0, "early", count, sh[0], sh[1]);
         early_report(ENTRY, "entry", count, sh[0], sh[1]);
-        early_report(CHAIN, "chain", count, sh[0], sh[1]);
       }
     printf("oneshot_lab: done\n");
     return 0;
