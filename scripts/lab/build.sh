@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds scripts/lab/oneshot_lab, oneway_lab, reduce_lab, egress_lab and cechain_lab (sm_90) against the kernels and the ABI header of the last cargo
+# Builds scripts/lab/netstep_lab, oneshot_lab, oneway_lab, reduce_lab, egress_lab and cechain_lab (sm_90) against the kernels and the ABI header of the last cargo
 # build: bash scripts/lab/build.sh [out dir]. Needs a `cargo build --release` first (for the header).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -11,6 +11,8 @@ nvcc=${NVCC:-$(command -v nvcc || echo "$root/.tools/cuda/nvidia/cu13/bin/nvcc")
 mkdir -p "$out"
 "$nvcc" -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -I"$root/kernels" -I"$hdr" \
   -L"$(dirname "$nvcc")/../lib" -L"$(dirname "$nvcc")/../lib64" -o "$out/oneshot_lab" "$root/scripts/lab/oneshot_lab.cu" -lpthread
+"$nvcc" -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -I"$root/kernels" -I"$hdr" \
+  -L"$(dirname "$nvcc")/../lib" -L"$(dirname "$nvcc")/../lib64" -o "$out/netstep_lab" "$root/scripts/lab/netstep_lab.cu" -lpthread
 # The one-way, egress, reduce-pipeline and copy-engine chain labs are standalone (no library kernels).
 "$nvcc" -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 \
   -L"$(dirname "$nvcc")/../lib" -L"$(dirname "$nvcc")/../lib64" -o "$out/oneway_lab" "$root/scripts/lab/oneway_lab.cu"
@@ -20,4 +22,4 @@ mkdir -p "$out"
   -L"$(dirname "$nvcc")/../lib" -L"$(dirname "$nvcc")/../lib64" -o "$out/egress_lab" "$root/scripts/lab/egress_lab.cu"
 "$nvcc" -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 \
   -L"$(dirname "$nvcc")/../lib" -L"$(dirname "$nvcc")/../lib64" -o "$out/cechain_lab" "$root/scripts/lab/cechain_lab.cu" -lpthread
-echo "built $out/oneshot_lab $out/oneway_lab $out/reduce_lab $out/egress_lab $out/cechain_lab"
+echo "built $out/netstep_lab $out/oneshot_lab $out/oneway_lab $out/reduce_lab $out/egress_lab $out/cechain_lab"

@@ -360,6 +360,58 @@ mod tests {
         }
     }
 
+    /// Round time of a small inline exchange between two threads over loopback (the floor of a
+    /// small cross-host exchange step's proxy part): `cargo test --release -- --ignored
+    /// inline_exchange_round --nocapture`.
+    #[test]
+    #[ignore]
+    fn inline_exchange_round() {
+        let (ao, ai, bo, bi) = sockets();
+        for s in [&ao, &ai, &bo, &bi] {
+            s.set_nodelay(true).unwrap(); // as the links' sockets are
+        }
+        let rounds = 20000u64;
+        let side = move |o_s: TcpStream, i_s: TcpStream| {
+            let mut dst = [0u8; 32];
+            let t0 = Instant::now();
+            for k in 1..=rounds {
+                let mut o = Out::new(&o_s, 0);
+                let mut i = In::new(&i_s, 0);
+                o.frame(k, &[7u8; 32]);
+                // SAFETY: dst is 32 bytes and outlives exchange.
+                unsafe { i.expect(k, dst.as_mut_ptr(), 32) };
+                exchange(&mut [o], &mut [i], &|| None).unwrap();
+            }
+            t0.elapsed()
+        };
+        let raw = move |o_s: TcpStream, i_s: TcpStream| {
+            let mut buf = [0u8; 56];
+            let t0 = Instant::now();
+            for _ in 0..rounds {
+                // SAFETY: valid buffers and sockets.
+                unsafe { libc::send(o_s.as_raw_fd(), buf.as_ptr().cast(), 56, libc::MSG_NOSIGNAL) };
+                let mut got = 0;
+                while got < 56 {
+                    // SAFETY: as above.
+                    let n = unsafe { libc::recv(i_s.as_raw_fd(), buf.as_mut_ptr().add(got).cast(), 56 - got, libc::MSG_DONTWAIT) };
+                    if n > 0 {
+                        got += n as usize;
+                    }
+                }
+            }
+            t0.elapsed()
+        };
+        let (ao2, ai2, bo2, bi2) = (ao.try_clone().unwrap(), ai.try_clone().unwrap(), bo.try_clone().unwrap(), bi.try_clone().unwrap());
+        let t = std::thread::spawn(move || raw(bo2, bi2));
+        let a = raw(ao2, ai2);
+        let b = t.join().unwrap();
+        println!("raw send/recv of 56 bytes: {:.2} us a round", a.max(b).as_secs_f64() * 1e6 / rounds as f64);
+        let t = std::thread::spawn(move || side(bo, bi));
+        let a = side(ao, ai);
+        let b = t.join().unwrap();
+        println!("inline exchange of 32 bytes: {:.2} us a round", a.max(b).as_secs_f64() * 1e6 / rounds as f64);
+    }
+
     #[test]
     fn a_wrong_frame_a_closed_peer_and_stop_are_errors() {
         let (ao, _ai, _bo, bi) = sockets();
