@@ -110,10 +110,8 @@ OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Pr
   }
   if (advancer) {
     if (!early) {
-      if (ring) {
-        ox_ring_head_advance(c, me, n, flags);
-        ox_pdl_trigger();
-      }
+      ox_ring_head_advance(c, me, n, flags);
+      ox_pdl_trigger();
     } else if (entry && (threadIdx.x & 31) == 0) {
       // The next launch may begin once the launch before this one has passed its wait (so the
       // one before that is complete): three launches in flight at most, which the 8 ring slots

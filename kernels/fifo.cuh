@@ -25,8 +25,10 @@ OX_DEV bool ox_fifo_stopped(const FifoDevice& f) {
 // Pushes one trigger; returns its position, or UINT64_MAX if the FIFO was stopped meanwhile.
 // Ordering: a release (fence.acq_rel.sys before the store), so every write this thread observed
 // before the push (the block's, after a __syncthreads) is visible to the proxy and to the copies
-// it starts from the trigger.
-OX_DEV uint64_t ox_fifo_push(const FifoDevice& f, uint64_t fst, uint64_t snd) {
+// it starts from the trigger. With `release` false the store is relaxed: only for a pusher whose
+// data carries its own flags (LL packets, net_step.cu), where the fence's system round trip
+// (about 1.4 us on H200, scripts/lab/netstep_lab.cu) would buy nothing.
+OX_DEV uint64_t ox_fifo_push(const FifoDevice& f, uint64_t fst, uint64_t snd, bool release = true) {
   const uint64_t pos = atomicAdd(reinterpret_cast<unsigned long long*>(f.head), 1ull);
   const uint64_t* tail = reinterpret_cast<const uint64_t*>(f.tail);
   // Acquire on the tail: the slot's previous trigger was fully read before the proxy freed it.
@@ -40,7 +42,7 @@ OX_DEV uint64_t ox_fifo_push(const FifoDevice& f, uint64_t fst, uint64_t snd) {
   }
   Trigger* slot = reinterpret_cast<Trigger*>(f.triggers) + (pos & (uint64_t)(f.size - 1));
   snd = (snd & ~(1ull << OX_TRIGGER_COMMIT_SHIFT)) | ox_fifo_commit_bit(pos, f.size);
-  asm volatile("fence.acq_rel.sys;" ::: "memory");
+  if (release) asm volatile("fence.acq_rel.sys;" ::: "memory");
   asm volatile("st.relaxed.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(slot), "l"(fst), "l"(snd) : "memory");
   return pos;
 }

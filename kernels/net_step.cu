@@ -36,12 +36,33 @@
 //   for every earlier step, cannot refill it before the completion has copied out of it.
 // - An abort (or a stopped proxy) ends the waits, so no kernel spins on a dead peer; the copies
 //   after a failed wait are skipped.
+// - `issued[2]` (device memory) is the newest step a kernel of this communicator saw finished
+//   (written after its wait on `done`, or after its packets, below). A kernel whose pre-copies
+//   must wait for step `before` skips the read of the host-mapped `done` (a PCIe round trip,
+//   about 1.1 us) when it already covers `before`: the kernel that saw it ended before this one
+//   started, so the proxy's use of the arena up to that step is over.
+// Packets (`packets` = 1, small steps, src/net/packets.rs): the arena side of every arena copy is
+// LL16 packets flagged with the step's number (ox_net_flag). The flags make the data its own
+// signal both ways:
+// - Pre-copies write packets, and the trigger is stored without the system fence: the proxy
+//   waits for each packet's flags before it uses the payload, so it may see the trigger first.
+// - The proxy writes the results' packets only after it finished the whole step (its sends'
+//   reads of the arena included) and raised `done`; every thread polls its own packets instead of
+//   thread 0 polling `done` and the block copying after it: one PCIe round trip, not two.
 #include "common.cuh"
 #include "abort.cuh"
 #include "atomics.cuh"
 #include "fifo.cuh"
 #include "host_copy.cuh"
+#include "packet.cuh"
 #include "pdl.cuh"
+
+// The flag of step `target`'s packets: its low 31 bits and the top bit, so zeroed memory never
+// matches. The proxy gets the same bits from the trigger (src/net/mod.rs, NetHandler::execute).
+OX_DEV uint32_t ox_net_flag(uint64_t target) { return ((uint32_t)target & 0x7fffffffu) | 0x80000000u; }
+
+// The newest step a kernel of this communicator saw finished (issued[2]).
+OX_DEV uint64_t* ox_net_seen(const NetStepArgs& a) { return reinterpret_cast<uint64_t*>(a.issued) + 2; }
 
 // Thread 0 waits until the proxy has finished step `target`; false on abort or a stopped FIFO.
 OX_DEV bool ox_net_wait(const NetStepArgs& a, AbortState& ab, uint64_t target) {
@@ -61,19 +82,73 @@ OX_DEV void ox_net_part(uint64_t bytes, uint64_t& off, uint64_t& len) {
   len = ox_min(per, bytes - off);
 }
 
+// Payload bytes [8i, 8i + 8) of `src` (GPU memory written by earlier work: plain loads), the last
+// packet's short.
+OX_DEV uint64_t ox_net_word(const uint8_t* src, uint64_t bytes, uint64_t i) {
+  const uint64_t off = i * 8, len = ox_min((uint64_t)8, bytes - off);
+  if (len == 8 && (reinterpret_cast<uintptr_t>(src + off) & 7) == 0) return *reinterpret_cast<const uint64_t*>(src + off);
+  uint64_t v = 0;
+  for (uint64_t k = 0; k < len; ++k) v |= (uint64_t)src[off + k] << (8 * k);
+  return v;
+}
+
+OX_DEV void ox_net_put_word(uint8_t* dst, uint64_t bytes, uint64_t i, uint64_t v) {
+  const uint64_t off = i * 8, len = ox_min((uint64_t)8, bytes - off);
+  if (len == 8 && (reinterpret_cast<uintptr_t>(dst + off) & 7) == 0) {
+    *reinterpret_cast<uint64_t*>(dst + off) = v;
+    return;
+  }
+  for (uint64_t k = 0; k < len; ++k) dst[off + k] = (uint8_t)(v >> (8 * k));
+}
+
+// Which copies of a range ox_net_copies makes: all, only those with an arena side, or only the
+// others (the step's own GPU-to-GPU copies, which may run at any point of it, src/net/plan.rs).
+enum NetCopies { kAll, kArena, kOwn };
+
 // Copies k in [from, to): GPU -> host (ToHost) or host -> GPU, this block's part of each; the
-// arena side of a copy marked in arena_copies moves by `shift`.
+// arena side of a copy marked in arena_copies moves by `shift`, and is packets flagged `flag` when
+// a.packets is set. Returns false if a packet never came (abort, or the proxy stopped).
 template <bool ToHost>
-OX_DEV void ox_net_copies(const NetStepArgs& a, uint32_t from, uint32_t to, uint64_t shift) {
-  for (uint32_t k = from; k < to; ++k) {
+OX_DEV bool ox_net_copies(const NetStepArgs& a, uint32_t from, uint32_t to, uint64_t shift, uint32_t flag, NetCopies which = kAll) {
+  bool ok = true;
+  for (uint32_t k = from; k < to && ok; ++k) {
     const NetCopy& c = a.copies[k];
-    const uint64_t moved = (a.arena_copies >> k) & 1 ? shift : 0;
+    const bool arena = (a.arena_copies >> k) & 1;
+    if ((which == kArena && !arena) || (which == kOwn && arena)) continue;
+    const uint64_t moved = arena ? shift : 0;
+    if (arena && a.packets) {
+      // Packets, spread over every thread of the grid; one packet per thread for small steps.
+      const uint64_t n = (c.bytes + 7) / 8, t0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x, nt = (uint64_t)gridDim.x * blockDim.x;
+      if (ToHost) {
+        for (uint64_t i = t0; i < n; i += nt)
+          ox_ll16_write(reinterpret_cast<void*>(c.dst + moved + i * 16), ox_net_word(reinterpret_cast<const uint8_t*>(c.src), c.bytes, i), flag);
+      } else {
+        AbortState ab(a.abort_flag);
+        for (uint64_t i = t0; i < n && ok; i += nt) {
+          // ld.global.cv: fetched from host memory anew on every poll, never a cached line.
+          const uint4* p = reinterpret_cast<const uint4*>(c.src + moved + i * 16);
+          uint4 v = __ldcv(p);
+          for (uint32_t spins = 0; v.y != flag || v.w != flag; v = __ldcv(p)) {
+            if (ab.poll() || ((++spins & 255u) == 0 && ox_fifo_stopped(a.fifo))) {
+              ok = false;
+              break;
+            }
+          }
+          if (ok) ox_net_put_word(reinterpret_cast<uint8_t*>(c.dst), c.bytes, i, (uint64_t)v.x | (uint64_t)v.z << 32);
+        }
+      }
+      continue;
+    }
     uint64_t off, len;
     ox_net_part(c.bytes, off, len);
     if (ToHost) ox_host_copy<false>(c.dst + moved + off, c.src + off, len);
     else ox_host_copy<true>(c.dst + off, c.src + moved + off, len);
   }
+  return ok;
 }
+
+// Whether a step's results come as packets: then nobody waits on `done` for it.
+OX_DEV bool ox_net_by_packets(const NetStepArgs& a) { return a.packets && a.npost > 0; }
 
 // The completion of an issued step: wait for the proxy, then the copies out.
 OX_DEV void ox_net_complete(const NetStepArgs& a) {
@@ -83,11 +158,12 @@ OX_DEV void ox_net_complete(const NetStepArgs& a) {
     // Written by the issuing kernel, which finished before this one started (stream order).
     target = *reinterpret_cast<const uint64_t*>(a.issued);
     AbortState ab(a.abort_flag);
-    go = ox_net_wait(a, ab, target);
+    go = ox_net_by_packets(a) || ox_net_wait(a, ab, target);
   }
   __syncthreads();
   if (!go) return;
-  ox_net_copies<false>(a, a.npre, a.npre + a.npost, (target & 1) ? a.flip : 0);
+  const bool ok = ox_net_copies<false>(a, a.npre, a.npre + a.npost, (target & 1) ? a.flip : 0, ox_net_flag(target), kAll);
+  if (__syncthreads_and(ok) && threadIdx.x == 0 && blockIdx.x == 0) *ox_net_seen(a) = target;
 }
 
 // Several blocks (OXCCL_NET_STEP_BLOCKS) share the copies; block 0 alone hands the step over,
@@ -116,13 +192,14 @@ extern "C" __global__ void ox_net_step(NetStepArgs a) {
     // step target - 2: only that one (and so every step before it) must have finished.
     // (target counts from 1: the first two steps of a pair wait for nothing.)
     const uint64_t before = a.flip != 0 ? (target > 2 ? target - 2 : 0) : target - 1;
-    go = a.npre == 0 || ox_net_wait(a, ab, before);
+    go = a.npre == 0 || *reinterpret_cast<volatile uint64_t*>(ox_net_seen(a)) >= before || ox_net_wait(a, ab, before);
   }
   __syncthreads();
   // Odd steps use the second arena: the arena side of each copy marked in arena_copies moves by
   // flip (modulo 2^64: the second arena may lie below the first).
   const uint64_t shift = (target & 1) ? a.flip : 0;
-  if (go) ox_net_copies<true>(a, 0, a.npre, shift);
+  const uint32_t flag = ox_net_flag(target);
+  if (go) ox_net_copies<true>(a, 0, a.npre, shift, flag);
   __syncthreads();
   if (threadIdx.x == 0) {
     AbortState ab(a.abort_flag);
@@ -143,15 +220,27 @@ extern "C" __global__ void ox_net_step(NetStepArgs a) {
       *arrived = 0;
       *issued = target;
       if (go) {
-        // The trigger's size field carries the plan, its source-offset field the arena used.
-        const uint64_t fst = (a.plan & 0xffffffffull) | (uint64_t)(shift != 0) << 32;
-        go = ox_fifo_push(a.fifo, fst, ox_trigger_type(OX_TRIGGER_DATA | OX_TRIGGER_FLAG)) != ~0ull;
+        // The trigger's size field carries the plan; its source-offset field the arena used (bit
+        // 0) and the packets' flag (the step's low 31 bits above it). Packets need no fence.
+        const uint64_t src = (uint64_t)(shift != 0) | (target & 0x7fffffffull) << 1;
+        const uint64_t fst = (a.plan & 0xffffffffull) | src << 32;
+        go = ox_fifo_push(a.fifo, fst, ox_trigger_type(OX_TRIGGER_DATA | OX_TRIGGER_FLAG), !a.packets) != ~0ull;
       }
     }
-    // Every block waits for the proxy itself before its part of the copies out.
-    if (go && wait_here) go = ox_net_wait(a, ab, target);
   }
   __syncthreads();
   if (!go || !wait_here) return;
-  ox_net_copies<false>(a, a.npre, a.npre + a.npost, shift);
+  // The step's own copies while the proxy works: they touch nothing of its ranges.
+  ox_net_copies<false>(a, a.npre, a.npre + a.npost, shift, flag, kOwn);
+  if (threadIdx.x == 0 && !ox_net_by_packets(a)) {
+    // Every block waits for the proxy itself before its part of the copies out (or polls its
+    // packets in them).
+    AbortState ab(a.abort_flag);
+    go = ox_net_wait(a, ab, target);
+    if (go && blockIdx.x == 0) *ox_net_seen(a) = target;
+  }
+  __syncthreads();
+  if (!go) return;
+  const bool ok = ox_net_copies<false>(a, a.npre, a.npre + a.npost, shift, flag, kArena);
+  if (__syncthreads_and(ok) && threadIdx.x == 0 && blockIdx.x == 0 && ox_net_by_packets(a)) *ox_net_seen(a) = target;
 }

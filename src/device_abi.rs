@@ -232,9 +232,10 @@ pub struct NetStepArgs {
     pub plan: u64,
     /// `u64`, host-mapped: steps the proxy has finished (it only grows).
     pub done: u64,
-    /// Two `u64` in device memory: steps this communicator's kernels have issued, then the blocks
-    /// of the running step kernel that have made their part of its copies (block 0 waits for the
-    /// others and resets it).
+    /// Three `u64` in device memory: steps this communicator's kernels have issued; the blocks of
+    /// the running step kernel that have made their part of its copies (block 0 waits for the
+    /// others and resets it); the newest step a kernel saw finished (every earlier one is too), so
+    /// a later kernel need not ask the host-mapped `done` again.
     pub issued: u64,
     pub abort_flag: u64,
     /// Copies before the step is handed over (`copies[..npre]`, GPU -> host) and after the proxy
@@ -247,6 +248,11 @@ pub struct NetStepArgs {
     /// Bit k: copy k's host side (destination before the hand-over, source after) is in the
     /// arena, and moves by `flip` in a step that uses the second one.
     pub arena_copies: u32,
+    /// 1: the arena side of every arena copy is LL16 packets (8 payload bytes and their flag in
+    /// each 16, src/net/packets.rs): the kernel writes packets and pushes the trigger without a
+    /// system fence, and reads the results' packets instead of waiting for `done`. 0: plain bytes.
+    pub packets: u32,
+    pub _pad0: u32,
     /// The second arena's device address minus the first's, modulo 2^64; 0: one arena. Steps of
     /// odd number (the device's count, so graph replays alternate too) use the second.
     pub flip: u64,
@@ -467,6 +473,7 @@ mod tests {
             ("NetStepArgs", "npost", offset_of!(NetStepArgs, npost)),
             ("NetStepArgs", "detach", offset_of!(NetStepArgs, detach)),
             ("NetStepArgs", "arena_copies", offset_of!(NetStepArgs, arena_copies)),
+            ("NetStepArgs", "packets", offset_of!(NetStepArgs, packets)),
             ("NetStepArgs", "flip", offset_of!(NetStepArgs, flip)),
             ("NetStepArgs", "copies", offset_of!(NetStepArgs, copies)),
             ("NetCopy", "bytes", offset_of!(NetCopy, bytes)),

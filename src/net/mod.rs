@@ -18,6 +18,7 @@ pub mod hostreduce;
 pub mod ib;
 pub mod inline;
 pub mod link;
+pub mod packets;
 pub mod pipeline;
 pub mod plan;
 pub mod select;
@@ -231,6 +232,8 @@ pub struct Net {
     p2p_overlap: bool,
     /// OXCCL_NET_STEP_BLOCKS: most blocks a staged step kernel spreads its copies over.
     step_blocks: u32,
+    /// Payload bytes per direction up to which a staged step uses packets (`packets`); 0: never.
+    packets_max: u64,
     dev: &'static Device,
     status: Arc<NetStatus>,
 }
@@ -305,7 +308,7 @@ impl Net {
         // the proxy (the FIFO's only host user) before freeing it.
         let words = unsafe { FifoWords::over(fifo_mem.host, FIFO_SLOTS) }?;
         let head = DeviceBuffer::zeroed(s.dev, 8)?;
-        let issued = DeviceBuffer::zeroed(s.dev, 16)?;
+        let issued = DeviceBuffer::zeroed(s.dev, 24)?;
         let done = Arc::new(HostMapped::zeroed(s.dev, 64)?);
         let fifo = crate::proxy::fifo::device_view(fifo_mem.dev_ptr, head.ptr, FIFO_SLOTS);
         let plans = Arc::new(Mutex::new(Plans::default()));
@@ -342,6 +345,7 @@ impl Net {
             inline_peer,
             p2p_overlap: p2p_overlap(),
             step_blocks: step_blocks(),
+            packets_max: packets::max_bytes(),
             dev: s.dev,
             status,
         })
@@ -490,6 +494,8 @@ impl Net {
             npost: 0,
             detach: 0,
             arena_copies: 0,
+            packets: 0,
+            _pad0: 0,
             flip: 0,
             copies: Default::default(),
         };
@@ -498,10 +504,14 @@ impl Net {
             && step.phases.iter().all(|p| inline::phase_fits(p, self.inline_max))
             && step.phases.iter().flat_map(|p| p.sends.iter().chain(&p.recvs)).all(|x| self.inline_peer.get(x.peer).copied().unwrap_or(false));
         let (step, shape) = match inline.then(|| stage::stage_on_host(&step, self.inline_max, OX_NET_COPIES)).flatten() {
-            Some(st) => {
+            Some(mut st) => {
+                // Small steps pass their data as packets (their arena grows by the packet areas).
+                let pk = packets::reserve(&mut st, self.packets_max);
                 let [(host, dev), (host1, dev1)] = self.mailbox(st.step.arena_bytes)?;
-                let pre = st.pre.iter().map(|c| NetCopy { src: c.dev, dst: dev + c.host, bytes: c.bytes });
-                let post = st.post.iter().map(|c| NetCopy { src: dev + c.host, dst: c.dev, bytes: c.bytes });
+                // The kernel's side of each arena copy: the packets when there are, else the plain range.
+                let at = |i: usize, host: u64| dev + pk.get(i).map_or(host, |r| r.packets);
+                let pre = st.pre.iter().enumerate().map(|(i, c)| NetCopy { src: c.dev, dst: at(i, c.host), bytes: c.bytes });
+                let post = st.post.iter().enumerate().map(|(i, c)| NetCopy { src: at(st.pre.len() + i, c.host), dst: c.dev, bytes: c.bytes });
                 // A step that only sends has all it needs in the arena once its kernel pushed it:
                 // the kernel returns then, and the stream goes on while the proxy sends. The next
                 // staged step's kernel waits for the proxy before it refills the arena, later
@@ -530,6 +540,7 @@ impl Net {
                 }
                 (args.npre, args.npost) = (npre as u32, npost as u32);
                 args.detach = u32::from(detach);
+                args.packets = u32::from(!pk.is_empty());
                 // Only a detached step alternates: its kernel fills one arena while the proxy still
                 // sends the step before from the other. Others keep to the first, as every step
                 // did before (alternating cost exchanges 2-3 us a step at 2 simulated hosts, s29i,
@@ -541,7 +552,7 @@ impl Net {
                 let (npre, npost) = (args.npre as usize, args.npost as usize);
                 let bytes = |v: &[NetCopy]| v.iter().map(|c| c.bytes).sum::<u64>();
                 let grid = staged_grid(bytes(&args.copies[..npre]), bytes(&args.copies[npre..npre + npost]), self.step_blocks);
-                (Step { pinned: host as u64, pinned_flip: flip, copies: Vec::new(), ..st.step }, (grid, 512))
+                (Step { pinned: host as u64, pinned_flip: flip, copies: Vec::new(), packets: pk, ..st.step }, (grid, 512))
             }
             None => {
                 // The copies go first, as the host stage they stand for would (a rank alone on its
@@ -571,6 +582,16 @@ impl Net {
         }
         launch(r.module.net_step(), shape.0, shape.1, stream, &args).inspect_err(|_| self.plans.lock().remove(id))?;
         Ok(complete)
+    }
+}
+
+/// The host arena a staged step's kernel used (the second of the pair when `second`); null for
+/// a step that is not staged.
+fn staged_arena(step: &Step, second: bool) -> *mut u8 {
+    match step.pinned {
+        0 => std::ptr::null_mut(),
+        p if second => p.wrapping_add(step.pinned_flip) as *mut u8,
+        p => p as *mut u8,
     }
 }
 
@@ -685,8 +706,7 @@ impl NetHandler {
         // A staged step's arena came with its launch (the kernel fills and empties it).
         let arena = match step.pinned {
             0 => grow(self.dev, &mut self.arena, step.arena_bytes)?,
-            p if second => p.wrapping_add(step.pinned_flip) as *mut u8,
-            p => p as *mut u8,
+            _ => staged_arena(step, second),
         };
         for (k, ph) in step.phases.iter().enumerate() {
             let n = ph.sends.len() + ph.recvs.len();
@@ -1096,8 +1116,15 @@ impl Handler for NetHandler {
         self.status.started.fetch_add(1, Ordering::Relaxed);
         let step = self.plans.lock().take(r.size)?;
         let t0 = self.profile.is_some().then(std::time::Instant::now);
-        // The kernel names the arena it used in the trigger's source-offset field.
-        self.run(&step, r.src_offset & 1 == 1).map_err(|e| e.context(format!("rank {}: cross-host step", self.me)))?;
+        // The kernel names the arena it used in the trigger's source-offset field (bit 0), and
+        // its packets' flag above it.
+        let second = r.src_offset & 1 == 1;
+        let (flag, arena) = (packets::flag(r.src_offset), staged_arena(&step, second));
+        if !step.packets.is_empty() {
+            // SAFETY: the ranges lie in the staged arena, reserved by `launch_step`, alive with Net.
+            unsafe { packets::unpack(arena, &step.packets, flag, &|| self.stopped()) }.map_err(|e| e.context(format!("rank {}: cross-host step", self.me)))?;
+        }
+        self.run(&step, second).map_err(|e| e.context(format!("rank {}: cross-host step", self.me)))?;
         if let (Some(p), Some(t0)) = (self.profile.as_mut(), t0) {
             let bytes = step.phases.iter().flat_map(|ph| ph.sends.iter().chain(&ph.recvs)).map(|x| x.bytes).sum();
             p.add(true, bytes, t0.elapsed().as_secs_f64(), 0.0, 0.0, 0.0);
@@ -1106,6 +1133,11 @@ impl Handler for NetHandler {
         let done = unsafe { &*self.done.host.cast::<AtomicU64>() };
         // Release: every copy into GPU memory completed (synchronised) before the kernel sees this.
         done.fetch_add(1, Ordering::Release);
+        if !step.packets.is_empty() {
+            // Last: a kernel that saw these has the whole step behind it (packets.rs).
+            // SAFETY: as for `unpack` above.
+            unsafe { packets::pack(arena, &step.packets, flag) };
+        }
         Ok(())
     }
 

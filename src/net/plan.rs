@@ -133,6 +133,9 @@ pub struct Step {
     /// and the step kernel does them within its own launch (else they are launched before it).
     /// Never the proxy's: `launch_step` takes them out.
     pub copies: Vec<DevCopy>,
+    /// A staged step's arena ranges that its kernel and the proxy pass as LL16 packets
+    /// (`packets`); empty: plain bytes.
+    pub packets: Vec<super::packets::Range>,
 }
 
 impl Step {
