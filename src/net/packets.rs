@@ -92,9 +92,13 @@ pub fn reserve(st: &mut Staged, max: u64) -> Vec<Range> {
     out
 }
 
-fn word(p: *mut u8, i: usize) -> &'static AtomicU64 {
-    // SAFETY (callers): p + 8i is an 8-byte-aligned word of the arena (packet areas are
-    // 16-aligned), which outlives the step; the GPU and this thread access it only atomically.
+/// The `i`th 8-byte word at `p`, for atomic access.
+///
+/// # Safety
+/// p + 8i is an 8-byte-aligned word (packet areas are 16-aligned) that stays mapped while the
+/// returned reference is used; the GPU and this thread access it only atomically.
+unsafe fn word<'a>(p: *mut u8, i: usize) -> &'a AtomicU64 {
+    // SAFETY: the caller's promise above.
     unsafe { &*p.add(8 * i).cast::<AtomicU64>() }
 }
 
