@@ -52,6 +52,7 @@
 #include "common.cuh"
 #include "abort.cuh"
 #include "atomics.cuh"
+#include "copy.cuh"
 #include "fifo.cuh"
 #include "host_copy.cuh"
 #include "packet.cuh"
@@ -82,25 +83,6 @@ OX_DEV void ox_net_part(uint64_t bytes, uint64_t& off, uint64_t& len) {
   len = ox_min(per, bytes - off);
 }
 
-// Payload bytes [8i, 8i + 8) of `src` (GPU memory written by earlier work: plain loads), the last
-// packet's short.
-OX_DEV uint64_t ox_net_word(const uint8_t* src, uint64_t bytes, uint64_t i) {
-  const uint64_t off = i * 8, len = ox_min((uint64_t)8, bytes - off);
-  if (len == 8 && (reinterpret_cast<uintptr_t>(src + off) & 7) == 0) return *reinterpret_cast<const uint64_t*>(src + off);
-  uint64_t v = 0;
-  for (uint64_t k = 0; k < len; ++k) v |= (uint64_t)src[off + k] << (8 * k);
-  return v;
-}
-
-OX_DEV void ox_net_put_word(uint8_t* dst, uint64_t bytes, uint64_t i, uint64_t v) {
-  const uint64_t off = i * 8, len = ox_min((uint64_t)8, bytes - off);
-  if (len == 8 && (reinterpret_cast<uintptr_t>(dst + off) & 7) == 0) {
-    *reinterpret_cast<uint64_t*>(dst + off) = v;
-    return;
-  }
-  for (uint64_t k = 0; k < len; ++k) dst[off + k] = (uint8_t)(v >> (8 * k));
-}
-
 // Which copies of a range ox_net_copies makes: all, only those with an arena side, or only the
 // others (the step's own GPU-to-GPU copies, which may run at any point of it, src/net/plan.rs).
 enum NetCopies { kAll, kArena, kOwn };
@@ -121,7 +103,7 @@ OX_DEV bool ox_net_copies(const NetStepArgs& a, uint32_t from, uint32_t to, uint
       const uint64_t n = (c.bytes + 7) / 8, t0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x, nt = (uint64_t)gridDim.x * blockDim.x;
       if (ToHost) {
         for (uint64_t i = t0; i < n; i += nt)
-          ox_ll16_write(reinterpret_cast<void*>(c.dst + moved + i * 16), ox_net_word(reinterpret_cast<const uint8_t*>(c.src), c.bytes, i), flag);
+          ox_ll16_write(reinterpret_cast<void*>(c.dst + moved + i * 16), ox_load8(reinterpret_cast<const char*>(c.src), i * 8, c.bytes), flag);
       } else {
         AbortState ab(a.abort_flag);
         for (uint64_t i = t0; i < n && ok; i += nt) {
@@ -134,7 +116,7 @@ OX_DEV bool ox_net_copies(const NetStepArgs& a, uint32_t from, uint32_t to, uint
               break;
             }
           }
-          if (ok) ox_net_put_word(reinterpret_cast<uint8_t*>(c.dst), c.bytes, i, (uint64_t)v.x | (uint64_t)v.z << 32);
+          if (ok) ox_store8(reinterpret_cast<char*>(c.dst), i * 8, c.bytes, (uint64_t)v.x | (uint64_t)v.z << 32);
         }
       }
       continue;
