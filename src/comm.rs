@@ -752,6 +752,11 @@ impl Comm {
         let _ctx = CtxGuard::new(r.dev).ok()?;
         let mut ls = r.launch.try_lock_for(Duration::from_millis(100))?;
         let stream = ls.last_stream?;
+        // A stream being captured has nothing running to query, and a query of it is not allowed
+        // during the capture (it would invalidate the application's graph): no dump then.
+        if crate::gpu::stream::is_capturing(stream).unwrap_or(true) {
+            return None;
+        }
         // SAFETY: a stream this communicator launched on; a query has no side effects.
         let busy = unsafe { cu::cuStreamQuery(stream) } == cu::CUresult::CUDA_ERROR_NOT_READY;
         let now = Instant::now();
