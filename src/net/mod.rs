@@ -617,6 +617,9 @@ struct NetHandler {
     relaxed: Option<RelaxedCapture>,
     /// OXCCL_NET_PROFILE=1: where steps spend their time, printed when the communicator goes.
     profile: Option<Profile>,
+    /// OXCCL_NET_TRACE=DIR: per-step timestamps on the machine's monotonic clock, written to
+    /// DIR/oxccl-net-trace.<pid>.txt when the communicator goes (see `Trace`).
+    trace: Option<Trace>,
     /// Threaded phases combine their inputs as they land (`pipeline`); OXCCL_NET_PIPELINE=0: after
     /// all transfers, as before (for comparison).
     pipeline: bool,
@@ -685,6 +688,7 @@ impl NetHandler {
             status,
             relaxed: None,
             profile: crate::config::env("OXCCL_NET_PROFILE").filter(|v| v.trim() == "1").map(|_| Profile::default()),
+            trace: crate::config::env("OXCCL_NET_TRACE").filter(|v| !v.trim().is_empty()).map(|dir| Trace { dir, rows: Vec::new(), exchange: (0, 0) }),
             combining: 0.0,
             pipeline: crate::config::env("OXCCL_NET_PIPELINE").is_none_or(|v| v.trim() != "0"),
             helpers: hostreduce::helpers(hostreduce::cpus(), local_ranks),
@@ -973,7 +977,11 @@ impl NetHandler {
             unsafe { ins.get(x.peer, || inline::In::new(r, x.peer)).expect(link.next_seq(0, Dir::Recv), h, x.bytes as usize) };
         }
         let (mut outs, mut ins) = (outs.items, ins.items);
+        let x0 = self.trace.is_some().then(monotonic_ns);
         inline::exchange_noting(&mut outs, &mut ins, &|| self.stopped(), &|what| self.status.note(format!("phase {k} (inline): {what}")))?;
+        if let (Some(t), Some(x0)) = (self.trace.as_mut(), x0) {
+            t.exchange = (x0, monotonic_ns());
+        }
         let mut copies = false;
         for (x, &h) in ph.recvs.iter().zip(&dst) {
             if let Buf::Dev(p) = x.buf {
@@ -1084,8 +1092,47 @@ fn grow(dev: &'static Device, bufs: &mut Vec<HostMapped>, bytes: u64) -> Result<
     Ok(bufs.last().map_or(std::ptr::null_mut(), |m| m.host))
 }
 
+/// Per-step timestamps (OXCCL_NET_TRACE), for lining up the ranks of a simulated multi-host run on
+/// one machine, whose processes share CLOCK_MONOTONIC: where a small exchange waits, and for whom.
+/// One line per step: bytes moved, then ns at which the proxy took the trigger, had the kernel's
+/// packets, started and ended the (last) inline exchange, and finished the step. At most
+/// `TRACE_ROWS` steps are kept.
+struct Trace {
+    dir: String,
+    rows: Vec<[u64; 6]>,
+    exchange: (u64, u64),
+}
+
+const TRACE_ROWS: usize = 200_000;
+
+impl Trace {
+    fn add(&mut self, row: [u64; 6]) {
+        if self.rows.len() < TRACE_ROWS {
+            self.rows.push(row);
+        }
+        self.exchange = (0, 0);
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: out-pointer to a local timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
 impl Drop for NetHandler {
     fn drop(&mut self) {
+        if let Some(t) = &self.trace {
+            let path = std::path::Path::new(t.dir.trim()).join(format!("oxccl-net-trace.{}.txt", std::process::id()));
+            let mut out = format!("# rank {} bytes seen unpacked exchange_start exchange_end done (ns, CLOCK_MONOTONIC)\n", self.me);
+            for r in &t.rows {
+                out.push_str(&format!("{} {} {} {} {} {}\n", r[0], r[1], r[2], r[3], r[4], r[5]));
+            }
+            if let Err(e) = std::fs::write(&path, out) {
+                nccl_warn!("OXCCL_NET_TRACE: cannot write {}: {e}", path.display());
+            }
+        }
         let Some(p) = &self.profile else { return };
         let mut out = format!("oxccl net profile, rank {} (us per item; a phase's bytes class is 4^k):\n", self.me);
         for (class, r) in &p.rows {
@@ -1120,10 +1167,12 @@ impl Handler for NetHandler {
         // its packets' flag above it.
         let second = r.src_offset & 1 == 1;
         let (flag, arena) = (packets::flag(r.src_offset), staged_arena(&step, second));
+        let t_seen = self.trace.is_some().then(monotonic_ns);
         if !step.packets.is_empty() {
             // SAFETY: the ranges lie in the staged arena, reserved by `launch_step`, alive with Net.
             unsafe { packets::unpack(arena, &step.packets, flag, &|| self.stopped()) }.map_err(|e| e.context(format!("rank {}: cross-host step", self.me)))?;
         }
+        let t_unpacked = self.trace.is_some().then(monotonic_ns);
         self.run(&step, second).map_err(|e| e.context(format!("rank {}: cross-host step", self.me)))?;
         if let (Some(p), Some(t0)) = (self.profile.as_mut(), t0) {
             let bytes = step.phases.iter().flat_map(|ph| ph.sends.iter().chain(&ph.recvs)).map(|x| x.bytes).sum();
@@ -1137,6 +1186,10 @@ impl Handler for NetHandler {
             // Last: a kernel that saw these has the whole step behind it (packets.rs).
             // SAFETY: as for `unpack` above.
             unsafe { packets::pack(arena, &step.packets, flag) };
+        }
+        if let (Some(t), Some(seen), Some(unpacked)) = (self.trace.as_mut(), t_seen, t_unpacked) {
+            let bytes = step.phases.iter().flat_map(|ph| ph.sends.iter().chain(&ph.recvs)).map(|x| x.bytes).sum();
+            t.add([bytes, seen, unpacked, t.exchange.0, t.exchange.1, monotonic_ns()]);
         }
         Ok(())
     }
