@@ -496,9 +496,15 @@ fn fp8_one(f: Mini, c: Combine, a: u8, x: u8) -> u8 {
 
 /// FP8 results of every (acc, x) pair for one format and op, `fp8_one` run once per pair (about a
 /// millisecond, once per process): the loop is then a load per element, where `fp8_one` costs
-/// tens of nanoseconds (a 2 MiB combine took 40 ms).
-fn fp8_table(f: Mini, c: Combine) -> &'static [u8] {
+/// tens of nanoseconds (a 2 MiB combine took 40 ms; at 2 simulated hosts x 1, a 4 KB FP8
+/// ReduceScatter took 178 us a call against 22 for bfloat16, twenty-ninth pass). Built for a
+/// combine of `FP8_TABLE_MIN` elements or more, or once smaller ones of this format and op have
+/// added up to `FP8_TABLE_AFTER` elements (by then they cost about what the table does); used by
+/// every combine once built. None: not (yet) worth building.
+fn fp8_table(f: Mini, c: Combine, n: usize) -> Option<&'static [u8]> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     static TABLES: [std::sync::OnceLock<Box<[u8]>>; 8] = [const { std::sync::OnceLock::new() }; 8];
+    static SEEN: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
     let k = usize::from(f.m == E5M2.m) * 4
         + match c {
             Combine::Sum => 0,
@@ -506,15 +512,25 @@ fn fp8_table(f: Mini, c: Combine) -> &'static [u8] {
             Combine::Max => 2,
             Combine::Min => 3,
         };
-    TABLES[k].get_or_init(|| (0..=u16::MAX).map(|i| fp8_one(f, c, (i >> 8) as u8, i as u8)).collect())
+    if let Some(t) = TABLES[k].get() {
+        return Some(t);
+    }
+    fp8_table_due(n, SEEN[k].fetch_add(n, Ordering::Relaxed))
+        .then(|| &**TABLES[k].get_or_init(|| (0..=u16::MAX).map(|i| fp8_one(f, c, (i >> 8) as u8, i as u8)).collect()))
 }
 
-/// Below this many elements the table is not worth building.
+/// Whether a combine of `n` elements builds the table, after `before` elements combined without it.
+fn fp8_table_due(n: usize, before: usize) -> bool {
+    n >= FP8_TABLE_MIN || before.saturating_add(n) >= FP8_TABLE_AFTER
+}
+
+/// A combine this large builds the table at once.
 const FP8_TABLE_MIN: usize = 4096;
+/// Smaller combines of one format and op build it once they have added up to this many elements.
+const FP8_TABLE_AFTER: usize = 1 << 16;
 
 fn fp8s(acc: &mut [u8], x: &[u8], f: Mini, c: Combine) {
-    if acc.len() >= FP8_TABLE_MIN {
-        let t = fp8_table(f, c);
+    if let Some(t) = fp8_table(f, c, acc.len()) {
         for (a, &x) in acc.iter_mut().zip(x) {
             *a = t[usize::from(*a) << 8 | usize::from(x)];
         }
@@ -814,7 +830,7 @@ mod tests {
         let mut rnd = xorshift(0x51_7cc1_b727_220a);
         for (dt, f) in [(DataType::Float8e4m3, E4M3), (DataType::Float8e5m2, E5M2)] {
             for c in [Combine::Sum, Combine::Prod, Combine::Max, Combine::Min] {
-                let t = fp8_table(f, c);
+                let t = fp8_table(f, c, FP8_TABLE_MIN).expect("a large combine builds the table");
                 for i in 0..=u16::MAX {
                     let (a, x) = ((i >> 8) as u8, i as u8);
                     assert_eq!(t[usize::from(i)], fp8_one(f, c, a, x), "{dt:?} {c:?} {a:#x} {x:#x}");
@@ -831,6 +847,15 @@ mod tests {
         let mut a = vec![0x7e; FP8_TABLE_MIN];
         combine(&op(DataType::Float8e4m3, Combine::Sum), &mut a, &vec![0x7e; FP8_TABLE_MIN]);
         assert!(a.iter().all(|&v| v == 0x7e));
+        // Small combines build it too once they add up to what it costs; then every combine uses it.
+        assert!(!fp8_table_due(16, 0));
+        assert!(!fp8_table_due(2048, FP8_TABLE_AFTER - 2049));
+        assert!(fp8_table_due(2048, FP8_TABLE_AFTER - 2048));
+        assert!(fp8_table_due(FP8_TABLE_MIN, 0));
+        assert!(fp8_table(E4M3, Combine::Sum, 1).is_some(), "built above: used for one element");
+        let mut a = vec![0x38u8; 3];
+        combine(&op(DataType::Float8e4m3, Combine::Sum), &mut a, &[0x38; 3]);
+        assert_eq!(a, vec![fp8_one(E4M3, Combine::Sum, 0x38, 0x38); 3], "1 + 1 through the table");
     }
 
     #[test]
