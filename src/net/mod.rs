@@ -1114,6 +1114,11 @@ impl Trace {
     }
 }
 
+/// Bytes a step sends and receives in all (profile and trace size classes).
+fn step_bytes(step: &Step) -> u64 {
+    step.phases.iter().flat_map(|ph| ph.sends.iter().chain(&ph.recvs)).map(|x| x.bytes).sum()
+}
+
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: out-pointer to a local timespec.
@@ -1175,8 +1180,7 @@ impl Handler for NetHandler {
         let t_unpacked = self.trace.is_some().then(monotonic_ns);
         self.run(&step, second).map_err(|e| e.context(format!("rank {}: cross-host step", self.me)))?;
         if let (Some(p), Some(t0)) = (self.profile.as_mut(), t0) {
-            let bytes = step.phases.iter().flat_map(|ph| ph.sends.iter().chain(&ph.recvs)).map(|x| x.bytes).sum();
-            p.add(true, bytes, t0.elapsed().as_secs_f64(), 0.0, 0.0, 0.0);
+            p.add(true, step_bytes(&step), t0.elapsed().as_secs_f64(), 0.0, 0.0, 0.0);
         }
         // SAFETY: the first word of `done`, host-mapped; only this thread writes it.
         let done = unsafe { &*self.done.host.cast::<AtomicU64>() };
@@ -1188,8 +1192,7 @@ impl Handler for NetHandler {
             unsafe { packets::pack(arena, &step.packets, flag) };
         }
         if let (Some(t), Some(seen), Some(unpacked)) = (self.trace.as_mut(), t_seen, t_unpacked) {
-            let bytes = step.phases.iter().flat_map(|ph| ph.sends.iter().chain(&ph.recvs)).map(|x| x.bytes).sum();
-            t.add([bytes, seen, unpacked, t.exchange.0, t.exchange.1, monotonic_ns()]);
+            t.add([step_bytes(&step), seen, unpacked, t.exchange.0, t.exchange.1, monotonic_ns()]);
         }
         Ok(())
     }

@@ -465,9 +465,6 @@ fn reduce(l: &Layout, c: &Call) -> Vec<Stage> {
     let (local_op, hop) = split_op(c.op, c.dtype, l.nranks());
     let (me, mh, root) = (l.me, l.my_host(), c.root);
     let rh = l.host_of[root];
-    // Each host reduces to its representative: the root itself, or the root's partner.
-    let rep = |h: usize| if h == rh { root } else { l.partner(root, h) };
-    let dst = if me == root { c.recv } else { c.scratch };
     // Few ranks on other hosts and a small message: each of them sends its own input to the root,
     // at once, instead of reducing on its host first and sending through its representative. The
     // root combines its host's partial result with their inputs. Not for a scaling op (PreMulSum,
@@ -476,6 +473,9 @@ fn reduce(l: &Layout, c: &Call) -> Vec<Stage> {
     if bytes > 0 && bytes <= REDUCE_DIRECT_MAX_BYTES && remote <= DIRECT_MAX_PEERS && local_op.op != RedOp::PreMulSum {
         return reduce_direct(l, c, local_op, hop);
     }
+    // Each host reduces to its representative: the root itself, or the root's partner.
+    let rep = |h: usize| if h == rh { root } else { l.partner(root, h) };
+    let dst = if me == root { c.recv } else { c.scratch };
     // Where the host's partial result is on its representative (alone on its host: the input).
     let solo = solo_reduction(l, local_op);
     let part = if solo { c.send } else { dst };
