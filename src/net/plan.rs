@@ -1006,7 +1006,7 @@ mod tests {
                 for (i, st) in p.iter_mut().enumerate() {
                     if let Stage::Net(step) = st {
                         let carries = step.phases.iter().any(|p| !p.sends.is_empty() || !p.recvs.is_empty());
-                        let x = super::super::stage::stage_on_host(step, u64::MAX, usize::MAX);
+                        let x = crate::net::stage::stage_on_host(step, u64::MAX, usize::MAX);
                         // Today's plans never read what an earlier phase wrote: all can be staged.
                         assert_eq!(x.is_some(), carries, "{hashes:?} {coll:?} rank {r} stage {i}");
                         if let Some(x) = x {
@@ -1235,8 +1235,8 @@ mod by_hand {
                 let st = plan_coll(std::hint::black_box(&l), std::hint::black_box(&c));
                 for s in &st {
                     if let Stage::Net(step) = s {
-                        if let Some(mut x) = super::super::stage::stage_on_host(step, 262_144, crate::device_abi::OX_NET_COPIES) {
-                            std::hint::black_box(super::super::packets::reserve(&mut x, 1024));
+                        if let Some(mut x) = crate::net::stage::stage_on_host(step, 262_144, crate::device_abi::OX_NET_COPIES) {
+                            std::hint::black_box(crate::net::packets::reserve(&mut x, 1024));
                         }
                     }
                 }
