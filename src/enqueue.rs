@@ -184,7 +184,8 @@ pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
         format!("point-to-point [{}] on stream {:p}", list.join(", "), first.stream)
     };
     with_launch(comm, first.stream, what, |r, ls| {
-        let graph = is_capturing(first.stream)?;
+        // Only a batch over several streams needs to know (a stream query costs a driver call).
+        let graph = !others.is_empty() && is_capturing(first.stream)?;
         if !graph {
             for &s in &others {
                 ls.done.record(s)?;
