@@ -1030,7 +1030,8 @@ mod by_hand {
     }
 
     /// Not a test: per-element time of `combine` per datatype and op (2 MiB buffers), for
-    /// comparing implementations on one machine. `cargo test --release -- --ignored combine_speed --nocapture`.
+    /// comparing implementations on one machine (FP8: through its pair table, built by the first
+    /// run). `cargo test --release -- --ignored combine_speed --nocapture`.
     #[test]
     #[ignore]
     fn combine_speed() {
@@ -1044,11 +1045,13 @@ mod by_hand {
             ((seed >> 11) as f64 / (1u64 << 53) as f64 - 0.5) * 2.0
         };
         let vals: Vec<(f64, f64)> = (0..n / 2).map(|_| (val(), val())).collect();
-        for dt in [DataType::Float32, DataType::Bfloat16, DataType::Float16] {
+        for dt in [DataType::Float32, DataType::Bfloat16, DataType::Float16, DataType::Float8e4m3, DataType::Float8e5m2] {
             let enc = |v: f64| -> Vec<u8> {
                 match dt {
                     DataType::Float32 => (v as f32).to_le_bytes().to_vec(),
                     DataType::Bfloat16 => (BF16.encode(v) as u16).to_le_bytes().to_vec(),
+                    DataType::Float8e4m3 => vec![E4M3.encode(v) as u8],
+                    DataType::Float8e5m2 => vec![E5M2.encode(v) as u8],
                     _ => (F16.encode(v) as u16).to_le_bytes().to_vec(),
                 }
             };
