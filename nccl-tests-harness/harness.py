@@ -13,7 +13,9 @@ compare: every run twice, oxccl then the reference NCCL, in the same invocation;
          (with matplotlib) one PNG per run into --out. `--suite bench` is every table of
          BENCHMARKS.md's same-call comparisons in one invocation (colls-perf + allreduce-perf);
          `--suite issue9 --ngpus N` is issue 9's table at N ranks (about 8 minutes at N = 4),
-         checked by `bars.py --issue9 OUT`.
+         checked by `bars.py --issue9 OUT`. `--repeat N` runs each pair N times, alternating
+         the libraries, and compares per-size medians: small eager sizes are bound by the host's
+         kernel launch and move by 10-30% between runs of either library.
 Suites are defined below (SUITES); modes: mpirun one process per GPU (npN), one process driving N
 GPUs (gN), threads (tN), each optionally with CUDA graphs (-G).
 """
@@ -222,6 +224,42 @@ def run_one(bindir, test, m, args, preload, libdir, timeout, log):
     skip = bool(re.search(r"is not a power of 2, skipping", out))
     return {"rc": rc, "rows": rows, "oob": oob, "skip": skip, "secs": time.time() - t0, "log": log}
 
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+def merge(runs):
+    """Repeats of one run (compare --repeat) as one: per row the median of each time and bus
+    bandwidth over the repeats, and a wrong count if any repeat had one; the first failing exit
+    status; out of bounds unknown if any repeat's is."""
+    if len(runs) == 1:
+        return runs[0]
+    keyed, order = {}, []
+    for r in runs:
+        for x in r["rows"]:
+            k = (x["bytes"], x["type"], x["op"])
+            if k not in keyed:
+                keyed[k] = []
+                order.append(k)
+            keyed[k].append(x)
+    rows = []
+    for k in order:
+        xs = keyed[k]
+        row = dict(xs[0])
+        for f in ("oop_us", "oop_busbw", "ip_us", "ip_busbw"):
+            row[f] = median([x[f] for x in xs])
+        for f in ("oop_wrong", "ip_wrong"):
+            bad = [x[f] for x in xs if x[f] not in ("0", "N/A")]
+            row[f] = bad[0] if bad else xs[0][f]
+        rows.append(row)
+    oobs = [r["oob"] for r in runs]
+    return {"rc": next((r["rc"] for r in runs if r["rc"] != 0), 0), "rows": rows,
+            "oob": None if any(o is None for o in oobs) else max(oobs), "skip": any(r["skip"] for r in runs),
+            "secs": sum(r["secs"] for r in runs), "log": runs[0]["log"]}
+
 def verdict(r):
     wrong = sum(1 for x in r["rows"] for w in (x["oop_wrong"], x["ip_wrong"]) if w not in ("0", "N/A"))
     ok = r["rc"] == 0 and r["oob"] == 0 and wrong == 0 and r["rows"]
@@ -270,10 +308,16 @@ def cmd_compare(a):
         if m["ngpus"] > a.ngpus:
             continue
         name = f"{test}-{m['name']}-" + "-".join(x for x in args if not x.startswith("-") and not x[0].isdigit())
-        print(f"[{i + 1}/{len(runs)}] {name}: oxccl ...", end=" ", flush=True)
-        ox = run_one(a.bin, test, m, args, a.oxccl, a.nccl_libdir, a.timeout, os.path.join(a.out, name + ".oxccl.log"))
-        print("nccl ...", end=" ", flush=True)
-        nc = run_one(a.bin, test, m, args, None, a.nccl_libdir, a.timeout, os.path.join(a.out, name + ".nccl.log"))
+        oxs, ncs = [], []
+        for k in range(a.repeat):
+            rep = "" if a.repeat == 1 else f".{k + 1}"
+            print(f"[{i + 1}/{len(runs)}] {name}{rep}: oxccl ...", end=" ", flush=True)
+            oxs.append(run_one(a.bin, test, m, args, a.oxccl, a.nccl_libdir, a.timeout, os.path.join(a.out, name + rep + ".oxccl.log")))
+            print("nccl ...", end=" ", flush=True)
+            ncs.append(run_one(a.bin, test, m, args, None, a.nccl_libdir, a.timeout, os.path.join(a.out, name + rep + ".nccl.log")))
+            if k + 1 < a.repeat:
+                print(flush=True)
+        ox, nc = merge(oxs), merge(ncs)
         ok, _ = verdict(ox)
         failed += not ok
         print("done" if ok else f"oxccl FAILED (rc {ox['rc']})", flush=True)
@@ -366,6 +410,8 @@ def main():
     p.add_argument("--timeout", type=int, default=300, help="seconds per run before it counts as hung")
     p.add_argument("--modes", default=None, help="comma list of mode names to run (e.g. np2,g2-G); default all")
     p.add_argument("--tests", default=None, help="comma list of test binaries to run (e.g. all_gather,hypercube); default all")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="compare: run each pair N times, alternating oxccl and NCCL, and compare per-size medians (host-bound small sizes move between runs)")
     a = p.parse_args()
     if a.ngpus is None:
         try:
@@ -375,6 +421,8 @@ def main():
     if a.ngpus < 1:
         print("harness: no GPUs found (nvidia-smi -L)")
         return 1
+    if a.repeat < 1:
+        p.error("--repeat must be at least 1")
     a.modes = set(a.modes.split(",")) if a.modes else None
     a.tests = {t if t.endswith("_perf") else t + "_perf" for t in a.tests.split(",")} if a.tests else None
     a.suite = a.suite or ("allreduce-check" if a.command == "check" else "allreduce-perf")

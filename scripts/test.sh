@@ -107,6 +107,26 @@ if PATH="$fb:$PATH" FAKE_WRONG=1 python3 nccl-tests-harness/harness.py compare -
   echo "test: harness compare passed a run with wrong values"; exit 1
 fi
 grep -q '| NO |' "$bt/w/results.md" || { echo "test: harness summary does not flag the wrong run"; exit 1; }
+# compare --repeat: each pair runs N times, alternating, and the ratio is of per-size medians. The
+# fake's NCCL takes 6 us but 2 us on its second run (an outlier), oxccl always 5: 5 / 6.
+cat > "$fb/vary_perf" <<'FAKE'
+#!/usr/bin/env bash
+n=$(cat "$FAKE_SEQ" 2>/dev/null || echo 0); echo $((n + 1)) > "$FAKE_SEQ"
+if [ -n "${LD_PRELOAD:-}" ]; then t=5.00; elif [ $(( n % 6 )) = 3 ]; then t=2.00; else t=6.00; fi
+echo "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong"
+printf "           8             2     float     sum      -1  %7s    0.00    0.00       0  %7s    0.00    0.00       0\n" $t $t
+echo "# Out of bounds values : 0 OK"
+FAKE
+chmod +x "$fb/vary_perf"; ln -sf vary_perf "$fb/sendrecv_perf"
+PATH="$fb:$PATH" FAKE_SEQ="$bt/seq" python3 nccl-tests-harness/harness.py compare --bin "$fb" --oxccl "$bt/no-such-lib.so" --suite colls-perf --tests sendrecv --ngpus 2 --repeat 3 --out "$bt/rep" > "$bt/rep.out" 2>&1 \
+  || { echo "test: harness compare --repeat failed"; tail -20 "$bt/rep.out"; exit 1; }
+python3 - "$bt/rep/results.json" <<'PY' || { echo "test: compare --repeat did not compare medians"; cat "$bt/rep/results.json"; exit 1; }
+import json, sys
+r = json.load(open(sys.argv[1]))[0]["rows"][0]
+assert abs(r["time_ratio"] - 5 / 6) < 1e-3 and r["nccl_us"] == 6.0, r
+PY
+[ "$(ls "$bt/rep" | grep -c '^sendrecv_perf-np2-float\.[123]\.\(oxccl\|nccl\)\.log$')" = 6 ] || { echo "test: compare --repeat did not keep each repeat's logs"; ls "$bt/rep"; exit 1; }
+ln -sf fake_perf "$fb/sendrecv_perf"
 # scripts/ab-small.sh on the same fakes: one line per (binary, mode, build) and exit 0; a wrong row
 # (oxccl's fake reports one under FAKE_WRONG=1) makes it exit 1.
 ab=$(PATH="$fb:$PATH" AB_LOGS="$bt/ab" bash scripts/ab-small.sh "$fb" 2 "sendrecv" nccl x="$fb/fake_perf" 2> /dev/null) \
