@@ -2,27 +2,37 @@
 # Every GPU test in one command, for a machine with GPUs (CI has none):
 #
 #   scripts/gpu-test.sh [--lib PATH] [--bin PATH] [--nccl-tests DIR] [--nccl-libdir DIR] [--out DIR] [--quick]
+#                       [--only REGEX] [--list [--ngpus N]]
 #
 # --lib / --bin: a built liboxccl.so and the folder holding oxccl-gpu-check (default: target/release,
 # built here if missing). --nccl-tests: a folder of nccl-tests binaries you built (MPI=1); without
 # it the nccl-tests matrix is skipped. --nccl-libdir: NVIDIA's libnccl.so.2, for the side-by-side
 # comparison. PyTorch tests run when `python3 -c "import torch"` works. Exit status 0 only if every
 # part that ran passed; a summary lists what ran and what was skipped, and why.
+# --only REGEX: only the steps whose names match (grep -E), e.g. to spread the whole run over
+# several sessions of limited length; --list: print the step names that would run and run none
+# (needs no GPU: --ngpus N stands for the machine's count, default 4).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
-lib="" bin="" nt="" nccldir="" out="gpu-test-out" quick=0
+lib="" bin="" nt="" nccldir="" out="gpu-test-out" quick=0 only="" list=0 list_ngpus=4
 while [ $# -gt 0 ]; do
   case "$1" in
+    --only) only=$2; shift 2 ;;
+    --list) list=1; shift ;;
+    --ngpus) list_ngpus=$2; shift 2 ;;
     --lib) lib=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     --nccl-tests) nt=$2; shift 2 ;;
     --nccl-libdir) nccldir=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --quick) quick=1; shift ;;
-    -h|--help) sed -n 2,10p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
     *) echo "gpu-test: unknown argument $1"; exit 2 ;;
   esac
 done
+if [ $list = 1 ]; then
+  lib=${lib:-liboxccl.so} bin=${bin:-.}
+fi
 if [ -z "$lib" ] || [ -z "$bin" ]; then
   if [ ! -x "$root/target/release/oxccl-gpu-check" ]; then
     (cd "$root" && bash scripts/setup-cuda.sh && cargo build --release --locked) || exit 1
@@ -30,19 +40,28 @@ if [ -z "$lib" ] || [ -z "$bin" ]; then
   lib=${lib:-$root/target/release/liboxccl.so}
   bin=${bin:-$root/target/release}
 fi
-if ! command -v nvidia-smi >/dev/null || [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -eq 0 ]; then
+if [ $list = 1 ]; then
+  ngpu=$list_ngpus
+elif ! command -v nvidia-smi >/dev/null || [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -eq 0 ]; then
   echo "gpu-test: no GPU on this machine; nothing to run (CI runs scripts/test.sh instead)."
   exit 0
+else
+  ngpu=$(nvidia-smi -L | wc -l)
 fi
-ngpu=$(nvidia-smi -L | wc -l)
-mkdir -p "$out"
+[ $list = 1 ] || mkdir -p "$out"
 summary=() fail=0
 step() {  # name, command...
   local name=$1; shift
+  if [ -n "$only" ] && ! grep -qE -- "$only" <<< "$name"; then
+    summary+=("SKIP  $name (--only)"); return
+  fi
+  if [ $list = 1 ]; then echo "$name"; return; fi
   echo "== $name"
   if "$@" > "$out/$name.log" 2>&1; then summary+=("PASS  $name"); else summary+=("FAIL  $name (see $out/$name.log)"); fail=1; fi
   tail -3 "$out/$name.log"
 }
+# What this machine has (CUDA toolkit, mpirun, PyTorch); --list assumes all of it.
+present() { [ $list = 1 ] || "$@"; }
 q=""; [ $quick = 1 ] && q="--quick"
 export NCCL_NVLS_ENABLE=0
 step gpu-check-allreduce "$bin/oxccl-gpu-check" --graph $q
@@ -75,7 +94,7 @@ step leaks "$bin/oxccl-gpu-check" --leaks
 # OXCCL_CHECKSUM: no false alarm over a random mix, and an injected corruption is reported.
 step soak-checksummed env OXCCL_CHECKSUM=1 "$bin/oxccl-gpu-check" --soak 600 --seed 3
 step checksum-catches-corruption bash -c "OXCCL_CHECKSUM=1 OXCCL_CHECKSUM_INJECT=1 NCCL_DEBUG=WARN '$bin/oxccl-gpu-check' --soak 100 2>&1 | tee /dev/stderr | grep -q 'corrupted data on rank 1'"
-if [ "$ngpu" -ge 2 ] && [ -d "${CUDA_HOME:-/usr/local/cuda}/include" ]; then
+if [ "$ngpu" -ge 2 ] && present test -d "${CUDA_HOME:-/usr/local/cuda}/include"; then
   step ffi-gpu bash "$root/ffi-tests/gpu.sh" "$lib" "$nccldir"
 else
   summary+=("SKIP  ffi-gpu (fewer than 2 GPUs, or no CUDA toolkit at \$CUDA_HOME)")
@@ -87,7 +106,7 @@ if [ -n "$nt" ]; then
   step nccl-tests-registered $H check --suite registered-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/registered-check"
   step nccl-tests-ce-direct env OXCCL_CE_DIRECT_MIN_BYTES=1048576 $H check --suite ce-direct-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/ce-direct-check"
   step nccl-tests-ce-direct-sync env OXCCL_CE_DIRECT_ASYNC=0 OXCCL_CE_DIRECT_MIN_BYTES=1048576 $H check --suite ce-direct-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/ce-direct-sync-check"
-  if command -v mpirun >/dev/null && [ "$ngpu" -ge 2 ]; then
+  if present command -v mpirun >/dev/null && [ "$ngpu" -ge 2 ]; then
     step nccl-tests-multihost bash "$root/scripts/multihost-check.sh" "$lib" "$nt" "$ngpu" "$out/multihost"
     # Below 4 GPUs, the 2 x 2 and 4 x 1 layouts still run, with 4 ranks time-sharing the GPUs.
     if [ "$ngpu" -lt 4 ]; then
@@ -104,11 +123,12 @@ if [ -n "$nt" ]; then
 else
   summary+=("SKIP  nccl-tests (no --nccl-tests DIR)")
 fi
-if python3 -c "import torch" 2>/dev/null && [ "$ngpu" -ge 2 ]; then
+if present python3 -c "import torch" 2>/dev/null && [ "$ngpu" -ge 2 ]; then
   step torch-suite bash "$root/torch-tests/run.sh" "$ngpu" "$lib" "$out/torch"
 else
   summary+=("SKIP  torch-suite (no PyTorch or fewer than 2 GPUs)")
 fi
+[ $list = 1 ] && exit 0
 echo
 printf '%s\n' "${summary[@]}"
 exit $fail

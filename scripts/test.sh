@@ -127,6 +127,12 @@ assert abs(r["time_ratio"] - 5 / 6) < 1e-3 and r["nccl_us"] == 6.0, r
 PY
 [ "$(ls "$bt/rep" | grep -c '^sendrecv_perf-np2-float\.[123]\.\(oxccl\|nccl\)\.log$')" = 6 ] || { echo "test: compare --repeat did not keep each repeat's logs"; ls "$bt/rep"; exit 1; }
 ln -sf fake_perf "$fb/sendrecv_perf"
+# scripts/gpu-test.sh --list: its step names without a GPU; --only narrows them (a run in parts).
+gl=$(bash scripts/gpu-test.sh --list --nccl-tests /none --nccl-libdir /none) || { echo "test: gpu-test.sh --list failed"; exit 1; }
+{ [ "$(wc -l <<< "$gl")" -ge 20 ] && grep -qx torch-suite <<< "$gl" && grep -qx nccl-tests-registered <<< "$gl"; } \
+  || { echo "test: gpu-test.sh --list misses steps"; echo "$gl"; exit 1; }
+gl=$(bash scripts/gpu-test.sh --list --only '^fault-injection-ce' | tr '\n' ' ')
+[ "$gl" = "fault-injection-ce fault-injection-ce-direct fault-injection-ce-direct-sync " ] || { echo "test: gpu-test.sh --only chose: $gl"; exit 1; }
 # scripts/ab-small.sh on the same fakes: one line per (binary, mode, build) and exit 0; a wrong row
 # (oxccl's fake reports one under FAKE_WRONG=1) makes it exit 1.
 ab=$(PATH="$fb:$PATH" AB_LOGS="$bt/ab" bash scripts/ab-small.sh "$fb" 2 "sendrecv" nccl x="$fb/fake_perf" 2> /dev/null) \
