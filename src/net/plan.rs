@@ -1235,8 +1235,8 @@ mod by_hand {
                 let st = plan_coll(std::hint::black_box(&l), std::hint::black_box(&c));
                 for s in &st {
                     if let Stage::Net(step) = s {
-                        if let Some(mut x) = crate::net::stage::stage_on_host(step, 262_144, crate::device_abi::OX_NET_COPIES) {
-                            std::hint::black_box(crate::net::packets::reserve(&mut x, 1024));
+                        if let Some(mut x) = crate::net::stage::stage_on_host(step, crate::net::inline::DEFAULT_MAX, crate::device_abi::OX_NET_COPIES) {
+                            std::hint::black_box(crate::net::packets::reserve(&mut x, crate::net::packets::DEFAULT_MAX));
                         }
                     }
                 }
