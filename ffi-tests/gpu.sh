@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# GPU part of the C ABI tests (GPU machine): gpu_comm.c and gpu_pair.c, built against
+# GPU part of the C ABI tests (GPU machine): gpu_comm.c, gpu_streams.c and gpu_pair.c, built against
 # include/nccl.h and linked with -lnccl, run once against oxccl and once against a reference NCCL
-# (each must pass with both: they check NCCL's behaviour, not oxccl's). gpu_comm: one process, one
-# thread per GPU; gpu_pair: two processes on GPUs 0 and 1.
+# (each must pass with both: they check NCCL's behaviour, not oxccl's). gpu_comm and gpu_streams:
+# one process, one thread per GPU; gpu_pair: two processes on GPUs 0 and 1.
 # Usage: ffi-tests/gpu.sh LIBOXCCL [NCCL_LIBDIR] [NGPUS]
 #   LIBOXCCL: path to liboxccl.so; NCCL_LIBDIR: a directory with NVIDIA's libnccl.so.2 (optional);
 #   CUDA_HOME (default /usr/local/cuda) provides cuda_runtime.h and libcudart.
@@ -20,6 +20,8 @@ ln -s "$lib" "$out/lib/libnccl.so.2"
 ln -s libnccl.so.2 "$out/lib/libnccl.so"
 gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" -I"$cuda/include" "$here/gpu_comm.c" \
   -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -lpthread -o "$out/gpu_comm"
+gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" -I"$cuda/include" "$here/gpu_streams.c" \
+  -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -lpthread -o "$out/gpu_streams"
 gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" -I"$cuda/include" "$here/gpu_pair.c" \
   -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_pair"
 # Pointer checks are part of the test (NCCL_CHECK_POINTERS=1 is honoured by both libraries).
@@ -31,6 +33,12 @@ if [ -n "$nccl_dir" ]; then
   echo "== gpu_comm with NCCL ($nccl_dir)"
   LD_LIBRARY_PATH="$nccl_dir:$cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$out/gpu_comm" $ngpus || rc=1
 fi
+for label in oxccl NCCL; do
+  dir="$out/lib"
+  if [ $label = NCCL ]; then [ -n "$nccl_dir" ] || continue; dir=$nccl_dir; fi
+  echo "== gpu_streams with $label"
+  LD_LIBRARY_PATH="$dir:$cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$out/gpu_streams" $ngpus || rc=1
+done
 # gpu_pair (two processes): a call returns before the peer makes its matching call (after a
 # first call together); exit status 77 means fewer than 2 GPUs. With OXCCL_CE_DIRECT_ASYNC=0
 # oxccl's copy-engine direct path handshakes on the calling thread and must fail the test: that

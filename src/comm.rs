@@ -106,12 +106,22 @@ pub struct Ready {
 /// Launch bookkeeping, held across a launch so that one communicator's kernels are issued in a
 /// single order even when several threads or streams use it.
 pub struct LaunchState {
-    /// The stream of the previous launch; None before the first.
+    /// The stream of the previous launch; None before the first. Only compared, never used:
+    /// the application may have destroyed it since (NCCL allows that, even with work pending).
     pub last_stream: Option<cu::CUstream>,
-    /// Recorded on a stream switch (the new stream waits for it) and when the communicator is
-    /// flushed (finalize, destroy, abort wait for it). Not on every launch: it would cost the hot
-    /// path a driver call.
+    /// Recorded on the stream of every launch, after it: a stream switch makes the new stream wait
+    /// for it, and finalize, destroy and abort wait for it, without touching a stream that the
+    /// application may have destroyed since (a driver call on a destroyed stream crashes). Costs a
+    /// launch about 0.25 us of host time (scripts/lab/launch_lab.cu, session 43).
     pub done: Event,
+    /// The capture `done` was recorded in (gpu::stream::capture_of): an event recorded in a
+    /// capture can only be waited for in the same capture.
+    pub done_capture: Option<u64>,
+    /// Orders the streams of a group among themselves before its first launch
+    /// (group::fork_streams).
+    pub join: Event,
+    /// The capture state of the current launch's stream, asked once as the launch begins.
+    pub tail_now: Option<crate::algo::pdl::CaptureTail>,
     /// Blocks of the communicator's last kernel on `last_stream` that may still hold SMs when the
     /// next launch there begins early (algo::pdl's `prev_grid`): 0 when none can, u32::MAX when
     /// unknown (after a failed launch or one made elsewhere), which allows no early start.
@@ -471,7 +481,7 @@ impl Comm {
         let mem = channels.as_ref().map_or(0, |c| c.device_bytes);
         // Every rank has mapped every peer before any of them launches a kernel on the channels.
         bootstrap.barrier()?;
-        let launch = LaunchState { last_stream: None, done: Event::new()?, last_grid: 0, ring_anchor: None, ring_prev: None, progress: Default::default() };
+        let launch = LaunchState { last_stream: None, done: Event::new()?, done_capture: None, join: Event::new()?, tail_now: None, last_grid: 0, ring_anchor: None, ring_prev: None, progress: Default::default() };
         let bootstrap = Arc::new(bootstrap);
         let watchdog = watch_peers(self.rank, self.nranks, bootstrap.clone(), self.state.clone(), abort_flag.clone())?;
         nccl_info!(
@@ -513,16 +523,10 @@ impl Comm {
         let Some(r) = self.ready.get() else { return Ok(true) };
         let _ctx = CtxGuard::new(r.dev)?;
         let launch = r.launch.lock();
-        let Some(stream) = launch.last_stream else { return Ok(true) };
-        // The event covers everything issued on the last stream so far, our kernels included.
-        // Work captured into a graph is the application's to wait for.
-        if crate::gpu::stream::is_capturing(stream).unwrap_or(true) {
+        // The event follows the last launch (and everything before it). Work captured into a
+        // graph is the application's to wait for.
+        if launch.last_stream.is_none() || launch.done_capture.is_some() {
             return Ok(true);
-        }
-        if launch.done.record(stream).is_err() {
-            // The application destroyed the stream: wait for the whole device instead.
-            // SAFETY: the device's primary context is current (guard above).
-            return crate::gpu::check(unsafe { cu::cuCtxSynchronize() }, "cuCtxSynchronize").map(|_| true);
         }
         let mut spins = 0u32;
         loop {
@@ -751,14 +755,13 @@ impl Comm {
         let r = self.ready.get()?;
         let _ctx = CtxGuard::new(r.dev).ok()?;
         let mut ls = r.launch.try_lock_for(Duration::from_millis(100))?;
-        let stream = ls.last_stream?;
-        // A stream being captured has nothing running to query, and a query of it is not allowed
-        // during the capture (it would invalidate the application's graph): no dump then.
-        if crate::gpu::stream::is_capturing(stream).unwrap_or(true) {
+        ls.last_stream?;
+        // A launch captured into a graph has nothing running to query: no dump then.
+        if ls.done_capture.is_some() {
             return None;
         }
-        // SAFETY: a stream this communicator launched on; a query has no side effects.
-        let busy = unsafe { cu::cuStreamQuery(stream) } == cu::CUresult::CUDA_ERROR_NOT_READY;
+        // The communicator's last launch has not finished.
+        let busy = matches!(ls.done.query(), Ok(false));
         let now = Instant::now();
         if !ls.progress.stalled(busy, now, after) {
             return None;

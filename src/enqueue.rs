@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::gpu::module::{launch_pdl, Kernel};
 use crate::algo::pdl::{CaptureTail, RingAnchor};
 use crate::device_abi::{OX_ONESHOT_EARLY, OX_ONESHOT_ENTRY, OX_ONESHOT_POS_SHIFT, OX_ONESHOT_RING};
-use crate::gpu::stream::{capture_tail, is_capturing};
+use crate::gpu::stream::capture_tail;
 use crate::gpu::{check, cu, CtxGuard};
 use crate::log::Subsys;
 use crate::transport::ce_direct::Fallback;
@@ -81,13 +81,20 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
     comm.check_usable()?;
     let _ctx = CtxGuard::new(r.dev)?;
     let mut ls = r.launch.lock();
-    // Kernels of one communicator share its scratch and counters: they must not overlap. Only a
-    // stream switch costs anything: the new stream waits for what was issued on the previous one
-    // (unless either is being captured, where cross-capture dependencies are not allowed).
-    if let Some(prev) = ls.last_stream.filter(|&s| s != stream) {
-        if !is_capturing(prev)? && !is_capturing(stream)? {
-            ls.done.record(prev)?;
+    // Kernels of one communicator share its scratch and counters: they must not overlap. A new
+    // stream waits for the event that follows the previous launch when an event can join them
+    // (neither captured, or both in the same capture, where the wait becomes a graph edge);
+    // across captures no dependency is allowed and the application orders. The previous stream
+    // itself is not touched: the application may have destroyed it.
+    // One query serves the switch, the event's tag and the ring AllReduce's PDL rule (tail_now).
+    let mut tail = capture_tail(stream)?;
+    let capture = tail.map(|t| t.id);
+    if ls.last_stream.is_some_and(|s| s != stream) {
+        if capture == ls.done_capture {
             ls.done.wait_on(stream)?;
+            if capture.is_some() {
+                tail = capture_tail(stream)?; // the wait added an edge
+            }
         }
         // Nothing of this communicator's can still hold SMs ahead of the new stream's first
         // launch that algo::pdl would have to count (an event wait orders it, or, in a capture,
@@ -96,11 +103,18 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
     }
     crate::hostprof::mark(crate::hostprof::Stage::Prepare);
     ls.ring_prev = ls.ring_anchor.take(); // only the launch right after it may use it
-    if let Err(e) = f(r, &mut ls) {
+    ls.tail_now = tail;
+    let res = f(r, &mut ls);
+    // The event follows whatever this launch issued, even when it failed part way.
+    let rec = ls.done.record(stream);
+    if rec.is_ok() {
+        ls.done_capture = capture;
+        ls.last_stream = Some(stream);
+    }
+    if let Err(e) = res.and(rec) {
         ls.last_grid = u32::MAX; // whatever ran last is unknown: no PDL behind it
         return Err(e);
     }
-    ls.last_stream = Some(stream);
     if crate::diag::dump_after().is_some() {
         ls.progress.note(what());
     }
@@ -145,7 +159,9 @@ fn nccl_func(c: Coll) -> Option<Func> {
 }
 
 /// Launches one communicator's point-to-point operations of a group as one kernel, on the first
-/// operation's stream; the other streams of the batch are ordered before and after it.
+/// operation's stream. When the batch spans several streams, the group orders them: each waits
+/// for all the others before the group's first launch and for its last launch after it
+/// (group::fork_streams, group::join_streams).
 pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
     let Some(first) = ops.first() else { return Ok(()) };
     let me = comm.rank;
@@ -173,36 +189,15 @@ pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
         }
         spec.copies.push(LocalCopy { src: s.ptr, dst: r.ptr, bytes: s.bytes });
     }
-    let mut others: Vec<cu::CUstream> = Vec::new();
-    for op in ops.iter().filter(|o| o.stream != first.stream) {
-        if !others.contains(&op.stream) {
-            others.push(op.stream);
-        }
-    }
     let what = || {
         let list: Vec<String> = ops.iter().map(|o| format!("{} {} B {} {}", if o.is_send { "send" } else { "recv" }, o.bytes, if o.is_send { "to" } else { "from" }, o.peer)).collect();
         format!("point-to-point [{}] on stream {:p}", list.join(", "), first.stream)
     };
     with_launch(comm, first.stream, what, |r, ls| {
-        // Only a batch over several streams needs to know (a stream query costs a driver call).
-        let graph = !others.is_empty() && is_capturing(first.stream)?;
-        if !graph {
-            for &s in &others {
-                ls.done.record(s)?;
-                ls.done.wait_on(first.stream)?;
-            }
-        }
         match &r.net {
-            Some(net) => net.launch_p2p(r, ops, first.stream)?,
-            None => p2p(r, ls, &spec, first.stream)?,
+            Some(net) => net.launch_p2p(r, ops, first.stream),
+            None => p2p(r, ls, &spec, first.stream),
         }
-        if !graph && !others.is_empty() {
-            ls.done.record(first.stream)?;
-            for &s in &others {
-                ls.done.wait_on(s)?;
-            }
-        }
-        Ok(())
     })
 }
 
@@ -444,7 +439,7 @@ fn allreduce(r: &Ready, ls: &mut LaunchState, t: &CollTask, count: u64) -> Resul
     // The ring one-shot: early behind the previous one where algo::pdl::early proves it safe,
     // and remembered as the anchor for the next launch when captured.
     let pdl = pdl_allowed(r, ls, plan.grid);
-    let tail = capture_tail(t.stream)?;
+    let tail = ls.tail_now; // nothing was issued on the stream since with_launch asked
     let early = crate::algo::pdl::early(
         !r.tuning.early_off,
         pdl,

@@ -90,7 +90,52 @@ struct GroupState {
     /// ncclCommWindowRegister calls: collective, so run at End after the inits, before the ops.
     windows: Vec<crate::window::WindowJob>,
     ops: Vec<Deferred>,
+    /// Each communicator's streams among `ops`, in first use, for the capture rule (note_stream).
+    streams: Vec<StreamUse>,
     error: Option<Error>,
+}
+
+/// A stream one communicator's operations in the open group use, with its capture (capture_of)
+/// once it has been asked for.
+struct StreamUse {
+    comm: *const Comm,
+    stream: cu::CUstream,
+    capture: Option<Option<u64>>,
+}
+
+impl GroupState {
+    /// NCCL's rule: one communicator's operations in a group use streams that are all uncaptured
+    /// or all captured into the same graph, since its launch orders them with events. A single
+    /// stream asks the driver nothing; each further one asks once.
+    fn note_stream(&mut self, comm: &Arc<Comm>, stream: cu::CUstream) -> Result<()> {
+        let key = Arc::as_ptr(comm);
+        let mut first = None;
+        for (i, u) in self.streams.iter().enumerate().filter(|(_, u)| u.comm == key) {
+            if u.stream == stream {
+                return Ok(());
+            }
+            first.get_or_insert(i);
+        }
+        let capture = match first {
+            None => None,
+            Some(i) => {
+                let theirs = match self.streams[i].capture {
+                    Some(c) => c,
+                    None => crate::gpu::stream::capture_of(self.streams[i].stream)?,
+                };
+                self.streams[i].capture = Some(theirs);
+                let mine = crate::gpu::stream::capture_of(stream)?;
+                if mine != theirs {
+                    return Err(Error::invalid_usage(
+                        "Streams given to a communicator within a NCCL group must either be all uncaptured or all captured by the same graph.",
+                    ));
+                }
+                Some(mine)
+            }
+        };
+        self.streams.push(StreamUse { comm: key, stream, capture });
+        Ok(())
+    }
 }
 
 thread_local! {
@@ -160,6 +205,16 @@ fn run_windows(jobs: Vec<crate::window::WindowJob>) -> Result<()> {
 /// Runs an operation now, or defers it to the outermost End when a group is open.
 pub fn submit(op: Deferred) -> Result<()> {
     crate::hostprof::mark(crate::hostprof::Stage::Validate);
+    if let Some((comm, stream)) = op_stream(&op) {
+        GROUP.with(|g| {
+            let mut g = g.borrow_mut();
+            if g.depth > 0 {
+                g.note_stream(comm, stream)
+            } else {
+                Ok(())
+            }
+        })?;
+    }
     match defer(op, |g, op| g.ops.push(op)) {
         None => Ok(()),
         Some(Deferred::Coll(t)) => {
@@ -267,6 +322,10 @@ pub fn end() -> Result<()> {
         }
     }
     let streams_per_comm = multi_stream_comms(&state.ops);
+    // On an error the launches still go ahead (as after a failed launch): the peers wait for them.
+    if let Err(e) = fork_streams(&streams_per_comm) {
+        first_err.get_or_insert(e);
+    }
     let mut p2p: Vec<(Arc<Comm>, Vec<P2pOp>)> = Vec::new();
     for op in state.ops {
         let r = match op {
@@ -317,6 +376,9 @@ fn op_stream(op: &Deferred) -> Option<(&Arc<Comm>, cu::CUstream)> {
 /// in `end`. Inputs are hashed before a wave, outputs after it, and the ranks compare at the end.
 fn end_checksummed(ops: Vec<Deferred>, mut first_err: Option<Error>) -> Result<()> {
     let streams_per_comm = multi_stream_comms(&ops);
+    if let Err(e) = fork_streams(&streams_per_comm) {
+        first_err.get_or_insert(e);
+    }
     let mut s = crate::checksum::Session::default();
     let mut wave: Vec<CollTask> = Vec::new();
     let mut p2p: Vec<(Arc<Comm>, Vec<P2pOp>)> = Vec::new();
@@ -454,33 +516,54 @@ fn run_inits(jobs: Vec<InitJob>) -> Result<()> {
     }
 }
 
-/// Communicators whose group operations used more than one stream, with those streams in order.
+/// Communicators whose group operations (collectives and point-to-point) used more than one
+/// stream, with those streams in order.
 fn multi_stream_comms(ops: &[Deferred]) -> Vec<(Arc<Comm>, Vec<cu::CUstream>)> {
     let mut out: Vec<(Arc<Comm>, Vec<cu::CUstream>)> = Vec::new();
-    for op in ops {
-        if let Deferred::Coll(t) = op {
-            match out.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &t.comm)) {
-                Some((_, ss)) => {
-                    if !ss.contains(&t.stream) {
-                        ss.push(t.stream);
-                    }
+    for (comm, stream) in ops.iter().filter_map(op_stream) {
+        match out.iter_mut().find(|(c, _)| Arc::ptr_eq(c, comm)) {
+            Some((_, ss)) => {
+                if !ss.contains(&stream) {
+                    ss.push(stream);
                 }
-                None => out.push((t.comm.clone(), vec![t.stream])),
             }
+            None => out.push((comm.clone(), vec![stream])),
         }
     }
     out.retain(|(_, ss)| ss.len() > 1);
     out
 }
 
-/// After a group, every stream a communicator used waits for all of that communicator's work.
+/// Before a group's launches, every stream a communicator uses in it waits for what all the
+/// others hold, as NCCL's one launch per group does: the group's first kernel (whichever stream
+/// it is on) comes after all of them, and the later ones follow it (enqueue::with_launch).
+fn fork_streams(comms: &[(Arc<Comm>, Vec<cu::CUstream>)]) -> Result<()> {
+    for (comm, streams) in comms {
+        let Some((&first, rest)) = streams.split_first() else { continue };
+        let r = comm.ready()?;
+        let _ctx = crate::gpu::CtxGuard::new(r.dev)?;
+        let ls = r.launch.lock();
+        for &s in rest {
+            ls.join.record(s)?;
+            ls.join.wait_on(first)?;
+        }
+        ls.join.record(first)?;
+        for &s in rest {
+            ls.join.wait_on(s)?;
+        }
+    }
+    Ok(())
+}
+
+/// After a group, every stream a communicator used waits for all of that communicator's work
+/// (note_stream made sure that events can join them: all uncaptured, or all in one capture).
 fn join_streams(comms: Vec<(Arc<Comm>, Vec<cu::CUstream>)>) -> Result<()> {
     for (comm, streams) in comms {
         let r = comm.ready()?;
         let _ctx = crate::gpu::CtxGuard::new(r.dev)?;
         let ls = r.launch.lock();
+        // ls.done already follows the last launch, which was on `last`.
         let Some(last) = ls.last_stream else { continue };
-        ls.done.record(last)?;
         for s in streams.into_iter().filter(|&s| s != last) {
             ls.done.wait_on(s)?;
         }
@@ -525,6 +608,22 @@ mod tests {
             assert!(t0.elapsed() < std::time::Duration::from_secs(60), "background init never ended");
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+    }
+
+    /// The capture rule costs a group on one stream per communicator nothing: no driver call
+    /// (there is no driver here, so a call would fail the test), one entry per communicator.
+    #[test]
+    fn one_stream_per_communicator_asks_the_driver_nothing() {
+        let cfg = crate::config::CommConfig::default();
+        let (a, b) = (Arc::new(Comm::new(0, 2, 0, cfg.clone())), Arc::new(Comm::new(1, 2, 0, cfg)));
+        let (sa, sb) = (0x1000 as cu::CUstream, 0x2000 as cu::CUstream);
+        let mut g = GroupState::default();
+        for _ in 0..3 {
+            g.note_stream(&a, sa).expect("first stream of a");
+            g.note_stream(&b, sb).expect("first stream of b");
+        }
+        assert_eq!(g.streams.len(), 2);
+        assert!(g.streams.iter().all(|u| u.capture.is_none()), "no capture was asked for");
     }
 
     #[test]

@@ -2,6 +2,8 @@
 // cuLaunchKernelEx (with the programmatic-serialization attribute oxccl uses), a 64-byte argument
 // struct as oxccl's CollArgs, on a non-blocking stream; the kernel either returns at once or spins
 // for a given time (so the launches queue up behind a busy GPU, as in an eager nccl-tests loop).
+// Also (session 43) the same launch followed by a cuEventRecord on its stream, and followed by a
+// cuStreamGetCaptureInfo query: what keeping an event behind every launch would cost.
 //   nvcc -O2 -arch=sm_90 -o launch_lab launch_lab.cu -lcuda && ./launch_lab
 #include <cuda.h>
 #include <cstdio>
@@ -23,24 +25,31 @@ int main() {
   cudaFunction_t rf; if (cudaGetFuncBySymbol(&rf, (const void*)spin) != cudaSuccess) { printf("no func\n"); return 1; }
   f = (CUfunction)rf;
   CUstream s; CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUevent ev; CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+  static const char* names[] = {"cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchKernelEx+PDL", "+PDL, cuEventRecord", "+PDL, capture query"};
   const int N = 20000;
-  for (int spin_ns : {0, 2000, 4000}) for (int ex = 0; ex < 3; ++ex) for (int grid : {1, 8}) {
+  for (int spin_ns : {0, 2000, 4000}) for (int ex = 0; ex < 5; ++ex) for (int grid : {1, 8}) {
     Args a{}; a.w[0] = spin_ns; void* p[] = {&a};
     CUlaunchAttribute at{}; at.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION; at.value.programmaticStreamSerializationAllowed = 1;
     CUlaunchConfig cfg{}; cfg.gridDimX = grid; cfg.gridDimY = cfg.gridDimZ = 1; cfg.blockDimX = 512; cfg.blockDimY = cfg.blockDimZ = 1; cfg.hStream = s;
-    cfg.attrs = ex == 2 ? &at : nullptr; cfg.numAttrs = ex == 2 ? 1 : 0;
+    cfg.attrs = ex >= 2 ? &at : nullptr; cfg.numAttrs = ex >= 2 ? 1 : 0;
     for (int i = 0; i < 200; ++i) CK(cuLaunchKernel(f, grid, 1, 1, 512, 1, 1, 0, s, p, nullptr));
     CK(cuStreamSynchronize(s));
     double t0 = now();
     for (int i = 0; i < N; ++i) {
       if (ex == 0) CK(cuLaunchKernel(f, grid, 1, 1, 512, 1, 1, 0, s, p, nullptr));
       else CK(cuLaunchKernelEx(&cfg, f, p, nullptr));
+      if (ex == 3) CK(cuEventRecord(ev, s));
+      if (ex == 4) {
+        CUstreamCaptureStatus st; cuuint64_t id;
+        CK(cuStreamGetCaptureInfo(s, &st, &id, nullptr, nullptr, nullptr, nullptr));
+      }
     }
     double t1 = now();
     CK(cuStreamSynchronize(s));
     double t2 = now();
     printf("kernel %4d ns grid %d %-22s host %.3f us/launch, end to end %.3f us/launch\n", spin_ns, grid,
-           ex == 0 ? "cuLaunchKernel" : ex == 1 ? "cuLaunchKernelEx" : "cuLaunchKernelEx+PDL", (t1 - t0) / N * 1e6, (t2 - t0) / N * 1e6);
+           names[ex], (t1 - t0) / N * 1e6, (t2 - t0) / N * 1e6);
   }
   return 0;
 }
