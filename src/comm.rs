@@ -114,8 +114,8 @@ pub struct LaunchState {
     /// application may have destroyed since (a driver call on a destroyed stream crashes). Costs a
     /// launch about 0.25 us of host time (scripts/lab/launch_lab.cu, session 43).
     pub done: Event,
-    /// The capture `done` was recorded in (gpu::stream::capture_of): an event recorded in a
-    /// capture can only be waited for in the same capture.
+    /// The id of the capture `done` was recorded in: an event recorded in a capture can only be
+    /// waited for in the same capture.
     pub done_capture: Option<u64>,
     /// Orders the streams of a group among themselves before its first launch
     /// (group::fork_streams).

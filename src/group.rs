@@ -95,8 +95,8 @@ struct GroupState {
     error: Option<Error>,
 }
 
-/// A stream one communicator's operations in the open group use, with its capture (capture_of)
-/// once it has been asked for.
+/// A stream one communicator's operations in the open group use, with the capture it belongs to
+/// once that has been asked for.
 struct StreamUse {
     comm: *const Comm,
     stream: cu::CUstream,
@@ -121,10 +121,10 @@ impl GroupState {
             Some(i) => {
                 let theirs = match self.streams[i].capture {
                     Some(c) => c,
-                    None => crate::gpu::stream::capture_of(self.streams[i].stream)?,
+                    None => capture_of(self.streams[i].stream)?,
                 };
                 self.streams[i].capture = Some(theirs);
-                let mine = crate::gpu::stream::capture_of(stream)?;
+                let mine = capture_of(stream)?;
                 if mine != theirs {
                     return Err(Error::invalid_usage(
                         "Streams given to a communicator within a NCCL group must either be all uncaptured or all captured by the same graph.",
@@ -136,6 +136,11 @@ impl GroupState {
         self.streams.push(StreamUse { comm: key, stream, capture });
         Ok(())
     }
+}
+
+/// The id of the capture `stream` belongs to, or None when it is not being captured.
+fn capture_of(stream: cu::CUstream) -> Result<Option<u64>> {
+    Ok(crate::gpu::stream::capture_tail(stream)?.map(|t| t.id))
 }
 
 thread_local! {

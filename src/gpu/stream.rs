@@ -13,22 +13,6 @@ pub fn is_capturing(stream: cu::CUstream) -> Result<bool> {
     Ok(st != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }
 
-/// The capture `stream` belongs to: Some(its id) while it is being captured (or its capture has
-/// been invalidated and not yet ended), None when it is not being captured. Two streams can be
-/// ordered by an event only when this is the same for both.
-pub fn capture_of(stream: cu::CUstream) -> Result<Option<u64>> {
-    let mut st = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut id: cu::cuuint64_t = 0;
-    // SAFETY: out-pointers to locals; the graph and edge outputs are optional (null: not wanted).
-    check(
-        unsafe {
-            cu::cuStreamGetCaptureInfo_v3(stream, &mut st, &mut id, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut())
-        },
-        "cuStreamGetCaptureInfo",
-    )?;
-    Ok((st != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE).then_some(id))
-}
-
 /// Where `stream`'s capture stands (algo::pdl::CaptureTail), or None when it is not capturing.
 pub fn capture_tail(stream: cu::CUstream) -> Result<Option<crate::algo::pdl::CaptureTail>> {
     let mut st = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
