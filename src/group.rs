@@ -631,6 +631,26 @@ mod tests {
         assert!(g.streams.iter().all(|u| u.capture.is_none()), "no capture was asked for");
     }
 
+    /// Every communicator whose group operations use several streams, collectives and
+    /// point-to-point alike (the group orders all of them), streams in first-use order.
+    #[test]
+    fn multi_stream_comms_counts_point_to_point_streams() {
+        let cfg = crate::config::CommConfig::default();
+        let (a, b) = (Arc::new(Comm::new(0, 2, 0, cfg.clone())), Arc::new(Comm::new(1, 2, 0, cfg)));
+        let s = |x: usize| x as cu::CUstream;
+        let coll = |c: &Arc<Comm>, st| {
+            let op = crate::comm::ResolvedOp { op: crate::types::RedOp::Sum, scalar: 0, scalar_ptr: 0 };
+            Deferred::Coll(CollTask { comm: c.clone(), coll: crate::enqueue::Coll::AllReduce, send: 0, recv: 0, count: 1, dtype: crate::types::DataType::Float32, op, root: 0, stream: st })
+        };
+        let p2p = |c: &Arc<Comm>, st| Deferred::P2p(c.clone(), P2pOp { is_send: true, peer: 1, buf: 0, bytes: 4, stream: st });
+        // a: a collective on 0x10, then sends on 0x20 and 0x10; b: everything on 0x30.
+        let ops = vec![coll(&a, s(0x10)), coll(&b, s(0x30)), p2p(&a, s(0x20)), p2p(&b, s(0x30)), p2p(&a, s(0x10))];
+        let got = multi_stream_comms(&ops);
+        assert_eq!(got.len(), 1, "only a uses more than one stream");
+        assert!(Arc::ptr_eq(&got[0].0, &a));
+        assert_eq!(got[0].1, vec![s(0x10), s(0x20)]);
+    }
+
     #[test]
     fn end_without_start_is_invalid_usage() {
         assert_eq!(end().unwrap_err().code, ResultCode::InvalidUsage);
