@@ -97,8 +97,8 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
             }
         }
         // Nothing of this communicator's can still hold SMs ahead of the new stream's first
-        // launch that algo::pdl would have to count (an event wait orders it, or, in a capture,
-        // the previous stream's branch is the user's to order).
+        // launch that algo::pdl would have to count (the event wait orders it, or, across
+        // captures, the application orders the two).
         ls.last_grid = 0;
     }
     crate::hostprof::mark(crate::hostprof::Stage::Prepare);
