@@ -14,6 +14,10 @@
  *     that mixes and from ncclGroupEnd; the communicator works afterwards.
  *  5. A call on a new stream after the stream of the previous call was destroyed.
  *  6. ncclCommDestroy after the stream of the last call was destroyed.
+ *  7. Calls alternating between two streams with no synchronization, each reading the previous
+ *     one's result: a communicator's operations run in the order they were issued, whatever
+ *     their streams (NCCL orders them through its own device stream). Small, mid and large
+ *     sizes, so that every kind of AllReduce kernel is followed by one on the other stream.
  * Usage: gpu_streams [NGPUS]   (default: every visible GPU; exit 77 with fewer than 2) */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -387,6 +391,29 @@ static void *rank_main(void *arg) {
     CHECK(wrong(rank, b, 5, -1, h) == 0, "AllReduce after the previous stream was destroyed");
   }
 #endif
+  pthread_barrier_wait(&bar);
+
+  /* 7. Sixteen in-place AllReduces (sum, int64) alternating between s0 and s1, never synchronized:
+   * each must start after the previous one ends, on the other stream. Every element ends as its
+   * start times N^16. */
+  {
+    const size_t sizes[] = {8, 4096, bytes / sizeof(long long)};
+    long long *v = (long long *)h, *x = (long long *)a;
+    for (int z = 0; z < 3; z++) {
+      const size_t n = sizes[z];
+      for (size_t i = 0; i < n; i++) v[i] = 1 + (long long)(i % 5);
+      CU(cudaMemcpy(x, v, n * sizeof(long long), cudaMemcpyHostToDevice));
+      for (int k = 0; k < 16; k++) OK(ncclAllReduce(x, x, n, ncclInt64, ncclSum, c, k % 2 ? s1 : s0));
+      CU(cudaStreamSynchronize(s0));
+      CU(cudaStreamSynchronize(s1));
+      CU(cudaMemcpy(v, x, n * sizeof(long long), cudaMemcpyDeviceToHost));
+      long long scale = 1;
+      for (int k = 0; k < 16; k++) scale *= N;
+      size_t bad = 0;
+      for (size_t i = 0; i < n; i++) bad += v[i] != (1 + (long long)(i % 5)) * scale;
+      CHECK(bad == 0, "%zu of %zu elements wrong after 16 AllReduces alternating between two streams", bad, n);
+    }
+  }
   pthread_barrier_wait(&bar);
 
   /* 6. The last call's stream is destroyed before the communicator. */

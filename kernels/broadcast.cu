@@ -7,6 +7,7 @@
 #include "ll128_chain.cuh"
 #include "ll_flags.cuh"
 #include "packet.cuh"
+#include "done.cuh"
 #include "pdl.cuh"
 
 struct BroadcastLl128Line {
@@ -29,7 +30,7 @@ struct BroadcastLl128Line {
   }
 };
 
-extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_broadcast_ll128(CollArgs a) {
+OX_DEV void ox_broadcast_ll128_body(const CollArgs& a) {
   ox_pdl_enter();
   const DevComm& c = ox_comm(a);
   const int n = c.nranks, pos = (c.rank - a.root + n) % n;  // 0 = the root
@@ -37,6 +38,11 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_broadcast_ll1
   BroadcastLl128Line line{root ? reinterpret_cast<const char*>(a.send) : nullptr,
                           root && a.send == a.recv ? nullptr : reinterpret_cast<char*>(a.recv), a.count};
   ox_ll128_chain(a, pos, a.count, line);
+}
+
+extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_broadcast_ll128(CollArgs a) {
+  ox_broadcast_ll128_body(a);
+  ox_done_publish(a.comm);
 }
 
 // Small Broadcast as one-way LL16 packets: the root writes the message into every peer's LL
@@ -47,7 +53,7 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_broadcast_ll1
 // trip. Replaces the exchange kernel's general transfer list for small messages (BENCHMARKS,
 // fifteenth pass: 6.6-6.9 us under graphs there, against 2.9-4 for the one-shot kernels).
 // Untyped: `count` is bytes.
-extern "C" __global__ void ox_broadcast_oneshot(CollArgs a) {
+OX_DEV void ox_broadcast_oneshot_body(const CollArgs& a) {
   ox_pdl_enter();
   const DevComm& c = ox_comm(a);
   const int me = c.rank, n = c.nranks, root = a.root;
@@ -86,4 +92,9 @@ extern "C" __global__ void ox_broadcast_oneshot(CollArgs a) {
     for (uint64_t i = g; i < npkt; i += G) ox_store8(dst, i * 8, nbytes, ox_ll16_read(mine + i * 16, flags[root], ab));
   }
   ox_ll_flags_advance(c, me, n, flags, pair);
+}
+
+extern "C" __global__ void ox_broadcast_oneshot(CollArgs a) {
+  ox_broadcast_oneshot_body(a);
+  ox_done_publish(a.comm);
 }

@@ -17,4 +17,6 @@
 OX_DEV uint64_t ox_ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 OX_DEV uint64_t ox_min(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
-OX_DEV const DevComm& ox_comm(const CollArgs& a) { return *reinterpret_cast<const DevComm*>(a.comm); }
+// The launch's DevComm; bit 0 of the argument marks a counted launch (done.cuh).
+OX_DEV const DevComm& ox_comm_at(uint64_t comm) { return *reinterpret_cast<const DevComm*>(comm & ~(uint64_t)OX_COMM_COUNTED); }
+OX_DEV const DevComm& ox_comm(const CollArgs& a) { return ox_comm_at(a.comm); }

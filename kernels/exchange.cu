@@ -26,6 +26,7 @@
 #include "ll_flags.cuh"
 #include "memory_channel.cuh"
 #include "direct.cuh"
+#include "done.cuh"
 #include "pdl.cuh"
 
 // Block-cooperative share of the local copies for step `k` of `steps` (each copy is cut into
@@ -44,9 +45,9 @@ OX_DEV void ox_local_copies_step(const ExchangeArgs& a, uint32_t k, uint32_t ste
   }
 }
 
-extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(ExchangeArgs a) {
+OX_DEV void ox_exchange_body(const ExchangeArgs& a) {
   ox_pdl_enter();
-  const DevComm& c = *reinterpret_cast<const DevComm*>(a.comm);
+  const DevComm& c = ox_comm_at(a.comm);
   const int me = c.rank, n = c.nranks;
   AbortState ab(c.abort_flag);
   __shared__ uint32_t flags[OX_MAX_RANKS];
@@ -194,4 +195,9 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(Exch
     for (uint64_t i = g; i < npkt; i += G) ox_store8(reinterpret_cast<char*>(x.dst), i * 8, x.bytes, ox_ll16_read(base + i * 16, f, ab));
   }
   ox_ll_flags_advance(c, me, n, flags, ll_peer);
+}
+
+extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(ExchangeArgs a) {
+  ox_exchange_body(a);
+  ox_done_publish(a.comm);
 }

@@ -20,9 +20,10 @@
 #include "copy.cuh"
 #include "ll_flags.cuh"
 #include "packet.cuh"
+#include "done.cuh"
 #include "pdl.cuh"
 
-extern "C" __global__ void ox_gather_oneshot(CollArgs a) {
+OX_DEV void ox_gather_oneshot_body(const CollArgs& a) {
   ox_pdl_enter();
   const DevComm& c = ox_comm(a);
   const int me = c.rank, n = c.nranks;
@@ -65,4 +66,9 @@ extern "C" __global__ void ox_gather_oneshot(CollArgs a) {
     }
   }
   ox_ll_flags_advance_all(c, me, n, flags);
+}
+
+extern "C" __global__ void ox_gather_oneshot(CollArgs a) {
+  ox_gather_oneshot_body(a);
+  ox_done_publish(a.comm);
 }

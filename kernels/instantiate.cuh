@@ -1,16 +1,19 @@
 // Instantiation of typed collective kernels: <prefix>_<type>_<op>(CollArgs) for every datatype
 // and op, looked up by name on the host (src/gpu/module.rs).
 #pragma once
+#include "done.cuh"
 #include "pdl.cuh"
 #include "reduce.cuh"
 
 // ENTRY runs first: ox_pdl_enter() for every kernel but those that place the PDL wait and
-// trigger themselves (the one-shot AllReduce, kernels/allreduce.cu).
+// trigger themselves (the one-shot AllReduce, kernels/allreduce.cu). The body returns to the
+// entry point, which publishes a counted launch's completion (done.cuh).
 #define OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, ONAME, OP, ENTRY)                  \
   extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1)                  \
       PREFIX##_##TNAME##_##ONAME(CollArgs args) {                                  \
     ENTRY;                                                                         \
     FN<T, OP<T>>(args);                                                            \
+    ox_done_publish(args.comm);                                                    \
   }
 
 #define OX_TYPED_OPS(PREFIX, FN, TNAME, T, ENTRY)                      \

@@ -16,9 +16,10 @@
 #include "copy.cuh"
 #include "ll_flags.cuh"
 #include "packet.cuh"
+#include "done.cuh"
 #include "pdl.cuh"
 
-extern "C" __global__ void ox_p2p_oneshot(CollArgs a) {
+OX_DEV void ox_p2p_oneshot_body(const CollArgs& a) {
   ox_pdl_enter();
   const DevComm& c = ox_comm(a);
   const int me = c.rank, n = c.nranks;
@@ -56,4 +57,9 @@ extern "C" __global__ void ox_p2p_oneshot(CollArgs a) {
     for (uint64_t i = g; i < rpkt; i += G) ox_store8(dst, i * 8, rbytes, ox_ll16_read(base + i * 16, flags[rp], ab));
   }
   ox_ll_flags_advance(c, me, n, flags, pair);
+}
+
+extern "C" __global__ void ox_p2p_oneshot(CollArgs a) {
+  ox_p2p_oneshot_body(a);
+  ox_done_publish(a.comm);
 }

@@ -109,14 +109,14 @@ pub struct LaunchState {
     /// The stream of the previous launch; None before the first. Only compared, never used:
     /// the application may have destroyed it since (NCCL allows that, even with work pending).
     pub last_stream: Option<cu::CUstream>,
-    /// Recorded on the stream of every launch, after it: a stream switch makes the new stream wait
-    /// for it, and finalize, destroy and abort wait for it, without touching a stream that the
-    /// application may have destroyed since (a driver call on a destroyed stream crashes). Costs a
-    /// launch about 0.25 us of host time (scripts/lab/launch_lab.cu, session 43).
-    pub done: Event,
-    /// The id of the capture `done` was recorded in: an event recorded in a capture can only be
-    /// waited for in the same capture.
-    pub done_capture: Option<u64>,
+    /// What marks the end of the last launch (src/completion.rs): a stream switch makes the new
+    /// stream wait for it, and finalize, destroy and abort wait for it, without touching a stream
+    /// that the application may have destroyed since.
+    pub done: crate::completion::Completion,
+    /// The current launch may count its kernels (uncaptured, with a DevComm): set as it begins.
+    pub counting: bool,
+    /// The last work the current launch issued on its stream is a counted kernel.
+    pub counted_last: bool,
     /// Orders the streams of a group among themselves before its first launch
     /// (group::fork_streams).
     pub join: Event,
@@ -481,7 +481,7 @@ impl Comm {
         let mem = channels.as_ref().map_or(0, |c| c.device_bytes);
         // Every rank has mapped every peer before any of them launches a kernel on the channels.
         bootstrap.barrier()?;
-        let launch = LaunchState { last_stream: None, done: Event::new()?, done_capture: None, join: Event::new()?, tail_now: None, last_grid: 0, ring_anchor: None, ring_prev: None, progress: Default::default() };
+        let launch = LaunchState { last_stream: None, done: crate::completion::Completion::new(dev_comm)?, counting: false, counted_last: false, join: Event::new()?, tail_now: None, last_grid: 0, ring_anchor: None, ring_prev: None, progress: Default::default() };
         let bootstrap = Arc::new(bootstrap);
         let watchdog = watch_peers(self.rank, self.nranks, bootstrap.clone(), self.state.clone(), abort_flag.clone())?;
         nccl_info!(
@@ -522,10 +522,10 @@ impl Comm {
     fn quiesce(&self, deadline: Option<Instant>) -> Result<bool> {
         let Some(r) = self.ready.get() else { return Ok(true) };
         let _ctx = CtxGuard::new(r.dev)?;
-        let launch = r.launch.lock();
-        // The event follows the last launch (and everything before it). Work captured into a
+        let mut launch = r.launch.lock();
+        // The mark follows the last launch (and everything before it). Work captured into a
         // graph is the application's to wait for.
-        if launch.last_stream.is_none() || launch.done_capture.is_some() {
+        if launch.last_stream.is_none() || launch.done.mark().capture().is_some() {
             return Ok(true);
         }
         let mut spins = 0u32;
@@ -757,7 +757,7 @@ impl Comm {
         let mut ls = r.launch.try_lock_for(Duration::from_millis(100))?;
         ls.last_stream?;
         // A launch captured into a graph has nothing running to query: no dump then.
-        if ls.done_capture.is_some() {
+        if ls.done.mark().capture().is_some() {
             return None;
         }
         // The communicator's last launch has not finished.

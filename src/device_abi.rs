@@ -22,6 +22,15 @@ pub const OX_PRIV_PENDING_OFF: u64 = 18432;
 /// of the last launch of the chain that has passed its PDL wait).
 pub const OX_PRIV_RING_BASE_OFF: u64 = 34816;
 pub const OX_PRIV_RING_CHAIN_OFF: u64 = 51200;
+/// A `u32` counter of finished blocks of the communicator's counted launches
+/// (kernels/done.cuh, src/completion.rs), on a 128-byte line of its own inside the 256 bytes
+/// src/channel/memory.rs keeps for the ring chain (whose chain word uses the first line).
+pub const OX_PRIV_DONE_OFF: u64 = 51328;
+/// Bit 0 of `CollArgs::comm` and `ExchangeArgs::comm` (a DevComm is 128-byte aligned): set, the
+/// launch is counted, and every block adds one to the done counter as it finishes
+/// (kernels/done.cuh). Kernels mask it off before using the pointer.
+pub const OX_COMM_COUNTED: u64 = 1;
+const _: () = assert!(OX_PRIV_DONE_OFF == OX_PRIV_RING_CHAIN_OFF + 128);
 const _: () = assert!(OX_PRIV_PENDING_OFF == OX_PRIV_FLAGS_OFF + (OX_MAX_BLOCKS * OX_MAX_RANKS * 4) as u64);
 const _: () = assert!(OX_PRIV_RING_BASE_OFF == OX_PRIV_PENDING_OFF + (OX_MAX_BLOCKS * OX_MAX_RANKS * 4) as u64);
 const _: () = assert!(OX_PRIV_RING_CHAIN_OFF == OX_PRIV_RING_BASE_OFF + (OX_MAX_BLOCKS * OX_MAX_RANKS * 4) as u64);
@@ -485,7 +494,7 @@ mod tests {
         c.push_str("printf(\"Trigger %zu %zu\\n\", sizeof(Trigger), _Alignof(Trigger));\n");
         c.push_str("printf(\"FifoDevice %zu\\n\", sizeof(FifoDevice));\n");
         c.push_str("printf(\"OX_MAX_RANKS %d\\nOX_MAX_BLOCKS %d\\n\", OX_MAX_RANKS, OX_MAX_BLOCKS);\n");
-        c.push_str("printf(\"OX_PRIV %llu %llu %llu %llu\\n\", (unsigned long long)OX_PRIV_FLAGS_OFF, (unsigned long long)OX_PRIV_PENDING_OFF, (unsigned long long)OX_PRIV_RING_BASE_OFF, (unsigned long long)OX_PRIV_RING_CHAIN_OFF);\n");
+        c.push_str("printf(\"OX_PRIV %llu %llu %llu %llu %llu %llu\\n\", (unsigned long long)OX_PRIV_FLAGS_OFF, (unsigned long long)OX_PRIV_PENDING_OFF, (unsigned long long)OX_PRIV_RING_BASE_OFF, (unsigned long long)OX_PRIV_RING_CHAIN_OFF, (unsigned long long)OX_PRIV_DONE_OFF, (unsigned long long)OX_COMM_COUNTED);\n");
         for (s, f, _) in fields {
             c.push_str(&format!("printf(\"{s}.{f} %zu\\n\", offsetof({s}, {f}));\n"));
         }
@@ -499,7 +508,7 @@ mod tests {
         let out = Command::new(&exe).output().expect("run layout");
         let text = String::from_utf8(out.stdout).expect("utf8");
         let mut expect = format!(
-            "DevComm {}\nCollArgs {}\nExchangeArgs {}\nTrigger {} {}\nFifoDevice {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\nOX_PRIV {OX_PRIV_FLAGS_OFF} {OX_PRIV_PENDING_OFF} {OX_PRIV_RING_BASE_OFF} {OX_PRIV_RING_CHAIN_OFF}\n",
+            "DevComm {}\nCollArgs {}\nExchangeArgs {}\nTrigger {} {}\nFifoDevice {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\nOX_PRIV {OX_PRIV_FLAGS_OFF} {OX_PRIV_PENDING_OFF} {OX_PRIV_RING_BASE_OFF} {OX_PRIV_RING_CHAIN_OFF} {OX_PRIV_DONE_OFF} {OX_COMM_COUNTED}\n",
             size_of::<DevComm>(),
             size_of::<CollArgs>(),
             size_of::<ExchangeArgs>(),

@@ -15,7 +15,7 @@ use crate::device_abi::CollArgs;
 use crate::error::{Error, Result};
 use crate::gpu::module::{launch_pdl, Kernel};
 use crate::algo::pdl::{CaptureTail, RingAnchor};
-use crate::device_abi::{OX_ONESHOT_EARLY, OX_ONESHOT_ENTRY, OX_ONESHOT_POS_SHIFT, OX_ONESHOT_RING};
+use crate::device_abi::{OX_COMM_COUNTED, OX_ONESHOT_EARLY, OX_ONESHOT_ENTRY, OX_ONESHOT_POS_SHIFT, OX_ONESHOT_RING};
 use crate::gpu::stream::capture_tail;
 use crate::gpu::{check, cu, CtxGuard};
 use crate::log::Subsys;
@@ -82,33 +82,41 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
     let _ctx = CtxGuard::new(r.dev)?;
     let mut ls = r.launch.lock();
     // Kernels of one communicator share its scratch and counters: they must not overlap. A new
-    // stream waits for the event that follows the previous launch when an event can join them
-    // (neither captured, or both in the same capture, where the wait becomes a graph edge);
+    // stream waits for the mark of the previous launch (src/completion.rs) when a wait can join
+    // them (neither captured, or both in the same capture, where the wait becomes a graph edge);
     // across captures no dependency is allowed and the application orders. The previous stream
     // itself is not touched: the application may have destroyed it.
-    // One query serves the switch, the event's tag and the ring AllReduce's PDL rule (tail_now).
+    // One query serves the switch, the mark and the ring AllReduce's PDL rule (tail_now).
     let mut tail = capture_tail(stream)?;
     let capture = tail.map(|t| t.id);
     if ls.last_stream.is_some_and(|s| s != stream) {
-        if capture == ls.done_capture {
+        if capture == ls.done.mark().capture() {
             ls.done.wait_on(stream)?;
             if capture.is_some() {
                 tail = capture_tail(stream)?; // the wait added an edge
             }
         }
         // Nothing of this communicator's can still hold SMs ahead of the new stream's first
-        // launch that algo::pdl would have to count (the event wait orders it, or, across
+        // launch that algo::pdl would have to count (the wait orders it, or, across
         // captures, the application orders the two).
         ls.last_grid = 0;
     }
     crate::hostprof::mark(crate::hostprof::Stage::Prepare);
     ls.ring_prev = ls.ring_anchor.take(); // only the launch right after it may use it
     ls.tail_now = tail;
+    // A replay repeats a captured kernel uncounted: only uncaptured launches count theirs.
+    ls.counting = capture.is_none() && ls.done.can_count();
+    ls.counted_last = false;
     let res = f(r, &mut ls);
-    // The event follows whatever this launch issued, even when it failed part way.
-    let rec = ls.done.record(stream);
+    // The mark follows whatever this launch issued, even when it failed part way: the counted
+    // kernel that came last, else an event.
+    let rec = if ls.counted_last {
+        ls.done.set_counted();
+        Ok(())
+    } else {
+        ls.done.set_event(stream, capture)
+    };
     if rec.is_ok() {
-        ls.done_capture = capture;
         ls.last_stream = Some(stream);
     }
     if let Err(e) = res.and(rec) {
@@ -213,7 +221,7 @@ fn p2p(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, stream: cu::CUstrea
     let (send, recv) = (spec.sends.first(), spec.recvs.first());
     nccl_trace!(Subsys::P2p, "one-shot point-to-point: send {:?}, receive {:?} -> grid {grid} block {block}", send.map(|x| (x.peer, x.bytes)), recv.map(|x| (x.peer, x.bytes)));
     // Kernel-specific use of CollArgs: see kernels/p2p_oneshot.cu.
-    let args = CollArgs {
+    let mut args = CollArgs {
         comm: r.dev_comm,
         send: send.map_or(0, |x| x.ptr),
         recv: recv.map_or(0, |x| x.ptr),
@@ -224,7 +232,7 @@ fn p2p(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, stream: cu::CUstrea
         root: send.map_or(-1, |x| x.peer as i32),
         mode: recv.map_or(u32::MAX, |x| x.peer as u32),
     };
-    kernel(r, ls, r.module.p2p_oneshot(), grid, block, stream, &args)
+    kernel(r, ls, r.module.p2p_oneshot(), grid, block, stream, &mut args)
 }
 
 /// Transfer lists of a non-reducing collective, as this rank sees them.
@@ -293,15 +301,15 @@ fn broadcast(r: &Ready, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) 
     let bytes = t.count * t.dtype.size() as u64;
     if let Some((grid, block)) = crate::algo::chain::broadcast_oneshot(bytes, &r.topo, &r.scratch, &r.tuning) {
         nccl_trace!(Subsys::Coll, "Broadcast {bytes} B root {} -> one-shot packets grid {grid} block {block}", t.root);
-        let args = coll_args(r, t, bytes, 0, 0);
-        return kernel(r, ls, r.module.broadcast_oneshot(), grid, block, t.stream, &args);
+        let mut args = coll_args(r, t, bytes, 0, 0);
+        return kernel(r, ls, r.module.broadcast_oneshot(), grid, block, t.stream, &mut args);
     }
     let Some((grid, block)) = crate::algo::chain::broadcast_ll128(bytes, &r.topo, &r.scratch, &r.tuning) else {
         return exchange(r, ls, &coll_spec(r, t), func, t.stream);
     };
     nccl_trace!(Subsys::Coll, "Broadcast {bytes} B root {} -> LL128 chain grid {grid} block {block}", t.root);
-    let args = coll_args(r, t, bytes, 0, crate::device_abi::OX_MODE_LL128_CHAIN as u32);
-    kernel(r, ls, r.module.broadcast_ll128(), grid, block, t.stream, &args)
+    let mut args = coll_args(r, t, bytes, 0, crate::device_abi::OX_MODE_LL128_CHAIN as u32);
+    kernel(r, ls, r.module.broadcast_ll128(), grid, block, t.stream, &mut args)
 }
 
 /// AllGather and AlltoAll: the one-shot gather kernel where the selector says so, else the
@@ -314,8 +322,8 @@ fn gather(r: &Ready, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) -> 
     };
     nccl_trace!(Subsys::Coll, "{:?} {piece} B per rank -> one-shot gather grid {grid} block {block}", t.coll);
     let mode = if allgather { 0 } else { crate::device_abi::OX_GATHER_ALLTOALL as u32 };
-    let args = coll_args(r, t, piece, 0, mode);
-    kernel(r, ls, r.module.gather_oneshot(), grid, block, t.stream, &args)
+    let mut args = coll_args(r, t, piece, 0, mode);
+    kernel(r, ls, r.module.gather_oneshot(), grid, block, t.stream, &mut args)
 }
 
 fn exchange(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<Func>, stream: cu::CUstream) -> Result<()> {
@@ -326,8 +334,8 @@ fn exchange(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<F
     if ce_direct(r, ls, spec, func, stream)? {
         return Ok(());
     }
-    let plan = exchange_plan(r, spec, func)?;
-    kernel(r, ls, r.module.exchange(), plan.grid, plan.block, stream, &plan.args)
+    let mut plan = exchange_plan(r, spec, func)?;
+    kernel(r, ls, r.module.exchange(), plan.grid, plan.block, stream, &mut plan.args)
 }
 
 /// The exchange kernel's launch for `spec`, with this rank's registered-buffer offers.
@@ -353,6 +361,7 @@ fn ce_direct(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<
     if peers.is_empty() {
         return Ok(false);
     }
+    ls.counted_last = false; // copies and waits follow, unless the fallback kernel comes last
     nccl_trace!(Subsys::P2p, "copy-engine direct: peers {peers:?} of sends {:?}, receives {:?}", spec.sends.iter().map(|x| (x.peer, x.bytes)).collect::<Vec<_>>(), spec.recvs.iter().map(|x| (x.peer, x.bytes)).collect::<Vec<_>>());
     let kernels = crate::transport::ce_direct::Kernels { wait: r.module.ce_wait(), copy: r.module.ce_copy() };
     // The kernel for the whole launch, planned here in call order like any launch; the path
@@ -361,7 +370,7 @@ fn ce_direct(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<
     let fallback = Fallback { kernel: r.module.exchange(), grid: plan.grid, block: plan.block, args: Box::new(plan.args) };
     if ce.is_async() {
         return match ce.submit(kernels, r.dev_comm, spec, &peers, fallback, stream)? {
-            Some(fb) => kernel(r, ls, fb.kernel, fb.grid, fb.block, stream, &*fb.args).map(|_| true),
+            Some(mut fb) => kernel(r, ls, fb.kernel, fb.grid, fb.block, stream, &mut *fb.args).map(|_| true),
             None => {
                 // A wait came last on the stream (the gate, or a receive's `done`), and it may
                 // wait for kernels on the worker's stream, which need SMs: nothing may start
@@ -434,7 +443,7 @@ fn allreduce(r: &Ready, ls: &mut LaunchState, t: &CollTask, count: u64) -> Resul
     );
     let k = r.module.allreduce(plan.algo, t.dtype, t.op.op);
     if !plan.ring {
-        return kernel(r, ls, k, plan.grid, plan.block, t.stream, &coll_args(r, t, count, plan.chunk_elems, 0));
+        return kernel(r, ls, k, plan.grid, plan.block, t.stream, &mut coll_args(r, t, count, plan.chunk_elems, 0));
     }
     // The ring one-shot: early behind the previous one where algo::pdl::early proves it safe,
     // and remembered as the anchor for the next launch when captured.
@@ -459,7 +468,7 @@ fn allreduce(r: &Ready, ls: &mut LaunchState, t: &CollTask, count: u64) -> Resul
         EARLY_LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     nccl_trace!(Subsys::Coll, "AllReduce ring one-shot{}", if entry { ", early at entry" } else if early { ", early" } else { "" });
-    launch(ls, k, plan.grid, plan.block, t.stream, &coll_args(r, t, count, 0, mode), pdl)?;
+    launch(ls, k, plan.grid, plan.block, t.stream, &mut coll_args(r, t, count, 0, mode), pdl)?;
     if entry {
         // The launch before this one may run until the next one's wait: count its blocks too.
         ls.last_grid = plan.grid.saturating_add(prev.map_or(u32::MAX, |a| a.grid));
@@ -494,13 +503,13 @@ fn reducing(r: &Ready, ls: &mut LaunchState, t: &CollTask) -> Result<()> {
     } else {
         r.module.reducescatter(put, t.dtype, t.op.op)
     };
-    let args = coll_args(r, t, t.count, plan.chunk_elems, plan.mode);
-    kernel(r, ls, k, plan.grid, plan.block, t.stream, &args)
+    let mut args = coll_args(r, t, t.count, plan.chunk_elems, plan.mode);
+    kernel(r, ls, k, plan.grid, plan.block, t.stream, &mut args)
 }
 
 /// Launches one kernel of the communicator on `stream`, with programmatic dependent launch where
 /// algo::pdl allows it behind the communicator's previous kernel there.
-fn kernel<A>(r: &Ready, ls: &mut LaunchState, k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &A) -> Result<()> {
+fn kernel<A: KernelArgs>(r: &Ready, ls: &mut LaunchState, k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &mut A) -> Result<()> {
     let pdl = pdl_allowed(r, ls, grid);
     launch(ls, k, grid, block, stream, args, pdl)
 }
@@ -510,12 +519,39 @@ fn pdl_allowed(r: &Ready, ls: &LaunchState, grid: u32) -> bool {
     crate::algo::pdl::allowed(!r.tuning.pdl_off, r.dev.cc_major, r.dev.driver, ls.last_grid, grid, r.topo.sm_count)
 }
 
-fn launch<A>(ls: &mut LaunchState, k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &A, pdl: bool) -> Result<()> {
+/// Launches one kernel of the communicator, counted where the launch may count
+/// (src/completion.rs): its blocks then report their end on the done counter.
+fn launch<A: KernelArgs>(ls: &mut LaunchState, k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &mut A, pdl: bool) -> Result<()> {
     crate::hostprof::mark(crate::hostprof::Stage::Plan);
+    let counted = ls.counting;
+    if counted {
+        *args.comm_mut() |= OX_COMM_COUNTED;
+    }
     launch_pdl(k, grid, block, stream, args, pdl)?;
     crate::hostprof::mark(crate::hostprof::Stage::Launch);
+    if counted {
+        ls.done.counted_launch(grid);
+    }
+    ls.counted_last = counted;
     ls.last_grid = grid;
     Ok(())
+}
+
+/// Kernel arguments that name the communicator's DevComm (where OX_COMM_COUNTED goes).
+pub trait KernelArgs {
+    fn comm_mut(&mut self) -> &mut u64;
+}
+
+impl KernelArgs for CollArgs {
+    fn comm_mut(&mut self) -> &mut u64 {
+        &mut self.comm
+    }
+}
+
+impl KernelArgs for crate::device_abi::ExchangeArgs {
+    fn comm_mut(&mut self) -> &mut u64 {
+        &mut self.comm
+    }
 }
 
 /// The cost model's prediction for a task, in microseconds (ncclGroupSimulateEnd).
@@ -542,6 +578,7 @@ fn local_copy(ls: &mut LaunchState, dst: u64, src: u64, bytes: u64, stream: cu::
         return Ok(());
     }
     ls.last_grid = 0; // a kernel behind the copy waits for the copy, and so for every kernel before
+    ls.counted_last = false;
     // SAFETY: both ranges belong to the caller's device buffers of at least `bytes`.
     check(unsafe { cu::cuMemcpyDtoDAsync_v2(dst, src, bytes as usize, stream) }, "cuMemcpyDtoDAsync")
 }

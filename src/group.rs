@@ -567,7 +567,7 @@ fn join_streams(comms: Vec<(Arc<Comm>, Vec<cu::CUstream>)>) -> Result<()> {
         let r = comm.ready()?;
         let _ctx = crate::gpu::CtxGuard::new(r.dev)?;
         let ls = r.launch.lock();
-        // ls.done already follows the last launch, which was on `last`.
+        // ls.done already marks the last launch, which was on `last`.
         let Some(last) = ls.last_stream else { continue };
         for s in streams.into_iter().filter(|&s| s != last) {
             ls.done.wait_on(s)?;

@@ -17,6 +17,7 @@ pub mod bootstrap;
 pub mod channel;
 pub mod checksum;
 pub mod comm;
+pub mod completion;
 pub mod config;
 pub mod device_abi;
 pub mod diag;

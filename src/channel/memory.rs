@@ -63,7 +63,8 @@ impl SharedLayout {
 const DEVCOMM_OFF: u64 = 0;
 const FLAGS_OFF: u64 = DEVCOMM_OFF + OX_PRIV_FLAGS_OFF;
 const PENDING_OFF: u64 = DEVCOMM_OFF + OX_PRIV_PENDING_OFF;
-/// The ring one-shot's base table and chain word (OX_PRIV_RING_*), zeroed like the rest.
+/// The ring one-shot's base table and chain word (OX_PRIV_RING_*), and the done counter
+/// (OX_PRIV_DONE_OFF) on the next line, zeroed like the rest.
 const RING_CHAIN_OFF: u64 = DEVCOMM_OFF + OX_PRIV_RING_CHAIN_OFF;
 const EXPECTED_OFF: u64 = RING_CHAIN_OFF + 256;
 const PRIVATE_BYTES: u64 = EXPECTED_OFF + SEM_BYTES;
@@ -268,7 +269,9 @@ mod tests {
         const { assert!(FLAGS_OFF >= DEVCOMM_OFF + std::mem::size_of::<DevComm>() as u64 && FLAGS_OFF.is_multiple_of(128)) };
         const { assert!(PENDING_OFF >= FLAGS_OFF + FLAG_TABLE_BYTES) };
         const { assert!(EXPECTED_OFF >= PENDING_OFF + FLAG_TABLE_BYTES && EXPECTED_OFF.is_multiple_of(8)) };
-        use crate::device_abi::OX_PRIV_RING_BASE_OFF;
+        use crate::device_abi::{OX_PRIV_DONE_OFF, OX_PRIV_RING_BASE_OFF};
+        // The done counter has a line of its own after the chain word's, before the expected counts.
+        const { assert!(DEVCOMM_OFF + OX_PRIV_DONE_OFF >= RING_CHAIN_OFF + 128 && DEVCOMM_OFF + OX_PRIV_DONE_OFF + 128 <= EXPECTED_OFF) };
         const { assert!(OX_PRIV_RING_BASE_OFF >= OX_PRIV_PENDING_OFF + FLAG_TABLE_BYTES && RING_CHAIN_OFF >= DEVCOMM_OFF + OX_PRIV_RING_BASE_OFF + FLAG_TABLE_BYTES) };
     }
 }

@@ -1,0 +1,34 @@
+// A counted launch's completion, published by the kernel itself (src/completion.rs).
+//
+// The host must know when a communicator's last launch has finished: a call on another stream
+// waits for it, and so do a group's other streams, finalize, destroy and abort. An event recorded
+// behind every launch costs the host about 0.25 us a call (BENCHMARKS, thirty-first pass). An
+// uncaptured launch sets OX_COMM_COUNTED in its `comm` argument instead, and every block adds one
+// to the communicator's done counter (a u32 at OX_PRIV_DONE_OFF from its DevComm) as it finishes;
+// the host, which knows how many blocks it launched, waits with cuStreamWaitValue32 (GEQ, which
+// compares modulo 2^32). Captured launches leave the bit clear: a graph replays them any number
+// of times, which the host cannot count.
+//
+// Every kernel the host may launch counted ends with ox_done_publish (instantiate.cuh's typed
+// kernels, and the untyped ones by hand); a CPU test (src/completion.rs) checks the sources.
+#pragma once
+#include "common.cuh"
+#include "pdl.cuh"
+
+OX_DEV void ox_done_publish(uint64_t comm) {
+  if ((comm & OX_COMM_COUNTED) == 0) return;  // the launch's argument: the same in every thread
+  // Every thread of the block is past its last load and store of the launch (some threads may
+  // have returned from the body early; all of them reach this barrier).
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  // A kernel launched with programmatic serialization may start before the previous one ends.
+  // The host waits for this launch's count only, so the count must also mean that the previous
+  // kernel has finished: wait for it here (at once when the body already did, as all but the
+  // early ring AllReduce do first thing).
+  ox_pdl_wait();
+  // Release at system scope, cumulative over what the barrier ordered before it: every load and
+  // store of the block (to this GPU's memory and to peers' over NVLink) is performed before the
+  // count moves, so work that a stream starts behind the count's wait sees all of it.
+  uint32_t* done = reinterpret_cast<uint32_t*>((comm & ~(uint64_t)OX_COMM_COUNTED) + OX_PRIV_DONE_OFF);
+  asm volatile("red.release.sys.global.add.u32 [%0], 1;" ::"l"(done) : "memory");
+}
