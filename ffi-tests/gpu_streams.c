@@ -402,7 +402,10 @@ static void *rank_main(void *arg) {
     for (int z = 0; z < 3; z++) {
       const size_t n = sizes[z];
       for (size_t i = 0; i < n; i++) v[i] = 1 + (long long)(i % 5);
-      CU(cudaMemcpy(x, v, n * sizeof(long long), cudaMemcpyHostToDevice));
+      /* On s0 and waited for: a cudaMemcpy from pageable memory may return before its data lands,
+       * and the legacy stream does not order the non-blocking s0. */
+      CU(cudaMemcpyAsync(x, v, n * sizeof(long long), cudaMemcpyHostToDevice, s0));
+      CU(cudaStreamSynchronize(s0));
       for (int k = 0; k < 16; k++) OK(ncclAllReduce(x, x, n, ncclInt64, ncclSum, c, k % 2 ? s1 : s0));
       CU(cudaStreamSynchronize(s0));
       CU(cudaStreamSynchronize(s1));

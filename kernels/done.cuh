@@ -26,9 +26,13 @@ OX_DEV void ox_done_publish(uint64_t comm) {
   // kernel has finished: wait for it here (at once when the body already did, as all but the
   // early ring AllReduce do first thing).
   ox_pdl_wait();
-  // Release at system scope, cumulative over what the barrier ordered before it: every load and
-  // store of the block (to this GPU's memory and to peers' over NVLink) is performed before the
-  // count moves, so work that a stream starts behind the count's wait sees all of it.
+  // Release at GPU scope, cumulative over what the barrier ordered before it: every load and
+  // store of the block is performed for this GPU before the count moves, so work that a stream of
+  // this GPU starts behind the count's wait sees all of it. That is what griddepcontrol.wait
+  // gives a kernel behind its predecessor on one stream, which the kernels' protocols already
+  // live with: peers learn of a launch's data only through its own flags and semaphores, which
+  // are system-scope. System scope here cost the device-bound rows: 32 KB AllReduce at 4 ranks
+  // 5.64-5.72 us a call against 5.21-5.30 at GPU scope (BENCHMARKS, thirty-second pass).
   uint32_t* done = reinterpret_cast<uint32_t*>((comm & ~(uint64_t)OX_COMM_COUNTED) + OX_PRIV_DONE_OFF);
-  asm volatile("red.release.sys.global.add.u32 [%0], 1;" ::"l"(done) : "memory");
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done) : "memory");
 }
