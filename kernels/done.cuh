@@ -32,7 +32,7 @@ OX_DEV void ox_done_publish(uint64_t comm) {
   // gives a kernel behind its predecessor on one stream, which the kernels' protocols already
   // live with: peers learn of a launch's data only through its own flags and semaphores, which
   // are system-scope. System scope here cost the device-bound rows: 32 KB AllReduce at 4 ranks
-  // 5.64-5.72 us a call against 5.21-5.30 at GPU scope (BENCHMARKS, thirty-second pass).
+  // 5.64-5.75 us a call against 5.21-5.30 at GPU scope (BENCHMARKS, thirty-second pass).
   uint32_t* done = reinterpret_cast<uint32_t*>((comm & ~(uint64_t)OX_COMM_COUNTED) + OX_PRIV_DONE_OFF);
   asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done) : "memory");
 }

@@ -527,6 +527,7 @@ fn launch<A: KernelArgs>(ls: &mut LaunchState, k: Kernel, grid: u32, block: u32,
     if counted {
         *args.comm_mut() |= OX_COMM_COUNTED;
     }
+    ls.counted_last = false; // a failed launch leaves the event to mark what came before it
     launch_pdl(k, grid, block, stream, args, pdl)?;
     crate::hostprof::mark(crate::hostprof::Stage::Launch);
     if counted {
