@@ -15,7 +15,8 @@ compare: every run twice, oxccl then the reference NCCL, in the same invocation;
          `--suite issue9 --ngpus N` is issue 9's table at N ranks (about 8 minutes at N = 4),
          checked by `bars.py --issue9 OUT`. `--repeat N` runs each pair N times, alternating
          the libraries, and compares per-size medians: small eager sizes are bound by the host's
-         kernel launch and move by 10-30% between runs of either library.
+         kernel launch and move by 10-30% between runs of either library; `--bind core` pins
+         single-threaded ranks to cores (mpirun --bind-to core --map-by numa), which steadies them.
 Suites are defined below (SUITES); modes: mpirun one process per GPU (npN), one process driving N
 GPUs (gN), threads (tN), each optionally with CUDA graphs (-G).
 """
@@ -26,8 +27,14 @@ NCCL_TESTS_ENV = {"NCCL_NVLS_ENABLE": "0"}  # NVLink multicast stays off on shar
 def mode(name, ngpus_needed, launcher, extra):
     return {"name": name, "ngpus": ngpus_needed, "launcher": launcher, "extra": extra}
 
-def mpi(n):
-    return ["mpirun", "--allow-run-as-root", "--bind-to", "none", "-np", str(n)]
+# How mpirun places ranks (--bind): unbound by default; `core` binds each single-threaded rank to a
+# core, spread over NUMA nodes, which steadies the host-bound small rows (BENCHMARKS, thirty-second
+# pass: unbound runs of one build moved by 1-3 us). Set once in main().
+BIND = "none"
+
+def mpi(n, threads=1):
+    place = ["--bind-to", "core", "--map-by", "numa"] if BIND == "core" and threads == 1 else ["--bind-to", "none"]
+    return ["mpirun", "--allow-run-as-root"] + place + ["-np", str(n)]
 
 def modes_for(ngpus, graph=True):
     ms = []
@@ -38,7 +45,7 @@ def modes_for(ngpus, graph=True):
         if 2 <= g <= ngpus:
             ms.append(mode(f"g{g}", g, [], ["-g", str(g)]))
     if ngpus >= 4:
-        ms.append(mode("np2-t2", 4, mpi(2), ["-t", "2"]))
+        ms.append(mode("np2-t2", 4, mpi(2, threads=2), ["-t", "2"]))
     if graph:
         ms += [dict(m, name=m["name"] + "-G", extra=m["extra"] + ["-G", "20"]) for m in list(ms)]
     return ms
@@ -412,7 +419,11 @@ def main():
     p.add_argument("--tests", default=None, help="comma list of test binaries to run (e.g. all_gather,hypercube); default all")
     p.add_argument("--repeat", type=int, default=1,
                    help="compare: run each pair N times, alternating oxccl and NCCL, and compare per-size medians (host-bound small sizes move between runs)")
+    p.add_argument("--bind", choices=["none", "core"], default="none",
+                   help="mpirun placement of single-threaded ranks: none (default) or core (--bind-to core --map-by numa)")
     a = p.parse_args()
+    global BIND
+    BIND = a.bind
     if a.ngpus is None:
         try:
             a.ngpus = len(subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE, text=True).stdout.strip().splitlines())

@@ -85,7 +85,8 @@ fi
 fb="$bt/fake"; mkdir -p "$fb"
 cat > "$fb/mpirun" <<'FAKE'
 #!/usr/bin/env bash
-while [ $# -gt 0 ]; do case $1 in -x) case $2 in *=*) export "$2" ;; esac; shift 2 ;; -np|--bind-to) shift 2 ;; --allow-run-as-root) shift ;; *) break ;; esac; done
+[ -n "${FAKE_MPI_LOG:-}" ] && echo "$*" >> "$FAKE_MPI_LOG"
+while [ $# -gt 0 ]; do case $1 in -x) case $2 in *=*) export "$2" ;; esac; shift 2 ;; -np|--bind-to|--map-by) shift 2 ;; --allow-run-as-root) shift ;; *) break ;; esac; done
 exec "$@"
 FAKE
 cat > "$fb/fake_perf" <<'FAKE'
@@ -107,6 +108,12 @@ if PATH="$fb:$PATH" FAKE_WRONG=1 python3 nccl-tests-harness/harness.py compare -
   echo "test: harness compare passed a run with wrong values"; exit 1
 fi
 grep -q '| NO |' "$bt/w/results.md" || { echo "test: harness summary does not flag the wrong run"; exit 1; }
+# --bind core: single-threaded ranks go to cores spread over NUMA nodes; the default leaves them unbound.
+PATH="$fb:$PATH" FAKE_MPI_LOG="$bt/mpi-core" python3 nccl-tests-harness/harness.py compare --bin "$fb" --oxccl "$bt/no-such-lib.so" --suite colls-perf --tests sendrecv --ngpus 2 --bind core --out "$bt/b" > /dev/null 2>&1 \
+  && grep -q -- '--bind-to core --map-by numa -np 2' "$bt/mpi-core" && ! grep -q -- '--bind-to none' "$bt/mpi-core" \
+  || { echo "test: harness --bind core did not bind the ranks"; cat "$bt/mpi-core"; exit 1; }
+PATH="$fb:$PATH" FAKE_MPI_LOG="$bt/mpi-none" python3 nccl-tests-harness/harness.py compare --bin "$fb" --oxccl "$bt/no-such-lib.so" --suite colls-perf --tests sendrecv --ngpus 2 --out "$bt/n" > /dev/null 2>&1 \
+  && grep -q -- '--bind-to none -np 2' "$bt/mpi-none" || { echo "test: harness without --bind bound the ranks"; cat "$bt/mpi-none"; exit 1; }
 # compare --repeat: each pair runs N times, alternating, and the ratio is of per-size medians. The
 # fake's NCCL takes 6 us but 2 us on its second run (an outlier), oxccl always 5: 5 / 6.
 cat > "$fb/vary_perf" <<'FAKE'
