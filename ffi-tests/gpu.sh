@@ -40,9 +40,9 @@ for label in oxccl NCCL; do
   LD_LIBRARY_PATH="$dir:$cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$out/gpu_streams" $ngpus || rc=1
 done
 # gpu_pair (two processes): a call returns before the peer makes its matching call (after a
-# first call together); exit status 77 means fewer than 2 GPUs. With OXCCL_CE_DIRECT_ASYNC=0
-# oxccl's copy-engine direct path handshakes on the calling thread and must fail the test: that
-# shows it can fail.
+# first call together); exit status 77 means fewer than 2 GPUs. oxccl passes it with
+# OXCCL_CE_DIRECT_ASYNC=1 (the copy-engine direct path's handshakes on a worker thread); by
+# default the calling thread handshakes (README) and the test must fail: that shows it can fail.
 pair() { # expected (pass/fail), label, lib dir, env...
   local want=$1 label=$2 dir=$3; shift 3
   echo "== gpu_pair with $label (expected: $want)"
@@ -52,7 +52,7 @@ pair() { # expected (pass/fail), label, lib dir, env...
   if [ $want = pass ] && [ $prc != 0 ]; then rc=1; fi
   if [ $want = fail ] && [ $prc = 0 ]; then echo "gpu_pair passed where it must fail"; rc=1; fi
 }
-pair pass "oxccl" "$out/lib"
-pair fail "oxccl, OXCCL_CE_DIRECT_ASYNC=0" "$out/lib" OXCCL_CE_DIRECT_ASYNC=0 GPU_PAIR_ALARM=15
+pair pass "oxccl, OXCCL_CE_DIRECT_ASYNC=1" "$out/lib" OXCCL_CE_DIRECT_ASYNC=1
+pair fail "oxccl (calling-thread handshake)" "$out/lib" GPU_PAIR_ALARM=15
 if [ -n "$nccl_dir" ]; then pair pass "NCCL ($nccl_dir)" "$nccl_dir"; fi
 exit $rc

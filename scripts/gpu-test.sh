@@ -86,8 +86,8 @@ step fault-injection-ce env OXCCL_LOCAL_TRANSPORT=ce "$bin/oxccl-fault" --ranks 
 # The copy-engine direct path (pairs of ranks in separate processes) with every transfer taking
 # it: a peer killed mid-transfer, and the survivors' abort.
 step fault-injection-ce-direct env OXCCL_CE_DIRECT_MIN_BYTES=1 "$bin/oxccl-fault" --ranks $fr --scenarios sendrecv,allgather
-# The same with the handshakes on the calling thread (OXCCL_CE_DIRECT_ASYNC=0).
-step fault-injection-ce-direct-sync env OXCCL_CE_DIRECT_ASYNC=0 OXCCL_CE_DIRECT_MIN_BYTES=1 "$bin/oxccl-fault" --ranks $fr --scenarios sendrecv,allgather
+# The same with the handshakes on a worker thread (OXCCL_CE_DIRECT_ASYNC=1).
+step fault-injection-ce-direct-async env OXCCL_CE_DIRECT_ASYNC=1 OXCCL_CE_DIRECT_MIN_BYTES=1 "$bin/oxccl-fault" --ranks $fr --scenarios sendrecv,allgather
 if [ $quick = 1 ]; then soak=1000; else soak=10000; fi
 step soak "$bin/oxccl-gpu-check" --soak $soak
 step leaks "$bin/oxccl-gpu-check" --leaks
@@ -105,7 +105,7 @@ if [ -n "$nt" ]; then
   step nccl-tests-colls $H check --suite colls-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/colls-check"
   step nccl-tests-registered $H check --suite registered-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/registered-check"
   step nccl-tests-ce-direct env OXCCL_CE_DIRECT_MIN_BYTES=1048576 $H check --suite ce-direct-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/ce-direct-check"
-  step nccl-tests-ce-direct-sync env OXCCL_CE_DIRECT_ASYNC=0 OXCCL_CE_DIRECT_MIN_BYTES=1048576 $H check --suite ce-direct-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/ce-direct-sync-check"
+  step nccl-tests-ce-direct-async env OXCCL_CE_DIRECT_ASYNC=1 OXCCL_CE_DIRECT_MIN_BYTES=1048576 $H check --suite ce-direct-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/ce-direct-async-check"
   if present command -v mpirun >/dev/null && [ "$ngpu" -ge 2 ]; then
     step nccl-tests-multihost bash "$root/scripts/multihost-check.sh" "$lib" "$nt" "$ngpu" "$out/multihost"
     # Below 4 GPUs, the 2 x 2 and 4 x 1 layouts still run, with 4 ranks time-sharing the GPUs.

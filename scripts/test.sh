@@ -139,7 +139,7 @@ gl=$(bash scripts/gpu-test.sh --list --nccl-tests /none --nccl-libdir /none) || 
 { [ "$(wc -l <<< "$gl")" -ge 20 ] && grep -qx torch-suite <<< "$gl" && grep -qx nccl-tests-registered <<< "$gl"; } \
   || { echo "test: gpu-test.sh --list misses steps"; echo "$gl"; exit 1; }
 gl=$(bash scripts/gpu-test.sh --list --only '^fault-injection-ce' | tr '\n' ' ')
-[ "$gl" = "fault-injection-ce fault-injection-ce-direct fault-injection-ce-direct-sync " ] || { echo "test: gpu-test.sh --only chose: $gl"; exit 1; }
+[ "$gl" = "fault-injection-ce fault-injection-ce-direct fault-injection-ce-direct-async " ] || { echo "test: gpu-test.sh --only chose: $gl"; exit 1; }
 # scripts/ab-small.sh on the same fakes: one line per (binary, mode, build) and exit 0; a wrong row
 # (oxccl's fake reports one under FAKE_WRONG=1) makes it exit 1.
 ab=$(PATH="$fb:$PATH" AB_LOGS="$bt/ab" bash scripts/ab-small.sh "$fb" 2 "sendrecv" nccl x="$fb/fake_perf" 2> /dev/null) \

@@ -20,14 +20,20 @@
 //!    wait on each other in a cycle. Pairs that do not agree, and transfers with peers the path
 //!    does not take, are moved by the exchange kernel, planned for the whole launch with those
 //!    pairs' modes left in and the agreed pairs' set to none (`Fallback::without`).
-//!    A worker thread per communicator handshakes (`submit`), in call order, so a call returns at
-//!    once, as NCCL's does: a program may make a rank's next call wait on the host for something
-//!    the peer does after its own call returned. The call puts on the user's stream everything
-//!    that needs no answer from the peers (an event, the receives' counters, a gate for the
-//!    worker's part); the worker's stream, behind the event, copies, then runs the kernel for
-//!    whatever the copy engines do not move. OXCCL_CE_DIRECT_ASYNC=0 handshakes on the calling
-//!    thread instead (`run`), whose call then returns only once the peers made their matching
-//!    calls.
+//!    By default the calling thread handshakes and issues everything (`run`), so its call
+//!    returns only once the peers made their matching calls. With OXCCL_CE_DIRECT_ASYNC=1 a
+//!    worker thread per communicator handshakes instead (`submit`), in call order, so a call
+//!    returns at once, as NCCL's does (a program may make a rank's next call wait on the host for
+//!    something the peer does after its own call returned). The call then puts on the user's
+//!    stream everything that needs no answer from the peers (an event, the receives' counters, a
+//!    gate for the worker's part); the worker's stream, behind the event, copies, then runs the
+//!    kernel for whatever the copy engines do not move. Not the default: the user's stream
+//!    waits for stream work the worker has yet to issue, and the worker's driver calls can stall
+//!    behind an application thread blocked in a synchronous copy that waits for that very stream
+//!    (PyTorch's `.cpu()`: stalls of seconds and hangs at 4 ranks, BENCHMARKS thirty-third
+//!    pass). Issuing no stream work from another thread after the call returns would need the
+//!    second of the two calls to move the data (push or pull), with the ranks agreeing which
+//!    call came second; not built.
 //! 2. Stream order with two counters per pair in each rank's channel buffer (`ready`: the peer's
 //!    buffer may take my next copy; `done`: the peer's copy into me finished):
 //!    ```text
@@ -364,7 +370,12 @@ fn handshake_all(
             continue;
         }
         let target = match their.dst.filter(|_| mine.send_bytes > 0) {
-            Some(d) => map(i, &d, their_fd),
+            Some(d) => {
+                nccl_trace!(Subsys::P2p, "ce handshake: mapping rank {}'s buffer {} (ipc {})", p.wire.peer, d.id, matches!(d.share, Share::Ipc(_)));
+                let t = map(i, &d, their_fd);
+                nccl_trace!(Subsys::P2p, "ce handshake: mapped -> {:?}", t.is_some());
+                t
+            }
             None => Some(0),
         };
         if certain(mine, &their) {
@@ -900,7 +911,9 @@ impl Inner {
     /// each receive of a pair that did not agree (the peer will not write it); last the gate.
     fn serve(&self, op: Op, work: cu::CUstream, aborted: &dyn Fn() -> bool) -> Result<()> {
         let mut st = self.state.lock();
+        nccl_trace!(Subsys::P2p, "ce worker: handshake start, peers {:?}", op.parts.iter().map(|p| p.peer).collect::<Vec<_>>());
         let verdicts = self.agree(&mut st, &op.parts, aborted, NO_TIMEOUT)?;
+        nccl_trace!(Subsys::P2p, "ce worker: handshake done {:?}", verdicts);
         let Some(Work { at, fallback, gate }) = op.work else { return Ok(()) };
         let t0 = Instant::now();
         let rest = fallback.without(op.parts.iter().zip(&verdicts).filter(|(_, v)| v.target.is_some()).map(|(pt, _)| pt.peer));
@@ -929,6 +942,7 @@ impl Inner {
         if let Some(g) = gate {
             self.write(self.mine + GATE_OFF, g, work, "cuStreamWriteValue64 (gate)")?;
         }
+        nccl_trace!(Subsys::P2p, "ce worker: enqueued, gate {:?}", gate);
         st.stats.issues += 1;
         st.stats.issue_ns += t0.elapsed().as_nanos() as u64;
         Ok(())
@@ -1039,7 +1053,9 @@ impl Inner {
             st.imports.push(m);
             return Some(at);
         }
+        let before = st.imports.len();
         st.imports.retain(|m| m.base + m.size <= d.base || d.base + d.size <= m.base);
+        nccl_trace!(Subsys::P2p, "ce map: new buffer {} of rank {peer}, {} stale mappings closed", d.id, before - st.imports.len());
         if st.imports.len() == MAX_IMPORTS {
             return None;
         }
