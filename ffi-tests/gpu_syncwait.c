@@ -1,0 +1,158 @@
+// Two processes, one GPU each (GPUs 0 and 1), one 2-rank communicator: a host thread blocked in a
+// synchronous CUDA copy that waits for a large transfer must not stop the transfer. Rank 0 posts a
+// large send (later a large Broadcast from it), then makes another stream wait for the
+// communicator's stream and copies a few bytes from the GPU into pageable memory on it, as
+// PyTorch's `.cpu()` does after `req.wait()`: the copy returns only once the transfer is done.
+// Rank 1 makes its matching call some time later (GPU_SYNCWAIT_DELAY_MS, default 300), without
+// hearing from rank 0. With NCCL both complete. oxccl's copy-engine direct path with its
+// handshakes on a worker thread (OXCCL_CE_DIRECT_ASYNC=1) made the user's stream wait for stream
+// work the worker issues later, and a driver call of the worker's stalled behind such a copy
+// (BENCHMARKS, thirty-third pass); an alarm (GPU_SYNCWAIT_ALARM seconds, default 120) turns a stall
+// into a failure. Each round runs twice: the copy on the legacy default stream (cudaMemcpy), and
+// on a stream of its own (cudaMemcpyAsync to pageable memory). The data is checked too.
+// Exit status 0: pass; 77: fewer than 2 GPUs (skipped); anything else: fail.
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define COUNT (4u << 20) /* floats: 16 MiB, above the 2-rank copy-engine threshold */
+
+#define CHECK(cond, ...)                                   \
+  do {                                                     \
+    if (!(cond)) {                                         \
+      fprintf(stderr, "rank %d: ", rank);                  \
+      fprintf(stderr, __VA_ARGS__);                        \
+      fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);   \
+      _exit(1);                                            \
+    }                                                      \
+  } while (0)
+
+static float value(size_t i, int round) { return (float)((i * 11 + (size_t)round * 17) % 1000); }
+
+static int rank;
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static int env_int(const char* name, int dflt) {
+  const char* v = getenv(name);
+  return v && atoi(v) > 0 ? atoi(v) : dflt;
+}
+
+// One transfer (round 0: Send/Recv; 1: Broadcast from rank 0). `delayed` 0: both ranks call at
+// once (the warm-up, which also connects the pair); 1: rank 1 calls after the delay while rank 0
+// waits in a synchronous copy behind the transfer (`legacy`: on the legacy default stream).
+static void one_round(int round, int delayed, int legacy, ncclComm_t comm, cudaStream_t s, cudaStream_t side, cudaEvent_t ev,
+                      float* buf, float* host, int sync_w, int sync_r) {
+  if (rank == 0) {
+    for (size_t i = 0; i < COUNT; ++i) host[i] = value(i, round + 2 * legacy);
+    CHECK(cudaMemcpy(buf, host, COUNT * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess, "cudaMemcpy in");
+  } else {
+    CHECK(cudaMemset(buf, 0, COUNT * sizeof(float)) == cudaSuccess, "cudaMemset");
+  }
+  CHECK(cudaDeviceSynchronize() == cudaSuccess, "cudaDeviceSynchronize");
+  // Both ranks start the round together (a byte each way), so the delay below is rank 1's alone.
+  char b = (char)round;
+  CHECK(write(sync_w, &b, 1) == 1 && read(sync_r, &b, 1) == 1, "round %d: meeting the peer", round);
+  if (delayed && rank == 1) usleep((useconds_t)env_int("GPU_SYNCWAIT_DELAY_MS", 300) * 1000);
+  double t0 = now_ms();
+  ncclResult_t r = round == 0 ? (rank == 0 ? ncclSend(buf, COUNT, ncclFloat, 1, comm, s) : ncclRecv(buf, COUNT, ncclFloat, 0, comm, s))
+                              : ncclBroadcast(buf, buf, COUNT, ncclFloat, 0, comm, s);
+  CHECK(r == ncclSuccess, "round %d: %s", round, ncclGetErrorString(r));
+  if (delayed && rank == 0) {
+    // The application's wait for the transfer, then its copy to pageable memory behind it.
+    float probe[16];
+    CHECK(cudaEventRecord(ev, s) == cudaSuccess, "cudaEventRecord");
+    if (legacy) {
+      CHECK(cudaStreamWaitEvent(0, ev, 0) == cudaSuccess, "cudaStreamWaitEvent (legacy stream)");
+      CHECK(cudaMemcpy(probe, buf, sizeof probe, cudaMemcpyDeviceToHost) == cudaSuccess, "cudaMemcpy (legacy stream)");
+    } else {
+      CHECK(cudaStreamWaitEvent(side, ev, 0) == cudaSuccess, "cudaStreamWaitEvent");
+      CHECK(cudaMemcpyAsync(probe, buf, sizeof probe, cudaMemcpyDeviceToHost, side) == cudaSuccess, "cudaMemcpyAsync to pageable memory");
+      CHECK(cudaStreamSynchronize(side) == cudaSuccess, "cudaStreamSynchronize (side)");
+    }
+    for (int i = 0; i < 16; ++i) CHECK(probe[i] == value((size_t)i, round + 2 * legacy), "round %d: rank 0's own data changed", round);
+    printf("gpu_syncwait: rank 0, %s, copy on %s: done after %.0f ms (rank 1 called after %d ms)\n", round == 0 ? "Send" : "Broadcast",
+           legacy ? "the legacy stream" : "a stream of its own", now_ms() - t0, env_int("GPU_SYNCWAIT_DELAY_MS", 300));
+  }
+  CHECK(cudaStreamSynchronize(s) == cudaSuccess, "round %d: cudaStreamSynchronize", round);
+  if (rank == 1) {
+    CHECK(cudaMemcpy(host, buf, COUNT * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess, "cudaMemcpy out");
+    for (size_t i = 0; i < COUNT; ++i)
+      CHECK(host[i] == value(i, round + 2 * legacy), "round %d: element %zu is %g, expected %g", round, i, host[i], value(i, round + 2 * legacy));
+  }
+}
+
+static void child(int id_w, int id_r, int sync_w, int sync_r) {
+  alarm((unsigned)env_int("GPU_SYNCWAIT_ALARM", 120));
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) _exit(77);
+  CHECK(cudaSetDevice(rank) == cudaSuccess, "cudaSetDevice");
+  ncclUniqueId id;
+  if (rank == 0) {
+    CHECK(ncclGetUniqueId(&id) == ncclSuccess, "ncclGetUniqueId");
+    CHECK(write(id_w, &id, sizeof id) == sizeof id, "sending the id");
+  } else {
+    CHECK(read(id_r, &id, sizeof id) == sizeof id, "receiving the id");
+  }
+  ncclComm_t comm;
+  CHECK(ncclCommInitRank(&comm, 2, id, rank) == ncclSuccess, "ncclCommInitRank");
+  cudaStream_t s, side;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "cudaStreamCreate");
+  CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) == cudaSuccess, "cudaStreamCreate (side)");
+  cudaEvent_t ev;
+  CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess, "cudaEventCreate");
+  float* buf;
+  CHECK(cudaMalloc((void**)&buf, COUNT * sizeof(float)) == cudaSuccess, "cudaMalloc");
+  float* host = malloc(COUNT * sizeof(float));
+  CHECK(host != NULL, "malloc");
+  for (int round = 0; round < 2; ++round) one_round(round, 0, 0, comm, s, side, ev, buf, host, sync_w, sync_r);
+  for (int legacy = 0; legacy < 2; ++legacy)
+    for (int round = 0; round < 2; ++round) one_round(round, 1, legacy, comm, s, side, ev, buf, host, sync_w, sync_r);
+  CHECK(ncclCommDestroy(comm) == ncclSuccess, "ncclCommDestroy");
+  _exit(0);
+}
+
+int main(void) {
+  // id: rank 0 -> 1. The meeting before each round: a byte each way, on two pipes.
+  int id_pipe[2], to1[2], to0[2];
+  if (pipe(id_pipe) || pipe(to1) || pipe(to0)) return 2;
+  pid_t pids[2];
+  for (rank = 0; rank < 2; ++rank) {
+    pids[rank] = fork();
+    if (pids[rank] < 0) return 2;
+    if (pids[rank] == 0) {
+      if (rank == 0) child(id_pipe[1], id_pipe[0], to1[1], to0[0]);
+      else child(id_pipe[1], id_pipe[0], to0[1], to1[0]);
+    }
+  }
+  int rc = 0, skipped = 0;
+  for (int r = 0; r < 2; ++r) {
+    int st = 0;
+    waitpid(pids[r], &st, 0);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+      skipped = 1;
+    } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      fprintf(stderr, "gpu_syncwait: rank %d %s %d\n", r, WIFSIGNALED(st) ? "killed by signal" : "exited with",
+              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+      if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
+        fprintf(stderr, "gpu_syncwait: rank %d timed out: the transfer stalled behind the synchronous copy\n", r);
+      rc = 1;
+    }
+  }
+  if (skipped && !rc) {
+    printf("gpu_syncwait: fewer than 2 GPUs, skipped\n");
+    return 77;
+  }
+  printf("gpu_syncwait: %s\n", rc ? "FAIL" : "PASS (every transfer completed under a synchronous copy waiting for it)");
+  return rc;
+}
