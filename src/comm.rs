@@ -465,7 +465,7 @@ impl Comm {
             Some(ch) if self.nranks >= 2 && crate::algo::ce_direct::min_bytes(&tuning) > 0 && peers.iter().any(|p| !p.same_process(&peers[self.rank])) => {
                 let candidate: Vec<bool> = peers.iter().map(|p| !p.same_process(&peers[self.rank])).collect();
                 let key = crate::reg::comm_key(id);
-                let on_error = (!tuning.ce_direct_sync).then(|| {
+                let on_error = tuning.ce_direct_async.then(|| {
                     let (state, flag, rank) = (self.state.clone(), abort_flag.clone(), self.rank);
                     Box::new(move |e: Error| {
                         nccl_warn!("comm rank {rank}: {}; the communicator now reports {}", e.msg, e.code.as_str());

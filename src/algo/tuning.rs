@@ -50,14 +50,14 @@ pub struct Tuning {
     /// ranks in separate processes, for every operation (0 = never; unset: algo::ce_direct's
     /// defaults per operation and rank count).
     pub ce_direct_min_bytes: Option<u64>,
-    /// The copy-engine direct path's handshakes run on the calling thread, whose call then waits
-    /// for the peer's (the default). OXCCL_CE_DIRECT_ASYNC=1 hands them to a worker thread so that
-    /// calls return at once, as NCCL's do (transport::ce_direct::CeDirect::submit); but the worker
-    /// then issues stream work that the user's stream already waits for, and a driver call of its
-    /// can stall behind an application thread's synchronous copy that waits for that stream
-    /// (PyTorch's `.cpu()` after a 4 MiB send at 4 ranks: stalls of 4-50 s and hangs, BENCHMARKS
-    /// thirty-third pass).
-    pub ce_direct_sync: bool,
+    /// OXCCL_CE_DIRECT_ASYNC=1. By default (false) the copy-engine direct path's handshakes run on
+    /// the calling thread, whose call then waits for the peer's. True hands them to a worker
+    /// thread so that calls return at once, as NCCL's do (transport::ce_direct::CeDirect::submit);
+    /// but the worker then issues stream work that the user's stream already waits for, and a
+    /// driver call of its can stall behind an application thread's synchronous copy that waits
+    /// for that stream (PyTorch's `.cpu()` after a 4 MiB send at 4 ranks: stalls of 4-50 s and
+    /// hangs, BENCHMARKS thirty-third pass).
+    pub ce_direct_async: bool,
     /// OXCCL_REDUCE_LL_MAX_BYTES: largest ReduceScatter chunk / Reduce message moved as packets.
     pub reduce_ll_max_bytes: Option<u64>,
     /// OXCCL_REDUCE_LL_SHAPE_MAX_RANKS: most ranks at which a packet Reduce takes the one-shot
@@ -131,7 +131,7 @@ impl Tuning {
             broadcast_oneshot_max_bytes: num("OXCCL_BROADCAST_ONESHOT_MAX_BYTES"),
             p2p_oneshot_max_bytes: num("OXCCL_P2P_ONESHOT_MAX_BYTES"),
             ce_direct_min_bytes: num("OXCCL_CE_DIRECT_MIN_BYTES"),
-            ce_direct_sync: num("OXCCL_CE_DIRECT_ASYNC") != Some(1),
+            ce_direct_async: num("OXCCL_CE_DIRECT_ASYNC").is_some_and(|v| v != 0),
             reduce_ll_max_bytes: num("OXCCL_REDUCE_LL_MAX_BYTES"),
             reduce_ll_shape_max_ranks: num("OXCCL_REDUCE_LL_SHAPE_MAX_RANKS"),
             relay_min_bytes: num("OXCCL_RELAY_MIN_BYTES"),
