@@ -331,8 +331,31 @@ pub fn end() -> Result<()> {
     if let Err(e) = fork_streams(&streams_per_comm) {
         first_err.get_or_insert(e);
     }
+    if per_comm_threads(&state.ops, handshake_may_wait) {
+        let r = run_concurrently(split_by_comm(state.ops), "group launch", |ops| {
+            let mut err = None;
+            launch_ops(ops, &mut err);
+            err.map_or(Ok(()), Err)
+        });
+        if let Err(e) = r {
+            first_err.get_or_insert(e);
+        }
+    } else {
+        launch_ops(state.ops, &mut first_err);
+    }
+    if first_err.is_none() {
+        if let Err(e) = join_streams(streams_per_comm) {
+            first_err = Some(e);
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}
+
+/// Runs a group's operations in order, each communicator's point-to-point operations as one
+/// launch after its collectives; notes the first error and goes on (the peers wait for the rest).
+fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
     let mut p2p: Vec<(Arc<Comm>, Vec<P2pOp>)> = Vec::new();
-    for op in state.ops {
+    for op in ops {
         let r = match op {
             Deferred::P2p(c, o) => {
                 push_p2p(&mut p2p, c, o);
@@ -349,12 +372,61 @@ pub fn end() -> Result<()> {
             first_err.get_or_insert(e);
         }
     }
-    if first_err.is_none() {
-        if let Err(e) = join_streams(streams_per_comm) {
-            first_err = Some(e);
+}
+
+/// Whether a group's launches run on one thread per communicator. A launch on the copy-engine
+/// direct path handshakes on the calling thread by default, waiting on the host for its peers'
+/// matching launches (transport::ce_direct). Two processes that each drive several ranks
+/// (nccl-tests `-g 2` under mpirun) and launched their communicators one after another would
+/// then wait for each other in a cycle: rank 0 for rank 3, whose process is in rank 2's launch,
+/// which waits for rank 1, launched after rank 0. So where two or more communicators have
+/// operations and one of them may wait (`may_wait`: the communicator and an operation's largest
+/// byte count), each communicator's operations run in order on a thread of their own. Else in
+/// one thread, as NCCL launches them: threads cost a small group more than its launches.
+fn per_comm_threads(ops: &[Deferred], may_wait: impl Fn(&Arc<Comm>, u64) -> bool) -> bool {
+    let mut first: Option<&Arc<Comm>> = None;
+    let mut several = false;
+    let mut waits = false;
+    for op in ops {
+        let (comm, bytes) = match op {
+            // An upper bound of any one transfer: the whole of the larger buffer.
+            Deferred::Coll(t) => (&t.comm, t.count.saturating_mul(t.dtype.size() as u64).saturating_mul(t.comm.nranks.max(1) as u64)),
+            Deferred::P2p(c, o) => (c, o.bytes),
+            _ => continue,
+        };
+        match first {
+            None => first = Some(comm),
+            Some(f) => several |= !Arc::ptr_eq(f, comm),
+        }
+        waits = waits || may_wait(comm, bytes);
+    }
+    several && waits
+}
+
+/// Whether a launch of `bytes` on `comm` may wait on the host for its peers: the communicator
+/// has copy-engine direct links handshaking on the calling thread, and the size reaches the
+/// path's smallest threshold.
+fn handshake_may_wait(comm: &Arc<Comm>, bytes: u64) -> bool {
+    let Ok(r) = comm.ready() else { return false };
+    let min = crate::algo::ce_direct::min_bytes(&r.tuning);
+    r.ce.as_ref().is_some_and(|ce| !ce.is_async()) && min > 0 && bytes >= min
+}
+
+/// A group's operations by communicator, each list in the group's order, communicators in
+/// first-use order.
+fn split_by_comm(ops: Vec<Deferred>) -> Vec<Vec<Deferred>> {
+    let mut out: Vec<(Arc<Comm>, Vec<Deferred>)> = Vec::new();
+    for op in ops {
+        let comm = match &op {
+            Deferred::Coll(t) => t.comm.clone(),
+            Deferred::P2p(c, _) | Deferred::Finalize(c) | Deferred::Destroy(c, _) | Deferred::Abort(c, _) => c.clone(),
+        };
+        match out.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &comm)) {
+            Some((_, v)) => v.push(op),
+            None => out.push((comm, vec![op])),
         }
     }
-    first_err.map_or(Ok(()), Err)
+    out.into_iter().map(|(_, v)| v).collect()
 }
 
 /// Adds a point-to-point operation to its communicator's batch (one launch per communicator).
@@ -649,6 +721,49 @@ mod tests {
         assert_eq!(got.len(), 1, "only a uses more than one stream");
         assert!(Arc::ptr_eq(&got[0].0, &a));
         assert_eq!(got[0].1, vec![s(0x10), s(0x20)]);
+    }
+
+    /// Several communicators' launches go one thread each only where one of them may wait on the
+    /// host for its peers (a copy-engine direct handshake); one communicator never.
+    #[test]
+    fn per_comm_threads_only_where_a_launch_may_wait() {
+        let cfg = crate::config::CommConfig::default();
+        let (a, b) = (Arc::new(Comm::new(0, 2, 0, cfg.clone())), Arc::new(Comm::new(1, 2, 0, cfg)));
+        let p2p = |c: &Arc<Comm>, bytes| Deferred::P2p(c.clone(), P2pOp { is_send: true, peer: 1, buf: 0, bytes, stream: std::ptr::null_mut() });
+        let coll = |c: &Arc<Comm>, count| {
+            let op = crate::comm::ResolvedOp { op: crate::types::RedOp::Sum, scalar: 0, scalar_ptr: 0 };
+            Deferred::Coll(CollTask { comm: c.clone(), coll: crate::enqueue::Coll::AllGather, send: 0, recv: 0, count, dtype: crate::types::DataType::Float32, op, root: 0, stream: std::ptr::null_mut() })
+        };
+        let big = |_: &Arc<Comm>, bytes: u64| bytes >= 4 << 20;
+        assert!(per_comm_threads(&[p2p(&a, 8), p2p(&b, 4 << 20)], big));
+        assert!(!per_comm_threads(&[p2p(&a, 8), p2p(&b, (4 << 20) - 1)], big));
+        assert!(!per_comm_threads(&[p2p(&a, 4 << 20), p2p(&a, 4 << 20)], big), "one communicator");
+        // A collective counts its whole buffer: 2 ranks x 2 MiB of AllGather output.
+        assert!(per_comm_threads(&[coll(&a, 512 << 10), coll(&b, 8)], big));
+        assert!(!per_comm_threads(&[coll(&a, 512 << 10), Deferred::Finalize(b.clone())], big), "a finalize launches nothing");
+        assert!(!per_comm_threads(&[p2p(&a, 1 << 30), p2p(&b, 1 << 30)], |_, _| false));
+    }
+
+    /// Each communicator's operations keep the group's order.
+    #[test]
+    fn split_by_comm_keeps_each_communicators_order() {
+        let cfg = crate::config::CommConfig::default();
+        let (a, b) = (Arc::new(Comm::new(0, 2, 0, cfg.clone())), Arc::new(Comm::new(1, 2, 0, cfg)));
+        let p2p = |c: &Arc<Comm>, bytes| Deferred::P2p(c.clone(), P2pOp { is_send: true, peer: 1, buf: 0, bytes, stream: std::ptr::null_mut() });
+        let parts = split_by_comm(vec![p2p(&b, 1), p2p(&a, 2), p2p(&b, 3), Deferred::Finalize(a.clone()), p2p(&a, 4)]);
+        let seen: Vec<Vec<(usize, u64)>> = parts
+            .iter()
+            .map(|v| {
+                v.iter()
+                    .map(|op| match op {
+                        Deferred::P2p(c, o) => (c.rank, o.bytes),
+                        Deferred::Finalize(c) => (c.rank, 0),
+                        _ => unreachable!(),
+                    })
+                    .collect()
+            })
+            .collect();
+        assert_eq!(seen, vec![vec![(1, 1), (1, 3)], vec![(0, 2), (0, 0), (0, 4)]]);
     }
 
     #[test]
