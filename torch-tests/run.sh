@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the PyTorch suite in every init mode with oxccl preloaded and with NVIDIA's NCCL, and
-# compares the training losses of the two libraries. Needs a GPU machine with PyTorch.
+# Runs the PyTorch suite in every init mode with oxccl preloaded and with NVIDIA's NCCL (from 4
+# GPUs also as 2 simulated hosts), and compares the training losses of the two libraries. Needs a
+# GPU machine with PyTorch.
 #
 #   torch-tests/run.sh NGPUS /path/to/liboxccl.so [OUTDIR]
 #
@@ -23,20 +24,27 @@ run() {  # tag, preload, extra env, suite args
   grep -E "^suite|FAIL|EXCEPTION" "$out/$tag.log" | head -20
   [ $rc -eq 0 ] || { echo "   $tag: exit status $rc (log: $out/$tag.log)"; fail=1; }
 }
+# From 4 GPUs also as 2 simulated hosts (SUITE_RANKS_PER_HOST): the cross-host transports, with
+# the suite's 4 MiB point-to-point transfers large enough for the proxy's link threads.
+modes="eager lazy nonblocking"
+[ "$n" -ge 4 ] && modes="$modes hosts"
 for lib_name in oxccl nccl; do
   pre=""; [ $lib_name = oxccl ] && pre=$lib
   run "$lib_name-eager" "$pre" "NCCL_DEBUG=VERSION" --init eager
   run "$lib_name-lazy" "$pre" "NCCL_DEBUG=VERSION" --init lazy
   run "$lib_name-nonblocking" "$pre" "NCCL_DEBUG=VERSION TORCH_NCCL_USE_COMM_NONBLOCKING=1" --init eager
+  if [ "$n" -ge 4 ]; then
+    run "$lib_name-hosts" "$pre" "NCCL_DEBUG=VERSION SUITE_RANKS_PER_HOST=$((n / 2)) NCCL_IB_DISABLE=1" --init eager
+  fi
 done
-for m in eager lazy nonblocking; do
+for m in $modes; do
   grep -q "oxccl" "$out/oxccl-$m.log" || { echo "oxccl-$m: oxccl's banner missing: the library was not preloaded?"; fail=1; }
 done
-python3 - "$out" <<'PY' || fail=1
+python3 - "$out" $modes <<'PY' || fail=1
 import json, sys, os
 out = sys.argv[1]
 bad = 0
-for m in ("eager", "lazy", "nonblocking"):
+for m in sys.argv[2:]:
     try:
         a = json.load(open(os.path.join(out, f"losses-oxccl-{m}.json")))
         b = json.load(open(os.path.join(out, f"losses-nccl-{m}.json")))

@@ -312,6 +312,11 @@ def main():
     ap.add_argument("--tag", default="run")
     a = ap.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    # SUITE_RANKS_PER_HOST=P: ranks r and r' are on the same simulated host when r // P == r' // P,
+    # through NCCL_HOSTID, which oxccl and NCCL both honour (cross-host transports on one machine).
+    per_host = int(os.environ.get("SUITE_RANKS_PER_HOST", "0"))
+    if per_host > 0:
+        os.environ["NCCL_HOSTID"] = f"torch-suite-host-{rank // per_host}"
     dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
     torch.cuda.set_device(dev)
     if a.init == "eager":
@@ -334,7 +339,8 @@ def main():
             with open(os.path.join(a.out, f"losses-{a.tag}.json"), "w") as f:
                 json.dump(losses, f)
         print(f"suite [{a.tag}, {world} ranks, init {a.init}, "
-              f"TORCH_NCCL_USE_COMM_NONBLOCKING={os.environ.get('TORCH_NCCL_USE_COMM_NONBLOCKING', '0')}]: "
+              f"TORCH_NCCL_USE_COMM_NONBLOCKING={os.environ.get('TORCH_NCCL_USE_COMM_NONBLOCKING', '0')}"
+              f"{f', {per_host} ranks per simulated host' if per_host > 0 else ''}]: "
               f"{'PASS' if total.item() == 0 else 'FAIL'} ({s.checks} checks on rank 0, {total.item()} failures on all ranks)",
               flush=True)
     dist.destroy_process_group()
