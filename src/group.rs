@@ -384,23 +384,17 @@ fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
 /// byte count), each communicator's operations run in order on a thread of their own. Else in
 /// one thread, as NCCL launches them: threads cost a small group more than its launches.
 fn per_comm_threads(ops: &[Deferred], may_wait: impl Fn(&Arc<Comm>, u64) -> bool) -> bool {
-    let mut first: Option<&Arc<Comm>> = None;
-    let mut several = false;
-    let mut waits = false;
-    for op in ops {
-        let (comm, bytes) = match op {
+    let launches = || {
+        ops.iter().filter_map(|op| match op {
             // An upper bound of any one transfer: the whole of the larger buffer.
-            Deferred::Coll(t) => (&t.comm, t.count.saturating_mul(t.dtype.size() as u64).saturating_mul(t.comm.nranks.max(1) as u64)),
-            Deferred::P2p(c, o) => (c, o.bytes),
-            _ => continue,
-        };
-        match first {
-            None => first = Some(comm),
-            Some(f) => several |= !Arc::ptr_eq(f, comm),
-        }
-        waits = waits || may_wait(comm, bytes);
-    }
-    several && waits
+            Deferred::Coll(t) => Some((&t.comm, t.count.saturating_mul(t.dtype.size() as u64).saturating_mul(t.comm.nranks.max(1) as u64))),
+            Deferred::P2p(c, o) => Some((c, o.bytes)),
+            _ => None,
+        })
+    };
+    // Pointer comparisons first: most groups hold one communicator, and ask no more.
+    let Some((first, _)) = launches().next() else { return false };
+    launches().any(|(c, _)| !Arc::ptr_eq(c, first)) && launches().any(|(c, bytes)| may_wait(c, bytes))
 }
 
 /// Whether a launch of `bytes` on `comm` may wait on the host for its peers: the communicator

@@ -370,12 +370,7 @@ fn handshake_all(
             continue;
         }
         let target = match their.dst.filter(|_| mine.send_bytes > 0) {
-            Some(d) => {
-                nccl_trace!(Subsys::P2p, "ce handshake: mapping rank {}'s buffer {} (ipc {})", p.wire.peer, d.id, matches!(d.share, Share::Ipc(_)));
-                let t = map(i, &d, their_fd);
-                nccl_trace!(Subsys::P2p, "ce handshake: mapped -> {:?}", t.is_some());
-                t
-            }
+            Some(d) => map(i, &d, their_fd),
             None => Some(0),
         };
         if certain(mine, &their) {
