@@ -13,8 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
+
+#include "two_procs.h"
 
 #define COUNT (16u << 20) /* floats: 64 MiB, above every copy-engine threshold */
 
@@ -82,33 +83,15 @@ static void child(int id_w, int id_r, int sig_w, int sig_r) {
   _exit(0);
 }
 
+static int id_pipe[2], sig_pipe[2];
+
+static void run_rank(int r) {
+  rank = r;
+  child(id_pipe[1], id_pipe[0], sig_pipe[1], sig_pipe[0]);
+}
+
 int main(void) {
-  int id_pipe[2], sig_pipe[2];
   if (pipe(id_pipe) || pipe(sig_pipe)) return 2;
-  pid_t pids[2];
-  for (rank = 0; rank < 2; ++rank) {
-    pids[rank] = fork();
-    if (pids[rank] < 0) return 2;
-    if (pids[rank] == 0) child(id_pipe[1], id_pipe[0], sig_pipe[1], sig_pipe[0]);
-  }
-  int rc = 0, skipped = 0;
-  for (int r = 0; r < 2; ++r) {
-    int st = 0;
-    waitpid(pids[r], &st, 0);
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-      skipped = 1;
-    } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      fprintf(stderr, "gpu_pair: rank %d %s %d\n", r, WIFSIGNALED(st) ? "killed by signal" : "exited with",
-              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-      if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
-        fprintf(stderr, "gpu_pair: rank %d timed out: a call waited for the peer's matching call\n", r);
-      rc = 1;
-    }
-  }
-  if (skipped && !rc) {
-    printf("gpu_pair: fewer than 2 GPUs, skipped\n");
-    return 77;
-  }
-  printf("gpu_pair: %s\n", rc ? "FAIL" : "PASS (each call returned before the peer made its matching call)");
-  return rc;
+  return two_processes("gpu_pair", run_rank, "a call waited for the peer's matching call",
+                       "PASS (each call returned before the peer made its matching call)");
 }

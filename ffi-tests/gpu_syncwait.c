@@ -17,9 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "two_procs.h"
 
 #define COUNT (4u << 20) /* floats: 16 MiB, above the 2-rank copy-engine threshold */
 
@@ -122,37 +123,17 @@ static void child(int id_w, int id_r, int sync_w, int sync_r) {
   _exit(0);
 }
 
+// id: rank 0 -> 1. The meeting before each round: a byte each way, on two pipes.
+static int id_pipe[2], to1[2], to0[2];
+
+static void run_rank(int r) {
+  rank = r;
+  if (r == 0) child(id_pipe[1], id_pipe[0], to1[1], to0[0]);
+  else child(id_pipe[1], id_pipe[0], to0[1], to1[0]);
+}
+
 int main(void) {
-  // id: rank 0 -> 1. The meeting before each round: a byte each way, on two pipes.
-  int id_pipe[2], to1[2], to0[2];
   if (pipe(id_pipe) || pipe(to1) || pipe(to0)) return 2;
-  pid_t pids[2];
-  for (rank = 0; rank < 2; ++rank) {
-    pids[rank] = fork();
-    if (pids[rank] < 0) return 2;
-    if (pids[rank] == 0) {
-      if (rank == 0) child(id_pipe[1], id_pipe[0], to1[1], to0[0]);
-      else child(id_pipe[1], id_pipe[0], to0[1], to1[0]);
-    }
-  }
-  int rc = 0, skipped = 0;
-  for (int r = 0; r < 2; ++r) {
-    int st = 0;
-    waitpid(pids[r], &st, 0);
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-      skipped = 1;
-    } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      fprintf(stderr, "gpu_syncwait: rank %d %s %d\n", r, WIFSIGNALED(st) ? "killed by signal" : "exited with",
-              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-      if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
-        fprintf(stderr, "gpu_syncwait: rank %d timed out: the transfer stalled behind the synchronous copy\n", r);
-      rc = 1;
-    }
-  }
-  if (skipped && !rc) {
-    printf("gpu_syncwait: fewer than 2 GPUs, skipped\n");
-    return 77;
-  }
-  printf("gpu_syncwait: %s\n", rc ? "FAIL" : "PASS (every transfer completed under a synchronous copy waiting for it)");
-  return rc;
+  return two_processes("gpu_syncwait", run_rank, "the transfer stalled behind the synchronous copy",
+                       "PASS (every transfer completed under a synchronous copy waiting for it)");
 }

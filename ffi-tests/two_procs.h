@@ -1,0 +1,39 @@
+// Two processes, ranks 0 and 1 (one GPU each), for the GPU tests that need a peer in another
+// process (gpu_pair.c, gpu_syncwait.c). A child exits 0 (pass), 77 (fewer than 2 GPUs) or
+// anything else (fail), and is killed by SIGALRM when it stalls.
+#pragma once
+#include <signal.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+// Forks `child(0)` and `child(1)` (each must _exit), waits for both and reports as `name`:
+// 0 pass, 77 skipped, 1 fail, 2 could not fork. `stalled` says what a rank killed by its alarm
+// was waiting for; `passed` what a pass shows.
+static int two_processes(const char* name, void (*child)(int rank), const char* stalled, const char* passed) {
+  pid_t pids[2];
+  for (int r = 0; r < 2; ++r) {
+    pids[r] = fork();
+    if (pids[r] < 0) return 2;
+    if (pids[r] == 0) child(r);
+  }
+  int rc = 0, skipped = 0;
+  for (int r = 0; r < 2; ++r) {
+    int st = 0;
+    waitpid(pids[r], &st, 0);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+      skipped = 1;
+    } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      fprintf(stderr, "%s: rank %d %s %d\n", name, r, WIFSIGNALED(st) ? "killed by signal" : "exited with",
+              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+      if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM) fprintf(stderr, "%s: rank %d timed out: %s\n", name, r, stalled);
+      rc = 1;
+    }
+  }
+  if (skipped && !rc) {
+    printf("%s: fewer than 2 GPUs, skipped\n", name);
+    return 77;
+  }
+  printf("%s: %s\n", name, rc ? "FAIL" : passed);
+  return rc;
+}
