@@ -19,19 +19,7 @@
 
 #define COUNT (16u << 20) /* floats: 64 MiB, above every copy-engine threshold */
 
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      fprintf(stderr, "rank %d: ", rank);                  \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);   \
-      _exit(1);                                            \
-    }                                                      \
-  } while (0)
-
 static float value(size_t i, int round) { return (float)((i * 7 + (size_t)round * 13) % 1000); }
-
-static int rank;
 
 // Rank 0 makes `call` and says so; rank 1 waits to hear it, then makes its own. `ordered` 0: both
 // call at once (the warm-up).
@@ -57,20 +45,7 @@ static void one_round(int round, int ordered, ncclComm_t comm, cudaStream_t s, f
 }
 
 static void child(int id_w, int id_r, int sig_w, int sig_r) {
-  const char* secs = getenv("GPU_PAIR_ALARM");
-  alarm(secs && atoi(secs) > 0 ? (unsigned)atoi(secs) : 120);  // a call waiting for the peer's never returns
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) _exit(77);
-  CHECK(cudaSetDevice(rank) == cudaSuccess, "cudaSetDevice");
-  ncclUniqueId id;
-  if (rank == 0) {
-    CHECK(ncclGetUniqueId(&id) == ncclSuccess, "ncclGetUniqueId");
-    CHECK(write(id_w, &id, sizeof id) == sizeof id, "sending the id");
-  } else {
-    CHECK(read(id_r, &id, sizeof id) == sizeof id, "receiving the id");
-  }
-  ncclComm_t comm;
-  CHECK(ncclCommInitRank(&comm, 2, id, rank) == ncclSuccess, "ncclCommInitRank");
+  ncclComm_t comm = pair_comm("GPU_PAIR_ALARM", id_w, id_r);
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "cudaStreamCreate");
   float* buf;

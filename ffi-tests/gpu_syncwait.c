@@ -24,19 +24,7 @@
 
 #define COUNT (4u << 20) /* floats: 16 MiB, above the 2-rank copy-engine threshold */
 
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      fprintf(stderr, "rank %d: ", rank);                  \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);   \
-      _exit(1);                                            \
-    }                                                      \
-  } while (0)
-
 static float value(size_t i, int round) { return (float)((i * 11 + (size_t)round * 17) % 1000); }
-
-static int rank;
 
 static double now_ms(void) {
   struct timespec t;
@@ -94,19 +82,7 @@ static void one_round(int round, int delayed, int legacy, ncclComm_t comm, cudaS
 }
 
 static void child(int id_w, int id_r, int sync_w, int sync_r) {
-  alarm((unsigned)env_int("GPU_SYNCWAIT_ALARM", 120));
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) _exit(77);
-  CHECK(cudaSetDevice(rank) == cudaSuccess, "cudaSetDevice");
-  ncclUniqueId id;
-  if (rank == 0) {
-    CHECK(ncclGetUniqueId(&id) == ncclSuccess, "ncclGetUniqueId");
-    CHECK(write(id_w, &id, sizeof id) == sizeof id, "sending the id");
-  } else {
-    CHECK(read(id_r, &id, sizeof id) == sizeof id, "receiving the id");
-  }
-  ncclComm_t comm;
-  CHECK(ncclCommInitRank(&comm, 2, id, rank) == ncclSuccess, "ncclCommInitRank");
+  ncclComm_t comm = pair_comm("GPU_SYNCWAIT_ALARM", id_w, id_r);
   cudaStream_t s, side;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "cudaStreamCreate");
   CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) == cudaSuccess, "cudaStreamCreate (side)");

@@ -2,10 +2,47 @@
 // process (gpu_pair.c, gpu_syncwait.c). A child exits 0 (pass), 77 (fewer than 2 GPUs) or
 // anything else (fail), and is killed by SIGALRM when it stalls.
 #pragma once
+#include <cuda_runtime.h>
+#include <nccl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+// This process's rank (set in the child before anything else).
+static int rank;
+
+#define CHECK(cond, ...)                                   \
+  do {                                                     \
+    if (!(cond)) {                                         \
+      fprintf(stderr, "rank %d: ", rank);                  \
+      fprintf(stderr, __VA_ARGS__);                        \
+      fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);   \
+      _exit(1);                                            \
+    }                                                      \
+  } while (0)
+
+// The child's start: an alarm of `alarm_env` seconds (default 120; a stalled call never returns),
+// exit 77 without 2 GPUs, GPU `rank`, and the 2-rank communicator, rank 0 sending its id to rank 1
+// over a pipe (`id_w` / `id_r`).
+static ncclComm_t pair_comm(const char* alarm_env, int id_w, int id_r) {
+  const char* secs = getenv(alarm_env);
+  alarm(secs && atoi(secs) > 0 ? (unsigned)atoi(secs) : 120);
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) _exit(77);
+  CHECK(cudaSetDevice(rank) == cudaSuccess, "cudaSetDevice");
+  ncclUniqueId id;
+  if (rank == 0) {
+    CHECK(ncclGetUniqueId(&id) == ncclSuccess, "ncclGetUniqueId");
+    CHECK(write(id_w, &id, sizeof id) == sizeof id, "sending the id");
+  } else {
+    CHECK(read(id_r, &id, sizeof id) == sizeof id, "receiving the id");
+  }
+  ncclComm_t comm;
+  CHECK(ncclCommInitRank(&comm, 2, id, rank) == ncclSuccess, "ncclCommInitRank");
+  return comm;
+}
 
 // Forks `child(0)` and `child(1)` (each must _exit), waits for both and reports as `name`:
 // 0 pass, 77 skipped, 1 fail, 2 could not fork. `stalled` says what a rank killed by its alarm
