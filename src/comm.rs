@@ -750,9 +750,29 @@ fn bus_id_bytes(s: &str) -> [u8; 16] {
 
 impl Comm {
     /// OXCCL_DEBUG_DUMP: a dump of this communicator if its stream has been busy for `after`
-    /// with no new operation (once per stall); see src/diag.rs.
-    pub fn stall_dump(&self, after: Duration) -> Option<String> {
-        let r = self.ready.get()?;
+    /// with no new operation (once per stall), given to `emit` in two parts (see src/diag.rs):
+    /// what the host knows first, then the device state. Reading the device copies into host
+    /// memory, which a stalled driver can hold up (session 45: an application thread blocked in a
+    /// synchronous copy); the first part is out by then.
+    pub fn stall_dump(&self, after: Duration, emit: &mut dyn FnMut(&str)) {
+        let Some(r) = self.ready.get() else { return };
+        let Some(ops) = self.stalled_ops(r, after) else { return };
+        emit(&format!(
+            "OXCCL_DEBUG_DUMP: comm rank {}/{} (CUDA device {}, async state {:?}): its stream has been busy for {after:?} \
+             with no new operation. {ops}\n  device state (block 0): reading...",
+            self.rank,
+            self.nranks,
+            r.dev.ordinal,
+            self.async_state()
+        ));
+        let Ok(_ctx) = CtxGuard::new(r.dev) else { return };
+        let device = self.device_state(r).unwrap_or_else(|e| format!("device state unavailable: {}", e.msg));
+        emit(&format!("OXCCL_DEBUG_DUMP: comm rank {}/{}: device state (block 0): {device}", self.rank, self.nranks));
+    }
+
+    /// The operations of a stall, if this communicator's stream has been busy for `after` with
+    /// no new operation (once per stall).
+    fn stalled_ops(&self, r: &Ready, after: Duration) -> Option<String> {
         let _ctx = CtxGuard::new(r.dev).ok()?;
         let mut ls = r.launch.try_lock_for(Duration::from_millis(100))?;
         ls.last_stream?;
@@ -766,17 +786,7 @@ impl Comm {
         if !ls.progress.stalled(busy, now, after) {
             return None;
         }
-        let ops = ls.progress.describe(now);
-        drop(ls);
-        let device = self.device_state(r).unwrap_or_else(|e| format!("device state unavailable: {}", e.msg));
-        Some(format!(
-            "OXCCL_DEBUG_DUMP: comm rank {}/{} (CUDA device {}, async state {:?}): its stream has been busy for {after:?} \
-             with no new operation. {ops}\n  device state (block 0): {device}",
-            self.rank,
-            self.nranks,
-            r.dev.ordinal,
-            self.async_state()
-        ))
+        Some(ls.progress.describe(now))
     }
 
     /// LL flags and semaphore counters of block 0 per peer, copied through a private non-blocking stream (kernels may be spinning meanwhile).

@@ -91,12 +91,12 @@ pub fn start_monitor() {
         let _ = std::thread::Builder::new().name("oxccl-dump".into()).spawn(move || loop {
             std::thread::sleep(Duration::from_secs(1));
             for c in crate::comm::live() {
-                if let Some(text) = c.stall_dump(after) {
-                    // A line each: NCCL's log lines hold 1023 bytes, and a dump is longer.
+                // A line each: NCCL's log lines hold 1023 bytes, and a dump is longer.
+                c.stall_dump(after, &mut |text| {
                     for line in text.lines().filter(|l| !l.trim().is_empty()) {
                         nccl_warn!("{line}");
                     }
-                }
+                });
             }
         });
     });
