@@ -756,6 +756,7 @@ impl Comm {
     /// synchronous copy); the first part is out by then.
     pub fn stall_dump(&self, after: Duration, emit: &mut dyn FnMut(&str)) {
         let Some(r) = self.ready.get() else { return };
+        let Ok(_ctx) = CtxGuard::new(r.dev) else { return };
         let Some(ops) = self.stalled_ops(r, after) else { return };
         emit(&format!(
             "OXCCL_DEBUG_DUMP: comm rank {}/{} (CUDA device {}, async state {:?}): its stream has been busy for {after:?} \
@@ -765,15 +766,13 @@ impl Comm {
             r.dev.ordinal,
             self.async_state()
         ));
-        let Ok(_ctx) = CtxGuard::new(r.dev) else { return };
         let device = self.device_state(r).unwrap_or_else(|e| format!("device state unavailable: {}", e.msg));
         emit(&format!("OXCCL_DEBUG_DUMP: comm rank {}/{}: device state (block 0): {device}", self.rank, self.nranks));
     }
 
     /// The operations of a stall, if this communicator's stream has been busy for `after` with
-    /// no new operation (once per stall).
+    /// no new operation (once per stall). The device's context is current (caller).
     fn stalled_ops(&self, r: &Ready, after: Duration) -> Option<String> {
-        let _ctx = CtxGuard::new(r.dev).ok()?;
         let mut ls = r.launch.try_lock_for(Duration::from_millis(100))?;
         ls.last_stream?;
         // A launch captured into a graph has nothing running to query: no dump then.
