@@ -49,6 +49,9 @@ done
 # synchronous copy that waits for it, the receiver calling 300 ms later. oxccl's default and NCCL
 # must pass; with OXCCL_CE_DIRECT_ASYNC=1 the result is only reported (it stalled under PyTorch,
 # BENCHMARKS thirty-third pass; whether this smaller pattern stalls too is what the line shows).
+# It runs again on 2 simulated hosts (GPU_SYNCWAIT_HOSTS=1): oxccl and NCCL must pass; oxccl with
+# OXCCL_NET_STAGE_MAX=262144 (the proxy copies large steps' GPU data itself, as before session 46)
+# is reported only.
 two() { # binary, expected (pass/fail/report), label, lib dir, env...
   local bin=$1 want=$2 label=$3 dir=$4; shift 4
   echo "== $bin with $label (expected: $want)"
@@ -63,8 +66,12 @@ two gpu_pair pass "oxccl, OXCCL_CE_DIRECT_ASYNC=1" "$out/lib" OXCCL_CE_DIRECT_AS
 two gpu_pair fail "oxccl (calling-thread handshake)" "$out/lib" GPU_PAIR_ALARM=15
 two gpu_syncwait pass "oxccl" "$out/lib"
 two gpu_syncwait report "oxccl, OXCCL_CE_DIRECT_ASYNC=1" "$out/lib" OXCCL_CE_DIRECT_ASYNC=1 GPU_SYNCWAIT_ALARM=30
+hosts=(GPU_SYNCWAIT_HOSTS=1 NCCL_IB_DISABLE=1)
+two gpu_syncwait pass "oxccl, 2 simulated hosts" "$out/lib" "${hosts[@]}"
+two gpu_syncwait report "oxccl, 2 simulated hosts, OXCCL_NET_STAGE_MAX=262144" "$out/lib" "${hosts[@]}" OXCCL_NET_STAGE_MAX=262144 GPU_SYNCWAIT_ALARM=30
 if [ -n "$nccl_dir" ]; then
   two gpu_pair pass "NCCL ($nccl_dir)" "$nccl_dir"
   two gpu_syncwait pass "NCCL ($nccl_dir)" "$nccl_dir"
+  two gpu_syncwait pass "NCCL ($nccl_dir), 2 simulated hosts" "$nccl_dir" "${hosts[@]}"
 fi
 exit $rc

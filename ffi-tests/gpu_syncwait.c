@@ -10,6 +10,10 @@
 // (BENCHMARKS, thirty-third pass); an alarm (GPU_SYNCWAIT_ALARM seconds, default 120) turns a stall
 // into a failure. Each round runs twice: the copy on the legacy default stream (cudaMemcpy), and
 // on a stream of its own (cudaMemcpyAsync to pageable memory). The data is checked too.
+// GPU_SYNCWAIT_HOSTS=1 puts the two ranks on two simulated hosts (NCCL_HOSTID per rank, both
+// libraries honour it): the transfer crosses the network transport. oxccl's proxy copying a
+// step's GPU data with the copy engines stalled there the same way (BENCHMARKS, thirty-fourth
+// pass: every CUDA call of another thread that issues work waits behind such a copy).
 // Exit status 0: pass; 77: fewer than 2 GPUs (skipped); anything else: fail.
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -82,6 +86,11 @@ static void one_round(int round, int delayed, int legacy, ncclComm_t comm, cudaS
 }
 
 static void child(int id_w, int id_r, int sync_w, int sync_r) {
+  if (env_int("GPU_SYNCWAIT_HOSTS", 0)) {
+    char host[64];
+    snprintf(host, sizeof host, "gpu-syncwait-host-%d", rank);
+    CHECK(setenv("NCCL_HOSTID", host, 1) == 0, "setenv NCCL_HOSTID");
+  }
   ncclComm_t comm = pair_comm("GPU_SYNCWAIT_ALARM", id_w, id_r);
   cudaStream_t s, side;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "cudaStreamCreate");

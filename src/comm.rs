@@ -758,9 +758,10 @@ impl Comm {
         let Some(r) = self.ready.get() else { return };
         let Ok(_ctx) = CtxGuard::new(r.dev) else { return };
         let Some(ops) = self.stalled_ops(r, after) else { return };
+        let net = r.net.as_ref().map_or_else(String::new, |n| format!("\n  cross-host steps (host side): {}", n.describe_host()));
         emit(&format!(
             "OXCCL_DEBUG_DUMP: comm rank {}/{} (CUDA device {}, async state {:?}): its stream has been busy for {after:?} \
-             with no new operation. {ops}\n  device state (block 0): reading...",
+             with no new operation. {ops}{net}\n  device state (block 0): reading...",
             self.rank,
             self.nranks,
             r.dev.ordinal,

@@ -108,9 +108,13 @@ fn step_blocks() -> u32 {
 }
 
 /// Blocks of a staged step kernel whose copies before and after the hand-over move `pre` and
-/// `post` bytes: one per 32 KiB of the larger, at most `max`.
+/// `post` bytes: one per 32 KiB of the larger, at most `max` up to the proxy's inline size, and at
+/// most 32 (or `max`, if more) beyond: one block moves about as much as the wire for small
+/// steps, but a large step's copies through PCIe need many loads in flight.
 fn staged_grid(pre: u64, post: u64, max: u32) -> u32 {
-    pre.max(post).div_ceil(32 << 10).clamp(1, u64::from(max.max(1))) as u32
+    let bytes = pre.max(post);
+    let max = if bytes > inline::DEFAULT_MAX { max.max(32) } else { max.max(1) };
+    bytes.div_ceil(32 << 10).clamp(1, u64::from(max)) as u32
 }
 
 /// Lanes to a rank on another host when InfiniBand may be used (NCCL_NET=IB, or found).
@@ -219,9 +223,8 @@ pub struct Net {
     /// previous one before it writes its arena, so it fills one while the proxy still sends from
     /// the other. Other staged steps use the first and wait for every earlier step.
     mailboxes: Mutex<Vec<[HostMapped; 2]>>,
-    /// Jobs up to this size are carried by the proxy itself (`inline`), and steps made only of
-    /// such jobs are staged by their kernel; 0: neither.
-    inline_max: u64,
+    /// Steps whose jobs are at most this size are staged by their kernel (`stage::max_bytes`).
+    stage_max: u64,
     /// Ranks whose link the proxy can carry jobs on itself (plain TCP).
     inline_peer: Vec<bool>,
     /// OXCCL_NET_P2P_OVERLAP (on by default): a group's point-to-point work on this host runs
@@ -341,7 +344,7 @@ impl Net {
             done,
             scratch: Mutex::new(Vec::new()),
             mailboxes: Mutex::new(Vec::new()),
-            inline_max,
+            stage_max: stage::max_bytes(),
             inline_peer,
             p2p_overlap: p2p_overlap(),
             step_blocks: step_blocks(),
@@ -356,10 +359,16 @@ impl Net {
     /// (without waiting for the communicator's streams).
     pub fn describe(&self, read: &dyn Fn(u64) -> Result<u64>) -> String {
         let issued = read(self.issued.ptr).map_or_else(|e| format!("? ({})", e.msg), |v| v.to_string());
+        format!("cross-host steps: {issued} started by kernels, {}", self.describe_host())
+    }
+
+    /// The part of `describe` the host knows without the driver (the hang dump prints it first:
+    /// reading the device can wait behind the very stall it is about).
+    pub fn describe_host(&self) -> String {
         // SAFETY: the first word of `done`, host-mapped, written by the proxy thread.
         let done = unsafe { &*self.done.host.cast::<AtomicU64>() }.load(Ordering::Acquire);
         let started = self.status.started.load(Ordering::Relaxed);
-        let mut s = format!("cross-host steps: {issued} started by kernels, {started} by the proxy, {done} finished");
+        let mut s = format!("{started} by the proxy, {done} finished");
         let (at, what) = self.status.wait.lock().clone();
         if at == started && started > done && !what.is_empty() {
             s.push_str(&format!("; step at FIFO position {} waits: {what}", started - 1));
@@ -499,11 +508,10 @@ impl Net {
             flip: 0,
             copies: Default::default(),
         };
-        // The proxy must carry every phase itself (NetHandler::inline_ok decides alike).
-        let inline = self.inline_max > 0
-            && step.phases.iter().all(|p| inline::phase_fits(p, self.inline_max))
-            && step.phases.iter().flat_map(|p| p.sends.iter().chain(&p.recvs)).all(|x| self.inline_peer.get(x.peer).copied().unwrap_or(false));
-        let (step, shape) = match inline.then(|| stage::stage_on_host(&step, self.inline_max, OX_NET_COPIES)).flatten() {
+        // Staged on TCP links (every job within stage_max); the proxy then carries each phase
+        // itself or through the link threads (NetHandler::inline_ok), touching host memory only.
+        let tcp = self.stage_max > 0 && step.phases.iter().flat_map(|p| p.sends.iter().chain(&p.recvs)).all(|x| self.inline_peer.get(x.peer).copied().unwrap_or(false));
+        let (step, shape) = match tcp.then(|| stage::stage_on_host(&step, self.stage_max, OX_NET_COPIES)).flatten() {
             Some(mut st) => {
                 // Small steps pass their data as packets (their arena grows by the packet areas).
                 let pk = packets::reserve(&mut st, self.packets_max);
@@ -604,6 +612,9 @@ struct NetHandler {
     done: Arc<HostMapped>,
     abort_flag: Arc<HostMapped>,
     stream: OwnedStream,
+    /// A copy was issued on `stream` since the last synchronisation: only then does `sync` call
+    /// the driver (a staged step makes no CUDA call at all, see `stage`).
+    copied: std::sync::atomic::AtomicBool,
     /// Host memory of the steps (received partial results, accumulators) and for device inputs
     /// of a reduction; pinned, grown on demand.
     arena: Vec<HostMapped>,
@@ -680,6 +691,7 @@ impl NetHandler {
             done,
             abort_flag,
             stream,
+            copied: std::sync::atomic::AtomicBool::new(false),
             arena,
             tmp,
             outbox,
@@ -726,6 +738,7 @@ impl NetHandler {
                     if let (Some(&Buf::Dev(p)), true) = (red.inputs.first(), red.bytes > 0) {
                         // SAFETY: [acc, acc + bytes) is reserved in the arena grown above.
                         let acc = unsafe { arena.add(red.acc as usize) };
+                        self.copied.store(true, Ordering::Relaxed);
                         check(unsafe { cu::cuMemcpyDtoHAsync_v2(acc.cast(), p, red.bytes as usize, self.stream.raw) }, "cuMemcpyDtoHAsync (reduction input)")?;
                         preloaded = true;
                     }
@@ -812,6 +825,7 @@ impl NetHandler {
                 if let (Src::Dev { dev, tmp: slot }, true) = (*s, red.bytes > 0) {
                     // SAFETY: the accumulator's range of the arena, or the scratch slot grown above.
                     let dst = unsafe { slot.map_or(arena.add(red.acc as usize), |o| tmp.add(o as usize)) };
+                    self.copied.store(true, Ordering::Relaxed);
                     check(unsafe { cu::cuMemcpyDtoHAsync_v2(dst.cast(), dev, red.bytes as usize, self.stream.raw) }, "cuMemcpyDtoHAsync (reduction input)")?;
                 }
             }
@@ -887,6 +901,7 @@ impl NetHandler {
             // SAFETY: the piece's range of the accumulator, final; dst the plan's device range,
             // which no transfer reads any more (`writable`).
             let src = unsafe { arena.add((red.acc + a) as usize) };
+            self.copied.store(true, Ordering::Relaxed);
             check(unsafe { cu::cuMemcpyHtoDAsync_v2(dst + a, src.cast(), (b - a) as usize, stream) }, "cuMemcpyHtoDAsync (reduction result)")
         };
         // A piece takes one core about as long as the wire takes to bring it: more pieces at once
@@ -911,6 +926,7 @@ impl NetHandler {
             if let (Buf::Dev(out), pipeline::Out::AtEnd, true) = (red.out, &r.out, red.bytes > 0) {
                 // SAFETY: the accumulator, final; out the plan's device range, which no transfer uses now.
                 let src = unsafe { arena.add(red.acc as usize) };
+                self.copied.store(true, Ordering::Relaxed);
                 check(unsafe { cu::cuMemcpyHtoDAsync_v2(out, src.cast(), red.bytes as usize, self.stream.raw) }, "cuMemcpyHtoDAsync (reduction result)")?;
             }
         }
@@ -955,6 +971,7 @@ impl NetHandler {
         for (x, &h) in ph.sends.iter().zip(&src) {
             if let Buf::Dev(p) = x.buf {
                 // SAFETY: h is an outbox slot of x.bytes; p the plan's device range.
+                self.copied.store(true, Ordering::Relaxed);
                 check(unsafe { cu::cuMemcpyDtoHAsync_v2(h.cast(), p, x.bytes as usize, self.stream.raw) }, "cuMemcpyDtoHAsync (network send)")?;
                 copies = true;
             }
@@ -986,6 +1003,7 @@ impl NetHandler {
         for (x, &h) in ph.recvs.iter().zip(&dst) {
             if let Buf::Dev(p) = x.buf {
                 // SAFETY: h holds the x.bytes just received; p the plan's device range.
+                self.copied.store(true, Ordering::Relaxed);
                 check(unsafe { cu::cuMemcpyHtoDAsync_v2(p, h.cast(), x.bytes as usize, self.stream.raw) }, "cuMemcpyHtoDAsync (network receive)")?;
                 copies = true;
             }
@@ -1030,6 +1048,7 @@ impl NetHandler {
         self.combining += t.map_or(0.0, |t| t.elapsed().as_secs_f64());
         if let Buf::Dev(out) = r.out {
             // SAFETY: acc is pinned host memory of n bytes; out is the plan's device range.
+            self.copied.store(true, Ordering::Relaxed);
             check(unsafe { cu::cuMemcpyHtoDAsync_v2(out, acc.as_ptr().cast(), n, self.stream.raw) }, "cuMemcpyHtoDAsync (reduction result)")?;
             self.sync()?;
         }
@@ -1038,11 +1057,15 @@ impl NetHandler {
 
     fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<()> {
         // SAFETY: dst is pinned host memory of at least n bytes; src the plan's device range.
+        self.copied.store(true, Ordering::Relaxed);
         check(unsafe { cu::cuMemcpyDtoHAsync_v2(dst.cast(), src, n, self.stream.raw) }, "cuMemcpyDtoHAsync (reduction input)")?;
         self.sync()
     }
 
     fn sync(&self) -> Result<()> {
+        if !self.copied.swap(false, Ordering::Relaxed) {
+            return Ok(());
+        }
         self.stream.sync("cuStreamSynchronize (cross-host step)")
     }
 }
@@ -1160,13 +1183,14 @@ impl Drop for NetHandler {
 
 impl Handler for NetHandler {
     fn execute(&mut self, r: &Request) -> Result<()> {
-        if self.relaxed.is_none() {
-            // Once, on the proxy thread: its copies and allocations must not fail because the
-            // application is capturing a graph on another thread.
-            self.relaxed = Some(RelaxedCapture::new()?);
-        }
         self.status.started.fetch_add(1, Ordering::Relaxed);
         let step = self.plans.lock().take(r.size)?;
+        if self.relaxed.is_none() && step.pinned == 0 {
+            // Once, on the proxy thread, before its first CUDA copy (a staged step makes none,
+            // and no driver call at all: `stage`): its copies and allocations must not fail
+            // because the application is capturing a graph on another thread.
+            self.relaxed = Some(RelaxedCapture::new()?);
+        }
         let t0 = self.profile.is_some().then(std::time::Instant::now);
         // The kernel names the arena it used in the trigger's source-offset field (bit 0), and
         // its packets' flag above it.
@@ -1223,11 +1247,16 @@ mod tests {
     #[test]
     fn staged_steps_take_a_block_per_32_kib_of_copies_up_to_the_setting() {
         assert_eq!(staged_grid(0, 0, 8), 1, "a step with no copies still runs one block");
-        assert_eq!(staged_grid(1 << 20, 1 << 20, 1), 1, "the default keeps one block");
+        assert_eq!(staged_grid(256 << 10, 256 << 10, 1), 1, "the default keeps one block up to the inline size");
         assert_eq!(staged_grid(64 << 10, 0, 8), 2);
         assert_eq!(staged_grid(33 << 10, 100 << 10, 32), 4, "the larger side decides");
-        assert_eq!(staged_grid(1 << 20, 0, 8), 8);
+        assert_eq!(staged_grid(200 << 10, 0, 4), 4);
         assert_eq!(staged_grid(8, 8, 0), 1, "never no block");
+        // Beyond the inline size, up to 32 blocks whatever the setting (more if it says so).
+        assert_eq!(staged_grid((256 << 10) + 1, 0, 1), 9);
+        assert_eq!(staged_grid(1 << 20, 0, 1), 32);
+        assert_eq!(staged_grid(0, 64 << 20, 8), 32);
+        assert_eq!(staged_grid(0, 64 << 20, 48), 48);
     }
 
     #[test]

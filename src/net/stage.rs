@@ -8,9 +8,38 @@
 //! gets a shadow the kernel copies out after the proxy is done (`post`). The proxy then touches
 //! host memory only and makes no CUDA call at all.
 //!
+//! Since session 46 every step on TCP links is staged, whatever its size (`max_bytes`): a proxy
+//! that issues CUDA copies during a step deadlocks under an application thread that waits in the
+//! driver for that step. PyTorch's `.cpu()` of a result is a pageable device-to-host copy, and
+//! while it waits for our spinning step kernel, every copy, launch, stream creation and host
+//! allocation of any other thread of the process waits for it (`.device-carry/lockprobe.cu`,
+//! BENCHMARKS thirty-fourth pass); only queries pass. NCCL's proxy never touches the driver
+//! during a step either: its kernels copy through host memory.
+//!
 //! A pure function of the step, so it is tested on the CPU with the plan simulator.
 
 use super::plan::{Buf, HostReduce, Phase, Step, Xfer};
+use crate::log::Subsys;
+
+/// OXCCL_NET_STAGE_MAX: the largest job (bytes) of a step its kernel stages through host memory;
+/// unlimited by default. A step with a larger job has its GPU data copied by the proxy with the
+/// copy engines, pipelined with the wire, which can deadlock as the module note says (kept for
+/// comparison: 262144 is the limit before session 46); 0 stages nothing.
+pub fn max_bytes() -> u64 {
+    match crate::config::env("OXCCL_NET_STAGE_MAX") {
+        None => u64::MAX,
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) => {
+                nccl_info!(Subsys::Net, "OXCCL_NET_STAGE_MAX set by environment to {n}");
+                n
+            }
+            Err(_) => {
+                nccl_warn!("OXCCL_NET_STAGE_MAX={v}: not a byte count, staging every step");
+                u64::MAX
+            }
+        },
+    }
+}
 
 /// One copy the step kernel makes: between GPU address `dev` and arena offset `host`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
