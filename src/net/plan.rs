@@ -793,6 +793,34 @@ mod tests {
         st.iter().filter_map(|s| if let Stage::Net(x) = s { Some(x) } else { None }).collect()
     }
 
+    /// Every collective's staged steps fit the step kernel's copy slots (device_abi::OX_NET_COPIES)
+    /// up to 16 hosts of 8 and 64 hosts of 1, so none falls back to the proxy's CUDA copies (which
+    /// can deadlock under an application thread in a pageable copy: stage.rs). AlltoAll, Gather and
+    /// Scatter need contiguous slices joined for that (at 8 x 8, 112 copies a step otherwise).
+    #[test]
+    fn staged_collectives_fit_the_step_kernels_copy_slots() {
+        let slots = crate::device_abi::OX_NET_COPIES;
+        for (h, l) in [(2usize, 1usize), (2, 8), (3, 8), (4, 1), (4, 8), (8, 1), (8, 8), (16, 8), (33, 1), (64, 1)] {
+            let hashes: Vec<u64> = (0..h * l).map(|r| (r / l) as u64 + 100).collect();
+            for coll in [Coll::AllReduce, Coll::ReduceScatter, Coll::Reduce, Coll::AllGather, Coll::Broadcast, Coll::AlltoAll, Coll::Gather, Coll::Scatter] {
+                for count in [1u64, 1000, 1 << 20] {
+                    for me in 0..h * l {
+                        let st = plan_all_stages(&Layout::new(me, &hashes), &call(coll, count, 0));
+                        for s in steps(&st) {
+                            let carries = s.phases.iter().any(|p| !p.sends.is_empty() || !p.recvs.is_empty());
+                            let Some(x) = crate::net::stage::stage_on_host(s, u64::MAX, usize::MAX) else {
+                                assert!(!carries, "{h} x {l} {coll:?} count {count} rank {me}: a step that carries data is not staged");
+                                continue;
+                            };
+                            let n = x.pre.len() + x.post.len() + x.step.copies.len();
+                            assert!(n <= slots, "{h} x {l} {coll:?} count {count} rank {me}: {n} copies");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Every cross-host byte stream matches: for each ordered pair (a, b), the sizes a sends to b,
     /// in order, equal the sizes b receives from a, in order (phase by phase, step by step).
     fn check_matching(hashes: &[u64], plan: &dyn Fn(&Layout) -> Vec<Stage>) {

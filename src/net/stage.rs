@@ -109,9 +109,25 @@ pub fn stage_on_host(step: &Step, max_job: u64, max_copies: usize) -> Option<Sta
 
     // The step's own GPU-to-GPU copies stay as they are (disjoint from what the phases touch).
     let mut out = Step { phases: Vec::with_capacity(step.phases.len()), arena_bytes: step.arena_bytes, pinned: 0, pinned_flip: 0, copies: step.copies.clone(), packets: Vec::new() };
-    let (mut pre, mut post) = (Vec::new(), Vec::new());
+    let (mut pre, mut post): (Vec<HostCopy>, Vec<HostCopy>) = (Vec::new(), Vec::new());
     // A shadow has the GPU address's alignment modulo 16, so the kernel copies 16-byte words.
     let shadow = |out: &mut Step, dev: u64, bytes: u64| out.host(bytes + 15) + dev % 16;
+    // The copy whose shadow was reserved last (pre-copies: true), and the arena's end right after:
+    // a range that continues it on the GPU continues its shadow and joins the copy (AlltoAll's
+    // slices for the ranks of another host are one copy, not one per rank), while nothing else
+    // has been reserved since.
+    let last = std::cell::Cell::new(None::<(bool, u64)>);
+    let extend = |out: &mut Step, list: &mut Vec<HostCopy>, is_pre: bool, dev: u64, bytes: u64| -> Option<u64> {
+        let c = list.last_mut()?;
+        if last.get() != Some((is_pre, out.arena_bytes)) || c.dev.checked_add(c.bytes) != Some(dev) {
+            return None;
+        }
+        let host = c.host + c.bytes;
+        c.bytes += bytes;
+        out.arena_bytes = out.arena_bytes.max((host + bytes).div_ceil(16) * 16);
+        last.set(Some((is_pre, out.arena_bytes)));
+        Some(host)
+    };
     // Writes of earlier phases (their shadows), which later reads of the same range take.
     let mut earlier: Vec<HostCopy> = Vec::new();
     let mut read = |out: &mut Step, earlier: &[HostCopy], b: Buf, bytes: u64| -> Buf {
@@ -122,14 +138,26 @@ pub fn stage_on_host(step: &Step, max_job: u64, max_copies: usize) -> Option<Sta
         if let Some(c) = pre.iter().find(|c: &&HostCopy| c.dev == dev && c.bytes == bytes) {
             return Buf::Host(c.host);
         }
+        if let Some(host) = extend(out, &mut pre, true, dev, bytes) {
+            return Buf::Host(host);
+        }
         let host = shadow(out, dev, bytes);
         pre.push(HostCopy { dev, host, bytes });
+        last.set(Some((true, out.arena_bytes)));
         Buf::Host(host)
     };
     let mut write = |out: &mut Step, b: Buf, bytes: u64, host: Option<u64>| -> Buf {
         let Buf::Dev(dev) = b else { return b };
+        if host.is_none() {
+            if let Some(h) = extend(out, &mut post, false, dev, bytes) {
+                return Buf::Host(h);
+            }
+        }
+        let fresh = host.is_none();
         let host = host.unwrap_or_else(|| shadow(out, dev, bytes));
         post.push(HostCopy { dev, host, bytes });
+        // A result left in its accumulator reserved nothing: it continues nothing either.
+        last.set(fresh.then_some((false, out.arena_bytes)));
         Buf::Host(host)
     };
     for ph in &step.phases {
@@ -226,6 +254,35 @@ mod tests {
         assert!(stage_on_host(&one(vec![], vec![x(Buf::Dev(100), 8), x(Buf::Dev(96), 8)]), 64, 4).is_none());
         // Read and written in one phase is fine (reads are copied first).
         assert!(stage_on_host(&one(vec![x(Buf::Dev(100), 8)], vec![x(Buf::Dev(100), 8)]), 64, 4).is_some());
+    }
+
+    #[test]
+    fn contiguous_ranges_join_one_copy_while_their_shadows_are_the_newest() {
+        let x = |buf, bytes| Xfer { peer: 1, buf, bytes };
+        // Two sends of adjacent ranges, then two receives into adjacent ranges (8-byte pieces, so
+        // the second shadow starts off 16-byte alignment, as its GPU range does).
+        let s = Step { phases: vec![Phase { sends: vec![x(Buf::Dev(0x1000), 24), x(Buf::Dev(0x1018), 40)], recvs: vec![x(Buf::Dev(0x2008), 8), x(Buf::Dev(0x2010), 8)], reduces: vec![] }], ..Default::default() };
+        let st = stage_on_host(&s, u64::MAX, 4).unwrap();
+        assert_eq!(st.pre.len(), 1);
+        assert_eq!((st.pre[0].dev, st.pre[0].bytes), (0x1000, 64));
+        assert_eq!(st.post.len(), 1);
+        assert_eq!((st.post[0].dev, st.post[0].bytes, st.post[0].host % 16), (0x2008, 16, 8));
+        let p = &st.step.phases[0];
+        assert_eq!(p.sends[1].buf, Buf::Host(st.pre[0].host + 24), "the second send reads inside the joined shadow");
+        assert_eq!(p.recvs[1].buf, Buf::Host(st.post[0].host + 8));
+        assert!(st.post[0].host + 16 <= st.step.arena_bytes && st.pre[0].host + 64 <= st.post[0].host);
+        // Not adjacent on the GPU, or another shadow reserved in between: separate copies.
+        let gap = Step { phases: vec![Phase { sends: vec![x(Buf::Dev(0x1000), 24), x(Buf::Dev(0x1020), 8)], ..Default::default() }], ..Default::default() };
+        assert_eq!(stage_on_host(&gap, u64::MAX, 4).unwrap().pre.len(), 2);
+        let between = Step {
+            phases: vec![
+                Phase { sends: vec![x(Buf::Dev(0x1000), 16)], recvs: vec![x(Buf::Dev(0x3000), 16)], reduces: vec![] },
+                Phase { sends: vec![x(Buf::Dev(0x1010), 16)], ..Default::default() },
+            ],
+            ..Default::default()
+        };
+        let st = stage_on_host(&between, u64::MAX, 4).unwrap();
+        assert_eq!(st.pre.len(), 2, "the receive's shadow came between");
     }
 
     #[test]
