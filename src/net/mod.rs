@@ -215,14 +215,16 @@ pub struct Net {
     /// Device scratch for ReduceScatter and Reduce; grown, never shrunk or freed before the
     /// communicator (graphs may hold earlier buffers).
     scratch: Mutex<Vec<DeviceBuffer>>,
-    /// Host arenas of staged steps (`stage`), host-mapped, in pairs; grown like `scratch`. A
+    /// Host arenas of staged steps (`stage`), host-mapped: [0] every staged step's, [1] the
+    /// second of a detached step's pair, made only once one comes (a large step's arena is as
+    /// large as its data); each grown like `scratch`. A
     /// communicator's step kernels run one after another, and a step uses its arena from its
     /// kernel's start until the proxy has finished it (a detached send outlives its kernel).
     /// Detached steps alternate between the pair by the parity of their number (counted on the
     /// device, so graph replays alternate too): such a kernel waits only for the step before the
     /// previous one before it writes its arena, so it fills one while the proxy still sends from
     /// the other. Other staged steps use the first and wait for every earlier step.
-    mailboxes: Mutex<Vec<[HostMapped; 2]>>,
+    mailboxes: Mutex<[Vec<HostMapped>; 2]>,
     /// Steps whose jobs are at most this size are staged by their kernel (`stage::max_bytes`).
     stage_max: u64,
     /// Ranks whose link the proxy can carry jobs on itself (plain TCP).
@@ -343,7 +345,7 @@ impl Net {
             issued,
             done,
             scratch: Mutex::new(Vec::new()),
-            mailboxes: Mutex::new(Vec::new()),
+            mailboxes: Mutex::new([Vec::new(), Vec::new()]),
             stage_max: stage::max_bytes(),
             inline_peer,
             p2p_overlap: p2p_overlap(),
@@ -472,20 +474,22 @@ impl Net {
         Ok(())
     }
 
-    /// The two host arenas for a staged step: (host address, device address) of each, at least
-    /// `bytes` long.
-    fn mailbox(&self, bytes: u64) -> Result<[(*mut u8, u64); 2]> {
+    /// The host arenas for a staged step: (host address, device address) of each, at least
+    /// `bytes` long; the second only for a detached step (`pair`), else null.
+    fn mailbox(&self, bytes: u64, pair: bool) -> Result<[(*mut u8, u64); 2]> {
         let mut v = self.mailboxes.lock();
-        let pair = |m: &[HostMapped; 2]| [(m[0].host, m[0].dev_ptr), (m[1].host, m[1].dev_ptr)];
-        if let Some(m) = v.last().filter(|m| m[0].size as u64 >= bytes) {
-            return Ok(pair(m));
-        }
-        let _relaxed = RelaxedCapture::new()?;
-        let size = bytes.max(1 << 16).next_power_of_two() as usize;
-        let m = [HostMapped::zeroed(self.dev, size)?, HostMapped::zeroed(self.dev, size)?];
-        let r = pair(&m);
-        v.push(m);
-        Ok(r)
+        let get = |list: &mut Vec<HostMapped>| -> Result<(*mut u8, u64)> {
+            if let Some(m) = list.last().filter(|m| m.size as u64 >= bytes) {
+                return Ok((m.host, m.dev_ptr));
+            }
+            let _relaxed = RelaxedCapture::new()?;
+            let m = HostMapped::zeroed(self.dev, bytes.max(1 << 16).next_power_of_two() as usize)?;
+            let r = (m.host, m.dev_ptr);
+            list.push(m);
+            Ok(r)
+        };
+        let [first, second] = &mut *v;
+        Ok([get(first)?, if pair { get(second)? } else { (std::ptr::null_mut(), 0) }])
     }
 
     /// Launches a step's kernel. With `split`, a step that would wait for the proxy is only
@@ -515,7 +519,8 @@ impl Net {
             Some(mut st) => {
                 // Small steps pass their data as packets (their arena grows by the packet areas).
                 let pk = packets::reserve(&mut st, self.packets_max);
-                let [(host, dev), (host1, dev1)] = self.mailbox(st.step.arena_bytes)?;
+                let detach = st.sends_only();
+                let [(host, dev), (host1, dev1)] = self.mailbox(st.step.arena_bytes, detach)?;
                 // The kernel's side of each arena copy: the packets when there are, else the plain range.
                 let at = |i: usize, host: u64| dev + pk.get(i).map_or(host, |r| r.packets);
                 let pre = st.pre.iter().enumerate().map(|(i, c)| NetCopy { src: c.dev, dst: at(i, c.host), bytes: c.bytes });
@@ -524,8 +529,7 @@ impl Net {
                 // the kernel returns then, and the stream goes on while the proxy sends. The next
                 // staged step's kernel waits for the proxy before it refills the arena, later
                 // steps' completion implies this one's, errors reach the communicator's async
-                // error, and a graceful teardown drains the proxy (Proxy::finish).
-                let detach = st.sends_only();
+                // error, and a graceful teardown drains the proxy (Proxy::finish). (`detach`, above.)
                 // The step's GPU-to-GPU copies: before the hand-over in a detached kernel, else
                 // after it, so a kernel without pre-copies still pushes at once.
                 let own = st.step.copies.iter().map(|c| NetCopy { src: c.src, dst: c.dst, bytes: c.bytes });
