@@ -53,3 +53,9 @@ OX_DEV void ox_st_relaxed_gpu_u32(uint32_t* p, uint32_t v) {
 OX_DEV void ox_st_relaxed_sys_u32(uint32_t* p, uint32_t v) {
   asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+
+// 32-bit release store at system scope: every write this thread observed before it (its block's,
+// after a __syncthreads) is visible to a reader that acquires the value (the host proxy's flags).
+OX_DEV void ox_st_release_sys_u32(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}

@@ -148,6 +148,108 @@ OX_DEV void ox_net_complete(const NetStepArgs& a) {
   if (__syncthreads_and(ok) && threadIdx.x == 0 && blockIdx.x == 0) *ox_net_seen(a) = target;
 }
 
+// A pipelined step (`pipe`, src/net/progress.rs): handed over before its copies, which go chunk by
+// chunk (OX_NET_PIPE_CHUNK bytes of each arena copy, numbered over the arena copies in order; chunk c
+// is block c % gridDim.x's).
+// - Pre-copies: the block copies chunk c into the arena, then (barrier) its thread 0 stores the
+//   step's flag into pre flag c with a system-scope release, cumulative over the block's stores
+//   the barrier ordered before it: the proxy that acquires the flag sees the chunk.
+// - Post-copies: thread 0 acquires post flag c (system scope; the proxy's release store follows
+//   the chunk's bytes), the barrier orders that before every thread's loads, which bypass caches
+//   (host_copy.cuh). The proxy flags no result before every pre flag is set, so a chunk out never
+//   overwrites GPU memory a pre-copy of this kernel still reads (in-place calls).
+// - The hand-over: every block counts itself in (`issued[1]`) before it copies, having read
+//   `issued` (so block 0 may write it), and block 0 pushes the trigger once all have, with the
+//   system fence of a plain step (nothing is in the arena yet; the fence is the usual one).
+// - The kernel never waits for `done` (nor records it in issued[2]): once every post flag is set,
+//   nothing of the step is left for it. The next staged kernel waits for `done` before it
+//   refills the arena, as after a detached step.
+// - A stop (abort, or the proxy stopped) ends the waits; the copies after a failed wait are skipped.
+OX_DEV void ox_net_pipe(const NetStepArgs& a) {
+  uint64_t* issued = reinterpret_cast<uint64_t*>(a.issued);
+  uint64_t* arrived = issued + 1;
+  __shared__ uint32_t go;
+  __shared__ uint64_t target;
+  if (threadIdx.x == 0) {
+    target = *reinterpret_cast<volatile uint64_t*>(issued) + 1;
+    AbortState ab(a.abort_flag);
+    const uint64_t before = a.flip != 0 ? (target > 2 ? target - 2 : 0) : target - 1;
+    go = *reinterpret_cast<volatile uint64_t*>(ox_net_seen(a)) >= before || ox_net_wait(a, ab, before);
+    if (blockIdx.x != 0) {
+      ox_red_release_sys_add(arrived, 1);
+    } else {
+      while (ox_ld_acquire_sys(arrived) < gridDim.x - 1) {
+        if (ab.poll()) {
+          go = 0;
+          break;
+        }
+      }
+      *arrived = 0;
+      *issued = target;
+      if (go) {
+        const uint64_t shift0 = (target & 1) ? a.flip : 0;
+        const uint64_t src = (uint64_t)(shift0 != 0) | (target & 0x7fffffffull) << 1;
+        const uint64_t fst = (a.plan & 0xffffffffull) | src << 32;
+        go = ox_fifo_push(a.fifo, fst, ox_trigger_type(OX_TRIGGER_DATA | OX_TRIGGER_FLAG), true) != ~0ull;
+      }
+    }
+  }
+  __syncthreads();
+  if (!go) return;
+  const uint64_t shift = (target & 1) ? a.flip : 0;
+  const uint32_t flag = ox_net_flag(target);
+  constexpr uint64_t CH = OX_NET_PIPE_CHUNK;
+  // Pre-copies: the arena ones by chunks, others (a detached step's own GPU copies) shared as usual.
+  uint32_t c = 0;
+  for (uint32_t k = 0; k < a.npre; ++k) {
+    const NetCopy& cp = a.copies[k];
+    if (!((a.arena_copies >> k) & 1)) {
+      uint64_t off, len;
+      ox_net_part(cp.bytes, off, len);
+      ox_host_copy<false>(cp.dst + off, cp.src + off, len);
+      continue;
+    }
+    const uint32_t n = (uint32_t)((cp.bytes + CH - 1) / CH);
+    for (uint32_t j = 0; j < n; ++j, ++c) {
+      if (c % gridDim.x != blockIdx.x) continue;
+      const uint64_t off = (uint64_t)j * CH, len = ox_min(CH, cp.bytes - off);
+      ox_host_copy<false>(cp.dst + shift + off, cp.src + off, len);
+      __syncthreads();
+      if (threadIdx.x == 0) ox_st_release_sys_u32(reinterpret_cast<uint32_t*>(a.pre_flags + shift) + c, flag);
+    }
+  }
+  if (a.detach == OX_NET_STEP_DETACH) return;
+  // The step's own GPU copies (after the arena ones among the post-copies), then the results.
+  ox_net_copies<false>(a, a.npre, a.npre + a.npost, shift, flag, kOwn);
+  __shared__ uint32_t ok;
+  c = 0;
+  for (uint32_t k = a.npre; k < a.npre + a.npost; ++k) {
+    const NetCopy& cp = a.copies[k];
+    if (!((a.arena_copies >> k) & 1)) continue;
+    const uint32_t n = (uint32_t)((cp.bytes + CH - 1) / CH);
+    for (uint32_t j = 0; j < n; ++j, ++c) {
+      if (c % gridDim.x != blockIdx.x) continue;
+      if (threadIdx.x == 0) {
+        AbortState ab(a.abort_flag);
+        const uint32_t* f = reinterpret_cast<const uint32_t*>(a.post_flags + shift) + c;
+        ok = 1;
+        for (uint32_t spins = 0; ox_ld_acquire_sys_u32(f) != flag; ++spins) {
+          if (ab.poll() || ((spins & 255u) == 255u && ox_fifo_stopped(a.fifo))) {
+            ok = 0;
+            break;
+          }
+        }
+      }
+      __syncthreads();
+      if (!ok) return;
+      const uint64_t off = (uint64_t)j * CH, len = ox_min(CH, cp.bytes - off);
+      ox_host_copy<true>(cp.dst + off, cp.src + shift + off, len);
+      // The next chunk's wait rewrites `ok`: every thread has read it by now.
+      __syncthreads();
+    }
+  }
+}
+
 // Several blocks (OXCCL_NET_STEP_BLOCKS) share the copies; block 0 alone hands the step over,
 // once every other block has counted its part of the copies in (`issued[1]`, then reset for the
 // next step kernel, which starts after this one ended). The other blocks never wait for block 0,
@@ -156,6 +258,10 @@ extern "C" __global__ void ox_net_step(NetStepArgs a) {
   ox_pdl_enter();
   if (a.detach == OX_NET_STEP_COMPLETE) {
     ox_net_complete(a);
+    return;
+  }
+  if (a.pipe) {
+    ox_net_pipe(a);
     return;
   }
   // Detached and issued steps return once handed over; only a waiting step waits here.

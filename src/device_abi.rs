@@ -209,6 +209,8 @@ pub struct PortTestArgs {
 
 /// Most copies a step kernel makes, both ways together (src/net/stage.rs).
 pub const OX_NET_COPIES: usize = 32;
+/// Bytes per progress flag of a pipelined staged step (src/net/progress.rs).
+pub const OX_NET_PIPE_CHUNK: u32 = 256 << 10;
 // `NetStepArgs::arena_copies` has a bit per copy.
 const _: () = assert!(OX_NET_COPIES <= 32);
 
@@ -261,10 +263,17 @@ pub struct NetStepArgs {
     /// each 16, src/net/packets.rs): the kernel writes packets and pushes the trigger without a
     /// system fence, and reads the results' packets instead of waiting for `done`. 0: plain bytes.
     pub packets: u32,
-    pub _pad0: u32,
+    /// 1: a pipelined staged step (src/net/progress.rs): handed over before its copies, which
+    /// flag each OX_NET_PIPE_CHUNK of the arena copies at `pre_flags` / wait for the proxy's flags
+    /// at `post_flags`. 0: copies before the hand-over and after `done`.
+    pub pipe: u32,
     /// The second arena's device address minus the first's, modulo 2^64; 0: one arena. Steps of
     /// odd number (the device's count, so graph replays alternate too) use the second.
     pub flip: u64,
+    /// Device addresses (in the first arena; they move by `flip` like the copies' arena side) of
+    /// a pipelined step's `u32` flags per chunk of its arena pre- and post-copies.
+    pub pre_flags: u64,
+    pub post_flags: u64,
     pub copies: [NetCopy; OX_NET_COPIES],
 }
 
@@ -483,7 +492,10 @@ mod tests {
             ("NetStepArgs", "detach", offset_of!(NetStepArgs, detach)),
             ("NetStepArgs", "arena_copies", offset_of!(NetStepArgs, arena_copies)),
             ("NetStepArgs", "packets", offset_of!(NetStepArgs, packets)),
+            ("NetStepArgs", "pipe", offset_of!(NetStepArgs, pipe)),
             ("NetStepArgs", "flip", offset_of!(NetStepArgs, flip)),
+            ("NetStepArgs", "pre_flags", offset_of!(NetStepArgs, pre_flags)),
+            ("NetStepArgs", "post_flags", offset_of!(NetStepArgs, post_flags)),
             ("NetStepArgs", "copies", offset_of!(NetStepArgs, copies)),
             ("NetCopy", "bytes", offset_of!(NetCopy, bytes)),
         ];

@@ -488,12 +488,12 @@ mod tests {
         let mut got = [[0u8; 16]; 3];
         // 1: posted on both ends.
         let t = Tracker::new(2);
-        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: 16, done: t.clone(), landed: None });
-        b.recv(Job { mem: Mem::Host(got[0].as_mut_ptr()), bytes: 16, done: t.clone(), landed: None });
+        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None });
+        b.recv(Job { mem: Mem::Host(got[0].as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None });
         t.wait(&|| None).unwrap();
         // 2: inline sender, posted receiver.
         let t = Tracker::new(1);
-        b.recv(Job { mem: Mem::Host(got[1].as_mut_ptr()), bytes: 16, done: t.clone(), landed: None });
+        b.recv(Job { mem: Mem::Host(got[1].as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None });
         let (aw, _) = a.inline_sockets().unwrap();
         let mut o = Out::new(aw, 1);
         o.frame(a.next_seq(0, crate::net::link::Dir::Send), &[6u8; 16]);
@@ -502,7 +502,7 @@ mod tests {
         // 3: posted sender, inline receiver.
         let t = Tracker::new(1);
         src = [7u8; 16];
-        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: 16, done: t.clone(), landed: None });
+        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None });
         let (_, br) = b.inline_sockets().unwrap();
         let mut i = In::new(br, 0);
         // SAFETY: got[2] outlives exchange.

@@ -53,6 +53,9 @@ pub struct Job {
     /// GPU). Set to `bytes` when the job ends well, whatever the carrier; TCP also publishes along
     /// the way (receives into host memory, sends from GPU memory).
     pub landed: Option<Arc<AtomicU64>>,
+    /// A send from a pipelined staged step's arena (`progress`): each piece goes once the step
+    /// kernel has flagged it copied in.
+    pub gate: Option<Arc<super::progress::Gate>>,
 }
 
 /// A job posted with `Link::post_job` to be watched: how much of each striped part has landed
@@ -63,6 +66,11 @@ pub struct Landing {
 }
 
 impl Landing {
+    /// Each stripe part's (offset in the job, length, bytes landed so far); acquire ordering.
+    pub fn progress(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        self.parts.iter().map(|(off, len, got)| (*off, *len, got.load(Ordering::Acquire)))
+    }
+
     /// Whether bytes [a, b) of the job have landed (a receive: they may be read then) or been read
     /// (a send: that range may be overwritten then); acquire ordering.
     pub fn has(&self, a: u64, b: u64) -> bool {
@@ -380,7 +388,7 @@ impl Link {
                 Mem::Host(p) => Mem::Host(unsafe { p.add(off as usize) }),
             };
             let landed = landed.as_ref().and_then(|v| v.get(i).cloned());
-            let part = Job { mem, bytes: n, done: job.done.clone(), landed };
+            let part = Job { mem, bytes: n, done: job.done.clone(), landed, gate: job.gate.clone() };
             post(if send { &lane.0 } else { &lane.1 }, self.next_seq(i, dir), part, self.peer);
         }
     }
@@ -606,7 +614,15 @@ fn send_one(st: Option<&Staging>, sock: &mut TcpStream, seq: u64, job: &Job) -> 
         Mem::Host(p) => {
             // SAFETY: the plan's host arena range (see Job).
             let s = unsafe { std::slice::from_raw_parts(p, job.bytes as usize) };
-            sock.write_all(s).map_err(io)?;
+            match &job.gate {
+                None => sock.write_all(s).map_err(io)?,
+                Some(g) => {
+                    for piece in s.chunks(super::progress::CHUNK as usize) {
+                        g.wait(piece.as_ptr(), piece.len() as u64)?;
+                        sock.write_all(piece).map_err(io)?;
+                    }
+                }
+            }
         }
         Mem::Dev(src) => {
             let st = st.ok_or_else(|| Error::internal("no staging for a GPU transfer"))?;
@@ -716,13 +732,13 @@ mod tests {
         let link = Link::new(None, 0, 1, vec![(probe(false), probe(false)), (probe(false), probe(false))], nop.clone()).unwrap();
         assert_eq!(*log.lock(), vec!["prepare"; 4], "all four threads set up before new returns");
         let t = Tracker::new(1);
-        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 0, done: t.clone(), landed: None });
+        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 0, done: t.clone(), landed: None, gate: None });
         t.wait(&|| None).unwrap();
         assert_eq!(log.lock().last(), Some(&"carry"));
         // A panicking carrier fails its job (and later ones on that lane), the thread lives on.
         let t = Tracker::new(2);
-        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 13, done: t.clone(), landed: None });
-        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 0, done: t.clone(), landed: None });
+        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 13, done: t.clone(), landed: None, gate: None });
+        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 0, done: t.clone(), landed: None, gate: None });
         let e = t.wait(&|| None).unwrap_err();
         assert!(e.code == crate::error::ResultCode::InternalError && e.msg.contains("carrier bug"), "{e:?}");
         drop(link);
@@ -753,7 +769,7 @@ mod tests {
         let small = [7u8; 3];
         let mut small_dst = [0u8; 3];
         let t = Tracker::new(6);
-        let job = |p: *mut u8, len: usize| Job { mem: Mem::Host(p), bytes: len as u64, done: t.clone(), landed: None };
+        let job = |p: *mut u8, len: usize| Job { mem: Mem::Host(p), bytes: len as u64, done: t.clone(), landed: None, gate: None };
         a.send(job(src_a.as_mut_ptr(), n));
         b.send(job(src_b.as_mut_ptr(), n));
         a.send(job(small.as_ptr() as *mut u8, 3));
@@ -766,6 +782,46 @@ mod tests {
     }
 
     #[test]
+    fn a_gated_send_goes_only_as_its_chunks_are_flagged() {
+        use crate::net::progress::{Gate, Layout, CHUNK};
+        let (a, b) = pair();
+        // An "arena": two chunks of data (striped over both lanes), then their two flags.
+        let n = 2 * CHUNK as usize;
+        let mut arena: Vec<u8> = (0..n + 64).map(|i| (i % 251) as u8).collect();
+        let mut next = n as u64;
+        let layout = Layout::new(vec![(0, n as u64)], Vec::new(), &mut |k| {
+            let o = next;
+            next += k.div_ceil(16) * 16;
+            o
+        });
+        let tag = 0x8000_0001u32;
+        let flags = unsafe { arena.as_mut_ptr().add(layout.pre_flags as usize) } as usize;
+        let set = |i: usize| unsafe { &*(flags as *const std::sync::atomic::AtomicU32).add(i) }.store(tag, Ordering::Release);
+        set(0);
+        let abort: &'static u32 = Box::leak(Box::new(0u32));
+        let gate = Arc::new(Gate::new(&layout, arena.as_mut_ptr(), tag, abort));
+        let want = arena[..n].to_vec();
+        let mut dst = vec![0u8; n];
+        let t = Tracker::new(1);
+        let landing = b.post_job(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None }, Dir::Recv, true).unwrap();
+        let ts = Tracker::new(1);
+        a.post_job(Job { mem: Mem::Host(arena.as_mut_ptr()), bytes: n as u64, done: ts.clone(), landed: None, gate: Some(gate) }, Dir::Send, false);
+        // The first chunk is flagged: it arrives. The second is not: nothing of it may.
+        let t0 = std::time::Instant::now();
+        while !landing.has(0, CHUNK) {
+            assert!(t0.elapsed().as_secs() < 20, "the flagged chunk never arrived");
+            std::thread::yield_now();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!landing.has(CHUNK, CHUNK + 1), "an unflagged chunk was sent");
+        assert_eq!(t.pending(), 1);
+        set(1);
+        t.wait(&|| None).unwrap();
+        ts.wait(&|| None).unwrap();
+        assert!(dst == want);
+    }
+
+    #[test]
     fn a_watched_receive_shows_its_bytes_only_once_they_landed() {
         let (a, b) = pair();
         // Striped over both lanes (two parts), each landing in several steps.
@@ -773,12 +829,12 @@ mod tests {
         let mut src: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
         let mut dst = vec![0u8; n];
         let t = Tracker::new(1);
-        let landing = b.post_job(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None }, Dir::Recv, true).unwrap();
+        let landing = b.post_job(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None }, Dir::Recv, true).unwrap();
         assert_eq!(landing.parts.len(), 2);
         assert!(landing.has(0, 0), "an empty range is always there");
         assert!(!landing.has(0, 1) && !landing.has(n as u64 - 1, n as u64), "nothing sent yet");
         let ts = Tracker::new(1);
-        let sent = a.post_job(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: n as u64, done: ts.clone(), landed: None }, Dir::Send, true).unwrap();
+        let sent = a.post_job(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: n as u64, done: ts.clone(), landed: None, gate: None }, Dir::Send, true).unwrap();
         // Watch the first part fill up, then the whole.
         let t0 = std::time::Instant::now();
         while !landing.has(0, LANDING_STEP as u64) {
@@ -806,19 +862,19 @@ mod tests {
         let (a, b) = pair();
         let mut buf = vec![1u8; 64];
         let t = Tracker::new(2);
-        a.send(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 64, done: t.clone(), landed: None });
-        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 32, done: t.clone(), landed: None });
+        a.send(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 64, done: t.clone(), landed: None, gate: None });
+        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 32, done: t.clone(), landed: None, gate: None });
         let e = t.wait(&|| None).unwrap_err();
         assert!(e.msg.contains("64 bytes") && e.msg.contains("32 bytes"), "{}", e.msg);
         // Later jobs on the failed direction fail at once.
         let t = Tracker::new(1);
-        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone(), landed: None });
+        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone(), landed: None, gate: None });
         assert!(t.wait(&|| None).is_err());
         drop(b);
         let (a, b) = pair();
         drop(a);
         let t = Tracker::new(1);
-        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone(), landed: None });
+        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone(), landed: None, gate: None });
         let e = t.wait(&|| None).unwrap_err();
         assert_eq!(e.code, crate::error::ResultCode::RemoteError, "{}", e.msg);
     }

@@ -21,6 +21,7 @@ pub mod link;
 pub mod packets;
 pub mod pipeline;
 pub mod plan;
+pub mod progress;
 pub mod select;
 pub mod stage;
 
@@ -227,6 +228,8 @@ pub struct Net {
     mailboxes: Mutex<[Vec<HostMapped>; 2]>,
     /// Steps whose jobs are at most this size are staged by their kernel (`stage::max_bytes`).
     stage_max: u64,
+    /// OXCCL_NET_STAGE_PIPELINE: large staged steps flag their copies chunk by chunk (`progress`).
+    pipe: bool,
     /// Ranks whose link the proxy can carry jobs on itself (plain TCP).
     inline_peer: Vec<bool>,
     /// OXCCL_NET_P2P_OVERLAP (on by default): a group's point-to-point work on this host runs
@@ -347,6 +350,7 @@ impl Net {
             scratch: Mutex::new(Vec::new()),
             mailboxes: Mutex::new([Vec::new(), Vec::new()]),
             stage_max: stage::max_bytes(),
+            pipe: progress::enabled(),
             inline_peer,
             p2p_overlap: p2p_overlap(),
             step_blocks: step_blocks(),
@@ -508,8 +512,10 @@ impl Net {
             detach: 0,
             arena_copies: 0,
             packets: 0,
-            _pad0: 0,
+            pipe: 0,
             flip: 0,
+            pre_flags: 0,
+            post_flags: 0,
             copies: Default::default(),
         };
         // Staged on TCP links (every job within stage_max); the proxy then carries each phase
@@ -519,6 +525,14 @@ impl Net {
             Some(mut st) => {
                 // Small steps pass their data as packets (their arena grows by the packet areas).
                 let pk = packets::reserve(&mut st, self.packets_max);
+                // A large step without packets pipelines its copies (`progress`): its flags are
+                // reserved in the arena after everything else.
+                let moved = |v: &[stage::HostCopy]| v.iter().map(|c| c.bytes).sum::<u64>();
+                if self.pipe && pk.is_empty() && moved(&st.pre).max(moved(&st.post)) > progress::MIN_BYTES {
+                    let span = |v: &[stage::HostCopy]| v.iter().map(|c| (c.host, c.bytes)).collect();
+                    let (pre, post) = (span(&st.pre), span(&st.post));
+                    st.step.progress = Some(progress::Layout::new(pre, post, &mut |n| st.step.host(n)));
+                }
                 let detach = st.sends_only();
                 let [(host, dev), (host1, dev1)] = self.mailbox(st.step.arena_bytes, detach)?;
                 // The kernel's side of each arena copy: the packets when there are, else the plain range.
@@ -553,6 +567,9 @@ impl Net {
                 (args.npre, args.npost) = (npre as u32, npost as u32);
                 args.detach = u32::from(detach);
                 args.packets = u32::from(!pk.is_empty());
+                if let Some(l) = &st.step.progress {
+                    (args.pipe, args.pre_flags, args.post_flags) = (1, dev + l.pre_flags, dev + l.post_flags);
+                }
                 // Only a detached step alternates: its kernel fills one arena while the proxy still
                 // sends the step before from the other. Others keep to the first, as every step
                 // did before (alternating cost exchanges 2-3 us a step at 2 simulated hosts, s29i,
@@ -586,7 +603,8 @@ impl Net {
         let id = self.plans.lock().insert(step, keep)?;
         args.plan = u64::from(id);
         let mut complete = None;
-        if split && args.detach == OX_NET_STEP_WAIT {
+        // A pipelined step's kernel never waits for `done`: nothing to leave to a completion.
+        if split && args.detach == OX_NET_STEP_WAIT && args.pipe == 0 {
             let mut done = args;
             done.detach = OX_NET_STEP_COMPLETE;
             args.detach = OX_NET_STEP_ISSUE;
@@ -722,7 +740,7 @@ impl NetHandler {
     }
 
     /// `second`: a staged step whose kernel used the second of its pair of arenas.
-    fn run(&mut self, step: &Step, second: bool) -> Result<()> {
+    fn run(&mut self, step: &Step, second: bool, mut prog: Option<&mut Prog>) -> Result<()> {
         // A staged step's arena came with its launch (the kernel fills and empties it).
         let arena = match step.pinned {
             0 => grow(self.dev, &mut self.arena, step.arena_bytes)?,
@@ -752,7 +770,7 @@ impl NetHandler {
             let t0 = self.profile.is_some().then(std::time::Instant::now);
             self.combining = 0.0;
             if let Some(pipe) = &pipe {
-                let t1 = self.run_pipelined(arena, k, ph, pipe)?;
+                let t1 = self.run_pipelined(arena, k, ph, pipe, prog.as_deref_mut())?;
                 if let (Some(p), Some(t0)) = (self.profile.as_mut(), t0) {
                     let bytes = ph.sends.iter().chain(&ph.recvs).map(|x| x.bytes).sum();
                     let t1 = t1.unwrap_or(t0);
@@ -761,22 +779,67 @@ impl NetHandler {
                 continue;
             }
             if inline {
+                if let Some(p) = prog.as_deref() {
+                    p.gate.wait_all()?;
+                }
                 self.run_inline(arena, k, ph, preloaded)?;
+                if let Some(p) = prog.as_deref_mut() {
+                    ph.recvs.iter().filter_map(|x| if let Buf::Host(o) = x.buf { Some((o, x.bytes)) } else { None }).for_each(|(o, b)| p.marker.mark(&p.gate, o, o + b));
+                }
             } else if n > 0 {
                 let t = Tracker::new(n);
-                self.post_phase(arena, ph, &t, &[], &[])?;
-                self.wait_phase(k, ph, &t)?;
+                match prog.as_deref_mut() {
+                    None => {
+                        self.post_phase(arena, ph, &t, &[], &[], None)?;
+                        self.wait_phase(k, ph, &t)?;
+                    }
+                    Some(p) => self.run_marking(arena, k, ph, &t, p)?,
+                }
                 self.sync()?;
             }
             let t1 = self.profile.is_some().then(std::time::Instant::now);
+            if let (Some(p), false) = (prog.as_deref(), ph.reduces.is_empty()) {
+                // The reductions may read pre-copied inputs.
+                p.gate.wait_all()?;
+            }
             for red in &ph.reduces {
                 self.reduce(arena, red, n > 0)?;
+                if let (Some(p), Buf::Host(o)) = (prog.as_deref_mut(), red.out) {
+                    p.marker.mark(&p.gate, o, o + red.bytes);
+                }
             }
             if let (Some(p), Some(t0), Some(t1)) = (self.profile.as_mut(), t0, t1) {
                 let bytes = ph.sends.iter().chain(&ph.recvs).map(|x| x.bytes).sum();
                 p.add(false, bytes, 0.0, (t1 - t0).as_secs_f64(), t1.elapsed().as_secs_f64(), self.combining);
             }
         }
+        if let Some(p) = prog {
+            p.marker.finish(&p.gate)?;
+        }
+        Ok(())
+    }
+
+    /// A phase of a pipelined step on the link threads: its sends go as the kernel's copies come
+    /// (`Gate`), and the receives into result ranges are marked as they land (`Marker`).
+    fn run_marking(&self, arena: *mut u8, k: usize, ph: &Phase, t: &Arc<Tracker>, p: &mut Prog) -> Result<()> {
+        let watched: Vec<bool> = ph.recvs.iter().map(|x| matches!(x.buf, Buf::Host(_))).collect();
+        let landings = self.post_phase(arena, ph, t, &watched, &[], Some(&p.gate))?;
+        let mut seen: Vec<Vec<u64>> = landings.recvs.iter().map(|l| l.as_ref().map_or(Vec::new(), |l| vec![0; l.progress().count()])).collect();
+        let mut idle = 0u32;
+        while t.pending() > 0 {
+            if let Some(e) = t.failed().or_else(|| self.stopped()) {
+                return Err(e);
+            }
+            p.mark_landed(ph, &landings, &mut seen);
+            idle += 1;
+            if idle > 256 {
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        self.wait_phase(k, ph, t)?;
+        p.mark_landed(ph, &landings, &mut seen);
         Ok(())
     }
 
@@ -784,7 +847,7 @@ impl NetHandler {
     /// soon as it arrives). Receives marked in `watched` are posted so that their bytes can be
     /// used as they land, sends in `watched_sends` so that their source's reading can be followed:
     /// their `Landing`s are returned, by number.
-    fn post_phase(&self, arena: *mut u8, ph: &Phase, t: &Arc<Tracker>, watched: &[bool], watched_sends: &[bool]) -> Result<Landings> {
+    fn post_phase(&self, arena: *mut u8, ph: &Phase, t: &Arc<Tracker>, watched: &[bool], watched_sends: &[bool], gate: Option<&Arc<progress::Gate>>) -> Result<Landings> {
         let mem = |b: Buf| match b {
             Buf::Dev(p) => Mem::Dev(p),
             // SAFETY: the plan reserved this range of the arena (grown by `run`).
@@ -794,7 +857,9 @@ impl NetHandler {
             v.iter()
                 .enumerate()
                 .map(|(i, x)| {
-                    let job = Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone(), landed: None };
+                    // A send from the arena of a pipelined step waits for the kernel's copies.
+                    let gate = if dir == Dir::Send && matches!(x.buf, Buf::Host(_)) { gate.cloned() } else { None };
+                    let job = Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone(), landed: None, gate };
                     Ok(self.link(x.peer)?.post_job(job, dir, watched.get(i).copied().unwrap_or(false)))
                 })
                 .collect()
@@ -821,7 +886,7 @@ impl NetHandler {
     /// to the host while the jobs run, each piece combined once every received input has it and
     /// its result copied to the GPU at once (or, for a result range the phase's transfers use,
     /// after they end). Returns when the transfers ended, for the profile.
-    fn run_pipelined(&mut self, arena: *mut u8, k: usize, ph: &Phase, pipe: &pipeline::Pipe) -> Result<Option<std::time::Instant>> {
+    fn run_pipelined(&mut self, arena: *mut u8, k: usize, ph: &Phase, pipe: &pipeline::Pipe, mut prog: Option<&mut Prog>) -> Result<Option<std::time::Instant>> {
         use pipeline::Src;
         let tmp = if pipe.tmp_bytes > 0 { grow(self.dev, &mut self.tmp, pipe.tmp_bytes)? } else { std::ptr::null_mut() };
         for (red, r) in ph.reduces.iter().zip(&pipe.reductions) {
@@ -835,7 +900,11 @@ impl NetHandler {
             }
         }
         let t = Tracker::new(ph.sends.len() + ph.recvs.len());
-        let landings = self.post_phase(arena, ph, &t, &pipe.watched, &pipe.watched_sends)?;
+        let landings = self.post_phase(arena, ph, &t, &pipe.watched, &pipe.watched_sends, prog.as_deref().map(|p| &p.gate))?;
+        if let Some(p) = prog.as_deref() {
+            // The reductions may read pre-copied inputs.
+            p.gate.wait_all()?;
+        }
         // The GPU inputs are on the host (the transfers go on meanwhile).
         self.sync()?;
         let pieces: Vec<(usize, u64, u64)> = ph.reduces.iter().enumerate().flat_map(|(i, r)| pipeline::pieces(r.bytes).map(move |(a, b)| (i, a, b))).collect();
@@ -883,7 +952,10 @@ impl NetHandler {
         };
         let clock = self.profile.is_some();
         let combining_ns = std::sync::atomic::AtomicU64::new(0);
-        let copied: Vec<bool> = pieces.iter().map(|&(i, _, _)| matches!(pipe.reductions[i].out, pipeline::Out::Early | pipeline::Out::AfterSends(_))).collect();
+        // A pipelined step's results stay in the arena (Out::Host): each piece is marked final for
+        // its kernel as it is made, where `copy_out` would copy it to the GPU.
+        let marking = prog.is_some();
+        let copied: Vec<bool> = pieces.iter().map(|&(i, _, _)| matches!(pipe.reductions[i].out, pipeline::Out::Early | pipeline::Out::AfterSends(_)) || (marking && pipe.reductions[i].out == pipeline::Out::Host)).collect();
         let landed_n = |n: usize| {
             let (i, a, b) = pieces[n];
             pipe.reductions[i].inputs.iter().all(|s| landed(s, a, b))
@@ -895,13 +967,18 @@ impl NetHandler {
         };
         let writable_n = |n: usize| {
             let (i, a, b) = pieces[n];
-            writable(i, a, b)
+            (marking && pipe.reductions[i].out == pipeline::Out::Host) || writable(i, a, b)
         };
         let stream = self.stream.raw;
         let mut copy_out = |n: usize| {
             let (i, a, b) = pieces[n];
             let red = &ph.reduces[i];
-            let Buf::Dev(dst) = red.out else { return Ok(()) };
+            let Buf::Dev(dst) = red.out else {
+                if let (Some(p), Buf::Host(o)) = (prog.as_deref_mut(), red.out) {
+                    p.marker.mark(&p.gate, o + a, o + b);
+                }
+                return Ok(());
+            };
             // SAFETY: the piece's range of the accumulator, final; dst the plan's device range,
             // which no transfer reads any more (`writable`).
             let src = unsafe { arena.add((red.acc + a) as usize) };
@@ -925,6 +1002,9 @@ impl NetHandler {
         self.combining += combining_ns.load(Ordering::Relaxed) as f64 * 1e-9;
         r?;
         self.wait_phase(k, ph, &t)?;
+        if let Some(p) = prog {
+            ph.recvs.iter().filter_map(|x| if let Buf::Host(o) = x.buf { Some((o, x.bytes)) } else { None }).for_each(|(o, b)| p.marker.mark(&p.gate, o, o + b));
+        }
         let t1 = t_xfer.or_else(|| clock.then(std::time::Instant::now));
         for (red, r) in ph.reduces.iter().zip(&pipe.reductions) {
             if let (Buf::Dev(out), pipeline::Out::AtEnd, true) = (red.out, &r.out, red.bytes > 0) {
@@ -1074,6 +1154,30 @@ impl NetHandler {
     }
 }
 
+/// A pipelined staged step's flags while the proxy runs it (`progress`).
+struct Prog {
+    gate: Arc<progress::Gate>,
+    marker: progress::Marker,
+}
+
+impl Prog {
+    /// Marks the arena ranges of receives that have landed since the last call (`seen`: bytes
+    /// already marked per receive and stripe part), and publishes what is final.
+    fn mark_landed(&mut self, ph: &Phase, landings: &Landings, seen: &mut [Vec<u64>]) {
+        for (k, (x, l)) in ph.recvs.iter().zip(&landings.recvs).enumerate() {
+            let (Buf::Host(o), Some(l)) = (x.buf, l) else { continue };
+            for (j, (off, _, got)) in l.progress().enumerate() {
+                let Some(last) = seen.get_mut(k).and_then(|v| v.get_mut(j)) else { continue };
+                if got > *last {
+                    self.marker.mark(&self.gate, o + off + *last, o + off + got);
+                    *last = got;
+                }
+            }
+        }
+        self.marker.publish(&self.gate);
+    }
+}
+
 /// A phase's watched transfers (`NetHandler::post_phase`), by receive and send number.
 struct Landings {
     recvs: Vec<Option<link::Landing>>,
@@ -1206,7 +1310,12 @@ impl Handler for NetHandler {
             unsafe { packets::unpack(arena, &step.packets, flag, &|| self.stopped()) }.map_err(|e| e.context(format!("rank {}: cross-host step", self.me)))?;
         }
         let t_unpacked = self.trace.is_some().then(monotonic_ns);
-        self.run(&step, second).map_err(|e| e.context(format!("rank {}: cross-host step", self.me)))?;
+        // A pipelined step's flags carry the same tag as packets would (`progress`).
+        let mut prog = step.progress.as_ref().map(|l| Prog {
+            gate: Arc::new(progress::Gate::new(l, arena, flag, self.abort_flag.host.cast::<u32>().cast_const())),
+            marker: progress::Marker::new(l, arena, flag),
+        });
+        self.run(&step, second, prog.as_mut()).map_err(|e| e.context(format!("rank {}: cross-host step", self.me)))?;
         if let (Some(p), Some(t0)) = (self.profile.as_mut(), t0) {
             p.add(true, step_bytes(&step), t0.elapsed().as_secs_f64(), 0.0, 0.0, 0.0);
         }

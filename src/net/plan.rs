@@ -136,6 +136,8 @@ pub struct Step {
     /// A staged step's arena ranges that its kernel and the proxy pass as LL16 packets
     /// (`packets`); empty: plain bytes.
     pub packets: Vec<super::packets::Range>,
+    /// A pipelined staged step's arena copies and flags (`progress`); None: not pipelined.
+    pub progress: Option<super::progress::Layout>,
 }
 
 impl Step {

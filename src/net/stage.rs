@@ -108,7 +108,7 @@ pub fn stage_on_host(step: &Step, max_job: u64, max_copies: usize) -> Option<Sta
     }
 
     // The step's own GPU-to-GPU copies stay as they are (disjoint from what the phases touch).
-    let mut out = Step { phases: Vec::with_capacity(step.phases.len()), arena_bytes: step.arena_bytes, pinned: 0, pinned_flip: 0, copies: step.copies.clone(), packets: Vec::new() };
+    let mut out = Step { phases: Vec::with_capacity(step.phases.len()), arena_bytes: step.arena_bytes, pinned: 0, pinned_flip: 0, copies: step.copies.clone(), packets: Vec::new(), progress: None };
     let (mut pre, mut post): (Vec<HostCopy>, Vec<HostCopy>) = (Vec::new(), Vec::new());
     // A shadow has the GPU address's alignment modulo 16, so the kernel copies 16-byte words.
     let shadow = |out: &mut Step, dev: u64, bytes: u64| out.host(bytes + 15) + dev % 16;

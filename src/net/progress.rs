@@ -1,0 +1,300 @@
+//! Pipelined staged steps: a large staged step's copies through its host arena overlap the wire.
+//!
+//! A staged step (`stage`) copies all its GPU inputs into the arena before it hands the step to
+//! the proxy, and its results out only after the proxy has finished: at 2 simulated hosts x 2 a
+//! 64 MiB Send/Recv took 8.8-9.4 ms staged against 6.5-6.9 with the proxy's pipelined copy-engine
+//! copies (BENCHMARKS, thirty-fourth pass), which the proxy may no longer make. With
+//! OXCCL_NET_STAGE_PIPELINE=1, a staged step moving more than `MIN_BYTES` through its arena either
+//! way is handed over first and flags its copies chunk by chunk in the arena instead:
+//! - *pre* flags: the kernel sets chunk c's flag (to the step's tag) once its blocks have copied
+//!   that chunk of the GPU inputs into the arena; a link thread sends a range only once every
+//!   chunk it covers is flagged (`Gate`), and the proxy reads inputs for reductions and inline
+//!   phases only once every chunk is;
+//! - *post* flags: the proxy sets chunk c's flag once every byte of that chunk of the results is
+//!   final in the arena (received, or combined: `Marker`), and the kernel copies the chunk to the
+//!   GPU once it sees the flag. The proxy publishes none before every pre flag is set, so a result
+//!   never overwrites GPU memory a pre-copy still reads (in-place calls).
+//!
+//! Chunks are `CHUNK` bytes of each copy's arena range, numbered over the copies in kernel order
+//! (kernels/net_step.cu computes the same numbering). A flag holds the step's tag (its packets'
+//! flag, `packets::flag`: the step number's low 31 bits with the top bit set), so the arena's
+//! flags never need clearing: an older step's flags hold another tag.
+//!
+//! The layout is a pure function of the copies, tested here; the flags are host-mapped memory
+//! read and written with acquire/release ordering on the host and system-scope acquire/release on
+//! the GPU.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::error::{Error, Result};
+use crate::log::Subsys;
+
+/// Bytes per flag: a 1 MiB copy keeps four of the kernel's blocks busy, and a link thread
+/// writes at most this much before it looks at the next flag.
+pub const CHUNK: u64 = 256 << 10;
+// kernels/net_step.cu's chunk size (OX_NET_PIPE_CHUNK in the generated header) is this one.
+const _: () = assert!(CHUNK == crate::device_abi::OX_NET_PIPE_CHUNK as u64);
+
+/// A staged step pipelines when its pre- or post-copies move more than this (and it has no
+/// packets): below, one copy before and one after cost less than the flags' round trips.
+pub const MIN_BYTES: u64 = 1 << 20;
+
+/// OXCCL_NET_STAGE_PIPELINE: 1 pipelines large staged steps (see the module note); 0 (default
+/// until measured on a GPU) copies everything before the hand-over and after the step.
+pub fn enabled() -> bool {
+    match crate::config::env("OXCCL_NET_STAGE_PIPELINE").map(|v| v.trim().to_string()) {
+        None => false,
+        Some(v) if v == "0" => false,
+        Some(v) if v == "1" => {
+            nccl_info!(Subsys::Net, "OXCCL_NET_STAGE_PIPELINE set by environment to 1");
+            true
+        }
+        Some(v) => {
+            nccl_warn!("OXCCL_NET_STAGE_PIPELINE={v}: expected 0 or 1, using 0");
+            false
+        }
+    }
+}
+
+/// Where a pipelined step's copies and flags lie in its arena (offsets from the arena's start).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// Arena range of each pre-copy (GPU -> arena), in kernel order: (offset, bytes).
+    pub pre: Vec<(u64, u64)>,
+    /// Arena range of each post-copy (arena -> GPU), in kernel order.
+    pub post: Vec<(u64, u64)>,
+    /// Offsets of the two flag arrays, a `u32` per chunk.
+    pub pre_flags: u64,
+    pub post_flags: u64,
+}
+
+/// Number of chunks of copies of these sizes.
+pub fn chunk_count(spans: &[(u64, u64)]) -> usize {
+    spans.iter().map(|&(_, n)| n.div_ceil(CHUNK) as usize).sum()
+}
+
+/// The chunks that overlap arena range [lo, hi): (flag index, chunk's arena start, chunk's end).
+pub fn covering(spans: &[(u64, u64)], lo: u64, hi: u64) -> Vec<(usize, u64, u64)> {
+    let mut out = Vec::new();
+    let mut first = 0usize;
+    for &(at, n) in spans {
+        let k = n.div_ceil(CHUNK) as usize;
+        if lo < at + n && at < hi {
+            let a = (lo.max(at) - at) / CHUNK;
+            let b = (hi.min(at + n) - at).div_ceil(CHUNK);
+            for j in a..b {
+                let c0 = at + j * CHUNK;
+                out.push((first + j as usize, c0, (c0 + CHUNK).min(at + n)));
+            }
+        }
+        first += k;
+    }
+    out
+}
+
+impl Layout {
+    /// Reserves the flag arrays with `host` (the step's arena allocator) for these copies.
+    pub fn new(pre: Vec<(u64, u64)>, post: Vec<(u64, u64)>, host: &mut dyn FnMut(u64) -> u64) -> Layout {
+        let pre_flags = host(4 * chunk_count(&pre) as u64);
+        let post_flags = host(4 * chunk_count(&post) as u64);
+        Layout { pre, post, pre_flags, post_flags }
+    }
+}
+
+/// Spins (then yields) until `ready()`, failing when the communicator is aborted (`abort`: host
+/// address of the abort flag's first word).
+fn wait_until(ready: &dyn Fn() -> bool, abort: usize, what: &str) -> Result<()> {
+    let mut spins = 0u32;
+    while !ready() {
+        // SAFETY: the abort flag, written by ncclCommAbort and the watchdog, alive with Net.
+        if unsafe { std::ptr::read_volatile(abort as *const u32) } != 0 {
+            return Err(Error::remote(format!("communicator aborted while {what}")));
+        }
+        spins = spins.wrapping_add(1);
+        if spins > 1024 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    Ok(())
+}
+
+/// The pre flags of one run of a step: what has been copied into the arena.
+pub struct Gate {
+    arena: usize,
+    flags: usize,
+    spans: Vec<(u64, u64)>,
+    tag: u32,
+    abort: usize,
+}
+
+// SAFETY: the addresses are the step's arena (host-mapped, alive with Net until the proxy has
+// finished the step, which waits for every job using the gate) and are only read atomically.
+unsafe impl Send for Gate {}
+unsafe impl Sync for Gate {}
+
+impl Gate {
+    /// `arena`: host address of the arena the kernel used; `abort`: of the abort flag (a `u32`),
+    /// which outlives the step.
+    pub fn new(layout: &Layout, arena: *mut u8, tag: u32, abort: *const u32) -> Gate {
+        let abort = abort as usize;
+        Gate { arena: arena as usize, flags: arena as usize + layout.pre_flags as usize, spans: layout.pre.clone(), tag, abort }
+    }
+
+    fn flag(&self, i: usize) -> &AtomicU32 {
+        // SAFETY: i < chunk_count(spans): inside the flag array reserved in the arena; u32-aligned
+        // (arena reservations are 16-byte aligned).
+        unsafe { &*(self.flags as *const AtomicU32).add(i) }
+    }
+
+    fn ready(&self, lo: u64, hi: u64) -> bool {
+        // Acquire: the kernel's copies of the chunk are visible once its flag is.
+        covering(&self.spans, lo, hi).iter().all(|&(i, _, _)| self.flag(i).load(Ordering::Acquire) == self.tag)
+    }
+
+    /// Every pre-copy is in the arena.
+    pub fn all(&self) -> bool {
+        (0..chunk_count(&self.spans)).all(|i| self.flag(i).load(Ordering::Acquire) == self.tag)
+    }
+
+    /// Waits until host range [p, p + len) of the arena, where pre-copied, has been copied.
+    pub fn wait(&self, p: *const u8, len: u64) -> Result<()> {
+        let lo = (p as usize).wrapping_sub(self.arena) as u64;
+        wait_until(&|| self.ready(lo, lo + len), self.abort, "waiting for a step kernel's copies into host memory")
+    }
+
+    pub fn wait_all(&self) -> Result<()> {
+        wait_until(&|| self.all(), self.abort, "waiting for a step kernel's copies into host memory")
+    }
+}
+
+/// The post flags of one run of a step: which results are final in the arena.
+pub struct Marker {
+    /// Host address of the post flags.
+    flags: usize,
+    spans: Vec<(u64, u64)>,
+    /// Per chunk: bytes not yet final; `u64::MAX` once its flag is published.
+    left: Vec<u64>,
+    tag: u32,
+    pre_done: bool,
+}
+
+impl Marker {
+    pub fn new(layout: &Layout, arena: *mut u8, tag: u32) -> Marker {
+        let left = covering(&layout.post, 0, u64::MAX).iter().map(|&(_, a, b)| b - a).collect();
+        Marker { flags: arena as usize + layout.post_flags as usize, spans: layout.post.clone(), left, tag, pre_done: false }
+    }
+
+    /// Arena bytes [lo, hi) are final (each byte is marked once at most: a staged step writes
+    /// each result range once). Publishes what it can.
+    pub fn mark(&mut self, gate: &Gate, lo: u64, hi: u64) {
+        for (i, a, b) in covering(&self.spans, lo, hi) {
+            let n = hi.min(b) - lo.max(a);
+            if let Some(l) = self.left.get_mut(i).filter(|l| **l != u64::MAX) {
+                *l = l.saturating_sub(n);
+            }
+        }
+        self.publish(gate);
+    }
+
+    /// Sets the flags of finished chunks, once every pre flag is set.
+    pub fn publish(&mut self, gate: &Gate) {
+        if !self.pre_done {
+            self.pre_done = gate.all();
+            if !self.pre_done {
+                return;
+            }
+        }
+        for (i, l) in self.left.iter_mut().enumerate() {
+            if *l == 0 {
+                // SAFETY: i < the post chunk count: inside the flag array reserved in the arena,
+                // u32-aligned (see Gate::flag).
+                let f = unsafe { &*(self.flags as *const AtomicU32).add(i) };
+                // Release: the chunk's bytes (written by this thread, or by a link or helper
+                // thread whose progress this thread acquired) are visible to the GPU before it.
+                f.store(self.tag, Ordering::Release);
+                *l = u64::MAX;
+            }
+        }
+    }
+
+    /// The step is done: every result is final; publishes all (after every pre flag).
+    pub fn finish(&mut self, gate: &Gate) -> Result<()> {
+        gate.wait_all()?;
+        self.left.iter_mut().filter(|l| **l != u64::MAX).for_each(|l| *l = 0);
+        self.publish(gate);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_numbered_over_the_copies_in_order() {
+        let spans = [(0u64, CHUNK + 1), (4 * CHUNK, 10), (8 * CHUNK, 2 * CHUNK)];
+        assert_eq!(chunk_count(&spans), 2 + 1 + 2);
+        assert_eq!(covering(&spans, 0, 1), vec![(0, 0, CHUNK)]);
+        assert_eq!(covering(&spans, CHUNK, CHUNK + 1), vec![(1, CHUNK, CHUNK + 1)]);
+        // A range across the gap between two copies covers the chunks on either side.
+        assert_eq!(covering(&spans, CHUNK, 4 * CHUNK + 5), vec![(1, CHUNK, CHUNK + 1), (2, 4 * CHUNK, 4 * CHUNK + 10)]);
+        assert_eq!(covering(&spans, 9 * CHUNK - 1, 9 * CHUNK + 1), vec![(3, 8 * CHUNK, 9 * CHUNK), (4, 9 * CHUNK, 10 * CHUNK)]);
+        assert!(covering(&spans, 2 * CHUNK, 4 * CHUNK).is_empty(), "nothing pre-copied there");
+        let mut next = 1000u64;
+        let l = Layout::new(spans.to_vec(), vec![(0, 3 * CHUNK)], &mut |n| {
+            let o = next;
+            next += n.div_ceil(16) * 16;
+            o
+        });
+        assert_eq!((l.pre_flags, l.post_flags), (1000, 1032), "5 flags of 4 bytes, then 3, each array 16-byte aligned");
+    }
+
+    fn fake_abort() -> *mut u32 {
+        Box::leak(Box::new(0u32))
+    }
+
+    #[test]
+    fn results_are_published_by_whole_chunks_and_only_after_every_pre_copy() {
+        // An arena in plain memory: pre-copy [0, 2 CHUNK), post-copy [2 CHUNK, 2 CHUNK + CHUNK + 8), flags after.
+        let arena: &'static mut [u8] = Box::leak(vec![0u8; 4 * CHUNK as usize + 256].into_boxed_slice());
+        let base = arena.as_mut_ptr();
+        let mut next = 4 * CHUNK;
+        let l = Layout::new(vec![(0, 2 * CHUNK)], vec![(2 * CHUNK, CHUNK + 8)], &mut |n| {
+            let o = next;
+            next += n.div_ceil(16) * 16;
+            o
+        });
+        let tag = 0x8000_0007;
+        let abort = fake_abort();
+        let gate = Gate::new(&l, base, tag, abort);
+        let mut m = Marker::new(&l, base, tag);
+        let flag = |off: u64, i: usize| unsafe { &*(base.add(off as usize) as *const AtomicU32).add(i) };
+        assert!(!gate.ready(0, 1) && !gate.all());
+        flag(l.pre_flags, 0).store(tag, Ordering::Release);
+        assert!(gate.ready(0, CHUNK) && !gate.ready(0, CHUNK + 1), "only the first chunk is in");
+        // The first post chunk is final, but a pre-copy is still running: nothing published.
+        m.mark(&gate, 2 * CHUNK, 3 * CHUNK);
+        assert_eq!(flag(l.post_flags, 0).load(Ordering::Acquire), 0);
+        flag(l.pre_flags, 1).store(0x8000_0006, Ordering::Release); // an older step's tag
+        m.publish(&gate);
+        assert_eq!(flag(l.post_flags, 0).load(Ordering::Acquire), 0, "a stale flag is not this step's");
+        flag(l.pre_flags, 1).store(tag, Ordering::Release);
+        m.publish(&gate);
+        assert_eq!(flag(l.post_flags, 0).load(Ordering::Acquire), tag);
+        // The second post chunk (8 bytes) in two halves.
+        m.mark(&gate, 3 * CHUNK, 3 * CHUNK + 4);
+        assert_eq!(flag(l.post_flags, 1).load(Ordering::Acquire), 0);
+        m.mark(&gate, 3 * CHUNK + 4, 3 * CHUNK + 8);
+        assert_eq!(flag(l.post_flags, 1).load(Ordering::Acquire), tag);
+        m.finish(&gate).unwrap();
+        gate.wait(base, 2 * CHUNK).unwrap();
+        // The next step's gate waits for its own tag: an abort ends the wait with an error.
+        let next_gate = Gate::new(&l, base, tag + 1, abort);
+        assert!(!next_gate.all());
+        unsafe { std::ptr::write_volatile(abort, 1) };
+        assert!(Marker::new(&l, base, tag + 1).finish(&next_gate).is_err());
+        assert!(next_gate.wait(base, 1).is_err());
+    }
+}
