@@ -11,6 +11,7 @@
 # MHC_GRAPH=only runs only those -G 20 runs.
 # MHC_RANKS=R runs the simulated hosts with R ranks instead of N: with R > N, rank r on GPU r % N
 # (GPUs time-shared), so a 2-GPU machine can check the 2 x 2 and 4 x 1 layouts (MHC_RANKS=4).
+# MHC_ENV="VAR=value ..." passes those settings to every rank (e.g. OXCCL_NET_STAGE_PIPELINE=1).
 set -uo pipefail
 lib=$(realpath "$1"); nt=$2; n=${3:-$(nvidia-smi -L | wc -l)}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,6 +25,8 @@ bg_run() { "$@" & job=$!; wait "$job"; local rc=$?; job=""; return $rc; }
 fails=0
 ranks=${MHC_RANKS:-$n}
 share=(); [ "$ranks" -gt "$n" ] && share=(-x HOSTSIM_GPUS="$n")
+extra=(); for kv in ${MHC_ENV:-}; do extra+=(-x "$kv"); done
+share+=("${extra[@]}")
 layouts="1"; [ "$ranks" -ge 4 ] && layouts="$(( ranks / 2 )) 1"
 t0=$SECONDS
 check() { # label, log, rc (hypercube has no redop column)
@@ -62,12 +65,12 @@ host_tests="all_reduce all_gather alltoall sendrecv"
 for t in $local_tests; do
   o=""; case $t in all_reduce|reduce_scatter|reduce) o="-o all";; esac
   d="-d all"; [ $t = hypercube ] && d=""
-  bg_run timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x OXCCL_LOCAL_TRANSPORT=ce -x NCCL_DEBUG=WARN "$nt/${t}_perf" -b 8 -e 8M -f 8 -c 1 $d $o -n 1 -w 1 > "$log/ce-$t.log" 2>&1
+  bg_run timeout 300 $mpi -np "$n" "${extra[@]}" -x LD_PRELOAD="$lib" -x OXCCL_LOCAL_TRANSPORT=ce -x NCCL_DEBUG=WARN "$nt/${t}_perf" -b 8 -e 8M -f 8 -c 1 $d $o -n 1 -w 1 > "$log/ce-$t.log" 2>&1
   check "copy engine: $t" "$log/ce-$t.log" $?
 done
 for t in $host_tests; do
   o=""; [ $t = all_reduce ] && o="-o all"
-  bg_run timeout 300 $mpi -np "$n" -x LD_PRELOAD="$lib" -x NCCL_P2P_DISABLE=1 -x NCCL_DEBUG=WARN "$nt/${t}_perf" -b 8 -e 4M -f 16 -c 1 -d all $o -n 1 -w 1 > "$log/host-$t.log" 2>&1
+  bg_run timeout 300 $mpi -np "$n" "${extra[@]}" -x LD_PRELOAD="$lib" -x NCCL_P2P_DISABLE=1 -x NCCL_DEBUG=WARN "$nt/${t}_perf" -b 8 -e 4M -f 16 -c 1 -d all $o -n 1 -w 1 > "$log/host-$t.log" 2>&1
   check "NCCL_P2P_DISABLE=1: $t" "$log/host-$t.log" $?
 done
 echo "multihost-check: $fails failure(s); logs in $log"
