@@ -148,6 +148,53 @@ OX_DEV void ox_net_complete(const NetStepArgs& a) {
   if (__syncthreads_and(ok) && threadIdx.x == 0 && blockIdx.x == 0) *ox_net_seen(a) = target;
 }
 
+// Thread 0 of each block: the step's number, and whether the block may go on (the kernel may write
+// its arena: the proxy has finished the steps that last used it).
+// Only this communicator's kernels touch the counters, and they never overlap (one order of
+// launches per communicator), so plain reads and writes are enough. Block 0 writes the new count
+// only after every other block has arrived (ox_net_hand_over), so all of them read the old one here.
+OX_DEV void ox_net_begin(const NetStepArgs& a, uint64_t& target, uint32_t& go) {
+  target = *reinterpret_cast<volatile uint64_t*>(a.issued) + 1;
+  AbortState ab(a.abort_flag);
+  // With two arenas (flip != 0) a step uses the one of its number's parity, whose last user was
+  // step target - 2: only that one (and so every step before it) must have finished.
+  // (target counts from 1: the first two steps of a pair wait for nothing.)
+  const uint64_t before = a.flip != 0 ? (target > 2 ? target - 2 : 0) : target - 1;
+  go = a.npre == 0 || *reinterpret_cast<volatile uint64_t*>(ox_net_seen(a)) >= before || ox_net_wait(a, ab, before);
+}
+
+// Thread 0 of each block: counts the block in (`issued[1]`); block 0 waits for every other, records
+// the step as issued and pushes its trigger (with the system fence when `fence`). Returns whether
+// the step was handed over (block 0), or `go` (the others).
+OX_DEV uint32_t ox_net_hand_over(const NetStepArgs& a, uint64_t target, uint64_t shift, uint32_t go, bool fence) {
+  uint64_t* issued = reinterpret_cast<uint64_t*>(a.issued);
+  uint64_t* arrived = issued + 1;
+  if (blockIdx.x != 0) {
+    // Release (system scope, cumulative over what the block's barrier ordered before it): block
+    // 0's acquire of the count, then its push, make that visible to the proxy. A block whose wait
+    // failed arrives too, so block 0 never waits for it in vain.
+    ox_red_release_sys_add(arrived, 1);
+    return go;
+  }
+  // The other blocks wait only for the proxy's earlier steps (ox_net_wait, which also gives up on
+  // a stopped FIFO), so they always come; the abort check is for a dead communicator.
+  AbortState ab(a.abort_flag);
+  while (ox_ld_acquire_sys(arrived) < gridDim.x - 1) {
+    if (ab.poll()) {
+      go = 0;
+      break;
+    }
+  }
+  *arrived = 0;
+  *issued = target;
+  if (!go) return 0;
+  // The trigger's size field carries the plan; its source-offset field the arena used (bit 0) and
+  // the packets' flag (the step's low 31 bits above it).
+  const uint64_t src = (uint64_t)(shift != 0) | (target & 0x7fffffffull) << 1;
+  const uint64_t fst = (a.plan & 0xffffffffull) | src << 32;
+  return ox_fifo_push(a.fifo, fst, ox_trigger_type(OX_TRIGGER_DATA | OX_TRIGGER_FLAG), fence) != ~0ull;
+}
+
 // A pipelined step (`pipe`, src/net/progress.rs): handed over before its copies, which go chunk by
 // chunk (OX_NET_PIPE_CHUNK bytes of each arena copy, numbered over the arena copies in order; chunk c
 // is block c % gridDim.x's).
@@ -166,33 +213,11 @@ OX_DEV void ox_net_complete(const NetStepArgs& a) {
 //   refills the arena, as after a detached step.
 // - A stop (abort, or the proxy stopped) ends the waits; the copies after a failed wait are skipped.
 OX_DEV void ox_net_pipe(const NetStepArgs& a) {
-  uint64_t* issued = reinterpret_cast<uint64_t*>(a.issued);
-  uint64_t* arrived = issued + 1;
   __shared__ uint32_t go;
   __shared__ uint64_t target;
   if (threadIdx.x == 0) {
-    target = *reinterpret_cast<volatile uint64_t*>(issued) + 1;
-    AbortState ab(a.abort_flag);
-    const uint64_t before = a.flip != 0 ? (target > 2 ? target - 2 : 0) : target - 1;
-    go = *reinterpret_cast<volatile uint64_t*>(ox_net_seen(a)) >= before || ox_net_wait(a, ab, before);
-    if (blockIdx.x != 0) {
-      ox_red_release_sys_add(arrived, 1);
-    } else {
-      while (ox_ld_acquire_sys(arrived) < gridDim.x - 1) {
-        if (ab.poll()) {
-          go = 0;
-          break;
-        }
-      }
-      *arrived = 0;
-      *issued = target;
-      if (go) {
-        const uint64_t shift0 = (target & 1) ? a.flip : 0;
-        const uint64_t src = (uint64_t)(shift0 != 0) | (target & 0x7fffffffull) << 1;
-        const uint64_t fst = (a.plan & 0xffffffffull) | src << 32;
-        go = ox_fifo_push(a.fifo, fst, ox_trigger_type(OX_TRIGGER_DATA | OX_TRIGGER_FLAG), true) != ~0ull;
-      }
-    }
+    ox_net_begin(a, target, go);
+    go = ox_net_hand_over(a, target, (target & 1) ? a.flip : 0, go, true);
   }
   __syncthreads();
   if (!go) return;
@@ -266,22 +291,9 @@ extern "C" __global__ void ox_net_step(NetStepArgs a) {
   }
   // Detached and issued steps return once handed over; only a waiting step waits here.
   const bool wait_here = a.detach == OX_NET_STEP_WAIT;
-  uint64_t* issued = reinterpret_cast<uint64_t*>(a.issued);
-  uint64_t* arrived = issued + 1;
   __shared__ uint32_t go;
   __shared__ uint64_t target;
-  if (threadIdx.x == 0) {
-    // Only this communicator's kernels touch the counters, and they never overlap (one order of
-    // launches per communicator), so plain reads and writes are enough. Block 0 writes the new
-    // count only after every other block has arrived, so all of them read the old one here.
-    target = *reinterpret_cast<volatile uint64_t*>(issued) + 1;
-    AbortState ab(a.abort_flag);
-    // With two arenas (flip != 0) a step uses the one of its number's parity, whose last user was
-    // step target - 2: only that one (and so every step before it) must have finished.
-    // (target counts from 1: the first two steps of a pair wait for nothing.)
-    const uint64_t before = a.flip != 0 ? (target > 2 ? target - 2 : 0) : target - 1;
-    go = a.npre == 0 || *reinterpret_cast<volatile uint64_t*>(ox_net_seen(a)) >= before || ox_net_wait(a, ab, before);
-  }
+  if (threadIdx.x == 0) ox_net_begin(a, target, go);
   __syncthreads();
   // Odd steps use the second arena: the arena side of each copy marked in arena_copies moves by
   // flip (modulo 2^64: the second arena may lie below the first).
@@ -289,33 +301,8 @@ extern "C" __global__ void ox_net_step(NetStepArgs a) {
   const uint32_t flag = ox_net_flag(target);
   if (go) ox_net_copies<true>(a, 0, a.npre, shift, flag);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    AbortState ab(a.abort_flag);
-    if (blockIdx.x != 0) {
-      // Release (system scope, cumulative over the block's copies, ordered before by the
-      // barrier): block 0's acquire of the count, then its push, make them visible to the proxy.
-      // A block whose wait failed arrives too, so block 0 never waits for it in vain.
-      ox_red_release_sys_add(arrived, 1);
-    } else {
-      // The other blocks wait only for the proxy's earlier steps (ox_net_wait, which also gives
-      // up on a stopped FIFO), so they always come; the abort check is for a dead communicator.
-      while (ox_ld_acquire_sys(arrived) < gridDim.x - 1) {
-        if (ab.poll()) {
-          go = 0;
-          break;
-        }
-      }
-      *arrived = 0;
-      *issued = target;
-      if (go) {
-        // The trigger's size field carries the plan; its source-offset field the arena used (bit
-        // 0) and the packets' flag (the step's low 31 bits above it). Packets need no fence.
-        const uint64_t src = (uint64_t)(shift != 0) | (target & 0x7fffffffull) << 1;
-        const uint64_t fst = (a.plan & 0xffffffffull) | src << 32;
-        go = ox_fifo_push(a.fifo, fst, ox_trigger_type(OX_TRIGGER_DATA | OX_TRIGGER_FLAG), !a.packets) != ~0ull;
-      }
-    }
-  }
+  // The block's copies (ordered before by the barrier) go with its count; packets need no fence.
+  if (threadIdx.x == 0) go = ox_net_hand_over(a, target, shift, go, !a.packets);
   __syncthreads();
   if (!go || !wait_here) return;
   // The step's own copies while the proxy works: they touch nothing of its ranges.
