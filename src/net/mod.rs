@@ -784,7 +784,7 @@ impl NetHandler {
                 }
                 self.run_inline(arena, k, ph, preloaded)?;
                 if let Some(p) = prog.as_deref_mut() {
-                    ph.recvs.iter().filter_map(|x| if let Buf::Host(o) = x.buf { Some((o, x.bytes)) } else { None }).for_each(|(o, b)| p.marker.mark(&p.gate, o, o + b));
+                    p.mark_received(ph);
                 }
             } else if n > 0 {
                 let t = Tracker::new(n);
@@ -1003,7 +1003,7 @@ impl NetHandler {
         r?;
         self.wait_phase(k, ph, &t)?;
         if let Some(p) = prog {
-            ph.recvs.iter().filter_map(|x| if let Buf::Host(o) = x.buf { Some((o, x.bytes)) } else { None }).for_each(|(o, b)| p.marker.mark(&p.gate, o, o + b));
+            p.mark_received(ph);
         }
         let t1 = t_xfer.or_else(|| clock.then(std::time::Instant::now));
         for (red, r) in ph.reduces.iter().zip(&pipe.reductions) {
@@ -1161,6 +1161,15 @@ struct Prog {
 }
 
 impl Prog {
+    /// Marks the arena ranges of every receive of a phase that has ended.
+    fn mark_received(&mut self, ph: &Phase) {
+        for x in &ph.recvs {
+            if let Buf::Host(o) = x.buf {
+                self.marker.mark(&self.gate, o, o + x.bytes);
+            }
+        }
+    }
+
     /// Marks the arena ranges of receives that have landed since the last call (`seen`: bytes
     /// already marked per receive and stripe part), and publishes what is final.
     fn mark_landed(&mut self, ph: &Phase, landings: &Landings, seen: &mut [Vec<u64>]) {
