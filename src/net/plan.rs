@@ -823,6 +823,27 @@ mod tests {
         }
     }
 
+    /// PyTorch's all_to_all_single with unequal splits is a group of a send and a receive per peer,
+    /// slices of one tensor each way, posted in rank order: at 8 x 8 its step fits the kernel's
+    /// copy slots too (56 remote slices each way join into one or two copies).
+    #[test]
+    fn a_grouped_all_to_all_stages_within_the_copy_slots() {
+        let (h, l) = (8usize, 8usize);
+        let hashes: Vec<u64> = (0..h * l).map(|r| (r / l) as u64 + 100).collect();
+        for me in [0, 9, 63] {
+            let ops: Vec<P2p> = (0..h * l)
+                .flat_map(|p| {
+                    let off = 1000 * p as u64;
+                    [P2p { is_send: true, peer: p, buf: 0x1000_0000 + off, bytes: 1000 }, P2p { is_send: false, peer: p, buf: 0x2000_0000 + off, bytes: 1000 }]
+                })
+                .collect();
+            let st = direct(&Layout::new(me, &hashes), &ops);
+            let step = steps(&st)[0];
+            let x = crate::net::stage::stage_on_host(step, u64::MAX, crate::device_abi::OX_NET_COPIES).expect("staged");
+            assert!(x.pre.len() <= 2 && x.post.len() <= 2, "rank {me}: {} and {} copies", x.pre.len(), x.post.len());
+        }
+    }
+
     /// Every cross-host byte stream matches: for each ordered pair (a, b), the sizes a sends to b,
     /// in order, equal the sizes b receives from a, in order (phase by phase, step by step).
     fn check_matching(hashes: &[u64], plan: &dyn Fn(&Layout) -> Vec<Stage>) {
