@@ -825,7 +825,7 @@ impl NetHandler {
         let watched: Vec<bool> = ph.recvs.iter().map(|x| matches!(x.buf, Buf::Host(_))).collect();
         let landings = self.post_phase(arena, ph, t, &watched, &[], Some(&p.gate))?;
         let mut seen: Vec<Vec<u64>> = landings.recvs.iter().map(|l| l.as_ref().map_or(Vec::new(), |l| vec![0; l.progress().count()])).collect();
-        let mut idle = 0u32;
+        let (mut idle, t0, mut noted) = (0u32, std::time::Instant::now(), false);
         while t.pending() > 0 {
             if let Some(e) = t.failed().or_else(|| self.stopped()) {
                 return Err(e);
@@ -834,6 +834,11 @@ impl NetHandler {
             idle += 1;
             if idle > 256 {
                 std::thread::sleep(std::time::Duration::from_micros(20));
+                if !noted && t0.elapsed() >= std::time::Duration::from_secs(1) {
+                    // As `wait_phase` does, for the hang dump (sends may wait for the kernel's copies).
+                    noted = true;
+                    self.note_phase(k, ph, t.pending());
+                }
             } else {
                 std::hint::spin_loop();
             }
@@ -871,15 +876,18 @@ impl NetHandler {
 
     /// Waits for every job of phase `k` (noting what is outstanding for the hang dump).
     fn wait_phase(&self, k: usize, ph: &Phase, t: &Tracker) -> Result<()> {
+        t.wait_noting(&|| self.stopped(), &|left| self.note_phase(k, ph, left))
+    }
+
+    /// Notes for the hang dump what phase `k` still waits for: `left` link transfers.
+    fn note_phase(&self, k: usize, ph: &Phase, left: usize) {
         let n = ph.sends.len() + ph.recvs.len();
         let peers = |v: &[plan::Xfer]| v.iter().map(|x| x.peer).collect::<Vec<_>>();
-        t.wait_noting(&|| self.stopped(), &|left| {
-            self.status.note(format!(
-                "phase {k}: {left} link transfers outstanding (a striped job counts once per lane) of {n} jobs: sends to ranks {:?}, receives from ranks {:?}",
-                peers(&ph.sends),
-                peers(&ph.recvs)
-            ))
-        })
+        self.status.note(format!(
+            "phase {k}: {left} link transfers outstanding (a striped job counts once per lane) of {n} jobs: sends to ranks {:?}, receives from ranks {:?}",
+            peers(&ph.sends),
+            peers(&ph.recvs)
+        ))
     }
 
     /// A threaded phase whose reductions run as their inputs land (`pipeline`): GPU inputs copied
