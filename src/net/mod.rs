@@ -830,17 +830,18 @@ impl NetHandler {
             if let Some(e) = t.failed().or_else(|| self.stopped()) {
                 return Err(e);
             }
-            p.mark_landed(ph, &landings, &mut seen);
-            idle += 1;
-            if idle > 256 {
-                std::thread::sleep(std::time::Duration::from_micros(20));
-                if !noted && t0.elapsed() >= std::time::Duration::from_secs(1) {
+            // Spinning, then yielding, never sleeping: a sleep (tens of microseconds) would pace
+            // the results' flags below the wire's speed (a 256 KiB chunk lands in about that).
+            idle = if p.mark_landed(ph, &landings, &mut seen) { 0 } else { idle.wrapping_add(1) };
+            if idle < 4096 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+                if idle % 4096 == 0 && !noted && t0.elapsed() >= std::time::Duration::from_secs(1) {
                     // As `wait_phase` does, for the hang dump (sends may wait for the kernel's copies).
                     noted = true;
                     self.note_phase(k, ph, t.pending());
                 }
-            } else {
-                std::hint::spin_loop();
             }
         }
         self.wait_phase(k, ph, t)?;
@@ -1180,7 +1181,8 @@ impl Prog {
 
     /// Marks the arena ranges of receives that have landed since the last call (`seen`: bytes
     /// already marked per receive and stripe part), and publishes what is final.
-    fn mark_landed(&mut self, ph: &Phase, landings: &Landings, seen: &mut [Vec<u64>]) {
+    fn mark_landed(&mut self, ph: &Phase, landings: &Landings, seen: &mut [Vec<u64>]) -> bool {
+        let mut any = false;
         for (k, (x, l)) in ph.recvs.iter().zip(&landings.recvs).enumerate() {
             let (Buf::Host(o), Some(l)) = (x.buf, l) else { continue };
             for (j, (off, _, got)) in l.progress().enumerate() {
@@ -1188,10 +1190,12 @@ impl Prog {
                 if got > *last {
                     self.marker.mark(&self.gate, o + off + *last, o + off + got);
                     *last = got;
+                    any = true;
                 }
             }
         }
         self.marker.publish(&self.gate);
+        any
     }
 }
 
