@@ -69,12 +69,12 @@ pub struct Layout {
 }
 
 /// Number of chunks of copies of these sizes.
-pub fn chunk_count(spans: &[(u64, u64)]) -> usize {
+fn chunk_count(spans: &[(u64, u64)]) -> usize {
     spans.iter().map(|&(_, n)| n.div_ceil(CHUNK) as usize).sum()
 }
 
 /// The chunks that overlap arena range [lo, hi): (flag index, chunk's arena start, chunk's end).
-pub fn covering(spans: &[(u64, u64)], lo: u64, hi: u64) -> Vec<(usize, u64, u64)> {
+fn covering(spans: &[(u64, u64)], lo: u64, hi: u64) -> Vec<(usize, u64, u64)> {
     let mut out = Vec::new();
     let mut first = 0usize;
     for &(at, n) in spans {
