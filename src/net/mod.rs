@@ -228,8 +228,9 @@ pub struct Net {
     mailboxes: Mutex<[Vec<HostMapped>; 2]>,
     /// Steps whose jobs are at most this size are staged by their kernel (`stage::max_bytes`).
     stage_max: u64,
-    /// OXCCL_NET_STAGE_PIPELINE: large staged steps flag their copies chunk by chunk (`progress`).
-    pipe: bool,
+    /// OXCCL_NET_STAGE_PIPELINE(_MIN): staged steps moving more than this either way flag their
+    /// copies chunk by chunk (`progress`); None: none does.
+    pipe_min: Option<u64>,
     /// Ranks whose link the proxy can carry jobs on itself (plain TCP).
     inline_peer: Vec<bool>,
     /// OXCCL_NET_P2P_OVERLAP (on by default): a group's point-to-point work on this host runs
@@ -350,7 +351,7 @@ impl Net {
             scratch: Mutex::new(Vec::new()),
             mailboxes: Mutex::new([Vec::new(), Vec::new()]),
             stage_max: stage::max_bytes(),
-            pipe: progress::enabled(),
+            pipe_min: progress::threshold(),
             inline_peer,
             p2p_overlap: p2p_overlap(),
             step_blocks: step_blocks(),
@@ -528,7 +529,7 @@ impl Net {
                 // A large step without packets pipelines its copies (`progress`): its flags are
                 // reserved in the arena after everything else.
                 let moved = |v: &[stage::HostCopy]| v.iter().map(|c| c.bytes).sum::<u64>();
-                if self.pipe && pk.is_empty() && moved(&st.pre).max(moved(&st.post)) > progress::MIN_BYTES {
+                if pk.is_empty() && self.pipe_min.is_some_and(|min| moved(&st.pre).max(moved(&st.post)) > min) {
                     let span = |v: &[stage::HostCopy]| v.iter().map(|c| (c.host, c.bytes)).collect();
                     let (pre, post) = (span(&st.pre), span(&st.post));
                     st.step.progress = Some(progress::Layout::new(pre, post, &mut |n| st.step.host(n)));

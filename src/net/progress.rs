@@ -3,9 +3,9 @@
 //! A staged step (`stage`) copies all its GPU inputs into the arena before it hands the step to
 //! the proxy, and its results out only after the proxy has finished: at 2 simulated hosts x 2 a
 //! 64 MiB Send/Recv took 8.8-9.4 ms staged against 6.5-6.9 with the proxy's pipelined copy-engine
-//! copies (BENCHMARKS, thirty-fourth pass), which the proxy may no longer make. With
-//! OXCCL_NET_STAGE_PIPELINE=1, a staged step moving more than `MIN_BYTES` through its arena either
-//! way is handed over first and flags its copies chunk by chunk in the arena instead:
+//! copies (BENCHMARKS, thirty-fourth pass), which the proxy may no longer make. So (unless
+//! OXCCL_NET_STAGE_PIPELINE=0) a staged step moving more than `threshold()` through its arena
+//! either way is handed over first and flags its copies chunk by chunk in the arena instead:
 //! - *pre* flags: the kernel sets chunk c's flag (to the step's tag) once its blocks have copied
 //!   that chunk of the GPU inputs into the arena; a link thread sends a range only once every
 //!   chunk it covers is flagged (`Gate`), and the proxy reads inputs for reductions and inline
@@ -36,22 +36,43 @@ pub const CHUNK: u64 = 256 << 10;
 const _: () = assert!(CHUNK == crate::device_abi::OX_NET_PIPE_CHUNK as u64);
 
 /// A staged step pipelines when its pre- or post-copies move more than this (and it has no
-/// packets): below, one copy before and one after cost less than the flags' round trips.
+/// packets), unless OXCCL_NET_STAGE_PIPELINE_MIN says otherwise: below, one copy before and one
+/// after cost less than the flags' round trips.
 pub const MIN_BYTES: u64 = 1 << 20;
 
-/// OXCCL_NET_STAGE_PIPELINE: 1 pipelines large staged steps (see the module note); 0 (default
-/// until measured on a GPU) copies everything before the hand-over and after the step.
-pub fn enabled() -> bool {
-    match crate::config::env("OXCCL_NET_STAGE_PIPELINE").map(|v| v.trim().to_string()) {
-        None => false,
-        Some(v) if v == "0" => false,
-        Some(v) if v == "1" => {
-            nccl_info!(Subsys::Net, "OXCCL_NET_STAGE_PIPELINE set by environment to 1");
-            true
+/// The threshold above which staged steps pipeline, or None when they never do.
+/// OXCCL_NET_STAGE_PIPELINE: 1 (default since session 47: at 2 x 2 and 4 x 1 simulated hosts it
+/// ran every multihost-check binary and the PyTorch suite, and took 64 MB Broadcast from 6.3 to
+/// 3.6 ms, AllGather from 2.8 to 2.0; BENCHMARKS, thirty-fifth pass) or 0 (copy everything before
+/// the hand-over and after the step). OXCCL_NET_STAGE_PIPELINE_MIN: bytes, `MIN_BYTES` unless set
+/// (at least one chunk; tuning).
+pub fn threshold() -> Option<u64> {
+    let on = match crate::config::env("OXCCL_NET_STAGE_PIPELINE").map(|v| v.trim().to_string()) {
+        None => true,
+        Some(v) if v == "1" => true,
+        Some(v) if v == "0" => {
+            nccl_info!(Subsys::Net, "OXCCL_NET_STAGE_PIPELINE set by environment to 0");
+            false
         }
         Some(v) => {
-            nccl_warn!("OXCCL_NET_STAGE_PIPELINE={v}: expected 0 or 1, using 0");
-            false
+            nccl_warn!("OXCCL_NET_STAGE_PIPELINE={v}: expected 0 or 1, using 1");
+            true
+        }
+    };
+    on.then(|| parse_min(crate::config::env("OXCCL_NET_STAGE_PIPELINE_MIN").as_deref()))
+}
+
+/// OXCCL_NET_STAGE_PIPELINE_MIN's value: a byte count of at least one chunk, else `MIN_BYTES`.
+fn parse_min(v: Option<&str>) -> u64 {
+    let Some(v) = v else { return MIN_BYTES };
+    match v.trim().parse::<u64>() {
+        Ok(n) if n >= CHUNK => {
+            nccl_info!(Subsys::Net, "OXCCL_NET_STAGE_PIPELINE_MIN set by environment to {n}");
+            n
+        }
+        _ => {
+            nccl_warn!("OXCCL_NET_STAGE_PIPELINE_MIN={v}: expected a byte count of at least {CHUNK}, using {MIN_BYTES}");
+            MIN_BYTES
         }
     }
 }
@@ -231,6 +252,16 @@ impl Marker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_threshold_is_at_least_one_chunk() {
+        assert_eq!(parse_min(None), MIN_BYTES);
+        assert_eq!(parse_min(Some(" 262144 ")), CHUNK);
+        assert_eq!(parse_min(Some("4194304")), 4 << 20);
+        // Below a chunk, or not a number: the default, with a WARN.
+        assert_eq!(parse_min(Some("65536")), MIN_BYTES);
+        assert_eq!(parse_min(Some("1M")), MIN_BYTES);
+    }
 
     #[test]
     fn chunks_are_numbered_over_the_copies_in_order() {
