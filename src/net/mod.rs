@@ -24,6 +24,7 @@ pub mod plan;
 pub mod progress;
 pub mod select;
 pub mod stage;
+mod streamtrace;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -245,6 +246,8 @@ pub struct Net {
     packets_max: u64,
     dev: &'static Device,
     status: Arc<NetStatus>,
+    /// OXCCL_NET_TRACE: when the streams reached each launch of the cross-host calls.
+    stream_trace: Option<Mutex<streamtrace::StreamTrace>>,
 }
 
 /// What set-up needs from the communicator being initialised.
@@ -358,7 +361,15 @@ impl Net {
             packets_max: packets::max_bytes(),
             dev: s.dev,
             status,
+            stream_trace: trace_dir().map(|d| Mutex::new(streamtrace::StreamTrace::new(d))),
         })
+    }
+
+    /// Records `m` on `stream` when OXCCL_NET_TRACE is set (`streamtrace`).
+    fn mark(&self, m: streamtrace::Mark, stream: cu::CUstream) {
+        if let Some(t) = &self.stream_trace {
+            t.lock().mark(m, stream);
+        }
     }
 
     /// The cross-host steps' state for the hang dump: how many the kernels handed over, the proxy
@@ -402,6 +413,11 @@ impl Net {
         }
         drop(self.links.lock().take());
         if !abort {
+            // Every call's work has finished (the caller waited for its streams, and the proxy
+            // for its steps), so every event has a time.
+            if let Some(t) = &self.stream_trace {
+                t.lock().write(self.dev, self.layout.me);
+            }
             if let Err(e) = self.local.destroy() {
                 nccl_warn!("destroying the host-local communicator: {}", e.msg);
             }
@@ -451,28 +467,38 @@ impl Net {
             Ok(two) => two,
             Err(stages) => return self.run_stages(r, stages, dtype, stream),
         };
+        use streamtrace::Mark;
+        self.mark(Mark::Begin, stream);
         let complete = self.launch_step(r, step, stream, true)?;
+        self.mark(Mark::Step, stream);
         let ops: Vec<P2pOp> = local.iter().map(|o| P2pOp { is_send: o.is_send, peer: o.peer, buf: o.buf, bytes: o.bytes, stream }).collect();
         crate::enqueue::launch_p2p(&self.local, &ops)?;
+        self.mark(Mark::Local, stream);
         if let Some((args, (grid, block))) = complete {
             launch(r.module.net_step(), grid, block, stream, &args)?;
+            self.mark(Mark::Complete, stream);
         }
         Ok(())
     }
 
     fn run_stages(&self, r: &Ready, stages: Vec<Stage>, dtype: DataType, stream: cu::CUstream) -> Result<()> {
+        use streamtrace::Mark;
+        self.mark(Mark::Begin, stream);
         for s in stages {
             match s {
                 Stage::Local(LocalOp::Coll { coll, send, recv, count, op, root }) => {
                     let t = CollTask { comm: self.local.clone(), coll, send, recv, count, dtype, op, root: root as i32, stream };
                     crate::enqueue::launch_task(&t)?;
+                    self.mark(Mark::Local, stream);
                 }
                 Stage::Local(LocalOp::P2p(v)) => {
                     let ops: Vec<P2pOp> = v.iter().map(|o| P2pOp { is_send: o.is_send, peer: o.peer, buf: o.buf, bytes: o.bytes, stream }).collect();
                     crate::enqueue::launch_p2p(&self.local, &ops)?;
+                    self.mark(Mark::Local, stream);
                 }
                 Stage::Net(step) => {
                     self.launch_step(r, step, stream, false)?;
+                    self.mark(Mark::Step, stream);
                 }
             }
         }
@@ -723,7 +749,7 @@ impl NetHandler {
             status,
             relaxed: None,
             profile: crate::config::env("OXCCL_NET_PROFILE").filter(|v| v.trim() == "1").map(|_| Profile::default()),
-            trace: crate::config::env("OXCCL_NET_TRACE").filter(|v| !v.trim().is_empty()).map(|dir| Trace { dir, rows: Vec::new(), exchange: (0, 0) }),
+            trace: trace_dir().map(|dir| Trace { dir, rows: Vec::new(), exchange: (0, 0) }),
             combining: 0.0,
             pipeline: crate::config::env("OXCCL_NET_PIPELINE").is_none_or(|v| v.trim() != "0"),
             helpers: hostreduce::helpers(hostreduce::cpus(), local_ranks),
@@ -1243,6 +1269,11 @@ fn grow(dev: &'static Device, bufs: &mut Vec<HostMapped>, bytes: u64) -> Result<
         bufs.push(HostMapped::zeroed(dev, bytes.max(1 << 20).next_power_of_two())?);
     }
     Ok(bufs.last().map_or(std::ptr::null_mut(), |m| m.host))
+}
+
+/// OXCCL_NET_TRACE's directory, if set.
+fn trace_dir() -> Option<String> {
+    crate::config::env("OXCCL_NET_TRACE").filter(|v| !v.trim().is_empty())
 }
 
 /// Per-step timestamps (OXCCL_NET_TRACE), for lining up the ranks of a simulated multi-host run on

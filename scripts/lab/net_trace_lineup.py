@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Lines up OXCCL_NET_TRACE files of every rank of a simulated multi-host run (one machine, one
+CLOCK_MONOTONIC): the proxy's steps (oxccl-net-trace.<pid>.txt: taken, packets, exchange start and
+end, finished) and the streams' marks (oxccl-net-stream.<pid>.txt: when each rank's stream reached
+each launch of a cross-host call: begin, step, local, complete).
+
+  net_trace_lineup.py DIR [FIRST [COUNT]]
+
+prints calls FIRST..FIRST+COUNT-1 (default 20..35) of every rank, us from the earliest time shown,
+then per rank the median of each gap over all calls but the first tenth: where the stream waited
+(begin -> step: the step kernel, or its hand-over; step -> local: the host-local launch; local ->
+complete: the wait for the proxy and the copies out) and where the proxy did.
+
+Calls and steps are paired by their order: right for calls of one cross-host step each (Send/Recv,
+Broadcast, AllGather at 2 hosts); for others read the two lists apart."""
+import glob, statistics, sys
+
+
+def load(d):
+    ranks = {}
+    for f in glob.glob(d + "/oxccl-net-trace.*.txt"):
+        head = open(f).readline().split()
+        rows = [list(map(int, l.split())) for l in open(f) if not l.startswith("#")]
+        ranks.setdefault(int(head[2]), {})["steps"] = rows
+    for f in glob.glob(d + "/oxccl-net-stream.*.txt"):
+        head = open(f).readline().split()
+        calls = []
+        for l in open(f):
+            if l.startswith("#"):
+                continue
+            label, ns = l.split()
+            if label == "begin" or not calls:
+                calls.append({})
+            calls[-1][label] = int(ns)
+        ranks.setdefault(int(head[2]), {})["calls"] = calls
+    return ranks
+
+
+def main():
+    d = sys.argv[1]
+    first = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+    count = int(sys.argv[3]) if len(sys.argv) > 3 else 16
+    ranks = load(d)
+    if not ranks:
+        sys.exit(f"no OXCCL_NET_TRACE files in {d}")
+    times = [v for r in ranks.values() for i in range(first, first + count)
+             for v in list(r.get("calls", [{}] * (i + 1))[i:i + 1][0].values()) + ([x for x in r["steps"][i][1:] if x] if i < len(r.get("steps", [])) else [])]
+    t0 = min(times) if times else 0
+    us = lambda ns: f"{(ns - t0) / 1000:8.1f}" if ns else "       -"
+    for i in range(first, first + count):
+        parts = []
+        for rk in sorted(ranks):
+            r = ranks[rk]
+            c = r.get("calls", [])[i] if i < len(r.get("calls", [])) else {}
+            s = r.get("steps", [])[i] if i < len(r.get("steps", [])) else None
+            marks = " ".join(f"{k[0]}{us(c[k])}" for k in ("begin", "step", "local", "complete") if k in c)
+            proxy = f" | taken{us(s[1])} done{us(s[5])}" if s else ""
+            parts.append(f"r{rk}: {marks}{proxy}")
+        print(f"call {i}: " + " || ".join(parts))
+    print()
+    for rk in sorted(ranks):
+        r = ranks[rk]
+        calls, steps = r.get("calls", []), r.get("steps", [])
+        skip = len(calls) // 10
+        def med(pairs):
+            v = [b - a for a, b in pairs if a and b]
+            return f"{statistics.median(v) / 1000:.1f}" if v else "-"
+        cs = calls[skip:]
+        out = [f"rank {rk}:"]
+        out.append("begin->step " + med((c.get("begin"), c.get("step")) for c in cs))
+        out.append("step->local " + med((c.get("step"), c.get("local")) for c in cs))
+        out.append("local->complete " + med((c.get("local"), c.get("complete")) for c in cs))
+        out.append("call->next " + med((a.get("begin"), b.get("begin")) for a, b in zip(cs, cs[1:])))
+        ss = steps[skip:]
+        out.append("| proxy taken->done " + med((s[1], s[5]) for s in ss))
+        out.append("stream begin->taken " + med((c.get("begin"), s[1]) for c, s in zip(cs, ss)))
+        out.append("done->stream end " + med((s[5], c.get("complete") or c.get("local") or c.get("step")) for c, s in zip(cs, ss)))
+        print(" ".join(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+//! When the user's stream reached each of a cross-host call's launches (OXCCL_NET_TRACE).
+//!
+//! The proxy's trace (`Trace` in mod.rs) says when each step was handed over and finished; it
+//! cannot say when the GPU got to a step's kernel, or how long the host-local launch between a
+//! step and its completion took. So with OXCCL_NET_TRACE set, every eagerly enqueued cross-host
+//! call also records a timing event on its stream before its first launch and after each one.
+//! When the communicator goes (gracefully), each event's GPU time is put on CLOCK_MONOTONIC
+//! through an anchor event recorded on an idle stream of ours right before the host reads the
+//! clock, and the lines go to `oxccl-net-stream.<pid>.txt` beside the proxy's trace: label, then
+//! ns. The error of the anchor is the time the host takes to see it complete (a few us).
+//!
+//! Recording costs the calling thread one driver call per launch, so this is for measuring only.
+//! Calls being captured into a graph are skipped (an event recorded in a capture is a graph node
+//! and has no time of its own).
+
+use crate::error::Result;
+use crate::gpu::stream::is_capturing;
+use crate::gpu::{check, cu, Device};
+use crate::log::Subsys;
+
+/// Events kept at most (a few MB of driver objects); later calls are not traced.
+const MAX_EVENTS: usize = 100_000;
+
+/// Which launch an event follows (or, for `Begin`, precedes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mark {
+    /// Before the call's first launch: the stream's earlier work has finished.
+    Begin,
+    /// After a cross-host step's kernel (the whole step, or its hand-over when it is issued).
+    Step,
+    /// After a host-local launch (a collective or point-to-point work of this host's ranks).
+    Local,
+    /// After an issued step's completion kernel.
+    Complete,
+}
+
+impl Mark {
+    fn label(self) -> &'static str {
+        match self {
+            Mark::Begin => "begin",
+            Mark::Step => "step",
+            Mark::Local => "local",
+            Mark::Complete => "complete",
+        }
+    }
+}
+
+struct Timed(cu::CUevent);
+
+// SAFETY: CUevent handles may be used from any thread.
+unsafe impl Send for Timed {}
+
+impl Timed {
+    fn new() -> Result<Timed> {
+        let mut raw: cu::CUevent = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the caller's context is current (it is enqueuing).
+        check(unsafe { cu::cuEventCreate(&mut raw, 0) }, "cuEventCreate")?;
+        Ok(Timed(raw))
+    }
+
+    /// Milliseconds from `self` to `later` (both complete).
+    fn until(&self, later: &Timed) -> Result<f32> {
+        let mut ms = 0f32;
+        // SAFETY: both events are valid and were recorded.
+        check(unsafe { cu::cuEventElapsedTime_v2(&mut ms, self.0, later.0) }, "cuEventElapsedTime")?;
+        Ok(ms)
+    }
+}
+
+impl Drop for Timed {
+    fn drop(&mut self) {
+        // SAFETY: created by cuEventCreate, destroyed once.
+        unsafe { cu::cuEventDestroy_v2(self.0) };
+    }
+}
+
+/// The events of one communicator's cross-host calls, in the order they were recorded.
+pub struct StreamTrace {
+    dir: String,
+    events: Vec<(Mark, Timed)>,
+    full: bool,
+}
+
+impl StreamTrace {
+    pub fn new(dir: String) -> StreamTrace {
+        StreamTrace { dir, events: Vec::new(), full: false }
+    }
+
+    /// Records `m` on `stream` unless it is capturing or the trace is full. A failure is logged
+    /// once and ends the trace: measuring must never fail a call.
+    pub(super) fn mark(&mut self, m: Mark, stream: cu::CUstream) {
+        if self.full || matches!(is_capturing(stream), Ok(true) | Err(_)) {
+            return;
+        }
+        let rec = Timed::new().and_then(|e| {
+            // SAFETY: a valid event and the caller's stream, in the current context.
+            check(unsafe { cu::cuEventRecord(e.0, stream) }, "cuEventRecord").map(|_| e)
+        });
+        match rec {
+            Ok(e) => self.events.push((m, e)),
+            Err(e) => {
+                nccl_warn!("OXCCL_NET_TRACE: stream events stop here: {}", e.msg);
+                self.full = true;
+            }
+        }
+        self.full |= self.events.len() >= MAX_EVENTS;
+    }
+
+    /// Puts every event on CLOCK_MONOTONIC and writes the file. Call once the communicator's
+    /// work has finished (every event recorded has completed).
+    pub fn write(&self, dev: &'static Device, rank: usize) {
+        if self.events.is_empty() {
+            return;
+        }
+        let path = std::path::Path::new(self.dir.trim()).join(format!("oxccl-net-stream.{}.txt", std::process::id()));
+        let out = self.lines(dev, rank).and_then(|s| std::fs::write(&path, s).map_err(|e| crate::error::Error::system(format!("cannot write {}: {e}", path.display()))));
+        match out {
+            Ok(()) => nccl_info!(Subsys::Net, "OXCCL_NET_TRACE: {} stream events in {}", self.events.len(), path.display()),
+            Err(e) => nccl_warn!("OXCCL_NET_TRACE: {}", e.msg),
+        }
+    }
+
+    fn lines(&self, dev: &'static Device, rank: usize) -> Result<String> {
+        let _ctx = crate::gpu::CtxGuard::new(dev)?;
+        let stream = crate::gpu::stream::OwnedStream::new(dev)?;
+        let anchor = Timed::new()?;
+        // SAFETY: valid event and stream (ours, idle: the event completes at once).
+        check(unsafe { cu::cuEventRecord(anchor.0, stream.raw) }, "cuEventRecord")?;
+        // SAFETY: a recorded event.
+        check(unsafe { cu::cuEventSynchronize(anchor.0) }, "cuEventSynchronize")?;
+        let now = super::monotonic_ns();
+        let mut out = format!("# rank {rank} label ns (CLOCK_MONOTONIC, from the GPU's event times)\n");
+        for (m, e) in &self.events {
+            // SAFETY: every recorded event has completed by now (the caller's contract).
+            check(unsafe { cu::cuEventSynchronize(e.0) }, "cuEventSynchronize")?;
+            let before = (f64::from(e.until(&anchor)?) * 1e6).max(0.0) as u64;
+            out.push_str(&format!("{} {}\n", m.label(), now.saturating_sub(before)));
+        }
+        Ok(out)
+    }
+}
