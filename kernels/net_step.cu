@@ -211,7 +211,52 @@ OX_DEV uint32_t ox_net_hand_over(const NetStepArgs& a, uint64_t target, uint64_t
 // - The kernel never waits for `done` (nor records it in issued[2]): once every post flag is set,
 //   nothing of the step is left for it. The next staged kernel waits for `done` before it
 //   refills the arena, as after a detached step.
+// - An issued step (`detach` = OX_NET_STEP_ISSUE, a group's point-to-point work with local work to
+//   run meanwhile) returns after its pre-copies, and its completion launch makes the post-copies
+//   (same arguments; the step's number read back from `issued`, as ox_net_complete does). Every
+//   pre flag is set before the issuing kernel ends, so the proxy finishes the step without it,
+//   and the completion's blocks wait only for the proxy's flags, not for each other: a completion
+//   needs no co-resident grid. The arena stays the step's until then: it keeps to the first
+//   (flip = 0), and later step kernels start after the completion ended.
 // - A stop (abort, or the proxy stopped) ends the waits; the copies after a failed wait are skipped.
+
+// The results' half of a pipelined step (its own GPU copies, then each result chunk once flagged):
+// in the step's kernel, or in the completion launch of an issued step.
+OX_DEV void ox_net_pipe_post(const NetStepArgs& a, uint64_t target) {
+  const uint64_t shift = (target & 1) ? a.flip : 0;
+  const uint32_t flag = ox_net_flag(target);
+  constexpr uint64_t CH = OX_NET_PIPE_CHUNK;
+  // The step's own GPU copies (after the arena ones among the post-copies), then the results.
+  ox_net_copies<false>(a, a.npre, a.npre + a.npost, shift, flag, kOwn);
+  __shared__ uint32_t ok;
+  uint32_t c = 0;
+  for (uint32_t k = a.npre; k < a.npre + a.npost; ++k) {
+    const NetCopy& cp = a.copies[k];
+    if (!((a.arena_copies >> k) & 1)) continue;
+    const uint32_t n = (uint32_t)((cp.bytes + CH - 1) / CH);
+    for (uint32_t j = 0; j < n; ++j, ++c) {
+      if (c % gridDim.x != blockIdx.x) continue;
+      if (threadIdx.x == 0) {
+        AbortState ab(a.abort_flag);
+        const uint32_t* f = reinterpret_cast<const uint32_t*>(a.post_flags + shift) + c;
+        ok = 1;
+        for (uint32_t spins = 0; ox_ld_acquire_sys_u32(f) != flag; ++spins) {
+          if (ab.poll() || ((spins & 255u) == 255u && ox_fifo_stopped(a.fifo))) {
+            ok = 0;
+            break;
+          }
+        }
+      }
+      __syncthreads();
+      if (!ok) return;
+      const uint64_t off = (uint64_t)j * CH, len = ox_min(CH, cp.bytes - off);
+      ox_host_copy<true>(cp.dst + off, cp.src + shift + off, len);
+      // The next chunk's wait rewrites `ok`: every thread has read it by now.
+      __syncthreads();
+    }
+  }
+}
+
 OX_DEV void ox_net_pipe(const NetStepArgs& a) {
   __shared__ uint32_t go;
   __shared__ uint64_t target;
@@ -243,36 +288,11 @@ OX_DEV void ox_net_pipe(const NetStepArgs& a) {
       if (threadIdx.x == 0) ox_st_release_sys_u32(reinterpret_cast<uint32_t*>(a.pre_flags + shift) + c, flag);
     }
   }
-  if (a.detach == OX_NET_STEP_DETACH) return;
-  // The step's own GPU copies (after the arena ones among the post-copies), then the results.
-  ox_net_copies<false>(a, a.npre, a.npre + a.npost, shift, flag, kOwn);
-  __shared__ uint32_t ok;
-  c = 0;
-  for (uint32_t k = a.npre; k < a.npre + a.npost; ++k) {
-    const NetCopy& cp = a.copies[k];
-    if (!((a.arena_copies >> k) & 1)) continue;
-    const uint32_t n = (uint32_t)((cp.bytes + CH - 1) / CH);
-    for (uint32_t j = 0; j < n; ++j, ++c) {
-      if (c % gridDim.x != blockIdx.x) continue;
-      if (threadIdx.x == 0) {
-        AbortState ab(a.abort_flag);
-        const uint32_t* f = reinterpret_cast<const uint32_t*>(a.post_flags + shift) + c;
-        ok = 1;
-        for (uint32_t spins = 0; ox_ld_acquire_sys_u32(f) != flag; ++spins) {
-          if (ab.poll() || ((spins & 255u) == 255u && ox_fifo_stopped(a.fifo))) {
-            ok = 0;
-            break;
-          }
-        }
-      }
-      __syncthreads();
-      if (!ok) return;
-      const uint64_t off = (uint64_t)j * CH, len = ox_min(CH, cp.bytes - off);
-      ox_host_copy<true>(cp.dst + off, cp.src + shift + off, len);
-      // The next chunk's wait rewrites `ok`: every thread has read it by now.
-      __syncthreads();
-    }
-  }
+  // Detached: nothing comes back. Issued: the results come in the completion launch, after the
+  // work the stream runs in between (every pre flag is set by now, so the proxy can finish the
+  // step without this kernel, and the completion needs none of this grid's blocks).
+  if (a.detach != OX_NET_STEP_WAIT) return;
+  ox_net_pipe_post(a, target);
 }
 
 // Several blocks (OXCCL_NET_STEP_BLOCKS) share the copies; block 0 alone hands the step over,
@@ -282,7 +302,9 @@ OX_DEV void ox_net_pipe(const NetStepArgs& a) {
 extern "C" __global__ void ox_net_step(NetStepArgs a) {
   ox_pdl_enter();
   if (a.detach == OX_NET_STEP_COMPLETE) {
-    ox_net_complete(a);
+    // Written by the issuing kernel, which finished before this one started (stream order).
+    if (a.pipe) ox_net_pipe_post(a, *reinterpret_cast<const uint64_t*>(a.issued));
+    else ox_net_complete(a);
     return;
   }
   if (a.pipe) {

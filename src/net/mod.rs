@@ -630,8 +630,9 @@ impl Net {
         let id = self.plans.lock().insert(step, keep)?;
         args.plan = u64::from(id);
         let mut complete = None;
-        // A pipelined step's kernel never waits for `done`: nothing to leave to a completion.
-        if split && args.detach == OX_NET_STEP_WAIT && args.pipe == 0 {
+        // A step with results to wait for hands over here and finishes in a completion launch
+        // after the local work (a pipelined one copies its results out there as they come).
+        if split && args.detach == OX_NET_STEP_WAIT {
             let mut done = args;
             done.detach = OX_NET_STEP_COMPLETE;
             args.detach = OX_NET_STEP_ISSUE;
