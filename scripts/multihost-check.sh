@@ -39,6 +39,8 @@ check() { # label, log, rc (hypercube has no redop column)
 if [ -n "${4:-}" ]; then log=$4; mkdir -p "$log"; else log=$(mktemp -d); fi
 parts=${MHC_PARTS:-hosts local}
 # -G 20 (CUDA graphs) for AllReduce only by default; MHC_GRAPH=all runs every binary that way too.
+# Sizes up to 8 MB in every part: staged steps above 1 MiB pipeline (OXCCL_NET_STAGE_PIPELINE), so
+# each part has rows on both sides of that threshold.
 graph_tests=all_reduce
 plain_tests="all_reduce reduce_scatter reduce broadcast all_gather alltoall sendrecv gather scatter hypercube"
 case ${MHC_GRAPH:-} in all) graph_tests=$plain_tests;; only) graph_tests=$plain_tests; plain_tests="";; esac
@@ -53,7 +55,7 @@ for ph in $layouts; do
   for t in $graph_tests; do
     o=""; case $t in all_reduce|reduce_scatter|reduce) o="-o all";; esac
     d="-d all"; [ $t = hypercube ] && d=""
-    bg_run timeout 300 $mpi -np "$ranks" "${share[@]}" -x LD_PRELOAD="$lib" -x NCCL_DEBUG=WARN -x OXCCL_DEBUG_DUMP=30 "$here/hostsim.sh" "$ph" "$nt/${t}_perf" -b 8 -e 4M -f 16 -c 1 $d $o -G 20 -n 2 -w 1 > "$log/$ph-G-$t.log" 2>&1
+    bg_run timeout 300 $mpi -np "$ranks" "${share[@]}" -x LD_PRELOAD="$lib" -x NCCL_DEBUG=WARN -x OXCCL_DEBUG_DUMP=30 "$here/hostsim.sh" "$ph" "$nt/${t}_perf" -b 8 -e 8M -f 16 -c 1 $d $o -G 20 -n 2 -w 1 > "$log/$ph-G-$t.log" 2>&1
     check "$((ranks / ph)) hosts x $ph: $t -G 20" "$log/$ph-G-$t.log" $?
   done
 done
@@ -70,7 +72,7 @@ for t in $local_tests; do
 done
 for t in $host_tests; do
   o=""; [ $t = all_reduce ] && o="-o all"
-  bg_run timeout 300 $mpi -np "$n" "${extra[@]}" -x LD_PRELOAD="$lib" -x NCCL_P2P_DISABLE=1 -x NCCL_DEBUG=WARN "$nt/${t}_perf" -b 8 -e 4M -f 16 -c 1 -d all $o -n 1 -w 1 > "$log/host-$t.log" 2>&1
+  bg_run timeout 300 $mpi -np "$n" "${extra[@]}" -x LD_PRELOAD="$lib" -x NCCL_P2P_DISABLE=1 -x NCCL_DEBUG=WARN "$nt/${t}_perf" -b 8 -e 8M -f 16 -c 1 -d all $o -n 1 -w 1 > "$log/host-$t.log" 2>&1
   check "NCCL_P2P_DISABLE=1: $t" "$log/host-$t.log" $?
 done
 echo "multihost-check: $fails failure(s); logs in $log"
