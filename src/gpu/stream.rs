@@ -57,7 +57,8 @@ impl Drop for RelaxedCapture {
     }
 }
 
-/// An event without timing, created in the current context.
+/// An event, created in the current context: without timing (`new`), or with it (`timed`, for
+/// measuring only: such an event costs more to record).
 pub struct Event {
     pub raw: cu::CUevent,
 }
@@ -68,11 +69,28 @@ unsafe impl Sync for Event {}
 
 impl Event {
     pub fn new() -> Result<Event> {
+        Event::with_flags(cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
+    }
+    pub fn timed() -> Result<Event> {
+        Event::with_flags(0)
+    }
+    fn with_flags(flags: u32) -> Result<Event> {
         let mut raw: cu::CUevent = std::ptr::null_mut();
-        let flags = cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
         // SAFETY: out-pointer to a local; the caller has the right context current.
         check(unsafe { cu::cuEventCreate(&mut raw, flags) }, "cuEventCreate")?;
         Ok(Event { raw })
+    }
+    /// Waits on the host until the recorded work has completed.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: valid event.
+        check(unsafe { cu::cuEventSynchronize(self.raw) }, "cuEventSynchronize")
+    }
+    /// Milliseconds from this event to `later`, both `timed`, recorded and complete.
+    pub fn ms_until(&self, later: &Event) -> Result<f32> {
+        let mut ms = 0f32;
+        // SAFETY: valid events, out-pointer to a local.
+        check(unsafe { cu::cuEventElapsedTime_v2(&mut ms, self.raw, later.raw) }, "cuEventElapsedTime")?;
+        Ok(ms)
     }
     pub fn record(&self, stream: cu::CUstream) -> Result<()> {
         // SAFETY: valid event and stream of the current context.

@@ -14,8 +14,8 @@
 //! and has no time of its own).
 
 use crate::error::Result;
-use crate::gpu::stream::is_capturing;
-use crate::gpu::{check, cu, Device};
+use crate::gpu::stream::{is_capturing, Event};
+use crate::gpu::{cu, Device};
 use crate::log::Subsys;
 
 /// Events kept at most (a few MB of driver objects); later calls are not traced.
@@ -45,39 +45,10 @@ impl Mark {
     }
 }
 
-struct Timed(cu::CUevent);
-
-// SAFETY: CUevent handles may be used from any thread.
-unsafe impl Send for Timed {}
-
-impl Timed {
-    fn new() -> Result<Timed> {
-        let mut raw: cu::CUevent = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local; the caller's context is current (it is enqueuing).
-        check(unsafe { cu::cuEventCreate(&mut raw, 0) }, "cuEventCreate")?;
-        Ok(Timed(raw))
-    }
-
-    /// Milliseconds from `self` to `later` (both complete).
-    fn until(&self, later: &Timed) -> Result<f32> {
-        let mut ms = 0f32;
-        // SAFETY: both events are valid and were recorded.
-        check(unsafe { cu::cuEventElapsedTime_v2(&mut ms, self.0, later.0) }, "cuEventElapsedTime")?;
-        Ok(ms)
-    }
-}
-
-impl Drop for Timed {
-    fn drop(&mut self) {
-        // SAFETY: created by cuEventCreate, destroyed once.
-        unsafe { cu::cuEventDestroy_v2(self.0) };
-    }
-}
-
 /// The events of one communicator's cross-host calls, in the order they were recorded.
 pub struct StreamTrace {
     dir: String,
-    events: Vec<(Mark, Timed)>,
+    events: Vec<(Mark, Event)>,
     full: bool,
 }
 
@@ -89,14 +60,10 @@ impl StreamTrace {
     /// Records `m` on `stream` unless it is capturing or the trace is full. A failure is logged
     /// once and ends the trace: measuring must never fail a call.
     pub(super) fn mark(&mut self, m: Mark, stream: cu::CUstream) {
-        if self.full || matches!(is_capturing(stream), Ok(true) | Err(_)) {
+        if self.full || !matches!(is_capturing(stream), Ok(false)) {
             return;
         }
-        let rec = Timed::new().and_then(|e| {
-            // SAFETY: a valid event and the caller's stream, in the current context.
-            check(unsafe { cu::cuEventRecord(e.0, stream) }, "cuEventRecord").map(|_| e)
-        });
-        match rec {
+        match Event::timed().and_then(|e| e.record(stream).map(|_| e)) {
             Ok(e) => self.events.push((m, e)),
             Err(e) => {
                 nccl_warn!("OXCCL_NET_TRACE: stream events stop here: {}", e.msg);
@@ -123,17 +90,16 @@ impl StreamTrace {
     fn lines(&self, dev: &'static Device, rank: usize) -> Result<String> {
         let _ctx = crate::gpu::CtxGuard::new(dev)?;
         let stream = crate::gpu::stream::OwnedStream::new(dev)?;
-        let anchor = Timed::new()?;
-        // SAFETY: valid event and stream (ours, idle: the event completes at once).
-        check(unsafe { cu::cuEventRecord(anchor.0, stream.raw) }, "cuEventRecord")?;
-        // SAFETY: a recorded event.
-        check(unsafe { cu::cuEventSynchronize(anchor.0) }, "cuEventSynchronize")?;
+        // Our own stream is idle: the anchor completes as soon as it is recorded.
+        let anchor = Event::timed()?;
+        anchor.record(stream.raw)?;
+        anchor.synchronize()?;
         let now = super::monotonic_ns();
         let mut out = format!("# rank {rank} label ns (CLOCK_MONOTONIC, from the GPU's event times)\n");
         for (m, e) in &self.events {
-            // SAFETY: every recorded event has completed by now (the caller's contract).
-            check(unsafe { cu::cuEventSynchronize(e.0) }, "cuEventSynchronize")?;
-            let before = (f64::from(e.until(&anchor)?) * 1e6).max(0.0) as u64;
+            // Complete by now (the caller's contract); the wait only makes sure.
+            e.synchronize()?;
+            let before = (f64::from(e.ms_until(&anchor)?) * 1e6).max(0.0) as u64;
             out.push_str(&format!("{} {}\n", m.label(), now.saturating_sub(before)));
         }
         Ok(out)
