@@ -208,9 +208,11 @@ OX_DEV uint32_t ox_net_hand_over(const NetStepArgs& a, uint64_t target, uint64_t
 // - The hand-over: every block counts itself in (`issued[1]`) before it copies, having read
 //   `issued` (so block 0 may write it), and block 0 pushes the trigger once all have, with the
 //   system fence of a plain step (nothing is in the arena yet; the fence is the usual one).
-// - The kernel never waits for `done` (nor records it in issued[2]): once every post flag is set,
-//   nothing of the step is left for it. The next staged kernel waits for `done` before it
-//   refills the arena, as after a detached step.
+// - Once its results are out, block 0 waits for `done` (and records it in issued[2]) before the
+//   kernel ends, as a plain step's kernel does: the proxy may still be sending from the arena
+//   (the peer's results came in before ours went out), and the step used the first arena, which
+//   the next detached step of even number refills after waiting only for the step two before it
+//   (ox_net_begin). A detached pipelined step returns after its pre-copies, like a plain one.
 // - An issued step (`detach` = OX_NET_STEP_ISSUE, a group's point-to-point work with local work to
 //   run meanwhile) returns after its pre-copies, and its completion launch makes the post-copies
 //   (same arguments; the step's number read back from `issued`, as ox_net_complete does). Every
@@ -254,6 +256,11 @@ OX_DEV void ox_net_pipe_post(const NetStepArgs& a, uint64_t target) {
       // The next chunk's wait rewrites `ok`: every thread has read it by now.
       __syncthreads();
     }
+  }
+  // The arena is free only once the proxy has finished the whole step (see the note above).
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    AbortState ab(a.abort_flag);
+    if (ox_net_wait(a, ab, target)) *ox_net_seen(a) = target;
   }
 }
 
