@@ -160,6 +160,22 @@ class Suite:
                         want = reference([inp(r, n, dtype) for r in range(self.world)], dist.ReduceOp.MAX, dtype)
                         self.check(same(y, want, dtype), f"reduce {dtype} n={n} root {root}")
 
+    def large_mixed(self):
+        """Large steps of different kinds back to back, as training interleaves them: an AllReduce
+        that both sends and receives, then a Broadcast whose root only sends. Across hosts both are
+        staged through the same host arena and pipelined above 1 MiB; the second must not refill
+        the arena while the first's data is still going out (net_step.cu)."""
+        for k in range(12):
+            n = (1 << 20) + 4099 * k  # 4-4.2 MiB of float32: above the pipelining threshold
+            x = inp(self.rank, n, torch.float32, salt=k).to(self.dev)
+            dist.all_reduce(x)
+            want = reference([inp(r, n, torch.float32, salt=k) for r in range(self.world)], dist.ReduceOp.SUM, torch.float32)
+            root = k % self.world
+            y = (inp(root, n, torch.float32, salt=k + 1) if self.rank == root else torch.zeros(n)).to(self.dev)
+            dist.broadcast(y, src=root)
+            self.check(same(x, want, torch.float32), f"large_mixed all_reduce k={k}")
+            self.check(same(y, inp(root, n, torch.float32, salt=k + 1), torch.float32), f"large_mixed broadcast k={k} root {root}")
+
     def all_to_all(self):
         w = self.world
         for dtype in (torch.float32, torch.int64):
@@ -325,7 +341,7 @@ def main():
         dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=300))
     s = Suite(rank, world, dev)
     losses = {"ddp": [], "fsdp": []}
-    for name in ("all_reduce", "all_gather", "reduce_scatter", "broadcast_reduce", "all_to_all", "gather_scatter",
+    for name in ("all_reduce", "all_gather", "reduce_scatter", "broadcast_reduce", "large_mixed", "all_to_all", "gather_scatter",
                  "point_to_point", "barriers_and_groups", "cuda_graph"):
         s.run(name, getattr(s, name))
     s.run("ddp", lambda: s.ddp(losses["ddp"]))
