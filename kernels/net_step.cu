@@ -302,6 +302,40 @@ OX_DEV void ox_net_pipe(const NetStepArgs& a) {
   ox_net_pipe_post(a, target);
 }
 
+// Copies of a step with more than OX_NET_COPIES of them (src/net/mod.rs, `overflow`), in launches
+// of their own around a step kernel that has none:
+// - Pre (before the step kernel): the step's number and arena are the ones the step kernel will
+//   use (`issued` + 1, not yet written), and each block first waits for the proxy to be done with
+//   the arena, as ox_net_begin does for the step kernel. Each thread's system fence after its
+//   copies makes them visible to the proxy before the kernel ends, so before the step kernel's
+//   hand-over.
+// - Post (after a step kernel that waited for the proxy): thread 0 of each block checks `done`
+//   once (acquire: an aborted step is not copied out), then the block copies out of the arena
+//   with loads that bypass caches (host_copy.cuh).
+OX_DEV void ox_net_overflow(const NetStepArgs& a) {
+  __shared__ uint32_t go;
+  __shared__ uint64_t target;
+  const bool in = a.detach == OX_NET_STEP_PRE;
+  if (threadIdx.x == 0) {
+    if (in) {
+      ox_net_begin(a, target, go);
+    } else {
+      target = *reinterpret_cast<const uint64_t*>(a.issued);
+      go = ox_ld_acquire_sys(reinterpret_cast<const uint64_t*>(a.done)) >= target;
+    }
+  }
+  __syncthreads();
+  if (!go) return;
+  const uint64_t shift = (target & 1) ? a.flip : 0;
+  const uint32_t flag = ox_net_flag(target);
+  if (in) {
+    ox_net_copies<true>(a, 0, a.npre, shift, flag);
+    __threadfence_system();
+  } else {
+    ox_net_copies<false>(a, 0, a.npost, shift, flag);
+  }
+}
+
 // Several blocks (OXCCL_NET_STEP_BLOCKS) share the copies; block 0 alone hands the step over,
 // once every other block has counted its part of the copies in (`issued[1]`, then reset for the
 // next step kernel, which starts after this one ended). The other blocks never wait for block 0,
@@ -312,6 +346,10 @@ extern "C" __global__ void ox_net_step(NetStepArgs a) {
     // Written by the issuing kernel, which finished before this one started (stream order).
     if (a.pipe) ox_net_pipe_post(a, *reinterpret_cast<const uint64_t*>(a.issued));
     else ox_net_complete(a);
+    return;
+  }
+  if (a.detach == OX_NET_STEP_PRE || a.detach == OX_NET_STEP_POST) {
+    ox_net_overflow(a);
     return;
   }
   if (a.pipe) {

@@ -238,6 +238,19 @@ class Suite:
                 q.wait()
             for p, b in bufs.items():
                 self.check(same(b, inp(p, n, torch.float32, salt=r), torch.float32), f"batch_isend_irecv n={n} from {p}")
+        if w % 2 == 0:
+            # Twenty pairs of separate buffers with one partner in one group (matched in order):
+            # across simulated hosts that is 40 copies through the host arena, more than a step
+            # kernel's 32 slots (src/net/mod.rs, `overflow`).
+            partner = (r + w // 2) % w
+            sizes = [1000 + 37 * i for i in range(20)]
+            outs = [inp(r, m, torch.float32, salt=i).to(self.dev) for i, m in enumerate(sizes)]
+            ins = [torch.zeros(m, device=self.dev) for m in sizes]
+            ops = [dist.P2POp(dist.isend, t, partner) for t in outs] + [dist.P2POp(dist.irecv, t, partner) for t in ins]
+            for q in dist.batch_isend_irecv(ops):
+                q.wait()
+            for i, m in enumerate(sizes):
+                self.check(same(ins[i], inp(partner, m, torch.float32, salt=i), torch.float32), f"batch of 20 pairs with {partner}, #{i}")
 
     def barriers_and_groups(self):
         dist.barrier()

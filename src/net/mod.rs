@@ -37,7 +37,7 @@ use self::select::{LocalPath, NetWant, Paths};
 use crate::bootstrap::Bootstrap;
 use crate::comm::{Comm, Ready};
 use crate::config::CommConfig;
-use crate::device_abi::{FifoDevice, NetCopy, NetStepArgs, OX_NET_COPIES, OX_NET_STEP_COMPLETE, OX_NET_STEP_ISSUE, OX_NET_STEP_WAIT};
+use crate::device_abi::{FifoDevice, NetCopy, NetStepArgs, OX_NET_COPIES, OX_NET_STEP_COMPLETE, OX_NET_STEP_ISSUE, OX_NET_STEP_POST, OX_NET_STEP_PRE, OX_NET_STEP_WAIT};
 use crate::enqueue::{CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::module::launch;
@@ -548,14 +548,19 @@ impl Net {
         // Staged on TCP links (every job within stage_max); the proxy then carries each phase
         // itself or through the link threads (NetHandler::inline_ok), touching host memory only.
         let tcp = self.stage_max > 0 && step.phases.iter().flat_map(|p| p.sends.iter().chain(&p.recvs)).all(|x| self.inline_peer.get(x.peer).copied().unwrap_or(false));
-        let (step, shape) = match tcp.then(|| stage::stage_on_host(&step, self.stage_max, OX_NET_COPIES)).flatten() {
+        // Copies beyond the step kernel's slots, made in launches of their own (`overflow`).
+        let mut extra: (Vec<NetStepArgs>, Vec<NetStepArgs>) = (Vec::new(), Vec::new());
+        let (step, shape) = match tcp.then(|| stage::stage_on_host(&step, self.stage_max, usize::MAX)).flatten() {
             Some(mut st) => {
+                // More copies than the kernel's slots (a group's many separate buffers): extra
+                // launches make them, plainly (no packets, no pipelining).
+                let many = st.pre.len() + st.post.len() + st.step.copies.len() > OX_NET_COPIES;
                 // Small steps pass their data as packets (their arena grows by the packet areas).
-                let pk = packets::reserve(&mut st, self.packets_max);
+                let pk = packets::reserve(&mut st, if many { 0 } else { self.packets_max });
                 // A large step without packets pipelines its copies (`progress`): its flags are
                 // reserved in the arena after everything else.
                 let moved = |v: &[stage::HostCopy]| v.iter().map(|c| c.bytes).sum::<u64>();
-                if pk.is_empty() && self.pipe_min.is_some_and(|min| moved(&st.pre).max(moved(&st.post)) > min) {
+                if !many && pk.is_empty() && self.pipe_min.is_some_and(|min| moved(&st.pre).max(moved(&st.post)) > min) {
                     let span = |v: &[stage::HostCopy]| v.iter().map(|c| (c.host, c.bytes)).collect();
                     let (pre, post) = (span(&st.pre), span(&st.post));
                     st.step.progress = Some(progress::Layout::new(pre, post, &mut |n| st.step.host(n)));
@@ -587,16 +592,7 @@ impl Net {
                     .chain(pre.map(|c| (c, true)))
                     .chain(post.map(|c| (c, true)))
                     .chain(own.filter(|_| !detach).map(|c| (c, false)));
-                for (k, (slot, (c, arena))) in args.copies.iter_mut().zip(copies).enumerate() {
-                    *slot = c;
-                    args.arena_copies |= u32::from(arena) << k;
-                }
-                (args.npre, args.npost) = (npre as u32, npost as u32);
                 args.detach = u32::from(detach);
-                args.packets = u32::from(!pk.is_empty());
-                if let Some(l) = &st.step.progress {
-                    (args.pipe, args.pre_flags, args.post_flags) = (1, dev + l.pre_flags, dev + l.post_flags);
-                }
                 // Only a detached step alternates: its kernel fills one arena while the proxy still
                 // sends the step before from the other. Others keep to the first, as every step
                 // did before (alternating cost exchanges 2-3 us a step at 2 simulated hosts, s29i,
@@ -604,6 +600,20 @@ impl Net {
                 // have all finished when a detached step writes it: steps that wait for the proxy
                 // before their kernel ends, and detached steps two or more before it.
                 args.flip = if detach { dev1.wrapping_sub(dev) } else { 0 };
+                if many {
+                    let list: Vec<(NetCopy, bool)> = copies.collect();
+                    extra = overflow(&args, &list, npre);
+                } else {
+                    for (k, (slot, (c, arena))) in args.copies.iter_mut().zip(copies).enumerate() {
+                        *slot = c;
+                        args.arena_copies |= u32::from(arena) << k;
+                    }
+                    (args.npre, args.npost) = (npre as u32, npost as u32);
+                }
+                args.packets = u32::from(!pk.is_empty());
+                if let Some(l) = &st.step.progress {
+                    (args.pipe, args.pre_flags, args.post_flags) = (1, dev + l.pre_flags, dev + l.post_flags);
+                }
                 let flip = if detach { (host1 as u64).wrapping_sub(host as u64) } else { 0 };
                 let (npre, npost) = (args.npre as usize, args.npost as usize);
                 let bytes = |v: &[NetCopy]| v.iter().map(|c| c.bytes).sum::<u64>();
@@ -631,16 +641,46 @@ impl Net {
         args.plan = u64::from(id);
         let mut complete = None;
         // A step with results to wait for hands over here and finishes in a completion launch
-        // after the local work (a pipelined one copies its results out there as they come).
-        if split && args.detach == OX_NET_STEP_WAIT {
+        // after the local work (a pipelined one copies its results out there as they come); one
+        // with extra launches waits here, its copies out following at once.
+        if split && args.detach == OX_NET_STEP_WAIT && extra.1.is_empty() {
             let mut done = args;
             done.detach = OX_NET_STEP_COMPLETE;
             args.detach = OX_NET_STEP_ISSUE;
             complete = Some((done, shape));
         }
+        let go = |a: &NetStepArgs| {
+            let bytes = |v: &[NetCopy]| v.iter().map(|c| c.bytes).sum::<u64>();
+            let grid = staged_grid(bytes(&a.copies[..a.npre as usize]), bytes(&a.copies[..a.npost as usize]), self.step_blocks);
+            launch(r.module.net_step(), grid, 512, stream, a)
+        };
+        // Once a pre launch has run, the step must follow (the kernels count on it): a failed
+        // launch here is a broken stream, reported as the call's error.
+        extra.0.iter().try_for_each(&go).inspect_err(|_| self.plans.lock().remove(id))?;
         launch(r.module.net_step(), shape.0, shape.1, stream, &args).inspect_err(|_| self.plans.lock().remove(id))?;
+        extra.1.iter().try_for_each(&go)?;
         Ok(complete)
     }
+}
+
+/// A staged step's copies (kernel order: `list[..npre]` in, the rest out; `true`: the host side is
+/// in the arena) for more than a kernel's `OX_NET_COPIES` slots: launches of `OX_NET_STEP_PRE`
+/// making the copies in, to run before the step kernel, and of `OX_NET_STEP_POST` making the
+/// copies out, after it, at most `OX_NET_COPIES` each, in order. `step` is the step kernel's
+/// arguments, which keep no copies (its kernel hands over and waits, or returns when detached).
+fn overflow(step: &NetStepArgs, list: &[(NetCopy, bool)], npre: usize) -> (Vec<NetStepArgs>, Vec<NetStepArgs>) {
+    let (ins, outs) = list.split_at(npre.min(list.len()));
+    let part = |chunk: &[(NetCopy, bool)], mode: u32| {
+        let mut a = NetStepArgs { detach: mode, npre: 0, npost: 0, arena_copies: 0, packets: 0, pipe: 0, ..*step };
+        for (k, (c, arena)) in chunk.iter().enumerate() {
+            a.copies[k] = *c;
+            a.arena_copies |= u32::from(*arena) << k;
+        }
+        let n = chunk.len() as u32;
+        (a.npre, a.npost) = if mode == OX_NET_STEP_PRE { (n, 0) } else { (0, n) };
+        a
+    };
+    (ins.chunks(OX_NET_COPIES).map(|c| part(c, OX_NET_STEP_PRE)).collect(), outs.chunks(OX_NET_COPIES).map(|c| part(c, OX_NET_STEP_POST)).collect())
 }
 
 /// The host arena a staged step's kernel used (the second of the pair when `second`); null for
@@ -1401,6 +1441,34 @@ impl Handler for NetHandler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copies_beyond_the_kernels_slots_go_in_order_into_launches_before_and_after_the_step() {
+        let c = |i: u64| NetCopy { src: i, dst: 1000 + i, bytes: 16 };
+        // 70 copies in (the odd ones with an arena side), 40 out.
+        let list: Vec<(NetCopy, bool)> = (0..110).map(|i| (c(i), i % 2 == 1)).collect();
+        let step = NetStepArgs { plan: 7, flip: 4096, detach: OX_NET_STEP_WAIT, ..Default::default() };
+        let (pre, post) = overflow(&step, &list, 70);
+        assert_eq!(pre.iter().map(|a| a.npre).collect::<Vec<_>>(), vec![32, 32, 6]);
+        assert_eq!(post.iter().map(|a| a.npost).collect::<Vec<_>>(), vec![32, 8]);
+        assert!(pre.iter().all(|a| a.detach == OX_NET_STEP_PRE && a.npost == 0));
+        assert!(post.iter().all(|a| a.detach == OX_NET_STEP_POST && a.npre == 0));
+        // Every copy once, in order, with its arena bit, and the step's other arguments kept.
+        let mut seen = Vec::new();
+        for a in pre.iter().chain(&post) {
+            assert_eq!((a.plan, a.flip, a.packets, a.pipe), (7, 4096, 0, 0));
+            let n = (a.npre + a.npost) as usize;
+            for k in 0..n {
+                assert_eq!(a.arena_copies >> k & 1 == 1, a.copies[k].src % 2 == 1, "arena bit of copy {}", a.copies[k].src);
+                seen.push(a.copies[k].src);
+            }
+            assert_eq!(a.arena_copies.checked_shr(n as u32).unwrap_or(0), 0, "no bits past the copies");
+        }
+        assert_eq!(seen, (0..110).collect::<Vec<_>>());
+        // A step that only sends has nothing after it.
+        let (pre, post) = overflow(&step, &list[..40], 40);
+        assert_eq!((pre.len(), post.len()), (2, 0));
+    }
 
     #[test]
     fn per_peer_items_are_made_once_in_order_of_first_use() {

@@ -796,9 +796,9 @@ mod tests {
     }
 
     /// Every collective's staged steps fit the step kernel's copy slots (device_abi::OX_NET_COPIES)
-    /// up to 16 hosts of 8 and 64 hosts of 1, so none falls back to the proxy's CUDA copies (which
-    /// can deadlock under an application thread in a pageable copy: stage.rs). AlltoAll, Gather and
-    /// Scatter need contiguous slices joined for that (at 8 x 8, 112 copies a step otherwise).
+    /// up to 16 hosts of 8 and 64 hosts of 1, so none needs the extra copy launches of a step with
+    /// more (net/mod.rs, `overflow`). AlltoAll, Gather and Scatter need contiguous slices joined
+    /// for that (at 8 x 8, 112 copies a step otherwise).
     #[test]
     fn staged_collectives_fit_the_step_kernels_copy_slots() {
         let slots = crate::device_abi::OX_NET_COPIES;
