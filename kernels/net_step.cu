@@ -302,38 +302,21 @@ OX_DEV void ox_net_pipe(const NetStepArgs& a) {
   ox_net_pipe_post(a, target);
 }
 
-// Copies of a step with more than OX_NET_COPIES of them (src/net/mod.rs, `overflow`), in launches
-// of their own around a step kernel that has none:
-// - Pre (before the step kernel): the step's number and arena are the ones the step kernel will
-//   use (`issued` + 1, not yet written), and each block first waits for the proxy to be done with
-//   the arena, as ox_net_begin does for the step kernel. Each thread's system fence after its
-//   copies makes them visible to the proxy before the kernel ends, so before the step kernel's
-//   hand-over.
-// - Post (after a step kernel that waited for the proxy): thread 0 of each block checks `done`
-//   once (acquire: an aborted step is not copied out), then the block copies out of the arena
-//   with loads that bypass caches (host_copy.cuh).
-OX_DEV void ox_net_overflow(const NetStepArgs& a) {
+// Copies into the arena of a step with more than OX_NET_COPIES of them (src/net/mod.rs,
+// `overflow`), in launches of their own before a step kernel that has none. The step's number and
+// arena are the ones the step kernel will use (`issued` + 1, not yet written), and each block first
+// waits for the proxy to be done with the arena, as ox_net_begin does for the step kernel. Each
+// thread's system fence after its copies makes them visible to the proxy before the kernel ends,
+// so before the step kernel's hand-over. (The copies out come in completion launches after the
+// step kernel, which waited: ox_net_complete.)
+OX_DEV void ox_net_pre(const NetStepArgs& a) {
   __shared__ uint32_t go;
   __shared__ uint64_t target;
-  const bool in = a.detach == OX_NET_STEP_PRE;
-  if (threadIdx.x == 0) {
-    if (in) {
-      ox_net_begin(a, target, go);
-    } else {
-      target = *reinterpret_cast<const uint64_t*>(a.issued);
-      go = ox_ld_acquire_sys(reinterpret_cast<const uint64_t*>(a.done)) >= target;
-    }
-  }
+  if (threadIdx.x == 0) ox_net_begin(a, target, go);
   __syncthreads();
   if (!go) return;
-  const uint64_t shift = (target & 1) ? a.flip : 0;
-  const uint32_t flag = ox_net_flag(target);
-  if (in) {
-    ox_net_copies<true>(a, 0, a.npre, shift, flag);
-    __threadfence_system();
-  } else {
-    ox_net_copies<false>(a, 0, a.npost, shift, flag);
-  }
+  ox_net_copies<true>(a, 0, a.npre, (target & 1) ? a.flip : 0, ox_net_flag(target));
+  __threadfence_system();
 }
 
 // Several blocks (OXCCL_NET_STEP_BLOCKS) share the copies; block 0 alone hands the step over,
@@ -348,8 +331,8 @@ extern "C" __global__ void ox_net_step(NetStepArgs a) {
     else ox_net_complete(a);
     return;
   }
-  if (a.detach == OX_NET_STEP_PRE || a.detach == OX_NET_STEP_POST) {
-    ox_net_overflow(a);
+  if (a.detach == OX_NET_STEP_PRE) {
+    ox_net_pre(a);
     return;
   }
   if (a.pipe) {

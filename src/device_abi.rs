@@ -225,10 +225,9 @@ pub const OX_NET_STEP_ISSUE: u32 = 2;
 pub const OX_NET_STEP_COMPLETE: u32 = 3;
 /// A step needing more copies than a kernel's `OX_NET_COPIES` slots makes them in extra launches
 /// of the same kernel around a step kernel without copies. Pre: before it, wait as its kernel
-/// would for the arena to be free, then copy `copies[..npre]` in (no hand-over). Post: after a
-/// step kernel that waited for the proxy, copy `copies[..npost]` out of the arena.
+/// would for the arena to be free, then copy `copies[..npre]` in (no hand-over). The copies out
+/// after it are Complete launches with `npre` = 0 (their wait for the proxy returns at once).
 pub const OX_NET_STEP_PRE: u32 = 4;
-pub const OX_NET_STEP_POST: u32 = 5;
 
 /// One copy of a step kernel, between GPU memory and the step's host-mapped arena.
 #[repr(C)]

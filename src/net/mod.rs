@@ -37,7 +37,7 @@ use self::select::{LocalPath, NetWant, Paths};
 use crate::bootstrap::Bootstrap;
 use crate::comm::{Comm, Ready};
 use crate::config::CommConfig;
-use crate::device_abi::{FifoDevice, NetCopy, NetStepArgs, OX_NET_COPIES, OX_NET_STEP_COMPLETE, OX_NET_STEP_ISSUE, OX_NET_STEP_POST, OX_NET_STEP_PRE, OX_NET_STEP_WAIT};
+use crate::device_abi::{FifoDevice, NetCopy, NetStepArgs, OX_NET_COPIES, OX_NET_STEP_COMPLETE, OX_NET_STEP_ISSUE, OX_NET_STEP_PRE, OX_NET_STEP_WAIT};
 use crate::enqueue::{CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::module::launch;
@@ -665,8 +665,9 @@ impl Net {
 
 /// A staged step's copies (kernel order: `list[..npre]` in, the rest out; `true`: the host side is
 /// in the arena) for more than a kernel's `OX_NET_COPIES` slots: launches of `OX_NET_STEP_PRE`
-/// making the copies in, to run before the step kernel, and of `OX_NET_STEP_POST` making the
-/// copies out, after it, at most `OX_NET_COPIES` each, in order. `step` is the step kernel's
+/// making the copies in, to run before the step kernel, and completion launches making the copies
+/// out, after it (`npre` = 0: their wait for the step the kernel waited for returns at once), at
+/// most `OX_NET_COPIES` each, in order. `step` is the step kernel's
 /// arguments, which keep no copies (its kernel hands over and waits, or returns when detached).
 fn overflow(step: &NetStepArgs, list: &[(NetCopy, bool)], npre: usize) -> (Vec<NetStepArgs>, Vec<NetStepArgs>) {
     let (ins, outs) = list.split_at(npre.min(list.len()));
@@ -680,7 +681,7 @@ fn overflow(step: &NetStepArgs, list: &[(NetCopy, bool)], npre: usize) -> (Vec<N
         (a.npre, a.npost) = if mode == OX_NET_STEP_PRE { (n, 0) } else { (0, n) };
         a
     };
-    (ins.chunks(OX_NET_COPIES).map(|c| part(c, OX_NET_STEP_PRE)).collect(), outs.chunks(OX_NET_COPIES).map(|c| part(c, OX_NET_STEP_POST)).collect())
+    (ins.chunks(OX_NET_COPIES).map(|c| part(c, OX_NET_STEP_PRE)).collect(), outs.chunks(OX_NET_COPIES).map(|c| part(c, OX_NET_STEP_COMPLETE)).collect())
 }
 
 /// The host arena a staged step's kernel used (the second of the pair when `second`); null for
@@ -1452,7 +1453,7 @@ mod tests {
         assert_eq!(pre.iter().map(|a| a.npre).collect::<Vec<_>>(), vec![32, 32, 6]);
         assert_eq!(post.iter().map(|a| a.npost).collect::<Vec<_>>(), vec![32, 8]);
         assert!(pre.iter().all(|a| a.detach == OX_NET_STEP_PRE && a.npost == 0));
-        assert!(post.iter().all(|a| a.detach == OX_NET_STEP_POST && a.npre == 0));
+        assert!(post.iter().all(|a| a.detach == OX_NET_STEP_COMPLETE && a.npre == 0));
         // Every copy once, in order, with its arena bit, and the step's other arguments kept.
         let mut seen = Vec::new();
         for a in pre.iter().chain(&post) {
