@@ -6,7 +6,8 @@ each launch of a cross-host call: begin, step, local, complete).
 
   net_trace_lineup.py DIR [FIRST [COUNT]]
 
-prints calls FIRST..FIRST+COUNT-1 (default 20..35) of every rank, us from the earliest time shown,
+prints calls FIRST..FIRST+COUNT-1 (default 20..35) of every rank, us from the earliest time shown
+(with the host's time of recording each mark in brackets, where the trace has it),
 then per rank the median of each gap over all calls but the first tenth: where the stream waited
 (begin -> step: the step kernel, or its hand-over; step -> local: the host-local launch; local ->
 complete: the wait for the proxy and the copies out) and where the proxy did.
@@ -28,10 +29,14 @@ def load(d):
         for l in open(f):
             if l.startswith("#"):
                 continue
-            label, ns = l.split()
+            f = l.split()
+            label, ns = f[0], f[1]
             if label == "begin" or not calls:
                 calls.append({})
             calls[-1][label] = int(ns)
+            # Since session 48 a third column: when the host recorded the mark.
+            if len(f) > 2:
+                calls[-1]["h" + label] = int(f[2])
         ranks.setdefault(int(head[2]), {})["calls"] = calls
     return ranks
 
@@ -53,7 +58,7 @@ def main():
             r = ranks[rk]
             c = r.get("calls", [])[i] if i < len(r.get("calls", [])) else {}
             s = r.get("steps", [])[i] if i < len(r.get("steps", [])) else None
-            marks = " ".join(f"{k[0]}{us(c[k])}" for k in ("begin", "step", "local", "complete") if k in c)
+            marks = " ".join(f"{k[0]}{us(c[k])}" + (f"(h{us(c['h' + k])})" if "h" + k in c else "") for k in ("begin", "step", "local", "complete") if k in c)
             proxy = f" | taken{us(s[1])} done{us(s[5])}" if s else ""
             parts.append(f"r{rk}: {marks}{proxy}")
         print(f"call {i}: " + " || ".join(parts))
@@ -71,6 +76,11 @@ def main():
         out.append("step->local " + med((c.get("step"), c.get("local")) for c in cs))
         out.append("local->complete " + med((c.get("local"), c.get("complete")) for c in cs))
         out.append("call->next " + med((a.get("begin"), b.get("begin")) for a, b in zip(cs, cs[1:])))
+        # How late the GPU reached each mark after the host had recorded it: near 0 means the host
+        # was the late one (the stream had run dry), large means the GPU was still busy.
+        for k in ("step", "local", "complete"):
+            if any("h" + k in c for c in cs):
+                out.append(f"{k}: host->gpu " + med((c.get("h" + k), c.get(k)) for c in cs))
         ss = steps[skip:]
         out.append("| proxy taken->done " + med((s[1], s[5]) for s in ss))
         out.append("stream begin->taken " + med((c.get("begin"), s[1]) for c, s in zip(cs, ss)))

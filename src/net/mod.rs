@@ -61,6 +61,22 @@ pub type Links = Vec<Option<Link>>;
 /// OXCCL_NET_SOCKETS: sockets (each way) per pair of ranks on different hosts, default 4; large
 /// transfers are striped over them (one TCP stream rarely fills a fast NIC, or even loopback).
 /// Must be equal on every rank.
+/// OXCCL_NET_BCAST_DIRECT_MAX: bytes up to which a Broadcast between two hosts goes from the root
+/// to every rank of the other host (`plan::DIRECT_MAX_BYTES` unless set; 0 = never). It changes
+/// the plan, so every rank must see the same value (tuning).
+fn bcast_direct_max() -> Result<Option<u64>> {
+    match crate::config::env("OXCCL_NET_BCAST_DIRECT_MAX") {
+        None => Ok(None),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) => {
+                nccl_info!(Subsys::Net, "OXCCL_NET_BCAST_DIRECT_MAX set by environment to {n}");
+                Ok(Some(n))
+            }
+            Err(_) => Err(Error::invalid_usage(format!("OXCCL_NET_BCAST_DIRECT_MAX={v}: expected a number of bytes"))),
+        },
+    }
+}
+
 fn sockets_per_link() -> Result<usize> {
     match crate::config::env("OXCCL_NET_SOCKETS") {
         None => Ok(4),
@@ -273,7 +289,10 @@ impl Net {
             LocalPath::Memory => s.peers.iter().map(|p| p.host_hash).collect(),
             LocalPath::CopyEngine | LocalPath::Host => (0..s.peers.len() as u64).collect(),
         };
-        let layout = Layout::new(s.me, &hashes);
+        let mut layout = Layout::new(s.me, &hashes);
+        if let Some(v) = bcast_direct_max()? {
+            layout.bcast_direct_max = v;
+        }
         let mh = layout.my_host();
         // The local communicator first: every rank does this before any link, and it involves
         // only this host's ranks.

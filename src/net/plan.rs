@@ -25,6 +25,8 @@ pub struct Layout {
     pub host_of: Vec<usize>,
     /// Ranks of each host, ascending.
     pub hosts: Vec<Vec<usize>>,
+    /// `DIRECT_MAX_BYTES` unless tuned (OXCCL_NET_BCAST_DIRECT_MAX, equal on every rank).
+    pub bcast_direct_max: u64,
 }
 
 impl Layout {
@@ -45,7 +47,7 @@ impl Layout {
             hosts[i].push(r);
             host_of.push(i);
         }
-        Layout { me, host_of, hosts }
+        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES }
     }
 
     pub fn nranks(&self) -> usize {
@@ -599,7 +601,7 @@ fn broadcast(l: &Layout, c: &Call) -> Vec<Stage> {
     let mut phases = vec![Phase::default()];
     // Two hosts, a small message and few ranks on the other host: the root sends to each of them,
     // so no host stage follows there.
-    let direct = nh == 2 && bytes <= DIRECT_MAX_BYTES && l.nranks() - l.local_size(rh) <= DIRECT_MAX_PEERS;
+    let direct = nh == 2 && bytes <= l.bcast_direct_max && l.nranks() - l.local_size(rh) <= DIRECT_MAX_PEERS;
     if bytes > 0 && direct {
         if me == root {
             for &r in l.hosts.iter().enumerate().filter(|&(h, _)| h != rh).flat_map(|(_, v)| v) {
@@ -991,6 +993,13 @@ mod tests {
         let st = plan_coll(&Layout::new(0, &[7, 7, 9, 9]), &call(Coll::Broadcast, DIRECT_MAX_BYTES / 4, 0));
         assert_eq!(steps(&st)[0].phases[0].sends.iter().map(|x| x.peer).collect::<Vec<_>>(), vec![2, 3]);
         assert_eq!(plan_coll(&l3, &call(Coll::Broadcast, DIRECT_MAX_BYTES / 4 + 1, 0)).len(), 1, "only the host stage");
+        // OXCCL_NET_BCAST_DIRECT_MAX lowers the bound: the same small call goes through rank 2.
+        let mut tuned = Layout::new(0, &[7, 7, 9, 9]);
+        tuned.bcast_direct_max = 1024;
+        let st = plan_coll(&tuned, &call(Coll::Broadcast, DIRECT_MAX_BYTES / 4, 0));
+        assert_eq!(steps(&st)[0].phases[0].sends.iter().map(|x| x.peer).collect::<Vec<_>>(), vec![2]);
+        tuned.me = 3;
+        assert_eq!(plan_coll(&tuned, &call(Coll::Broadcast, DIRECT_MAX_BYTES / 4, 0)).len(), 1, "only the host stage");
         // 2 hosts x 2: small AllReduce is the host stage and one step; larger ones spread slices.
         let l = Layout::new(0, &[7, 7, 9, 9]);
         assert_eq!(plan_coll(&l, &call(Coll::AllReduce, FULL_EXCHANGE_MAX_BYTES / 4, 0)).len(), 2);

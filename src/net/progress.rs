@@ -3,8 +3,8 @@
 //! A staged step (`stage`) copies all its GPU inputs into the arena before it hands the step to
 //! the proxy, and its results out only after the proxy has finished: at 2 simulated hosts x 2 a
 //! 64 MiB Send/Recv took 8.8-9.4 ms staged against 6.5-6.9 with the proxy's pipelined copy-engine
-//! copies (BENCHMARKS, thirty-fourth pass), which the proxy may no longer make. So with
-//! OXCCL_NET_STAGE_PIPELINE=1 a staged step moving more than `threshold()` through its arena
+//! copies (BENCHMARKS, thirty-fourth pass), which the proxy may no longer make. So (unless
+//! OXCCL_NET_STAGE_PIPELINE=0) a staged step moving more than `threshold()` through its arena
 //! either way is handed over first and flags its copies chunk by chunk in the arena instead:
 //! - *pre* flags: the kernel sets chunk c's flag (to the step's tag) once its blocks have copied
 //!   that chunk of the GPU inputs into the arena; a link thread sends a range only once every
@@ -41,24 +41,23 @@ const _: () = assert!(CHUNK == crate::device_abi::OX_NET_PIPE_CHUNK as u64);
 pub const MIN_BYTES: u64 = 1 << 20;
 
 /// The threshold above which staged steps pipeline, or None when they never do.
-/// OXCCL_NET_STAGE_PIPELINE: 1 pipelines (at 2 x 2 and 4 x 1 simulated hosts it ran every
-/// multihost-check binary eagerly and the PyTorch suite, and took 64 MB Broadcast from 6.3 to
-/// 3.6 ms, AllGather from 2.8 to 2.0; BENCHMARKS, thirty-fifth pass); 0 (default) copies
-/// everything before the hand-over and after the step. It stays off by default until its kernel
-/// as changed in session 47 (issued around local work, waiting for the proxy at its end) has run
-/// under graphs and mixed sequences on a GPU. OXCCL_NET_STAGE_PIPELINE_MIN: bytes, `MIN_BYTES`
-/// unless set (at least one chunk; tuning).
+/// OXCCL_NET_STAGE_PIPELINE: 1 (default: at 2 x 2 simulated hosts the kernel as it stands ran every
+/// multihost-check binary eagerly and under graphs to 8 MB, and the PyTorch suite with its mixed
+/// AllReduce/Broadcast sequence, in session 48; it took 64 MB Broadcast from 6.3 to 3.6 ms,
+/// AllGather from 2.8 to 2.0; BENCHMARKS, thirty-fifth pass) or 0 (copy everything before the
+/// hand-over and after the step). OXCCL_NET_STAGE_PIPELINE_MIN: bytes, `MIN_BYTES` unless set
+/// (at least one chunk; tuning).
 pub fn threshold() -> Option<u64> {
     let on = match crate::config::env("OXCCL_NET_STAGE_PIPELINE").map(|v| v.trim().to_string()) {
-        None => false,
-        Some(v) if v == "0" => false,
-        Some(v) if v == "1" => {
-            nccl_info!(Subsys::Net, "OXCCL_NET_STAGE_PIPELINE set by environment to 1");
-            true
+        None => true,
+        Some(v) if v == "1" => true,
+        Some(v) if v == "0" => {
+            nccl_info!(Subsys::Net, "OXCCL_NET_STAGE_PIPELINE set by environment to 0");
+            false
         }
         Some(v) => {
-            nccl_warn!("OXCCL_NET_STAGE_PIPELINE={v}: expected 0 or 1, using 0");
-            false
+            nccl_warn!("OXCCL_NET_STAGE_PIPELINE={v}: expected 0 or 1, using 1");
+            true
         }
     };
     on.then(|| parse_min(crate::config::env("OXCCL_NET_STAGE_PIPELINE_MIN").as_deref()))

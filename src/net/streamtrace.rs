@@ -6,8 +6,10 @@
 //! call also records a timing event on its stream before its first launch and after each one.
 //! When the communicator goes (gracefully), each event's GPU time is put on CLOCK_MONOTONIC
 //! through an anchor event recorded on an idle stream of ours right before the host reads the
-//! clock, and the lines go to `oxccl-net-stream.<pid>.txt` beside the proxy's trace: label, then
-//! ns. The error of the anchor is the time the host takes to see it complete (a few us).
+//! clock, and the lines go to `oxccl-net-stream.<pid>.txt` beside the proxy's trace: label, ns,
+//! then the host's CLOCK_MONOTONIC ns when it had recorded the event (so a mark the GPU reached
+//! just after the host recorded it was late on the host, not on the GPU). The error of the anchor
+//! is the time the host takes to see it complete (a few us).
 //!
 //! Recording costs the calling thread one driver call per launch, so this is for measuring only.
 //! Calls being captured into a graph are skipped (an event recorded in a capture is a graph node
@@ -48,7 +50,7 @@ impl Mark {
 /// The events of one communicator's cross-host calls, in the order they were recorded.
 pub struct StreamTrace {
     dir: String,
-    events: Vec<(Mark, Event)>,
+    events: Vec<(Mark, Event, u64)>,
     full: bool,
 }
 
@@ -64,7 +66,7 @@ impl StreamTrace {
             return;
         }
         match Event::timed().and_then(|e| e.record(stream).map(|_| e)) {
-            Ok(e) => self.events.push((m, e)),
+            Ok(e) => self.events.push((m, e, super::monotonic_ns())),
             Err(e) => {
                 nccl_warn!("OXCCL_NET_TRACE: stream events stop here: {}", e.msg);
                 self.full = true;
@@ -95,12 +97,12 @@ impl StreamTrace {
         anchor.record(stream.raw)?;
         anchor.synchronize()?;
         let now = super::monotonic_ns();
-        let mut out = format!("# rank {rank} label ns (CLOCK_MONOTONIC, from the GPU's event times)\n");
-        for (m, e) in &self.events {
+        let mut out = format!("# rank {rank} label ns host_ns (CLOCK_MONOTONIC: from the GPU's event times; when the host recorded it)\n");
+        for (m, e, host) in &self.events {
             // Complete by now (the caller's contract); the wait only makes sure.
             e.synchronize()?;
             let before = (f64::from(e.ms_until(&anchor)?) * 1e6).max(0.0) as u64;
-            out.push_str(&format!("{} {}\n", m.label(), now.saturating_sub(before)));
+            out.push_str(&format!("{} {} {host}\n", m.label(), now.saturating_sub(before)));
         }
         Ok(out)
     }
