@@ -17,13 +17,14 @@
 //! the copies the spinning kernel waited for stood behind them on its read lock (cuda-gdb,
 //! BENCHMARKS fifteenth pass).
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -135,6 +136,17 @@ impl Tracker {
     pub fn wait_noting(&self, stop: &dyn Fn() -> Option<Error>, note: &dyn Fn(usize)) -> Result<()> {
         let t0 = std::time::Instant::now();
         let mut noted = false;
+        // With OXCCL_NET_LANE_SPIN_US, look without sleeping first (a condvar wake is a futex wake).
+        let mut w = SpinWait::new(lane_spin());
+        loop {
+            let busy = {
+                let s = self.state.lock();
+                s.0 > 0 && s.1.is_none()
+            };
+            if !busy || !w.idle() {
+                break;
+            }
+        }
         let mut s = self.state.lock();
         loop {
             if let Some(e) = s.1.take() {
@@ -231,6 +243,135 @@ pub fn stripe_min() -> u64 {
             }
         },
     })
+}
+
+/// OXCCL_NET_LANE_SPIN_US: how long (us) a link thread, and the proxy waiting for the link
+/// threads, spins on its queue, its socket or its tracker after the last progress before it blocks
+/// (default 0: it blocks at once). A blocked thread is woken by a futex or the socket's wait queue,
+/// tens of microseconds on an idle server core, once per job and again whenever a socket runs dry
+/// mid-job; spinning costs a core per waiting thread. Per rank (tuning, measuring).
+pub fn lane_spin() -> Duration {
+    static V: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *V.get_or_init(|| match crate::config::env("OXCCL_NET_LANE_SPIN_US") {
+        None => Duration::ZERO,
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) => {
+                nccl_info!(crate::log::Subsys::Net, "OXCCL_NET_LANE_SPIN_US set by environment to {n}");
+                Duration::from_micros(n.min(1_000_000))
+            }
+            Err(_) => {
+                nccl_warn!("OXCCL_NET_LANE_SPIN_US={v}: expected microseconds, using 0");
+                Duration::ZERO
+            }
+        },
+    })
+}
+
+/// A spinning wait's budget: `idle` after each round without progress says whether to go on
+/// spinning (false once `budget` has passed since the last `progress`, or at once for a zero
+/// budget). The clock is read every 16th round only.
+struct SpinWait {
+    budget: Duration,
+    until: Option<Instant>,
+    rounds: u32,
+}
+
+impl SpinWait {
+    fn new(budget: Duration) -> SpinWait {
+        SpinWait { budget, until: None, rounds: 0 }
+    }
+
+    fn idle(&mut self) -> bool {
+        if self.budget.is_zero() {
+            return false;
+        }
+        self.rounds = self.rounds.wrapping_add(1);
+        if self.rounds.is_multiple_of(16) {
+            let now = Instant::now();
+            if now >= *self.until.get_or_insert(now + self.budget) {
+                return false;
+            }
+        }
+        std::hint::spin_loop();
+        true
+    }
+
+    fn progress(&mut self) {
+        self.until = None;
+        self.rounds = 0;
+    }
+}
+
+/// `read_exact`, spinning on non-blocking reads while `w` allows before each blocking one.
+fn read_full(sock: &mut TcpStream, buf: &mut [u8], w: &mut SpinWait) -> std::io::Result<()> {
+    if w.budget.is_zero() {
+        return sock.read_exact(buf);
+    }
+    let fd = sock.as_raw_fd();
+    let mut got = 0;
+    while got < buf.len() {
+        let rest = &mut buf[got..];
+        // SAFETY: `rest` is valid for writes of its length; MSG_DONTWAIT applies to this call only
+        // (the socket stays blocking for the fallback below).
+        let n = unsafe { libc::recv(fd, rest.as_mut_ptr().cast(), rest.len(), libc::MSG_DONTWAIT) };
+        let n = if n >= 0 {
+            n as usize
+        } else {
+            let e = std::io::Error::last_os_error();
+            match e.kind() {
+                ErrorKind::WouldBlock if w.idle() => continue,
+                ErrorKind::WouldBlock => match sock.read(rest) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                },
+                ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            }
+        };
+        if n == 0 {
+            return Err(ErrorKind::UnexpectedEof.into());
+        }
+        got += n;
+        w.progress();
+    }
+    Ok(())
+}
+
+/// `write_all`, spinning on non-blocking writes while `w` allows before each blocking one.
+fn write_full(sock: &mut TcpStream, buf: &[u8], w: &mut SpinWait) -> std::io::Result<()> {
+    if w.budget.is_zero() {
+        return sock.write_all(buf);
+    }
+    let fd = sock.as_raw_fd();
+    let mut sent = 0;
+    while sent < buf.len() {
+        let rest = &buf[sent..];
+        // SAFETY: `rest` is valid for reads of its length; MSG_NOSIGNAL: a closed peer is an
+        // error here, not SIGPIPE in the application.
+        let n = unsafe { libc::send(fd, rest.as_ptr().cast(), rest.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        let n = if n >= 0 {
+            n as usize
+        } else {
+            let e = std::io::Error::last_os_error();
+            match e.kind() {
+                ErrorKind::WouldBlock if w.idle() => continue,
+                ErrorKind::WouldBlock => match sock.write(rest) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                },
+                ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            }
+        };
+        if n == 0 {
+            return Err(ErrorKind::WriteZero.into());
+        }
+        sent += n;
+        w.progress();
+    }
+    Ok(())
 }
 
 /// Job `job` as the parts each lane carries: the whole job on lane 0 when small, else one
@@ -511,7 +652,19 @@ fn serve(dev: Option<&'static Device>, jobs: Receiver<(u64, Job)>, mut carrier: 
     let mut broken = set_up.as_ref().err().cloned();
     // The link may be gone already (its set-up failed on another thread).
     let _ = ready.send(set_up);
-    while let Ok((seq, job)) = jobs.recv() {
+    let spin = lane_spin();
+    let next = || {
+        let mut w = SpinWait::new(spin);
+        loop {
+            match jobs.try_recv() {
+                Ok(j) => return Some(j),
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) if w.idle() => {}
+                Err(TryRecvError::Empty) => return jobs.recv().ok(),
+            }
+        }
+    };
+    while let Some((seq, job)) = next() {
         let r = match &broken {
             Some(e) => Err(e.clone()),
             // A panic fails this job (and the lane after it) instead of ending the thread with
@@ -609,17 +762,18 @@ pub fn io_error(peer: usize, e: std::io::Error) -> Error {
 fn send_one(st: Option<&Staging>, sock: &mut TcpStream, seq: u64, job: &Job) -> Result<()> {
     let h = header(0, seq, job.bytes);
     let io = |e: std::io::Error| Error::remote(format!("network write failed: {e}"));
-    sock.write_all(&h).map_err(io)?;
+    let mut w = SpinWait::new(lane_spin());
+    write_full(sock, &h, &mut w).map_err(io)?;
     match job.mem {
         Mem::Host(p) => {
             // SAFETY: the plan's host arena range (see Job).
             let s = unsafe { std::slice::from_raw_parts(p, job.bytes as usize) };
             match &job.gate {
-                None => sock.write_all(s).map_err(io)?,
+                None => write_full(sock, s, &mut w).map_err(io)?,
                 Some(g) => {
                     for piece in s.chunks(super::progress::CHUNK as usize) {
                         g.wait(piece.as_ptr(), piece.len() as u64)?;
-                        sock.write_all(piece).map_err(io)?;
+                        write_full(sock, piece, &mut w).map_err(io)?;
                     }
                 }
             }
@@ -639,7 +793,7 @@ fn send_one(st: Option<&Staging>, sock: &mut TcpStream, seq: u64, job: &Job) -> 
                 if let Some(&(off, n)) = list.get(k + 1) {
                     st.to_host((k + 1) % 2, src + off, n)?; // overlaps the write below
                 }
-                sock.write_all(st.slice(k % 2, len)?).map_err(io)?;
+                write_full(sock, st.slice(k % 2, len)?, &mut w).map_err(io)?;
             }
         }
     }
@@ -648,19 +802,20 @@ fn send_one(st: Option<&Staging>, sock: &mut TcpStream, seq: u64, job: &Job) -> 
 
 fn recv_one(st: Option<&Staging>, sock: &mut TcpStream, peer: usize, seq: u64, job: &Job) -> Result<()> {
     let io = |e: std::io::Error| io_error(peer, e);
+    let mut w = SpinWait::new(lane_spin());
     let mut h = [0u8; HEADER_BYTES];
-    sock.read_exact(&mut h).map_err(io)?;
+    read_full(sock, &mut h, &mut w).map_err(io)?;
     check_header(&h, peer, seq, job.bytes)?;
     match job.mem {
         Mem::Host(p) => {
             // SAFETY: the plan's host arena range (see Job).
             let s = unsafe { std::slice::from_raw_parts_mut(p, job.bytes as usize) };
             match &job.landed {
-                None => sock.read_exact(s).map_err(io)?,
+                None => read_full(sock, s, &mut w).map_err(io)?,
                 Some(landed) => {
                     let mut got = 0;
                     for piece in s.chunks_mut(LANDING_STEP) {
-                        sock.read_exact(piece).map_err(io)?;
+                        read_full(sock, piece, &mut w).map_err(io)?;
                         got += piece.len() as u64;
                         // Release: the piece is in memory before the watcher counts it.
                         landed.store(got, Ordering::Release);
@@ -672,7 +827,7 @@ fn recv_one(st: Option<&Staging>, sock: &mut TcpStream, peer: usize, seq: u64, j
             let st = st.ok_or_else(|| Error::internal("no staging for a GPU transfer"))?;
             for (k, (off, n)) in chunks(job.bytes).enumerate() {
                 // Buffer k % 2 was last used by copy k - 2, which the sync before copy k - 1 ended.
-                sock.read_exact(st.slice(k % 2, n)?).map_err(io)?;
+                read_full(sock, st.slice(k % 2, n)?, &mut w).map_err(io)?;
                 st.sync()?; // copy k - 1 done: at most one copy in flight
                 st.to_device(k % 2, dst + off, n)?;
             }
@@ -685,6 +840,37 @@ fn recv_one(st: Option<&Staging>, sock: &mut TcpStream, peer: usize, seq: u64, j
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The spinning reads and writes (OXCCL_NET_LANE_SPIN_US) carry a stream larger than the
+    /// socket buffers, across a pause longer than their budget (so the blocking fallback runs),
+    /// and a closed peer ends a read as end of file.
+    #[test]
+    fn spinning_reads_and_writes_carry_a_stream_across_pauses() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let mut b = l.accept().unwrap().0;
+        let data: Vec<u8> = (0..8u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+        let sent = data.clone();
+        let writer = std::thread::spawn(move || {
+            let mut w = SpinWait::new(Duration::from_micros(50));
+            for (k, piece) in sent.chunks(1 << 20).enumerate() {
+                if k == 3 {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                write_full(&mut a, piece, &mut w).unwrap();
+            }
+        });
+        let mut got = vec![0u8; data.len()];
+        let mut w = SpinWait::new(Duration::from_micros(50));
+        read_full(&mut b, &mut got, &mut w).unwrap();
+        writer.join().unwrap();
+        assert!(got == data, "the bytes read differ from those written");
+        let mut one = [0u8; 1];
+        let e = read_full(&mut b, &mut one, &mut w).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::UnexpectedEof);
+        // A zero budget never spins.
+        assert!(!SpinWait::new(Duration::ZERO).idle());
+    }
 
     /// Two links joined by loopback sockets, host memory only.
     fn pair() -> (Link, Link) {
