@@ -57,6 +57,26 @@ const SPIN_POLLS: u32 = 2000;
 const YIELD_POLLS: u32 = 4000;
 const IDLE_SLEEP: Duration = Duration::from_micros(50);
 
+/// OXCCL_PROXY_YIELD_US: how long (us) an idle proxy keeps yielding, after its spinning polls,
+/// before it naps (`IDLE_SLEEP`, 100 us or so with the kernel's timer slack); unset, it naps after
+/// `YIELD_POLLS` polls, a few hundred microseconds to a few ms depending on what else the core
+/// runs. A trigger that arrives during a nap waits for its end: a cross-host sender whose steps
+/// come every few hundred microseconds took them 50-200 us late (s48b traces). Per rank (tuning,
+/// measuring).
+fn yield_budget() -> Option<Duration> {
+    let v = crate::config::env("OXCCL_PROXY_YIELD_US")?;
+    match v.trim().parse::<u64>() {
+        Ok(n) => {
+            nccl_info!(Subsys::Proxy, "OXCCL_PROXY_YIELD_US set by environment to {n}");
+            Some(Duration::from_micros(n.min(10_000_000)))
+        }
+        Err(_) => {
+            nccl_warn!("OXCCL_PROXY_YIELD_US={v}: expected microseconds, ignored");
+            None
+        }
+    }
+}
+
 impl Proxy {
     /// Starts the proxy thread. `on_error` gets a transport failure (the communicator turns it
     /// into its async error); the FIFO's waiters are released then, as on stop.
@@ -71,6 +91,7 @@ impl Proxy {
         let drain = Arc::new(AtomicBool::new(false));
         let (flag, drain_flag) = (stop.clone(), drain.clone());
         let interrupt = handler.interrupter();
+        let yield_for = yield_budget();
         let thread = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
@@ -87,7 +108,7 @@ impl Proxy {
                 }
                 // A panic in a handler fails the communicator like any other error: the thread
                 // still releases the FIFO's waiters below instead of leaving kernels spinning.
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&mut fifo, handler.as_mut(), &flag, &drain_flag)))
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&mut fifo, handler.as_mut(), &flag, &drain_flag, yield_for)))
                     .unwrap_or_else(|p| Err(Error::internal(format!("proxy thread: internal error: {}", crate::error::panic_text(&*p)))));
                 if let Err(e) = r {
                     nccl_warn!("proxy: {}", e.msg);
@@ -132,8 +153,36 @@ impl Drop for Proxy {
     }
 }
 
-fn run(fifo: &mut FifoHost, handler: &mut dyn Handler, stop: &AtomicBool, drain: &AtomicBool) -> Result<()> {
+/// What an idle proxy does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Idle {
+    Spin,
+    Yield,
+    Nap,
+}
+
+/// After `idle` empty polls, having yielded for `yielded` (with a budget): spin first, then yield
+/// (for `budget`, or up to `YIELD_POLLS` polls without one), then nap.
+fn idle_action(idle: u32, yielded: Option<Duration>, budget: Option<Duration>) -> Idle {
+    if idle < SPIN_POLLS {
+        return Idle::Spin;
+    }
+    let yielding = match (budget, yielded) {
+        (Some(b), Some(y)) => y < b,
+        (Some(_), None) => true,
+        (None, _) => idle < YIELD_POLLS,
+    };
+    if yielding {
+        Idle::Yield
+    } else {
+        Idle::Nap
+    }
+}
+
+fn run(fifo: &mut FifoHost, handler: &mut dyn Handler, stop: &AtomicBool, drain: &AtomicBool, yield_for: Option<Duration>) -> Result<()> {
     let mut idle = 0u32;
+    // With a yield budget: when the spinning polls ended (the naps start once it has passed).
+    let mut yielding_since: Option<std::time::Instant> = None;
     loop {
         let next = fifo.poll();
         if stop.load(Ordering::Acquire) && (next.is_none() || !drain.load(Ordering::Acquire)) {
@@ -142,16 +191,16 @@ fn run(fifo: &mut FifoHost, handler: &mut dyn Handler, stop: &AtomicBool, drain:
         }
         let Some(t) = next else {
             idle = idle.saturating_add(1);
-            if idle < SPIN_POLLS {
-                std::hint::spin_loop();
-            } else if idle < YIELD_POLLS {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(IDLE_SLEEP);
+            let yielded = (idle >= SPIN_POLLS && yield_for.is_some()).then(|| yielding_since.get_or_insert_with(std::time::Instant::now).elapsed());
+            match idle_action(idle, yielded, yield_for) {
+                Idle::Spin => std::hint::spin_loop(),
+                Idle::Yield => std::thread::yield_now(),
+                Idle::Nap => std::thread::sleep(IDLE_SLEEP),
             }
             continue;
         };
         idle = 0;
+        yielding_since = None;
         let r = Request::decode(&t);
         let pos = fifo.position();
         if r.is_data() || r.is_flag() {
@@ -172,6 +221,20 @@ mod tests {
     use crate::device_abi::{OX_TRIGGER_DATA, OX_TRIGGER_FLAG, OX_TRIGGER_SYNC};
     use parking_lot::Mutex;
     use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn an_idle_proxy_spins_then_yields_then_naps() {
+        let ms = Duration::from_millis;
+        // By poll count without a budget (the default).
+        assert_eq!(idle_action(0, None, None), Idle::Spin);
+        assert_eq!(idle_action(SPIN_POLLS, None, None), Idle::Yield);
+        assert_eq!(idle_action(YIELD_POLLS, None, None), Idle::Nap);
+        // With OXCCL_PROXY_YIELD_US: by time yielded, whatever the count.
+        assert_eq!(idle_action(SPIN_POLLS - 1, Some(ms(0)), Some(ms(1))), Idle::Spin);
+        assert_eq!(idle_action(YIELD_POLLS * 100, Some(ms(0)), Some(ms(1))), Idle::Yield);
+        assert_eq!(idle_action(YIELD_POLLS * 100, None, Some(ms(1))), Idle::Yield);
+        assert_eq!(idle_action(SPIN_POLLS, Some(ms(2)), Some(ms(1))), Idle::Nap);
+    }
     use std::time::Instant;
 
     /// Records requests; `complete` marks everything executed so far as done.
