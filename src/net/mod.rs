@@ -58,9 +58,6 @@ const FIFO_SLOTS: u32 = 64;
 
 pub type Links = Vec<Option<Link>>;
 
-/// OXCCL_NET_SOCKETS: sockets (each way) per pair of ranks on different hosts, default 4; large
-/// transfers are striped over them (one TCP stream rarely fills a fast NIC, or even loopback).
-/// Must be equal on every rank.
 /// OXCCL_NET_BCAST_DIRECT_MAX: bytes up to which a Broadcast between two hosts goes from the root
 /// to every rank of the other host (`plan::DIRECT_MAX_BYTES` unless set; 0 = never). It changes
 /// the plan, so every rank must see the same value (tuning).
@@ -77,6 +74,9 @@ fn bcast_direct_max() -> Result<Option<u64>> {
     }
 }
 
+/// OXCCL_NET_SOCKETS: sockets (each way) per pair of ranks on different hosts, default 4; large
+/// transfers are striped over them (one TCP stream rarely fills a fast NIC, or even loopback).
+/// Must be equal on every rank.
 fn sockets_per_link() -> Result<usize> {
     match crate::config::env("OXCCL_NET_SOCKETS") {
         None => Ok(4),
