@@ -168,10 +168,14 @@ fn net_lanes(_s: &Setup<'_>, p: usize, out: Vec<std::net::TcpStream>, inc: Vec<s
 struct Plans {
     slots: Vec<Option<(Arc<Step>, bool)>>,
     free: Vec<u32>,
+    /// Plans of eager launches not taken yet: each one's trigger is on its way (the proxy does not
+    /// nap meanwhile, `Handler::expecting`).
+    eager: usize,
 }
 
 impl Plans {
     fn insert(&mut self, step: Step, keep: bool) -> Result<u32> {
+        self.eager += usize::from(!keep);
         let e = Some((Arc::new(step), keep));
         if let Some(i) = self.free.pop() {
             self.slots[i as usize] = e;
@@ -188,14 +192,18 @@ impl Plans {
         if !keep {
             *slot = None;
             self.free.push(i);
+            self.eager = self.eager.saturating_sub(1);
         }
         Ok(step)
     }
 
     fn remove(&mut self, i: u32) {
         if let Some(s) = self.slots.get_mut(i as usize) {
-            if s.take().is_some() {
+            if let Some((_, keep)) = s.take() {
                 self.free.push(i);
+                if !keep {
+                    self.eager = self.eager.saturating_sub(1);
+                }
             }
         }
     }
@@ -1404,6 +1412,10 @@ impl Drop for NetHandler {
 }
 
 impl Handler for NetHandler {
+    fn expecting(&self) -> bool {
+        self.plans.lock().eager > 0
+    }
+
     fn execute(&mut self, r: &Request) -> Result<()> {
         self.status.started.fetch_add(1, Ordering::Relaxed);
         let step = self.plans.lock().take(r.size)?;
@@ -1528,5 +1540,22 @@ mod tests {
         p.remove(c);
         assert!(p.take(c).is_err());
         assert!(p.take(99).is_err());
+    }
+
+    #[test]
+    fn plans_count_the_eager_steps_whose_triggers_are_on_their_way() {
+        let mut p = Plans::default();
+        let kept = p.insert(Step::default(), true).unwrap();
+        assert_eq!(p.eager, 0, "a captured step may never be replayed");
+        let (a, b) = (p.insert(Step::default(), false).unwrap(), p.insert(Step::default(), false).unwrap());
+        assert_eq!(p.eager, 2);
+        p.take(a).unwrap();
+        p.take(kept).unwrap();
+        assert_eq!(p.eager, 1, "taking a captured step leaves the count");
+        p.remove(b); // its launch failed: no trigger comes
+        assert_eq!(p.eager, 0);
+        p.remove(b);
+        p.remove(kept);
+        assert_eq!(p.eager, 0, "removing twice, or a captured step, counts nothing");
     }
 }

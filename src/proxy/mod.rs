@@ -30,6 +30,12 @@ pub trait Handler: Send {
     fn interrupter(&self) -> Option<Interrupt> {
         None
     }
+    /// Whether work was handed to this handler whose trigger has not come yet (an eager launch
+    /// on its way to the GPU): an idle proxy then yields rather than naps, so the trigger is taken
+    /// as it lands instead of up to a nap later.
+    fn expecting(&self) -> bool {
+        false
+    }
 }
 
 /// See `Handler::interrupter`.
@@ -92,6 +98,9 @@ impl Proxy {
         let (flag, drain_flag) = (stop.clone(), drain.clone());
         let interrupt = handler.interrupter();
         let yield_for = yield_budget();
+        // OXCCL_PROXY_EXPECT=0: nap even with a trigger on its way (the policy before session 48,
+        // for comparison).
+        let expect = crate::config::env("OXCCL_PROXY_EXPECT").is_none_or(|v| v.trim() != "0");
         let thread = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
@@ -108,7 +117,7 @@ impl Proxy {
                 }
                 // A panic in a handler fails the communicator like any other error: the thread
                 // still releases the FIFO's waiters below instead of leaving kernels spinning.
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&mut fifo, handler.as_mut(), &flag, &drain_flag, yield_for)))
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&mut fifo, handler.as_mut(), &flag, &drain_flag, yield_for, expect)))
                     .unwrap_or_else(|p| Err(Error::internal(format!("proxy thread: internal error: {}", crate::error::panic_text(&*p)))));
                 if let Err(e) = r {
                     nccl_warn!("proxy: {}", e.msg);
@@ -162,12 +171,13 @@ enum Idle {
 }
 
 /// After `idle` empty polls, having yielded for `yielded` (with a budget): spin first, then yield
-/// (for `budget`, or up to `YIELD_POLLS` polls without one), then nap.
-fn idle_action(idle: u32, yielded: Option<Duration>, budget: Option<Duration>) -> Idle {
+/// (for `budget`, or up to `YIELD_POLLS` polls without one), then nap; never nap while a trigger
+/// is `expecting`.
+fn idle_action(idle: u32, yielded: Option<Duration>, budget: Option<Duration>, expecting: bool) -> Idle {
     if idle < SPIN_POLLS {
         return Idle::Spin;
     }
-    let yielding = match (budget, yielded) {
+    let yielding = expecting || match (budget, yielded) {
         (Some(b), Some(y)) => y < b,
         (Some(_), None) => true,
         (None, _) => idle < YIELD_POLLS,
@@ -179,7 +189,7 @@ fn idle_action(idle: u32, yielded: Option<Duration>, budget: Option<Duration>) -
     }
 }
 
-fn run(fifo: &mut FifoHost, handler: &mut dyn Handler, stop: &AtomicBool, drain: &AtomicBool, yield_for: Option<Duration>) -> Result<()> {
+fn run(fifo: &mut FifoHost, handler: &mut dyn Handler, stop: &AtomicBool, drain: &AtomicBool, yield_for: Option<Duration>, expect: bool) -> Result<()> {
     let mut idle = 0u32;
     // With a yield budget: when the spinning polls ended (the naps start once it has passed).
     let mut yielding_since: Option<std::time::Instant> = None;
@@ -192,7 +202,8 @@ fn run(fifo: &mut FifoHost, handler: &mut dyn Handler, stop: &AtomicBool, drain:
         let Some(t) = next else {
             idle = idle.saturating_add(1);
             let yielded = (idle >= SPIN_POLLS && yield_for.is_some()).then(|| yielding_since.get_or_insert_with(std::time::Instant::now).elapsed());
-            match idle_action(idle, yielded, yield_for) {
+            let expecting = expect && idle >= SPIN_POLLS && handler.expecting();
+            match idle_action(idle, yielded, yield_for, expecting) {
                 Idle::Spin => std::hint::spin_loop(),
                 Idle::Yield => std::thread::yield_now(),
                 Idle::Nap => std::thread::sleep(IDLE_SLEEP),
@@ -226,14 +237,18 @@ mod tests {
     fn an_idle_proxy_spins_then_yields_then_naps() {
         let ms = Duration::from_millis;
         // By poll count without a budget (the default).
-        assert_eq!(idle_action(0, None, None), Idle::Spin);
-        assert_eq!(idle_action(SPIN_POLLS, None, None), Idle::Yield);
-        assert_eq!(idle_action(YIELD_POLLS, None, None), Idle::Nap);
+        assert_eq!(idle_action(0, None, None, false), Idle::Spin);
+        assert_eq!(idle_action(SPIN_POLLS, None, None, false), Idle::Yield);
+        assert_eq!(idle_action(YIELD_POLLS, None, None, false), Idle::Nap);
         // With OXCCL_PROXY_YIELD_US: by time yielded, whatever the count.
-        assert_eq!(idle_action(SPIN_POLLS - 1, Some(ms(0)), Some(ms(1))), Idle::Spin);
-        assert_eq!(idle_action(YIELD_POLLS * 100, Some(ms(0)), Some(ms(1))), Idle::Yield);
-        assert_eq!(idle_action(YIELD_POLLS * 100, None, Some(ms(1))), Idle::Yield);
-        assert_eq!(idle_action(SPIN_POLLS, Some(ms(2)), Some(ms(1))), Idle::Nap);
+        assert_eq!(idle_action(SPIN_POLLS - 1, Some(ms(0)), Some(ms(1)), false), Idle::Spin);
+        assert_eq!(idle_action(YIELD_POLLS * 100, Some(ms(0)), Some(ms(1)), false), Idle::Yield);
+        assert_eq!(idle_action(YIELD_POLLS * 100, None, Some(ms(1)), false), Idle::Yield);
+        assert_eq!(idle_action(SPIN_POLLS, Some(ms(2)), Some(ms(1)), false), Idle::Nap);
+        // A trigger on its way: no nap, however long the wait.
+        assert_eq!(idle_action(u32::MAX, None, None, true), Idle::Yield);
+        assert_eq!(idle_action(SPIN_POLLS, Some(ms(2)), Some(ms(1)), true), Idle::Yield);
+        assert_eq!(idle_action(0, None, None, true), Idle::Spin);
     }
     use std::time::Instant;
 
