@@ -248,8 +248,8 @@ pub const CHAIN_MAX_BYTES: u64 = 256 << 10;
 /// other host: the root sends to each of them, and they need no host stage after the step. Above
 /// it the root's proxy sending each rank its own copy costs more than the host stage: at 2
 /// simulated hosts x 2 on H200, 64 KB took 21.5-25.2 us through the partner against 28.0-37.9
-/// direct (NCCL 22.4-24.2 in the same call), 32 KB 16.3-17.4 against 17.7-23.2; at 4-16 KB the two were within a
-/// microsecond or two either way (BENCHMARKS, thirty-sixth pass; 64 KiB before).
+/// direct (NCCL 22.4-24.2 in the same call), 32 KB 16.3-17.4 against 17.7-23.2; at 4-16 KB the
+/// two were within a microsecond or two either way (BENCHMARKS, thirty-sixth pass; 64 KiB before).
 pub const DIRECT_MAX_BYTES: u64 = 16 << 10;
 pub const DIRECT_MAX_PEERS: usize = 4;
 
