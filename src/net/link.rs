@@ -302,40 +302,47 @@ impl SpinWait {
     }
 }
 
+/// Moves `len` bytes by `op(offset, blocking)`, one socket call on the rest from `offset`:
+/// non-blocking while `w` allows spinning, else blocking (which returns with whatever moved, after
+/// which the spinning starts again). A call moving nothing ends the stream: `zero`.
+fn full(len: usize, w: &mut SpinWait, zero: ErrorKind, mut op: impl FnMut(usize, bool) -> std::io::Result<usize>) -> std::io::Result<()> {
+    let (mut done, mut blocking) = (0, false);
+    while done < len {
+        match op(done, blocking) {
+            Ok(0) => return Err(zero.into()),
+            Ok(n) => {
+                done += n;
+                blocking = false;
+                w.progress();
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => blocking = !w.idle(),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A socket call's result as `io::Result` (negative: the thread's errno).
+fn sys(n: isize) -> std::io::Result<usize> {
+    usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+}
+
 /// `read_exact`, spinning on non-blocking reads while `w` allows before each blocking one.
 fn read_full(sock: &mut TcpStream, buf: &mut [u8], w: &mut SpinWait) -> std::io::Result<()> {
     if w.budget.is_zero() {
         return sock.read_exact(buf);
     }
     let fd = sock.as_raw_fd();
-    let mut got = 0;
-    while got < buf.len() {
-        let rest = &mut buf[got..];
-        // SAFETY: `rest` is valid for writes of its length; MSG_DONTWAIT applies to this call only
-        // (the socket stays blocking for the fallback below).
-        let n = unsafe { libc::recv(fd, rest.as_mut_ptr().cast(), rest.len(), libc::MSG_DONTWAIT) };
-        let n = if n >= 0 {
-            n as usize
-        } else {
-            let e = std::io::Error::last_os_error();
-            match e.kind() {
-                ErrorKind::WouldBlock if w.idle() => continue,
-                ErrorKind::WouldBlock => match sock.read(rest) {
-                    Ok(n) => n,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e),
-                },
-                ErrorKind::Interrupted => continue,
-                _ => return Err(e),
-            }
-        };
-        if n == 0 {
-            return Err(ErrorKind::UnexpectedEof.into());
+    full(buf.len(), w, ErrorKind::UnexpectedEof, |off, blocking| {
+        let rest = &mut buf[off..];
+        if blocking {
+            return sock.read(rest);
         }
-        got += n;
-        w.progress();
-    }
-    Ok(())
+        // SAFETY: `rest` is valid for writes of its length; MSG_DONTWAIT applies to this call only
+        // (the socket stays blocking for the blocking calls).
+        sys(unsafe { libc::recv(fd, rest.as_mut_ptr().cast(), rest.len(), libc::MSG_DONTWAIT) })
+    })
 }
 
 /// `write_all`, spinning on non-blocking writes while `w` allows before each blocking one.
@@ -344,34 +351,15 @@ fn write_full(sock: &mut TcpStream, buf: &[u8], w: &mut SpinWait) -> std::io::Re
         return sock.write_all(buf);
     }
     let fd = sock.as_raw_fd();
-    let mut sent = 0;
-    while sent < buf.len() {
-        let rest = &buf[sent..];
+    full(buf.len(), w, ErrorKind::WriteZero, |off, blocking| {
+        let rest = &buf[off..];
+        if blocking {
+            return sock.write(rest);
+        }
         // SAFETY: `rest` is valid for reads of its length; MSG_NOSIGNAL: a closed peer is an
         // error here, not SIGPIPE in the application.
-        let n = unsafe { libc::send(fd, rest.as_ptr().cast(), rest.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
-        let n = if n >= 0 {
-            n as usize
-        } else {
-            let e = std::io::Error::last_os_error();
-            match e.kind() {
-                ErrorKind::WouldBlock if w.idle() => continue,
-                ErrorKind::WouldBlock => match sock.write(rest) {
-                    Ok(n) => n,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e),
-                },
-                ErrorKind::Interrupted => continue,
-                _ => return Err(e),
-            }
-        };
-        if n == 0 {
-            return Err(ErrorKind::WriteZero.into());
-        }
-        sent += n;
-        w.progress();
-    }
-    Ok(())
+        sys(unsafe { libc::send(fd, rest.as_ptr().cast(), rest.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) })
+    })
 }
 
 /// Job `job` as the parts each lane carries: the whole job on lane 0 when small, else one
