@@ -232,6 +232,7 @@ mod tests {
     use crate::device_abi::{OX_TRIGGER_DATA, OX_TRIGGER_FLAG, OX_TRIGGER_SYNC};
     use parking_lot::Mutex;
     use std::sync::atomic::AtomicU64;
+    use std::time::Instant;
 
     #[test]
     fn an_idle_proxy_spins_then_yields_then_naps() {
@@ -250,7 +251,6 @@ mod tests {
         assert_eq!(idle_action(SPIN_POLLS, Some(ms(2)), Some(ms(1)), true), Idle::Yield);
         assert_eq!(idle_action(0, None, None, true), Idle::Spin);
     }
-    use std::time::Instant;
 
     /// Records requests; `complete` marks everything executed so far as done.
     #[derive(Clone, Default)]
