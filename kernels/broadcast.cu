@@ -42,7 +42,7 @@ OX_DEV void ox_broadcast_ll128_body(const CollArgs& a) {
 
 extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_broadcast_ll128(CollArgs a) {
   ox_broadcast_ll128_body(a);
-  ox_done_publish(a.comm);
+  ox_done_publish(a.done);
 }
 
 // Small Broadcast as one-way LL16 packets: the root writes the message into every peer's LL
@@ -96,5 +96,5 @@ OX_DEV void ox_broadcast_oneshot_body(const CollArgs& a) {
 
 extern "C" __global__ void ox_broadcast_oneshot(CollArgs a) {
   ox_broadcast_oneshot_body(a);
-  ox_done_publish(a.comm);
+  ox_done_publish(a.done);
 }

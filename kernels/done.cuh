@@ -3,11 +3,12 @@
 // The host must know when a communicator's last launch has finished: a call on another stream
 // waits for it, and so do a group's other streams, finalize, destroy and abort. An event recorded
 // behind every launch costs the host about 0.25 us a call (BENCHMARKS, thirty-first pass). An
-// uncaptured launch sets OX_COMM_COUNTED in its `comm` argument instead, and every block adds one
-// to the communicator's done counter (a u32 at OX_PRIV_DONE_OFF from its DevComm) as it finishes;
+// uncaptured launch may instead pass the communicator's done counter (a u32 at OX_PRIV_DONE_OFF
+// from its DevComm) in its `done` argument, and every block adds one to it as it finishes;
 // the host, which knows how many blocks it launched, waits with cuStreamWaitValue32 (GEQ, which
-// compares modulo 2^32). Captured launches leave the bit clear: a graph replays them any number
-// of times, which the host cannot count.
+// compares modulo 2^32). Captured launches pass 0: a graph replays them any number of times,
+// which the host cannot count. Which launches count is algo::completion's choice: the release
+// below sits on the kernel's critical path, the event on the host's.
 //
 // Every kernel the host may launch counted ends with ox_done_publish (instantiate.cuh's typed
 // kernels, and the untyped ones by hand); a CPU test (src/completion.rs) checks the sources.
@@ -15,8 +16,8 @@
 #include "common.cuh"
 #include "pdl.cuh"
 
-OX_DEV void ox_done_publish(uint64_t comm) {
-  if ((comm & OX_COMM_COUNTED) == 0) return;  // the launch's argument: the same in every thread
+OX_DEV void ox_done_publish(uint64_t done) {
+  if (done == 0) return;  // the launch's argument: the same in every thread
   // Every thread of the block is past its last load and store of the launch (some threads may
   // have returned from the body early; all of them reach this barrier).
   __syncthreads();
@@ -33,6 +34,5 @@ OX_DEV void ox_done_publish(uint64_t comm) {
   // live with: peers learn of a launch's data only through its own flags and semaphores, which
   // are system-scope. System scope here cost the device-bound rows: 32 KB AllReduce at 4 ranks
   // 5.64-5.75 us a call against 5.21-5.30 at GPU scope (BENCHMARKS, thirty-second pass).
-  uint32_t* done = reinterpret_cast<uint32_t*>((comm & ~(uint64_t)OX_COMM_COUNTED) + OX_PRIV_DONE_OFF);
   asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done) : "memory");
 }

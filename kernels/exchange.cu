@@ -199,5 +199,5 @@ OX_DEV void ox_exchange_body(const ExchangeArgs& a) {
 
 extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(ExchangeArgs a) {
   ox_exchange_body(a);
-  ox_done_publish(a.comm);
+  ox_done_publish(a.done);
 }

@@ -70,5 +70,5 @@ OX_DEV void ox_gather_oneshot_body(const CollArgs& a) {
 
 extern "C" __global__ void ox_gather_oneshot(CollArgs a) {
   ox_gather_oneshot_body(a);
-  ox_done_publish(a.comm);
+  ox_done_publish(a.done);
 }

@@ -13,7 +13,7 @@
       PREFIX##_##TNAME##_##ONAME(CollArgs args) {                                  \
     ENTRY;                                                                         \
     FN<T, OP<T>>(args);                                                            \
-    ox_done_publish(args.comm);                                                    \
+    ox_done_publish(args.done);                                                    \
   }
 
 #define OX_TYPED_OPS(PREFIX, FN, TNAME, T, ENTRY)                      \

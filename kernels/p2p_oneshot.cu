@@ -61,5 +61,5 @@ OX_DEV void ox_p2p_oneshot_body(const CollArgs& a) {
 
 extern "C" __global__ void ox_p2p_oneshot(CollArgs a) {
   ox_p2p_oneshot_body(a);
-  ox_done_publish(a.comm);
+  ox_done_publish(a.done);
 }

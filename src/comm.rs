@@ -95,6 +95,9 @@ pub struct Ready {
     /// they have no channels of their own.
     pub net: Option<crate::net::Net>,
     pub dev_comm: u64,
+    /// Ranks of this communicator driven by this process (this one included): above one, one
+    /// thread may launch for all of them (algo::counting).
+    pub process_ranks: usize,
     pub launch: Mutex<LaunchState>,
     /// ncclCommRegister's buffers, offered to peers for zero-copy streams (src/reg).
     pub reg: crate::reg::Registry,
@@ -426,6 +429,7 @@ impl Comm {
             }
         }
         crate::net::select::agree(&peers.iter().map(|p| p.paths).collect::<Vec<_>>())?;
+        let process_ranks = peers.iter().filter(|p| p.same_process(&me)).count();
         let topo = Topology {
             nranks: self.nranks,
             sm_count: peers.iter().map(|p| p.sm_count.max(1) as u32).min().unwrap_or(1),
@@ -511,6 +515,7 @@ impl Comm {
             net,
             watchdog: Mutex::new(Some(watchdog)),
             dev_comm,
+            process_ranks,
             launch: Mutex::new(launch),
             reg,
             ce,

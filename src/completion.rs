@@ -6,10 +6,11 @@
 //!
 //! Two kinds of mark:
 //! - **Counted**: an uncaptured launch whose last work on the stream is one of oxccl's kernels
-//!   sets OX_COMM_COUNTED in the kernel's `comm` argument, and every block adds one to the
-//!   communicator's done counter as it finishes (kernels/done.cuh). The host counts the blocks it
-//!   launched counted; the mark is that total, waited for with cuStreamWaitValue32 (GEQ, modulo
-//!   2^32). No driver call on the launch path.
+//!   passes the communicator's done counter in the kernel's `done` argument, and every block adds
+//!   one to it as it finishes (kernels/done.cuh). The host counts the blocks it launched counted;
+//!   the mark is that total, waited for with cuStreamWaitValue32 (GEQ, modulo 2^32). No driver
+//!   call on the launch path, but a release at the end of every block: algo::counting picks the
+//!   launches where the host is the bottleneck.
 //! - **Event**: anything else (copy-engine and host-staged paths, local copies, and every launch
 //!   captured into a graph, which a replay repeats uncounted) records an event behind the launch,
 //!   about 0.25 us of host time (BENCHMARKS, thirty-first pass). An event recorded in a capture
@@ -76,6 +77,11 @@ impl Completion {
     /// Whether a launch that is not captured may be counted.
     pub fn can_count(&self) -> bool {
         self.counter != 0
+    }
+
+    /// Device address of the done counter (a counted kernel's `done` argument).
+    pub fn counter(&self) -> u64 {
+        self.counter
     }
 
     /// A counted kernel of `grid` blocks was launched.

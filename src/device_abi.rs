@@ -24,12 +24,9 @@ pub const OX_PRIV_RING_BASE_OFF: u64 = 34816;
 pub const OX_PRIV_RING_CHAIN_OFF: u64 = 51200;
 /// A `u32` counter of finished blocks of the communicator's counted launches
 /// (kernels/done.cuh, src/completion.rs), on a 128-byte line of its own inside the 256 bytes
-/// src/channel/memory.rs keeps for the ring chain (whose chain word uses the first line).
+/// src/channel/memory.rs keeps for the ring chain (whose chain word uses the first line). A
+/// counted launch passes its address in `CollArgs::done` / `ExchangeArgs::done`.
 pub const OX_PRIV_DONE_OFF: u64 = 51328;
-/// Bit 0 of `CollArgs::comm` and `ExchangeArgs::comm` (a DevComm is 128-byte aligned): set, the
-/// launch is counted, and every block adds one to the done counter as it finishes
-/// (kernels/done.cuh). Kernels mask it off before using the pointer.
-pub const OX_COMM_COUNTED: u64 = 1;
 const _: () = assert!(OX_PRIV_DONE_OFF == OX_PRIV_RING_CHAIN_OFF + 128);
 const _: () = assert!(OX_PRIV_PENDING_OFF == OX_PRIV_FLAGS_OFF + (OX_MAX_BLOCKS * OX_MAX_RANKS * 4) as u64);
 const _: () = assert!(OX_PRIV_RING_BASE_OFF == OX_PRIV_PENDING_OFF + (OX_MAX_BLOCKS * OX_MAX_RANKS * 4) as u64);
@@ -309,6 +306,9 @@ pub struct Xfer {
 pub struct ExchangeArgs {
     /// `const DevComm*` in device memory.
     pub comm: u64,
+    /// A counted launch: the done counter every block adds one to as it finishes
+    /// (kernels/done.cuh); 0 otherwise.
+    pub done: u64,
     pub nsend: u32,
     pub nrecv: u32,
     pub ncopy: u32,
@@ -331,6 +331,7 @@ impl Default for ExchangeArgs {
     fn default() -> Self {
         ExchangeArgs {
             comm: 0,
+            done: 0,
             nsend: 0,
             nrecv: 0,
             ncopy: 0,
@@ -424,6 +425,10 @@ pub struct CollArgs {
     pub root: i32,
     /// Reducing collectives: OX_MODE_LL or OX_MODE_PUT (ReduceScatter, Reduce); unused by AllReduce.
     pub mode: u32,
+    /// A counted launch: the done counter every block adds one to as it finishes
+    /// (kernels/done.cuh); 0 otherwise. A field of its own rather than a tag bit in `comm`: masking
+    /// the DevComm pointer cost the 4-rank 64 KB one-shot AllReduce 0.35 us a call (session 49).
+    pub done: u64,
 }
 
 #[cfg(test)]
@@ -472,6 +477,7 @@ mod tests {
             ("CollArgs", "scalar_ptr", offset_of!(CollArgs, scalar_ptr)),
             ("CollArgs", "root", offset_of!(CollArgs, root)),
             ("CollArgs", "mode", offset_of!(CollArgs, mode)),
+            ("CollArgs", "done", offset_of!(CollArgs, done)),
             ("Xfer", "off", offset_of!(Xfer, off)),
             ("Trigger", "snd", offset_of!(Trigger, snd)),
             ("FifoDevice", "triggers", offset_of!(FifoDevice, triggers)),
@@ -481,6 +487,7 @@ mod tests {
             ("FifoDevice", "stop", offset_of!(FifoDevice, stop)),
             ("FifoDevice", "size", offset_of!(FifoDevice, size)),
             ("Xfer", "peer", offset_of!(Xfer, peer)),
+            ("ExchangeArgs", "done", offset_of!(ExchangeArgs, done)),
             ("ExchangeArgs", "ncopy", offset_of!(ExchangeArgs, ncopy)),
             ("ExchangeArgs", "mode", offset_of!(ExchangeArgs, mode)),
             ("ExchangeArgs", "chunk", offset_of!(ExchangeArgs, chunk)),
@@ -511,7 +518,7 @@ mod tests {
         c.push_str("printf(\"Trigger %zu %zu\\n\", sizeof(Trigger), _Alignof(Trigger));\n");
         c.push_str("printf(\"FifoDevice %zu\\n\", sizeof(FifoDevice));\n");
         c.push_str("printf(\"OX_MAX_RANKS %d\\nOX_MAX_BLOCKS %d\\n\", OX_MAX_RANKS, OX_MAX_BLOCKS);\n");
-        c.push_str("printf(\"OX_PRIV %llu %llu %llu %llu %llu %llu\\n\", (unsigned long long)OX_PRIV_FLAGS_OFF, (unsigned long long)OX_PRIV_PENDING_OFF, (unsigned long long)OX_PRIV_RING_BASE_OFF, (unsigned long long)OX_PRIV_RING_CHAIN_OFF, (unsigned long long)OX_PRIV_DONE_OFF, (unsigned long long)OX_COMM_COUNTED);\n");
+        c.push_str("printf(\"OX_PRIV %llu %llu %llu %llu %llu\\n\", (unsigned long long)OX_PRIV_FLAGS_OFF, (unsigned long long)OX_PRIV_PENDING_OFF, (unsigned long long)OX_PRIV_RING_BASE_OFF, (unsigned long long)OX_PRIV_RING_CHAIN_OFF, (unsigned long long)OX_PRIV_DONE_OFF);\n");
         for (s, f, _) in fields {
             c.push_str(&format!("printf(\"{s}.{f} %zu\\n\", offsetof({s}, {f}));\n"));
         }
@@ -525,7 +532,7 @@ mod tests {
         let out = Command::new(&exe).output().expect("run layout");
         let text = String::from_utf8(out.stdout).expect("utf8");
         let mut expect = format!(
-            "DevComm {}\nCollArgs {}\nExchangeArgs {}\nTrigger {} {}\nFifoDevice {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\nOX_PRIV {OX_PRIV_FLAGS_OFF} {OX_PRIV_PENDING_OFF} {OX_PRIV_RING_BASE_OFF} {OX_PRIV_RING_CHAIN_OFF} {OX_PRIV_DONE_OFF} {OX_COMM_COUNTED}\n",
+            "DevComm {}\nCollArgs {}\nExchangeArgs {}\nTrigger {} {}\nFifoDevice {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\nOX_PRIV {OX_PRIV_FLAGS_OFF} {OX_PRIV_PENDING_OFF} {OX_PRIV_RING_BASE_OFF} {OX_PRIV_RING_CHAIN_OFF} {OX_PRIV_DONE_OFF}\n",
             size_of::<DevComm>(),
             size_of::<CollArgs>(),
             size_of::<ExchangeArgs>(),

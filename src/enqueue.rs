@@ -15,7 +15,7 @@ use crate::device_abi::CollArgs;
 use crate::error::{Error, Result};
 use crate::gpu::module::{launch_pdl, Kernel};
 use crate::algo::pdl::{CaptureTail, RingAnchor};
-use crate::device_abi::{OX_COMM_COUNTED, OX_ONESHOT_EARLY, OX_ONESHOT_ENTRY, OX_ONESHOT_POS_SHIFT, OX_ONESHOT_RING};
+use crate::device_abi::{OX_ONESHOT_EARLY, OX_ONESHOT_ENTRY, OX_ONESHOT_POS_SHIFT, OX_ONESHOT_RING};
 use crate::gpu::stream::capture_tail;
 use crate::gpu::{check, cu, CtxGuard};
 use crate::log::Subsys;
@@ -69,10 +69,12 @@ unsafe impl Send for P2pOp {}
 
 /// Runs `f` with the communicator's device current and its launch lock held, on `stream`, after
 /// ordering the stream behind the communicator's previous launch when the stream changed.
-/// `what` describes the operation for OXCCL_DEBUG_DUMP (called only when the dump is on).
+/// `bytes` is the launch's largest message per rank (algo::counting); `what` describes the
+/// operation for OXCCL_DEBUG_DUMP (called only when the dump is on).
 fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
     comm: &Comm,
     stream: cu::CUstream,
+    bytes: u64,
     what: impl FnOnce() -> String,
     f: F,
 ) -> Result<()> {
@@ -104,8 +106,9 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
     crate::hostprof::mark(crate::hostprof::Stage::Prepare);
     ls.ring_prev = ls.ring_anchor.take(); // only the launch right after it may use it
     ls.tail_now = tail;
-    // A replay repeats a captured kernel uncounted: only uncaptured launches count theirs.
-    ls.counting = capture.is_none() && ls.done.can_count();
+    // A replay repeats a captured kernel uncounted: only uncaptured launches count theirs, and of
+    // those the ones where the host, not the kernel, is the bottleneck.
+    ls.counting = capture.is_none() && ls.done.can_count() && crate::algo::counting::counts(bytes, r.topo.nranks, r.process_ranks, &r.tuning);
     ls.counted_last = false;
     let res = f(r, &mut ls);
     // The mark follows whatever this launch issued, even when it failed part way: the counted
@@ -132,7 +135,8 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
 /// Launches one collective on its stream.
 pub fn launch_task(t: &CollTask) -> Result<()> {
     let what = || format!("{:?} {} x {} root {} on stream {:p}", t.coll, t.count, t.dtype.name(), t.root, t.stream);
-    with_launch(&t.comm, t.stream, what, |r, ls| {
+    let bytes = t.count.saturating_mul(t.dtype.size() as u64);
+    with_launch(&t.comm, t.stream, bytes, what, |r, ls| {
         // NCCL_PROTO/NCCL_ALGO may leave a collective nothing to run.
         let func = nccl_func(t.coll);
         if let Some(f) = func {
@@ -201,7 +205,8 @@ pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
         let list: Vec<String> = ops.iter().map(|o| format!("{} {} B {} {}", if o.is_send { "send" } else { "recv" }, o.bytes, if o.is_send { "to" } else { "from" }, o.peer)).collect();
         format!("point-to-point [{}] on stream {:p}", list.join(", "), first.stream)
     };
-    with_launch(comm, first.stream, what, |r, ls| {
+    let bytes = ops.iter().map(|o| o.bytes).max().unwrap_or(0);
+    with_launch(comm, first.stream, bytes, what, |r, ls| {
         match &r.net {
             Some(net) => net.launch_p2p(r, ops, first.stream),
             None => p2p(r, ls, &spec, first.stream),
@@ -231,6 +236,7 @@ fn p2p(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, stream: cu::CUstrea
         scalar_ptr: 0,
         root: send.map_or(-1, |x| x.peer as i32),
         mode: recv.map_or(u32::MAX, |x| x.peer as u32),
+        done: 0,
     };
     kernel(r, ls, r.module.p2p_oneshot(), grid, block, stream, &mut args)
 }
@@ -407,6 +413,7 @@ fn coll_args(r: &Ready, t: &CollTask, count: u64, chunk_elems: u64, mode: u32) -
         scalar_ptr: t.op.scalar_ptr,
         root: t.root,
         mode,
+        done: 0,
     }
 }
 
@@ -525,7 +532,7 @@ fn launch<A: KernelArgs>(ls: &mut LaunchState, k: Kernel, grid: u32, block: u32,
     crate::hostprof::mark(crate::hostprof::Stage::Plan);
     let counted = ls.counting;
     if counted {
-        *args.comm_mut() |= OX_COMM_COUNTED;
+        *args.done_mut() = ls.done.counter();
     }
     ls.counted_last = false; // a failed launch leaves the event to mark what came before it
     launch_pdl(k, grid, block, stream, args, pdl)?;
@@ -538,20 +545,20 @@ fn launch<A: KernelArgs>(ls: &mut LaunchState, k: Kernel, grid: u32, block: u32,
     Ok(())
 }
 
-/// Kernel arguments that name the communicator's DevComm (where OX_COMM_COUNTED goes).
+/// Kernel arguments with a `done` field: the done counter of a counted launch (kernels/done.cuh).
 pub trait KernelArgs {
-    fn comm_mut(&mut self) -> &mut u64;
+    fn done_mut(&mut self) -> &mut u64;
 }
 
 impl KernelArgs for CollArgs {
-    fn comm_mut(&mut self) -> &mut u64 {
-        &mut self.comm
+    fn done_mut(&mut self) -> &mut u64 {
+        &mut self.done
     }
 }
 
 impl KernelArgs for crate::device_abi::ExchangeArgs {
-    fn comm_mut(&mut self) -> &mut u64 {
-        &mut self.comm
+    fn done_mut(&mut self) -> &mut u64 {
+        &mut self.done
     }
 }
 

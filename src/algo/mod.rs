@@ -6,6 +6,7 @@ mod allreduce;
 pub mod ce_direct;
 pub mod chain;
 pub mod cost;
+pub mod counting;
 pub mod envlists;
 mod exchange;
 pub mod pdl;

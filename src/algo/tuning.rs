@@ -93,6 +93,9 @@ pub struct Tuning {
     pub broadcast_ll128_max_bytes: Option<u64>,
     /// OXCCL_PDL=0: no programmatic dependent launch (algo::pdl); on by default on sm_90+.
     pub pdl_off: bool,
+    /// OXCCL_COUNTED_LAUNCH: 1, every uncaptured launch counts its end on the done counter; 0,
+    /// every launch records an event behind it; unset, algo::counting decides per launch.
+    pub counted_launch: Option<bool>,
     /// OXCCL_ONESHOT_EARLY=0: no early one-shot AllReduce launches in CUDA graphs (algo::pdl::early).
     pub early_off: bool,
     /// OXCCL_ONESHOT_ENTRY_BYTES: early one-shot AllReduces up to this size trigger at entry
@@ -150,6 +153,7 @@ impl Tuning {
             broadcast_ll128_min_bytes: num("OXCCL_BROADCAST_LL128_MIN_BYTES"),
             broadcast_ll128_max_bytes: num("OXCCL_BROADCAST_LL128_MAX_BYTES").filter(|&b| b > 0),
             pdl_off: num("OXCCL_PDL") == Some(0),
+            counted_launch: num("OXCCL_COUNTED_LAUNCH").map(|v| v != 0),
             early_off: num("OXCCL_ONESHOT_EARLY") == Some(0),
             entry_bytes: num("OXCCL_ONESHOT_ENTRY_BYTES").unwrap_or(ENTRY_BYTES),
         })
