@@ -7,7 +7,7 @@
 // from its DevComm) in its `done` argument, and every block adds one to it as it finishes;
 // the host, which knows how many blocks it launched, waits with cuStreamWaitValue32 (GEQ, which
 // compares modulo 2^32). Captured launches pass 0: a graph replays them any number of times,
-// which the host cannot count. Which launches count is algo::completion's choice: the release
+// which the host cannot count. Which launches count is algo::counting's choice: the release
 // below sits on the kernel's critical path, the event on the host's.
 //
 // Every kernel the host may launch counted ends with ox_done_publish (instantiate.cuh's typed
