@@ -4,13 +4,18 @@ CLOCK_MONOTONIC): the proxy's steps (oxccl-net-trace.<pid>.txt: taken, packets, 
 end, finished) and the streams' marks (oxccl-net-stream.<pid>.txt: when each rank's stream reached
 each launch of a cross-host call: begin, step, local, complete).
 
-  net_trace_lineup.py DIR [FIRST [COUNT]]
+  net_trace_lineup.py DIR [FIRST [COUNT [PER_HOST]]]
 
 prints calls FIRST..FIRST+COUNT-1 (default 20..35) of every rank, us from the earliest time shown
 (with the host's time of recording each mark in brackets, where the trace has it),
 then per rank the median of each gap over all calls but the first tenth: where the stream waited
 (begin -> step: the step kernel, or its hand-over; step -> local: the host-local launch; local ->
 complete: the wait for the proxy and the copies out) and where the proxy did.
+
+With PER_HOST (ranks per simulated host, consecutive ranks): per rank, how long its host-local
+launch ran (step -> local) and how long after the other ranks of its host had ended theirs it
+ended (a receive that ends long after its sender waited on something else; session 50 found the
+abort flag's reads that way).
 
 Calls and steps are paired by their order: right for calls of one cross-host step each (Send/Recv,
 Broadcast, AllGather at 2 hosts); for others read the two lists apart."""
@@ -86,6 +91,28 @@ def main():
         out.append("stream begin->taken " + med((c.get("begin"), s[1]) for c, s in zip(cs, ss)))
         out.append("done->stream end " + med((s[5], c.get("complete") or c.get("local") or c.get("step")) for c, s in zip(cs, ss)))
         print(" ".join(out))
+    if len(sys.argv) > 4:
+        local_lag(ranks, int(sys.argv[4]))
+
+
+def local_lag(ranks, per_host):
+    """Per rank: step -> local (the host-local launch) and its end after its host peers' ends."""
+    def stats(v):
+        v = sorted(v)
+        return f"p50 {v[len(v) // 2] / 1000:.1f} p90 {v[int(len(v) * 0.9)] / 1000:.1f} max {v[-1] / 1000:.1f}" if v else "-"
+    print()
+    for rk in sorted(ranks):
+        calls = ranks[rk].get("calls", [])
+        peers = [p for p in ranks if p != rk and p // per_host == rk // per_host]
+        run, lag = [], []
+        for i, c in enumerate(calls[len(calls) // 10:], start=len(calls) // 10):
+            if "step" in c and "local" in c:
+                run.append(c["local"] - c["step"])
+            ends = [ranks[p]["calls"][i]["local"] for p in peers if i < len(ranks[p].get("calls", [])) and "local" in ranks[p]["calls"][i]]
+            if "local" in c and ends:
+                lag.append(c["local"] - max(ends))
+        long = sum(r > 1_000_000 for r in run)
+        print(f"rank {rk}: local launch {stats(run)} (over 1 ms: {long} of {len(run)}) | ends after host peers {stats(lag)}")
 
 
 if __name__ == "__main__":
