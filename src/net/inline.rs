@@ -63,6 +63,8 @@ pub fn max_bytes() -> u64 {
 /// at most twice that (one thread moves them one after another; larger phases go to the links'
 /// threads, which move several at once).
 pub fn phase_fits(ph: &Phase, max: u64) -> bool {
+    // A job the phase stripes (its own threshold below the link's) travels on every lane.
+    let max = if ph.stripe_min > 0 { max.min(ph.stripe_min - 1) } else { max };
     let mut total = 0u64;
     for x in ph.sends.iter().chain(&ph.recvs) {
         if x.bytes > max {
@@ -307,12 +309,16 @@ mod tests {
     #[test]
     fn a_phase_fits_by_each_job_and_by_its_total() {
         let x = |bytes| Xfer { peer: 1, buf: Buf::Host(0), bytes };
-        let ph = |sends: Vec<Xfer>, recvs: Vec<Xfer>| Phase { sends, recvs, reduces: vec![] };
+        let ph = |sends: Vec<Xfer>, recvs: Vec<Xfer>| Phase { sends, recvs, reduces: vec![], stripe_min: 0 };
         assert!(phase_fits(&ph(vec![x(100)], vec![x(100)]), 100));
         assert!(!phase_fits(&ph(vec![x(101)], vec![]), 100));
         assert!(!phase_fits(&ph(vec![x(100), x(100)], vec![x(1)]), 100), "201 bytes in all");
         assert!(phase_fits(&ph(vec![], vec![]), 0));
         assert!(!phase_fits(&ph(vec![x(1)], vec![]), 0));
+        // A phase that stripes from 64 bytes: its 64-byte job goes to the lanes, not inline.
+        let striped = |n: u64| Phase { stripe_min: 64, ..ph(vec![x(n)], vec![]) };
+        assert!(phase_fits(&striped(63), 100));
+        assert!(!phase_fits(&striped(64), 100));
     }
 
     /// Socket pairs a->b and b->a over loopback.
@@ -488,12 +494,12 @@ mod tests {
         let mut got = [[0u8; 16]; 3];
         // 1: posted on both ends.
         let t = Tracker::new(2);
-        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None });
-        b.recv(Job { mem: Mem::Host(got[0].as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None });
+        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
+        b.recv(Job { mem: Mem::Host(got[0].as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
         t.wait(&|| None).unwrap();
         // 2: inline sender, posted receiver.
         let t = Tracker::new(1);
-        b.recv(Job { mem: Mem::Host(got[1].as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None });
+        b.recv(Job { mem: Mem::Host(got[1].as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
         let (aw, _) = a.inline_sockets().unwrap();
         let mut o = Out::new(aw, 1);
         o.frame(a.next_seq(0, crate::net::link::Dir::Send), &[6u8; 16]);
@@ -502,7 +508,7 @@ mod tests {
         // 3: posted sender, inline receiver.
         let t = Tracker::new(1);
         src = [7u8; 16];
-        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None });
+        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
         let (_, br) = b.inline_sockets().unwrap();
         let mut i = In::new(br, 0);
         // SAFETY: got[2] outlives exchange.

@@ -57,6 +57,9 @@ pub struct Job {
     /// A send from a pipelined staged step's arena (`progress`): each piece goes once the step
     /// kernel has flagged it copied in.
     pub gate: Option<Arc<super::progress::Gate>>,
+    /// Striped over every lane from this size; 0: the link's threshold (`stripe_min`). Both ends
+    /// of a job must give the same value (`plan::Phase::stripe_min`).
+    pub stripe_min: u64,
 }
 
 /// A job posted with `Link::post_job` to be watched: how much of each striped part has landed
@@ -362,10 +365,12 @@ fn write_full(sock: &mut TcpStream, buf: &[u8], w: &mut SpinWait) -> std::io::Re
     })
 }
 
-/// Job `job` as the parts each lane carries: the whole job on lane 0 when small, else one
-/// contiguous part per lane. Both ends split alike (same size, same lane count).
-fn stripes(bytes: u64, lanes: usize) -> Vec<(u64, u64)> {
-    if bytes < stripe_min() || lanes < 2 {
+/// A job of `bytes` as the parts each lane carries: the whole job on lane 0 when smaller than
+/// `min` (0: `stripe_min()`), else one contiguous part per lane. Both ends split alike (same
+/// size, threshold and lane count).
+fn stripes(bytes: u64, lanes: usize, min: u64) -> Vec<(u64, u64)> {
+    let min = if min == 0 { stripe_min() } else { min };
+    if bytes < min || lanes < 2 {
         return vec![(0, bytes)];
     }
     (0..lanes).map(|i| super::plan::split(bytes, lanes, i)).filter(|&(_, n)| n > 0).collect()
@@ -495,7 +500,7 @@ impl Link {
             self.post(job, send);
             return None;
         }
-        let parts: Vec<(u64, u64, Arc<AtomicU64>)> = stripes(job.bytes, self.lanes.len()).into_iter().map(|(o, n)| (o, n, Arc::new(AtomicU64::new(0)))).collect();
+        let parts: Vec<(u64, u64, Arc<AtomicU64>)> = stripes(job.bytes, self.lanes.len(), job.stripe_min).into_iter().map(|(o, n)| (o, n, Arc::new(AtomicU64::new(0)))).collect();
         let counters = parts.iter().map(|p| p.2.clone()).collect();
         self.post_parts(job, send, Some(counters));
         Some(Landing { parts })
@@ -507,7 +512,7 @@ impl Link {
 
     /// `landed`: one counter per stripe part (see `Job::landed`).
     fn post_parts(&self, job: Job, send: bool, landed: Option<Vec<Arc<AtomicU64>>>) {
-        let parts = stripes(job.bytes, self.lanes.len());
+        let parts = stripes(job.bytes, self.lanes.len(), job.stripe_min);
         job.done.add(parts.len() - 1);
         let dir = if send { Dir::Send } else { Dir::Recv };
         for (i, (lane, &(off, n))) in self.lanes.iter().zip(&parts).enumerate() {
@@ -517,7 +522,7 @@ impl Link {
                 Mem::Host(p) => Mem::Host(unsafe { p.add(off as usize) }),
             };
             let landed = landed.as_ref().and_then(|v| v.get(i).cloned());
-            let part = Job { mem, bytes: n, done: job.done.clone(), landed, gate: job.gate.clone() };
+            let part = Job { mem, bytes: n, done: job.done.clone(), landed, gate: job.gate.clone(), stripe_min: job.stripe_min };
             post(if send { &lane.0 } else { &lane.1 }, self.next_seq(i, dir), part, self.peer);
         }
     }
@@ -906,13 +911,13 @@ mod tests {
         let link = Link::new(None, 0, 1, vec![(probe(false), probe(false)), (probe(false), probe(false))], nop.clone()).unwrap();
         assert_eq!(*log.lock(), vec!["prepare"; 4], "all four threads set up before new returns");
         let t = Tracker::new(1);
-        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 0, done: t.clone(), landed: None, gate: None });
+        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 0, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
         t.wait(&|| None).unwrap();
         assert_eq!(log.lock().last(), Some(&"carry"));
         // A panicking carrier fails its job (and later ones on that lane), the thread lives on.
         let t = Tracker::new(2);
-        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 13, done: t.clone(), landed: None, gate: None });
-        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 0, done: t.clone(), landed: None, gate: None });
+        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 13, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
+        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 0, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
         let e = t.wait(&|| None).unwrap_err();
         assert!(e.code == crate::error::ResultCode::InternalError && e.msg.contains("carrier bug"), "{e:?}");
         drop(link);
@@ -922,13 +927,17 @@ mod tests {
 
     #[test]
     fn stripes_cover_the_job() {
-        assert_eq!(stripes(100, 4), vec![(0, 100)]);
-        assert_eq!(stripes(STRIPE_MIN * 4 + 2, 1), vec![(0, STRIPE_MIN * 4 + 2)]);
-        let s = stripes(STRIPE_MIN * 4 + 2, 4);
+        assert_eq!(stripes(100, 4, 0), vec![(0, 100)]);
+        assert_eq!(stripes(STRIPE_MIN * 4 + 2, 1, 0), vec![(0, STRIPE_MIN * 4 + 2)]);
+        let s = stripes(STRIPE_MIN * 4 + 2, 4, 0);
         assert_eq!(s.len(), 4);
         assert_eq!(s[0].0, 0);
         assert!(s.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0));
         assert_eq!(s[3].0 + s[3].1, STRIPE_MIN * 4 + 2);
+        // A job's own threshold overrides the link's, either way.
+        assert_eq!(stripes(STRIPE_MIN / 2, 4, 0), vec![(0, STRIPE_MIN / 2)]);
+        assert_eq!(stripes(STRIPE_MIN / 2, 4, STRIPE_MIN / 4).len(), 4);
+        assert_eq!(stripes(STRIPE_MIN, 4, STRIPE_MIN * 2), vec![(0, STRIPE_MIN)]);
     }
 
     #[test]
@@ -943,7 +952,7 @@ mod tests {
         let small = [7u8; 3];
         let mut small_dst = [0u8; 3];
         let t = Tracker::new(6);
-        let job = |p: *mut u8, len: usize| Job { mem: Mem::Host(p), bytes: len as u64, done: t.clone(), landed: None, gate: None };
+        let job = |p: *mut u8, len: usize| Job { mem: Mem::Host(p), bytes: len as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0 };
         a.send(job(src_a.as_mut_ptr(), n));
         b.send(job(src_b.as_mut_ptr(), n));
         a.send(job(small.as_ptr() as *mut u8, 3));
@@ -977,9 +986,9 @@ mod tests {
         let want = arena[..n].to_vec();
         let mut dst = vec![0u8; n];
         let t = Tracker::new(1);
-        let landing = b.post_job(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None }, Dir::Recv, true).unwrap();
+        let landing = b.post_job(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0 }, Dir::Recv, true).unwrap();
         let ts = Tracker::new(1);
-        a.post_job(Job { mem: Mem::Host(arena.as_mut_ptr()), bytes: n as u64, done: ts.clone(), landed: None, gate: Some(gate) }, Dir::Send, false);
+        a.post_job(Job { mem: Mem::Host(arena.as_mut_ptr()), bytes: n as u64, done: ts.clone(), landed: None, gate: Some(gate), stripe_min: 0 }, Dir::Send, false);
         // The first chunk is flagged: it arrives. The second is not: nothing of it may.
         let t0 = std::time::Instant::now();
         while !landing.has(0, CHUNK) {
@@ -1003,12 +1012,12 @@ mod tests {
         let mut src: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
         let mut dst = vec![0u8; n];
         let t = Tracker::new(1);
-        let landing = b.post_job(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None }, Dir::Recv, true).unwrap();
+        let landing = b.post_job(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0 }, Dir::Recv, true).unwrap();
         assert_eq!(landing.parts.len(), 2);
         assert!(landing.has(0, 0), "an empty range is always there");
         assert!(!landing.has(0, 1) && !landing.has(n as u64 - 1, n as u64), "nothing sent yet");
         let ts = Tracker::new(1);
-        let sent = a.post_job(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: n as u64, done: ts.clone(), landed: None, gate: None }, Dir::Send, true).unwrap();
+        let sent = a.post_job(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: n as u64, done: ts.clone(), landed: None, gate: None, stripe_min: 0 }, Dir::Send, true).unwrap();
         // Watch the first part fill up, then the whole.
         let t0 = std::time::Instant::now();
         while !landing.has(0, LANDING_STEP as u64) {
@@ -1036,21 +1045,41 @@ mod tests {
         let (a, b) = pair();
         let mut buf = vec![1u8; 64];
         let t = Tracker::new(2);
-        a.send(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 64, done: t.clone(), landed: None, gate: None });
-        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 32, done: t.clone(), landed: None, gate: None });
+        a.send(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 64, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
+        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 32, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
         let e = t.wait(&|| None).unwrap_err();
         assert!(e.msg.contains("64 bytes") && e.msg.contains("32 bytes"), "{}", e.msg);
         // Later jobs on the failed direction fail at once.
         let t = Tracker::new(1);
-        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone(), landed: None, gate: None });
+        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
         assert!(t.wait(&|| None).is_err());
         drop(b);
         let (a, b) = pair();
         drop(a);
         let t = Tracker::new(1);
-        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone(), landed: None, gate: None });
+        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
         let e = t.wait(&|| None).unwrap_err();
         assert_eq!(e.code, crate::error::ResultCode::RemoteError, "{}", e.msg);
+    }
+
+    #[test]
+    fn a_job_striped_below_the_link_threshold_arrives_whole() {
+        let (a, b) = pair();
+        // 100 KB, below the link's 512 KiB: split over both lanes at both ends by its own 64 KiB.
+        let n = 100 << 10;
+        let mut src: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
+        let mut dst = vec![0u8; n];
+        let t = Tracker::new(2);
+        b.recv(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 64 << 10 });
+        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 64 << 10 });
+        t.wait(&|| None).unwrap();
+        assert!(src == dst);
+        // Ends that split alike disagree only if their thresholds do: then it is an error, not
+        // silently wrong data.
+        let t = Tracker::new(2);
+        b.recv(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
+        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 64 << 10 });
+        assert!(t.wait(&|| None).is_err());
     }
 
     #[test]

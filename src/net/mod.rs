@@ -74,6 +74,24 @@ fn bcast_direct_max() -> Result<Option<u64>> {
     }
 }
 
+/// OXCCL_NET_BCAST_STRIPE_MIN: the smallest transfer of a Broadcast from its root to another host
+/// that is striped over every socket of the link (0, the default: the link's threshold,
+/// OXCCL_NET_STRIPE_MIN). At 2 simulated hosts x 2 a one-way Broadcast of 256 KB-1 MB gained from
+/// striping at 256 KiB where exchanges of the same size lost (BENCHMARKS, thirty-ninth pass); this
+/// lowers it for Broadcast alone. Both ends of a transfer must split it alike: equal on every rank.
+fn bcast_stripe_min() -> Result<u64> {
+    match crate::config::env("OXCCL_NET_BCAST_STRIPE_MIN") {
+        None => Ok(0),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n == 0 || n >= 64 << 10 => {
+                nccl_info!(Subsys::Net, "OXCCL_NET_BCAST_STRIPE_MIN set by environment to {n}");
+                Ok(n)
+            }
+            _ => Err(Error::invalid_usage(format!("OXCCL_NET_BCAST_STRIPE_MIN={v}: expected 0 or a byte count of at least 65536"))),
+        },
+    }
+}
+
 /// OXCCL_NET_SOCKETS: sockets (each way) per pair of ranks on different hosts, default 4; large
 /// transfers are striped over them (one TCP stream rarely fills a fast NIC, or even loopback).
 /// Must be equal on every rank.
@@ -301,6 +319,7 @@ impl Net {
         if let Some(v) = bcast_direct_max()? {
             layout.bcast_direct_max = v;
         }
+        layout.bcast_stripe_min = bcast_stripe_min()?;
         let mh = layout.my_host();
         // The local communicator first: every rank does this before any link, and it involves
         // only this host's ranks.
@@ -961,7 +980,7 @@ impl NetHandler {
                 .map(|(i, x)| {
                     // A send from the arena of a pipelined step waits for the kernel's copies.
                     let gate = if dir == Dir::Send && matches!(x.buf, Buf::Host(_)) { gate.cloned() } else { None };
-                    let job = Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone(), landed: None, gate };
+                    let job = Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone(), landed: None, gate, stripe_min: ph.stripe_min };
                     Ok(self.link(x.peer)?.post_job(job, dir, watched.get(i).copied().unwrap_or(false)))
                 })
                 .collect()

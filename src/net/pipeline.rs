@@ -338,6 +338,7 @@ mod tests {
             sends: vec![xfer(1, Buf::Dev(send), n)],
             recvs: vec![xfer(1, Buf::Host(recv_at), n)],
             reduces: vec![red(inputs, acc, Buf::Dev(out), n)],
+            stripe_min: 0,
         }
     }
 
@@ -409,6 +410,7 @@ mod tests {
             sends: vec![],
             recvs: vec![xfer(1, Buf::Host(0), 3 * n)],
             reduces: vec![red(vec![Buf::Host(10 * n), Buf::Host(n), Buf::Dev(0x5000)], 20 * n, Buf::Host(20 * n), n)],
+            stripe_min: 0,
         };
         let p = plan(&ph).unwrap();
         assert_eq!(p.reductions[0].inputs, vec![Src::Ready(10 * n), Src::Landing { recv: 0, at: n, skip: n }, Src::Dev { dev: 0x5000, tmp: Some(0) }]);

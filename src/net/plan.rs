@@ -27,6 +27,9 @@ pub struct Layout {
     pub hosts: Vec<Vec<usize>>,
     /// `DIRECT_MAX_BYTES` unless tuned (OXCCL_NET_BCAST_DIRECT_MAX, equal on every rank).
     pub bcast_direct_max: u64,
+    /// The stripe threshold of a Broadcast's transfers from the root to the other hosts
+    /// (`Phase::stripe_min`); 0 unless tuned (OXCCL_NET_BCAST_STRIPE_MIN, equal on every rank).
+    pub bcast_stripe_min: u64,
 }
 
 impl Layout {
@@ -47,7 +50,7 @@ impl Layout {
             hosts[i].push(r);
             host_of.push(i);
         }
-        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES }
+        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES, bcast_stripe_min: 0 }
     }
 
     pub fn nranks(&self) -> usize {
@@ -110,6 +113,10 @@ pub struct Phase {
     pub sends: Vec<Xfer>,
     pub recvs: Vec<Xfer>,
     pub reduces: Vec<HostReduce>,
+    /// Jobs of this phase at least this large are striped over every lane of their link; 0: the
+    /// link's own threshold (OXCCL_NET_STRIPE_MIN). Both ends must split a job alike, so a plan
+    /// sets it only where both ends' phases carry the job with the same value.
+    pub stripe_min: u64,
 }
 
 /// A copy between two GPU ranges of this rank.
@@ -636,6 +643,8 @@ fn broadcast(l: &Layout, c: &Call) -> Vec<Stage> {
             }
         }
     } else if bytes > 0 {
+        // The root's phase and each representative's carry the same job: one stripe threshold.
+        phases[0].stripe_min = l.bcast_stripe_min;
         if me == root {
             for h in (0..nh).filter(|&h| h != rh) {
                 phases[0].sends.push(Xfer { peer: rep(h), buf: Buf::Dev(c.send), bytes });
@@ -1004,6 +1013,19 @@ mod tests {
         assert_eq!(steps(&st)[0].phases[0].sends.iter().map(|x| x.peer).collect::<Vec<_>>(), vec![2]);
         tuned.me = 3;
         assert_eq!(plan_coll(&tuned, &call(Coll::Broadcast, DIRECT_MAX_BYTES / 4, 0)).len(), 1, "only the host stage");
+        // OXCCL_NET_BCAST_STRIPE_MIN: the root's transfer to its partner and the partner's receive
+        // carry the same threshold; direct and chained Broadcasts and other collectives keep 0.
+        let big = call(Coll::Broadcast, (256 << 10) / 4, 0);
+        for me in [0, 2] {
+            let l = Layout { bcast_stripe_min: 128 << 10, ..Layout::new(me, &[7, 7, 9, 9]) };
+            assert_eq!(steps(&plan_coll(&l, &big))[0].phases[0].stripe_min, 128 << 10, "rank {me}");
+            let small = plan_coll(&l, &call(Coll::Broadcast, DIRECT_MAX_BYTES / 4, 0));
+            assert!(steps(&small).iter().flat_map(|s| &s.phases).all(|p| p.stripe_min == 0));
+            let ar = plan_coll(&l, &call(Coll::AllReduce, (1 << 20) / 4, 0));
+            assert!(steps(&ar).iter().flat_map(|s| &s.phases).all(|p| p.stripe_min == 0));
+        }
+        let chain = Layout { bcast_stripe_min: 128 << 10, ..Layout::new(2, &hashes) };
+        assert!(steps(&plan_coll(&chain, &call(Coll::Broadcast, 1000, 1))).iter().flat_map(|s| &s.phases).all(|p| p.stripe_min == 0));
         // 2 hosts x 2: small AllReduce is the host stage and one step; larger ones spread slices.
         let l = Layout::new(0, &[7, 7, 9, 9]);
         assert_eq!(plan_coll(&l, &call(Coll::AllReduce, FULL_EXCHANGE_MAX_BYTES / 4, 0)).len(), 2);
@@ -1040,7 +1062,10 @@ mod tests {
             let v = input(r);
             d[at(calls[r].send)..at(calls[r].send) + v.len()].copy_from_slice(&v);
         }
-        let mut plans: Vec<Vec<Stage>> = (0..n).map(|me| plan_all_stages(&Layout::new(me, hashes), &calls[me])).collect();
+        // A Broadcast stripe threshold of its own, so that the check below that both ends of
+        // every transfer split it alike has something to check.
+        let tuned = |me: usize| Layout { bcast_stripe_min: 128 << 10, ..Layout::new(me, hashes) };
+        let mut plans: Vec<Vec<Stage>> = (0..n).map(|me| plan_all_stages(&tuned(me), &calls[me])).collect();
         // A step's own copies may run at any point of it: disjoint from what its phases write,
         // and writing nothing its phases read.
         for p in &plans {
@@ -1161,7 +1186,7 @@ mod tests {
             }
             // Phases run as the proxies run them: a rank sends when it enters a phase and leaves
             // it once all its receives have arrived (then reduces); sends never block.
-            let mut msgs: Vec<(usize, usize, Vec<i64>)> = Vec::new();
+            let mut msgs: Vec<(usize, usize, Vec<i64>, u64)> = Vec::new();
             let (mut cur, mut sent) = (vec![0usize; n], vec![false; n]);
             loop {
                 let mut progress = false;
@@ -1175,7 +1200,7 @@ mod tests {
                                 Buf::Dev(a) => dev[r][at(a)..at(a) + len].to_vec(),
                                 Buf::Host(a) => arenas[r][at(a)..at(a) + len].to_vec(),
                             };
-                            msgs.push((r, x.peer, v));
+                            msgs.push((r, x.peer, v, ph.stripe_min));
                         }
                         (sent[r], progress) = (true, true);
                     }
@@ -1188,8 +1213,9 @@ mod tests {
                     }
                     for x in &ph.recvs {
                         let k = msgs.iter().position(|m| m.0 == x.peer && m.1 == r).expect("message");
-                        let (_, _, v) = msgs.remove(k);
+                        let (_, _, v, stripe_min) = msgs.remove(k);
                         assert_eq!(v.len() as u64 * 8, x.bytes);
+                        assert_eq!(stripe_min, ph.stripe_min, "{hashes:?} {coll:?}: ranks {} and {r} would split a transfer differently", x.peer);
                         match x.buf {
                             Buf::Dev(a) => dev[r][at(a)..at(a) + v.len()].copy_from_slice(&v),
                             Buf::Host(a) => arenas[r][at(a)..at(a) + v.len()].copy_from_slice(&v),

@@ -216,6 +216,7 @@ mod tests {
             sends: vec![Xfer { peer: 1, buf: Buf::Dev(0x1003), bytes: 64 }, Xfer { peer: 2, buf: Buf::Dev(0x1003), bytes: 64 }],
             recvs: vec![Xfer { peer: 1, buf: Buf::Host(got), bytes: 64 }, Xfer { peer: 2, buf: Buf::Dev(0x5008), bytes: 64 }],
             reduces: vec![HostReduce { inputs: vec![Buf::Dev(0x1003), Buf::Host(got)], acc, out: Buf::Dev(0x1003), bytes: 64, op: op() }],
+            stripe_min: 0,
         };
         s.phases.push(ph);
         let st = stage_on_host(&s, 64, 3).unwrap();
@@ -239,7 +240,7 @@ mod tests {
     #[test]
     fn large_jobs_too_many_copies_and_hazards_are_left_alone() {
         let x = |buf, bytes| Xfer { peer: 1, buf, bytes };
-        let one = |sends: Vec<Xfer>, recvs: Vec<Xfer>| Step { phases: vec![Phase { sends, recvs, reduces: vec![] }], ..Default::default() };
+        let one = |sends: Vec<Xfer>, recvs: Vec<Xfer>| Step { phases: vec![Phase { sends, recvs, reduces: vec![], stripe_min: 0 }], ..Default::default() };
         assert!(stage_on_host(&one(vec![x(Buf::Dev(0), 65)], vec![]), 64, 4).is_none());
         assert!(stage_on_host(&one(vec![], vec![]), 64, 4).is_none(), "nothing to carry");
         let many: Vec<Xfer> = (0..5).map(|i| x(Buf::Dev(i * 64), 8)).collect();
@@ -261,7 +262,7 @@ mod tests {
         let x = |buf, bytes| Xfer { peer: 1, buf, bytes };
         // Two sends of adjacent ranges, then two receives into adjacent ranges (8-byte pieces, so
         // the second shadow starts off 16-byte alignment, as its GPU range does).
-        let s = Step { phases: vec![Phase { sends: vec![x(Buf::Dev(0x1000), 24), x(Buf::Dev(0x1018), 40)], recvs: vec![x(Buf::Dev(0x2008), 8), x(Buf::Dev(0x2010), 8)], reduces: vec![] }], ..Default::default() };
+        let s = Step { phases: vec![Phase { sends: vec![x(Buf::Dev(0x1000), 24), x(Buf::Dev(0x1018), 40)], recvs: vec![x(Buf::Dev(0x2008), 8), x(Buf::Dev(0x2010), 8)], reduces: vec![], stripe_min: 0 }], ..Default::default() };
         let st = stage_on_host(&s, u64::MAX, 4).unwrap();
         assert_eq!(st.pre.len(), 1);
         assert_eq!((st.pre[0].dev, st.pre[0].bytes), (0x1000, 64));
@@ -276,7 +277,7 @@ mod tests {
         assert_eq!(stage_on_host(&gap, u64::MAX, 4).unwrap().pre.len(), 2);
         let between = Step {
             phases: vec![
-                Phase { sends: vec![x(Buf::Dev(0x1000), 16)], recvs: vec![x(Buf::Dev(0x3000), 16)], reduces: vec![] },
+                Phase { sends: vec![x(Buf::Dev(0x1000), 16)], recvs: vec![x(Buf::Dev(0x3000), 16)], reduces: vec![], stripe_min: 0 },
                 Phase { sends: vec![x(Buf::Dev(0x1010), 16)], ..Default::default() },
             ],
             ..Default::default()
@@ -296,7 +297,7 @@ mod tests {
         assert!(st.pre.is_empty(), "nothing is read from the GPU");
         assert_eq!(st.post, vec![HostCopy { dev: 96, host: h, bytes: 8 }]);
         // In one phase, a read of a range the same phase writes still reads the GPU's data.
-        let one = Step { phases: vec![Phase { sends: vec![x(Buf::Dev(96), 8)], recvs: vec![x(Buf::Dev(96), 8)], reduces: vec![] }], ..Default::default() };
+        let one = Step { phases: vec![Phase { sends: vec![x(Buf::Dev(96), 8)], recvs: vec![x(Buf::Dev(96), 8)], reduces: vec![], stripe_min: 0 }], ..Default::default() };
         let st = stage_on_host(&one, 64, 4).unwrap();
         assert_eq!(st.pre.len(), 1);
         assert_ne!(st.step.phases[0].sends[0].buf, st.step.phases[0].recvs[0].buf);
@@ -305,7 +306,7 @@ mod tests {
     #[test]
     fn only_a_step_without_receives_reductions_or_copies_out_is_send_only() {
         let x = |buf, bytes| Xfer { peer: 1, buf, bytes };
-        let one = |sends: Vec<Xfer>, recvs: Vec<Xfer>| Step { phases: vec![Phase { sends, recvs, reduces: vec![] }], ..Default::default() };
+        let one = |sends: Vec<Xfer>, recvs: Vec<Xfer>| Step { phases: vec![Phase { sends, recvs, reduces: vec![], stripe_min: 0 }], ..Default::default() };
         assert!(stage_on_host(&one(vec![x(Buf::Dev(0), 8), x(Buf::Dev(64), 8)], vec![]), 64, 4).unwrap().sends_only());
         // Even into host memory only, a receive needs the kernel to wait.
         assert!(!stage_on_host(&one(vec![x(Buf::Dev(0), 8)], vec![x(Buf::Host(0), 8)]), 64, 4).unwrap().sends_only());
