@@ -339,8 +339,13 @@ def cmd_compare(a):
                 continue
             tr = x["oop_us"] / y["oop_us"] if x["oop_us"] and y["oop_us"] else None
             br = x["oop_busbw"] / y["oop_busbw"] if x["oop_busbw"] and y["oop_busbw"] else None
+            # In place too: users call both (PyTorch's all_reduce is in place), and bars.py holds
+            # each row to its bar in both.
+            itr = x["ip_us"] / y["ip_us"] if x["ip_us"] and y["ip_us"] else None
+            ibr = x["ip_busbw"] / y["ip_busbw"] if x["ip_busbw"] and y["ip_busbw"] else None
             rows.append({"bytes": x["bytes"], "type": x["type"], "oxccl_us": x["oop_us"], "nccl_us": y["oop_us"],
-                         "time_ratio": tr, "oxccl_busbw": x["oop_busbw"], "nccl_busbw": y["oop_busbw"], "busbw_ratio": br})
+                         "time_ratio": tr, "oxccl_busbw": x["oop_busbw"], "nccl_busbw": y["oop_busbw"], "busbw_ratio": br,
+                         "ip_oxccl_us": x["ip_us"], "ip_nccl_us": y["ip_us"], "ip_time_ratio": itr, "ip_busbw_ratio": ibr})
             f = lambda v, d=2: "-" if v is None else f"{v:.{d}f}"
             md.append(f"| {x['bytes']} | {x['type']} | {f(x['oop_us'])} | {f(y['oop_us'])} | {f(tr)} | {f(x['oop_busbw'])} | {f(y['oop_busbw'])} | {f(br)} |")
         results.append({"name": name, "mode": m["name"], "args": args, "rows": rows,
