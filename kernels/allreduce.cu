@@ -48,6 +48,17 @@
 //   previous kernel in the stream is this communicator's ring one-shot (a captured graph's node, so
 //   nothing can come between) and its input overlaps no output a launch still in flight may write
 //   (algo::pdl::early).
+// - Chained (OX_ONESHOT_CHAIN, with EARLY): the input is exactly the previous launch's output (an
+//   in-place call on the same buffer, or y = AllReduce(x) then AllReduce(y)), so it cannot be
+//   read before that launch writes it; but waiting for that launch's completion (the PDL wait)
+//   put 2 us on every such call (64 KB in place under graphs: 4.93 us against 2.76 out of place,
+//   4 ranks; BENCHMARKS fortieth pass). Every ring launch publishes per block, after its output
+//   stores, the flag it used (ox_ring_out_publish); a chained block waits for its twin's word
+//   (same grid and packet map: the host checked) and then reads its input and sends as an early
+//   launch does. Its packets leave later than an early launch's would, so the slot argument
+//   below holds unchanged; its output is still written after its PDL wait. Only a launch with
+//   OX_ONESHOT_PUBLISH publishes, which the host sets in the captured node of a chained launch's
+//   anchor: publishing everywhere cost 0.16-0.25 us a call at 8 B (its fence delays the exit).
 // Why 8 ring slots. Let L, with flag f (per pair), write its packets. (a) Then this rank's launch
 // of flag f-3 is complete: if L waited first, f-1 is; if early, L began once f-1 triggered, and
 // f-1 triggered after its own wait (f-2 complete) or, at entry, once f-2 had passed its wait (f-3
@@ -64,13 +75,17 @@ struct NoProbe {
   OX_DEV void mark(int) const {}
 };
 
-template <typename T, typename Op, typename Probe>
+// `Chain`: the variant that may wait for the previous launch's output and publish its own
+// (OX_ONESHOT_CHAIN, OX_ONESHOT_PUBLISH), a kernel of its own so that the others keep their code:
+// the same checks compiled into every launch slowed the 64 KB call by 0.15 us (s52b, s52c).
+template <typename T, typename Op, typename Probe, bool Chain = false>
 OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Probe& probe) {
   probe.mark(0);
   const bool ring = (a.mode & OX_ONESHOT_RING) != 0;
   const bool early = ring && (a.mode & OX_ONESHOT_EARLY) != 0;
   const bool entry = early && (a.mode & OX_ONESHOT_ENTRY) != 0;
   const uint32_t pos = a.mode >> OX_ONESHOT_POS_SHIFT;  // early: 1, 2, ... behind the head
+  const bool chain_in = Chain && early && (a.mode & OX_ONESHOT_CHAIN) != 0;  // input = the previous output
   if (!early) ox_pdl_wait();
   if (!ring) ox_pdl_trigger();
   // Ring: the block's last warp does the chain's bookkeeping (the head's advance, an entry
@@ -99,8 +114,9 @@ OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Pr
   const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
   const Op op(a, n);
   // pre() is applied by the rank that owns the input (PreMulSum scalars differ per rank), so
-  // packets carry pre-scaled values and the reduction below only combines.
-  const uint64_t first = g < npkt ? ox_pre<T>(op, ox_load8(src, g * 8, nbytes)) : 0;
+  // packets carry pre-scaled values and the reduction below only combines. A chained launch
+  // loads its input only once the previous launch has written it (below).
+  uint64_t first = !chain_in && g < npkt ? ox_pre<T>(op, ox_load8(src, g * 8, nbytes)) : 0;
   if (early) {
     // The head's base table, written before its trigger (ll_flags.cuh); every slot exists.
     if (threadIdx.x < OX_MAX_RANKS) flags[threadIdx.x] = ox_ll_flag_add(ox_ll_table_ld(ox_ring_base_ptr(c, blockIdx.x, threadIdx.x)), pos - 1);
@@ -119,6 +135,15 @@ OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Pr
       while (chained < pos - 1 && !ab.poll()) chained = ox_ll_table_ld(chain);
       ox_pdl_trigger();
     }
+  }
+  // The flag this launch uses with the next rank: what its output word carries (ll_flags.cuh).
+  const int nextp = me + 1 < n ? me + 1 : 0;
+  if (chain_in) {
+    // Thread 0, not the advancer: an entry launch's trigger above does not wait for this (waiting
+    // before it, and before the flags, made the chained 64 KB call 0.2 us slower, s52c).
+    if (threadIdx.x == 0) ox_ring_out_wait(c, flags[nextp], ab);
+    __syncthreads();
+    if (g < npkt) first = ox_pre<T>(op, ox_load8(src, g * 8, nbytes));
   }
   probe.mark(1);
 
@@ -153,6 +178,9 @@ OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Pr
     ox_store8(dst, i * 8, nbytes, ox_post<T>(op, acc));
   }
   probe.mark(3);
+  // Block by block, for the chained launch behind it (the host sets PUBLISH only then: the
+  // fence would hold up every launch's exit, and so the next launch's wait).
+  if (Chain && ring && (a.mode & OX_ONESHOT_PUBLISH) != 0) ox_ring_out_publish(c, flags[nextp]);
   if (early && advancer) ox_ring_table_advance(c, me, n, flags);
   if (!ring) ox_ll_flags_advance_all(c, me, n, flags);
   probe.mark(4);
@@ -161,6 +189,11 @@ OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Pr
 template <typename T, typename Op>
 OX_DEV void allreduce_oneshot(const CollArgs& a) {
   allreduce_oneshot_with<T, Op>(a, ox_comm(a), NoProbe());
+}
+
+template <typename T, typename Op>
+OX_DEV void allreduce_oneshot_chain(const CollArgs& a) {
+  allreduce_oneshot_with<T, Op, NoProbe, true>(a, ox_comm(a), NoProbe());
 }
 
 // ---- twophase ------------------------------------------------------------------------------
@@ -410,6 +443,7 @@ OX_DEV void allreduce_rsag(const CollArgs& a) {
 
 // ---- entry points --------------------------------------------------------------------------
 OX_TYPED_KERNELS_ENTRY(ox_allreduce_oneshot, allreduce_oneshot, (void)0)  // its own PDL entry
+OX_TYPED_KERNELS_ENTRY(ox_allreduce_oneshot_chain, allreduce_oneshot_chain, (void)0)
 OX_TYPED_KERNELS(ox_allreduce_twophase, allreduce_twophase)
 OX_TYPED_KERNELS(ox_allreduce_rsag, allreduce_rsag)
 OX_TYPED_KERNELS(ox_allreduce_oneshot128, allreduce_oneshot128)

@@ -44,6 +44,20 @@ OX_DEV uint32_t ox_ld_acquire_sys_u32(const uint32_t* p) {
   return v;
 }
 
+// 32-bit acquire load at GPU scope (a word another kernel on this GPU releases): this thread's
+// later reads, and its block's after a __syncthreads, see what the releaser's block wrote before.
+OX_DEV uint32_t ox_ld_acquire_gpu_u32(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// 32-bit release store at GPU scope: every write this thread observed before it (its block's,
+// after a __syncthreads) is visible to a kernel on this GPU that acquires the value.
+OX_DEV void ox_st_release_gpu_u32(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 // 32-bit relaxed store at GPU scope: the value alone is the message, to this GPU's kernels.
 OX_DEV void ox_st_relaxed_gpu_u32(uint32_t* p, uint32_t v) {
   asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");

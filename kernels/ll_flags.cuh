@@ -191,3 +191,31 @@ OX_DEV void ox_ring_table_advance(const DevComm& c, int me, int n, const uint32_
     if (p != me) *ox_ll_flag_ptr(c, s, p) = ox_ll_next_flag(flags[p]);
   }, threadIdx.x & 31, 32);
 }
+
+// The ring one-shot's output words (allreduce.cu), one per block: after its block has written its
+// output, every ring launch stores there the flag it used with the next rank, the same for every
+// block. A chained launch (OX_ONESHOT_CHAIN) reads the previous launch's output as its input,
+// with the same grid and thread-to-packet map (the host checked), so each block waits only for
+// its twin block of that launch: for the word to hold the flag one before its own.
+OX_DEV uint32_t* ox_ring_out_ptr(const DevComm& c, uint32_t block) {
+  return reinterpret_cast<uint32_t*>(reinterpret_cast<uintptr_t>(&c) + OX_PRIV_RING_OUT_OFF) + block;
+}
+
+// Whole block, after its output stores: the __syncthreads orders every thread's stores before
+// thread 0's release (GPU scope: the reader is a kernel on this GPU), so a block that acquires
+// the word reads the output, not what was there before.
+OX_DEV void ox_ring_out_publish(const DevComm& c, uint32_t flag) {
+  __syncthreads();
+  if (threadIdx.x == 0) ox_st_release_gpu_u32(ox_ring_out_ptr(c, blockIdx.x), flag);
+}
+
+// One thread, then the caller's __syncthreads: waits until the twin block of the launch with the
+// flag before `flag` has published its output. Acquire: it also empties this SM's L1, so the
+// block's plain input loads after the __syncthreads cannot hit stale lines. No other launch can
+// have left that value: the word moves one flag per ring launch, and a flag value repeats only
+// after 2^32 launches.
+OX_DEV void ox_ring_out_wait(const DevComm& c, uint32_t flag, AbortState& ab) {
+  const uint32_t* p = ox_ring_out_ptr(c, blockIdx.x);
+  while (ox_ll_next_flag(ox_ld_acquire_gpu_u32(p)) != flag && !ab.poll()) {
+  }
+}

@@ -28,6 +28,11 @@ pub const OX_PRIV_RING_CHAIN_OFF: u64 = 51200;
 /// counted launch passes its address in `CollArgs::done` / `ExchangeArgs::done`.
 pub const OX_PRIV_DONE_OFF: u64 = 51328;
 const _: () = assert!(OX_PRIV_DONE_OFF == OX_PRIV_RING_CHAIN_OFF + 128);
+/// The ring one-shot's output words (kernels/ll_flags.cuh, ox_ring_out_ptr): a `u32` per block,
+/// the flag of the last ring launch whose block has written its output, which a chained launch
+/// (`OX_ONESHOT_CHAIN`) waits for before it reads its input.
+pub const OX_PRIV_RING_OUT_OFF: u64 = 51456;
+const _: () = assert!(OX_PRIV_RING_OUT_OFF == OX_PRIV_RING_CHAIN_OFF + 256);
 const _: () = assert!(OX_PRIV_PENDING_OFF == OX_PRIV_FLAGS_OFF + (OX_MAX_BLOCKS * OX_MAX_RANKS * 4) as u64);
 const _: () = assert!(OX_PRIV_RING_BASE_OFF == OX_PRIV_PENDING_OFF + (OX_MAX_BLOCKS * OX_MAX_RANKS * 4) as u64);
 const _: () = assert!(OX_PRIV_RING_CHAIN_OFF == OX_PRIV_RING_BASE_OFF + (OX_MAX_BLOCKS * OX_MAX_RANKS * 4) as u64);
@@ -78,6 +83,14 @@ pub const OX_GATHER_ALLTOALL: u8 = 8;
 pub const OX_ONESHOT_RING: u32 = 1;
 pub const OX_ONESHOT_EARLY: u32 = 2;
 pub const OX_ONESHOT_ENTRY: u32 = 4;
+/// CHAIN (with EARLY): the input is exactly the output of the previous launch (the host's
+/// anchor), with the same grid and block, so each block reads it as soon as its twin block of that
+/// launch has published it (kernels/allreduce.cu), instead of after the PDL wait.
+pub const OX_ONESHOT_CHAIN: u32 = 8;
+/// PUBLISH (ring): after its output, each block stores its flag into its output word for a
+/// chained launch behind it. Set only on a launch that a chained launch follows, by rewriting its
+/// captured node (enqueue): the store's fence cost every ring launch 0.16-0.25 us (fortieth pass).
+pub const OX_ONESHOT_PUBLISH: u32 = 16;
 pub const OX_ONESHOT_POS_SHIFT: u32 = 8;
 /// The longest chain: a launch that would be further back is not early (it starts a new chain).
 pub const OX_ONESHOT_POS_MAX: u32 = (1 << 24) - 1;
@@ -518,7 +531,7 @@ mod tests {
         c.push_str("printf(\"Trigger %zu %zu\\n\", sizeof(Trigger), _Alignof(Trigger));\n");
         c.push_str("printf(\"FifoDevice %zu\\n\", sizeof(FifoDevice));\n");
         c.push_str("printf(\"OX_MAX_RANKS %d\\nOX_MAX_BLOCKS %d\\n\", OX_MAX_RANKS, OX_MAX_BLOCKS);\n");
-        c.push_str("printf(\"OX_PRIV %llu %llu %llu %llu %llu\\n\", (unsigned long long)OX_PRIV_FLAGS_OFF, (unsigned long long)OX_PRIV_PENDING_OFF, (unsigned long long)OX_PRIV_RING_BASE_OFF, (unsigned long long)OX_PRIV_RING_CHAIN_OFF, (unsigned long long)OX_PRIV_DONE_OFF);\n");
+        c.push_str("printf(\"OX_PRIV %llu %llu %llu %llu %llu %llu\\n\", (unsigned long long)OX_PRIV_FLAGS_OFF, (unsigned long long)OX_PRIV_PENDING_OFF, (unsigned long long)OX_PRIV_RING_BASE_OFF, (unsigned long long)OX_PRIV_RING_CHAIN_OFF, (unsigned long long)OX_PRIV_DONE_OFF, (unsigned long long)OX_PRIV_RING_OUT_OFF);\n");
         for (s, f, _) in fields {
             c.push_str(&format!("printf(\"{s}.{f} %zu\\n\", offsetof({s}, {f}));\n"));
         }
@@ -532,7 +545,7 @@ mod tests {
         let out = Command::new(&exe).output().expect("run layout");
         let text = String::from_utf8(out.stdout).expect("utf8");
         let mut expect = format!(
-            "DevComm {}\nCollArgs {}\nExchangeArgs {}\nTrigger {} {}\nFifoDevice {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\nOX_PRIV {OX_PRIV_FLAGS_OFF} {OX_PRIV_PENDING_OFF} {OX_PRIV_RING_BASE_OFF} {OX_PRIV_RING_CHAIN_OFF} {OX_PRIV_DONE_OFF}\n",
+            "DevComm {}\nCollArgs {}\nExchangeArgs {}\nTrigger {} {}\nFifoDevice {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\nOX_PRIV {OX_PRIV_FLAGS_OFF} {OX_PRIV_PENDING_OFF} {OX_PRIV_RING_BASE_OFF} {OX_PRIV_RING_CHAIN_OFF} {OX_PRIV_DONE_OFF} {OX_PRIV_RING_OUT_OFF}\n",
             size_of::<DevComm>(),
             size_of::<CollArgs>(),
             size_of::<ExchangeArgs>(),

@@ -15,7 +15,7 @@ use crate::device_abi::CollArgs;
 use crate::error::{Error, Result};
 use crate::gpu::module::{launch_pdl, Kernel};
 use crate::algo::pdl::{CaptureTail, RingAnchor};
-use crate::device_abi::{OX_ONESHOT_EARLY, OX_ONESHOT_ENTRY, OX_ONESHOT_POS_SHIFT, OX_ONESHOT_RING};
+use crate::device_abi::{OX_ONESHOT_CHAIN, OX_ONESHOT_EARLY, OX_ONESHOT_ENTRY, OX_ONESHOT_POS_SHIFT, OX_ONESHOT_PUBLISH, OX_ONESHOT_RING};
 use crate::gpu::stream::capture_tail;
 use crate::gpu::{check, cu, CtxGuard};
 use crate::log::Subsys;
@@ -105,6 +105,7 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
     }
     crate::hostprof::mark(crate::hostprof::Stage::Prepare);
     ls.ring_prev = ls.ring_anchor.take(); // only the launch right after it may use it
+    ls.ring_prev_launch = ls.ring_anchor_launch.take();
     ls.tail_now = tail;
     // A replay repeats a captured kernel uncounted: only uncaptured launches count theirs, and of
     // those the ones where the host, not the kernel, is the bottleneck.
@@ -425,6 +426,40 @@ pub fn early_launches() -> u64 {
     EARLY_LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Of those, the chained ones (OX_ONESHOT_CHAIN: the input is the previous launch's output).
+static CHAINED_LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub fn chained_launches() -> u64 {
+    CHAINED_LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A captured ring one-shot launch as issued: what a chained launch behind it (algo::pdl::chained)
+/// needs to make it publish its output.
+#[derive(Clone, Copy)]
+pub struct RingLaunch {
+    /// The chained variant of the kernel it launched (same type and op), which publishes.
+    pub chain_kernel: Kernel,
+    pub grid: u32,
+    pub block: u32,
+    pub args: CollArgs,
+}
+
+impl RingLaunch {
+    /// Makes the launch's captured node (`node`) the chained variant with OX_ONESHOT_PUBLISH.
+    /// False where the driver refuses: the launch behind it then is not chained.
+    fn publish(&self, node: usize) -> bool {
+        let mut args = self.args;
+        args.mode |= OX_ONESHOT_PUBLISH;
+        match crate::gpu::module::set_kernel_node_args(node as cu::CUgraphNode, self.chain_kernel, self.grid, self.block, &args) {
+            Ok(()) => true,
+            Err(e) => {
+                nccl_info!(Subsys::Coll, "AllReduce ring one-shot not chained: {}", e.msg);
+                false
+            }
+        }
+    }
+}
+
 /// Single-rank copies at least this large use the copy engine.
 const LOCAL_COPY_MIN_BYTES: u64 = 256 << 10;
 
@@ -456,26 +491,33 @@ fn allreduce(r: &Ready, ls: &mut LaunchState, t: &CollTask, count: u64) -> Resul
     // and remembered as the anchor for the next launch when captured.
     let pdl = pdl_allowed(r, ls, plan.grid);
     let tail = ls.tail_now; // nothing was issued on the stream since with_launch asked
-    let early = crate::algo::pdl::early(
-        !r.tuning.early_off,
-        pdl,
-        t.op.scalar_ptr != 0,
-        t.stream as usize,
-        tail,
-        ls.ring_prev.as_ref(),
-        (t.send, t.send.saturating_add(bytes)),
-    );
+    let send = (t.send, t.send.saturating_add(bytes));
+    let (on, scalar, stream, anchor) = (!r.tuning.early_off, t.op.scalar_ptr != 0, t.stream as usize, ls.ring_prev.as_ref());
+    let chained = crate::algo::pdl::chained(on, pdl, scalar, stream, tail, anchor, send, plan.grid, plan.block)
+        && anchor.zip(ls.ring_prev_launch.as_ref()).is_some_and(|(a, l)| l.publish(a.node));
+    let early = chained || crate::algo::pdl::early(on, pdl, scalar, stream, tail, anchor, send);
     let prev = ls.ring_prev.filter(|_| early);
     let pos = prev.and_then(|a| a.next_pos()).unwrap_or(0);
     let entry = crate::algo::pdl::entry(early, bytes, r.tuning.entry_bytes);
     let mode = OX_ONESHOT_RING
         | if early { OX_ONESHOT_EARLY | pos << OX_ONESHOT_POS_SHIFT } else { 0 }
-        | if entry { OX_ONESHOT_ENTRY } else { 0 };
+        | if entry { OX_ONESHOT_ENTRY } else { 0 }
+        | if chained { OX_ONESHOT_CHAIN } else { 0 };
     if early {
         EARLY_LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
-    nccl_trace!(Subsys::Coll, "AllReduce ring one-shot{}", if entry { ", early at entry" } else if early { ", early" } else { "" });
-    launch(ls, k, plan.grid, plan.block, t.stream, &mut coll_args(r, t, count, 0, mode), pdl)?;
+    if chained {
+        CHAINED_LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    nccl_trace!(
+        Subsys::Coll,
+        "AllReduce ring one-shot{}{}",
+        if entry { ", early at entry" } else if early { ", early" } else { "" },
+        if chained { ", chained" } else { "" }
+    );
+    let chain_kernel = r.module.allreduce_chain(t.dtype, t.op.op);
+    let mut args = coll_args(r, t, count, 0, mode);
+    launch(ls, if chained { chain_kernel } else { k }, plan.grid, plan.block, t.stream, &mut args, pdl)?;
     if entry {
         // The launch before this one may run until the next one's wait: count its blocks too.
         ls.last_grid = plan.grid.saturating_add(prev.map_or(u32::MAX, |a| a.grid));
@@ -488,9 +530,11 @@ fn allreduce(r: &Ready, ls: &mut LaunchState, t: &CollTask, count: u64) -> Resul
                 node,
                 recv: (t.recv, t.recv.saturating_add(bytes)),
                 grid: plan.grid,
+                block: plan.block,
                 pos,
                 before: prev.filter(|_| entry).map(|a| a.recv),
             });
+            ls.ring_anchor_launch = Some(RingLaunch { chain_kernel, grid: plan.grid, block: plan.block, args });
         }
     }
     Ok(())

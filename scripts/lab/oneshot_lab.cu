@@ -152,7 +152,7 @@ static const uint64_t HALF = 8ull << 20;
 static const uint64_t TABLE = 4ull * OX_MAX_BLOCKS * OX_MAX_RANKS;
 static const uint64_t RING = OX_RING_SLOTS * OX_MAX_RANKS * OX_RING_REGION_BYTES;  // ox_ring_at's area
 static const int NODES = 20;
-static const uint64_t EXPECTED_OFF = OX_PRIV_RING_CHAIN_OFF + 256;
+static const uint64_t EXPECTED_OFF = OX_PRIV_RING_OUT_OFF + OX_MAX_BLOCKS * 4;
 static const uint64_t ABORT_OFF = EXPECTED_OFF + 2 * TABLE;
 static const uint64_t PRIV_BYTES = ABORT_OFF + 64;
 

@@ -50,6 +50,8 @@ pub struct RingAnchor {
     pub node: usize,
     pub recv: (u64, u64),
     pub grid: u32,
+    /// Its block size: with `grid`, its thread-to-packet map, which a chained launch must share.
+    pub block: u32,
     /// Chain position (kernels/allreduce.cu): 0 for a launch that was not early, the head.
     pub pos: u32,
     /// When it triggered at entry ([`entry`]): the output range of the launch before it, which
@@ -85,14 +87,25 @@ fn overlap(a: (u64, u64), b: (u64, u64)) -> bool {
 pub fn early(enabled: bool, pdl: bool, device_scalar: bool, stream: usize, tail: Option<CaptureTail>, anchor: Option<&RingAnchor>, send: (u64, u64)) -> bool {
     let (Some(tail), Some(a)) = (tail, anchor) else { return false };
     let disjoint = !overlap(send, a.recv) && !a.before.is_some_and(|b| overlap(send, b));
-    enabled
-        && pdl
-        && !device_scalar
-        && a.stream == stream
-        && a.capture == tail.id
-        && tail.only == Some(a.node)
-        && disjoint
-        && a.next_pos().is_some()
+    right_behind(enabled, pdl, device_scalar, stream, tail, a) && disjoint
+}
+
+/// The conditions of [`early`] other than the input's: a programmatic launch, right behind the
+/// anchor in the same capture, with room in the chain.
+fn right_behind(enabled: bool, pdl: bool, device_scalar: bool, stream: usize, tail: CaptureTail, a: &RingAnchor) -> bool {
+    enabled && pdl && !device_scalar && a.stream == stream && a.capture == tail.id && tail.only == Some(a.node) && a.next_pos().is_some()
+}
+
+/// Whether a ring one-shot whose input is the anchor's output may still launch early, chained
+/// (OX_ONESHOT_CHAIN): each block reads its input once its twin block of the anchor has published
+/// it (kernels/allreduce.cu), which needs the input to be exactly the anchor's output and the
+/// same grid and block (the same thread-to-packet map), besides everything [`early`] asks but
+/// the input check. The launch before the anchor, which may still run where the anchor triggered
+/// at entry, wrote that memory before the anchor's wait returned, so before the anchor wrote it.
+#[allow(clippy::too_many_arguments)]
+pub fn chained(enabled: bool, pdl: bool, device_scalar: bool, stream: usize, tail: Option<CaptureTail>, anchor: Option<&RingAnchor>, send: (u64, u64), grid: u32, block: u32) -> bool {
+    let (Some(tail), Some(a)) = (tail, anchor) else { return false };
+    right_behind(enabled, pdl, device_scalar, stream, tail, a) && send == a.recv && send.0 < send.1 && a.grid == grid && a.block == block
 }
 
 /// Whether an early launch of `bytes` triggers at entry (OX_ONESHOT_ENTRY) rather than after its
@@ -110,7 +123,7 @@ mod tests {
     use super::*;
 
     fn anchor() -> RingAnchor {
-        RingAnchor { stream: 7, capture: 3, node: 0x1000, recv: (0x2000, 0x3000), grid: 4, pos: 0, before: None }
+        RingAnchor { stream: 7, capture: 3, node: 0x1000, recv: (0x2000, 0x3000), grid: 4, block: 512, pos: 0, before: None }
     }
     const TAIL: Option<CaptureTail> = Some(CaptureTail { id: 3, only: Some(0x1000) });
 
@@ -148,6 +161,29 @@ mod tests {
         assert!(!early(true, true, false, 7, TAIL, Some(&a), (0x6800, 0x6900)), "the launch before the anchor may still write it");
         assert!(!early(true, true, false, 7, TAIL, Some(&a), (0x2800, 0x2900)));
         assert!(early(true, true, false, 7, TAIL, Some(&a), (0x7000, 0x8000)), "ends are exclusive");
+    }
+
+    #[test]
+    fn chained_only_on_exactly_the_previous_output_with_the_same_map() {
+        let a = anchor();
+        let c = |send, grid, block| chained(true, true, false, 7, TAIL, Some(&a), send, grid, block);
+        assert!(c((0x2000, 0x3000), 4, 512), "in place behind an in-place call on the same buffer");
+        assert!(!early(true, true, false, 7, TAIL, Some(&a), (0x2000, 0x3000)), "which plain early refuses");
+        assert!(!c((0x2000, 0x2800), 4, 512), "a part of the output: another packet map");
+        assert!(!c((0x2800, 0x3800), 4, 512), "overlapping, not equal");
+        assert!(!c((0x2000, 0x3000), 8, 512), "another grid");
+        assert!(!c((0x2000, 0x3000), 4, 256), "another block size");
+        assert!(!c((0x2000, 0x2000), 4, 512), "empty");
+        let before = RingAnchor { pos: 3, before: Some((0x2000, 0x3000)), ..anchor() };
+        assert!(chained(true, true, false, 7, TAIL, Some(&before), (0x2000, 0x3000), 4, 512), "the launch two back wrote it before the anchor did");
+        assert!(!chained(false, true, false, 7, TAIL, Some(&a), (0x2000, 0x3000), 4, 512), "OXCCL_ONESHOT_EARLY=0");
+        assert!(!chained(true, false, false, 7, TAIL, Some(&a), (0x2000, 0x3000), 4, 512), "not programmatic");
+        assert!(!chained(true, true, true, 7, TAIL, Some(&a), (0x2000, 0x3000), 4, 512), "a device scalar");
+        assert!(!chained(true, true, false, 7, None, Some(&a), (0x2000, 0x3000), 4, 512), "eager");
+        let joined = Some(CaptureTail { id: 3, only: None });
+        assert!(!chained(true, true, false, 7, joined, Some(&a), (0x2000, 0x3000), 4, 512), "something else in between");
+        let last = RingAnchor { pos: crate::device_abi::OX_ONESHOT_POS_MAX, ..anchor() };
+        assert!(!chained(true, true, false, 7, TAIL, Some(&last), (0x2000, 0x3000), 4, 512), "chain at its longest");
     }
 
     #[test]

@@ -4,7 +4,7 @@ use crate::algo::Scratch;
 use crate::bootstrap::Bootstrap;
 use std::sync::Arc;
 
-use crate::device_abi::{DevComm, RegEntry, RegOffer, OX_MAX_BLOCKS, OX_MAX_RANKS, OX_PRIV_FLAGS_OFF, OX_PRIV_PENDING_OFF, OX_PRIV_RING_CHAIN_OFF, OX_REG_SLOTS};
+use crate::device_abi::{DevComm, RegEntry, RegOffer, OX_MAX_BLOCKS, OX_MAX_RANKS, OX_PRIV_FLAGS_OFF, OX_PRIV_PENDING_OFF, OX_PRIV_RING_CHAIN_OFF, OX_PRIV_RING_OUT_OFF, OX_REG_SLOTS};
 use crate::error::{Error, Result};
 use crate::gpu::ipc::{self, ImportedBuffer, IPC_HANDLE_BYTES};
 use crate::gpu::context::{can_access, ordinal_by_bus_id};
@@ -66,7 +66,10 @@ const PENDING_OFF: u64 = DEVCOMM_OFF + OX_PRIV_PENDING_OFF;
 /// The ring one-shot's base table and chain word (OX_PRIV_RING_*), and the done counter
 /// (OX_PRIV_DONE_OFF) on the next line, zeroed like the rest.
 const RING_CHAIN_OFF: u64 = DEVCOMM_OFF + OX_PRIV_RING_CHAIN_OFF;
-const EXPECTED_OFF: u64 = RING_CHAIN_OFF + 256;
+/// Then the ring one-shot's output words (OX_PRIV_RING_OUT_OFF), a u32 per block, zeroed.
+const RING_OUT_OFF: u64 = DEVCOMM_OFF + OX_PRIV_RING_OUT_OFF;
+const EXPECTED_OFF: u64 = RING_OUT_OFF + (OX_MAX_BLOCKS * 4) as u64;
+const _: () = assert!(RING_OUT_OFF == RING_CHAIN_OFF + 256);
 const PRIVATE_BYTES: u64 = EXPECTED_OFF + SEM_BYTES;
 
 /// What a rank publishes about its shared buffer.
@@ -271,7 +274,8 @@ mod tests {
         const { assert!(EXPECTED_OFF >= PENDING_OFF + FLAG_TABLE_BYTES && EXPECTED_OFF.is_multiple_of(8)) };
         use crate::device_abi::{OX_PRIV_DONE_OFF, OX_PRIV_RING_BASE_OFF};
         // The done counter has a line of its own after the chain word's, before the expected counts.
-        const { assert!(DEVCOMM_OFF + OX_PRIV_DONE_OFF >= RING_CHAIN_OFF + 128 && DEVCOMM_OFF + OX_PRIV_DONE_OFF + 128 <= EXPECTED_OFF) };
+        const { assert!(DEVCOMM_OFF + OX_PRIV_DONE_OFF >= RING_CHAIN_OFF + 128 && DEVCOMM_OFF + OX_PRIV_DONE_OFF + 128 <= RING_OUT_OFF) };
+        const { assert!(RING_OUT_OFF >= RING_CHAIN_OFF + 256 && RING_OUT_OFF.is_multiple_of(128)) };
         const { assert!(OX_PRIV_RING_BASE_OFF >= OX_PRIV_PENDING_OFF + FLAG_TABLE_BYTES && RING_CHAIN_OFF >= DEVCOMM_OFF + OX_PRIV_RING_BASE_OFF + FLAG_TABLE_BYTES) };
     }
 }

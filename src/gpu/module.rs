@@ -29,6 +29,7 @@ unsafe impl Sync for Kernel {}
 pub struct Module {
     _raw: cu::CUmodule,
     allreduce: Vec<Kernel>,
+    allreduce_chain: Vec<Kernel>,
     reducescatter: Vec<Kernel>,
     reduce: Vec<Kernel>,
     exchange: Kernel,
@@ -77,6 +78,7 @@ impl Module {
         Ok(Module {
             _raw: raw,
             allreduce: typed_table(raw, "ox_allreduce", &algos)?,
+            allreduce_chain: typed_table(raw, "ox_allreduce", &["oneshot_chain"])?,
             reducescatter: typed_table(raw, "ox_reducescatter", &LL_PUT)?,
             reduce: typed_table(raw, "ox_reduce", &LL_PUT)?,
             exchange: function(raw, "ox_exchange")?,
@@ -94,6 +96,12 @@ impl Module {
 
     pub fn allreduce(&self, algo: AllReduceAlgo, dt: DataType, op: RedOp) -> Kernel {
         self.allreduce[typed_index(algo as usize, dt, op)]
+    }
+
+    /// The ring one-shot's chained variant (kernels/allreduce.cu, `Chain`): for a chained launch
+    /// and the launch it follows, which publishes its output.
+    pub fn allreduce_chain(&self, dt: DataType, op: RedOp) -> Kernel {
+        self.allreduce_chain[typed_index(0, dt, op)]
     }
 
     /// `put`: the put-round variant, else the packet one.
@@ -170,6 +178,31 @@ pub fn launch<A>(k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &
 /// Launches `k` with one by-value argument struct; `pdl`: with programmatic stream serialization,
 /// so that it may begin while the previous kernel in `stream` still runs (algo::pdl says when;
 /// every oxccl kernel waits for that kernel before it touches memory, kernels/pdl.cuh).
+/// Replaces the arguments (and launch shape) of `node`, a kernel node of `k` in a graph, with
+/// `args`: how a launch captured later changes one captured before it (enqueue: a chained
+/// launch asks its anchor to publish its output). The node keeps its edges, programmatic ones
+/// included.
+pub fn set_kernel_node_args<A>(node: cu::CUgraphNode, k: Kernel, grid: u32, block: u32, args: &A) -> Result<()> {
+    let mut params = [args as *const A as *mut std::ffi::c_void];
+    let p = cu::CUDA_KERNEL_NODE_PARAMS_v2 {
+        func: k.0,
+        gridDimX: grid,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        kernelParams: params.as_mut_ptr(),
+        extra: std::ptr::null_mut(),
+        kern: std::ptr::null_mut(),
+        ctx: std::ptr::null_mut(),
+    };
+    // SAFETY: `node` is a kernel node the caller captured (it names the kernel it launched there,
+    // which takes exactly one parameter of type A); the driver copies the parameters.
+    check(unsafe { cu::cuGraphKernelNodeSetParams_v2(node, &p) }, "cuGraphKernelNodeSetParams")
+}
+
 pub fn launch_pdl<A>(k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &A, pdl: bool) -> Result<()> {
     let mut params = [args as *const A as *mut std::ffi::c_void];
     if !pdl {

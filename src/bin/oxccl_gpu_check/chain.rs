@@ -2,10 +2,11 @@
 //! oxccl launches ring one-shot AllReduces early (algo::pdl::early, kernels/allreduce.cu): each
 //! reads its input and sends its packets while the previous one still runs. nccl-tests cannot
 //! catch a stale packet there (every iteration reduces the same data), so every operation here
-//! has its own input, fresh on every replay, and the chain mixes in what must not go early: an
-//! input that is the previous operation's output, in-place calls, and messages beyond the ring
-//! (the LL halves). Every output of every replay is checked; the check also fails if no launch
-//! went early, since then it tested nothing new.
+//! has its own input, fresh on every replay, and the chain mixes in an input that is the previous
+//! operation's output (which goes early only chained: it waits for that operation's blocks to
+//! publish their output), in-place calls, and messages beyond the ring (the LL halves). Every
+//! output of every replay is checked; the check also fails if no launch went early, or none
+//! chained, since then it tested nothing new.
 
 use std::ffi::c_void;
 
@@ -30,7 +31,7 @@ const CAP: usize = 20480;
 enum Kind {
     /// in(j) -> out(j).
     Fresh,
-    /// out(j-1) -> out(j): the input is the previous call's output (never early).
+    /// out(j-1) -> out(j): the input is the previous call's output (early only chained).
     Chained,
     /// out(j) -> out(j).
     InPlace,
@@ -187,9 +188,10 @@ fn run(ranks: &[Rank], bufs: &[Bufs]) -> Result<usize, String> {
     issue(ranks, bufs)?;
     bad += verify(ranks, bufs, 0, "eager")?;
 
-    let before = oxccl::enqueue::early_launches();
+    let before = (oxccl::enqueue::early_launches(), oxccl::enqueue::chained_launches());
     let execs = crate::capture(ranks, || issue(ranks, bufs))?;
-    let early = oxccl::enqueue::early_launches() - before;
+    let early = oxccl::enqueue::early_launches() - before.0;
+    let chained = oxccl::enqueue::chained_launches() - before.1;
     let replays = (|| -> Result<usize, String> {
         let mut bad = 0;
         for round in 1..=REPLAYS {
@@ -214,9 +216,13 @@ fn run(ranks: &[Rank], bufs: &[Bufs]) -> Result<usize, String> {
     }
     bad += replays?;
     let off = ["OXCCL_ONESHOT_EARLY", "OXCCL_PDL"].iter().any(|k| std::env::var(k).is_ok_and(|v| v.trim() == "0"));
-    println!("  chain: {OPS} AllReduces per graph, {REPLAYS} replays, {early} early launches captured");
+    println!("  chain: {OPS} AllReduces per graph, {REPLAYS} replays, {early} early launches captured, {chained} of them chained");
     if early == 0 && !off {
         println!("FAIL chain: no launch was early (expected {} per rank)", OPS / 2);
+        bad += 1;
+    }
+    if chained == 0 && !off {
+        println!("FAIL chain: no launch was chained (expected {} per rank)", OPS / 6);
         bad += 1;
     }
     Ok(bad)
