@@ -52,13 +52,13 @@
 //   in-place call on the same buffer, or y = AllReduce(x) then AllReduce(y)), so it cannot be
 //   read before that launch writes it; but waiting for that launch's completion (the PDL wait)
 //   put 2 us on every such call (64 KB in place under graphs: 4.93 us against 2.76 out of place,
-//   4 ranks; BENCHMARKS fortieth pass). Every ring launch publishes per block, after its output
-//   stores, the flag it used (ox_ring_out_publish); a chained block waits for its twin's word
-//   (same grid and packet map: the host checked) and then reads its input and sends as an early
-//   launch does. Its packets leave later than an early launch's would, so the slot argument
-//   below holds unchanged; its output is still written after its PDL wait. Only a launch with
-//   OX_ONESHOT_PUBLISH publishes, which the host sets in the captured node of a chained launch's
-//   anchor: publishing everywhere cost 0.16-0.25 us a call at 8 B (its fence delays the exit).
+//   4 ranks; BENCHMARKS fortieth pass). The launch it follows publishes per block, after its
+//   output stores, the flag it used (ox_ring_out_publish, OX_ONESHOT_PUBLISH: the host sets it in
+//   that launch's captured node once it knows a chained launch follows; publishing everywhere
+//   cost 0.16-0.25 us a call at 8 B, its fence delaying the exit). A chained block waits for its
+//   twin's word (same grid and packet map: the host checked), then reads its input and sends as
+//   an early launch does. Its packets leave later than an early launch's would, so the slot
+//   argument below holds unchanged; its output is still written after its PDL wait.
 // Why 8 ring slots. Let L, with flag f (per pair), write its packets. (a) Then this rank's launch
 // of flag f-3 is complete: if L waited first, f-1 is; if early, L began once f-1 triggered, and
 // f-1 triggered after its own wait (f-2 complete) or, at entry, once f-2 had passed its wait (f-3

@@ -193,8 +193,8 @@ OX_DEV void ox_ring_table_advance(const DevComm& c, int me, int n, const uint32_
 }
 
 // The ring one-shot's output words (allreduce.cu), one per block: after its block has written its
-// output, every ring launch stores there the flag it used with the next rank, the same for every
-// block. A chained launch (OX_ONESHOT_CHAIN) reads the previous launch's output as its input,
+// output, a ring launch with OX_ONESHOT_PUBLISH stores there the flag it used with the next rank,
+// the same for every block. A chained launch (OX_ONESHOT_CHAIN) reads the previous launch's output as its input,
 // with the same grid and thread-to-packet map (the host checked), so each block waits only for
 // its twin block of that launch: for the word to hold the flag one before its own.
 OX_DEV uint32_t* ox_ring_out_ptr(const DevComm& c, uint32_t block) {

@@ -5,9 +5,8 @@
 //! has its own input, fresh on every replay, and the chain mixes in an input that is the previous
 //! operation's output (which goes early only chained: it waits for that operation's blocks to
 //! publish their output), into another buffer or in place over it, in-place calls, and messages
-//! beyond the ring (the LL halves). Every
-//! output of every replay is checked; the check also fails if no launch went early, or none
-//! chained, since then it tested nothing new.
+//! beyond the ring (the LL halves). Every output of every replay is checked; the check also fails
+//! if no launch went early, or none chained, since then it tested nothing new.
 
 use std::ffi::c_void;
 
