@@ -86,6 +86,9 @@ OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Pr
   const bool entry = early && (a.mode & OX_ONESHOT_ENTRY) != 0;
   const uint32_t pos = a.mode >> OX_ONESHOT_POS_SHIFT;  // early: 1, 2, ... behind the head
   const bool chain_in = Chain && early && (a.mode & OX_ONESHOT_CHAIN) != 0;  // input = the previous output
+  // Pre-sent: the launch before this one already wrote this launch's packets (PRESEND there).
+  const bool present = chain_in && (a.mode & OX_ONESHOT_PRESENT) != 0;
+  const bool presend = Chain && ring && (a.mode & OX_ONESHOT_PRESEND) != 0;
   if (!early) ox_pdl_wait();
   if (!ring) ox_pdl_trigger();
   // Ring: the block's last warp does the chain's bookkeeping (the head's advance, an entry
@@ -138,7 +141,7 @@ OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Pr
   }
   // The flag this launch uses with the next rank: what its output word carries (ll_flags.cuh).
   const int nextp = me + 1 < n ? me + 1 : 0;
-  if (chain_in) {
+  if (chain_in && !present) {
     // Thread 0, not the advancer: an entry launch's trigger above does not wait for this (waiting
     // before it, and before the flags, made the chained 64 KB call 0.2 us slower, s52c).
     if (threadIdx.x == 0) ox_ring_out_wait(c, flags[nextp], ab);
@@ -147,7 +150,7 @@ OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Pr
   }
   probe.mark(1);
 
-  for (uint64_t i = g; i < npkt; i += G) {
+  for (uint64_t i = present ? npkt : g; i < npkt; i += G) {
     const uint64_t v = i == g ? first : ox_pre<T>(op, ox_load8(src, i * 8, nbytes));
     for (int k = 1; k < n; ++k) {
       const int p = me + k < n ? me + k : me + k - n;  // staggered so ranks start on different peers
@@ -162,6 +165,8 @@ OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Pr
     // Relaxed: it tells the next launches only that this wait has returned, a fact of time.
     if (blockIdx.x == 0 && threadIdx.x == 0) ox_st_relaxed_gpu_u32(ox_ring_chain_ptr(c), pos);
     if (!entry) ox_pdl_trigger();
+    // Pre-sent: the input is the previous launch's output, complete now (no out word to wait for).
+    if (present && g < npkt) first = ox_pre<T>(op, ox_load8(src, g * 8, nbytes));
   }
   for (uint64_t i = g; i < npkt; i += G) {
     uint64_t acc = 0;
@@ -175,7 +180,20 @@ OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Pr
       }
       acc = r == 0 ? x : ox_combine<T>(op, acc, x);
     }
-    ox_store8(dst, i * 8, nbytes, ox_post<T>(op, acc));
+    const uint64_t out = ox_post<T>(op, acc);
+    if (presend) {
+      // The next launch's packet i: its input is this output and its pre() the identity (the
+      // host checked), with the pair's next flag, into the slot of that flag. The slot argument
+      // above holds with room to spare: this thread has read the peer's packet i of flag f,
+      // written by the peer's launch f (or pre-sent by its f-1, after its wait), so the peer's
+      // launch f-3 at least is complete, and the slot of f+1 last held f-7.
+      for (int k = 1; k < n; ++k) {
+        const int p = me + k < n ? me + k : me + k - n;
+        const uint32_t nf = ox_ll_next_flag(flags[p]);
+        ox_ll16_write(ox_ring_at(base[p], half, n, nf, me) + i * 16, out, nf);
+      }
+    }
+    ox_store8(dst, i * 8, nbytes, out);  // after the remote writes, whose latency is the longer
   }
   probe.mark(3);
   // Block by block, for the chained launch behind it (the host sets PUBLISH only then: the

@@ -91,6 +91,12 @@ pub const OX_ONESHOT_CHAIN: u32 = 8;
 /// chained launch behind it. Set only on a launch that a chained launch follows, by rewriting its
 /// captured node (enqueue): the store's fence cost every ring launch 0.16-0.25 us (fortieth pass).
 pub const OX_ONESHOT_PUBLISH: u32 = 16;
+/// PRESEND (ring, chained variant): as each output word is stored, it is also sent to every peer
+/// as the next launch's packet (the pair's next flag): set, by the same node rewrite as PUBLISH
+/// and instead of it, on a launch that a chained launch with an identity pre() follows, which
+/// then runs PRESENT: it sends nothing and reads its input after its PDL wait.
+pub const OX_ONESHOT_PRESEND: u32 = 32;
+pub const OX_ONESHOT_PRESENT: u32 = 64;
 pub const OX_ONESHOT_POS_SHIFT: u32 = 8;
 /// The longest chain: a launch that would be further back is not early (it starts a new chain).
 pub const OX_ONESHOT_POS_MAX: u32 = (1 << 24) - 1;

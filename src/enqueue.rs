@@ -15,7 +15,9 @@ use crate::device_abi::CollArgs;
 use crate::error::{Error, Result};
 use crate::gpu::module::{launch_pdl, Kernel};
 use crate::algo::pdl::{CaptureTail, RingAnchor};
-use crate::device_abi::{OX_ONESHOT_CHAIN, OX_ONESHOT_EARLY, OX_ONESHOT_ENTRY, OX_ONESHOT_POS_SHIFT, OX_ONESHOT_PUBLISH, OX_ONESHOT_RING};
+use crate::device_abi::{
+    OX_ONESHOT_CHAIN, OX_ONESHOT_EARLY, OX_ONESHOT_ENTRY, OX_ONESHOT_POS_SHIFT, OX_ONESHOT_PRESEND, OX_ONESHOT_PRESENT, OX_ONESHOT_PUBLISH, OX_ONESHOT_RING,
+};
 use crate::gpu::stream::capture_tail;
 use crate::gpu::{check, cu, CtxGuard};
 use crate::log::Subsys;
@@ -433,6 +435,13 @@ pub fn chained_launches() -> u64 {
     CHAINED_LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Of those, the ones whose packets the launch before them sent (OX_ONESHOT_PRESENT).
+static PRESENT_LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub fn present_launches() -> u64 {
+    PRESENT_LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A captured ring one-shot launch as issued: what a chained launch behind it (algo::pdl::chained)
 /// needs to make it publish its output.
 #[derive(Clone, Copy)]
@@ -445,11 +454,12 @@ pub struct RingLaunch {
 }
 
 impl RingLaunch {
-    /// Makes the launch's captured node (`node`) the chained variant with OX_ONESHOT_PUBLISH.
-    /// False where the driver refuses: the launch behind it then is not chained.
-    fn publish(&self, node: usize) -> bool {
+    /// Makes the launch's captured node (`node`) the chained variant with OX_ONESHOT_PUBLISH, or
+    /// with OX_ONESHOT_PRESEND where `presend` (algo::pdl::presend). False where the driver
+    /// refuses: the launch behind it then is not chained.
+    fn publish(&self, node: usize, presend: bool) -> bool {
         let mut args = self.args;
-        args.mode |= OX_ONESHOT_PUBLISH;
+        args.mode |= if presend { OX_ONESHOT_PRESEND } else { OX_ONESHOT_PUBLISH };
         match crate::gpu::module::set_kernel_node_args(node as cu::CUgraphNode, self.chain_kernel, self.grid, self.block, &args) {
             Ok(()) => true,
             Err(e) => {
@@ -493,8 +503,9 @@ fn allreduce(r: &Ready, ls: &mut LaunchState, t: &CollTask, count: u64) -> Resul
     let tail = ls.tail_now; // nothing was issued on the stream since with_launch asked
     let send = (t.send, t.send.saturating_add(bytes));
     let (on, scalar, stream, anchor) = (!r.tuning.early_off, t.op.scalar_ptr != 0, t.stream as usize, ls.ring_prev.as_ref());
-    let chained = crate::algo::pdl::chained(on, pdl, scalar, stream, tail, anchor, send, plan.grid, plan.block)
-        && anchor.zip(ls.ring_prev_launch.as_ref()).is_some_and(|(a, l)| l.publish(a.node));
+    let chainable = crate::algo::pdl::chained(on, pdl, scalar, stream, tail, anchor, send, plan.grid, plan.block);
+    let present = crate::algo::pdl::presend(!r.tuning.presend_off, chainable, t.op.op, t.dtype);
+    let chained = chainable && anchor.zip(ls.ring_prev_launch.as_ref()).is_some_and(|(a, l)| l.publish(a.node, present));
     let early = chained || crate::algo::pdl::early(on, pdl, scalar, stream, tail, anchor, send);
     let prev = ls.ring_prev.filter(|_| early);
     let pos = prev.and_then(|a| a.next_pos()).unwrap_or(0);
@@ -502,18 +513,22 @@ fn allreduce(r: &Ready, ls: &mut LaunchState, t: &CollTask, count: u64) -> Resul
     let mode = OX_ONESHOT_RING
         | if early { OX_ONESHOT_EARLY | pos << OX_ONESHOT_POS_SHIFT } else { 0 }
         | if entry { OX_ONESHOT_ENTRY } else { 0 }
-        | if chained { OX_ONESHOT_CHAIN } else { 0 };
+        | if chained { OX_ONESHOT_CHAIN } else { 0 }
+        | if chained && present { OX_ONESHOT_PRESENT } else { 0 };
     if early {
         EARLY_LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     if chained {
         CHAINED_LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if present {
+            PRESENT_LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
     nccl_trace!(
         Subsys::Coll,
         "AllReduce ring one-shot{}{}",
         if entry { ", early at entry" } else if early { ", early" } else { "" },
-        if chained { ", chained" } else { "" }
+        if chained && present { ", chained, pre-sent" } else if chained { ", chained" } else { "" }
     );
     let chain_kernel = r.module.allreduce_chain(t.dtype, t.op.op);
     let mut args = coll_args(r, t, count, 0, mode);

@@ -18,6 +18,8 @@
 //! launch before them has passed its own: three kernels of the communicator may then be resident,
 //! which the launch behind counts (the host keeps `last_grid` at the two grids' sum).
 
+use crate::types::{DataType, RedOp};
+
 /// PDL needs compute capability 9.0 (griddepcontrol).
 pub const MIN_CC_MAJOR: i32 = 9;
 /// And a driver that captures programmatic dependencies into CUDA graphs (12.3), as NCCL asks.
@@ -108,6 +110,20 @@ pub fn chained(enabled: bool, pdl: bool, device_scalar: bool, stream: usize, tai
     right_behind(enabled, pdl, device_scalar, stream, tail, a) && send == a.recv && send.0 < send.1 && a.grid == grid && a.block == block
 }
 
+/// Whether a chained launch may have its packets sent by the anchor (OX_ONESHOT_PRESEND there,
+/// OX_ONESHOT_PRESENT here): the anchor holds this launch's input, its own output, as it stores
+/// it, and may send it as is only where this launch's pre() is the identity: not PreMulSum, not
+/// Avg on a floating type (which pre-multiplies by 1/nranks). `enabled`: OXCCL_ONESHOT_PRESEND.
+/// Each rank decides alone: its peers read packets of the same flag whoever wrote them.
+pub fn presend(enabled: bool, chained: bool, op: RedOp, dtype: DataType) -> bool {
+    let identity_pre = match op {
+        RedOp::PreMulSum => false,
+        RedOp::Avg => !dtype.is_float(),
+        _ => true,
+    };
+    enabled && chained && identity_pre
+}
+
 /// Whether an early launch of `bytes` triggers at entry (OX_ONESHOT_ENTRY) rather than after its
 /// wait: up to `max_bytes` (OXCCL_ONESHOT_ENTRY_BYTES; 0 never). Small launches are all latency,
 /// and the next one's launch then overlaps this one's wait: 1.38-1.42 against 1.45-1.46 us a call
@@ -126,6 +142,17 @@ mod tests {
         RingAnchor { stream: 7, capture: 3, node: 0x1000, recv: (0x2000, 0x3000), grid: 4, block: 512, pos: 0, before: None }
     }
     const TAIL: Option<CaptureTail> = Some(CaptureTail { id: 3, only: Some(0x1000) });
+
+    #[test]
+    fn presend_only_where_the_chained_launch_sends_its_input_as_is() {
+        assert!(presend(true, true, RedOp::Sum, DataType::Float32));
+        assert!(presend(true, true, RedOp::Max, DataType::Bfloat16));
+        assert!(presend(true, true, RedOp::Avg, DataType::Int32), "integer avg divides after the sum");
+        assert!(!presend(true, true, RedOp::Avg, DataType::Float16), "float avg scales each input");
+        assert!(!presend(true, true, RedOp::PreMulSum, DataType::Int64), "per-rank scalar");
+        assert!(!presend(true, false, RedOp::Sum, DataType::Float32), "not chained");
+        assert!(!presend(false, true, RedOp::Sum, DataType::Float32), "OXCCL_ONESHOT_PRESEND=0");
+    }
 
     #[test]
     fn early_behind_the_previous_captured_ring_launch_only() {

@@ -98,6 +98,8 @@ pub struct Tuning {
     pub counted_launch: Option<bool>,
     /// OXCCL_ONESHOT_EARLY=0: no early one-shot AllReduce launches in CUDA graphs (algo::pdl::early).
     pub early_off: bool,
+    /// OXCCL_ONESHOT_PRESEND=0: a chained launch sends its own packets (algo::pdl::presend).
+    pub presend_off: bool,
     /// OXCCL_ONESHOT_ENTRY_BYTES: early one-shot AllReduces up to this size trigger at entry
     /// (algo::pdl::entry); 0 never.
     pub entry_bytes: u64,
@@ -155,6 +157,7 @@ impl Tuning {
             pdl_off: num("OXCCL_PDL") == Some(0),
             counted_launch: num("OXCCL_COUNTED_LAUNCH").map(|v| v != 0),
             early_off: num("OXCCL_ONESHOT_EARLY") == Some(0),
+            presend_off: num("OXCCL_ONESHOT_PRESEND") == Some(0),
             entry_bytes: num("OXCCL_ONESHOT_ENTRY_BYTES").unwrap_or(ENTRY_BYTES),
         })
     }

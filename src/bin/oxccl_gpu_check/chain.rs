@@ -4,7 +4,8 @@
 //! catch a stale packet there (every iteration reduces the same data), so every operation here
 //! has its own input, fresh on every replay, and the chain mixes in an input that is the previous
 //! operation's output (which goes early only chained: it waits for that operation's blocks to
-//! publish their output), into another buffer or in place over it, in-place calls, and messages
+//! publish their output, or that operation sends its packets for it), into another buffer or in
+//! place over it, several in a row, in-place calls, and messages
 //! beyond the ring (the LL halves). Every output of every replay is checked; the check also fails
 //! if no launch went early, or none chained, since then it tested nothing new.
 
@@ -41,12 +42,14 @@ enum Kind {
     Big,
 }
 
+/// Per 8 operations: a chain of four behind a fresh one (twice in place, then twice into a new
+/// buffer), so that chained launches follow chained ones, whose anchors pre-sent their packets.
 fn kind(j: usize) -> Kind {
-    match j % 6 {
-        1 => Kind::Again,
-        3 => Kind::Chained,
-        4 => Kind::InPlace,
-        5 => Kind::Big,
+    match j % 8 {
+        1 | 2 => Kind::Again,
+        3 | 4 => Kind::Chained,
+        5 => Kind::InPlace,
+        6 => Kind::Big,
         _ => Kind::Fresh,
     }
 }
@@ -55,7 +58,7 @@ fn count(j: usize) -> usize {
     match kind(j) {
         Kind::Big => BIG,
         Kind::Chained | Kind::Again => count(j - 1),
-        _ => SIZES[j % SIZES.len()],
+        _ => SIZES[(j * 5 + 3) % SIZES.len()],
     }
 }
 
@@ -77,13 +80,13 @@ impl Bufs {
     fn send(&self, j: usize) -> cu::CUdeviceptr {
         match kind(j) {
             Kind::Fresh | Kind::Big => self.input(j),
-            Kind::Chained | Kind::Again => self.output(j - 1),
+            Kind::Chained | Kind::Again => self.recv(j - 1),
             Kind::InPlace => self.output(j),
         }
     }
     fn recv(&self, j: usize) -> cu::CUdeviceptr {
         if kind(j) == Kind::Again {
-            self.output(j - 1)
+            self.recv(j - 1)
         } else {
             self.output(j)
         }
@@ -202,10 +205,11 @@ fn run(ranks: &[Rank], bufs: &[Bufs]) -> Result<usize, String> {
     issue(ranks, bufs)?;
     bad += verify(ranks, bufs, 0, "eager")?;
 
-    let before = (oxccl::enqueue::early_launches(), oxccl::enqueue::chained_launches());
+    let before = (oxccl::enqueue::early_launches(), oxccl::enqueue::chained_launches(), oxccl::enqueue::present_launches());
     let execs = crate::capture(ranks, || issue(ranks, bufs))?;
     let early = oxccl::enqueue::early_launches() - before.0;
     let chained = oxccl::enqueue::chained_launches() - before.1;
+    let present = oxccl::enqueue::present_launches() - before.2;
     let replays = (|| -> Result<usize, String> {
         let mut bad = 0;
         for round in 1..=REPLAYS {
@@ -229,14 +233,21 @@ fn run(ranks: &[Rank], bufs: &[Bufs]) -> Result<usize, String> {
         }
     }
     bad += replays?;
-    let off = ["OXCCL_ONESHOT_EARLY", "OXCCL_PDL"].iter().any(|k| std::env::var(k).is_ok_and(|v| v.trim() == "0"));
-    println!("  chain: {OPS} AllReduces per graph, {REPLAYS} replays, {early} early launches captured, {chained} of them chained");
+    let zero = |k: &str| std::env::var(k).is_ok_and(|v| v.trim() == "0");
+    let off = zero("OXCCL_ONESHOT_EARLY") || zero("OXCCL_PDL");
+    println!("  chain: {OPS} AllReduces per graph, {REPLAYS} replays, {early} early launches captured, {chained} of them chained, {present} pre-sent");
     if early == 0 && !off {
         println!("FAIL chain: no launch was early (expected {} per rank)", OPS / 2);
         bad += 1;
     }
     if chained == 0 && !off {
-        println!("FAIL chain: no launch was chained (expected {} per rank)", 2 * OPS / 6);
+        println!("FAIL chain: no launch was chained (expected {} per rank)", OPS / 2);
+        bad += 1;
+    }
+    // Every chained launch here is an int32 sum, whose packets its anchor sends (algo::pdl::presend).
+    let want_present = if zero("OXCCL_ONESHOT_PRESEND") { 0 } else { chained };
+    if present != want_present {
+        println!("FAIL chain: {present} launches pre-sent, expected {want_present}");
         bad += 1;
     }
     Ok(bad)
