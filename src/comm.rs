@@ -130,12 +130,10 @@ pub struct LaunchState {
     /// unknown (after a failed launch or one made elsewhere), which allows no early start.
     pub last_grid: u32,
     /// The communicator's last launch, when it was a ring one-shot AllReduce captured into a
-    /// graph (algo::pdl::early); taken into `ring_prev` as each launch begins.
-    pub ring_anchor: Option<crate::algo::pdl::RingAnchor>,
-    pub ring_prev: Option<crate::algo::pdl::RingAnchor>,
-    /// The anchor's launch as issued, which a chained launch rewrites (enqueue::RingLaunch).
-    pub ring_anchor_launch: Option<crate::enqueue::RingLaunch>,
-    pub ring_prev_launch: Option<crate::enqueue::RingLaunch>,
+    /// graph (algo::pdl::early), with the launch as issued, which a chained launch rewrites;
+    /// taken into `ring_prev` as each launch begins.
+    pub ring_anchor: Option<crate::enqueue::RingLast>,
+    pub ring_prev: Option<crate::enqueue::RingLast>,
     /// OXCCL_DEBUG_DUMP's record of issued work (empty when the dump is off).
     pub progress: crate::diag::Progress,
 }
@@ -488,7 +486,7 @@ impl Comm {
         let mem = channels.as_ref().map_or(0, |c| c.device_bytes);
         // Every rank has mapped every peer before any of them launches a kernel on the channels.
         bootstrap.barrier()?;
-        let launch = LaunchState { last_stream: None, done: crate::completion::Completion::new(dev_comm)?, counting: false, counted_last: false, join: Event::new()?, tail_now: None, last_grid: 0, ring_anchor: None, ring_prev: None, ring_anchor_launch: None, ring_prev_launch: None, progress: Default::default() };
+        let launch = LaunchState { last_stream: None, done: crate::completion::Completion::new(dev_comm)?, counting: false, counted_last: false, join: Event::new()?, tail_now: None, last_grid: 0, ring_anchor: None, ring_prev: None, progress: Default::default() };
         let bootstrap = Arc::new(bootstrap);
         let watchdog = watch_peers(self.rank, self.nranks, bootstrap.clone(), self.state.clone(), abort_flag.clone())?;
         nccl_info!(

@@ -107,7 +107,6 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
     }
     crate::hostprof::mark(crate::hostprof::Stage::Prepare);
     ls.ring_prev = ls.ring_anchor.take(); // only the launch right after it may use it
-    ls.ring_prev_launch = ls.ring_anchor_launch.take();
     ls.tail_now = tail;
     // A replay repeats a captured kernel uncounted: only uncaptured launches count theirs, and of
     // those the ones where the host, not the kernel, is the bottleneck.
@@ -442,6 +441,14 @@ pub fn present_launches() -> u64 {
     PRESENT_LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// The communicator's last ring one-shot, captured: where it stands in the graph and its chain
+/// (pure, algo::pdl) and the launch as issued.
+#[derive(Clone, Copy)]
+pub struct RingLast {
+    pub anchor: RingAnchor,
+    pub launch: RingLaunch,
+}
+
 /// A captured ring one-shot launch as issued: what a chained launch behind it (algo::pdl::chained)
 /// needs to make it publish its output.
 #[derive(Clone, Copy)]
@@ -502,12 +509,12 @@ fn allreduce(r: &Ready, ls: &mut LaunchState, t: &CollTask, count: u64) -> Resul
     let pdl = pdl_allowed(r, ls, plan.grid);
     let tail = ls.tail_now; // nothing was issued on the stream since with_launch asked
     let send = (t.send, t.send.saturating_add(bytes));
-    let (on, scalar, stream, anchor) = (!r.tuning.early_off, t.op.scalar_ptr != 0, t.stream as usize, ls.ring_prev.as_ref());
+    let (on, scalar, stream, anchor) = (!r.tuning.early_off, t.op.scalar_ptr != 0, t.stream as usize, ls.ring_prev.as_ref().map(|p| &p.anchor));
     let chainable = crate::algo::pdl::chained(on, pdl, scalar, stream, tail, anchor, send, plan.grid, plan.block);
     let present = crate::algo::pdl::presend(!r.tuning.presend_off, chainable, t.op.op, t.dtype);
-    let chained = chainable && anchor.zip(ls.ring_prev_launch.as_ref()).is_some_and(|(a, l)| l.publish(a.node, present));
+    let chained = chainable && ls.ring_prev.as_ref().is_some_and(|p| p.launch.publish(p.anchor.node, present));
     let early = chained || crate::algo::pdl::early(on, pdl, scalar, stream, tail, anchor, send);
-    let prev = ls.ring_prev.filter(|_| early);
+    let prev = ls.ring_prev.map(|p| p.anchor).filter(|_| early);
     let pos = prev.and_then(|a| a.next_pos()).unwrap_or(0);
     let entry = crate::algo::pdl::entry(early, bytes, r.tuning.entry_bytes);
     let mode = OX_ONESHOT_RING
@@ -539,7 +546,7 @@ fn allreduce(r: &Ready, ls: &mut LaunchState, t: &CollTask, count: u64) -> Resul
     }
     if tail.is_some() {
         if let Some(CaptureTail { id, only: Some(node) }) = capture_tail(t.stream)? {
-            ls.ring_anchor = Some(RingAnchor {
+            let anchor = RingAnchor {
                 stream: t.stream as usize,
                 capture: id,
                 node,
@@ -548,8 +555,8 @@ fn allreduce(r: &Ready, ls: &mut LaunchState, t: &CollTask, count: u64) -> Resul
                 block: plan.block,
                 pos,
                 before: prev.filter(|_| entry).map(|a| a.recv),
-            });
-            ls.ring_anchor_launch = Some(RingLaunch { chain_kernel, grid: plan.grid, block: plan.block, args });
+            };
+            ls.ring_anchor = Some(RingLast { anchor, launch: RingLaunch { chain_kernel, grid: plan.grid, block: plan.block, args } });
         }
     }
     Ok(())
