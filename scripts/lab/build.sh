@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds scripts/lab/netstep_lab, oneshot_lab, oneway_lab, reduce_lab, egress_lab, cechain_lab and driver_lock_lab (sm_90) against the kernels and the ABI header of the last cargo
+# Builds scripts/lab/netstep_lab, oneshot_lab, oneway_lab, reduce_lab, egress_lab, cechain_lab, driver_lock_lab and direct_ar_lab (sm_90) against the kernels and the ABI header of the last cargo
 # build: bash scripts/lab/build.sh [out dir]. Needs a `cargo build --release` first (for the header).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,4 +24,6 @@ mkdir -p "$out"
   -L"$(dirname "$nvcc")/../lib" -L"$(dirname "$nvcc")/../lib64" -o "$out/cechain_lab" "$root/scripts/lab/cechain_lab.cu" -lpthread
 "$nvcc" -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 \
   -L"$(dirname "$nvcc")/../lib" -L"$(dirname "$nvcc")/../lib64" -o "$out/driver_lock_lab" "$root/scripts/lab/driver_lock_lab.cu" -lpthread
-echo "built $out/netstep_lab $out/oneshot_lab $out/oneway_lab $out/reduce_lab $out/egress_lab $out/cechain_lab $out/driver_lock_lab"
+"$nvcc" -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 \
+  -L"$(dirname "$nvcc")/../lib" -L"$(dirname "$nvcc")/../lib64" -o "$out/direct_ar_lab" "$root/scripts/lab/direct_ar_lab.cu"
+echo "built $out/netstep_lab $out/oneshot_lab $out/oneway_lab $out/reduce_lab $out/egress_lab $out/cechain_lab $out/driver_lock_lab $out/direct_ar_lab"
