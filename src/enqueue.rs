@@ -172,12 +172,48 @@ fn nccl_func(c: Coll) -> Option<Func> {
     }
 }
 
-/// Launches one communicator's point-to-point operations of a group as one kernel, on the first
-/// operation's stream. When the batch spans several streams, the group orders them: each waits
-/// for all the others before the group's first launch and for its last launch after it
+/// Launches one communicator's point-to-point operations of a group on the first operation's
+/// stream: as one kernel, or several one after another where the group is larger than a launch
+/// holds (algo::batches). When the group spans several streams, the group orders them: each
+/// waits for all the others before the group's first launch and for its last launch after it
 /// (group::fork_streams, group::join_streams).
 pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
     let Some(first) = ops.first() else { return Ok(()) };
+    let me = comm.rank;
+    // Sends to self pair with receives from self in order: checked for the whole group before
+    // anything is launched.
+    let to_self: Vec<&P2pOp> = ops.iter().filter(|o| o.peer == me && o.is_send).collect();
+    let from_self: Vec<&P2pOp> = ops.iter().filter(|o| o.peer == me && !o.is_send).collect();
+    if to_self.len() != from_self.len() {
+        return Err(Error::invalid_usage(format!(
+            "{} send(s) to self but {} receive(s) from self in one group",
+            to_self.len(),
+            from_self.len()
+        )));
+    }
+    if let Some((s, r)) = to_self.iter().zip(&from_self).find(|(s, r)| s.bytes != r.bytes) {
+        return Err(Error::invalid_usage(format!("send to self of {} bytes matched with a receive of {}", s.bytes, r.bytes)));
+    }
+    // More than one launch holds (algo::batches): launches cut alike on both ends of every pair.
+    // A group of at most `per_pair` operations and OX_MAX_COPIES sends to self is one launch.
+    if ops.len() <= crate::algo::batches::per_pair(comm.nranks) && to_self.len() <= crate::device_abi::OX_MAX_COPIES {
+        return launch_p2p_batch(comm, ops, first.stream);
+    }
+    let batch = crate::algo::batches::p2p_batches(me, comm.nranks, ops.iter().map(|o| (o.is_send, o.peer)));
+    let last = batch.iter().copied().max().unwrap_or(0);
+    if last == 0 {
+        return launch_p2p_batch(comm, ops, first.stream);
+    }
+    nccl_trace!(Subsys::P2p, "rank {me}: a group of {} point-to-point operations in {} launches", ops.len(), last + 1);
+    for j in 0..=last {
+        let part: Vec<P2pOp> = ops.iter().zip(&batch).filter(|(_, &b)| b == j).map(|(o, _)| *o).collect();
+        launch_p2p_batch(comm, &part, first.stream)?;
+    }
+    Ok(())
+}
+
+/// One launch's worth of a group's point-to-point operations (`launch_p2p`), on `stream`.
+fn launch_p2p_batch(comm: &Arc<Comm>, ops: &[P2pOp], stream: cu::CUstream) -> Result<()> {
     let me = comm.rank;
     let mut spec = ExchangeSpec::default();
     let (mut self_sends, mut self_recvs) = (Vec::new(), Vec::new());
@@ -190,28 +226,19 @@ pub fn launch_p2p(comm: &Arc<Comm>, ops: &[P2pOp]) -> Result<()> {
             (false, true) => self_recvs.push(x),
         }
     }
-    if self_sends.len() != self_recvs.len() {
-        return Err(Error::invalid_usage(format!(
-            "{} send(s) to self but {} receive(s) from self in one group",
-            self_sends.len(),
-            self_recvs.len()
-        )));
-    }
+    // launch_p2p checked that they pair up, and cut them in pairs.
     for (s, r) in self_sends.iter().zip(&self_recvs) {
-        if s.bytes != r.bytes {
-            return Err(Error::invalid_usage(format!("send to self of {} bytes matched with a receive of {}", s.bytes, r.bytes)));
-        }
         spec.copies.push(LocalCopy { src: s.ptr, dst: r.ptr, bytes: s.bytes });
     }
     let what = || {
         let list: Vec<String> = ops.iter().map(|o| format!("{} {} B {} {}", if o.is_send { "send" } else { "recv" }, o.bytes, if o.is_send { "to" } else { "from" }, o.peer)).collect();
-        format!("point-to-point [{}] on stream {:p}", list.join(", "), first.stream)
+        format!("point-to-point [{}] on stream {:p}", list.join(", "), stream)
     };
     let bytes = ops.iter().map(|o| o.bytes).max().unwrap_or(0);
-    with_launch(comm, first.stream, bytes, what, |r, ls| {
+    with_launch(comm, stream, bytes, what, |r, ls| {
         match &r.net {
-            Some(net) => net.launch_p2p(r, ops, first.stream),
-            None => p2p(r, ls, &spec, first.stream),
+            Some(net) => net.launch_p2p(r, ops, stream),
+            None => p2p(r, ls, &spec, stream),
         }
     })
 }

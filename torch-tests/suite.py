@@ -251,6 +251,19 @@ class Suite:
                 q.wait()
             for i, m in enumerate(sizes):
                 self.check(same(ins[i], inp(partner, m, torch.float32, salt=i), torch.float32), f"batch of 20 pairs with {partner}, #{i}")
+        # Sixty messages each way with every peer in one group: more than one launch holds at any
+        # world size, so oxccl cuts it into several (src/algo/batches.rs); NCCL has no limit.
+        sizes = [1 + 97 * i for i in range(60)]
+        ops, ins = [], {}
+        for p in (p for p in range(w) if p != r):
+            ins[p] = [torch.zeros(m, device=self.dev) for m in sizes]
+            ops += [dist.P2POp(dist.isend, inp(r, m, torch.float32, salt=100 + i + p).to(self.dev), p) for i, m in enumerate(sizes)]
+            ops += [dist.P2POp(dist.irecv, t, p) for t in ins[p]]
+        for q in dist.batch_isend_irecv(ops):
+            q.wait()
+        for p, bufs in ins.items():
+            for i, m in enumerate(sizes):
+                self.check(same(bufs[i], inp(p, m, torch.float32, salt=100 + i + r), torch.float32), f"batch of 60 messages from {p}, #{i}")
 
     def barriers_and_groups(self):
         dist.barrier()

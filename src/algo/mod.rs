@@ -3,6 +3,7 @@
 //! must make the same choice for the same call; the inputs are identical on every rank.
 
 mod allreduce;
+pub mod batches;
 pub mod ce_direct;
 pub mod chain;
 pub mod cost;

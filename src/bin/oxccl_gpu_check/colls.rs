@@ -33,7 +33,14 @@ enum Kind {
     FanOut(usize),
     /// The reverse: every other rank sends to the root, which receives them all.
     FanIn(usize),
+    /// AllPairs with each block in `PIECES` sends and receives (self included): a group larger
+    /// than one launch holds at any rank count, cut into several (algo::batches). Pieces of
+    /// unequal and zero size where the count does not divide.
+    Pieces,
 }
+
+/// Messages per pair and direction in `Kind::Pieces`: more than one exchange launch carries.
+const PIECES: usize = 48;
 
 fn op_raw(op: CheckOp) -> i32 {
     op as i32
@@ -44,7 +51,7 @@ fn sizes(k: Kind, n: usize, count: usize) -> (usize, usize) {
     match k {
         Kind::AllGather | Kind::Gather(_) | Kind::FanIn(_) => (count, n * count),
         Kind::ReduceScatter(_) | Kind::Scatter(_) => (n * count, count),
-        Kind::AlltoAll | Kind::AllPairs => (n * count, n * count),
+        Kind::AlltoAll | Kind::AllPairs | Kind::Pieces => (n * count, n * count),
         Kind::Broadcast(_) | Kind::Reduce(..) | Kind::Ring | Kind::FanOut(_) => (count, count),
     }
 }
@@ -89,7 +96,7 @@ fn expect(k: Kind, dt: DataType, r: usize, n: usize, count: usize, inputs: &[Vec
                 }
             }
         }
-        Kind::AlltoAll | Kind::AllPairs => {
+        Kind::AlltoAll | Kind::AllPairs | Kind::Pieces => {
             for p in 0..n {
                 for i in 0..count {
                     out[p * count + i] = Some(inputs[p][r * count + i]);
@@ -159,6 +166,26 @@ fn launch(k: Kind, ranks: &[Rank], dt: DataType, count: usize, send: &[u64], rec
                         .and(nccl(ncclSend(so, count, d, p as i32, rk.comm, st), "ncclSend"))
                         .and(nccl(ncclSend(so, 0, d, p as i32, rk.comm, st), "ncclSend(0)"))
                         .and(nccl(ncclRecv(ro, 0, d, p as i32, rk.comm, st), "ncclRecv(0)"));
+                }
+                res
+            }
+            Kind::Pieces => {
+                // Odd ranks post each pair's receives before its sends, and take the peers in
+                // reverse: only the order within a pair and direction matters.
+                let mut res = Ok(());
+                let order: Vec<usize> = if r % 2 == 1 { (0..n).rev().collect() } else { (0..n).collect() };
+                for p in order {
+                    for first_recv in [r % 2 == 1, r % 2 == 0] {
+                        for j in 0..PIECES {
+                            let (lo, hi) = (j * count / PIECES, (j + 1) * count / PIECES);
+                            let at = (p * count + lo) as u64 * es;
+                            res = res.and(if first_recv {
+                                nccl(ncclRecv((recv[r] + at) as *mut c_void, hi - lo, d, p as i32, rk.comm, st), "ncclRecv")
+                            } else {
+                                nccl(ncclSend((send[r] + at) as *const c_void, hi - lo, d, p as i32, rk.comm, st), "ncclSend")
+                            });
+                        }
+                    }
                 }
                 res
             }
@@ -307,6 +334,7 @@ pub fn check_all(ranks: &[Rank], max_count: usize, quick: bool) -> usize {
         Kind::AllPairs,
         Kind::FanOut(0),
         Kind::FanIn(last),
+        Kind::Pieces,
     ];
     kinds.retain(|k| !matches!(k, Kind::ReduceScatter(CheckOp::PreMulDevice)));
     let mut bad = 0;
