@@ -299,18 +299,16 @@ pub fn plan_exchange(
     t: &Tuning,
 ) -> Result<ExchangePlan> {
     let n = topo.nranks;
+    // Groups are cut to fit (algo::batches); collectives' specs stay within these by construction.
     if spec.sends.len() > OX_MAX_XFERS || spec.recvs.len() > OX_MAX_XFERS {
-        return Err(Error::invalid_usage(format!(
-            "one group posts {} sends and {} receives on one communicator; oxccl handles at most {OX_MAX_XFERS} of each per group",
+        return Err(Error::internal(format!(
+            "an exchange launch of {} sends and {} receives; one launch carries at most {OX_MAX_XFERS} of each",
             spec.sends.len(),
             spec.recvs.len()
         )));
     }
     if spec.copies.len() > OX_MAX_COPIES {
-        return Err(Error::invalid_usage(format!(
-            "one group posts {} sends to self on one communicator; oxccl handles at most {OX_MAX_COPIES} per group",
-            spec.copies.len()
-        )));
+        return Err(Error::internal(format!("an exchange launch of {} sends to self; one launch carries at most {OX_MAX_COPIES}", spec.copies.len())));
     }
     for x in spec.sends.iter().chain(spec.recvs.iter()) {
         if x.peer >= n || x.peer == me {
@@ -808,11 +806,11 @@ mod tests {
     }
 
     #[test]
-    fn too_many_transfers_is_invalid_usage() {
+    fn a_launch_beyond_the_parameter_block_is_refused() {
         let (topo, s, t) = setup(2);
         let spec = ExchangeSpec { sends: vec![Transfer { peer: 1, ptr: 0, bytes: 8, relay: None }; OX_MAX_XFERS + 1], ..Default::default() };
         let e = plan_exchange(0, &spec, None, &topo, &s, &t).unwrap_err();
-        assert_eq!(e.code, crate::error::ResultCode::InvalidUsage);
+        assert_eq!(e.code, crate::error::ResultCode::InternalError);
     }
 
     #[test]
