@@ -352,7 +352,7 @@ pub fn end() -> Result<()> {
 }
 
 /// Runs a group's operations in order, each communicator's point-to-point operations as one
-/// launch after its collectives; notes the first error and goes on (the peers wait for the rest).
+/// launch (or several, enqueue::launch_p2p) after its collectives; notes the first error and goes on (the peers wait for the rest).
 fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
     let mut p2p: Vec<(Arc<Comm>, Vec<P2pOp>)> = Vec::new();
     for op in ops {
@@ -423,7 +423,8 @@ fn split_by_comm(ops: Vec<Deferred>) -> Vec<Vec<Deferred>> {
     out.into_iter().map(|(_, v)| v).collect()
 }
 
-/// Adds a point-to-point operation to its communicator's batch (one launch per communicator).
+/// Adds a point-to-point operation to its communicator's batch (one launch per communicator, or
+/// several where the batch is larger than a launch holds: enqueue::launch_p2p).
 fn push_p2p(p2p: &mut Vec<(Arc<Comm>, Vec<P2pOp>)>, c: Arc<Comm>, o: P2pOp) {
     match p2p.iter_mut().find(|(x, _)| Arc::ptr_eq(x, &c)) {
         Some((_, v)) => v.push(o),
