@@ -13,8 +13,9 @@ use crate::gpu::cu;
 
 pub enum Deferred {
     Coll(CollTask),
-    /// Point-to-point operations of one communicator in a group run as one launch, after that
-    /// group's collectives (every rank orders them the same way, whatever order it posted).
+    /// Point-to-point operations of one communicator in a group run as one launch (several for a
+    /// group larger than a launch holds, algo::batches), after that group's collectives (every
+    /// rank orders them the same way, whatever order it posted).
     P2p(Arc<Comm>, P2pOp),
     Finalize(Arc<Comm>),
     Destroy(Arc<Comm>, usize),
