@@ -838,6 +838,57 @@ mod tests {
         }
     }
 
+    /// Every collective's host-local point-to-point stage, cut into launches as enqueue::launch_p2p
+    /// cuts it on the host communicator (algo::batches), fits each launch's limits up to 16 hosts
+    /// of 8; both ends of every local pair cut alike. Uncut, AllGather's stage from 6 hosts of 8
+    /// holds more sends than one launch (a rank's block and the 5 it relays to each of 7 peers).
+    #[test]
+    fn local_stages_cut_into_launches_that_fit() {
+        use crate::algo::batches::p2p_batches;
+        use crate::device_abi::{OX_MAX_COPIES, OX_MAX_XFERS};
+        let mut most = 0;
+        for (h, l) in [(2usize, 2usize), (2, 8), (4, 8), (6, 8), (8, 8), (16, 8), (3, 5)] {
+            let hashes: Vec<u64> = (0..h * l).map(|r| (r / l) as u64 + 100).collect();
+            for coll in [Coll::AllReduce, Coll::ReduceScatter, Coll::Reduce, Coll::AllGather, Coll::Broadcast, Coll::AlltoAll, Coll::Gather, Coll::Scatter] {
+                // Per global rank: its local stages' operations, and the launch of each.
+                let per_rank: Vec<Vec<(Vec<LocalP2p>, Vec<usize>)>> = (0..h * l)
+                    .map(|me| {
+                        let lay = Layout::new(me, &hashes);
+                        let st = plan_all_stages(&lay, &call(coll, 1000, 0));
+                        st.iter()
+                            .filter_map(|s| if let Stage::Local(LocalOp::P2p(v)) = s { Some(v.clone()) } else { None })
+                            .map(|v| {
+                                let b = p2p_batches(lay.local_index(me), l, v.iter().map(|o| (o.is_send, o.peer)));
+                                (v, b)
+                            })
+                            .collect()
+                    })
+                    .collect();
+                for (me, stages) in per_rank.iter().enumerate() {
+                    let lme = me % l;
+                    for (k, (ops, b)) in stages.iter().enumerate() {
+                        most = most.max(ops.iter().filter(|o| o.is_send && o.peer != lme).count());
+                        for j in 0..=b.iter().copied().max().unwrap_or(0) {
+                            let part = || ops.iter().zip(b).filter(move |(_, &x)| x == j).map(|(o, _)| o);
+                            assert!(part().filter(|o| o.is_send && o.peer != lme).count() <= OX_MAX_XFERS, "{h} x {l} {coll:?} rank {me}");
+                            assert!(part().filter(|o| !o.is_send && o.peer != lme).count() <= OX_MAX_XFERS, "{h} x {l} {coll:?} rank {me}");
+                            assert!(part().filter(|o| o.is_send && o.peer == lme).count() <= OX_MAX_COPIES, "{h} x {l} {coll:?} rank {me}");
+                        }
+                        // The k-th message to a local peer sits in the same launch on both ends.
+                        let host0 = me - lme;
+                        for lp in (0..l).filter(|&lp| lp != lme) {
+                            let mine: Vec<usize> = ops.iter().zip(b).filter(|(o, _)| o.is_send && o.peer == lp).map(|(_, &x)| x).collect();
+                            let (theirs_ops, theirs_b) = &per_rank[host0 + lp][k];
+                            let theirs: Vec<usize> = theirs_ops.iter().zip(theirs_b).filter(|(o, _)| !o.is_send && o.peer == lme).map(|(_, &x)| x).collect();
+                            assert_eq!(mine, theirs, "{h} x {l} {coll:?}: rank {me} to local {lp}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(most > OX_MAX_XFERS, "some local stage needs more than one launch ({most} sends at most)");
+    }
+
     /// PyTorch's all_to_all_single with unequal splits is a group of a send and a receive per peer,
     /// slices of one tensor each way, posted in rank order: at 8 x 8 its step fits the kernel's
     /// copy slots too (56 remote slices each way join into one or two copies).
