@@ -240,8 +240,10 @@ class Suite:
                 self.check(same(b, inp(p, n, torch.float32, salt=r), torch.float32), f"batch_isend_irecv n={n} from {p}")
         if w % 2 == 0:
             # Twenty pairs of separate buffers with one partner in one group (matched in order):
-            # across simulated hosts that is 40 copies through the host arena, more than a step
-            # kernel's 32 slots (src/net/mod.rs, `overflow`).
+            # across 2 simulated hosts of 1 that is 40 copies through the host arena, more than a
+            # step kernel's 32 slots (src/net/mod.rs, `overflow`). At 4 ranks the group is cut
+            # into launches of 13 a pair (src/algo/batches.rs); there the 60-message test below
+            # reaches the overflow: 13 each way with each of two remote peers, 52 copies.
             partner = (r + w // 2) % w
             sizes = [1000 + 37 * i for i in range(20)]
             outs = [inp(r, m, torch.float32, salt=i).to(self.dev) for i, m in enumerate(sizes)]
@@ -253,6 +255,7 @@ class Suite:
                 self.check(same(ins[i], inp(partner, m, torch.float32, salt=i), torch.float32), f"batch of 20 pairs with {partner}, #{i}")
         # Sixty messages each way with every peer in one group: more than one launch holds at any
         # world size, so oxccl cuts it into several (src/algo/batches.rs); NCCL has no limit.
+        # Across simulated hosts each cut still overflows a step kernel's copy slots (above).
         sizes = [1 + 97 * i for i in range(60)]
         ops, ins = [], {}
         for p in (p for p in range(w) if p != r):
