@@ -243,7 +243,7 @@ class Suite:
             # across 2 simulated hosts of 1 that is 40 copies through the host arena, more than a
             # step kernel's 32 slots (src/net/mod.rs, `overflow`). At 4 ranks the group is cut
             # into launches of 13 a pair (src/algo/batches.rs); there the 60-message test below
-            # reaches the overflow: 13 each way with each of two remote peers, 52 copies.
+            # reaches the overflow: 13 each way with each of two remote peers, over 32 copies.
             partner = (r + w // 2) % w
             sizes = [1000 + 37 * i for i in range(20)]
             outs = [inp(r, m, torch.float32, salt=i).to(self.dev) for i, m in enumerate(sizes)]
