@@ -353,7 +353,8 @@ pub fn end() -> Result<()> {
 }
 
 /// Runs a group's operations in order, each communicator's point-to-point operations as one
-/// launch (or several, enqueue::launch_p2p) after its collectives; notes the first error and goes on (the peers wait for the rest).
+/// launch (or several, enqueue::launch_p2p) after its collectives; notes the first error and goes
+/// on (the peers wait for the rest).
 fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
     let mut p2p: Vec<(Arc<Comm>, Vec<P2pOp>)> = Vec::new();
     for op in ops {
