@@ -69,7 +69,18 @@ two gpu_syncwait report "oxccl, OXCCL_CE_DIRECT_ASYNC=1" "$out/lib" OXCCL_CE_DIR
 hosts=(GPU_SYNCWAIT_HOSTS=1 NCCL_IB_DISABLE=1)
 two gpu_syncwait pass "oxccl, 2 simulated hosts" "$out/lib" "${hosts[@]}"
 two gpu_syncwait report "oxccl, 2 simulated hosts, OXCCL_NET_STAGE_MAX=262144" "$out/lib" "${hosts[@]}" OXCCL_NET_STAGE_MAX=262144 GPU_SYNCWAIT_ALARM=30
+# devapi_gpu.cu: kernels written against NVIDIA's nccl_device.h (the device API), so it builds with
+# the reference NCCL's headers (NCCL_INCLUDE, default beside NCCL_LIBDIR) and nvcc; GIN's GDAKI
+# backend is left out of the headers (no DOCA headers needed; neither library is asked for GIN).
+nccl_inc=${NCCL_INCLUDE:-${nccl_dir:+$nccl_dir/../include}}
+if [ -n "$nccl_inc" ] && [ -f "$nccl_inc/nccl_device.h" ] && [ -x "$cuda/bin/nvcc" ]; then
+  "$cuda/bin/nvcc" -std=c++17 -O2 -arch=sm_90 -DNCCL_GIN_GDAKI_ENABLE=0 -I"$nccl_inc" "$here/devapi_gpu.cu" -L"$out/lib" -lnccl -o "$out/devapi_gpu"
+  two devapi_gpu pass oxccl "$out/lib"
+else
+  echo "== devapi_gpu not built: needs nvcc and nccl_device.h (NCCL_INCLUDE)"; [ -z "$nccl_dir" ] || rc=1
+fi
 if [ -n "$nccl_dir" ]; then
+  [ -x "$out/devapi_gpu" ] && two devapi_gpu pass "NCCL ($nccl_dir)" "$nccl_dir"
   two gpu_pair pass "NCCL ($nccl_dir)" "$nccl_dir"
   two gpu_syncwait pass "NCCL ($nccl_dir)" "$nccl_dir"
   two gpu_syncwait pass "NCCL ($nccl_dir), 2 simulated hosts" "$nccl_dir" "${hosts[@]}"

@@ -13,11 +13,12 @@ use parking_lot::Mutex;
 use crate::bootstrap::Bootstrap;
 use crate::comm::Comm;
 use crate::error::{Error, Result};
+use crate::symmem::{SymMem, SymWindow};
 
 /// NCCL_WIN_COLL_SYMMETRIC: every rank registers a buffer of the same size.
 pub const WIN_COLL_SYMMETRIC: i32 = 0x01;
 
-/// One registered window (the `ncclWindow_t` handle points at it).
+/// One registered window.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Window {
     pub base: u64,
@@ -27,49 +28,87 @@ pub struct Window {
     pub reg: u64,
 }
 
-/// Every window a communicator has registered, by handle address.
+/// A window and what backs its handle: symmetric memory (the handle is the device address of
+/// its `ncclWindow_vidmem`, which kernels dereference) or nothing but a unique host address.
+struct Entry {
+    window: Window,
+    sym: Option<SymWindow>,
+    _anchor: Option<Box<u8>>,
+}
+
 #[derive(Default)]
-pub struct Windows(Mutex<Vec<usize>>);
+struct State {
+    list: Vec<(usize, Entry)>,
+    sym: Option<SymMem>,
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        // Windows before the space they are mapped in.
+        for (_, e) in self.list.drain(..) {
+            if let (Some(w), Some(sm)) = (e.sym, self.sym.as_mut()) {
+                sm.release(w);
+            }
+        }
+    }
+}
+
+/// Every window a communicator has registered, by handle, and its symmetric memory.
+#[derive(Default)]
+pub struct Windows(Mutex<State>);
 
 impl Windows {
-    fn insert(&self, w: Window) -> usize {
-        let h = Box::into_raw(Box::new(w)) as usize;
-        self.0.lock().push(h);
+    /// Enters a window without symmetric memory; its handle is a fresh host address.
+    pub fn insert(&self, w: Window) -> usize {
+        let anchor = Box::new(0u8);
+        let h = &*anchor as *const u8 as usize;
+        self.0.lock().list.push((h, Entry { window: w, sym: None, _anchor: Some(anchor) }));
         h
     }
 
     /// Frees window `h` if this communicator registered it, returning what it was.
     pub fn remove(&self, h: usize) -> Result<Window> {
-        let mut v = self.0.lock();
-        let i = v.iter().position(|&x| x == h).ok_or_else(|| Error::invalid_usage(format!("unknown window {h:#x} (not registered with this communicator, or already deregistered)")))?;
-        v.swap_remove(i);
-        // SAFETY: h came from Box::into_raw in insert and was just removed from the list, so it
-        // is freed exactly once.
-        Ok(*unsafe { Box::from_raw(h as *mut Window) })
+        let mut st = self.0.lock();
+        let i = st
+            .list
+            .iter()
+            .position(|(x, _)| *x == h)
+            .ok_or_else(|| Error::invalid_usage(format!("unknown window {h:#x} (not registered with this communicator, or already deregistered)")))?;
+        let (_, e) = st.list.swap_remove(i);
+        if let (Some(w), Some(sm)) = (e.sym, st.sym.as_mut()) {
+            sm.release(w);
+        }
+        Ok(e.window)
     }
 
     /// The window behind handle `h`, if this communicator registered it.
     pub fn get(&self, h: usize) -> Option<Window> {
-        let v = self.0.lock();
-        // SAFETY: handles in the list point at live Windows (freed only after removal).
-        v.contains(&h).then(|| unsafe { (*(h as *const Window)).clone() })
+        self.0.lock().list.iter().find(|(x, _)| *x == h).map(|(_, e)| e.window.clone())
     }
 
     pub fn len(&self) -> usize {
-        self.0.lock().len()
+        self.0.lock().list.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
 
-impl Drop for Windows {
-    fn drop(&mut self) {
-        for h in self.0.get_mut().drain(..) {
-            // SAFETY: as in remove: each listed handle is freed once, here.
-            drop(unsafe { Box::from_raw(h as *mut Window) });
+    /// Runs `f` on the communicator's symmetric memory, set up (collectively) on first use, and
+    /// enters the window it returns, if any, under its device handle.
+    pub fn with_sym<T>(&self, init: impl FnOnce() -> Result<SymMem>, f: impl FnOnce(&mut SymMem) -> Result<(T, Option<(Window, SymWindow)>)>) -> Result<(T, Option<usize>)> {
+        let mut st = self.0.lock();
+        if st.sym.is_none() {
+            st.sym = Some(init()?);
         }
+        let Some(sm) = st.sym.as_mut() else { return Err(Error::internal("symmetric memory missing")) };
+        let (t, win) = f(sm)?;
+        let h = win.map(|(window, sw)| {
+            let h = sw.vidmem.ptr as usize;
+            st.list.push((h, Entry { window, sym: Some(sw), _anchor: None }));
+            h
+        });
+        Ok((t, h))
     }
 }
 
@@ -116,36 +155,93 @@ pub fn compare(all: &[(u64, i32)]) -> Result<()> {
     Ok(())
 }
 
-/// A deferred (or immediate) registration: runs the collective, then writes the handle.
+/// What a deferred window job does.
+pub enum What {
+    /// ncclCommWindowRegister of [base, base + size).
+    Register { base: u64, size: u64, flags: i32 },
+    /// ncclDevCommCreate.
+    DevComm(Box<crate::devcomm::Request>),
+}
+
+/// A deferred (or immediate) window registration or device communicator creation: collective,
+/// run in call order per communicator.
 pub struct WindowJob {
     pub comm: Arc<Comm>,
-    pub base: u64,
-    pub size: u64,
-    pub flags: i32,
-    /// Where the caller wants the handle (an `ncclWindow_t*` the caller keeps valid, as NCCL
-    /// requires until the group ends).
+    pub what: What,
+    /// Where the caller wants the result (an `ncclWindow_t*` or `ncclDevComm*` the caller keeps
+    /// valid, as NCCL requires until the group ends).
     pub out: usize,
 }
 
-// SAFETY: `out` is an address the caller vouches for until the job has run; nothing else is
-// thread-bound.
+// SAFETY: `out` (and the request's output pointers) are addresses the caller vouches for until the
+// job has run; nothing else is thread-bound.
 unsafe impl Send for WindowJob {}
 
 impl WindowJob {
     pub fn run(self) -> Result<()> {
         let r = self.comm.ready()?;
         self.comm.check_usable()?;
-        agree(&r.bootstrap, self.size, self.flags)?;
-        // A buffer that cannot be registered still makes a window; streams then use scratch.
-        let reg = self.comm.register(self.base, self.size).unwrap_or_else(|e| {
-            nccl_info!(crate::log::Subsys::Reg, "window {:#x}: not registered ({})", self.base, e.msg);
-            0
-        });
-        let h = self.comm.windows.insert(Window { base: self.base, size: self.size, flags: self.flags, reg });
-        // SAFETY: the caller passed a non-NULL, writable ncclWindow_t* (checked at the call).
-        unsafe { *(self.out as *mut usize) = h };
-        Ok(())
+        match self.what {
+            What::Register { base, size, flags } => register(&self.comm, r, base, size, flags, self.out),
+            What::DevComm(req) => crate::devcomm::create(&self.comm, r, &req, self.out),
+        }
     }
+}
+
+/// The communicator's symmetric memory, set up on first use (collective).
+pub fn init_sym(comm: &Comm, r: &crate::comm::Ready) -> Result<SymMem> {
+    SymMem::init(r.dev, &r.bootstrap, r.reg.key, comm.rank, comm.nranks)
+}
+
+fn register(comm: &Comm, r: &crate::comm::Ready, base: u64, size: u64, flags: i32, out: usize) -> Result<()> {
+    agree(&r.bootstrap, size, flags)?;
+    // A buffer that cannot be registered still makes a window; streams then use scratch.
+    let reg = comm.register(base, size).unwrap_or_else(|e| {
+        nccl_info!(crate::log::Subsys::Reg, "window {base:#x}: not registered ({})", e.msg);
+        0
+    });
+    let window = Window { base, size, flags, reg };
+    let h = match crate::symmem::unsupported(r.net.is_none()) {
+        Some(why) => {
+            nccl_info!(crate::log::Subsys::Reg, "window {base:#x}: no symmetric memory ({why}); the window serves collectives only");
+            comm.windows.insert(window)
+        }
+        None => {
+            let local = crate::symmem::Local::describe(r.dev, base, size).map(|l| {
+                let at = l.as_ref().map_or(0, |l| l.at);
+                (l, at)
+            });
+            let made = local.and_then(|(local, at)| {
+                comm.windows.with_sym(
+                    || init_sym(comm, r),
+                    |sm| match sm.map_all(&r.bootstrap, local)? {
+                        Ok(m) => Ok((None, Some((window.clone(), sm.window(m, at, base, size)?)))),
+                        Err(why) => Ok((Some(why), None)),
+                    },
+                )
+            });
+            match made {
+                Ok((_, Some(h))) => h,
+                Ok((why, None)) => {
+                    nccl_info!(
+                        crate::log::Subsys::Reg,
+                        "window {base:#x}: not in symmetric memory ({}); device kernels cannot use it, collectives can",
+                        why.unwrap_or_default()
+                    );
+                    comm.windows.insert(window)
+                }
+                Err(e) => {
+                    if reg != 0 {
+                        let _ = comm.deregister(reg);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    };
+    // SAFETY: the caller passed a non-NULL, writable ncclWindow_t* (checked at the call).
+    unsafe { *(out as *mut usize) = h };
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,79 +1,119 @@
-//! The host side of NCCL 2.28's device API (nccl_device/*.h). oxccl has no device-initiated
-//! communication API: creating a device communicator answers ncclInvalidUsage with a WARN, as NCCL
-//! does where symmetric memory is unsupported. Pure queries answer truthfully.
+//! The host side of NCCL 2.28's device API (nccl_device/*.h): device communicators over symmetric
+//! memory (src/devcomm.rs, src/symmem), teams, and the requirement helpers. The structs cross
+//! as NCCL lays them out (symmem::abi).
 
 use std::ffi::{c_int, c_void};
 
 use super::types::{ncclComm_t, ncclResult_t, ncclTeam_t};
-use super::{call, comm_arg, not_yet};
+use super::{call, call_grouped, comm_arg};
+use crate::symmem::abi::{ncclDevComm, ncclDevCommRequirements, ncclDevResourceRequirements, ncclGinBarrierHandle, ncclLLA2AHandle, ncclLsaBarrierHandle, GIN_MAX_CONTEXTS};
 
-fn team_of(c: ncclComm_t) -> Option<ncclTeam_t> {
+/// (rank, nranks, LSA team size, this rank's index in it), or None for a bad or unready handle.
+fn teams_of(c: ncclComm_t) -> Option<(c_int, c_int, c_int, c_int)> {
     let c = comm_arg(c).ok()?;
-    Some(ncclTeam_t { nRanks: c.nranks as c_int, rank: c.rank as c_int, stride: 1 })
+    let r = c.ready().ok()?;
+    let (size, me) = crate::symmem::lsa_team(&r.peers, c.rank);
+    Some((c.rank as c_int, c.nranks as c_int, size as c_int, me as c_int))
 }
 
+/// Creates a device communicator (collective; deferred to ncclGroupEnd in a group).
 #[no_mangle]
 pub extern "C" fn ncclDevCommCreate(comm: ncclComm_t, reqs: *const c_void, outDevComm: *mut c_void) -> ncclResult_t {
-    call("ncclDevCommCreate", || {
-        let _ = (reqs, outDevComm);
-        comm_arg(comm)?;
-        Err(not_yet("ncclDevCommCreate (the NCCL device API)"))
+    call_grouped("ncclDevCommCreate", || {
+        let c = comm_arg(comm)?;
+        if reqs.is_null() || outDevComm.is_null() {
+            return Err(crate::error::Error::invalid_argument("ncclDevCommCreate: reqs and outDevComm must not be NULL"));
+        }
+        // SAFETY: a non-NULL ncclDevCommRequirements* from the caller, read once here.
+        let req = unsafe { crate::devcomm::Request::copy(&*(reqs as *const ncclDevCommRequirements)) }?;
+        crate::devcomm::check_supported(c.ready()?)?;
+        let job = crate::window::WindowJob { comm: c, what: crate::window::What::DevComm(Box::new(req)), out: outDevComm as usize };
+        crate::group::submit_window(job)
     })
 }
 
+/// Frees a device communicator's buffers (local).
 #[no_mangle]
 pub extern "C" fn ncclDevCommDestroy(comm: ncclComm_t, devComm: *const c_void) -> ncclResult_t {
     call("ncclDevCommDestroy", || {
-        let _ = devComm;
-        comm_arg(comm)?;
-        Err(not_yet("ncclDevCommDestroy (the NCCL device API)"))
+        let c = comm_arg(comm)?;
+        if devComm.is_null() {
+            return Err(crate::error::Error::invalid_argument("ncclDevCommDestroy: devComm is NULL"));
+        }
+        // SAFETY: a non-NULL ncclDevComm* from the caller; read unaligned, as a copy.
+        let dc = unsafe { std::ptr::read_unaligned(devComm as *const ncclDevComm) };
+        crate::devcomm::destroy(&c, &dc)
     })
 }
 
 /// All ranks of the communicator.
 #[no_mangle]
 pub extern "C" fn ncclTeamWorld(comm: ncclComm_t) -> ncclTeam_t {
-    std::panic::catch_unwind(|| team_of(comm)).ok().flatten().unwrap_or(ncclTeam_t { nRanks: 0, rank: 0, stride: 0 })
-}
-
-/// Ranks sharing load/store access (one host): every rank of an oxccl communicator.
-#[no_mangle]
-pub extern "C" fn ncclTeamLsa(comm: ncclComm_t) -> ncclTeam_t {
-    ncclTeamWorld(comm)
-}
-
-/// Ranks with this rank's local index on every host: with one host, this rank alone.
-#[no_mangle]
-pub extern "C" fn ncclTeamRail(comm: ncclComm_t) -> ncclTeam_t {
-    match std::panic::catch_unwind(|| team_of(comm)).ok().flatten() {
-        Some(t) => ncclTeam_t { nRanks: 1, rank: 0, stride: t.nRanks },
+    match std::panic::catch_unwind(|| comm_arg(comm).ok().map(|c| (c.rank, c.nranks))).ok().flatten() {
+        Some((rank, n)) => ncclTeam_t { nRanks: n as c_int, rank: rank as c_int, stride: 1 },
         None => ncclTeam_t { nRanks: 0, rank: 0, stride: 0 },
     }
 }
 
-/// World rank of `rank` in `team`: teams here are arithmetic progressions from this rank's base.
+/// Ranks sharing load/store access: consecutive ranks of one host, one size for every team
+/// (symmem::lsa_team, as NCCL computes it).
+#[no_mangle]
+pub extern "C" fn ncclTeamLsa(comm: ncclComm_t) -> ncclTeam_t {
+    match std::panic::catch_unwind(|| teams_of(comm)).ok().flatten() {
+        Some((_, _, size, me)) => ncclTeam_t { nRanks: size, rank: me, stride: 1 },
+        None => ncclTeam_t { nRanks: 0, rank: 0, stride: 0 },
+    }
+}
+
+/// Ranks with this rank's index in every LSA team.
+#[no_mangle]
+pub extern "C" fn ncclTeamRail(comm: ncclComm_t) -> ncclTeam_t {
+    match std::panic::catch_unwind(|| teams_of(comm)).ok().flatten() {
+        Some((rank, n, size, _)) => ncclTeam_t { nRanks: n / size, rank: rank / size, stride: size },
+        None => ncclTeam_t { nRanks: 0, rank: 0, stride: 0 },
+    }
+}
+
+/// World rank of `rank` in `team` (NCCL's arithmetic, no checks).
 #[no_mangle]
 pub extern "C" fn ncclTeamRankToWorld(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int {
-    match std::panic::catch_unwind(|| team_of(comm)).ok().flatten() {
-        Some(w) => w.rank + (rank - team.rank) * team.stride,
+    match std::panic::catch_unwind(|| comm_arg(comm).ok().map(|c| c.rank as c_int)).ok().flatten() {
+        Some(me) => me.wrapping_add(rank.wrapping_sub(team.rank).wrapping_mul(team.stride)),
         None => -1,
     }
 }
 
-/// LSA rank of `rank` in `team`: the LSA team is the world team.
+/// LSA rank of `rank` in `team`.
 #[no_mangle]
 pub extern "C" fn ncclTeamRankToLsa(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int {
-    ncclTeamRankToWorld(comm, team, rank)
+    match std::panic::catch_unwind(|| teams_of(comm)).ok().flatten() {
+        Some((_, _, _, me)) => me.wrapping_add(rank.wrapping_sub(team.rank).wrapping_mul(team.stride)),
+        None => -1,
+    }
 }
 
+/// The buffer `nBarriers` LSA barriers of `team` need: three words a barrier plus one a barrier
+/// and rank (NCCL's sizes: the device side indexes them so).
 #[no_mangle]
 pub extern "C" fn ncclLsaBarrierCreateRequirement(team: ncclTeam_t, nBarriers: c_int, outHandle: *mut c_void, outReq: *mut c_void) -> ncclResult_t {
     call("ncclLsaBarrierCreateRequirement", || {
-        let _ = (team, nBarriers, outHandle, outReq);
-        Err(not_yet("ncclLsaBarrierCreateRequirement (the NCCL device API)"))
+        let (h, r) = outs(outHandle, outReq)?;
+        let n = nBarriers.max(0) as usize;
+        let h = h as *mut ncclLsaBarrierHandle;
+        let req = zeroed_req(r);
+        // SAFETY: non-NULL caller structs of these types (checked by outs).
+        unsafe {
+            (*h).nBarriers = nBarriers;
+            (*req).bufferSize = (3 * n + n * team.nRanks.max(0) as usize) * 4;
+            (*req).bufferAlign = 4;
+            (*req).outBufferHandle = &mut (*h).bufHandle;
+        }
+        Ok(())
     })
 }
 
+/// The buffer and signals `nBarriers` GIN barriers need (a requirement only: creating a device
+/// communicator that uses GIN is refused, see src/devcomm.rs).
 #[no_mangle]
 pub extern "C" fn ncclGinBarrierCreateRequirement(
     comm: ncclComm_t,
@@ -83,9 +123,20 @@ pub extern "C" fn ncclGinBarrierCreateRequirement(
     outReq: *mut c_void,
 ) -> ncclResult_t {
     call("ncclGinBarrierCreateRequirement", || {
-        let _ = (team, nBarriers, outHandle, outReq);
+        let _ = team;
         comm_arg(comm)?;
-        Err(not_yet("ncclGinBarrierCreateRequirement (the NCCL device API)"))
+        let (h, r) = outs(outHandle, outReq)?;
+        let h = h as *mut ncclGinBarrierHandle;
+        let req = zeroed_req(r);
+        // SAFETY: non-NULL caller structs of these types (checked by outs).
+        unsafe {
+            (*req).bufferSize = nBarriers.max(0) as usize * GIN_MAX_CONTEXTS * 4;
+            (*req).bufferAlign = 4;
+            (*req).outBufferHandle = &mut (*h).bufHandle;
+            (*req).ginSignalCount = nBarriers;
+            (*req).outGinSignalStart = &mut (*h).signal0;
+        }
+        Ok(())
     })
 }
 
@@ -95,12 +146,37 @@ pub extern "C" fn ncclLLA2ACalcSlots(maxElts: c_int, maxEltSize: c_int) -> c_int
     maxElts.saturating_mul(maxEltSize.max(0).saturating_add(7) / 8)
 }
 
+/// The buffer an LL all-to-all of `nBlocks` blocks and `nSlots` slots needs: a 16-byte header and
+/// two generations of slots per block.
 #[no_mangle]
 pub extern "C" fn ncclLLA2ACreateRequirement(nBlocks: c_int, nSlots: c_int, outHandle: *mut c_void, outReq: *mut c_void) -> ncclResult_t {
     call("ncclLLA2ACreateRequirement", || {
-        let _ = (nBlocks, nSlots, outHandle, outReq);
-        Err(not_yet("ncclLLA2ACreateRequirement (the NCCL device API)"))
+        let (h, r) = outs(outHandle, outReq)?;
+        let h = h as *mut ncclLLA2AHandle;
+        let req = zeroed_req(r);
+        // SAFETY: non-NULL caller structs of these types (checked by outs).
+        unsafe {
+            (*h).nSlots = nSlots as u32;
+            (*req).bufferSize = nBlocks.max(0) as usize * (1 + 2 * nSlots.max(0) as usize) * 16;
+            (*req).bufferAlign = 16;
+            (*req).outBufferHandle = &mut (*h).bufHandle;
+        }
+        Ok(())
     })
+}
+
+fn outs(h: *mut c_void, r: *mut c_void) -> crate::error::Result<(*mut c_void, *mut c_void)> {
+    if h.is_null() || r.is_null() {
+        return Err(crate::error::Error::invalid_argument("outHandle and outReq must not be NULL"));
+    }
+    Ok((h, r))
+}
+
+fn zeroed_req(r: *mut c_void) -> *mut ncclDevResourceRequirements {
+    let req = r as *mut ncclDevResourceRequirements;
+    // SAFETY: a non-NULL caller ncclDevResourceRequirements (checked by outs); all-zero is valid.
+    unsafe { std::ptr::write_bytes(req, 0, 1) };
+    req
 }
 
 #[cfg(test)]
@@ -119,5 +195,23 @@ mod tests {
         let t = ncclTeamWorld(std::ptr::null_mut());
         assert_eq!(t, ncclTeam_t { nRanks: 0, rank: 0, stride: 0 });
         assert_eq!(ncclTeamRankToWorld(std::ptr::null_mut(), t, 0), -1);
+        assert_eq!(ncclTeamLsa(std::ptr::null_mut()), ncclTeam_t { nRanks: 0, rank: 0, stride: 0 });
+    }
+
+    /// The requirement helpers size buffers as NCCL 2.28.9's do and point the requirement's
+    /// output at the handle, so ncclDevCommCreate fills the handle in.
+    #[test]
+    fn requirements_as_nccl_writes_them() {
+        let mut h = ncclLsaBarrierHandle::default();
+        let mut r: ncclDevResourceRequirements = unsafe { std::mem::zeroed() };
+        let team = ncclTeam_t { nRanks: 4, rank: 1, stride: 1 };
+        assert_eq!(ncclLsaBarrierCreateRequirement(team, 8, (&mut h as *mut ncclLsaBarrierHandle).cast(), (&mut r as *mut ncclDevResourceRequirements).cast()), ncclResult_t::Success);
+        assert_eq!((h.nBarriers, r.bufferSize, r.bufferAlign), (8, (3 * 8 + 8 * 4) * 4, 4));
+        assert_eq!(r.outBufferHandle, &mut h.bufHandle as *mut u32);
+        let mut a = ncclLLA2AHandle::default();
+        assert_eq!(ncclLLA2ACreateRequirement(2, 5, (&mut a as *mut ncclLLA2AHandle).cast(), (&mut r as *mut ncclDevResourceRequirements).cast()), ncclResult_t::Success);
+        assert_eq!((a.nSlots, r.bufferSize, r.bufferAlign), (5, 2 * 11 * 16, 16));
+        assert_eq!(r.outBufferHandle, &mut a.bufHandle as *mut u32);
+        assert_eq!(ncclLLA2ACreateRequirement(2, 5, std::ptr::null_mut(), (&mut r as *mut ncclDevResourceRequirements).cast()), ncclResult_t::InvalidArgument);
     }
 }

@@ -68,7 +68,7 @@ pub extern "C" fn ncclCommWindowRegister(
             return Ok(());
         }
         crate::window::check_flags(winFlags)?;
-        let job = crate::window::WindowJob { comm: c, base: buff as u64, size: size as u64, flags: winFlags, out: win as usize };
+        let job = crate::window::WindowJob { comm: c, what: crate::window::What::Register { base: buff as u64, size: size as u64, flags: winFlags }, out: win as usize };
         crate::group::submit_window(job)
     })
 }

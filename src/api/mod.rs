@@ -82,7 +82,3 @@ fn comm_arg(c: ncclComm_t) -> Result<Arc<Comm>> {
     comm_mod::lookup(c as usize)
 }
 
-/// A later-issue feature: exists, validates, and answers ncclInvalidUsage with a WARN.
-fn not_yet(what: &str) -> Error {
-    Error::invalid_usage(format!("{what} is not implemented in this version of oxccl"))
-}

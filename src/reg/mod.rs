@@ -121,6 +121,8 @@ pub struct Registry {
     peers: Vec<PeerInfo>,
     /// Socket names are `{prefix}-{rank}`.
     prefix: String,
+    /// `comm_key` of the communicator (names its other local sockets too).
+    pub key: u64,
     book: Mutex<Book>,
     links: Mutex<Vec<Link>>,
     /// Any shared registration live: enqueue skips the lookup when not.
@@ -157,6 +159,7 @@ impl Registry {
             dev,
             peers: peers.to_vec(),
             prefix,
+            key: comm_key,
             book: Mutex::new(Book::default()),
             links: Mutex::new((0..peers.len()).map(|_| Link::NotYet).collect()),
             any_shared: AtomicBool::new(false),
