@@ -347,11 +347,33 @@ fn broadcast(r: &Ready, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) 
     kernel(r, ls, r.module.broadcast_ll128(), grid, block, t.stream, &mut args)
 }
 
-/// AllGather and AlltoAll: the one-shot gather kernel where the selector says so, else the
+/// AllGather and AlltoAll: an AllGather into a symmetric window by the direct kernel where
+/// algo::symm says so, else the one-shot gather kernel where its selector says so, else the
 /// exchange kernel.
 fn gather(r: &Ready, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) -> Result<()> {
     let piece = t.count * t.dtype.size() as u64;
     let allgather = t.coll == Coll::AllGather;
+    if allgather {
+        if let Some((grid, block)) = crate::algo::symm::allgather(piece, &r.topo, &r.tuning) {
+            if let Some((flat, stride)) = t.comm.windows.symmetric_span(t.recv, piece * r.topo.nranks as u64) {
+                nccl_trace!(Subsys::Coll, "AllGather {piece} B per rank into a symmetric window -> direct grid {grid} block {block}");
+                // Kernel-specific use of CollArgs: see kernels/symm_allgather.cu.
+                let mut args = CollArgs {
+                    comm: r.dev_comm,
+                    send: t.send,
+                    recv: flat,
+                    count: piece,
+                    chunk_elems: stride,
+                    scalar: t.recv,
+                    scalar_ptr: 0,
+                    root: -1,
+                    mode: 0,
+                    done: 0,
+                };
+                return kernel(r, ls, r.module.allgather_symm(), grid, block, t.stream, &mut args);
+            }
+        }
+    }
     let Some((grid, block)) = crate::algo::select_gather_oneshot(piece, allgather, &r.topo, &r.scratch, &r.tuning) else {
         return exchange(r, ls, &coll_spec(r, t), func, t.stream);
     };

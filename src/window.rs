@@ -94,6 +94,19 @@ impl Windows {
         self.len() == 0
     }
 
+    /// Where [ptr, ptr + len) lies in every rank's copy of a symmetric window registered with
+    /// NCCL_WIN_COLL_SYMMETRIC: its address in slot 0 of the flat space and the stride between
+    /// slots. None if no such window holds it.
+    pub fn symmetric_span(&self, ptr: u64, len: u64) -> Option<(u64, u64)> {
+        let st = self.0.lock();
+        st.list.iter().find_map(|(_, e)| {
+            let w = &e.window;
+            let sym = e.sym.as_ref()?;
+            let inside = w.flags & WIN_COLL_SYMMETRIC != 0 && ptr >= w.base && len <= w.size && ptr - w.base <= w.size - len;
+            inside.then(|| (sym.desc.lsaFlatBase + (ptr - w.base), (sym.desc.stride4G as u64) << 32))
+        })
+    }
+
     /// Runs `f` on the communicator's symmetric memory, set up (collectively) on first use, and
     /// enters the window it returns, if any, under its device handle.
     pub fn with_sym<T>(&self, init: impl FnOnce() -> Result<SymMem>, f: impl FnOnce(&mut SymMem) -> Result<(T, Option<(Window, SymWindow)>)>) -> Result<(T, Option<usize>)> {

@@ -12,6 +12,7 @@ pub mod envlists;
 mod exchange;
 pub mod pdl;
 mod reducing;
+pub mod symm;
 mod tuning;
 
 pub use allreduce::{select_allreduce, AllReduceAlgo, AllReducePlan};

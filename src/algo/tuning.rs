@@ -40,6 +40,13 @@ pub struct Tuning {
     /// OXCCL_GATHER_ONESHOT_MAX_BYTES: largest piece (bytes per pair of ranks) of an AllGather or
     /// AlltoAll run by the one-shot gather kernel instead of the exchange kernel (0 = never).
     pub gather_oneshot_max_bytes: Option<u64>,
+    /// OXCCL_SYMM_ALLGATHER_MIN_BYTES / _MAX_BYTES: pieces (bytes each rank contributes) of an
+    /// AllGather into a symmetric window that the direct kernel takes (algo::symm; max 0 = never).
+    pub symm_allgather_min_bytes: Option<u64>,
+    pub symm_allgather_max_bytes: Option<u64>,
+    /// OXCCL_SYMM_BLOCKS / OXCCL_SYMM_THREADS: the direct kernels' grid and block (every rank alike).
+    pub symm_blocks: Option<u32>,
+    pub symm_threads: Option<u32>,
     /// OXCCL_BROADCAST_ONESHOT_MAX_BYTES: largest Broadcast run by the one-shot packet kernel
     /// (0 = never).
     pub broadcast_oneshot_max_bytes: Option<u64>,
@@ -133,6 +140,10 @@ impl Tuning {
             exchange_threads: num32("OXCCL_EXCHANGE_THREADS").filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
             exchange_ll_blocks: num32("OXCCL_EXCHANGE_LL_BLOCKS").filter(|&b| b > 0),
             gather_oneshot_max_bytes: num("OXCCL_GATHER_ONESHOT_MAX_BYTES"),
+            symm_allgather_min_bytes: num("OXCCL_SYMM_ALLGATHER_MIN_BYTES"),
+            symm_allgather_max_bytes: num("OXCCL_SYMM_ALLGATHER_MAX_BYTES"),
+            symm_blocks: num32("OXCCL_SYMM_BLOCKS").filter(|&b| b > 0),
+            symm_threads: num32("OXCCL_SYMM_THREADS").filter(|&t| (64..=1024).contains(&t) && t % 32 == 0),
             broadcast_oneshot_max_bytes: num("OXCCL_BROADCAST_ONESHOT_MAX_BYTES"),
             p2p_oneshot_max_bytes: num("OXCCL_P2P_ONESHOT_MAX_BYTES"),
             ce_direct_min_bytes: num("OXCCL_CE_DIRECT_MIN_BYTES"),

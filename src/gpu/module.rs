@@ -34,6 +34,7 @@ pub struct Module {
     reduce: Vec<Kernel>,
     exchange: Kernel,
     gather_oneshot: Kernel,
+    allgather_symm: Kernel,
     broadcast_ll128: Kernel,
     broadcast_oneshot: Kernel,
     p2p_oneshot: Kernel,
@@ -83,6 +84,7 @@ impl Module {
             reduce: typed_table(raw, "ox_reduce", &LL_PUT)?,
             exchange: function(raw, "ox_exchange")?,
             gather_oneshot: function(raw, "ox_gather_oneshot")?,
+            allgather_symm: function(raw, "ox_allgather_symm")?,
             broadcast_ll128: function(raw, "ox_broadcast_ll128")?,
             broadcast_oneshot: function(raw, "ox_broadcast_oneshot")?,
             p2p_oneshot: function(raw, "ox_p2p_oneshot")?,
@@ -120,6 +122,11 @@ impl Module {
     /// One-shot AllGather / AlltoAll (kernels/gather_oneshot.cu; CollArgs, count in bytes).
     pub fn gather_oneshot(&self) -> Kernel {
         self.gather_oneshot
+    }
+
+    /// AllGather through symmetric memory (kernels/symm_allgather.cu; CollArgs as described there).
+    pub fn allgather_symm(&self) -> Kernel {
+        self.allgather_symm
     }
 
     /// Broadcast along the LL128 chain (kernels/broadcast.cu; CollArgs with count in bytes).
