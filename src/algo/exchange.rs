@@ -66,10 +66,13 @@ pub struct ExchangePlan {
 
 /// Largest stream one pair moves as packets (either direction), unless tuned: packets cost twice
 /// the bytes but no round trip, and win up to about 1.5 MiB of a rank's traffic (H200, AllGather,
-/// AlltoAll and Broadcast swept at 2 and 4 ranks, BENCHMARKS.md).
+/// AlltoAll and Broadcast swept at 2 and 4 ranks, BENCHMARKS.md). At 2 ranks a 2 MiB stream's
+/// single put round took 30.4-31.1 us in every binary it serves (AllGather, AlltoAll, Gather,
+/// Scatter at 4 MB, Send/Recv at 2 MB), as packets 18.6-21.4 (2 x H200, BENCHMARKS forty-third
+/// pass), so packets go to 2 MiB there; 4 MiB streams take the copy engines or puts as before.
 fn default_ll_max_bytes(nranks: usize) -> u64 {
     if nranks <= 2 {
-        1 << 20
+        2 << 20
     } else {
         512 << 10
     }
