@@ -148,6 +148,15 @@ pub fn exchange_shape(topo: &Topology, scratch: &Scratch) -> (u32, u32) {
     (scratch.rs_max_blocks.min(topo.sm_count.max(1)).max(1), 1024)
 }
 
+/// Put launches at 2 ranks whose largest stream is at most this use SMALL_BLOCK_THREADS threads a
+/// block. With puts alone (packets and copy engines off), every 256 threads more cost about 3.5 us
+/// at every size from 1 to 16 MB (2 x H200, us, 256 / 1024 threads / NCCL: Send/Recv 4 MB 27.15 /
+/// 37.37 / 32.50, 16 MB 66.80 / 74.66 / 80.75; AlltoAll 16 MB 41.80 / 49.89 / 55.25; Gather 8 MB
+/// 26.28 / 37.02 / 20.66; BENCHMARKS forty-third pass). Larger streams and more ranks keep 1024
+/// (not measured there).
+const SMALL_BLOCK_PUT_MAX_BYTES: u64 = 16 << 20;
+const SMALL_BLOCK_THREADS: u32 = 256;
+
 /// The exchange kernel's block size: only the grid pairs blocks between ranks, so the block size
 /// may be tuned (OXCCL_EXCHANGE_THREADS) without the peers agreeing. Packet-only launches use
 /// 256 threads: on H200 x4 at 8 B-32 KiB that took 5.2-5.6 us where 1024 took 5.7-6.8 (Broadcast;
@@ -408,7 +417,9 @@ pub fn plan_exchange(
         Some(b) if packet_only => b.clamp(1, grid),
         _ => grid,
     };
-    let block = exchange_threads(t, packet_only, spec.threads);
+    let largest = spec.sends.iter().chain(&spec.recvs).map(|x| x.bytes).max().unwrap_or(0);
+    let wanted = spec.threads.or_else(|| (n == 2 && !packet_only && largest <= SMALL_BLOCK_PUT_MAX_BYTES).then_some(SMALL_BLOCK_THREADS));
+    let block = exchange_threads(t, packet_only, wanted);
     Ok(ExchangePlan { args: a, grid, block })
 }
 
@@ -506,6 +517,30 @@ mod tests {
             ..Default::default()
         };
         assert!(offer_candidates(&plan_exchange(2, &spec, None, &topo, &s, &t).unwrap().args).is_empty());
+    }
+
+    /// Put launches at 2 ranks take small blocks up to 16 MiB streams; packet launches, larger
+    /// streams, more ranks and a shape's own block size are unchanged; the setting still wins.
+    #[test]
+    fn small_blocks_for_mid_size_puts_at_two_ranks() {
+        let block = |n: usize, bytes: u64, t: &Tuning| {
+            let (topo, s, _) = setup(n);
+            let spec = ExchangeSpec {
+                sends: (1..n).map(|p| Transfer { peer: p, ptr: 0x1000, bytes, relay: None }).collect(),
+                recvs: (1..n).map(|p| Transfer { peer: p, ptr: 0x9000_0000, bytes, relay: None }).collect(),
+                ..Default::default()
+            };
+            let plan = plan_exchange(0, &spec, None, &topo, &s, t).unwrap();
+            (plan.args.mode[1], plan.block)
+        };
+        let t = Tuning::default();
+        assert_eq!(block(2, 4 << 20, &t), (OX_MODE_PUT, SMALL_BLOCK_THREADS));
+        assert_eq!(block(2, 16 << 20, &t), (OX_MODE_PUT, SMALL_BLOCK_THREADS));
+        assert_eq!(block(2, 32 << 20, &t), (OX_MODE_PUT, 1024));
+        assert_eq!(block(4, 4 << 20, &t), (OX_MODE_PUT, 1024));
+        assert_eq!(block(2, 1 << 20, &t).1, 256, "packets: 256 anyway");
+        let t = Tuning { exchange_threads: Some(768), ..Tuning::default() };
+        assert_eq!(block(2, 4 << 20, &t).1, 768);
     }
 
     fn setup(n: usize) -> (Topology, Scratch, Tuning) {
