@@ -175,7 +175,6 @@ fn export(h: cu::CUmemGenericAllocationHandle) -> Option<OwnedFd> {
 /// Memory mapped at one offset of every rank's slot.
 pub struct Mapping {
     pub off: u64,
-    len: u64,
     maps: Vec<(u64, usize)>,
 }
 
@@ -304,7 +303,7 @@ impl SymMem {
         match result {
             Ok(maps) if oks.iter().all(|b| b.first() == Some(&1)) => {
                 self.space.insert(off, len);
-                Ok(Ok(Mapping { off, len, maps }))
+                Ok(Ok(Mapping { off, maps }))
             }
             Ok(maps) => {
                 self.unmap(&maps);
@@ -322,8 +321,7 @@ impl SymMem {
         let all = bs.all_gather(&msg)?;
         let reasons: Vec<String> =
             all.iter().enumerate().filter(|(_, m)| m.first() == Some(&0)).map(|(r, m)| format!("rank {r}: {}", String::from_utf8_lossy(&m[1..]))).collect();
-        // Peers that could take part are waiting on their status exchange only if all could;
-        // here at least this rank could not, so nobody maps.
+        // Every rank sees this rank's refusal in the same gather, so none goes on to map.
         Ok(Err(reasons.join("; ")))
     }
 
@@ -502,7 +500,6 @@ impl SymMem {
     fn release_mapping(&mut self, m: Mapping) {
         self.unmap(&m.maps);
         self.space.remove(m.off);
-        let _ = m.len;
     }
 
     /// Undoes `window`: its table entry, its mappings and its device descriptor.
