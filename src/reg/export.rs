@@ -50,24 +50,40 @@ pub fn describe(dev: &'static Device, ptr: u64, size: u64) -> Result<Option<Allo
     if unsafe { cu::cuMemRetainAllocationHandle(&mut h, ptr as *mut std::ffi::c_void) } != cu::CUresult::CUDA_SUCCESS {
         return Ok(None);
     }
-    let mut fd: RawFd = -1;
-    // SAFETY: out-pointer to an int, as POSIX_FILE_DESCRIPTOR handles are; h was retained above.
-    let rc = unsafe {
-        cu::cuMemExportToShareableHandle(
-            (&mut fd as *mut RawFd).cast(),
-            h,
-            cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-            0,
-        )
-    };
+    let fd = export_fd(h);
     // SAFETY: drops the reference cuMemRetainAllocationHandle took.
     unsafe { cu::cuMemRelease(h) };
-    if rc != cu::CUresult::CUDA_SUCCESS || fd < 0 {
-        return Ok(None);
-    }
-    // SAFETY: the driver returned a fresh descriptor, now owned here.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let Some(fd) = fd else { return Ok(None) };
     Ok(Some(Alloc { base, size: asize, ipc: [0; IPC_HANDLE_BYTES], legacy: false, fd: Some(fd) }))
+}
+
+/// A POSIX file descriptor for cuMem allocation `h`, or None if it has no such handle type.
+pub fn export_fd(h: cu::CUmemGenericAllocationHandle) -> Option<OwnedFd> {
+    let mut fd: RawFd = -1;
+    // SAFETY: out-pointer to an int, as POSIX_FILE_DESCRIPTOR handles are.
+    let rc = unsafe {
+        cu::cuMemExportToShareableHandle((&mut fd as *mut RawFd).cast(), h, cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
+    };
+    // SAFETY: on success the driver returned a fresh descriptor, now owned here.
+    (rc == cu::CUresult::CUDA_SUCCESS && fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The cuMem allocation a peer's POSIX file descriptor stands for (a new reference, the caller's
+/// to release).
+pub fn import_fd(fd: &OwnedFd) -> Result<cu::CUmemGenericAllocationHandle> {
+    let mut handle: cu::CUmemGenericAllocationHandle = 0;
+    // SAFETY: a POSIX-FD handle is passed as the descriptor's value cast to a pointer.
+    check(
+        unsafe {
+            cu::cuMemImportFromShareableHandle(
+                &mut handle,
+                fd.as_raw_fd() as usize as *mut std::ffi::c_void,
+                cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            )
+        },
+        "cuMemImportFromShareableHandle",
+    )?;
+    Ok(handle)
 }
 
 impl Alloc {
@@ -108,18 +124,7 @@ impl VmmImport {
     pub fn map(dev: &'static Device, fd: &OwnedFd, size: u64) -> Result<VmmImport> {
         let _g = CtxGuard::new(dev)?;
         let size = size as usize;
-        let mut handle: cu::CUmemGenericAllocationHandle = 0;
-        // SAFETY: a POSIX-FD handle is passed as the descriptor's value cast to a pointer.
-        check(
-            unsafe {
-                cu::cuMemImportFromShareableHandle(
-                    &mut handle,
-                    fd.as_raw_fd() as usize as *mut std::ffi::c_void,
-                    cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                )
-            },
-            "cuMemImportFromShareableHandle",
-        )?;
+        let handle = import_fd(fd)?;
         let ptr = match map_handle(handle, size, 0, &[dev.ordinal]) {
             Ok(p) => p,
             Err(e) => {

@@ -16,7 +16,7 @@
 pub mod abi;
 pub mod space;
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use abi::{ncclDevCommWindowTable, ncclWindow_vidmem, TableEntry, TABLE_ENTRIES};
@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{check, cu, CtxGuard, Device, DeviceBuffer};
 use crate::log::Subsys;
 use crate::mem::location;
+use crate::reg::export::{export_fd, import_fd};
 use crate::reg::uds;
 use crate::topo::PeerInfo;
 
@@ -129,7 +130,7 @@ impl Local {
         if unsafe { cu::cuMemRetainAllocationHandle(&mut h, base as *mut std::ffi::c_void) } != cu::CUresult::CUDA_SUCCESS {
             return Ok(Err(format!("{ptr:#x} is not cuMem memory (allocate windows with ncclMemAlloc)")));
         }
-        let fd = match export(h) {
+        let fd = match export_fd(h) {
             Some(fd) => fd,
             None => {
                 // SAFETY: drops the reference retained above.
@@ -151,7 +152,7 @@ impl Local {
         let mut h: cu::CUmemGenericAllocationHandle = 0;
         // SAFETY: out-pointer to a local, prop initialised.
         check(unsafe { cu::cuMemCreate(&mut h, size as usize, &prop, 0) }, "cuMemCreate")?;
-        match export(h) {
+        match export_fd(h) {
             Some(fd) => Ok(Local { size, at: 0, handle: h, fd }),
             None => {
                 // SAFETY: created above, released once.
@@ -162,15 +163,6 @@ impl Local {
     }
 }
 
-fn export(h: cu::CUmemGenericAllocationHandle) -> Option<OwnedFd> {
-    let mut fd: RawFd = -1;
-    // SAFETY: out-pointer to an int, as POSIX_FILE_DESCRIPTOR handles are.
-    let rc = unsafe {
-        cu::cuMemExportToShareableHandle((&mut fd as *mut RawFd).cast(), h, cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
-    };
-    // SAFETY: on success the driver returned a fresh descriptor, now owned here.
-    (rc == cu::CUresult::CUDA_SUCCESS && fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
-}
 
 /// Memory mapped at one offset of every rank's slot.
 pub struct Mapping {
@@ -381,23 +373,13 @@ impl SymMem {
                 local.handle
             } else {
                 let fd = fds[r].as_ref().ok_or_else(|| Error::internal("symmetric memory: descriptor missing"))?;
-                let mut h: cu::CUmemGenericAllocationHandle = 0;
-                // SAFETY: a POSIX-FD handle is passed as the descriptor's value cast to a pointer.
-                let rc = check(
-                    unsafe {
-                        cu::cuMemImportFromShareableHandle(
-                            &mut h,
-                            fd.as_raw_fd() as usize as *mut std::ffi::c_void,
-                            cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                        )
-                    },
-                    "cuMemImportFromShareableHandle",
-                );
-                if let Err(e) = rc {
-                    self.unmap(&maps);
-                    return Err(e);
+                match import_fd(fd) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        self.unmap(&maps);
+                        return Err(e);
+                    }
                 }
-                h
             };
             let desc = cu::CUmemAccessDesc { location: location(self.dev.ordinal), flags: cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
             // SAFETY: addr..addr+size lies in this rank's reservation (off + size <= big by
