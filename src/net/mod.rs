@@ -92,6 +92,22 @@ fn bcast_stripe_min() -> Result<u64> {
     }
 }
 
+/// OXCCL_NET_BCAST_SCATTER_MIN: the smallest Broadcast between two hosts that the root sends as
+/// slices, one to each rank of the other host, which then gather them (`plan::SCATTER_MIN_BYTES`
+/// unless set; 0: never). It changes the plan, so every rank must see the same value (tuning).
+fn bcast_scatter_min() -> Result<u64> {
+    match crate::config::env("OXCCL_NET_BCAST_SCATTER_MIN") {
+        None => Ok(plan::SCATTER_MIN_BYTES),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) => {
+                nccl_info!(Subsys::Net, "OXCCL_NET_BCAST_SCATTER_MIN set by environment to {n}");
+                Ok(if n == 0 { u64::MAX } else { n })
+            }
+            Err(_) => Err(Error::invalid_usage(format!("OXCCL_NET_BCAST_SCATTER_MIN={v}: expected a number of bytes"))),
+        },
+    }
+}
+
 /// OXCCL_NET_SOCKETS: sockets (each way) per pair of ranks on different hosts, default 4; large
 /// transfers are striped over them (one TCP stream rarely fills a fast NIC, or even loopback).
 /// Must be equal on every rank.
@@ -320,6 +336,7 @@ impl Net {
             layout.bcast_direct_max = v;
         }
         layout.bcast_stripe_min = bcast_stripe_min()?;
+        layout.bcast_scatter_min = bcast_scatter_min()?;
         let mh = layout.my_host();
         // The local communicator first: every rank does this before any link, and it involves
         // only this host's ranks.

@@ -30,6 +30,9 @@ pub struct Layout {
     /// The stripe threshold of a Broadcast's transfers from the root to the other hosts
     /// (`Phase::stripe_min`); 0 unless tuned (OXCCL_NET_BCAST_STRIPE_MIN, equal on every rank).
     pub bcast_stripe_min: u64,
+    /// `SCATTER_MIN_BYTES` unless tuned (OXCCL_NET_BCAST_SCATTER_MIN, equal on every rank;
+    /// `u64::MAX`: never).
+    pub bcast_scatter_min: u64,
 }
 
 impl Layout {
@@ -50,7 +53,7 @@ impl Layout {
             hosts[i].push(r);
             host_of.push(i);
         }
-        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES, bcast_stripe_min: 0 }
+        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES, bcast_stripe_min: 0, bcast_scatter_min: SCATTER_MIN_BYTES }
     }
 
     pub fn nranks(&self) -> usize {
@@ -259,6 +262,15 @@ pub const CHAIN_MAX_BYTES: u64 = 256 << 10;
 /// two were within a microsecond or two either way (BENCHMARKS, thirty-sixth pass; 64 KiB before).
 pub const DIRECT_MAX_BYTES: u64 = 16 << 10;
 pub const DIRECT_MAX_PEERS: usize = 4;
+
+/// Broadcast between two hosts from this size, where the message splits evenly over the ranks of
+/// the other host: the root sends each of them its own slice, and that host's stage gathers the
+/// slices, so the message crosses on several proxies, links and copy streams at once instead of one.
+/// At 2 simulated hosts x 2 on H200, medians of 6 (us): 1 MB 131.6 against 182.9 sent whole, 4 MB
+/// 229 against 360, 16 MB 808 against 1928, 128 MB 6543 against 10573 (NCCL's sockets 134, 879,
+/// 3768, 27980); at 512 KB scattering lost (126 against 116), at 2 MB it was even (BENCHMARKS,
+/// forty-fourth pass).
+pub const SCATTER_MIN_BYTES: u64 = 1 << 20;
 
 /// Reduce up to this size, with at most `DIRECT_MAX_PEERS` ranks on other hosts (any number of
 /// hosts): each of them sends its input to the root, so no host stage comes before their step.
@@ -613,6 +625,12 @@ fn broadcast(l: &Layout, c: &Call) -> Vec<Stage> {
     // Two hosts, a small message and few ranks on the other host: the root sends to each of them,
     // so no host stage follows there.
     let direct = nh == 2 && bytes <= l.bcast_direct_max && l.nranks() - l.local_size(rh) <= DIRECT_MAX_PEERS;
+    // Two hosts, a larger message and equal slices for every rank of the other host: scattered
+    // to them, then gathered there (each slice's bytes).
+    let scatter = (nh == 2 && !direct && bytes > 0 && bytes >= l.bcast_scatter_min)
+        .then(|| l.local_size(1 - rh) as u64)
+        .filter(|&n| n > 1 && c.count.is_multiple_of(n))
+        .map(|n| bytes / n);
     if bytes > 0 && direct {
         if me == root {
             for &r in l.hosts.iter().enumerate().filter(|&(h, _)| h != rh).flat_map(|(_, v)| v) {
@@ -620,6 +638,19 @@ fn broadcast(l: &Layout, c: &Call) -> Vec<Stage> {
             }
         } else if mh != rh {
             phases[0].recvs.push(Xfer { peer: root, buf: Buf::Dev(c.recv), bytes });
+        }
+    } else if let Some(slice) = scatter {
+        // Each rank of the other host receives its own slice; several proxies and sockets carry
+        // the message at once, and the host stage gathers the slices.
+        phases[0].stripe_min = l.bcast_stripe_min;
+        let oh = 1 - rh;
+        if me == root {
+            for (k, &r) in l.hosts[oh].iter().enumerate() {
+                phases[0].sends.push(Xfer { peer: r, buf: Buf::Dev(c.send + k as u64 * slice), bytes: slice });
+            }
+        } else if mh == oh {
+            let k = l.local_index(me) as u64;
+            phases[0].recvs.push(Xfer { peer: root, buf: Buf::Dev(c.recv + k * slice), bytes: slice });
         }
     } else if bytes > 0 && nh > 2 && bytes <= CHAIN_MAX_BYTES {
         // Along a chain of the hosts from the root's: each representative receives from the one
@@ -661,10 +692,14 @@ fn broadcast(l: &Layout, c: &Call) -> Vec<Stage> {
         let copies = copy_if_moved(send, c.recv, bytes);
         return vec![Stage::Net(Step { phases, copies, ..Default::default() }), no_stage()];
     }
-    vec![
-        Stage::Net(Step { phases, ..Default::default() }),
-        local_coll(Coll::Broadcast, send, c.recv, c.count, c.op, l.local_index(local_root)),
-    ]
+    let local = match scatter {
+        Some(slice) if mh != rh => {
+            let n = l.local_size(mh) as u64;
+            local_coll(Coll::AllGather, c.recv + l.local_index(me) as u64 * slice, c.recv, c.count / n, c.op, 0)
+        }
+        _ => local_coll(Coll::Broadcast, send, c.recv, c.count, c.op, l.local_index(local_root)),
+    };
+    vec![Stage::Net(Step { phases, ..Default::default() }), local]
 }
 
 /// Point-to-point operations with global peers (rank `me` may appear: a copy to self).
@@ -959,6 +994,9 @@ mod tests {
                 for count in [0u64, 1, 3, 1000, 1 << 20] {
                     for root in 0..hashes.len() {
                         check_matching(&hashes, &|l| plan_coll(l, &call(coll, count, root)));
+                        if coll == Coll::Broadcast {
+                            check_matching(&hashes, &|l| plan_coll(&Layout { bcast_scatter_min: 1, ..l.clone() }, &call(coll, count, root)));
+                        }
                     }
                 }
             }
@@ -974,7 +1012,7 @@ mod tests {
         use Coll::*;
         for hashes in layouts() {
             let n = hashes.len();
-            for count in [1u64, 5, 64, 1001, 40_000] {
+            for count in [1u64, 5, 64, 1001, 3000, 40_000] {
                 let cn = count as usize;
                 for coll in [AllReduce, ReduceScatter, Reduce, AllGather, Broadcast, AlltoAll, Gather, Scatter] {
                     let in_len = match coll {
@@ -991,7 +1029,8 @@ mod tests {
                             if inplace && !inplace_ok {
                                 continue;
                             }
-                            let got = simulate(&hashes, coll, count, root, inplace, staged, &input);
+                            for scatter in [false, coll == Broadcast] {
+                            let got = simulate(&hashes, coll, count, root, inplace, staged, scatter, &input);
                             for (r, got) in got.iter().enumerate() {
                                 let want: Vec<i64> = match coll {
                                     AllReduce => sum.clone(),
@@ -1004,7 +1043,8 @@ mod tests {
                                     Scatter => inputs[root][r * cn..(r + 1) * cn].to_vec(),
                                     _ => continue,
                                 };
-                                assert_eq!(*got, want, "{hashes:?} {coll:?} count {count} root {root} rank {r} in-place {inplace} staged {staged}");
+                                assert_eq!(*got, want, "{hashes:?} {coll:?} count {count} root {root} rank {r} in-place {inplace} staged {staged} scatter {scatter}");
+                            }
                             }
                         }
                     }
@@ -1077,6 +1117,19 @@ mod tests {
         }
         let chain = Layout { bcast_stripe_min: 128 << 10, ..Layout::new(2, &hashes) };
         assert!(steps(&plan_coll(&chain, &call(Coll::Broadcast, 1000, 1))).iter().flat_map(|s| &s.phases).all(|p| p.stripe_min == 0));
+        // From SCATTER_MIN_BYTES the root sends each rank of the other host half, which then gather
+        // it; below, or when the halves would be unequal, the partner takes it whole.
+        let sends = |count: u64, me: usize| -> Vec<(usize, u64)> {
+            steps(&plan_coll(&Layout::new(me, &[7, 7, 9, 9]), &call(Coll::Broadcast, count, 0))).iter().flat_map(|s| &s.phases).flat_map(|p| &p.sends).map(|x| (x.peer, x.bytes)).collect()
+        };
+        let q = SCATTER_MIN_BYTES / 4;
+        assert_eq!(sends(q, 0), vec![(2, 2 * q), (3, 2 * q)]);
+        assert_eq!(sends(q - 2, 0), vec![(2, 4 * q - 8)]);
+        assert_eq!(sends(q + 1, 0), vec![(2, 4 * q + 4)]);
+        let st = plan_coll(&Layout::new(3, &[7, 7, 9, 9]), &call(Coll::Broadcast, q, 0));
+        assert!(matches!(&st[1], Stage::Local(LocalOp::Coll { coll: Coll::AllGather, count, .. }) if *count == q / 2), "{st:?}");
+        let off = Layout { bcast_scatter_min: u64::MAX, ..Layout::new(0, &[7, 7, 9, 9]) };
+        assert_eq!(steps(&plan_coll(&off, &call(Coll::Broadcast, q, 0)))[0].phases[0].sends.len(), 1);
         // 2 hosts x 2: small AllReduce is the host stage and one step; larger ones spread slices.
         let l = Layout::new(0, &[7, 7, 9, 9]);
         assert_eq!(plan_coll(&l, &call(Coll::AllReduce, FULL_EXCHANGE_MAX_BYTES / 4, 0)).len(), 2);
@@ -1087,7 +1140,8 @@ mod tests {
     /// element 0, recv at element `span`, scratch at 2 `span`; addresses are element indices * 8;
     /// in-place calls as nccl-tests makes them). `staged`: every step as `stage::stage_on_host`
     /// rewrites it, its copies made around it. Returns each rank's output.
-    fn simulate(hashes: &[u64], coll: Coll, count: u64, root: usize, inplace: bool, staged: bool, input: &dyn Fn(usize) -> Vec<i64>) -> Vec<Vec<i64>> {
+    #[allow(clippy::too_many_arguments)]
+    fn simulate(hashes: &[u64], coll: Coll, count: u64, root: usize, inplace: bool, staged: bool, scatter: bool, input: &dyn Fn(usize) -> Vec<i64>) -> Vec<Vec<i64>> {
         let n = hashes.len();
         // Each region holds the largest buffer of the call (count * n elements).
         let span = (count * n as u64).next_power_of_two();
@@ -1115,7 +1169,8 @@ mod tests {
         }
         // A Broadcast stripe threshold of its own, so that the check below that both ends of
         // every transfer split it alike has something to check.
-        let tuned = |me: usize| Layout { bcast_stripe_min: 128 << 10, ..Layout::new(me, hashes) };
+        // `scatter`: Broadcasts between two hosts scattered from the smallest size.
+        let tuned = |me: usize| Layout { bcast_stripe_min: 128 << 10, bcast_scatter_min: if scatter { 1 } else { u64::MAX }, ..Layout::new(me, hashes) };
         let mut plans: Vec<Vec<Stage>> = (0..n).map(|me| plan_all_stages(&tuned(me), &calls[me])).collect();
         // A step's own copies may run at any point of it: disjoint from what its phases write,
         // and writing nothing its phases read.
@@ -1185,6 +1240,14 @@ mod tests {
                         match lc {
                             Coll::AllReduce => next[r][at(*recv)..at(*recv) + sum.len()].copy_from_slice(&sum),
                             Coll::Reduce if layouts[0].hosts[h][*lroot] == r => next[r][at(*recv)..at(*recv) + sum.len()].copy_from_slice(&sum),
+                            Coll::AllGather => {
+                                let mut v = Vec::new();
+                                for &m in members {
+                                    let Some(Stage::Local(LocalOp::Coll { send: ms, .. })) = stage(m) else { unreachable!() };
+                                    v.extend_from_slice(&dev[m][at(*ms)..at(*ms) + *lcount as usize]);
+                                }
+                                next[r][at(*recv)..at(*recv) + v.len()].copy_from_slice(&v);
+                            }
                             Coll::Broadcast => {
                                 let src = members[*lroot];
                                 let Some(Stage::Local(LocalOp::Coll { send: rs, .. })) = stage(src) else { unreachable!() };
