@@ -268,7 +268,7 @@ pub const DIRECT_MAX_PEERS: usize = 4;
 /// slices, so the message crosses on several proxies, links and copy streams at once instead of one.
 /// At 2 simulated hosts x 2 on H200, medians of 6 (us): 1 MB 131.6 against 182.9 sent whole, 4 MB
 /// 229 against 360, 16 MB 808 against 1928, 128 MB 6543 against 10573 (NCCL's sockets 134, 879,
-/// 3768, 27980); at 512 KB scattering lost (126 against 116), at 2 MB it was even (BENCHMARKS,
+/// 3768, 27980); at 512 KB scattering lost (138 against 106), at 2 MB neither won (BENCHMARKS,
 /// forty-fourth pass).
 pub const SCATTER_MIN_BYTES: u64 = 1 << 20;
 
