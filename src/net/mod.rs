@@ -108,6 +108,23 @@ fn bcast_scatter_min() -> Result<u64> {
     }
 }
 
+/// OXCCL_NET_REDUCE_SLICE_MIN: the smallest Reduce between two hosts of equal size that goes slice
+/// by slice (`plan::reduce_sliced`: reduce-scatter on each host, rank k to rank k across, gather to
+/// the root); unset or 0: never (not yet measured on GPUs). It changes the plan, so every rank must
+/// see the same value (tuning).
+fn reduce_slice_min() -> Result<u64> {
+    match crate::config::env("OXCCL_NET_REDUCE_SLICE_MIN") {
+        None => Ok(u64::MAX),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) => {
+                nccl_info!(Subsys::Net, "OXCCL_NET_REDUCE_SLICE_MIN set by environment to {n}");
+                Ok(if n == 0 { u64::MAX } else { n })
+            }
+            Err(_) => Err(Error::invalid_usage(format!("OXCCL_NET_REDUCE_SLICE_MIN={v}: expected a number of bytes"))),
+        },
+    }
+}
+
 /// OXCCL_NET_SOCKETS: sockets (each way) per pair of ranks on different hosts, default 4; large
 /// transfers are striped over them (one TCP stream rarely fills a fast NIC, or even loopback).
 /// Must be equal on every rank.
@@ -337,6 +354,7 @@ impl Net {
         }
         layout.bcast_stripe_min = bcast_stripe_min()?;
         layout.bcast_scatter_min = bcast_scatter_min()?;
+        layout.reduce_slice_min = reduce_slice_min()?;
         let mh = layout.my_host();
         // The local communicator first: every rank does this before any link, and it involves
         // only this host's ranks.

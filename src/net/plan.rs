@@ -33,6 +33,10 @@ pub struct Layout {
     /// `SCATTER_MIN_BYTES` unless tuned (OXCCL_NET_BCAST_SCATTER_MIN, equal on every rank;
     /// `u64::MAX`: never).
     pub bcast_scatter_min: u64,
+    /// Reduce between two hosts of equal size from this size goes slice by slice, one per rank
+    /// (`reduce_sliced`); `u64::MAX` (never) unless tuned (OXCCL_NET_REDUCE_SLICE_MIN, equal on
+    /// every rank).
+    pub reduce_slice_min: u64,
 }
 
 impl Layout {
@@ -53,7 +57,7 @@ impl Layout {
             hosts[i].push(r);
             host_of.push(i);
         }
-        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES, bcast_stripe_min: 0, bcast_scatter_min: SCATTER_MIN_BYTES }
+        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES, bcast_stripe_min: 0, bcast_scatter_min: SCATTER_MIN_BYTES, reduce_slice_min: u64::MAX }
     }
 
     pub fn nranks(&self) -> usize {
@@ -500,6 +504,9 @@ fn reduce(l: &Layout, c: &Call) -> Vec<Stage> {
     if bytes > 0 && bytes <= REDUCE_DIRECT_MAX_BYTES && remote <= DIRECT_MAX_PEERS && local_op.op != RedOp::PreMulSum {
         return reduce_direct(l, c, local_op, hop);
     }
+    if let Some(n) = reduce_slices(l, c) {
+        return reduce_sliced(l, c, local_op, hop, n);
+    }
     // Each host reduces to its representative: the root itself, or the root's partner.
     let rep = |h: usize| if h == rh { root } else { l.partner(root, h) };
     let dst = if me == root { c.recv } else { c.scratch };
@@ -530,6 +537,47 @@ fn reduce(l: &Layout, c: &Call) -> Vec<Stage> {
     step.phases.push(ph);
     out.push(Stage::Net(step));
     out
+}
+
+/// How many slices a Reduce goes in (`reduce_sliced`): two hosts of the same size n >= 2, at least
+/// `l.reduce_slice_min` bytes, and a count that n divides; None otherwise.
+fn reduce_slices(l: &Layout, c: &Call) -> Option<u64> {
+    let bytes = c.count * c.dtype.size() as u64;
+    let n = l.local_size(0) as u64;
+    let fits = l.nhosts() == 2 && n >= 2 && l.local_size(1) as u64 == n && bytes > 0 && bytes >= l.reduce_slice_min;
+    (fits && c.count.is_multiple_of(n)).then_some(n)
+}
+
+/// Reduce between two hosts of n ranks each, slice by slice: each host reduce-scatters its inputs
+/// into n slices; rank k of the other host sends its slice to rank k of the root's host, which
+/// combines the two; the root gathers the combined slices. n proxies, links and copy streams carry
+/// the message at once, as in a scattered Broadcast (`SCATTER_MIN_BYTES`), instead of one
+/// representative sending it whole to the root.
+fn reduce_sliced(l: &Layout, c: &Call, local_op: ResolvedOp, hop: HostOp, n: u64) -> Vec<Stage> {
+    let es = c.dtype.size() as u64;
+    let slice = c.count / n;
+    let sb = slice * es;
+    let (me, mh, root) = (l.me, l.my_host(), c.root);
+    let rh = l.host_of[root];
+    let k = l.local_index(me);
+    // This rank's slice of its host's partial result; the root's lies where the result goes.
+    let mine = if me == root { c.recv + k as u64 * sb } else { c.scratch };
+    let scatter = local_coll(Coll::ReduceScatter, c.send, mine, slice, local_op, 0);
+    let mut step = Step::default();
+    let mut ph = Phase::default();
+    if mh != rh {
+        ph.sends.push(Xfer { peer: l.owner(rh, k), buf: Buf::Dev(mine), bytes: sb });
+        step.phases.push(ph);
+        return vec![scatter, Stage::Net(step), no_stage()];
+    }
+    let b = step.host(sb);
+    ph.recvs.push(Xfer { peer: l.owner(1 - rh, k), buf: Buf::Host(b), bytes: sb });
+    // Host order, as every cross-host combination.
+    let inputs = if rh == 0 { vec![Buf::Dev(mine), Buf::Host(b)] } else { vec![Buf::Host(b), Buf::Dev(mine)] };
+    let acc = step.host(sb);
+    ph.reduces.push(HostReduce { inputs, acc, out: Buf::Dev(mine), bytes: sb, op: hop });
+    step.phases.push(ph);
+    vec![scatter, Stage::Net(step), local_coll(Coll::Gather, mine, c.recv, slice, c.op, l.local_index(root))]
 }
 
 /// Reduce with every rank of the other hosts sending its input straight to the root (`reduce`
@@ -838,7 +886,7 @@ mod tests {
     }
 
     fn layouts() -> Vec<Vec<u64>> {
-        vec![vec![7, 7, 9, 9], vec![1, 2, 3, 4], vec![5, 6, 5], vec![3, 3, 3, 8], vec![1, 2, 2, 1, 3]]
+        vec![vec![7, 7, 9, 9], vec![1, 2, 3, 4], vec![5, 6, 5], vec![3, 3, 3, 8], vec![1, 2, 2, 1, 3], vec![4, 4, 4, 6, 6, 6]]
     }
 
     fn steps(st: &[Stage]) -> Vec<&Step> {
@@ -994,8 +1042,8 @@ mod tests {
                 for count in [0u64, 1, 3, 1000, 1 << 20] {
                     for root in 0..hashes.len() {
                         check_matching(&hashes, &|l| plan_coll(l, &call(coll, count, root)));
-                        if coll == Coll::Broadcast {
-                            check_matching(&hashes, &|l| plan_coll(&Layout { bcast_scatter_min: 1, ..l.clone() }, &call(coll, count, root)));
+                        if matches!(coll, Coll::Broadcast | Coll::Reduce) {
+                            check_matching(&hashes, &|l| plan_coll(&Layout { bcast_scatter_min: 1, reduce_slice_min: 1, ..l.clone() }, &call(coll, count, root)));
                         }
                     }
                 }
@@ -1029,8 +1077,8 @@ mod tests {
                             if inplace && !inplace_ok {
                                 continue;
                             }
-                            for scatter in [false, coll == Broadcast] {
-                            let got = simulate(&hashes, coll, count, root, inplace, staged, scatter, &input);
+                            for sliced in [false, matches!(coll, Broadcast | Reduce)] {
+                            let got = simulate(&hashes, coll, count, root, inplace, staged, sliced, &input);
                             for (r, got) in got.iter().enumerate() {
                                 let want: Vec<i64> = match coll {
                                     AllReduce => sum.clone(),
@@ -1043,7 +1091,7 @@ mod tests {
                                     Scatter => inputs[root][r * cn..(r + 1) * cn].to_vec(),
                                     _ => continue,
                                 };
-                                assert_eq!(*got, want, "{hashes:?} {coll:?} count {count} root {root} rank {r} in-place {inplace} staged {staged} scatter {scatter}");
+                                assert_eq!(*got, want, "{hashes:?} {coll:?} count {count} root {root} rank {r} in-place {inplace} staged {staged} sliced {sliced}");
                             }
                             }
                         }
@@ -1141,7 +1189,7 @@ mod tests {
     /// in-place calls as nccl-tests makes them). `staged`: every step as `stage::stage_on_host`
     /// rewrites it, its copies made around it. Returns each rank's output.
     #[allow(clippy::too_many_arguments)]
-    fn simulate(hashes: &[u64], coll: Coll, count: u64, root: usize, inplace: bool, staged: bool, scatter: bool, input: &dyn Fn(usize) -> Vec<i64>) -> Vec<Vec<i64>> {
+    fn simulate(hashes: &[u64], coll: Coll, count: u64, root: usize, inplace: bool, staged: bool, sliced: bool, input: &dyn Fn(usize) -> Vec<i64>) -> Vec<Vec<i64>> {
         let n = hashes.len();
         // Each region holds the largest buffer of the call (count * n elements).
         let span = (count * n as u64).next_power_of_two();
@@ -1169,8 +1217,9 @@ mod tests {
         }
         // A Broadcast stripe threshold of its own, so that the check below that both ends of
         // every transfer split it alike has something to check.
-        // `scatter`: Broadcasts between two hosts scattered from the smallest size.
-        let tuned = |me: usize| Layout { bcast_stripe_min: 128 << 10, bcast_scatter_min: if scatter { 1 } else { u64::MAX }, ..Layout::new(me, hashes) };
+        // `sliced`: Broadcasts between two hosts scattered, and Reduces sliced, from the smallest size.
+        let min = if sliced { 1 } else { u64::MAX };
+        let tuned = |me: usize| Layout { bcast_stripe_min: 128 << 10, bcast_scatter_min: min, reduce_slice_min: min, ..Layout::new(me, hashes) };
         let mut plans: Vec<Vec<Stage>> = (0..n).map(|me| plan_all_stages(&tuned(me), &calls[me])).collect();
         // A step's own copies may run at any point of it: disjoint from what its phases write,
         // and writing nothing its phases read.
@@ -1240,6 +1289,31 @@ mod tests {
                         match lc {
                             Coll::AllReduce => next[r][at(*recv)..at(*recv) + sum.len()].copy_from_slice(&sum),
                             Coll::Reduce if layouts[0].hosts[h][*lroot] == r => next[r][at(*recv)..at(*recv) + sum.len()].copy_from_slice(&sum),
+                            Coll::ReduceScatter => {
+                                // Member k's block of every member's input, summed.
+                                let k = members.iter().position(|&m| m == r).unwrap_or(0);
+                                let lc = *lcount as usize;
+                                let v: Vec<i64> = (0..lc)
+                                    .map(|i| {
+                                        members
+                                            .iter()
+                                            .map(|&m| {
+                                                let Some(Stage::Local(LocalOp::Coll { send: ms, .. })) = stage(m) else { unreachable!() };
+                                                dev[m][at(*ms) + k * lc + i]
+                                            })
+                                            .sum()
+                                    })
+                                    .collect();
+                                next[r][at(*recv)..at(*recv) + lc].copy_from_slice(&v);
+                            }
+                            Coll::Gather if members[*lroot] == r => {
+                                let mut v = Vec::new();
+                                for &m in members {
+                                    let Some(Stage::Local(LocalOp::Coll { send: ms, .. })) = stage(m) else { unreachable!() };
+                                    v.extend_from_slice(&dev[m][at(*ms)..at(*ms) + *lcount as usize]);
+                                }
+                                next[r][at(*recv)..at(*recv) + v.len()].copy_from_slice(&v);
+                            }
                             Coll::AllGather => {
                                 let mut v = Vec::new();
                                 for &m in members {
