@@ -58,20 +58,25 @@ const FIFO_SLOTS: u32 = 64;
 
 pub type Links = Vec<Option<Link>>;
 
-/// OXCCL_NET_BCAST_DIRECT_MAX: bytes up to which a Broadcast between two hosts goes from the root
-/// to every rank of the other host (`plan::DIRECT_MAX_BYTES` unless set; 0 = never). It changes
-/// the plan, so every rank must see the same value (tuning).
-fn bcast_direct_max() -> Result<Option<u64>> {
-    match crate::config::env("OXCCL_NET_BCAST_DIRECT_MAX") {
+/// A byte count from the environment that changes the plan (so every rank must see the same
+/// value): None when unset; a value that is not a number fails the communicator's init.
+fn plan_bytes(name: &str) -> Result<Option<u64>> {
+    match crate::config::env(name) {
         None => Ok(None),
         Some(v) => match v.trim().parse::<u64>() {
             Ok(n) => {
-                nccl_info!(Subsys::Net, "OXCCL_NET_BCAST_DIRECT_MAX set by environment to {n}");
+                nccl_info!(Subsys::Net, "{name} set by environment to {n}");
                 Ok(Some(n))
             }
-            Err(_) => Err(Error::invalid_usage(format!("OXCCL_NET_BCAST_DIRECT_MAX={v}: expected a number of bytes"))),
+            Err(_) => Err(Error::invalid_usage(format!("{name}={v}: expected a number of bytes"))),
         },
     }
+}
+
+/// OXCCL_NET_BCAST_DIRECT_MAX: bytes up to which a Broadcast between two hosts goes from the root
+/// to every rank of the other host (`plan::DIRECT_MAX_BYTES` unless set; 0 = never).
+fn bcast_direct_max() -> Result<Option<u64>> {
+    plan_bytes("OXCCL_NET_BCAST_DIRECT_MAX")
 }
 
 /// OXCCL_NET_BCAST_STRIPE_MIN: the smallest transfer of a Broadcast from its root to another host
@@ -80,49 +85,29 @@ fn bcast_direct_max() -> Result<Option<u64>> {
 /// striping at 256 KiB where exchanges of the same size lost (BENCHMARKS, thirty-ninth pass); this
 /// lowers it for Broadcast alone. Both ends of a transfer must split it alike: equal on every rank.
 fn bcast_stripe_min() -> Result<u64> {
-    match crate::config::env("OXCCL_NET_BCAST_STRIPE_MIN") {
+    match plan_bytes("OXCCL_NET_BCAST_STRIPE_MIN")? {
         None => Ok(0),
-        Some(v) => match v.trim().parse::<u64>() {
-            Ok(n) if n == 0 || n >= 64 << 10 => {
-                nccl_info!(Subsys::Net, "OXCCL_NET_BCAST_STRIPE_MIN set by environment to {n}");
-                Ok(n)
-            }
-            _ => Err(Error::invalid_usage(format!("OXCCL_NET_BCAST_STRIPE_MIN={v}: expected 0 or a byte count of at least 65536"))),
-        },
+        Some(n) if n == 0 || n >= 64 << 10 => Ok(n),
+        Some(n) => Err(Error::invalid_usage(format!("OXCCL_NET_BCAST_STRIPE_MIN={n}: expected 0 or a byte count of at least 65536"))),
     }
 }
 
 /// OXCCL_NET_BCAST_SCATTER_MIN: the smallest Broadcast between two hosts that the root sends as
 /// slices, one to each rank of the other host, which then gather them (`plan::SCATTER_MIN_BYTES`
-/// unless set; 0: never). It changes the plan, so every rank must see the same value (tuning).
+/// unless set; 0: never).
 fn bcast_scatter_min() -> Result<u64> {
-    match crate::config::env("OXCCL_NET_BCAST_SCATTER_MIN") {
-        None => Ok(plan::SCATTER_MIN_BYTES),
-        Some(v) => match v.trim().parse::<u64>() {
-            Ok(n) => {
-                nccl_info!(Subsys::Net, "OXCCL_NET_BCAST_SCATTER_MIN set by environment to {n}");
-                Ok(if n == 0 { u64::MAX } else { n })
-            }
-            Err(_) => Err(Error::invalid_usage(format!("OXCCL_NET_BCAST_SCATTER_MIN={v}: expected a number of bytes"))),
-        },
-    }
+    Ok(match plan_bytes("OXCCL_NET_BCAST_SCATTER_MIN")? {
+        None => plan::SCATTER_MIN_BYTES,
+        Some(0) => u64::MAX,
+        Some(n) => n,
+    })
 }
 
 /// OXCCL_NET_REDUCE_SLICE_MIN: the smallest Reduce between two hosts of equal size that goes slice
 /// by slice (`plan::reduce_sliced`: reduce-scatter on each host, rank k to rank k across, gather to
-/// the root); unset or 0: never (not yet measured on GPUs). It changes the plan, so every rank must
-/// see the same value (tuning).
+/// the root); unset or 0: never (not yet measured on GPUs).
 fn reduce_slice_min() -> Result<u64> {
-    match crate::config::env("OXCCL_NET_REDUCE_SLICE_MIN") {
-        None => Ok(u64::MAX),
-        Some(v) => match v.trim().parse::<u64>() {
-            Ok(n) => {
-                nccl_info!(Subsys::Net, "OXCCL_NET_REDUCE_SLICE_MIN set by environment to {n}");
-                Ok(if n == 0 { u64::MAX } else { n })
-            }
-            Err(_) => Err(Error::invalid_usage(format!("OXCCL_NET_REDUCE_SLICE_MIN={v}: expected a number of bytes"))),
-        },
-    }
+    Ok(plan_bytes("OXCCL_NET_REDUCE_SLICE_MIN")?.filter(|&n| n > 0).unwrap_or(u64::MAX))
 }
 
 /// OXCCL_NET_SOCKETS: sockets (each way) per pair of ranks on different hosts, default 4; large
