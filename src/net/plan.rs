@@ -1306,15 +1306,8 @@ mod tests {
                                     .collect();
                                 next[r][at(*recv)..at(*recv) + lc].copy_from_slice(&v);
                             }
-                            Coll::Gather if members[*lroot] == r => {
-                                let mut v = Vec::new();
-                                for &m in members {
-                                    let Some(Stage::Local(LocalOp::Coll { send: ms, .. })) = stage(m) else { unreachable!() };
-                                    v.extend_from_slice(&dev[m][at(*ms)..at(*ms) + *lcount as usize]);
-                                }
-                                next[r][at(*recv)..at(*recv) + v.len()].copy_from_slice(&v);
-                            }
-                            Coll::AllGather => {
+                            // Every member's block, in member order: at every rank, or at the root.
+                            Coll::AllGather | Coll::Gather if *lc == Coll::AllGather || members[*lroot] == r => {
                                 let mut v = Vec::new();
                                 for &m in members {
                                     let Some(Stage::Local(LocalOp::Coll { send: ms, .. })) = stage(m) else { unreachable!() };
