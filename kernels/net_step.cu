@@ -196,8 +196,8 @@ OX_DEV uint32_t ox_net_hand_over(const NetStepArgs& a, uint64_t target, uint64_t
 }
 
 // A pipelined step (`pipe`, src/net/progress.rs): handed over before its copies, which go chunk by
-// chunk (OX_NET_PIPE_CHUNK bytes of each arena copy, numbered over the arena copies in order; chunk c
-// is block c % gridDim.x's).
+// chunk (`pipe` bytes of each arena copy, 32 KiB-OX_NET_PIPE_CHUNK, numbered over the arena copies in
+// order; chunk c is block c % gridDim.x's).
 // - Pre-copies: the block copies chunk c into the arena, then (barrier) its thread 0 stores the
 //   step's flag into pre flag c with a system-scope release, cumulative over the block's stores
 //   the barrier ordered before it: the proxy that acquires the flag sees the chunk.
@@ -227,7 +227,7 @@ OX_DEV uint32_t ox_net_hand_over(const NetStepArgs& a, uint64_t target, uint64_t
 OX_DEV void ox_net_pipe_post(const NetStepArgs& a, uint64_t target) {
   const uint64_t shift = (target & 1) ? a.flip : 0;
   const uint32_t flag = ox_net_flag(target);
-  constexpr uint64_t CH = OX_NET_PIPE_CHUNK;
+  const uint64_t CH = a.pipe;  // the step's chunk size (progress::chunk_for), nonzero here
   // The step's own GPU copies (after the arena ones among the post-copies), then the results.
   ox_net_copies<false>(a, a.npre, a.npre + a.npost, shift, flag, kOwn);
   __shared__ uint32_t ok;
@@ -275,7 +275,7 @@ OX_DEV void ox_net_pipe(const NetStepArgs& a) {
   if (!go) return;
   const uint64_t shift = (target & 1) ? a.flip : 0;
   const uint32_t flag = ox_net_flag(target);
-  constexpr uint64_t CH = OX_NET_PIPE_CHUNK;
+  const uint64_t CH = a.pipe;  // the step's chunk size (progress::chunk_for), nonzero here
   // Pre-copies: the arena ones by chunks, others (a detached step's own GPU copies) shared as usual.
   uint32_t c = 0;
   for (uint32_t k = 0; k < a.npre; ++k) {

@@ -284,9 +284,10 @@ pub struct NetStepArgs {
     /// each 16, src/net/packets.rs): the kernel writes packets and pushes the trigger without a
     /// system fence, and reads the results' packets instead of waiting for `done`. 0: plain bytes.
     pub packets: u32,
-    /// 1: a pipelined staged step (src/net/progress.rs): handed over before its copies, which
-    /// flag each OX_NET_PIPE_CHUNK of the arena copies at `pre_flags` / wait for the proxy's flags
-    /// at `post_flags`. 0: copies before the hand-over and after `done`.
+    /// Nonzero: a pipelined staged step (src/net/progress.rs), and its chunk size in bytes (a
+    /// power of two, at most OX_NET_PIPE_CHUNK): handed over before its copies, which flag each
+    /// chunk of the arena copies at `pre_flags` / wait for the proxy's flags at `post_flags`.
+    /// 0: copies before the hand-over and after `done`.
     pub pipe: u32,
     /// The second arena's device address minus the first's, modulo 2^64; 0: one arena. Steps of
     /// odd number (the device's count, so graph replays alternate too) use the second.

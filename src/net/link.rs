@@ -764,7 +764,7 @@ fn send_one(st: Option<&Staging>, sock: &mut TcpStream, seq: u64, job: &Job) -> 
             match &job.gate {
                 None => write_full(sock, s, &mut w).map_err(io)?,
                 Some(g) => {
-                    for piece in s.chunks(super::progress::CHUNK as usize) {
+                    for piece in s.chunks(g.chunk() as usize) {
                         g.wait(piece.as_ptr(), piece.len() as u64)?;
                         write_full(sock, piece, &mut w).map_err(io)?;
                     }
@@ -972,7 +972,7 @@ mod tests {
         let n = 2 * CHUNK as usize;
         let mut arena: Vec<u8> = (0..n + 64).map(|i| (i % 251) as u8).collect();
         let mut next = n as u64;
-        let layout = Layout::new(vec![(0, n as u64)], Vec::new(), &mut |k| {
+        let layout = Layout::new(vec![(0, n as u64)], Vec::new(), CHUNK, &mut |k| {
             let o = next;
             next += k.div_ceil(16) * 16;
             o

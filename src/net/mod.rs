@@ -626,10 +626,11 @@ impl Net {
                 // A large step without packets pipelines its copies (`progress`): its flags are
                 // reserved in the arena after everything else.
                 let moved = |v: &[stage::HostCopy]| v.iter().map(|c| c.bytes).sum::<u64>();
-                if !many && pk.is_empty() && self.pipe_min.is_some_and(|min| moved(&st.pre).max(moved(&st.post)) > min) {
+                let most = moved(&st.pre).max(moved(&st.post));
+                if !many && pk.is_empty() && self.pipe_min.is_some_and(|min| most > min) {
                     let span = |v: &[stage::HostCopy]| v.iter().map(|c| (c.host, c.bytes)).collect();
                     let (pre, post) = (span(&st.pre), span(&st.post));
-                    st.step.progress = Some(progress::Layout::new(pre, post, &mut |n| st.step.host(n)));
+                    st.step.progress = Some(progress::Layout::new(pre, post, progress::chunk_for(most), &mut |n| st.step.host(n)));
                 }
                 let detach = st.sends_only();
                 let [(host, dev), (host1, dev1)] = self.mailbox(st.step.arena_bytes, detach)?;
@@ -678,12 +679,18 @@ impl Net {
                 }
                 args.packets = u32::from(!pk.is_empty());
                 if let Some(l) = &st.step.progress {
-                    (args.pipe, args.pre_flags, args.post_flags) = (1, dev + l.pre_flags, dev + l.post_flags);
+                    (args.pipe, args.pre_flags, args.post_flags) = (l.chunk as u32, dev + l.pre_flags, dev + l.post_flags);
                 }
                 let flip = if detach { (host1 as u64).wrapping_sub(host as u64) } else { 0 };
                 let (npre, npost) = (args.npre as usize, args.npost as usize);
                 let bytes = |v: &[NetCopy]| v.iter().map(|c| c.bytes).sum::<u64>();
-                let grid = staged_grid(bytes(&args.copies[..npre]), bytes(&args.copies[npre..npre + npost]), self.step_blocks);
+                let (pre_b, post_b) = (bytes(&args.copies[..npre]), bytes(&args.copies[npre..npre + npost]));
+                let mut grid = staged_grid(pre_b, post_b, self.step_blocks);
+                if let Some(l) = &st.step.progress {
+                    // A block per chunk (up to 32), so that chunks are copied side by side; from
+                    // 1 MiB staged_grid gives that already.
+                    grid = grid.max(pre_b.max(post_b).div_ceil(l.chunk).min(32) as u32);
+                }
                 (Step { pinned: host as u64, pinned_flip: flip, copies: Vec::new(), packets: pk, ..st.step }, (grid, 512))
             }
             None => {

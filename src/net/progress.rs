@@ -15,7 +15,8 @@
 //!   GPU once it sees the flag. The proxy publishes none before every pre flag is set, so a result
 //!   never overwrites GPU memory a pre-copy still reads (in-place calls).
 //!
-//! Chunks are `CHUNK` bytes of each copy's arena range, numbered over the copies in kernel order
+//! Chunks are `Layout::chunk` bytes of each copy's arena range (`chunk_for`: a quarter of what the
+//! step moves, 32-256 KiB), numbered over the copies in kernel order
 //! (kernels/net_step.cu computes the same numbering). A flag holds the step's tag (its packets'
 //! flag, `packets::flag`: the step number's low 31 bits with the top bit set), so the arena's
 //! flags never need clearing: an older step's flags hold another tag.
@@ -29,11 +30,23 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::error::{Error, Result};
 use crate::log::Subsys;
 
-/// Bytes per flag: a 1 MiB copy keeps four of the kernel's blocks busy, and a link thread
-/// writes at most this much before it looks at the next flag.
+/// Most bytes per flag: a 1 MiB copy keeps four of the kernel's blocks busy, and a link thread
+/// writes at most a chunk before it looks at the next flag.
 pub const CHUNK: u64 = 256 << 10;
-// kernels/net_step.cu's chunk size (OX_NET_PIPE_CHUNK in the generated header) is this one.
+/// Fewest bytes per flag: a smaller step still splits into four chunks, so that its copies into
+/// the arena, the wire and its copies out overlap (a step of one chunk would not pipeline).
+pub const MIN_CHUNK: u64 = 32 << 10;
+// kernels/net_step.cu takes the chunk size from the step's arguments (`pipe`); the largest is
+// OX_NET_PIPE_CHUNK in the generated header.
 const _: () = assert!(CHUNK == crate::device_abi::OX_NET_PIPE_CHUNK as u64);
+
+/// The chunk size of a pipelined step whose pre- or post-copies move at most `moved` bytes either
+/// way: a quarter of it rounded up to a power of two, within [`MIN_CHUNK`, `CHUNK`]. From 1 MiB on
+/// (every pipelined step at the default threshold) that is `CHUNK`, the one size before; smaller
+/// steps, pipelined only with a lower OXCCL_NET_STAGE_PIPELINE_MIN, go in four chunks or fewer.
+pub fn chunk_for(moved: u64) -> u64 {
+    moved.div_ceil(4).next_power_of_two().clamp(MIN_CHUNK, CHUNK)
+}
 
 /// A staged step pipelines when its pre- or post-copies move more than this (and it has no
 /// packets), unless OXCCL_NET_STAGE_PIPELINE_MIN says otherwise: below, one copy before and one
@@ -67,12 +80,12 @@ pub fn threshold() -> Option<u64> {
 fn parse_min(v: Option<&str>) -> u64 {
     let Some(v) = v else { return MIN_BYTES };
     match v.trim().parse::<u64>() {
-        Ok(n) if n >= CHUNK => {
+        Ok(n) if n >= MIN_CHUNK => {
             nccl_info!(Subsys::Net, "OXCCL_NET_STAGE_PIPELINE_MIN set by environment to {n}");
             n
         }
         _ => {
-            nccl_warn!("OXCCL_NET_STAGE_PIPELINE_MIN={v}: expected a byte count of at least {CHUNK}, using {MIN_BYTES}");
+            nccl_warn!("OXCCL_NET_STAGE_PIPELINE_MIN={v}: expected a byte count of at least {MIN_CHUNK}, using {MIN_BYTES}");
             MIN_BYTES
         }
     }
@@ -88,25 +101,27 @@ pub struct Layout {
     /// Offsets of the two flag arrays, a `u32` per chunk.
     pub pre_flags: u64,
     pub post_flags: u64,
+    /// Bytes per chunk (`chunk_for`); the kernel gets it as `NetStepArgs::pipe`.
+    pub chunk: u64,
 }
 
-/// Number of chunks of copies of these sizes.
-fn chunk_count(spans: &[(u64, u64)]) -> usize {
-    spans.iter().map(|&(_, n)| n.div_ceil(CHUNK) as usize).sum()
+/// Number of chunks of `chunk` bytes of copies of these sizes.
+fn chunk_count(spans: &[(u64, u64)], chunk: u64) -> usize {
+    spans.iter().map(|&(_, n)| n.div_ceil(chunk) as usize).sum()
 }
 
 /// The chunks that overlap arena range [lo, hi): (flag index, chunk's arena start, chunk's end).
-fn covering(spans: &[(u64, u64)], lo: u64, hi: u64) -> Vec<(usize, u64, u64)> {
+fn covering(spans: &[(u64, u64)], chunk: u64, lo: u64, hi: u64) -> Vec<(usize, u64, u64)> {
     let mut out = Vec::new();
     let mut first = 0usize;
     for &(at, n) in spans {
-        let k = n.div_ceil(CHUNK) as usize;
+        let k = n.div_ceil(chunk) as usize;
         if lo < at + n && at < hi {
-            let a = (lo.max(at) - at) / CHUNK;
-            let b = (hi.min(at + n) - at).div_ceil(CHUNK);
+            let a = (lo.max(at) - at) / chunk;
+            let b = (hi.min(at + n) - at).div_ceil(chunk);
             for j in a..b {
-                let c0 = at + j * CHUNK;
-                out.push((first + j as usize, c0, (c0 + CHUNK).min(at + n)));
+                let c0 = at + j * chunk;
+                out.push((first + j as usize, c0, (c0 + chunk).min(at + n)));
             }
         }
         first += k;
@@ -115,11 +130,13 @@ fn covering(spans: &[(u64, u64)], lo: u64, hi: u64) -> Vec<(usize, u64, u64)> {
 }
 
 impl Layout {
-    /// Reserves the flag arrays with `host` (the step's arena allocator) for these copies.
-    pub fn new(pre: Vec<(u64, u64)>, post: Vec<(u64, u64)>, host: &mut dyn FnMut(u64) -> u64) -> Layout {
-        let pre_flags = host(4 * chunk_count(&pre) as u64);
-        let post_flags = host(4 * chunk_count(&post) as u64);
-        Layout { pre, post, pre_flags, post_flags }
+    /// Reserves the flag arrays with `host` (the step's arena allocator) for these copies, cut
+    /// into chunks of `chunk` bytes (a power of two within [`MIN_CHUNK`, `CHUNK`]).
+    pub fn new(pre: Vec<(u64, u64)>, post: Vec<(u64, u64)>, chunk: u64, host: &mut dyn FnMut(u64) -> u64) -> Layout {
+        debug_assert!(chunk.is_power_of_two() && (MIN_CHUNK..=CHUNK).contains(&chunk));
+        let pre_flags = host(4 * chunk_count(&pre, chunk) as u64);
+        let post_flags = host(4 * chunk_count(&post, chunk) as u64);
+        Layout { pre, post, pre_flags, post_flags, chunk }
     }
 }
 
@@ -147,6 +164,7 @@ pub struct Gate {
     arena: usize,
     flags: usize,
     spans: Vec<(u64, u64)>,
+    chunk: u64,
     tag: u32,
     abort: usize,
 }
@@ -161,23 +179,28 @@ impl Gate {
     /// which outlives the step.
     pub fn new(layout: &Layout, arena: *mut u8, tag: u32, abort: *const u32) -> Gate {
         let abort = abort as usize;
-        Gate { arena: arena as usize, flags: arena as usize + layout.pre_flags as usize, spans: layout.pre.clone(), tag, abort }
+        Gate { arena: arena as usize, flags: arena as usize + layout.pre_flags as usize, spans: layout.pre.clone(), chunk: layout.chunk, tag, abort }
+    }
+
+    /// Bytes per flag: a link thread sends this much at a time from a gated range.
+    pub fn chunk(&self) -> u64 {
+        self.chunk
     }
 
     fn flag(&self, i: usize) -> &AtomicU32 {
-        // SAFETY: i < chunk_count(spans): inside the flag array reserved in the arena; u32-aligned
+        // SAFETY: i < chunk_count(spans, chunk): inside the flag array reserved in the arena; u32-aligned
         // (arena reservations are 16-byte aligned).
         unsafe { &*(self.flags as *const AtomicU32).add(i) }
     }
 
     fn ready(&self, lo: u64, hi: u64) -> bool {
         // Acquire: the kernel's copies of the chunk are visible once its flag is.
-        covering(&self.spans, lo, hi).iter().all(|&(i, _, _)| self.flag(i).load(Ordering::Acquire) == self.tag)
+        covering(&self.spans, self.chunk, lo, hi).iter().all(|&(i, _, _)| self.flag(i).load(Ordering::Acquire) == self.tag)
     }
 
     /// Every pre-copy is in the arena.
     pub fn all(&self) -> bool {
-        (0..chunk_count(&self.spans)).all(|i| self.flag(i).load(Ordering::Acquire) == self.tag)
+        (0..chunk_count(&self.spans, self.chunk)).all(|i| self.flag(i).load(Ordering::Acquire) == self.tag)
     }
 
     /// Waits until host range [p, p + len) of the arena, where pre-copied, has been copied.
@@ -196,6 +219,7 @@ pub struct Marker {
     /// Host address of the post flags.
     flags: usize,
     spans: Vec<(u64, u64)>,
+    chunk: u64,
     /// Per chunk: bytes not yet final; `u64::MAX` once its flag is published.
     left: Vec<u64>,
     tag: u32,
@@ -204,14 +228,14 @@ pub struct Marker {
 
 impl Marker {
     pub fn new(layout: &Layout, arena: *mut u8, tag: u32) -> Marker {
-        let left = covering(&layout.post, 0, u64::MAX).iter().map(|&(_, a, b)| b - a).collect();
-        Marker { flags: arena as usize + layout.post_flags as usize, spans: layout.post.clone(), left, tag, pre_done: false }
+        let left = covering(&layout.post, layout.chunk, 0, u64::MAX).iter().map(|&(_, a, b)| b - a).collect();
+        Marker { flags: arena as usize + layout.post_flags as usize, spans: layout.post.clone(), chunk: layout.chunk, left, tag, pre_done: false }
     }
 
     /// Arena bytes [lo, hi) are final (each byte is marked once at most: a staged step writes
     /// each result range once). Publishes what it can.
     pub fn mark(&mut self, gate: &Gate, lo: u64, hi: u64) {
-        for (i, a, b) in covering(&self.spans, lo, hi) {
+        for (i, a, b) in covering(&self.spans, self.chunk, lo, hi) {
             let n = hi.min(b) - lo.max(a);
             if let Some(l) = self.left.get_mut(i).filter(|l| **l != u64::MAX) {
                 *l = l.saturating_sub(n);
@@ -259,23 +283,42 @@ mod tests {
         assert_eq!(parse_min(None), MIN_BYTES);
         assert_eq!(parse_min(Some(" 262144 ")), CHUNK);
         assert_eq!(parse_min(Some("4194304")), 4 << 20);
-        // Below a chunk, or not a number: the default, with a WARN.
-        assert_eq!(parse_min(Some("65536")), MIN_BYTES);
+        assert_eq!(parse_min(Some("65536")), 64 << 10);
+        // Below the smallest chunk, or not a number: the default, with a WARN.
+        assert_eq!(parse_min(Some("16384")), MIN_BYTES);
         assert_eq!(parse_min(Some("1M")), MIN_BYTES);
+    }
+
+    #[test]
+    fn a_step_splits_into_four_chunks_of_32_to_256_kib() {
+        assert_eq!(chunk_for(0), MIN_CHUNK);
+        assert_eq!(chunk_for(64 << 10), MIN_CHUNK);
+        assert_eq!(chunk_for(128 << 10), MIN_CHUNK);
+        assert_eq!(chunk_for(256 << 10), 64 << 10);
+        assert_eq!(chunk_for((256 << 10) + 1), 128 << 10);
+        assert_eq!(chunk_for(512 << 10), 128 << 10);
+        // From 1 MiB (the default threshold) the chunk is CHUNK, as before it was chosen per step.
+        assert_eq!(chunk_for(1 << 20), CHUNK);
+        assert_eq!(chunk_for((1 << 20) + 1), CHUNK);
+        assert_eq!(chunk_for(1 << 40), CHUNK);
+        // Smaller chunks number the same copies more finely.
+        let spans = [(0u64, 100 << 10), (512 << 10, 10)];
+        assert_eq!(chunk_count(&spans, MIN_CHUNK), 4 + 1);
+        assert_eq!(covering(&spans, MIN_CHUNK, 40 << 10, (512 << 10) + 1), vec![(1, 32 << 10, 64 << 10), (2, 64 << 10, 96 << 10), (3, 96 << 10, 100 << 10), (4, 512 << 10, (512 << 10) + 10)]);
     }
 
     #[test]
     fn chunks_are_numbered_over_the_copies_in_order() {
         let spans = [(0u64, CHUNK + 1), (4 * CHUNK, 10), (8 * CHUNK, 2 * CHUNK)];
-        assert_eq!(chunk_count(&spans), 2 + 1 + 2);
-        assert_eq!(covering(&spans, 0, 1), vec![(0, 0, CHUNK)]);
-        assert_eq!(covering(&spans, CHUNK, CHUNK + 1), vec![(1, CHUNK, CHUNK + 1)]);
+        assert_eq!(chunk_count(&spans, CHUNK), 2 + 1 + 2);
+        assert_eq!(covering(&spans, CHUNK, 0, 1), vec![(0, 0, CHUNK)]);
+        assert_eq!(covering(&spans, CHUNK, CHUNK, CHUNK + 1), vec![(1, CHUNK, CHUNK + 1)]);
         // A range across the gap between two copies covers the chunks on either side.
-        assert_eq!(covering(&spans, CHUNK, 4 * CHUNK + 5), vec![(1, CHUNK, CHUNK + 1), (2, 4 * CHUNK, 4 * CHUNK + 10)]);
-        assert_eq!(covering(&spans, 9 * CHUNK - 1, 9 * CHUNK + 1), vec![(3, 8 * CHUNK, 9 * CHUNK), (4, 9 * CHUNK, 10 * CHUNK)]);
-        assert!(covering(&spans, 2 * CHUNK, 4 * CHUNK).is_empty(), "nothing pre-copied there");
+        assert_eq!(covering(&spans, CHUNK, CHUNK, 4 * CHUNK + 5), vec![(1, CHUNK, CHUNK + 1), (2, 4 * CHUNK, 4 * CHUNK + 10)]);
+        assert_eq!(covering(&spans, CHUNK, 9 * CHUNK - 1, 9 * CHUNK + 1), vec![(3, 8 * CHUNK, 9 * CHUNK), (4, 9 * CHUNK, 10 * CHUNK)]);
+        assert!(covering(&spans, CHUNK, 2 * CHUNK, 4 * CHUNK).is_empty(), "nothing pre-copied there");
         let mut next = 1000u64;
-        let l = Layout::new(spans.to_vec(), vec![(0, 3 * CHUNK)], &mut |n| {
+        let l = Layout::new(spans.to_vec(), vec![(0, 3 * CHUNK)], CHUNK, &mut |n| {
             let o = next;
             next += n.div_ceil(16) * 16;
             o
@@ -293,7 +336,7 @@ mod tests {
         let arena: &'static mut [u8] = Box::leak(vec![0u8; 4 * CHUNK as usize + 256].into_boxed_slice());
         let base = arena.as_mut_ptr();
         let mut next = 4 * CHUNK;
-        let l = Layout::new(vec![(0, 2 * CHUNK)], vec![(2 * CHUNK, CHUNK + 8)], &mut |n| {
+        let l = Layout::new(vec![(0, 2 * CHUNK)], vec![(2 * CHUNK, CHUNK + 8)], CHUNK, &mut |n| {
             let o = next;
             next += n.div_ceil(16) * 16;
             o
