@@ -42,16 +42,18 @@ const _: () = assert!(CHUNK == crate::device_abi::OX_NET_PIPE_CHUNK as u64);
 
 /// The chunk size of a pipelined step whose pre- or post-copies move at most `moved` bytes either
 /// way: a quarter of it rounded up to a power of two, within [`MIN_CHUNK`, `CHUNK`]. From 1 MiB on
-/// (every pipelined step at the default threshold) that is `CHUNK`, the one size before; smaller
-/// steps, pipelined only with a lower OXCCL_NET_STAGE_PIPELINE_MIN, go in four chunks or fewer.
+/// that is `CHUNK`, the one size before chunks were chosen per step; a 512 KiB step goes in four
+/// chunks of 128 KiB, so its copy in, the wire and its copy out overlap.
 pub fn chunk_for(moved: u64) -> u64 {
     moved.div_ceil(4).next_power_of_two().clamp(MIN_CHUNK, CHUNK)
 }
 
 /// A staged step pipelines when its pre- or post-copies move more than this (and it has no
 /// packets), unless OXCCL_NET_STAGE_PIPELINE_MIN says otherwise: below, one copy before and one
-/// after cost less than the flags' round trips.
-pub const MIN_BYTES: u64 = 1 << 20;
+/// after cost less than the flags' round trips (at 2 simulated hosts x 1, 256 KiB steps in 64 KiB
+/// chunks were no faster; 512 KiB-1 MiB ones in quarters were up to 3x faster; BENCHMARKS,
+/// forty-fifth pass).
+pub const MIN_BYTES: u64 = 256 << 10;
 
 /// The threshold above which staged steps pipeline, or None when they never do.
 /// OXCCL_NET_STAGE_PIPELINE: 1 (default: at 2 x 2 simulated hosts the kernel as it stands ran every
