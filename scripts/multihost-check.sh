@@ -39,7 +39,7 @@ check() { # label, log, rc (hypercube has no redop column)
 if [ -n "${4:-}" ]; then log=$4; mkdir -p "$log"; else log=$(mktemp -d); fi
 parts=${MHC_PARTS:-hosts local}
 # -G 20 (CUDA graphs) for AllReduce only by default; MHC_GRAPH=all runs every binary that way too.
-# Sizes up to 8 MB in every part: staged steps above 1 MiB pipeline (OXCCL_NET_STAGE_PIPELINE), so
+# Sizes up to 8 MB in every part: staged steps above 256 KiB pipeline (OXCCL_NET_STAGE_PIPELINE), so
 # each part has rows on both sides of that threshold.
 graph_tests=all_reduce
 plain_tests="all_reduce reduce_scatter reduce broadcast all_gather alltoall sendrecv gather scatter hypercube"

@@ -105,9 +105,13 @@ fn bcast_scatter_min() -> Result<u64> {
 
 /// OXCCL_NET_REDUCE_SLICE_MIN: the smallest Reduce between two hosts of equal size that goes slice
 /// by slice (`plan::reduce_sliced`: reduce-scatter on each host, rank k to rank k across, gather to
-/// the root); unset or 0: never (not yet measured on GPUs).
+/// the root); `plan::SLICE_MIN_BYTES` unless set; 0: never.
 fn reduce_slice_min() -> Result<u64> {
-    Ok(plan_bytes("OXCCL_NET_REDUCE_SLICE_MIN")?.filter(|&n| n > 0).unwrap_or(u64::MAX))
+    Ok(match plan_bytes("OXCCL_NET_REDUCE_SLICE_MIN")? {
+        None => plan::SLICE_MIN_BYTES,
+        Some(0) => u64::MAX,
+        Some(n) => n,
+    })
 }
 
 /// OXCCL_NET_SOCKETS: sockets (each way) per pair of ranks on different hosts, default 4; large

@@ -34,8 +34,8 @@ pub struct Layout {
     /// `u64::MAX`: never).
     pub bcast_scatter_min: u64,
     /// Reduce between two hosts of equal size from this size goes slice by slice, one per rank
-    /// (`reduce_sliced`); `u64::MAX` (never) unless tuned (OXCCL_NET_REDUCE_SLICE_MIN, equal on
-    /// every rank).
+    /// (`reduce_sliced`); `SLICE_MIN_BYTES` unless tuned (OXCCL_NET_REDUCE_SLICE_MIN, equal on
+    /// every rank; `u64::MAX`: never).
     pub reduce_slice_min: u64,
 }
 
@@ -57,7 +57,7 @@ impl Layout {
             hosts[i].push(r);
             host_of.push(i);
         }
-        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES, bcast_stripe_min: 0, bcast_scatter_min: SCATTER_MIN_BYTES, reduce_slice_min: u64::MAX }
+        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES, bcast_stripe_min: 0, bcast_scatter_min: SCATTER_MIN_BYTES, reduce_slice_min: SLICE_MIN_BYTES }
     }
 
     pub fn nranks(&self) -> usize {
@@ -275,6 +275,14 @@ pub const DIRECT_MAX_PEERS: usize = 4;
 /// 3768, 27980); at 512 KB scattering lost (138 against 106), at 2 MB neither won (BENCHMARKS,
 /// forty-fourth pass).
 pub const SCATTER_MIN_BYTES: u64 = 1 << 20;
+
+/// Reduce between two hosts of equal size from this size, where the count splits evenly over a
+/// host's ranks, goes slice by slice (`reduce_sliced`), the mirror of the scattered Broadcast. At
+/// 2 simulated hosts x 2 on H200 (us, two rounds): 4 MB 302-346 against 379-438 sent whole, 16 MB
+/// 881-977 against 1223-1335, 64 MB 4530-5339 against 6715-7046 (NCCL's sockets 811-966, 3479-4080,
+/// 14632-16042); at 1 MB 140-166 against 153-193, at 256 KB neither won (BENCHMARKS, forty-fifth
+/// pass).
+pub const SLICE_MIN_BYTES: u64 = 1 << 20;
 
 /// Reduce up to this size, with at most `DIRECT_MAX_PEERS` ranks on other hosts (any number of
 /// hosts): each of them sends its input to the root, so no host stage comes before their step.
@@ -1178,6 +1186,17 @@ mod tests {
         assert!(matches!(&st[1], Stage::Local(LocalOp::Coll { coll: Coll::AllGather, count, .. }) if *count == q / 2), "{st:?}");
         let off = Layout { bcast_scatter_min: u64::MAX, ..Layout::new(0, &[7, 7, 9, 9]) };
         assert_eq!(steps(&plan_coll(&off, &call(Coll::Broadcast, q, 0)))[0].phases[0].sends.len(), 1);
+        // From SLICE_MIN_BYTES a Reduce between the two hosts goes slice by slice: rank 3 sends its
+        // half of the other host's sums to rank 1; below, rank 2 sends them whole to the root.
+        let rsends = |l: &Layout, count: u64| -> Vec<(usize, u64)> {
+            steps(&plan_coll(l, &call(Coll::Reduce, count, 0))).iter().flat_map(|s| &s.phases).flat_map(|p| &p.sends).map(|x| (x.peer, x.bytes)).collect()
+        };
+        let s = SLICE_MIN_BYTES / 4;
+        assert_eq!(rsends(&Layout::new(3, &[7, 7, 9, 9]), s), vec![(1, 2 * s)]);
+        assert!(rsends(&Layout::new(3, &[7, 7, 9, 9]), s - 2).is_empty());
+        assert_eq!(rsends(&Layout::new(2, &[7, 7, 9, 9]), s - 2), vec![(0, 4 * s - 8)]);
+        let never = Layout { reduce_slice_min: u64::MAX, ..Layout::new(3, &[7, 7, 9, 9]) };
+        assert!(rsends(&never, s).is_empty());
         // 2 hosts x 2: small AllReduce is the host stage and one step; larger ones spread slices.
         let l = Layout::new(0, &[7, 7, 9, 9]);
         assert_eq!(plan_coll(&l, &call(Coll::AllReduce, FULL_EXCHANGE_MAX_BYTES / 4, 0)).len(), 2);
