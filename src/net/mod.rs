@@ -92,23 +92,15 @@ fn bcast_stripe_min() -> Result<u64> {
     }
 }
 
+/// A plan threshold "from this many bytes" (`plan_bytes`): `default` unless set; 0: never.
 /// OXCCL_NET_BCAST_SCATTER_MIN: the smallest Broadcast between two hosts that the root sends as
-/// slices, one to each rank of the other host, which then gather them (`plan::SCATTER_MIN_BYTES`
-/// unless set; 0: never).
-fn bcast_scatter_min() -> Result<u64> {
-    Ok(match plan_bytes("OXCCL_NET_BCAST_SCATTER_MIN")? {
-        None => plan::SCATTER_MIN_BYTES,
-        Some(0) => u64::MAX,
-        Some(n) => n,
-    })
-}
-
+/// slices, one to each rank of the other host, which then gather them (`plan::SCATTER_MIN_BYTES`).
 /// OXCCL_NET_REDUCE_SLICE_MIN: the smallest Reduce between two hosts of equal size that goes slice
 /// by slice (`plan::reduce_sliced`: reduce-scatter on each host, rank k to rank k across, gather to
-/// the root); `plan::SLICE_MIN_BYTES` unless set; 0: never.
-fn reduce_slice_min() -> Result<u64> {
-    Ok(match plan_bytes("OXCCL_NET_REDUCE_SLICE_MIN")? {
-        None => plan::SLICE_MIN_BYTES,
+/// the root; `plan::SLICE_MIN_BYTES`).
+fn plan_min(name: &str, default: u64) -> Result<u64> {
+    Ok(match plan_bytes(name)? {
+        None => default,
         Some(0) => u64::MAX,
         Some(n) => n,
     })
@@ -342,8 +334,8 @@ impl Net {
             layout.bcast_direct_max = v;
         }
         layout.bcast_stripe_min = bcast_stripe_min()?;
-        layout.bcast_scatter_min = bcast_scatter_min()?;
-        layout.reduce_slice_min = reduce_slice_min()?;
+        layout.bcast_scatter_min = plan_min("OXCCL_NET_BCAST_SCATTER_MIN", plan::SCATTER_MIN_BYTES)?;
+        layout.reduce_slice_min = plan_min("OXCCL_NET_REDUCE_SLICE_MIN", plan::SLICE_MIN_BYTES)?;
         let mh = layout.my_host();
         // The local communicator first: every rank does this before any link, and it involves
         // only this host's ranks.
