@@ -299,7 +299,7 @@ mod tests {
         assert_eq!(chunk_for(256 << 10), 64 << 10);
         assert_eq!(chunk_for((256 << 10) + 1), 128 << 10);
         assert_eq!(chunk_for(512 << 10), 128 << 10);
-        // From 1 MiB (the default threshold) the chunk is CHUNK, as before it was chosen per step.
+        // From 1 MiB (the threshold before session 57) the chunk is CHUNK, the one size there was.
         assert_eq!(chunk_for(1 << 20), CHUNK);
         assert_eq!(chunk_for((1 << 20) + 1), CHUNK);
         assert_eq!(chunk_for(1 << 40), CHUNK);
