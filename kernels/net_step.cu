@@ -55,6 +55,7 @@
 #include "copy.cuh"
 #include "fifo.cuh"
 #include "host_copy.cuh"
+#include "net_combine.cuh"
 #include "packet.cuh"
 #include "pdl.cuh"
 
@@ -124,6 +125,9 @@ OX_DEV bool ox_net_copies(const NetStepArgs& a, uint32_t from, uint32_t to, uint
     uint64_t off, len;
     ox_net_part(c.bytes, off, len);
     if (ToHost) ox_host_copy<false>(c.dst + moved + off, c.src + off, len);
+    // A copy out that combines (`with`, net_combine.cuh); parts are whole 16-byte units, so
+    // whole elements.
+    else if (c.with) ox_net_combine_copy(a.combine, c.dst + off, c.src + moved + off, c.with + off, len);
     else ox_host_copy<true>(c.dst + off, c.src + moved + off, len);
   }
   return ok;
@@ -252,7 +256,9 @@ OX_DEV void ox_net_pipe_post(const NetStepArgs& a, uint64_t target) {
       __syncthreads();
       if (!ok) return;
       const uint64_t off = (uint64_t)j * CH, len = ox_min(CH, cp.bytes - off);
-      ox_host_copy<true>(cp.dst + off, cp.src + shift + off, len);
+      // Chunks are 32 KiB or more, a power of two: whole elements, as each combining copy needs.
+      if (cp.with) ox_net_combine_copy(a.combine, cp.dst + off, cp.src + shift + off, cp.with + off, len);
+      else ox_host_copy<true>(cp.dst + off, cp.src + shift + off, len);
       // The next chunk's wait rewrites `ok`: every thread has read it by now.
       __syncthreads();
     }

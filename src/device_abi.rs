@@ -252,7 +252,18 @@ pub struct NetCopy {
     pub src: u64,
     pub dst: u64,
     pub bytes: u64,
+    /// 0: a plain copy. Else (a copy out of the arena only): GPU memory the copy combines with,
+    /// `dst[i] = with[i] (op) src[i]` by `NetStepArgs::combine` (src/net/stage.rs, "combined on the
+    /// GPU"); `with` is `dst` or disjoint from it, and shares its alignment modulo 16.
+    pub with: u64,
 }
+
+/// `NetStepArgs::combine`: 0, or `1 + dtype + 16 * op` for the copies out that combine (`NetCopy::with`):
+/// dtype is ncclDataType_t's value, op one of these.
+pub const OX_NET_COMBINE_SUM: u32 = 0;
+pub const OX_NET_COMBINE_PROD: u32 = 1;
+pub const OX_NET_COMBINE_MAX: u32 = 2;
+pub const OX_NET_COMBINE_MIN: u32 = 3;
 
 /// Arguments of `ox_net_step` (kernels/net_step.cu): one step of a communicator spanning hosts,
 /// run by its proxy (src/net).
@@ -289,6 +300,10 @@ pub struct NetStepArgs {
     /// chunk of the arena copies at `pre_flags` / wait for the proxy's flags at `post_flags`.
     /// 0: copies before the hand-over and after `done`.
     pub pipe: u32,
+    /// How copies out with `NetCopy::with` set combine (`OX_NET_COMBINE_*`); 0 when none does.
+    pub combine: u32,
+    /// Zero (keeps `flip` 8-byte aligned in C as in Rust).
+    pub pad: u32,
     /// The second arena's device address minus the first's, modulo 2^64; 0: one arena. Steps of
     /// odd number (the device's count, so graph replays alternate too) use the second.
     pub flip: u64,
@@ -525,11 +540,13 @@ mod tests {
             ("NetStepArgs", "arena_copies", offset_of!(NetStepArgs, arena_copies)),
             ("NetStepArgs", "packets", offset_of!(NetStepArgs, packets)),
             ("NetStepArgs", "pipe", offset_of!(NetStepArgs, pipe)),
+            ("NetStepArgs", "combine", offset_of!(NetStepArgs, combine)),
             ("NetStepArgs", "flip", offset_of!(NetStepArgs, flip)),
             ("NetStepArgs", "pre_flags", offset_of!(NetStepArgs, pre_flags)),
             ("NetStepArgs", "post_flags", offset_of!(NetStepArgs, post_flags)),
             ("NetStepArgs", "copies", offset_of!(NetStepArgs, copies)),
             ("NetCopy", "bytes", offset_of!(NetCopy, bytes)),
+            ("NetCopy", "with", offset_of!(NetCopy, with)),
         ];
         let mut c = format!("#include <stddef.h>\n#include <stdio.h>\n#include \"{header}\"\nint main(void) {{\n");
         c.push_str("printf(\"DevComm %zu\\n\", sizeof(DevComm));\n");

@@ -161,6 +161,19 @@ fn step_blocks() -> u32 {
 /// `post` bytes: one per 32 KiB of the larger, at most `max` up to the proxy's inline size, and at
 /// most 32 (or `max`, if more) beyond: one block moves about as much as the wire for small
 /// steps, but a large step's copies through PCIe need many loads in flight.
+/// `NetStepArgs::combine` for a reduction the step kernel combines (`stage::on_gpu` takes only these
+/// ops, without the integer average's division).
+fn combine_code(op: &hostreduce::HostOp) -> u32 {
+    use crate::device_abi::{OX_NET_COMBINE_MAX, OX_NET_COMBINE_MIN, OX_NET_COMBINE_PROD, OX_NET_COMBINE_SUM};
+    let code = match op.combine {
+        hostreduce::Combine::Sum => OX_NET_COMBINE_SUM,
+        hostreduce::Combine::Prod => OX_NET_COMBINE_PROD,
+        hostreduce::Combine::Max => OX_NET_COMBINE_MAX,
+        hostreduce::Combine::Min => OX_NET_COMBINE_MIN,
+    };
+    1 + op.dtype as u32 + 16 * code
+}
+
 fn staged_grid(pre: u64, post: u64, max: u32) -> u32 {
     let bytes = pre.max(post);
     let max = if bytes > inline::DEFAULT_MAX { max.max(32) } else { max.max(1) };
@@ -300,6 +313,8 @@ pub struct Net {
     step_blocks: u32,
     /// Payload bytes per direction up to which a staged step uses packets (`packets`); 0: never.
     packets_max: u64,
+    /// Smallest reduction a staged step's kernel combines on its way out (`stage::combine_min`).
+    combine_min: u64,
     dev: &'static Device,
     status: Arc<NetStatus>,
     /// OXCCL_NET_TRACE: when the streams reached each launch of the cross-host calls.
@@ -421,6 +436,7 @@ impl Net {
             p2p_overlap: p2p_overlap(),
             step_blocks: step_blocks(),
             packets_max: packets::max_bytes(),
+            combine_min: stage::combine_min(packets::max_bytes()),
             dev: s.dev,
             status,
             stream_trace: trace_dir().map(|d| Mutex::new(streamtrace::StreamTrace::new(d))),
@@ -602,6 +618,8 @@ impl Net {
             arena_copies: 0,
             packets: 0,
             pipe: 0,
+            combine: 0,
+            pad: 0,
             flip: 0,
             pre_flags: 0,
             post_flags: 0,
@@ -612,7 +630,7 @@ impl Net {
         let tcp = self.stage_max > 0 && step.phases.iter().flat_map(|p| p.sends.iter().chain(&p.recvs)).all(|x| self.inline_peer.get(x.peer).copied().unwrap_or(false));
         // Copies beyond the step kernel's slots, made in launches of their own (`overflow`).
         let mut extra: (Vec<NetStepArgs>, Vec<NetStepArgs>) = (Vec::new(), Vec::new());
-        let (step, shape) = match tcp.then(|| stage::stage_on_host(&step, self.stage_max, usize::MAX)).flatten() {
+        let (step, shape) = match tcp.then(|| stage::stage_on_host(&step, self.stage_max, usize::MAX, self.combine_min)).flatten() {
             Some(mut st) => {
                 // More copies than the kernel's slots (a group's many separate buffers): extra
                 // launches make them, plainly (no packets, no pipelining).
@@ -632,8 +650,8 @@ impl Net {
                 let [(host, dev), (host1, dev1)] = self.mailbox(st.step.arena_bytes, detach)?;
                 // The kernel's side of each arena copy: the packets when there are, else the plain range.
                 let at = |i: usize, host: u64| dev + pk.get(i).map_or(host, |r| r.packets);
-                let pre = st.pre.iter().enumerate().map(|(i, c)| NetCopy { src: c.dev, dst: at(i, c.host), bytes: c.bytes });
-                let post = st.post.iter().enumerate().map(|(i, c)| NetCopy { src: at(st.pre.len() + i, c.host), dst: c.dev, bytes: c.bytes });
+                let pre = st.pre.iter().enumerate().map(|(i, c)| NetCopy { src: c.dev, dst: at(i, c.host), bytes: c.bytes, with: 0 });
+                let post = st.post.iter().enumerate().map(|(i, c)| NetCopy { src: at(st.pre.len() + i, c.host), dst: c.dev, bytes: c.bytes, with: c.with.unwrap_or(0) });
                 // A step that only sends has all it needs in the arena once its kernel pushed it:
                 // the kernel returns then, and the stream goes on while the proxy sends. The next
                 // staged step's kernel waits for the proxy before it refills the arena, later
@@ -641,7 +659,7 @@ impl Net {
                 // error, and a graceful teardown drains the proxy (Proxy::finish). (`detach`, above.)
                 // The step's GPU-to-GPU copies: before the hand-over in a detached kernel, else
                 // after it, so a kernel without pre-copies still pushes at once.
-                let own = st.step.copies.iter().map(|c| NetCopy { src: c.src, dst: c.dst, bytes: c.bytes });
+                let own = st.step.copies.iter().map(|c| NetCopy { src: c.src, dst: c.dst, bytes: c.bytes, with: 0 });
                 let (npre, npost) = match detach {
                     true => (st.pre.len() + st.step.copies.len(), st.post.len()),
                     false => (st.pre.len(), st.post.len() + st.step.copies.len()),
@@ -674,6 +692,9 @@ impl Net {
                     (args.npre, args.npost) = (npre as u32, npost as u32);
                 }
                 args.packets = u32::from(!pk.is_empty());
+                // Combining copies out are never packets: they carry more than packets do.
+                debug_assert!(pk.is_empty() || st.combine.is_none());
+                args.combine = st.combine.map_or(0, |op| combine_code(&op));
                 if let Some(l) = &st.step.progress {
                     (args.pipe, args.pre_flags, args.post_flags) = (l.chunk as u32, dev + l.pre_flags, dev + l.post_flags);
                 }
@@ -1518,7 +1539,7 @@ mod tests {
 
     #[test]
     fn copies_beyond_the_kernels_slots_go_in_order_into_launches_before_and_after_the_step() {
-        let c = |i: u64| NetCopy { src: i, dst: 1000 + i, bytes: 16 };
+        let c = |i: u64| NetCopy { src: i, dst: 1000 + i, bytes: 16, with: 0 };
         // 70 copies in (the odd ones with an arena side), 40 out.
         let list: Vec<(NetCopy, bool)> = (0..110).map(|i| (c(i), i % 2 == 1)).collect();
         let step = NetStepArgs { plan: 7, flip: 4096, detach: OX_NET_STEP_WAIT, ..Default::default() };

@@ -175,14 +175,14 @@ mod tests {
     }
 
     fn staged(pre: &[u64], post: &[u64]) -> Staged {
-        let mut st = Staged { step: Step::default(), pre: Vec::new(), post: Vec::new() };
+        let mut st = Staged { step: Step::default(), pre: Vec::new(), post: Vec::new(), combine: None };
         for &b in pre {
             let host = st.step.host(b);
-            st.pre.push(HostCopy { dev: 0x1000, host, bytes: b });
+            st.pre.push(HostCopy { dev: 0x1000, host, bytes: b, with: None });
         }
         for &b in post {
             let host = st.step.host(b);
-            st.post.push(HostCopy { dev: 0x2000, host, bytes: b });
+            st.post.push(HostCopy { dev: 0x2000, host, bytes: b, with: None });
         }
         st
     }

@@ -916,7 +916,7 @@ mod tests {
                         let st = plan_all_stages(&Layout::new(me, &hashes), &call(coll, count, 0));
                         for s in steps(&st) {
                             let carries = s.phases.iter().any(|p| !p.sends.is_empty() || !p.recvs.is_empty());
-                            let Some(x) = crate::net::stage::stage_on_host(s, u64::MAX, usize::MAX) else {
+                            let Some(x) = crate::net::stage::stage_on_host(s, u64::MAX, usize::MAX, u64::MAX) else {
                                 assert!(!carries, "{h} x {l} {coll:?} count {count} rank {me}: a step that carries data is not staged");
                                 continue;
                             };
@@ -996,7 +996,7 @@ mod tests {
                 .collect();
             let st = direct(&Layout::new(me, &hashes), &ops);
             let step = steps(&st)[0];
-            let x = crate::net::stage::stage_on_host(step, u64::MAX, crate::device_abi::OX_NET_COPIES).expect("staged");
+            let x = crate::net::stage::stage_on_host(step, u64::MAX, crate::device_abi::OX_NET_COPIES, u64::MAX).expect("staged");
             assert!(x.pre.len() <= 2 && x.post.len() <= 2, "rank {me}: {} and {} copies", x.pre.len(), x.post.len());
         }
     }
@@ -1059,6 +1059,11 @@ mod tests {
         }
     }
 
+    thread_local! {
+        /// Copies out that combined on the "GPU" in `simulate` (this thread's tests).
+        static COMBINED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
     /// Simulates whole collectives on integers: local stages by definition, net steps by moving
     /// bytes between the ranks' "device" vectors, staged or not, out-of-place and in-place; every
     /// rank must end with what NCCL defines. Layouts include ranks alone on their host, whose
@@ -1066,6 +1071,7 @@ mod tests {
     #[test]
     fn every_collective_computes_its_result_in_every_layout() {
         use Coll::*;
+        COMBINED.with(|n| n.set(0));
         for hashes in layouts() {
             let n = hashes.len();
             for count in [1u64, 5, 64, 1001, 3000, 40_000] {
@@ -1081,7 +1087,9 @@ mod tests {
                     let rooted = matches!(coll, Reduce | Broadcast | Gather | Scatter);
                     let inplace_ok = matches!(coll, AllReduce | ReduceScatter | Reduce | AllGather | Broadcast);
                     for root in if rooted { 0..n } else { 0..1 } {
-                        for (inplace, staged) in [(false, false), (false, true), (true, false), (true, true)] {
+                        // Staged: None (not), with the proxy combining (u64::MAX), or the kernel
+                        // combining wherever it can (from 1 byte).
+                        for (inplace, staged) in [false, true].into_iter().flat_map(|i| [(i, None), (i, Some(u64::MAX)), (i, Some(1))]) {
                             if inplace && !inplace_ok {
                                 continue;
                             }
@@ -1099,7 +1107,7 @@ mod tests {
                                     Scatter => inputs[root][r * cn..(r + 1) * cn].to_vec(),
                                     _ => continue,
                                 };
-                                assert_eq!(*got, want, "{hashes:?} {coll:?} count {count} root {root} rank {r} in-place {inplace} staged {staged} sliced {sliced}");
+                                assert_eq!(*got, want, "{hashes:?} {coll:?} count {count} root {root} rank {r} in-place {inplace} staged {staged:?} sliced {sliced}");
                             }
                             }
                         }
@@ -1107,6 +1115,8 @@ mod tests {
                 }
             }
         }
+        // The kernel's combining copies ran (2 x 1 AllReduce and Reduce take them, at least).
+        assert!(COMBINED.with(|n| n.get()) > 0);
     }
 
     #[test]
@@ -1208,7 +1218,7 @@ mod tests {
     /// in-place calls as nccl-tests makes them). `staged`: every step as `stage::stage_on_host`
     /// rewrites it, its copies made around it. Returns each rank's output.
     #[allow(clippy::too_many_arguments)]
-    fn simulate(hashes: &[u64], coll: Coll, count: u64, root: usize, inplace: bool, staged: bool, sliced: bool, input: &dyn Fn(usize) -> Vec<i64>) -> Vec<Vec<i64>> {
+    fn simulate(hashes: &[u64], coll: Coll, count: u64, root: usize, inplace: bool, staged: Option<u64>, sliced: bool, input: &dyn Fn(usize) -> Vec<i64>) -> Vec<Vec<i64>> {
         let n = hashes.len();
         // Each region holds the largest buffer of the call (count * n elements).
         let span = (count * n as u64).next_power_of_two();
@@ -1264,12 +1274,12 @@ mod tests {
         }
         // Per rank and stage: the kernel's copies of a staged step.
         let mut copies: Vec<Vec<Option<super::super::stage::Staged>>> = plans.iter().map(|p| vec![None; p.len()]).collect();
-        if staged {
+        if let Some(combine_min) = staged {
             for (r, p) in plans.iter_mut().enumerate() {
                 for (i, st) in p.iter_mut().enumerate() {
                     if let Stage::Net(step) = st {
                         let carries = step.phases.iter().any(|p| !p.sends.is_empty() || !p.recvs.is_empty());
-                        let x = crate::net::stage::stage_on_host(step, u64::MAX, usize::MAX);
+                        let x = crate::net::stage::stage_on_host(step, u64::MAX, usize::MAX, combine_min);
                         // Today's plans never read what an earlier phase wrote: all can be staged.
                         assert_eq!(x.is_some(), carries, "{hashes:?} {coll:?} rank {r} stage {i}");
                         if let Some(x) = x {
@@ -1453,7 +1463,14 @@ mod tests {
             for r in 0..n {
                 for c in copies[r].get(i).into_iter().flatten().flat_map(|x| &x.post) {
                     let len = (c.bytes / 8) as usize;
-                    let v = arenas[r][at(c.host)..at(c.host) + len].to_vec();
+                    let mut v = arenas[r][at(c.host)..at(c.host) + len].to_vec();
+                    if let Some(with) = c.with {
+                        // Combined on the way out (the simulated op is a sum).
+                        for (k, x) in v.iter_mut().enumerate() {
+                            *x = x.wrapping_add(dev[r][at(with) + k]);
+                        }
+                        COMBINED.with(|n| n.set(n.get() + 1));
+                    }
                     dev[r][at(c.dev)..at(c.dev) + len].copy_from_slice(&v);
                 }
             }
@@ -1525,7 +1542,7 @@ mod by_hand {
                 let st = plan_coll(std::hint::black_box(&l), std::hint::black_box(&c));
                 for s in &st {
                     if let Stage::Net(step) = s {
-                        if let Some(mut x) = crate::net::stage::stage_on_host(step, crate::net::inline::DEFAULT_MAX, crate::device_abi::OX_NET_COPIES) {
+                        if let Some(mut x) = crate::net::stage::stage_on_host(step, crate::net::inline::DEFAULT_MAX, crate::device_abi::OX_NET_COPIES, u64::MAX) {
                             std::hint::black_box(crate::net::packets::reserve(&mut x, crate::net::packets::DEFAULT_MAX));
                         }
                     }
