@@ -17,8 +17,11 @@
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 
+use std::sync::Arc;
+
 use super::link::{check_header, header, io_error, stripe_min, HEADER_BYTES};
 use super::plan::Phase;
+use super::progress::Gate;
 use crate::error::{Error, Result};
 use crate::log::Subsys;
 
@@ -75,40 +78,124 @@ pub fn phase_fits(ph: &Phase, max: u64) -> bool {
     total <= max.saturating_mul(2)
 }
 
-/// One link's outgoing frames of a phase, concatenated.
+/// One outgoing frame: its header, and where its payload is (not copied: a pipelined step's
+/// payload may still be arriving from the step kernel, `gate`).
+struct OutFrame {
+    hdr: [u8; HEADER_BYTES],
+    ptr: *const u8,
+    len: usize,
+    /// Keeps the payload of a frame given by value (`Out::frame`).
+    _owned: Vec<u8>,
+    /// The payload lies in a pipelined step's arena: only what the step kernel has flagged copied
+    /// in may go (`Gate::ready_prefix`).
+    gate: Option<Arc<Gate>>,
+    /// Payload bytes known to be ready (so the gate is asked again only once they have gone).
+    ready: usize,
+}
+
+/// Most iovecs per sendmsg: frames of a phase to one peer go out together.
+const MAX_IOV: usize = 64;
+
+/// One link's outgoing frames of a phase, in order.
 pub struct Out {
     fd: RawFd,
     peer: usize,
-    buf: Vec<u8>,
-    off: usize,
+    frames: Vec<OutFrame>,
+    /// The frame being written, and bytes of it (header first) written.
+    cur: usize,
+    sent: usize,
+    /// Bytes of the finished frames (`pending`'s count).
+    done_bytes: usize,
 }
 
 impl Out {
     pub fn new(sock: &TcpStream, peer: usize) -> Out {
-        Out { fd: sock.as_raw_fd(), peer, buf: Vec::new(), off: 0 }
+        Out { fd: sock.as_raw_fd(), peer, frames: Vec::new(), cur: 0, sent: 0, done_bytes: 0 }
     }
 
-    /// Appends job `seq`'s frame.
+    /// Appends job `seq`'s frame, its payload copied.
     pub fn frame(&mut self, seq: u64, payload: &[u8]) {
-        self.buf.extend_from_slice(&header(0, seq, payload.len() as u64));
-        self.buf.extend_from_slice(payload);
+        let owned = payload.to_vec();
+        let (ptr, len) = (owned.as_ptr(), owned.len());
+        self.frames.push(OutFrame { hdr: header(0, seq, len as u64), ptr, len, _owned: owned, gate: None, ready: 0 });
+    }
+
+    /// Appends job `seq`'s frame, its payload the `len` bytes at `ptr`; with `gate`, each byte goes
+    /// only once the gate reports it copied in.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes until `exchange` returns, and nothing may write
+    /// them meanwhile except the step kernel's copies that `gate` watches.
+    pub unsafe fn frame_at(&mut self, seq: u64, ptr: *const u8, len: usize, gate: Option<Arc<Gate>>) {
+        self.frames.push(OutFrame { hdr: header(0, seq, len as u64), ptr, len, _owned: Vec::new(), gate, ready: 0 });
     }
 
     fn done(&self) -> bool {
-        self.off == self.buf.len()
+        self.cur == self.frames.len()
     }
 
-    /// Writes what the socket takes now; true if anything went.
+    /// Payload bytes of frame `k` that may go now.
+    fn ready(&mut self, k: usize) -> usize {
+        let f = &mut self.frames[k];
+        if f.ready < f.len {
+            f.ready = match &f.gate {
+                None => f.len,
+                Some(g) => g.ready_prefix(f.ptr, f.len as u64) as usize,
+            };
+        }
+        f.ready
+    }
+
+    /// Whether the next bytes wait for the step kernel rather than the socket.
+    fn gated(&mut self) -> bool {
+        !self.done() && self.sent >= HEADER_BYTES + self.ready(self.cur)
+    }
+
+    /// Writes what the socket takes now (frames to this peer together, up to what their gates
+    /// allow); true if anything went.
     fn progress(&mut self) -> Result<bool> {
         let mut any = false;
         while !self.done() {
-            let rest = &self.buf[self.off..];
-            // SAFETY: a valid buffer of rest.len() bytes; fd is a socket the caller keeps open.
-            let n = unsafe { libc::send(self.fd, rest.as_ptr().cast(), rest.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+            let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_IOV];
+            let mut n_iov = 0;
+            let mut at = self.sent;
+            for k in self.cur..self.frames.len() {
+                if n_iov + 2 > MAX_IOV {
+                    break;
+                }
+                let ready = self.ready(k);
+                let f = &self.frames[k];
+                if at < HEADER_BYTES {
+                    // SAFETY: within the frame's header.
+                    iov[n_iov] = libc::iovec { iov_base: unsafe { f.hdr.as_ptr().add(at) } as *mut _, iov_len: HEADER_BYTES - at };
+                    n_iov += 1;
+                }
+                let from = at.saturating_sub(HEADER_BYTES);
+                if ready > from {
+                    // SAFETY: within the payload the caller promised (`frame_at`), ready bytes of it.
+                    iov[n_iov] = libc::iovec { iov_base: unsafe { f.ptr.add(from) } as *mut _, iov_len: ready - from };
+                    n_iov += 1;
+                }
+                if ready < f.len {
+                    break; // the rest of this frame, and the frames after it, wait for the kernel
+                }
+                at = 0;
+            }
+            if n_iov == 0 {
+                break;
+            }
+            // SAFETY: a zeroed msghdr naming n_iov valid buffers (above); fd is a socket the
+            // caller keeps open.
+            let n = unsafe {
+                let mut m: libc::msghdr = std::mem::zeroed();
+                m.msg_iov = iov.as_mut_ptr();
+                m.msg_iovlen = n_iov as _;
+                libc::sendmsg(self.fd, &m, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+            };
             match n {
                 n if n > 0 => {
-                    self.off += n as usize;
                     any = true;
+                    self.advance(n as usize);
                 }
                 _ => match last_error() {
                     Some(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -118,6 +205,25 @@ impl Out {
             }
         }
         Ok(any)
+    }
+
+    /// `n` more bytes written, across frames.
+    fn advance(&mut self, mut n: usize) {
+        while n > 0 {
+            let total = HEADER_BYTES + self.frames[self.cur].len;
+            let step = n.min(total - self.sent);
+            self.sent += step;
+            n -= step;
+            if self.sent == total {
+                self.done_bytes += total;
+                self.cur += 1;
+                self.sent = 0;
+            }
+        }
+    }
+
+    fn total(&self) -> usize {
+        self.frames.iter().map(|f| HEADER_BYTES + f.len).sum()
     }
 }
 
@@ -155,6 +261,21 @@ impl In {
 
     fn done(&self) -> bool {
         self.cur == self.frames.len()
+    }
+
+    /// Frames expected so far (the next `expect` is frame number `expected()`).
+    pub fn expected(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Payload bytes of frame `j` in memory (its header checked).
+    pub fn landed(&self, j: usize) -> usize {
+        match self.frames.get(j) {
+            Some(f) if j < self.cur => f.len,
+            // A header is checked in the call that completes it, before `progress` returns.
+            Some(_) if j == self.cur => self.got.saturating_sub(HEADER_BYTES),
+            _ => 0,
+        }
     }
 
     /// Reads what has arrived; true if anything did. The header and the payload it announces are
@@ -217,7 +338,10 @@ pub fn pending(outs: &[Out], ins: &[In]) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     for o in outs.iter().filter(|o| !o.done()) {
-        let _ = write!(s, "{}sending to rank {}: {} of {} bytes written", if s.is_empty() { "" } else { "; " }, o.peer, o.off, o.buf.len());
+        let _ = write!(s, "{}sending to rank {}: {} of {} bytes written", if s.is_empty() { "" } else { "; " }, o.peer, o.done_bytes + o.sent, o.total());
+        if o.frames[o.cur].ready < o.frames[o.cur].len && o.sent >= HEADER_BYTES + o.frames[o.cur].ready {
+            s.push_str(" (the rest not yet copied in by the step kernel)");
+        }
     }
     for i in ins.iter().filter(|i| !i.done()) {
         let _ = write!(
@@ -254,19 +378,29 @@ pub fn exchange(outs: &mut [Out], ins: &mut [In], stop: &dyn Fn() -> Option<Erro
 /// `exchange`, telling `note` what is still outstanding (`pending`) each time the wait turns
 /// long (the proxy keeps it for the hang dump, OXCCL_DEBUG_DUMP); nothing on the fast path.
 pub fn exchange_noting(outs: &mut [Out], ins: &mut [In], stop: &dyn Fn() -> Option<Error>, note: &dyn Fn(String)) -> Result<()> {
+    exchange_watching(outs, ins, stop, note, &mut |_| {})
+}
+
+/// `exchange_noting`, calling `landed` with the receivers each time bytes have arrived (a
+/// pipelined step marks its results as they land: `In::landed`).
+pub fn exchange_watching(outs: &mut [Out], ins: &mut [In], stop: &dyn Fn() -> Option<Error>, note: &dyn Fn(String), landed: &mut dyn FnMut(&[In])) -> Result<()> {
     let mut idle = 0u32;
     loop {
         let mut any = false;
         for o in outs.iter_mut() {
             any |= o.progress()?;
         }
+        let mut got = false;
         for i in ins.iter_mut() {
-            any |= i.progress()?;
+            got |= i.progress()?;
+        }
+        if got {
+            landed(ins);
         }
         if outs.iter().all(Out::done) && ins.iter().all(In::done) {
             return Ok(());
         }
-        if any {
+        if any || got {
             idle = 0;
             continue;
         }
@@ -282,6 +416,14 @@ pub fn exchange_noting(outs: &mut [Out], ins: &mut [In], stop: &dyn Fn() -> Opti
         }
         if idle == SPIN_ROUNDS {
             note(pending(outs, ins));
+        }
+        if outs.iter_mut().any(Out::gated) {
+            // Waiting for the step kernel's copies (microseconds), which poll(2) cannot see.
+            std::thread::yield_now();
+            if let Some(e) = stop() {
+                return Err(e);
+            }
+            continue;
         }
         // Long wait (a late peer): sleep until a socket is ready, or a short timeout for `stop`.
         let mut fds: Vec<libc::pollfd> = outs
@@ -481,6 +623,70 @@ mod tests {
         assert!(notes.len() < 1000, "{} notes", notes.len());
         assert!(last.contains("sending to rank 3: ") && last.contains(&format!("of {} bytes written", big.len() + HEADER_BYTES)), "{last}");
         assert!(last.contains(&format!("receiving from rank 3: frame 1 of 1, {} bytes of it read", HEADER_BYTES + 8)), "{last}");
+    }
+
+    /// A frame from a pipelined step's arena goes only as far as the step kernel has copied in,
+    /// and the receiver sees its payload land piece by piece (what the proxy marks for the kernel's
+    /// copies out).
+    #[test]
+    fn a_gated_frame_goes_as_its_chunks_are_copied_in() {
+        use crate::net::progress::{Layout, MIN_CHUNK};
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let c = MIN_CHUNK;
+        let (ao, _ai, _bo, bi) = sockets();
+        // An arena in plain memory: the kernel's pre-copy [0, 2c), then its two flags.
+        let arena: &'static mut [u8] = Box::leak(vec![0u8; 2 * c as usize + 64].into_boxed_slice());
+        let base = arena.as_mut_ptr();
+        let l = Layout::new(vec![(0, 2 * c)], vec![], c, &mut |_| 2 * c);
+        let tag = 0x8000_0001;
+        let gate = Arc::new(Gate::new(&l, base, tag, Box::leak(Box::new(0u32))));
+        let flag = |i: usize| unsafe { &*(base.add(l.pre_flags as usize) as *const AtomicU32).add(i) };
+        let data: Vec<u8> = (0..2 * c as usize).map(|i| (i % 253) as u8).collect();
+        let mut o = Out::new(&ao, 1);
+        // SAFETY: the arena lives for the test; written below only "by the kernel" before its flag.
+        unsafe { o.frame_at(9, base, 2 * c as usize, Some(gate.clone())) };
+        let mut dst = vec![0u8; 2 * c as usize];
+        let mut i = In::new(&bi, 0);
+        // SAFETY: dst outlives the reads below.
+        unsafe { i.expect(9, dst.as_mut_ptr(), dst.len()) };
+        let drain = |o: &mut Out, i: &mut In, want: usize| {
+            let t0 = Instant::now();
+            while i.landed(0) < want && t0.elapsed() < Duration::from_secs(5) {
+                o.progress().unwrap();
+                i.progress().unwrap();
+            }
+        };
+        // Nothing copied in: the header goes, no payload byte.
+        drain(&mut o, &mut i, 1);
+        assert_eq!((o.sent, i.landed(0)), (HEADER_BYTES, 0));
+        assert!(o.gated());
+        assert!(pending(std::slice::from_ref(&o), &[]).contains("not yet copied in by the step kernel"));
+        // The first chunk: exactly it lands.
+        arena_write(base, &data[..c as usize]);
+        flag(0).store(tag, Ordering::Release);
+        drain(&mut o, &mut i, c as usize);
+        std::thread::sleep(Duration::from_millis(20));
+        o.progress().unwrap();
+        i.progress().unwrap();
+        assert_eq!(i.landed(0), c as usize);
+        assert_eq!(&dst[..c as usize], &data[..c as usize]);
+        assert!(o.gated() && !o.done());
+        // The second: the whole frame.
+        arena_write(unsafe { base.add(c as usize) }, &data[c as usize..]);
+        flag(1).store(tag, Ordering::Release);
+        let mut calls = 0;
+        exchange_watching(&mut [o], &mut [i], &|| None, &|_| {}, &mut |ins| {
+            calls += 1;
+            assert!(ins[0].landed(0) > c as usize);
+        })
+        .unwrap();
+        assert!(calls > 0);
+        assert!(dst == data);
+    }
+
+    fn arena_write(p: *mut u8, bytes: &[u8]) {
+        // SAFETY: test arenas hold these bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
     }
 
     /// Jobs posted to a link's threads and frames carried inline share one numbering: each end may

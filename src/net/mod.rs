@@ -938,13 +938,7 @@ impl NetHandler {
                 continue;
             }
             if inline {
-                if let Some(p) = prog.as_deref() {
-                    p.gate.wait_all()?;
-                }
-                self.run_inline(arena, k, ph, preloaded)?;
-                if let Some(p) = prog.as_deref_mut() {
-                    p.mark_received(ph);
-                }
+                self.run_inline(arena, k, ph, preloaded, prog.as_deref_mut())?;
             } else if n > 0 {
                 let t = Tracker::new(n);
                 match prog.as_deref_mut() {
@@ -1197,8 +1191,11 @@ impl NetHandler {
     /// A phase of small jobs on this thread (see `inline`): GPU sources copied to the pinned
     /// outbox with one synchronisation (which also covers `run`'s reduction preloads, `preloaded`),
     /// the frames written and read without blocking, GPU destinations copied from the inbox with
-    /// one more. A staged step (`stage`) has no GPU buffers left: no CUDA call at all.
-    fn run_inline(&mut self, arena: *mut u8, k: usize, ph: &Phase, preloaded: bool) -> Result<()> {
+    /// one more. A staged step (`stage`) has no GPU buffers left: no CUDA call at all. In a
+    /// pipelined step (`prog`) the sends from the arena go as the kernel's copies come (`Gate`),
+    /// and the receives into it are marked as they land, so that the copies in, the wire and the
+    /// copies out overlap on this one thread too.
+    fn run_inline(&mut self, arena: *mut u8, k: usize, ph: &Phase, preloaded: bool, mut prog: Option<&mut Prog>) -> Result<()> {
         let dev_bytes = |v: &[plan::Xfer]| v.iter().filter(|x| matches!(x.buf, Buf::Dev(_))).map(|x| x.bytes.div_ceil(16) * 16).sum::<u64>();
         let outbox = grow(self.dev, &mut self.outbox, dev_bytes(&ph.sends))?;
         let inbox = grow(self.dev, &mut self.inbox, dev_bytes(&ph.recvs))?;
@@ -1236,18 +1233,52 @@ impl NetHandler {
         for (x, &h) in ph.sends.iter().zip(&src) {
             let link = self.link(x.peer)?;
             let (w, _) = link.inline_sockets().ok_or_else(|| Error::internal("inline phase on a link without sockets"))?;
-            // SAFETY: h holds x.bytes (the arena range, or the outbox slot synchronised above).
-            outs.get(x.peer, || inline::Out::new(w, x.peer)).frame(link.next_seq(0, Dir::Send), unsafe { std::slice::from_raw_parts(h, x.bytes as usize) });
+            let gate = match (x.buf, prog.as_deref()) {
+                (Buf::Host(_), Some(p)) => Some(p.gate.clone()),
+                _ => None,
+            };
+            // SAFETY: h holds x.bytes (the arena range, written meanwhile only by the step
+            // kernel's copies the gate watches, or the outbox slot synchronised above), alive
+            // until exchange returns.
+            unsafe { outs.get(x.peer, || inline::Out::new(w, x.peer)).frame_at(link.next_seq(0, Dir::Send), h, x.bytes as usize, gate) };
         }
+        // A pipelined step's receives into the arena: (receiver, frame, arena offset, bytes marked).
+        let mut watched: Vec<(usize, usize, u64, u64)> = Vec::new();
         for (x, &h) in ph.recvs.iter().zip(&dst) {
             let link = self.link(x.peer)?;
             let (_, r) = link.inline_sockets().ok_or_else(|| Error::internal("inline phase on a link without sockets"))?;
+            let i = ins.get(x.peer, || inline::In::new(r, x.peer));
+            let frame = i.expected();
             // SAFETY: h is x.bytes of the arena or the inbox, untouched until exchange returns.
-            unsafe { ins.get(x.peer, || inline::In::new(r, x.peer)).expect(link.next_seq(0, Dir::Recv), h, x.bytes as usize) };
+            unsafe { i.expect(link.next_seq(0, Dir::Recv), h, x.bytes as usize) };
+            if let (Buf::Host(o), true) = (x.buf, prog.is_some()) {
+                let at = ins.peers.iter().position(|&p| p == x.peer).unwrap_or(0);
+                watched.push((at, frame, o, 0));
+            }
         }
         let (mut outs, mut ins) = (outs.items, ins.items);
         let x0 = self.trace.is_some().then(monotonic_ns);
-        inline::exchange_noting(&mut outs, &mut ins, &|| self.stopped(), &|what| self.status.note(format!("phase {k} (inline): {what}")))?;
+        // Marks what has landed of each watched receive since the last call.
+        let mut mark = |ins: &[inline::In], p: &mut Prog| {
+            for w in watched.iter_mut() {
+                let got = ins.get(w.0).map_or(0, |i| i.landed(w.1)) as u64;
+                if got > w.3 {
+                    p.marker.mark(&p.gate, w.2 + w.3, w.2 + got);
+                    w.3 = got;
+                }
+            }
+            p.marker.publish(&p.gate);
+        };
+        let stop = || self.stopped();
+        let note = |what: String| self.status.note(format!("phase {k} (inline): {what}"));
+        match prog.as_deref_mut() {
+            None => inline::exchange_noting(&mut outs, &mut ins, &stop, &note)?,
+            Some(p) => {
+                inline::exchange_watching(&mut outs, &mut ins, &stop, &note, &mut |ins| mark(ins, p))?;
+                // Every frame has landed: what the last round brought.
+                mark(&ins, p);
+            }
+        }
         if let (Some(t), Some(x0)) = (self.trace.as_mut(), x0) {
             t.exchange = (x0, monotonic_ns());
         }

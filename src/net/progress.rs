@@ -200,6 +200,22 @@ impl Gate {
         covering(&self.spans, self.chunk, lo, hi).iter().all(|&(i, _, _)| self.flag(i).load(Ordering::Acquire) == self.tag)
     }
 
+    /// How many bytes from host address `p` on (at most `len`) have been copied in, where
+    /// pre-copied: up to the first chunk not yet flagged (ranges no pre-copy covers are ready).
+    pub fn ready_prefix(&self, p: *const u8, len: u64) -> u64 {
+        let lo = (p as usize).wrapping_sub(self.arena) as u64;
+        let mut cs = covering(&self.spans, self.chunk, lo, lo + len);
+        // Copies are numbered in kernel order, which need not be the arena's.
+        cs.sort_unstable_by_key(|&(_, a, _)| a);
+        for (i, a, _) in cs {
+            // Acquire, as `ready`.
+            if self.flag(i).load(Ordering::Acquire) != self.tag {
+                return a.max(lo) - lo;
+            }
+        }
+        len
+    }
+
     /// Every pre-copy is in the arena.
     pub fn all(&self) -> bool {
         (0..chunk_count(&self.spans, self.chunk)).all(|i| self.flag(i).load(Ordering::Acquire) == self.tag)
@@ -326,6 +342,37 @@ mod tests {
             o
         });
         assert_eq!((l.pre_flags, l.post_flags), (1000, 1032), "5 flags of 4 bytes, then 3, each array 16-byte aligned");
+    }
+
+    #[test]
+    fn the_ready_prefix_ends_at_the_first_chunk_not_copied_in() {
+        // Two copies numbered against the arena's order: [4 CHUNK, 5 CHUNK) first, then [0, 2 CHUNK).
+        let arena: &'static mut [u8] = Box::leak(vec![0u8; 6 * CHUNK as usize + 256].into_boxed_slice());
+        let base = arena.as_mut_ptr();
+        let mut next = 6 * CHUNK;
+        let l = Layout::new(vec![(4 * CHUNK, CHUNK), (0, 2 * CHUNK)], vec![], CHUNK, &mut |n| {
+            let o = next;
+            next += n.div_ceil(16) * 16;
+            o
+        });
+        let tag = 0x8000_0003;
+        let gate = Gate::new(&l, base, tag, fake_abort());
+        let flag = |i: usize| unsafe { &*(base.add(l.pre_flags as usize) as *const AtomicU32).add(i) };
+        let at = |o: u64| unsafe { base.add(o as usize) as *const u8 };
+        assert_eq!(gate.ready_prefix(at(0), 6 * CHUNK), 0);
+        // A range no copy covers is ready, up to the first covered chunk not flagged.
+        assert_eq!(gate.ready_prefix(at(2 * CHUNK), 4 * CHUNK), 2 * CHUNK);
+        assert_eq!(gate.ready_prefix(at(2 * CHUNK), CHUNK), CHUNK);
+        flag(1).store(tag, Ordering::Release); // [0, CHUNK)
+        assert_eq!(gate.ready_prefix(at(0), 6 * CHUNK), CHUNK);
+        assert_eq!(gate.ready_prefix(at(CHUNK / 2), 6 * CHUNK), CHUNK / 2, "from inside a chunk");
+        flag(0).store(tag, Ordering::Release); // [4 CHUNK, 5 CHUNK), numbered first
+        assert_eq!(gate.ready_prefix(at(0), 6 * CHUNK), CHUNK, "[CHUNK, 2 CHUNK) still out");
+        flag(2).store(tag - 1, Ordering::Release); // an older step's tag
+        assert_eq!(gate.ready_prefix(at(0), 6 * CHUNK), CHUNK);
+        flag(2).store(tag, Ordering::Release);
+        assert_eq!(gate.ready_prefix(at(0), 6 * CHUNK), 6 * CHUNK);
+        assert_eq!(gate.ready_prefix(at(0), 3), 3);
     }
 
     fn fake_abort() -> *mut u32 {
