@@ -1195,7 +1195,7 @@ impl NetHandler {
     /// pipelined step (`prog`) the sends from the arena go as the kernel's copies come (`Gate`),
     /// and the receives into it are marked as they land, so that the copies in, the wire and the
     /// copies out overlap on this one thread too.
-    fn run_inline(&mut self, arena: *mut u8, k: usize, ph: &Phase, preloaded: bool, mut prog: Option<&mut Prog>) -> Result<()> {
+    fn run_inline(&mut self, arena: *mut u8, k: usize, ph: &Phase, preloaded: bool, prog: Option<&mut Prog>) -> Result<()> {
         let dev_bytes = |v: &[plan::Xfer]| v.iter().filter(|x| matches!(x.buf, Buf::Dev(_))).map(|x| x.bytes.div_ceil(16) * 16).sum::<u64>();
         let outbox = grow(self.dev, &mut self.outbox, dev_bytes(&ph.sends))?;
         let inbox = grow(self.dev, &mut self.inbox, dev_bytes(&ph.recvs))?;
@@ -1271,7 +1271,7 @@ impl NetHandler {
         };
         let stop = || self.stopped();
         let note = |what: String| self.status.note(format!("phase {k} (inline): {what}"));
-        match prog.as_deref_mut() {
+        match prog {
             None => inline::exchange_noting(&mut outs, &mut ins, &stop, &note)?,
             Some(p) => {
                 inline::exchange_watching(&mut outs, &mut ins, &stop, &note, &mut |ins| mark(ins, p))?;
