@@ -84,8 +84,6 @@ struct OutFrame {
     hdr: [u8; HEADER_BYTES],
     ptr: *const u8,
     len: usize,
-    /// Keeps the payload of a frame given by value (`Out::frame`).
-    _owned: Vec<u8>,
     /// The payload lies in a pipelined step's arena: only what the step kernel has flagged copied
     /// in may go (`Gate::ready_prefix`).
     gate: Option<Arc<Gate>>,
@@ -104,20 +102,11 @@ pub struct Out {
     /// The frame being written, and bytes of it (header first) written.
     cur: usize,
     sent: usize,
-    /// Bytes of the finished frames (`pending`'s count).
-    done_bytes: usize,
 }
 
 impl Out {
     pub fn new(sock: &TcpStream, peer: usize) -> Out {
-        Out { fd: sock.as_raw_fd(), peer, frames: Vec::new(), cur: 0, sent: 0, done_bytes: 0 }
-    }
-
-    /// Appends job `seq`'s frame, its payload copied.
-    pub fn frame(&mut self, seq: u64, payload: &[u8]) {
-        let owned = payload.to_vec();
-        let (ptr, len) = (owned.as_ptr(), owned.len());
-        self.frames.push(OutFrame { hdr: header(0, seq, len as u64), ptr, len, _owned: owned, gate: None, ready: 0 });
+        Out { fd: sock.as_raw_fd(), peer, frames: Vec::new(), cur: 0, sent: 0 }
     }
 
     /// Appends job `seq`'s frame, its payload the `len` bytes at `ptr`; with `gate`, each byte goes
@@ -127,7 +116,7 @@ impl Out {
     /// `ptr` must be valid for reads of `len` bytes until `exchange` returns, and nothing may write
     /// them meanwhile except the step kernel's copies that `gate` watches.
     pub unsafe fn frame_at(&mut self, seq: u64, ptr: *const u8, len: usize, gate: Option<Arc<Gate>>) {
-        self.frames.push(OutFrame { hdr: header(0, seq, len as u64), ptr, len, _owned: Vec::new(), gate, ready: 0 });
+        self.frames.push(OutFrame { hdr: header(0, seq, len as u64), ptr, len, gate, ready: 0 });
     }
 
     fn done(&self) -> bool {
@@ -146,9 +135,18 @@ impl Out {
         f.ready
     }
 
-    /// Whether the next bytes wait for the step kernel rather than the socket.
+    /// Whether the next bytes wait for the step kernel rather than the socket (its flags read
+    /// again first).
     fn gated(&mut self) -> bool {
-        !self.done() && self.sent >= HEADER_BYTES + self.ready(self.cur)
+        if !self.done() {
+            self.ready(self.cur);
+        }
+        self.waits_for_kernel()
+    }
+
+    /// `gated`, as of the flags last read.
+    fn waits_for_kernel(&self) -> bool {
+        self.frames.get(self.cur).is_some_and(|f| f.ready < f.len && self.sent >= HEADER_BYTES + f.ready)
     }
 
     /// Writes what the socket takes now (frames to this peer together, up to what their gates
@@ -215,15 +213,15 @@ impl Out {
             self.sent += step;
             n -= step;
             if self.sent == total {
-                self.done_bytes += total;
                 self.cur += 1;
                 self.sent = 0;
             }
         }
     }
 
-    fn total(&self) -> usize {
-        self.frames.iter().map(|f| HEADER_BYTES + f.len).sum()
+    /// Bytes of frames [from, to), headers included.
+    fn bytes(&self, from: usize, to: usize) -> usize {
+        self.frames[from..to].iter().map(|f| HEADER_BYTES + f.len).sum()
     }
 }
 
@@ -338,8 +336,8 @@ pub fn pending(outs: &[Out], ins: &[In]) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     for o in outs.iter().filter(|o| !o.done()) {
-        let _ = write!(s, "{}sending to rank {}: {} of {} bytes written", if s.is_empty() { "" } else { "; " }, o.peer, o.done_bytes + o.sent, o.total());
-        if o.frames[o.cur].ready < o.frames[o.cur].len && o.sent >= HEADER_BYTES + o.frames[o.cur].ready {
+        let _ = write!(s, "{}sending to rank {}: {} of {} bytes written", if s.is_empty() { "" } else { "; " }, o.peer, o.bytes(0, o.cur) + o.sent, o.bytes(0, o.frames.len()));
+        if o.waits_for_kernel() {
             s.push_str(" (the rest not yet copied in by the step kernel)");
         }
     }
@@ -484,8 +482,10 @@ mod tests {
             let mut o = Out::new(&bo, 0);
             let mut i = In::new(&bi, 0);
             let mut dst: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+            let src: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(k, &n)| data(k + 100, n)).collect();
             for (k, &n) in sizes.iter().enumerate() {
-                o.frame(k as u64 + 1, &data(k + 100, n));
+                // SAFETY: src outlives exchange, unchanged.
+                unsafe { o.frame_at(k as u64 + 1, src[k].as_ptr(), n, None) };
                 // SAFETY: dst[k] is n bytes and outlives exchange.
                 unsafe { i.expect(k as u64 + 1, dst[k].as_mut_ptr(), n) };
             }
@@ -495,8 +495,10 @@ mod tests {
         let mut o = Out::new(&ao, 1);
         let mut i = In::new(&ai, 1);
         let mut dst: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+        let src: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(k, &n)| data(k, n)).collect();
         for (k, &n) in sizes.iter().enumerate() {
-            o.frame(k as u64 + 1, &data(k, n));
+            // SAFETY: as above.
+            unsafe { o.frame_at(k as u64 + 1, src[k].as_ptr(), n, None) };
             // SAFETY: as above.
             unsafe { i.expect(k as u64 + 1, dst[k].as_mut_ptr(), n) };
         }
@@ -520,13 +522,14 @@ mod tests {
         }
         let rounds = 20000u64;
         let side = move |o_s: TcpStream, i_s: TcpStream| {
-            let mut dst = [0u8; 32];
+            let (mut dst, src) = ([0u8; 32], [7u8; 32]);
             let t0 = Instant::now();
             for k in 1..=rounds {
                 let mut o = Out::new(&o_s, 0);
                 let mut i = In::new(&i_s, 0);
-                o.frame(k, &[7u8; 32]);
-                // SAFETY: dst is 32 bytes and outlives exchange.
+                // SAFETY: src and dst are 32 bytes and outlive exchange.
+                unsafe { o.frame_at(k, src.as_ptr(), 32, None) };
+                // SAFETY: as above.
                 unsafe { i.expect(k, dst.as_mut_ptr(), 32) };
                 exchange(&mut [o], &mut [i], &|| None).unwrap();
             }
@@ -564,7 +567,9 @@ mod tests {
     fn a_wrong_frame_a_closed_peer_and_stop_are_errors() {
         let (ao, _ai, _bo, bi) = sockets();
         let mut o = Out::new(&ao, 1);
-        o.frame(1, &[1, 2, 3, 4]);
+        let four = [1u8, 2, 3, 4];
+        // SAFETY: four outlives exchange.
+        unsafe { o.frame_at(1, four.as_ptr(), 4, None) };
         exchange(&mut [o], &mut [], &|| None).unwrap();
         let mut buf = [0u8; 8];
         let mut i = In::new(&bi, 0);
@@ -610,7 +615,8 @@ mod tests {
         // SAFETY: buf outlives exchange.
         unsafe { i.expect(1, buf.as_mut_ptr(), 12) };
         let (mut o, big) = (Out::new(&bi, 3), vec![0u8; 64 << 20]);
-        o.frame(1, &big); // more than loopback's buffers take while nobody reads
+        // More than loopback's buffers take while nobody reads. SAFETY: big outlives exchange.
+        unsafe { o.frame_at(1, big.as_ptr(), big.len(), None) };
         let t0 = Instant::now();
         let notes = std::cell::RefCell::new(Vec::new());
         let stop = || (t0.elapsed() > Duration::from_millis(300)).then(|| Error::remote("aborted"));
@@ -708,7 +714,9 @@ mod tests {
         b.recv(Job { mem: Mem::Host(got[1].as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
         let (aw, _) = a.inline_sockets().unwrap();
         let mut o = Out::new(aw, 1);
-        o.frame(a.next_seq(0, crate::net::link::Dir::Send), &[6u8; 16]);
+        let six = [6u8; 16];
+        // SAFETY: six outlives exchange.
+        unsafe { o.frame_at(a.next_seq(0, crate::net::link::Dir::Send), six.as_ptr(), 16, None) };
         exchange(&mut [o], &mut [], &|| None).unwrap();
         t.wait(&|| None).unwrap();
         // 3: posted sender, inline receiver.
