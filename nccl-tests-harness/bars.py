@@ -8,6 +8,9 @@ least 0.9x NCCL's busbw).
 
   bars.py OUT_DIR [OUT_DIR ...] [--small-bytes 65536 --small-max-time 1.0]
                                 [--large-bytes 134217728 --large-min-busbw 0.9]
+  bars.py --issue9 N OUT_DIR ...   issue 9's table at N GPUs
+  bars.py --issue4 OUT_DIR ...     issue 4's bar (`harness.py compare --suite issue4`): at every
+                                   size, at most NCCL's time (so at least its busbw)
 """
 import argparse, json, os, sys
 
@@ -113,7 +116,10 @@ def main():
     p.add_argument("--large-bytes", type=int, default=128 << 20)
     p.add_argument("--large-min-busbw", type=float, default=0.9)
     p.add_argument("--issue9", type=int, default=None, metavar="N", help="check issue 9's table at N GPUs instead")
+    p.add_argument("--issue4", action="store_true", help="check issue 4's bar: every size at most NCCL's time")
     a = p.parse_args()
+    if a.issue4:
+        a.small_bytes, a.small_max_time, a.large_bytes = 1 << 62, 1.0, 1 << 62
     results = []
     for d in a.dirs:
         path = os.path.join(d, "results.json")

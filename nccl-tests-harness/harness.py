@@ -13,7 +13,9 @@ compare: every run twice, oxccl then the reference NCCL, in the same invocation;
          (with matplotlib) one PNG per run into --out. `--suite bench` is every table of
          BENCHMARKS.md's same-call comparisons in one invocation (colls-perf + allreduce-perf);
          `--suite issue9 --ngpus N` is issue 9's table at N ranks (about 8 minutes at N = 4),
-         checked by `bars.py --issue9 OUT`. `--repeat N` runs each pair N times, alternating
+         checked by `bars.py --issue9 OUT`; `--suite issue4` is issue 4's, ranks split into
+         simulated hosts (scripts/hostsim.sh), checked by `bars.py --issue4 OUT`. `--list` prints
+         the command lines and runs nothing. `--repeat N` runs each pair N times, alternating
          the libraries, and compares per-size medians: small eager sizes are bound by the host's
          kernel launch and move by 10-30% between runs of either library; `--bind core` pins
          single-threaded ranks to cores (mpirun --bind-to core --map-by numa), which steadies them.
@@ -24,8 +26,14 @@ import argparse, json, math, os, re, shlex, subprocess, sys, time
 
 NCCL_TESTS_ENV = {"NCCL_NVLS_ENABLE": "0"}  # NVLink multicast stays off on shared machines
 
-def mode(name, ngpus_needed, launcher, extra):
-    return {"name": name, "ngpus": ngpus_needed, "launcher": launcher, "extra": extra}
+def mode(name, ngpus_needed, launcher, extra, wrap=(), env=None):
+    """`wrap`: a command the binary runs under (after mpirun's options); `env`: settings for both
+    libraries' runs of this mode, forwarded to every rank."""
+    return {"name": name, "ngpus": ngpus_needed, "launcher": launcher, "extra": extra, "wrap": list(wrap), "env": dict(env or {})}
+
+# Ranks split into simulated hosts (issue 4's layouts): NCCL_HOSTID per rank, so that both
+# libraries use their network transport between "hosts" (NCCL its sockets, without InfiniBand).
+HOSTSIM = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "hostsim.sh"))
 
 # How mpirun places ranks (--bind): unbound by default; `core` binds each single-threaded rank to a
 # core, spread over NUMA nodes, which steadies the host-bound small rows (BENCHMARKS, thirty-second
@@ -158,6 +166,22 @@ def suite(name, ngpus):
         for t in ("all_reduce_perf",) + others:
             runs.append((t, mode(f"g{n}", n, [], ["-g", str(n)]), small + ["-d", "float"] + op(t)))
         return runs
+    if name == "issue4":
+        # Issue 4's comparison on one machine: every binary between simulated hosts (HOSTSIM),
+        # 2 hosts x n/2 ranks (n >= 4) and n hosts x 1, float, root 0: mid sizes with more
+        # iterations (their time is the bar: at most NCCL's), large sizes for bus bandwidth.
+        # `bars.py --issue4` checks every row; `--repeat 3` gives medians (these vary by call).
+        n = ngpus
+        mid = ["-b", "32K", "-e", "4M", "-f", "2", "-c", "1", "-n", "20", "-w", "5", "-d", "float"]
+        large = ["-b", "16M", "-e", "128M", "-f", "2", "-c", "0", "-n", "5", "-w", "2", "-d", "float"]
+        op = lambda t: ["-o", "sum"] if t in ("all_reduce_perf", "reduce_scatter_perf", "reduce_perf") else []
+        runs = []
+        for per in ([n // 2] if n >= 4 else []) + [1]:
+            hosts = f"h{n // per}x{per}"
+            for tag, sizes in (("", mid), ("-large", large)):
+                m = mode(hosts + tag, n, mpi(n), [], wrap=[HOSTSIM, str(per)], env={"NCCL_IB_DISABLE": "1"})
+                runs += [(t, m, sizes + op(t)) for t in COLLS if t != "hypercube_perf"]
+        return runs
     if name == "allreduce-check":
         return [("all_reduce_perf", m, CHECK_ARGS) for m in modes_for(ngpus)]
     if name == "allreduce-perf":
@@ -205,8 +229,10 @@ def parse(text):
     oob = re.search(r"Out of bounds values\s*:\s*(\d+)\s+(\S+)", text)
     return rows, (int(oob.group(1)) if oob else None)
 
-def run_one(bindir, test, m, args, preload, libdir, timeout, log):
-    env = dict(os.environ, **NCCL_TESTS_ENV)
+def command(bindir, test, m, args, preload, libdir):
+    """The environment and command line of one run: oxccl's when `preload` is its library, the
+    reference NCCL's (from `libdir`) otherwise."""
+    env = dict(os.environ, **NCCL_TESTS_ENV, **m["env"])
     env.pop("LD_PRELOAD", None)
     if libdir:
         env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
@@ -214,10 +240,15 @@ def run_one(bindir, test, m, args, preload, libdir, timeout, log):
         env["LD_PRELOAD"] = preload
     cmd = list(m["launcher"])
     if cmd:  # mpirun forwards only what it is told to
-        for k in ("LD_PRELOAD", "LD_LIBRARY_PATH", "NCCL_NVLS_ENABLE", "NCCL_DEBUG", "CUDA_VISIBLE_DEVICES") + tuple(k for k in env if k.startswith("OXCCL_")):
+        keys = ("LD_PRELOAD", "LD_LIBRARY_PATH", "NCCL_NVLS_ENABLE", "NCCL_DEBUG", "CUDA_VISIBLE_DEVICES") + tuple(m["env"]) + tuple(k for k in env if k.startswith("OXCCL_"))
+        for k in dict.fromkeys(keys):  # each once, in order
             if k in env:
                 cmd += ["-x", k]
-    cmd += [os.path.join(bindir, test)] + m["extra"] + list(args)
+    cmd += m["wrap"] + [os.path.join(bindir, test)] + m["extra"] + list(args)
+    return env, cmd
+
+def run_one(bindir, test, m, args, preload, libdir, timeout, log):
+    env, cmd = command(bindir, test, m, args, preload, libdir)
     t0 = time.time()
     try:
         p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
@@ -329,7 +360,7 @@ def cmd_compare(a):
         failed += not ok
         print("done" if ok else f"oxccl FAILED (rc {ox['rc']})", flush=True)
         ref = {(x["bytes"], x["type"], x["op"]): x for x in nc["rows"]}
-        md.append(f"\n### {name} ({m['name']}: {' '.join(m['launcher'] + m['extra'])})\n")
+        md.append(f"\n### {name} ({m['name']}: {' '.join(m['launcher'] + m['wrap'] + m['extra'])})\n")
         md.append("| bytes | type | oxccl us | NCCL us | time ratio | oxccl busbw | NCCL busbw | busbw ratio |")
         md.append("|---:|---|---:|---:|---:|---:|---:|---:|")
         rows = []
@@ -426,9 +457,22 @@ def main():
                    help="compare: run each pair N times, alternating oxccl and NCCL, and compare per-size medians (host-bound small sizes move between runs)")
     p.add_argument("--bind", choices=["none", "core"], default="none",
                    help="mpirun placement of single-threaded ranks: none (default) or core (--bind-to core --map-by numa)")
+    p.add_argument("--list", action="store_true", help="print the suite's oxccl command lines (with --ngpus) and run nothing")
     a = p.parse_args()
     global BIND
     BIND = a.bind
+    a.modes = set(a.modes.split(",")) if a.modes else None
+    a.tests = {t if t.endswith("_perf") else t + "_perf" for t in a.tests.split(",")} if a.tests else None
+    a.suite = a.suite or ("allreduce-check" if a.command == "check" else "allreduce-perf")
+    if a.list:
+        if not a.ngpus:
+            p.error("--list needs --ngpus")
+        for test, m, args in selected(a):
+            if m["ngpus"] <= a.ngpus:
+                env, cmd = command(a.bin, test, m, args, a.oxccl, a.nccl_libdir)
+                sets = " ".join(f"{k}={env[k]}" for k in sorted(m["env"]))
+                print(f"{m['name']}: {sets + ' ' if sets else ''}{' '.join(shlex.quote(c) for c in cmd)}")
+        return 0
     if a.ngpus is None:
         try:
             a.ngpus = len(subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE, text=True).stdout.strip().splitlines())
@@ -439,9 +483,6 @@ def main():
         return 1
     if a.repeat < 1:
         p.error("--repeat must be at least 1")
-    a.modes = set(a.modes.split(",")) if a.modes else None
-    a.tests = {t if t.endswith("_perf") else t + "_perf" for t in a.tests.split(",")} if a.tests else None
-    a.suite = a.suite or ("allreduce-check" if a.command == "check" else "allreduce-perf")
     return cmd_check(a) if a.command == "check" else cmd_compare(a)
 
 if __name__ == "__main__":

@@ -139,6 +139,32 @@ assert abs(r["time_ratio"] - 5 / 6) < 1e-3 and r["nccl_us"] == 6.0, r
 PY
 [ "$(ls "$bt/rep" | grep -c '^sendrecv_perf-np2-float\.[123]\.\(oxccl\|nccl\)\.log$')" = 6 ] || { echo "test: compare --repeat did not keep each repeat's logs"; ls "$bt/rep"; exit 1; }
 ln -sf fake_perf "$fb/sendrecv_perf"
+# Issue 4's suite: every run goes through scripts/hostsim.sh (2 x 2 and 4 x 1 at 4 GPUs) with
+# NCCL_IB_DISABLE=1 for both libraries; a fake that fails without them stands in for broadcast_perf.
+# `bars.py --issue4` holds every size to NCCL's time.
+cat > "$fb/hosts_perf" <<'FAKE'
+#!/usr/bin/env bash
+case ${NCCL_HOSTID:-} in oxccl-sim-host-*) ;; *) exit 3 ;; esac
+[ "${NCCL_IB_DISABLE:-}" = 1 ] || exit 4
+exec "$(dirname "$0")/fake_perf" "$@"
+FAKE
+chmod +x "$fb/hosts_perf"; ln -sf hosts_perf "$fb/broadcast_perf"
+PATH="$fb:$PATH" FAKE_MPI_LOG="$bt/mpi-hosts" python3 nccl-tests-harness/harness.py compare --bin "$fb" --oxccl "$bt/no-such-lib.so" --suite issue4 --tests broadcast --ngpus 4 --out "$bt/i4" > "$bt/i4.out" 2>&1 \
+  || { echo "test: harness compare --suite issue4 failed"; tail -20 "$bt/i4.out"; exit 1; }
+python3 - "$bt/i4/results.json" <<'PY' || { echo "test: the issue4 suite did not run both layouts under hostsim.sh"; cat "$bt/mpi-hosts"; exit 1; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert sorted(x["mode"] for x in r) == ["h2x2", "h2x2-large", "h4x1", "h4x1-large"], [x["mode"] for x in r]
+assert all(x["oxccl_rc"] == 0 and x["nccl_rc"] == 0 and x["rows"] for x in r), r
+PY
+[ "$(grep -c -- '-x NCCL_IB_DISABLE .*scripts/hostsim.sh 2 ' "$bt/mpi-hosts")" = 4 ] && [ "$(grep -c -- '-x NCCL_IB_DISABLE .*scripts/hostsim.sh 1 ' "$bt/mpi-hosts")" = 4 ] \
+  || { echo "test: the issue4 suite's command lines"; cat "$bt/mpi-hosts"; exit 1; }
+python3 nccl-tests-harness/bars.py --issue4 "$bt/i4" > /dev/null || { echo "test: bars.py --issue4 failed runs at 0.83-1.0x NCCL's time"; exit 1; }
+mkdir -p "$bt/i4miss"; sed 's/"time_ratio": 1.0,/"time_ratio": 1.01,/' "$bt/i4/results.json" > "$bt/i4miss/results.json"
+if python3 nccl-tests-harness/bars.py --issue4 "$bt/i4miss" > "$bt/out" || ! grep -q "4 runs, 4 miss(es)" "$bt/out"; then
+  echo "test: bars.py --issue4 did not report the 128 MiB rows at 1.01x NCCL's time"; cat "$bt/out"; exit 1
+fi
+ln -sf fake_perf "$fb/broadcast_perf"
 # scripts/gpu-test.sh --list: its step names without a GPU; --only narrows them (a run in parts).
 gl=$(bash scripts/gpu-test.sh --list --nccl-tests /none --nccl-libdir /none) || { echo "test: gpu-test.sh --list failed"; exit 1; }
 { [ "$(wc -l <<< "$gl")" -ge 20 ] && grep -qx torch-suite <<< "$gl" && grep -qx nccl-tests-registered <<< "$gl"; } \
