@@ -255,19 +255,32 @@ pub fn stripe_min() -> u64 {
 /// mid-job; spinning costs a core per waiting thread. Per rank (tuning, measuring).
 pub fn lane_spin() -> Duration {
     static V: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *V.get_or_init(|| match crate::config::env("OXCCL_NET_LANE_SPIN_US") {
-        None => Duration::ZERO,
+    *V.get_or_init(|| spin_env("OXCCL_NET_LANE_SPIN_US", Duration::ZERO))
+}
+
+/// OXCCL_NET_QUEUE_SPIN_US: the part of `lane_spin` a link thread spends on its empty job queue
+/// after a job (default: `lane_spin`). The other waits last only while a transfer is in flight;
+/// this one burns a core between steps too (measuring).
+pub fn queue_spin() -> Duration {
+    static V: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *V.get_or_init(|| spin_env("OXCCL_NET_QUEUE_SPIN_US", lane_spin()))
+}
+
+/// A spin budget in microseconds from the environment (at most a second), else `default`.
+fn spin_env(name: &str, default: Duration) -> Duration {
+    match crate::config::env(name) {
+        None => default,
         Some(v) => match v.trim().parse::<u64>() {
             Ok(n) => {
-                nccl_info!(crate::log::Subsys::Net, "OXCCL_NET_LANE_SPIN_US set by environment to {n}");
+                nccl_info!(crate::log::Subsys::Net, "{name} set by environment to {n}");
                 Duration::from_micros(n.min(1_000_000))
             }
             Err(_) => {
-                nccl_warn!("OXCCL_NET_LANE_SPIN_US={v}: expected microseconds, using 0");
-                Duration::ZERO
+                nccl_warn!("{name}={v}: expected microseconds, using {}", default.as_micros());
+                default
             }
         },
-    })
+    }
 }
 
 /// A spinning wait's budget: `idle` after each round without progress says whether to go on
@@ -645,7 +658,7 @@ fn serve(dev: Option<&'static Device>, jobs: Receiver<(u64, Job)>, mut carrier: 
     let mut broken = set_up.as_ref().err().cloned();
     // The link may be gone already (its set-up failed on another thread).
     let _ = ready.send(set_up);
-    let spin = lane_spin();
+    let spin = queue_spin();
     let next = || {
         let mut w = SpinWait::new(spin);
         loop {
