@@ -367,6 +367,12 @@ impl Net {
         // in one global order ((min, max) lexicographic), so no cycle of ranks can wait on each
         // other.
         let nsocks = sockets_per_link()?;
+        // Whether the links' threads spin (and stripe from 256 KiB): from what every rank told
+        // the others, so every rank decides alike (the stripes must match).
+        let ranks: Vec<(u64, u64, u32)> = s.peers.iter().zip(&hashes).map(|(p, &h)| (h, p.machine, p.cpus)).collect();
+        let fit = link::threads_fit(&ranks, nsocks);
+        let spin = link::Spin::for_links(fit);
+        let stripe_min = if fit && crate::config::env("OXCCL_NET_STRIPE_MIN").is_none() { link::FIT_STRIPE_MIN } else { 0 };
         let mut links: Links = (0..layout.nranks()).map(|_| None).collect();
         for (p, slot) in links.iter_mut().enumerate() {
             if layout.host_of[p] == mh {
@@ -382,7 +388,7 @@ impl Net {
             } else {
                 link::tcp_lanes(p, ds.outgoing, ds.incoming)?
             };
-            *slot = Some(Link::spawn(Some(s.dev), s.me, p, lanes, interrupt)?);
+            *slot = Some(Link::spawn(Some(s.dev), s.me, p, lanes, interrupt, spin)?);
         }
         // Every link thread's CUDA staging exists before the first step kernel can run (link.rs).
         for (p, l) in links.iter().enumerate() {
@@ -401,21 +407,25 @@ impl Net {
         let done = Arc::new(HostMapped::zeroed(s.dev, 64)?);
         let fifo = crate::proxy::fifo::device_view(fifo_mem.dev_ptr, head.ptr, FIFO_SLOTS);
         let plans = Arc::new(Mutex::new(Plans::default()));
-        let inline_max = inline::max_bytes();
+        // Jobs the links stripe travel on every lane, not inline.
+        let inline_max = if stripe_min > 0 { inline::max_bytes().min(stripe_min - 1) } else { inline::max_bytes() };
         let inline_peer = links.iter().map(|l| l.as_ref().is_some_and(|l| l.inline_sockets().is_some())).collect();
         let status = Arc::new(NetStatus::default());
-        let handler = NetHandler::new(s.dev, s.me, links.clone(), plans.clone(), done.clone(), s.abort_flag.clone(), inline_max, status.clone(), members.len())?;
+        let handler = NetHandler::new(s.dev, s.me, links.clone(), plans.clone(), done.clone(), s.abort_flag.clone(), (inline_max, stripe_min, spin.io), status.clone(), members.len())?;
         let placement = Placement { device: Some(s.dev), cpus: crate::topo::local_cpus(&s.dev.bus_id) };
         let proxy = Proxy::start(format!("oxccl-netproxy{}", s.me), FifoHost::new(words), Box::new(handler), placement, s.on_error)?;
         nccl_info!(
             Subsys::Net,
-            "rank {}: {}; {} hosts {:?}; {} local ranks over NVLink, links to {} ranks",
+            "rank {}: {}; {} hosts {:?}; {} local ranks over NVLink, links to {} ranks; link threads spin {:?} (queue {:?}), stripe from {}",
             s.me,
             s.paths.describe(),
             layout.nhosts(),
             layout.hosts,
             members.len(),
-            links.iter().filter(|l| l.is_some()).count()
+            links.iter().filter(|l| l.is_some()).count(),
+            spin.io,
+            spin.queue,
+            if stripe_min > 0 { stripe_min } else { link::stripe_min() }
         );
         Ok(Net {
             layout,
@@ -805,6 +815,11 @@ struct NetHandler {
     inbox: Vec<HostMapped>,
     /// Jobs up to this size are carried by this thread (`inline`); 0: never.
     inline_max: u64,
+    /// Jobs of phases without their own threshold are striped from this size (0: the link's,
+    /// `link::stripe_min`); equal on every rank.
+    stripe_min: u64,
+    /// How long this thread spins waiting for a phase's jobs (`link::Spin::io`).
+    spin: std::time::Duration,
     status: Arc<NetStatus>,
     relaxed: Option<RelaxedCapture>,
     /// OXCCL_NET_PROFILE=1: where steps spend their time, printed when the communicator goes.
@@ -850,7 +865,7 @@ impl NetHandler {
         plans: Arc<Mutex<Plans>>,
         done: Arc<HostMapped>,
         abort_flag: Arc<HostMapped>,
-        inline_max: u64,
+        (inline_max, stripe_min, spin): (u64, u64, std::time::Duration),
         status: Arc<NetStatus>,
         local_ranks: usize,
     ) -> Result<NetHandler> {
@@ -878,13 +893,15 @@ impl NetHandler {
             outbox,
             inbox,
             inline_max,
+            stripe_min,
+            spin,
             status,
             relaxed: None,
             profile: crate::config::env("OXCCL_NET_PROFILE").filter(|v| v.trim() == "1").map(|_| Profile::default()),
             trace: trace_dir().map(|dir| Trace { dir, rows: Vec::new(), exchange: (0, 0) }),
             combining: 0.0,
             pipeline: crate::config::env("OXCCL_NET_PIPELINE").is_none_or(|v| v.trim() != "0"),
-            helpers: hostreduce::helpers(hostreduce::cpus(), local_ranks),
+            helpers: hostreduce::helpers(crate::topo::cpus(), local_ranks),
         })
     }
 
@@ -1018,7 +1035,7 @@ impl NetHandler {
                 .map(|(i, x)| {
                     // A send from the arena of a pipelined step waits for the kernel's copies.
                     let gate = if dir == Dir::Send && matches!(x.buf, Buf::Host(_)) { gate.cloned() } else { None };
-                    let job = Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone(), landed: None, gate, stripe_min: ph.stripe_min };
+                    let job = Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone(), landed: None, gate, stripe_min: if ph.stripe_min > 0 { ph.stripe_min } else { self.stripe_min } };
                     Ok(self.link(x.peer)?.post_job(job, dir, watched.get(i).copied().unwrap_or(false)))
                 })
                 .collect()
@@ -1030,7 +1047,7 @@ impl NetHandler {
 
     /// Waits for every job of phase `k` (noting what is outstanding for the hang dump).
     fn wait_phase(&self, k: usize, ph: &Phase, t: &Tracker) -> Result<()> {
-        t.wait_noting(&|| self.stopped(), &|left| self.note_phase(k, ph, left))
+        t.wait_noting(self.spin, &|| self.stopped(), &|left| self.note_phase(k, ph, left))
     }
 
     /// Notes for the hang dump what phase `k` still waits for: `left` link transfers.
