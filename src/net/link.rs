@@ -216,6 +216,8 @@ pub struct Link {
     /// itself (`inline`) between posted ones: the lane's threads are idle then (the proxy waits
     /// for a phase's jobs before the next), and both ends count every job of the lane alike.
     seqs: Vec<[AtomicU64; 2]>,
+    /// Jobs without their own threshold are striped from this size (0: `stripe_min()`).
+    stripe_min: u64,
     /// Clones of lane 0's sockets (ours to write, ours to read) when the lanes are plain TCP.
     inline: Option<(TcpStream, TcpStream)>,
     interrupt: Interrupt,
@@ -272,6 +274,16 @@ pub const FIT_SPIN: Duration = Duration::from_micros(50);
 /// then costs no wake-ups. Without spinning, striping at 256 KiB gained little (same pass) and lost
 /// at 2 x 2 (thirty-ninth pass), whose threads do not fit.
 pub const FIT_STRIPE_MIN: u64 = 256 << 10;
+
+/// The striping threshold of links that spin by default (`fit`, see `Link::spawn`): 0 (the
+/// link's, `stripe_min()`) unless they do and OXCCL_NET_STRIPE_MIN is not set.
+pub fn fit_stripe_min(fit: bool) -> u64 {
+    if fit && crate::config::env("OXCCL_NET_STRIPE_MIN").is_none() {
+        FIT_STRIPE_MIN
+    } else {
+        0
+    }
+}
 
 impl Spin {
     /// OXCCL_NET_LANE_SPIN_US (both waits) and OXCCL_NET_QUEUE_SPIN_US (the queue's alone), else
@@ -469,7 +481,7 @@ impl Link {
 
     /// `spawn`, then `ready`.
     pub fn new(dev: Option<&'static Device>, me: usize, peer: usize, lanes: Vec<Lane>, interrupt: Interrupt) -> Result<Link> {
-        let link = Link::spawn(dev, me, peer, lanes, interrupt, Spin::from_env())?;
+        let link = Link::spawn(dev, me, peer, lanes, interrupt, false)?;
         link.ready()?;
         Ok(link)
     }
@@ -477,7 +489,10 @@ impl Link {
     /// Starts two threads per lane (its sender and its receiver), which set up their CUDA side
     /// (`Carrier::prepare`); the link takes no job until `ready` has returned. Apart so that a
     /// communicator's links set up at once.
-    pub fn spawn(dev: Option<&'static Device>, me: usize, peer: usize, lanes: Vec<Lane>, interrupt: Interrupt, spin: Spin) -> Result<Link> {
+    /// `fit`: the communicator's link threads fit its machines' cores (`threads_fit`), so plain
+    /// TCP lanes spin and stripe from `FIT_STRIPE_MIN` (`Spin`; measured on TCP only, so other
+    /// transports keep the settings alone). Both ends of a link take the same transport.
+    pub fn spawn(dev: Option<&'static Device>, me: usize, peer: usize, lanes: Vec<Lane>, interrupt: Interrupt, fit: bool) -> Result<Link> {
         if lanes.is_empty() {
             return Err(Error::internal(format!("network link to rank {peer} without lanes")));
         }
@@ -491,6 +506,8 @@ impl Link {
             }
             _ => None,
         };
+        let fit = fit && inline.is_some();
+        let (spin, stripe_min) = (Spin::for_links(fit), fit_stripe_min(fit));
         let seqs = lanes.iter().map(|_| [AtomicU64::new(0), AtomicU64::new(0)]).collect();
         let mut queues = Vec::new();
         let mut threads = Vec::new();
@@ -505,7 +522,7 @@ impl Link {
             queues.push((Some(stx), Some(rtx)));
             pending.extend([sdone, rdone]);
         }
-        Ok(Link { peer, lanes: queues, seqs, inline, interrupt, threads, pending: Mutex::new(pending) })
+        Ok(Link { peer, lanes: queues, seqs, stripe_min, inline, interrupt, threads, pending: Mutex::new(pending) })
     }
 
     /// Waits until every thread has set up its CUDA side; the first failure is the link's.
@@ -546,7 +563,7 @@ impl Link {
             self.post(job, send);
             return None;
         }
-        let parts: Vec<(u64, u64, Arc<AtomicU64>)> = stripes(job.bytes, self.lanes.len(), job.stripe_min).into_iter().map(|(o, n)| (o, n, Arc::new(AtomicU64::new(0)))).collect();
+        let parts: Vec<(u64, u64, Arc<AtomicU64>)> = self.stripes(&job).into_iter().map(|(o, n)| (o, n, Arc::new(AtomicU64::new(0)))).collect();
         let counters = parts.iter().map(|p| p.2.clone()).collect();
         self.post_parts(job, send, Some(counters));
         Some(Landing { parts })
@@ -556,9 +573,14 @@ impl Link {
         self.post_parts(job, send, None);
     }
 
+    /// The parts of `job` each lane carries: from its own threshold, else the link's.
+    fn stripes(&self, job: &Job) -> Vec<(u64, u64)> {
+        stripes(job.bytes, self.lanes.len(), if job.stripe_min > 0 { job.stripe_min } else { self.stripe_min })
+    }
+
     /// `landed`: one counter per stripe part (see `Job::landed`).
     fn post_parts(&self, job: Job, send: bool, landed: Option<Vec<Arc<AtomicU64>>>) {
-        let parts = stripes(job.bytes, self.lanes.len(), job.stripe_min);
+        let parts = self.stripes(&job);
         job.done.add(parts.len() - 1);
         let dir = if send { Dir::Send } else { Dir::Recv };
         for (i, (lane, &(off, n))) in self.lanes.iter().zip(&parts).enumerate() {

@@ -367,12 +367,10 @@ impl Net {
         // in one global order ((min, max) lexicographic), so no cycle of ranks can wait on each
         // other.
         let nsocks = sockets_per_link()?;
-        // Whether the links' threads spin (and stripe from 256 KiB): from what every rank told
-        // the others, so every rank decides alike (the stripes must match).
+        // Whether the TCP links' threads spin (and stripe from 256 KiB, `Link::spawn`): from what
+        // every rank told the others, so every rank decides alike (the stripes must match).
         let ranks: Vec<(u64, u64, u32)> = s.peers.iter().zip(&hashes).map(|(p, &h)| (h, p.machine, p.cpus)).collect();
         let fit = link::threads_fit(&ranks, nsocks);
-        let spin = link::Spin::for_links(fit);
-        let stripe_min = if fit && crate::config::env("OXCCL_NET_STRIPE_MIN").is_none() { link::FIT_STRIPE_MIN } else { 0 };
         let mut links: Links = (0..layout.nranks()).map(|_| None).collect();
         for (p, slot) in links.iter_mut().enumerate() {
             if layout.host_of[p] == mh {
@@ -388,7 +386,7 @@ impl Net {
             } else {
                 link::tcp_lanes(p, ds.outgoing, ds.incoming)?
             };
-            *slot = Some(Link::spawn(Some(s.dev), s.me, p, lanes, interrupt, spin)?);
+            *slot = Some(Link::spawn(Some(s.dev), s.me, p, lanes, interrupt, fit)?);
         }
         // Every link thread's CUDA staging exists before the first step kernel can run (link.rs).
         for (p, l) in links.iter().enumerate() {
@@ -407,16 +405,19 @@ impl Net {
         let done = Arc::new(HostMapped::zeroed(s.dev, 64)?);
         let fifo = crate::proxy::fifo::device_view(fifo_mem.dev_ptr, head.ptr, FIFO_SLOTS);
         let plans = Arc::new(Mutex::new(Plans::default()));
-        // Jobs the links stripe travel on every lane, not inline.
+        let inline_peer: Vec<bool> = links.iter().map(|l| l.as_ref().is_some_and(|l| l.inline_sockets().is_some())).collect();
+        // The proxy spins waiting for its link threads where they spin: all links plain TCP.
+        let tcp = links.iter().zip(&inline_peer).all(|(l, &t)| l.is_none() || t);
+        let (spin, stripe_min) = (link::Spin::for_links(fit && tcp), link::fit_stripe_min(fit));
+        // Jobs the TCP links (the only ones carried inline) stripe travel on every lane, not inline.
         let inline_max = if stripe_min > 0 { inline::max_bytes().min(stripe_min - 1) } else { inline::max_bytes() };
-        let inline_peer = links.iter().map(|l| l.as_ref().is_some_and(|l| l.inline_sockets().is_some())).collect();
         let status = Arc::new(NetStatus::default());
-        let handler = NetHandler::new(s.dev, s.me, links.clone(), plans.clone(), done.clone(), s.abort_flag.clone(), (inline_max, stripe_min, spin.io), status.clone(), members.len())?;
+        let handler = NetHandler::new(s.dev, s.me, links.clone(), plans.clone(), done.clone(), s.abort_flag.clone(), (inline_max, spin.io), status.clone(), members.len())?;
         let placement = Placement { device: Some(s.dev), cpus: crate::topo::local_cpus(&s.dev.bus_id) };
         let proxy = Proxy::start(format!("oxccl-netproxy{}", s.me), FifoHost::new(words), Box::new(handler), placement, s.on_error)?;
         nccl_info!(
             Subsys::Net,
-            "rank {}: {}; {} hosts {:?}; {} local ranks over NVLink, links to {} ranks; link threads spin {:?} (queue {:?}), stripe from {}",
+            "rank {}: {}; {} hosts {:?}; {} local ranks over NVLink, links to {} ranks; link threads spin {:?} (queue {:?}), TCP links stripe from {}",
             s.me,
             s.paths.describe(),
             layout.nhosts(),
@@ -815,9 +816,6 @@ struct NetHandler {
     inbox: Vec<HostMapped>,
     /// Jobs up to this size are carried by this thread (`inline`); 0: never.
     inline_max: u64,
-    /// Jobs of phases without their own threshold are striped from this size (0: the link's,
-    /// `link::stripe_min`); equal on every rank.
-    stripe_min: u64,
     /// How long this thread spins waiting for a phase's jobs (`link::Spin::io`).
     spin: std::time::Duration,
     status: Arc<NetStatus>,
@@ -865,7 +863,7 @@ impl NetHandler {
         plans: Arc<Mutex<Plans>>,
         done: Arc<HostMapped>,
         abort_flag: Arc<HostMapped>,
-        (inline_max, stripe_min, spin): (u64, u64, std::time::Duration),
+        (inline_max, spin): (u64, std::time::Duration),
         status: Arc<NetStatus>,
         local_ranks: usize,
     ) -> Result<NetHandler> {
@@ -893,7 +891,6 @@ impl NetHandler {
             outbox,
             inbox,
             inline_max,
-            stripe_min,
             spin,
             status,
             relaxed: None,
@@ -1035,7 +1032,7 @@ impl NetHandler {
                 .map(|(i, x)| {
                     // A send from the arena of a pipelined step waits for the kernel's copies.
                     let gate = if dir == Dir::Send && matches!(x.buf, Buf::Host(_)) { gate.cloned() } else { None };
-                    let job = Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone(), landed: None, gate, stripe_min: if ph.stripe_min > 0 { ph.stripe_min } else { self.stripe_min } };
+                    let job = Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone(), landed: None, gate, stripe_min: ph.stripe_min };
                     Ok(self.link(x.peer)?.post_job(job, dir, watched.get(i).copied().unwrap_or(false)))
                 })
                 .collect()
