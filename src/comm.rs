@@ -412,6 +412,8 @@ impl Comm {
             sm_count: topo::block_budget(dev.sm_count, self.config.max_ctas),
             bus_id: bus_id_bytes(&dev.bus_id),
             paths: paths.code(),
+            machine: topo::machine_hash(),
+            cpus: u32::try_from(topo::cpus()).unwrap_or(u32::MAX),
         };
         if me.sm_count < dev.sm_count {
             nccl_info!(Subsys::Init, "rank {}: maxCTAs {} caps kernels at {} thread blocks ({} SMs)", self.rank, self.config.max_ctas, me.sm_count, dev.sm_count);

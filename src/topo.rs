@@ -21,16 +21,31 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 /// containers of one machine with different hostnames still differ, and one machine's processes agree.
 pub fn host_hash() -> u64 {
     static H: OnceLock<u64> = OnceLock::new();
+    *H.get_or_init(|| match env("OXCCL_HOSTID").or_else(|| env("NCCL_HOSTID")) {
+        Some(id) => fnv1a(id.as_bytes()),
+        None => machine_hash(),
+    })
+}
+
+/// Identifies the machine whatever NCCL_HOSTID says (hostname + boot id): the processes that share
+/// its cores, also when hosts are simulated on one machine.
+pub fn machine_hash() -> u64 {
+    static H: OnceLock<u64> = OnceLock::new();
     *H.get_or_init(|| {
-        if let Some(id) = env("OXCCL_HOSTID").or_else(|| env("NCCL_HOSTID")) {
-            return fnv1a(id.as_bytes());
-        }
         let mut s = hostname();
         if let Ok(boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
             s.push_str(boot.trim());
         }
         fnv1a(s.as_bytes())
     })
+}
+
+/// The CPUs this process may use (its affinity mask and cgroup quota; 1 if unknown).
+pub fn cpus() -> usize {
+    // Asked once: std reads the cgroup's CPU quota from files at every call (tens of us, more
+    // than a small step's whole reduction).
+    static CPUS: OnceLock<usize> = OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 pub fn hostname() -> String {
@@ -92,10 +107,14 @@ pub struct PeerInfo {
     pub bus_id: [u8; 16],
     /// The transports it chose (net::select::Paths::code); every rank must choose alike.
     pub paths: u32,
+    /// Its machine (`machine_hash`) and the CPUs it may use (`usable_cpus`): how many threads
+    /// can spin there (net::link::Spin).
+    pub machine: u64,
+    pub cpus: u32,
 }
 
 impl PeerInfo {
-    pub const BYTES: usize = 4 + 8 + 8 + 4 + 4 * 4 + 16 + 4;
+    pub const BYTES: usize = 4 + 8 + 8 + 4 + 4 * 4 + 16 + 4 + 8 + 4;
 
     pub fn same_host(&self, o: &PeerInfo) -> bool {
         self.host_hash == o.host_hash
@@ -119,6 +138,8 @@ impl PeerInfo {
         }
         v.extend_from_slice(&self.bus_id);
         v.extend_from_slice(&self.paths.to_le_bytes());
+        v.extend_from_slice(&self.machine.to_le_bytes());
+        v.extend_from_slice(&self.cpus.to_le_bytes());
         v
     }
 
@@ -141,6 +162,8 @@ impl PeerInfo {
             sm_count: u32at(36) as i32,
             bus_id,
             paths: u32at(56),
+            machine: u64at(60),
+            cpus: u32at(68),
         })
     }
 }
@@ -246,6 +269,8 @@ mod tests {
             sm_count: 132,
             bus_id,
             paths: 0x21,
+            machine: 0x0123_4567_89ab_cdef,
+            cpus: 64,
         };
         let e = p.encode();
         assert_eq!(e.len(), PeerInfo::BYTES);

@@ -588,13 +588,6 @@ pub fn post(op: &HostOp, acc: &mut [u8]) {
     }
 }
 
-/// The CPUs this process may use.
-pub fn cpus() -> usize {
-    // Asked once: std reads the cgroup's CPU quota from files at every call (tens of us, more
-    // than a small step's whole reduction).
-    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
 
 /// Bytes of the accumulator combined with every input before the next block: small enough to stay
 /// in the core's cache between inputs, so that a first input copied in (and the integer average's
@@ -637,7 +630,7 @@ pub fn reduce_into_parallel(op: &HostOp, acc: &mut [u8], srcs: &[Option<&[u8]>])
 
 /// Threads a host combine may spread over: the CPUs this process may use, at most 8.
 pub fn max_threads() -> usize {
-    cpus().min(8)
+    crate::topo::cpus().min(8)
 }
 
 /// Helper threads a rank's proxy may use to combine pieces as they land (`pipeline`), with

@@ -131,16 +131,16 @@ impl Tracker {
     /// Waits until every job finished (or one failed); `stop()` is polled every few ms and makes
     /// the wait fail (communicator aborted).
     pub fn wait(&self, stop: &dyn Fn() -> Option<Error>) -> Result<()> {
-        self.wait_noting(stop, &|_| {})
+        self.wait_noting(Spin::from_env().io, stop, &|_| {})
     }
 
     /// `wait`, telling `note` how many jobs are left once the wait has lasted a second (the
-    /// proxy keeps it for the hang dump, OXCCL_DEBUG_DUMP).
-    pub fn wait_noting(&self, stop: &dyn Fn() -> Option<Error>, note: &dyn Fn(usize)) -> Result<()> {
+    /// proxy keeps it for the hang dump, OXCCL_DEBUG_DUMP); looking without sleeping for `spin`
+    /// first (`Spin::io`: a condvar wake is a futex wake).
+    pub fn wait_noting(&self, spin: Duration, stop: &dyn Fn() -> Option<Error>, note: &dyn Fn(usize)) -> Result<()> {
         let t0 = std::time::Instant::now();
         let mut noted = false;
-        // With OXCCL_NET_LANE_SPIN_US, look without sleeping first (a condvar wake is a futex wake).
-        let mut w = SpinWait::new(lane_spin());
+        let mut w = SpinWait::new(spin);
         loop {
             let busy = {
                 let s = self.state.lock();
@@ -216,6 +216,8 @@ pub struct Link {
     /// itself (`inline`) between posted ones: the lane's threads are idle then (the proxy waits
     /// for a phase's jobs before the next), and both ends count every job of the lane alike.
     seqs: Vec<[AtomicU64; 2]>,
+    /// Jobs without their own threshold are striped from this size (0: `stripe_min()`).
+    stripe_min: u64,
     /// Clones of lane 0's sockets (ours to write, ours to read) when the lanes are plain TCP.
     inline: Option<(TcpStream, TcpStream)>,
     interrupt: Interrupt,
@@ -248,25 +250,81 @@ pub fn stripe_min() -> u64 {
     })
 }
 
-/// OXCCL_NET_LANE_SPIN_US: how long (us) a link thread, and the proxy waiting for the link
-/// threads, spins on its queue, its socket or its tracker after the last progress before it blocks
-/// (default 0: it blocks at once). A blocked thread is woken by a futex or the socket's wait queue,
-/// tens of microseconds on an idle server core, once per job and again whenever a socket runs dry
-/// mid-job; spinning costs a core per waiting thread. Per rank (tuning, measuring).
-pub fn lane_spin() -> Duration {
-    static V: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *V.get_or_init(|| match crate::config::env("OXCCL_NET_LANE_SPIN_US") {
-        None => Duration::ZERO,
-        Some(v) => match v.trim().parse::<u64>() {
-            Ok(n) => {
-                nccl_info!(crate::log::Subsys::Net, "OXCCL_NET_LANE_SPIN_US set by environment to {n}");
-                Duration::from_micros(n.min(1_000_000))
-            }
-            Err(_) => {
-                nccl_warn!("OXCCL_NET_LANE_SPIN_US={v}: expected microseconds, using 0");
-                Duration::ZERO
-            }
-        },
+/// How long a link's threads, and the proxy waiting for them, spin after the last progress before
+/// they block. A blocked thread is woken by a futex or the socket's wait queue: tens of
+/// microseconds on an idle server core, once per job and again whenever a socket runs dry mid-job.
+/// Spinning costs a core per waiting thread, so by default links spin only where every machine has
+/// a core for each thread that may (`threads_fit`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Spin {
+    /// On an empty job queue, after a job: between steps too.
+    pub queue: Duration,
+    /// Mid-transfer (a socket with nothing to read or no room to write), and the proxy waiting for
+    /// its phase's jobs: only while something is in flight.
+    pub io: Duration,
+}
+
+/// The spin of links whose threads fit their machines' cores. At 2 simulated hosts x 1 on H200
+/// (BENCHMARKS, forty-seventh pass), with `FIT_STRIPE_MIN`: Broadcast and Reduce 256 KB 0.69 and
+/// 0.78 of NCCL's time against 0.98 and 1.05; exchanges of 256 KiB a rank (AllGather,
+/// ReduceScatter, AlltoAll 512 KB) 0.54-0.64 against 0.75-0.81. 200 us gained little more.
+pub const FIT_SPIN: Duration = Duration::from_micros(50);
+
+/// The striping threshold of links whose threads spin (`FIT_SPIN`): a 256 KiB job on four lanes
+/// then costs no wake-ups. Without spinning, striping at 256 KiB gained little (same pass) and lost
+/// at 2 x 2 (thirty-ninth pass), whose threads do not fit.
+pub const FIT_STRIPE_MIN: u64 = 256 << 10;
+
+/// The striping threshold of links that spin by default (`fit`, see `Link::spawn`): 0 (the
+/// link's, `stripe_min()`) unless they do and OXCCL_NET_STRIPE_MIN is not set.
+pub fn fit_stripe_min(fit: bool) -> u64 {
+    if fit && crate::config::env("OXCCL_NET_STRIPE_MIN").is_none() {
+        FIT_STRIPE_MIN
+    } else {
+        0
+    }
+}
+
+impl Spin {
+    /// OXCCL_NET_LANE_SPIN_US (both waits) and OXCCL_NET_QUEUE_SPIN_US (the queue's alone), else
+    /// `FIT_SPIN` where the threads fit (`fit`), else none.
+    pub fn for_links(fit: bool) -> Spin {
+        let io = env_spin("OXCCL_NET_LANE_SPIN_US").unwrap_or(if fit { FIT_SPIN } else { Duration::ZERO });
+        Spin { queue: env_spin("OXCCL_NET_QUEUE_SPIN_US").unwrap_or(io), io }
+    }
+
+    /// The settings alone (links made without a communicator: tests).
+    pub fn from_env() -> Spin {
+        Spin::for_links(false)
+    }
+}
+
+/// A spin budget in microseconds (at most a second) from the environment (read when links are
+/// made, not on a hot path).
+fn env_spin(name: &str) -> Option<Duration> {
+    crate::config::env(name).and_then(|v| match v.trim().parse::<u64>() {
+        Ok(n) => {
+            nccl_info!(crate::log::Subsys::Net, "{name} set by environment to {n}");
+            Some(Duration::from_micros(n.min(1_000_000)))
+        }
+        Err(_) => {
+            nccl_warn!("{name}={v}: expected microseconds, ignored");
+            None
+        }
+    })
+}
+
+/// Whether every machine has a core for each thread of the communicator's links that may spin
+/// there: per rank two per lane of each rank it links to (`hash`: ranks of another host hash), and
+/// its proxy. `ranks`: (host hash, machine, CPUs it may use) per rank. A machine's ranks count
+/// together, so hosts simulated on one machine count as one (at 2 x 2 on 64 cores, 64 link
+/// threads spinning 200 us made AlltoAll 2 MB slower: BENCHMARKS, thirty-sixth pass).
+pub fn threads_fit(ranks: &[(u64, u64, u32)], lanes: usize) -> bool {
+    let threads = |r: &(u64, u64, u32)| ranks.iter().filter(|o| o.0 != r.0).count() * lanes * 2 + 1;
+    ranks.iter().all(|m| {
+        let here = ranks.iter().filter(|r| r.1 == m.1);
+        let (need, cores) = here.fold((0usize, u32::MAX), |(n, c), r| (n + threads(r), c.min(r.2)));
+        need <= cores as usize
     })
 }
 
@@ -423,7 +481,7 @@ impl Link {
 
     /// `spawn`, then `ready`.
     pub fn new(dev: Option<&'static Device>, me: usize, peer: usize, lanes: Vec<Lane>, interrupt: Interrupt) -> Result<Link> {
-        let link = Link::spawn(dev, me, peer, lanes, interrupt)?;
+        let link = Link::spawn(dev, me, peer, lanes, interrupt, false)?;
         link.ready()?;
         Ok(link)
     }
@@ -431,7 +489,10 @@ impl Link {
     /// Starts two threads per lane (its sender and its receiver), which set up their CUDA side
     /// (`Carrier::prepare`); the link takes no job until `ready` has returned. Apart so that a
     /// communicator's links set up at once.
-    pub fn spawn(dev: Option<&'static Device>, me: usize, peer: usize, lanes: Vec<Lane>, interrupt: Interrupt) -> Result<Link> {
+    /// `fit`: the communicator's link threads fit its machines' cores (`threads_fit`), so plain
+    /// TCP lanes spin and stripe from `FIT_STRIPE_MIN` (`Spin`; measured on TCP only, so other
+    /// transports keep the settings alone). Both ends of a link take the same transport.
+    pub fn spawn(dev: Option<&'static Device>, me: usize, peer: usize, lanes: Vec<Lane>, interrupt: Interrupt, fit: bool) -> Result<Link> {
         if lanes.is_empty() {
             return Err(Error::internal(format!("network link to rank {peer} without lanes")));
         }
@@ -445,6 +506,8 @@ impl Link {
             }
             _ => None,
         };
+        let fit = fit && inline.is_some();
+        let (spin, stripe_min) = (Spin::for_links(fit), fit_stripe_min(fit));
         let seqs = lanes.iter().map(|_| [AtomicU64::new(0), AtomicU64::new(0)]).collect();
         let mut queues = Vec::new();
         let mut threads = Vec::new();
@@ -454,12 +517,12 @@ impl Link {
             let (rtx, rrx) = channel::<(u64, Job)>();
             let (sready, sdone) = channel();
             let (rready, rdone) = channel();
-            threads.push(spawn(format!("oxccl-net{me}>{peer}.{i}"), Box::new(move || serve(dev, srx, s, sready)))?);
-            threads.push(spawn(format!("oxccl-net{me}<{peer}.{i}"), Box::new(move || serve(dev, rrx, r, rready)))?);
+            threads.push(spawn(format!("oxccl-net{me}>{peer}.{i}"), Box::new(move || serve(dev, srx, s, sready, spin)))?);
+            threads.push(spawn(format!("oxccl-net{me}<{peer}.{i}"), Box::new(move || serve(dev, rrx, r, rready, spin)))?);
             queues.push((Some(stx), Some(rtx)));
             pending.extend([sdone, rdone]);
         }
-        Ok(Link { peer, lanes: queues, seqs, inline, interrupt, threads, pending: Mutex::new(pending) })
+        Ok(Link { peer, lanes: queues, seqs, stripe_min, inline, interrupt, threads, pending: Mutex::new(pending) })
     }
 
     /// Waits until every thread has set up its CUDA side; the first failure is the link's.
@@ -500,7 +563,7 @@ impl Link {
             self.post(job, send);
             return None;
         }
-        let parts: Vec<(u64, u64, Arc<AtomicU64>)> = stripes(job.bytes, self.lanes.len(), job.stripe_min).into_iter().map(|(o, n)| (o, n, Arc::new(AtomicU64::new(0)))).collect();
+        let parts: Vec<(u64, u64, Arc<AtomicU64>)> = self.stripes(&job).into_iter().map(|(o, n)| (o, n, Arc::new(AtomicU64::new(0)))).collect();
         let counters = parts.iter().map(|p| p.2.clone()).collect();
         self.post_parts(job, send, Some(counters));
         Some(Landing { parts })
@@ -510,9 +573,14 @@ impl Link {
         self.post_parts(job, send, None);
     }
 
+    /// The parts of `job` each lane carries: from its own threshold, else the link's.
+    fn stripes(&self, job: &Job) -> Vec<(u64, u64)> {
+        stripes(job.bytes, self.lanes.len(), if job.stripe_min > 0 { job.stripe_min } else { self.stripe_min })
+    }
+
     /// `landed`: one counter per stripe part (see `Job::landed`).
     fn post_parts(&self, job: Job, send: bool, landed: Option<Vec<Arc<AtomicU64>>>) {
-        let parts = stripes(job.bytes, self.lanes.len(), job.stripe_min);
+        let parts = self.stripes(&job);
         job.done.add(parts.len() - 1);
         let dir = if send { Dir::Send } else { Dir::Recv };
         for (i, (lane, &(off, n))) in self.lanes.iter().zip(&parts).enumerate() {
@@ -615,6 +683,8 @@ fn chunks(bytes: u64) -> impl Iterator<Item = (u64, usize)> {
 pub struct Cx {
     dev: Option<&'static Device>,
     st: Option<Staging>,
+    /// How long a transfer spins on its socket before it blocks (`Spin::io`).
+    pub spin: Duration,
 }
 
 impl Cx {
@@ -639,15 +709,14 @@ impl Cx {
 /// A link thread: sets up its CUDA side and reports it on `ready`, then takes jobs in order
 /// (numbered when posted); after the first failure every later job fails at once with it (the
 /// byte stream is out of step).
-fn serve(dev: Option<&'static Device>, jobs: Receiver<(u64, Job)>, mut carrier: Box<dyn Carrier>, ready: Sender<Result<()>>) {
-    let mut cx = Cx { dev, st: None };
+fn serve(dev: Option<&'static Device>, jobs: Receiver<(u64, Job)>, mut carrier: Box<dyn Carrier>, ready: Sender<Result<()>>, spin: Spin) {
+    let mut cx = Cx { dev, st: None, spin: spin.io };
     let set_up = carrier.prepare(&mut cx);
     let mut broken = set_up.as_ref().err().cloned();
     // The link may be gone already (its set-up failed on another thread).
     let _ = ready.send(set_up);
-    let spin = lane_spin();
     let next = || {
-        let mut w = SpinWait::new(spin);
+        let mut w = SpinWait::new(spin.queue);
         loop {
             match jobs.try_recv() {
                 Ok(j) => return Some(j),
@@ -689,7 +758,7 @@ impl Carrier for TcpSend {
 
     fn carry(&mut self, cx: &mut Cx, seq: u64, job: &Job) -> Result<()> {
         let st = if matches!(job.mem, Mem::Dev(_)) { Some(cx.staging()?) } else { None };
-        send_one(st, &mut self.sock, seq, job).map_err(|e| e.context(format!("sending to rank {}", self.peer)))
+        send_one(st, &mut self.sock, seq, job, cx.spin).map_err(|e| e.context(format!("sending to rank {}", self.peer)))
     }
 
     fn socket(&self) -> Option<&TcpStream> {
@@ -709,7 +778,7 @@ impl Carrier for TcpRecv {
 
     fn carry(&mut self, cx: &mut Cx, seq: u64, job: &Job) -> Result<()> {
         let st = if matches!(job.mem, Mem::Dev(_)) { Some(cx.staging()?) } else { None };
-        recv_one(st, &mut self.sock, self.peer, seq, job)
+        recv_one(st, &mut self.sock, self.peer, seq, job, cx.spin)
     }
 
     fn socket(&self) -> Option<&TcpStream> {
@@ -752,10 +821,10 @@ pub fn io_error(peer: usize, e: std::io::Error) -> Error {
     }
 }
 
-fn send_one(st: Option<&Staging>, sock: &mut TcpStream, seq: u64, job: &Job) -> Result<()> {
+fn send_one(st: Option<&Staging>, sock: &mut TcpStream, seq: u64, job: &Job, spin: Duration) -> Result<()> {
     let h = header(0, seq, job.bytes);
     let io = |e: std::io::Error| Error::remote(format!("network write failed: {e}"));
-    let mut w = SpinWait::new(lane_spin());
+    let mut w = SpinWait::new(spin);
     write_full(sock, &h, &mut w).map_err(io)?;
     match job.mem {
         Mem::Host(p) => {
@@ -793,9 +862,9 @@ fn send_one(st: Option<&Staging>, sock: &mut TcpStream, seq: u64, job: &Job) -> 
     Ok(())
 }
 
-fn recv_one(st: Option<&Staging>, sock: &mut TcpStream, peer: usize, seq: u64, job: &Job) -> Result<()> {
+fn recv_one(st: Option<&Staging>, sock: &mut TcpStream, peer: usize, seq: u64, job: &Job, spin: Duration) -> Result<()> {
     let io = |e: std::io::Error| io_error(peer, e);
-    let mut w = SpinWait::new(lane_spin());
+    let mut w = SpinWait::new(spin);
     let mut h = [0u8; HEADER_BYTES];
     read_full(sock, &mut h, &mut w).map_err(io)?;
     check_header(&h, peer, seq, job.bytes)?;
@@ -863,6 +932,38 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::UnexpectedEof);
         // A zero budget never spins.
         assert!(!SpinWait::new(Duration::ZERO).idle());
+    }
+
+    #[test]
+    fn threads_spin_where_every_machine_has_a_core_for_each() {
+        // (host hash, machine, CPUs) per rank; 4 lanes: 8 threads per linked rank, 1 proxy.
+        let sim = |hosts: &[u64], cpus: u32| hosts.iter().map(|&h| (h, 7, cpus)).collect::<Vec<_>>();
+        // 2 simulated hosts x 1 on one 32-CPU machine: 2 x 9 threads.
+        assert!(threads_fit(&sim(&[1, 2], 32), 4));
+        assert!(!threads_fit(&sim(&[1, 2], 17), 4), "18 threads on 17 CPUs");
+        // 2 x 2 on 64 CPUs: 4 x 17 = 68 (the layout whose spinning lost, thirty-sixth pass).
+        assert!(!threads_fit(&sim(&[1, 1, 2, 2], 64), 4));
+        assert!(threads_fit(&sim(&[1, 1, 2, 2], 68), 4));
+        // 4 x 1 on 64 CPUs: 4 x 25.
+        assert!(!threads_fit(&sim(&[1, 2, 3, 4], 64), 4));
+        // Two real machines, a rank each: 9 threads on each; one bound to a single core spins nowhere.
+        assert!(threads_fit(&[(1, 10, 16), (2, 20, 16)], 4));
+        assert!(!threads_fit(&[(1, 10, 16), (2, 20, 1)], 4));
+        // A machine counts its fewest CPUs (ranks bound to parts of it).
+        assert!(!threads_fit(&[(1, 10, 64), (2, 10, 8)], 4));
+        // One lane: 3 threads a rank.
+        assert!(threads_fit(&sim(&[1, 2], 6), 1));
+        assert!(!threads_fit(&sim(&[1, 2], 5), 1));
+    }
+
+    #[test]
+    fn links_spin_by_default_only_where_threads_fit() {
+        if ["OXCCL_NET_LANE_SPIN_US", "OXCCL_NET_QUEUE_SPIN_US"].iter().any(|n| crate::config::env(n).is_some()) {
+            return; // set by hand: the settings win, as below
+        }
+        assert_eq!(Spin::for_links(true), Spin { queue: FIT_SPIN, io: FIT_SPIN });
+        assert_eq!(Spin::for_links(false), Spin::default());
+        assert_eq!(Spin::from_env(), Spin::default());
     }
 
     /// Two links joined by loopback sockets, host memory only.
@@ -1113,9 +1214,9 @@ mod tests {
         let t0 = std::time::Instant::now();
         let notes = std::cell::RefCell::new(Vec::new());
         let stop = || (t0.elapsed() > Duration::from_millis(1300)).then(|| Error::remote("aborted"));
-        assert!(t.wait_noting(&stop, &|left| notes.borrow_mut().push(left)).is_err());
+        assert!(t.wait_noting(Duration::ZERO, &stop, &|left| notes.borrow_mut().push(left)).is_err());
         assert_eq!(notes.into_inner(), vec![2]);
         let quick = Tracker::new(0);
-        quick.wait_noting(&|| None, &|_| panic!("no note for a wait that did not last")).unwrap();
+        quick.wait_noting(Duration::from_micros(50), &|| None, &|_| panic!("no note for a wait that did not last")).unwrap();
     }
 }

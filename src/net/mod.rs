@@ -367,6 +367,10 @@ impl Net {
         // in one global order ((min, max) lexicographic), so no cycle of ranks can wait on each
         // other.
         let nsocks = sockets_per_link()?;
+        // Whether the TCP links' threads spin (and stripe from 256 KiB, `Link::spawn`): from what
+        // every rank told the others, so every rank decides alike (the stripes must match).
+        let ranks: Vec<(u64, u64, u32)> = s.peers.iter().zip(&hashes).map(|(p, &h)| (h, p.machine, p.cpus)).collect();
+        let fit = link::threads_fit(&ranks, nsocks);
         let mut links: Links = (0..layout.nranks()).map(|_| None).collect();
         for (p, slot) in links.iter_mut().enumerate() {
             if layout.host_of[p] == mh {
@@ -382,7 +386,7 @@ impl Net {
             } else {
                 link::tcp_lanes(p, ds.outgoing, ds.incoming)?
             };
-            *slot = Some(Link::spawn(Some(s.dev), s.me, p, lanes, interrupt)?);
+            *slot = Some(Link::spawn(Some(s.dev), s.me, p, lanes, interrupt, fit)?);
         }
         // Every link thread's CUDA staging exists before the first step kernel can run (link.rs).
         for (p, l) in links.iter().enumerate() {
@@ -401,21 +405,28 @@ impl Net {
         let done = Arc::new(HostMapped::zeroed(s.dev, 64)?);
         let fifo = crate::proxy::fifo::device_view(fifo_mem.dev_ptr, head.ptr, FIFO_SLOTS);
         let plans = Arc::new(Mutex::new(Plans::default()));
-        let inline_max = inline::max_bytes();
-        let inline_peer = links.iter().map(|l| l.as_ref().is_some_and(|l| l.inline_sockets().is_some())).collect();
+        let inline_peer: Vec<bool> = links.iter().map(|l| l.as_ref().is_some_and(|l| l.inline_sockets().is_some())).collect();
+        // The proxy spins waiting for its link threads where they spin: all links plain TCP.
+        let tcp = links.iter().zip(&inline_peer).all(|(l, &t)| l.is_none() || t);
+        let (spin, stripe_min) = (link::Spin::for_links(fit && tcp), link::fit_stripe_min(fit));
+        // Jobs the TCP links (the only ones carried inline) stripe travel on every lane, not inline.
+        let inline_max = if stripe_min > 0 { inline::max_bytes().min(stripe_min - 1) } else { inline::max_bytes() };
         let status = Arc::new(NetStatus::default());
-        let handler = NetHandler::new(s.dev, s.me, links.clone(), plans.clone(), done.clone(), s.abort_flag.clone(), inline_max, status.clone(), members.len())?;
+        let handler = NetHandler::new(s.dev, s.me, links.clone(), plans.clone(), done.clone(), s.abort_flag.clone(), (inline_max, spin.io), status.clone(), members.len())?;
         let placement = Placement { device: Some(s.dev), cpus: crate::topo::local_cpus(&s.dev.bus_id) };
         let proxy = Proxy::start(format!("oxccl-netproxy{}", s.me), FifoHost::new(words), Box::new(handler), placement, s.on_error)?;
         nccl_info!(
             Subsys::Net,
-            "rank {}: {}; {} hosts {:?}; {} local ranks over NVLink, links to {} ranks",
+            "rank {}: {}; {} hosts {:?}; {} local ranks over NVLink, links to {} ranks; link threads spin {:?} (queue {:?}), TCP links stripe from {}",
             s.me,
             s.paths.describe(),
             layout.nhosts(),
             layout.hosts,
             members.len(),
-            links.iter().filter(|l| l.is_some()).count()
+            links.iter().filter(|l| l.is_some()).count(),
+            spin.io,
+            spin.queue,
+            if stripe_min > 0 { stripe_min } else { link::stripe_min() }
         );
         Ok(Net {
             layout,
@@ -805,6 +816,8 @@ struct NetHandler {
     inbox: Vec<HostMapped>,
     /// Jobs up to this size are carried by this thread (`inline`); 0: never.
     inline_max: u64,
+    /// How long this thread spins waiting for a phase's jobs (`link::Spin::io`).
+    spin: std::time::Duration,
     status: Arc<NetStatus>,
     relaxed: Option<RelaxedCapture>,
     /// OXCCL_NET_PROFILE=1: where steps spend their time, printed when the communicator goes.
@@ -850,7 +863,7 @@ impl NetHandler {
         plans: Arc<Mutex<Plans>>,
         done: Arc<HostMapped>,
         abort_flag: Arc<HostMapped>,
-        inline_max: u64,
+        (inline_max, spin): (u64, std::time::Duration),
         status: Arc<NetStatus>,
         local_ranks: usize,
     ) -> Result<NetHandler> {
@@ -878,13 +891,14 @@ impl NetHandler {
             outbox,
             inbox,
             inline_max,
+            spin,
             status,
             relaxed: None,
             profile: crate::config::env("OXCCL_NET_PROFILE").filter(|v| v.trim() == "1").map(|_| Profile::default()),
             trace: trace_dir().map(|dir| Trace { dir, rows: Vec::new(), exchange: (0, 0) }),
             combining: 0.0,
             pipeline: crate::config::env("OXCCL_NET_PIPELINE").is_none_or(|v| v.trim() != "0"),
-            helpers: hostreduce::helpers(hostreduce::cpus(), local_ranks),
+            helpers: hostreduce::helpers(crate::topo::cpus(), local_ranks),
         })
     }
 
@@ -1030,7 +1044,7 @@ impl NetHandler {
 
     /// Waits for every job of phase `k` (noting what is outstanding for the hang dump).
     fn wait_phase(&self, k: usize, ph: &Phase, t: &Tracker) -> Result<()> {
-        t.wait_noting(&|| self.stopped(), &|left| self.note_phase(k, ph, left))
+        t.wait_noting(self.spin, &|| self.stopped(), &|left| self.note_phase(k, ph, left))
     }
 
     /// Notes for the hang dump what phase `k` still waits for: `left` link transfers.
