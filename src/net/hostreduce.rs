@@ -588,7 +588,6 @@ pub fn post(op: &HostOp, acc: &mut [u8]) {
     }
 }
 
-
 /// Bytes of the accumulator combined with every input before the next block: small enough to stay
 /// in the core's cache between inputs, so that a first input copied in (and the integer average's
 /// division) costs no extra trip to memory.

@@ -315,8 +315,8 @@ fn env_spin(name: &str) -> Option<Duration> {
 }
 
 /// Whether every machine has a core for each thread of the communicator's links that may spin
-/// there: per rank two per lane of each rank it links to (`hash`: ranks of another host hash), and
-/// its proxy. `ranks`: (host hash, machine, CPUs it may use) per rank. A machine's ranks count
+/// there: per rank, two per lane for each rank it links to (those of another host hash), and its
+/// proxy. `ranks`: (host hash, machine, CPUs it may use) per rank. A machine's ranks count
 /// together, so hosts simulated on one machine count as one (at 2 x 2 on 64 cores, 64 link
 /// threads spinning 200 us made AlltoAll 2 MB slower: BENCHMARKS, thirty-sixth pass).
 pub fn threads_fit(ranks: &[(u64, u64, u32)], lanes: usize) -> bool {
@@ -1161,6 +1161,42 @@ mod tests {
         b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
         let e = t.wait(&|| None).unwrap_err();
         assert_eq!(e.code, crate::error::ResultCode::RemoteError, "{}", e.msg);
+    }
+
+    #[test]
+    fn links_whose_threads_fit_stripe_256_kib_jobs() {
+        if crate::config::env("OXCCL_NET_STRIPE_MIN").is_some() {
+            return; // set by hand: it decides the threshold instead
+        }
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let n = 256 << 10;
+        for (fit, parts) in [(true, 2), (false, 1)] {
+            let (mut ao, mut ai, mut bo, mut bi) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..2 {
+                ao.push(TcpStream::connect(addr).unwrap());
+                bi.push(l.accept().unwrap().0);
+                bo.push(TcpStream::connect(addr).unwrap());
+                ai.push(l.accept().unwrap().0);
+            }
+            let link = |me, peer, o, i| {
+                let (lanes, interrupt) = tcp_lanes(peer, o, i).unwrap();
+                let k = Link::spawn(None, me, peer, lanes, interrupt, fit).unwrap();
+                k.ready().unwrap();
+                k
+            };
+            let (a, b) = (link(0, 1, ao, ai), link(1, 0, bo, bi));
+            let mut src: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+            let mut dst = vec![0u8; n];
+            let t = Tracker::new(2);
+            let job = |p: *mut u8| Job { mem: Mem::Host(p), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0 };
+            // Both ends split by the link's own threshold: 256 KiB where the threads fit, else 512 KiB.
+            let landing = b.post_job(job(dst.as_mut_ptr()), Dir::Recv, true).expect("watched");
+            assert_eq!(landing.parts.len(), parts, "fit {fit}");
+            a.send(job(src.as_mut_ptr()));
+            t.wait(&|| None).unwrap();
+            assert!(src == dst, "fit {fit}: the bytes differ");
+        }
     }
 
     #[test]
