@@ -968,7 +968,12 @@ mod tests {
 
     /// Two links joined by loopback sockets, host memory only.
     fn pair() -> (Link, Link) {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let [ao, ai, bo, bi] = lane_sockets(&std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+        (Link::start(None, 0, 1, ao, ai).unwrap(), Link::start(None, 1, 0, bo, bi).unwrap())
+    }
+
+    /// Two lanes' loopback sockets through `l`: end a's outgoing and incoming, then end b's.
+    fn lane_sockets(l: &std::net::TcpListener) -> [Vec<TcpStream>; 4] {
         let a = l.local_addr().unwrap();
         let (mut ao, mut ai, mut bo, mut bi) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..2 {
@@ -977,7 +982,7 @@ mod tests {
             bo.push(TcpStream::connect(a).unwrap());
             ai.push(l.accept().unwrap().0);
         }
-        (Link::start(None, 0, 1, ao, ai).unwrap(), Link::start(None, 1, 0, bo, bi).unwrap())
+        [ao, ai, bo, bi]
     }
 
     /// Records the order of its calls; `fail` makes its set-up fail.
@@ -1169,16 +1174,9 @@ mod tests {
             return; // set by hand: it decides the threshold instead
         }
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
         let n = 256 << 10;
         for (fit, parts) in [(true, 2), (false, 1)] {
-            let (mut ao, mut ai, mut bo, mut bi) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-            for _ in 0..2 {
-                ao.push(TcpStream::connect(addr).unwrap());
-                bi.push(l.accept().unwrap().0);
-                bo.push(TcpStream::connect(addr).unwrap());
-                ai.push(l.accept().unwrap().0);
-            }
+            let [ao, ai, bo, bi] = lane_sockets(&l);
             let link = |me, peer, o, i| {
                 let (lanes, interrupt) = tcp_lanes(peer, o, i).unwrap();
                 let k = Link::spawn(None, me, peer, lanes, interrupt, fit).unwrap();
