@@ -275,7 +275,7 @@ mod tests {
     }
 
     fn job(t: &Arc<Tracker>, v: &mut [u8]) -> Job {
-        Job { mem: Mem::Host(v.as_mut_ptr()), bytes: v.len() as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0 }
+        Job { mem: Mem::Host(v.as_mut_ptr()), bytes: v.len() as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false }
     }
 
     #[test]

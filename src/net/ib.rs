@@ -1629,7 +1629,7 @@ mod tests {
             let mut dst_b: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
             let mut dst_a: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
             let t = Tracker::new(4 * sizes.len());
-            let job = |v: &mut Vec<u8>| Job { mem: Mem::Host(v.as_mut_ptr()), bytes: v.len() as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0 };
+            let job = |v: &mut Vec<u8>| Job { mem: Mem::Host(v.as_mut_ptr()), bytes: v.len() as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false };
             for i in 0..sizes.len() {
                 p.b.recv(job(&mut dst_b[i]));
                 p.a.recv(job(&mut dst_a[i]));
@@ -1648,13 +1648,13 @@ mod tests {
         let mut src = pattern(64, 0);
         let mut dst = vec![0u8; 32];
         let t = Tracker::new(2);
-        p.a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: 64, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
-        p.b.recv(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: 32, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
+        p.a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: 64, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false });
+        p.b.recv(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: 32, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false });
         let e = t.wait(&|| None).unwrap_err();
         assert_eq!(e.code, crate::error::ResultCode::InvalidUsage, "{}", e.msg);
         assert!(e.msg.contains("64 bytes") && e.msg.contains("32 bytes"), "{}", e.msg);
         let t = Tracker::new(1);
-        p.b.recv(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: 32, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
+        p.b.recv(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: 32, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false });
         assert!(t.wait(&|| None).is_err(), "later jobs of a broken direction fail at once");
     }
 
@@ -1664,7 +1664,7 @@ mod tests {
         p.ab.st.lock().fail = Some("status 12 (transport retry counter exceeded)".into());
         let mut src = pattern(100, 0);
         let t = Tracker::new(1);
-        p.a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: 100, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
+        p.a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: 100, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false });
         let e = t.wait(&|| None).unwrap_err();
         assert_eq!(e.code, crate::error::ResultCode::RemoteError, "{}", e.msg);
         assert!(e.msg.contains("RDMA write to rank 1 failed") && e.msg.contains("retry counter"), "{}", e.msg);
@@ -1676,7 +1676,7 @@ mod tests {
         let p = pair(1);
         let mut dst = vec![0u8; 16];
         let t = Tracker::new(1);
-        p.a.recv(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
+        p.a.recv(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false });
         for s in &p.b_socks {
             s.shutdown(std::net::Shutdown::Both).unwrap();
         }
@@ -1687,7 +1687,7 @@ mod tests {
         let p = pair(1);
         let mut src = pattern((SLOTS + 1) * CHUNK, 0);
         let t = Tracker::new(1);
-        p.a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: src.len() as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
+        p.a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: src.len() as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false });
         std::thread::sleep(Duration::from_millis(50));
         p.a.interrupt();
         let e = t.wait(&|| None).unwrap_err();

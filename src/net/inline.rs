@@ -451,7 +451,7 @@ mod tests {
     #[test]
     fn a_phase_fits_by_each_job_and_by_its_total() {
         let x = |bytes| Xfer { peer: 1, buf: Buf::Host(0), bytes };
-        let ph = |sends: Vec<Xfer>, recvs: Vec<Xfer>| Phase { sends, recvs, reduces: vec![], stripe_min: 0 };
+        let ph = |sends: Vec<Xfer>, recvs: Vec<Xfer>| Phase { sends, recvs, reduces: vec![], stripe_min: 0, narrow: false };
         assert!(phase_fits(&ph(vec![x(100)], vec![x(100)]), 100));
         assert!(!phase_fits(&ph(vec![x(101)], vec![]), 100));
         assert!(!phase_fits(&ph(vec![x(100), x(100)], vec![x(1)]), 100), "201 bytes in all");
@@ -708,12 +708,12 @@ mod tests {
         let mut got = [[0u8; 16]; 3];
         // 1: posted on both ends.
         let t = Tracker::new(2);
-        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
-        b.recv(Job { mem: Mem::Host(got[0].as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
+        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false });
+        b.recv(Job { mem: Mem::Host(got[0].as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false });
         t.wait(&|| None).unwrap();
         // 2: inline sender, posted receiver.
         let t = Tracker::new(1);
-        b.recv(Job { mem: Mem::Host(got[1].as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
+        b.recv(Job { mem: Mem::Host(got[1].as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false });
         let (aw, _) = a.inline_sockets().unwrap();
         let mut o = Out::new(aw, 1);
         let six = [6u8; 16];
@@ -724,7 +724,7 @@ mod tests {
         // 3: posted sender, inline receiver.
         let t = Tracker::new(1);
         src = [7u8; 16];
-        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
+        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: 16, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false });
         let (_, br) = b.inline_sockets().unwrap();
         let mut i = In::new(br, 0);
         // SAFETY: got[2] outlives exchange.

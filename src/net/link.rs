@@ -60,6 +60,10 @@ pub struct Job {
     /// Striped over every lane from this size; 0: the link's threshold (`stripe_min`). Both ends
     /// of a job must give the same value (`plan::Phase::stripe_min`).
     pub stripe_min: u64,
+    /// A job of a collective that keeps few links busy at once (`plan::Phase::narrow`): a plain
+    /// TCP link spins for it (`Spin::for_links(true)`) and, without a threshold of its own,
+    /// stripes it from `narrow_stripe_min()`; other links ignore it. Both ends give the same value.
+    pub narrow: bool,
 }
 
 /// A job posted with `Link::post_job` to be watched: how much of each striped part has landed
@@ -218,6 +222,9 @@ pub struct Link {
     seqs: Vec<[AtomicU64; 2]>,
     /// Jobs without their own threshold are striped from this size (0: `stripe_min()`).
     stripe_min: u64,
+    /// Narrow jobs (`Job::narrow`) without their own threshold are striped from this size: on
+    /// plain TCP links `narrow_stripe_min()`, else `stripe_min`.
+    narrow_stripe_min: u64,
     /// Clones of lane 0's sockets (ours to write, ours to read) when the lanes are plain TCP.
     inline: Option<(TcpStream, TcpStream)>,
     interrupt: Interrupt,
@@ -285,6 +292,15 @@ pub fn fit_stripe_min(fit: bool) -> u64 {
     }
 }
 
+/// The striping threshold of narrow jobs (`Job::narrow`) on plain TCP links: `FIT_STRIPE_MIN`, or
+/// OXCCL_NET_STRIPE_MIN where set. Proxies carry such jobs inline only below it.
+pub fn narrow_stripe_min() -> u64 {
+    match fit_stripe_min(true) {
+        0 => stripe_min(),
+        n => n,
+    }
+}
+
 impl Spin {
     /// OXCCL_NET_LANE_SPIN_US (both waits) and OXCCL_NET_QUEUE_SPIN_US (the queue's alone), else
     /// `FIT_SPIN` where the threads fit (`fit`), else none.
@@ -325,6 +341,23 @@ pub fn threads_fit(ranks: &[(u64, u64, u32)], lanes: usize) -> bool {
         let here = ranks.iter().filter(|r| r.1 == m.1);
         let (need, cores) = here.fold((0usize, u32::MAX), |(n, c), r| (n + threads(r), c.min(r.2)));
         need <= cores as usize
+    })
+}
+
+/// `threads_fit` for collectives that keep few links busy at once (Broadcast, Reduce:
+/// `plan::Phase::narrow`): each rank moves data with at most one link each way (two threads per
+/// lane) but the root, which may send to or receive from every other host's representative, in
+/// one direction (a thread per lane each). Per machine: two threads per lane and the proxy for
+/// each rank, and a thread per lane for each of the root's links beyond two. At 2 or 4 simulated
+/// hosts on one 64-core machine with 4 lanes, 36 and 40 threads: it holds where `threads_fit`
+/// (68, 100) does not.
+pub fn narrow_fit(ranks: &[(u64, u64, u32)], lanes: usize) -> bool {
+    let remote = |r: &(u64, u64, u32)| ranks.iter().filter(|o| o.0 != r.0).count();
+    ranks.iter().all(|m| {
+        let here: Vec<_> = ranks.iter().filter(|r| r.1 == m.1).collect();
+        let cores = here.iter().map(|r| r.2).min().unwrap_or(0) as usize;
+        let root_extra = here.iter().map(|r| remote(r).saturating_sub(2)).max().unwrap_or(0) * lanes;
+        here.len() * (2 * lanes + 1) + root_extra <= cores
     })
 }
 
@@ -506,8 +539,12 @@ impl Link {
             }
             _ => None,
         };
-        let fit = fit && inline.is_some();
+        let tcp = inline.is_some();
+        let fit = fit && tcp;
         let (spin, stripe_min) = (Spin::for_links(fit), fit_stripe_min(fit));
+        // Narrow jobs as a fit link carries every job (measured on TCP only, as `fit`).
+        let narrow = Spin::for_links(tcp);
+        let narrow_stripe_min = if tcp { narrow_stripe_min() } else { stripe_min };
         let seqs = lanes.iter().map(|_| [AtomicU64::new(0), AtomicU64::new(0)]).collect();
         let mut queues = Vec::new();
         let mut threads = Vec::new();
@@ -517,12 +554,12 @@ impl Link {
             let (rtx, rrx) = channel::<(u64, Job)>();
             let (sready, sdone) = channel();
             let (rready, rdone) = channel();
-            threads.push(spawn(format!("oxccl-net{me}>{peer}.{i}"), Box::new(move || serve(dev, srx, s, sready, spin)))?);
-            threads.push(spawn(format!("oxccl-net{me}<{peer}.{i}"), Box::new(move || serve(dev, rrx, r, rready, spin)))?);
+            threads.push(spawn(format!("oxccl-net{me}>{peer}.{i}"), Box::new(move || serve(dev, srx, s, sready, [spin, narrow])))?);
+            threads.push(spawn(format!("oxccl-net{me}<{peer}.{i}"), Box::new(move || serve(dev, rrx, r, rready, [spin, narrow])))?);
             queues.push((Some(stx), Some(rtx)));
             pending.extend([sdone, rdone]);
         }
-        Ok(Link { peer, lanes: queues, seqs, stripe_min, inline, interrupt, threads, pending: Mutex::new(pending) })
+        Ok(Link { peer, lanes: queues, seqs, stripe_min, narrow_stripe_min, inline, interrupt, threads, pending: Mutex::new(pending) })
     }
 
     /// Waits until every thread has set up its CUDA side; the first failure is the link's.
@@ -573,9 +610,15 @@ impl Link {
         self.post_parts(job, send, None);
     }
 
-    /// The parts of `job` each lane carries: from its own threshold, else the link's.
+    /// The parts of `job` each lane carries: from its own threshold, else the link's (for its
+    /// kind of job).
     fn stripes(&self, job: &Job) -> Vec<(u64, u64)> {
-        stripes(job.bytes, self.lanes.len(), if job.stripe_min > 0 { job.stripe_min } else { self.stripe_min })
+        let min = match (job.stripe_min, job.narrow) {
+            (0, true) => self.narrow_stripe_min,
+            (0, false) => self.stripe_min,
+            (n, _) => n,
+        };
+        stripes(job.bytes, self.lanes.len(), min)
     }
 
     /// `landed`: one counter per stripe part (see `Job::landed`).
@@ -590,7 +633,7 @@ impl Link {
                 Mem::Host(p) => Mem::Host(unsafe { p.add(off as usize) }),
             };
             let landed = landed.as_ref().and_then(|v| v.get(i).cloned());
-            let part = Job { mem, bytes: n, done: job.done.clone(), landed, gate: job.gate.clone(), stripe_min: job.stripe_min };
+            let part = Job { mem, bytes: n, done: job.done.clone(), landed, gate: job.gate.clone(), stripe_min: job.stripe_min, narrow: job.narrow };
             post(if send { &lane.0 } else { &lane.1 }, self.next_seq(i, dir), part, self.peer);
         }
     }
@@ -708,15 +751,17 @@ impl Cx {
 
 /// A link thread: sets up its CUDA side and reports it on `ready`, then takes jobs in order
 /// (numbered when posted); after the first failure every later job fails at once with it (the
-/// byte stream is out of step).
-fn serve(dev: Option<&'static Device>, jobs: Receiver<(u64, Job)>, mut carrier: Box<dyn Carrier>, ready: Sender<Result<()>>, spin: Spin) {
+/// byte stream is out of step). `[spin, narrow]`: how it spins for ordinary jobs and for narrow
+/// ones (`Job::narrow`), on the queue after each too.
+fn serve(dev: Option<&'static Device>, jobs: Receiver<(u64, Job)>, mut carrier: Box<dyn Carrier>, ready: Sender<Result<()>>, [spin, narrow]: [Spin; 2]) {
     let mut cx = Cx { dev, st: None, spin: spin.io };
     let set_up = carrier.prepare(&mut cx);
     let mut broken = set_up.as_ref().err().cloned();
     // The link may be gone already (its set-up failed on another thread).
     let _ = ready.send(set_up);
-    let next = || {
-        let mut w = SpinWait::new(spin.queue);
+    let mut queue = spin.queue;
+    let next = |queue: Duration| {
+        let mut w = SpinWait::new(queue);
         loop {
             match jobs.try_recv() {
                 Ok(j) => return Some(j),
@@ -726,7 +771,9 @@ fn serve(dev: Option<&'static Device>, jobs: Receiver<(u64, Job)>, mut carrier: 
             }
         }
     };
-    while let Some((seq, job)) = next() {
+    while let Some((seq, job)) = next(queue) {
+        let s = if job.narrow { narrow } else { spin };
+        (cx.spin, queue) = (s.io, s.queue);
         let r = match &broken {
             Some(e) => Err(e.clone()),
             // A panic fails this job (and the lane after it) instead of ending the thread with
@@ -954,6 +1001,22 @@ mod tests {
         // One lane: 3 threads a rank.
         assert!(threads_fit(&sim(&[1, 2], 6), 1));
         assert!(!threads_fit(&sim(&[1, 2], 5), 1));
+        // Narrow collectives (Broadcast, Reduce) at 2 x 2 and 4 x 1 on 64 CPUs: 4 x 9 = 36, and 4
+        // more for the root's third link at 4 x 1 (40).
+        assert!(narrow_fit(&sim(&[1, 1, 2, 2], 36), 4));
+        assert!(!narrow_fit(&sim(&[1, 1, 2, 2], 35), 4));
+        assert!(narrow_fit(&sim(&[1, 2, 3, 4], 40), 4));
+        assert!(!narrow_fit(&sim(&[1, 2, 3, 4], 39), 4));
+        // 2 x 2 on the 32-core machine (ranks time-sharing its 2 GPUs): no.
+        assert!(!narrow_fit(&sim(&[1, 1, 2, 2], 32), 4));
+        // 8 real machines, a rank each: 9 + 5 x 4 = 29 threads where the root is.
+        let eight = |cpus: u32| (1..=8u64).map(|h| (h, h * 10, cpus)).collect::<Vec<_>>();
+        assert!(narrow_fit(&eight(29), 4));
+        assert!(!narrow_fit(&eight(28), 4));
+        // Wherever every link's threads fit, the narrow ones do.
+        for (hosts, cpus) in [(&[1u64, 2][..], 18u32), (&[1, 1, 2, 2], 68), (&[1, 2, 3, 4], 100)] {
+            assert!(threads_fit(&sim(hosts, cpus), 4) && narrow_fit(&sim(hosts, cpus), 4), "{hosts:?}");
+        }
     }
 
     #[test]
@@ -1017,13 +1080,13 @@ mod tests {
         let link = Link::new(None, 0, 1, vec![(probe(false), probe(false)), (probe(false), probe(false))], nop.clone()).unwrap();
         assert_eq!(*log.lock(), vec!["prepare"; 4], "all four threads set up before new returns");
         let t = Tracker::new(1);
-        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 0, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
+        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 0, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false });
         t.wait(&|| None).unwrap();
         assert_eq!(log.lock().last(), Some(&"carry"));
         // A panicking carrier fails its job (and later ones on that lane), the thread lives on.
         let t = Tracker::new(2);
-        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 13, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
-        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 0, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
+        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 13, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false });
+        link.send(Job { mem: Mem::Host(std::ptr::null_mut()), bytes: 0, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false });
         let e = t.wait(&|| None).unwrap_err();
         assert!(e.code == crate::error::ResultCode::InternalError && e.msg.contains("carrier bug"), "{e:?}");
         drop(link);
@@ -1058,7 +1121,7 @@ mod tests {
         let small = [7u8; 3];
         let mut small_dst = [0u8; 3];
         let t = Tracker::new(6);
-        let job = |p: *mut u8, len: usize| Job { mem: Mem::Host(p), bytes: len as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0 };
+        let job = |p: *mut u8, len: usize| Job { mem: Mem::Host(p), bytes: len as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false };
         a.send(job(src_a.as_mut_ptr(), n));
         b.send(job(src_b.as_mut_ptr(), n));
         a.send(job(small.as_ptr() as *mut u8, 3));
@@ -1092,9 +1155,9 @@ mod tests {
         let want = arena[..n].to_vec();
         let mut dst = vec![0u8; n];
         let t = Tracker::new(1);
-        let landing = b.post_job(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0 }, Dir::Recv, true).unwrap();
+        let landing = b.post_job(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false }, Dir::Recv, true).unwrap();
         let ts = Tracker::new(1);
-        a.post_job(Job { mem: Mem::Host(arena.as_mut_ptr()), bytes: n as u64, done: ts.clone(), landed: None, gate: Some(gate), stripe_min: 0 }, Dir::Send, false);
+        a.post_job(Job { mem: Mem::Host(arena.as_mut_ptr()), bytes: n as u64, done: ts.clone(), landed: None, gate: Some(gate), stripe_min: 0, narrow: false }, Dir::Send, false);
         // The first chunk is flagged: it arrives. The second is not: nothing of it may.
         let t0 = std::time::Instant::now();
         while !landing.has(0, CHUNK) {
@@ -1118,12 +1181,12 @@ mod tests {
         let mut src: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
         let mut dst = vec![0u8; n];
         let t = Tracker::new(1);
-        let landing = b.post_job(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0 }, Dir::Recv, true).unwrap();
+        let landing = b.post_job(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false }, Dir::Recv, true).unwrap();
         assert_eq!(landing.parts.len(), 2);
         assert!(landing.has(0, 0), "an empty range is always there");
         assert!(!landing.has(0, 1) && !landing.has(n as u64 - 1, n as u64), "nothing sent yet");
         let ts = Tracker::new(1);
-        let sent = a.post_job(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: n as u64, done: ts.clone(), landed: None, gate: None, stripe_min: 0 }, Dir::Send, true).unwrap();
+        let sent = a.post_job(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: n as u64, done: ts.clone(), landed: None, gate: None, stripe_min: 0, narrow: false }, Dir::Send, true).unwrap();
         // Watch the first part fill up, then the whole.
         let t0 = std::time::Instant::now();
         while !landing.has(0, LANDING_STEP as u64) {
@@ -1151,31 +1214,31 @@ mod tests {
         let (a, b) = pair();
         let mut buf = vec![1u8; 64];
         let t = Tracker::new(2);
-        a.send(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 64, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
-        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 32, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
+        a.send(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 64, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false });
+        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 32, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false });
         let e = t.wait(&|| None).unwrap_err();
         assert!(e.msg.contains("64 bytes") && e.msg.contains("32 bytes"), "{}", e.msg);
         // Later jobs on the failed direction fail at once.
         let t = Tracker::new(1);
-        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
+        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false });
         assert!(t.wait(&|| None).is_err());
         drop(b);
         let (a, b) = pair();
         drop(a);
         let t = Tracker::new(1);
-        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
+        b.recv(Job { mem: Mem::Host(buf.as_mut_ptr()), bytes: 8, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false });
         let e = t.wait(&|| None).unwrap_err();
         assert_eq!(e.code, crate::error::ResultCode::RemoteError, "{}", e.msg);
     }
 
     #[test]
-    fn links_whose_threads_fit_stripe_256_kib_jobs() {
+    fn links_whose_threads_fit_stripe_256_kib_jobs_and_others_narrow_ones() {
         if crate::config::env("OXCCL_NET_STRIPE_MIN").is_some() {
             return; // set by hand: it decides the threshold instead
         }
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let n = 256 << 10;
-        for (fit, parts) in [(true, 2), (false, 1)] {
+        for (fit, narrow, parts) in [(true, false, 2), (false, false, 1), (false, true, 2), (true, true, 2)] {
             let [ao, ai, bo, bi] = lane_sockets(&l);
             let link = |me, peer, o, i| {
                 let (lanes, interrupt) = tcp_lanes(peer, o, i).unwrap();
@@ -1187,13 +1250,14 @@ mod tests {
             let mut src: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
             let mut dst = vec![0u8; n];
             let t = Tracker::new(2);
-            let job = |p: *mut u8| Job { mem: Mem::Host(p), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0 };
-            // Both ends split by the link's own threshold: 256 KiB where the threads fit, else 512 KiB.
+            let job = |p: *mut u8| Job { mem: Mem::Host(p), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow };
+            // Both ends split by the link's own threshold: 256 KiB where the threads fit or for
+            // narrow jobs (TCP links), else 512 KiB.
             let landing = b.post_job(job(dst.as_mut_ptr()), Dir::Recv, true).expect("watched");
-            assert_eq!(landing.parts.len(), parts, "fit {fit}");
+            assert_eq!(landing.parts.len(), parts, "fit {fit} narrow {narrow}");
             a.send(job(src.as_mut_ptr()));
             t.wait(&|| None).unwrap();
-            assert!(src == dst, "fit {fit}: the bytes differ");
+            assert!(src == dst, "fit {fit} narrow {narrow}: the bytes differ");
         }
     }
 
@@ -1205,15 +1269,15 @@ mod tests {
         let mut src: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
         let mut dst = vec![0u8; n];
         let t = Tracker::new(2);
-        b.recv(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 64 << 10 });
-        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 64 << 10 });
+        b.recv(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 64 << 10, narrow: false });
+        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 64 << 10, narrow: false });
         t.wait(&|| None).unwrap();
         assert!(src == dst);
         // Ends that split alike disagree only if their thresholds do: then it is an error, not
         // silently wrong data.
         let t = Tracker::new(2);
-        b.recv(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0 });
-        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 64 << 10 });
+        b.recv(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false });
+        a.send(Job { mem: Mem::Host(src.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 64 << 10, narrow: false });
         assert!(t.wait(&|| None).is_err());
     }
 

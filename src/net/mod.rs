@@ -92,6 +92,17 @@ fn bcast_stripe_min() -> Result<u64> {
     }
 }
 
+/// OXCCL_NET_NARROW: 1 or 0 plans Broadcast and Reduce as narrow (`plan::Phase::narrow`: plain
+/// TCP links spin for their jobs and stripe them from 256 KiB) or not, whatever the cores
+/// (`link::narrow_fit` decides when unset). Equal on every rank.
+fn narrow_setting() -> Result<Option<bool>> {
+    match plan_bytes("OXCCL_NET_NARROW")? {
+        None => Ok(None),
+        Some(n @ (0 | 1)) => Ok(Some(n == 1)),
+        Some(n) => Err(Error::invalid_usage(format!("OXCCL_NET_NARROW={n}: expected 0 or 1"))),
+    }
+}
+
 /// A plan threshold "from this many bytes" (`plan_bytes`): `default` unless set; 0: never.
 /// OXCCL_NET_BCAST_SCATTER_MIN: the smallest Broadcast between two hosts that the root sends as
 /// slices, one to each rank of the other host, which then gather them (`plan::SCATTER_MIN_BYTES`).
@@ -371,6 +382,9 @@ impl Net {
         // every rank told the others, so every rank decides alike (the stripes must match).
         let ranks: Vec<(u64, u64, u32)> = s.peers.iter().zip(&hashes).map(|(p, &h)| (h, p.machine, p.cpus)).collect();
         let fit = link::threads_fit(&ranks, nsocks);
+        // Broadcast and Reduce keep few links busy at once: their jobs spin and stripe alike
+        // where the cores allow those few (`Phase::narrow`), or as set (equal on every rank).
+        layout.narrow = narrow_setting()?.unwrap_or_else(|| link::narrow_fit(&ranks, nsocks));
         let mut links: Links = (0..layout.nranks()).map(|_| None).collect();
         for (p, slot) in links.iter_mut().enumerate() {
             if layout.host_of[p] == mh {
@@ -411,13 +425,15 @@ impl Net {
         let (spin, stripe_min) = (link::Spin::for_links(fit && tcp), link::fit_stripe_min(fit));
         // Jobs the TCP links (the only ones carried inline) stripe travel on every lane, not inline.
         let inline_max = if stripe_min > 0 { inline::max_bytes().min(stripe_min - 1) } else { inline::max_bytes() };
+        // Narrow phases' jobs: as where the threads fit (`link::Job::narrow`).
+        let narrow = (inline_max.min(link::narrow_stripe_min() - 1), link::Spin::for_links(tcp).io);
         let status = Arc::new(NetStatus::default());
-        let handler = NetHandler::new(s.dev, s.me, links.clone(), plans.clone(), done.clone(), s.abort_flag.clone(), (inline_max, spin.io), status.clone(), members.len())?;
+        let handler = NetHandler::new(s.dev, s.me, links.clone(), plans.clone(), done.clone(), s.abort_flag.clone(), [(inline_max, spin.io), narrow], status.clone(), members.len())?;
         let placement = Placement { device: Some(s.dev), cpus: crate::topo::local_cpus(&s.dev.bus_id) };
         let proxy = Proxy::start(format!("oxccl-netproxy{}", s.me), FifoHost::new(words), Box::new(handler), placement, s.on_error)?;
         nccl_info!(
             Subsys::Net,
-            "rank {}: {}; {} hosts {:?}; {} local ranks over NVLink, links to {} ranks; link threads spin {:?} (queue {:?}), TCP links stripe from {}",
+"rank {}: {}; {} hosts {:?}; {} local ranks over NVLink, links to {} ranks; link threads spin {:?} (queue {:?}), TCP links stripe from {}; Broadcast and Reduce {}",
             s.me,
             s.paths.describe(),
             layout.nhosts(),
@@ -426,7 +442,8 @@ impl Net {
             links.iter().filter(|l| l.is_some()).count(),
             spin.io,
             spin.queue,
-            if stripe_min > 0 { stripe_min } else { link::stripe_min() }
+            if stripe_min > 0 { stripe_min } else { link::stripe_min() },
+            if layout.narrow { format!("spin {:?} and stripe from {} on TCP links (narrow)", narrow.1, link::narrow_stripe_min()) } else { "as the rest".to_string() }
         );
         Ok(Net {
             layout,
@@ -818,6 +835,8 @@ struct NetHandler {
     inline_max: u64,
     /// How long this thread spins waiting for a phase's jobs (`link::Spin::io`).
     spin: std::time::Duration,
+    /// `inline_max` and `spin` for narrow phases (`Phase::narrow`).
+    narrow: (u64, std::time::Duration),
     status: Arc<NetStatus>,
     relaxed: Option<RelaxedCapture>,
     /// OXCCL_NET_PROFILE=1: where steps spend their time, printed when the communicator goes.
@@ -863,7 +882,7 @@ impl NetHandler {
         plans: Arc<Mutex<Plans>>,
         done: Arc<HostMapped>,
         abort_flag: Arc<HostMapped>,
-        (inline_max, spin): (u64, std::time::Duration),
+        [(inline_max, spin), narrow]: [(u64, std::time::Duration); 2],
         status: Arc<NetStatus>,
         local_ranks: usize,
     ) -> Result<NetHandler> {
@@ -892,6 +911,7 @@ impl NetHandler {
             inbox,
             inline_max,
             spin,
+            narrow,
             status,
             relaxed: None,
             profile: crate::config::env("OXCCL_NET_PROFILE").filter(|v| v.trim() == "1").map(|_| Profile::default()),
@@ -1032,7 +1052,7 @@ impl NetHandler {
                 .map(|(i, x)| {
                     // A send from the arena of a pipelined step waits for the kernel's copies.
                     let gate = if dir == Dir::Send && matches!(x.buf, Buf::Host(_)) { gate.cloned() } else { None };
-                    let job = Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone(), landed: None, gate, stripe_min: ph.stripe_min };
+                    let job = Job { mem: mem(x.buf), bytes: x.bytes, done: t.clone(), landed: None, gate, stripe_min: ph.stripe_min, narrow: ph.narrow };
                     Ok(self.link(x.peer)?.post_job(job, dir, watched.get(i).copied().unwrap_or(false)))
                 })
                 .collect()
@@ -1044,7 +1064,8 @@ impl NetHandler {
 
     /// Waits for every job of phase `k` (noting what is outstanding for the hang dump).
     fn wait_phase(&self, k: usize, ph: &Phase, t: &Tracker) -> Result<()> {
-        t.wait_noting(self.spin, &|| self.stopped(), &|left| self.note_phase(k, ph, left))
+        let spin = if ph.narrow { self.narrow.1 } else { self.spin };
+        t.wait_noting(spin, &|| self.stopped(), &|left| self.note_phase(k, ph, left))
     }
 
     /// Notes for the hang dump what phase `k` still waits for: `left` link transfers.
@@ -1197,8 +1218,9 @@ impl NetHandler {
     /// Whether this thread carries the phase itself: small enough (`inline::phase_fits`) and every
     /// link plain TCP.
     fn inline_ok(&self, ph: &Phase) -> bool {
-        self.inline_max > 0
-            && inline::phase_fits(ph, self.inline_max)
+        let max = if ph.narrow { self.narrow.0 } else { self.inline_max };
+        max > 0
+            && inline::phase_fits(ph, max)
             && ph.sends.iter().chain(&ph.recvs).all(|x| self.links.get(x.peer).and_then(Option::as_ref).is_some_and(|l| l.inline_sockets().is_some()))
     }
 

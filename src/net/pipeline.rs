@@ -339,6 +339,7 @@ mod tests {
             recvs: vec![xfer(1, Buf::Host(recv_at), n)],
             reduces: vec![red(inputs, acc, Buf::Dev(out), n)],
             stripe_min: 0,
+            narrow: false,
         }
     }
 
@@ -411,6 +412,7 @@ mod tests {
             recvs: vec![xfer(1, Buf::Host(0), 3 * n)],
             reduces: vec![red(vec![Buf::Host(10 * n), Buf::Host(n), Buf::Dev(0x5000)], 20 * n, Buf::Host(20 * n), n)],
             stripe_min: 0,
+            narrow: false,
         };
         let p = plan(&ph).unwrap();
         assert_eq!(p.reductions[0].inputs, vec![Src::Ready(10 * n), Src::Landing { recv: 0, at: n, skip: n }, Src::Dev { dev: 0x5000, tmp: Some(0) }]);

@@ -37,6 +37,9 @@ pub struct Layout {
     /// (`reduce_sliced`); `SLICE_MIN_BYTES` unless tuned (OXCCL_NET_REDUCE_SLICE_MIN, equal on
     /// every rank; `u64::MAX`: never).
     pub reduce_slice_min: u64,
+    /// Broadcast and Reduce phases are `Phase::narrow` (`link::narrow_fit`, or
+    /// OXCCL_NET_NARROW; equal on every rank).
+    pub narrow: bool,
 }
 
 impl Layout {
@@ -57,7 +60,7 @@ impl Layout {
             hosts[i].push(r);
             host_of.push(i);
         }
-        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES, bcast_stripe_min: 0, bcast_scatter_min: SCATTER_MIN_BYTES, reduce_slice_min: SLICE_MIN_BYTES }
+        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES, bcast_stripe_min: 0, bcast_scatter_min: SCATTER_MIN_BYTES, reduce_slice_min: SLICE_MIN_BYTES, narrow: false }
     }
 
     pub fn nranks(&self) -> usize {
@@ -124,6 +127,11 @@ pub struct Phase {
     /// link's own threshold (OXCCL_NET_STRIPE_MIN). Both ends must split a job alike, so a plan
     /// sets it only where both ends' phases carry the job with the same value.
     pub stripe_min: u64,
+    /// A phase of a collective that keeps few links busy at once (Broadcast, Reduce), planned
+    /// where every machine has cores for their threads (`Layout::narrow`): plain TCP links spin
+    /// for its jobs and stripe them from `link::FIT_STRIPE_MIN` (`link::Job::narrow`). Set alike
+    /// on both ends of each transfer (the stripes must match).
+    pub narrow: bool,
 }
 
 /// A copy between two GPU ranges of this rank.
@@ -309,14 +317,24 @@ fn drop_empty(st: &mut Vec<Stage>) {
 /// `plan_coll` before empty stages are dropped (the same number of stages on every rank of a
 /// host).
 fn plan_all_stages(l: &Layout, c: &Call) -> Vec<Stage> {
-    match c.coll {
+    let mut st = match c.coll {
         Coll::AllReduce => allreduce(l, c),
         Coll::ReduceScatter => reducescatter(l, c),
         Coll::Reduce => reduce(l, c),
         Coll::AllGather => allgather(l, c),
         Coll::Broadcast => broadcast(l, c),
         Coll::AlltoAll | Coll::Gather | Coll::Scatter => direct_all(l, &direct_ops(l, c)),
+    };
+    if l.narrow && matches!(c.coll, Coll::Broadcast | Coll::Reduce) {
+        // Every rank plans the same collective with the same layout, so both ends of each
+        // transfer mark it alike.
+        for s in &mut st {
+            if let Stage::Net(step) = s {
+                step.phases.iter_mut().for_each(|p| p.narrow = true);
+            }
+        }
     }
+    st
 }
 
 /// Collectives planned as point-to-point operations (`direct`, as `plan_all_stages` does).
@@ -1181,6 +1199,16 @@ mod tests {
             let ar = plan_coll(&l, &call(Coll::AllReduce, (1 << 20) / 4, 0));
             assert!(steps(&ar).iter().flat_map(|s| &s.phases).all(|p| p.stripe_min == 0));
         }
+        // Narrow layouts mark every phase of a Broadcast or Reduce, at both ends, and nothing else.
+        for me in [0, 2] {
+            let l = Layout { narrow: true, ..Layout::new(me, &[7, 7, 9, 9]) };
+            for (coll, marked) in [(Coll::Broadcast, true), (Coll::Reduce, true), (Coll::AllReduce, false), (Coll::AllGather, false), (Coll::AlltoAll, false)] {
+                let st = plan_coll(&l, &call(coll, (256 << 10) / 4, 0));
+                let phases: Vec<&Phase> = steps(&st).into_iter().flat_map(|s| &s.phases).collect();
+                assert!(!phases.is_empty() && phases.iter().all(|p| p.narrow == marked), "rank {me} {coll:?}");
+            }
+            assert!(steps(&plan_coll(&Layout::new(me, &[7, 7, 9, 9]), &big)).iter().flat_map(|s| &s.phases).all(|p| !p.narrow));
+        }
         let chain = Layout { bcast_stripe_min: 128 << 10, ..Layout::new(2, &hashes) };
         assert!(steps(&plan_coll(&chain, &call(Coll::Broadcast, 1000, 1))).iter().flat_map(|s| &s.phases).all(|p| p.stripe_min == 0));
         // From SCATTER_MIN_BYTES the root sends each rank of the other host half, which then gather
@@ -1248,7 +1276,8 @@ mod tests {
         // every transfer split it alike has something to check.
         // `sliced`: Broadcasts between two hosts scattered, and Reduces sliced, from the smallest size.
         let min = if sliced { 1 } else { u64::MAX };
-        let tuned = |me: usize| Layout { bcast_stripe_min: 128 << 10, bcast_scatter_min: min, reduce_slice_min: min, ..Layout::new(me, hashes) };
+        // Narrow Broadcasts and Reduces, so that the check covers that mark too.
+        let tuned = |me: usize| Layout { bcast_stripe_min: 128 << 10, bcast_scatter_min: min, reduce_slice_min: min, narrow: true, ..Layout::new(me, hashes) };
         let mut plans: Vec<Vec<Stage>> = (0..n).map(|me| plan_all_stages(&tuned(me), &calls[me])).collect();
         // A step's own copies may run at any point of it: disjoint from what its phases write,
         // and writing nothing its phases read.
@@ -1396,7 +1425,9 @@ mod tests {
             }
             // Phases run as the proxies run them: a rank sends when it enters a phase and leaves
             // it once all its receives have arrived (then reduces); sends never block.
-            let mut msgs: Vec<(usize, usize, Vec<i64>, u64)> = Vec::new();
+            // (from, to, data, how it is split: stripe_min and narrow)
+            type Msg = (usize, usize, Vec<i64>, (u64, bool));
+            let mut msgs: Vec<Msg> = Vec::new();
             let (mut cur, mut sent) = (vec![0usize; n], vec![false; n]);
             loop {
                 let mut progress = false;
@@ -1410,7 +1441,7 @@ mod tests {
                                 Buf::Dev(a) => dev[r][at(a)..at(a) + len].to_vec(),
                                 Buf::Host(a) => arenas[r][at(a)..at(a) + len].to_vec(),
                             };
-                            msgs.push((r, x.peer, v, ph.stripe_min));
+                            msgs.push((r, x.peer, v, (ph.stripe_min, ph.narrow)));
                         }
                         (sent[r], progress) = (true, true);
                     }
@@ -1425,7 +1456,7 @@ mod tests {
                         let k = msgs.iter().position(|m| m.0 == x.peer && m.1 == r).expect("message");
                         let (_, _, v, stripe_min) = msgs.remove(k);
                         assert_eq!(v.len() as u64 * 8, x.bytes);
-                        assert_eq!(stripe_min, ph.stripe_min, "{hashes:?} {coll:?}: ranks {} and {r} would split a transfer differently", x.peer);
+                        assert_eq!(stripe_min, (ph.stripe_min, ph.narrow), "{hashes:?} {coll:?}: ranks {} and {r} would split a transfer differently", x.peer);
                         match x.buf {
                             Buf::Dev(a) => dev[r][at(a)..at(a) + v.len()].copy_from_slice(&v),
                             Buf::Host(a) => arenas[r][at(a)..at(a) + v.len()].copy_from_slice(&v),

@@ -192,7 +192,8 @@ pub fn stage_on_host(step: &Step, max_job: u64, max_copies: usize, combine_min: 
     };
     let mut combine: Option<HostOp> = None;
     for (pi, ph) in step.phases.iter().enumerate() {
-        let mut p = Phase::default();
+        // The transfers keep their striping (both ends stage alike, so it still matches).
+        let mut p = Phase { stripe_min: ph.stripe_min, narrow: ph.narrow, ..Phase::default() };
         let mut wrote = Vec::new();
         for x in &ph.sends {
             p.sends.push(Xfer { buf: read(&mut out, &earlier, x.buf, x.bytes), ..*x });
@@ -297,6 +298,7 @@ mod tests {
             recvs: vec![Xfer { peer: 1, buf: Buf::Host(got), bytes: 64 }, Xfer { peer: 2, buf: Buf::Dev(0x5008), bytes: 64 }],
             reduces: vec![HostReduce { inputs: vec![Buf::Dev(0x1003), Buf::Host(got)], acc, out: Buf::Dev(0x1003), bytes: 64, op: op() }],
             stripe_min: 0,
+            narrow: false,
         };
         s.phases.push(ph);
         let st = stage_on_host(&s, 64, 3, u64::MAX).unwrap();
@@ -318,9 +320,19 @@ mod tests {
     }
 
     #[test]
+    fn staged_phases_keep_their_striping() {
+        let x = |buf, bytes| Xfer { peer: 1, buf, bytes };
+        let ph = Phase { sends: vec![x(Buf::Dev(0x1000), 64)], recvs: vec![x(Buf::Dev(0x2000), 64)], stripe_min: 128 << 10, narrow: true, ..Default::default() };
+        let st = stage_on_host(&Step { phases: vec![ph], ..Default::default() }, u64::MAX, 4, u64::MAX).unwrap();
+        let p = &st.step.phases[0];
+        assert!(matches!((p.sends[0].buf, p.recvs[0].buf), (Buf::Host(_), Buf::Host(_))), "{p:?}");
+        assert_eq!((p.stripe_min, p.narrow), (128 << 10, true));
+    }
+
+    #[test]
     fn large_jobs_too_many_copies_and_hazards_are_left_alone() {
         let x = |buf, bytes| Xfer { peer: 1, buf, bytes };
-        let one = |sends: Vec<Xfer>, recvs: Vec<Xfer>| Step { phases: vec![Phase { sends, recvs, reduces: vec![], stripe_min: 0 }], ..Default::default() };
+        let one = |sends: Vec<Xfer>, recvs: Vec<Xfer>| Step { phases: vec![Phase { sends, recvs, reduces: vec![], stripe_min: 0, narrow: false }], ..Default::default() };
         assert!(stage_on_host(&one(vec![x(Buf::Dev(0), 65)], vec![]), 64, 4, u64::MAX).is_none());
         assert!(stage_on_host(&one(vec![], vec![]), 64, 4, u64::MAX).is_none(), "nothing to carry");
         let many: Vec<Xfer> = (0..5).map(|i| x(Buf::Dev(i * 64), 8)).collect();
@@ -342,7 +354,7 @@ mod tests {
         let x = |buf, bytes| Xfer { peer: 1, buf, bytes };
         // Two sends of adjacent ranges, then two receives into adjacent ranges (8-byte pieces, so
         // the second shadow starts off 16-byte alignment, as its GPU range does).
-        let s = Step { phases: vec![Phase { sends: vec![x(Buf::Dev(0x1000), 24), x(Buf::Dev(0x1018), 40)], recvs: vec![x(Buf::Dev(0x2008), 8), x(Buf::Dev(0x2010), 8)], reduces: vec![], stripe_min: 0 }], ..Default::default() };
+        let s = Step { phases: vec![Phase { sends: vec![x(Buf::Dev(0x1000), 24), x(Buf::Dev(0x1018), 40)], recvs: vec![x(Buf::Dev(0x2008), 8), x(Buf::Dev(0x2010), 8)], reduces: vec![], stripe_min: 0, narrow: false }], ..Default::default() };
         let st = stage_on_host(&s, u64::MAX, 4, u64::MAX).unwrap();
         assert_eq!(st.pre.len(), 1);
         assert_eq!((st.pre[0].dev, st.pre[0].bytes), (0x1000, 64));
@@ -357,7 +369,7 @@ mod tests {
         assert_eq!(stage_on_host(&gap, u64::MAX, 4, u64::MAX).unwrap().pre.len(), 2);
         let between = Step {
             phases: vec![
-                Phase { sends: vec![x(Buf::Dev(0x1000), 16)], recvs: vec![x(Buf::Dev(0x3000), 16)], reduces: vec![], stripe_min: 0 },
+                Phase { sends: vec![x(Buf::Dev(0x1000), 16)], recvs: vec![x(Buf::Dev(0x3000), 16)], reduces: vec![], stripe_min: 0, narrow: false },
                 Phase { sends: vec![x(Buf::Dev(0x1010), 16)], ..Default::default() },
             ],
             ..Default::default()
@@ -377,7 +389,7 @@ mod tests {
         assert!(st.pre.is_empty(), "nothing is read from the GPU");
         assert_eq!(st.post, vec![HostCopy { dev: 96, host: h, bytes: 8, with: None }]);
         // In one phase, a read of a range the same phase writes still reads the GPU's data.
-        let one = Step { phases: vec![Phase { sends: vec![x(Buf::Dev(96), 8)], recvs: vec![x(Buf::Dev(96), 8)], reduces: vec![], stripe_min: 0 }], ..Default::default() };
+        let one = Step { phases: vec![Phase { sends: vec![x(Buf::Dev(96), 8)], recvs: vec![x(Buf::Dev(96), 8)], reduces: vec![], stripe_min: 0, narrow: false }], ..Default::default() };
         let st = stage_on_host(&one, 64, 4, u64::MAX).unwrap();
         assert_eq!(st.pre.len(), 1);
         assert_ne!(st.step.phases[0].sends[0].buf, st.step.phases[0].recvs[0].buf);
@@ -386,7 +398,7 @@ mod tests {
     #[test]
     fn only_a_step_without_receives_reductions_or_copies_out_is_send_only() {
         let x = |buf, bytes| Xfer { peer: 1, buf, bytes };
-        let one = |sends: Vec<Xfer>, recvs: Vec<Xfer>| Step { phases: vec![Phase { sends, recvs, reduces: vec![], stripe_min: 0 }], ..Default::default() };
+        let one = |sends: Vec<Xfer>, recvs: Vec<Xfer>| Step { phases: vec![Phase { sends, recvs, reduces: vec![], stripe_min: 0, narrow: false }], ..Default::default() };
         assert!(stage_on_host(&one(vec![x(Buf::Dev(0), 8), x(Buf::Dev(64), 8)], vec![]), 64, 4, u64::MAX).unwrap().sends_only());
         // Even into host memory only, a receive needs the kernel to wait.
         assert!(!stage_on_host(&one(vec![x(Buf::Dev(0), 8)], vec![x(Buf::Host(0), 8)]), 64, 4, u64::MAX).unwrap().sends_only());
@@ -404,6 +416,7 @@ mod tests {
             recvs: vec![Xfer { peer: 1, buf: Buf::Host(got), bytes: n }],
             reduces: vec![HostReduce { inputs: vec![Buf::Dev(input), Buf::Host(got)], acc, out: Buf::Dev(out), bytes: n, op: o }],
             stripe_min: 0,
+            narrow: false,
         });
         (s, got)
     }
