@@ -336,12 +336,7 @@ fn env_spin(name: &str) -> Option<Duration> {
 /// together, so hosts simulated on one machine count as one (at 2 x 2 on 64 cores, 64 link
 /// threads spinning 200 us made AlltoAll 2 MB slower: BENCHMARKS, thirty-sixth pass).
 pub fn threads_fit(ranks: &[(u64, u64, u32)], lanes: usize) -> bool {
-    let threads = |r: &(u64, u64, u32)| ranks.iter().filter(|o| o.0 != r.0).count() * lanes * 2 + 1;
-    ranks.iter().all(|m| {
-        let here = ranks.iter().filter(|r| r.1 == m.1);
-        let (need, cores) = here.fold((0usize, u32::MAX), |(n, c), r| (n + threads(r), c.min(r.2)));
-        need <= cores as usize
-    })
+    each_machine_fits(ranks, |here| here.iter().map(|r| remote_ranks(ranks, r) * lanes * 2 + 1).sum())
 }
 
 /// `threads_fit` for collectives that keep few links busy at once (Broadcast, Reduce:
@@ -352,13 +347,25 @@ pub fn threads_fit(ranks: &[(u64, u64, u32)], lanes: usize) -> bool {
 /// hosts on one 64-core machine with 4 lanes, 36 and 40 threads: it holds where `threads_fit`
 /// (68, 100) does not.
 pub fn narrow_fit(ranks: &[(u64, u64, u32)], lanes: usize) -> bool {
-    let remote = |r: &(u64, u64, u32)| ranks.iter().filter(|o| o.0 != r.0).count();
+    each_machine_fits(ranks, |here| {
+        let root_extra = here.iter().map(|r| remote_ranks(ranks, r).saturating_sub(2)).max().unwrap_or(0) * lanes;
+        here.len() * (2 * lanes + 1) + root_extra
+    })
+}
+
+/// Whether every machine's ranks (`ranks`: host hash, machine, CPUs each) need at most as many
+/// threads (`need` of that machine's ranks) as the fewest CPUs any of them may use.
+fn each_machine_fits(ranks: &[(u64, u64, u32)], need: impl Fn(&[&(u64, u64, u32)]) -> usize) -> bool {
     ranks.iter().all(|m| {
         let here: Vec<_> = ranks.iter().filter(|r| r.1 == m.1).collect();
         let cores = here.iter().map(|r| r.2).min().unwrap_or(0) as usize;
-        let root_extra = here.iter().map(|r| remote(r).saturating_sub(2)).max().unwrap_or(0) * lanes;
-        here.len() * (2 * lanes + 1) + root_extra <= cores
+        need(&here) <= cores
     })
+}
+
+/// How many ranks are on another host than `r` (it links to each).
+fn remote_ranks(ranks: &[(u64, u64, u32)], r: &(u64, u64, u32)) -> usize {
+    ranks.iter().filter(|o| o.0 != r.0).count()
 }
 
 /// A spinning wait's budget: `idle` after each round without progress says whether to go on
