@@ -272,15 +272,19 @@ pub struct Spin {
 }
 
 /// The spin of links whose threads fit their machines' cores. At 2 simulated hosts x 1 on H200
-/// (BENCHMARKS, forty-seventh pass), with `FIT_STRIPE_MIN`: Broadcast and Reduce 256 KB 0.69 and
+/// (BENCHMARKS, forty-seventh pass), with stripes from 256 KiB: Broadcast and Reduce 256 KB 0.69 and
 /// 0.78 of NCCL's time against 0.98 and 1.05; exchanges of 256 KiB a rank (AllGather,
 /// ReduceScatter, AlltoAll 512 KB) 0.54-0.64 against 0.75-0.81. 200 us gained little more.
 pub const FIT_SPIN: Duration = Duration::from_micros(50);
 
-/// The striping threshold of links whose threads spin (`FIT_SPIN`): a 256 KiB job on four lanes
-/// then costs no wake-ups. Without spinning, striping at 256 KiB gained little (same pass) and lost
-/// at 2 x 2 (thirty-ninth pass), whose threads do not fit.
-pub const FIT_STRIPE_MIN: u64 = 256 << 10;
+/// The striping threshold of links whose threads spin (`FIT_SPIN`): a job from 128 KiB on four
+/// lanes then costs no wake-ups, and the proxy no longer carries it alone. Without spinning,
+/// striping at 256 KiB gained little (forty-seventh pass) and lost at 2 x 2 (thirty-ninth pass),
+/// whose threads do not fit. At 2 simulated hosts x 1 on H200, three rounds, 128 KiB against
+/// 256 KiB: Broadcast and Reduce 128 KB 0.80 and 0.77 of NCCL's time against 0.92 and 0.96,
+/// AllGather and AlltoAll 256 KB 0.49-0.54 against 0.60-0.70, the rest within noise
+/// (forty-eighth pass).
+pub const FIT_STRIPE_MIN: u64 = 128 << 10;
 
 /// The striping threshold of links that spin by default (`fit`, see `Link::spawn`): 0 (the
 /// link's, `stripe_min()`) unless they do and OXCCL_NET_STRIPE_MIN is not set.
@@ -1239,12 +1243,12 @@ mod tests {
     }
 
     #[test]
-    fn links_whose_threads_fit_stripe_256_kib_jobs_and_others_narrow_ones() {
+    fn links_whose_threads_fit_stripe_128_kib_jobs_and_others_narrow_ones() {
         if crate::config::env("OXCCL_NET_STRIPE_MIN").is_some() {
             return; // set by hand: it decides the threshold instead
         }
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let n = 256 << 10;
+        let n = FIT_STRIPE_MIN as usize;
         for (fit, narrow, parts) in [(true, false, 2), (false, false, 1), (false, true, 2), (true, true, 2)] {
             let [ao, ai, bo, bi] = lane_sockets(&l);
             let link = |me, peer, o, i| {
@@ -1258,8 +1262,8 @@ mod tests {
             let mut dst = vec![0u8; n];
             let t = Tracker::new(2);
             let job = |p: *mut u8| Job { mem: Mem::Host(p), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow };
-            // Both ends split by the link's own threshold: 256 KiB where the threads fit or for
-            // narrow jobs (TCP links), else 512 KiB.
+            // Both ends split by the link's own threshold: FIT_STRIPE_MIN where the threads fit
+            // or for narrow jobs (TCP links), else 512 KiB.
             let landing = b.post_job(job(dst.as_mut_ptr()), Dir::Recv, true).expect("watched");
             assert_eq!(landing.parts.len(), parts, "fit {fit} narrow {narrow}");
             a.send(job(src.as_mut_ptr()));

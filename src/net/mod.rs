@@ -93,7 +93,7 @@ fn bcast_stripe_min() -> Result<u64> {
 }
 
 /// OXCCL_NET_NARROW: 1 or 0 plans Broadcast and Reduce as narrow (`plan::Phase::narrow`: plain
-/// TCP links spin for their jobs and stripe them from 256 KiB) or not, whatever the cores
+/// TCP links spin for their jobs and stripe them from `link::FIT_STRIPE_MIN`) or not, whatever the cores
 /// (`link::narrow_fit` decides when unset). Equal on every rank.
 fn narrow_setting() -> Result<Option<bool>> {
     match plan_bytes("OXCCL_NET_NARROW")? {
@@ -378,7 +378,7 @@ impl Net {
         // in one global order ((min, max) lexicographic), so no cycle of ranks can wait on each
         // other.
         let nsocks = sockets_per_link()?;
-        // Whether the TCP links' threads spin (and stripe from 256 KiB, `Link::spawn`): from what
+        // Whether the TCP links' threads spin (and stripe from 128 KiB, `Link::spawn`): from what
         // every rank told the others, so every rank decides alike (the stripes must match).
         let ranks: Vec<(u64, u64, u32)> = s.peers.iter().zip(&hashes).map(|(p, &h)| (h, p.machine, p.cpus)).collect();
         let fit = link::threads_fit(&ranks, nsocks);
