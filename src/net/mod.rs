@@ -433,7 +433,7 @@ impl Net {
         let proxy = Proxy::start(format!("oxccl-netproxy{}", s.me), FifoHost::new(words), Box::new(handler), placement, s.on_error)?;
         nccl_info!(
             Subsys::Net,
-"rank {}: {}; {} hosts {:?}; {} local ranks over NVLink, links to {} ranks; link threads spin {:?} (queue {:?}), TCP links stripe from {}; Broadcast and Reduce {}",
+            "rank {}: {}; {} hosts {:?}; {} local ranks over NVLink, links to {} ranks; link threads spin {:?} (queue {:?}), TCP links stripe from {}; Broadcast and Reduce {}",
             s.me,
             s.paths.describe(),
             layout.nhosts(),
@@ -831,12 +831,10 @@ struct NetHandler {
     /// Staging of inline phases' GPU sources and destinations (see `run_inline`).
     outbox: Vec<HostMapped>,
     inbox: Vec<HostMapped>,
-    /// Jobs up to this size are carried by this thread (`inline`); 0: never.
-    inline_max: u64,
-    /// How long this thread spins waiting for a phase's jobs (`link::Spin::io`).
-    spin: std::time::Duration,
-    /// `inline_max` and `spin` for narrow phases (`Phase::narrow`).
-    narrow: (u64, std::time::Duration),
+    /// How this thread carries a phase, ordinary ([0]) or narrow ([1], `Phase::narrow`): jobs up
+    /// to the first size it carries itself (`inline`; 0: never), and it spins the second waiting
+    /// for the link threads' jobs (`link::Spin::io`).
+    carry: [(u64, std::time::Duration); 2],
     status: Arc<NetStatus>,
     relaxed: Option<RelaxedCapture>,
     /// OXCCL_NET_PROFILE=1: where steps spend their time, printed when the communicator goes.
@@ -882,7 +880,7 @@ impl NetHandler {
         plans: Arc<Mutex<Plans>>,
         done: Arc<HostMapped>,
         abort_flag: Arc<HostMapped>,
-        [(inline_max, spin), narrow]: [(u64, std::time::Duration); 2],
+        carry: [(u64, std::time::Duration); 2],
         status: Arc<NetStatus>,
         local_ranks: usize,
     ) -> Result<NetHandler> {
@@ -909,9 +907,7 @@ impl NetHandler {
             tmp,
             outbox,
             inbox,
-            inline_max,
-            spin,
-            narrow,
+            carry,
             status,
             relaxed: None,
             profile: crate::config::env("OXCCL_NET_PROFILE").filter(|v| v.trim() == "1").map(|_| Profile::default()),
@@ -1064,8 +1060,7 @@ impl NetHandler {
 
     /// Waits for every job of phase `k` (noting what is outstanding for the hang dump).
     fn wait_phase(&self, k: usize, ph: &Phase, t: &Tracker) -> Result<()> {
-        let spin = if ph.narrow { self.narrow.1 } else { self.spin };
-        t.wait_noting(spin, &|| self.stopped(), &|left| self.note_phase(k, ph, left))
+        t.wait_noting(self.carry[usize::from(ph.narrow)].1, &|| self.stopped(), &|left| self.note_phase(k, ph, left))
     }
 
     /// Notes for the hang dump what phase `k` still waits for: `left` link transfers.
@@ -1218,7 +1213,7 @@ impl NetHandler {
     /// Whether this thread carries the phase itself: small enough (`inline::phase_fits`) and every
     /// link plain TCP.
     fn inline_ok(&self, ph: &Phase) -> bool {
-        let max = if ph.narrow { self.narrow.0 } else { self.inline_max };
+        let max = self.carry[usize::from(ph.narrow)].0;
         max > 0
             && inline::phase_fits(ph, max)
             && ph.sends.iter().chain(&ph.recvs).all(|x| self.links.get(x.peer).and_then(Option::as_ref).is_some_and(|l| l.inline_sockets().is_some()))

@@ -192,8 +192,10 @@ pub fn stage_on_host(step: &Step, max_job: u64, max_copies: usize, combine_min: 
     };
     let mut combine: Option<HostOp> = None;
     for (pi, ph) in step.phases.iter().enumerate() {
-        // The transfers keep their striping (both ends stage alike, so it still matches).
-        let mut p = Phase { stripe_min: ph.stripe_min, narrow: ph.narrow, ..Phase::default() };
+        // The transfers keep their striping (both ends stage alike, so it still matches). No
+        // `..`: a field added to Phase must be carried over here too (session 60 found
+        // `stripe_min` dropped by `Phase::default()`).
+        let mut p = Phase { sends: Vec::new(), recvs: Vec::new(), reduces: Vec::new(), stripe_min: ph.stripe_min, narrow: ph.narrow };
         let mut wrote = Vec::new();
         for x in &ph.sends {
             p.sends.push(Xfer { buf: read(&mut out, &earlier, x.buf, x.bytes), ..*x });
