@@ -359,6 +359,9 @@ impl Net {
         if let Some(v) = bcast_direct_max()? {
             layout.bcast_direct_max = v;
         }
+        if let Some(v) = plan_bytes("OXCCL_NET_BCAST_CHAIN_MAX")? {
+            layout.bcast_chain_max = v;
+        }
         layout.bcast_stripe_min = bcast_stripe_min()?;
         layout.bcast_scatter_min = plan_min("OXCCL_NET_BCAST_SCATTER_MIN", plan::SCATTER_MIN_BYTES)?;
         layout.reduce_slice_min = plan_min("OXCCL_NET_REDUCE_SLICE_MIN", plan::SLICE_MIN_BYTES)?;

@@ -30,6 +30,8 @@ pub struct Layout {
     /// The stripe threshold of a Broadcast's transfers from the root to the other hosts
     /// (`Phase::stripe_min`); 0 unless tuned (OXCCL_NET_BCAST_STRIPE_MIN, equal on every rank).
     pub bcast_stripe_min: u64,
+    /// `CHAIN_MAX_BYTES` unless tuned (OXCCL_NET_BCAST_CHAIN_MAX, equal on every rank; 0: never).
+    pub bcast_chain_max: u64,
     /// `SCATTER_MIN_BYTES` unless tuned (OXCCL_NET_BCAST_SCATTER_MIN, equal on every rank;
     /// `u64::MAX`: never).
     pub bcast_scatter_min: u64,
@@ -60,7 +62,7 @@ impl Layout {
             hosts[i].push(r);
             host_of.push(i);
         }
-        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES, bcast_stripe_min: 0, bcast_scatter_min: SCATTER_MIN_BYTES, reduce_slice_min: SLICE_MIN_BYTES, narrow: false }
+        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES, bcast_chain_max: CHAIN_MAX_BYTES, bcast_stripe_min: 0, bcast_scatter_min: SCATTER_MIN_BYTES, reduce_slice_min: SLICE_MIN_BYTES, narrow: false }
     }
 
     pub fn nranks(&self) -> usize {
@@ -726,7 +728,7 @@ fn broadcast(l: &Layout, c: &Call) -> Vec<Stage> {
             let k = l.local_index(me) as u64;
             phases[0].recvs.push(Xfer { peer: root, buf: Buf::Dev(c.recv + k * slice), bytes: slice });
         }
-    } else if bytes > 0 && nh > 2 && bytes <= CHAIN_MAX_BYTES {
+    } else if bytes > 0 && nh > 2 && bytes <= l.bcast_chain_max {
         // Along a chain of the hosts from the root's: each representative receives from the one
         // before and passes it on, so no proxy sends more than once per call.
         let pos = (mh + nh - rh) % nh;
@@ -1169,6 +1171,10 @@ mod tests {
             let sends: Vec<usize> = (0..4).map(|me| steps(&plan_coll(&Layout::new(me, &hashes), &call(Coll::Broadcast, count, 1))).iter().flat_map(|s| &s.phases).map(|p| p.sends.len()).sum()).collect();
             assert_eq!(*sends.iter().max().unwrap(), most, "count {count}: {sends:?}");
         }
+        // OXCCL_NET_BCAST_CHAIN_MAX=0: the root sends to every host even a small message.
+        let star = Layout { bcast_chain_max: 0, ..Layout::new(1, &hashes) };
+        let st = plan_coll(&star, &call(Coll::Broadcast, 1000, 1));
+        assert_eq!(steps(&st)[0].phases[0].sends.iter().map(|x| x.peer).collect::<Vec<_>>(), vec![0, 2, 3]);
         // Root 1: 1 -> 2 -> 3 -> 0; rank 2 receives from 1, then sends to 3.
         let st = plan_coll(&Layout::new(2, &hashes), &call(Coll::Broadcast, 1000, 1));
         let s = steps(&st)[0];
