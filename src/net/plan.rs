@@ -266,11 +266,11 @@ pub const FULL_EXCHANGE_MAX_BYTES: u64 = 64 << 10;
 /// Broadcast across three hosts or more up to this size goes along a chain of hosts (each proxy
 /// sends once) rather than from the root to every host (the root's proxy sends to each in turn).
 /// Above it, a relay would store and forward a whole job, one hop after another; the root sends to
-/// each. At 4 and 3 simulated hosts x 1 on H200 (three rounds, s61f) the chain took 37-41 us at
-/// 64 KB against 46-51 from the root (4 x 1), but 56-63 at 128 KB against 34-39, and 87-98 at
-/// 256 KB against 45-58 (NCCL 62-117): since the root's links stripe and spin as a narrow phase's,
-/// sending to each host beats three store-and-forward hops from 128 KiB (256 KiB before; BENCHMARKS,
-/// forty-ninth pass). OXCCL_NET_BCAST_CHAIN_MAX tunes it.
+/// each. At 4 simulated hosts x 1 on H200 (three rounds, s61f; medians) the chain took 38 us at
+/// 64 KB against 50 from the root, but 63 at 128 KB against 37, and 93 at 256 KB against 52 (NCCL
+/// 45, 69, 112); 3 x 1 alike. Since the root's links stripe and spin as a narrow phase's, sending
+/// to each host beats store-and-forward hops from 128 KiB (256 KiB before; BENCHMARKS, forty-ninth
+/// pass). OXCCL_NET_BCAST_CHAIN_MAX tunes it.
 pub const CHAIN_MAX_BYTES: u64 = 64 << 10;
 
 /// Broadcast between two hosts up to this size, with at most `DIRECT_MAX_PEERS` ranks on the
