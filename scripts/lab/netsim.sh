@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Simulated hosts with a network of their own, on one machine: each simulated host is a network
+# namespace with one veth "NIC" into a shared bridge, optionally rate-limited each way, so that
+# cross-host traffic is bound by a per-host link as on a real cluster (scripts/hostsim.sh's ranks
+# all share loopback, which has no per-host limit: a root sending to every host is as fast as a
+# chain there, and it would not be over real NICs). Needs root (ip, tc); GPUs, /dev/shm and
+# filesystem sockets are shared across namespaces, so CUDA IPC works as before.
+#
+#   scripts/lab/netsim.sh up HOSTS [RATE]  # namespaces oxsim0..HOSTS-1, 10.77.0.(h+1)/24 on
+#                                          # "oxnic", the bridge 10.77.0.254; RATE (tc units, e.g.
+#                                          # 25gbit) limits each host's send and receive
+#   mpirun -np 4 --mca btl self,vader scripts/lab/netsim.sh run 2 ./all_reduce_perf ...  # 2 x 2
+#   scripts/lab/netsim.sh check HOSTS      # each host's bytes/s to the next one, all at once
+#   scripts/lab/netsim.sh down HOSTS
+#
+# Status (session 61): up, check, run and down checked on the build machine: 3 hosts at 2gbit
+# carried 0.24 GB/s each, as set, and a namespace reaches the bridge address. Not yet run under
+# mpirun: a rank moved into a namespace no longer sees the root namespace's loopback, where PMIx's
+# server may listen (TCP). If MPI_Init fails, export PMIX_MCA_ptl_tcp_remote_connections=1 before
+# mpirun, so that it also listens on the bridge (10.77.0.254).
+#
+# `run RANKS_PER_HOST cmd...` puts the MPI rank (OMPI_COMM_WORLD_RANK or PMI_RANK) into its host's
+# namespace, sets NCCL_HOSTID as hostsim.sh does and NCCL_SOCKET_IFNAME=oxnic (both oxccl and NCCL
+# then bootstrap and move data over the simulated NICs), then runs the command.
+set -euo pipefail
+BR=oxsimbr0
+
+up() {
+    local hosts=${1:?usage: scripts/lab/netsim.sh up HOSTS [RATE]} rate=${2:-}
+    ip link add $BR type bridge 2>/dev/null || true
+    ip link set $BR up
+    ip addr add 10.77.0.254/24 dev $BR 2>/dev/null || true
+    for ((h = 0; h < hosts; h++)); do
+        local ns=oxsim$h out=oxsimv$h
+        ip netns add $ns
+        ip link add $out type veth peer name oxnic netns $ns
+        ip link set $out master $BR up
+        ip -n $ns addr add 10.77.0.$((h + 1))/24 dev oxnic
+        ip -n $ns link set oxnic up
+        ip -n $ns link set lo up
+        if [ -n "$rate" ]; then
+            # tbf shapes egress only: inside the namespace that is the host's sending, on the
+            # bridge side its receiving. The bucket must hold a whole GSO segment (64 KiB and up)
+            # or nothing passes; 4 MiB covers 4 ms at 10 Gbit/s.
+            tc -n $ns qdisc add dev oxnic root tbf rate "$rate" burst 4mb latency 50ms
+            tc qdisc add dev $out root tbf rate "$rate" burst 4mb latency 50ms
+        fi
+    done
+    echo "netsim: $hosts hosts on $BR${rate:+, $rate each way}"
+}
+
+down() {
+    local hosts=${1:?usage: scripts/lab/netsim.sh down HOSTS}
+    for ((h = 0; h < hosts; h++)); do
+        ip netns del oxsim$h 2>/dev/null || true # takes its veth pair with it
+    done
+    ip link del $BR 2>/dev/null || true
+}
+
+check() {
+    # One TCP stream per host to the next host, all at once: what each simulated NIC carries.
+    local hosts=${1:?usage: scripts/lab/netsim.sh check HOSTS} pids=() h
+    for ((h = 0; h < hosts; h++)); do
+        ip netns exec oxsim$h python3 -c '
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 17700)); s.listen(1); c, _ = s.accept(); n = 0
+while True:
+    b = c.recv(1 << 20)
+    if not b: break
+    n += len(b)
+' &
+        pids+=($!)
+    done
+    sleep 0.5
+    for ((h = 0; h < hosts; h++)); do
+        ip netns exec oxsim$h python3 -c '
+import socket, sys, time
+dst = sys.argv[1]; s = socket.create_connection((dst, 17700)); buf = b"x" * (1 << 20)
+t = time.time(); n = 0
+while time.time() - t < 2: s.sendall(buf); n += len(buf)
+s.close(); print(f"host {sys.argv[2]} -> {dst}: {n / (time.time() - t) / 1e9:.2f} GB/s")
+' 10.77.0.$(( (h + 1) % hosts + 1 )) $h &
+    done
+    wait
+}
+
+run() {
+    local per_host=${1:?usage: scripts/lab/netsim.sh run RANKS_PER_HOST command...}
+    shift
+    local rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}
+    local h=$((rank / per_host))
+    exec ip netns exec oxsim$h env NCCL_HOSTID="oxccl-sim-host-$h" NCCL_SOCKET_IFNAME=oxnic "$@"
+}
+
+cmd=${1:?usage: scripts/lab/netsim.sh up|down|check|run ...}
+shift
+case $cmd in
+up | down | check | run) $cmd "$@" ;;
+*) echo "netsim.sh: unknown command $cmd" >&2; exit 2 ;;
+esac
