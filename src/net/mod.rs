@@ -104,6 +104,8 @@ fn narrow_setting() -> Result<Option<bool>> {
 }
 
 /// A plan threshold "from this many bytes" (`plan_bytes`): `default` unless set; 0: never.
+/// OXCCL_NET_BCAST_PIPELINE_MIN: the smallest Broadcast across three hosts or more that goes along
+/// the chain of hosts in pieces (`plan::Layout::bcast_pipeline_min`; never by default).
 /// OXCCL_NET_BCAST_SCATTER_MIN: the smallest Broadcast between two hosts that the root sends as
 /// slices, one to each rank of the other host, which then gather them (`plan::SCATTER_MIN_BYTES`).
 /// OXCCL_NET_REDUCE_SLICE_MIN: the smallest Reduce between two hosts of equal size that goes slice
@@ -362,6 +364,7 @@ impl Net {
         if let Some(v) = plan_bytes("OXCCL_NET_BCAST_CHAIN_MAX")? {
             layout.bcast_chain_max = v;
         }
+        layout.bcast_pipeline_min = plan_min("OXCCL_NET_BCAST_PIPELINE_MIN", u64::MAX)?;
         layout.bcast_stripe_min = bcast_stripe_min()?;
         layout.bcast_scatter_min = plan_min("OXCCL_NET_BCAST_SCATTER_MIN", plan::SCATTER_MIN_BYTES)?;
         layout.reduce_slice_min = plan_min("OXCCL_NET_REDUCE_SLICE_MIN", plan::SLICE_MIN_BYTES)?;

@@ -32,6 +32,10 @@ pub struct Layout {
     pub bcast_stripe_min: u64,
     /// `CHAIN_MAX_BYTES` unless tuned (OXCCL_NET_BCAST_CHAIN_MAX, equal on every rank; 0: never).
     pub bcast_chain_max: u64,
+    /// Broadcast across three hosts or more from this size goes along the chain of hosts in
+    /// pieces (`chain_piece_bytes`); `u64::MAX` (never) unless tuned
+    /// (OXCCL_NET_BCAST_PIPELINE_MIN, equal on every rank).
+    pub bcast_pipeline_min: u64,
     /// `SCATTER_MIN_BYTES` unless tuned (OXCCL_NET_BCAST_SCATTER_MIN, equal on every rank;
     /// `u64::MAX`: never).
     pub bcast_scatter_min: u64,
@@ -62,7 +66,7 @@ impl Layout {
             hosts[i].push(r);
             host_of.push(i);
         }
-        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES, bcast_chain_max: CHAIN_MAX_BYTES, bcast_stripe_min: 0, bcast_scatter_min: SCATTER_MIN_BYTES, reduce_slice_min: SLICE_MIN_BYTES, narrow: false }
+        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES, bcast_chain_max: CHAIN_MAX_BYTES, bcast_pipeline_min: u64::MAX, bcast_stripe_min: 0, bcast_scatter_min: SCATTER_MIN_BYTES, reduce_slice_min: SLICE_MIN_BYTES, narrow: false }
     }
 
     pub fn nranks(&self) -> usize {
@@ -272,6 +276,18 @@ pub const FULL_EXCHANGE_MAX_BYTES: u64 = 64 << 10;
 /// to each host beats store-and-forward hops from 128 KiB (256 KiB before; BENCHMARKS, forty-ninth
 /// pass). OXCCL_NET_BCAST_CHAIN_MAX tunes it.
 pub const CHAIN_MAX_BYTES: u64 = 64 << 10;
+
+/// The pieces of a Broadcast along the chain of hosts in pieces (`Layout::bcast_pipeline_min`):
+/// at least `CHAIN_PIECE_MIN` bytes each and at most `CHAIN_PIECES_MAX` of them, a multiple of 16
+/// bytes. Each is a phase on every relay, so a piece must outweigh a phase's cost (a few tens of
+/// microseconds through the proxy) on the slowest link that would want pieces: 512 KiB is 40 us
+/// at 100 Gbit/s.
+fn chain_piece_bytes(bytes: u64) -> u64 {
+    let n = (bytes / CHAIN_PIECE_MIN).clamp(2, CHAIN_PIECES_MAX);
+    bytes.div_ceil(n).div_ceil(16) * 16
+}
+const CHAIN_PIECE_MIN: u64 = 512 << 10;
+const CHAIN_PIECES_MAX: u64 = 16;
 
 /// Broadcast between two hosts up to this size, with at most `DIRECT_MAX_PEERS` ranks on the
 /// other host: the root sends to each of them, and they need no host stage after the step. Above
@@ -733,26 +749,30 @@ fn broadcast(l: &Layout, c: &Call) -> Vec<Stage> {
             let k = l.local_index(me) as u64;
             phases[0].recvs.push(Xfer { peer: root, buf: Buf::Dev(c.recv + k * slice), bytes: slice });
         }
-    } else if bytes > 0 && nh > 2 && bytes <= l.bcast_chain_max {
+    } else if bytes > 0 && nh > 2 && (bytes <= l.bcast_chain_max || bytes >= l.bcast_pipeline_min) {
         // Along a chain of the hosts from the root's: each representative receives from the one
-        // before and passes it on, so no proxy sends more than once per call.
+        // before and passes it on, so no proxy sends more than once per call. From
+        // `bcast_pipeline_min` in pieces: a relay passes piece i on while piece i + 1 arrives,
+        // so every host's link carries the message once, at about the pace of one link.
         let pos = (mh + nh - rh) % nh;
         let at = |k: usize| rep((rh + k) % nh);
+        let piece = if bytes >= l.bcast_pipeline_min { chain_piece_bytes(bytes) } else { bytes };
+        let pieces: Vec<(u64, u64)> = (0..bytes.div_ceil(piece)).map(|i| (i * piece, piece.min(bytes - i * piece))).collect();
         if me == rep(mh) {
-            if pos > 0 {
-                phases[0].recvs.push(Xfer { peer: at(pos - 1), buf: Buf::Dev(c.recv), bytes });
-            }
-            if pos + 1 < nh {
-                let src = if me == root { c.send } else { c.recv };
-                let mut ph = Phase::default();
-                ph.sends.push(Xfer { peer: at(pos + 1), buf: Buf::Dev(src), bytes });
-                // The root sends at once; a relay after its receive.
-                if pos == 0 {
-                    phases[0] = ph;
-                } else {
-                    phases.push(ph);
+            let src = if me == root { c.send } else { c.recv };
+            // Phase j: receive piece j (but on the root) and send piece j - 1 (piece j on the
+            // root, which has it all; none on the last host).
+            let lag = usize::from(pos > 0);
+            phases = (0..pieces.len() + lag).map(|_| Phase::default()).collect();
+            for (i, &(off, n)) in pieces.iter().enumerate() {
+                if pos > 0 {
+                    phases[i].recvs.push(Xfer { peer: at(pos - 1), buf: Buf::Dev(c.recv + off), bytes: n });
+                }
+                if pos + 1 < nh {
+                    phases[i + lag].sends.push(Xfer { peer: at(pos + 1), buf: Buf::Dev(src + off), bytes: n });
                 }
             }
+            phases.retain(|p| !p.sends.is_empty() || !p.recvs.is_empty());
         }
     } else if bytes > 0 {
         // The root's phase and each representative's carry the same job: one stripe threshold.
@@ -926,6 +946,51 @@ mod tests {
         st.iter().filter_map(|s| if let Stage::Net(x) = s { Some(x) } else { None }).collect()
     }
 
+    /// A Broadcast along the chain of hosts in pieces: a relay passes piece i on in the phase after
+    /// it arrives, each host's link carries the message once, and every rank ends with the root's
+    /// input (several uneven pieces, every root, in place or not, staged or not).
+    #[test]
+    fn broadcasts_along_the_chain_in_pieces() {
+        let count = (3 * CHAIN_PIECE_MIN + 1000) / 8 + 3;
+        let bytes = count * 8;
+        let piece = chain_piece_bytes(bytes);
+        assert_eq!((bytes.div_ceil(piece), piece % 16), (3, 0), "three pieces, the last shorter");
+        assert_eq!((1u64 << 30).div_ceil(chain_piece_bytes(1 << 30)), CHAIN_PIECES_MAX);
+        // 4 x 1, root 1: 1 -> 2 -> 3 -> 0. Rank 2 receives piece i in phase i and sends it on in
+        // phase i + 1; the root sends piece i in phase i; rank 0 only receives.
+        let hashes = [1, 2, 3, 4];
+        let lay = |me| Layout { bcast_pipeline_min: 1 << 20, ..Layout::new(me, &hashes) };
+        // `call` is float: the same bytes as `count` int64s, which the simulation below moves.
+        let phases = |me| steps(&plan_coll(&lay(me), &call(Coll::Broadcast, bytes / 4, 1)))[0].phases.clone();
+        let relay = phases(2);
+        assert_eq!(relay.len(), 4);
+        for (j, ph) in relay.iter().enumerate() {
+            assert_eq!(ph.recvs.iter().map(|x| x.peer).collect::<Vec<_>>(), if j < 3 { vec![1] } else { vec![] });
+            assert_eq!(ph.sends.iter().map(|x| x.peer).collect::<Vec<_>>(), if j > 0 { vec![3] } else { vec![] });
+            if j > 0 {
+                assert_eq!(ph.sends[0].buf, relay[j - 1].recvs[0].buf, "phase {j} passes on what phase {} received", j - 1);
+            }
+        }
+        let sent = |me| phases(me).iter().flat_map(|p| p.sends.iter().map(|x| x.bytes)).sum::<u64>();
+        assert_eq!((sent(1), sent(2), sent(3), sent(0)), (bytes, bytes, bytes, 0));
+        assert_eq!(phases(0).len(), 3);
+        // Below the threshold (and above `bcast_chain_max`) the root still sends to every host.
+        let st = plan_coll(&lay(1), &call(Coll::Broadcast, (1 << 20) / 4 - 1, 1));
+        assert_eq!(steps(&st)[0].phases[0].sends.iter().map(|x| x.peer).collect::<Vec<_>>(), vec![0, 2, 3]);
+        for hashes in [vec![1u64, 2, 3, 4], vec![1, 2, 3], vec![3, 3, 5, 5, 7], vec![8, 9, 8, 10, 9]] {
+            let n = hashes.len();
+            let input = |r: usize| -> Vec<i64> { (0..count as i64).map(|i| (r as i64 + 1) * 1_000_000_000 + i).collect() };
+            for root in 0..n {
+                for (inplace, staged) in [(false, None), (true, None), (false, Some(u64::MAX)), (true, Some(1))] {
+                    let got = simulate(&hashes, Coll::Broadcast, count, root, inplace, staged, true, &input);
+                    for (r, got) in got.iter().enumerate() {
+                        assert!(*got == input(root), "{hashes:?} root {root} rank {r} in-place {inplace} staged {staged:?}");
+                    }
+                }
+            }
+        }
+    }
+
     /// Every collective's staged steps fit the step kernel's copy slots (device_abi::OX_NET_COPIES)
     /// up to 16 hosts of 8 and 64 hosts of 1, so none needs the extra copy launches of a step with
     /// more (net/mod.rs, `overflow`). AlltoAll, Gather and Scatter need contiguous slices joined
@@ -936,9 +1001,11 @@ mod tests {
         for (h, l) in [(2usize, 1usize), (2, 8), (3, 8), (4, 1), (4, 8), (8, 1), (8, 8), (16, 8), (33, 1), (64, 1)] {
             let hashes: Vec<u64> = (0..h * l).map(|r| (r / l) as u64 + 100).collect();
             for coll in [Coll::AllReduce, Coll::ReduceScatter, Coll::Reduce, Coll::AllGather, Coll::Broadcast, Coll::AlltoAll, Coll::Gather, Coll::Scatter] {
-                for count in [1u64, 1000, 1 << 20] {
+                // Broadcast also along the chain in pieces (up to `CHAIN_PIECES_MAX` a relay).
+                let pipes: &[u64] = if coll == Coll::Broadcast { &[u64::MAX, 1] } else { &[u64::MAX] };
+                for (count, &pipe) in [1u64, 1000, 1 << 20, 1 << 26].into_iter().flat_map(|c| pipes.iter().map(move |p| (c, p))) {
                     for me in 0..h * l {
-                        let st = plan_all_stages(&Layout::new(me, &hashes), &call(coll, count, 0));
+                        let st = plan_all_stages(&Layout { bcast_pipeline_min: pipe, ..Layout::new(me, &hashes) }, &call(coll, count, 0));
                         for s in steps(&st) {
                             let carries = s.phases.iter().any(|p| !p.sends.is_empty() || !p.recvs.is_empty());
                             let Some(x) = crate::net::stage::stage_on_host(s, u64::MAX, usize::MAX, u64::MAX) else {
@@ -1285,10 +1352,11 @@ mod tests {
         }
         // A Broadcast stripe threshold of its own, so that the check below that both ends of
         // every transfer split it alike has something to check.
-        // `sliced`: Broadcasts between two hosts scattered, and Reduces sliced, from the smallest size.
+        // `sliced`: Broadcasts between two hosts scattered, across more hosts along the chain in
+        // pieces, and Reduces sliced, from the smallest size.
         let min = if sliced { 1 } else { u64::MAX };
         // Narrow Broadcasts and Reduces, so that the check covers that mark too.
-        let tuned = |me: usize| Layout { bcast_stripe_min: 128 << 10, bcast_scatter_min: min, reduce_slice_min: min, narrow: true, ..Layout::new(me, hashes) };
+        let tuned = |me: usize| Layout { bcast_stripe_min: 128 << 10, bcast_scatter_min: min, bcast_pipeline_min: min, reduce_slice_min: min, narrow: true, ..Layout::new(me, hashes) };
         let mut plans: Vec<Vec<Stage>> = (0..n).map(|me| plan_all_stages(&tuned(me), &calls[me])).collect();
         // A step's own copies may run at any point of it: disjoint from what its phases write,
         // and writing nothing its phases read.
