@@ -756,9 +756,9 @@ fn broadcast(l: &Layout, c: &Call) -> Vec<Stage> {
         // so every host's link carries the message once, at about the pace of one link.
         let pos = (mh + nh - rh) % nh;
         let at = |k: usize| rep((rh + k) % nh);
-        let piece = if bytes >= l.bcast_pipeline_min { chain_piece_bytes(bytes) } else { bytes };
-        let pieces: Vec<(u64, u64)> = (0..bytes.div_ceil(piece)).map(|i| (i * piece, piece.min(bytes - i * piece))).collect();
         if me == rep(mh) {
+            let piece = if bytes >= l.bcast_pipeline_min { chain_piece_bytes(bytes) } else { bytes };
+            let pieces: Vec<(u64, u64)> = (0..bytes.div_ceil(piece)).map(|i| (i * piece, piece.min(bytes - i * piece))).collect();
             let src = if me == root { c.send } else { c.recv };
             // Phase j: receive piece j (but on the root) and send piece j - 1 (piece j on the
             // root, which has it all; none on the last host).
