@@ -30,6 +30,7 @@ pub mod mem;
 pub mod net;
 pub mod proxy;
 pub mod reg;
+pub mod schedstat;
 pub mod split;
 pub mod symmem;
 pub mod topo;

@@ -203,7 +203,10 @@ pub type Interrupt = Arc<dyn Fn() + Send + Sync>;
 
 /// A lane's queues: its sender thread's and its receiver thread's (None once closed); each job
 /// goes with its sequence number.
-type Queues = (Option<Sender<(u64, Job)>>, Option<Sender<(u64, Job)>>);
+type Queues = (Option<Sender<Queued>>, Option<Sender<Queued>>);
+
+/// A job on a lane's queue: its sequence number, and when it was posted (`lanetrace::stamp`).
+type Queued = (u64, Job, u64);
 
 /// Which way a job goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -561,8 +564,8 @@ impl Link {
         let mut threads = Vec::new();
         let mut pending = Vec::new();
         for (i, (s, r)) in lanes.into_iter().enumerate() {
-            let (stx, srx) = channel::<(u64, Job)>();
-            let (rtx, rrx) = channel::<(u64, Job)>();
+            let (stx, srx) = channel::<Queued>();
+            let (rtx, rrx) = channel::<Queued>();
             let (sready, sdone) = channel();
             let (rready, rdone) = channel();
             threads.push(spawn(format!("oxccl-net{me}>{peer}.{i}"), Box::new(move || serve(dev, srx, s, sready, [spin, narrow])))?);
@@ -655,9 +658,9 @@ impl Link {
     }
 }
 
-fn post(q: &Option<Sender<(u64, Job)>>, seq: u64, job: Job, peer: usize) {
+fn post(q: &Option<Sender<Queued>>, seq: u64, job: Job, peer: usize) {
     let done = job.done.clone();
-    if q.as_ref().is_none_or(|q| q.send((seq, job)).is_err()) {
+    if q.as_ref().is_none_or(|q| q.send((seq, job, super::lanetrace::stamp())).is_err()) {
         done.finish(Err(Error::remote(format!("the network link to rank {peer} is closed"))));
     }
 }
@@ -764,25 +767,28 @@ impl Cx {
 /// (numbered when posted); after the first failure every later job fails at once with it (the
 /// byte stream is out of step). `[spin, narrow]`: how it spins for ordinary jobs and for narrow
 /// ones (`Job::narrow`), on the queue after each too.
-fn serve(dev: Option<&'static Device>, jobs: Receiver<(u64, Job)>, mut carrier: Box<dyn Carrier>, ready: Sender<Result<()>>, [spin, narrow]: [Spin; 2]) {
+fn serve(dev: Option<&'static Device>, jobs: Receiver<Queued>, mut carrier: Box<dyn Carrier>, ready: Sender<Result<()>>, [spin, narrow]: [Spin; 2]) {
     let mut cx = Cx { dev, st: None, spin: spin.io };
     let set_up = carrier.prepare(&mut cx);
     let mut broken = set_up.as_ref().err().cloned();
     // The link may be gone already (its set-up failed on another thread).
     let _ = ready.send(set_up);
     let mut queue = spin.queue;
+    let mut trace = super::lanetrace::LaneTrace::new();
+    // The next job, and whether the thread blocked for it.
     let next = |queue: Duration| {
         let mut w = SpinWait::new(queue);
         loop {
             match jobs.try_recv() {
-                Ok(j) => return Some(j),
+                Ok(j) => return Some((j, false)),
                 Err(TryRecvError::Disconnected) => return None,
                 Err(TryRecvError::Empty) if w.idle() => {}
-                Err(TryRecvError::Empty) => return jobs.recv().ok(),
+                Err(TryRecvError::Empty) => return jobs.recv().ok().map(|j| (j, true)),
             }
         }
     };
-    while let Some((seq, job)) = next(queue) {
+    while let Some(((seq, job, posted), blocked)) = next(queue) {
+        let taken = if trace.is_some() { super::lanetrace::stamp() } else { 0 };
         let s = if job.narrow { narrow } else { spin };
         (cx.spin, queue) = (s.io, s.queue);
         let r = match &broken {
@@ -797,6 +803,9 @@ fn serve(dev: Option<&'static Device>, jobs: Receiver<(u64, Job)>, mut carrier: 
         } else if let Some(l) = &job.landed {
             // Release: the job's bytes are in memory before a watcher sees them counted.
             l.store(job.bytes, Ordering::Release);
+        }
+        if let Some(t) = &mut trace {
+            t.add(posted, taken, blocked, job.bytes, r.is_err());
         }
         job.done.finish(r);
     }

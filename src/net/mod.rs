@@ -17,6 +17,7 @@ pub mod hostreduce;
 #[cfg(feature = "ib")]
 pub mod ib;
 pub mod inline;
+mod lanetrace;
 pub mod link;
 pub mod packets;
 pub mod pipeline;
@@ -1472,7 +1473,7 @@ fn grow(dev: &'static Device, bufs: &mut Vec<HostMapped>, bytes: u64) -> Result<
 }
 
 /// OXCCL_NET_TRACE's directory, if set.
-fn trace_dir() -> Option<String> {
+pub(crate) fn trace_dir() -> Option<String> {
     crate::config::env("OXCCL_NET_TRACE").filter(|v| !v.trim().is_empty())
 }
 
@@ -1503,7 +1504,7 @@ fn step_bytes(step: &Step) -> u64 {
     step.phases.iter().flat_map(|ph| ph.sends.iter().chain(&ph.recvs)).map(|x| x.bytes).sum()
 }
 
-fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: out-pointer to a local timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -1538,6 +1539,8 @@ impl Drop for NetHandler {
                 ));
             }
         }
+        // Waiting for a CPU is where a step's rare milliseconds may go (session 62).
+        out.push_str(&crate::schedstat::report(crate::schedstat::threads(), 12));
         eprint!("{out}");
     }
 }
