@@ -396,7 +396,8 @@ impl SpinWait {
         self.rounds = self.rounds.wrapping_add(1);
         if self.rounds.is_multiple_of(16) {
             let now = Instant::now();
-            if now >= *self.until.get_or_insert(now + self.budget) {
+            let until = *self.until.get_or_insert(now + self.budget);
+            if now >= until && !burst::holds(now - until) {
                 return false;
             }
         }
@@ -407,6 +408,76 @@ impl SpinWait {
     fn progress(&mut self) {
         self.until = None;
         self.rounds = 0;
+    }
+}
+
+/// Spinning through a burst of eager steps (OXCCL_NET_BURST_SPIN_US): while this process has
+/// launched cross-host steps whose triggers the proxy has not taken yet (nccl-tests' timed loop,
+/// a training step's collectives), a thread that spins at all (`Spin`) keeps spinning past its
+/// budget, for at most that long, instead of blocking and costing a wake-up on the next step's
+/// path. At 4 simulated hosts x 1, once the ranks' steps drift apart some links' threads idle past
+/// their 50 us and block; each step then waits for wake-ups, which keeps them apart: runs of 128 KB
+/// Broadcasts at 100-500 us a step where 20 is possible (session 62, s62i). Off by default until
+/// measured.
+pub mod burst {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::OnceLock;
+    use std::time::Duration;
+
+    /// Eager steps launched and not taken yet, summed over the process's communicators
+    /// (`Plans::eager` keeps it).
+    static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+    /// How long past its budget a spinning thread may go on during a burst (0: off).
+    pub fn cap() -> Duration {
+        static CAP: OnceLock<Duration> = OnceLock::new();
+        *CAP.get_or_init(|| match crate::config::env("OXCCL_NET_BURST_SPIN_US").map(|v| v.trim().parse::<u64>()) {
+            None => Duration::ZERO,
+            Some(Ok(n)) => {
+                nccl_info!(crate::log::Subsys::Net, "OXCCL_NET_BURST_SPIN_US set by environment to {n}");
+                Duration::from_micros(n.min(1_000_000))
+            }
+            Some(Err(_)) => {
+                nccl_warn!("OXCCL_NET_BURST_SPIN_US: expected microseconds, ignored");
+                Duration::ZERO
+            }
+        })
+    }
+
+    /// A spinning thread `past` its budget goes on spinning.
+    pub fn holds(past: Duration) -> bool {
+        // Relaxed: a hint; a stale count costs at most one spin or one wake-up.
+        holds_with(past, cap(), IN_FLIGHT.load(Ordering::Relaxed))
+    }
+
+    /// `holds` with the setting and the count given.
+    pub fn holds_with(past: Duration, cap: Duration, in_flight: usize) -> bool {
+        past < cap && in_flight > 0
+    }
+
+    /// `n` more eager steps on their way (negative: taken or dropped).
+    pub fn add(n: isize) {
+        if n >= 0 {
+            IN_FLIGHT.fetch_add(n.unsigned_abs(), Ordering::Relaxed);
+        } else {
+            // Never below zero, whatever the order of the updates.
+            let _ = IN_FLIGHT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(n.unsigned_abs())));
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn spins_past_the_budget_only_in_a_burst_and_within_the_cap() {
+            let (us, cap) = (Duration::from_micros, Duration::from_micros(2000));
+            assert!(holds_with(us(0), cap, 1));
+            assert!(holds_with(us(1999), cap, 3));
+            assert!(!holds_with(us(2000), cap, 3), "past the cap");
+            assert!(!holds_with(us(10), cap, 0), "no step on its way");
+            assert!(!holds_with(us(0), Duration::ZERO, 5), "off");
+        }
     }
 }
 

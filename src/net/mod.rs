@@ -235,6 +235,7 @@ struct Plans {
 impl Plans {
     fn insert(&mut self, step: Step, keep: bool) -> Result<u32> {
         self.eager += usize::from(!keep);
+        link::burst::add(isize::from(!keep));
         let e = Some((Arc::new(step), keep));
         if let Some(i) = self.free.pop() {
             self.slots[i as usize] = e;
@@ -251,9 +252,16 @@ impl Plans {
         if !keep {
             *slot = None;
             self.free.push(i);
-            self.eager = self.eager.saturating_sub(1);
+            self.uncount(1);
         }
         Ok(step)
+    }
+
+    /// `n` eager plans taken or dropped (never more than were counted).
+    fn uncount(&mut self, n: usize) {
+        let n = n.min(self.eager);
+        self.eager -= n;
+        link::burst::add(-(n as isize));
     }
 
     fn remove(&mut self, i: u32) {
@@ -261,10 +269,17 @@ impl Plans {
             if let Some((_, keep)) = s.take() {
                 self.free.push(i);
                 if !keep {
-                    self.eager = self.eager.saturating_sub(1);
+                    self.uncount(1);
                 }
             }
         }
+    }
+}
+
+impl Drop for Plans {
+    fn drop(&mut self) {
+        // Launched steps whose triggers never came (an aborted communicator) end no burst.
+        self.uncount(self.eager);
     }
 }
 
