@@ -431,17 +431,7 @@ pub mod burst {
     /// How long past its budget a spinning thread may go on during a burst (0: off).
     pub fn cap() -> Duration {
         static CAP: OnceLock<Duration> = OnceLock::new();
-        *CAP.get_or_init(|| match crate::config::env("OXCCL_NET_BURST_SPIN_US").map(|v| v.trim().parse::<u64>()) {
-            None => Duration::ZERO,
-            Some(Ok(n)) => {
-                nccl_info!(crate::log::Subsys::Net, "OXCCL_NET_BURST_SPIN_US set by environment to {n}");
-                Duration::from_micros(n.min(1_000_000))
-            }
-            Some(Err(_)) => {
-                nccl_warn!("OXCCL_NET_BURST_SPIN_US: expected microseconds, ignored");
-                Duration::ZERO
-            }
-        })
+        *CAP.get_or_init(|| super::env_spin("OXCCL_NET_BURST_SPIN_US").unwrap_or_default())
     }
 
     /// A spinning thread `past` its budget goes on spinning.
