@@ -864,7 +864,7 @@ fn serve(dev: Option<&'static Device>, jobs: Receiver<Queued>, mut carrier: Box<
         }
     };
     while let Some(((seq, job, posted), blocked)) = next(queue) {
-        let taken = if trace.is_some() { super::lanetrace::stamp() } else { 0 };
+        let taken = trace.as_ref().map_or(0, |_| super::monotonic_ns());
         let s = if job.narrow { narrow } else { spin };
         (cx.spin, queue) = (s.io, s.queue);
         let r = match &broken {

@@ -234,8 +234,10 @@ struct Plans {
 
 impl Plans {
     fn insert(&mut self, step: Step, keep: bool) -> Result<u32> {
-        self.eager += usize::from(!keep);
-        link::burst::add(isize::from(!keep));
+        if !keep {
+            self.eager += 1;
+            link::burst::add(1);
+        }
         let e = Some((Arc::new(step), keep));
         if let Some(i) = self.free.pop() {
             self.slots[i as usize] = e;
@@ -1488,7 +1490,7 @@ fn grow(dev: &'static Device, bufs: &mut Vec<HostMapped>, bytes: u64) -> Result<
 }
 
 /// OXCCL_NET_TRACE's directory, if set.
-pub(crate) fn trace_dir() -> Option<String> {
+fn trace_dir() -> Option<String> {
     crate::config::env("OXCCL_NET_TRACE").filter(|v| !v.trim().is_empty())
 }
 
@@ -1519,7 +1521,7 @@ fn step_bytes(step: &Step) -> u64 {
     step.phases.iter().flat_map(|ph| ph.sends.iter().chain(&ph.recvs)).map(|x| x.bytes).sum()
 }
 
-pub(crate) fn monotonic_ns() -> u64 {
+fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: out-pointer to a local timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
