@@ -346,6 +346,14 @@ pub fn threads_fit(ranks: &[(u64, u64, u32)], lanes: usize) -> bool {
     each_machine_fits(ranks, |here| here.iter().map(|r| remote_ranks(ranks, r) * lanes * 2 + 1).sum())
 }
 
+/// The most lanes, up to `max`, with which the links' threads fit every machine's cores
+/// (`threads_fit`); `max` where even one lane's do not (nothing spins then, and more lanes still
+/// carry more). At 4 simulated hosts x 1 on one 64-core machine: 2 lanes (52 threads; 4 lanes
+/// are 100, and striped steps of 2-4 MB kept 96 of them busy at once); 2 x 2: 3 (52, not 68).
+pub fn fit_lanes(ranks: &[(u64, u64, u32)], max: usize) -> usize {
+    (1..=max).rev().find(|&l| threads_fit(ranks, l)).unwrap_or(max)
+}
+
 /// `threads_fit` for collectives that keep few links busy at once (Broadcast, Reduce:
 /// `plan::Phase::narrow`): each rank moves data with at most one link each way (two threads per
 /// lane) but the root, which may send to or receive from every other host's representative, in
@@ -389,9 +397,12 @@ impl SpinWait {
         SpinWait { budget, until: None, rounds: 0 }
     }
 
-    /// Whether it spins at all: a budget, or every thread spins through bursts (`burst::all`).
+    /// Whether it spins at all: only with a budget. A thread without one never spins, not even
+    /// through a burst: where the link threads outnumber the cores, spinning ones kept threads
+    /// just woken off a CPU for a scheduler slice (2 x 1 on 12 cores, ReduceScatter 1-4 MB took
+    /// 3.6-4.0 ms a call instead of 0.2-0.4: BENCHMARKS, fifty-first pass).
     fn spins(&self) -> bool {
-        !self.budget.is_zero() || burst::all()
+        !self.budget.is_zero()
     }
 
     fn idle(&mut self) -> bool {
@@ -437,16 +448,6 @@ pub mod burst {
     pub fn cap() -> Duration {
         static CAP: OnceLock<Duration> = OnceLock::new();
         *CAP.get_or_init(|| super::env_spin("OXCCL_NET_BURST_SPIN_US").unwrap_or_default())
-    }
-
-    /// OXCCL_NET_BURST_SPIN_ALL=1: threads without a spin budget of their own (links whose
-    /// threads do not all fit the cores) spin through bursts too. For measuring whether the
-    /// wake-ups are what make 2 x 2 AllGather 2-4 MB and 4 x 1 ReduceScatter 1-4 MB vary 2-4x
-    /// between runs (session 62): there every link's threads spinning at once would not fit, but
-    /// one collective seldom uses every link.
-    pub fn all() -> bool {
-        static ALL: OnceLock<bool> = OnceLock::new();
-        *ALL.get_or_init(|| cap() > Duration::ZERO && crate::config::env("OXCCL_NET_BURST_SPIN_ALL").is_some_and(|v| v.trim() == "1"))
     }
 
     /// A spinning thread `past` its budget goes on spinning.
@@ -1073,8 +1074,8 @@ mod tests {
         let mut one = [0u8; 1];
         let e = read_full(&mut b, &mut one, &mut w).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::UnexpectedEof);
-        // A zero budget never spins (unless every thread spins through bursts, set by hand).
-        assert!(burst::all() || !SpinWait::new(Duration::ZERO).idle());
+        // A zero budget never spins.
+        assert!(!SpinWait::new(Duration::ZERO).idle());
     }
 
     #[test]
@@ -1097,6 +1098,12 @@ mod tests {
         // One lane: 3 threads a rank.
         assert!(threads_fit(&sim(&[1, 2], 6), 1));
         assert!(!threads_fit(&sim(&[1, 2], 5), 1));
+        // The most lanes that fit.
+        assert_eq!(fit_lanes(&sim(&[1, 2, 3, 4], 64), 4), 2);
+        assert_eq!(fit_lanes(&sim(&[1, 1, 2, 2], 64), 4), 3);
+        assert_eq!(fit_lanes(&sim(&[1, 2], 32), 4), 4);
+        assert_eq!(fit_lanes(&sim(&[1, 2], 12), 4), 2, "2 x (4 + 1) = 10 <= 12 < 2 x (6 + 1)");
+        assert_eq!(fit_lanes(&sim(&[1, 2], 5), 4), 4, "not even one lane fits: as many as asked");
         // Narrow collectives (Broadcast, Reduce) at 2 x 2 and 4 x 1 on 64 CPUs: 4 x 9 = 36, and 4
         // more for the root's third link at 4 x 1 (40).
         assert!(narrow_fit(&sim(&[1, 1, 2, 2], 36), 4));
@@ -1107,6 +1114,7 @@ mod tests {
         assert!(!narrow_fit(&sim(&[1, 1, 2, 2], 32), 4));
         // 8 real machines, a rank each: 9 + 5 x 4 = 29 threads where the root is.
         let eight = |cpus: u32| (1..=8u64).map(|h| (h, h * 10, cpus)).collect::<Vec<_>>();
+        assert_eq!(fit_lanes(&eight(16), 4), 1, "8 machines of 16 cores, a rank each: 7 x 2 + 1");
         assert!(narrow_fit(&eight(29), 4));
         assert!(!narrow_fit(&eight(28), 4));
         // Wherever every link's threads fit, the narrow ones do.

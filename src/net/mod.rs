@@ -120,18 +120,24 @@ fn plan_min(name: &str, default: u64) -> Result<u64> {
     })
 }
 
-/// OXCCL_NET_SOCKETS: sockets (each way) per pair of ranks on different hosts, default 4; large
-/// transfers are striped over them (one TCP stream rarely fills a fast NIC, or even loopback).
-/// Must be equal on every rank.
-fn sockets_per_link() -> Result<usize> {
+/// Lanes (socket pairs) per pair of ranks on different hosts unless set: large transfers are
+/// striped over them (one TCP stream rarely fills a fast NIC, or even loopback).
+const DEFAULT_SOCKETS: usize = 4;
+
+/// OXCCL_NET_SOCKETS: a number of sockets (each way) per pair of ranks on different hosts (default
+/// `DEFAULT_SOCKETS`), or `fit`: the most, up to that default, whose link threads fit every
+/// machine's cores (`link::fit_lanes`), so that they spin and never queue for a CPU behind each
+/// other. Must be equal on every rank. Returns None for `fit`.
+fn sockets_per_link() -> Result<Option<usize>> {
     match crate::config::env("OXCCL_NET_SOCKETS") {
-        None => Ok(4),
+        None => Ok(Some(DEFAULT_SOCKETS)),
+        Some(v) if v.trim() == "fit" => Ok(None),
         Some(v) => match v.trim().parse::<usize>() {
             Ok(n) if (1..=crate::bootstrap::MAX_DATA_SOCKETS).contains(&n) => {
                 nccl_info!(Subsys::Net, "OXCCL_NET_SOCKETS set by environment to {n}");
-                Ok(n)
+                Ok(Some(n))
             }
-            _ => Err(Error::invalid_usage(format!("OXCCL_NET_SOCKETS={v}: expected 1..={}", crate::bootstrap::MAX_DATA_SOCKETS))),
+            _ => Err(Error::invalid_usage(format!("OXCCL_NET_SOCKETS={v}: expected 1..={} or fit", crate::bootstrap::MAX_DATA_SOCKETS))),
         },
     }
 }
@@ -401,10 +407,18 @@ impl Net {
         // Links to every rank of the other hosts, in ascending peer order: pairs are then set up
         // in one global order ((min, max) lexicographic), so no cycle of ranks can wait on each
         // other.
-        let nsocks = sockets_per_link()?;
-        // Whether the TCP links' threads spin (and stripe from 128 KiB, `Link::spawn`): from what
-        // every rank told the others, so every rank decides alike (the stripes must match).
+        // Whether the TCP links' threads spin (and stripe from 128 KiB, `Link::spawn`), and with
+        // `fit` how many lanes: from what every rank told the others, so every rank decides alike
+        // (the stripes must match).
         let ranks: Vec<(u64, u64, u32)> = s.peers.iter().zip(&hashes).map(|(p, &h)| (h, p.machine, p.cpus)).collect();
+        let nsocks = match sockets_per_link()? {
+            Some(n) => n,
+            None => {
+                let n = link::fit_lanes(&ranks, DEFAULT_SOCKETS);
+                nccl_info!(Subsys::Net, "OXCCL_NET_SOCKETS=fit: {n} lanes per link");
+                n
+            }
+        };
         let fit = link::threads_fit(&ranks, nsocks);
         // Broadcast and Reduce keep few links busy at once: their jobs spin and stripe alike
         // where the cores allow those few (`Phase::narrow`), or as set (equal on every rank).
