@@ -1135,15 +1135,25 @@ mod tests {
 
     /// Two links joined by loopback sockets, host memory only.
     fn pair() -> (Link, Link) {
-        let [ao, ai, bo, bi] = lane_sockets(&std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+        pair_of(2)
+    }
+
+    /// Two ends of a link of `lanes` lanes over loopback.
+    fn pair_of(lanes: usize) -> (Link, Link) {
+        let [ao, ai, bo, bi] = lanes_sockets(&std::net::TcpListener::bind("127.0.0.1:0").unwrap(), lanes);
         (Link::start(None, 0, 1, ao, ai).unwrap(), Link::start(None, 1, 0, bo, bi).unwrap())
     }
 
     /// Two lanes' loopback sockets through `l`: end a's outgoing and incoming, then end b's.
     fn lane_sockets(l: &std::net::TcpListener) -> [Vec<TcpStream>; 4] {
+        lanes_sockets(l, 2)
+    }
+
+    /// `lane_sockets` for `n` lanes.
+    fn lanes_sockets(l: &std::net::TcpListener, n: usize) -> [Vec<TcpStream>; 4] {
         let a = l.local_addr().unwrap();
         let (mut ao, mut ai, mut bo, mut bi) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..2 {
+        for _ in 0..n {
             ao.push(TcpStream::connect(a).unwrap());
             bi.push(l.accept().unwrap().0);
             bo.push(TcpStream::connect(a).unwrap());
@@ -1279,14 +1289,26 @@ mod tests {
 
     #[test]
     fn a_watched_receive_shows_its_bytes_only_once_they_landed() {
-        let (a, b) = pair();
-        // Striped over both lanes (two parts), each landing in several steps.
+        watched_receive(2);
+    }
+
+    /// Three lanes (`OXCCL_NET_SOCKETS=fit` at 2 simulated hosts x 2 on 64 cores): parts of a
+    /// power-of-two job that are not whole words, met on both ends alike.
+    #[test]
+    fn three_lanes_split_a_job_into_uneven_parts_both_ends_agree_on() {
+        assert!(stripes(STRIPE_MIN * 2, 3, 0).iter().any(|&(o, n)| o % 4 != 0 || n % 4 != 0));
+        watched_receive(3);
+    }
+
+    fn watched_receive(lanes: usize) {
+        let (a, b) = pair_of(lanes);
+        // Striped over every lane (a part each), each landing in several steps.
         let n = 3 * STRIPE_MIN as usize + 5;
         let mut src: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
         let mut dst = vec![0u8; n];
         let t = Tracker::new(1);
         let landing = b.post_job(Job { mem: Mem::Host(dst.as_mut_ptr()), bytes: n as u64, done: t.clone(), landed: None, gate: None, stripe_min: 0, narrow: false }, Dir::Recv, true).unwrap();
-        assert_eq!(landing.parts.len(), 2);
+        assert_eq!(landing.parts.len(), lanes);
         assert!(landing.has(0, 0), "an empty range is always there");
         assert!(!landing.has(0, 1) && !landing.has(n as u64 - 1, n as u64), "nothing sent yet");
         let ts = Tracker::new(1);
