@@ -1140,17 +1140,12 @@ mod tests {
 
     /// Two ends of a link of `lanes` lanes over loopback.
     fn pair_of(lanes: usize) -> (Link, Link) {
-        let [ao, ai, bo, bi] = lanes_sockets(&std::net::TcpListener::bind("127.0.0.1:0").unwrap(), lanes);
+        let [ao, ai, bo, bi] = lane_sockets(&std::net::TcpListener::bind("127.0.0.1:0").unwrap(), lanes);
         (Link::start(None, 0, 1, ao, ai).unwrap(), Link::start(None, 1, 0, bo, bi).unwrap())
     }
 
-    /// Two lanes' loopback sockets through `l`: end a's outgoing and incoming, then end b's.
-    fn lane_sockets(l: &std::net::TcpListener) -> [Vec<TcpStream>; 4] {
-        lanes_sockets(l, 2)
-    }
-
-    /// `lane_sockets` for `n` lanes.
-    fn lanes_sockets(l: &std::net::TcpListener, n: usize) -> [Vec<TcpStream>; 4] {
+    /// `n` lanes' loopback sockets through `l`: end a's outgoing and incoming, then end b's.
+    fn lane_sockets(l: &std::net::TcpListener, n: usize) -> [Vec<TcpStream>; 4] {
         let a = l.local_addr().unwrap();
         let (mut ao, mut ai, mut bo, mut bi) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..n {
@@ -1365,7 +1360,7 @@ mod tests {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let n = FIT_STRIPE_MIN as usize;
         for (fit, narrow, parts) in [(true, false, 2), (false, false, 1), (false, true, 2), (true, true, 2)] {
-            let [ao, ai, bo, bi] = lane_sockets(&l);
+            let [ao, ai, bo, bi] = lane_sockets(&l, 2);
             let link = |me, peer, o, i| {
                 let (lanes, interrupt) = tcp_lanes(peer, o, i).unwrap();
                 let k = Link::spawn(None, me, peer, lanes, interrupt, fit).unwrap();
