@@ -8,8 +8,9 @@ the thread had blocked for the job).
 
 prints, per kind of thread (send, receive) and whether it had blocked, how long jobs waited to be
 taken (taken - posted) and took (finished - taken); then the SLOWEST (default 8) steps, by the
-time from the first rank taking its trigger to the last finishing, with every job posted during
-them, in us from the step's start. Steps are paired across ranks by their order (every rank runs
+time from the last rank taking its trigger to the last finishing (the ranks' skew before that is
+shown apart: a late launch or barrier exit, which NCCL sees as well), with every job posted during
+them, in us from the first trigger. Steps are paired across ranks by their order (every rank runs
 every step of a collective across hosts)."""
 import glob, re, statistics, sys
 
@@ -56,13 +57,16 @@ def main():
     spans = []
     for i in range(n):
         t0 = min(steps[r][i][1] for r in steps)
+        late = max(steps[r][i][1] for r in steps)
         t1 = max(steps[r][i][5] for r in steps)
-        spans.append((t1 - t0, i, t0, t1))
+        spans.append((t1 - late, i, t0, t1, late - t0))
     spans.sort(reverse=True)
-    print(f"\nsteps: {n}; span median {statistics.median(s[0] for s in spans) / 1e3:.1f} us")
-    for span, i, t0, t1 in spans[:slowest]:
+    med = lambda k: statistics.median(s[k] for s in spans) / 1e3
+    print(f"\nsteps: {n}; median us: from the last trigger {med(0):.1f}, skew of the triggers {med(4):.1f}")
+    print(f"slowest {slowest} by the time from the last rank's trigger to the last finish:")
+    for span, i, t0, t1, skew in spans[:slowest]:
         us = lambda t: (t - t0) / 1e3
-        print(f"\nstep {i}: {span / 1e3:.0f} us, bytes {steps[min(steps)][i][0]}")
+        print(f"\nstep {i}: {span / 1e3:.0f} us after the last trigger ({skew / 1e3:.0f} us of skew before it), bytes {steps[min(steps)][i][0]}")
         for r in sorted(steps):
             s = steps[r][i]
             print(f"  rank {r}: trigger {us(s[1]):8.1f} finished {us(s[5]):8.1f}")
