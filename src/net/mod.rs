@@ -105,8 +105,10 @@ fn narrow_setting() -> Result<Option<bool>> {
 }
 
 /// A plan threshold "from this many bytes" (`plan_bytes`): `default` unless set; 0: never.
-/// OXCCL_NET_BCAST_PIPELINE_MIN: the smallest Broadcast across three hosts or more that goes along
-/// the chain of hosts in pieces (`plan::Layout::bcast_pipeline_min`; never by default).
+/// OXCCL_NET_BCAST_PIPELINE_MIN and OXCCL_NET_REDUCE_PIPELINE_MIN: the smallest Broadcast and
+/// Reduce across three hosts or more that go along the chain of hosts in pieces
+/// (`plan::Layout::bcast_pipeline_min`, `reduce_pipeline_min`; by default from 512 KiB where the
+/// hosts are on different machines, never where they share one: `plan::pipeline_defaults`).
 /// OXCCL_NET_BCAST_SCATTER_MIN: the smallest Broadcast between two hosts that the root sends as
 /// slices, one to each rank of the other host, which then gather them (`plan::SCATTER_MIN_BYTES`).
 /// OXCCL_NET_REDUCE_SLICE_MIN: the smallest Reduce between two hosts of equal size that goes slice
@@ -118,6 +120,11 @@ fn plan_min(name: &str, default: u64) -> Result<u64> {
         Some(0) => u64::MAX,
         Some(n) => n,
     })
+}
+
+/// A "from this many bytes" threshold for a log line: `never` for u64::MAX.
+fn threshold(n: u64) -> String {
+    if n == u64::MAX { "never".to_string() } else { n.to_string() }
 }
 
 /// Lanes (socket pairs) per pair of ranks on different hosts unless set: large transfers are
@@ -388,7 +395,10 @@ impl Net {
         if let Some(v) = plan_bytes("OXCCL_NET_BCAST_CHAIN_MAX")? {
             layout.bcast_chain_max = v;
         }
-        layout.bcast_pipeline_min = plan_min("OXCCL_NET_BCAST_PIPELINE_MIN", u64::MAX)?;
+        let machines: Vec<u64> = s.peers.iter().map(|p| p.machine).collect();
+        let (bcast_pipe, reduce_pipe) = plan::pipeline_defaults(plan::hosts_apart(&hashes, &machines));
+        layout.bcast_pipeline_min = plan_min("OXCCL_NET_BCAST_PIPELINE_MIN", bcast_pipe)?;
+        layout.reduce_pipeline_min = plan_min("OXCCL_NET_REDUCE_PIPELINE_MIN", reduce_pipe)?;
         layout.bcast_stripe_min = bcast_stripe_min()?;
         layout.bcast_scatter_min = plan_min("OXCCL_NET_BCAST_SCATTER_MIN", plan::SCATTER_MIN_BYTES)?;
         layout.reduce_slice_min = plan_min("OXCCL_NET_REDUCE_SLICE_MIN", plan::SLICE_MIN_BYTES)?;
@@ -471,7 +481,7 @@ impl Net {
         let proxy = Proxy::start(format!("oxccl-netproxy{}", s.me), FifoHost::new(words), Box::new(handler), placement, s.on_error)?;
         nccl_info!(
             Subsys::Net,
-            "rank {}: {}; {} hosts {:?}; {} local ranks over NVLink, links to {} ranks; link threads spin {:?} (queue {:?}), TCP links stripe from {}; Broadcast and Reduce {}",
+            "rank {}: {}; {} hosts {:?}; {} local ranks over NVLink, links to {} ranks; link threads spin {:?} (queue {:?}), TCP links stripe from {}; Broadcast and Reduce {}; along the chain of hosts in pieces from {} and {} bytes",
             s.me,
             s.paths.describe(),
             layout.nhosts(),
@@ -481,7 +491,9 @@ impl Net {
             spin.io,
             spin.queue,
             if stripe_min > 0 { stripe_min } else { link::stripe_min() },
-            if layout.narrow { format!("spin {:?} and stripe from {} on TCP links (narrow)", narrow.1, link::narrow_stripe_min()) } else { "as the rest".to_string() }
+            if layout.narrow { format!("spin {:?} and stripe from {} on TCP links (narrow)", narrow.1, link::narrow_stripe_min()) } else { "as the rest".to_string() },
+            threshold(layout.bcast_pipeline_min),
+            threshold(layout.reduce_pipeline_min)
         );
         Ok(Net {
             layout,

@@ -43,6 +43,11 @@ pub struct Layout {
     /// (`reduce_sliced`); `SLICE_MIN_BYTES` unless tuned (OXCCL_NET_REDUCE_SLICE_MIN, equal on
     /// every rank; `u64::MAX`: never).
     pub reduce_slice_min: u64,
+    /// Reduce across three hosts or more from this size goes along the chain of hosts towards the
+    /// root's in pieces (`reduce_chained`); `u64::MAX` (never) unless tuned
+    /// (OXCCL_NET_REDUCE_PIPELINE_MIN, equal on every rank) or the hosts are apart
+    /// (`pipeline_defaults`).
+    pub reduce_pipeline_min: u64,
     /// Broadcast and Reduce phases are `Phase::narrow` (`link::narrow_fit`, or
     /// OXCCL_NET_NARROW; equal on every rank).
     pub narrow: bool,
@@ -66,7 +71,7 @@ impl Layout {
             hosts[i].push(r);
             host_of.push(i);
         }
-        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES, bcast_chain_max: CHAIN_MAX_BYTES, bcast_pipeline_min: u64::MAX, bcast_stripe_min: 0, bcast_scatter_min: SCATTER_MIN_BYTES, reduce_slice_min: SLICE_MIN_BYTES, narrow: false }
+        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES, bcast_chain_max: CHAIN_MAX_BYTES, bcast_pipeline_min: u64::MAX, bcast_stripe_min: 0, bcast_scatter_min: SCATTER_MIN_BYTES, reduce_slice_min: SLICE_MIN_BYTES, reduce_pipeline_min: u64::MAX, narrow: false }
     }
 
     pub fn nranks(&self) -> usize {
@@ -288,6 +293,31 @@ fn chain_piece_bytes(bytes: u64) -> u64 {
 }
 const CHAIN_PIECE_MIN: u64 = 512 << 10;
 const CHAIN_PIECES_MAX: u64 = 16;
+
+/// Whether the hosts are apart: no machine holds ranks of two hosts (`host_hash` and `machine`
+/// per rank). Then each host has a network link of its own, which a root sending to or receiving
+/// from every other host would load once per host. Hosts simulated on one machine share its
+/// loopback, which has no such limit.
+pub fn hosts_apart(host_hash: &[u64], machine: &[u64]) -> bool {
+    let pairs: Vec<(u64, u64)> = host_hash.iter().copied().zip(machine.iter().copied()).collect();
+    pairs.iter().all(|&(h, m)| pairs.iter().all(|&(h2, m2)| m2 != m || h2 == h))
+}
+
+/// The chains in pieces' thresholds unless set: (Broadcast, Reduce) from `PIPELINE_MIN_APART` and
+/// `REDUCE_PIPELINE_MIN_APART` where the hosts are apart (`hosts_apart`), never otherwise. With
+/// each simulated host's link limited to 10 Gbit/s (`scripts/lab/netsim.sh`, 4 hosts x 1 on one
+/// H200), a 64 MB Broadcast from the root to every host took 151 ms, in pieces 51 (NCCL's ring 56);
+/// at 512 KB 718 us against 265-297 (NCCL 338-379), at 256 KB 114-199 against 165-181. On one
+/// machine's loopback the pieces gain nothing (BENCHMARKS, fiftieth and fifty-second passes).
+pub fn pipeline_defaults(apart: bool) -> (u64, u64) {
+    if apart {
+        (PIPELINE_MIN_APART, REDUCE_PIPELINE_MIN_APART)
+    } else {
+        (u64::MAX, u64::MAX)
+    }
+}
+pub const PIPELINE_MIN_APART: u64 = 512 << 10;
+pub const REDUCE_PIPELINE_MIN_APART: u64 = 512 << 10;
 
 /// Broadcast between two hosts up to this size, with at most `DIRECT_MAX_PEERS` ranks on the
 /// other host: the root sends to each of them, and they need no host stage after the step. Above
@@ -556,6 +586,9 @@ fn reduce(l: &Layout, c: &Call) -> Vec<Stage> {
     if let Some(n) = reduce_slices(l, c) {
         return reduce_sliced(l, c, local_op, hop, n);
     }
+    if l.nhosts() > 2 && bytes > 0 && bytes >= l.reduce_pipeline_min {
+        return reduce_chained(l, c, local_op, hop);
+    }
     // Each host reduces to its representative: the root itself, or the root's partner.
     let rep = |h: usize| if h == rh { root } else { l.partner(root, h) };
     let dst = if me == root { c.recv } else { c.scratch };
@@ -627,6 +660,55 @@ fn reduce_sliced(l: &Layout, c: &Call, local_op: ResolvedOp, hop: HostOp, n: u64
     ph.reduces.push(HostReduce { inputs, acc, out: Buf::Dev(mine), bytes: sb, op: hop });
     step.phases.push(ph);
     vec![scatter, Stage::Net(step), local_coll(Coll::Gather, mine, c.recv, slice, c.op, l.local_index(root))]
+}
+
+/// Reduce across three hosts or more along the chain of hosts that ends at the root's, in pieces
+/// (`chain_piece_bytes`), the mirror of a Broadcast's chain: each host reduces to its
+/// representative, the first host's sends its partial result piece by piece, and each
+/// representative after it combines a piece with its own and passes the result on in the next
+/// phase, while the next piece arrives. Every host's link then carries the message once, where
+/// the root receiving from every host loads its link once per other host. The root combines last,
+/// into its output. Combined in chain order (deterministic; a Reduce's result is the root's alone).
+fn reduce_chained(l: &Layout, c: &Call, local_op: ResolvedOp, hop: HostOp) -> Vec<Stage> {
+    let bytes = c.count * c.dtype.size() as u64;
+    let (me, mh, root) = (l.me, l.my_host(), c.root);
+    let (rh, nh) = (l.host_of[root], l.nhosts());
+    let rep = |h: usize| if h == rh { root } else { l.partner(root, h) };
+    let dst = if me == root { c.recv } else { c.scratch };
+    let solo = solo_reduction(l, local_op);
+    let part = if solo { c.send } else { dst };
+    let local = if solo { no_stage() } else { local_coll(Coll::Reduce, c.send, dst, c.count, local_op, l.local_index(rep(mh))) };
+    let mut step = Step::default();
+    if me == rep(mh) {
+        // Hops from the root's host: data flows from `nh - 1` (the first) down to 0 (the root's).
+        let d = (mh + nh - rh) % nh;
+        let at = |k: usize| rep((rh + k) % nh);
+        let piece = chain_piece_bytes(bytes);
+        let pieces: Vec<(u64, u64)> = (0..bytes.div_ceil(piece)).map(|i| (i * piece, piece.min(bytes - i * piece))).collect();
+        // The integer average's division once, at the root.
+        let relay_op = HostOp { postdiv: 0, ..hop };
+        // Phase j: receive piece j and combine it (none on the first host), and send piece j - 1
+        // on (piece j on the first host, which has its pieces at once; none on the root's).
+        let lag = usize::from(d + 1 < nh);
+        let mut phases: Vec<Phase> = (0..pieces.len() + lag).map(|_| Phase::default()).collect();
+        for (i, &(off, n)) in pieces.iter().enumerate() {
+            let mut out = Buf::Dev(part + off);
+            if d + 1 < nh {
+                let got = step.host(n);
+                phases[i].recvs.push(Xfer { peer: at(d + 1), buf: Buf::Host(got), bytes: n });
+                let acc = step.host(n);
+                out = if d == 0 { Buf::Dev(c.recv + off) } else { Buf::Host(acc) };
+                let op = if d == 0 { hop } else { relay_op };
+                phases[i].reduces.push(HostReduce { inputs: vec![Buf::Dev(part + off), Buf::Host(got)], acc, out, bytes: n, op });
+            }
+            if d > 0 {
+                phases[i + lag].sends.push(Xfer { peer: at(d - 1), buf: out, bytes: n });
+            }
+        }
+        phases.retain(|p| !p.sends.is_empty() || !p.recvs.is_empty());
+        step.phases = phases;
+    }
+    vec![local, Stage::Net(step)]
 }
 
 /// Reduce with every rank of the other hosts sending its input straight to the root (`reduce`
@@ -991,6 +1073,65 @@ mod tests {
         }
     }
 
+    /// A Reduce along the chain of hosts in pieces: the first host sends piece i in phase i, a relay
+    /// combines piece i in phase i and passes the result on in phase i + 1, the root combines into
+    /// its output; every link carries the message once, and only the root divides an integer
+    /// average.
+    #[test]
+    fn reduces_along_the_chain_in_pieces() {
+        let bytes = 3 * CHAIN_PIECE_MIN;
+        // 4 x 1, root 1: 0 -> 3 -> 2 -> 1 (hops from the root's host: 3, 2, 1, 0).
+        let hashes = [1, 2, 3, 4];
+        let lay = |me| Layout { reduce_pipeline_min: 1 << 20, ..Layout::new(me, &hashes) };
+        let mut c = call(Coll::Reduce, bytes / 4, 1);
+        c.dtype = DataType::Int32;
+        c.op = ResolvedOp { op: RedOp::Avg, scalar: 0, scalar_ptr: 0 };
+        let phases = |me| steps(&plan_coll(&lay(me), &c))[0].phases.clone();
+        let peers = |v: &[Xfer]| v.iter().map(|x| x.peer).collect::<Vec<_>>();
+        let (first, relay, last, root) = (phases(0), phases(3), phases(2), phases(1));
+        assert_eq!(first.len(), 3);
+        assert!(first.iter().all(|p| peers(&p.sends) == [3] && p.recvs.is_empty() && p.reduces.is_empty()));
+        assert!(last.iter().all(|p| p.reduces.iter().all(|r| r.op.postdiv == 0)));
+        assert_eq!((relay.len(), last.len(), root.len()), (4, 4, 3));
+        for (j, ph) in relay.iter().enumerate() {
+            assert_eq!(peers(&ph.recvs), if j < 3 { vec![0] } else { vec![] });
+            assert_eq!(peers(&ph.sends), if j > 0 { vec![2] } else { vec![] });
+            if j > 0 {
+                assert_eq!(ph.sends[0].buf, relay[j - 1].reduces[0].out, "phase {j} passes on what phase {} combined", j - 1);
+                assert_eq!(ph.sends[0].buf, Buf::Host(relay[j - 1].reduces[0].acc));
+            }
+            assert!(ph.reduces.iter().all(|r| r.op.postdiv == 0));
+        }
+        for (j, ph) in root.iter().enumerate() {
+            assert_eq!((peers(&ph.recvs), ph.sends.len()), (vec![2], 0));
+            assert_eq!(ph.reduces[0].out, Buf::Dev(c.recv + j as u64 * CHAIN_PIECE_MIN));
+            assert_eq!(ph.reduces[0].op.postdiv, 4, "the root divides the integer average");
+        }
+        let sent = |me| phases(me).iter().flat_map(|p| p.sends.iter().map(|x| x.bytes)).sum::<u64>();
+        assert_eq!((sent(0), sent(3), sent(2), sent(1)), (bytes, bytes, bytes, 0));
+        // Below the threshold the root receives from every host at once.
+        c.count = (1 << 20) / 4 - 4;
+        let st = plan_coll(&lay(1), &c);
+        assert_eq!(steps(&st)[0].phases.len(), 1);
+        assert_eq!(peers(&steps(&st)[0].phases[0].recvs), vec![0, 2, 3]);
+        // Two hosts never chain.
+        let two = Layout { reduce_pipeline_min: 1, ..Layout::new(0, &[1, 2]) };
+        assert_eq!(steps(&plan_coll(&two, &call(Coll::Reduce, bytes / 4, 1)))[0].phases.len(), 1);
+    }
+
+    /// Hosts are apart only when no machine holds ranks of two of them; only then do the chains in
+    /// pieces start by default.
+    #[test]
+    fn chains_in_pieces_by_default_only_between_machines() {
+        assert!(hosts_apart(&[1, 2, 3], &[7, 8, 9]));
+        assert!(hosts_apart(&[1, 1, 2, 2], &[7, 7, 8, 8]));
+        assert!(!hosts_apart(&[1, 2, 3], &[7, 7, 7]), "simulated hosts on one machine");
+        assert!(!hosts_apart(&[1, 1, 2, 3], &[7, 8, 8, 9]), "hosts 1 and 2 share machine 8");
+        assert_eq!(pipeline_defaults(false), (u64::MAX, u64::MAX));
+        assert_eq!(pipeline_defaults(true), (PIPELINE_MIN_APART, REDUCE_PIPELINE_MIN_APART));
+        assert_eq!(Layout::new(0, &[1, 2, 3]).reduce_pipeline_min, u64::MAX);
+    }
+
     /// Every collective's staged steps fit the step kernel's copy slots (device_abi::OX_NET_COPIES)
     /// up to 16 hosts of 8 and 64 hosts of 1, so none needs the extra copy launches of a step with
     /// more (net/mod.rs, `overflow`). AlltoAll, Gather and Scatter need contiguous slices joined
@@ -1001,11 +1142,11 @@ mod tests {
         for (h, l) in [(2usize, 1usize), (2, 8), (3, 8), (4, 1), (4, 8), (8, 1), (8, 8), (16, 8), (33, 1), (64, 1)] {
             let hashes: Vec<u64> = (0..h * l).map(|r| (r / l) as u64 + 100).collect();
             for coll in [Coll::AllReduce, Coll::ReduceScatter, Coll::Reduce, Coll::AllGather, Coll::Broadcast, Coll::AlltoAll, Coll::Gather, Coll::Scatter] {
-                // Broadcast also along the chain in pieces (up to `CHAIN_PIECES_MAX` a relay).
-                let pipes: &[u64] = if coll == Coll::Broadcast { &[u64::MAX, 1] } else { &[u64::MAX] };
+                // Broadcast and Reduce also along the chain in pieces (up to `CHAIN_PIECES_MAX` a relay).
+                let pipes: &[u64] = if matches!(coll, Coll::Broadcast | Coll::Reduce) { &[u64::MAX, 1] } else { &[u64::MAX] };
                 for (count, &pipe) in [1u64, 1000, 1 << 20, 1 << 26].into_iter().flat_map(|c| pipes.iter().map(move |p| (c, p))) {
                     for me in 0..h * l {
-                        let st = plan_all_stages(&Layout { bcast_pipeline_min: pipe, ..Layout::new(me, &hashes) }, &call(coll, count, 0));
+                        let st = plan_all_stages(&Layout { bcast_pipeline_min: pipe, reduce_pipeline_min: pipe, ..Layout::new(me, &hashes) }, &call(coll, count, 0));
                         for s in steps(&st) {
                             let carries = s.phases.iter().any(|p| !p.sends.is_empty() || !p.recvs.is_empty());
                             let Some(x) = crate::net::stage::stage_on_host(s, u64::MAX, usize::MAX, u64::MAX) else {
@@ -1143,7 +1284,7 @@ mod tests {
                     for root in 0..hashes.len() {
                         check_matching(&hashes, &|l| plan_coll(l, &call(coll, count, root)));
                         if matches!(coll, Coll::Broadcast | Coll::Reduce) {
-                            check_matching(&hashes, &|l| plan_coll(&Layout { bcast_scatter_min: 1, reduce_slice_min: 1, ..l.clone() }, &call(coll, count, root)));
+                            check_matching(&hashes, &|l| plan_coll(&Layout { bcast_scatter_min: 1, reduce_slice_min: 1, bcast_pipeline_min: 1, reduce_pipeline_min: 1, ..l.clone() }, &call(coll, count, root)));
                         }
                     }
                 }
@@ -1356,7 +1497,7 @@ mod tests {
         // pieces, and Reduces sliced, from the smallest size.
         let min = if sliced { 1 } else { u64::MAX };
         // Narrow Broadcasts and Reduces, so that the check covers that mark too.
-        let tuned = |me: usize| Layout { bcast_stripe_min: 128 << 10, bcast_scatter_min: min, bcast_pipeline_min: min, reduce_slice_min: min, narrow: true, ..Layout::new(me, hashes) };
+        let tuned = |me: usize| Layout { bcast_stripe_min: 128 << 10, bcast_scatter_min: min, bcast_pipeline_min: min, reduce_slice_min: min, reduce_pipeline_min: min, narrow: true, ..Layout::new(me, hashes) };
         let mut plans: Vec<Vec<Stage>> = (0..n).map(|me| plan_all_stages(&tuned(me), &calls[me])).collect();
         // A step's own copies may run at any point of it: disjoint from what its phases write,
         // and writing nothing its phases read.
