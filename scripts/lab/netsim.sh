@@ -26,7 +26,9 @@
 #
 # `run RANKS_PER_HOST cmd...` puts the MPI rank (OMPI_COMM_WORLD_RANK or PMI_RANK) into its host's
 # namespace, sets NCCL_HOSTID as hostsim.sh does and NCCL_SOCKET_IFNAME=oxnic (both oxccl and NCCL
-# then bootstrap and move data over the simulated NICs), then runs the command.
+# then bootstrap and move data over the simulated NICs), then runs the command. NETSIM_HOSTNAME=1
+# also gives it a hostname of its own, so that oxccl takes the hosts for separate machines (their
+# cores too: link threads then spin as if each host had the machine's cores to itself).
 set -euo pipefail
 BR=oxsimbr0
 
@@ -95,7 +97,13 @@ run() {
     shift
     local rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}
     local h=$((rank / per_host))
-    exec ip netns exec oxsim$h env NCCL_HOSTID="oxccl-sim-host-$h" NCCL_SOCKET_IFNAME=oxnic "$@"
+    local cmd=(env NCCL_HOSTID="oxccl-sim-host-$h" NCCL_SOCKET_IFNAME=oxnic "$@")
+    if [ "${NETSIM_HOSTNAME:-0}" = 1 ]; then
+        # A hostname of its own (UTS namespace): oxccl then takes each simulated host for a
+        # machine of its own, as on a cluster (topo::machine_hash; its defaults for hosts apart).
+        exec ip netns exec oxsim$h unshare --uts sh -c 'hostname "$0" && exec "$@"' oxsim$h "${cmd[@]}"
+    fi
+    exec ip netns exec oxsim$h "${cmd[@]}"
 }
 
 cmd=${1:?usage: scripts/lab/netsim.sh up|down|check|run ...}
