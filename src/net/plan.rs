@@ -294,6 +294,11 @@ fn chain_piece_bytes(bytes: u64) -> u64 {
 const CHAIN_PIECE_MIN: u64 = 512 << 10;
 const CHAIN_PIECES_MAX: u64 = 16;
 
+/// `bytes` cut into pieces of `piece` bytes (the last shorter): (offset, length) of each.
+fn pieces_of(bytes: u64, piece: u64) -> Vec<(u64, u64)> {
+    (0..bytes.div_ceil(piece)).map(|i| (i * piece, piece.min(bytes - i * piece))).collect()
+}
+
 /// Whether the hosts are apart: no machine holds ranks of two hosts (`host_hash` and `machine`
 /// per rank). Then each host has a network link of its own, which a root sending to or receiving
 /// from every other host would load once per host. Hosts simulated on one machine share its
@@ -683,8 +688,7 @@ fn reduce_chained(l: &Layout, c: &Call, local_op: ResolvedOp, hop: HostOp) -> Ve
         // Hops from the root's host: data flows from `nh - 1` (the first) down to 0 (the root's).
         let d = (mh + nh - rh) % nh;
         let at = |k: usize| rep((rh + k) % nh);
-        let piece = chain_piece_bytes(bytes);
-        let pieces: Vec<(u64, u64)> = (0..bytes.div_ceil(piece)).map(|i| (i * piece, piece.min(bytes - i * piece))).collect();
+        let pieces = pieces_of(bytes, chain_piece_bytes(bytes));
         // The integer average's division once, at the root.
         let relay_op = HostOp { postdiv: 0, ..hop };
         // Phase j: receive piece j and combine it (none on the first host), and send piece j - 1
@@ -839,8 +843,7 @@ fn broadcast(l: &Layout, c: &Call) -> Vec<Stage> {
         let pos = (mh + nh - rh) % nh;
         let at = |k: usize| rep((rh + k) % nh);
         if me == rep(mh) {
-            let piece = if bytes >= l.bcast_pipeline_min { chain_piece_bytes(bytes) } else { bytes };
-            let pieces: Vec<(u64, u64)> = (0..bytes.div_ceil(piece)).map(|i| (i * piece, piece.min(bytes - i * piece))).collect();
+            let pieces = pieces_of(bytes, if bytes >= l.bcast_pipeline_min { chain_piece_bytes(bytes) } else { bytes });
             let src = if me == root { c.send } else { c.recv };
             // Phase j: receive piece j (but on the root) and send piece j - 1 (piece j on the
             // root, which has it all; none on the last host).
