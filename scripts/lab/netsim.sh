@@ -24,6 +24,8 @@
 # GPU. Two ranks of one host on one GPU: NCCL refuses them (duplicate GPU), and oxccl's runs
 # hung under MPS at 2 x 2 in session 64 (not investigated; without MPS they pass, time-sliced).
 #
+# scripts/lab/netsim-compare.sh does all of this for a same-call comparison against NCCL.
+#
 # `run RANKS_PER_HOST cmd...` puts the MPI rank (OMPI_COMM_WORLD_RANK or PMI_RANK) into its host's
 # namespace, sets NCCL_HOSTID as hostsim.sh does and NCCL_SOCKET_IFNAME=oxnic (both oxccl and NCCL
 # then bootstrap and move data over the simulated NICs), then runs the command. NETSIM_HOSTNAME=1
@@ -98,6 +100,8 @@ run() {
     local rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}
     local h=$((rank / per_host))
     local cmd=(env NCCL_HOSTID="oxccl-sim-host-$h" NCCL_SOCKET_IFNAME=oxnic "$@")
+    # More ranks than GPUs: rank r on GPU r % NETSIM_GPUS (nccl-tests' NCCL_TESTS_DEVICE).
+    [ -n "${NETSIM_GPUS:-}" ] && cmd=(env NCCL_TESTS_DEVICE=$((rank % NETSIM_GPUS)) "${cmd[@]}")
     if [ "${NETSIM_HOSTNAME:-0}" = 1 ]; then
         # A hostname of its own (UTS namespace): oxccl then takes each simulated host for a
         # machine of its own, as on a cluster (topo::machine_hash; its defaults for hosts apart).

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# oxccl against NCCL's sockets with a network link per simulated host (scripts/lab/netsim.sh), in
+# one call: each nccl-tests binary named runs under NCCL, then under oxccl, with -c 1, and a table
+# of times (us, out of place / in place) and oxccl/NCCL ratios is printed. Needs root (network
+# namespaces, tc). With more ranks than GPUs, rank r runs on GPU r % GPUs and the CUDA MPS daemon
+# is started for the run (and stopped after, if this script started it), so that the processes'
+# kernels run side by side instead of in time slices (BENCHMARKS, fifty-second pass).
+#
+#   scripts/lab/netsim-compare.sh <liboxccl.so> <nccl-tests build dir (MPI=1)> <dir of NVIDIA's libnccl.so.2> \
+#       HOSTS RANKS_PER_HOST RATE "reduce broadcast" [nccl-tests size args, default -b 1M -e 64M -f 4]
+#
+# RATE: tc's units (10gbit), or "none" for no limit. NSC_OX_ENV="VAR=value ...": settings for the
+# oxccl runs only (e.g. OXCCL_NET_REDUCE_PIPELINE_MIN=524288); NSC_ITERS (default 5); NSC_LOG: the
+# folder for the logs (default a new temporary one).
+set -uo pipefail
+lib=$(realpath "$1"); nt=$2; nccldir=$(realpath "$3"); hosts=$4; ph=$5; rate=$6; tests=$7
+shift 7
+sizes=("$@"); [ ${#sizes[@]} -eq 0 ] && sizes=(-b 1M -e 64M -f 4)
+here=$(cd "$(dirname "$0")" && pwd)
+ns="$here/netsim.sh"
+log=${NSC_LOG:-$(mktemp -d)}; mkdir -p "$log"
+ranks=$((hosts * ph))
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+[ "$gpus" -gt 0 ] || { echo "netsim-compare: no GPU found" >&2; exit 2; }
+mpi=(mpirun --allow-run-as-root --bind-to none -np "$ranks")
+share=()
+mps_started=0
+if [ "$ranks" -gt "$gpus" ]; then
+    share=(-x NETSIM_GPUS="$gpus")
+    export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/oxccl-mps} CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/oxccl-mps-log}
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if ! pgrep -x nvidia-cuda-mps-control > /dev/null; then
+        nvidia-cuda-mps-control -d && mps_started=1
+    fi
+    share+=(-x CUDA_MPS_PIPE_DIRECTORY)
+fi
+cleanup() {
+    bash "$ns" down "$hosts"
+    [ $mps_started = 1 ] && echo quit | nvidia-cuda-mps-control
+}
+trap cleanup EXIT
+if [ "$rate" = none ]; then bash "$ns" up "$hosts"; else bash "$ns" up "$hosts" "$rate"; fi || exit 1
+# PMIx's server must listen where ranks in the namespaces can reach it: on the bridge.
+export PMIX_MCA_ptl_tcp_if_include=oxsimbr0
+oxenv=(); for kv in ${NSC_OX_ENV:-}; do oxenv+=(-x "$kv"); done
+iters=${NSC_ITERS:-5}
+for t in $tests; do
+    timeout 300 "${mpi[@]}" "${share[@]}" -x NCCL_DEBUG=WARN -x LD_LIBRARY_PATH="$nccldir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" -x NCCL_IB_DISABLE=1 \
+        bash "$ns" run "$ph" "$nt/${t}_perf" "${sizes[@]}" -c 1 -n "$iters" -w 2 > "$log/nccl-$t.log" 2>&1 || echo "NCCL $t: rc $?"
+    timeout 300 "${mpi[@]}" "${share[@]}" -x NCCL_DEBUG=WARN -x LD_PRELOAD="$lib" "${oxenv[@]}" \
+        bash "$ns" run "$ph" "$nt/${t}_perf" "${sizes[@]}" -c 1 -n "$iters" -w 2 > "$log/ox-$t.log" 2>&1 || echo "oxccl $t: rc $?"
+done
+echo "$hosts hosts x $ph, ${rate} per host link; logs in $log${NSC_OX_ENV:+; oxccl with $NSC_OX_ENV}"
+python3 - "$log" $tests <<'PY'
+import sys
+log, tests = sys.argv[1], sys.argv[2:]
+def rows(path):
+    out = {}
+    try:
+        for line in open(path):
+            f = line.split()
+            # size count type redop root time algbw busbw #wrong time algbw busbw #wrong
+            if len(f) >= 13 and f[0].isdigit():
+                out[int(f[0])] = (float(f[5]), float(f[9]), f[8], f[12])
+    except OSError:
+        pass
+    return out
+print("| test | bytes | NCCL us | oxccl us | ratio | wrong (oxccl) |")
+print("|---|---|---|---|---|---|")
+for t in tests:
+    n, o = rows(f"{log}/nccl-{t}.log"), rows(f"{log}/ox-{t}.log")
+    for size in sorted(set(n) | set(o)):
+        a, b = n.get(size), o.get(size)
+        fmt = lambda r: f"{r[0]:.0f} / {r[1]:.0f}" if r else "-"
+        ratio = f"{b[0] / a[0]:.2f} / {b[1] / a[1]:.2f}" if a and b else "-"
+        wrong = f"{b[2]} / {b[3]}" if b else "-"
+        print(f"| {t} | {size} | {fmt(a)} | {fmt(b)} | {ratio} | {wrong} |")
+PY
