@@ -304,25 +304,23 @@ fn pieces_of(bytes: u64, piece: u64) -> Vec<(u64, u64)> {
 /// from every other host would load once per host. Hosts simulated on one machine share its
 /// loopback, which has no such limit.
 pub fn hosts_apart(host_hash: &[u64], machine: &[u64]) -> bool {
-    let pairs: Vec<(u64, u64)> = host_hash.iter().copied().zip(machine.iter().copied()).collect();
-    pairs.iter().all(|&(h, m)| pairs.iter().all(|&(h2, m2)| m2 != m || h2 == h))
+    let ranks = || host_hash.iter().zip(machine);
+    ranks().all(|(h, m)| ranks().all(|(h2, m2)| m2 != m || h2 == h))
 }
 
-/// The chains in pieces' thresholds unless set: (Broadcast, Reduce) from `PIPELINE_MIN_APART` and
-/// `REDUCE_PIPELINE_MIN_APART` where the hosts are apart (`hosts_apart`), never otherwise. With
+/// The chains in pieces' thresholds unless set: (Broadcast, Reduce) both from `PIPELINE_MIN_APART`
+/// where the hosts are apart (`hosts_apart`), never otherwise. With
 /// each simulated host's link limited to 10 Gbit/s (`scripts/lab/netsim.sh`, 4 hosts x 1 on one
 /// H200), a 64 MB Broadcast from the root to every host took 151 ms, in pieces 51 (NCCL's ring 56);
 /// at 512 KB 718 us against 265-297 (NCCL 338-379), at 256 KB 114-199 against 165-181. On one
 /// machine's loopback the pieces gain nothing (BENCHMARKS, fiftieth and fifty-second passes).
+/// Reduce's chain, same setting: 64 MB 51 ms against 114 received by the root, 1 MB 410-422 us
+/// against 759-789 (NCCL 56 ms and 422-431 us).
 pub fn pipeline_defaults(apart: bool) -> (u64, u64) {
-    if apart {
-        (PIPELINE_MIN_APART, REDUCE_PIPELINE_MIN_APART)
-    } else {
-        (u64::MAX, u64::MAX)
-    }
+    let min = if apart { PIPELINE_MIN_APART } else { u64::MAX };
+    (min, min)
 }
 pub const PIPELINE_MIN_APART: u64 = 512 << 10;
-pub const REDUCE_PIPELINE_MIN_APART: u64 = 512 << 10;
 
 /// Broadcast between two hosts up to this size, with at most `DIRECT_MAX_PEERS` ranks on the
 /// other host: the root sends to each of them, and they need no host stage after the step. Above
@@ -669,7 +667,7 @@ fn reduce_sliced(l: &Layout, c: &Call, local_op: ResolvedOp, hop: HostOp, n: u64
 
 /// Reduce across three hosts or more along the chain of hosts that ends at the root's, in pieces
 /// (`chain_piece_bytes`), the mirror of a Broadcast's chain: each host reduces to its
-/// representative, the first host's sends its partial result piece by piece, and each
+/// representative, the first host's representative sends its partial result piece by piece, and each
 /// representative after it combines a piece with its own and passes the result on in the next
 /// phase, while the next piece arrives. Every host's link then carries the message once, where
 /// the root receiving from every host loads its link once per other host. The root combines last,
@@ -1131,7 +1129,7 @@ mod tests {
         assert!(!hosts_apart(&[1, 2, 3], &[7, 7, 7]), "simulated hosts on one machine");
         assert!(!hosts_apart(&[1, 1, 2, 3], &[7, 8, 8, 9]), "hosts 1 and 2 share machine 8");
         assert_eq!(pipeline_defaults(false), (u64::MAX, u64::MAX));
-        assert_eq!(pipeline_defaults(true), (PIPELINE_MIN_APART, REDUCE_PIPELINE_MIN_APART));
+        assert_eq!(pipeline_defaults(true), (PIPELINE_MIN_APART, PIPELINE_MIN_APART));
         assert_eq!(Layout::new(0, &[1, 2, 3]).reduce_pipeline_min, u64::MAX);
     }
 
