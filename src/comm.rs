@@ -414,6 +414,7 @@ impl Comm {
             paths: paths.code(),
             machine: topo::machine_hash(),
             cpus: u32::try_from(topo::cpus()).unwrap_or(u32::MAX),
+            network: topo::network_hash(),
         };
         if me.sm_count < dev.sm_count {
             nccl_info!(Subsys::Init, "rank {}: maxCTAs {} caps kernels at {} thread blocks ({} SMs)", self.rank, self.config.max_ctas, me.sm_count, dev.sm_count);

@@ -40,6 +40,21 @@ pub fn machine_hash() -> u64 {
     })
 }
 
+/// Identifies the network stack: the machine and its network namespace. Ranks that share one share
+/// its loopback; hosts simulated in namespaces of their own (`scripts/lab/netsim.sh`) each have a
+/// link of their own, as separate machines do (`net::plan::hosts_apart`).
+pub fn network_hash() -> u64 {
+    static H: OnceLock<u64> = OnceLock::new();
+    *H.get_or_init(|| {
+        let mut s = machine_hash().to_le_bytes().to_vec();
+        // "net:[4026531840]": the namespace's inode, the same for every process in it.
+        if let Ok(ns) = std::fs::read_link("/proc/self/ns/net") {
+            s.extend_from_slice(ns.as_os_str().as_encoded_bytes());
+        }
+        fnv1a(&s)
+    })
+}
+
 /// The CPUs this process may use (its affinity mask and cgroup quota; 1 if unknown).
 pub fn cpus() -> usize {
     // Asked once: std reads the cgroup's CPU quota from files at every call (tens of us, more
@@ -111,10 +126,12 @@ pub struct PeerInfo {
     /// can spin there (net::link::Spin).
     pub machine: u64,
     pub cpus: u32,
+    /// Its network stack (`network_hash`): which ranks share a loopback rather than links.
+    pub network: u64,
 }
 
 impl PeerInfo {
-    pub const BYTES: usize = 4 + 8 + 8 + 4 + 4 * 4 + 16 + 4 + 8 + 4;
+    pub const BYTES: usize = 4 + 8 + 8 + 4 + 4 * 4 + 16 + 4 + 8 + 4 + 8;
 
     pub fn same_host(&self, o: &PeerInfo) -> bool {
         self.host_hash == o.host_hash
@@ -140,6 +157,7 @@ impl PeerInfo {
         v.extend_from_slice(&self.paths.to_le_bytes());
         v.extend_from_slice(&self.machine.to_le_bytes());
         v.extend_from_slice(&self.cpus.to_le_bytes());
+        v.extend_from_slice(&self.network.to_le_bytes());
         v
     }
 
@@ -164,6 +182,7 @@ impl PeerInfo {
             paths: u32at(56),
             machine: u64at(60),
             cpus: u32at(68),
+            network: u64at(72),
         })
     }
 }
@@ -271,6 +290,7 @@ mod tests {
             paths: 0x21,
             machine: 0x0123_4567_89ab_cdef,
             cpus: 64,
+            network: 0xfeed_0000_0000_beef,
         };
         let e = p.encode();
         assert_eq!(e.len(), PeerInfo::BYTES);

@@ -29,7 +29,8 @@ if [ "$ranks" -gt "$gpus" ]; then
     share=(-x NETSIM_GPUS="$gpus")
     export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/oxccl-mps} CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/oxccl-mps-log}
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    if ! pgrep -x nvidia-cuda-mps-control > /dev/null; then
+    # pgrep -x matches at most 15 characters of a name; -f matches the command line.
+    if ! pgrep -f nvidia-cuda-mps-control > /dev/null; then
         nvidia-cuda-mps-control -d && mps_started=1
     fi
     share+=(-x CUDA_MPS_PIPE_DIRECTORY)

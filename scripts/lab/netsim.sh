@@ -21,16 +21,19 @@
 # (NCCL_TESTS_DEVICE=0 for every rank), run the CUDA MPS daemon (nvidia-cuda-mps-control -d;
 # `echo quit | nvidia-cuda-mps-control` after) so that the processes' kernels run side by side
 # instead of in time slices of milliseconds; NCCL then accepts ranks of different hosts on one
-# GPU. Two ranks of one host on one GPU: NCCL refuses them (duplicate GPU), and oxccl's runs
-# hung under MPS at 2 x 2 in session 64 (not investigated; without MPS they pass, time-sliced).
+# GPU. Two ranks of one host on one GPU: NCCL refuses them (duplicate GPU); oxccl's runs under MPS
+# passed at 8 B (2 x 2, 3 x 2) but hung in session 64 (2 x 2, 1 MB) and 65 (3 x 2, -d all) runs,
+# also with each client's SMs capped (not found; without MPS they pass, time-sliced).
 #
 # scripts/lab/netsim-compare.sh does all of this for a same-call comparison against NCCL.
 #
 # `run RANKS_PER_HOST cmd...` puts the MPI rank (OMPI_COMM_WORLD_RANK or PMI_RANK) into its host's
 # namespace, sets NCCL_HOSTID as hostsim.sh does and NCCL_SOCKET_IFNAME=oxnic (both oxccl and NCCL
-# then bootstrap and move data over the simulated NICs), then runs the command. NETSIM_HOSTNAME=1
-# also gives it a hostname of its own, so that oxccl takes the hosts for separate machines (their
-# cores too: link threads then spin as if each host had the machine's cores to itself).
+# then bootstrap and move data over the simulated NICs), then runs the command. Since session 65
+# oxccl tells by the namespaces that each host has a link of its own (topo::network_hash), so its
+# defaults for hosts apart apply (chains in pieces, the ring of hosts). NETSIM_HOSTNAME=1 also
+# gives each host a hostname of its own, so that oxccl takes the hosts for separate machines with
+# cores of their own too (link threads then spin as if each host had the machine's cores).
 set -euo pipefail
 BR=oxsimbr0
 
@@ -104,7 +107,7 @@ run() {
     [ -n "${NETSIM_GPUS:-}" ] && cmd=(env NCCL_TESTS_DEVICE=$((rank % NETSIM_GPUS)) "${cmd[@]}")
     if [ "${NETSIM_HOSTNAME:-0}" = 1 ]; then
         # A hostname of its own (UTS namespace): oxccl then takes each simulated host for a
-        # machine of its own, as on a cluster (topo::machine_hash; its defaults for hosts apart).
+        # machine of its own, as on a cluster (topo::machine_hash: its cores).
         exec ip netns exec oxsim$h unshare --uts sh -c 'hostname "$0" && exec "$@"' oxsim$h "${cmd[@]}"
     fi
     exec ip netns exec oxsim$h "${cmd[@]}"

@@ -395,10 +395,12 @@ impl Net {
         if let Some(v) = plan_bytes("OXCCL_NET_BCAST_CHAIN_MAX")? {
             layout.bcast_chain_max = v;
         }
-        let machines: Vec<u64> = s.peers.iter().map(|p| p.machine).collect();
-        let (bcast_pipe, reduce_pipe) = plan::pipeline_defaults(plan::hosts_apart(&hashes, &machines));
+        let networks: Vec<u64> = s.peers.iter().map(|p| p.network).collect();
+        let apart = plan::hosts_apart(&hashes, &networks);
+        let (bcast_pipe, reduce_pipe) = plan::pipeline_defaults(apart);
         layout.bcast_pipeline_min = plan_min("OXCCL_NET_BCAST_PIPELINE_MIN", bcast_pipe)?;
         layout.reduce_pipeline_min = plan_min("OXCCL_NET_REDUCE_PIPELINE_MIN", reduce_pipe)?;
+        layout.ring_min = plan_min("OXCCL_NET_RING_MIN", plan::ring_default(apart))?;
         layout.bcast_stripe_min = bcast_stripe_min()?;
         layout.bcast_scatter_min = plan_min("OXCCL_NET_BCAST_SCATTER_MIN", plan::SCATTER_MIN_BYTES)?;
         layout.reduce_slice_min = plan_min("OXCCL_NET_REDUCE_SLICE_MIN", plan::SLICE_MIN_BYTES)?;
@@ -481,7 +483,7 @@ impl Net {
         let proxy = Proxy::start(format!("oxccl-netproxy{}", s.me), FifoHost::new(words), Box::new(handler), placement, s.on_error)?;
         nccl_info!(
             Subsys::Net,
-            "rank {}: {}; {} hosts {:?}; {} local ranks over NVLink, links to {} ranks; link threads spin {:?} (queue {:?}), TCP links stripe from {}; Broadcast and Reduce {}; along the chain of hosts in pieces from {} and {} bytes",
+            "rank {}: {}; {} hosts {:?}; {} local ranks over NVLink, links to {} ranks; link threads spin {:?} (queue {:?}), TCP links stripe from {}; Broadcast and Reduce {}; along the chain of hosts in pieces from {} and {} bytes; AllReduce, ReduceScatter and AllGather around the ring of hosts from {} bytes",
             s.me,
             s.paths.describe(),
             layout.nhosts(),
@@ -493,7 +495,8 @@ impl Net {
             if stripe_min > 0 { stripe_min } else { link::stripe_min() },
             if layout.narrow { format!("spin {:?} and stripe from {} on TCP links (narrow)", narrow.1, link::narrow_stripe_min()) } else { "as the rest".to_string() },
             threshold(layout.bcast_pipeline_min),
-            threshold(layout.reduce_pipeline_min)
+            threshold(layout.reduce_pipeline_min),
+            threshold(layout.ring_min)
         );
         Ok(Net {
             layout,

@@ -48,6 +48,11 @@ pub struct Layout {
     /// (OXCCL_NET_REDUCE_PIPELINE_MIN, equal on every rank) or the hosts are apart
     /// (`pipeline_defaults`).
     pub reduce_pipeline_min: u64,
+    /// AllReduce, ReduceScatter and AllGather across three hosts or more of one size from this
+    /// size (the call's largest buffer) go around the ring of hosts (`ring`); `u64::MAX` (never)
+    /// unless tuned (OXCCL_NET_RING_MIN, equal on every rank) or the hosts are apart
+    /// (`ring_default`).
+    pub ring_min: u64,
     /// Broadcast and Reduce phases are `Phase::narrow` (`link::narrow_fit`, or
     /// OXCCL_NET_NARROW; equal on every rank).
     pub narrow: bool,
@@ -71,7 +76,7 @@ impl Layout {
             hosts[i].push(r);
             host_of.push(i);
         }
-        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES, bcast_chain_max: CHAIN_MAX_BYTES, bcast_pipeline_min: u64::MAX, bcast_stripe_min: 0, bcast_scatter_min: SCATTER_MIN_BYTES, reduce_slice_min: SLICE_MIN_BYTES, reduce_pipeline_min: u64::MAX, narrow: false }
+        Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES, bcast_chain_max: CHAIN_MAX_BYTES, bcast_pipeline_min: u64::MAX, bcast_stripe_min: 0, bcast_scatter_min: SCATTER_MIN_BYTES, reduce_slice_min: SLICE_MIN_BYTES, reduce_pipeline_min: u64::MAX, ring_min: u64::MAX, narrow: false }
     }
 
     pub fn nranks(&self) -> usize {
@@ -299,12 +304,14 @@ fn pieces_of(bytes: u64, piece: u64) -> Vec<(u64, u64)> {
     (0..bytes.div_ceil(piece)).map(|i| (i * piece, piece.min(bytes - i * piece))).collect()
 }
 
-/// Whether the hosts are apart: no machine holds ranks of two hosts (`host_hash` and `machine`
-/// per rank). Then each host has a network link of its own, which a root sending to or receiving
-/// from every other host would load once per host. Hosts simulated on one machine share its
-/// loopback, which has no such limit.
-pub fn hosts_apart(host_hash: &[u64], machine: &[u64]) -> bool {
-    let ranks = || host_hash.iter().zip(machine);
+/// Whether the hosts are apart: no network stack holds ranks of two hosts (`host_hash` and
+/// `network`, `topo::network_hash`, per rank). Then each host has a network link of its own, which
+/// a root sending to or receiving from every other host would load once per host, and which a
+/// transfer from every host at once shares unevenly. Hosts simulated on one machine in one network
+/// namespace share its loopback, which has no such limit; in namespaces of their own
+/// (`scripts/lab/netsim.sh`) each has its own link, as on a cluster.
+pub fn hosts_apart(host_hash: &[u64], network: &[u64]) -> bool {
+    let ranks = || host_hash.iter().zip(network);
     ranks().all(|(h, m)| ranks().all(|(h2, m2)| m2 != m || h2 == h))
 }
 
@@ -321,6 +328,33 @@ pub fn pipeline_defaults(apart: bool) -> (u64, u64) {
     (min, min)
 }
 pub const PIPELINE_MIN_APART: u64 = 512 << 10;
+
+/// The ring's threshold unless set (`Layout::ring_min`): `RING_MIN_APART` where the hosts are
+/// apart, never otherwise (on one loopback every host sending to every other at once is faster).
+/// At 4 simulated hosts x 1, 10 Gbit/s each, 4 MB took (us, out of place / in place) around the
+/// ring against all at once: AllReduce 9841 / 4870 against 5214 / 5136, ReduceScatter 2144 /
+/// 2144 against 2283 / 2307, AllGather 2168 / 2214 against 2340 / 2311 (NCCL about 4950, 2140,
+/// 2140); at 2 MB neither won, and below it the links' burst lets all at once beat NCCL by 2x.
+pub fn ring_default(apart: bool) -> u64 {
+    if apart { RING_MIN_APART } else { u64::MAX }
+}
+pub const RING_MIN_APART: u64 = 4 << 20;
+
+/// Whether a call whose largest buffer is `bytes` goes around the ring of hosts: three hosts or
+/// more, all of one size (so rank `i` of every host forms ring `i`), from `l.ring_min`.
+///
+/// Across hosts with links of their own, every host sending to every other at once (the all-pairs
+/// form) leaves each link carrying transfers from several senders that end unevenly: the link
+/// idles while the last of them finishes, and the calls' starts drift apart from rank to rank. At
+/// 4 simulated hosts x 1, 10 Gbit/s each (`scripts/lab/netsim.sh`), 64 MB AllReduce took 90-98 ms
+/// that way and ReduceScatter 46-49 (NCCL's ring 84 and 42; the links' bound about 82 and 41):
+/// the traces showed each rank's receives ending 2-10 ms apart and starts up to 16 ms apart
+/// (BENCHMARKS, fifty-third pass). Around a ring each link carries one transfer each way at a
+/// time, as NCCL's ring does: 64 MB AllReduce then took 85-87 ms, ReduceScatter 42-43 and AllGather
+/// 42 (NCCL 84, 42, 42), in every phase one part of the call's data over one link each way.
+fn ring(l: &Layout, bytes: u64) -> bool {
+    l.nhosts() > 2 && bytes > 0 && bytes >= l.ring_min && l.hosts.iter().all(|h| h.len() == l.hosts[0].len())
+}
 
 /// Broadcast between two hosts up to this size, with at most `DIRECT_MAX_PEERS` ranks on the
 /// other host: the root sends to each of them, and they need no host stage after the step. Above
@@ -456,6 +490,35 @@ fn allreduce(l: &Layout, c: &Call) -> Vec<Stage> {
     // Slice s of the locally reduced vector is combined across hosts by its owners, one per host.
     let nslices = l.hosts.iter().map(Vec::len).max().unwrap_or(1);
     let mut step = Step::default();
+    if ring(l, bytes) {
+        allreduce_ring(l, c, src, hop, nslices, &mut step);
+    } else {
+        allreduce_pairs(l, c, src, hop, nslices, &mut step);
+    }
+    out.push(Stage::Net(step));
+    // Each slice's owner spreads the result on its host.
+    if l.local_size(mh) > 1 {
+        for s in 0..nslices.min(l.local_size(mh)) {
+            // Slices s, s + L, s + 2L, ... share an owner here but are not contiguous: one
+            // broadcast each.
+            for t in (s..nslices).step_by(l.local_size(mh)) {
+                let (start, len) = split(c.count, nslices, t);
+                if len > 0 {
+                    let p = c.recv + start * es;
+                    out.push(local_coll(Coll::Broadcast, p, p, len, c.op, s));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The cross-host step of a larger AllReduce, every host with every other at once: each slice's
+/// owners exchange parts (reduce-scatter, one phase), combine their own part, and send it to the
+/// others (all-gather, a second phase); small slices and two hosts in one round.
+fn allreduce_pairs(l: &Layout, c: &Call, src: u64, hop: HostOp, nslices: usize, step: &mut Step) {
+    let es = c.dtype.size() as u64;
+    let (me, mh, nh) = (l.me, l.my_host(), l.nhosts());
     let (mut rs, mut ag) = (Phase::default(), Phase::default());
     for s in 0..nslices {
         if l.owner(mh, s) != me {
@@ -518,22 +581,64 @@ fn allreduce(l: &Layout, c: &Call) -> Vec<Stage> {
         }
     }
     step.phases = vec![rs, ag];
-    out.push(Stage::Net(step));
-    // Each slice's owner spreads the result on its host.
-    if l.local_size(mh) > 1 {
-        for s in 0..nslices.min(l.local_size(mh)) {
-            // Slices s, s + L, s + 2L, ... share an owner here but are not contiguous: one
-            // broadcast each.
-            for t in (s..nslices).step_by(l.local_size(mh)) {
-                let (start, len) = split(c.count, nslices, t);
-                if len > 0 {
-                    let p = c.recv + start * es;
-                    out.push(local_coll(Coll::Broadcast, p, p, len, c.op, s));
-                }
+}
+
+/// The cross-host step of a larger AllReduce around the ring of hosts (`ring`): slice `s` of the
+/// locally reduced vector goes around ring `s` (rank `s` of every host) in `nh` parts. First
+/// `nh - 1` phases of reduce-scatter: in phase k each owner sends its partial sum of one part to
+/// the next host and combines the previous host's partial sum of another with its own, so part j
+/// is complete at host j after the last; then `nh - 1` phases of all-gather, each passing on the
+/// part received in the phase before. Every phase moves one part each way on one link.
+fn allreduce_ring(l: &Layout, c: &Call, src: u64, hop: HostOp, nslices: usize, step: &mut Step) {
+    let es = c.dtype.size() as u64;
+    let (me, mh, nh) = (l.me, l.my_host(), l.nhosts());
+    let relay_op = HostOp { postdiv: 0, ..hop };
+    let mut phases: Vec<Phase> = (0..2 * (nh - 1)).map(|_| Phase::default()).collect();
+    for s in (0..nslices).filter(|&s| l.owner(mh, s) == me) {
+        let (start, len) = split(c.count, nslices, s);
+        if len == 0 {
+            continue;
+        }
+        let g = |h: usize| l.owner(h % nh, s);
+        let (next, prev) = (g(mh + 1), g(mh + nh - 1));
+        // Part j of the slice: its result range, and the same range of the host's partial result.
+        let part = |j: usize| {
+            let (a, n) = split(len, nh, j % nh);
+            (c.recv + (start + a) * es, n * es)
+        };
+        let part_src = |j: usize| part(j).0 - c.recv + src;
+        // What the next phase sends: this host's own input for the first part it sends.
+        let mut carry = Buf::Dev(part_src(mh + nh - 1));
+        for (k, ph) in phases[..nh - 1].iter_mut().enumerate() {
+            // Sends part mh - 1 - k, receives part mh - 2 - k (mh itself in the last phase).
+            let (sent, got) = (mh + nh - 1 - k, mh + 2 * nh - 2 - k);
+            let ((_, sb), (dst, rb)) = (part(sent), part(got));
+            if sb > 0 {
+                ph.sends.push(Xfer { peer: next, buf: carry, bytes: sb });
+            }
+            if rb > 0 {
+                let (buf, acc) = (step.host(rb), step.host(rb));
+                ph.recvs.push(Xfer { peer: prev, buf: Buf::Host(buf), bytes: rb });
+                // The integer average's division once, where the part is complete.
+                let (out, op) = if k == nh - 2 { (Buf::Dev(dst), hop) } else { (Buf::Host(acc), relay_op) };
+                ph.reduces.push(HostReduce { inputs: vec![Buf::Dev(part_src(got)), Buf::Host(buf)], acc, out, bytes: rb, op });
+                // The complete part goes on from the host arena too (never combined by the step
+                // kernel on its way out: `stage::on_gpu` refuses an accumulator read later).
+                carry = Buf::Host(acc);
+            }
+        }
+        for (k, ph) in phases[nh - 1..].iter_mut().enumerate() {
+            // Sends part mh - k (its own first), receives part mh - k - 1 into its result range.
+            let ((sd, sb), (rd, rb)) = (part(mh + nh - k), part(mh + 2 * nh - k - 1));
+            if sb > 0 {
+                ph.sends.push(Xfer { peer: next, buf: if k == 0 { carry } else { Buf::Dev(sd) }, bytes: sb });
+            }
+            if rb > 0 {
+                ph.recvs.push(Xfer { peer: prev, buf: Buf::Dev(rd), bytes: rb });
             }
         }
     }
-    out
+    step.phases = phases;
 }
 
 fn reducescatter(l: &Layout, c: &Call) -> Vec<Stage> {
@@ -547,6 +652,11 @@ fn reducescatter(l: &Layout, c: &Call) -> Vec<Stage> {
     let base = if solo { c.send } else { c.scratch };
     let mut out = vec![if solo { no_stage() } else { local_coll(Coll::AllReduce, c.send, c.scratch, c.count * l.nranks() as u64, local_op, 0) }];
     let mut step = Step::default();
+    if ring(l, bytes * l.nranks() as u64) {
+        reducescatter_ring(l, c, base, hop, &mut step);
+        out.push(Stage::Net(step));
+        return out;
+    }
     let mut ph = Phase::default();
     if bytes > 0 {
         for b in 0..l.nranks() {
@@ -570,6 +680,31 @@ fn reducescatter(l: &Layout, c: &Call) -> Vec<Stage> {
     step.phases.push(ph);
     out.push(Stage::Net(step));
     out
+}
+
+/// ReduceScatter's cross-host step around the ring of hosts (`ring`): the blocks of ring i (rank
+/// i of every host) go around it. In phase k each host sends its partial sum of the block of host
+/// mh - 1 - k to the next host and combines the previous host's partial sum of the block of host
+/// mh - 2 - k with its own, which is its own block in the last phase. `base`: where every rank's
+/// block of this host's partial sums starts.
+fn reducescatter_ring(l: &Layout, c: &Call, base: u64, hop: HostOp, step: &mut Step) {
+    let bytes = c.count * c.dtype.size() as u64;
+    let (mh, nh, i) = (l.my_host(), l.nhosts(), l.local_index(l.me));
+    let g = |h: usize| l.owner(h % nh, i);
+    let (next, prev) = (g(mh + 1), g(mh + nh - 1));
+    let block = |h: usize| Buf::Dev(base + g(h) as u64 * bytes);
+    let relay_op = HostOp { postdiv: 0, ..hop };
+    let mut carry = block(mh + nh - 1);
+    for k in 0..nh - 1 {
+        let mut ph = Phase::default();
+        ph.sends.push(Xfer { peer: next, buf: carry, bytes });
+        let (buf, acc) = (step.host(bytes), step.host(bytes));
+        ph.recvs.push(Xfer { peer: prev, buf: Buf::Host(buf), bytes });
+        let (out, op) = if k == nh - 2 { (Buf::Dev(c.recv), hop) } else { (Buf::Host(acc), relay_op) };
+        ph.reduces.push(HostReduce { inputs: vec![block(mh + 2 * nh - 2 - k), Buf::Host(buf)], acc, out, bytes, op });
+        carry = Buf::Host(acc);
+        step.phases.push(ph);
+    }
 }
 
 fn reduce(l: &Layout, c: &Call) -> Vec<Stage> {
@@ -756,15 +891,30 @@ fn allgather(l: &Layout, c: &Call) -> Vec<Stage> {
     if bytes == 0 {
         return Vec::new();
     }
-    // Across hosts: my block to my partner on every other host; the blocks I relay arrive.
-    let mut ph = Phase::default();
-    for h in (0..l.nhosts()).filter(|&h| h != mh) {
-        ph.sends.push(Xfer { peer: l.partner(me, h), buf: Buf::Dev(c.send), bytes });
-    }
-    for r in relayed_by(l, me) {
-        ph.recvs.push(Xfer { peer: r, buf: Buf::Dev(at(r)), bytes });
-    }
-    let mut step = Step { phases: vec![ph], ..Default::default() };
+    let phases = if ring(l, bytes * l.nranks() as u64) {
+        // Around the ring of hosts (`ring`): in phase k the block of host mh - k goes to the next
+        // host (my own first) and the block of host mh - k - 1 arrives; the same blocks as below.
+        let nh = l.nhosts();
+        let g = |h: usize| l.owner(h % nh, l.local_index(me));
+        (0..nh - 1)
+            .map(|k| Phase {
+                sends: vec![Xfer { peer: g(mh + 1), buf: Buf::Dev(if k == 0 { c.send } else { at(g(mh + nh - k)) }), bytes }],
+                recvs: vec![Xfer { peer: g(mh + nh - 1), buf: Buf::Dev(at(g(mh + 2 * nh - k - 1))), bytes }],
+                ..Default::default()
+            })
+            .collect()
+    } else {
+        // Across hosts: my block to my partner on every other host; the blocks I relay arrive.
+        let mut ph = Phase::default();
+        for h in (0..l.nhosts()).filter(|&h| h != mh) {
+            ph.sends.push(Xfer { peer: l.partner(me, h), buf: Buf::Dev(c.send), bytes });
+        }
+        for r in relayed_by(l, me) {
+            ph.recvs.push(Xfer { peer: r, buf: Buf::Dev(at(r)), bytes });
+        }
+        vec![ph]
+    };
+    let mut step = Step { phases, ..Default::default() };
     if l.local_size(mh) == 1 {
         // Alone on the host: the only local work is my own block's copy.
         step.copies = copy_if_moved(c.send, at(me), bytes);
@@ -1022,7 +1172,7 @@ mod tests {
     }
 
     fn layouts() -> Vec<Vec<u64>> {
-        vec![vec![7, 7, 9, 9], vec![1, 2, 3, 4], vec![5, 6, 5], vec![3, 3, 3, 8], vec![1, 2, 2, 1, 3], vec![4, 4, 4, 6, 6, 6]]
+        vec![vec![7, 7, 9, 9], vec![1, 2, 3, 4], vec![5, 6, 5], vec![3, 3, 3, 8], vec![1, 2, 2, 1, 3], vec![4, 4, 4, 6, 6, 6], vec![2, 1, 3], vec![1, 1, 2, 3, 2, 3]]
     }
 
     fn steps(st: &[Stage]) -> Vec<&Step> {
@@ -1287,6 +1437,9 @@ mod tests {
                         if matches!(coll, Coll::Broadcast | Coll::Reduce) {
                             check_matching(&hashes, &|l| plan_coll(&Layout { bcast_scatter_min: 1, reduce_slice_min: 1, bcast_pipeline_min: 1, reduce_pipeline_min: 1, ..l.clone() }, &call(coll, count, root)));
                         }
+                        if matches!(coll, Coll::AllReduce | Coll::ReduceScatter | Coll::AllGather) {
+                            check_matching(&hashes, &|l| plan_coll(&Layout { ring_min: 1, ..l.clone() }, &call(coll, count, root)));
+                        }
                     }
                 }
             }
@@ -1327,7 +1480,8 @@ mod tests {
                             if inplace && !inplace_ok {
                                 continue;
                             }
-                            for sliced in [false, matches!(coll, Broadcast | Reduce)] {
+                            // Sliced: also around the ring of hosts (AllReduce, ReduceScatter, AllGather).
+                            for sliced in [false, matches!(coll, Broadcast | Reduce | AllReduce | ReduceScatter | AllGather)] {
                             let got = simulate(&hashes, coll, count, root, inplace, staged, sliced, &input);
                             for (r, got) in got.iter().enumerate() {
                                 let want: Vec<i64> = match coll {
@@ -1498,7 +1652,7 @@ mod tests {
         // pieces, and Reduces sliced, from the smallest size.
         let min = if sliced { 1 } else { u64::MAX };
         // Narrow Broadcasts and Reduces, so that the check covers that mark too.
-        let tuned = |me: usize| Layout { bcast_stripe_min: 128 << 10, bcast_scatter_min: min, bcast_pipeline_min: min, reduce_slice_min: min, reduce_pipeline_min: min, narrow: true, ..Layout::new(me, hashes) };
+        let tuned = |me: usize| Layout { bcast_stripe_min: 128 << 10, bcast_scatter_min: min, bcast_pipeline_min: min, reduce_slice_min: min, reduce_pipeline_min: min, ring_min: min, narrow: true, ..Layout::new(me, hashes) };
         let mut plans: Vec<Vec<Stage>> = (0..n).map(|me| plan_all_stages(&tuned(me), &calls[me])).collect();
         // A step's own copies may run at any point of it: disjoint from what its phases write,
         // and writing nothing its phases read.
@@ -1728,6 +1882,33 @@ mod tests {
             }
         }
         (0..n).map(|r| dev[r][at(calls[r].recv)..at(calls[r].recv) + out_len].to_vec()).collect()
+    }
+
+    /// From `ring_min`, across three hosts or more of one size, AllReduce, ReduceScatter and
+    /// AllGather go around the ring of hosts: one transfer each way per phase, to the next host
+    /// and from the previous. Below it, or with hosts of different sizes, every host sends to
+    /// every other at once.
+    #[test]
+    fn large_calls_go_around_the_ring_of_hosts() {
+        use Coll::*;
+        let at = |me: usize, hashes: &[u64], min: u64| Layout { ring_min: min, ..Layout::new(me, hashes) };
+        let peers = |st: &[Stage]| -> Vec<(Vec<usize>, Vec<usize>)> { steps(st)[0].phases.iter().map(|p| (p.sends.iter().map(|x| x.peer).collect(), p.recvs.iter().map(|x| x.peer).collect())).collect() };
+        // Counts whose largest buffer is 1 MiB at 4 ranks.
+        // Phases per host after the first: two for AllReduce (reduce-scatter, all-gather).
+        for (coll, count, per) in [(AllReduce, 1u64 << 18, 2), (ReduceScatter, 1 << 16, 1), (AllGather, 1 << 16, 1)] {
+            let st = plan_coll(&at(1, &[1, 2, 3, 4], 1 << 20), &call(coll, count, 0));
+            assert_eq!(peers(&st), vec![(vec![2], vec![0]); 3 * per], "{coll:?}");
+            // Rank 1 of each host of 3 x 2 (ranks 1, 3, 5) forms a ring of its own.
+            let st = plan_coll(&at(3, &[1, 1, 2, 2, 3, 3], 1 << 20), &call(coll, count, 0));
+            assert_eq!(peers(&st), vec![(vec![5], vec![1]); 2 * per], "{coll:?} 3 x 2");
+            let pairs = peers(&plan_coll(&at(1, &[1, 2, 3, 4], 1 << 20), &call(coll, count - 1, 0)));
+            assert_eq!(pairs[0], (vec![0, 2, 3], vec![0, 2, 3]), "{coll:?} below the threshold");
+            let uneven = peers(&plan_coll(&at(2, &[1, 1, 2, 3], 1), &call(coll, count, 0)));
+            assert!(uneven.len() == per && uneven[0].0.len() >= 2, "{coll:?} hosts of different sizes: {uneven:?}");
+        }
+        // The defaults: from RING_MIN_APART where the hosts are apart, never on one loopback.
+        assert_eq!((ring_default(true), ring_default(false)), (RING_MIN_APART, u64::MAX));
+        assert_eq!(Layout::new(0, &[1, 2, 3]).ring_min, u64::MAX);
     }
 
     #[test]

@@ -276,8 +276,11 @@ fn on_gpu(step: &Step, pi: usize, ri: usize, min: u64) -> Option<(u64, u64, usiz
     let hits = |b: Buf, m: u64, x: u64| m > 0 && matches!(b, Buf::Dev(d) if overlap((d, m), (x, n)));
     let host_hits = uses.iter().filter(|&&(_, _, b, m)| m > 0 && matches!(b, Buf::Host(y) if overlap((y, m), (h, n)))).count();
     let clash = uses.iter().any(|&(pj, w, b, m)| (w && (hits(b, m, a) || hits(b, m, o))) || (pj > pi && hits(b, m, o)));
+    // Nothing may read the accumulator either: it never gets the combined value (a ring's complete
+    // part goes on from there, `plan::allreduce_ring`).
+    let acc_read = uses.iter().any(|&(_, _, b, m)| m > 0 && matches!(b, Buf::Host(y) if overlap((y, m), (r.acc, n))));
     // The receive itself is the one other use of the host input.
-    (host_hits == 1 && !clash).then_some((a, o, recv))
+    (host_hits == 1 && !clash && !acc_read).then_some((a, o, recv))
 }
 
 #[cfg(test)]
@@ -469,6 +472,11 @@ mod tests {
         // A later phase reads the result (it would look for it in the arena).
         let (mut s, _) = exchange(0x1000, 0x9000, 4096, op());
         s.phases.push(Phase { sends: vec![Xfer { peer: 2, buf: Buf::Dev(0x9000), bytes: 4096 }], ..Default::default() });
+        assert!(on_cpu(&s));
+        // A later phase sends the accumulator (a ring's complete part): it must hold the result.
+        let (mut s, _) = exchange(0x1000, 0x9000, 4096, op());
+        let acc = s.phases[0].reduces[0].acc;
+        s.phases.push(Phase { sends: vec![Xfer { peer: 2, buf: Buf::Host(acc), bytes: 4096 }], ..Default::default() });
         assert!(on_cpu(&s));
         // Something else writes the input.
         let (mut s, _) = exchange(0x1000, 0x9000, 4096, op());
