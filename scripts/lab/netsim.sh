@@ -23,7 +23,8 @@
 # instead of in time slices of milliseconds; NCCL then accepts ranks of different hosts on one
 # GPU. Two ranks of one host on one GPU: NCCL refuses them (duplicate GPU); oxccl's runs under MPS
 # passed at 8 B (2 x 2, 3 x 2) but hung in session 64 (2 x 2, 1 MB) and 65 (3 x 2, -d all) runs,
-# also with each client's SMs capped (not found; without MPS they pass, time-sliced).
+# also with each client's SMs capped or the GPU's blocks split among its ranks, so not for want
+# of room on the GPU (cause not found; without MPS they pass, time-sliced).
 #
 # scripts/lab/netsim-compare.sh does all of this for a same-call comparison against NCCL.
 #
