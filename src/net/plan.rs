@@ -594,8 +594,7 @@ fn allreduce_pairs(l: &Layout, c: &Call, src: u64, hop: HostOp, nslices: usize, 
 fn allreduce_ring(l: &Layout, c: &Call, src: u64, hop: HostOp, nslices: usize, step: &mut Step) {
     let es = c.dtype.size() as u64;
     let (me, mh, nh) = (l.me, l.my_host(), l.nhosts());
-    let relay_op = HostOp { postdiv: 0, ..hop };
-    let mut phases: Vec<Phase> = (0..2 * (nh - 1)).map(|_| Phase::default()).collect();
+    let mut phases = vec![Phase::default(); 2 * (nh - 1)];
     for s in (0..nslices).filter(|&s| l.owner(mh, s) == me) {
         let (start, len) = split(c.count, nslices, s);
         if len == 0 {
@@ -609,26 +608,7 @@ fn allreduce_ring(l: &Layout, c: &Call, src: u64, hop: HostOp, nslices: usize, s
             (c.recv + (start + a) * es, n * es)
         };
         let part_src = |j: usize| part(j).0 - c.recv + src;
-        // What the next phase sends: this host's own input for the first part it sends.
-        let mut carry = Buf::Dev(part_src(mh + nh - 1));
-        for (k, ph) in phases[..nh - 1].iter_mut().enumerate() {
-            // Sends part mh - 1 - k, receives part mh - 2 - k (mh itself in the last phase).
-            let (sent, got) = (mh + nh - 1 - k, mh + 2 * nh - 2 - k);
-            let ((_, sb), (dst, rb)) = (part(sent), part(got));
-            if sb > 0 {
-                ph.sends.push(Xfer { peer: next, buf: carry, bytes: sb });
-            }
-            if rb > 0 {
-                let (buf, acc) = (step.host(rb), step.host(rb));
-                ph.recvs.push(Xfer { peer: prev, buf: Buf::Host(buf), bytes: rb });
-                // The integer average's division once, where the part is complete.
-                let (out, op) = if k == nh - 2 { (Buf::Dev(dst), hop) } else { (Buf::Host(acc), relay_op) };
-                ph.reduces.push(HostReduce { inputs: vec![Buf::Dev(part_src(got)), Buf::Host(buf)], acc, out, bytes: rb, op });
-                // The complete part goes on from the host arena too (never combined by the step
-                // kernel on its way out: `stage::on_gpu` refuses an accumulator read later).
-                carry = Buf::Host(acc);
-            }
-        }
+        let carry = ring_reduce_scatter(&mut phases[..nh - 1], step, (mh, nh), (next, prev), &|j| (part_src(j), part(j).1), part(mh).0, hop);
         for (k, ph) in phases[nh - 1..].iter_mut().enumerate() {
             // Sends part mh - k (its own first), receives part mh - k - 1 into its result range.
             let ((sd, sb), (rd, rb)) = (part(mh + nh - k), part(mh + 2 * nh - k - 1));
@@ -655,7 +635,12 @@ fn reducescatter(l: &Layout, c: &Call) -> Vec<Stage> {
     let mut out = vec![if solo { no_stage() } else { local_coll(Coll::AllReduce, c.send, c.scratch, c.count * l.nranks() as u64, local_op, 0) }];
     let mut step = Step::default();
     if ring(l, bytes * l.nranks() as u64) {
-        reducescatter_ring(l, c, base, hop, &mut step);
+        // Ring i (rank i of every host) carries the blocks of its own ranks.
+        let (mh, nh) = (l.my_host(), l.nhosts());
+        let g = |h: usize| l.owner(h % nh, l.local_index(me));
+        let mut phases = vec![Phase::default(); nh - 1];
+        ring_reduce_scatter(&mut phases, &mut step, (mh, nh), (g(mh + 1), g(mh + nh - 1)), &|j| (base + g(j) as u64 * bytes, bytes), c.recv, hop);
+        step.phases = phases;
         out.push(Stage::Net(step));
         return out;
     }
@@ -684,29 +669,32 @@ fn reducescatter(l: &Layout, c: &Call) -> Vec<Stage> {
     out
 }
 
-/// ReduceScatter's cross-host step around the ring of hosts (`ring`): the blocks of ring i (rank
-/// i of every host) go around it. In phase k each host sends its partial sum of the block of host
-/// mh - 1 - k to the next host and combines the previous host's partial sum of the block of host
-/// mh - 2 - k with its own, which is its own block in the last phase. `base`: where every rank's
-/// block of this host's partial sums starts.
-fn reducescatter_ring(l: &Layout, c: &Call, base: u64, hop: HostOp, step: &mut Step) {
-    let bytes = c.count * c.dtype.size() as u64;
-    let (mh, nh, i) = (l.my_host(), l.nhosts(), l.local_index(l.me));
-    let g = |h: usize| l.owner(h % nh, i);
-    let (next, prev) = (g(mh + 1), g(mh + nh - 1));
-    let block = |h: usize| Buf::Dev(base + g(h) as u64 * bytes);
+/// Reduce-scatter around a ring of hosts into `phases` (`nh - 1` of them), for the host
+/// `mh` of `nh` whose ring neighbours are `next` and `prev`. Block j (of host j) is `block(j)`:
+/// (where this host's partial result for it is on the GPU, its bytes). In phase k this host sends
+/// its partial sum of block mh - 1 - k to the next host and combines the previous host's partial
+/// sum of block mh - 2 - k with its own on the proxy's CPU, which in the last phase is its own
+/// block, complete: written to `out` with `hop` (the integer average divided there, once).
+/// Returns where the complete block also is, in the host arena, for an all-gather to send on (the
+/// step kernel never combines it on its way out: `stage::on_gpu` refuses an accumulator read later).
+fn ring_reduce_scatter(phases: &mut [Phase], step: &mut Step, (mh, nh): (usize, usize), (next, prev): (usize, usize), block: &dyn Fn(usize) -> (u64, u64), out: u64, hop: HostOp) -> Buf {
     let relay_op = HostOp { postdiv: 0, ..hop };
-    let mut carry = block(mh + nh - 1);
-    for k in 0..nh - 1 {
-        let mut ph = Phase::default();
-        ph.sends.push(Xfer { peer: next, buf: carry, bytes });
-        let (buf, acc) = (step.host(bytes), step.host(bytes));
-        ph.recvs.push(Xfer { peer: prev, buf: Buf::Host(buf), bytes });
-        let (out, op) = if k == nh - 2 { (Buf::Dev(c.recv), hop) } else { (Buf::Host(acc), relay_op) };
-        ph.reduces.push(HostReduce { inputs: vec![block(mh + 2 * nh - 2 - k), Buf::Host(buf)], acc, out, bytes, op });
-        carry = Buf::Host(acc);
-        step.phases.push(ph);
+    // What the next phase sends: this host's own input for the first block it sends.
+    let mut carry = Buf::Dev(block((mh + nh - 1) % nh).0);
+    for (k, ph) in phases.iter_mut().enumerate() {
+        let ((_, sb), (input, rb)) = (block((mh + nh - 1 - k) % nh), block((mh + 2 * nh - 2 - k) % nh));
+        if sb > 0 {
+            ph.sends.push(Xfer { peer: next, buf: carry, bytes: sb });
+        }
+        if rb > 0 {
+            let (buf, acc) = (step.host(rb), step.host(rb));
+            ph.recvs.push(Xfer { peer: prev, buf: Buf::Host(buf), bytes: rb });
+            let (to, op) = if k == nh - 2 { (Buf::Dev(out), hop) } else { (Buf::Host(acc), relay_op) };
+            ph.reduces.push(HostReduce { inputs: vec![Buf::Dev(input), Buf::Host(buf)], acc, out: to, bytes: rb, op });
+            carry = Buf::Host(acc);
+        }
     }
+    carry
 }
 
 fn reduce(l: &Layout, c: &Call) -> Vec<Stage> {
