@@ -108,7 +108,8 @@ fn narrow_setting() -> Result<Option<bool>> {
 /// OXCCL_NET_BCAST_PIPELINE_MIN and OXCCL_NET_REDUCE_PIPELINE_MIN: the smallest Broadcast and
 /// Reduce across three hosts or more that go along the chain of hosts in pieces
 /// (`plan::Layout::bcast_pipeline_min`, `reduce_pipeline_min`; by default from 512 KiB where the
-/// hosts are on different machines, never where they share one: `plan::pipeline_defaults`).
+/// hosts are apart, on network stacks of their own, never where they share one:
+/// `plan::pipeline_defaults`).
 /// OXCCL_NET_BCAST_SCATTER_MIN: the smallest Broadcast between two hosts that the root sends as
 /// slices, one to each rank of the other host, which then gather them (`plan::SCATTER_MIN_BYTES`).
 /// OXCCL_NET_REDUCE_SLICE_MIN: the smallest Reduce between two hosts of equal size that goes slice
