@@ -11,7 +11,8 @@
 #
 # RATE: tc's units (10gbit), or "none" for no limit. NSC_OX_ENV="VAR=value ...": settings for the
 # oxccl runs only (e.g. OXCCL_NET_REDUCE_PIPELINE_MIN=524288); NSC_ITERS (default 5); NSC_LOG: the
-# folder for the logs (default a new temporary one).
+# folder for the logs (default a new temporary one). After the table: TCP's retransmissions, tail
+# loss probes and timeouts, and the shapers' drops, during each run (netsim.sh tcpstats).
 set -uo pipefail
 lib=$(realpath "$1"); nt=$2; nccldir=$(realpath "$3"); hosts=$4; ph=$5; rate=$6; tests=$7
 shift 7
@@ -45,11 +46,16 @@ if [ "$rate" = none ]; then bash "$ns" up "$hosts"; else bash "$ns" up "$hosts" 
 export PMIX_MCA_ptl_tcp_if_include=oxsimbr0
 oxenv=(); for kv in ${NSC_OX_ENV:-}; do oxenv+=(-x "$kv"); done
 iters=${NSC_ITERS:-5}
+# TCP's loss repairs during each run (netsim.sh tcpstats, before and after).
+tcp() { bash "$ns" tcpstats "$hosts" >> "$log/tcp-$1.txt"; }
 for t in $tests; do
+    tcp nccl-$t
     timeout 300 "${mpi[@]}" "${share[@]}" -x NCCL_DEBUG=WARN -x LD_LIBRARY_PATH="$nccldir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" -x NCCL_IB_DISABLE=1 \
         bash "$ns" run "$ph" "$nt/${t}_perf" "${sizes[@]}" -c 1 -n "$iters" -w 2 > "$log/nccl-$t.log" 2>&1 || echo "NCCL $t: rc $?"
+    tcp nccl-$t; tcp ox-$t
     timeout 300 "${mpi[@]}" "${share[@]}" -x NCCL_DEBUG=WARN -x LD_PRELOAD="$lib" "${oxenv[@]}" \
         bash "$ns" run "$ph" "$nt/${t}_perf" "${sizes[@]}" -c 1 -n "$iters" -w 2 > "$log/ox-$t.log" 2>&1 || echo "oxccl $t: rc $?"
+    tcp ox-$t
 done
 echo "$hosts hosts x $ph, ${rate} per host link; logs in $log${NSC_OX_ENV:+; oxccl with $NSC_OX_ENV}"
 python3 - "$log" $tests <<'PY'
@@ -76,4 +82,14 @@ for t in tests:
         ratio = f"{b[0] / a[0]:.2f} / {b[1] / a[1]:.2f}" if a and b else "-"
         wrong = f"{b[2]} / {b[3]}" if b else "-"
         print(f"| {t} | {size} | {fmt(a)} | {fmt(b)} | {ratio} | {wrong} |")
+def tcp(path):
+    # Two lines of "name value ..." (before, after): the run's increase of each counter.
+    try:
+        a, b = [dict(zip(l.split()[::2], map(int, l.split()[1::2]))) for l in open(path).read().split("\n")[:2]]
+        return " ".join(f"{k} {b[k] - a[k]}" for k in a)
+    except (OSError, ValueError):
+        return "-"
+print("\nTCP loss repairs and shaper drops during each run (whole run, every size):")
+for t in tests:
+    print(f"  {t}: NCCL {tcp(f'{log}/tcp-nccl-{t}.txt')}; oxccl {tcp(f'{log}/tcp-ox-{t}.txt')}")
 PY

@@ -11,6 +11,7 @@
 #                                          # 25gbit) limits each host's send and receive
 #   mpirun -np 4 --mca btl self,vader scripts/lab/netsim.sh run 2 ./all_reduce_perf ...  # 2 x 2
 #   scripts/lab/netsim.sh check HOSTS      # each host's bytes/s to the next one, all at once
+#   scripts/lab/netsim.sh tcpstats HOSTS   # TCP loss repair and shaper drops, summed over hosts
 #   scripts/lab/netsim.sh down HOSTS
 #
 # Status: up, check, run and down checked on the build machine in session 61 (3 hosts at 2gbit
@@ -23,8 +24,11 @@
 # instead of in time slices of milliseconds; NCCL then accepts ranks of different hosts on one
 # GPU. Two ranks of one host on one GPU: NCCL refuses them (duplicate GPU); oxccl's runs under MPS
 # passed at 8 B (2 x 2, 3 x 2) but hung in session 64 (2 x 2, 1 MB) and 65 (3 x 2, -d all) runs,
-# also with each client's SMs capped or the GPU's blocks split among its ranks, so not for want
-# of room on the GPU (cause not found; without MPS they pass, time-sliced).
+# also with each client's SMs capped or the GPU's blocks split among its ranks. Session 66: 2 x 2
+# passes under MPS with NCCL_MAX_CTAS=16 (1 and 16 MB); 3 x 2 at 16 MB hangs with it, with
+# OXCCL_PDL=0 too, and OXCCL_DEBUG_DUMP's own device read then never returns (the MPS server is
+# stuck, not only the kernels). One hardware queue per process (CUDA_DEVICE_MAX_CONNECTIONS=1)
+# does not hang without MPS. Cause not found; without MPS these layouts pass, time-sliced.
 #
 # scripts/lab/netsim-compare.sh does all of this for a same-call comparison against NCCL.
 #
@@ -98,6 +102,40 @@ s.close(); print(f"host {sys.argv[2]} -> {dst}: {n / (time.time() - t) / 1e9:.2f
     wait
 }
 
+tcpstats() {
+    # Counters since `up` (a namespace's TCP counters start at zero), summed over the hosts: TCP's
+    # retransmitted segments, tail loss probes, retransmission timeouts, socket drops and DSACKs,
+    # and the packets the shapers dropped; and the machine's receive backlog drops since boot. A lost segment at the end of a burst waits for a probe (at least 10 ms in
+    # Linux), so one such loss stalls a whole step (BENCHMARKS, fifty-fourth pass).
+    local hosts=${1:?usage: scripts/lab/netsim.sh tcpstats HOSTS} h
+    for ((h = 0; h < hosts; h++)); do
+        ip netns exec oxsim$h cat /proc/net/snmp /proc/net/netstat
+        echo "qdisc $(tc -s -n oxsim$h qdisc show dev oxnic | grep -o 'dropped [0-9]*')"
+        echo "qdisc $(tc -s qdisc show dev oxsimv$h 2>/dev/null | grep -o 'dropped [0-9]*')"
+    done | python3 -c '
+import sys
+# Socket drops: segments a receiving socket had no room for (rcvbuf or backlog full, zero window,
+# out of order). DSACKs: segments the receiver got twice, so retransmitted without a loss.
+want = {"RetransSegs": "retrans", "TCPLossProbes": "probes", "TCPTimeouts": "timeouts", "TCPLostRetransmit": "lost_retrans",
+        "TCPBacklogDrop": "sock_drops", "TCPRcvQDrop": "sock_drops", "TCPZeroWindowDrop": "sock_drops", "TCPOFODrop": "sock_drops",
+        "TCPDSACKRecv": "dsacks"}
+tot = dict.fromkeys(want.values(), 0); drops = 0; head = {}
+for line in sys.stdin:
+    f = line.split()
+    if f[:1] == ["qdisc"]:
+        drops += int(f[2]) if len(f) > 2 else 0
+    elif f and f[0] in head:
+        for k, v in zip(head.pop(f[0]), f[1:]):
+            if k in want: tot[want[k]] += int(v)
+    elif f and f[0].endswith(":"):
+        head[f[0]] = f[1:]
+# Receive backlogs, shared by every namespace (a count since boot): packets dropped because the
+# backlog of a CPU was full when they arrived (second column, hex).
+backlog = sum(int(l.split()[1], 16) for l in open("/proc/net/softnet_stat"))
+print(" ".join(f"{k} {v}" for k, v in tot.items()) + f" shaper_drops {drops} backlog_drops {backlog}")
+'
+}
+
 run() {
     local per_host=${1:?usage: scripts/lab/netsim.sh run RANKS_PER_HOST command...}
     shift
@@ -114,9 +152,9 @@ run() {
     exec ip netns exec oxsim$h "${cmd[@]}"
 }
 
-cmd=${1:?usage: scripts/lab/netsim.sh up|down|check|run ...}
+cmd=${1:?usage: scripts/lab/netsim.sh up|down|check|run|tcpstats ...}
 shift
 case $cmd in
-up | down | check | run) $cmd "$@" ;;
+up | down | check | run | tcpstats) $cmd "$@" ;;
 *) echo "netsim.sh: unknown command $cmd" >&2; exit 2 ;;
 esac
