@@ -762,8 +762,10 @@ impl Comm {
     /// with no new operation (once per stall), given to `emit` in two parts (see src/diag.rs):
     /// what the host knows first, then the device state. Reading the device copies into host
     /// memory, which a stalled driver can hold up (session 45: an application thread blocked in a
-    /// synchronous copy); the first part is out by then.
-    pub fn stall_dump(&self, after: Duration, emit: &mut dyn FnMut(&str)) {
+    /// synchronous copy; session 66: every copy under an MPS server whose clients hung), so the
+    /// read runs on a thread of its own and is given up after `diag::DEVICE_READ_LIMIT`: the
+    /// monitor goes on to the other communicators.
+    pub fn stall_dump(self: &Arc<Self>, after: Duration, emit: &mut dyn FnMut(&str)) {
         let Some(r) = self.ready.get() else { return };
         let Ok(_ctx) = CtxGuard::new(r.dev) else { return };
         let Some(ops) = self.stalled_ops(r, after) else { return };
@@ -776,7 +778,17 @@ impl Comm {
             r.dev.ordinal,
             self.async_state()
         ));
-        let device = self.device_state(r).unwrap_or_else(|e| format!("device state unavailable: {}", e.msg));
+        let me = Arc::clone(self);
+        let device = crate::diag::bounded(crate::diag::DEVICE_READ_LIMIT, move || {
+            let r = me.ready.get().ok_or_else(|| Error::internal("not ready"))?;
+            let _ctx = CtxGuard::new(r.dev)?;
+            me.device_state(r)
+        });
+        let device = match device {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => format!("unavailable: {}", e.msg),
+            Err(e) => e.to_string(),
+        };
         emit(&format!("OXCCL_DEBUG_DUMP: comm rank {}/{}: device state (block 0): {device}", self.rank, self.nranks));
     }
 

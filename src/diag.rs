@@ -83,6 +83,52 @@ impl Progress {
     }
 }
 
+/// How long a dump waits for its copy of the device state. A copy that has not ended by then
+/// waits behind the stall itself (the process's copies, or the GPU's, are blocked); the dump
+/// says so and the monitor goes on.
+pub const DEVICE_READ_LIMIT: Duration = Duration::from_secs(5);
+
+/// Why [`bounded`] has no result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unanswered {
+    /// Still running at the limit; the thread is left to finish, or to block, alone.
+    TimedOut(Duration),
+    /// It panicked.
+    Failed,
+    /// No thread could be started.
+    NoThread,
+}
+
+impl std::fmt::Display for Unanswered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unanswered::TimedOut(d) => write!(
+                f,
+                "no answer in {d:?}: a copy from the device waits behind the stall too (every copy of this process, or of \
+                 the GPU's MPS server, is held up), so the stall is beyond this communicator's kernels"
+            ),
+            Unanswered::Failed => f.write_str("the read failed (panicked)"),
+            Unanswered::NoThread => f.write_str("no thread to read it"),
+        }
+    }
+}
+
+/// Runs `f` on a thread of its own and waits up to `limit` for its result.
+pub fn bounded<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> Result<T, Unanswered> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("oxccl-dump-read".into())
+        .spawn(move || {
+            // Nobody may be listening any more (timed out): nothing to do then.
+            let _ = tx.send(f());
+        })
+        .map_err(|_| Unanswered::NoThread)?;
+    rx.recv_timeout(limit).map_err(|e| match e {
+        std::sync::mpsc::RecvTimeoutError::Timeout => Unanswered::TimedOut(limit),
+        std::sync::mpsc::RecvTimeoutError::Disconnected => Unanswered::Failed,
+    })
+}
+
 /// Starts the monitor thread once (when OXCCL_DEBUG_DUMP is set).
 pub fn start_monitor() {
     static STARTED: OnceLock<()> = OnceLock::new();
@@ -125,6 +171,22 @@ mod tests {
         }
         assert_eq!(p.recent.len(), RECENT_OPS);
         assert!(p.describe(Instant::now()).contains("#42 op 39"));
+    }
+
+    #[test]
+    fn bounded_returns_a_result_in_time_and_gives_up_on_a_blocked_call() {
+        assert_eq!(bounded(Duration::from_secs(5), || 7), Ok(7));
+        let t = Instant::now();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        // Blocks until the test lets it go, like a copy behind a hung kernel (for 10 s at most:
+        // a `bounded` that waited for it would return Ok(false) and fail the test, not hang it).
+        let r = bounded(Duration::from_millis(50), move || rx.recv_timeout(Duration::from_secs(10)).is_ok());
+        assert_eq!(r, Err(Unanswered::TimedOut(Duration::from_millis(50))));
+        assert!(t.elapsed() < Duration::from_secs(5), "gave up at the limit");
+        assert!(r.unwrap_err().to_string().contains("no answer in 50ms"));
+        drop(tx);
+        let panicking = || -> u32 { panic!("read failed") };
+        assert_eq!(bounded(Duration::from_secs(5), panicking), Err(Unanswered::Failed));
     }
 
     #[test]
