@@ -202,10 +202,18 @@ fn combine_code(op: &hostreduce::HostOp) -> u32 {
     1 + op.dtype as u32 + 16 * code
 }
 
-fn staged_grid(pre: u64, post: u64, max: u32) -> u32 {
+/// Blocks of a staged step kernel: one per 32 KiB of its larger side, up to `max`
+/// (OXCCL_NET_STEP_BLOCKS; 32 beyond the inline size), and with `chunk` (a pipelined step) at
+/// least one per chunk up to 32, so that chunks are copied side by side. Never more than `cap`,
+/// the communicator's block budget (SMs, or maxCTAs below 64): its block 0 waits for every other
+/// block to arrive, and users size maxCTAs so that concurrent communicators' kernels fit on the
+/// GPU side by side (chunks and copies are shared among however many blocks there are).
+fn staged_grid(pre: u64, post: u64, max: u32, chunk: Option<u64>, cap: u32) -> u32 {
     let bytes = pre.max(post);
     let max = if bytes > inline::DEFAULT_MAX { max.max(32) } else { max.max(1) };
-    bytes.div_ceil(32 << 10).clamp(1, u64::from(max)) as u32
+    let grid = bytes.div_ceil(32 << 10).clamp(1, u64::from(max));
+    let grid = chunk.map_or(grid, |c| grid.max(bytes.div_ceil(c.max(1)).min(32)));
+    grid.min(u64::from(cap)).max(1) as u32
 }
 
 /// Lanes to a rank on another host when InfiniBand may be used (NCCL_NET=IB, or found).
@@ -356,6 +364,9 @@ pub struct Net {
     p2p_overlap: bool,
     /// OXCCL_NET_STEP_BLOCKS: most blocks a staged step kernel spreads its copies over.
     step_blocks: u32,
+    /// This rank's block budget (`topo::block_budget`: SMs, or maxCTAs below 64), which no step
+    /// kernel exceeds.
+    block_cap: u32,
     /// Payload bytes per direction up to which a staged step uses packets (`packets`); 0: never.
     packets_max: u64,
     /// Smallest reduction a staged step's kernel combines on its way out (`stage::combine_min`).
@@ -517,6 +528,7 @@ impl Net {
             inline_peer,
             p2p_overlap: p2p_overlap(),
             step_blocks: step_blocks(),
+            block_cap: s.peers.get(s.me).map_or(1, |p| p.sm_count.max(1) as u32),
             packets_max: packets::max_bytes(),
             combine_min: stage::combine_min(packets::max_bytes()),
             dev: s.dev,
@@ -784,12 +796,7 @@ impl Net {
                 let (npre, npost) = (args.npre as usize, args.npost as usize);
                 let bytes = |v: &[NetCopy]| v.iter().map(|c| c.bytes).sum::<u64>();
                 let (pre_b, post_b) = (bytes(&args.copies[..npre]), bytes(&args.copies[npre..npre + npost]));
-                let mut grid = staged_grid(pre_b, post_b, self.step_blocks);
-                if let Some(l) = &st.step.progress {
-                    // A block per chunk (up to 32), so that chunks are copied side by side; from
-                    // 1 MiB staged_grid gives that already.
-                    grid = grid.max(pre_b.max(post_b).div_ceil(l.chunk).min(32) as u32);
-                }
+                let grid = staged_grid(pre_b, post_b, self.step_blocks, st.step.progress.as_ref().map(|l| l.chunk), self.block_cap);
                 (Step { pinned: host as u64, pinned_flip: flip, copies: Vec::new(), packets: pk, ..st.step }, (grid, 512))
             }
             None => {
@@ -823,7 +830,7 @@ impl Net {
         }
         let go = |a: &NetStepArgs| {
             let bytes = |v: &[NetCopy]| v.iter().map(|c| c.bytes).sum::<u64>();
-            let grid = staged_grid(bytes(&a.copies[..a.npre as usize]), bytes(&a.copies[..a.npost as usize]), self.step_blocks);
+            let grid = staged_grid(bytes(&a.copies[..a.npre as usize]), bytes(&a.copies[..a.npost as usize]), self.step_blocks, None, self.block_cap);
             launch(r.module.net_step(), grid, 512, stream, a)
         };
         // Once a pre launch has run, the step must follow (the kernels count on it): a failed
@@ -1694,17 +1701,26 @@ mod tests {
 
     #[test]
     fn staged_steps_take_a_block_per_32_kib_of_copies_up_to_the_setting() {
-        assert_eq!(staged_grid(0, 0, 8), 1, "a step with no copies still runs one block");
-        assert_eq!(staged_grid(256 << 10, 256 << 10, 1), 1, "the default keeps one block up to the inline size");
-        assert_eq!(staged_grid(64 << 10, 0, 8), 2);
-        assert_eq!(staged_grid(33 << 10, 100 << 10, 32), 4, "the larger side decides");
-        assert_eq!(staged_grid(200 << 10, 0, 4), 4);
-        assert_eq!(staged_grid(8, 8, 0), 1, "never no block");
+        let all = 132;
+        assert_eq!(staged_grid(0, 0, 8, None, all), 1, "a step with no copies still runs one block");
+        assert_eq!(staged_grid(256 << 10, 256 << 10, 1, None, all), 1, "the default keeps one block up to the inline size");
+        assert_eq!(staged_grid(64 << 10, 0, 8, None, all), 2);
+        assert_eq!(staged_grid(33 << 10, 100 << 10, 32, None, all), 4, "the larger side decides");
+        assert_eq!(staged_grid(200 << 10, 0, 4, None, all), 4);
+        assert_eq!(staged_grid(8, 8, 0, None, all), 1, "never no block");
+        assert_eq!(staged_grid(4 << 20, 0, 1, None, all), 32, "32 beyond the inline size whatever the setting");
+        assert_eq!(staged_grid(400 << 10, 0, 1, Some(32 << 10), all), 13, "a block per chunk of a pipelined step");
+        assert_eq!(staged_grid(400 << 10, 0, 1, Some(1 << 20), all), 13, "not fewer than by size");
+        assert_eq!(staged_grid(64 << 20, 0, 1, Some(32 << 10), all), 32, "at most 32 for the chunks");
+        // maxCTAs: every step kernel within the communicator's block budget.
+        assert_eq!(staged_grid(4 << 20, 0, 1, None, 8), 8);
+        assert_eq!(staged_grid(400 << 10, 0, 1, Some(32 << 10), 4), 4);
+        assert_eq!(staged_grid(8, 0, 32, None, 0), 1, "never no block");
         // Beyond the inline size, up to 32 blocks whatever the setting (more if it says so).
-        assert_eq!(staged_grid((256 << 10) + 1, 0, 1), 9);
-        assert_eq!(staged_grid(1 << 20, 0, 1), 32);
-        assert_eq!(staged_grid(0, 64 << 20, 8), 32);
-        assert_eq!(staged_grid(0, 64 << 20, 48), 48);
+        assert_eq!(staged_grid((256 << 10) + 1, 0, 1, None, all), 9);
+        assert_eq!(staged_grid(1 << 20, 0, 1, None, all), 32);
+        assert_eq!(staged_grid(0, 64 << 20, 8, None, all), 32);
+        assert_eq!(staged_grid(0, 64 << 20, 48, None, all), 48);
     }
 
     #[test]
