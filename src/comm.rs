@@ -772,7 +772,7 @@ impl Comm {
         let net = r.net.as_ref().map_or_else(String::new, |n| format!("\n  cross-host steps (host side): {}", n.describe_host()));
         emit(&format!(
             "OXCCL_DEBUG_DUMP: comm rank {}/{} (CUDA device {}, async state {:?}): its stream has been busy for {after:?} \
-             with no new operation. {ops}{net}\n  device state (block 0): reading...",
+             with no new operation. {ops}{net}\n  device state: reading...",
             self.rank,
             self.nranks,
             r.dev.ordinal,
@@ -789,7 +789,7 @@ impl Comm {
             Ok(Err(e)) => format!("unavailable: {}", e.msg),
             Err(e) => e.to_string(),
         };
-        emit(&format!("OXCCL_DEBUG_DUMP: comm rank {}/{}: device state (block 0): {device}", self.rank, self.nranks));
+        emit(&format!("OXCCL_DEBUG_DUMP: comm rank {}/{}: device state: {device}", self.rank, self.nranks));
     }
 
     /// The operations of a stall, if this communicator's stream has been busy for `after` with
@@ -810,9 +810,12 @@ impl Comm {
         Some(ls.progress.describe(now))
     }
 
-    /// LL flags and semaphore counters of block 0 per peer, copied through a private non-blocking stream (kernels may be spinning meanwhile).
+    /// LL flags and semaphore counters per peer, copied through a private non-blocking stream
+    /// (kernels may be spinning meanwhile): block 0's, and where blocks differ every block's, as
+    /// runs of equal values. A kernel whose blocks each bump their flags on exit and whose flags
+    /// differ by block has run part of its grid: the rest never got onto the GPU, or waits.
     fn device_state(&self, r: &Ready) -> Result<String> {
-        use crate::device_abi::{DevComm, OX_MAX_RANKS};
+        use crate::device_abi::{DevComm, OX_MAX_BLOCKS, OX_MAX_RANKS};
         if r.dev_comm == 0 {
             return self.net_state(r);
         }
@@ -831,22 +834,28 @@ impl Comm {
             let mut dc: DevComm = unsafe { std::mem::zeroed() };
             copy((&mut dc as *mut DevComm).cast(), r.dev_comm, std::mem::size_of::<DevComm>())?;
             let n = self.nranks.min(OX_MAX_RANKS);
-            let mut flags = [0u32; OX_MAX_RANKS];
+            // Whole tables, `[block][peer]`.
+            let cells = OX_MAX_BLOCKS * OX_MAX_RANKS;
+            let (mut flags, mut expected, mut inbound) = (vec![0u32; cells], vec![0u64; cells], vec![0u64; cells]);
             let mut pending = [0u32; OX_MAX_RANKS];
             let mut acks = [0u32; OX_MAX_RANKS];
-            let mut expected = [0u64; OX_MAX_RANKS];
-            let mut inbound = [0u64; OX_MAX_RANKS];
-            copy(flags.as_mut_ptr().cast(), dc.ll_flags, 4 * n)?;
+            copy(flags.as_mut_ptr().cast(), dc.ll_flags, 4 * cells)?;
             copy(pending.as_mut_ptr().cast(), dc.ll_pending, 4 * n)?;
             copy(acks.as_mut_ptr().cast(), dc.ll_ack[self.rank], 4 * n)?;
-            copy(expected.as_mut_ptr().cast(), dc.sem_expected, 8 * n)?;
-            copy(inbound.as_mut_ptr().cast(), dc.sem_inbound[self.rank], 8 * n)?;
+            copy(expected.as_mut_ptr().cast(), dc.sem_expected, 8 * cells)?;
+            copy(inbound.as_mut_ptr().cast(), dc.sem_inbound[self.rank], 8 * cells)?;
             for p in (0..n).filter(|&p| p != self.rank) {
                 let _ = write!(
                     out,
                     "\n    peer {p}: LL flag {} (last one-way send {}, its ack {}); semaphore received {} of {} expected",
                     flags[p], pending[p], acks[p], inbound[p], expected[p]
                 );
+                let f: Vec<u64> = (0..OX_MAX_BLOCKS).map(|b| u64::from(flags[b * OX_MAX_RANKS + p])).collect();
+                let column = |t: &[u64]| (0..OX_MAX_BLOCKS).map(|b| t[b * OX_MAX_RANKS + p]).collect::<Vec<u64>>();
+                let (i, e) = (column(&inbound), column(&expected));
+                if [&f, &i, &e].iter().any(|c| c.iter().any(|&v| v != c[0])) {
+                    let _ = write!(out, "\n      by block: LL flag {}; semaphore received {}; expected {}", crate::diag::runs(&f), crate::diag::runs(&i), crate::diag::runs(&e));
+                }
             }
             Ok(())
         })();

@@ -129,6 +129,19 @@ pub fn bounded<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send 
     })
 }
 
+/// Values by index as runs of equal values: "0-63: 11, 64-127: 10".
+pub fn runs(v: &[u64]) -> String {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for i in 1..=v.len() {
+        if i == v.len() || v[i] != v[start] {
+            out.push(if i - 1 == start { format!("{start}: {}", v[start]) } else { format!("{start}-{}: {}", i - 1, v[start]) });
+            start = i;
+        }
+    }
+    out.join(", ")
+}
+
 /// Starts the monitor thread once (when OXCCL_DEBUG_DUMP is set).
 pub fn start_monitor() {
     static STARTED: OnceLock<()> = OnceLock::new();
@@ -187,6 +200,14 @@ mod tests {
         drop(tx);
         let panicking = || -> u32 { panic!("read failed") };
         assert_eq!(bounded(Duration::from_secs(5), panicking), Err(Unanswered::Failed));
+    }
+
+    #[test]
+    fn runs_of_equal_values() {
+        assert_eq!(runs(&[11, 11, 11, 10, 10, 7]), "0-2: 11, 3-4: 10, 5: 7");
+        assert_eq!(runs(&[3]), "0: 3");
+        assert_eq!(runs(&[]), "");
+        assert_eq!(runs(&[1, 2, 1]), "0: 1, 1: 2, 2: 1");
     }
 
     #[test]
