@@ -1709,7 +1709,7 @@ mod tests {
         assert_eq!(staged_grid(200 << 10, 0, 4, None, all), 4);
         assert_eq!(staged_grid(8, 8, 0, None, all), 1, "never no block");
         assert_eq!(staged_grid(4 << 20, 0, 1, None, all), 32, "32 beyond the inline size whatever the setting");
-        assert_eq!(staged_grid(400 << 10, 0, 1, Some(32 << 10), all), 13, "a block per chunk of a pipelined step");
+        assert_eq!(staged_grid(200 << 10, 0, 1, Some(32 << 10), all), 7, "a block per chunk of a pipelined step, beyond the setting");
         assert_eq!(staged_grid(400 << 10, 0, 1, Some(1 << 20), all), 13, "not fewer than by size");
         assert_eq!(staged_grid(64 << 20, 0, 1, Some(32 << 10), all), 32, "at most 32 for the chunks");
         // maxCTAs: every step kernel within the communicator's block budget.
