@@ -41,6 +41,37 @@ def q(v):
     return f"n {len(v):6d} median {pick(0.5):8.1f} p90 {pick(0.9):8.1f} p99 {pick(0.99):8.1f} max {v[-1]:8.1f}"
 
 
+def lone_stalls(jobs, factor=4.0, floor_us=2000.0):
+    """Receives far slower than their sibling lanes: the other lanes of the same rank and peer
+    whose jobs were posted together (within 100 us), i.e. one striped transfer. A lane that takes
+    `factor` times its siblings' median, and `floor_us` or more, waited on TCP itself (a segment
+    lost or held at the end of a burst: fifty-fourth pass), not on the sender or the proxy."""
+    by_pair = {}
+    for j in jobs:
+        if not j["send"]:
+            by_pair.setdefault((j["me"], j["peer"]), []).append(j)
+    found = []
+    for v in by_pair.values():
+        v.sort(key=lambda j: j["posted"])
+        i = 0
+        while i < len(v):
+            k = i
+            while k + 1 < len(v) and v[k + 1]["posted"] - v[i]["posted"] <= 100_000:
+                k += 1
+            group = v[i : k + 1]
+            if len(group) > 1:
+                for j in group:
+                    rest = [(o["done"] - o["taken"]) / 1e3 for o in group if o is not j]
+                    took = (j["done"] - j["taken"]) / 1e3
+                    if took >= floor_us and took >= factor * statistics.median(rest):
+                        found.append((took, j, statistics.median(rest)))
+            i = k + 1
+    found.sort(key=lambda f: -f[0])
+    print(f"\nlone lane stalls (a receive {factor:g}x its sibling lanes' median and {floor_us / 1e3:g} ms or more): {len(found)}")
+    for took, j, sib in found[:10]:
+        print(f"  rank {j['me']} from {j['peer']} lane {j['lane']}: {took:8.1f} us, its siblings {sib:8.1f} us, {j['bytes']} B")
+
+
 def main():
     d = sys.argv[1]
     slowest = int(sys.argv[2]) if len(sys.argv) > 2 else 8
@@ -51,6 +82,7 @@ def main():
             sel = [j for j in jobs if j["send"] == send and j["blocked"] == blocked]
             kind = ("send" if send else "recv") + (" after blocking" if blocked else " (thread was spinning or busy)")
             print(f"{kind}:\n  taken - posted   {q([(j['taken'] - j['posted']) / 1e3 for j in sel])}\n  finished - taken {q([(j['done'] - j['taken']) / 1e3 for j in sel])}")
+    lone_stalls(jobs)
     if not steps:
         return
     n = min(len(v) for v in steps.values())
