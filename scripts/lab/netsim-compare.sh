@@ -11,8 +11,9 @@
 #
 # RATE: tc's units (10gbit), or "none" for no limit. NSC_OX_ENV="VAR=value ...": settings for the
 # oxccl runs only (e.g. OXCCL_NET_REDUCE_PIPELINE_MIN=524288); NSC_ITERS (default 5); NSC_LOG: the
-# folder for the logs (default a new temporary one). After the table: TCP's retransmissions, tail
-# loss probes and timeouts, and the shapers' drops, during each run (netsim.sh tcpstats).
+# folder for the logs (default a new temporary one). After the table: how much each of
+# `netsim.sh tcpstats`' counters (TCP's loss repairs, socket, shaper and backlog drops) grew
+# during each run.
 set -uo pipefail
 lib=$(realpath "$1"); nt=$2; nccldir=$(realpath "$3"); hosts=$4; ph=$5; rate=$6; tests=$7
 shift 7

@@ -11,7 +11,7 @@
 #                                          # 25gbit) limits each host's send and receive
 #   mpirun -np 4 --mca btl self,vader scripts/lab/netsim.sh run 2 ./all_reduce_perf ...  # 2 x 2
 #   scripts/lab/netsim.sh check HOSTS      # each host's bytes/s to the next one, all at once
-#   scripts/lab/netsim.sh tcpstats HOSTS   # TCP loss repair and shaper drops, summed over hosts
+#   scripts/lab/netsim.sh tcpstats HOSTS   # TCP's loss repairs and drops, summed over hosts
 #   scripts/lab/netsim.sh down HOSTS
 #
 # Status: up, check, run and down checked on the build machine in session 61 (3 hosts at 2gbit
@@ -105,8 +105,9 @@ s.close(); print(f"host {sys.argv[2]} -> {dst}: {n / (time.time() - t) / 1e9:.2f
 tcpstats() {
     # Counters since `up` (a namespace's TCP counters start at zero), summed over the hosts: TCP's
     # retransmitted segments, tail loss probes, retransmission timeouts, socket drops and DSACKs,
-    # and the packets the shapers dropped; and the machine's receive backlog drops since boot. A lost segment at the end of a burst waits for a probe (at least 10 ms in
-    # Linux), so one such loss stalls a whole step (BENCHMARKS, fifty-fourth pass).
+    # and the packets the shapers dropped; and the machine's receive backlog drops since boot.
+    # Why count them: single lanes 15-26 ms late stalled whole steps, as a segment lost at the end
+    # of a burst would (Linux's tail loss probe waits at least 10 ms; BENCHMARKS, fifty-fourth pass).
     local hosts=${1:?usage: scripts/lab/netsim.sh tcpstats HOSTS} h
     for ((h = 0; h < hosts; h++)); do
         ip netns exec oxsim$h cat /proc/net/snmp /proc/net/netstat
