@@ -850,9 +850,7 @@ impl Comm {
                     "\n    peer {p}: LL flag {} (last one-way send {}, its ack {}); semaphore received {} of {} expected",
                     flags[p], pending[p], acks[p], inbound[p], expected[p]
                 );
-                let f: Vec<u64> = (0..OX_MAX_BLOCKS).map(|b| u64::from(flags[b * OX_MAX_RANKS + p])).collect();
-                let column = |t: &[u64]| (0..OX_MAX_BLOCKS).map(|b| t[b * OX_MAX_RANKS + p]).collect::<Vec<u64>>();
-                let (i, e) = (column(&inbound), column(&expected));
+                let (f, i, e) = (block_column(&flags, p), block_column(&inbound, p), block_column(&expected, p));
                 if [&f, &i, &e].iter().any(|c| c.iter().any(|&v| v != c[0])) {
                     let _ = write!(out, "\n      by block: LL flag {}; semaphore received {}; expected {}", crate::diag::runs(&f), crate::diag::runs(&i), crate::diag::runs(&e));
                 }
@@ -863,6 +861,12 @@ impl Comm {
         unsafe { cu::cuStreamDestroy_v2(stream) };
         res.map(|()| out)
     }
+}
+
+/// Peer `p`'s values of a `[block][peer]` table, block by block.
+fn block_column<T: Copy + Into<u64>>(table: &[T], p: usize) -> Vec<u64> {
+    use crate::device_abi::{OX_MAX_BLOCKS, OX_MAX_RANKS};
+    (0..OX_MAX_BLOCKS).map(|b| table[b * OX_MAX_RANKS + p].into()).collect()
 }
 
 impl Comm {
