@@ -10,8 +10,10 @@
 #       HOSTS RANKS_PER_HOST RATE "reduce broadcast" [nccl-tests size args, default -b 1M -e 64M -f 4]
 #
 # RATE: tc's units (10gbit), or "none" for no limit. NSC_OX_ENV="VAR=value ...": settings for the
-# oxccl runs only (e.g. OXCCL_NET_REDUCE_PIPELINE_MIN=524288); NSC_ITERS (default 5); NSC_LOG: the
-# folder for the logs (default a new temporary one). After the table: how much each of
+# oxccl runs only (e.g. OXCCL_NET_REDUCE_PIPELINE_MIN=524288). NSC_OX_ENVS="A=1;A=2 B=3": several
+# oxccl settings, separated by ';', each run right after the same NCCL run (one ratio column per
+# setting; NCCL runs once per binary, not once per setting); it replaces NSC_OX_ENV. NSC_ITERS
+# (default 5); NSC_LOG: the folder for the logs (default a new temporary one). After the table: how much each of
 # `netsim.sh tcpstats`' counters (TCP's loss repairs, socket, shaper and backlog drops) grew
 # during each run.
 set -uo pipefail
@@ -45,7 +47,10 @@ trap cleanup EXIT
 if [ "$rate" = none ]; then bash "$ns" up "$hosts"; else bash "$ns" up "$hosts" "$rate"; fi || exit 1
 # PMIx's server must listen where ranks in the namespaces can reach it: on the bridge.
 export PMIX_MCA_ptl_tcp_if_include=oxsimbr0
-oxenv=(); for kv in ${NSC_OX_ENV:-}; do oxenv+=(-x "$kv"); done
+# One oxccl run per setting; setting k logs as ox-<test>.log (k = 0) or ox<k>-<test>.log.
+IFS=';' read -r -a variants <<< "${NSC_OX_ENVS:-${NSC_OX_ENV:-}}"
+[ ${#variants[@]} -eq 0 ] && variants=("")
+tag() { [ "$1" -eq 0 ] && echo ox || echo "ox$1"; }
 iters=${NSC_ITERS:-5}
 # TCP's loss repairs during each run (netsim.sh tcpstats, before and after).
 tcp() { bash "$ns" tcpstats "$hosts" >> "$log/tcp-$1.txt"; }
@@ -53,15 +58,21 @@ for t in $tests; do
     tcp nccl-$t
     timeout 300 "${mpi[@]}" "${share[@]}" -x NCCL_DEBUG=WARN -x LD_LIBRARY_PATH="$nccldir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" -x NCCL_IB_DISABLE=1 \
         bash "$ns" run "$ph" "$nt/${t}_perf" "${sizes[@]}" -c 1 -n "$iters" -w 2 > "$log/nccl-$t.log" 2>&1 || echo "NCCL $t: rc $?"
-    tcp nccl-$t; tcp ox-$t
-    timeout 300 "${mpi[@]}" "${share[@]}" -x NCCL_DEBUG=WARN -x LD_PRELOAD="$lib" "${oxenv[@]}" \
-        bash "$ns" run "$ph" "$nt/${t}_perf" "${sizes[@]}" -c 1 -n "$iters" -w 2 > "$log/ox-$t.log" 2>&1 || echo "oxccl $t: rc $?"
-    tcp ox-$t
+    tcp nccl-$t
+    for k in "${!variants[@]}"; do
+        x=$(tag "$k"); oxenv=(); for kv in ${variants[$k]}; do oxenv+=(-x "$kv"); done
+        tcp $x-$t
+        timeout 300 "${mpi[@]}" "${share[@]}" -x NCCL_DEBUG=WARN -x LD_PRELOAD="$lib" "${oxenv[@]}" \
+            bash "$ns" run "$ph" "$nt/${t}_perf" "${sizes[@]}" -c 1 -n "$iters" -w 2 > "$log/$x-$t.log" 2>&1 || echo "oxccl $t (${variants[$k]:-default}): rc $?"
+        tcp $x-$t
+    done
 done
-echo "$hosts hosts x $ph, ${rate} per host link; logs in $log${NSC_OX_ENV:+; oxccl with $NSC_OX_ENV}"
-python3 - "$log" $tests <<'PY'
+echo "$hosts hosts x $ph, ${rate} per host link; logs in $log"
+for k in "${!variants[@]}"; do echo "  $(tag "$k"): oxccl with ${variants[$k]:-its defaults}"; done
+python3 - "$log" "${#variants[@]}" $tests <<'PY'
 import sys
-log, tests = sys.argv[1], sys.argv[2:]
+log, nvar, tests = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+tags = ["ox"] + [f"ox{k}" for k in range(1, nvar)]
 def rows(path):
     out = {}
     try:
@@ -73,16 +84,21 @@ def rows(path):
     except OSError:
         pass
     return out
-print("| test | bytes | NCCL us | oxccl us | ratio | wrong (oxccl) |")
-print("|---|---|---|---|---|---|")
+head = " | ".join(f"{x} us | {x} ratio | {x} wrong" for x in tags)
+print(f"| test | bytes | NCCL us | {head} |")
+print("|---|---|---|" + "---|---|---|" * len(tags))
+fmt = lambda r: f"{r[0]:.0f} / {r[1]:.0f}" if r else "-"
 for t in tests:
-    n, o = rows(f"{log}/nccl-{t}.log"), rows(f"{log}/ox-{t}.log")
-    for size in sorted(set(n) | set(o)):
-        a, b = n.get(size), o.get(size)
-        fmt = lambda r: f"{r[0]:.0f} / {r[1]:.0f}" if r else "-"
-        ratio = f"{b[0] / a[0]:.2f} / {b[1] / a[1]:.2f}" if a and b else "-"
-        wrong = f"{b[2]} / {b[3]}" if b else "-"
-        print(f"| {t} | {size} | {fmt(a)} | {fmt(b)} | {ratio} | {wrong} |")
+    n = rows(f"{log}/nccl-{t}.log")
+    os_ = [rows(f"{log}/{x}-{t}.log") for x in tags]
+    for size in sorted(set(n).union(*os_)):
+        a = n.get(size)
+        cells = []
+        for o in os_:
+            b = o.get(size)
+            ratio = f"{b[0] / a[0]:.2f} / {b[1] / a[1]:.2f}" if a and b else "-"
+            cells.append(f"{fmt(b)} | {ratio} | {f'{b[2]} / {b[3]}' if b else '-'}")
+        print(f"| {t} | {size} | {fmt(a)} | {' | '.join(cells)} |")
 def tcp(path):
     # Two lines of "name value ..." (before, after): the run's increase of each counter.
     try:
@@ -92,5 +108,7 @@ def tcp(path):
         return "-"
 print("\nTCP loss repairs and shaper drops during each run (whole run, every size):")
 for t in tests:
-    print(f"  {t}: NCCL {tcp(f'{log}/tcp-nccl-{t}.txt')}; oxccl {tcp(f'{log}/tcp-ox-{t}.txt')}")
+    print(f"  {t}: NCCL {tcp(f'{log}/tcp-nccl-{t}.txt')}")
+    for x in tags:
+        print(f"  {t}: {x} {tcp(f'{log}/tcp-{x}-{t}.txt')}")
 PY
