@@ -415,15 +415,22 @@ impl Comm {
             machine: topo::machine_hash(),
             cpus: u32::try_from(topo::cpus()).unwrap_or(u32::MAX),
             network: topo::network_hash(),
+            gpu: topo::gpu_hash(&dev.uuid, &dev.bus_id),
+            gpu_sms: dev.sm_count,
         };
         if me.sm_count < dev.sm_count {
             nccl_info!(Subsys::Init, "rank {}: maxCTAs {} caps kernels at {} thread blocks ({} SMs)", self.rank, self.config.max_ctas, me.sm_count, dev.sm_count);
         }
-        let peers = bootstrap
+        let mut peers = bootstrap
             .all_gather(&me.encode())?
             .iter()
             .map(|b| PeerInfo::decode(b))
             .collect::<Result<Vec<_>>>()?;
+        let sharing = topo::share_gpus(&mut peers, self.rank);
+        if sharing > 1 {
+            let budget = peers.get(self.rank).map_or(1, |p| p.sm_count);
+            nccl_info!(Subsys::Init, "rank {}: {sharing} ranks of this communicator share GPU {}; kernels capped at {budget} thread blocks each, so that all fit on its {} SMs at once", self.rank, dev.bus_id, dev.sm_count);
+        }
         for (r, p) in peers.iter().enumerate() {
             if p.rank as usize != r {
                 return Err(Error::internal(format!("bootstrap returned rank {}'s info in slot {r}", p.rank)));

@@ -128,10 +128,14 @@ pub struct PeerInfo {
     pub cpus: u32,
     /// Its network stack (`network_hash`): which ranks share a loopback rather than links.
     pub network: u64,
+    /// Its GPU (`gpu_hash`) and that GPU's SMs: ranks with the same `gpu` share those SMs
+    /// (`share_gpus`).
+    pub gpu: u64,
+    pub gpu_sms: i32,
 }
 
 impl PeerInfo {
-    pub const BYTES: usize = 4 + 8 + 8 + 4 + 4 * 4 + 16 + 4 + 8 + 4 + 8;
+    pub const BYTES: usize = 4 + 8 + 8 + 4 + 4 * 4 + 16 + 4 + 8 + 4 + 8 + 8 + 4;
 
     pub fn same_host(&self, o: &PeerInfo) -> bool {
         self.host_hash == o.host_hash
@@ -158,6 +162,8 @@ impl PeerInfo {
         v.extend_from_slice(&self.machine.to_le_bytes());
         v.extend_from_slice(&self.cpus.to_le_bytes());
         v.extend_from_slice(&self.network.to_le_bytes());
+        v.extend_from_slice(&self.gpu.to_le_bytes());
+        v.extend_from_slice(&self.gpu_sms.to_le_bytes());
         v
     }
 
@@ -183,6 +189,8 @@ impl PeerInfo {
             machine: u64at(60),
             cpus: u32at(68),
             network: u64at(72),
+            gpu: u64at(80),
+            gpu_sms: u32at(88) as i32,
         })
     }
 }
@@ -200,6 +208,36 @@ pub fn block_budget(sm_count: i32, max_ctas: i32) -> i32 {
     } else {
         sm_count
     }
+}
+
+/// Identifies a GPU's SMs across processes and hosts: its UUID (a MIG instance's under MIG, which
+/// has SMs of its own), or where the driver gave none, the machine and the PCI bus id.
+pub fn gpu_hash(uuid: &[u8; 16], bus_id: &str) -> u64 {
+    if uuid.iter().any(|&b| b != 0) {
+        fnv1a(uuid)
+    } else {
+        fnv1a(format!("{:016x}{bus_id}", machine_hash()).as_bytes())
+    }
+}
+
+/// Ranks of one communicator on one GPU: every oxccl kernel takes up to one block per SM, and a
+/// kernel waiting on a peer's kernel can only finish if that kernel gets SMs too. Ranks sharing a
+/// GPU (a test layout NCCL refuses within a host; oxccl runs it, under MPS side by side) all spin at
+/// once, so with full grids the first ones in filled the SMs and their peers never started: under
+/// MPS, 3 simulated hosts x 2 ranks on one H200 hung at its first AllReduce with 32 blocks per
+/// rank and passed with 16 or 8 (BENCHMARKS, fifty-fifth pass). So each of the k ranks on a GPU of
+/// S SMs gets at most S / 2k blocks: all of them fit at once, with room for each one's next kernel
+/// launched early (PDL). Lowers `sm_count` (the budget) in place, the same way on every rank.
+/// Returns how many ranks share `me`'s GPU.
+pub fn share_gpus(peers: &mut [PeerInfo], me: usize) -> usize {
+    let gpus: Vec<u64> = peers.iter().map(|p| p.gpu).collect();
+    for p in peers.iter_mut() {
+        let k = gpus.iter().filter(|&&g| g == p.gpu).count() as i32;
+        if k > 1 {
+            p.sm_count = p.sm_count.min((p.gpu_sms / (2 * k)).max(1));
+        }
+    }
+    peers.get(me).map_or(1, |m| gpus.iter().filter(|&&g| g == m.gpu).count())
 }
 
 /// Parses a Linux CPU list ("0-3,8,10-11"); None if malformed.
@@ -263,6 +301,46 @@ mod tests {
     }
 
     #[test]
+    fn ranks_sharing_a_gpu_split_its_sms() {
+        let peer = |rank: u32, gpu: u64, budget: i32| PeerInfo {
+            rank,
+            host_hash: rank as u64, // simulated hosts apart: the GPU still says who shares
+            process: rank as u64,
+            pid: rank,
+            device: 0,
+            cc_major: 9,
+            cc_minor: 0,
+            sm_count: budget,
+            bus_id: [0; 16],
+            paths: 0,
+            machine: 1,
+            cpus: 16,
+            network: 0,
+            gpu,
+            gpu_sms: 132,
+        };
+        // 3 hosts x 2 on one GPU: 132 / 12 = 11 blocks each (16 and 8 passed on the H200, 32 hung).
+        let mut six: Vec<_> = (0..6).map(|r| peer(r, 7, 132)).collect();
+        assert_eq!(share_gpus(&mut six, 2), 6);
+        assert!(six.iter().all(|p| p.sm_count == 11), "{:?}", six.iter().map(|p| p.sm_count).collect::<Vec<_>>());
+        // A lower maxCTAs stays; two GPUs with 1 and 3 ranks: only the shared one is split.
+        let mut mixed = vec![peer(0, 1, 132), peer(1, 2, 132), peer(2, 2, 8), peer(3, 2, 132)];
+        assert_eq!(share_gpus(&mut mixed, 0), 1);
+        assert_eq!(mixed.iter().map(|p| p.sm_count).collect::<Vec<_>>(), vec![132, 22, 8, 22]);
+        assert_eq!(share_gpus(&mut mixed, 3), 3);
+        // One GPU each: unchanged.
+        let mut apart: Vec<_> = (0..4).map(|r| peer(r, r as u64, 132)).collect();
+        assert_eq!(share_gpus(&mut apart, 1), 1);
+        assert!(apart.iter().all(|p| p.sm_count == 132));
+        // Never below one block, however many share.
+        let mut many: Vec<_> = (0..300).map(|r| peer(r, 9, 132)).collect();
+        share_gpus(&mut many, 0);
+        assert!(many.iter().all(|p| p.sm_count == 1));
+        assert_ne!(gpu_hash(&[1; 16], "0000:1b:00.0"), gpu_hash(&[2; 16], "0000:1b:00.0"));
+        assert_ne!(gpu_hash(&[0; 16], "0000:1b:00.0"), gpu_hash(&[0; 16], "0000:1c:00.0"));
+    }
+
+    #[test]
     fn cpu_lists() {
         assert_eq!(parse_cpulist("0-3,8,10-11\n"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
         assert_eq!(parse_cpulist("5"), Some(vec![5]));
@@ -291,6 +369,8 @@ mod tests {
             machine: 0x0123_4567_89ab_cdef,
             cpus: 64,
             network: 0xfeed_0000_0000_beef,
+            gpu: 0x1111_2222_3333_4444,
+            gpu_sms: 132,
         };
         let e = p.encode();
         assert_eq!(e.len(), PeerInfo::BYTES);

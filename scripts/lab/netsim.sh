@@ -22,13 +22,12 @@
 # (NCCL_TESTS_DEVICE=0 for every rank), run the CUDA MPS daemon (nvidia-cuda-mps-control -d;
 # `echo quit | nvidia-cuda-mps-control` after) so that the processes' kernels run side by side
 # instead of in time slices of milliseconds; NCCL then accepts ranks of different hosts on one
-# GPU. Two ranks of one host on one GPU: NCCL refuses them (duplicate GPU); oxccl's runs under MPS
-# passed at 8 B (2 x 2, 3 x 2) but hung in session 64 (2 x 2, 1 MB) and 65 (3 x 2, -d all) runs,
-# also with each client's SMs capped or the GPU's blocks split among its ranks. Session 66: 2 x 2
-# passes under MPS with NCCL_MAX_CTAS=16 (1 and 16 MB); 3 x 2 at 16 MB hangs with it, with
-# OXCCL_PDL=0 too, and OXCCL_DEBUG_DUMP's own device read then never returns (the MPS server is
-# stuck, not only the kernels). One hardware queue per process (CUDA_DEVICE_MAX_CONNECTIONS=1)
-# does not hang without MPS. Cause not found; without MPS these layouts pass, time-sliced.
+# GPU. Two ranks of one host on one GPU: NCCL refuses them (duplicate GPU); oxccl runs them. They
+# hung under MPS in sessions 64-66 (2 x 2 at 1 MB, 3 x 2 at 16 MB): every rank's kernels spin on
+# the one GPU, and with full grids the first ones in held the SMs while their host-local peers'
+# kernels never started (the dump of session 67: one side of each pair waiting, the other's
+# kernel not begun). Since session 67 ranks sharing a GPU split its SMs (topo::share_gpus), and
+# 3 x 2, 2 x 2, 1 x 2 and 4 x 1 pass under MPS with every default.
 #
 # scripts/lab/netsim-compare.sh does all of this for a same-call comparison against NCCL.
 #

@@ -24,6 +24,9 @@ pub struct Device {
     pub driver: i32,
     /// PCI bus id, "0000:xx:yy.z", identifying the GPU across processes.
     pub bus_id: String,
+    /// The driver's UUID of the device (of the MIG instance under MIG): which SMs it runs on,
+    /// across processes and hosts. All zero where the driver gave none.
+    pub uuid: [u8; 16],
     module: OnceLock<std::result::Result<Module, Error>>,
 }
 
@@ -71,7 +74,10 @@ impl Device {
             let bus_id = std::ffi::CStr::from_ptr(buf.as_ptr()).to_string_lossy().to_lowercase();
             let mut driver = 0;
             check(cu::cuDriverGetVersion(&mut driver), "cuDriverGetVersion")?;
-            Ok(Device { ordinal, cu: dev, ctx, sm_count, cc_major, cc_minor, driver, bus_id, module: OnceLock::new() })
+            let mut id: cu::CUuuid = std::mem::zeroed();
+            // Only used to tell which ranks share a GPU: without it, the bus id says (topo::gpu_hash).
+            let uuid = if cu::cuDeviceGetUuid_v2(&mut id, dev) == cu::CUresult::CUDA_SUCCESS { id.bytes.map(|b| b as u8) } else { [0; 16] };
+            Ok(Device { ordinal, cu: dev, ctx, sm_count, cc_major, cc_minor, driver, bus_id, uuid, module: OnceLock::new() })
         }
     }
 

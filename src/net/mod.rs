@@ -424,6 +424,11 @@ impl Net {
         let id = crate::split::child_id(s.bs, &child).map_err(|e| e.context("setting up the host-local communicator"))?;
         let mut cfg = s.config.clone();
         cfg.blocking = true; // driven by oxccl itself, from within this init
+        // Its kernels run alongside every other rank's on a shared GPU, not only this host's:
+        // it keeps to the whole communicator's block budget (topo::share_gpus) when that is lower.
+        if let Some(b) = s.peers.iter().map(|p| p.sm_count).min().filter(|&b| b < crate::config::MAX_CHANNELS) {
+            cfg.max_ctas = cfg.max_ctas.min(b.max(1));
+        }
         let local = Comm::new(child.rank, members.len(), s.device, cfg);
         local.init(&id).map_err(|e| e.context("initialising the host-local communicator"))?;
         let local = Arc::new(local);
