@@ -13,7 +13,8 @@
 # oxccl runs only (e.g. OXCCL_NET_REDUCE_PIPELINE_MIN=524288). NSC_OX_ENVS="A=1;A=2 B=3": several
 # oxccl settings, separated by ';', each run right after the same NCCL run (one ratio column per
 # setting; NCCL runs once per binary, not once per setting); it replaces NSC_OX_ENV. NSC_ITERS
-# (default 5); NSC_LOG: the folder for the logs (default a new temporary one). After the table: how much each of
+# (default 5); NSC_LOG: the folder for the logs (default a new temporary one); NETSIM_CPUS=N: each
+# simulated host on N CPUs of its own (netsim.sh run). After the table: how much each of
 # `netsim.sh tcpstats`' counters (TCP's loss repairs, socket, shaper and backlog drops) grew
 # during each run.
 set -uo pipefail
@@ -28,9 +29,11 @@ gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 [ "$gpus" -gt 0 ] || { echo "netsim-compare: no GPU found" >&2; exit 2; }
 mpi=(mpirun --allow-run-as-root --bind-to none -np "$ranks")
 share=()
+# NETSIM_CPUS=N (netsim.sh run): each simulated host on N CPUs of its own, for both libraries.
+[ -n "${NETSIM_CPUS:-}" ] && share+=(-x NETSIM_CPUS)
 mps_started=0
 if [ "$ranks" -gt "$gpus" ]; then
-    share=(-x NETSIM_GPUS="$gpus")
+    share+=(-x NETSIM_GPUS="$gpus")
     export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/oxccl-mps} CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/oxccl-mps-log}
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
     # pgrep -x matches at most 15 characters of a name; -f matches the command line.
@@ -67,7 +70,7 @@ for t in $tests; do
         tcp $x-$t
     done
 done
-echo "$hosts hosts x $ph, ${rate} per host link; logs in $log"
+echo "$hosts hosts x $ph, ${rate} per host link${NETSIM_CPUS:+, $NETSIM_CPUS CPUs per host}; logs in $log"
 for k in "${!variants[@]}"; do echo "  $(tag "$k"): oxccl with ${variants[$k]:-its defaults}"; done
 python3 - "$log" "${#variants[@]}" $tests <<'PY'
 import sys

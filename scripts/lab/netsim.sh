@@ -10,6 +10,7 @@
 #                                          # "oxnic", the bridge 10.77.0.254; RATE (tc units, e.g.
 #                                          # 25gbit) limits each host's send and receive
 #   mpirun -np 4 --mca btl self,vader scripts/lab/netsim.sh run 2 ./all_reduce_perf ...  # 2 x 2
+#   NETSIM_CPUS=4 ... netsim.sh run ...   # each simulated host on 4 CPUs of its own (taskset)
 #   scripts/lab/netsim.sh check HOSTS      # each host's bytes/s to the next one, all at once
 #   scripts/lab/netsim.sh tcpstats HOSTS   # TCP's loss repairs and drops, summed over hosts
 #   scripts/lab/netsim.sh down HOSTS
@@ -144,6 +145,13 @@ run() {
     local cmd=(env NCCL_HOSTID="oxccl-sim-host-$h" NCCL_SOCKET_IFNAME=oxnic "$@")
     # More ranks than GPUs: rank r on GPU r % NETSIM_GPUS (nccl-tests' NCCL_TESTS_DEVICE).
     [ -n "${NETSIM_GPUS:-}" ] && cmd=(env NCCL_TESTS_DEVICE=$((rank % NETSIM_GPUS)) "${cmd[@]}")
+    # NETSIM_CPUS=N: simulated host h runs on CPUs h*N..h*N+N-1 alone, as a machine of N cores
+    # would (its ranks' threads then compete only with each other, not with other hosts').
+    if [ -n "${NETSIM_CPUS:-}" ]; then
+        local lo=$((h * NETSIM_CPUS)) hi=$((h * NETSIM_CPUS + NETSIM_CPUS - 1))
+        [ "$hi" -lt "$(nproc --all)" ] || { echo "netsim.sh: host $h needs CPUs $lo-$hi, this machine has $(nproc --all)" >&2; exit 2; }
+        cmd=(taskset -c "$lo-$hi" "${cmd[@]}")
+    fi
     if [ "${NETSIM_HOSTNAME:-0}" = 1 ]; then
         # A hostname of its own (UTS namespace): oxccl then takes each simulated host for a
         # machine of its own, as on a cluster (topo::machine_hash: its cores).
