@@ -230,14 +230,17 @@ pub fn gpu_hash(uuid: &[u8; 16], bus_id: &str) -> u64 {
 /// launched early (PDL). Lowers `sm_count` (the budget) in place, the same way on every rank.
 /// Returns how many ranks share `me`'s GPU.
 pub fn share_gpus(peers: &mut [PeerInfo], me: usize) -> usize {
-    let gpus: Vec<u64> = peers.iter().map(|p| p.gpu).collect();
+    let mut ranks_on: std::collections::HashMap<u64, i32> = std::collections::HashMap::new();
+    for p in peers.iter() {
+        *ranks_on.entry(p.gpu).or_default() += 1;
+    }
     for p in peers.iter_mut() {
-        let k = gpus.iter().filter(|&&g| g == p.gpu).count() as i32;
+        let k = ranks_on.get(&p.gpu).copied().unwrap_or(1);
         if k > 1 {
             p.sm_count = p.sm_count.min((p.gpu_sms / (2 * k)).max(1));
         }
     }
-    peers.get(me).map_or(1, |m| gpus.iter().filter(|&&g| g == m.gpu).count())
+    peers.get(me).and_then(|m| ranks_on.get(&m.gpu)).map_or(1, |&k| k as usize)
 }
 
 /// Parses a Linux CPU list ("0-3,8,10-11"); None if malformed.
