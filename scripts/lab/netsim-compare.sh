@@ -15,7 +15,7 @@
 # setting; NCCL runs once per binary, not once per setting); it replaces NSC_OX_ENV. NSC_ITERS
 # (default 5); NSC_LOG: the folder for the logs (default a new temporary one); NETSIM_CPUS=N: each
 # simulated host on N CPUs of its own (netsim.sh run). After the table: how much each of
-# `netsim.sh tcpstats`' counters (TCP's loss repairs, socket, shaper and backlog drops) grew
+# `netsim.sh tcpstats`' counters (TCP's loss repairs; socket, shaper, veth and backlog drops) grew
 # during each run.
 set -uo pipefail
 lib=$(realpath "$1"); nt=$2; nccldir=$(realpath "$3"); hosts=$4; ph=$5; rate=$6; tests=$7

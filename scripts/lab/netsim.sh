@@ -105,7 +105,8 @@ s.close(); print(f"host {sys.argv[2]} -> {dst}: {n / (time.time() - t) / 1e9:.2f
 tcpstats() {
     # Counters since `up` (a namespace's TCP counters start at zero), summed over the hosts: TCP's
     # retransmitted segments, tail loss probes, retransmission timeouts, socket drops and DSACKs,
-    # and the packets the shapers dropped; and the machine's receive backlog drops since boot.
+    # the packets the shapers and the veth pairs dropped; and the machine's receive backlog drops
+    # since boot.
     # Why count them: single lanes 15-26 ms late stalled whole steps, as a segment lost at the end
     # of a burst would (Linux's tail loss probe waits at least 10 ms; BENCHMARKS, fifty-fourth pass).
     local hosts=${1:?usage: scripts/lab/netsim.sh tcpstats HOSTS} h
@@ -113,6 +114,8 @@ tcpstats() {
         ip netns exec oxsim$h cat /proc/net/snmp /proc/net/netstat
         echo "qdisc $(tc -s -n oxsim$h qdisc show dev oxnic | grep -o 'dropped [0-9]*')"
         echo "qdisc $(tc -s qdisc show dev oxsimv$h 2>/dev/null | grep -o 'dropped [0-9]*')"
+        # Packets the veth pair dropped itself (its peer's queue full), past every qdisc.
+        echo "linkdrops $(ip netns exec oxsim$h cat /sys/class/net/oxnic/statistics/{rx,tx}_dropped) $(cat /sys/class/net/oxsimv$h/statistics/{rx,tx}_dropped 2>/dev/null)"
     done | python3 -c '
 import sys
 # Socket drops: segments a receiving socket had no room for (rcvbuf or backlog full, zero window,
@@ -120,11 +123,13 @@ import sys
 want = {"RetransSegs": "retrans", "TCPLossProbes": "probes", "TCPTimeouts": "timeouts", "TCPLostRetransmit": "lost_retrans",
         "TCPBacklogDrop": "sock_drops", "TCPRcvQDrop": "sock_drops", "TCPZeroWindowDrop": "sock_drops", "TCPOFODrop": "sock_drops",
         "TCPDSACKRecv": "dsacks"}
-tot = dict.fromkeys(want.values(), 0); drops = 0; head = {}
+tot = dict.fromkeys(want.values(), 0); drops = 0; link = 0; head = {}
 for line in sys.stdin:
     f = line.split()
     if f[:1] == ["qdisc"]:
         drops += int(f[2]) if len(f) > 2 else 0
+    elif f[:1] == ["linkdrops"]:
+        link += sum(map(int, f[1:]))
     elif f and f[0] in head:
         for k, v in zip(head.pop(f[0]), f[1:]):
             if k in want: tot[want[k]] += int(v)
@@ -133,7 +138,7 @@ for line in sys.stdin:
 # Receive backlogs, shared by every namespace (a count since boot): packets dropped because the
 # backlog of a CPU was full when they arrived (second column, hex).
 backlog = sum(int(l.split()[1], 16) for l in open("/proc/net/softnet_stat"))
-print(" ".join(f"{k} {v}" for k, v in tot.items()) + f" shaper_drops {drops} backlog_drops {backlog}")
+print(" ".join(f"{k} {v}" for k, v in tot.items()) + f" shaper_drops {drops} link_drops {link} backlog_drops {backlog}")
 '
 }
 
