@@ -119,10 +119,16 @@ tcpstats() {
     done | python3 -c '
 import sys
 # Socket drops: segments a receiving socket had no room for (rcvbuf or backlog full, zero window,
-# out of order). DSACKs: segments the receiver got twice, so retransmitted without a loss.
+# out of order). DSACKs: reports from the receiver that it got data twice (retransmitted without a
+# loss); dsack_segs: how many segments those covered (RetransSegs counts segments too, 45 for a
+# 64 KiB GSO burst, while dsacks counts reports). reorders: reordering TCP detected;
+# rtx_still_queued: retransmissions not sent because the original was still in a queue of this
+# host (in a shaper, say).
 want = {"RetransSegs": "retrans", "TCPLossProbes": "probes", "TCPTimeouts": "timeouts", "TCPLostRetransmit": "lost_retrans",
         "TCPBacklogDrop": "sock_drops", "TCPRcvQDrop": "sock_drops", "TCPZeroWindowDrop": "sock_drops", "TCPOFODrop": "sock_drops",
-        "TCPDSACKRecv": "dsacks"}
+        "TCPDSACKRecv": "dsacks", "TCPDSACKRecvSegs": "dsack_segs",
+        "TCPSACKReorder": "reorders", "TCPTSReorder": "reorders", "TCPRenoReorder": "reorders",
+        "TCPSpuriousRtxHostQueues": "rtx_still_queued"}
 tot = dict.fromkeys(want.values(), 0); drops = 0; link = 0; head = {}
 for line in sys.stdin:
     f = line.split()
