@@ -58,12 +58,15 @@ up() {
         if [ -n "$rate" ]; then
             # tbf shapes egress only: inside the namespace that is the host's sending, on the
             # bridge side its receiving. The bucket must hold a whole GSO segment (64 KiB and up)
-            # or nothing passes; 4 MiB covers 4 ms at 10 Gbit/s.
-            tc -n $ns qdisc add dev oxnic root tbf rate "$rate" burst 4mb latency 50ms
-            tc qdisc add dev $out root tbf rate "$rate" burst 4mb latency 50ms
+            # or nothing passes; 4 MiB covers 4 ms at 10 Gbit/s. NETSIM_QUEUE is tc's latency
+            # (default 50ms, as in every pass so far): the shaper queues up to rate x latency plus
+            # the bucket, 66 MB at 10 Gbit/s with 50 ms, where a switch port holds a few MB.
+            local q=${NETSIM_QUEUE:-50ms}
+            tc -n $ns qdisc add dev oxnic root tbf rate "$rate" burst 4mb latency "$q"
+            tc qdisc add dev $out root tbf rate "$rate" burst 4mb latency "$q"
         fi
     done
-    echo "netsim: $hosts hosts on $BR${rate:+, $rate each way}"
+    echo "netsim: $hosts hosts on $BR${rate:+, $rate each way, queue ${NETSIM_QUEUE:-50ms}}"
 }
 
 down() {
