@@ -84,8 +84,8 @@ impl Progress {
 }
 
 /// How long a dump waits for its copy of the device state. A copy that has not ended by then
-/// waits behind the stall itself (the process's copies, or the GPU's, are blocked); the dump
-/// says so and the monitor goes on.
+/// waits behind the stall itself (session 67: under MPS, behind a copy-engine direct copy that
+/// waited for a peer which never came); the dump says so and the monitor goes on.
 pub const DEVICE_READ_LIMIT: Duration = Duration::from_secs(5);
 
 /// Why [`bounded`] has no result.
@@ -104,8 +104,9 @@ impl std::fmt::Display for Unanswered {
         match self {
             Unanswered::TimedOut(d) => write!(
                 f,
-                "no answer in {d:?}: a copy from the device waits behind the stall too (every copy of this process, or of \
-                 the GPU's MPS server, is held up), so the stall is beyond this communicator's kernels"
+                "no answer in {d:?}: a copy from the device waits behind the stall too (under MPS, a copy-engine direct \
+                 copy waiting for its peer holds up the server's other copies; OXCCL_CE_DIRECT_MIN_BYTES=0 lets the read \
+                 through), so look at the other ranks' dumps"
             ),
             Unanswered::Failed => f.write_str("the read failed (panicked)"),
             Unanswered::NoThread => f.write_str("no thread to read it"),
