@@ -56,7 +56,7 @@ impl Rng {
     }
 }
 
-fn is_signed_int(dt: DataType) -> bool {
+pub fn is_signed_int(dt: DataType) -> bool {
     matches!(dt, DataType::Int8 | DataType::Int32 | DataType::Int64)
 }
 
@@ -65,7 +65,7 @@ fn int_bits(dt: DataType) -> u32 {
 }
 
 /// Wraps an integer into the datatype's range, returned sign-extended (signed) or zero-extended.
-fn wrap_int(dt: DataType, v: i128) -> i128 {
+pub fn wrap_int(dt: DataType, v: i128) -> i128 {
     let bits = int_bits(dt);
     let m = (v as u128) & (u128::MAX >> (128 - bits));
     if is_signed_int(dt) && (m >> (bits - 1)) & 1 == 1 {

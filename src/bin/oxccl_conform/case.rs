@@ -1,0 +1,400 @@
+//! What one fuzz case is (serialisable: its JSON is the one-line reproduction), and what the
+//! NCCL contract says each rank's buffers hold before and after it.
+
+use serde::{Deserialize, Serialize};
+
+use oxccl::types::DataType;
+
+/// A collective, or a list of sends and receives (`SendRecv`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    AllReduce,
+    ReduceScatter,
+    Reduce,
+    AllGather,
+    Broadcast,
+    AlltoAll,
+    Gather,
+    Scatter,
+    SendRecv,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 9] =
+        [Kind::AllReduce, Kind::ReduceScatter, Kind::Reduce, Kind::AllGather, Kind::Broadcast, Kind::AlltoAll, Kind::Gather, Kind::Scatter, Kind::SendRecv];
+
+    pub fn reduces(self) -> bool {
+        matches!(self, Kind::AllReduce | Kind::ReduceScatter | Kind::Reduce)
+    }
+
+    pub fn rooted(self) -> bool {
+        matches!(self, Kind::Reduce | Kind::Broadcast | Kind::Gather | Kind::Scatter)
+    }
+
+    /// Whether NCCL defines an in-place form (AlltoAll and point-to-point have none).
+    pub fn has_in_place(self) -> bool {
+        !matches!(self, Kind::AlltoAll | Kind::SendRecv)
+    }
+
+    /// Whether `count` is per rank (the buffers hold nranks x count on one side).
+    pub fn per_rank(self) -> bool {
+        matches!(self, Kind::ReduceScatter | Kind::AllGather | Kind::AlltoAll | Kind::Gather | Kind::Scatter)
+    }
+}
+
+/// Reduction ops: NCCL's five built-ins and PreMulSum with its scalar on the host (read at
+/// creation) or in device memory (read by the kernel).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    Sum,
+    Prod,
+    Max,
+    Min,
+    Avg,
+    PreMulHost,
+    PreMulDevice,
+}
+
+impl Op {
+    pub const ALL: [Op; 7] = [Op::Sum, Op::Prod, Op::Max, Op::Min, Op::Avg, Op::PreMulHost, Op::PreMulDevice];
+
+    /// ncclRedOp_t of a built-in.
+    pub fn raw(self) -> Option<i32> {
+        match self {
+            Op::Sum => Some(0),
+            Op::Prod => Some(1),
+            Op::Max => Some(2),
+            Op::Min => Some(3),
+            Op::Avg => Some(4),
+            Op::PreMulHost | Op::PreMulDevice => None,
+        }
+    }
+
+    pub fn premul(self) -> bool {
+        matches!(self, Op::PreMulHost | Op::PreMulDevice)
+    }
+}
+
+/// How the case's group is issued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Called and run at once, blocking communicators.
+    Eager,
+    /// Captured into one CUDA graph per rank, then replayed `replays` times with fresh inputs.
+    Graph,
+    /// Nonblocking communicators (config.blocking = 0): calls may return ncclInProgress; the
+    /// ranks poll ncclCommGetAsyncError until the group is enqueued.
+    NonBlocking,
+}
+
+/// One send of `count` elements from rank `src` to rank `dst` (src == dst: a send to self),
+/// each buffer at its own element offset.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transfer {
+    pub src: usize,
+    pub dst: usize,
+    pub count: u64,
+    pub soff: u8,
+    pub roff: u8,
+}
+
+/// One operation of the case's group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpCase {
+    pub kind: Kind,
+    /// ncclDataType_t.
+    pub dtype: i32,
+    /// Reduction op (reducing kinds only).
+    pub op: Op,
+    /// NCCL's count argument (per rank where `Kind::per_rank`; unused for SendRecv).
+    pub count: u64,
+    pub root: usize,
+    pub in_place: bool,
+    /// Which of the ranks' two communicators runs it.
+    pub comm: u8,
+    /// Per rank: the send and receive buffers' start, in elements past a 64-byte aligned address.
+    pub soff: Vec<u8>,
+    pub roff: Vec<u8>,
+    /// Per rank: PreMulSum's scalar (an index into `scalar_value`).
+    pub scalars: Vec<u8>,
+    /// SendRecv only, in posting order (every rank posts its part in this order, so each pair's
+    /// sends and receives match).
+    pub transfers: Vec<Transfer>,
+}
+
+impl OpCase {
+    pub fn dt(&self) -> DataType {
+        DataType::from_raw(self.dtype).expect("a valid datatype")
+    }
+}
+
+/// Which ranks abort, and when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Abort {
+    /// Per rank: whether it posts the case's group. A rank that does not leaves its peers waiting.
+    pub posts: Vec<bool>,
+    /// Microseconds between every rank having issued its part and the aborts.
+    pub delay_us: u32,
+    /// Only the posting ranks abort; the others (nothing pending with them) must see no error
+    /// for a while and then destroy their communicators in bounded time.
+    pub posters_only: bool,
+}
+
+/// One fuzz case: a group of operations on `procs` processes of `per_proc` ranks each.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Case {
+    pub procs: usize,
+    pub per_proc: usize,
+    pub mode: Mode,
+    /// Graph replays (Graph mode).
+    pub replays: u8,
+    pub ops: Vec<OpCase>,
+    pub abort: Option<Abort>,
+    /// Seeds the input data and the untouched bytes' pattern.
+    pub seed: u64,
+}
+
+impl Case {
+    pub fn nranks(&self) -> usize {
+        self.procs * self.per_proc
+    }
+
+    pub fn to_line(&self) -> String {
+        serde_json::to_string(self).expect("a case serialises")
+    }
+
+    pub fn from_line(s: &str) -> Result<Case, String> {
+        let c: Case = serde_json::from_str(s).map_err(|e| format!("not a case: {e}"))?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// The invariants generation keeps, checked for hand-written reproductions too.
+    pub fn validate(&self) -> Result<(), String> {
+        let n = self.nranks();
+        if n == 0 || self.ops.is_empty() {
+            return Err("a case needs ranks and operations".into());
+        }
+        for o in &self.ops {
+            DataType::from_raw(o.dtype).ok_or_else(|| format!("datatype {}", o.dtype))?;
+            if o.soff.len() != n || o.roff.len() != n || o.scalars.len() != n {
+                return Err(format!("per-rank lists of {:?} are not {n} long", o.kind));
+            }
+            if o.root >= n || o.comm > 1 || o.soff.iter().chain(&o.roff).any(|&x| x > 15) {
+                return Err(format!("{:?}: root, comm or an offset out of range", o.kind));
+            }
+            if o.transfers.iter().any(|t| t.src >= n || t.dst >= n || t.soff > 15 || t.roff > 15) {
+                return Err("a transfer's rank or offset is out of range".into());
+            }
+            if o.in_place && !o.kind.has_in_place() {
+                return Err(format!("{:?} has no in-place form", o.kind));
+            }
+            if o.scalars.iter().any(|&s| s as usize >= SCALARS) {
+                return Err("a scalar index is out of range".into());
+            }
+        }
+        if let Some(a) = &self.abort {
+            if a.posts.len() != n {
+                return Err("abort.posts is not nranks long".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// PreMulSum scalars: powers of two (and small integers for integer types), so that every
+/// pre-multiplied input stays exact.
+pub const SCALARS: usize = 6;
+
+pub fn scalar_value(dt: DataType, idx: u8) -> f64 {
+    if dt.is_float() {
+        // fp8: integers only (halves would need bits fp8 lacks once summed).
+        let table: [f64; SCALARS] = if dt.is_fp8() { [1.0, -1.0, 2.0, 1.0, -2.0, 2.0] } else { [1.0, -1.0, 2.0, 0.5, -0.25, 4.0] };
+        table[idx as usize % SCALARS]
+    } else {
+        [1.0, -1.0, 2.0, 3.0, 0.0, -3.0][idx as usize % SCALARS]
+    }
+}
+
+/// Where one rank's buffers of one operation lie: allocations (each `len` elements starting `off`
+/// elements past 64 bytes of guard), and the send / receive buffers as (allocation, element
+/// offset in it, elements).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    pub allocs: Vec<AllocSpec>,
+    pub send: Option<(usize, u64, u64)>,
+    pub recv: Option<(usize, u64, u64)>,
+    /// SendRecv: per transfer this rank takes part in (index into the op's transfers), its send
+    /// and receive buffers.
+    pub sends: Vec<(usize, (usize, u64, u64))>,
+    pub recvs: Vec<(usize, (usize, u64, u64))>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocSpec {
+    pub off: u64,
+    pub len: u64,
+}
+
+/// Guard bytes on each side of every buffer: they, and every byte the contract does not let the
+/// operation write, must come back unchanged.
+pub const GUARD: u64 = 64;
+
+impl AllocSpec {
+    pub fn bytes(&self, es: u64) -> u64 {
+        GUARD + (self.off + self.len) * es + GUARD
+    }
+    /// Byte offset of element 0 in the allocation.
+    pub fn start(&self, es: u64) -> u64 {
+        GUARD + self.off * es
+    }
+}
+
+/// Elements of rank `r`'s send and receive buffers.
+pub fn send_recv_len(o: &OpCase, n: usize, r: usize) -> (u64, u64) {
+    let c = o.count;
+    let nc = c * n as u64;
+    let _ = r;
+    match o.kind {
+        Kind::AllReduce | Kind::Reduce | Kind::Broadcast => (c, c),
+        Kind::ReduceScatter => (nc, c),
+        Kind::AllGather | Kind::Gather => (c, nc),
+        Kind::AlltoAll => (nc, nc),
+        Kind::Scatter => (nc, c),
+        Kind::SendRecv => (0, 0),
+    }
+}
+
+/// Rank `r`'s buffers for `o` on `n` ranks.
+pub fn layout(o: &OpCase, n: usize, r: usize) -> Layout {
+    let mut l = Layout::default();
+    if o.kind == Kind::SendRecv {
+        for (i, t) in o.transfers.iter().enumerate() {
+            if t.src == r {
+                l.allocs.push(AllocSpec { off: t.soff as u64, len: t.count });
+                l.sends.push((i, (l.allocs.len() - 1, 0, t.count)));
+            }
+            if t.dst == r {
+                l.allocs.push(AllocSpec { off: t.roff as u64, len: t.count });
+                l.recvs.push((i, (l.allocs.len() - 1, 0, t.count)));
+            }
+        }
+        return l;
+    }
+    let (s, rl) = send_recv_len(o, n, r);
+    let c = o.count;
+    // In place where the contract defines it (rooted in-place forms only at the root).
+    let in_place = o.in_place && (!matches!(o.kind, Kind::Gather | Kind::Scatter) || r == o.root);
+    if in_place {
+        let len = s.max(rl);
+        l.allocs.push(AllocSpec { off: o.soff[r] as u64, len });
+        let (so, ro) = match o.kind {
+            Kind::ReduceScatter => (0, r as u64 * c),
+            Kind::AllGather => (r as u64 * c, 0),
+            Kind::Gather => (o.root as u64 * c, 0),
+            Kind::Scatter => (0, o.root as u64 * c),
+            _ => (0, 0),
+        };
+        l.send = Some((0, so, s));
+        l.recv = Some((0, ro, rl));
+    } else {
+        l.allocs.push(AllocSpec { off: o.soff[r] as u64, len: s });
+        l.allocs.push(AllocSpec { off: o.roff[r] as u64, len: rl });
+        l.send = Some((0, 0, s));
+        l.recv = Some((1, 0, rl));
+    }
+    l
+}
+
+/// One element of an expected output: rank `src`'s send element `idx` copied, or the reduction
+/// over every rank of their send elements `idx`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Copy { src: usize, idx: u64 },
+    Reduce { idx: u64 },
+}
+
+/// What rank `r`'s receive buffer must hold after `o` (None: it must not be written), as a
+/// function from output element index to its source.
+pub fn output_rule(o: &OpCase, n: usize, r: usize) -> Option<Box<dyn Fn(u64) -> Source>> {
+    let c = o.count;
+    let root = o.root;
+    Some(match o.kind {
+        Kind::AllReduce => Box::new(|i| Source::Reduce { idx: i }),
+        Kind::Reduce if r == root => Box::new(|i| Source::Reduce { idx: i }),
+        Kind::Reduce => return None,
+        Kind::ReduceScatter => Box::new(move |i| Source::Reduce { idx: r as u64 * c + i }),
+        Kind::AllGather => Box::new(move |i| Source::Copy { src: (i / c.max(1)) as usize, idx: i % c.max(1) }),
+        Kind::Broadcast => Box::new(move |i| Source::Copy { src: root, idx: i }),
+        Kind::AlltoAll => Box::new(move |i| Source::Copy { src: (i / c.max(1)) as usize, idx: r as u64 * c + i % c.max(1) }),
+        Kind::Gather if r == root => Box::new(move |i| Source::Copy { src: (i / c.max(1)) as usize, idx: i % c.max(1) }),
+        Kind::Gather => return None,
+        Kind::Scatter => Box::new(move |i| Source::Copy { src: root, idx: r as u64 * c + i }),
+        Kind::SendRecv => {
+            let _ = n;
+            return None;
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(kind: Kind, count: u64, in_place: bool, root: usize) -> OpCase {
+        OpCase {
+            kind,
+            dtype: 7,
+            op: Op::Sum,
+            count,
+            root,
+            in_place,
+            comm: 0,
+            soff: vec![1, 2, 3],
+            roff: vec![4, 5, 6],
+            scalars: vec![0; 3],
+            transfers: vec![],
+        }
+    }
+
+    #[test]
+    fn in_place_forms_put_the_send_buffer_where_nccl_says() {
+        // ReduceScatter in place: recvbuff = sendbuff + rank * recvcount.
+        let l = layout(&op(Kind::ReduceScatter, 10, true, 0), 3, 2);
+        assert_eq!((l.allocs.len(), l.send, l.recv), (1, Some((0, 0, 30)), Some((0, 20, 10))));
+        // AllGather in place: sendbuff = recvbuff + rank * sendcount.
+        let l = layout(&op(Kind::AllGather, 10, true, 0), 3, 1);
+        assert_eq!((l.send, l.recv), (Some((0, 10, 10)), Some((0, 0, 30))));
+        // Gather in place only at the root; elsewhere two buffers.
+        assert_eq!(layout(&op(Kind::Gather, 10, true, 1), 3, 1).send, Some((0, 10, 10)));
+        assert_eq!(layout(&op(Kind::Gather, 10, true, 1), 3, 0).allocs.len(), 2);
+        let l = layout(&op(Kind::Scatter, 10, true, 2), 3, 2);
+        assert_eq!((l.send, l.recv), (Some((0, 0, 30)), Some((0, 20, 10))));
+        // Offsets are per rank and per buffer.
+        let l = layout(&op(Kind::AllReduce, 10, false, 0), 3, 2);
+        assert_eq!((l.allocs[0].off, l.allocs[1].off), (3, 6));
+    }
+
+    #[test]
+    fn outputs_follow_the_contract() {
+        let at = |k: Kind, r: usize, i: u64| output_rule(&op(k, 4, false, 1), 3, r).map(|f| f(i));
+        assert_eq!(at(Kind::AlltoAll, 2, 5), Some(Source::Copy { src: 1, idx: 9 }));
+        assert_eq!(at(Kind::AllGather, 0, 9), Some(Source::Copy { src: 2, idx: 1 }));
+        assert_eq!(at(Kind::ReduceScatter, 2, 3), Some(Source::Reduce { idx: 11 }));
+        assert_eq!(at(Kind::Scatter, 0, 3), Some(Source::Copy { src: 1, idx: 3 }));
+        assert_eq!(at(Kind::Reduce, 0, 0), None);
+        assert_eq!(at(Kind::Gather, 1, 6), Some(Source::Copy { src: 1, idx: 2 }));
+    }
+
+    #[test]
+    fn a_reproduction_line_round_trips() {
+        let c = Case { procs: 3, per_proc: 1, mode: Mode::Graph, replays: 2, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9 };
+        assert_eq!(Case::from_line(&c.to_line()).unwrap(), c);
+        let mut bad = c.clone();
+        bad.ops[0].root = 3;
+        assert!(Case::from_line(&bad.to_line()).is_err());
+    }
+}

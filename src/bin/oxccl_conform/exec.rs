@@ -1,0 +1,751 @@
+//! The executor: one child process holding `per_proc` ranks of every layout's communicators, run
+//! by the parent over stdin/stdout (lines starting with `@@OXC `; anything else on stdout is the
+//! library's own output and is logged). It runs each case it is sent on its ranks, checks every
+//! byte of every buffer it allocated against the host reference, and answers with a verdict.
+//!
+//! Messages, child to parent: `ID <hex>` (process 0: unique ids for everybody), `READY`,
+//! `BARRIER`, `RESULT ok <digest per rank>` / `RESULT fail <why>`, `FATAL <why>` (then it exits:
+//! an error that may have left the process or its GPU state unusable). Parent to child:
+//! `ID <hex>`, `CASE <json>`, `GO` (after a barrier), `QUIT`.
+
+use std::ffi::{c_int, c_void};
+use std::io::{BufRead, Write};
+use std::time::{Duration, Instant};
+
+use oxccl::gpu::cu;
+
+use crate::case::{layout, scalar_value, Case, Kind, Mode, Op, OpCase};
+use crate::data::{compare, digest, expected_images, initial_images};
+use crate::nccl::{Comm, Config, Nccl, UniqueId, IN_PROGRESS, SUCCESS};
+use crate::values::Codec;
+
+/// Communicator slots per rank: (blocking, nonblocking) x (comm 0, comm 1).
+const SLOTS: usize = 4;
+
+pub fn say(msg: &str) {
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "@@OXC {msg}");
+    let _ = o.flush();
+}
+
+fn cu_check(rc: cu::CUresult, what: &str) -> Result<(), String> {
+    if rc == cu::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what}: {}", cu_name(rc)))
+    }
+}
+
+pub fn cu_name(rc: cu::CUresult) -> String {
+    let mut p: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: out-pointer; the driver returns a static string or an error.
+    unsafe { cu::cuGetErrorString(rc, &mut p) };
+    if p.is_null() {
+        format!("{rc:?}")
+    } else {
+        // SAFETY: a static NUL-terminated string from the driver.
+        unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+struct Rank {
+    rank: usize,
+    ctx: cu::CUcontext,
+    stream: cu::CUstream,
+    comms: [Comm; SLOTS],
+}
+
+pub struct Exec {
+    nccl: Nccl,
+    proc_: usize,
+    nranks: usize,
+    ranks: Vec<Rank>,
+    stdin: std::sync::Mutex<Box<dyn BufRead + Send>>,
+    case_timeout: Duration,
+}
+
+/// One device allocation of the case.
+struct Alloc {
+    ptr: cu::CUdeviceptr,
+    bytes: u64,
+}
+
+/// A rank's part of one operation: its allocations and its PreMulSum op.
+struct Part {
+    allocs: Vec<Alloc>,
+    op: c_int,
+    scalar: Option<cu::CUdeviceptr>,
+}
+
+/// Raw handles a thread may carry (the driver and NCCL handles are valid from any thread).
+struct Sendable<T>(T);
+// SAFETY: see above; the executor never touches them concurrently from two threads but for abort,
+// which NCCL allows from another thread.
+unsafe impl<T> Send for Sendable<T> {}
+unsafe impl<T> Sync for Sendable<T> {}
+
+impl Exec {
+    pub fn new(lib: &str, proc_: usize, procs: usize, per_proc: usize, ngpus: usize, case_timeout: Duration) -> Result<Exec, String> {
+        let nccl = Nccl::open(lib)?;
+        if proc_ == 0 {
+            eprintln!("oxccl-conform executor: {lib}, NCCL version code {}", nccl.version());
+        }
+        // SAFETY: cuInit has no preconditions.
+        cu_check(unsafe { cu::cuInit(0) }, "cuInit")?;
+        let mut ranks = Vec::new();
+        for l in 0..per_proc {
+            let rank = proc_ * per_proc + l;
+            let mut dev = 0;
+            let mut ctx = std::ptr::null_mut();
+            let mut stream = std::ptr::null_mut();
+            // SAFETY: out-pointers to locals; the ordinal is below the device count.
+            unsafe {
+                cu_check(cu::cuDeviceGet(&mut dev, (rank % ngpus.max(1)) as c_int), "cuDeviceGet")?;
+                cu_check(cu::cuDevicePrimaryCtxRetain(&mut ctx, dev), "cuDevicePrimaryCtxRetain")?;
+                cu_check(cu::cuCtxSetCurrent(ctx), "cuCtxSetCurrent")?;
+                cu_check(cu::cuStreamCreate(&mut stream, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32), "cuStreamCreate")?;
+            }
+            ranks.push(Rank { rank, ctx, stream, comms: [std::ptr::null_mut(); SLOTS] });
+        }
+        Ok(Exec {
+            nccl,
+            proc_,
+            nranks: procs * per_proc,
+            ranks,
+            stdin: std::sync::Mutex::new(Box::new(std::io::BufReader::new(std::io::stdin()))),
+            case_timeout,
+        })
+    }
+
+    fn read_line(&self) -> Result<String, String> {
+        let mut s = String::new();
+        match self.stdin.lock().map_err(|_| "stdin lock poisoned")?.read_line(&mut s) {
+            Ok(0) => Err("the parent went away".into()),
+            Ok(_) => Ok(s.trim_end().to_string()),
+            Err(e) => Err(format!("reading stdin: {e}")),
+        }
+    }
+
+    fn expect(&self, word: &str) -> Result<String, String> {
+        let l = self.read_line()?;
+        l.strip_prefix(word).map(|r| r.trim().to_string()).ok_or_else(|| format!("expected {word}, got {l:?}"))
+    }
+
+    pub fn barrier(&self) -> Result<(), String> {
+        say("BARRIER");
+        self.expect("GO").map(|_| ())
+    }
+
+    fn set_ctx(&self, i: usize) {
+        // SAFETY: a retained primary context.
+        unsafe { cu::cuCtxSetCurrent(self.ranks[i].ctx) };
+    }
+
+    /// Creates every rank's four communicators (ids from process 0, through the parent).
+    pub fn init_comms(&mut self) -> Result<(), String> {
+        if self.proc_ == 0 {
+            let mut hex = String::new();
+            for _ in 0..SLOTS {
+                let mut id = UniqueId([0; 128]);
+                // SAFETY: out-pointer to a local id.
+                let rc = unsafe { (self.nccl.get_unique_id)(&mut id) };
+                if rc != SUCCESS {
+                    return Err(self.nccl.describe("ncclGetUniqueId", rc, std::ptr::null_mut()));
+                }
+                hex.extend(id.0.iter().map(|b| format!("{b:02x}")));
+            }
+            say(&format!("ID {hex}"));
+        }
+        let hex = self.expect("ID")?;
+        if hex.len() != SLOTS * 256 {
+            return Err("bad ID line".into());
+        }
+        let byte = |i: usize| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|e| e.to_string());
+        for s in 0..SLOTS {
+            let mut id = UniqueId([0; 128]);
+            for (k, b) in id.0.iter_mut().enumerate() {
+                *b = byte(s * 128 + k)?;
+            }
+            let blocking = s < 2;
+            // SAFETY: group calls have no preconditions.
+            unsafe { (self.nccl.group_start)() };
+            for i in 0..self.ranks.len() {
+                self.set_ctx(i);
+                let mut cfg = Config::new(blocking);
+                let mut comm: Comm = std::ptr::null_mut();
+                // SAFETY: out-pointer and config are locals; the id is by value.
+                let rc = unsafe { (self.nccl.comm_init_rank_config)(&mut comm, self.nranks as c_int, id, self.ranks[i].rank as c_int, &mut cfg) };
+                if rc != SUCCESS && rc != IN_PROGRESS {
+                    return Err(self.nccl.describe("ncclCommInitRankConfig", rc, comm));
+                }
+                self.ranks[i].comms[s] = comm;
+            }
+            // SAFETY: closes the group opened above.
+            let rc = unsafe { (self.nccl.group_end)() };
+            if rc != SUCCESS && rc != IN_PROGRESS {
+                return Err(self.nccl.describe("ncclGroupEnd (init)", rc, std::ptr::null_mut()));
+            }
+            let comms: Vec<Comm> = self.ranks.iter().map(|r| r.comms[s]).collect();
+            self.wait_async(&comms, Instant::now() + Duration::from_secs(120), "init")?;
+        }
+        Ok(())
+    }
+
+    /// Polls ncclCommGetAsyncError until no communicator is in progress; every one must succeed.
+    fn wait_async(&self, comms: &[Comm], deadline: Instant, what: &str) -> Result<(), String> {
+        for &c in comms {
+            loop {
+                let mut st: c_int = 0;
+                // SAFETY: a live communicator; out-pointer to a local.
+                let rc = unsafe { (self.nccl.comm_get_async_error)(c, &mut st) };
+                if rc != SUCCESS {
+                    return Err(self.nccl.describe("ncclCommGetAsyncError", rc, c));
+                }
+                if st == SUCCESS {
+                    break;
+                }
+                if st != IN_PROGRESS {
+                    return Err(self.nccl.describe(&format!("{what}: async state"), st, c));
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("{what}: still ncclInProgress after the deadline"));
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for every local rank's stream, each within the deadline.
+    fn sync_streams(&self, deadline: Instant) -> Result<(), String> {
+        for r in &self.ranks {
+            loop {
+                // SAFETY: a live stream.
+                let rc = unsafe { cu::cuStreamQuery(r.stream) };
+                if rc == cu::CUresult::CUDA_SUCCESS {
+                    break;
+                }
+                if rc != cu::CUresult::CUDA_ERROR_NOT_READY {
+                    return Err(format!("rank {}: stream: {}", r.rank, cu_name(rc)));
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("rank {}: hang: the stream did not drain within {:?}", r.rank, self.case_timeout));
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one case and answers with its verdict. Errors are fatal (the caller exits).
+    pub fn run(&mut self, case: &Case) -> Result<(), String> {
+        if case.nranks() != self.nranks {
+            return Err(format!("a case for {} ranks sent to an executor of {}", case.nranks(), self.nranks));
+        }
+        let mut parts: Vec<Vec<Part>> = Vec::new(); // [op][local rank]
+        for (opi, o) in case.ops.iter().enumerate() {
+            let codec = Codec::new(o.dt());
+            let mut v = Vec::new();
+            for i in 0..self.ranks.len() {
+                self.set_ctx(i);
+                v.push(self.prepare(case, opi, o, i, &codec)?);
+            }
+            parts.push(v);
+        }
+        let res = if case.abort.is_some() { self.run_abort(case, &parts) } else { self.run_checked(case, &parts) };
+        // After an abort the communicators are gone: their PreMulSum ops with them.
+        let destroy_ops = case.abort.is_none();
+        self.release(case, parts, destroy_ops);
+        match res {
+            Ok(Ok(digests)) => {
+                say(&format!("RESULT ok {}", digests.iter().map(|d| format!("{d:016x}")).collect::<Vec<_>>().join(" ")));
+                Ok(())
+            }
+            Ok(Err(mismatch)) => {
+                say(&format!("RESULT fail {mismatch}"));
+                Ok(())
+            }
+            Err(fatal) => Err(fatal),
+        }
+    }
+
+    fn slot(case: &Case, o: &OpCase) -> usize {
+        (case.mode == Mode::NonBlocking) as usize * 2 + o.comm as usize
+    }
+
+    fn prepare(&self, case: &Case, opi: usize, o: &OpCase, i: usize, codec: &Codec) -> Result<Part, String> {
+        let n = self.nranks;
+        let r = self.ranks[i].rank;
+        let es = o.dt().size() as u64;
+        let l = layout(o, n, r);
+        let imgs = initial_images(case.seed, opi, o, n, r, 0, codec);
+        let mut allocs = Vec::new();
+        for (a, img) in l.allocs.iter().zip(&imgs) {
+            let mut ptr = 0;
+            let bytes = a.bytes(es);
+            // SAFETY: out-pointer to a local; `img` holds `bytes` bytes.
+            unsafe {
+                cu_check(cu::cuMemAlloc_v2(&mut ptr, bytes as usize), "cuMemAlloc")?;
+                cu_check(cu::cuMemcpyHtoD_v2(ptr, img.as_ptr().cast(), bytes as usize), "cuMemcpyHtoD")?;
+            }
+            allocs.push(Alloc { ptr, bytes });
+        }
+        let mut part = Part { allocs, op: o.op.raw().unwrap_or(0), scalar: None };
+        if o.kind.reduces() && o.op.premul() {
+            let dt = o.dt();
+            let mut s = [0u8; 8];
+            let v = scalar_value(dt, o.scalars[r]);
+            if dt.is_float() {
+                codec.encode_float(v, &mut s[..dt.size()]);
+            } else {
+                codec.encode_int(v as i128, &mut s[..dt.size()]);
+            }
+            let (ptr, residence) = if o.op == Op::PreMulDevice {
+                let mut d = 0;
+                // SAFETY: out-pointer; 8 bytes copied from a local.
+                unsafe {
+                    cu_check(cu::cuMemAlloc_v2(&mut d, 8), "cuMemAlloc")?;
+                    cu_check(cu::cuMemcpyHtoD_v2(d, s.as_ptr().cast(), 8), "cuMemcpyHtoD")?;
+                }
+                part.scalar = Some(d);
+                (d as *mut c_void, 0)
+            } else {
+                (s.as_mut_ptr().cast(), 1)
+            };
+            let comm = self.ranks[i].comms[Self::slot(case, o)];
+            // SAFETY: out-pointer; the scalar is read now (host) or by the kernels (device).
+            let rc = unsafe { (self.nccl.redop_create_premulsum)(&mut part.op, ptr, o.dtype, residence, comm) };
+            if rc != SUCCESS {
+                return Err(self.nccl.describe("ncclRedOpCreatePreMulSum", rc, comm));
+            }
+        }
+        Ok(part)
+    }
+
+    fn release(&self, case: &Case, parts: Vec<Vec<Part>>, destroy_ops: bool) {
+        for (o, v) in case.ops.iter().zip(parts) {
+            for (i, p) in v.into_iter().enumerate() {
+                self.set_ctx(i);
+                if destroy_ops && o.kind.reduces() && o.op.premul() {
+                    // SAFETY: an op created on this communicator; its work has completed.
+                    unsafe { (self.nccl.redop_destroy)(p.op, self.ranks[i].comms[Self::slot(case, o)]) };
+                }
+                for a in p.allocs.iter().map(|a| a.ptr).chain(p.scalar) {
+                    // SAFETY: allocated above; no work that uses it is pending.
+                    unsafe { cu::cuMemFree_v2(a) };
+                }
+            }
+        }
+    }
+
+    /// Issues the group of local ranks `who` (all if None): one call per (operation, rank), in a
+    /// group unless it is one plain call.
+    fn issue(&self, case: &Case, parts: &[Vec<Part>], who: Option<&[bool]>) -> Result<(), String> {
+        let nb = case.mode == Mode::NonBlocking;
+        let ok = |rc: c_int| rc == SUCCESS || (nb && rc == IN_PROGRESS);
+        let grouped = case.ops.len() > 1 || self.ranks.len() > 1 || case.ops.iter().any(|o| o.kind == Kind::SendRecv);
+        if grouped {
+            // SAFETY: no preconditions.
+            unsafe { (self.nccl.group_start)() };
+        }
+        let mut first_err = None;
+        for (opi, o) in case.ops.iter().enumerate() {
+            for (i, rk) in self.ranks.iter().enumerate() {
+                if who.is_some_and(|w| !w[rk.rank]) {
+                    continue;
+                }
+                self.set_ctx(i);
+                let p = &parts[opi][i];
+                let comm = rk.comms[Self::slot(case, o)];
+                let l = layout(o, self.nranks, rk.rank);
+                let es = o.dt().size() as u64;
+                let ptr = |b: Option<(usize, u64, u64)>| {
+                    b.map_or(0, |(a, off, _)| p.allocs[a].ptr + crate::case::GUARD + (l.allocs[a].off + off) * es) as *mut c_void
+                };
+                let (s, r) = (ptr(l.send), ptr(l.recv));
+                let (c, dt, root, st) = (o.count as usize, o.dtype, o.root as c_int, rk.stream);
+                let n = &self.nccl;
+                // SAFETY: every pointer is within an allocation of this rank sized for the call.
+                let rc = unsafe {
+                    match o.kind {
+                        Kind::AllReduce => (n.all_reduce)(s, r, c, dt, p.op, comm, st),
+                        Kind::ReduceScatter => (n.reduce_scatter)(s, r, c, dt, p.op, comm, st),
+                        Kind::Reduce => (n.reduce)(s, r, c, dt, p.op, root, comm, st),
+                        Kind::AllGather => (n.all_gather)(s, r, c, dt, comm, st),
+                        Kind::AlltoAll => (n.alltoall)(s, r, c, dt, comm, st),
+                        Kind::Broadcast => (n.broadcast)(s, r, c, dt, root, comm, st),
+                        Kind::Gather => (n.gather)(s, r, c, dt, root, comm, st),
+                        Kind::Scatter => (n.scatter)(s, r, c, dt, root, comm, st),
+                        Kind::SendRecv => {
+                            let mut rc = SUCCESS;
+                            let (mut si, mut ri) = (l.sends.iter(), l.recvs.iter());
+                            for t in &o.transfers {
+                                if t.src == rk.rank {
+                                    let (_, b) = si.next().expect("a send per transfer from this rank");
+                                    rc = (n.send)(ptr(Some(*b)), t.count as usize, dt, t.dst as c_int, comm, st);
+                                    if !ok(rc) {
+                                        break;
+                                    }
+                                }
+                                if t.dst == rk.rank {
+                                    let (_, b) = ri.next().expect("a receive per transfer to this rank");
+                                    rc = (n.recv)(ptr(Some(*b)), t.count as usize, dt, t.src as c_int, comm, st);
+                                    if !ok(rc) {
+                                        break;
+                                    }
+                                }
+                            }
+                            rc
+                        }
+                    }
+                };
+                if !ok(rc) && first_err.is_none() {
+                    first_err = Some(n.describe(&format!("rank {} op {opi} {:?}", rk.rank, o.kind), rc, comm));
+                }
+            }
+        }
+        if grouped {
+            // SAFETY: closes the group opened above.
+            let rc = unsafe { (self.nccl.group_end)() };
+            if !ok(rc) && first_err.is_none() {
+                first_err = Some(self.nccl.describe("ncclGroupEnd", rc, std::ptr::null_mut()));
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    fn used_comms(&self, case: &Case) -> Vec<Comm> {
+        let mut v = Vec::new();
+        for r in &self.ranks {
+            for o in &case.ops {
+                let c = r.comms[Self::slot(case, o)];
+                if !v.contains(&c) {
+                    v.push(c);
+                }
+            }
+        }
+        v
+    }
+
+    /// Eager, nonblocking or graph-replayed: run and check every replay. Ok(Err) is a wrong
+    /// result (the executor goes on); Err is fatal.
+    fn run_checked(&self, case: &Case, parts: &[Vec<Part>]) -> Result<Result<Vec<u64>, String>, String> {
+        let deadline = || Instant::now() + self.case_timeout;
+        let comms = self.used_comms(case);
+        if case.mode != Mode::Graph {
+            self.issue(case, parts, None)?;
+            self.wait_async(&comms, deadline(), "group")?;
+            self.sync_streams(deadline())?;
+            self.wait_async(&comms, deadline(), "after the group")?;
+            return self.check(case, parts, 0);
+        }
+        let mut graphs = Vec::new();
+        for (i, r) in self.ranks.iter().enumerate() {
+            self.set_ctx(i);
+            // SAFETY: a live stream of this context.
+            cu_check(
+                unsafe { cu::cuStreamBeginCapture_v2(r.stream, cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) },
+                "cuStreamBeginCapture",
+            )?;
+        }
+        let issued = self.issue(case, parts, None);
+        for (i, r) in self.ranks.iter().enumerate() {
+            self.set_ctx(i);
+            let mut g = std::ptr::null_mut();
+            let mut e = std::ptr::null_mut();
+            // SAFETY: ends the capture begun above; out-pointers to locals.
+            unsafe {
+                cu_check(cu::cuStreamEndCapture(r.stream, &mut g), "cuStreamEndCapture")?;
+                cu_check(cu::cuGraphInstantiateWithFlags(&mut e, g, 0), "cuGraphInstantiate")?;
+            }
+            graphs.push((g, e));
+        }
+        issued?;
+        let mut digests = Vec::new();
+        let mut verdict = Ok(());
+        for replay in 0..case.replays.max(1) as usize {
+            if replay > 0 {
+                self.upload(case, parts, replay)?;
+            }
+            for (i, (r, (_, e))) in self.ranks.iter().zip(&graphs).enumerate() {
+                self.set_ctx(i);
+                // SAFETY: an instantiated graph; the stream is live.
+                cu_check(unsafe { cu::cuGraphLaunch(*e, r.stream) }, "cuGraphLaunch")?;
+            }
+            self.sync_streams(deadline())?;
+            self.wait_async(&comms, deadline(), "after a replay")?;
+            match self.check(case, parts, replay)? {
+                Ok(d) => digests = d,
+                Err(m) => {
+                    verdict = Err(format!("replay {replay}: {m}"));
+                    break;
+                }
+            }
+        }
+        for (i, (g, e)) in graphs.into_iter().enumerate() {
+            self.set_ctx(i);
+            // SAFETY: the graphs' work has completed.
+            unsafe {
+                cu::cuGraphExecDestroy(e);
+                cu::cuGraphDestroy(g);
+            }
+        }
+        Ok(verdict.map(|_| digests))
+    }
+
+    /// Uploads every allocation's initial image of `replay` (fresh inputs, fresh pattern).
+    fn upload(&self, case: &Case, parts: &[Vec<Part>], replay: usize) -> Result<(), String> {
+        for (opi, o) in case.ops.iter().enumerate() {
+            let codec = Codec::new(o.dt());
+            for (i, rk) in self.ranks.iter().enumerate() {
+                self.set_ctx(i);
+                let imgs = initial_images(case.seed, opi, o, self.nranks, rk.rank, replay, &codec);
+                for (a, img) in parts[opi][i].allocs.iter().zip(&imgs) {
+                    // SAFETY: the allocation holds `img.len()` bytes; nothing runs on it now.
+                    cu_check(unsafe { cu::cuMemcpyHtoD_v2(a.ptr, img.as_ptr().cast(), img.len()) }, "cuMemcpyHtoD")?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads back every allocation and compares it with the reference; digests per local rank.
+    fn check(&self, case: &Case, parts: &[Vec<Part>], replay: usize) -> Result<Result<Vec<u64>, String>, String> {
+        let mut digests = vec![0u64; self.ranks.len()];
+        let mut wrong = Vec::new();
+        for (opi, o) in case.ops.iter().enumerate() {
+            let codec = Codec::new(o.dt());
+            for (i, rk) in self.ranks.iter().enumerate() {
+                self.set_ctx(i);
+                let l = layout(o, self.nranks, rk.rank);
+                let exp = expected_images(case.seed, opi, o, self.nranks, rk.rank, replay, &codec);
+                for (a, (alloc, e)) in parts[opi][i].allocs.iter().zip(&exp).enumerate() {
+                    let mut got = vec![0u8; alloc.bytes as usize];
+                    // SAFETY: reads the allocation back into a buffer of its size.
+                    cu_check(unsafe { cu::cuMemcpyDtoH_v2(got.as_mut_ptr().cast(), alloc.ptr, got.len()) }, "cuMemcpyDtoH")?;
+                    digests[i] = digests[i].rotate_left(5) ^ digest(&got);
+                    let what = format!("rank {} op {opi} {:?} buffer {a}", rk.rank, o.kind);
+                    if let Some(m) = compare(o, self.nranks, &got, e, &l.allocs[a], &what) {
+                        wrong.push(m);
+                    }
+                }
+            }
+        }
+        Ok(if wrong.is_empty() { Ok(digests) } else { Err(wrong.join(" | ")) })
+    }
+
+    /// An abort case: the posting ranks issue the group on a thread of their own (a call may wait
+    /// for a peer that never comes), every process meets at a barrier, waits `delay_us`, and the
+    /// aborting ranks call ncclCommAbort on every communicator. Then every stream must drain
+    /// without error, the context must be clean, new communicators must work, and ranks that did
+    /// not abort (`posters_only`) must have seen no error and destroy in bounded time.
+    fn run_abort(&mut self, case: &Case, parts: &[Vec<Part>]) -> Result<Result<Vec<u64>, String>, String> {
+        let a = case.abort.clone().expect("an abort case");
+        let aborts = |rank: usize| !a.posters_only || a.posts[rank];
+        let mut wrong = Vec::new();
+        let me: &Exec = self;
+        std::thread::scope(|sc| -> Result<(), String> {
+            let (shared, parts) = (Sendable(me), Sendable(parts));
+            let graph = case.mode == Mode::Graph;
+            let posts = &a.posts;
+            let issuer = sc.spawn(move || {
+                let (shared, parts) = (shared, parts);
+                let ex: &Exec = shared.0;
+                if !graph {
+                    return ex.issue(case, parts.0, Some(posts)).err();
+                }
+                // Captured, then launched once.
+                let mut errs = None;
+                for (i, r) in ex.ranks.iter().enumerate().filter(|(_, r)| posts[r.rank]) {
+                    ex.set_ctx(i);
+                    // SAFETY: a live stream.
+                    unsafe { cu::cuStreamBeginCapture_v2(r.stream, cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) };
+                }
+                let e = ex.issue(case, parts.0, Some(posts)).err();
+                for (i, r) in ex.ranks.iter().enumerate().filter(|(_, r)| posts[r.rank]) {
+                    ex.set_ctx(i);
+                    let (mut g, mut x) = (std::ptr::null_mut(), std::ptr::null_mut());
+                    // SAFETY: ends the capture; out-pointers to locals. The graph is left alive
+                    // (leaked): its launch may still be queued when this returns.
+                    unsafe {
+                        cu::cuStreamEndCapture(r.stream, &mut g);
+                        if e.is_none() && cu::cuGraphInstantiateWithFlags(&mut x, g, 0) == cu::CUresult::CUDA_SUCCESS {
+                            let rc = cu::cuGraphLaunch(x, r.stream);
+                            if rc != cu::CUresult::CUDA_SUCCESS {
+                                errs = Some(format!("cuGraphLaunch: {}", cu_name(rc)));
+                            }
+                        }
+                    }
+                }
+                e.or(errs)
+            });
+            // The issue may block in a call that waits for a peer; give it a moment, not forever.
+            let t0 = Instant::now();
+            while !issuer.is_finished() && t0.elapsed() < Duration::from_secs(2) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            me.barrier()?;
+            std::thread::sleep(Duration::from_micros(a.delay_us as u64));
+            let t_abort = Instant::now();
+            for (i, r) in me.ranks.iter().enumerate() {
+                if !aborts(r.rank) {
+                    continue;
+                }
+                me.set_ctx(i);
+                for &c in &r.comms {
+                    // SAFETY: a live communicator; abort may run while another thread is in a call.
+                    let rc = unsafe { (me.nccl.comm_abort)(c) };
+                    if rc != SUCCESS {
+                        wrong.push(me.nccl.describe(&format!("rank {}: ncclCommAbort", r.rank), rc, std::ptr::null_mut()));
+                    }
+                }
+            }
+            let abort_time = t_abort.elapsed();
+            if abort_time > Duration::from_secs(15) {
+                wrong.push(format!("ncclCommAbort took {abort_time:?}"));
+            }
+            // The issuing thread must come back once its communicators are aborted.
+            let t1 = Instant::now();
+            while !issuer.is_finished() {
+                if t1.elapsed() > Duration::from_secs(20) {
+                    // Leaving the scope would wait for it forever: report and end the process.
+                    say("FATAL a call still had not returned 20 s after ncclCommAbort");
+                    std::process::exit(3);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let _ = issuer.join();
+            Ok(())
+        })?;
+        // Survivors with nothing pending: no error for a while, then destroy in bounded time.
+        let survivors: Vec<usize> = (0..self.ranks.len()).filter(|&i| !aborts(self.ranks[i].rank)).collect();
+        if !survivors.is_empty() {
+            let until = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < until {
+                for &i in &survivors {
+                    for &c in &self.ranks[i].comms {
+                        let mut st = 0;
+                        // SAFETY: a live communicator.
+                        unsafe { (self.nccl.comm_get_async_error)(c, &mut st) };
+                        if st != SUCCESS {
+                            let m = format!("rank {} (nothing pending) sees async error {st} after a peer aborted", self.ranks[i].rank);
+                            if !wrong.contains(&m) {
+                                wrong.push(m);
+                            }
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            for &i in &survivors {
+                self.set_ctx(i);
+                let t = Instant::now();
+                for &c in &self.ranks[i].comms {
+                    // SAFETY: a live communicator with no pending work: finalize, then destroy.
+                    let rc = unsafe { (self.nccl.comm_finalize)(c) };
+                    if rc != SUCCESS && rc != IN_PROGRESS {
+                        wrong.push(self.nccl.describe(&format!("rank {}: ncclCommFinalize after a peer aborted", self.ranks[i].rank), rc, c));
+                    }
+                    // SAFETY: as above.
+                    unsafe { (self.nccl.comm_destroy)(c) };
+                }
+                if t.elapsed() > Duration::from_secs(10) {
+                    wrong.push(format!("rank {}: ncclCommFinalize and Destroy after a peer aborted took {:?}", self.ranks[i].rank, t.elapsed()));
+                }
+            }
+        }
+        // Every stream drains without error; no sticky error in the context.
+        let drain = Instant::now() + Duration::from_secs(20);
+        for (i, r) in self.ranks.iter().enumerate() {
+            self.set_ctx(i);
+            loop {
+                // SAFETY: a live stream.
+                let rc = unsafe { cu::cuStreamQuery(r.stream) };
+                if rc == cu::CUresult::CUDA_SUCCESS {
+                    break;
+                }
+                if rc != cu::CUresult::CUDA_ERROR_NOT_READY {
+                    return Err(format!("rank {}: after ncclCommAbort the stream reports {}", r.rank, cu_name(rc)));
+                }
+                if Instant::now() > drain {
+                    return Err(format!("rank {}: the stream did not drain within 20 s of ncclCommAbort", r.rank));
+                }
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            // SAFETY: current context is this rank's.
+            let rc = unsafe { cu::cuCtxSynchronize() };
+            if rc != cu::CUresult::CUDA_SUCCESS {
+                return Err(format!("rank {}: after ncclCommAbort the context reports {}", r.rank, cu_name(rc)));
+            }
+        }
+        for r in &mut self.ranks {
+            r.comms = [std::ptr::null_mut(); SLOTS];
+        }
+        // New communicators on the same GPUs must work.
+        self.init_comms()?;
+        self.sanity()?;
+        Ok(if wrong.is_empty() { Ok(vec![]) } else { Err(wrong.join(" | ")) })
+    }
+
+    /// An AllReduce of every rank's rank + 1 on every communicator slot.
+    fn sanity(&self) -> Result<(), String> {
+        let n = self.nranks as i32;
+        for s in 0..SLOTS {
+            let mut bufs = Vec::new();
+            // SAFETY: no preconditions.
+            unsafe { (self.nccl.group_start)() };
+            for (i, r) in self.ranks.iter().enumerate() {
+                self.set_ctx(i);
+                let v = vec![r.rank as i32 + 1; 1024];
+                let mut p = 0;
+                // SAFETY: a 4 KiB allocation filled from a local vector.
+                unsafe {
+                    cu_check(cu::cuMemAlloc_v2(&mut p, 4096), "cuMemAlloc")?;
+                    cu_check(cu::cuMemcpyHtoD_v2(p, v.as_ptr().cast(), 4096), "cuMemcpyHtoD")?;
+                    (self.nccl.all_reduce)(p as *const c_void, p as *mut c_void, 1024, 2, 0, r.comms[s], r.stream);
+                }
+                bufs.push(p);
+            }
+            // SAFETY: closes the group.
+            unsafe { (self.nccl.group_end)() };
+            let comms: Vec<Comm> = self.ranks.iter().map(|r| r.comms[s]).collect();
+            self.wait_async(&comms, Instant::now() + self.case_timeout, "sanity")?;
+            self.sync_streams(Instant::now() + self.case_timeout)?;
+            for (i, p) in bufs.into_iter().enumerate() {
+                self.set_ctx(i);
+                let mut v = vec![0i32; 1024];
+                // SAFETY: reads back the 4 KiB allocated above, then frees it.
+                unsafe {
+                    cu_check(cu::cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), p, 4096), "cuMemcpyDtoH")?;
+                    cu::cuMemFree_v2(p);
+                }
+                if v.iter().any(|&x| x != n * (n + 1) / 2) {
+                    return Err(format!("a new communicator after the abort computed {} instead of {}", v[0], n * (n + 1) / 2));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The executor's loop: init, then cases until QUIT.
+    pub fn serve(&mut self) -> Result<(), String> {
+        self.init_comms()?;
+        say("READY");
+        loop {
+            let line = self.read_line()?;
+            if line == "QUIT" {
+                break;
+            }
+            let json = line.strip_prefix("CASE ").ok_or_else(|| format!("unexpected {line:?}"))?;
+            let case = Case::from_line(json)?;
+            self.run(&case)?;
+        }
+        for r in &self.ranks {
+            for &c in &r.comms {
+                // SAFETY: live communicators with no pending work.
+                unsafe { (self.nccl.comm_destroy)(c) };
+            }
+        }
+        Ok(())
+    }
+}

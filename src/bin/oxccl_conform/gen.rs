@@ -1,0 +1,352 @@
+//! Drawing cases: proptest strategies over the whole contract, with counts concentrated where
+//! oxccl's own plans change (every threshold of the algorithm selectors and chunk plans, found by
+//! probing the pure selectors in `oxccl::algo` with the topology the run will have).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+use oxccl::algo::ce_direct::{min_bytes_for, Traffic};
+use oxccl::algo::{
+    allgather_shape, broadcast_relay, broadcast_spec, exchange_shape, gather_chunk_cap, plan_exchange, rooted_grid, select_allreduce, select_gather_oneshot,
+    select_reduce, select_reducescatter, ExchangeSpec, Scratch, Topology, Transfer as XTransfer, Tuning,
+};
+use oxccl::types::DataType;
+
+use crate::case::{Abort, Case, Kind, Mode, Op, OpCase, Transfer, SCALARS};
+
+/// What the run may draw.
+#[derive(Clone, Debug)]
+pub struct Space {
+    pub ngpus: usize,
+    /// Multiprocessors of one GPU.
+    pub sms: u32,
+    /// (processes, ranks per process).
+    pub layouts: Vec<(usize, usize)>,
+    pub kinds: Vec<Kind>,
+    pub modes: Vec<Mode>,
+    /// Percent of cases (of 2+ ranks) that abort.
+    pub abort_pct: u32,
+    /// Largest buffer one rank allocates for one operation.
+    pub max_bytes: u64,
+    /// Largest group.
+    pub max_group: usize,
+}
+
+/// Counts (elements, NCCL's count argument) at which some plan changes, per (kind, element size,
+/// ranks, ranks sharing a GPU); each comes with its neighbours.
+pub struct Boundaries {
+    map: HashMap<(Kind, usize, usize), Arc<Vec<u64>>>,
+}
+
+fn dtype_of_size(es: usize) -> DataType {
+    match es {
+        1 => DataType::Int8,
+        2 => DataType::Bfloat16,
+        4 => DataType::Float32,
+        _ => DataType::Float64,
+    }
+}
+
+/// A string that changes exactly where oxccl's plan for the call changes.
+fn plan_print(kind: Kind, es: usize, topo: &Topology, count: u64, t: &Tuning) -> String {
+    let dt = dtype_of_size(es);
+    let n = topo.nranks;
+    let s = Scratch::for_ranks(n, t);
+    let bytes = count * es as u64;
+    let peers = |me: usize| (0..n).filter(move |&p| p != me);
+    let xfer = |peer, bytes| XTransfer { peer, ptr: 0, bytes, relay: None };
+    let exch = |spec: &ExchangeSpec, me: usize| match plan_exchange(me, spec, None, topo, &s, t) {
+        Ok(p) => format!("{} {} {:?}", p.grid, p.block, p.args),
+        Err(e) => e.msg,
+    };
+    match kind {
+        Kind::AllReduce => format!("{:?} {}", select_allreduce(count, dt, topo, &s, t), n == 1 && bytes >= 256 << 10),
+        Kind::ReduceScatter => format!("{:?}", select_reducescatter(count, dt, topo, &s, t)),
+        Kind::Reduce => format!("{:?}", select_reduce(count, dt, topo, &s, t)),
+        Kind::AllGather | Kind::AlltoAll => {
+            let ag = kind == Kind::AllGather;
+            let mut spec = ExchangeSpec { traffic: if ag { Traffic::AllGather } else { Traffic::AlltoAll }, ..Default::default() };
+            spec.sends = peers(0).map(|p| xfer(p, bytes)).collect();
+            spec.recvs = peers(0).map(|p| xfer(p, bytes)).collect();
+            if ag {
+                (spec.chunk_cap, spec.threads) = allgather_shape(bytes, topo, &s);
+            }
+            let ce = bytes >= min_bytes_for(spec.traffic, n, t);
+            format!("{:?} {ce} {}", select_gather_oneshot(bytes, ag, topo, &s, t), exch(&spec, 0))
+        }
+        Kind::Broadcast => {
+            let oneshot = oxccl::algo::chain::broadcast_oneshot(bytes, topo, &s, t);
+            let ll128 = oxccl::algo::chain::broadcast_ll128(bytes, topo, &s, t);
+            let relay = broadcast_relay(bytes, topo, &s, t);
+            let spec = broadcast_spec(0, 0, n, 0, 0, bytes, relay);
+            let ce = bytes >= min_bytes_for(Traffic::Broadcast, n, t);
+            format!("{oneshot:?} {ll128:?} {relay:?} {ce} {}", exch(&spec, 0))
+        }
+        Kind::Gather => {
+            let spec = ExchangeSpec { recvs: peers(0).map(|p| xfer(p, bytes)).collect(), chunk_cap: Some(gather_chunk_cap(&s)), traffic: Traffic::Gather, ..Default::default() };
+            format!("{} {}", bytes >= min_bytes_for(Traffic::Gather, n, t), exch(&spec, 0))
+        }
+        Kind::Scatter => {
+            let spec = ExchangeSpec { sends: peers(0).map(|p| xfer(p, bytes)).collect(), grid: rooted_grid(bytes, topo, &s), traffic: Traffic::Scatter, ..Default::default() };
+            format!("{} {}", bytes >= min_bytes_for(Traffic::Scatter, n, t), exch(&spec, 0))
+        }
+        Kind::SendRecv => {
+            let spec = ExchangeSpec { sends: vec![xfer(1 % n, bytes)], recvs: vec![xfer(n - 1, bytes)], ..Default::default() };
+            let one = oxccl::algo::select_p2p_oneshot(&spec, topo, &s, t);
+            format!("{one:?} {} {}", bytes >= min_bytes_for(Traffic::P2p, n, t), if n > 1 { exch(&spec, 0) } else { String::new() })
+        }
+    }
+}
+
+impl Boundaries {
+    /// Probes every plan for counts up to `max_bytes` per buffer: at 1, 1.5 and 2 times each
+    /// power of two, and by bisection between probes whose plans differ, so each change between
+    /// two probes is found (one per interval), with the counts chunk plans multiply out to.
+    pub fn probe(space: &Space) -> Boundaries {
+        let t = Tuning::from_env().unwrap_or_default();
+        let mut map = HashMap::new();
+        let mut ranks: Vec<usize> = space.layouts.iter().map(|&(p, k)| p * k).collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        for &n in &ranks {
+            let per_gpu = n.div_ceil(space.ngpus.max(1));
+            let sm = if per_gpu > 1 { (space.sms / (2 * per_gpu as u32)).max(1) } else { space.sms };
+            let topo = Topology { nranks: n, sm_count: sm.min(oxccl::device_abi::OX_MAX_BLOCKS as u32) };
+            for kind in Kind::ALL {
+                for es in [1usize, 2, 4, 8] {
+                    let per = if kind.per_rank() { n as u64 } else { 1 };
+                    let max = (space.max_bytes / es as u64 / per).max(2);
+                    let f = |c: u64| plan_print(kind, es, &topo, c, &t);
+                    let mut probes: Vec<u64> = (0..64).flat_map(|k| [1u64 << k, 3u64 << k >> 1]).filter(|&c| c >= 1 && c <= max).collect();
+                    probes.sort_unstable();
+                    probes.dedup();
+                    let mut found = Vec::new();
+                    for w in probes.windows(2) {
+                        let (mut lo, mut hi) = (w[0], w[1]);
+                        let a = f(lo);
+                        if a == f(hi) {
+                            continue;
+                        }
+                        while hi - lo > 1 {
+                            let mid = lo + (hi - lo) / 2;
+                            if f(mid) == a {
+                                lo = mid;
+                            } else {
+                                hi = mid;
+                            }
+                        }
+                        found.push(hi);
+                    }
+                    // Chunked plans: whole chunks and whole rounds of every block.
+                    let extra: Vec<u64> = found
+                        .iter()
+                        .chain(probes.iter())
+                        .filter_map(|&c| match kind {
+                            Kind::AllReduce => {
+                                let p = select_allreduce(c, dtype_of_size(es), &topo, &Scratch::for_ranks(n, &t), &t);
+                                (p.chunk_elems > 0).then(|| vec![p.chunk_elems * n as u64, p.chunk_elems * n as u64 * p.grid as u64])
+                            }
+                            Kind::ReduceScatter | Kind::Reduce => {
+                                let s = Scratch::for_ranks(n, &t);
+                                let p = if kind == Kind::Reduce { select_reduce(c, dtype_of_size(es), &topo, &s, &t) } else { select_reducescatter(c, dtype_of_size(es), &topo, &s, &t) };
+                                (p.chunk_elems > 0).then(|| vec![p.chunk_elems, p.chunk_elems * p.grid as u64])
+                            }
+                            _ => None,
+                        })
+                        .flatten()
+                        .filter(|&c| c <= max)
+                        .collect();
+                    found.extend(extra);
+                    // Powers of two bytes, and the probes themselves.
+                    found.extend((0..40).map(|k| (1u64 << k) / es as u64).filter(|&c| c >= 1 && c <= max));
+                    found.sort_unstable();
+                    found.dedup();
+                    let _ = exchange_shape;
+                    map.insert((kind, es, n), Arc::new(found));
+                }
+            }
+        }
+        Boundaries { map }
+    }
+
+    pub fn get(&self, kind: Kind, es: usize, n: usize) -> Arc<Vec<u64>> {
+        self.map.get(&(kind, es, n)).cloned().unwrap_or_default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.values().map(|v| v.len()).sum()
+    }
+}
+
+const DTYPES: [i32; 12] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11];
+const PRIMES: [u64; 12] = [2, 3, 5, 7, 13, 31, 127, 251, 4099, 65537, 262147, 1048583];
+
+/// A count for `kind` of `es`-byte elements on `n` ranks: mostly near a boundary or small, some
+/// anywhere up to the byte cap.
+fn count_strategy(b: Arc<Vec<u64>>, es: usize, per: u64, max_bytes: u64) -> BoxedStrategy<u64> {
+    let max = (max_bytes / es as u64 / per).max(2);
+    let near = if b.is_empty() {
+        Just(1u64).boxed()
+    } else {
+        (prop::sample::select((*b).clone()), -2i64..=2).prop_map(move |(c, d)| (c as i64 + d).max(0) as u64).boxed()
+    };
+    let log_uniform = move |top: u64| (0u32..=top.ilog2(), any::<u64>()).prop_map(move |(k, x)| ((1u64 << k) + x % (1u64 << k)).min(top));
+    prop_oneof![
+        2 => 0u64..=17,
+        4 => near,
+        1 => prop::sample::select(PRIMES.to_vec()).prop_map(move |p| p.min(max)),
+        3 => log_uniform((4u64 << 20) / es as u64 / per),
+        1 => log_uniform(max),
+    ]
+    .prop_map(move |c| c.min(max))
+    .boxed()
+}
+
+/// Element offsets: aligned half the time, else any of 1-15.
+fn offsets(n: usize) -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(prop_oneof![1 => Just(0u8), 1 => 0u8..16], n)
+}
+
+fn op_strategy(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize) -> BoxedStrategy<OpCase> {
+    let kinds = space.kinds.clone();
+    (prop::sample::select(kinds), prop::sample::select(DTYPES.to_vec()))
+        .prop_flat_map(move |(kind, dtype)| {
+            let es = DataType::from_raw(dtype).expect("valid").size();
+            let per = if kind.per_rank() { n as u64 } else { 1 };
+            let count = count_strategy(bounds.get(kind, es, n), es, per, space.max_bytes);
+            let tcount = count_strategy(bounds.get(Kind::SendRecv, es, n), es, 1, space.max_bytes / 4);
+            let transfers = if kind == Kind::SendRecv {
+                prop::collection::vec((0..n, 0..n, tcount, 0u8..16, 0u8..16), 1..=6)
+                    .prop_map(|v| v.into_iter().map(|(src, dst, count, soff, roff)| Transfer { src, dst, count, soff, roff }).collect())
+                    .boxed()
+            } else {
+                Just(Vec::new()).boxed()
+            };
+            let op = if kind.reduces() { prop::sample::select(Op::ALL.to_vec()).boxed() } else { Just(Op::Sum).boxed() };
+            let in_place = if kind.has_in_place() { any::<bool>().boxed() } else { Just(false).boxed() };
+            let count = if kind == Kind::SendRecv { Just(0u64).boxed() } else { count };
+            (op, count, 0..n, in_place, 0u8..2, offsets(n), offsets(n), prop::collection::vec(0u8..SCALARS as u8, n), transfers).prop_map(
+                move |(op, count, root, in_place, comm, soff, roff, scalars, transfers)| OpCase {
+                    kind,
+                    dtype,
+                    op,
+                    count,
+                    root: if kind.rooted() { root } else { 0 },
+                    in_place,
+                    comm,
+                    soff,
+                    roff,
+                    scalars,
+                    transfers,
+                },
+            )
+        })
+        .boxed()
+}
+
+/// Every case the space allows.
+pub fn case_strategy(space: Arc<Space>, bounds: Arc<Boundaries>) -> BoxedStrategy<Case> {
+    let layouts = space.layouts.clone();
+    let modes = space.modes.clone();
+    (prop::sample::select(layouts), prop::sample::select(modes), 1u8..=3, any::<u64>())
+        .prop_flat_map(move |((procs, per_proc), mode, replays, seed)| {
+            let n = procs * per_proc;
+            let op = op_strategy(space.clone(), bounds.clone(), n);
+            let ops = prop_oneof![3 => prop::collection::vec(op.clone(), 1..=1), 2 => prop::collection::vec(op, 2..=space.max_group.max(2))];
+            let abort = if n >= 2 && space.abort_pct > 0 {
+                let a = (prop::collection::vec(any::<bool>(), n), 0u32..20_000, any::<bool>())
+                    .prop_map(|(posts, delay_us, posters_only)| Some(Abort { posts, delay_us, posters_only }));
+                prop_oneof![(100 - space.abort_pct.min(100)) => Just(None), space.abort_pct.min(100) => a].boxed()
+            } else {
+                Just(None).boxed()
+            };
+            (ops, abort).prop_map(move |(ops, abort)| Case {
+                procs,
+                per_proc,
+                mode,
+                replays: if mode == Mode::Graph { replays } else { 1 },
+                ops,
+                abort: abort.map(|mut a| {
+                    // At least one rank posts (else nothing is in flight to abort).
+                    if !a.posts.iter().any(|&p| p) {
+                        a.posts[0] = true;
+                    }
+                    a
+                }),
+                seed,
+            })
+        })
+        .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+
+    fn space() -> Space {
+        Space {
+            ngpus: 2,
+            sms: 132,
+            layouts: vec![(1, 1), (2, 1), (1, 3), (2, 2)],
+            kinds: Kind::ALL.to_vec(),
+            modes: vec![Mode::Eager, Mode::Graph, Mode::NonBlocking],
+            abort_pct: 10,
+            max_bytes: 64 << 20,
+            max_group: 4,
+        }
+    }
+
+    /// The probes find the selectors' documented thresholds (AllReduce at 2 ranks: the one-shot's
+    /// ring payload, the put-based algorithm's start; ReduceScatter: packets up to 1 MiB chunks).
+    #[test]
+    fn boundaries_include_the_selectors_thresholds() {
+        let s = space();
+        let b = Boundaries::probe(&s);
+        let ar = b.get(Kind::AllReduce, 4, 2);
+        let t = Tuning::default();
+        let topo = Topology { nranks: 2, sm_count: 132 };
+        let sc = Scratch::for_ranks(2, &t);
+        for w in ar.windows(2) {
+            let _ = w;
+        }
+        // Every change of plan between consecutive probes is bracketed by a boundary.
+        let mut prev = select_allreduce(1, DataType::Float32, &topo, &sc, &t).algo;
+        for c in (1..(16u64 << 20) / 4).step_by(997) {
+            let a = select_allreduce(c, DataType::Float32, &topo, &sc, &t).algo;
+            if a != prev {
+                assert!(ar.iter().any(|&x| x <= c && x + 997 > c), "no boundary near {c} ({prev:?} -> {a:?})");
+                prev = a;
+            }
+        }
+        let rs = b.get(Kind::ReduceScatter, 1, 2);
+        assert!(rs.contains(&((1 << 20) + 1)) || rs.contains(&(1 << 20)), "ReduceScatter's packet limit (1 MiB chunks)");
+        assert!(b.len() > 1000);
+    }
+
+    #[test]
+    fn drawn_cases_are_valid_and_shrink_to_valid_cases() {
+        let s = Arc::new(space());
+        let b = Arc::new(Boundaries::probe(&s));
+        let strat = case_strategy(s, b);
+        let mut runner = TestRunner::deterministic();
+        let mut kinds = std::collections::HashSet::new();
+        for _ in 0..300 {
+            let mut tree = strat.new_tree(&mut runner).unwrap();
+            let c = tree.current();
+            c.validate().unwrap();
+            assert!(c.ops.iter().all(|o| (o.count * o.dt().size() as u64) * if o.kind.per_rank() { c.nranks() as u64 } else { 1 } <= 64 << 20));
+            kinds.extend(c.ops.iter().map(|o| o.kind));
+            for _ in 0..20 {
+                if !tree.simplify() {
+                    break;
+                }
+                tree.current().validate().unwrap();
+            }
+        }
+        assert_eq!(kinds.len(), Kind::ALL.len(), "every kind is drawn");
+    }
+}

@@ -1,0 +1,155 @@
+//! The library under test, opened at run time by path: oxccl's liboxccl.so or NVIDIA's
+//! libnccl.so.2 alike, through NCCL 2.28's C ABI (include/nccl.h).
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+use oxccl::gpu::cu;
+
+pub type Comm = *mut c_void;
+pub type Stream = cu::CUstream;
+
+pub const SUCCESS: c_int = 0;
+pub const IN_PROGRESS: c_int = 7;
+
+/// ncclUniqueId.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct UniqueId(pub [u8; 128]);
+
+/// ncclConfig_t as NCCL 2.28 lays it out (NCCL_CONFIG_INITIALIZER; unset fields INT_MIN / NULL).
+#[repr(C)]
+pub struct Config {
+    size: usize,
+    magic: u32,
+    version: u32,
+    pub blocking: c_int,
+    cga_cluster_size: c_int,
+    min_ctas: c_int,
+    max_ctas: c_int,
+    net_name: *const c_char,
+    split_share: c_int,
+    traffic_class: c_int,
+    comm_name: *const c_char,
+    collnet_enable: c_int,
+    cta_policy: c_int,
+    shrink_share: c_int,
+    nvls_ctas: c_int,
+    n_channels_per_net_peer: c_int,
+    nvlink_centric_sched: c_int,
+}
+
+impl Config {
+    pub fn new(blocking: bool) -> Config {
+        const U: c_int = c_int::MIN;
+        Config {
+            size: std::mem::size_of::<Config>(),
+            magic: 0xcafe_beef,
+            version: 22809,
+            blocking: blocking as c_int,
+            cga_cluster_size: U,
+            min_ctas: U,
+            max_ctas: U,
+            net_name: std::ptr::null(),
+            split_share: U,
+            traffic_class: U,
+            comm_name: std::ptr::null(),
+            collnet_enable: U,
+            cta_policy: U,
+            shrink_share: U,
+            nvls_ctas: U,
+            n_channels_per_net_peer: U,
+            nvlink_centric_sched: U,
+        }
+    }
+}
+
+type CollFn = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> c_int;
+type RootedRedFn = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, c_int, Comm, Stream) -> c_int;
+type MoveFn = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, Stream) -> c_int;
+type RootedMoveFn = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> c_int;
+type P2pFn = unsafe extern "C" fn(*const c_void, usize, c_int, c_int, Comm, Stream) -> c_int;
+
+/// Every entry point the fuzzer calls.
+pub struct Nccl {
+    _lib: libloading::Library,
+    pub get_unique_id: unsafe extern "C" fn(*mut UniqueId) -> c_int,
+    pub comm_init_rank_config: unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int, *mut Config) -> c_int,
+    pub comm_destroy: unsafe extern "C" fn(Comm) -> c_int,
+    pub comm_finalize: unsafe extern "C" fn(Comm) -> c_int,
+    pub comm_abort: unsafe extern "C" fn(Comm) -> c_int,
+    pub comm_get_async_error: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
+    pub get_error_string: unsafe extern "C" fn(c_int) -> *const c_char,
+    pub get_last_error: unsafe extern "C" fn(Comm) -> *const c_char,
+    pub get_version: unsafe extern "C" fn(*mut c_int) -> c_int,
+    pub group_start: unsafe extern "C" fn() -> c_int,
+    pub group_end: unsafe extern "C" fn() -> c_int,
+    pub all_reduce: CollFn,
+    pub reduce_scatter: CollFn,
+    pub reduce: RootedRedFn,
+    pub all_gather: MoveFn,
+    pub alltoall: MoveFn,
+    pub broadcast: RootedMoveFn,
+    pub gather: RootedMoveFn,
+    pub scatter: RootedMoveFn,
+    pub send: P2pFn,
+    pub recv: unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, Comm, Stream) -> c_int,
+    pub redop_create_premulsum: unsafe extern "C" fn(*mut c_int, *mut c_void, c_int, c_int, Comm) -> c_int,
+    pub redop_destroy: unsafe extern "C" fn(c_int, Comm) -> c_int,
+}
+
+macro_rules! sym {
+    ($lib:expr, $name:literal) => {{
+        // SAFETY: the symbol has the type NCCL 2.28's header gives it.
+        let s = unsafe { $lib.get::<*const c_void>(concat!($name, "\0").as_bytes()) }.map_err(|e| format!("{}: {e}", $name))?;
+        // SAFETY: as above: a function of that signature.
+        unsafe { std::mem::transmute::<*const c_void, _>(*s) }
+    }};
+}
+
+impl Nccl {
+    pub fn open(path: &str) -> Result<Nccl, String> {
+        // SAFETY: loading a shared library runs its initialisers; both libraries' are benign.
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| format!("cannot open {path}: {e}"))?;
+        Ok(Nccl {
+            get_unique_id: sym!(lib, "ncclGetUniqueId"),
+            comm_init_rank_config: sym!(lib, "ncclCommInitRankConfig"),
+            comm_destroy: sym!(lib, "ncclCommDestroy"),
+            comm_finalize: sym!(lib, "ncclCommFinalize"),
+            comm_abort: sym!(lib, "ncclCommAbort"),
+            comm_get_async_error: sym!(lib, "ncclCommGetAsyncError"),
+            get_error_string: sym!(lib, "ncclGetErrorString"),
+            get_last_error: sym!(lib, "ncclGetLastError"),
+            get_version: sym!(lib, "ncclGetVersion"),
+            group_start: sym!(lib, "ncclGroupStart"),
+            group_end: sym!(lib, "ncclGroupEnd"),
+            all_reduce: sym!(lib, "ncclAllReduce"),
+            reduce_scatter: sym!(lib, "ncclReduceScatter"),
+            reduce: sym!(lib, "ncclReduce"),
+            all_gather: sym!(lib, "ncclAllGather"),
+            alltoall: sym!(lib, "ncclAlltoAll"),
+            broadcast: sym!(lib, "ncclBroadcast"),
+            gather: sym!(lib, "ncclGather"),
+            scatter: sym!(lib, "ncclScatter"),
+            send: sym!(lib, "ncclSend"),
+            recv: sym!(lib, "ncclRecv"),
+            redop_create_premulsum: sym!(lib, "ncclRedOpCreatePreMulSum"),
+            redop_destroy: sym!(lib, "ncclRedOpDestroy"),
+            _lib: lib,
+        })
+    }
+
+    /// "ncclX (code): last error" for a failed call.
+    pub fn describe(&self, what: &str, rc: c_int, comm: Comm) -> String {
+        // SAFETY: both return static or library-owned NUL-terminated strings (or NULL).
+        let (s, last) = unsafe { ((self.get_error_string)(rc), (self.get_last_error)(comm)) };
+        let text = |p: *const c_char| if p.is_null() { String::new() } else { unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned() };
+        format!("{what} returned {rc} ({}): {}", text(s), text(last).replace('\n', " "))
+    }
+
+    pub fn version(&self) -> i32 {
+        let mut v = 0;
+        // SAFETY: out-pointer to a local.
+        unsafe { (self.get_version)(&mut v) };
+        v
+    }
+}
