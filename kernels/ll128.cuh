@@ -39,6 +39,10 @@ OX_DEV void ox_ll128_load_many(const char* const (&at)[K], const uint64_t (&flag
 #pragma unroll
   for (int k = 0; k < K; ++k) done[k] = ((use >> k) & 1u) == 0;  // warp-uniform
   for (;;) {
+    // Lanes may arrive here diverged (their input loads take per-lane paths: the buffer's
+    // alignment, the message's end), and a line's 8 lanes must load it in one instruction. NCCL's
+    // LL128 receive starts with the same __syncwarp.
+    __syncwarp();
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       if (!done[k] && active) {

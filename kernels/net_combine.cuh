@@ -51,16 +51,19 @@ OX_DEV void ox_nc_elem(uint32_t op, uint8_t* d, const uint8_t* w, const uint8_t*
   memcpy(d, &a, sizeof(T));
 }
 
-// Every thread of the block calls it. `bytes` is a whole number of elements; dst, with and src
-// share their alignment modulo 16 (stage.rs), so 16-byte words line up across the three.
+// Every thread of the block calls it. `bytes` is a whole number of elements; where dst, with and
+// src share their alignment modulo 16 (stage.rs), 16-byte words line up across the three.
 template <typename T>
 OX_DEV void ox_nc_copy(uint32_t op, uint64_t dst, uint64_t src, uint64_t with, uint64_t bytes) {
   uint8_t* d = reinterpret_cast<uint8_t*>(dst);
   const uint8_t* s = reinterpret_cast<const uint8_t*>(src);
   const uint8_t* w = reinterpret_cast<const uint8_t*>(with);
   const uint64_t t = threadIdx.x, nt = blockDim.x, es = sizeof(T);
-  // A range not aligned to its type never lines its elements up with 16-byte words: all by element.
-  const uint64_t head = (dst % es) != 0 ? bytes : ox_min((16 - (dst & 15)) & 15, bytes);
+  // The head is cut from dst, so 16-byte words need src and with at dst's alignment modulo 16
+  // (stage.rs places them so; checked here rather than trusted). A range not aligned to its
+  // type never lines its elements up with 16-byte words. Otherwise: all by element.
+  const bool words = ((dst ^ src) & 15) == 0 && ((dst ^ with) & 15) == 0 && (dst % es) == 0;
+  const uint64_t head = !words ? bytes : ox_min((16 - (dst & 15)) & 15, bytes);
   for (uint64_t i = t; i < head / es; i += nt) ox_nc_elem<T>(op, d + i * es, w + i * es, s + i * es);
   const uint64_t nvec = (bytes - head) / 16;
   const uint4* vs = reinterpret_cast<const uint4*>(s + head);

@@ -239,7 +239,8 @@ OX_DEV void ox_copy_pre(const Op& op, T* dst, const T* src, uint64_t n, uint32_t
 template <typename T, typename Op>
 OX_DEV void ox_chain_step(const Op& op, const T* in, const T* part, T* dst, uint64_t n, bool last, uint32_t tid, uint32_t nthreads) {
   uint64_t done = 0;
-  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(in)) & 15) == 0) {
+  // The width comes from every address the loop touches: `part` too, whatever the caller's layout.
+  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(part)) & 15) == 0) {
     const uint64_t words = n * sizeof(T) / 16;
     const uint4* s = reinterpret_cast<const uint4*>(in);
     const char* q = reinterpret_cast<const char*>(part);

@@ -41,7 +41,9 @@ OX_DEV void reduce_slice(const DevComm& c, const Op& op, const T* in, T* out, co
   const int me = c.rank, n = c.nranks;
   const uint64_t slot = c.rs_slot_bytes;
   const uint32_t tid = threadIdx.x, nt = blockDim.x;
-  const uintptr_t mis = reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out);
+  // 16-byte words only where every address involved allows them: the input, the output and the
+  // slots (every rank's put scratch has this rank's layout, so its RS slots stand for the AG ones).
+  const uintptr_t mis = reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(slots) | slot | ag_off;
   uint64_t done = 0;
   if ((mis & 15) == 0) {
     const uint64_t words = nelem * sizeof(T) / 16;

@@ -60,7 +60,9 @@ impl Scratch {
         let n = nranks as u64;
         let slot = tuning.rs_slot_bytes.unwrap_or_else(|| (512 * 1024 / n).clamp(32 * 1024, 256 * 1024));
         Scratch {
-            ll_half_bytes: tuning.ll_half_bytes.unwrap_or(8 << 20),
+            // Whole 16-byte packets: the second half and the ring area after both start at
+            // `half` and `2 half`, where packets take 16-byte stores (OXCCL_LL_HALF_BYTES may be any).
+            ll_half_bytes: tuning.ll_half_bytes.unwrap_or(8 << 20) & !15,
             // Whole lines, two sub-buffers per half. 8 MiB halves (rounds of 4 MiB of lines) beat
             // 4 MiB at 64-128 MiB on H200 x4 (Reduce 416.5 against 436.0 us at 128 MiB, Broadcast
             // 410.4 against 428.3), 16 MiB loses at 128 MiB for Broadcast (457.3) and both lose at
@@ -127,6 +129,22 @@ mod tests {
             assert_eq!(s.rs_slot_bytes % 16, 0);
             assert!(s.rs_bytes(n) <= 256 << 20, "n={n}: {} bytes", s.rs_bytes(n));
             assert!(s.rs_slot_bytes >= 32 * 1024);
+        }
+    }
+
+    #[test]
+    fn every_tuned_scratch_area_starts_on_sixteen_bytes() {
+        // Packets and lines are stored 16 bytes at a time into the second half (at `half`), the ring
+        // area (at `2 half`), every region and slot: a tuned size must not move them off 16 bytes.
+        for odd in [65_537u64, 100_003, (1 << 20) + 8, (8 << 20) + 4] {
+            let t = Tuning { ll_half_bytes: Some(odd), ll128_half_bytes: Some(odd), ap128_half_bytes: Some(odd), rs_slot_bytes: Some(odd), ..Tuning::default() };
+            for n in 2..=8 {
+                let s = Scratch::for_ranks(n, &t);
+                assert_eq!(s.ll_half_bytes % 16, 0, "{odd}: LL half");
+                assert_eq!(s.ll128_half_bytes % 128, 0, "{odd}: LL128 half");
+                assert_eq!(s.ap128_half_bytes % 128, 0, "{odd}: all-pairs LL128 half");
+                assert_eq!(s.rs_slot_bytes % 16, 0, "{odd}: put slot");
+            }
         }
     }
 }
