@@ -269,12 +269,27 @@ ncclResult_t pncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myra
 ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
 ncclResult_t pncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
 
+/*
+ Waits for the communicator's work launched outside CUDA graphs. Needs no peer: a peer that
+ aborted or exited leaves it bounded (work that needed the peer was failed and stopped).
+ */
 ncclResult_t ncclCommFinalize(ncclComm_t comm);
 ncclResult_t pncclCommFinalize(ncclComm_t comm);
 
+/*
+ Waits for the communicator's work (unless finalized) and stops its threads. Its memory goes
+ when the last CUDA graph that captured its work is destroyed, and the part its peers' kernels
+ write (its channel buffer) only once every peer released it or exited.
+ */
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t pncclCommDestroy(ncclComm_t comm);
 
+/*
+ Makes the communicator's kernels leave their waits, stops its threads and waits (at most 10 s)
+ for its kernels to exit, never for a peer; its streams then drain without error. Memory is
+ freed as ncclCommDestroy's is; kernels that did not exit leave theirs leaked. The peers see
+ this rank gone: only their work that needs it fails (ncclRemoteError).
+ */
 ncclResult_t ncclCommAbort(ncclComm_t comm);
 ncclResult_t pncclCommAbort(ncclComm_t comm);
 
@@ -293,7 +308,10 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList, int exclude
 
 /*
  Stores the communicator's asynchronous state. Thread-safe: watchdogs poll it while other
- threads enqueue.
+ threads enqueue. A peer that aborted, exited or stopped answering makes it ncclRemoteError
+ only if work that needs that peer stays unfinished for a second (launched and not finished, or
+ captured into a CUDA graph still alive); otherwise it stays ncclSuccess, and an operation
+ enqueued later that needs the peer fails so within about a second.
  */
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
 ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);

@@ -50,6 +50,11 @@ pub struct Comm {
     op_tag: u32,
     /// Windows registered with ncclCommWindowRegister (freed with the communicator).
     pub windows: crate::window::Windows,
+    /// Lost peers and the peers in-flight work needs (src/liveness.rs).
+    pub watch: Arc<crate::liveness::Watch>,
+    /// Kernels may still run on this communicator's memory (an abort or destroy gave up waiting
+    /// for them): what they touch was leaked (`leak_device`, once).
+    leaked: AtomicBool,
 }
 
 /// A PreMulSum op: its datatype and scalar (bytes, or a device address read at run time).
@@ -89,16 +94,21 @@ pub struct Ready {
     pub abort_flag: Arc<HostMapped>,
     /// Watches the peers' liveness (see `watch_peers`); joined by destroy and abort.
     watchdog: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// Taken (and freed) by destroy/abort.
+    /// Freed when the communicator goes (`release_memory`), or leaked where kernels may still
+    /// run (`leak_device`).
     channels: Mutex<Option<MemoryChannels>>,
     /// Communicators spanning hosts: the local communicator, network links and proxy (src/net);
     /// they have no channels of their own.
-    pub net: Option<crate::net::Net>,
+    pub net: Option<Arc<crate::net::Net>>,
+    /// Names this communicator among this process's (src/reaper.rs): its id and its ranks'
+    /// bootstrap addresses, so a reused NCCL_COMM_ID gives another key.
+    pub key: u64,
     pub dev_comm: u64,
     /// Ranks of this communicator driven by this process (this one included): above one, one
     /// thread may launch for all of them (algo::counting).
     pub process_ranks: usize,
-    pub launch: Mutex<LaunchState>,
+    /// Shared with the liveness watchdog, which asks launches' probes.
+    pub launch: Arc<Mutex<LaunchState>>,
     /// ncclCommRegister's buffers, offered to peers for zero-copy streams (src/reg).
     pub reg: crate::reg::Registry,
     /// Two ranks in two processes of one host: large transfers by copy engine straight into the
@@ -136,6 +146,11 @@ pub struct LaunchState {
     pub ring_prev: Option<crate::enqueue::RingLast>,
     /// OXCCL_DEBUG_DUMP's record of issued work (empty when the dump is off).
     pub progress: crate::diag::Progress,
+    /// Probes of the last uncaptured launches, by ordinal (src/liveness.rs).
+    pub recent: crate::liveness::Recent,
+    /// The capture that already holds this communicator for a launch that needs every peer
+    /// (`retain_for_graph`): later launches of the same capture need not hold it again.
+    pub graph_all_capture: Option<u64>,
 }
 
 // SAFETY: CUstream values are opaque handles the driver accepts from any thread.
@@ -157,6 +172,8 @@ impl Comm {
             user_ops: Mutex::new(Vec::new()),
             op_tag: (topo::process_token() as u32 ^ NEXT_TAG.fetch_add(1, Ordering::Relaxed)) & OP_TAG_MASK,
             windows: crate::window::Windows::default(),
+            watch: Arc::new(crate::liveness::Watch::new(nranks)),
+            leaked: AtomicBool::new(false),
         }
     }
 
@@ -397,6 +414,8 @@ impl Comm {
         crate::log::set_thread_device(dev.ordinal);
         let _ctx = CtxGuard::new(dev)?;
         let module = dev.module()?;
+        // Before the peers learn of this process: they may look for it later (reaper::process_gone).
+        crate::reaper::beacon();
         let bootstrap = Bootstrap::init(id, self.rank, self.nranks, bootstrap::default_timeout())?;
         let knobs = crate::net::select::Knobs::from_env(self.config.net_name.as_deref());
         let paths = crate::net::select::choose(&knobs, cfg!(feature = "ib"))?;
@@ -469,7 +488,7 @@ impl Comm {
                     fail_async(&state, e.code, &|| flag.store_u32(0, 1));
                 }),
             })?;
-            (None, Some(net))
+            (None, Some(Arc::new(net)))
         } else {
             (Some(MemoryChannels::connect(&bootstrap, dev, &peers, &scratch, &abort_flag)?), None)
         };
@@ -496,9 +515,33 @@ impl Comm {
         let mem = channels.as_ref().map_or(0, |c| c.device_bytes);
         // Every rank has mapped every peer before any of them launches a kernel on the channels.
         bootstrap.barrier()?;
-        let launch = LaunchState { last_stream: None, done: crate::completion::Completion::new(dev_comm)?, counting: false, counted_last: false, join: Event::new()?, tail_now: None, last_grid: 0, ring_anchor: None, ring_prev: None, progress: Default::default() };
+        let launch = LaunchState {
+            last_stream: None,
+            done: crate::completion::Completion::new(dev_comm)?,
+            counting: false,
+            counted_last: false,
+            join: Event::new()?,
+            tail_now: None,
+            last_grid: 0,
+            ring_anchor: None,
+            ring_prev: None,
+            progress: Default::default(),
+            recent: Default::default(),
+            graph_all_capture: None,
+        };
+        let launch = Arc::new(Mutex::new(launch));
+        let key = bootstrap.instance_key();
         let bootstrap = Arc::new(bootstrap);
-        let watchdog = watch_peers(self.rank, self.nranks, bootstrap.clone(), self.state.clone(), abort_flag.clone())?;
+        let watchdog = watch_peers(Watchdog {
+            rank: self.rank,
+            nranks: self.nranks,
+            dev,
+            bs: bootstrap.clone(),
+            state: self.state.clone(),
+            abort_flag: abort_flag.clone(),
+            watch: self.watch.clone(),
+            launch: launch.clone(),
+        })?;
         nccl_info!(
             Subsys::Init,
             "comm {:p} rank {} nRanks {} cudaDev {} busId {} - Init COMPLETE ({:.1} ms, {:.1} MiB device memory)",
@@ -525,28 +568,27 @@ impl Comm {
             channels: Mutex::new(channels),
             net,
             watchdog: Mutex::new(Some(watchdog)),
+            key,
             dev_comm,
             process_ranks,
-            launch: Mutex::new(launch),
+            launch,
             reg,
             ce,
         })
     }
 
-    /// Waits until every kernel this communicator launched has finished. With `deadline`, gives up
-    /// then and says so (Ok(false)).
+    /// Waits until every kernel and copy this communicator launched outside a graph has finished
+    /// (work captured into a graph is the application's to wait for, but it does not hide eager
+    /// work issued before it). With `deadline`, gives up then and says so (Ok(false)).
     fn quiesce(&self, deadline: Option<Instant>) -> Result<bool> {
         let Some(r) = self.ready.get() else { return Ok(true) };
         let _ctx = CtxGuard::new(r.dev)?;
-        let mut launch = r.launch.lock();
-        // The mark follows the last launch (and everything before it). Work captured into a
-        // graph is the application's to wait for.
-        if launch.last_stream.is_none() || launch.done.mark().capture().is_some() {
-            return Ok(true);
-        }
+        // The last uncaptured launch's probe: launches end in order, so it covers them all.
+        let probe = r.launch.lock().done.eager_probe();
         let mut spins = 0u32;
         loop {
-            if launch.done.query()? {
+            // The lock only for the question: the liveness watchdog asks probes meanwhile.
+            if r.launch.lock().done.probe_done(probe)? {
                 return Ok(true);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -569,14 +611,15 @@ impl Comm {
         self.wait_idle("ncclCommFinalize")
     }
 
-    /// ncclCommDestroy's local part: waits for this communicator's work, then frees its resources
-    /// (the caller drops the last reference). Needs no peer: ranks driven by one thread destroy
-    /// their communicators one after another.
+    /// ncclCommDestroy's local part: waits for this communicator's work and stops its threads.
+    /// Needs no peer: ranks driven by one thread destroy their communicators one after another.
+    /// The memory goes with the last reference (`release_memory`: the caller's, or a CUDA
+    /// graph's that captured work of this communicator).
     pub fn destroy(&self) -> Result<()> {
         if !self.finalized.load(Ordering::Acquire) {
             if let Err(e) = self.wait_idle("ncclCommDestroy") {
                 // Kernels still run on our buffers: keep them (leaked) rather than free them.
-                self.release_channels(false);
+                self.leak_device("ncclCommDestroy");
                 self.stop_watchdog(true);
                 return Err(e);
             }
@@ -584,7 +627,6 @@ impl Comm {
         if let Some(net) = self.ready.get().and_then(|r| r.net.as_ref()) {
             net.shutdown(false);
         }
-        self.release_channels(true);
         self.stop_watchdog(true);
         Ok(())
     }
@@ -620,19 +662,29 @@ impl Comm {
         }
     }
 
-    /// Ends the liveness watchdog; `goodbye` first tells the peers this close is orderly.
+    /// Ends the liveness watchdog; `goodbye` first tells the peers this close is orderly. The
+    /// watchdog ends within its next wait (a heartbeat to an unreachable host can take a few
+    /// seconds): after two it is left to end by itself.
     fn stop_watchdog(&self, goodbye: bool) {
         let Some(r) = self.ready.get() else { return };
         if goodbye {
             r.bootstrap.say_goodbye();
         }
-        if let Some(t) = r.watchdog.lock().take() {
+        let Some(t) = r.watchdog.lock().take() else { return };
+        let t0 = Instant::now();
+        while !t.is_finished() && t0.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if t.is_finished() {
             let _ = t.join();
+        } else {
+            nccl_info!(Subsys::Init, "comm rank {}: the liveness watchdog is still in a heartbeat; left to end by itself", self.rank);
         }
     }
 
-    /// ncclCommAbort: makes kernels waiting on peers exit, stops bootstrap waits, and frees what it
-    /// safely can without ever waiting on a peer.
+    /// ncclCommAbort: makes kernels waiting on peers exit, stops bootstrap waits, and never waits
+    /// on a peer. Memory goes with the last reference, and only once every peer released what
+    /// this rank shared (src/reaper.rs); kernels that do not exit leave theirs leaked.
     pub fn abort(&self) {
         self.aborted.store(true, Ordering::Release);
         self.set_error(ResultCode::RemoteError);
@@ -642,32 +694,144 @@ impl Comm {
         if let Some(net) = &r.net {
             net.shutdown(true);
         }
-        // No goodbye: the peers are meant to see this rank gone (ncclRemoteError), as with NCCL.
+        // No goodbye: the peers see this rank gone, which fails only their work that needs it.
         self.stop_watchdog(false);
         // The copy-engine worker gives up on the peer and releases the stream waits it owns.
         if let Some(ce) = &r.ce {
             ce.stop();
         }
         // Kernels see the flag within microseconds; do not wait on a wedged GPU forever.
-        let drained = self.quiesce(Some(Instant::now() + Duration::from_secs(10))).unwrap_or(false);
-        if !drained {
+        if !self.quiesce(Some(Instant::now() + Duration::from_secs(10))).unwrap_or(false) {
             nccl_warn!("ncclCommAbort: kernels of comm rank {} did not exit within 10 s; leaking their buffers", self.rank);
+            self.leak_device("ncclCommAbort");
         }
-        self.release_channels(drained);
     }
 
-    fn release_channels(&self, free: bool) {
-        if let Some(r) = self.ready.get() {
-            // Peer buffers mapped for zero-copy writes go with the channels.
-            r.reg.close(free);
-            if let Some(ch) = r.channels.lock().take() {
-                if free {
-                    drop(ch);
-                } else {
-                    std::mem::forget(ch);
-                }
-            }
+    /// Kernels or copies may still run: everything they can touch stays allocated for good
+    /// (channels, the abort flag they poll, mappings of peers' memory, network buffers).
+    fn leak_device(&self, caller: &str) {
+        if self.leaked.swap(true, Ordering::AcqRel) {
+            return;
         }
+        let Some(r) = self.ready.get() else { return };
+        nccl_info!(Subsys::Init, "{caller}: comm rank {}'s device memory and mappings are leaked (its kernels may still run)", self.rank);
+        r.reg.close(false);
+        if let Some(ch) = r.channels.lock().take() {
+            std::mem::forget(ch);
+        }
+        std::mem::forget(r.abort_flag.clone());
+        if let Some(ce) = &r.ce {
+            ce.leak();
+        }
+        if let Some(net) = &r.net {
+            std::mem::forget(net.clone());
+        }
+    }
+
+    /// A CUDA graph being captured on `stream` holds work of this communicator that needs
+    /// `needs`: the graph keeps the communicator (its buffers, its mappings of peers' memory, its
+    /// abort flag) until the driver destroys the graph, so a replay after ncclCommDestroy or
+    /// ncclCommAbort finds them (an aborted communicator's kernels exit at once). The caller holds
+    /// the launch lock.
+    pub fn retain_for_graph(self: &Arc<Self>, ls: &mut LaunchState, stream: cu::CUstream, needs: crate::liveness::Needs) -> Result<()> {
+        let Some((id, graph)) = crate::gpu::stream::capture_graph(stream)? else { return Ok(()) };
+        let all = matches!(needs, crate::liveness::Needs::All);
+        if all && ls.graph_all_capture == Some(id) {
+            return Ok(());
+        }
+        let hold = Box::new(GraphHold { comm: self.clone(), needs: crate::liveness::OwnedNeeds::from(needs) });
+        self.watch.graph_held(needs);
+        let ptr = Box::into_raw(hold);
+        let mut obj: cu::CUuserObject = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; `ptr` is a leaked Box the callback takes back once.
+        let rc = unsafe {
+            cu::cuUserObjectCreate(&mut obj, ptr.cast(), Some(graph_released), 1, cu::CUuserObject_flags_enum::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC as u32)
+        };
+        if rc != cu::CUresult::CUDA_SUCCESS {
+            // SAFETY: not handed to the driver: ours to take back.
+            drop(unsafe { Box::from_raw(ptr) });
+            return crate::gpu::check(rc, "cuUserObjectCreate");
+        }
+        // SAFETY: a graph under capture and our new object; the graph takes our reference.
+        let rc = unsafe { cu::cuGraphRetainUserObject(graph, obj, 1, cu::CUuserObjectRetain_flags_enum::CU_GRAPH_USER_OBJECT_MOVE as u32) };
+        if rc != cu::CUresult::CUDA_SUCCESS {
+            // SAFETY: our reference; the driver calls `graph_released` (later, on its thread).
+            unsafe { cu::cuUserObjectRelease(obj, 1) };
+            return crate::gpu::check(rc, "cuGraphRetainUserObject");
+        }
+        if all {
+            ls.graph_all_capture = Some(id);
+        }
+        Ok(())
+    }
+}
+
+/// What a CUDA graph holds of a communicator it captured work of.
+struct GraphHold {
+    comm: Arc<Comm>,
+    needs: crate::liveness::OwnedNeeds,
+}
+
+impl Drop for GraphHold {
+    fn drop(&mut self) {
+        self.comm.watch.graph_released(self.needs.as_needs());
+    }
+}
+
+/// The driver destroyed a graph that held a communicator. No CUDA call is allowed here, and the
+/// communicator's last reference may be this one (its drop frees memory): dropped on the
+/// reaper's thread.
+unsafe extern "C" fn graph_released(p: *mut std::ffi::c_void) {
+    // SAFETY: `p` is the Box leaked in `retain_for_graph`, given back exactly once.
+    let hold = unsafe { Box::from_raw(p.cast::<GraphHold>()) };
+    crate::reaper::drop_later(hold);
+}
+
+impl Drop for Ready {
+    fn drop(&mut self) {
+        // Only an init given up after it finished (an abort during a nonblocking init) leaves
+        // the watchdog running: this rank is gone for its peers.
+        if self.watchdog.get_mut().take().is_some() {
+            self.bootstrap.abort();
+        }
+        self.release_memory();
+    }
+}
+
+impl Ready {
+    /// The communicator's last reference went and its kernels are done, or never launched (an
+    /// init that failed or was aborted late): closes this rank's mappings of its peers' memory,
+    /// tells each peer so, and hands the shared buffer to the reaper, which frees it once every
+    /// peer that mapped it did the same. After `leak_device` nothing is left to release here.
+    fn release_memory(&mut self) {
+        let rank = self.bootstrap.rank();
+        let _ctx = CtxGuard::new(self.dev);
+        self.reg.close(true);
+        drop(self.ce.take());
+        let Some(ch) = self.channels.get_mut().take() else { return };
+        let (imports, private, shared) = ch.into_parts();
+        drop(imports);
+        drop(private);
+        let me = &self.peers[rank];
+        let mut waiting = Vec::new();
+        for (p, peer) in self.peers.iter().enumerate().filter(|(p, _)| *p != rank) {
+            if peer.same_process(me) {
+                waiting.push(crate::reaper::Waiter::Local { rank: p });
+                continue;
+            }
+            if let Err(e) = self.bootstrap.send_released(p) {
+                nccl_info!(Subsys::Init, "comm rank {rank}: telling rank {p} that its memory is released failed: {}", e.msg);
+            }
+            waiting.push(crate::reaper::Waiter::Remote { rank: p, token: peer.process, visible: peer.network == me.network });
+        }
+        let held = crate::reaper::Held {
+            what: format!("comm rank {rank}'s channel buffer ({:.1} MiB)", shared.size as f64 / (1 << 20) as f64),
+            key: self.key,
+            waiting,
+            bootstrap: Some(self.bootstrap.clone()),
+            hold: Box::new(shared),
+        };
+        crate::reaper::retire(self.key, rank, self.process_ranks, Some(held));
     }
 }
 
@@ -683,42 +847,137 @@ fn finalize_timeout() -> Duration {
     })
 }
 
-/// The liveness watchdog: when a peer is lost (its connection to this rank ended without a
-/// goodbye, or another rank reports it), the communicator's async state becomes ncclRemoteError,
-/// its kernels are told to stop (abort flag) so nothing spins on the dead peer, a WARN names the
-/// peer, and a first-hand loss is reported to the other ranks (not every rank is connected to
-/// every other). Detection costs nothing on the hot path: it rides on the bootstrap's sockets
-/// (a dead process's close at once; a hung one's silence through the heartbeats, see
-/// Bootstrap::heartbeat).
-fn watch_peers(
+/// What the liveness watchdog works with.
+struct Watchdog {
     rank: usize,
     nranks: usize,
+    dev: &'static Device,
     bs: Arc<Bootstrap>,
     state: Arc<AtomicI32>,
     abort_flag: Arc<HostMapped>,
-) -> Result<std::thread::JoinHandle<()>> {
+    watch: Arc<crate::liveness::Watch>,
+    launch: Arc<Mutex<LaunchState>>,
+}
+
+/// A lost peer, judged at every tick (src/liveness.rs) until the communicator fails.
+struct Lost {
+    rank: usize,
+    why: String,
+    /// Since when unfinished work has needed it (or the watchdog could not tell).
+    bad_since: Option<Instant>,
+    /// The INFO saying that the communicator goes on was printed.
+    noted: bool,
+    /// The latest launch that needs it known to have finished (asked once, not at every tick).
+    done_through: u64,
+}
+
+/// The watchdog's tick while some peer is lost.
+const LOST_TICK: Duration = Duration::from_millis(200);
+
+/// The liveness watchdog: when a peer is lost (its connection to this rank ended without a
+/// goodbye, or another rank reports it), a first-hand loss is reported to the other ranks (not
+/// every rank is connected to every other), and from then on the watchdog asks whether work that
+/// needs the peer is unfinished (src/liveness.rs). Work that stays so past a short grace makes the
+/// communicator's async state ncclRemoteError and its kernels stop (abort flag), so nothing spins
+/// on the dead peer, and a WARN names the peer; otherwise the communicator goes on. Detection
+/// costs nothing on the hot path: it rides on the bootstrap's sockets (a dead process's close at
+/// once; a hung one's silence through the heartbeats, see Bootstrap::heartbeat, which pass over
+/// the ranks that are gone).
+fn watch_peers(w: Watchdog) -> Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
-        .name(format!("oxccl-watch{rank}"))
+        .name(format!("oxccl-watch{}", w.rank))
         .spawn(move || {
-            let since = std::time::Instant::now();
             let silence = heartbeat_timeout();
-            while bs.watching() {
-                bs.heartbeat();
-                bs.check_heartbeat(since, silence);
-                let Some(loss) = bs.wait_loss(HEARTBEAT_INTERVAL) else { continue };
-                on_peer_lost(&state, &|| abort_flag.store_u32(0, 1));
-                nccl_warn!(
-                    "comm rank {rank}/{nranks}: rank {} {}; its operations cannot complete: the communicator now reports ncclRemoteError",
-                    loss.rank,
-                    loss.why
-                );
-                if loss.reported_by.is_none() {
-                    bs.report_loss(loss.rank as usize);
+            let mut since = Instant::now();
+            let mut beat: Option<Instant> = None;
+            let mut watched = None;
+            let mut gone = vec![false; w.nranks];
+            let mut lost: Vec<Lost> = Vec::new();
+            let mut failed = false;
+            while w.bs.watching() {
+                let (next, prev) = crate::liveness::ring_neighbours(w.rank, w.nranks, &|r| gone[r] || w.bs.left(r));
+                if prev != watched {
+                    // A newly watched rank beat for someone else until now: count from here.
+                    watched = prev;
+                    since = Instant::now();
                 }
-                return;
+                if beat.is_none_or(|b| b.elapsed() >= HEARTBEAT_INTERVAL) {
+                    beat = Some(Instant::now());
+                    if let Some(n) = next {
+                        w.bs.heartbeat_to(n);
+                    }
+                }
+                if let Some(p) = prev {
+                    w.bs.check_heartbeat_of(p, since, silence);
+                }
+                for l in lost.iter_mut() {
+                    if !failed {
+                        failed = w.judge(l);
+                    }
+                }
+                let wait = if lost.is_empty() || failed { HEARTBEAT_INTERVAL } else { LOST_TICK };
+                let Some(loss) = w.bs.wait_loss(wait) else { continue };
+                let p = loss.rank as usize;
+                if p >= w.nranks || gone[p] {
+                    continue;
+                }
+                gone[p] = true;
+                if loss.reported_by.is_none() {
+                    w.bs.report_loss(p);
+                }
+                let mut l = Lost { rank: p, why: loss.why, bad_since: None, noted: false, done_through: 0 };
+                if !failed {
+                    failed = w.judge(&mut l);
+                }
+                lost.push(l);
             }
         })
         .map_err(|e| Error::io("cannot start the liveness watchdog thread", &e))
+}
+
+impl Watchdog {
+    /// Judges the lost peer `l` once; true when that failed the communicator.
+    fn judge(&self, l: &mut Lost) -> bool {
+        use crate::liveness::{verdict, Verdict};
+        let (rank, nranks, p) = (self.rank, self.nranks, l.rank);
+        let mut v = self.watch.view_of(p);
+        if v.last != 0 && !v.issuing && !v.graphs {
+            v.last_done = if v.last <= l.done_through { Some(true) } else { self.launch_done(v.last) };
+            if v.last_done == Some(true) {
+                l.done_through = v.last;
+            }
+        }
+        let judged = verdict(&v);
+        if !crate::liveness::fails_now(&judged, &mut l.bad_since, Instant::now()) {
+            if judged == Verdict::Tolerate && !l.noted {
+                l.noted = true;
+                nccl_info!(
+                    Subsys::Init,
+                    "comm rank {rank}/{nranks}: rank {p} {}; no unfinished work of this rank needs it, so the communicator goes on (work that needs rank {p} will fail with ncclRemoteError)",
+                    l.why
+                );
+            }
+            return false;
+        }
+        let reason = match judged {
+            Verdict::Fail(reason) => format!("{reason} {} s after it was lost", crate::liveness::GRACE.as_secs_f64()),
+            _ => String::from("whether unfinished work needs it could not be told (a launch held the communicator)"),
+        };
+        on_peer_lost(&self.state, &|| self.abort_flag.store_u32(0, 1));
+        nccl_warn!(
+            "comm rank {rank}/{nranks}: rank {p} {}; {reason}: the communicator now reports ncclRemoteError",
+            l.why
+        );
+        true
+    }
+
+    /// Whether the launch with ordinal `ord` has finished; None if a launch holds the lock.
+    fn launch_done(&self, ord: u64) -> Option<bool> {
+        let mut ls = self.launch.try_lock_for(Duration::from_millis(100))?;
+        let Some(probe) = ls.recent.probe_for(ord) else { return Some(false) };
+        let Ok(_ctx) = CtxGuard::new(self.dev) else { return Some(false) };
+        Some(ls.done.probe_done(probe).unwrap_or(false))
+    }
 }
 
 /// How often the watchdog tells the next rank this one is alive.
@@ -742,8 +1001,8 @@ fn heartbeat_timeout() -> Duration {
     }
 }
 
-/// What a lost peer does to the communicator: RemoteError (unless it already failed) and the
-/// device-side abort flag.
+/// What a lost peer that work in flight needs does to the communicator: RemoteError (unless it
+/// already failed) and the device-side abort flag.
 fn on_peer_lost(state: &AtomicI32, stop_kernels: &dyn Fn()) {
     fail_async(state, ResultCode::RemoteError, stop_kernels);
 }

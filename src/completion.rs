@@ -16,6 +16,10 @@
 //!   about 0.25 us of host time (BENCHMARKS, thirty-first pass). An event recorded in a capture
 //!   can only be waited for in the same capture, so the mark keeps the capture's id.
 //!
+//! Eager event marks go into a ring of events, so each launch keeps a `Probe` that can still be
+//! asked after later launches (src/liveness.rs), and finalize, destroy and abort wait for the last
+//! uncaptured launch's probe (captured work after it does not hide it).
+//!
 //! Counted launches follow each other on one stream with programmatic serialization at most, and
 //! a counted kernel waits for its predecessor before publishing (done.cuh), so the counter reaches
 //! a launch's total only once that launch and everything before it on its stream have finished.
@@ -46,17 +50,43 @@ impl Mark {
     }
 }
 
-/// The mark and what it needs: the event, the counter's address and the blocks counted so far.
+/// Eager event marks are recorded in turn into this many events, so that a launch's own mark can
+/// still be asked about after later launches (`Probe`).
+const RING: usize = 8;
+
+/// What tells whether one launch has finished, kept after later launches (src/liveness.rs asks
+/// it when a peer is lost: did the work that needed that peer end?).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Probe {
+    /// Nothing was issued (or only work captured into a graph, which a replay runs).
+    Nothing,
+    /// The done counter reaching this many blocks.
+    Count(u32),
+    /// The eager event slot its mark was recorded in. A later launch may have recorded the slot
+    /// again: its answer then is the later launch's, which ends after this one (launches of a
+    /// communicator end in order), so "finished" still holds and "not yet" is conservative.
+    Slot(usize),
+}
+
+/// The mark and what it needs: the events, the counter's address and the blocks counted so far.
 pub struct Completion {
     mark: Mark,
-    event: Event,
+    /// The last uncaptured launch's probe: what finalize, destroy and abort wait for (work
+    /// captured into a graph is the application's, but it does not hide eager work before it).
+    eager: Probe,
+    /// Eager event marks, recorded in turn; `slot` holds the latest.
+    ring: Vec<Event>,
+    slot: usize,
+    /// The event of a mark recorded in a capture.
+    captured: Event,
     /// Device address of the done counter; 0 when the communicator has no DevComm (ranks joined
     /// only through the network), whose launches are never counted.
     counter: u64,
     /// Blocks launched counted so far (modulo 2^32): what the counter reaches once they finish.
     counted: u32,
-    /// A stream of our own, made on first need, where a counted mark becomes an event to poll.
+    /// A stream of our own, made on first need, where a counted probe becomes an event to poll.
     aux: cu::CUstream,
+    aux_event: Option<Event>,
 }
 
 // SAFETY: the event and stream handles are usable from any thread with the context current; the
@@ -67,7 +97,8 @@ impl Completion {
     /// `dev_comm`: the communicator's DevComm in device memory, or 0.
     pub fn new(dev_comm: u64) -> Result<Completion> {
         let counter = if dev_comm == 0 { 0 } else { dev_comm + OX_PRIV_DONE_OFF };
-        Ok(Completion { mark: Mark::None, event: Event::new()?, counter, counted: 0, aux: std::ptr::null_mut() })
+        let ring = (0..RING).map(|_| Event::new()).collect::<Result<Vec<_>>>()?;
+        Ok(Completion { mark: Mark::None, eager: Probe::Nothing, ring, slot: 0, captured: Event::new()?, counter, counted: 0, aux: std::ptr::null_mut(), aux_event: None })
     }
 
     pub fn mark(&self) -> Mark {
@@ -92,40 +123,78 @@ impl Completion {
     /// The launch just issued ended with a counted kernel: the mark is the total so far.
     pub fn set_counted(&mut self) {
         self.mark = Mark::Count(self.counted);
+        self.eager = Probe::Count(self.counted);
     }
 
     /// Records the event behind the launch just issued on `stream`, in `capture`.
     pub fn set_event(&mut self, stream: cu::CUstream, capture: Option<u64>) -> Result<()> {
-        self.event.record(stream)?;
+        if capture.is_some() {
+            self.captured.record(stream)?;
+        } else {
+            let next = (self.slot + 1) % RING;
+            self.ring[next].record(stream)?;
+            self.slot = next;
+            self.eager = Probe::Slot(next);
+        }
         self.mark = Mark::Event(capture);
         Ok(())
+    }
+
+    /// The probe of the launch whose mark was just set (see `Probe`).
+    pub fn probe(&self) -> Probe {
+        match self.mark {
+            Mark::None | Mark::Event(Some(_)) => Probe::Nothing,
+            Mark::Event(None) => Probe::Slot(self.slot),
+            Mark::Count(n) => Probe::Count(n),
+        }
     }
 
     /// Makes `stream` wait for the mark (the caller checked that the capture states agree).
     pub fn wait_on(&self, stream: cu::CUstream) -> Result<()> {
         match self.mark {
             Mark::None => Ok(()),
-            Mark::Event(_) => self.event.wait_on(stream),
+            Mark::Event(Some(_)) => self.captured.wait_on(stream),
+            Mark::Event(None) => self.ring[self.slot].wait_on(stream),
             Mark::Count(n) => wait_count(stream, self.counter, n),
         }
     }
 
-    /// Ok(true) once the marked work has finished. A counted mark becomes an event recorded on a
-    /// stream of our own behind a wait for the count, then polled like any event.
+    /// Ok(true) once the marked work has finished.
     pub fn query(&mut self) -> Result<bool> {
         match self.mark {
             Mark::None => Ok(true),
-            Mark::Event(_) => self.event.query(),
-            Mark::Count(n) => {
+            Mark::Event(Some(_)) => self.captured.query(),
+            Mark::Event(None) => self.ring[self.slot].query(),
+            Mark::Count(n) => self.probe_done(Probe::Count(n)),
+        }
+    }
+
+    /// The probe of the last uncaptured launch: finished once every uncaptured launch has,
+    /// whatever was captured after them.
+    pub fn eager_probe(&self) -> Probe {
+        self.eager
+    }
+
+    /// Ok(true) once the launch `p` probes has finished. A counted probe becomes an event
+    /// recorded on a stream of our own behind a wait for the count, then polled.
+    pub fn probe_done(&mut self, p: Probe) -> Result<bool> {
+        match p {
+            Probe::Nothing => Ok(true),
+            Probe::Slot(i) => self.ring[i % RING].query(),
+            Probe::Count(n) => {
                 if self.aux.is_null() {
                     let mut s: cu::CUstream = std::ptr::null_mut();
                     // SAFETY: out-pointer to a local; the caller has the device's context current.
                     check(unsafe { cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }, "cuStreamCreate")?;
                     self.aux = s;
                 }
+                if self.aux_event.is_none() {
+                    self.aux_event = Some(Event::new()?);
+                }
+                let ev = self.aux_event.as_ref().ok_or_else(|| crate::error::Error::internal("no event"))?;
                 wait_count(self.aux, self.counter, n)?;
-                self.set_event(self.aux, None)?;
-                self.event.query()
+                ev.record(self.aux)?;
+                ev.query()
             }
         }
     }

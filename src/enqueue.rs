@@ -20,6 +20,7 @@ use crate::device_abi::{
 };
 use crate::gpu::stream::capture_tail;
 use crate::gpu::{check, cu, CtxGuard};
+use crate::liveness::Needs;
 use crate::log::Subsys;
 use crate::transport::ce_direct::Fallback;
 use crate::types::{DataType, RedOp};
@@ -71,10 +72,12 @@ unsafe impl Send for P2pOp {}
 
 /// Runs `f` with the communicator's device current and its launch lock held, on `stream`, after
 /// ordering the stream behind the communicator's previous launch when the stream changed.
-/// `bytes` is the launch's largest message per rank (algo::counting); `what` describes the
-/// operation for OXCCL_DEBUG_DUMP (called only when the dump is on).
+/// `needs`: the peers the launch needs (a lost one fails it, src/liveness.rs). `bytes` is the
+/// launch's largest message per rank (algo::counting); `what` describes the operation for
+/// OXCCL_DEBUG_DUMP (called only when the dump is on).
 fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
-    comm: &Comm,
+    comm: &Arc<Comm>,
+    needs: Needs,
     stream: cu::CUstream,
     bytes: u64,
     what: impl FnOnce() -> String,
@@ -82,9 +85,11 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
 ) -> Result<()> {
     crate::hostprof::mark(crate::hostprof::Stage::Submit);
     let r = comm.ready()?;
-    comm.check_usable()?;
     let _ctx = CtxGuard::new(r.dev)?;
     let mut ls = r.launch.lock();
+    // Under the lock: an abort's wait for the kernels (which takes it) then covers this launch,
+    // or this launch sees the abort.
+    comm.check_usable()?;
     // Kernels of one communicator share its scratch and counters: they must not overlap. A new
     // stream waits for the mark of the previous launch (src/completion.rs) when a wait can join
     // them (neither captured, or both in the same capture, where the wait becomes a graph edge);
@@ -112,6 +117,8 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
     // those the ones where the host, not the kernel, is the bottleneck.
     ls.counting = capture.is_none() && ls.done.can_count() && crate::algo::counting::counts(bytes, r.topo.nranks, r.process_ranks, &r.tuning);
     ls.counted_last = false;
+    // Which peers it needs, should one of them be lost (src/liveness.rs).
+    let ord = comm.watch.begin(needs, capture.is_none());
     let res = f(r, &mut ls);
     // The mark follows whatever this launch issued, even when it failed part way: the counted
     // kernel that came last, else an event.
@@ -124,7 +131,14 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
     if rec.is_ok() {
         ls.last_stream = Some(stream);
     }
-    if let Err(e) = res.and(rec) {
+    // In flight until its probe says otherwise; captured work is held by its graph instead.
+    if capture.is_none() {
+        let probe = ls.done.probe();
+        ls.recent.push(ord, probe);
+    }
+    comm.watch.end();
+    let held = if capture.is_some() { comm.retain_for_graph(&mut ls, stream, needs) } else { Ok(()) };
+    if let Err(e) = res.and(rec).and(held) {
         ls.last_grid = u32::MAX; // whatever ran last is unknown: no PDL behind it
         return Err(e);
     }
@@ -138,7 +152,7 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
 pub fn launch_task(t: &CollTask) -> Result<()> {
     let what = || format!("{:?} {} x {} root {} on stream {:p}", t.coll, t.count, t.dtype.name(), t.root, t.stream);
     let bytes = t.count.saturating_mul(t.dtype.size() as u64);
-    with_launch(&t.comm, t.stream, bytes, what, |r, ls| {
+    with_launch(&t.comm, Needs::All, t.stream, bytes, what, |r, ls| {
         // NCCL_PROTO/NCCL_ALGO may leave a collective nothing to run.
         let func = nccl_func(t.coll);
         if let Some(f) = func {
@@ -235,7 +249,19 @@ fn launch_p2p_batch(comm: &Arc<Comm>, ops: &[P2pOp], stream: cu::CUstream) -> Re
         format!("point-to-point [{}] on stream {:p}", list.join(", "), stream)
     };
     let bytes = ops.iter().map(|o| o.bytes).max().unwrap_or(0);
-    with_launch(comm, stream, bytes, what, |r, ls| {
+    // The peers it needs, without an allocation for the usual few.
+    let mut few = [0usize; 8];
+    let many: Vec<usize>;
+    let peers: &[usize] = if ops.len() <= few.len() {
+        for (f, o) in few.iter_mut().zip(ops) {
+            *f = o.peer;
+        }
+        &few[..ops.len()]
+    } else {
+        many = ops.iter().map(|o| o.peer).collect();
+        &many
+    };
+    with_launch(comm, Needs::Peers(peers), stream, bytes, what, |r, ls| {
         match &r.net {
             Some(net) => net.launch_p2p(r, ops, stream),
             None => p2p(r, ls, &spec, stream),

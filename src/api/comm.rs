@@ -172,6 +172,8 @@ pub extern "C" fn ncclCommInitAll(comms: *mut ncclComm_t, ndev: c_int, devlist: 
     })
 }
 
+/// Waits for the communicator's work launched outside CUDA graphs. Needs no peer: a peer that
+/// aborted or exited leaves it bounded (work that needed the peer was failed and stopped).
 #[no_mangle]
 pub extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
     call("ncclCommFinalize", || {
@@ -182,6 +184,9 @@ pub extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
     })
 }
 
+/// Waits for the communicator's work (unless finalized) and stops its threads. Its memory goes
+/// when the last CUDA graph that captured its work is destroyed, and the part its peers' kernels
+/// write (its channel buffer) only once every peer released it or exited.
 #[no_mangle]
 pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
     call("ncclCommDestroy", || {
@@ -192,6 +197,10 @@ pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
     })
 }
 
+/// Makes the communicator's kernels leave their waits, stops its threads and waits (at most 10 s)
+/// for its kernels to exit, never for a peer; its streams then drain without error. Memory is
+/// freed as ncclCommDestroy's is; kernels that did not exit leave theirs leaked. The peers see
+/// this rank gone: only their work that needs it fails (ncclRemoteError).
 #[no_mangle]
 pub extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
     call("ncclCommAbort", || {
@@ -311,7 +320,10 @@ pub extern "C" fn ncclCommShrink(
 }
 
 /// Stores the communicator's asynchronous state. Thread-safe: watchdogs poll it while other
-/// threads enqueue.
+/// threads enqueue. A peer that aborted, exited or stopped answering makes it ncclRemoteError
+/// only if work that needs that peer stays unfinished for a second (launched and not finished, or
+/// captured into a CUDA graph still alive); otherwise it stays ncclSuccess, and an operation
+/// enqueued later that needs the peer fails so within about a second.
 #[no_mangle]
 pub extern "C" fn ncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclResult_t) -> ncclResult_t {
     call("ncclCommGetAsyncError", || {

@@ -43,6 +43,9 @@ pub(crate) const NOTICE_BYE: u8 = 1;
 pub(crate) const NOTICE_LOST: u8 = 2;
 /// A heartbeat: the sender is alive (see Bootstrap::heartbeat).
 pub(crate) const NOTICE_ALIVE: u8 = 3;
+/// The sender's kernels and copies are done with this rank's memory and its mappings of it are
+/// closed: this rank may free what it shared (src/reaper.rs).
+pub(crate) const NOTICE_RELEASED: u8 = 4;
 
 #[derive(Default)]
 struct State {
@@ -51,6 +54,8 @@ struct State {
     gone: HashMap<u32, String>,
     /// Ranks that said goodbye: their connections ending is orderly.
     leaving: HashSet<u32>,
+    /// Ranks that released this rank's memory (NOTICE_RELEASED).
+    released: HashSet<u32>,
     losses: VecDeque<Loss>,
     /// Ranks already reported as lost (each is reported once).
     lost: HashSet<u32>,
@@ -83,6 +88,9 @@ impl Mailbox {
                         st.leaving.insert(rank);
                     }
                     [NOTICE_ALIVE] => {} // only its arrival time matters
+                    [NOTICE_RELEASED] => {
+                        st.released.insert(rank);
+                    }
                     [NOTICE_LOST, a, b, c, d] => {
                         let lost = u32::from_le_bytes([*a, *b, *c, *d]);
                         if st.lost.insert(lost) {
@@ -177,6 +185,16 @@ impl Mailbox {
         true
     }
 
+    /// Whether `rank` sent NOTICE_RELEASED.
+    pub(crate) fn released(&self, rank: u32) -> bool {
+        self.state.lock().released.contains(&rank)
+    }
+
+    /// Whether `rank` said goodbye.
+    pub(crate) fn left(&self, rank: u32) -> bool {
+        self.state.lock().leaving.contains(&rank)
+    }
+
     pub(crate) fn watching(&self) -> bool {
         let st = self.state.lock();
         !st.closing && !st.aborted
@@ -192,6 +210,11 @@ impl Mailbox {
     pub(crate) fn abort(&self) {
         self.state.lock().aborted = true;
         self.cv.notify_all();
+    }
+
+    /// Whether `rank` was reported or seen lost.
+    pub(crate) fn is_lost(&self, rank: u32) -> bool {
+        self.state.lock().lost.contains(&rank)
     }
 
     pub(crate) fn is_aborted(&self) -> bool {

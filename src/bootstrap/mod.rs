@@ -39,7 +39,7 @@ pub use self::data::{DataSockets, MAX_DATA_SOCKETS};
 use self::deadline::Deadline;
 use self::id::UniqueId;
 use self::listener::{Listener, Role};
-use self::mailbox::{Key, Mailbox, WaitError, NOTICE_ALIVE, NOTICE_BYE, NOTICE_LOST};
+use self::mailbox::{Key, Mailbox, WaitError, NOTICE_ALIVE, NOTICE_BYE, NOTICE_LOST, NOTICE_RELEASED};
 pub use self::mailbox::Loss;
 use self::socket::Listening;
 use self::wire::{decode_addr, encode_addr, Channel, ConnKind, Hello, Secret, ADDR_BYTES, ROOT_RANK};
@@ -54,6 +54,9 @@ const LISTENER_TICK: Duration = Duration::from_millis(50);
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// Longest a liveness notice may take to send.
 const NOTICE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest a release notice may take (it is sent as a communicator's memory goes, on the
+/// thread that drops it).
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Bootstrap timeout from OXCCL_BOOTSTRAP_TIMEOUT (seconds, float allowed), default 300 s.
 pub fn default_timeout() -> Duration {
@@ -228,6 +231,16 @@ impl Bootstrap {
         a
     }
 
+    /// The same on every rank of this communicator and different for any other, even one made
+    /// from the same unique id (NCCL_COMM_ID): its secret and every rank's listen address.
+    pub fn instance_key(&self) -> u64 {
+        let mut b = self.secret.to_vec();
+        for p in &self.peers {
+            b.extend_from_slice(&encode_addr(p));
+        }
+        crate::topo::fnv1a(&b)
+    }
+
     /// Ring all-gather of equal-sized per-rank blobs; returns nranks blobs in rank order.
     pub fn all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let next = (self.rank + 1) % self.nranks;
@@ -285,14 +298,60 @@ impl Bootstrap {
     }
 
     /// Orderly shutdown: tells every peer this rank is connected to that its connections are about
-    /// to close on purpose (so they do not take it for a crash). Best effort, bounded.
+    /// to close on purpose (so they do not take it for a crash). Best effort, bounded; lost ranks
+    /// are skipped (a write to a hung one could wait for the notice timeout).
     pub fn say_goodbye(&self) {
         for (p, slot) in self.out.iter().enumerate() {
-            if p != self.rank && slot.lock().is_some() {
+            if p != self.rank && !self.shared.mailbox.is_lost(p as u32) && slot.lock().is_some() {
                 let _ = self.notice(p, &[NOTICE_BYE]);
             }
         }
         self.shared.mailbox.close();
+    }
+
+    /// Tells `peer` that this rank's kernels and copies are done with its memory and that this
+    /// rank's mappings of it are closed, so it may free what it shared (src/reaper.rs). Sent as
+    /// the communicator goes: unless it aborted, a new connection says goodbye first. Works after
+    /// `abort` too (on a fresh connection, since abort shut the old ones down). Bounded.
+    pub fn send_released(&self, peer: usize) -> Result<()> {
+        let addr = self.peer_addr(peer)?;
+        let header = wire::encode_frame_header(Channel::Notice, 0, 1)?;
+        let slot = self.out.get(peer).ok_or_else(|| Error::invalid_argument(format!("bootstrap: peer {peer} out of range")))?;
+        let mut slot = slot.lock();
+        let deadline = Deadline::after(self.timeout.min(RELEASE_TIMEOUT));
+        let who = format!("rank {peer}");
+        let aborted = self.shared.mailbox.is_aborted();
+        if let Some(s) = slot.take().filter(|_| !aborted) {
+            if socket::send_frame(&s, &header, &[NOTICE_RELEASED], deadline, &who).is_ok() {
+                *slot = Some(s);
+                return Ok(());
+            }
+        }
+        let hello = Hello { kind: ConnKind::Peer, rank: self.rank as u32, secret: self.secret };
+        let stream = socket::open(addr, Listening::Already, &hello, deadline, &who, &|| false)?;
+        if !aborted {
+            // A new connection, whose end must not look like a crash: this rank is leaving.
+            socket::send_frame(&stream, &header, &[NOTICE_BYE], deadline, &who)?;
+        }
+        socket::send_frame(&stream, &header, &[NOTICE_RELEASED], deadline, &who)?;
+        if aborted {
+            // Nothing else goes out after an abort: shut it now (any notice still queued is
+            // delivered before the end of the stream).
+            let _ = stream.shutdown(Shutdown::Write);
+        } else {
+            *slot = Some(Arc::new(stream));
+        }
+        Ok(())
+    }
+
+    /// Whether `peer` sent `send_released`.
+    pub fn released_by(&self, peer: usize) -> bool {
+        self.shared.mailbox.released(peer as u32)
+    }
+
+    /// Whether `peer` said goodbye.
+    pub fn left(&self, peer: usize) -> bool {
+        self.shared.mailbox.left(peer as u32)
     }
 
     /// Tells every other rank (but `lost`) that `lost` is gone. Best effort, bounded per peer.
@@ -320,19 +379,30 @@ impl Bootstrap {
     /// is one small message per rank per interval, off every hot path.
     pub fn heartbeat(&self) {
         if self.nranks > 1 {
-            let next = (self.rank + 1) % self.nranks;
-            if let Err(e) = self.notice(next, &[NOTICE_ALIVE]) {
-                nccl_info!(Subsys::Bootstrap, "Bootstrap: heartbeat to rank {next} failed: {}", e.msg);
-            }
+            self.heartbeat_to((self.rank + 1) % self.nranks);
+        }
+    }
+
+    /// A heartbeat to `next` (the watchdog skips lost ranks in the ring: liveness::ring_neighbours).
+    pub fn heartbeat_to(&self, next: usize) {
+        if let Err(e) = self.notice(next, &[NOTICE_ALIVE]) {
+            nccl_info!(Subsys::Bootstrap, "Bootstrap: heartbeat to rank {next} failed: {}", e.msg);
         }
     }
 
     /// See `heartbeat`; true when this call declared the previous rank lost.
     pub fn check_heartbeat(&self, since: std::time::Instant, timeout: Duration) -> bool {
-        if self.nranks < 2 || timeout.is_zero() {
+        if self.nranks < 2 {
             return false;
         }
-        let prev = (self.rank + self.nranks - 1) % self.nranks;
+        self.check_heartbeat_of((self.rank + self.nranks - 1) % self.nranks, since, timeout)
+    }
+
+    /// `check_heartbeat` for the rank `prev` that sends this rank its heartbeats.
+    pub fn check_heartbeat_of(&self, prev: usize, since: std::time::Instant, timeout: Duration) -> bool {
+        if self.nranks < 2 || timeout.is_zero() || prev == self.rank {
+            return false;
+        }
         self.shared.mailbox.check_silence(prev as u32, since, timeout)
     }
 
@@ -346,11 +416,12 @@ impl Bootstrap {
         self.send_within(peer, self.peer_addr(peer)?, Channel::Notice, 0, body, self.timeout.min(NOTICE_TIMEOUT))
     }
 
-    /// Makes every current and future wait on this Bootstrap return an error promptly.
+    /// Makes every current and future wait on this Bootstrap return an error promptly, and shuts
+    /// this rank's connections down (the peers see it gone). The listener stays until the
+    /// Bootstrap is dropped: the peers' release notices (`send_released`) still arrive.
     pub fn abort(&self) {
         nccl_info!(Subsys::Bootstrap, "Bootstrap: rank {}/{} aborting", self.rank, self.nranks);
         self.shared.mailbox.abort();
-        self.shared.stop.store(true, Ordering::Release);
         for s in self.abort_handles.lock().iter().filter_map(Weak::upgrade) {
             // Errors only mean the socket is already gone.
             let _ = s.shutdown(Shutdown::Both);

@@ -635,3 +635,54 @@ fn a_silent_rank_is_lost_by_heartbeat_and_beating_ranks_are_not() {
     std::thread::sleep(Duration::from_millis(200));
     assert!(!ranks[0].check_heartbeat(since, Duration::from_millis(100)), "rank 2 said goodbye");
 }
+
+/// Waits (bounded) until `cond` holds.
+fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "{what}: not within 5 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Release notices (src/reaper.rs): sent as a communicator's memory goes, which after an abort is
+/// when its kernels stopped, so they must get through an aborted sender and into an aborted
+/// receiver, whose listener stays until the Bootstrap is dropped.
+#[test]
+fn release_notices_cross_aborted_ranks() {
+    let ranks = init_all(3, TIMEOUT);
+    on_all(&ranks, |bs| exercise(bs, &[1]));
+    assert!(!ranks[1].released_by(0));
+    ranks[0].abort();
+    ranks[1].abort();
+    ranks[0].send_released(1).expect("sent after the sender's abort");
+    eventually("rank 1 hears rank 0's release", || ranks[1].released_by(0));
+    ranks[1].send_released(0).expect("sent after both aborted");
+    ranks[2].send_released(0).expect("sent by a rank that did not abort");
+    eventually("rank 0 hears both", || ranks[0].released_by(1) && ranks[0].released_by(2));
+    assert!(!ranks[2].released_by(0), "only where sent");
+    // The abort was a loss for rank 2 (rank 0's connection ended without a goodbye), reported once.
+    let l = ranks[2].wait_loss(Duration::from_secs(5)).expect("rank 2 sees rank 0 or 1 gone");
+    assert!(l.rank == 0 || l.rank == 1, "{l:?}");
+}
+
+/// The heartbeat ring around a lost rank: rank 2 beats to rank 0 instead of lost rank 1, and
+/// rank 0 watches rank 2, which is then not declared lost for silence.
+#[test]
+fn heartbeats_skip_a_lost_rank() {
+    let ranks = init_all(3, TIMEOUT);
+    let silence = Duration::from_millis(800);
+    let since = Instant::now();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(1500) {
+        ranks[2].heartbeat_to(0);
+        ranks[0].heartbeat_to(2);
+        assert!(!ranks[0].check_heartbeat_of(2, since, silence));
+        assert!(!ranks[2].check_heartbeat_of(0, since, silence));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Rank 1 sent nothing: rank 2, watching it, declares it lost.
+    assert!(ranks[2].check_heartbeat_of(1, since, silence));
+    assert_eq!(ranks[2].wait_loss(Duration::from_secs(1)).map(|l| l.rank), Some(1));
+    assert!(!ranks[0].check_heartbeat_of(0, since, silence), "a rank never watches itself");
+}

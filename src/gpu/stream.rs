@@ -34,6 +34,24 @@ pub fn capture_tail(stream: cu::CUstream) -> Result<Option<crate::algo::pdl::Cap
     Ok(Some(crate::algo::pdl::CaptureTail { id, only }))
 }
 
+/// The id and graph of `stream`'s active capture, or None when it is not capturing.
+pub fn capture_graph(stream: cu::CUstream) -> Result<Option<(u64, cu::CUgraph)>> {
+    let mut st = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id: cu::cuuint64_t = 0;
+    let mut graph: cu::CUgraph = std::ptr::null_mut();
+    let mut deps: *const cu::CUgraphNode = std::ptr::null();
+    let mut n: usize = 0;
+    // SAFETY: out-pointers to locals; the edge data is optional (null: not wanted).
+    check(
+        unsafe { cu::cuStreamGetCaptureInfo_v3(stream, &mut st, &mut id, &mut graph, &mut deps, std::ptr::null_mut(), &mut n) },
+        "cuStreamGetCaptureInfo",
+    )?;
+    if st != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || graph.is_null() {
+        return Ok(None);
+    }
+    Ok(Some((id, graph)))
+}
+
 /// Switches this thread to relaxed stream-capture mode for a scope: set-up work (allocations,
 /// synchronous copies) must not fail because another thread is capturing a graph.
 pub struct RelaxedCapture {

@@ -712,6 +712,12 @@ impl CeDirect {
         }
     }
 
+    /// Kernels or copies of the communicator may still run: its mappings of the peers' buffers
+    /// (and the rest of the path's state) stay for good.
+    pub fn leak(&self) {
+        std::mem::forget(self.inner.clone());
+    }
+
     /// Moves `spec` on `stream`: the transfers with `peers` (algo::ce_direct::pairs, all linked)
     /// by copy engine where the handshake agrees, the rest by `fallback` (the exchange kernel
     /// for all of `spec`), on both ranks of each pair alike. The caller holds the launch lock
