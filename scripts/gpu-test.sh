@@ -88,6 +88,15 @@ step fault-injection-ce env OXCCL_LOCAL_TRANSPORT=ce "$bin/oxccl-fault" --ranks 
 step fault-injection-ce-direct env OXCCL_CE_DIRECT_MIN_BYTES=1 "$bin/oxccl-fault" --ranks $fr --scenarios sendrecv,allgather
 # The same with the handshakes on a worker thread (OXCCL_CE_DIRECT_ASYNC=1).
 step fault-injection-ce-direct-async env OXCCL_CE_DIRECT_ASYNC=1 OXCCL_CE_DIRECT_MIN_BYTES=1 "$bin/oxccl-fault" --ranks $fr --scenarios sendrecv,allgather
+# Aborts: with an operation its peers never join in flight (every rank's stream and context must
+# end clean, and a new communicator work), on each data path; and a peer's abort seen by ranks
+# that need nothing from it (PyTorch's test_abort_pg: no error there, bounded teardown). Ranks
+# may share GPUs (3 ranks on fewer GPUs time-share them).
+step abort-pending "$bin/oxccl-fault" --ranks 2 --scenarios abort-pending
+step abort-pending-ce-direct env OXCCL_CE_DIRECT_MIN_BYTES=1 "$bin/oxccl-fault" --ranks 2 --scenarios abort-pending
+step abort-pending-ce-direct-async env OXCCL_CE_DIRECT_ASYNC=1 OXCCL_CE_DIRECT_MIN_BYTES=1 "$bin/oxccl-fault" --ranks 2 --scenarios abort-pending
+step abort-pending-hosts "$bin/oxccl-fault" --ranks 2 --ranks-per-host 1 --scenarios abort-pending
+step abort-idle-peer "$bin/oxccl-fault" --ranks 2,3 --scenarios abort-idle-peer
 if [ $quick = 1 ]; then soak=1000; else soak=10000; fi
 step soak "$bin/oxccl-gpu-check" --soak $soak
 step leaks "$bin/oxccl-gpu-check" --leaks
