@@ -34,8 +34,9 @@ if [ $list = 1 ]; then
   lib=${lib:-liboxccl.so} bin=${bin:-.}
 fi
 if [ -z "$lib" ] || [ -z "$bin" ]; then
-  if [ ! -x "$root/target/release/oxccl-gpu-check" ]; then
-    (cd "$root" && bash scripts/setup-cuda.sh && cargo build --release --locked) || exit 1
+  if [ ! -x "$root/target/release/oxccl-gpu-check" ] || [ ! -x "$root/target/release/oxccl-conform" ]; then
+    (cd "$root" && bash scripts/setup-cuda.sh && cargo build --release --locked \
+      && cargo build --release --locked --features conform --bin oxccl-conform) || exit 1
   fi
   lib=${lib:-$root/target/release/liboxccl.so}
   bin=${bin:-$root/target/release}
@@ -103,6 +104,12 @@ step leaks "$bin/oxccl-gpu-check" --leaks
 # OXCCL_CHECKSUM: no false alarm over a random mix, and an injected corruption is reported.
 step soak-checksummed env OXCCL_CHECKSUM=1 "$bin/oxccl-gpu-check" --soak 600 --seed 3
 step checksum-catches-corruption bash -c "OXCCL_CHECKSUM=1 OXCCL_CHECKSUM_INJECT=1 NCCL_DEBUG=WARN '$bin/oxccl-gpu-check' --soak 100 2>&1 | tee /dev/stderr | grep -q 'corrupted data on rank 1'"
+# The conformance fuzzer (docs/testing.md): the kept regressions, then a fixed seed set; with
+# NVIDIA's NCCL beside, each case it can run is compared.
+cf=(); [ -n "$nccldir" ] && cf=(--nccl-lib "$nccldir/libnccl.so.2")
+step conform-regressions "$bin/oxccl-conform" --lib "$lib" "${cf[@]}" --case-file "$root/src/bin/oxccl_conform/regressions.txt" --out "$out/conform-regressions"
+if [ $quick = 1 ]; then cases=150; else cases=600; fi
+step conform-seeds "$bin/oxccl-conform" --lib "$lib" "${cf[@]}" --cases $cases --keep-going --seed 1 --out "$out/conform-seeds"
 if [ "$ngpu" -ge 2 ] && present test -d "${CUDA_HOME:-/usr/local/cuda}/include"; then
   step ffi-gpu bash "$root/ffi-tests/gpu.sh" "$lib" "$nccldir"
 else

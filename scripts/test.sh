@@ -18,6 +18,8 @@ if [ "$before" != "$after" ] || ! git diff --quiet -- include/nccl.h 2>/dev/null
 fi
 
 cargo test --release --locked
+# The conformance fuzzer (feature conform): its reference, case model and generation.
+cargo test --release --locked --features conform --bin oxccl-conform
 # The GPU lab (scripts/lab) includes the library's kernels: it must keep compiling with them.
 bash scripts/lab/build.sh "$root/target/lab" > /dev/null
 python3 scripts/model/ll_ack_model.py
@@ -209,6 +211,7 @@ if OMPI_COMM_WORLD_RANK=3 bash scripts/hostsim.sh 1 env | grep -q NCCL_TESTS_DEV
 rm -rf "$bt"
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --release --locked --all-targets -- -D warnings
+  cargo clippy --release --locked --features conform --bin oxccl-conform -- -D warnings
 else
   echo "test: clippy not installed; skipped"
 fi

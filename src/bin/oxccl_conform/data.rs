@@ -337,7 +337,9 @@ mod tests {
                     let c = op(Kind::AllReduce, dt, o, 300, n);
                     let (_, exact) = domain(&c, n);
                     if !exact {
-                        assert!(o == Op::Avg && (n & (n - 1)) != 0, "{dt:?} {o:?} n={n}");
+                        // Up to 4 ranks only a rounded 1/n is inexact; beyond, fp8 runs out of
+                        // room for PreMulSum's scaled sums too (compared with a tolerance).
+                        assert!((o == Op::Avg && (n & (n - 1)) != 0) || (n > 4 && dt.is_fp8()), "{dt:?} {o:?} n={n}");
                         continue;
                     }
                     let sends: Vec<Vec<u8>> = (0..n).map(|q| input(7, 0, &c, n, q, 0, 300, &codec)).collect();

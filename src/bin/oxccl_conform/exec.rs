@@ -167,6 +167,20 @@ impl Exec {
                 *b = byte(s * 128 + k)?;
             }
             let blocking = s < 2;
+            if s == 0 && self.nranks == 1 {
+                // A one-rank job's first communicator as single-process programs make it.
+                let mut ord = 0;
+                // SAFETY: the current context is this rank's; out-pointers to locals.
+                unsafe { cu::cuCtxGetDevice(&mut ord) };
+                let mut comm: Comm = std::ptr::null_mut();
+                // SAFETY: room for one handle, a one-entry device list.
+                let rc = unsafe { (self.nccl.comm_init_all)(&mut comm, 1, &ord) };
+                if rc != SUCCESS {
+                    return Err(self.nccl.describe("ncclCommInitAll", rc, comm));
+                }
+                self.ranks[0].comms[0] = comm;
+                continue;
+            }
             // SAFETY: group calls have no preconditions.
             unsafe { (self.nccl.group_start)() };
             for i in 0..self.ranks.len() {
@@ -449,18 +463,24 @@ impl Exec {
             )?;
         }
         let issued = self.issue(case, parts, None);
+        // Every capture ends before any graph is instantiated: a thread may not instantiate while
+        // one of its captures is open.
+        let mut captured = Vec::new();
         for (i, r) in self.ranks.iter().enumerate() {
             self.set_ctx(i);
             let mut g = std::ptr::null_mut();
-            let mut e = std::ptr::null_mut();
-            // SAFETY: ends the capture begun above; out-pointers to locals.
-            unsafe {
-                cu_check(cu::cuStreamEndCapture(r.stream, &mut g), "cuStreamEndCapture")?;
-                cu_check(cu::cuGraphInstantiateWithFlags(&mut e, g, 0), "cuGraphInstantiate")?;
-            }
-            graphs.push((g, e));
+            // SAFETY: ends the capture begun above; out-pointer to a local.
+            cu_check(unsafe { cu::cuStreamEndCapture(r.stream, &mut g) }, "cuStreamEndCapture")?;
+            captured.push(g);
         }
         issued?;
+        for (i, g) in captured.into_iter().enumerate() {
+            self.set_ctx(i);
+            let mut e = std::ptr::null_mut();
+            // SAFETY: a captured graph; out-pointer to a local.
+            cu_check(unsafe { cu::cuGraphInstantiateWithFlags(&mut e, g, 0) }, "cuGraphInstantiate")?;
+            graphs.push((g, e));
+        }
         let mut digests = Vec::new();
         let mut verdict = Ok(());
         for replay in 0..case.replays.max(1) as usize {
@@ -562,13 +582,20 @@ impl Exec {
                     unsafe { cu::cuStreamBeginCapture_v2(r.stream, cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) };
                 }
                 let e = ex.issue(case, parts.0, Some(posts)).err();
+                let mut graphs = Vec::new();
                 for (i, r) in ex.ranks.iter().enumerate().filter(|(_, r)| posts[r.rank]) {
                     ex.set_ctx(i);
-                    let (mut g, mut x) = (std::ptr::null_mut(), std::ptr::null_mut());
-                    // SAFETY: ends the capture; out-pointers to locals. The graph is left alive
+                    let mut g = std::ptr::null_mut();
+                    // SAFETY: ends the capture; out-pointer to a local.
+                    unsafe { cu::cuStreamEndCapture(r.stream, &mut g) };
+                    graphs.push((i, r, g));
+                }
+                for (i, r, g) in graphs {
+                    ex.set_ctx(i);
+                    let mut x = std::ptr::null_mut();
+                    // SAFETY: a captured graph; out-pointer to a local. The graph is left alive
                     // (leaked): its launch may still be queued when this returns.
                     unsafe {
-                        cu::cuStreamEndCapture(r.stream, &mut g);
                         if e.is_none() && cu::cuGraphInstantiateWithFlags(&mut x, g, 0) == cu::CUresult::CUDA_SUCCESS {
                             let rc = cu::cuGraphLaunch(x, r.stream);
                             if rc != cu::CUresult::CUDA_SUCCESS {

@@ -92,9 +92,15 @@ struct Cli {
     /// Most shrinking steps after a failure.
     #[arg(long, default_value_t = 150)]
     shrink_iters: u32,
+    /// Most seconds spent shrinking one failure (a hang costs a timeout per step).
+    #[arg(long, default_value_t = 120)]
+    shrink_secs: u64,
     /// Run this one case (a reproduction line) and nothing else.
     #[arg(long)]
     case: Option<String>,
+    /// Run every case of this file (one reproduction line each; `#` starts a comment line).
+    #[arg(long)]
+    case_file: Option<String>,
     /// Folder for the ranks' logs (stderr, the libraries' own output) and the failures.
     #[arg(long, default_value = "conform-out")]
     out: String,
@@ -209,6 +215,8 @@ struct Group {
 enum Verdict {
     Pass(Vec<u64>),
     Fail(String),
+    /// The reference library could not start this layout (it is not compared there).
+    Skip,
 }
 
 impl Group {
@@ -255,7 +263,7 @@ impl Group {
         }
         let mut g = Group { children, stdins, rx };
         let mut ready = 0;
-        let deadline = Instant::now() + Duration::from_secs(180);
+        let deadline = Instant::now() + Duration::from_secs(cli.case_timeout + 60);
         while ready < procs {
             match g.next(deadline)? {
                 (_, m) if m == "READY" => ready += 1,
@@ -352,23 +360,47 @@ struct Pool<'a> {
     cli: &'a Cli,
     ngpus: usize,
     groups: HashMap<(bool, usize, usize), Group>,
+    /// Keys, least recently used first.
+    lru: Vec<(bool, usize, usize)>,
+    /// Layouts the reference library failed to start.
+    refused: Vec<(bool, usize, usize)>,
 }
+
+/// Most executor groups kept at once: every process holds a CUDA context, and an MPS server
+/// serves at most 48 clients per GPU.
+const MAX_GROUPS: usize = 6;
 
 impl Pool<'_> {
     fn run(&mut self, nccl: bool, case: &Case) -> Verdict {
         let key = (nccl, case.procs, case.per_proc);
+        self.lru.retain(|k| *k != key);
+        self.lru.push(key);
         if !self.groups.contains_key(&key) {
+            while self.groups.len() >= MAX_GROUPS {
+                let old = self.lru.iter().copied().find(|k| self.groups.contains_key(k)).expect("a live group");
+                self.lru.retain(|k| *k != old);
+                self.groups.remove(&old).expect("live").quit();
+            }
             let (lib, tag) = if nccl { (self.cli.nccl_lib.clone().unwrap_or_default(), "nccl") } else { (lib_path(self.cli), "oxccl") };
             // NCCL refuses two ranks of one host on one GPU; as simulated hosts it runs them.
             let host_ids = nccl && case.nranks() > self.ngpus;
+            if self.refused.contains(&key) {
+                return Verdict::Skip;
+            }
             match Group::spawn(self.cli, &lib, tag, case.procs, case.per_proc, self.ngpus, host_ids) {
                 Ok(g) => {
                     self.groups.insert(key, g);
                 }
+                Err(e) if nccl => {
+                    println!("  note: NCCL cannot run {}x{}: {e}; not compared there", case.procs, case.per_proc);
+                    self.refused.push(key);
+                    return Verdict::Skip;
+                }
                 Err(e) => return Verdict::Fail(format!("starting the ranks: {e}")),
             }
         }
-        let timeout = Duration::from_secs(2 * self.cli.case_timeout + 60);
+        // An abort case adds its own bounded waits (20 s drains, re-initialisation).
+        let timeout = Duration::from_secs(self.cli.case_timeout + if case.abort.is_some() { 90 } else { 20 });
         let g = self.groups.get_mut(&key).expect("just inserted");
         let (v, alive) = g.run(case, timeout);
         if !alive {
@@ -430,7 +462,7 @@ fn parent(cli: &Cli) -> Result<bool, String> {
     let lib = lib_path(cli);
     println!("oxccl-conform: library {lib}{}", cli.nccl_lib.as_ref().map_or(String::new(), |n| format!(", reference NCCL {n}")));
     println!("  {ngpus} GPU(s) of {sms} SMs; layouts {:?}; modes {:?}; abort {}%", sp.layouts, sp.modes, sp.abort_pct);
-    let pool = RefCell::new(Pool { cli, ngpus, groups: HashMap::new() });
+    let pool = RefCell::new(Pool { cli, ngpus, groups: HashMap::new(), lru: Vec::new(), refused: Vec::new() });
     let tally = RefCell::new(Tally::default());
     let nccl_turn = RefCell::new(0u32);
     // One case, checked (and compared with NCCL when it can run it): Err(why) when oxccl fails.
@@ -463,27 +495,44 @@ fn parent(cli: &Cli) -> Result<bool, String> {
             }
         }
         match v {
-            Verdict::Pass(_) => Ok(()),
+            Verdict::Pass(_) | Verdict::Skip => Ok(()),
             Verdict::Fail(e) => Err(e),
         }
     };
     let repro = |case: &Case| format!("{} --lib {lib} --case '{}'", std::env::args().next().unwrap_or_default(), case.to_line());
 
-    if let Some(line) = &cli.case {
-        let case = Case::from_line(line)?;
-        record(&mut tally.borrow_mut(), &case);
-        let r = check(&case, true);
+    let listed: Option<Vec<(String, String)>> = match (&cli.case, &cli.case_file) {
+        (Some(line), _) => Some(vec![("case".into(), line.clone())]),
+        (None, Some(f)) => Some(
+            std::fs::read_to_string(f)
+                .map_err(|e| format!("{f}: {e}"))?
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+                .map(|(i, l)| (format!("{f}:{}", i + 1), l.trim().to_string()))
+                .collect(),
+        ),
+        (None, None) => None,
+    };
+    if let Some(cases) = listed {
+        let mut all = true;
+        for (name, line) in cases {
+            let case = Case::from_line(&line).map_err(|e| format!("{name}: {e}"))?;
+            record(&mut tally.borrow_mut(), &case);
+            let t = Instant::now();
+            match check(&case, true) {
+                Ok(()) => println!("PASS {name} ({:.1} s)", t.elapsed().as_secs_f64()),
+                Err(e) => {
+                    all = false;
+                    println!("FAIL {name}: {e}");
+                }
+            }
+        }
         pool.borrow_mut().close();
-        return Ok(match r {
-            Ok(()) => {
-                println!("PASS");
-                true
-            }
-            Err(e) => {
-                println!("FAIL: {e}");
-                false
-            }
-        });
+        for n in &tally.borrow().nccl_notes {
+            println!("  NCCL: {n}");
+        }
+        return Ok(all);
     }
 
     let t0 = Instant::now();
@@ -504,7 +553,7 @@ fn parent(cli: &Cli) -> Result<bool, String> {
         let config = PtConfig {
             cases: left as u32,
             max_shrink_iters: cli.shrink_iters,
-            max_shrink_time: 600_000,
+            max_shrink_time: (cli.shrink_secs * 1000).min(u32::MAX as u64) as u32,
             max_global_rejects: 100_000,
             failure_persistence: None,
             ..PtConfig::default()

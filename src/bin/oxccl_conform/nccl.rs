@@ -74,6 +74,7 @@ pub struct Nccl {
     _lib: libloading::Library,
     pub get_unique_id: unsafe extern "C" fn(*mut UniqueId) -> c_int,
     pub comm_init_rank_config: unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int, *mut Config) -> c_int,
+    pub comm_init_all: unsafe extern "C" fn(*mut Comm, c_int, *const c_int) -> c_int,
     pub comm_destroy: unsafe extern "C" fn(Comm) -> c_int,
     pub comm_finalize: unsafe extern "C" fn(Comm) -> c_int,
     pub comm_abort: unsafe extern "C" fn(Comm) -> c_int,
@@ -113,6 +114,7 @@ impl Nccl {
         Ok(Nccl {
             get_unique_id: sym!(lib, "ncclGetUniqueId"),
             comm_init_rank_config: sym!(lib, "ncclCommInitRankConfig"),
+            comm_init_all: sym!(lib, "ncclCommInitAll"),
             comm_destroy: sym!(lib, "ncclCommDestroy"),
             comm_finalize: sym!(lib, "ncclCommFinalize"),
             comm_abort: sym!(lib, "ncclCommAbort"),

@@ -117,7 +117,9 @@ fn encode_by_table(v: f64, codes: u32, decode: impl Fn(u32) -> f64) -> u32 {
             continue;
         }
         let d = (x - v).abs();
-        if d < best_d || (d == best_d && c % 2 == 0) {
+        // Ties go to the even code, but a zero keeps its sign (+0 and -0 are both at distance 0).
+        let sign_ok = x != 0.0 || x.is_sign_negative() == v.is_sign_negative();
+        if d < best_d || (d == best_d && c % 2 == 0 && sign_ok) {
             best = c;
             best_d = d;
         }
@@ -175,6 +177,7 @@ impl Codec {
                 let r = (bits + 0x7fff + ((bits >> 16) & 1)) >> 16;
                 out[..2].copy_from_slice(&(r as u16).to_le_bytes());
             }
+            DataType::Float16 if v == 0.0 => out[..2].copy_from_slice(&(if v.is_sign_negative() { 0x8000u16 } else { 0 }).to_le_bytes()),
             DataType::Float16 => {
                 let i = self.table.partition_point(|(x, _)| *x < v);
                 let cands = [i.saturating_sub(1), i.min(self.table.len() - 1)];
@@ -283,6 +286,9 @@ mod tests {
                 let mut b = [0u8; 2];
                 c.encode_float(v, &mut b);
                 assert_eq!(decode_float(dt, &b), v, "{dt:?} {v}");
+                if v == 0.0 {
+                    assert!(!decode_float(dt, &b).is_sign_negative(), "{dt:?}: 0.0 encodes as -0");
+                }
             }
         }
     }
