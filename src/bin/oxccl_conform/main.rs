@@ -471,7 +471,7 @@ fn parent(cli: &Cli) -> Result<bool, String> {
         let compare = compare && cli.nccl_lib.is_some() && nccl_can_run(case, ngpus) && {
             let mut k = nccl_turn.borrow_mut();
             *k += 1;
-            *k % cli.nccl_every.max(1) == 0
+            (*k).is_multiple_of(cli.nccl_every.max(1))
         };
         if compare {
             tally.borrow_mut().nccl_cases += 1;
@@ -597,7 +597,7 @@ fn parent(cli: &Cli) -> Result<bool, String> {
                 }
             }
         }
-        if !cli.keep_going || (ok && !cli.keep_going) {
+        if !cli.keep_going {
             break;
         }
         seed += 1;

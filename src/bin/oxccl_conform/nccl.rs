@@ -98,13 +98,17 @@ pub struct Nccl {
     pub redop_destroy: unsafe extern "C" fn(c_int, Comm) -> c_int,
 }
 
+/// One entry point of the library, typed by the field it fills.
+fn sym<T: Copy>(lib: &libloading::Library, name: &str) -> Result<T, String> {
+    // SAFETY: every symbol asked for has the type NCCL 2.28's header gives it, which is the
+    // field's type.
+    unsafe { lib.get::<T>(name.as_bytes()) }.map(|s| *s).map_err(|e| format!("{name}: {e}"))
+}
+
 macro_rules! sym {
-    ($lib:expr, $name:literal) => {{
-        // SAFETY: the symbol has the type NCCL 2.28's header gives it.
-        let s = unsafe { $lib.get::<*const c_void>(concat!($name, "\0").as_bytes()) }.map_err(|e| format!("{}: {e}", $name))?;
-        // SAFETY: as above: a function of that signature.
-        unsafe { std::mem::transmute::<*const c_void, _>(*s) }
-    }};
+    ($lib:expr, $name:literal) => {
+        sym(&$lib, $name)?
+    };
 }
 
 impl Nccl {
