@@ -754,6 +754,18 @@ impl Exec {
         Ok(())
     }
 
+    /// ncclCommAbort on every communicator, then a bounded wait for the streams.
+    fn abort_all(&self) {
+        for (i, r) in self.ranks.iter().enumerate() {
+            self.set_ctx(i);
+            for &c in r.comms.iter().filter(|c| !c.is_null()) {
+                // SAFETY: a live communicator.
+                unsafe { (self.nccl.comm_abort)(c) };
+            }
+        }
+        let _ = self.sync_streams(Instant::now() + Duration::from_secs(10));
+    }
+
     /// The executor's loop: init, then cases until QUIT.
     pub fn serve(&mut self) -> Result<(), String> {
         self.init_comms()?;
@@ -765,7 +777,13 @@ impl Exec {
             }
             let json = line.strip_prefix("CASE ").ok_or_else(|| format!("unexpected {line:?}"))?;
             let case = Case::from_line(json)?;
-            self.run(&case)?;
+            if let Err(e) = self.run(&case) {
+                // Stop this process's kernels before it goes: killed with kernels spinning on
+                // their peers, an MPS client can take the MPS server (and every rank on the GPU)
+                // down with it.
+                self.abort_all();
+                return Err(e);
+            }
         }
         for r in &self.ranks {
             for &c in &r.comms {

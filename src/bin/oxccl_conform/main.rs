@@ -465,6 +465,7 @@ fn parent(cli: &Cli) -> Result<bool, String> {
     let pool = RefCell::new(Pool { cli, ngpus, groups: HashMap::new(), lru: Vec::new(), refused: Vec::new() });
     let tally = RefCell::new(Tally::default());
     let nccl_turn = RefCell::new(0u32);
+    let mps_down = RefCell::new(false);
     // One case, checked (and compared with NCCL when it can run it): Err(why) when oxccl fails.
     let check = |case: &Case, compare: bool| -> Result<(), String> {
         let v = pool.borrow_mut().run(false, case);
@@ -492,6 +493,13 @@ fn parent(cli: &Cli) -> Result<bool, String> {
                     tally.borrow_mut().nccl_notes.push(m);
                 }
                 _ => {}
+            }
+        }
+        if let Verdict::Fail(e) = &v {
+            if e.contains("MPS server is not ready") {
+                // A client faulted and took the MPS server down: nothing after this means anything.
+                println!("oxccl-conform: the GPU's MPS server failed (a client faulted earlier); stopping: every later case would fail");
+                *mps_down.borrow_mut() = true;
             }
         }
         match v {
@@ -540,7 +548,7 @@ fn parent(cli: &Cli) -> Result<bool, String> {
     println!("  {} boundary counts from oxccl's selectors ({:.1} s)", bounds.len(), t0.elapsed().as_secs_f64());
     let strategy = gen::case_strategy(sp.clone(), bounds);
     let deadline = cli.time_limit.map(|s| t0 + Duration::from_secs(s));
-    let out_of_time = || deadline.is_some_and(|d| Instant::now() > d);
+    let out_of_time = || deadline.is_some_and(|d| Instant::now() > d) || *mps_down.borrow();
     let mut seed = cli.seed;
     let mut ok = true;
     let mut fails = File::create(format!("{}/failures.txt", cli.out)).map_err(|e| e.to_string())?;
