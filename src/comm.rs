@@ -417,6 +417,9 @@ impl Comm {
         // Before the peers learn of this process: they may look for it later (reaper::process_gone).
         crate::reaper::beacon();
         let bootstrap = Bootstrap::init(id, self.rank, self.nranks, bootstrap::default_timeout())?;
+        // Until every rank has passed the final barrier, a failure here fails the peers at once
+        // rather than after the bootstrap timeout (Bootstrap::abandon).
+        let give_up = GiveUp(Some(&bootstrap));
         let knobs = crate::net::select::Knobs::from_env(self.config.net_name.as_deref());
         let paths = crate::net::select::choose(&knobs, cfg!(feature = "ib"))?;
 
@@ -515,6 +518,7 @@ impl Comm {
         let mem = channels.as_ref().map_or(0, |c| c.device_bytes);
         // Every rank has mapped every peer before any of them launches a kernel on the channels.
         bootstrap.barrier()?;
+        give_up.disarm();
         let launch = LaunchState {
             last_stream: None,
             done: crate::completion::Completion::new(dev_comm)?,
@@ -869,6 +873,24 @@ struct Lost {
     noted: bool,
     /// The latest launch that needs it known to have finished (asked once, not at every tick).
     done_through: u64,
+}
+
+/// Gives up on the bootstrap (`Bootstrap::abandon`) when dropped armed: an init that failed
+/// before its final barrier.
+struct GiveUp<'a>(Option<&'a Bootstrap>);
+
+impl GiveUp<'_> {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for GiveUp<'_> {
+    fn drop(&mut self) {
+        if let Some(bs) = self.0 {
+            bs.abandon();
+        }
+    }
 }
 
 /// The watchdog's tick while some peer is lost.

@@ -5,6 +5,7 @@
 
 use std::cell::RefCell;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::comm::Comm;
 use crate::enqueue::{launch_p2p, launch_task, CollTask, P2pOp};
@@ -180,14 +181,30 @@ fn defer<T>(item: T, keep: impl FnOnce(&mut GroupState, T)) -> Option<T> {
 }
 
 /// Runs `f` on every item at once, one thread each (ranks of one communicator driven by one
-/// thread wait for each other); returns the first error.
+/// thread wait for each other); returns the error that came first (`earliest_failure`).
 fn run_concurrently<T: Send>(items: Vec<T>, what: &str, f: impl Fn(T) -> Result<()> + Sync) -> Result<()> {
     let f = &f;
-    let results: Vec<Result<()>> = std::thread::scope(|s| {
-        let hs: Vec<_> = items.into_iter().map(|i| s.spawn(move || f(i))).collect();
-        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::internal(format!("{what} panicked"))))).collect()
+    let results: Vec<(Result<()>, Instant)> = std::thread::scope(|s| {
+        let hs: Vec<_> = items.into_iter().map(|i| s.spawn(move || (f(i), Instant::now()))).collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| (Err(Error::internal(format!("{what} panicked"))), Instant::now()))).collect()
     });
-    results.into_iter().find(|r| r.is_err()).unwrap_or(Ok(()))
+    earliest_failure(results, what)
+}
+
+/// The error that ended first, each with when it ended; the later ones are WARNed here (the
+/// caller reports the one returned). A rank that fails makes its peers fail after it (they wait
+/// for it until the bootstrap timeout, or until they see it gone), so the first failure is the
+/// cause. The first in call order was often one of its consequences: a 2 x 2 job showed only a
+/// peer's 300 s bootstrap timeout, and the failure behind it was never printed.
+fn earliest_failure(results: Vec<(Result<()>, Instant)>, what: &str) -> Result<()> {
+    let mut errs: Vec<(Error, Instant)> = results.into_iter().filter_map(|(r, t)| r.err().map(|e| (e, t))).collect();
+    errs.sort_by_key(|&(_, t)| t);
+    let mut errs = errs.into_iter();
+    let Some((first, _)) = errs.next() else { return Ok(()) };
+    for (e, _) in errs {
+        nccl_warn!("{what}: another job of this group failed after the one reported: {}", e.msg);
+    }
+    Err(first)
 }
 
 /// Registers a window now, or at the outermost End when a group is open (where the registrations
@@ -292,8 +309,11 @@ fn spawn_inits(mut jobs: Vec<InitJob>) -> Result<()> {
     std::thread::Builder::new()
         .name("oxccl-init".into())
         .spawn(move || {
-            // Failures are in each communicator's async state (ncclCommGetAsyncError) and logged.
-            let _ = run_inits(jobs);
+            // Failures are in each communicator's async state (ncclCommGetAsyncError); the
+            // first is WARNed here (run_concurrently WARNs the others), as End would.
+            if let Err(e) = run_inits(jobs) {
+                crate::log::warn_error(&e.context("nonblocking communicator initialization"));
+            }
         })
         .map(|_| ())
         .map_err(|e| {
@@ -649,6 +669,27 @@ fn join_streams(comms: Vec<(Arc<Comm>, Vec<cu::CUstream>)>) -> Result<()> {
 mod tests {
     use super::*;
     use crate::error::ResultCode;
+
+    /// A group's jobs that fail report the failure that came first, not the first job's: there a
+    /// rank's init failed at once and its peer in the same process (the first job) timed out
+    /// waiting for it, and only the timeout was reported.
+    #[test]
+    fn concurrent_jobs_report_the_failure_that_came_first() {
+        let r = run_concurrently(vec![0u64, 1, 2], "test job", |i| match i {
+            0 => {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                Err(Error::system("a consequence (timed out waiting for a peer)"))
+            }
+            1 => Err(Error::internal("the cause")),
+            _ => Ok(()),
+        });
+        assert_eq!(r.expect_err("failed").msg, "the cause");
+        let t0 = Instant::now();
+        let later = |ms| t0 + std::time::Duration::from_millis(ms);
+        let r = earliest_failure(vec![(Ok(()), t0), (Err(Error::system("late")), later(9)), (Err(Error::system("early")), later(2))], "test");
+        assert_eq!(r.expect_err("failed").msg, "early");
+        assert!(earliest_failure(vec![(Ok(()), t0), (Ok(()), later(1))], "test").is_ok());
+    }
 
     /// The background path of nonblocking init: the state is InProgress at first and ends as the
     /// init's outcome (on a machine without a GPU, the CUDA error).

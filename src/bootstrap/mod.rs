@@ -57,6 +57,8 @@ const NOTICE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest a release notice may take (it is sent as a communicator's memory goes, on the
 /// thread that drops it).
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest `abandon` spends connecting to the peers it has no connection to, all together.
+const ABANDON_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Bootstrap timeout from OXCCL_BOOTSTRAP_TIMEOUT (seconds, float allowed), default 300 s.
 pub fn default_timeout() -> Duration {
@@ -307,6 +309,25 @@ impl Bootstrap {
             }
         }
         self.shared.mailbox.close();
+    }
+
+    /// This rank's communicator init failed: makes sure every peer holds a connection from this
+    /// rank, so that each sees it gone when this Bootstrap is dropped (just after), and a wait for
+    /// this rank's message fails there at once. A peer learns that a rank ended only from a
+    /// connection of its own closing, and during init a rank is connected to few peers (its ring
+    /// neighbour, its barrier partners so far): the others waited out the whole bootstrap timeout
+    /// (300 s) for it, and ranks waiting on those in turn. Each peer that fails so gives up in
+    /// turn, so the failure spreads along what every rank waits for. Bounded; best effort.
+    pub fn abandon(&self) {
+        let deadline = Deadline::after(self.timeout.min(ABANDON_TIMEOUT));
+        for (p, slot) in self.out.iter().enumerate().filter(|&(p, _)| p != self.rank) {
+            let Ok(addr) = self.peer_addr(p) else { return }; // init did not get that far
+            let mut slot = slot.lock();
+            if slot.is_none() && !self.shared.mailbox.is_aborted() {
+                // A peer that exited refuses at once; nothing is sent but the hello.
+                *slot = self.connect(p, addr, deadline).ok();
+            }
+        }
     }
 
     /// Tells `peer` that this rank's kernels and copies are done with its memory and that this

@@ -304,6 +304,43 @@ fn peer_exit_fails_recv_promptly() {
     assert!(e.msg.contains("connection from rank 0 ended"), "{e:?}");
 }
 
+/// A rank whose init fails gives up (`abandon`, then drops its Bootstrap): every peer fails at
+/// once, also those it never connected to and those waiting on a peer that waits on it. This is
+/// a 2 x 2 init where rank 3 failed before the barrier: ranks 0 and 1 wait on rank 3, rank 2 on
+/// rank 0; only rank 0 held a connection from rank 3 (the ring's), so without `abandon` ranks 1
+/// and 2 waited out the whole timeout.
+#[test]
+fn a_rank_that_gives_up_fails_every_peer_promptly() {
+    let timeout = Duration::from_secs(60);
+    let mut ranks = init_all(4, timeout);
+    on_all(&ranks, |bs| {
+        bs.all_gather(&[bs.rank() as u8]).expect("all_gather");
+    });
+    let failed = ranks.pop().expect("rank 3");
+    let t0 = Instant::now();
+    let waiters: Vec<_> = ranks
+        .into_iter()
+        .map(|bs| {
+            thread::spawn(move || {
+                let r = bs.barrier();
+                if r.is_err() {
+                    bs.abandon(); // as Comm::init does
+                }
+                r
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(200));
+    failed.abandon();
+    drop(failed);
+    for (r, h) in waiters.into_iter().enumerate() {
+        let e = h.join().expect("rank thread").expect_err("rank 3 failed");
+        // Seen gone while waiting ("the connection from rank N ended"), or refused while sending.
+        assert_eq!(e.code, ResultCode::RemoteError, "rank {r}: {e:?}");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(10), "took {:?} (timeout {timeout:?})", t0.elapsed());
+}
+
 /// Raw clients that must be dropped without disturbing the real ranks.
 fn hostile_clients(target: SocketAddr, secret: Secret, kind: ConnKind) -> Vec<(&'static str, TcpStream)> {
     let connect = || TcpStream::connect(target).expect("connect");
