@@ -397,4 +397,12 @@ mod tests {
         bad.ops[0].root = 3;
         assert!(Case::from_line(&bad.to_line()).is_err());
     }
+
+    #[test]
+    fn every_regression_line_is_a_case() {
+        let text = include_str!("regressions.txt");
+        for l in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            Case::from_line(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        }
+    }
 }

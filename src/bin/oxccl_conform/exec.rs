@@ -232,23 +232,37 @@ impl Exec {
 
     /// Waits for every local rank's stream, each within the deadline.
     fn sync_streams(&self, deadline: Instant) -> Result<(), String> {
-        for r in &self.ranks {
-            loop {
-                // SAFETY: a live stream.
-                let rc = unsafe { cu::cuStreamQuery(r.stream) };
-                if rc == cu::CUresult::CUDA_SUCCESS {
-                    break;
-                }
-                if rc != cu::CUresult::CUDA_ERROR_NOT_READY {
-                    return Err(format!("rank {}: stream: {}", r.rank, cu_name(rc)));
-                }
-                if Instant::now() > deadline {
-                    return Err(format!("rank {}: hang: the stream did not drain within {:?}", r.rank, self.case_timeout));
-                }
-                std::thread::sleep(Duration::from_micros(50));
+        self.ranks.iter().try_for_each(|r| self.sync_stream(r, deadline))
+    }
+
+    fn sync_stream(&self, r: &Rank, deadline: Instant) -> Result<(), String> {
+        loop {
+            // SAFETY: a live stream.
+            let rc = unsafe { cu::cuStreamQuery(r.stream) };
+            if rc == cu::CUresult::CUDA_SUCCESS {
+                return Ok(());
             }
+            if rc != cu::CUresult::CUDA_ERROR_NOT_READY {
+                return Err(format!("rank {}: stream: {}", r.rank, cu_name(rc)));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("rank {}: hang: the stream did not drain within {:?}", r.rank, self.case_timeout));
+            }
+            std::thread::sleep(Duration::from_micros(50));
         }
-        Ok(())
+    }
+
+    /// Copies `src` into local rank `i`'s device memory at `dst` (its context current), on the
+    /// rank's stream, and returns once the copy is complete. Not cuMemcpyHtoD: from pageable
+    /// memory it may return before its DMA has landed (CUDA's "API synchronization behavior"), and
+    /// it runs on the legacy stream, which work on our non-blocking streams does not wait for, so
+    /// a kernel launched next could read the allocation's previous contents. A graph replay did
+    /// (4 ranks on one GPU, AllGather in place: peers got rank 0's previous input past element 4480).
+    fn upload_to(&self, i: usize, dst: cu::CUdeviceptr, src: &[u8]) -> Result<(), String> {
+        let r = &self.ranks[i];
+        // SAFETY: `dst` holds at least `src.len()` bytes; `src` outlives the copy (waited for below).
+        cu_check(unsafe { cu::cuMemcpyHtoDAsync_v2(dst, src.as_ptr().cast(), src.len(), r.stream) }, "cuMemcpyHtoDAsync")?;
+        self.sync_stream(r, Instant::now() + self.case_timeout)
     }
 
     /// Runs one case and answers with its verdict. Errors are fatal (the caller exits).
@@ -297,11 +311,9 @@ impl Exec {
         for (a, img) in l.allocs.iter().zip(&imgs) {
             let mut ptr = 0;
             let bytes = a.bytes(es);
-            // SAFETY: out-pointer to a local; `img` holds `bytes` bytes.
-            unsafe {
-                cu_check(cu::cuMemAlloc_v2(&mut ptr, bytes as usize), "cuMemAlloc")?;
-                cu_check(cu::cuMemcpyHtoD_v2(ptr, img.as_ptr().cast(), bytes as usize), "cuMemcpyHtoD")?;
-            }
+            // SAFETY: out-pointer to a local.
+            cu_check(unsafe { cu::cuMemAlloc_v2(&mut ptr, bytes as usize) }, "cuMemAlloc")?;
+            self.upload_to(i, ptr, &img[..bytes as usize])?;
             allocs.push(Alloc { ptr, bytes });
         }
         let mut part = Part { allocs, op: o.op.raw().unwrap_or(0), scalar: None };
@@ -316,11 +328,9 @@ impl Exec {
             }
             let (ptr, residence) = if o.op == Op::PreMulDevice {
                 let mut d = 0;
-                // SAFETY: out-pointer; 8 bytes copied from a local.
-                unsafe {
-                    cu_check(cu::cuMemAlloc_v2(&mut d, 8), "cuMemAlloc")?;
-                    cu_check(cu::cuMemcpyHtoD_v2(d, s.as_ptr().cast(), 8), "cuMemcpyHtoD")?;
-                }
+                // SAFETY: out-pointer to a local.
+                cu_check(unsafe { cu::cuMemAlloc_v2(&mut d, 8) }, "cuMemAlloc")?;
+                self.upload_to(i, d, &s)?;
                 part.scalar = Some(d);
                 (d as *mut c_void, 0)
             } else {
@@ -521,8 +531,8 @@ impl Exec {
                 self.set_ctx(i);
                 let imgs = initial_images(case.seed, opi, o, self.nranks, rk.rank, replay, &codec);
                 for (a, img) in parts[opi][i].allocs.iter().zip(&imgs) {
-                    // SAFETY: the allocation holds `img.len()` bytes; nothing runs on it now.
-                    cu_check(unsafe { cu::cuMemcpyHtoD_v2(a.ptr, img.as_ptr().cast(), img.len()) }, "cuMemcpyHtoD")?;
+                    // The allocation holds `img.len()` bytes; nothing runs on it now.
+                    self.upload_to(i, a.ptr, img)?;
                 }
             }
         }
@@ -725,12 +735,12 @@ impl Exec {
                 self.set_ctx(i);
                 let v = vec![r.rank as i32 + 1; 1024];
                 let mut p = 0;
-                // SAFETY: a 4 KiB allocation filled from a local vector.
-                unsafe {
-                    cu_check(cu::cuMemAlloc_v2(&mut p, 4096), "cuMemAlloc")?;
-                    cu_check(cu::cuMemcpyHtoD_v2(p, v.as_ptr().cast(), 4096), "cuMemcpyHtoD")?;
-                    (self.nccl.all_reduce)(p as *const c_void, p as *mut c_void, 1024, 2, 0, r.comms[s], r.stream);
-                }
+                // SAFETY: out-pointer to a local.
+                cu_check(unsafe { cu::cuMemAlloc_v2(&mut p, 4096) }, "cuMemAlloc")?;
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_ne_bytes()).collect();
+                self.upload_to(i, p, &bytes)?;
+                // SAFETY: a 4 KiB allocation, filled above.
+                unsafe { (self.nccl.all_reduce)(p as *const c_void, p as *mut c_void, 1024, 2, 0, r.comms[s], r.stream) };
                 bufs.push(p);
             }
             // SAFETY: closes the group.
