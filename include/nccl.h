@@ -279,7 +279,8 @@ ncclResult_t pncclCommFinalize(ncclComm_t comm);
 /*
  Waits for the communicator's work (unless finalized) and stops its threads. Its memory goes
  when the last CUDA graph that captured its work is destroyed, and the part its peers' kernels
- write (its channel buffer) only once every peer released it or exited.
+ write (its channel buffer) only once every peer released it or exited; while another
+ communicator of the process has a kernel running, later (a free would wait for it).
  */
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t pncclCommDestroy(ncclComm_t comm);

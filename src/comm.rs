@@ -385,8 +385,13 @@ impl Comm {
     /// Initialises the communicator: bootstrap, peer exchange, channels. Collective over its ranks.
     pub fn init(&self, id: &[u8; bootstrap::UNIQUE_ID_BYTES]) -> Result<()> {
         let r = self.init_inner(id).and_then(|ready| {
-            // Aborted while a nonblocking init ran: drop what was built instead of publishing it.
+            // Aborted while a nonblocking init ran: drop what was built instead of publishing it
+            // (through the gate, as a communicator's memory always goes: `release_when_idle`).
             if self.is_aborted() {
+                // Gone for the peers now, whenever the memory goes.
+                ready.bootstrap.abort();
+                end_watchdog(&ready.bootstrap, ready.watchdog.lock().take(), false);
+                release_when_idle(self.rank, Box::new(ready));
                 return Err(Error::invalid_usage("communicator was aborted during its initialization"));
             }
             Ok(ready)
@@ -536,15 +541,21 @@ impl Comm {
         let launch = Arc::new(Mutex::new(launch));
         let key = bootstrap.instance_key();
         let bootstrap = Arc::new(bootstrap);
+        // Weak: a watchdog left to end by itself (stop_watchdog) must not hold the last
+        // reference, whose drop (cuMemFreeHost) would synchronise the device on its thread.
+        let (flag, ls) = (Arc::downgrade(&abort_flag), launch.clone());
         let watchdog = watch_peers(Watchdog {
             rank: self.rank,
             nranks: self.nranks,
-            dev,
             bs: bootstrap.clone(),
             state: self.state.clone(),
-            abort_flag: abort_flag.clone(),
             watch: self.watch.clone(),
-            launch: launch.clone(),
+            launch_done: Box::new(move |ord| launch_done(dev, &ls, ord)),
+            stop_kernels: Box::new(move || {
+                if let Some(f) = flag.upgrade() {
+                    f.store_u32(0, 1);
+                }
+            }),
         })?;
         nccl_info!(
             Subsys::Init,
@@ -587,14 +598,27 @@ impl Comm {
     fn quiesce(&self, deadline: Option<Instant>) -> Result<bool> {
         let Some(r) = self.ready.get() else { return Ok(true) };
         let _ctx = CtxGuard::new(r.dev)?;
+        // The launch lock within the deadline too: a call of another thread may hold it while it
+        // waits (ncclCommAbort runs while the application's thread is still in a call).
+        let lock = || match deadline {
+            Some(d) => r.launch.try_lock_until(d),
+            None => Some(r.launch.lock()),
+        };
+        let Some(ls) = lock() else {
+            nccl_info!(Subsys::Init, "comm rank {}: a call of another thread held the communicator until the deadline", self.rank);
+            return Ok(false);
+        };
         // The last uncaptured launch's probe: launches end in order, so it covers them all.
-        let probe = r.launch.lock().done.eager_probe();
+        let probe = ls.done.eager_probe();
+        drop(ls);
         let mut spins = 0u32;
         loop {
             // The lock only for the question: the liveness watchdog asks probes meanwhile.
-            if r.launch.lock().done.probe_done(probe)? {
+            let Some(mut ls) = lock() else { return Ok(false) };
+            if ls.done.probe_done(probe)? {
                 return Ok(true);
             }
+            drop(ls);
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(false);
             }
@@ -671,19 +695,8 @@ impl Comm {
     /// seconds): after two it is left to end by itself.
     fn stop_watchdog(&self, goodbye: bool) {
         let Some(r) = self.ready.get() else { return };
-        if goodbye {
-            r.bootstrap.say_goodbye();
-        }
-        let Some(t) = r.watchdog.lock().take() else { return };
-        let t0 = Instant::now();
-        while !t.is_finished() && t0.elapsed() < Duration::from_secs(2) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        if t.is_finished() {
-            let _ = t.join();
-        } else {
-            nccl_info!(Subsys::Init, "comm rank {}: the liveness watchdog is still in a heartbeat; left to end by itself", self.rank);
-        }
+        let t = r.watchdog.lock().take();
+        end_watchdog(&r.bootstrap, t, goodbye);
     }
 
     /// ncclCommAbort: makes kernels waiting on peers exit, stops bootstrap waits, and never waits
@@ -791,6 +804,64 @@ unsafe extern "C" fn graph_released(p: *mut std::ffi::c_void) {
     crate::reaper::drop_later(hold);
 }
 
+impl Drop for Comm {
+    /// The communicator's device resources go through the gate (`release_when_idle`), its
+    /// windows after them, as the fields would.
+    fn drop(&mut self) {
+        let Some(ready) = self.ready.take() else { return };
+        let windows = std::mem::take(&mut self.windows);
+        release_when_idle(self.rank, Box::new((ready, windows)));
+    }
+}
+
+/// Drops `hold` (a communicator's `Ready`: its memory, mappings, streams, and the release notices
+/// to its peers) now if `when_idle` allows, else on the reaper's thread once it does. Freeing
+/// device or pinned memory synchronises the device, so a free while another communicator's kernel
+/// waits for a peer waits with it: ncclCommAbort of an idle communicator hangs for good when a
+/// later one (aborted next, by the same thread) has a kernel waiting for a peer that never comes.
+fn release_when_idle(rank: usize, hold: Box<dyn Send>) {
+    crate::reaper::drop_when(when_idle, || format!("comm rank {rank}'s memory"), hold);
+}
+
+/// Runs `free` and returns true only while no live communicator of this process (any device: a
+/// free can hold up other threads' CUDA calls) has an uncaptured launch that is still running or
+/// being issued; their launch locks are held throughout, so none begins one meanwhile. Else
+/// returns false and runs nothing. Never waits: launch locks are only tried, and launches only
+/// queried. Work captured into graphs cannot be seen from here.
+pub fn when_idle(free: &mut dyn FnMut()) -> bool {
+    let comms = live();
+    let mut locals = Vec::new();
+    for c in &comms {
+        // A communicator spanning hosts launches on its host-local communicator too.
+        if let Some(net) = c.ready.get().and_then(|r| r.net.as_ref()) {
+            locals.push(net.local.clone());
+        }
+    }
+    let mut held = Vec::new();
+    for r in comms.iter().chain(&locals).filter_map(|c| c.ready.get()) {
+        let Some(ls) = r.launch.try_lock() else { return false };
+        held.push((r.dev, ls));
+    }
+    for (dev, ls) in held.iter_mut() {
+        let Ok(_ctx) = CtxGuard::new(dev) else { continue };
+        let probe = ls.done.eager_probe();
+        // A counted launch's probe is an event recorded when first asked, done microseconds
+        // later: a launch still unfinished after half a millisecond is taken as running (the
+        // reaper asks again later, by then without recording). An error (a broken context) is
+        // no kernel to wait for.
+        let t0 = Instant::now();
+        while matches!(ls.done.probe_done(probe), Ok(false)) {
+            if t0.elapsed() > Duration::from_micros(500) {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+    }
+    free();
+    drop(held);
+    true
+}
+
 impl Drop for Ready {
     fn drop(&mut self) {
         // Only an init given up after it finished (an abort during a nonblocking init) leaves
@@ -851,16 +922,35 @@ fn finalize_timeout() -> Duration {
     })
 }
 
+/// `Comm::stop_watchdog` for a bootstrap and its watchdog thread (if still there).
+fn end_watchdog(bs: &Bootstrap, t: Option<std::thread::JoinHandle<()>>, goodbye: bool) {
+    if goodbye {
+        bs.say_goodbye();
+    }
+    let Some(t) = t else { return };
+    let t0 = Instant::now();
+    while !t.is_finished() && t0.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if t.is_finished() {
+        let _ = t.join();
+    } else {
+        nccl_info!(Subsys::Init, "comm rank {}: the liveness watchdog is still in a heartbeat; left to end by itself", bs.rank());
+    }
+}
+
 /// What the liveness watchdog works with.
 struct Watchdog {
     rank: usize,
     nranks: usize,
-    dev: &'static Device,
     bs: Arc<Bootstrap>,
     state: Arc<AtomicI32>,
-    abort_flag: Arc<HostMapped>,
     watch: Arc<crate::liveness::Watch>,
-    launch: Arc<Mutex<LaunchState>>,
+    /// Whether the launch with this ordinal has finished; None if that cannot be told now
+    /// (`launch_done`; a closure so that the loop runs without a GPU in tests).
+    launch_done: Box<dyn Fn(u64) -> Option<bool> + Send>,
+    /// Sets the communicator's abort flag.
+    stop_kernels: Box<dyn Fn() + Send>,
 }
 
 /// A lost peer, judged at every tick (src/liveness.rs) until the communicator fails.
@@ -964,7 +1054,7 @@ impl Watchdog {
         let (rank, nranks, p) = (self.rank, self.nranks, l.rank);
         let mut v = self.watch.view_of(p);
         if v.last != 0 && !v.issuing && !v.graphs {
-            v.last_done = if v.last <= l.done_through { Some(true) } else { self.launch_done(v.last) };
+            v.last_done = if v.last <= l.done_through { Some(true) } else { (self.launch_done)(v.last) };
             if v.last_done == Some(true) {
                 l.done_through = v.last;
             }
@@ -985,7 +1075,7 @@ impl Watchdog {
             Verdict::Fail(reason) => format!("{reason} {} s after it was lost", crate::liveness::GRACE.as_secs_f64()),
             _ => String::from("whether unfinished work needs it could not be told (a launch held the communicator)"),
         };
-        on_peer_lost(&self.state, &|| self.abort_flag.store_u32(0, 1));
+        on_peer_lost(&self.state, &*self.stop_kernels);
         nccl_warn!(
             "comm rank {rank}/{nranks}: rank {p} {}; {reason}: the communicator now reports ncclRemoteError",
             l.why
@@ -993,13 +1083,14 @@ impl Watchdog {
         true
     }
 
-    /// Whether the launch with ordinal `ord` has finished; None if a launch holds the lock.
-    fn launch_done(&self, ord: u64) -> Option<bool> {
-        let mut ls = self.launch.try_lock_for(Duration::from_millis(100))?;
-        let Some(probe) = ls.recent.probe_for(ord) else { return Some(false) };
-        let Ok(_ctx) = CtxGuard::new(self.dev) else { return Some(false) };
-        Some(ls.done.probe_done(probe).unwrap_or(false))
-    }
+}
+
+/// Whether the launch with ordinal `ord` has finished; None if a launch holds the lock.
+fn launch_done(dev: &'static Device, launch: &Mutex<LaunchState>, ord: u64) -> Option<bool> {
+    let mut ls = launch.try_lock_for(Duration::from_millis(100))?;
+    let Some(probe) = ls.recent.probe_for(ord) else { return Some(false) };
+    let Ok(_ctx) = CtxGuard::new(dev) else { return Some(false) };
+    Some(ls.done.probe_done(probe).unwrap_or(false))
 }
 
 /// How often the watchdog tells the next rank this one is alive.
@@ -1218,6 +1309,129 @@ pub fn unregister(handle: usize) -> Option<Arc<Comm>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One rank of one communicator as its liveness watchdog sees it, without a GPU (every
+    /// launch it made has finished).
+    struct SimRank {
+        bs: Arc<Bootstrap>,
+        state: Arc<AtomicI32>,
+        stopped: Arc<AtomicBool>,
+        watchdog: Option<std::thread::JoinHandle<()>>,
+    }
+
+    /// A communicator of `nranks` ranks as threads, each with its real liveness watchdog; each
+    /// rank ran one collective, which finished.
+    fn sim_comm(nranks: usize) -> Vec<SimRank> {
+        crate::bootstrap::local_ranks(nranks)
+            .into_iter()
+            .map(|bs| {
+                let bs = Arc::new(bs);
+                let state = Arc::new(AtomicI32::new(ResultCode::Success as i32));
+                let stopped = Arc::new(AtomicBool::new(false));
+                let watch = Arc::new(crate::liveness::Watch::new(nranks));
+                watch.begin(crate::liveness::Needs::All, true);
+                watch.end();
+                let flag = stopped.clone();
+                let watchdog = watch_peers(Watchdog {
+                    rank: bs.rank(),
+                    nranks,
+                    bs: bs.clone(),
+                    state: state.clone(),
+                    watch,
+                    launch_done: Box::new(|_| Some(true)),
+                    stop_kernels: Box::new(move || flag.store(true, Ordering::Release)),
+                })
+                .expect("watchdog");
+                SimRank { bs, state, stopped, watchdog: Some(watchdog) }
+            })
+            .collect()
+    }
+
+    /// `comms` communicators over `nranks` ranks, by rank (as a process holds them).
+    fn sim_ranks(nranks: usize, comms: usize) -> Vec<Vec<SimRank>> {
+        let mut by_rank: Vec<Vec<SimRank>> = (0..nranks).map(|_| Vec::new()).collect();
+        for _ in 0..comms {
+            for (r, c) in sim_comm(nranks).into_iter().enumerate() {
+                by_rank[r].push(c);
+            }
+        }
+        by_rank
+    }
+
+    /// ncclCommAbort's host side for the bootstrap (no goodbye), then its memory going (release
+    /// notices to every peer); the Bootstrap stays, as the reaper keeps it.
+    fn sim_abort(c: &mut SimRank) {
+        c.bs.abort();
+        end_watchdog(&c.bs, c.watchdog.take(), false);
+        for p in (0..c.bs.nranks()).filter(|&p| p != c.bs.rank()) {
+            let _ = c.bs.send_released(p);
+        }
+    }
+
+    /// ncclCommDestroy's host side for the bootstrap (goodbye, watchdog, release notices).
+    fn sim_destroy(c: &mut SimRank) {
+        end_watchdog(&c.bs, c.watchdog.take(), true);
+        for p in (0..c.bs.nranks()).filter(|&p| p != c.bs.rank()) {
+            let _ = c.bs.send_released(p);
+        }
+    }
+
+    fn assert_healthy(survivors: &[Vec<SimRank>]) {
+        for c in survivors.iter().flatten() {
+            assert_eq!(c.state.load(Ordering::Acquire), ResultCode::Success as i32, "rank {}: nothing pending needed the lost rank", c.bs.rank());
+            assert!(!c.stopped.load(Ordering::Acquire), "rank {}: kernels stopped", c.bs.rank());
+        }
+    }
+
+    /// The conformance fuzzer's "abort, posters only" at 3 ranks with 4 communicators each: rank 0
+    /// aborts every communicator; ranks 1 and 2 (each in a process of its own, nothing pending)
+    /// stay healthy, then finalize and destroy every communicator at once.
+    #[test]
+    fn survivors_of_an_abort_in_their_own_processes_tear_down_at_once() {
+        let mut ranks = sim_ranks(3, 4);
+        let mut survivors = ranks.split_off(1);
+        let t0 = Instant::now();
+        ranks[0].iter_mut().for_each(sim_abort);
+        assert!(t0.elapsed() < Duration::from_secs(3), "abort took {:?}", t0.elapsed());
+        std::thread::sleep(Duration::from_secs(2));
+        assert_healthy(&survivors);
+        std::thread::scope(|s| {
+            for comms in survivors.iter_mut() {
+                s.spawn(move || {
+                    let t = Instant::now();
+                    comms.iter_mut().for_each(sim_destroy);
+                    assert!(t.elapsed() < Duration::from_secs(3), "teardown took {:?}", t.elapsed());
+                });
+            }
+        });
+    }
+
+    /// The same with every rank in one process, driven by one thread: the survivors' teardowns
+    /// one after another.
+    #[test]
+    fn survivors_of_an_abort_driven_by_one_thread_tear_down_at_once() {
+        let mut ranks = sim_ranks(3, 4);
+        let poster = ranks.pop().expect("rank 2");
+        let mut poster = poster;
+        poster.iter_mut().for_each(sim_abort);
+        std::thread::sleep(Duration::from_secs(2));
+        assert_healthy(&ranks);
+        let t = Instant::now();
+        ranks.iter_mut().flatten().for_each(sim_destroy);
+        assert!(t.elapsed() < Duration::from_secs(3), "teardown took {:?}", t.elapsed());
+    }
+
+    /// The gate for frees: communicators that never launched (here: never initialised) hold
+    /// nothing back.
+    #[test]
+    fn memory_is_freed_at_once_where_no_communicator_launched() {
+        let c = Arc::new(Comm::new(0, 2, 0, CommConfig::default()));
+        let h = register(c);
+        let mut ran = false;
+        assert!(when_idle(&mut || ran = true));
+        assert!(ran);
+        unregister(h);
+    }
 
     #[test]
     fn registry_rejects_unknown_and_destroyed_handles() {

@@ -87,6 +87,8 @@ pub struct Completion {
     /// A stream of our own, made on first need, where a counted probe becomes an event to poll.
     aux: cu::CUstream,
     aux_event: Option<Event>,
+    /// The count `aux_event` was last recorded behind (its wait on `aux`), if any.
+    aux_at: Option<u32>,
 }
 
 // SAFETY: the event and stream handles are usable from any thread with the context current; the
@@ -98,7 +100,7 @@ impl Completion {
     pub fn new(dev_comm: u64) -> Result<Completion> {
         let counter = if dev_comm == 0 { 0 } else { dev_comm + OX_PRIV_DONE_OFF };
         let ring = (0..RING).map(|_| Event::new()).collect::<Result<Vec<_>>>()?;
-        Ok(Completion { mark: Mark::None, eager: Probe::Nothing, ring, slot: 0, captured: Event::new()?, counter, counted: 0, aux: std::ptr::null_mut(), aux_event: None })
+        Ok(Completion { mark: Mark::None, eager: Probe::Nothing, ring, slot: 0, captured: Event::new()?, counter, counted: 0, aux: std::ptr::null_mut(), aux_event: None, aux_at: None })
     }
 
     pub fn mark(&self) -> Mark {
@@ -192,8 +194,16 @@ impl Completion {
                     self.aux_event = Some(Event::new()?);
                 }
                 let ev = self.aux_event.as_ref().ok_or_else(|| crate::error::Error::internal("no event"))?;
-                wait_count(self.aux, self.counter, n)?;
-                ev.record(self.aux)?;
+                // One wait and record per count asked about; asking again only queries. Queued at
+                // every poll (finalize, destroy and abort poll thousands of times a second), they
+                // pile up while a kernel runs, and once the stream's queue is full the next call
+                // blocks in the driver, deadline or not, with the launch lock held. An event
+                // behind a count at least `n` (modulo 2^32, as GEQ waits compare) answers for `n`.
+                if self.aux_at.is_none_or(|m| (m.wrapping_sub(n) as i32) < 0) {
+                    wait_count(self.aux, self.counter, n)?;
+                    ev.record(self.aux)?;
+                    self.aux_at = Some(n);
+                }
                 ev.query()
             }
         }

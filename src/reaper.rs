@@ -11,6 +11,15 @@
 //! - **Drops from driver callbacks.** A CUDA graph holds the communicators it captured work of
 //!   (comm.rs, `retain_for_graph`) until the driver destroys it; the driver's callback may make no
 //!   CUDA call, so it hands what it held to the thread here, which drops it.
+//! - **Frees that would wait for another communicator's kernel.** Freeing device or pinned
+//!   memory (cuMemFree, cuMemFreeHost, cuIpcCloseMemHandle) synchronises the whole context: it
+//!   waits for every kernel there, including one of another communicator that waits for a peer,
+//!   and other threads' CUDA calls may wait behind it. A thread that aborts a process's
+//!   communicators one after another deadlocks so: the first abort's free waits for a kernel
+//!   that only the abort of a later communicator (same thread, not reached) would end. So memory
+//!   is freed only through a `Gate` (comm.rs `when_idle`: no live communicator of this process
+//!   has an unfinished launch, and none can begin one meanwhile); what it refuses waits here
+//!   (`drop_when`) and is freed by the thread once it lets it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -59,6 +68,20 @@ struct Entry {
     looked: Option<Instant>,
 }
 
+/// Runs the closure it is given (which frees memory) and returns true only where that cannot
+/// wait for a kernel that waits for this process (comm.rs `when_idle`); else returns false and
+/// runs nothing.
+pub type Gate = fn(&mut dyn FnMut()) -> bool;
+
+/// Something to free that its gate refused so far.
+struct Gated {
+    what: String,
+    hold: Box<dyn Send>,
+    gate: Gate,
+    since: Instant,
+    noted: bool,
+}
+
 #[derive(Default)]
 struct State {
     held: Vec<Entry>,
@@ -66,6 +89,7 @@ struct State {
     /// how many ranks of it this process drives (the entry goes once all of them released).
     local: HashMap<u64, (usize, Vec<usize>)>,
     drops: Vec<Box<dyn Send>>,
+    gated: Vec<Gated>,
     thread: bool,
 }
 
@@ -108,6 +132,48 @@ pub fn retire(key: u64, rank: usize, ranks_here: usize, held: Option<Held>) {
     }
     drop(st);
     drop(done);
+}
+
+/// Drops `hold` (memory whose free synchronises the device) through `gate`: at once on this
+/// thread where it lets it, else later on this module's thread, once it does. Never waits.
+pub fn drop_when(gate: Gate, what: impl FnOnce() -> String, hold: Box<dyn Send>) {
+    let mut slot = Some(hold);
+    if gate(&mut || drop(slot.take())) {
+        return;
+    }
+    let Some(hold) = slot else { return };
+    let what = what();
+    nccl_info!(Subsys::Init, "{what}: freed later: a communicator of this process has a kernel running or a launch under way, and a free now would wait for it (and could deadlock)");
+    let (m, cv) = state();
+    let mut st = m.lock();
+    st.gated.push(Gated { what, hold, gate, since: Instant::now(), noted: false });
+    ensure_thread(&mut st);
+    cv.notify_all();
+}
+
+/// One pass over the gated frees, off the lock: each is dropped if its gate lets it now.
+fn drop_gated() {
+    let (m, _) = state();
+    let gated = std::mem::take(&mut m.lock().gated);
+    if gated.is_empty() {
+        return;
+    }
+    let mut kept = Vec::new();
+    for mut g in gated {
+        let mut slot = Some(g.hold);
+        if (g.gate)(&mut || drop(slot.take())) {
+            nccl_info!(Subsys::Init, "{}: freed after {:.1} s", g.what, g.since.elapsed().as_secs_f64());
+            continue;
+        }
+        let Some(hold) = slot else { continue };
+        g.hold = hold;
+        if !g.noted && g.since.elapsed() > NOTE_AFTER {
+            g.noted = true;
+            nccl_info!(Subsys::Init, "{}: still not freed after {:?}: some communicator of this process has had a kernel running whenever it was tried", g.what, NOTE_AFTER);
+        }
+        kept.push(g);
+    }
+    m.lock().gated.extend(kept);
 }
 
 /// Drops `b` on this module's thread (for driver callbacks, which may make no CUDA call).
@@ -171,7 +237,7 @@ fn run() {
     let (m, cv) = state();
     loop {
         let mut st = m.lock();
-        if st.held.is_empty() && st.drops.is_empty() {
+        if st.held.is_empty() && st.drops.is_empty() && st.gated.is_empty() {
             cv.wait(&mut st);
         } else if st.drops.is_empty() {
             cv.wait_for(&mut st, POLL);
@@ -180,7 +246,12 @@ fn run() {
         let done = sweep(&mut st);
         drop(st);
         drop(drops);
-        drop(done);
+        // Buffers every peer released: freed on this thread, which nothing else waits for, but
+        // through the gate all the same (a free here can hold up the application's threads).
+        for hold in done {
+            drop_when(crate::comm::when_idle, || "a channel buffer every peer released".into(), hold);
+        }
+        drop_gated();
     }
 }
 
@@ -208,7 +279,7 @@ pub fn process_gone(token: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     #[test]
     fn a_buffer_waits_for_each_peer_to_release_it_or_end() {
@@ -258,6 +329,34 @@ mod tests {
         retire(key2, 0, 2, Some(Held { key: key2, ..held(0, 1) }));
         assert_eq!(freed.load(Ordering::SeqCst), 2);
         assert!(state().0.lock().held.iter().any(|e| e.held.key == key2));
+    }
+
+    /// A free its gate refuses (another communicator's kernel still runs, and a free would wait
+    /// for it) costs the caller nothing: it waits here and is freed on the thread once the gate
+    /// lets it; a free the gate lets through happens at once, on the caller's thread.
+    #[test]
+    fn a_gated_free_never_waits_and_happens_once_the_gate_opens() {
+        static OPEN: AtomicBool = AtomicBool::new(false);
+        fn gate(free: &mut dyn FnMut()) -> bool {
+            OPEN.load(Ordering::SeqCst) && {
+                free();
+                true
+            }
+        }
+        let freed = Arc::new(AtomicUsize::new(0));
+        let t0 = Instant::now();
+        drop_when(gate, || "test buffer".into(), Box::new(Counted(freed.clone())));
+        assert!(t0.elapsed() < Duration::from_millis(100), "the caller waited {:?}", t0.elapsed());
+        std::thread::sleep(POLL * 5);
+        assert_eq!(freed.load(Ordering::SeqCst), 0, "kept while the gate refuses");
+        OPEN.store(true, Ordering::SeqCst);
+        let t1 = Instant::now();
+        while freed.load(Ordering::SeqCst) == 0 {
+            assert!(t1.elapsed() < Duration::from_secs(5), "never freed once the gate opened");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        drop_when(gate, || "test buffer".into(), Box::new(Counted(freed.clone())));
+        assert_eq!(freed.load(Ordering::SeqCst), 2, "freed at once when the gate lets it");
     }
 
     #[test]

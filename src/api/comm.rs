@@ -186,7 +186,8 @@ pub extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
 
 /// Waits for the communicator's work (unless finalized) and stops its threads. Its memory goes
 /// when the last CUDA graph that captured its work is destroyed, and the part its peers' kernels
-/// write (its channel buffer) only once every peer released it or exited.
+/// write (its channel buffer) only once every peer released it or exited; while another
+/// communicator of the process has a kernel running, later (a free would wait for it).
 #[no_mangle]
 pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
     call("ncclCommDestroy", || {

@@ -565,6 +565,13 @@ impl Bootstrap {
     }
 }
 
+/// Test helper for other modules: `nranks` ranks of one communicator on loopback, initialised
+/// concurrently.
+#[cfg(test)]
+pub(crate) fn local_ranks(nranks: usize) -> Vec<Bootstrap> {
+    tests::init_all(nranks, Duration::from_secs(20))
+}
+
 impl Drop for Bootstrap {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);

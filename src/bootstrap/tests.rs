@@ -38,7 +38,7 @@ fn init_local(id: &[u8; UNIQUE_ID_BYTES], rank: usize, nranks: usize, timeout: D
 }
 
 /// Initialises all ranks concurrently (init blocks until everyone registered).
-fn init_all(nranks: usize, timeout: Duration) -> Vec<Bootstrap> {
+pub(super) fn init_all(nranks: usize, timeout: Duration) -> Vec<Bootstrap> {
     raise_fd_limit();
     let (id, _root) = local_root(timeout);
     thread::scope(|s| {
