@@ -98,6 +98,7 @@ step abort-pending-ce-direct env OXCCL_CE_DIRECT_MIN_BYTES=1 "$bin/oxccl-fault" 
 step abort-pending-ce-direct-async env OXCCL_CE_DIRECT_ASYNC=1 OXCCL_CE_DIRECT_MIN_BYTES=1 "$bin/oxccl-fault" --ranks 2 --scenarios abort-pending
 step abort-pending-hosts "$bin/oxccl-fault" --ranks 2 --ranks-per-host 1 --scenarios abort-pending
 step abort-idle-peer "$bin/oxccl-fault" --ranks 2,3 --scenarios abort-idle-peer
+step abort-several "$bin/oxccl-fault" --ranks 2,3 --scenarios abort-several
 if [ $quick = 1 ]; then soak=1000; else soak=10000; fi
 step soak "$bin/oxccl-gpu-check" --soak $soak
 step leaks "$bin/oxccl-gpu-check" --leaks

@@ -37,6 +37,14 @@
 //!                     and tear down within 5 s: ncclCommDestroy, or ncclCommFinalize and
 //!                     ncclCommDestroy.
 //!                     Variants: destroy, finalize.
+//!   abort-several   - PyTorch aborting its process groups one after another: every rank holds
+//!                     two communicators, A (made first) and B; rank 0 posts an AllReduce on B
+//!                     that nobody joins (1 MiB: a kernel, not a copy-engine handshake) and then
+//!                     aborts A and then B. ncclCommAbort(A) must not wait for B's kernel (a free
+//!                     synchronises the device; it hung for good), both aborts within 15 s, rank
+//!                     0's stream and context then clean. The others: with `survivors` they keep
+//!                     ncclSuccess on both for 2 s, then finalize and destroy both within 5 s;
+//!                     with `all` they abort A and B too. Variants: survivors, all.
 //! Ranks may share a GPU (rank r takes GPU r % count; under MPS every rank may use the one GPU).
 //!
 //! --ranks-per-host P simulates hosts: rank r gets NCCL_HOSTID=oxccl-fault-host-(r / P), so ranks
@@ -45,7 +53,7 @@
 //!
 //! Usage: oxccl-fault [--ranks 2,4] [--scenarios init,allreduce,...] [--bound-secs 30] [--seed N]
 //!                    [--ranks-per-host P]
-//! (the default scenarios are the kill ones; abort-pending and abort-idle-peer are asked by name)
+//! (the default scenarios are the kill ones; the abort-* ones are asked by name)
 //! Exit status 0 only if every case passed. Prints a Markdown table of the measurements.
 
 use std::ffi::c_void;
@@ -64,7 +72,7 @@ use oxccl::ResultCode;
 
 const SCENARIOS: [&str; 7] = ["init", "allreduce", "bigreduce", "allgather", "sendrecv", "graph", "stop"];
 /// Scenarios that abort rather than kill (asked by name), with their variants.
-const ABORT_SCENARIOS: [&str; 2] = ["abort-pending", "abort-idle-peer"];
+const ABORT_SCENARIOS: [&str; 3] = ["abort-pending", "abort-idle-peer", "abort-several"];
 
 fn variants(sc: &str) -> Vec<String> {
     match sc {
@@ -80,6 +88,7 @@ fn variants(sc: &str) -> Vec<String> {
             v
         }
         "abort-idle-peer" => vec!["destroy".into(), "finalize".into()],
+        "abort-several" => vec!["survivors".into(), "all".into()],
         _ => Vec::new(),
     }
 }
@@ -450,6 +459,7 @@ fn child(a: &[String]) -> Result<(), String> {
         let id2 = parse_id(&std::env::var("OXCCL_FAULT_ID2").map_err(|_| "OXCCL_FAULT_ID2 not set")?)?;
         return match sc.as_str() {
             "abort-pending" => abort::pending(rank, n, victim, id, id2),
+            "abort-several" => abort::several(rank, n, victim, id, id2),
             _ => abort::idle_peer(rank, n, victim, id),
         };
     }
@@ -856,6 +866,61 @@ mod abort {
         println!("TIME teardown={:.0}ms", took.as_secs_f64() * 1e3);
         check(rc == ResultCode::Success, &format!("ncclCommDestroy returned {rc:?}"));
         check(took < Duration::from_secs(5), &format!("teardown took {took:?}"));
+        context_clean("at the end");
+        println!("DONE");
+        Ok(())
+    }
+    /// abort-several: see the header. `variant`: survivors or all.
+    pub fn several(rank: usize, n: usize, variant: &str, id_a: ncclUniqueId, id_b: ncclUniqueId) -> Result<(), String> {
+        gpu::ensure().map_err(|e| e.msg)?;
+        let ngpu = gpu::context::device_count().map_err(|e| e.msg)?.max(1) as usize;
+        let dev = Device::get((rank % ngpu) as i32).map_err(|e| e.msg)?;
+        let _g = CtxGuard::new(dev).map_err(|e| e.msg)?;
+        let a = init(rank, n, id_a, true)?;
+        let b = init(rank, n, id_b, true)?;
+        let stream = new_stream()?;
+        allreduce_checked(a, stream, dev, rank, n, "warm-up AllReduce on A")?;
+        allreduce_checked(b, stream, dev, rank, n, "warm-up AllReduce on B")?;
+        let f32 = DataType::Float32 as i32;
+        let (send, recv) = (DeviceBuffer::zeroed(dev, SMALL * 4).map_err(|e| e.msg)?, DeviceBuffer::zeroed(dev, SMALL * 4).map_err(|e| e.msg)?);
+        if rank == 0 {
+            nccl(ncclAllReduce(send.ptr as *const c_void, recv.ptr as *mut c_void, SMALL, f32, 0, b, stream.cast()), "the AllReduce on B nobody joins")?;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        if rank == 0 || variant == "all" {
+            let t0 = Instant::now();
+            let rc_a = ncclCommAbort(a);
+            let t_a = t0.elapsed();
+            let rc_b = ncclCommAbort(b);
+            println!("TIME abort-a={:.0}ms abort-b={:.0}ms", t_a.as_secs_f64() * 1e3, (t0.elapsed() - t_a).as_secs_f64() * 1e3);
+            check(rc_a == ResultCode::Success && rc_b == ResultCode::Success, &format!("ncclCommAbort returned {rc_a:?} and {rc_b:?}"));
+            check(t0.elapsed() < Duration::from_secs(15), &format!("aborting A and then B took {:?}", t0.elapsed()));
+            stream_clean(stream, "the stream after the aborts");
+            context_clean("after the aborts");
+            println!("DONE");
+            return Ok(());
+        }
+        // Nothing pending needs rank 0 on either communicator.
+        let t0 = Instant::now();
+        'poll: while t0.elapsed() < Duration::from_secs(2) {
+            for (c, name) in [(a, "A"), (b, "B")] {
+                let mut st = ResultCode::InternalError;
+                ncclCommGetAsyncError(c, &mut st);
+                if !check(st == ResultCode::Success, &format!("ncclCommGetAsyncError on {name} is {st:?} with nothing pending on rank 0")) {
+                    break 'poll;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let t1 = Instant::now();
+        for c in [a, b] {
+            let rc = ncclCommFinalize(c);
+            settle(c, rc);
+            let rc = ncclCommDestroy(c);
+            check(rc == ResultCode::Success, &format!("ncclCommDestroy returned {rc:?}"));
+        }
+        println!("TIME teardown={:.0}ms", t1.elapsed().as_secs_f64() * 1e3);
+        check(t1.elapsed() < Duration::from_secs(5), &format!("finalize and destroy of A and B took {:?}", t1.elapsed()));
         context_clean("at the end");
         println!("DONE");
         Ok(())
