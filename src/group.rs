@@ -404,7 +404,13 @@ fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
 /// which waits for rank 1, launched after rank 0. So where two or more communicators have
 /// operations and one of them may wait (`may_wait`: the communicator and an operation's largest
 /// byte count), each communicator's operations run in order on a thread of their own. Else in
-/// one thread, as NCCL launches them: threads cost a small group more than its launches.
+/// one thread, as NCCL launches them: threads cost a small group more than its launches. Never
+/// where two communicators share a stream: threads would put their kernels on it in an order that
+/// differs from rank to rank, and a rank whose stream runs communicator A's kernel first then
+/// waits forever for a peer whose stream runs B's first (two processes, an AllReduce on one
+/// communicator and a ReduceScatter on another in one group on one stream: a hang the
+/// conformance fuzzer found). One thread in call order launches alike on every rank, and a
+/// handshake then waits only for a peer launching the same operation.
 fn per_comm_threads(ops: &[Deferred], may_wait: impl Fn(&Arc<Comm>, u64) -> bool) -> bool {
     let launches = || {
         ops.iter().filter_map(|op| match op {
@@ -416,7 +422,20 @@ fn per_comm_threads(ops: &[Deferred], may_wait: impl Fn(&Arc<Comm>, u64) -> bool
     };
     // Pointer comparisons first: most groups hold one communicator, and ask no more.
     let Some((first, _)) = launches().next() else { return false };
-    launches().any(|(c, _)| !Arc::ptr_eq(c, first)) && launches().any(|(c, bytes)| may_wait(c, bytes))
+    launches().any(|(c, _)| !Arc::ptr_eq(c, first)) && launches().any(|(c, bytes)| may_wait(c, bytes)) && !streams_shared(ops)
+}
+
+/// Whether two communicators of the group put operations on one stream.
+fn streams_shared(ops: &[Deferred]) -> bool {
+    let mut seen: Vec<(cu::CUstream, &Arc<Comm>)> = Vec::new();
+    for (c, st) in ops.iter().filter_map(op_stream) {
+        match seen.iter().find(|(s, _)| *s == st) {
+            Some((_, other)) if !Arc::ptr_eq(other, c) => return true,
+            Some(_) => {}
+            None => seen.push((st, c)),
+        }
+    }
+    false
 }
 
 /// Whether a launch of `bytes` on `comm` may wait on the host for its peers: the communicator
@@ -767,10 +786,12 @@ mod tests {
     fn per_comm_threads_only_where_a_launch_may_wait() {
         let cfg = crate::config::CommConfig::default();
         let (a, b) = (Arc::new(Comm::new(0, 2, 0, cfg.clone())), Arc::new(Comm::new(1, 2, 0, cfg)));
-        let p2p = |c: &Arc<Comm>, bytes| Deferred::P2p(c.clone(), P2pOp { is_send: true, peer: 1, buf: 0, bytes, stream: std::ptr::null_mut() });
+        // Each communicator on a stream of its own (as nccl-tests -g 2: a stream per GPU).
+        let stream = |c: &Arc<Comm>| (0x100 + c.rank) as cu::CUstream;
+        let p2p = |c: &Arc<Comm>, bytes| Deferred::P2p(c.clone(), P2pOp { is_send: true, peer: 1, buf: 0, bytes, stream: stream(c) });
         let coll = |c: &Arc<Comm>, count| {
             let op = crate::comm::ResolvedOp { op: crate::types::RedOp::Sum, scalar: 0, scalar_ptr: 0 };
-            Deferred::Coll(CollTask { comm: c.clone(), coll: crate::enqueue::Coll::AllGather, send: 0, recv: 0, count, dtype: crate::types::DataType::Float32, op, root: 0, stream: std::ptr::null_mut() })
+            Deferred::Coll(CollTask { comm: c.clone(), coll: crate::enqueue::Coll::AllGather, send: 0, recv: 0, count, dtype: crate::types::DataType::Float32, op, root: 0, stream: stream(c) })
         };
         let big = |_: &Arc<Comm>, bytes: u64| bytes >= 4 << 20;
         assert!(per_comm_threads(&[p2p(&a, 8), p2p(&b, 4 << 20)], big));
@@ -780,6 +801,10 @@ mod tests {
         assert!(per_comm_threads(&[coll(&a, 512 << 10), coll(&b, 8)], big));
         assert!(!per_comm_threads(&[coll(&a, 512 << 10), Deferred::Finalize(b.clone())], big), "a finalize launches nothing");
         assert!(!per_comm_threads(&[p2p(&a, 1 << 30), p2p(&b, 1 << 30)], |_, _| false));
+        // Two communicators on one stream: one thread, in call order, whatever may wait.
+        let on_null = |c: &Arc<Comm>, bytes| Deferred::P2p(c.clone(), P2pOp { is_send: true, peer: 1, buf: 0, bytes, stream: std::ptr::null_mut() });
+        assert!(!per_comm_threads(&[on_null(&a, 8), on_null(&b, 4 << 20)], big), "a shared stream keeps the call order");
+        assert!(!per_comm_threads(&[p2p(&a, 8), on_null(&b, 4 << 20), on_null(&a, 8)], big), "shared by a's second operation");
     }
 
     /// Each communicator's operations keep the group's order.
