@@ -845,16 +845,11 @@ pub fn when_idle(free: &mut dyn FnMut()) -> bool {
     for (dev, ls) in held.iter_mut() {
         let Ok(_ctx) = CtxGuard::new(dev) else { continue };
         let probe = ls.done.eager_probe();
-        // A counted launch's probe is an event recorded when first asked, done microseconds
-        // later: a launch still unfinished after half a millisecond is taken as running (the
-        // reaper asks again later, by then without recording). An error (a broken context) is
-        // no kernel to wait for.
-        let t0 = Instant::now();
-        while matches!(ls.done.probe_done(probe), Ok(false)) {
-            if t0.elapsed() > Duration::from_micros(500) {
-                return false;
-            }
-            std::hint::spin_loop();
+        // Asked once, never waited for: every launch lock of the process is held here, and the
+        // reaper asks again (a counted launch's probe is an event recorded when first asked, done
+        // by the next ask). An error (a broken context) is no kernel to wait for.
+        if matches!(ls.done.probe_done(probe), Ok(false)) {
+            return false;
         }
     }
     free();

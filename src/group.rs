@@ -425,10 +425,12 @@ fn per_comm_threads(ops: &[Deferred], may_wait: impl Fn(&Arc<Comm>, u64) -> bool
     launches().any(|(c, _)| !Arc::ptr_eq(c, first)) && launches().any(|(c, bytes)| may_wait(c, bytes)) && !streams_shared(ops)
 }
 
-/// Whether two communicators of the group put operations on one stream.
+/// Whether two communicators of the group put operations on one stream. Streams are told apart
+/// by device too: the NULL, legacy and per-thread handles name a stream of each device.
 fn streams_shared(ops: &[Deferred]) -> bool {
-    let mut seen: Vec<(cu::CUstream, &Arc<Comm>)> = Vec::new();
+    let mut seen: Vec<((i32, cu::CUstream), &Arc<Comm>)> = Vec::new();
     for (c, st) in ops.iter().filter_map(op_stream) {
+        let st = (c.device, st);
         match seen.iter().find(|(s, _)| *s == st) {
             Some((_, other)) if !Arc::ptr_eq(other, c) => return true,
             Some(_) => {}
@@ -805,6 +807,10 @@ mod tests {
         let on_null = |c: &Arc<Comm>, bytes| Deferred::P2p(c.clone(), P2pOp { is_send: true, peer: 1, buf: 0, bytes, stream: std::ptr::null_mut() });
         assert!(!per_comm_threads(&[on_null(&a, 8), on_null(&b, 4 << 20)], big), "a shared stream keeps the call order");
         assert!(!per_comm_threads(&[p2p(&a, 8), on_null(&b, 4 << 20), on_null(&a, 8)], big), "shared by a's second operation");
+        // The NULL stream of another device is another stream: threads as before.
+        let cfg = crate::config::CommConfig::default();
+        let c = Arc::new(Comm::new(1, 2, 1, cfg));
+        assert!(per_comm_threads(&[on_null(&a, 8), on_null(&c, 4 << 20)], big), "NULL streams of two devices");
     }
 
     /// Each communicator's operations keep the group's order.

@@ -494,9 +494,9 @@ impl Exec {
         let mut digests = Vec::new();
         let mut verdict = Ok(());
         for replay in 0..case.replays.max(1) as usize {
-            if replay > 0 {
-                self.upload(case, parts, replay)?;
-            }
+            // Replay 0 too: a library that did the work at capture instead of in the graph
+            // would otherwise pass.
+            self.upload(case, parts, replay)?;
             for (i, (r, (_, e))) in self.ranks.iter().zip(&graphs).enumerate() {
                 self.set_ctx(i);
                 // SAFETY: an instantiated graph; the stream is live.
@@ -574,7 +574,9 @@ impl Exec {
         let aborts = |rank: usize| !a.posters_only || a.posts[rank];
         let mut wrong = Vec::new();
         let me: &Exec = self;
-        std::thread::scope(|sc| -> Result<(), String> {
+        // Graphs made by the issuer, as (local rank, graph, exec) addresses: destroyed once the
+        // streams have drained (a graph holds its communicators until it goes).
+        let made = std::thread::scope(|sc| -> Result<Vec<(usize, usize, usize)>, String> {
             let (shared, parts) = (Sendable(me), Sendable(parts));
             let graph = case.mode == Mode::Graph;
             let posts = &a.posts;
@@ -582,7 +584,7 @@ impl Exec {
                 let (shared, parts) = (shared, parts);
                 let ex: &Exec = shared.0;
                 if !graph {
-                    return ex.issue(case, parts.0, Some(posts)).err();
+                    return (ex.issue(case, parts.0, Some(posts)).err(), Vec::new());
                 }
                 // Captured, then launched once.
                 let mut errs = None;
@@ -600,11 +602,12 @@ impl Exec {
                     unsafe { cu::cuStreamEndCapture(r.stream, &mut g) };
                     graphs.push((i, r, g));
                 }
+                let mut made = Vec::new();
                 for (i, r, g) in graphs {
                     ex.set_ctx(i);
                     let mut x = std::ptr::null_mut();
-                    // SAFETY: a captured graph; out-pointer to a local. The graph is left alive
-                    // (leaked): its launch may still be queued when this returns.
+                    // SAFETY: a captured graph; out-pointer to a local. Destroyed by the caller
+                    // once the stream drained: its launch may still be queued when this returns.
                     unsafe {
                         if e.is_none() && cu::cuGraphInstantiateWithFlags(&mut x, g, 0) == cu::CUresult::CUDA_SUCCESS {
                             let rc = cu::cuGraphLaunch(x, r.stream);
@@ -613,8 +616,9 @@ impl Exec {
                             }
                         }
                     }
+                    made.push((i, g as usize, x as usize));
                 }
-                e.or(errs)
+                (e.or(errs), made)
             });
             // The issue may block in a call that waits for a peer; give it a moment, not forever.
             let t0 = Instant::now();
@@ -651,8 +655,7 @@ impl Exec {
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
-            let _ = issuer.join();
-            Ok(())
+            Ok(issuer.join().map(|(_, made)| made).unwrap_or_default())
         })?;
         // Survivors with nothing pending: no error for a while, then destroy in bounded time.
         let survivors: Vec<usize> = (0..self.ranks.len()).filter(|&i| !aborts(self.ranks[i].rank)).collect();
@@ -713,6 +716,18 @@ impl Exec {
             let rc = unsafe { cu::cuCtxSynchronize() };
             if rc != cu::CUresult::CUDA_SUCCESS {
                 return Err(format!("rank {}: after ncclCommAbort the context reports {}", r.rank, cu_name(rc)));
+            }
+        }
+        for (i, g, x) in made {
+            self.set_ctx(i);
+            // SAFETY: graphs made above; their work has drained.
+            unsafe {
+                if x != 0 {
+                    cu::cuGraphExecDestroy(x as cu::CUgraphExec);
+                }
+                if g != 0 {
+                    cu::cuGraphDestroy(g as cu::CUgraph);
+                }
             }
         }
         for r in &mut self.ranks {

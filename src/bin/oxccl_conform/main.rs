@@ -8,7 +8,7 @@
 //! element offsets with guard bytes around them, eager / CUDA graphs replayed with fresh inputs /
 //! nonblocking communicators, and aborts at random points. Every byte of every buffer is checked
 //! against a host reference; with `--nccl-lib`, NVIDIA's NCCL runs the same cases in the same
-//! call and must agree. A failure is shrunk to a minimal case and printed as a one-line
+//! call against the same reference (where it fails and oxccl passes, a note says so). A failure is shrunk to a minimal case and printed as a one-line
 //! reproduction (`--case '<json>'`).
 //!
 //! The library under test is opened by path (`--lib`, default liboxccl.so beside this binary), so
@@ -213,7 +213,9 @@ struct Group {
 }
 
 enum Verdict {
-    Pass(Vec<u64>),
+    /// Every rank matched the reference (its digests, printed by the executors, are not compared:
+    /// two libraries that both match the reference byte for byte agree).
+    Pass,
     Fail(String),
     /// The reference library could not start this layout (it is not compared there).
     Skip,
@@ -301,7 +303,7 @@ impl Group {
     fn run(&mut self, case: &Case, timeout: Duration) -> (Verdict, bool) {
         self.send_all(&format!("CASE {}", case.to_line()));
         let procs = self.children.len();
-        let mut results: Vec<Option<Result<Vec<u64>, String>>> = vec![None; procs];
+        let mut results: Vec<Option<Result<(), String>>> = vec![None; procs];
         let mut at_barrier = 0;
         let deadline = Instant::now() + timeout;
         while results.iter().any(Option::is_none) {
@@ -313,10 +315,7 @@ impl Group {
                         self.send_all("GO");
                     }
                 }
-                Ok((p, m)) if m.starts_with("RESULT ok") => {
-                    let d = m["RESULT ok".len()..].split_whitespace().filter_map(|x| u64::from_str_radix(x, 16).ok()).collect();
-                    results[p] = Some(Ok(d));
-                }
+                Ok((p, m)) if m.starts_with("RESULT ok") => results[p] = Some(Ok(())),
                 Ok((p, m)) if m.starts_with("RESULT fail ") => results[p] = Some(Err(m["RESULT fail ".len()..].to_string())),
                 Ok((p, m)) if m.starts_with("FATAL ") => return (Verdict::Fail(format!("process {p}: {}", &m[6..])), false),
                 Ok((p, m)) => return (Verdict::Fail(format!("process {p} said {m:?}")), false),
@@ -325,7 +324,7 @@ impl Group {
         }
         let fails: Vec<String> = results.iter().filter_map(|r| r.as_ref().and_then(|r| r.as_ref().err().cloned())).collect();
         if fails.is_empty() {
-            (Verdict::Pass(results.into_iter().flat_map(|r| r.and_then(Result::ok).unwrap_or_default()).collect()), true)
+            (Verdict::Pass, true)
         } else {
             (Verdict::Fail(fails.join(" | ")), true)
         }
@@ -478,11 +477,7 @@ fn parent(cli: &Cli) -> Result<bool, String> {
             tally.borrow_mut().nccl_cases += 1;
             let nv = pool.borrow_mut().run(true, case);
             match (&v, &nv) {
-                (Verdict::Pass(a), Verdict::Pass(b)) if a != b && !a.is_empty() => {
-                    // Both match the reference: only tolerated (floating average) bytes differ.
-                    let _ = b;
-                }
-                (Verdict::Pass(_), Verdict::Fail(e)) => {
+                (Verdict::Pass, Verdict::Fail(e)) => {
                     let m = format!("NCCL fails where oxccl passes: {e}\n    case: {}", case.to_line());
                     println!("  note: {m}");
                     tally.borrow_mut().nccl_notes.push(m);
@@ -503,7 +498,7 @@ fn parent(cli: &Cli) -> Result<bool, String> {
             }
         }
         match v {
-            Verdict::Pass(_) | Verdict::Skip => Ok(()),
+            Verdict::Pass | Verdict::Skip => Ok(()),
             Verdict::Fail(e) => Err(e),
         }
     };
