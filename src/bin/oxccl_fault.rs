@@ -125,6 +125,23 @@ fn main() {
 
 // ---- parent ----------------------------------------------------------------------------------
 
+/// Each child's stdout read on a thread of its own, as (rank, line) in arrival order.
+fn read_lines(kids: &mut [Child]) -> std::sync::mpsc::Receiver<(usize, String)> {
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, String)>();
+    for (r, k) in kids.iter_mut().enumerate() {
+        let out = k.stdout.take();
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            if let Some(out) = out {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    let _ = tx.send((r, line));
+                }
+            }
+        });
+    }
+    rx
+}
+
 struct Opts {
     ranks: Vec<usize>,
     scenarios: Vec<String>,
@@ -237,20 +254,7 @@ fn run_case(exe: &std::path::Path, n: usize, sc: &str, victim: usize, kill_ms: u
             .map_err(|e| format!("starting rank {r}: {e}"))?;
         kids.push(c);
     }
-    // Each child's stdout on its own thread: lines tagged with the time they arrived.
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, String)>();
-    for (r, k) in kids.iter_mut().enumerate() {
-        let out = k.stdout.take();
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            if let Some(out) = out {
-                for line in BufReader::new(out).lines().map_while(Result::ok) {
-                    let _ = tx.send((r, line));
-                }
-            }
-        });
-    }
-    drop(tx);
+    let rx = read_lines(&mut kids);
     let t0 = Instant::now();
     let mut kill_ns: Option<u64> = None;
     let mut outcomes: Vec<Outcome> = (0..n).map(|rank| Outcome { rank, result: None, note: String::new() }).collect();
@@ -361,19 +365,7 @@ fn run_abort_case(exe: &std::path::Path, n: usize, sc: &str, variant: &str, boun
             .map_err(|e| format!("starting rank {r}: {e}"))?;
         kids.push(c);
     }
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, String)>();
-    for (r, k) in kids.iter_mut().enumerate() {
-        let out = k.stdout.take();
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            if let Some(out) = out {
-                for line in BufReader::new(out).lines().map_while(Result::ok) {
-                    let _ = tx.send((r, line));
-                }
-            }
-        });
-    }
-    drop(tx);
+    let rx = read_lines(&mut kids);
     let t0 = Instant::now();
     let mut status: Vec<Option<i32>> = vec![None; n];
     let mut hung = false;

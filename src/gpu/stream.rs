@@ -13,8 +13,9 @@ pub fn is_capturing(stream: cu::CUstream) -> Result<bool> {
     Ok(st != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }
 
-/// Where `stream`'s capture stands (algo::pdl::CaptureTail), or None when it is not capturing.
-pub fn capture_tail(stream: cu::CUstream) -> Result<Option<crate::algo::pdl::CaptureTail>> {
+/// `stream`'s active capture: its id, graph and, where the capture has exactly one tail node,
+/// that node; None when it is not capturing.
+fn active_capture(stream: cu::CUstream) -> Result<Option<(u64, cu::CUgraph, Option<usize>)>> {
     let mut st = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     let mut id: cu::cuuint64_t = 0;
     let mut graph: cu::CUgraph = std::ptr::null_mut();
@@ -31,25 +32,17 @@ pub fn capture_tail(stream: cu::CUstream) -> Result<Option<crate::algo::pdl::Cap
     }
     // SAFETY: n entries at deps (n == 1 checked).
     let only = if n == 1 && !deps.is_null() { Some(unsafe { *deps } as usize) } else { None };
-    Ok(Some(crate::algo::pdl::CaptureTail { id, only }))
+    Ok(Some((id, graph, only)))
+}
+
+/// Where `stream`'s capture stands (algo::pdl::CaptureTail), or None when it is not capturing.
+pub fn capture_tail(stream: cu::CUstream) -> Result<Option<crate::algo::pdl::CaptureTail>> {
+    Ok(active_capture(stream)?.map(|(id, _, only)| crate::algo::pdl::CaptureTail { id, only }))
 }
 
 /// The id and graph of `stream`'s active capture, or None when it is not capturing.
 pub fn capture_graph(stream: cu::CUstream) -> Result<Option<(u64, cu::CUgraph)>> {
-    let mut st = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut id: cu::cuuint64_t = 0;
-    let mut graph: cu::CUgraph = std::ptr::null_mut();
-    let mut deps: *const cu::CUgraphNode = std::ptr::null();
-    let mut n: usize = 0;
-    // SAFETY: out-pointers to locals; the edge data is optional (null: not wanted).
-    check(
-        unsafe { cu::cuStreamGetCaptureInfo_v3(stream, &mut st, &mut id, &mut graph, &mut deps, std::ptr::null_mut(), &mut n) },
-        "cuStreamGetCaptureInfo",
-    )?;
-    if st != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || graph.is_null() {
-        return Ok(None);
-    }
-    Ok(Some((id, graph)))
+    Ok(active_capture(stream)?.filter(|(_, g, _)| !g.is_null()).map(|(id, g, _)| (id, g)))
 }
 
 /// Switches this thread to relaxed stream-capture mode for a scope: set-up work (allocations,

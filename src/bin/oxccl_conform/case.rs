@@ -44,24 +44,18 @@ impl Kind {
 }
 
 /// Reduction ops: NCCL's five built-ins and PreMulSum with its scalar on the host (read at
-/// creation) or in device memory (read by the kernel).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Op {
-    Sum,
-    Prod,
-    Max,
-    Min,
-    Avg,
-    PreMulHost,
-    PreMulDevice,
+/// creation) or in device memory (read by the kernel); oxccl-gpu-check's set.
+pub use crate::values::CheckOp as Op;
+
+/// What the fuzzer asks of an op beyond oxccl-gpu-check's use of it.
+pub trait OpExt {
+    /// ncclRedOp_t of a built-in.
+    fn raw(self) -> Option<i32>;
+    fn premul(self) -> bool;
 }
 
-impl Op {
-    pub const ALL: [Op; 7] = [Op::Sum, Op::Prod, Op::Max, Op::Min, Op::Avg, Op::PreMulHost, Op::PreMulDevice];
-
-    /// ncclRedOp_t of a built-in.
-    pub fn raw(self) -> Option<i32> {
+impl OpExt for Op {
+    fn raw(self) -> Option<i32> {
         match self {
             Op::Sum => Some(0),
             Op::Prod => Some(1),
@@ -72,7 +66,7 @@ impl Op {
         }
     }
 
-    pub fn premul(self) -> bool {
+    fn premul(self) -> bool {
         matches!(self, Op::PreMulHost | Op::PreMulDevice)
     }
 }

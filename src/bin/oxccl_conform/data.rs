@@ -6,7 +6,7 @@
 
 use oxccl::types::DataType;
 
-use crate::case::{layout, output_rule, scalar_value, AllocSpec, Kind, Op, OpCase, Source};
+use crate::case::{layout, output_rule, scalar_value, AllocSpec, Kind, Op, OpCase, OpExt, Source};
 use crate::values::{decode_float, int_of, wrap_int, Codec};
 
 /// splitmix64: one well-mixed word per (stream, index).

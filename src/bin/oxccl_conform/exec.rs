@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use oxccl::gpu::cu;
 
-use crate::case::{layout, scalar_value, Case, Kind, Mode, Op, OpCase};
+use crate::case::{layout, scalar_value, Case, Kind, Mode, Op, OpCase, OpExt};
 use crate::data::{compare, digest, expected_images, initial_images};
 use crate::nccl::{Comm, Config, Nccl, UniqueId, IN_PROGRESS, SUCCESS};
 use crate::values::Codec;

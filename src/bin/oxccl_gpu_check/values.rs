@@ -9,6 +9,7 @@ use oxccl::types::DataType;
 /// Ops the check runs. PreMul* use ncclRedOpCreatePreMulSum with a per-rank scalar (see
 /// [`premul_scalar`]), as nccl-tests does: each rank scales its own input by its own scalar.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "conform", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "lowercase"))]
 pub enum CheckOp {
     Sum,
     Prod,
