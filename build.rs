@@ -119,7 +119,11 @@ fn build_fatbin(manifest: &Path, out: &Path, abi_header: &Path) {
     }
     fs::read(abi_header).expect("read ABI header").hash(&mut h);
     NVCC_ARCH_FLAGS.hash(&mut h);
-    unit.hash(&mut h);
+    // The unit names sources by absolute path: hash their names relative to kernels/ instead, so
+    // checkouts in other folders (git worktrees) reuse each other's cached kernels.
+    for s in &sources {
+        s.strip_prefix(&kdir).unwrap_or(s).hash(&mut h);
+    }
     let stamp = format!("{:016x}", h.finish());
     let stamp_path = out.join("oxccl.fatbin.stamp");
     if fatbin.is_file() && fs::read_to_string(&stamp_path).ok().as_deref() == Some(stamp.as_str()) {
