@@ -398,8 +398,9 @@ impl Pool<'_> {
                 Err(e) => return Verdict::Fail(format!("starting the ranks: {e}")),
             }
         }
-        // An abort case adds its own bounded waits (20 s drains, re-initialisation).
-        let timeout = Duration::from_secs(self.cli.case_timeout + if case.abort.is_some() { 90 } else { 20 });
+        // An abort case adds its own bounded waits (20 s drains, re-initialisation); a large
+        // case adds its host reference (tens of millions of elements per rank and replay).
+        let timeout = Duration::from_secs(self.cli.case_timeout + if case.abort.is_some() { 90 } else { 20 } + host_work_secs(case));
         let g = self.groups.get_mut(&key).expect("just inserted");
         let (v, alive) = g.run(case, timeout);
         if !alive {
@@ -413,6 +414,15 @@ impl Pool<'_> {
             g.quit();
         }
     }
+}
+
+/// A bound on the seconds one executor spends on a case's host side: generating every rank's
+/// inputs and the reference for each of its ranks and replays, about 10 million elements a
+/// second on one core.
+fn host_work_secs(case: &Case) -> u64 {
+    let n = (case.procs * case.per_proc) as u64;
+    let elems: u64 = case.ops.iter().map(|o| o.count * (n + 2)).sum();
+    elems * case.per_proc as u64 * case.replays.max(1) as u64 / 10_000_000
 }
 
 /// NCCL can run the case: no aborts (whose outcome is a property, not a result), ranks of one

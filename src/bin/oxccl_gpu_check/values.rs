@@ -108,6 +108,35 @@ fn fp8_decode(b: u8, e4m3: bool) -> f64 {
     }
 }
 
+/// Every fp8 code decoded once (e4m3, e5m2): the conformance check decodes tens of millions.
+fn fp8_table() -> &'static [[f64; 256]; 2] {
+    static T: std::sync::OnceLock<[[f64; 256]; 2]> = std::sync::OnceLock::new();
+    T.get_or_init(|| [0, 1].map(|k| std::array::from_fn(|c| fp8_decode(c as u8, k == 0))))
+}
+
+/// A cheap hash for the fp8 code cache: its keys are f64 bits, hashed per element of tens of
+/// millions (SipHash made that the check's bottleneck).
+#[derive(Default)]
+struct BitsHasher(u64);
+
+impl std::hash::Hasher for BitsHasher {
+    fn finish(&self) -> u64 {
+        // A splitmix finaliser: the keys' low bits are mostly zero, and hashbrown picks buckets
+        // from the low bits.
+        let z = (self.0 ^ (self.0 >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
 /// Nearest code of a narrow float type by table search (ties to the even code).
 fn encode_by_table(v: f64, codes: u32, decode: impl Fn(u32) -> f64) -> u32 {
     let mut best = 0;
@@ -135,8 +164,8 @@ pub fn decode_float(dt: DataType, b: &[u8]) -> f64 {
         DataType::Float64 => f64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
         DataType::Float16 => f16_decode(u16::from_le_bytes([b[0], b[1]])),
         DataType::Bfloat16 => f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16) as f64,
-        DataType::Float8e4m3 => fp8_decode(b[0], true),
-        DataType::Float8e5m2 => fp8_decode(b[0], false),
+        DataType::Float8e4m3 => fp8_table()[0][b[0] as usize],
+        DataType::Float8e5m2 => fp8_table()[1][b[0] as usize],
         _ => unreachable!("not a floating type"),
     }
 }
@@ -152,7 +181,7 @@ pub fn int_of(dt: DataType, b: &[u8]) -> i128 {
 pub struct Codec {
     pub dt: DataType,
     table: Vec<(f64, u16)>,
-    fp8_cache: std::cell::RefCell<std::collections::HashMap<u64, u8>>,
+    fp8_cache: std::cell::RefCell<std::collections::HashMap<u64, u8, std::hash::BuildHasherDefault<BitsHasher>>>,
 }
 
 impl Codec {
@@ -162,6 +191,19 @@ impl Codec {
                 let mut t: Vec<(f64, u16)> =
                     (0..=u16::MAX).map(|c| (f16_decode(c), c)).filter(|(v, _)| v.is_finite()).collect();
                 t.sort_by(|a, b| a.0.total_cmp(&b.0));
+                t
+            }
+            // fp8: every finite code at the top 12 bits (sign, exponent, 3 mantissa bits) of its
+            // value as f32, which tell every fp8 value apart: an exact value's code in one load.
+            DataType::Float8e4m3 | DataType::Float8e5m2 => {
+                let k = usize::from(dt == DataType::Float8e5m2);
+                let mut t = vec![(f64::NAN, 0u16); 4096];
+                for c in 0..256u16 {
+                    let v = fp8_table()[k][c as usize];
+                    if v.is_finite() && v != 0.0 {
+                        t[((v as f32).to_bits() >> 20) as usize] = (v, c);
+                    }
+                }
                 t
             }
             _ => Vec::new(),
@@ -189,13 +231,19 @@ impl Codec {
                     .expect("table is not empty");
                 out[..2].copy_from_slice(&best.1.to_le_bytes());
             }
+            DataType::Float8e4m3 | DataType::Float8e5m2 if v == 0.0 => out[0] = if v.is_sign_negative() { 0x80 } else { 0 },
             DataType::Float8e4m3 | DataType::Float8e5m2 => {
+                let (x, c) = self.table[((v as f32).to_bits() >> 20) as usize];
+                if x == v {
+                    out[0] = c as u8;
+                    return;
+                }
                 let e4m3 = self.dt == DataType::Float8e4m3;
                 out[0] = *self
                     .fp8_cache
                     .borrow_mut()
                     .entry(v.to_bits())
-                    .or_insert_with(|| encode_by_table(v, 256, |c| fp8_decode(c as u8, e4m3)) as u8);
+                    .or_insert_with(|| encode_by_table(v, 256, |c| fp8_table()[usize::from(!e4m3)][c as usize]) as u8);
             }
             _ => unreachable!("not a floating type"),
         }
@@ -289,6 +337,31 @@ mod tests {
                 assert_eq!(decode_float(dt, &b), v, "{dt:?} {v}");
                 if v == 0.0 {
                     assert!(!decode_float(dt, &b).is_sign_negative(), "{dt:?}: 0.0 encodes as -0");
+                }
+            }
+        }
+    }
+
+    /// The fp8 fast paths (decode table, exact-value lookup) agree with the nearest-code search
+    /// on every code and on values between codes, ties included.
+    #[test]
+    fn fp8_encoding_matches_the_table_search() {
+        for (dt, e4m3) in [(DataType::Float8e4m3, true), (DataType::Float8e5m2, false)] {
+            let c = Codec::new(dt);
+            let search = |v: f64| encode_by_table(v, 256, |k| fp8_decode(k as u8, e4m3)) as u8;
+            for code in 0..=255u8 {
+                let v = fp8_decode(code, e4m3);
+                assert_eq!(decode_float(dt, &[code]).to_bits(), v.to_bits(), "{dt:?} decode {code:#x}");
+                if !v.is_finite() {
+                    continue;
+                }
+                for x in [v, v * 1.01, v * 0.99, v + 1e-3, (v + fp8_decode(code.wrapping_add(1), e4m3)) / 2.0] {
+                    if !x.is_finite() {
+                        continue;
+                    }
+                    let mut b = [0u8; 1];
+                    c.encode_float(x, &mut b);
+                    assert_eq!(b[0], search(x), "{dt:?} encode {x} (near code {code:#x})");
                 }
             }
         }
