@@ -6,35 +6,28 @@
 # chain there, and it would not be over real NICs). Needs root (ip, tc); GPUs, /dev/shm and
 # filesystem sockets are shared across namespaces, so CUDA IPC works as before.
 #
-#   scripts/lab/netsim.sh up HOSTS [RATE]  # namespaces oxsim0..HOSTS-1, 10.77.0.(h+1)/24 on
+#   bench/netsim.sh up HOSTS [RATE]  # namespaces oxsim0..HOSTS-1, 10.77.0.(h+1)/24 on
 #                                          # "oxnic", the bridge 10.77.0.254; RATE (tc units, e.g.
 #                                          # 25gbit) limits each host's send and receive
-#   mpirun -np 4 --mca btl self,vader scripts/lab/netsim.sh run 2 ./all_reduce_perf ...  # 2 x 2
+#   mpirun -np 4 --mca btl self,vader bench/netsim.sh run 2 ./all_reduce_perf ...  # 2 x 2
 #   NETSIM_CPUS=4 ... netsim.sh run ...   # each simulated host on 4 CPUs of its own (taskset)
-#   scripts/lab/netsim.sh check HOSTS      # each host's bytes/s to the next one, all at once
-#   scripts/lab/netsim.sh tcpstats HOSTS   # TCP's loss repairs and drops, summed over hosts
-#   scripts/lab/netsim.sh down HOSTS
+#   bench/netsim.sh check HOSTS      # each host's bytes/s to the next one, all at once
+#   bench/netsim.sh tcpstats HOSTS   # TCP's loss repairs and drops, summed over hosts
+#   bench/netsim.sh down HOSTS
 #
-# Status: up, check, run and down checked on the build machine in session 61 (3 hosts at 2gbit
-# carried 0.24 GB/s each, as set), and under mpirun on the GPU machine in session 64 (4 hosts at
-# 10gbit carried 1.17-1.19 GB/s each). A rank moved into a namespace no longer sees the root
-# namespace's loopback, where PMIx's server listens: export PMIX_MCA_ptl_tcp_if_include=oxsimbr0
-# before mpirun (after `up`), so that it listens on the bridge. With more ranks than GPUs
-# (NCCL_TESTS_DEVICE=0 for every rank), run the CUDA MPS daemon (nvidia-cuda-mps-control -d;
-# `echo quit | nvidia-cuda-mps-control` after) so that the processes' kernels run side by side
-# instead of in time slices of milliseconds; NCCL then accepts ranks of different hosts on one
-# GPU. Two ranks of one host on one GPU: NCCL refuses them (duplicate GPU); oxccl runs them. They
-# hung under MPS in sessions 64-66 (2 x 2 at 1 MB, 3 x 2 at 16 MB): every rank's kernels spin on
-# the one GPU, and with full grids the first ones in held the SMs while their host-local peers'
-# kernels never started (the dump of session 67: one side of each pair waiting, the other's
-# kernel not begun). Since session 67 ranks sharing a GPU split its SMs (topo::share_gpus), and
-# 3 x 2, 2 x 2, 1 x 2 and 4 x 1 pass under MPS with every default.
+# A rank moved into a namespace no longer sees the root namespace's loopback, where PMIx's server
+# listens: export PMIX_MCA_ptl_tcp_if_include=oxsimbr0 before mpirun (after `up`), so that it
+# listens on the bridge. With more ranks than GPUs (NCCL_TESTS_DEVICE=0 for every rank), run the
+# CUDA MPS daemon (nvidia-cuda-mps-control -d; `echo quit | nvidia-cuda-mps-control` after) so
+# that the processes' kernels run side by side instead of in time slices of milliseconds; NCCL
+# then accepts ranks of different hosts on one GPU. Two ranks of one host on one GPU: NCCL refuses
+# them (duplicate GPU); oxccl runs them, each taking its share of the SMs (topo::share_gpus).
 #
-# scripts/lab/netsim-compare.sh does all of this for a same-call comparison against NCCL.
+# bench/netsim-compare.sh does all of this for a same-call comparison against NCCL.
 #
 # `run RANKS_PER_HOST cmd...` puts the MPI rank (OMPI_COMM_WORLD_RANK or PMI_RANK) into its host's
 # namespace, sets NCCL_HOSTID as hostsim.sh does and NCCL_SOCKET_IFNAME=oxnic (both oxccl and NCCL
-# then bootstrap and move data over the simulated NICs), then runs the command. Since session 65
+# then bootstrap and move data over the simulated NICs), then runs the command.
 # oxccl tells by the namespaces that each host has a link of its own (topo::network_hash), so its
 # defaults for hosts apart apply (chains in pieces, the ring of hosts). NETSIM_HOSTNAME=1 also
 # gives each host a hostname of its own, so that oxccl takes the hosts for separate machines with
@@ -43,7 +36,7 @@ set -euo pipefail
 BR=oxsimbr0
 
 up() {
-    local hosts=${1:?usage: scripts/lab/netsim.sh up HOSTS [RATE]} rate=${2:-}
+    local hosts=${1:?usage: bench/netsim.sh up HOSTS [RATE]} rate=${2:-}
     ip link add $BR type bridge 2>/dev/null || true
     ip link set $BR up
     ip addr add 10.77.0.254/24 dev $BR 2>/dev/null || true
@@ -59,7 +52,7 @@ up() {
             # tbf shapes egress only: inside the namespace that is the host's sending, on the
             # bridge side its receiving. The bucket must hold a whole GSO segment (64 KiB and up)
             # or nothing passes; 4 MiB covers 4 ms at 10 Gbit/s. NETSIM_QUEUE is tc's latency
-            # (default 50ms, as in every pass so far): the shaper queues up to rate x latency plus
+            # (default 50ms): the shaper queues up to rate x latency plus
             # the bucket, 66 MB at 10 Gbit/s with 50 ms, where a switch port holds a few MB.
             local q=${NETSIM_QUEUE:-50ms}
             tc -n $ns qdisc add dev oxnic root tbf rate "$rate" burst 4mb latency "$q"
@@ -70,7 +63,7 @@ up() {
 }
 
 down() {
-    local hosts=${1:?usage: scripts/lab/netsim.sh down HOSTS}
+    local hosts=${1:?usage: bench/netsim.sh down HOSTS}
     for ((h = 0; h < hosts; h++)); do
         ip netns del oxsim$h 2>/dev/null || true # takes its veth pair with it
     done
@@ -79,7 +72,7 @@ down() {
 
 check() {
     # One TCP stream per host to the next host, all at once: what each simulated NIC carries.
-    local hosts=${1:?usage: scripts/lab/netsim.sh check HOSTS} pids=() h
+    local hosts=${1:?usage: bench/netsim.sh check HOSTS} pids=() h
     for ((h = 0; h < hosts; h++)); do
         ip netns exec oxsim$h python3 -c '
 import socket, sys, time
@@ -111,8 +104,8 @@ tcpstats() {
     # the packets the shapers and the veth pairs dropped; and the machine's receive backlog drops
     # since boot.
     # Why count them: single lanes 15-26 ms late stalled whole steps, as a segment lost at the end
-    # of a burst would (Linux's tail loss probe waits at least 10 ms; BENCHMARKS, fifty-fourth pass).
-    local hosts=${1:?usage: scripts/lab/netsim.sh tcpstats HOSTS} h
+    # of a burst would (Linux's tail loss probe waits at least 10 ms).
+    local hosts=${1:?usage: bench/netsim.sh tcpstats HOSTS} h
     for ((h = 0; h < hosts; h++)); do
         ip netns exec oxsim$h cat /proc/net/snmp /proc/net/netstat
         echo "qdisc $(tc -s -n oxsim$h qdisc show dev oxnic | grep -o 'dropped [0-9]*')"
@@ -152,7 +145,7 @@ print(" ".join(f"{k} {v}" for k, v in tot.items()) + f" shaper_drops {drops} lin
 }
 
 run() {
-    local per_host=${1:?usage: scripts/lab/netsim.sh run RANKS_PER_HOST command...}
+    local per_host=${1:?usage: bench/netsim.sh run RANKS_PER_HOST command...}
     shift
     local rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}
     local h=$((rank / per_host))
@@ -174,7 +167,7 @@ run() {
     exec ip netns exec oxsim$h "${cmd[@]}"
 }
 
-cmd=${1:?usage: scripts/lab/netsim.sh up|down|check|run|tcpstats ...}
+cmd=${1:?usage: bench/netsim.sh up|down|check|run|tcpstats ...}
 shift
 case $cmd in
 up | down | check | run | tcpstats) $cmd "$@" ;;

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# oxccl against NCCL's sockets with a network link per simulated host (scripts/lab/netsim.sh), in
+# oxccl against NCCL's sockets with a network link per simulated host (bench/netsim.sh), in
 # one call: each nccl-tests binary named runs under NCCL, then under oxccl, with -c 1, and a table
 # of times (us, out of place / in place) and oxccl/NCCL ratios is printed. Needs root (network
 # namespaces, tc). With more ranks than GPUs, rank r runs on GPU r % GPUs and the CUDA MPS daemon
 # is started for the run (and stopped after, if this script started it), so that the processes'
-# kernels run side by side instead of in time slices (BENCHMARKS, fifty-second pass).
+# kernels run side by side instead of in time slices.
 #
-#   scripts/lab/netsim-compare.sh <liboxccl.so> <nccl-tests build dir (MPI=1)> <dir of NVIDIA's libnccl.so.2> \
+#   bench/netsim-compare.sh <liboxccl.so> <nccl-tests build dir (MPI=1)> <dir of NVIDIA's libnccl.so.2> \
 #       HOSTS RANKS_PER_HOST RATE "reduce broadcast" [nccl-tests size args, default -b 1M -e 64M -f 4]
 #
 # RATE: tc's units (10gbit), or "none" for no limit. NSC_OX_ENV="VAR=value ...": settings for the
