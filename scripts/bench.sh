@@ -1,9 +1,30 @@
 #!/usr/bin/env bash
 # The main job (README): builds oxccl and runs oxccl-bench, an AllReduce benchmark across every
-# local GPU. On a machine without a GPU it says so and exits 0. Extra arguments go to oxccl-bench.
+# local GPU that checks every result. It first checks for an NVIDIA GPU driver, and without one it
+# says so at once and exits 0, before building anything. Extra arguments go to oxccl-bench.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+driver=
+if [ -r /proc/driver/nvidia/version ]; then
+  driver=$(head -n 1 /proc/driver/nvidia/version)
+elif ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+  driver="libcuda.so.1 found by the loader"
+fi
+if [ -z "$driver" ]; then
+  echo "bench: no NVIDIA GPU driver on this machine (no /proc/driver/nvidia/version, no libcuda.so.1):"
+  echo "bench: nothing to benchmark, so nothing is built. 'bash scripts/test.sh' runs the tests without a GPU."
+  exit 0
+fi
+echo "bench: GPU driver: $driver"
+if command -v nvidia-smi >/dev/null; then
+  gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+  echo "bench: $gpus GPU(s) visible"
+  if [ "$gpus" = 1 ]; then
+    echo "bench: with one GPU the benchmark runs one rank: it shows the kernels' own time, not communication between GPUs"
+  fi
+fi
 bash scripts/setup-cuda.sh
+echo "bench: cargo build --release (a cold build compiles the CUDA kernels first: several minutes)"
 cargo build --release --locked
 exec target/release/oxccl-bench "$@"

@@ -17,7 +17,7 @@ if [ -x "$dest/nvidia/cu13/bin/nvcc" ] && [ "$(cat "$stamp" 2>/dev/null)" = "${p
   exit 0
 fi
 command -v python3 >/dev/null || { echo "setup-cuda: python3 is required"; exit 1; }
-echo "setup-cuda: installing ${pins[*]} into $dest"
+echo "setup-cuda: installing the pinned CUDA 13.0 compiler from PyPI into $dest (about 270 MB, once; nothing outside the repository): ${pins[*]}"
 rm -rf "$dest"
 python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location --target "$dest" "${pins[@]}"
 "$dest/nvidia/cu13/bin/nvcc" --version | tail -n 2
