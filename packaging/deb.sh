@@ -97,10 +97,10 @@ Replaces: libnccl2, libnccl-dev
 Section: libs
 Priority: optional
 Description: drop-in replacement for NVIDIA NCCL $nccl_version, written in Rust
- oxccl implements the NCCL $nccl_version C API and ABI (libnccl.so.2) for GPUs of one
- host: collectives and send/recv over CUDA IPC peer memory, with a TCP
- bootstrap. Unchanged NCCL programs, nccl-tests and PyTorch use it in place of
- NCCL. It loads the CUDA driver at run time (a driver for CUDA 13.0 or newer is
+ oxccl implements the NCCL $nccl_version C API and ABI (libnccl.so.2):
+ collectives and send/recv between the GPUs of a host over NVLink/PCIe peer
+ memory, and between hosts over TCP. Unchanged NCCL programs, nccl-tests and
+ PyTorch use it in place of NCCL. It loads the CUDA driver at run time (a driver for CUDA 13.0 or newer is
  needed to run collectives; nothing from CUDA is needed to install or link).
  .
  Installs libnccl.so.2 and libnccl.so in the default library path, the header
