@@ -1,7 +1,10 @@
 //! Build steps:
 //! 1. cbindgen: src/device_abi.rs → OUT_DIR/oxccl_device_abi.h (structs shared with the kernels).
-//! 2. nvcc: kernels/*.cu → one fatbin (sm_80 + sm_90 SASS, compute_90 PTX) embedded by gpu::module.
-//!    Skipped when the kernel sources, the ABI header and the flags are unchanged.
+//! 2. nvcc: kernels/*.cu → one fatbin embedded by gpu::module: SASS for each architecture of
+//!    OXCCL_CUDA_ARCHS (default "80,90": sm_80 and sm_90) and PTX for the newest of them (so newer
+//!    GPUs JIT it). Skipped when the kernel sources, the ABI header and the flags are unchanged
+//!    (a cache keyed by their hash); under `cargo doc` no kernel is compiled at all. When nvcc
+//!    runs, the build prints what it compiled and how long it took.
 //! 3. cbindgen: the crate's C ABI → include/nccl.h (committed; CI fails if the build changes it).
 //! 4. The shared library's soname is libnccl.so.2, so it stands in for NCCL wherever it is found.
 
@@ -12,11 +15,9 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const NVCC_ARCH_FLAGS: &[&str] = &[
-    "-gencode=arch=compute_80,code=sm_80",
-    "-gencode=arch=compute_90,code=sm_90",
-    "-gencode=arch=compute_90,code=compute_90",
-];
+/// The GPU architectures the kernels are compiled for unless OXCCL_CUDA_ARCHS says otherwise:
+/// A100 (sm_80) and H100/H200 (sm_90).
+const DEFAULT_ARCHS: &[u32] = &[80, 90];
 
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -24,13 +25,23 @@ fn main() {
     for p in ["build.rs", "cbindgen.toml", "src", "kernels"] {
         println!("cargo:rerun-if-changed={}", manifest.join(p).display());
     }
-    for v in ["NVCC", "CUDA_HOME", "PATH"] {
+    for v in ["NVCC", "CUDA_HOME", "PATH", "OXCCL_CUDA_ARCHS", "OXCCL_KERNELS"] {
         println!("cargo:rerun-if-env-changed={v}");
     }
 
     let abi_header = out.join("oxccl_device_abi.h");
     generate_device_abi_header(&manifest, &abi_header);
-    build_fatbin(&manifest, &out, &abi_header);
+    if documenting() {
+        // rustdoc only needs the file to exist: an empty one, and no stamp, so the next real
+        // build of this OUT_DIR compiles (or fetches from the cache) the kernels. A path that
+        // never exists makes cargo run this script again on every build until then.
+        let fatbin = out.join("oxccl.fatbin");
+        let _ = fs::remove_file(out.join("oxccl.fatbin.stamp"));
+        fs::write(&fatbin, b"").expect("write OUT_DIR/oxccl.fatbin");
+        println!("cargo:rerun-if-changed={}", out.join("oxccl.fatbin.documented-only").display());
+    } else {
+        build_fatbin(&manifest, &out, &abi_header);
+    }
     generate_nccl_header(&manifest);
 
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libnccl.so.2");
@@ -70,6 +81,65 @@ fn generate_device_abi_header(manifest: &Path, dest: &Path) {
         .generate()
         .expect("cbindgen could not read src/device_abi.rs");
     bindings.write_to_file(dest);
+}
+
+/// True under `cargo doc`/`cargo rustdoc` (the parent cargo's subcommand), or with
+/// OXCCL_KERNELS=skip: the kernels are then not compiled. OXCCL_KERNELS=build compiles them anyway.
+fn documenting() -> bool {
+    match env::var("OXCCL_KERNELS").as_deref() {
+        Ok("skip") => return true,
+        Ok("build") => return false,
+        _ => {}
+    }
+    // Cargo runs build scripts as its own children: read its command line (Linux /proc).
+    let ppid = fs::read_to_string("/proc/self/stat").ok().and_then(|s| {
+        // pid (comm) state ppid ...: comm may hold spaces, so split after its closing parenthesis.
+        s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1).map(str::to_owned))
+    });
+    let Some(cmdline) = ppid.and_then(|p| fs::read(format!("/proc/{p}/cmdline")).ok()) else {
+        return false;
+    };
+    let args: Vec<String> = cmdline.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--config" | "-Z" | "-C" | "--color" => {
+                it.next();
+            }
+            a if a.starts_with('-') || a.starts_with('+') => {}
+            sub => return sub == "doc" || sub == "rustdoc",
+        }
+    }
+    false
+}
+
+/// OXCCL_CUDA_ARCHS: comma-separated compute capabilities without the dot ("90", "80,90"); SASS
+/// for each, PTX for the newest. Anything else stops the build with a message.
+fn cuda_archs() -> Vec<u32> {
+    let Ok(v) = env::var("OXCCL_CUDA_ARCHS") else { return DEFAULT_ARCHS.to_vec() };
+    let mut archs: Vec<u32> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(|a| {
+            a.trim_start_matches("sm_")
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (70..=130).contains(n))
+                .unwrap_or_else(|| panic!("OXCCL_CUDA_ARCHS={v:?}: each entry is a compute capability such as 80 or 90"))
+        })
+        .collect();
+    archs.sort_unstable();
+    archs.dedup();
+    assert!(!archs.is_empty(), "OXCCL_CUDA_ARCHS={v:?} names no architecture");
+    archs
+}
+
+fn nvcc_arch_flags(archs: &[u32]) -> Vec<String> {
+    let mut flags: Vec<String> = archs.iter().map(|a| format!("-gencode=arch=compute_{a},code=sm_{a}")).collect();
+    let newest = archs[archs.len() - 1];
+    flags.push(format!("-gencode=arch=compute_{newest},code=compute_{newest}"));
+    flags
 }
 
 fn find_nvcc(manifest: &Path) -> Option<PathBuf> {
@@ -118,7 +188,9 @@ fn build_fatbin(manifest: &Path, out: &Path, abi_header: &Path) {
         fs::read(s).expect("read kernel source").hash(&mut h);
     }
     fs::read(abi_header).expect("read ABI header").hash(&mut h);
-    NVCC_ARCH_FLAGS.hash(&mut h);
+    let archs = cuda_archs();
+    let arch_flags = nvcc_arch_flags(&archs);
+    arch_flags.hash(&mut h);
     // The unit names sources by absolute path: hash their names relative to kernels/ instead, so
     // checkouts in other folders (git worktrees) reuse each other's cached kernels.
     for s in &sources {
@@ -146,13 +218,16 @@ fn build_fatbin(manifest: &Path, out: &Path, abi_header: &Path) {
              Run `bash scripts/setup-cuda.sh` to install the pinned CUDA 13.0 compiler from PyPI."
         )
     });
+    let n_sources = sources.iter().filter(|p| p.extension().is_some_and(|x| x == "cu")).count();
+    let arch_names: Vec<String> = archs.iter().map(|a| format!("sm_{a}")).collect();
+    let started = std::time::Instant::now();
     let status = Command::new(&nvcc)
         .arg("-fatbin")
         // Warnings are errors: one (an int shifted past 31 bits) once silently broke a trigger.
         .args(["-O3", "-std=c++17", "--threads", "0", "-Xptxas", "-O3", "-Werror", "all-warnings"])
         .arg(format!("-I{}", kdir.display()))
         .arg(format!("-I{}", out.display()))
-        .args(NVCC_ARCH_FLAGS)
+        .args(&arch_flags)
         .arg("-o")
         .arg(&fatbin)
         .arg(&unit_path)
@@ -160,6 +235,15 @@ fn build_fatbin(manifest: &Path, out: &Path, abi_header: &Path) {
         .unwrap_or_else(|e| panic!("could not run {}: {e}", nvcc.display()));
     assert!(status.success(), "nvcc failed building the kernels ({status})");
     fs::write(&stamp_path, &stamp).expect("write fatbin stamp");
+    // Cargo shows a build script's output only at its end, so this says afterwards what the
+    // silent minutes were (cached builds print nothing).
+    println!(
+        "cargo:warning=compiled the CUDA kernels ({n_sources} files in kernels/) for {} with {} in {} s; \
+         later builds reuse them until the kernels change (OXCCL_CUDA_ARCHS picks the architectures)",
+        arch_names.join(", "),
+        nvcc.display(),
+        started.elapsed().as_secs()
+    );
     if let Some(cached) = shared {
         // Best effort; written under a temporary name and renamed, so a concurrent build never
         // reads half a file.

@@ -1,5 +1,5 @@
 //! The C ABI: every NCCL 2.28.9 host function and its `pncclX` alias. This layer only converts and
-//! validates arguments, then calls safe Rust; every entry point runs inside [`call`], so no panic
+//! validates arguments, then calls safe Rust; every entry point runs inside `call`, so no panic
 //! crosses into C and every error is logged once as a NCCL WARN with its code returned.
 // Parameter and field names are NCCL's own, as nccl.h shows them.
 #![allow(non_snake_case)]
