@@ -250,9 +250,54 @@ ncclResult_t pncclScatter(const void *sendbuff, void *recvbuff, size_t count, nc
 ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId);
 ncclResult_t pncclGetUniqueId(ncclUniqueId *uniqueId);
 
+/*
+ Creates rank `rank` of an `nranks`-rank communicator on the current CUDA device (the caller's
+ `cudaSetDevice`) and writes its handle to `*comm`. Collective: every rank calls it with the same
+ `commId` (from ncclGetUniqueId on one rank, passed to the others by the application) and blocks
+ until all `nranks` have joined, as in NCCL (src/init.cc). Several threads may each create their
+ own rank at once. Inside ncclGroupStart/End, `*comm` is written at once and the initialisation
+ runs at the outermost ncclGroupEnd, which returns its error; several inits of one group run
+ concurrently, so one thread can create the ranks of several GPUs.
+
+ Returns ncclSuccess, or:
+ - ncclInvalidArgument: `comm` is NULL, `nranks` < 1, or `rank` is outside `0..nranks`;
+ - ncclInvalidUsage: the ranks' settings disagree where they must be equal (transports, scratch
+   sizes; docs/tuning.md);
+ - ncclSystemError: a socket failed, or the rendezvous did not complete within
+   OXCCL_BOOTSTRAP_TIMEOUT (300 s by default);
+ - ncclRemoteError: a peer failed or went away during the rendezvous;
+ - ncclUnhandledCudaError: a CUDA driver call failed (no driver, no such device, out of memory);
+ - ncclInProgress: the communicator is nonblocking (`NCCL_COMM_BLOCKING=0`) and initialises in
+   the background; poll ncclCommGetAsyncError until it reports ncclSuccess;
+ - ncclInternalError: a bug in oxccl (logged as a WARN).
+
+ On an error `*comm` is NULL.
+ */
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
 ncclResult_t pncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
 
+/*
+ As ncclCommInitRank, with NCCL's per-communicator settings: `config` is NULL (defaults) or an
+ `ncclConfig_t` made with NCCL_CONFIG_INITIALIZER (any struct size NCCL has used is accepted, as
+ its `size` field says). `blocking = 0` makes the communicator nonblocking; `maxCTAs` below 64
+ caps every kernel of the communicator at that many thread blocks; `NCCL_*` environment
+ variables override the fields as in NCCL (src/init.cc, envConfigOverride). Invalid fields are
+ ncclInvalidArgument.
+
+ Returns ncclSuccess, or:
+ - ncclInvalidArgument: `comm` is NULL, `nranks` < 1, or `rank` is outside `0..nranks`;
+ - ncclInvalidUsage: the ranks' settings disagree where they must be equal (transports, scratch
+   sizes; docs/tuning.md);
+ - ncclSystemError: a socket failed, or the rendezvous did not complete within
+   OXCCL_BOOTSTRAP_TIMEOUT (300 s by default);
+ - ncclRemoteError: a peer failed or went away during the rendezvous;
+ - ncclUnhandledCudaError: a CUDA driver call failed (no driver, no such device, out of memory);
+ - ncclInProgress: the communicator is nonblocking (`NCCL_COMM_BLOCKING=0`) and initialises in
+   the background; poll ncclCommGetAsyncError until it reports ncclSuccess;
+ - ncclInternalError: a bug in oxccl (logged as a WARN).
+
+ On an error `*comm` is NULL.
+ */
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config);
 ncclResult_t pncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config);
 
@@ -270,17 +315,31 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
 ncclResult_t pncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
 
 /*
- Waits for the communicator's work launched outside CUDA graphs. Needs no peer: a peer that
- aborted or exited leaves it bounded (work that needed the peer was failed and stopped).
+ Waits until the communicator's work launched outside CUDA graphs has finished, so that
+ ncclCommDestroy then frees nothing still in use (NCCL 2.28's ncclCommFinalize, src/init.cc).
+ Needs no peer: a peer that aborted or exited leaves it bounded, since work that needed that
+ peer was failed and stopped. Blocks the calling thread (up to OXCCL_FINALIZE_TIMEOUT, 1800 s by
+ default, with a WARN every minute); inside a group it runs at the outermost ncclGroupEnd. Do
+ not call it for one communicator from two threads at once.
+
+ Returns ncclSuccess (also for a NULL `comm`), or ncclInvalidArgument (an unknown or destroyed
+ handle), ncclSystemError (the timeout passed: a hung peer; ncclCommAbort stops the kernels),
+ ncclRemoteError or ncclUnhandledCudaError (the communicator's work failed), ncclInternalError.
  */
 ncclResult_t ncclCommFinalize(ncclComm_t comm);
 ncclResult_t pncclCommFinalize(ncclComm_t comm);
 
 /*
- Waits for the communicator's work (unless finalized) and stops its threads. Its memory goes
- when the last CUDA graph that captured its work is destroyed, and the part its peers' kernels
- write (its channel buffer) only once every peer released it or exited; while another
- communicator of the process has a kernel running, later (a free would wait for it).
+ Waits for the communicator's work (unless it was finalized), stops its threads and releases
+ the handle, as NCCL's ncclCommDestroy (src/init.cc). Not collective: each rank destroys its own.
+ Its memory goes when the last CUDA graph that captured its work is destroyed, and the part its
+ peers' kernels write (its channel buffer) only once every peer released it or exited; while
+ another communicator of the process has a kernel running, later (a free would wait for it).
+ Blocks the calling thread like ncclCommFinalize; inside a group it runs at the outermost
+ ncclGroupEnd. The handle must not be used afterwards, by any thread.
+
+ Returns ncclSuccess (also for a NULL `comm`), or ncclInvalidArgument (an unknown or already
+ destroyed handle), ncclSystemError (OXCCL_FINALIZE_TIMEOUT passed), ncclInternalError.
  */
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t pncclCommDestroy(ncclComm_t comm);
@@ -289,7 +348,12 @@ ncclResult_t pncclCommDestroy(ncclComm_t comm);
  Makes the communicator's kernels leave their waits, stops its threads and waits (at most 10 s)
  for its kernels to exit, never for a peer; its streams then drain without error. Memory is
  freed as ncclCommDestroy's is; kernels that did not exit leave theirs leaked. The peers see
- this rank gone: only their work that needs it fails (ncclRemoteError).
+ this rank gone: only their work that needs it fails (ncclRemoteError from their
+ ncclCommGetAsyncError). May be called from another thread while this communicator's calls
+ block (the use NCCL documents, src/init.cc); the handle is invalid afterwards.
+
+ Returns ncclSuccess (also for a NULL `comm`), or ncclInvalidArgument (an unknown or destroyed
+ handle), ncclInternalError.
  */
 ncclResult_t ncclCommAbort(ncclComm_t comm);
 ncclResult_t pncclCommAbort(ncclComm_t comm);
@@ -301,9 +365,37 @@ ncclResult_t pncclCommAbort(ncclComm_t comm);
 ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
 ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags);
 
+/*
+ Creates `*newcomm` from the ranks of `comm` that pass the same `color`, ordered by `key` (ties by
+ their rank in `comm`), as NCCL's ncclCommSplit (src/init.cc). Collective over every rank of
+ `comm`, each of which must call it; a rank passing NCCL_SPLIT_NOCOLOR (-1) joins no child and
+ gets NULL. `config` NULL inherits the parent's settings; `splitShare` is ignored (children never
+ share the parent's buffers). Blocks until the child is ready, also for a nonblocking parent
+ (which then reports ncclInProgress until its child is written); inside a group it runs at the
+ outermost ncclGroupEnd.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`comm` unknown, `newcomm` NULL, a negative color
+ other than NCCL_SPLIT_NOCOLOR, invalid `config` fields), ncclInvalidUsage (the ranks' settings
+ disagree), ncclSystemError / ncclRemoteError (the rendezvous failed, as for
+ ncclCommInitRank), ncclUnhandledCudaError, ncclInternalError. On an error `*newcomm` is NULL.
+ */
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
 ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
 
+/*
+ Creates `*newcomm` from the ranks of `comm` minus the `excludeRanksCount` ranks listed in
+ `excludeRanksList` (sorted in place, as NCCL does; duplicates count once); the others keep
+ their order, renumbered densely from 0. Collective over the remaining ranks only: an excluded
+ rank takes no part. `shrinkFlags` is NCCL_SHRINK_DEFAULT (0) or NCCL_SHRINK_ABORT (1: revoke the
+ parent first, so kernels stuck waiting for an excluded rank are stopped). `config` NULL
+ inherits the parent's settings; `shrinkShare` is ignored. As NCCL 2.28's ncclCommShrink
+ (src/init.cc). Blocking and group behaviour as ncclCommSplit.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`comm` unknown, `newcomm` NULL, a negative count,
+ a NULL list with a positive count, a rank outside the parent, other `shrinkFlags`, invalid
+ `config` fields), ncclSystemError / ncclRemoteError (the rendezvous failed),
+ ncclUnhandledCudaError, ncclInternalError. On an error `*newcomm` is NULL.
+ */
 ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
 ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
 
@@ -317,18 +409,65 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList, int exclude
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
 ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
 
+/*
+ Writes the communicator's number of ranks to `*count`. Thread-safe; touches no stream or GPU.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `count` NULL),
+ ncclInternalError.
+ */
 ncclResult_t ncclCommCount(ncclComm_t comm, int *count);
 ncclResult_t pncclCommCount(ncclComm_t comm, int *count);
 
+/*
+ Writes the CUDA device ordinal the communicator's rank runs on (the current device when it was
+ created, or its entry of ncclCommInitAll's `devlist`) to `*device`. Thread-safe; touches no
+ stream or GPU.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `device` NULL),
+ ncclInternalError.
+ */
 ncclResult_t ncclCommCuDevice(ncclComm_t comm, int *device);
 ncclResult_t pncclCommCuDevice(ncclComm_t comm, int *device);
 
+/*
+ Writes the calling rank's index in the communicator (0 to ncclCommCount - 1) to `*rank`.
+ Thread-safe; touches no stream or GPU.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `rank` NULL),
+ ncclInternalError.
+ */
 ncclResult_t ncclCommUserRank(ncclComm_t comm, int *rank);
 ncclResult_t pncclCommUserRank(ncclComm_t comm, int *rank);
 
+/*
+ Opens a group on the calling thread (groups are thread-local and nest; only the outermost
+ ncclGroupEnd acts). Collectives, sends/receives, inits, splits, shrinks, window registrations,
+ finalize and destroy called on this thread until the matching ncclGroupEnd are queued and
+ then issued together, as in NCCL (src/group.cc). An argument error inside the group is
+ returned by that call and again by the group's end, which then drops the group.
+
+ Returns ncclSuccess, or ncclInternalError.
+ */
 ncclResult_t ncclGroupStart(void);
 ncclResult_t pncclGroupStart(void);
 
+/*
+ Closes the calling thread's innermost group; the outermost one issues what the group queued:
+ first inits (concurrently), then window registrations, then every operation in call order,
+ each communicator's operations as one launch per stream where they fit. A communicator's
+ operations in one group may use several streams: the group starts after each stream's earlier
+ work and each stream's later work waits for the whole group (graph edges when captured). The
+ launches are asynchronous: ncclGroupEnd returns once they are enqueued, not finished.
+
+ Returns ncclSuccess, or:
+ - ncclInvalidUsage: no group is open on this thread, a communicator's streams mix captured and
+   uncaptured (as in NCCL), or `OXCCL_CHECK=1` found the ranks' calls differ;
+ - the first error of a queued call (an argument error recorded when it was made, or an init,
+   split or launch error: ncclInvalidArgument, ncclSystemError, ncclRemoteError,
+   ncclUnhandledCudaError), in which case the group is dropped;
+ - ncclInProgress: the group held only nonblocking inits, which complete in the background;
+ - ncclInternalError.
+ */
 ncclResult_t ncclGroupEnd(void);
 ncclResult_t pncclGroupEnd(void);
 
@@ -398,6 +537,15 @@ ncclResult_t pncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, in
 ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm);
 ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm);
 
+/*
+ Destroys a reduction operator made by ncclRedOpCreatePreMulSum on `comm`; its number may be
+ reused by a later create. Do not destroy it while an operation using it is still queued in an
+ open group; launched operations no longer need it (as NCCL, src/enqueue.cc).
+
+ Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `op` is a
+ built-in op, was never created on this communicator, or was destroyed already),
+ ncclInternalError.
+ */
 ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
 ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
 

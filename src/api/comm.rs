@@ -82,6 +82,27 @@ fn init_rank(
     }
 }
 
+/// Creates rank `rank` of an `nranks`-rank communicator on the current CUDA device (the caller's
+/// `cudaSetDevice`) and writes its handle to `*comm`. Collective: every rank calls it with the same
+/// `commId` (from ncclGetUniqueId on one rank, passed to the others by the application) and blocks
+/// until all `nranks` have joined, as in NCCL (src/init.cc). Several threads may each create their
+/// own rank at once. Inside ncclGroupStart/End, `*comm` is written at once and the initialisation
+/// runs at the outermost ncclGroupEnd, which returns its error; several inits of one group run
+/// concurrently, so one thread can create the ranks of several GPUs.
+///
+/// Returns ncclSuccess, or:
+/// - ncclInvalidArgument: `comm` is NULL, `nranks` < 1, or `rank` is outside `0..nranks`;
+/// - ncclInvalidUsage: the ranks' settings disagree where they must be equal (transports, scratch
+///   sizes; docs/tuning.md);
+/// - ncclSystemError: a socket failed, or the rendezvous did not complete within
+///   OXCCL_BOOTSTRAP_TIMEOUT (300 s by default);
+/// - ncclRemoteError: a peer failed or went away during the rendezvous;
+/// - ncclUnhandledCudaError: a CUDA driver call failed (no driver, no such device, out of memory);
+/// - ncclInProgress: the communicator is nonblocking (`NCCL_COMM_BLOCKING=0`) and initialises in
+///   the background; poll ncclCommGetAsyncError until it reports ncclSuccess;
+/// - ncclInternalError: a bug in oxccl (logged as a WARN).
+///
+/// On an error `*comm` is NULL.
 #[no_mangle]
 pub extern "C" fn ncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int) -> ncclResult_t {
     call("ncclCommInitRank", || {
@@ -89,6 +110,26 @@ pub extern "C" fn ncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, commId:
     })
 }
 
+/// As ncclCommInitRank, with NCCL's per-communicator settings: `config` is NULL (defaults) or an
+/// `ncclConfig_t` made with NCCL_CONFIG_INITIALIZER (any struct size NCCL has used is accepted, as
+/// its `size` field says). `blocking = 0` makes the communicator nonblocking; `maxCTAs` below 64
+/// caps every kernel of the communicator at that many thread blocks; `NCCL_*` environment
+/// variables override the fields as in NCCL (src/init.cc, envConfigOverride). Invalid fields are
+/// ncclInvalidArgument.
+///
+/// Returns ncclSuccess, or:
+/// - ncclInvalidArgument: `comm` is NULL, `nranks` < 1, or `rank` is outside `0..nranks`;
+/// - ncclInvalidUsage: the ranks' settings disagree where they must be equal (transports, scratch
+///   sizes; docs/tuning.md);
+/// - ncclSystemError: a socket failed, or the rendezvous did not complete within
+///   OXCCL_BOOTSTRAP_TIMEOUT (300 s by default);
+/// - ncclRemoteError: a peer failed or went away during the rendezvous;
+/// - ncclUnhandledCudaError: a CUDA driver call failed (no driver, no such device, out of memory);
+/// - ncclInProgress: the communicator is nonblocking (`NCCL_COMM_BLOCKING=0`) and initialises in
+///   the background; poll ncclCommGetAsyncError until it reports ncclSuccess;
+/// - ncclInternalError: a bug in oxccl (logged as a WARN).
+///
+/// On an error `*comm` is NULL.
 #[no_mangle]
 pub extern "C" fn ncclCommInitRankConfig(
     comm: *mut ncclComm_t,
@@ -172,8 +213,16 @@ pub extern "C" fn ncclCommInitAll(comms: *mut ncclComm_t, ndev: c_int, devlist: 
     })
 }
 
-/// Waits for the communicator's work launched outside CUDA graphs. Needs no peer: a peer that
-/// aborted or exited leaves it bounded (work that needed the peer was failed and stopped).
+/// Waits until the communicator's work launched outside CUDA graphs has finished, so that
+/// ncclCommDestroy then frees nothing still in use (NCCL 2.28's ncclCommFinalize, src/init.cc).
+/// Needs no peer: a peer that aborted or exited leaves it bounded, since work that needed that
+/// peer was failed and stopped. Blocks the calling thread (up to OXCCL_FINALIZE_TIMEOUT, 1800 s by
+/// default, with a WARN every minute); inside a group it runs at the outermost ncclGroupEnd. Do
+/// not call it for one communicator from two threads at once.
+///
+/// Returns ncclSuccess (also for a NULL `comm`), or ncclInvalidArgument (an unknown or destroyed
+/// handle), ncclSystemError (the timeout passed: a hung peer; ncclCommAbort stops the kernels),
+/// ncclRemoteError or ncclUnhandledCudaError (the communicator's work failed), ncclInternalError.
 #[no_mangle]
 pub extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
     call("ncclCommFinalize", || {
@@ -184,10 +233,16 @@ pub extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
     })
 }
 
-/// Waits for the communicator's work (unless finalized) and stops its threads. Its memory goes
-/// when the last CUDA graph that captured its work is destroyed, and the part its peers' kernels
-/// write (its channel buffer) only once every peer released it or exited; while another
-/// communicator of the process has a kernel running, later (a free would wait for it).
+/// Waits for the communicator's work (unless it was finalized), stops its threads and releases
+/// the handle, as NCCL's ncclCommDestroy (src/init.cc). Not collective: each rank destroys its own.
+/// Its memory goes when the last CUDA graph that captured its work is destroyed, and the part its
+/// peers' kernels write (its channel buffer) only once every peer released it or exited; while
+/// another communicator of the process has a kernel running, later (a free would wait for it).
+/// Blocks the calling thread like ncclCommFinalize; inside a group it runs at the outermost
+/// ncclGroupEnd. The handle must not be used afterwards, by any thread.
+///
+/// Returns ncclSuccess (also for a NULL `comm`), or ncclInvalidArgument (an unknown or already
+/// destroyed handle), ncclSystemError (OXCCL_FINALIZE_TIMEOUT passed), ncclInternalError.
 #[no_mangle]
 pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
     call("ncclCommDestroy", || {
@@ -201,7 +256,12 @@ pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
 /// Makes the communicator's kernels leave their waits, stops its threads and waits (at most 10 s)
 /// for its kernels to exit, never for a peer; its streams then drain without error. Memory is
 /// freed as ncclCommDestroy's is; kernels that did not exit leave theirs leaked. The peers see
-/// this rank gone: only their work that needs it fails (ncclRemoteError).
+/// this rank gone: only their work that needs it fails (ncclRemoteError from their
+/// ncclCommGetAsyncError). May be called from another thread while this communicator's calls
+/// block (the use NCCL documents, src/init.cc); the handle is invalid afterwards.
+///
+/// Returns ncclSuccess (also for a NULL `comm`), or ncclInvalidArgument (an unknown or destroyed
+/// handle), ncclInternalError.
 #[no_mangle]
 pub extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
     call("ncclCommAbort", || {
@@ -262,6 +322,18 @@ fn submit_child(parent: Arc<Comm>, req: Request, config: *mut ncclConfig_t, newc
     })
 }
 
+/// Creates `*newcomm` from the ranks of `comm` that pass the same `color`, ordered by `key` (ties by
+/// their rank in `comm`), as NCCL's ncclCommSplit (src/init.cc). Collective over every rank of
+/// `comm`, each of which must call it; a rank passing NCCL_SPLIT_NOCOLOR (-1) joins no child and
+/// gets NULL. `config` NULL inherits the parent's settings; `splitShare` is ignored (children never
+/// share the parent's buffers). Blocks until the child is ready, also for a nonblocking parent
+/// (which then reports ncclInProgress until its child is written); inside a group it runs at the
+/// outermost ncclGroupEnd.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`comm` unknown, `newcomm` NULL, a negative color
+/// other than NCCL_SPLIT_NOCOLOR, invalid `config` fields), ncclInvalidUsage (the ranks' settings
+/// disagree), ncclSystemError / ncclRemoteError (the rendezvous failed, as for
+/// ncclCommInitRank), ncclUnhandledCudaError, ncclInternalError. On an error `*newcomm` is NULL.
 #[no_mangle]
 pub extern "C" fn ncclCommSplit(
     comm: ncclComm_t,
@@ -278,6 +350,18 @@ pub extern "C" fn ncclCommSplit(
     })
 }
 
+/// Creates `*newcomm` from the ranks of `comm` minus the `excludeRanksCount` ranks listed in
+/// `excludeRanksList` (sorted in place, as NCCL does; duplicates count once); the others keep
+/// their order, renumbered densely from 0. Collective over the remaining ranks only: an excluded
+/// rank takes no part. `shrinkFlags` is NCCL_SHRINK_DEFAULT (0) or NCCL_SHRINK_ABORT (1: revoke the
+/// parent first, so kernels stuck waiting for an excluded rank are stopped). `config` NULL
+/// inherits the parent's settings; `shrinkShare` is ignored. As NCCL 2.28's ncclCommShrink
+/// (src/init.cc). Blocking and group behaviour as ncclCommSplit.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`comm` unknown, `newcomm` NULL, a negative count,
+/// a NULL list with a positive count, a rank outside the parent, other `shrinkFlags`, invalid
+/// `config` fields), ncclSystemError / ncclRemoteError (the rendezvous failed),
+/// ncclUnhandledCudaError, ncclInternalError. On an error `*newcomm` is NULL.
 #[no_mangle]
 pub extern "C" fn ncclCommShrink(
     comm: ncclComm_t,
@@ -337,6 +421,10 @@ pub extern "C" fn ncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclR
     })
 }
 
+/// Writes the communicator's number of ranks to `*count`. Thread-safe; touches no stream or GPU.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `count` NULL),
+/// ncclInternalError.
 #[no_mangle]
 pub extern "C" fn ncclCommCount(comm: ncclComm_t, count: *mut c_int) -> ncclResult_t {
     call("ncclCommCount", || {
@@ -346,6 +434,12 @@ pub extern "C" fn ncclCommCount(comm: ncclComm_t, count: *mut c_int) -> ncclResu
     })
 }
 
+/// Writes the CUDA device ordinal the communicator's rank runs on (the current device when it was
+/// created, or its entry of ncclCommInitAll's `devlist`) to `*device`. Thread-safe; touches no
+/// stream or GPU.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `device` NULL),
+/// ncclInternalError.
 #[no_mangle]
 pub extern "C" fn ncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) -> ncclResult_t {
     call("ncclCommCuDevice", || {
@@ -355,6 +449,11 @@ pub extern "C" fn ncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) -> nccl
     })
 }
 
+/// Writes the calling rank's index in the communicator (0 to ncclCommCount - 1) to `*rank`.
+/// Thread-safe; touches no stream or GPU.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `rank` NULL),
+/// ncclInternalError.
 #[no_mangle]
 pub extern "C" fn ncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) -> ncclResult_t {
     call("ncclCommUserRank", || {

@@ -44,6 +44,13 @@ pub extern "C" fn ncclRedOpCreatePreMulSum(
     })
 }
 
+/// Destroys a reduction operator made by ncclRedOpCreatePreMulSum on `comm`; its number may be
+/// reused by a later create. Do not destroy it while an operation using it is still queued in an
+/// open group; launched operations no longer need it (as NCCL, src/enqueue.cc).
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `op` is a
+/// built-in op, was never created on this communicator, or was destroyed already),
+/// ncclInternalError.
 #[no_mangle]
 pub extern "C" fn ncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) -> ncclResult_t {
     call("ncclRedOpDestroy", || comm_arg(comm)?.destroy_op(op))
