@@ -48,9 +48,9 @@ done
 # gpu_syncwait (two processes): a transfer completes while the sender's host thread sits in a
 # synchronous copy that waits for it, the receiver calling 300 ms later. oxccl's default and NCCL
 # must pass; with OXCCL_CE_DIRECT_ASYNC=1 the result is only reported (it stalled under PyTorch,
-# BENCHMARKS thirty-third pass; whether this smaller pattern stalls too is what the line shows).
+# docs/design-notes.md; whether this smaller pattern stalls too is what the line shows).
 # It runs again on 2 simulated hosts (GPU_SYNCWAIT_HOSTS=1): oxccl and NCCL must pass; oxccl with
-# OXCCL_NET_STAGE_MAX=262144 (the proxy copies large steps' GPU data itself, as before session 46)
+# OXCCL_NET_STAGE_MAX=262144 (the proxy copies large steps' GPU data itself)
 # is reported only.
 two() { # binary, expected (pass/fail/report), label, lib dir, env...
   local bin=$1 want=$2 label=$3 dir=$4; shift 4

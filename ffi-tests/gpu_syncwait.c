@@ -7,13 +7,13 @@
 // hearing from rank 0. With NCCL both complete. oxccl's copy-engine direct path with its
 // handshakes on a worker thread (OXCCL_CE_DIRECT_ASYNC=1) made the user's stream wait for stream
 // work the worker issues later, and a driver call of the worker's stalled behind such a copy
-// (BENCHMARKS, thirty-third pass); an alarm (GPU_SYNCWAIT_ALARM seconds, default 120) turns a stall
+// (docs/design-notes.md); an alarm (GPU_SYNCWAIT_ALARM seconds, default 120) turns a stall
 // into a failure. Each round runs twice: the copy on the legacy default stream (cudaMemcpy), and
 // on a stream of its own (cudaMemcpyAsync to pageable memory). The data is checked too.
 // GPU_SYNCWAIT_HOSTS=1 puts the two ranks on two simulated hosts (NCCL_HOSTID per rank, both
 // libraries honour it): the transfer crosses the network transport. oxccl's proxy copying a
-// step's GPU data with the copy engines stalled there the same way (BENCHMARKS, thirty-fourth
-// pass: every CUDA call of another thread that issues work waits behind such a copy).
+// step's GPU data with the copy engines stalled there the same way (every CUDA call of
+// another thread that issues work waits behind such a copy; docs/design-notes.md).
 // Exit status 0: pass; 77: fewer than 2 GPUs (skipped); anything else: fail.
 #include <cuda_runtime.h>
 #include <nccl.h>

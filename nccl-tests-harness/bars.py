@@ -42,7 +42,7 @@ def mode_kind(mode):
 
 def ratios(x, measure):
     """A row's ratios of one measure: out of place, and in place where the results have it
-    (harness.py records both since session 51)."""
+    (older results have out of place only)."""
     keys = ("time_ratio", "ip_time_ratio") if measure == "time" else ("busbw_ratio", "ip_busbw_ratio")
     return [(place, x[k]) for place, k in zip(("out of place", "in place"), keys) if x.get(k) is not None]
 

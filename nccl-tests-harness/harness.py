@@ -36,8 +36,8 @@ def mode(name, ngpus_needed, launcher, extra, wrap=(), env=None):
 HOSTSIM = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "hostsim.sh"))
 
 # How mpirun places ranks (--bind): unbound by default; `core` binds each single-threaded rank to a
-# core, spread over NUMA nodes, which steadies the host-bound small rows (BENCHMARKS, thirty-second
-# pass: unbound runs of one build moved by 1-3 us). Set once in main().
+# core, spread over NUMA nodes, which steadies the host-bound small rows (unbound runs
+# of one build moved by 1-3 us). Set once in main().
 BIND = "none"
 
 def mpi(n, threads=1):
@@ -62,7 +62,7 @@ CHECK_ARGS = ["-b", "8", "-e", "512M", "-f", "4", "-c", "1", "-d", "all", "-o", 
 PERF_ARGS = ["-b", "8", "-e", "512M", "-f", "2", "-c", "0", "-n", "100", "-w", "20"]
 
 # Every nccl-tests binary, with the flags that exercise all of it. Every root is `-r -1`: nccl-tests
-# reads -r with strtol, so the `-r all` used here until session 26 meant root 0 only.
+# reads -r with strtol, so `-r all` would mean root 0 only.
 COLLS = {
     "all_reduce_perf": ["-o", "all"],
     "reduce_scatter_perf": ["-o", "all"],

@@ -23,8 +23,17 @@ if command -v nvidia-smi >/dev/null; then
   if [ "$gpus" = 1 ]; then
     echo "bench: with one GPU the benchmark runs one rank: it shows the kernels' own time, not communication between GPUs"
   fi
+  # Compile the kernels for these GPUs' architectures only (build.rs; the default is sm_80 and
+  # sm_90): a cold build then runs nvcc for one architecture instead of two.
+  if [ -z "${OXCCL_CUDA_ARCHS:-}" ]; then
+    caps=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d ' .' | sort -u | paste -sd, - || true)
+    if [[ "$caps" =~ ^[0-9]+(,[0-9]+)*$ ]]; then
+      export OXCCL_CUDA_ARCHS=$caps
+      echo "bench: building the kernels for this machine's GPUs only: OXCCL_CUDA_ARCHS=$caps"
+    fi
+  fi
 fi
 bash scripts/setup-cuda.sh
-echo "bench: cargo build --release (a cold build compiles the CUDA kernels first: several minutes)"
+echo "bench: cargo build --release (a cold build compiles the CUDA kernels first, for minutes; cached after)"
 cargo build --release --locked
 exec target/release/oxccl-bench "$@"

@@ -18,7 +18,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 mpi="mpirun --allow-run-as-root --bind-to none"
 # Each run goes in the background and is waited for, so a TERM or INT to this script (an outer
 # timeout) stops the run as well: left behind, its ranks kept spinning on the GPUs and slowed the
-# measurements that followed (session 25).
+# measurements that followed.
 job=""
 trap '[ -n "$job" ] && kill -TERM "$job" 2>/dev/null; exit 143' TERM INT
 bg_run() { "$@" & job=$!; wait "$job"; local rc=$?; job=""; return $rc; }
