@@ -44,7 +44,7 @@ done
 # gpu_pair (two processes): a call returns before the peer makes its matching call (after a
 # first call together); exit status 77 means fewer than 2 GPUs. oxccl passes it with
 # OXCCL_CE_DIRECT_ASYNC=1 (the copy-engine direct path's handshakes on a worker thread); by
-# default the calling thread handshakes (README) and the test must fail: that shows it can fail.
+# default the calling thread handshakes (docs/transports.md) and the test must fail: that shows it can fail.
 # gpu_syncwait (two processes): a transfer completes while the sender's host thread sits in a
 # synchronous copy that waits for it, the receiver calling 300 ms later. oxccl's default and NCCL
 # must pass; with OXCCL_CE_DIRECT_ASYNC=1 the result is only reported (it stalled under PyTorch,
