@@ -22,6 +22,7 @@
 //!   (`drop_when`) and is freed by the thread once it lets it.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,14 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::bootstrap::Bootstrap;
 use crate::log::Subsys;
+
+/// Set once the process exits (`at_exit`): CUDA's own exit handlers are about to tear its
+/// contexts down, and a free on this module's thread from then on can fault. What is left is
+/// leaked; the process is ending.
+static EXITING: AtomicBool = AtomicBool::new(false);
+/// Held by this module's thread while it drops (frees) anything: `at_exit` lets a drop under
+/// way end before exit goes on.
+static BUSY: Mutex<()> = parking_lot::const_mutex(());
 
 /// How often the thread looks at what waits for remote peers.
 const POLL: Duration = Duration::from_millis(20);
@@ -228,9 +237,28 @@ fn ensure_thread(st: &mut State) {
     }
     let spawned = std::thread::Builder::new().name("oxccl-reaper".into()).spawn(run);
     match spawned {
-        Ok(_) => st.thread = true,
+        Ok(_) => {
+            st.thread = true;
+            // Registered after the CUDA runtime's own handler (the application used CUDA before
+            // it made a communicator), so it runs first: handlers run in reverse order.
+            // SAFETY: registers a plain function of this library, which is never unloaded
+            // while the process runs collectives.
+            if unsafe { libc::atexit(at_exit) } != 0 {
+                nccl_info!(Subsys::Init, "cannot register the reaper's exit handler");
+            }
+        }
         Err(e) => nccl_warn!("cannot start the thread that frees communicators' memory later ({e}); it stays allocated"),
     }
+}
+
+/// The process exits (after main returned, or exit()): this module's thread makes no CUDA call
+/// from now on. A drop under way may end first (bounded: it can wait on the device). Seen in
+/// one process driving two GPUs with CUDA graphs: a graph's last reference to a communicator,
+/// released by the driver after the application destroyed the communicator, was freed on this
+/// thread while CUDA tore down at exit.
+extern "C" fn at_exit() {
+    EXITING.store(true, Ordering::Release);
+    drop(BUSY.try_lock_for(Duration::from_secs(2)));
 }
 
 fn run() {
@@ -245,6 +273,13 @@ fn run() {
         let drops = std::mem::take(&mut st.drops);
         let done = sweep(&mut st);
         drop(st);
+        let _busy = BUSY.lock();
+        if EXITING.load(Ordering::Acquire) {
+            std::mem::forget(drops);
+            std::mem::forget(done);
+            std::mem::forget(std::mem::take(&mut m.lock().gated));
+            return;
+        }
         drop(drops);
         // Buffers every peer released: freed on this thread, which nothing else waits for, but
         // through the gate all the same (a free here can hold up the application's threads).
