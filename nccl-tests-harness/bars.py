@@ -3,24 +3,24 @@
 performance bar given per size range: for every run and every row whose size falls in a range, the
 time ratio (oxccl / NCCL) must be at most --small-max-time up to --small-bytes, and the busbw ratio
 at least --large-min-busbw from --large-bytes. Prints each miss and a summary line per run; exits
-1 if anything misses. Defaults are issue 3's bar (<= 64 KB: at most NCCL's time; >= 128 MB: at
+1 if anything misses. Defaults are the default bar (<= 64 KB: at most NCCL's time; >= 128 MB: at
 least 0.9x NCCL's busbw).
 
   bars.py OUT_DIR [OUT_DIR ...] [--small-bytes 65536 --small-max-time 1.0]
                                 [--large-bytes 134217728 --large-min-busbw 0.9]
-  bars.py --issue9 N OUT_DIR ...   issue 9's table at N GPUs
-  bars.py --issue4 OUT_DIR ...     issue 4's bar (`harness.py compare --suite issue4`): at every
+  bars.py --one-host N OUT_DIR ...   the one-host target table at N GPUs
+  bars.py --hosts OUT_DIR ...     the cross-host bar (`harness.py compare --suite hosts`): at every
                                    size, at most NCCL's time (so at least its busbw)
 """
 import argparse, json, os, sys
 
 KB, MB = 1 << 10, 1 << 20
-# Issue 9's targets, ranks -> rows: (label, binaries, mode kind, lowest and highest bytes, measure,
+# The one-host targets, ranks -> rows: (label, binaries, mode kind, lowest and highest bytes, measure,
 # bar). Mode kinds: "eager" (npN), "graph" (npN-G), "single" (gN, one process); measure "time"
 # means time ratio <= bar, "busbw" means busbw ratio >= bar. AllReduce's small rows differ by rank
 # count; the rest are the same at 2 and 4 GPUs.
 OTHERS = ("all_gather_perf", "reduce_scatter_perf", "alltoall_perf", "broadcast_perf", "reduce_perf", "sendrecv_perf")
-def issue9_rows(n):
+def one_host_rows(n):
     ar = ("all_reduce_perf",)
     return [
         ("AllReduce <= 64 KB, eager", ar, "eager", 1, 64 * KB, "time", 0.6 if n <= 2 else 0.5),
@@ -47,11 +47,11 @@ def ratios(x, measure):
     return [(place, x[k]) for place, k in zip(("out of place", "in place"), keys) if x.get(k) is not None]
 
 
-def check_issue9(results, n):
-    """Every row of issue 9's table at n ranks: its worst ratio over all runs and sizes it covers,
+def check_one_host(results, n):
+    """Every row of the one-host target table at n ranks: its worst ratio over all runs and sizes it covers,
     and each size that misses. A row no run covers is reported as not measured (and misses)."""
     misses = 0
-    for label, tests, kind, lo, hi, measure, bar in issue9_rows(n):
+    for label, tests, kind, lo, hi, measure, bar in one_host_rows(n):
         worst, bad, seen = None, [], 0
         for r in results:
             test = r["name"].split("-")[0]
@@ -83,7 +83,7 @@ def check_issue9(results, n):
         for m in bad:
             print(f"    {m}")
         misses += bool(bad)
-    print(f"bars --issue9: {misses} of {len(issue9_rows(n))} rows missed at {n} GPUs")
+    print(f"bars --one-host: {misses} of {len(one_host_rows(n))} rows missed at {n} GPUs")
     return misses
 
 
@@ -115,10 +115,10 @@ def main():
     p.add_argument("--small-max-time", type=float, default=1.0)
     p.add_argument("--large-bytes", type=int, default=128 << 20)
     p.add_argument("--large-min-busbw", type=float, default=0.9)
-    p.add_argument("--issue9", type=int, default=None, metavar="N", help="check issue 9's table at N GPUs instead")
-    p.add_argument("--issue4", action="store_true", help="check issue 4's bar: every size at most NCCL's time")
+    p.add_argument("--one-host", type=int, default=None, metavar="N", help="check the one-host target table at N GPUs instead")
+    p.add_argument("--hosts", action="store_true", help="check the cross-host bar: every size at most NCCL's time")
     a = p.parse_args()
-    if a.issue4:
+    if a.hosts:
         a.small_bytes, a.small_max_time, a.large_bytes = 1 << 62, 1.0, 1 << 62
     results = []
     for d in a.dirs:
@@ -132,8 +132,8 @@ def main():
     if not results:
         print("bars: no runs in the results")
         return 2
-    if a.issue9:
-        return 1 if check_issue9(results, a.issue9) else 0
+    if a.one_host:
+        return 1 if check_one_host(results, a.one_host) else 0
     misses = check(results, a)
     print(f"bars: {len(results)} runs, {len(misses)} miss(es)")
     return 1 if misses else 0

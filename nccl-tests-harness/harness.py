@@ -9,12 +9,12 @@ check:   every run of the suite with oxccl preloaded; a table of #wrong / out-of
          exit status 1 if any run failed, was wrong or hung.
 compare: every run twice, oxccl then the reference NCCL, in the same invocation; per size the
          time ratio (oxccl/NCCL, lower is better) and busbw ratio (higher is better); writes
-         results.md (a summary per run against issue 3's bar, then every size), results.json and
+         results.md (a summary per run against the default bar, then every size), results.json and
          (with matplotlib) one PNG per run into --out. `--suite bench` is every table of
          BENCHMARKS.md's same-call comparisons in one invocation (colls-perf + allreduce-perf);
-         `--suite issue9 --ngpus N` is issue 9's table at N ranks (about 8 minutes at N = 4),
-         checked by `bars.py --issue9 OUT`; `--suite issue4` is issue 4's, ranks split into
-         simulated hosts (scripts/hostsim.sh), checked by `bars.py --issue4 OUT`. `--list` prints
+         `--suite one-host --ngpus N` is the one-host target table at N ranks (about 8 minutes at N = 4),
+         checked by `bars.py --one-host OUT`; `--suite hosts` is the cross-host table, ranks split into
+         simulated hosts (scripts/hostsim.sh), checked by `bars.py --hosts OUT`. `--list` prints
          the command lines and runs nothing. `--repeat N` runs each pair N times, alternating
          the libraries, and compares per-size medians: small eager sizes are bound by the host's
          kernel launch and move by 10-30% between runs of either library; `--bind core` pins
@@ -31,7 +31,7 @@ def mode(name, ngpus_needed, launcher, extra, wrap=(), env=None):
     libraries' runs of this mode, forwarded to every rank."""
     return {"name": name, "ngpus": ngpus_needed, "launcher": launcher, "extra": extra, "wrap": list(wrap), "env": dict(env or {})}
 
-# Ranks split into simulated hosts (issue 4's layouts): NCCL_HOSTID per rank, so that both
+# Ranks split into simulated hosts (the cross-host layouts): NCCL_HOSTID per rank, so that both
 # libraries use their network transport between "hosts" (NCCL its sockets, without InfiniBand).
 HOSTSIM = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "hostsim.sh"))
 
@@ -139,11 +139,11 @@ def suite(name, ngpus):
             m = mode("np2-g2", 4, mpi(2), ["-g", "2"])
             runs += [(test, m, sizes + COLLS[test]) for test in ("sendrecv_perf", "alltoall_perf", "scatter_perf")]
         return runs
-    if name == "issue9":
-        # Issue 9's target table at ngpus ranks, one process per GPU (plus -g ngpus): small sizes
+    if name == "one-host":
+        # The one-host target table at ngpus ranks, one process per GPU (plus -g ngpus): small sizes
         # eager and under graphs, AllReduce 256 KB-32 MB, every binary from 128 MB; AllReduce in
         # float and bfloat16. Mode names carry the size class so that each run keeps its own logs;
-        # `bars.py --issue9` checks every row of the issue against its bar.
+        # `bars.py --one-host` checks every row against its bar.
         n = ngpus
         small = ["-b", "8", "-e", "64K", "-f", "2", "-c", "1", "-n", "200", "-w", "30"]
         mid = ["-b", "256K", "-e", "32M", "-f", "2", "-c", "1", "-n", "50", "-w", "10"]
@@ -166,11 +166,11 @@ def suite(name, ngpus):
         for t in ("all_reduce_perf",) + others:
             runs.append((t, mode(f"g{n}", n, [], ["-g", str(n)]), small + ["-d", "float"] + op(t)))
         return runs
-    if name == "issue4":
-        # Issue 4's comparison on one machine: every binary between simulated hosts (HOSTSIM),
+    if name == "hosts":
+        # The cross-host comparison on one machine: every binary between simulated hosts (HOSTSIM),
         # 2 hosts x n/2 ranks (n >= 4) and n hosts x 1, float, root 0: mid sizes with more
         # iterations (their time is the bar: at most NCCL's), large sizes for bus bandwidth.
-        # `bars.py --issue4` checks every row; `--repeat 3` gives medians (these vary by call).
+        # `bars.py --hosts` checks every row; `--repeat 3` gives medians (these vary by call).
         n = ngpus
         mid = ["-b", "32K", "-e", "4M", "-f", "2", "-c", "1", "-n", "20", "-w", "5", "-d", "float"]
         large = ["-b", "16M", "-e", "128M", "-f", "2", "-c", "0", "-n", "5", "-w", "2", "-d", "float"]
@@ -393,7 +393,7 @@ def cmd_compare(a):
 def summary(results, small=64 << 10, large=128 << 20):
     """One line per run: correctness, the worst time ratio up to `small` bytes, the geometric mean
     time ratio over all sizes, the worst busbw ratio from `large` bytes, and whether that meets
-    issue 3's bar (time ratio <= 1 up to 64 KB, busbw ratio >= 0.9 from 128 MB; bars.py checks the
+    the default bar (time ratio <= 1 up to 64 KB, busbw ratio >= 0.9 from 128 MB; bars.py checks the
     same from results.json)."""
     out = ["## Summary", "", "| run | oxccl correct | worst time ratio <= 64 KB | geomean time ratio | worst busbw ratio >= 128 MB | bar |",
            "|---|---|---:|---:|---:|---|"]

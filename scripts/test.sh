@@ -41,7 +41,7 @@ if python3 nccl-tests-harness/bars.py "$bt/miss" > "$bt/out" || [ "$(grep -c ' B
   echo "test: nccl-tests-harness/bars.py did not report the two misses"; cat "$bt/out"; exit 1
 fi
 python3 nccl-tests-harness/bars.py "$bt/pass" > /dev/null || { echo "test: bars.py failed a run within the bar"; exit 1; }
-# Issue 9's table (bars.py --issue9): every row covered and within its bar at 2 GPUs passes; the
+# the one-host target table (bars.py --one-host): every row covered and within its bar at 2 GPUs passes; the
 # same with AllReduce under graphs at 0.36x (its 2-GPU bar is 0.35x) misses exactly that row; at
 # 4 GPUs the eager AllReduce row (0.5x there) misses too, and a missing row is never "met".
 i9() { # graph AllReduce ratio -> results.json on stdout
@@ -57,22 +57,22 @@ i9() { # graph AllReduce ratio -> results.json on stdout
 }
 mkdir -p "$bt/i9pass" "$bt/i9miss"
 i9 0.34 > "$bt/i9pass/results.json"; i9 0.36 > "$bt/i9miss/results.json"
-python3 nccl-tests-harness/bars.py --issue9 2 "$bt/i9pass" > "$bt/out" || { echo "test: bars.py --issue9 failed a table within its bars"; cat "$bt/out"; exit 1; }
-if python3 nccl-tests-harness/bars.py --issue9 2 "$bt/i9miss" > "$bt/out" || ! grep -q "1 of 8 rows missed" "$bt/out" || ! grep -q "np2-G-float 8 B out of place: 0.360" "$bt/out"; then
-  echo "test: bars.py --issue9 did not report the graph AllReduce row alone"; cat "$bt/out"; exit 1
+python3 nccl-tests-harness/bars.py --one-host 2 "$bt/i9pass" > "$bt/out" || { echo "test: bars.py --one-host failed a table within its bars"; cat "$bt/out"; exit 1; }
+if python3 nccl-tests-harness/bars.py --one-host 2 "$bt/i9miss" > "$bt/out" || ! grep -q "1 of 8 rows missed" "$bt/out" || ! grep -q "np2-G-float 8 B out of place: 0.360" "$bt/out"; then
+  echo "test: bars.py --one-host did not report the graph AllReduce row alone"; cat "$bt/out"; exit 1
 fi
 # In place counts too: the passing table with the graph AllReduce's in-place ratio at 0.36 misses.
 sed 's/"time_ratio":0.34,/"time_ratio":0.34,"ip_time_ratio":0.36,/' "$bt/i9pass/results.json" > "$bt/i9miss/results.json"
-if python3 nccl-tests-harness/bars.py --issue9 2 "$bt/i9miss" > "$bt/out" || ! grep -q "1 of 8 rows missed" "$bt/out" || ! grep -q "np2-G-float 8 B in place: 0.360" "$bt/out"; then
-  echo "test: bars.py --issue9 did not report an in-place miss"; cat "$bt/out"; exit 1
+if python3 nccl-tests-harness/bars.py --one-host 2 "$bt/i9miss" > "$bt/out" || ! grep -q "1 of 8 rows missed" "$bt/out" || ! grep -q "np2-G-float 8 B in place: 0.360" "$bt/out"; then
+  echo "test: bars.py --one-host did not report an in-place miss"; cat "$bt/out"; exit 1
 fi
 sed 's/np2/np4/g; s/-g2/-g4/' "$bt/i9pass/results.json" > "$bt/i9miss/results.json"
-if python3 nccl-tests-harness/bars.py --issue9 4 "$bt/i9miss" > "$bt/out" || ! grep -q "2 of 8 rows missed" "$bt/out"; then
-  echo "test: bars.py --issue9 4 did not report the eager (0.55 > 0.5) and graph (0.34 > 0.3) AllReduce rows"; cat "$bt/out"; exit 1
+if python3 nccl-tests-harness/bars.py --one-host 4 "$bt/i9miss" > "$bt/out" || ! grep -q "2 of 8 rows missed" "$bt/out"; then
+  echo "test: bars.py --one-host 4 did not report the eager (0.55 > 0.5) and graph (0.34 > 0.3) AllReduce rows"; cat "$bt/out"; exit 1
 fi
 echo '[]' > "$bt/i9miss/results.json"
-if python3 nccl-tests-harness/bars.py --issue9 2 "$bt/i9miss" > "$bt/out" 2>&1; then
-  echo "test: bars.py --issue9 passed an empty table"; cat "$bt/out"; exit 1
+if python3 nccl-tests-harness/bars.py --one-host 2 "$bt/i9miss" > "$bt/out" 2>&1; then
+  echo "test: bars.py --one-host passed an empty table"; cat "$bt/out"; exit 1
 fi
 # The harness end to end on the CPU: fake nccl-tests binaries (oxccl faster at 8 B, 0.94x NCCL's
 # busbw at 128 MiB) behind a fake mpirun; `compare --suite bench` must run every binary at np2,
@@ -129,9 +129,9 @@ assert abs(r["time_ratio"] - 5 / 6) < 1e-3 and r["nccl_us"] == 6.0, r
 PY
 [ "$(ls "$bt/rep" | grep -c '^sendrecv_perf-np2-float\.[123]\.\(oxccl\|nccl\)\.log$')" = 6 ] || { echo "test: compare --repeat did not keep each repeat's logs"; ls "$bt/rep"; exit 1; }
 ln -sf fake_perf "$fb/sendrecv_perf"
-# Issue 4's suite: every run goes through scripts/hostsim.sh (2 x 2 and 4 x 1 at 4 GPUs) with
+# The hosts suite: every run goes through scripts/hostsim.sh (2 x 2 and 4 x 1 at 4 GPUs) with
 # NCCL_IB_DISABLE=1 for both libraries; a fake that fails without them stands in for broadcast_perf.
-# `bars.py --issue4` holds every size to NCCL's time.
+# `bars.py --hosts` holds every size to NCCL's time.
 cat > "$fb/hosts_perf" <<'FAKE'
 #!/usr/bin/env bash
 case ${NCCL_HOSTID:-} in oxccl-sim-host-*) ;; *) exit 3 ;; esac
@@ -139,20 +139,20 @@ case ${NCCL_HOSTID:-} in oxccl-sim-host-*) ;; *) exit 3 ;; esac
 exec "$(dirname "$0")/fake_perf" "$@"
 FAKE
 chmod +x "$fb/hosts_perf"; ln -sf hosts_perf "$fb/broadcast_perf"
-PATH="$fb:$PATH" FAKE_MPI_LOG="$bt/mpi-hosts" python3 nccl-tests-harness/harness.py compare --bin "$fb" --oxccl "$bt/no-such-lib.so" --suite issue4 --tests broadcast --ngpus 4 --out "$bt/i4" > "$bt/i4.out" 2>&1 \
-  || { echo "test: harness compare --suite issue4 failed"; tail -20 "$bt/i4.out"; exit 1; }
-python3 - "$bt/i4/results.json" <<'PY' || { echo "test: the issue4 suite did not run both layouts under hostsim.sh"; cat "$bt/mpi-hosts"; exit 1; }
+PATH="$fb:$PATH" FAKE_MPI_LOG="$bt/mpi-hosts" python3 nccl-tests-harness/harness.py compare --bin "$fb" --oxccl "$bt/no-such-lib.so" --suite hosts --tests broadcast --ngpus 4 --out "$bt/i4" > "$bt/i4.out" 2>&1 \
+  || { echo "test: harness compare --suite hosts failed"; tail -20 "$bt/i4.out"; exit 1; }
+python3 - "$bt/i4/results.json" <<'PY' || { echo "test: the hosts suite did not run both layouts under hostsim.sh"; cat "$bt/mpi-hosts"; exit 1; }
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert sorted(x["mode"] for x in r) == ["h2x2", "h2x2-large", "h4x1", "h4x1-large"], [x["mode"] for x in r]
 assert all(x["oxccl_rc"] == 0 and x["nccl_rc"] == 0 and x["rows"] for x in r), r
 PY
 [ "$(grep -c -- '-x NCCL_IB_DISABLE .*scripts/hostsim.sh 2 ' "$bt/mpi-hosts")" = 4 ] && [ "$(grep -c -- '-x NCCL_IB_DISABLE .*scripts/hostsim.sh 1 ' "$bt/mpi-hosts")" = 4 ] \
-  || { echo "test: the issue4 suite's command lines"; cat "$bt/mpi-hosts"; exit 1; }
-python3 nccl-tests-harness/bars.py --issue4 "$bt/i4" > /dev/null || { echo "test: bars.py --issue4 failed runs at 0.83-1.0x NCCL's time"; exit 1; }
+  || { echo "test: the hosts suite's command lines"; cat "$bt/mpi-hosts"; exit 1; }
+python3 nccl-tests-harness/bars.py --hosts "$bt/i4" > /dev/null || { echo "test: bars.py --hosts failed runs at 0.83-1.0x NCCL's time"; exit 1; }
 mkdir -p "$bt/i4miss"; sed 's/"time_ratio": 1.0,/"time_ratio": 1.01,/' "$bt/i4/results.json" > "$bt/i4miss/results.json"
-if python3 nccl-tests-harness/bars.py --issue4 "$bt/i4miss" > "$bt/out" || ! grep -q "4 runs, 4 miss(es)" "$bt/out"; then
-  echo "test: bars.py --issue4 did not report the 128 MiB rows at 1.01x NCCL's time"; cat "$bt/out"; exit 1
+if python3 nccl-tests-harness/bars.py --hosts "$bt/i4miss" > "$bt/out" || ! grep -q "4 runs, 4 miss(es)" "$bt/out"; then
+  echo "test: bars.py --hosts did not report the 128 MiB rows at 1.01x NCCL's time"; cat "$bt/out"; exit 1
 fi
 ln -sf fake_perf "$fb/broadcast_perf"
 # scripts/gpu-test.sh --list: its step names without a GPU; --only narrows them (a run in parts).
