@@ -95,6 +95,38 @@ pub struct Transfer {
     pub roff: u8,
 }
 
+/// How an operation's buffers are allocated and made known to the library (every rank alike).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mem {
+    /// cuMemAlloc, not registered.
+    #[default]
+    Plain,
+    /// ncclMemAlloc (cuMem, shareable between processes), not registered.
+    NcclAlloc,
+    /// cuMemAlloc, every allocation registered with ncclCommRegister on the operation's
+    /// communicator (zero-copy paths), deregistered after the case.
+    Registered,
+    /// ncclMemAlloc and ncclCommRegister.
+    NcclAllocRegistered,
+}
+
+impl Mem {
+    pub const ALL: [Mem; 4] = [Mem::Plain, Mem::NcclAlloc, Mem::Registered, Mem::NcclAllocRegistered];
+
+    pub fn nccl_alloc(self) -> bool {
+        matches!(self, Mem::NcclAlloc | Mem::NcclAllocRegistered)
+    }
+
+    pub fn registered(self) -> bool {
+        matches!(self, Mem::Registered | Mem::NcclAllocRegistered)
+    }
+
+    fn is_plain(&self) -> bool {
+        *self == Mem::Plain
+    }
+}
+
 /// One operation of the case's group.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpCase {
@@ -117,6 +149,9 @@ pub struct OpCase {
     /// SendRecv only, in posting order (every rank posts its part in this order, so each pair's
     /// sends and receives match).
     pub transfers: Vec<Transfer>,
+    /// Absent in cases written before it existed: plain.
+    #[serde(default, skip_serializing_if = "Mem::is_plain")]
+    pub mem: Mem,
 }
 
 impl OpCase {
@@ -351,6 +386,7 @@ mod tests {
             roff: vec![4, 5, 6],
             scalars: vec![0; 3],
             transfers: vec![],
+            mem: Mem::Plain,
         }
     }
 
@@ -390,6 +426,13 @@ mod tests {
         let mut bad = c.clone();
         bad.ops[0].root = 3;
         assert!(Case::from_line(&bad.to_line()).is_err());
+        // Plain buffers are left out of the line (lines written before buffer kinds still read
+        // as plain); the others are spelt out and read back.
+        assert!(!c.to_line().contains("mem"));
+        let mut reg = c.clone();
+        reg.ops[0].mem = Mem::NcclAllocRegistered;
+        assert!(reg.to_line().contains(r#""mem":"nccl_alloc_registered""#), "{}", reg.to_line());
+        assert_eq!(Case::from_line(&reg.to_line()).unwrap(), reg);
     }
 
     #[test]

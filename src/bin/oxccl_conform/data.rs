@@ -358,6 +358,7 @@ mod tests {
             roff: (0..n as u8).rev().collect(),
             scalars: (0..n as u8).collect(),
             transfers: vec![],
+            mem: crate::case::Mem::Plain,
         }
     }
 

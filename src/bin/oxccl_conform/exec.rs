@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use oxccl::gpu::cu;
 
-use crate::case::{layout, scalar_value, Case, Kind, Mode, Op, OpCase, OpExt};
+use crate::case::{layout, scalar_value, Case, Kind, Mem, Mode, Op, OpCase, OpExt};
 use crate::data::{compare, digest, expected_images, initial_images};
 use crate::nccl::{Comm, Config, Nccl, UniqueId, IN_PROGRESS, SUCCESS};
 use crate::values::Codec;
@@ -70,9 +70,12 @@ struct Alloc {
     bytes: u64,
 }
 
-/// A rank's part of one operation: its allocations and its PreMulSum op.
+/// A rank's part of one operation: its allocations (made as `mem` says, with their registration
+/// handles), and its PreMulSum op.
 struct Part {
     allocs: Vec<Alloc>,
+    mem: Mem,
+    handles: Vec<usize>,
     op: c_int,
     scalar: Option<cu::CUdeviceptr>,
 }
@@ -307,16 +310,39 @@ impl Exec {
         let es = o.dt().size() as u64;
         let l = layout(o, n, r);
         let imgs = initial_images(case.seed, opi, o, n, r, 0, codec);
-        let mut allocs = Vec::new();
+        let comm = self.ranks[i].comms[Self::slot(case, o)];
+        let nb = case.mode == Mode::NonBlocking;
+        let mut part = Part { allocs: Vec::new(), mem: o.mem, handles: Vec::new(), op: o.op.raw().unwrap_or(0), scalar: None };
         for (a, img) in l.allocs.iter().zip(&imgs) {
-            let mut ptr = 0;
             let bytes = a.bytes(es);
-            // SAFETY: out-pointer to a local.
-            cu_check(unsafe { cu::cuMemAlloc_v2(&mut ptr, bytes as usize) }, "cuMemAlloc")?;
+            let ptr = if o.mem.nccl_alloc() {
+                let mut p = std::ptr::null_mut();
+                // SAFETY: out-pointer to a local; the current context is the rank's device's.
+                let rc = unsafe { (self.nccl.mem_alloc)(&mut p, bytes as usize) };
+                if rc != SUCCESS {
+                    self.release_part_on(part, Some(comm));
+                    return Err(self.nccl.describe("ncclMemAlloc", rc, std::ptr::null_mut()));
+                }
+                p as cu::CUdeviceptr
+            } else {
+                let mut p = 0;
+                // SAFETY: out-pointer to a local.
+                cu_check(unsafe { cu::cuMemAlloc_v2(&mut p, bytes as usize) }, "cuMemAlloc")?;
+                p
+            };
+            part.allocs.push(Alloc { ptr, bytes });
             self.upload_to(i, ptr, &img[..bytes as usize])?;
-            allocs.push(Alloc { ptr, bytes });
+            if o.mem.registered() {
+                let mut h = std::ptr::null_mut();
+                // SAFETY: a live allocation of `bytes`; out-pointer to a local.
+                let rc = unsafe { (self.nccl.comm_register)(comm, ptr as *mut c_void, bytes as usize, &mut h) };
+                if !(rc == SUCCESS || (nb && rc == IN_PROGRESS)) {
+                    self.release_part_on(part, Some(comm));
+                    return Err(self.nccl.describe("ncclCommRegister", rc, comm));
+                }
+                part.handles.push(h as usize);
+            }
         }
-        let mut part = Part { allocs, op: o.op.raw().unwrap_or(0), scalar: None };
         if o.kind.reduces() && o.op.premul() {
             let dt = o.dt();
             let mut s = [0u8; 8];
@@ -336,7 +362,6 @@ impl Exec {
             } else {
                 (s.as_mut_ptr().cast(), 1)
             };
-            let comm = self.ranks[i].comms[Self::slot(case, o)];
             // SAFETY: out-pointer; the scalar is read now (host) or by the kernels (device).
             let rc = unsafe { (self.nccl.redop_create_premulsum)(&mut part.op, ptr, o.dtype, residence, comm) };
             if rc != SUCCESS {
@@ -350,15 +375,39 @@ impl Exec {
         for (o, v) in case.ops.iter().zip(parts) {
             for (i, p) in v.into_iter().enumerate() {
                 self.set_ctx(i);
+                let comm = self.ranks[i].comms[Self::slot(case, o)];
                 if destroy_ops && o.kind.reduces() && o.op.premul() {
                     // SAFETY: an op created on this communicator; its work has completed.
-                    unsafe { (self.nccl.redop_destroy)(p.op, self.ranks[i].comms[Self::slot(case, o)]) };
+                    unsafe { (self.nccl.redop_destroy)(p.op, comm) };
                 }
-                for a in p.allocs.iter().map(|a| a.ptr).chain(p.scalar) {
-                    // SAFETY: allocated above; no work that uses it is pending.
-                    unsafe { cu::cuMemFree_v2(a) };
+                // After an abort the registrations went with their communicator.
+                self.release_part_on(p, destroy_ops.then_some(comm));
+            }
+        }
+    }
+
+    /// Frees one part's memory (the current context is its rank's), deregistering first where
+    /// it was registered and `dereg` is still its communicator.
+    fn release_part_on(&self, p: Part, dereg: Option<Comm>) {
+        if let Some(comm) = dereg {
+            for &h in &p.handles {
+                // SAFETY: a handle ncclCommRegister gave on this communicator; no work uses it.
+                unsafe { (self.nccl.comm_deregister)(comm, h as *mut c_void) };
+            }
+        }
+        for a in &p.allocs {
+            // SAFETY: allocated as `p.mem` says; no work that uses it is pending.
+            unsafe {
+                if p.mem.nccl_alloc() {
+                    (self.nccl.mem_free)(a.ptr as *mut c_void);
+                } else {
+                    cu::cuMemFree_v2(a.ptr);
                 }
             }
+        }
+        if let Some(s) = p.scalar {
+            // SAFETY: allocated by cuMemAlloc; no work that uses it is pending.
+            unsafe { cu::cuMemFree_v2(s) };
         }
     }
 

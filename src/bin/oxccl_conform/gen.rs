@@ -14,7 +14,7 @@ use oxccl::algo::{
 };
 use oxccl::types::DataType;
 
-use crate::case::{Abort, Case, Kind, Mode, Op, OpCase, Transfer, SCALARS};
+use crate::case::{Abort, Case, Kind, Mem, Mode, Op, OpCase, Transfer, SCALARS};
 
 /// What the run may draw.
 #[derive(Clone, Debug)]
@@ -26,6 +26,8 @@ pub struct Space {
     pub layouts: Vec<(usize, usize)>,
     pub kinds: Vec<Kind>,
     pub modes: Vec<Mode>,
+    /// Buffer kinds (plain drawn half the time where it is among them).
+    pub mems: Vec<Mem>,
     /// Percent of cases (of 2+ ranks) that abort.
     pub abort_pct: u32,
     /// Largest buffer one rank allocates for one operation.
@@ -227,8 +229,14 @@ fn op_strategy(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize) -> BoxedStr
             let op = if kind.reduces() { prop::sample::select(Op::ALL.to_vec()).boxed() } else { Just(Op::Sum).boxed() };
             let in_place = if kind.has_in_place() { any::<bool>().boxed() } else { Just(false).boxed() };
             let count = if kind == Kind::SendRecv { Just(0u64).boxed() } else { count };
-            (op, count, 0..n, in_place, 0u8..2, offsets(n), offsets(n), prop::collection::vec(0u8..SCALARS as u8, n), transfers).prop_map(
-                move |(op, count, root, in_place, comm, soff, roff, scalars, transfers)| OpCase {
+            let others: Vec<Mem> = space.mems.iter().copied().filter(|&m| m != Mem::Plain).collect();
+            let mem = match (space.mems.contains(&Mem::Plain), others.is_empty()) {
+                (_, true) => Just(Mem::Plain).boxed(),
+                (false, false) => prop::sample::select(others).boxed(),
+                (true, false) => prop_oneof![1 => Just(Mem::Plain), 1 => prop::sample::select(others)].boxed(),
+            };
+            (op, count, 0..n, in_place, 0u8..2, offsets(n), offsets(n), prop::collection::vec(0u8..SCALARS as u8, n), transfers, mem).prop_map(
+                move |(op, count, root, in_place, comm, soff, roff, scalars, transfers, mem)| OpCase {
                     kind,
                     dtype,
                     op,
@@ -240,6 +248,7 @@ fn op_strategy(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize) -> BoxedStr
                     roff,
                     scalars,
                     transfers,
+                    mem,
                 },
             )
         })
@@ -294,6 +303,7 @@ mod tests {
             layouts: vec![(1, 1), (2, 1), (1, 3), (2, 2)],
             kinds: Kind::ALL.to_vec(),
             modes: vec![Mode::Eager, Mode::Graph, Mode::NonBlocking],
+            mems: Mem::ALL.to_vec(),
             abort_pct: 10,
             max_bytes: 64 << 20,
             max_group: 4,
@@ -334,12 +344,14 @@ mod tests {
         let strat = case_strategy(s, b);
         let mut runner = TestRunner::deterministic();
         let mut kinds = std::collections::HashSet::new();
+        let mut mems = std::collections::HashSet::new();
         for _ in 0..300 {
             let mut tree = strat.new_tree(&mut runner).unwrap();
             let c = tree.current();
             c.validate().unwrap();
             assert!(c.ops.iter().all(|o| (o.count * o.dt().size() as u64) * if o.kind.per_rank() { c.nranks() as u64 } else { 1 } <= 64 << 20));
             kinds.extend(c.ops.iter().map(|o| o.kind));
+            mems.extend(c.ops.iter().map(|o| o.mem));
             for _ in 0..20 {
                 if !tree.simplify() {
                     break;
@@ -348,5 +360,19 @@ mod tests {
             }
         }
         assert_eq!(kinds.len(), Kind::ALL.len(), "every kind is drawn");
+        assert_eq!(mems.len(), Mem::ALL.len(), "every buffer kind is drawn");
+    }
+
+    #[test]
+    fn buffer_kinds_follow_the_space() {
+        let mut s = space();
+        s.mems = vec![Mem::Registered];
+        let s = Arc::new(s);
+        let strat = case_strategy(s.clone(), Arc::new(Boundaries::probe(&s)));
+        let mut runner = TestRunner::deterministic();
+        for _ in 0..50 {
+            let c = strat.new_tree(&mut runner).unwrap().current();
+            assert!(c.ops.iter().all(|o| o.mem == Mem::Registered), "{}", c.to_line());
+        }
     }
 }

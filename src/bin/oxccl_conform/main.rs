@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use proptest::test_runner::{Config as PtConfig, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 
-use case::{Case, Kind, Mode};
+use case::{Case, Kind, Mem, Mode};
 use gen::{Boundaries, Space};
 use oxccl::gpu::cu;
 
@@ -77,6 +77,10 @@ struct Cli {
     /// Modes to draw (eager, graph, nonblocking; default all).
     #[arg(long, value_delimiter = ',')]
     modes: Vec<String>,
+    /// Buffer kinds to draw (plain, nccl_alloc, registered, nccl_alloc_registered; default all, plain
+    /// half the time).
+    #[arg(long, value_delimiter = ',')]
+    mems: Vec<String>,
     /// Percent of cases of 2+ ranks that abort.
     #[arg(long, default_value_t = 4)]
     abort_pct: u32,
@@ -171,6 +175,10 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
     serde_json::from_str(&format!("\"{}\"", s.trim().to_lowercase())).map_err(|_| format!("unknown mode {s}"))
 }
 
+fn parse_mem(s: &str) -> Result<Mem, String> {
+    serde_json::from_str(&format!("\"{}\"", s.trim().to_lowercase())).map_err(|_| format!("unknown buffer kind {s}"))
+}
+
 fn space(cli: &Cli, ngpus: usize, sms: u32) -> Result<Space, String> {
     let layouts = if cli.layouts.is_empty() {
         let mut v = Vec::new();
@@ -197,6 +205,7 @@ fn space(cli: &Cli, ngpus: usize, sms: u32) -> Result<Space, String> {
         layouts,
         kinds: if cli.kinds.is_empty() { Kind::ALL.to_vec() } else { cli.kinds.iter().map(|k| parse_kind(k)).collect::<Result<_, _>>()? },
         modes: if cli.modes.is_empty() { vec![Mode::Eager, Mode::Graph, Mode::NonBlocking] } else { cli.modes.iter().map(|m| parse_mode(m)).collect::<Result<_, _>>()? },
+        mems: if cli.mems.is_empty() { Mem::ALL.to_vec() } else { cli.mems.iter().map(|m| parse_mem(m)).collect::<Result<_, _>>()? },
         abort_pct: cli.abort_pct,
         max_bytes: cli.max_bytes,
         max_group: cli.max_group,
@@ -470,7 +479,7 @@ fn parent(cli: &Cli) -> Result<bool, String> {
     }
     let lib = lib_path(cli);
     println!("oxccl-conform: library {lib}{}", cli.nccl_lib.as_ref().map_or(String::new(), |n| format!(", reference NCCL {n}")));
-    println!("  {ngpus} GPU(s) of {sms} SMs; layouts {:?}; modes {:?}; abort {}%", sp.layouts, sp.modes, sp.abort_pct);
+    println!("  {ngpus} GPU(s) of {sms} SMs; layouts {:?}; modes {:?}; buffers {:?}; abort {}%", sp.layouts, sp.modes, sp.mems, sp.abort_pct);
     let pool = RefCell::new(Pool { cli, ngpus, groups: HashMap::new(), lru: Vec::new(), refused: Vec::new() });
     let tally = RefCell::new(Tally::default());
     let nccl_turn = RefCell::new(0u32);

@@ -96,6 +96,10 @@ pub struct Nccl {
     pub recv: unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, Comm, Stream) -> c_int,
     pub redop_create_premulsum: unsafe extern "C" fn(*mut c_int, *mut c_void, c_int, c_int, Comm) -> c_int,
     pub redop_destroy: unsafe extern "C" fn(c_int, Comm) -> c_int,
+    pub mem_alloc: unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int,
+    pub mem_free: unsafe extern "C" fn(*mut c_void) -> c_int,
+    pub comm_register: unsafe extern "C" fn(Comm, *mut c_void, usize, *mut *mut c_void) -> c_int,
+    pub comm_deregister: unsafe extern "C" fn(Comm, *mut c_void) -> c_int,
 }
 
 /// One entry point of the library, typed by the field it fills.
@@ -140,6 +144,10 @@ impl Nccl {
             recv: sym!(lib, "ncclRecv"),
             redop_create_premulsum: sym!(lib, "ncclRedOpCreatePreMulSum"),
             redop_destroy: sym!(lib, "ncclRedOpDestroy"),
+            mem_alloc: sym!(lib, "ncclMemAlloc"),
+            mem_free: sym!(lib, "ncclMemFree"),
+            comm_register: sym!(lib, "ncclCommRegister"),
+            comm_deregister: sym!(lib, "ncclCommDeregister"),
             _lib: lib,
         })
     }
