@@ -117,6 +117,9 @@ impl Scratch {
 }
 
 #[cfg(test)]
+mod plan_identity_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
