@@ -10,35 +10,22 @@ pub mod error;
 #[macro_use]
 pub mod log;
 
-pub mod agreement;
 pub mod algo;
 pub mod api;
 pub mod bootstrap;
 pub mod channel;
-pub mod checksum;
 pub mod comm;
-pub mod completion;
 pub mod config;
 pub mod device_abi;
-pub mod devcomm;
 pub mod diag;
-pub mod enqueue;
 pub mod gpu;
-pub mod group;
-pub mod hostprof;
-pub mod liveness;
-pub mod mem;
+pub mod launch;
 pub mod net;
 pub mod proxy;
-pub mod reaper;
 pub mod reg;
-pub mod schedstat;
-pub mod split;
 pub mod symmem;
-pub mod topo;
 pub mod transport;
 pub mod types;
-pub mod window;
 
 pub use error::{Error, Result, ResultCode};
 

@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use crate::algo::{self, Scratch, Topology, Tuning};
 use crate::comm::ResolvedOp;
-use crate::enqueue::Coll;
+use crate::launch::enqueue::Coll;
 use crate::net::plan::{self, Call, Layout, P2p};
 use crate::types::{DataType, RedOp};
 

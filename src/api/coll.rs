@@ -7,11 +7,11 @@ use super::types::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclRe
 use super::{call_grouped, comm_arg};
 use crate::comm::{Comm, ResolvedOp};
 use crate::config::env_bool;
-use crate::enqueue::{Coll, CollTask};
+use crate::launch::enqueue::{Coll, CollTask};
 use crate::types::RedOp;
 use crate::error::{Error, Result};
 use crate::gpu::{self, cu};
-use crate::group::{self, Deferred};
+use crate::launch::group::{self, Deferred};
 use crate::types::DataType;
 
 pub(super) fn dtype(raw: ncclDataType_t) -> Result<DataType> {

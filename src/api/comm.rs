@@ -10,8 +10,8 @@ use crate::comm::{register, unregister, Comm};
 use crate::config::{parse_comm_config, CommConfig};
 use crate::error::{Error, Result};
 use crate::gpu;
-use crate::group::{self, Deferred, DerivedJob};
-use crate::split::{self, Request};
+use crate::launch::group::{self, Deferred, DerivedJob};
+use crate::comm::split::{self, Request};
 
 /// Writes a new unique id; starts this process's rendezvous root unless NCCL_COMM_ID is set.
 #[no_mangle]

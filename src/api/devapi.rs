@@ -25,10 +25,10 @@ pub extern "C" fn ncclDevCommCreate(comm: ncclComm_t, reqs: *const c_void, outDe
             return Err(crate::error::Error::invalid_argument("ncclDevCommCreate: reqs and outDevComm must not be NULL"));
         }
         // SAFETY: a non-NULL ncclDevCommRequirements* from the caller, read once here.
-        let req = unsafe { crate::devcomm::Request::copy(&*(reqs as *const ncclDevCommRequirements)) }?;
-        crate::devcomm::check_supported(c.ready()?)?;
-        let job = crate::window::WindowJob { comm: c, what: crate::window::What::DevComm(Box::new(req)), out: outDevComm as usize };
-        crate::group::submit_window(job)
+        let req = unsafe { crate::comm::devcomm::Request::copy(&*(reqs as *const ncclDevCommRequirements)) }?;
+        crate::comm::devcomm::check_supported(c.ready()?)?;
+        let job = crate::comm::window::WindowJob { comm: c, what: crate::comm::window::What::DevComm(Box::new(req)), out: outDevComm as usize };
+        crate::launch::group::submit_window(job)
     })
 }
 
@@ -42,7 +42,7 @@ pub extern "C" fn ncclDevCommDestroy(comm: ncclComm_t, devComm: *const c_void) -
         }
         // SAFETY: a non-NULL ncclDevComm* from the caller; read unaligned, as a copy.
         let dc = unsafe { std::ptr::read_unaligned(devComm as *const ncclDevComm) };
-        crate::devcomm::destroy(&c, &dc)
+        crate::comm::devcomm::destroy(&c, &dc)
     })
 }
 

@@ -3,7 +3,7 @@
 use super::types::{ncclResult_t, ncclSimInfo_t, NCCL_SIM_INFO_MAGIC};
 use super::{call, out};
 use crate::error::Error;
-use crate::group;
+use crate::launch::group;
 
 /// Opens a group on the calling thread (groups are thread-local and nest; only the outermost
 /// ncclGroupEnd acts). Collectives, sends/receives, inits, splits, shrinks, window registrations,
@@ -15,7 +15,7 @@ use crate::group;
 #[no_mangle]
 pub extern "C" fn ncclGroupStart() -> ncclResult_t {
     call("ncclGroupStart", || {
-        crate::hostprof::begin();
+        crate::diag::hostprof::begin();
         group::start();
         Ok(())
     })
@@ -40,7 +40,7 @@ pub extern "C" fn ncclGroupStart() -> ncclResult_t {
 pub extern "C" fn ncclGroupEnd() -> ncclResult_t {
     call("ncclGroupEnd", || {
         let r = group::end();
-        crate::hostprof::end(group::depth() > 0);
+        crate::diag::hostprof::end(group::depth() > 0);
         r
     })
 }

@@ -10,7 +10,7 @@ use super::{call, call_grouped, comm_arg, out};
 pub extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult_t {
     call("ncclMemAlloc", || {
         let slot = out(ptr, "ptr")?;
-        *slot = crate::mem::alloc(size)? as *mut c_void;
+        *slot = crate::gpu::vmm::alloc(size)? as *mut c_void;
         Ok(())
     })
 }
@@ -18,7 +18,7 @@ pub extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult
 /// Frees memory from ncclMemAlloc (or any device allocation), restoring the caller's device.
 #[no_mangle]
 pub extern "C" fn ncclMemFree(ptr: *mut c_void) -> ncclResult_t {
-    call("ncclMemFree", || crate::mem::free(ptr as u64))
+    call("ncclMemFree", || crate::gpu::vmm::free(ptr as u64))
 }
 
 /// Registers a buffer with the communicator (local, reference-counted: the same buffer gets the
@@ -67,9 +67,9 @@ pub extern "C" fn ncclCommWindowRegister(
             *w = std::ptr::null_mut();
             return Ok(());
         }
-        crate::window::check_flags(winFlags)?;
-        let job = crate::window::WindowJob { comm: c, what: crate::window::What::Register { base: buff as u64, size: size as u64, flags: winFlags }, out: win as usize };
-        crate::group::submit_window(job)
+        crate::comm::window::check_flags(winFlags)?;
+        let job = crate::comm::window::WindowJob { comm: c, what: crate::comm::window::What::Register { base: buff as u64, size: size as u64, flags: winFlags }, out: win as usize };
+        crate::launch::group::submit_window(job)
     })
 }
 

@@ -42,20 +42,20 @@ pub(crate) fn call(name: &'static str, f: impl FnOnce() -> Result<()>) -> ncclRe
 pub(crate) fn call_grouped(name: &'static str, f: impl FnOnce() -> Result<()>) -> ncclResult_t {
     // The profiler's clock runs inside the panic boundary too (it touches thread-locals).
     let r = catch_unwind(AssertUnwindSafe(|| {
-        crate::hostprof::begin();
+        crate::diag::hostprof::begin();
         let r = f();
-        crate::hostprof::end(crate::group::depth() > 0);
+        crate::diag::hostprof::end(crate::launch::group::depth() > 0);
         r
     }));
     match r {
         Ok(Ok(())) => ResultCode::Success,
         Ok(Err(e)) => {
-            crate::group::record_error(&e);
+            crate::launch::group::record_error(&e);
             report(name, e)
         }
         Err(p) => {
             let e = Error::internal(format!("{name}: internal error: {}", crate::error::panic_text(&*p)));
-            crate::group::record_error(&e);
+            crate::launch::group::record_error(&e);
             report(name, e)
         }
     }

@@ -75,7 +75,7 @@ fn parsers_survive_random_and_mutated_input() {
         let _ = decode_reply(&rng.mutate(&reply_ok));
         let _ = decode_reply(&raw);
         let _ = parse_comm_id(&String::from_utf8_lossy(&raw));
-        let _ = crate::topo::PeerInfo::decode(&raw);
+        let _ = crate::bootstrap::topo::PeerInfo::decode(&raw);
     }
     // Environment and configuration text the user controls: NCCL_PROTO/NCCL_ALGO lists, integers,
     // conf files, NCCL_DEBUG values.

@@ -19,6 +19,7 @@ mod listener;
 mod mailbox;
 mod root;
 mod socket;
+pub mod topo;
 mod wire;
 
 #[cfg(test)]
@@ -240,7 +241,7 @@ impl Bootstrap {
         for p in &self.peers {
             b.extend_from_slice(&encode_addr(p));
         }
-        crate::topo::fnv1a(&b)
+        crate::bootstrap::topo::fnv1a(&b)
     }
 
     /// Ring all-gather of equal-sized per-rank blobs; returns nranks blobs in rank order.

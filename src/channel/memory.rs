@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::gpu::ipc::{self, ImportedBuffer, IPC_HANDLE_BYTES};
 use crate::gpu::context::{can_access, ordinal_by_bus_id};
 use crate::gpu::{Device, DeviceBuffer, HostMapped};
-use crate::topo::PeerInfo;
+use crate::bootstrap::topo::PeerInfo;
 
 const ALIGN: u64 = 4096;
 const SEM_BYTES: u64 = (OX_MAX_BLOCKS * OX_MAX_RANKS * 8) as u64;

@@ -10,6 +10,7 @@ pub mod ipc;
 pub mod memory;
 pub mod module;
 pub mod stream;
+pub mod vmm;
 
 pub use context::{current_device, CtxGuard, Device};
 pub use driver::{check, ensure};

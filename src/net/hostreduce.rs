@@ -629,7 +629,7 @@ pub fn reduce_into_parallel(op: &HostOp, acc: &mut [u8], srcs: &[Option<&[u8]>])
 
 /// Threads a host combine may spread over: the CPUs this process may use, at most 8.
 pub fn max_threads() -> usize {
-    crate::topo::cpus().min(8)
+    crate::bootstrap::topo::cpus().min(8)
 }
 
 /// Helper threads a rank's proxy may use to combine pieces as they land (`pipeline`), with

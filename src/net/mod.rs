@@ -23,7 +23,6 @@ pub mod packets;
 pub mod pipeline;
 pub mod plan;
 pub mod progress;
-pub mod select;
 pub mod stage;
 mod streamtrace;
 
@@ -34,12 +33,12 @@ use parking_lot::Mutex;
 
 use self::link::{Dir, Job, Link, Mem, Tracker};
 use self::plan::{Buf, Call, HostReduce, Layout, LocalOp, Phase, Stage, Step};
-use self::select::{LocalPath, NetWant, Paths};
+use crate::transport::select::{LocalPath, NetWant, Paths};
 use crate::bootstrap::Bootstrap;
 use crate::comm::{Comm, Ready};
 use crate::config::CommConfig;
 use crate::device_abi::{FifoDevice, NetCopy, NetStepArgs, OX_NET_COPIES, OX_NET_STEP_COMPLETE, OX_NET_STEP_ISSUE, OX_NET_STEP_PRE, OX_NET_STEP_WAIT};
-use crate::enqueue::{CollTask, P2pOp};
+use crate::launch::enqueue::{CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::module::launch;
 use crate::gpu::stream::{is_capturing, OwnedStream, RelaxedCapture};
@@ -48,7 +47,7 @@ use crate::log::Subsys;
 use crate::proxy::fifo::{FifoHost, FifoWords};
 use crate::proxy::trigger::Request;
 use crate::proxy::{Handler, Placement, Proxy};
-use crate::topo::PeerInfo;
+use crate::bootstrap::topo::PeerInfo;
 use crate::types::DataType;
 
 /// Data connection number of the network links (per pair of ranks; see Bootstrap::data_sockets).
@@ -420,8 +419,8 @@ impl Net {
         // The local communicator first: every rank does this before any link, and it involves
         // only this host's ranks.
         let members = layout.hosts[mh].clone();
-        let child = crate::split::Child { rank: layout.local_index(s.me), members: members.clone() };
-        let id = crate::split::child_id(s.bs, &child).map_err(|e| e.context("setting up the host-local communicator"))?;
+        let child = crate::comm::split::Child { rank: layout.local_index(s.me), members: members.clone() };
+        let id = crate::comm::split::child_id(s.bs, &child).map_err(|e| e.context("setting up the host-local communicator"))?;
         let mut cfg = s.config.clone();
         cfg.blocking = true; // driven by oxccl itself, from within this init
         // Its kernels run alongside every other rank's on a shared GPU, not only this host's:
@@ -496,7 +495,7 @@ impl Net {
         let narrow = (inline_max.min(link::narrow_stripe_min() - 1), link::Spin::for_links(tcp).io);
         let status = Arc::new(NetStatus::default());
         let handler = NetHandler::new(s.dev, s.me, links.clone(), plans.clone(), done.clone(), s.abort_flag.clone(), [(inline_max, spin.io), narrow], status.clone(), members.len())?;
-        let placement = Placement { device: Some(s.dev), cpus: crate::topo::local_cpus(&s.dev.bus_id) };
+        let placement = Placement { device: Some(s.dev), cpus: crate::bootstrap::topo::local_cpus(&s.dev.bus_id) };
         let proxy = Proxy::start(format!("oxccl-netproxy{}", s.me), FifoHost::new(words), Box::new(handler), placement, s.on_error)?;
         nccl_info!(
             Subsys::Net,
@@ -649,7 +648,7 @@ impl Net {
         let complete = self.launch_step(r, step, stream, true)?;
         self.mark(Mark::Step, stream);
         let ops: Vec<P2pOp> = local.iter().map(|o| P2pOp { is_send: o.is_send, peer: o.peer, buf: o.buf, bytes: o.bytes, stream }).collect();
-        crate::enqueue::launch_p2p(&self.local, &ops)?;
+        crate::launch::enqueue::launch_p2p(&self.local, &ops)?;
         self.mark(Mark::Local, stream);
         if let Some((args, (grid, block))) = complete {
             launch(r.module.net_step(), grid, block, stream, &args)?;
@@ -665,12 +664,12 @@ impl Net {
             match s {
                 Stage::Local(LocalOp::Coll { coll, send, recv, count, op, root }) => {
                     let t = CollTask { comm: self.local.clone(), coll, send, recv, count, dtype, op, root: root as i32, stream };
-                    crate::enqueue::launch_task(&t)?;
+                    crate::launch::enqueue::launch_task(&t)?;
                     self.mark(Mark::Local, stream);
                 }
                 Stage::Local(LocalOp::P2p(v)) => {
                     let ops: Vec<P2pOp> = v.iter().map(|o| P2pOp { is_send: o.is_send, peer: o.peer, buf: o.buf, bytes: o.bytes, stream }).collect();
-                    crate::enqueue::launch_p2p(&self.local, &ops)?;
+                    crate::launch::enqueue::launch_p2p(&self.local, &ops)?;
                     self.mark(Mark::Local, stream);
                 }
                 Stage::Net(step) => {
@@ -813,7 +812,7 @@ impl Net {
                         .iter()
                         .flat_map(|c| [(true, c.src), (false, c.dst)].map(|(is_send, buf)| P2pOp { is_send, peer: 0, buf, bytes: c.bytes, stream }))
                         .collect();
-                    crate::enqueue::launch_p2p(&self.local, &ops)?;
+                    crate::launch::enqueue::launch_p2p(&self.local, &ops)?;
                 }
                 if !step.has_work() {
                     return Ok(None);
@@ -980,7 +979,7 @@ impl NetHandler {
             trace: trace_dir().map(|dir| Trace { dir, rows: Vec::new(), exchange: (0, 0) }),
             combining: 0.0,
             pipeline: crate::config::env("OXCCL_NET_PIPELINE").is_none_or(|v| v.trim() != "0"),
-            helpers: hostreduce::helpers(crate::topo::cpus(), local_ranks),
+            helpers: hostreduce::helpers(crate::bootstrap::topo::cpus(), local_ranks),
         })
     }
 
@@ -1599,7 +1598,7 @@ impl Drop for NetHandler {
             }
         }
         // Waiting for a CPU is where a step's rare milliseconds may go (session 62).
-        out.push_str(&crate::schedstat::report(crate::schedstat::threads(), 12));
+        out.push_str(&crate::diag::schedstat::report(crate::diag::schedstat::threads(), 12));
         eprint!("{out}");
     }
 }

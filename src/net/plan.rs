@@ -12,7 +12,7 @@
 //! to their peer, over the local communicator or the network.
 
 use crate::comm::ResolvedOp;
-use crate::enqueue::Coll;
+use crate::launch::enqueue::Coll;
 use crate::types::{DataType, RedOp};
 
 use super::hostreduce::{Combine, HostOp};

@@ -113,7 +113,7 @@ impl Proxy {
                     }
                 };
                 if let Some(cpus) = &placement.cpus {
-                    crate::topo::bind_current_thread(cpus);
+                    crate::bootstrap::topo::bind_current_thread(cpus);
                 }
                 // A panic in a handler fails the communicator like any other error: the thread
                 // still releases the FIFO's waiters below instead of leaving kernels spinning.

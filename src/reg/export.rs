@@ -6,7 +6,7 @@ use super::wire::Kind;
 use crate::error::{Error, Result};
 use crate::gpu::ipc::{self, IPC_HANDLE_BYTES};
 use crate::gpu::{check, cu, CtxGuard, Device};
-use crate::mem::{location, map_handle, unmap_handle};
+use crate::gpu::vmm::{location, map_handle, unmap_handle};
 
 /// The allocation holding a registered buffer.
 pub struct Alloc {

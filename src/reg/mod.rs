@@ -31,7 +31,7 @@ use crate::device_abi::OX_REG_SLOTS;
 use crate::error::{Error, Result};
 use crate::gpu::Device;
 use crate::log::Subsys;
-use crate::topo::PeerInfo;
+use crate::bootstrap::topo::PeerInfo;
 
 /// Handles are unique across communicators, so one used with the wrong communicator is caught.
 static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);

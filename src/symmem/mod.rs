@@ -26,10 +26,10 @@ use crate::bootstrap::Bootstrap;
 use crate::error::{Error, Result};
 use crate::gpu::{check, cu, CtxGuard, Device, DeviceBuffer};
 use crate::log::Subsys;
-use crate::mem::location;
+use crate::gpu::vmm::location;
 use crate::reg::export::{export_fd, import_fd};
 use crate::reg::uds;
-use crate::topo::PeerInfo;
+use crate::bootstrap::topo::PeerInfo;
 
 /// How long a rank waits for its peers' descriptors before it reports the mapping failed.
 const FD_TIMEOUT: Duration = Duration::from_secs(30);

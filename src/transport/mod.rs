@@ -4,6 +4,7 @@
 
 pub mod ce_direct;
 pub mod cuda;
+pub mod select;
 pub mod tcp;
 
 use crate::error::{Error, Result};

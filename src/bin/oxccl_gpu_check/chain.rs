@@ -205,11 +205,11 @@ fn run(ranks: &[Rank], bufs: &[Bufs]) -> Result<usize, String> {
     issue(ranks, bufs)?;
     bad += verify(ranks, bufs, 0, "eager")?;
 
-    let before = (oxccl::enqueue::early_launches(), oxccl::enqueue::chained_launches(), oxccl::enqueue::present_launches());
+    let before = (oxccl::launch::enqueue::early_launches(), oxccl::launch::enqueue::chained_launches(), oxccl::launch::enqueue::present_launches());
     let execs = crate::capture(ranks, || issue(ranks, bufs))?;
-    let early = oxccl::enqueue::early_launches() - before.0;
-    let chained = oxccl::enqueue::chained_launches() - before.1;
-    let present = oxccl::enqueue::present_launches() - before.2;
+    let early = oxccl::launch::enqueue::early_launches() - before.0;
+    let chained = oxccl::launch::enqueue::chained_launches() - before.1;
+    let present = oxccl::launch::enqueue::present_launches() - before.2;
     let replays = (|| -> Result<usize, String> {
         let mut bad = 0;
         for round in 1..=REPLAYS {

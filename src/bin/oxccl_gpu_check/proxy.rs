@@ -73,7 +73,7 @@ pub fn check(dev: &'static Device) -> Result<usize, String> {
     let (blocks, threads) = (64u32, 256u32);
     let total = (blocks * threads * PER_THREAD) as usize;
     let seen = Arc::new(Mutex::new(vec![0u8; total]));
-    let placement = Placement { device: Some(dev), cpus: oxccl::topo::local_cpus(&dev.bus_id) };
+    let placement = Placement { device: Some(dev), cpus: oxccl::bootstrap::topo::local_cpus(&dev.bus_id) };
     let mut proxy = Proxy::start(
         "oxccl-proxy-check".into(),
         FifoHost::new(words),
@@ -164,7 +164,7 @@ pub fn check_copy_engine(a: &'static Device, b: &'static Device) -> Result<usize
     let fifo = device_view(host.dev_ptr, head.ptr, size);
     let ce = CopyEngine::new(a, vec![Region { ptr: src.ptr, size: bytes }], vec![Region { ptr: dst.ptr, size: bytes }], vec![sem.ptr])
         .map_err(e)?;
-    let placement = Placement { device: Some(a), cpus: oxccl::topo::local_cpus(&a.bus_id) };
+    let placement = Placement { device: Some(a), cpus: oxccl::bootstrap::topo::local_cpus(&a.bus_id) };
     let mut proxy = Proxy::start("oxccl-proxy-ce".into(), FifoHost::new(words), Box::new(ce), placement, Box::new(|err| {
         println!("FAIL copy-engine proxy error: {}", err.msg)
     }))

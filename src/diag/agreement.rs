@@ -4,7 +4,7 @@
 //! with a WARN naming which ranks asked for what. Off by default; when off it costs one branch.
 
 use crate::bootstrap::Bootstrap;
-use crate::enqueue::{Coll, CollTask};
+use crate::launch::enqueue::{Coll, CollTask};
 use crate::error::{Error, Result};
 use crate::types::{DataType, RedOp};
 

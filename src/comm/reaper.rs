@@ -294,7 +294,7 @@ fn run() {
 /// (`process_gone`). Made once, at the first communicator's init.
 pub fn beacon() {
     static B: OnceLock<Option<std::os::fd::OwnedFd>> = OnceLock::new();
-    B.get_or_init(|| crate::reg::uds::listen(&beacon_name(crate::topo::process_token())).ok());
+    B.get_or_init(|| crate::reg::uds::listen(&beacon_name(crate::bootstrap::topo::process_token())).ok());
 }
 
 fn beacon_name(token: u64) -> String {
@@ -408,7 +408,7 @@ mod tests {
     #[test]
     fn a_live_process_beacon_is_seen_and_a_missing_one_is_gone() {
         beacon();
-        assert!(!process_gone(crate::topo::process_token()), "this process is alive");
+        assert!(!process_gone(crate::bootstrap::topo::process_token()), "this process is alive");
         assert!(process_gone(0x0bad_0bad_0bad_0bad), "nobody holds that name");
     }
 }

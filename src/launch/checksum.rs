@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::comm::Comm;
-use crate::enqueue::{Coll, CollTask, P2pOp};
+use crate::launch::enqueue::{Coll, CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::{check, cu, CtxGuard};
 use crate::log::Subsys;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::completion::Probe;
+use crate::comm::completion::Probe;
 
 /// The peers one launch needs.
 #[derive(Clone, Copy, Debug)]

@@ -6,6 +6,13 @@
 //! registered `Arc<Comm>`s; every API call resolves them through the registry, so a stale or forged
 //! handle is an error, not a use-after-free.
 
+pub mod completion;
+pub mod devcomm;
+pub mod liveness;
+pub mod reaper;
+pub mod split;
+pub mod window;
+
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
@@ -24,7 +31,7 @@ use crate::gpu::module::Module;
 use crate::gpu::stream::{Event, RelaxedCapture};
 use crate::gpu::{CtxGuard, Device, HostMapped};
 use crate::log::Subsys;
-use crate::topo::{self, PeerInfo};
+use crate::bootstrap::topo::{self, PeerInfo};
 use crate::types::{DataType, RedOp};
 
 static NEXT_TAG: AtomicU32 = AtomicU32::new(0);
@@ -49,9 +56,9 @@ pub struct Comm {
     /// Marks this communicator's op handles, so an op used with another communicator is caught.
     op_tag: u32,
     /// Windows registered with ncclCommWindowRegister (freed with the communicator).
-    pub windows: crate::window::Windows,
+    pub windows: crate::comm::window::Windows,
     /// Lost peers and the peers in-flight work needs (src/liveness.rs).
-    pub watch: Arc<crate::liveness::Watch>,
+    pub watch: Arc<crate::comm::liveness::Watch>,
     /// Kernels may still run on this communicator's memory (an abort or destroy gave up waiting
     /// for them): what they touch was leaked (`leak_device`, once).
     leaked: AtomicBool,
@@ -125,7 +132,7 @@ pub struct LaunchState {
     /// What marks the end of the last launch (src/completion.rs): a stream switch makes the new
     /// stream wait for it, and finalize, destroy and abort wait for it, without touching a stream
     /// that the application may have destroyed since.
-    pub done: crate::completion::Completion,
+    pub done: crate::comm::completion::Completion,
     /// The current launch may count its kernels (uncaptured, with a DevComm): set as it begins.
     pub counting: bool,
     /// The last work the current launch issued on its stream is a counted kernel.
@@ -142,12 +149,12 @@ pub struct LaunchState {
     /// The communicator's last launch, when it was a ring one-shot AllReduce captured into a
     /// graph (algo::pdl::early), with the launch as issued, which a chained launch rewrites;
     /// taken into `ring_prev` as each launch begins.
-    pub ring_anchor: Option<crate::enqueue::RingLast>,
-    pub ring_prev: Option<crate::enqueue::RingLast>,
+    pub ring_anchor: Option<crate::launch::enqueue::RingLast>,
+    pub ring_prev: Option<crate::launch::enqueue::RingLast>,
     /// OXCCL_DEBUG_DUMP's record of issued work (empty when the dump is off).
     pub progress: crate::diag::Progress,
     /// Probes of the last uncaptured launches, by ordinal (src/liveness.rs).
-    pub recent: crate::liveness::Recent,
+    pub recent: crate::comm::liveness::Recent,
     /// The capture that already holds this communicator for a launch that needs every peer
     /// (`retain_for_graph`): later launches of the same capture need not hold it again.
     pub graph_all_capture: Option<u64>,
@@ -171,8 +178,8 @@ impl Comm {
             check_seq: AtomicU64::new(0),
             user_ops: Mutex::new(Vec::new()),
             op_tag: (topo::process_token() as u32 ^ NEXT_TAG.fetch_add(1, Ordering::Relaxed)) & OP_TAG_MASK,
-            windows: crate::window::Windows::default(),
-            watch: Arc::new(crate::liveness::Watch::new(nranks)),
+            windows: crate::comm::window::Windows::default(),
+            watch: Arc::new(crate::comm::liveness::Watch::new(nranks)),
             leaked: AtomicBool::new(false),
         }
     }
@@ -339,13 +346,13 @@ impl Comm {
     }
 
     /// OXCCL_CHECK: agrees with the other ranks on `t` (collective over the communicator).
-    pub fn agree(&self, t: &crate::enqueue::CollTask) -> Result<()> {
+    pub fn agree(&self, t: &crate::launch::enqueue::CollTask) -> Result<()> {
         let r = self.ready()?;
         if !r.check {
             return Ok(());
         }
         let seq = self.check_seq.fetch_add(1, Ordering::Relaxed);
-        crate::agreement::agree(&r.bootstrap, crate::agreement::Signature::of(t, seq))
+        crate::diag::agreement::agree(&r.bootstrap, crate::diag::agreement::Signature::of(t, seq))
     }
 
     /// Why no more work may be enqueued, if so.
@@ -420,13 +427,13 @@ impl Comm {
         let _ctx = CtxGuard::new(dev)?;
         let module = dev.module()?;
         // Before the peers learn of this process: they may look for it later (reaper::process_gone).
-        crate::reaper::beacon();
+        crate::comm::reaper::beacon();
         let bootstrap = Bootstrap::init(id, self.rank, self.nranks, bootstrap::default_timeout())?;
         // Until every rank has passed the final barrier, a failure here fails the peers at once
         // rather than after the bootstrap timeout (Bootstrap::abandon).
         let give_up = GiveUp(Some(&bootstrap));
-        let knobs = crate::net::select::Knobs::from_env(self.config.net_name.as_deref());
-        let paths = crate::net::select::choose(&knobs, cfg!(feature = "ib"))?;
+        let knobs = crate::transport::select::Knobs::from_env(self.config.net_name.as_deref());
+        let paths = crate::transport::select::choose(&knobs, cfg!(feature = "ib"))?;
 
         let me = PeerInfo {
             rank: self.rank as u32,
@@ -466,7 +473,7 @@ impl Comm {
                 nccl_info!(Subsys::Init, "ranks {} and {r} share CUDA device {} in one process", self.rank, me.device);
             }
         }
-        crate::net::select::agree(&peers.iter().map(|p| p.paths).collect::<Vec<_>>())?;
+        crate::transport::select::agree(&peers.iter().map(|p| p.paths).collect::<Vec<_>>())?;
         let process_ranks = peers.iter().filter(|p| p.same_process(&me)).count();
         let topo = Topology {
             nranks: self.nranks,
@@ -478,7 +485,7 @@ impl Comm {
         let abort_flag = Arc::new(HostMapped::zeroed(dev, 64)?);
         // Cross-host machinery also serves one host when peer GPU memory is not to be used.
         let spans_hosts = peers.iter().any(|p| !p.same_host(&me));
-        let port_channels = spans_hosts || (self.nranks > 1 && paths.local != crate::net::select::LocalPath::Memory);
+        let port_channels = spans_hosts || (self.nranks > 1 && paths.local != crate::transport::select::LocalPath::Memory);
         let (channels, net) = if port_channels {
             let (state, flag) = (self.state.clone(), abort_flag.clone());
             let rank = self.rank;
@@ -526,7 +533,7 @@ impl Comm {
         give_up.disarm();
         let launch = LaunchState {
             last_stream: None,
-            done: crate::completion::Completion::new(dev_comm)?,
+            done: crate::comm::completion::Completion::new(dev_comm)?,
             counting: false,
             counted_last: false,
             join: Event::new()?,
@@ -750,13 +757,13 @@ impl Comm {
     /// abort flag) until the driver destroys the graph, so a replay after ncclCommDestroy or
     /// ncclCommAbort finds them (an aborted communicator's kernels exit at once). The caller holds
     /// the launch lock.
-    pub fn retain_for_graph(self: &Arc<Self>, ls: &mut LaunchState, stream: cu::CUstream, needs: crate::liveness::Needs) -> Result<()> {
+    pub fn retain_for_graph(self: &Arc<Self>, ls: &mut LaunchState, stream: cu::CUstream, needs: crate::comm::liveness::Needs) -> Result<()> {
         let Some((id, graph)) = crate::gpu::stream::capture_graph(stream)? else { return Ok(()) };
-        let all = matches!(needs, crate::liveness::Needs::All);
+        let all = matches!(needs, crate::comm::liveness::Needs::All);
         if all && ls.graph_all_capture == Some(id) {
             return Ok(());
         }
-        let hold = Box::new(GraphHold { comm: self.clone(), needs: crate::liveness::OwnedNeeds::from(needs) });
+        let hold = Box::new(GraphHold { comm: self.clone(), needs: crate::comm::liveness::OwnedNeeds::from(needs) });
         self.watch.graph_held(needs);
         let ptr = Box::into_raw(hold);
         let mut obj: cu::CUuserObject = std::ptr::null_mut();
@@ -786,7 +793,7 @@ impl Comm {
 /// What a CUDA graph holds of a communicator it captured work of.
 struct GraphHold {
     comm: Arc<Comm>,
-    needs: crate::liveness::OwnedNeeds,
+    needs: crate::comm::liveness::OwnedNeeds,
 }
 
 impl Drop for GraphHold {
@@ -801,7 +808,7 @@ impl Drop for GraphHold {
 unsafe extern "C" fn graph_released(p: *mut std::ffi::c_void) {
     // SAFETY: `p` is the Box leaked in `retain_for_graph`, given back exactly once.
     let hold = unsafe { Box::from_raw(p.cast::<GraphHold>()) };
-    crate::reaper::drop_later(hold);
+    crate::comm::reaper::drop_later(hold);
 }
 
 impl Drop for Comm {
@@ -820,7 +827,7 @@ impl Drop for Comm {
 /// waits for a peer waits with it: ncclCommAbort of an idle communicator hangs for good when a
 /// later one (aborted next, by the same thread) has a kernel waiting for a peer that never comes.
 fn release_when_idle(rank: usize, hold: Box<dyn Send>) {
-    crate::reaper::drop_when(when_idle, || format!("comm rank {rank}'s memory"), hold);
+    crate::comm::reaper::drop_when(when_idle, || format!("comm rank {rank}'s memory"), hold);
 }
 
 /// Runs `free` and returns true only while no live communicator of this process (any device: a
@@ -886,22 +893,22 @@ impl Ready {
         let mut waiting = Vec::new();
         for (p, peer) in self.peers.iter().enumerate().filter(|(p, _)| *p != rank) {
             if peer.same_process(me) {
-                waiting.push(crate::reaper::Waiter::Local { rank: p });
+                waiting.push(crate::comm::reaper::Waiter::Local { rank: p });
                 continue;
             }
             if let Err(e) = self.bootstrap.send_released(p) {
                 nccl_info!(Subsys::Init, "comm rank {rank}: telling rank {p} that its memory is released failed: {}", e.msg);
             }
-            waiting.push(crate::reaper::Waiter::Remote { rank: p, token: peer.process, visible: peer.network == me.network });
+            waiting.push(crate::comm::reaper::Waiter::Remote { rank: p, token: peer.process, visible: peer.network == me.network });
         }
-        let held = crate::reaper::Held {
+        let held = crate::comm::reaper::Held {
             what: format!("comm rank {rank}'s channel buffer ({:.1} MiB)", shared.size as f64 / (1 << 20) as f64),
             key: self.key,
             waiting,
             bootstrap: Some(self.bootstrap.clone()),
             hold: Box::new(shared),
         };
-        crate::reaper::retire(self.key, rank, self.process_ranks, Some(held));
+        crate::comm::reaper::retire(self.key, rank, self.process_ranks, Some(held));
     }
 }
 
@@ -940,7 +947,7 @@ struct Watchdog {
     nranks: usize,
     bs: Arc<Bootstrap>,
     state: Arc<AtomicI32>,
-    watch: Arc<crate::liveness::Watch>,
+    watch: Arc<crate::comm::liveness::Watch>,
     /// Whether the launch with this ordinal has finished; None if that cannot be told now
     /// (`launch_done`; a closure so that the loop runs without a GPU in tests).
     launch_done: Box<dyn Fn(u64) -> Option<bool> + Send>,
@@ -1002,7 +1009,7 @@ fn watch_peers(w: Watchdog) -> Result<std::thread::JoinHandle<()>> {
             let mut lost: Vec<Lost> = Vec::new();
             let mut failed = false;
             while w.bs.watching() {
-                let (next, prev) = crate::liveness::ring_neighbours(w.rank, w.nranks, &|r| gone[r] || w.bs.left(r));
+                let (next, prev) = crate::comm::liveness::ring_neighbours(w.rank, w.nranks, &|r| gone[r] || w.bs.left(r));
                 if prev != watched {
                     // A newly watched rank beat for someone else until now: count from here.
                     watched = prev;
@@ -1045,7 +1052,7 @@ fn watch_peers(w: Watchdog) -> Result<std::thread::JoinHandle<()>> {
 impl Watchdog {
     /// Judges the lost peer `l` once; true when that failed the communicator.
     fn judge(&self, l: &mut Lost) -> bool {
-        use crate::liveness::{verdict, Verdict};
+        use crate::comm::liveness::{verdict, Verdict};
         let (rank, nranks, p) = (self.rank, self.nranks, l.rank);
         let mut v = self.watch.view_of(p);
         if v.last != 0 && !v.issuing && !v.graphs {
@@ -1055,7 +1062,7 @@ impl Watchdog {
             }
         }
         let judged = verdict(&v);
-        if !crate::liveness::fails_now(&judged, &mut l.bad_since, Instant::now()) {
+        if !crate::comm::liveness::fails_now(&judged, &mut l.bad_since, Instant::now()) {
             if judged == Verdict::Tolerate && !l.noted {
                 l.noted = true;
                 nccl_info!(
@@ -1067,7 +1074,7 @@ impl Watchdog {
             return false;
         }
         let reason = match judged {
-            Verdict::Fail(reason) => format!("{reason} {} s after it was lost", crate::liveness::GRACE.as_secs_f64()),
+            Verdict::Fail(reason) => format!("{reason} {} s after it was lost", crate::comm::liveness::GRACE.as_secs_f64()),
             _ => String::from("whether unfinished work needs it could not be told (a launch held the communicator)"),
         };
         on_peer_lost(&self.state, &*self.stop_kernels);
@@ -1323,8 +1330,8 @@ mod tests {
                 let bs = Arc::new(bs);
                 let state = Arc::new(AtomicI32::new(ResultCode::Success as i32));
                 let stopped = Arc::new(AtomicBool::new(false));
-                let watch = Arc::new(crate::liveness::Watch::new(nranks));
-                watch.begin(crate::liveness::Needs::All, true);
+                let watch = Arc::new(crate::comm::liveness::Watch::new(nranks));
+                watch.begin(crate::comm::liveness::Needs::All, true);
                 watch.end();
                 let flag = stopped.clone();
                 let watchdog = watch_peers(Watchdog {

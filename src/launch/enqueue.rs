@@ -20,7 +20,7 @@ use crate::device_abi::{
 };
 use crate::gpu::stream::capture_tail;
 use crate::gpu::{check, cu, CtxGuard};
-use crate::liveness::Needs;
+use crate::comm::liveness::Needs;
 use crate::log::Subsys;
 use crate::transport::ce_direct::Fallback;
 use crate::types::{DataType, RedOp};
@@ -83,7 +83,7 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
     what: impl FnOnce() -> String,
     f: F,
 ) -> Result<()> {
-    crate::hostprof::mark(crate::hostprof::Stage::Submit);
+    crate::diag::hostprof::mark(crate::diag::hostprof::Stage::Submit);
     let r = comm.ready()?;
     let _ctx = CtxGuard::new(r.dev)?;
     let mut ls = r.launch.lock();
@@ -110,7 +110,7 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
         // captures, the application orders the two).
         ls.last_grid = 0;
     }
-    crate::hostprof::mark(crate::hostprof::Stage::Prepare);
+    crate::diag::hostprof::mark(crate::diag::hostprof::Stage::Prepare);
     ls.ring_prev = ls.ring_anchor.take(); // only the launch right after it may use it
     ls.tail_now = tail;
     // A replay repeats a captured kernel uncounted: only uncaptured launches count theirs, and of
@@ -670,14 +670,14 @@ fn pdl_allowed(r: &Ready, ls: &LaunchState, grid: u32) -> bool {
 /// Launches one kernel of the communicator, counted where the launch may count
 /// (src/completion.rs): its blocks then report their end on the done counter.
 fn launch<A: KernelArgs>(ls: &mut LaunchState, k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &mut A, pdl: bool) -> Result<()> {
-    crate::hostprof::mark(crate::hostprof::Stage::Plan);
+    crate::diag::hostprof::mark(crate::diag::hostprof::Stage::Plan);
     let counted = ls.counting;
     if counted {
         *args.done_mut() = ls.done.counter();
     }
     ls.counted_last = false; // a failed launch leaves the event to mark what came before it
     launch_pdl(k, grid, block, stream, args, pdl)?;
-    crate::hostprof::mark(crate::hostprof::Stage::Launch);
+    crate::diag::hostprof::mark(crate::diag::hostprof::Stage::Launch);
     if counted {
         ls.done.counted_launch(grid);
     }

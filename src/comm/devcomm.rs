@@ -15,7 +15,7 @@ use crate::comm::{Comm, Ready};
 use crate::error::{Error, Result};
 use crate::symmem::abi::{idiv_rcp32, ncclDevComm, ncclDevCommRequirements, ncclGinBarrierHandle, ncclLsaBarrierHandle, GIN_MAX_CONTEXTS, RESOURCE_UNIT};
 use crate::symmem::{lsa_team, unsupported};
-use crate::window::Window;
+use crate::comm::window::Window;
 
 /// Longest requirement list followed (a cycle in a caller's list must not hang the call).
 const MAX_LIST: usize = 1 << 16;
@@ -157,7 +157,7 @@ pub fn create(comm: &Comm, r: &Ready, req: &Request, out: usize) -> Result<()> {
     let all = req.all(lsa_size);
     let lay = layout(&all)?;
     let (dc, _) = comm.windows.with_sym(
-        || crate::window::init_sym(comm, r),
+        || crate::comm::window::init_sym(comm, r),
         |sm| {
             let mut dc = ncclDevComm {
                 rank: comm.rank as i32,

@@ -6,6 +6,10 @@
 //! while kernels spin). Comparing the dumps of all ranks shows which rank is behind and on which
 //! peer a kernel waits. Off by default; then nothing is recorded.
 
+pub mod agreement;
+pub mod hostprof;
+pub mod schedstat;
+
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::OnceLock;

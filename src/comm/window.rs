@@ -173,7 +173,7 @@ pub enum What {
     /// ncclCommWindowRegister of [base, base + size).
     Register { base: u64, size: u64, flags: i32 },
     /// ncclDevCommCreate.
-    DevComm(Box<crate::devcomm::Request>),
+    DevComm(Box<crate::comm::devcomm::Request>),
 }
 
 /// A deferred (or immediate) window registration or device communicator creation: collective,
@@ -196,7 +196,7 @@ impl WindowJob {
         self.comm.check_usable()?;
         match self.what {
             What::Register { base, size, flags } => register(&self.comm, r, base, size, flags, self.out),
-            What::DevComm(req) => crate::devcomm::create(&self.comm, r, &req, self.out),
+            What::DevComm(req) => crate::comm::devcomm::create(&self.comm, r, &req, self.out),
         }
     }
 }

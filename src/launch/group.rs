@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::comm::Comm;
-use crate::enqueue::{launch_p2p, launch_task, CollTask, P2pOp};
+use crate::launch::enqueue::{launch_p2p, launch_task, CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::cu;
 
@@ -33,7 +33,7 @@ enum InitJob {
 /// several GPUs).
 pub struct DerivedJob {
     pub parent: Arc<Comm>,
-    pub req: crate::split::Request,
+    pub req: crate::comm::split::Request,
     /// The child's configuration; None inherits the parent's.
     pub config: Option<crate::config::CommConfig>,
     /// Hands the outcome to the caller (the API layer registers the child and writes its handle).
@@ -74,7 +74,7 @@ impl InitJob {
         match self {
             InitJob::Rank { comm, id } => comm.init(&id),
             InitJob::Derived(j) => {
-                let child = crate::split::run(&j.parent, &j.req, j.config);
+                let child = crate::comm::split::run(&j.parent, &j.req, j.config);
                 let r = (j.publish)(child);
                 if j.background {
                     j.parent.end_async(&r);
@@ -90,7 +90,7 @@ struct GroupState {
     depth: usize,
     inits: Vec<InitJob>,
     /// ncclCommWindowRegister calls: collective, so run at End after the inits, before the ops.
-    windows: Vec<crate::window::WindowJob>,
+    windows: Vec<crate::comm::window::WindowJob>,
     ops: Vec<Deferred>,
     /// Each communicator's streams among `ops`, in first use, for the capture rule (note_stream).
     streams: Vec<StreamUse>,
@@ -209,25 +209,25 @@ fn earliest_failure(results: Vec<(Result<()>, Instant)>, what: &str) -> Result<(
 
 /// Registers a window now, or at the outermost End when a group is open (where the registrations
 /// of several communicators driven by one thread run concurrently, as their inits do).
-pub fn submit_window(job: crate::window::WindowJob) -> Result<()> {
-    defer(job, |g, j| g.windows.push(j)).map_or(Ok(()), crate::window::WindowJob::run)
+pub fn submit_window(job: crate::comm::window::WindowJob) -> Result<()> {
+    defer(job, |g, j| g.windows.push(j)).map_or(Ok(()), crate::comm::window::WindowJob::run)
 }
 
 /// Window registrations of a group: one communicator's in order, communicators concurrently.
-fn run_windows(jobs: Vec<crate::window::WindowJob>) -> Result<()> {
-    let mut per: Vec<Vec<crate::window::WindowJob>> = Vec::new();
+fn run_windows(jobs: Vec<crate::comm::window::WindowJob>) -> Result<()> {
+    let mut per: Vec<Vec<crate::comm::window::WindowJob>> = Vec::new();
     for j in jobs {
         match per.iter_mut().find(|v| Arc::ptr_eq(&v[0].comm, &j.comm)) {
             Some(v) => v.push(j),
             None => per.push(vec![j]),
         }
     }
-    run_concurrently(per, "window registration", |v| v.into_iter().try_for_each(crate::window::WindowJob::run))
+    run_concurrently(per, "window registration", |v| v.into_iter().try_for_each(crate::comm::window::WindowJob::run))
 }
 
 /// Runs an operation now, or defers it to the outermost End when a group is open.
 pub fn submit(op: Deferred) -> Result<()> {
-    crate::hostprof::mark(crate::hostprof::Stage::Validate);
+    crate::diag::hostprof::mark(crate::diag::hostprof::Stage::Validate);
     if let Some((comm, stream)) = op_stream(&op) {
         GROUP.with(|g| {
             let mut g = g.borrow_mut();
@@ -244,12 +244,12 @@ pub fn submit(op: Deferred) -> Result<()> {
             // Outside a group the agreement check runs here; a group's End checks all its
             // collectives first (check_agreement) and must not check them twice.
             t.comm.agree(&t)?;
-            if crate::checksum::wanted(std::iter::once((&t.comm, t.stream))) {
+            if crate::launch::checksum::wanted(std::iter::once((&t.comm, t.stream))) {
                 return end_checksummed(vec![Deferred::Coll(t)], None);
             }
             launch_task(&t)
         }
-        Some(op @ Deferred::P2p(..)) if crate::checksum::wanted(op_stream(&op).into_iter()) => end_checksummed(vec![op], None),
+        Some(op @ Deferred::P2p(..)) if crate::launch::checksum::wanted(op_stream(&op).into_iter()) => end_checksummed(vec![op], None),
         Some(op) => run(op),
     }
 }
@@ -343,7 +343,7 @@ pub fn end() -> Result<()> {
     if first_err.is_none() {
         // OXCCL_CHECK: a disagreement drops the whole group before anything is launched.
         check_agreement(&state.ops)?;
-        if crate::checksum::wanted(state.ops.iter().filter_map(op_stream)) {
+        if crate::launch::checksum::wanted(state.ops.iter().filter_map(op_stream)) {
             return end_checksummed(state.ops, None);
         }
     }
@@ -494,7 +494,7 @@ fn end_checksummed(ops: Vec<Deferred>, mut first_err: Option<Error>) -> Result<(
     if let Err(e) = fork_streams(&streams_per_comm) {
         first_err.get_or_insert(e);
     }
-    let mut s = crate::checksum::Session::default();
+    let mut s = crate::launch::checksum::Session::default();
     let mut wave: Vec<CollTask> = Vec::new();
     let mut p2p: Vec<(Arc<Comm>, Vec<P2pOp>)> = Vec::new();
     let note = |r: Result<()>, first_err: &mut Option<Error>| {
@@ -502,7 +502,7 @@ fn end_checksummed(ops: Vec<Deferred>, mut first_err: Option<Error>) -> Result<(
             first_err.get_or_insert(e);
         }
     };
-    let flush = |wave: &mut Vec<CollTask>, s: &mut crate::checksum::Session, first_err: &mut Option<Error>| {
+    let flush = |wave: &mut Vec<CollTask>, s: &mut crate::launch::checksum::Session, first_err: &mut Option<Error>| {
         if wave.is_empty() {
             return;
         }
@@ -556,7 +556,7 @@ pub fn simulate_end() -> Result<f64> {
     let mut us = 0.0;
     for op in &state.ops {
         if let Deferred::Coll(t) = op {
-            us += crate::enqueue::predict_us(t)?;
+            us += crate::launch::enqueue::predict_us(t)?;
         }
     }
     Ok(us)
@@ -771,7 +771,7 @@ mod tests {
         let s = |x: usize| x as cu::CUstream;
         let coll = |c: &Arc<Comm>, st| {
             let op = crate::comm::ResolvedOp { op: crate::types::RedOp::Sum, scalar: 0, scalar_ptr: 0 };
-            Deferred::Coll(CollTask { comm: c.clone(), coll: crate::enqueue::Coll::AllReduce, send: 0, recv: 0, count: 1, dtype: crate::types::DataType::Float32, op, root: 0, stream: st })
+            Deferred::Coll(CollTask { comm: c.clone(), coll: crate::launch::enqueue::Coll::AllReduce, send: 0, recv: 0, count: 1, dtype: crate::types::DataType::Float32, op, root: 0, stream: st })
         };
         let p2p = |c: &Arc<Comm>, st| Deferred::P2p(c.clone(), P2pOp { is_send: true, peer: 1, buf: 0, bytes: 4, stream: st });
         // a: a collective on 0x10, then sends on 0x20 and 0x10; b: everything on 0x30.
@@ -793,7 +793,7 @@ mod tests {
         let p2p = |c: &Arc<Comm>, bytes| Deferred::P2p(c.clone(), P2pOp { is_send: true, peer: 1, buf: 0, bytes, stream: stream(c) });
         let coll = |c: &Arc<Comm>, count| {
             let op = crate::comm::ResolvedOp { op: crate::types::RedOp::Sum, scalar: 0, scalar_ptr: 0 };
-            Deferred::Coll(CollTask { comm: c.clone(), coll: crate::enqueue::Coll::AllGather, send: 0, recv: 0, count, dtype: crate::types::DataType::Float32, op, root: 0, stream: stream(c) })
+            Deferred::Coll(CollTask { comm: c.clone(), coll: crate::launch::enqueue::Coll::AllGather, send: 0, recv: 0, count, dtype: crate::types::DataType::Float32, op, root: 0, stream: stream(c) })
         };
         let big = |_: &Arc<Comm>, bytes: u64| bytes >= 4 << 20;
         assert!(per_comm_threads(&[p2p(&a, 8), p2p(&b, 4 << 20)], big));
