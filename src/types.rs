@@ -141,3 +141,24 @@ mod tests {
         assert_eq!(RedOp::builtin(-3), None);
     }
 }
+
+/// A collective, as the launch path, the planners and the diagnostics name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Coll {
+    AllReduce,
+    ReduceScatter,
+    Reduce,
+    AllGather,
+    Broadcast,
+    AlltoAll,
+    Gather,
+    Scatter,
+}
+
+/// An op as a kernel takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResolvedOp {
+    pub op: RedOp,
+    pub scalar: u64,
+    pub scalar_ptr: u64,
+}

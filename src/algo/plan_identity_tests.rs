@@ -6,8 +6,8 @@
 use std::fmt::Write;
 
 use crate::algo::{self, Scratch, Topology, Tuning};
-use crate::comm::ResolvedOp;
-use crate::launch::enqueue::Coll;
+use crate::types::ResolvedOp;
+use crate::types::Coll;
 use crate::net::plan::{self, Call, Layout, P2p};
 use crate::types::{DataType, RedOp};
 

@@ -5,9 +5,11 @@ use std::sync::{Arc, OnceLock};
 
 use super::types::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t};
 use super::{call_grouped, comm_arg};
-use crate::comm::{Comm, ResolvedOp};
+use crate::comm::Comm;
+use crate::types::ResolvedOp;
 use crate::config::env_bool;
-use crate::launch::enqueue::{Coll, CollTask};
+use crate::comm::task::CollTask;
+use crate::types::Coll;
 use crate::types::RedOp;
 use crate::error::{Error, Result};
 use crate::gpu::{self, cu};

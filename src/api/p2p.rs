@@ -8,7 +8,7 @@ use std::ffi::{c_int, c_void};
 use super::coll::{dtype, pointer_check, root_check};
 use super::types::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclResult_t};
 use super::{call_grouped, comm_arg};
-use crate::launch::enqueue::P2pOp;
+use crate::comm::task::P2pOp;
 use crate::error::{Error, Result};
 use crate::gpu::cu;
 use crate::launch::group::{self, Deferred};

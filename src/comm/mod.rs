@@ -7,10 +7,12 @@
 //! handle is an error, not a use-after-free.
 
 pub mod completion;
+pub mod cross_host;
 pub mod devcomm;
 pub mod liveness;
 pub mod reaper;
 pub mod split;
+pub mod task;
 pub mod window;
 
 use std::collections::HashMap;
@@ -27,12 +29,14 @@ use crate::channel::MemoryChannels;
 use crate::config::CommConfig;
 use crate::error::{Error, Result, ResultCode};
 use crate::gpu::cu;
-use crate::gpu::module::Module;
+use crate::algo::pdl::RingAnchor;
+use crate::device_abi::{CollArgs, OX_ONESHOT_PRESEND, OX_ONESHOT_PUBLISH};
+use crate::gpu::module::{Kernel, Module};
 use crate::gpu::stream::{Event, RelaxedCapture};
 use crate::gpu::{CtxGuard, Device, HostMapped};
 use crate::log::Subsys;
 use crate::bootstrap::topo::{self, PeerInfo};
-use crate::types::{DataType, RedOp};
+use crate::types::{DataType, RedOp, ResolvedOp};
 
 static NEXT_TAG: AtomicU32 = AtomicU32::new(0);
 
@@ -72,14 +76,6 @@ pub struct UserOp {
     pub scalar_ptr: u64,
 }
 
-/// An op as a kernel takes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ResolvedOp {
-    pub op: RedOp,
-    pub scalar: u64,
-    pub scalar_ptr: u64,
-}
-
 const OP_INDEX_BITS: u32 = 16;
 const OP_TAG_MASK: u32 = 0x3fff;
 
@@ -106,7 +102,7 @@ pub struct Ready {
     channels: Mutex<Option<MemoryChannels>>,
     /// Communicators spanning hosts: the local communicator, network links and proxy (src/net);
     /// they have no channels of their own.
-    pub net: Option<Arc<crate::net::Net>>,
+    pub net: Option<Arc<dyn cross_host::CrossHost>>,
     /// Names this communicator among this process's (src/reaper.rs): its id and its ranks'
     /// bootstrap addresses, so a reused NCCL_COMM_ID gives another key.
     pub key: u64,
@@ -121,6 +117,42 @@ pub struct Ready {
     /// Two ranks in two processes of one host: large transfers by copy engine straight into the
     /// peer's buffer (transport::ce_direct).
     pub ce: Option<crate::transport::ce_direct::CeDirect>,
+}
+
+/// The communicator's last ring one-shot, captured: where it stands in the graph and its chain
+/// (pure, algo::pdl) and the launch as issued.
+#[derive(Clone, Copy)]
+pub struct RingLast {
+    pub anchor: RingAnchor,
+    pub launch: RingLaunch,
+}
+
+/// A captured ring one-shot launch as issued: what a chained launch behind it (algo::pdl::chained)
+/// needs to make it publish its output.
+#[derive(Clone, Copy)]
+pub struct RingLaunch {
+    /// The chained variant of the kernel it launched (same type and op), which publishes.
+    pub chain_kernel: Kernel,
+    pub grid: u32,
+    pub block: u32,
+    pub args: CollArgs,
+}
+
+impl RingLaunch {
+    /// Makes the launch's captured node (`node`) the chained variant with OX_ONESHOT_PUBLISH, or
+    /// with OX_ONESHOT_PRESEND where `presend` (algo::pdl::presend). False where the driver
+    /// refuses: the launch behind it then is not chained.
+    pub(crate) fn publish(&self, node: usize, presend: bool) -> bool {
+        let mut args = self.args;
+        args.mode |= if presend { OX_ONESHOT_PRESEND } else { OX_ONESHOT_PUBLISH };
+        match crate::gpu::module::set_kernel_node_args(node as cu::CUgraphNode, self.chain_kernel, self.grid, self.block, &args) {
+            Ok(()) => true,
+            Err(e) => {
+                nccl_info!(Subsys::Coll, "AllReduce ring one-shot not chained: {}", e.msg);
+                false
+            }
+        }
+    }
 }
 
 /// Launch bookkeeping, held across a launch so that one communicator's kernels are issued in a
@@ -149,8 +181,8 @@ pub struct LaunchState {
     /// The communicator's last launch, when it was a ring one-shot AllReduce captured into a
     /// graph (algo::pdl::early), with the launch as issued, which a chained launch rewrites;
     /// taken into `ring_prev` as each launch begins.
-    pub ring_anchor: Option<crate::launch::enqueue::RingLast>,
-    pub ring_prev: Option<crate::launch::enqueue::RingLast>,
+    pub ring_anchor: Option<RingLast>,
+    pub ring_prev: Option<RingLast>,
     /// OXCCL_DEBUG_DUMP's record of issued work (empty when the dump is off).
     pub progress: crate::diag::Progress,
     /// Probes of the last uncaptured launches, by ordinal (src/liveness.rs).
@@ -346,13 +378,13 @@ impl Comm {
     }
 
     /// OXCCL_CHECK: agrees with the other ranks on `t` (collective over the communicator).
-    pub fn agree(&self, t: &crate::launch::enqueue::CollTask) -> Result<()> {
+    pub fn agree(&self, t: &task::CollTask) -> Result<()> {
         let r = self.ready()?;
         if !r.check {
             return Ok(());
         }
         let seq = self.check_seq.fetch_add(1, Ordering::Relaxed);
-        crate::diag::agreement::agree(&r.bootstrap, crate::diag::agreement::Signature::of(t, seq))
+        crate::diag::agreement::agree(&r.bootstrap, crate::diag::agreement::Signature::of(t.coll, t.dtype, t.op.op, t.root, t.count, seq))
     }
 
     /// Why no more work may be enqueued, if so.
@@ -390,8 +422,9 @@ impl Comm {
     }
 
     /// Initialises the communicator: bootstrap, peer exchange, channels. Collective over its ranks.
-    pub fn init(&self, id: &[u8; bootstrap::UNIQUE_ID_BYTES]) -> Result<()> {
-        let r = self.init_inner(id).and_then(|ready| {
+    /// `connect` builds the cross-host part where the communicator spans hosts (net::connect).
+    pub fn init(&self, id: &[u8; bootstrap::UNIQUE_ID_BYTES], connect: &cross_host::ConnectNet) -> Result<()> {
+        let r = self.init_inner(id, connect).and_then(|ready| {
             // Aborted while a nonblocking init ran: drop what was built instead of publishing it
             // (through the gate, as a communicator's memory always goes: `release_when_idle`).
             if self.is_aborted() {
@@ -407,7 +440,16 @@ impl Comm {
             Ok(ready) => {
                 let _ = self.ready.set(ready);
                 self.state.store(ResultCode::Success as i32, Ordering::Release);
-                crate::diag::start_monitor();
+                crate::diag::start_monitor(|after| {
+                    for c in live() {
+                        // A line each: NCCL's log lines hold 1023 bytes, and a dump is longer.
+                        c.stall_dump(after, &mut |text| {
+                            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                                nccl_warn!("{line}");
+                            }
+                        });
+                    }
+                });
                 Ok(())
             }
             Err(e) => {
@@ -417,7 +459,7 @@ impl Comm {
         }
     }
 
-    fn init_inner(&self, id: &[u8; bootstrap::UNIQUE_ID_BYTES]) -> Result<Ready> {
+    fn init_inner(&self, id: &[u8; bootstrap::UNIQUE_ID_BYTES], connect: &cross_host::ConnectNet) -> Result<Ready> {
         let t0 = Instant::now();
         crate::log::version_banner_for_rank(self.rank as i32);
         crate::gpu::ensure()?; // before any driver call: without libcuda those would panic
@@ -489,7 +531,7 @@ impl Comm {
         let (channels, net) = if port_channels {
             let (state, flag) = (self.state.clone(), abort_flag.clone());
             let rank = self.rank;
-            let net = crate::net::Net::connect(crate::net::Setup {
+            let net = connect(cross_host::Setup {
                 bs: &bootstrap,
                 dev,
                 me: self.rank,
@@ -503,7 +545,7 @@ impl Comm {
                     fail_async(&state, e.code, &|| flag.store_u32(0, 1));
                 }),
             })?;
-            (None, Some(Arc::new(net)))
+            (None, Some(net))
         } else {
             (Some(MemoryChannels::connect(&bootstrap, dev, &peers, &scratch, &abort_flag)?), None)
         };
@@ -841,7 +883,7 @@ pub fn when_idle(free: &mut dyn FnMut()) -> bool {
     for c in &comms {
         // A communicator spanning hosts launches on its host-local communicator too.
         if let Some(net) = c.ready.get().and_then(|r| r.net.as_ref()) {
-            locals.push(net.local.clone());
+            locals.push(net.local().clone());
         }
     }
     let mut held = Vec::new();
@@ -1269,7 +1311,7 @@ impl Comm {
         let mut out = format!("\n    {}", net.describe(&read));
         // SAFETY: our stream; nothing is queued on it any more.
         unsafe { cu::cuStreamDestroy_v2(stream) };
-        let local = &net.local;
+        let local = net.local();
         if let Some(lr) = local.ready.get().filter(|_| local.nranks > 1) {
             let state = local.device_state(lr).unwrap_or_else(|e| format!(" unavailable: {}", e.msg));
             let _ = write!(out, "\n    host-local communicator, rank {}/{}:{}", local.rank, local.nranks, state.replace("\n    ", "\n      "));

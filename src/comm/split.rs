@@ -74,7 +74,7 @@ pub enum Request {
 
 /// Runs one parent rank's part of a split or shrink and returns its initialised child (None:
 /// NOCOLOR). `config`: the child's, or None to inherit the parent's.
-pub fn run(parent: &Comm, req: &Request, config: Option<CommConfig>) -> Result<Option<Comm>> {
+pub fn run(parent: &Comm, req: &Request, config: Option<CommConfig>, connect: &super::cross_host::ConnectNet) -> Result<Option<Comm>> {
     let r = parent.ready()?;
     if parent.is_aborted() {
         return Err(Error::invalid_usage("cannot split or shrink an aborted communicator"));
@@ -105,7 +105,7 @@ pub fn run(parent: &Comm, req: &Request, config: Option<CommConfig>) -> Result<O
         child.members
     );
     let comm = Comm::new(child.rank, child.members.len(), parent.device, config.unwrap_or_else(|| parent.config.clone()));
-    comm.init(&id)?;
+    comm.init(&id, connect)?;
     Ok(Some(comm))
 }
 

@@ -4,9 +4,8 @@
 //! with a WARN naming which ranks asked for what. Off by default; when off it costs one branch.
 
 use crate::bootstrap::Bootstrap;
-use crate::launch::enqueue::{Coll, CollTask};
 use crate::error::{Error, Result};
-use crate::types::{DataType, RedOp};
+use crate::types::{Coll, DataType, RedOp};
 
 /// What every rank must agree on for one collective.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,16 +38,16 @@ fn coll_code(c: Coll) -> u8 {
 }
 
 impl Signature {
-    pub fn of(t: &CollTask, seq: u64) -> Signature {
-        let reduces = matches!(t.coll, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce);
-        let rooted = matches!(t.coll, Coll::Reduce | Coll::Broadcast | Coll::Gather | Coll::Scatter);
+    pub fn of(coll: Coll, dtype: DataType, op: RedOp, root: i32, count: u64, seq: u64) -> Signature {
+        let reduces = matches!(coll, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce);
+        let rooted = matches!(coll, Coll::Reduce | Coll::Broadcast | Coll::Gather | Coll::Scatter);
         Signature {
             seq,
-            coll: coll_code(t.coll),
-            dtype: t.dtype as u8,
-            op: if reduces { t.op.op as u8 } else { 0 },
-            root: if rooted { t.root } else { -1 },
-            count: t.count,
+            coll: coll_code(coll),
+            dtype: dtype as u8,
+            op: if reduces { op as u8 } else { 0 },
+            root: if rooted { root } else { -1 },
+            count,
         }
     }
 

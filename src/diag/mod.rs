@@ -147,21 +147,16 @@ pub fn runs(v: &[u64]) -> String {
     out.join(", ")
 }
 
-/// Starts the monitor thread once (when OXCCL_DEBUG_DUMP is set).
-pub fn start_monitor() {
+/// Starts the monitor thread once (when OXCCL_DEBUG_DUMP is set): once a second it calls `visit`
+/// with the threshold; the communicator layer hands in the walk over its live communicators, so
+/// this module depends on nothing above it.
+pub fn start_monitor(visit: impl Fn(Duration) + Send + 'static) {
     static STARTED: OnceLock<()> = OnceLock::new();
     let Some(after) = dump_after() else { return };
     STARTED.get_or_init(|| {
         let _ = std::thread::Builder::new().name("oxccl-dump".into()).spawn(move || loop {
             std::thread::sleep(Duration::from_secs(1));
-            for c in crate::comm::live() {
-                // A line each: NCCL's log lines hold 1023 bytes, and a dump is longer.
-                c.stall_dump(after, &mut |text| {
-                    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-                        nccl_warn!("{line}");
-                    }
-                });
-            }
+            visit(after);
         });
     });
 }

@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::comm::Comm;
-use crate::launch::enqueue::{Coll, CollTask, P2pOp};
+use crate::comm::task::{CollTask, P2pOp};
+use crate::types::Coll;
 use crate::error::{Error, Result};
 use crate::gpu::{check, cu, CtxGuard};
 use crate::log::Subsys;

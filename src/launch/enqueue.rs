@@ -10,65 +10,21 @@ use crate::algo::envlists::Func;
 use crate::algo::{
     offer_candidates, plan_exchange, select_allreduce, select_reduce, select_reducescatter, ExchangeSpec, LocalCopy, Transfer,
 };
-use crate::comm::{Comm, LaunchState, Ready, ResolvedOp};
+use crate::comm::task::{CollTask, P2pOp};
+use crate::comm::{Comm, LaunchState, Ready, RingLast, RingLaunch};
 use crate::device_abi::CollArgs;
 use crate::error::{Error, Result};
 use crate::gpu::module::{launch_pdl, Kernel};
 use crate::algo::pdl::{CaptureTail, RingAnchor};
 use crate::device_abi::{
-    OX_ONESHOT_CHAIN, OX_ONESHOT_EARLY, OX_ONESHOT_ENTRY, OX_ONESHOT_POS_SHIFT, OX_ONESHOT_PRESEND, OX_ONESHOT_PRESENT, OX_ONESHOT_PUBLISH, OX_ONESHOT_RING,
+    OX_ONESHOT_CHAIN, OX_ONESHOT_EARLY, OX_ONESHOT_ENTRY, OX_ONESHOT_POS_SHIFT, OX_ONESHOT_PRESENT, OX_ONESHOT_RING,
 };
 use crate::gpu::stream::capture_tail;
 use crate::gpu::{check, cu, CtxGuard};
 use crate::comm::liveness::Needs;
 use crate::log::Subsys;
 use crate::transport::ce_direct::Fallback;
-use crate::types::{DataType, RedOp};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Coll {
-    AllReduce,
-    ReduceScatter,
-    Reduce,
-    AllGather,
-    Broadcast,
-    AlltoAll,
-    Gather,
-    Scatter,
-}
-
-/// One collective, validated, ready to launch. `count` is NCCL's count argument (per rank for
-/// AllGather, ReduceScatter, AlltoAll, Gather, Scatter).
-#[derive(Clone)]
-pub struct CollTask {
-    pub comm: Arc<Comm>,
-    pub coll: Coll,
-    pub send: u64,
-    pub recv: u64,
-    pub count: u64,
-    pub dtype: DataType,
-    pub op: ResolvedOp,
-    pub root: i32,
-    pub stream: cu::CUstream,
-}
-
-// SAFETY: the stream is an opaque driver handle, valid from any thread; a task is never mutated
-// after validation, so shared references are fine too.
-unsafe impl Send for CollTask {}
-unsafe impl Sync for CollTask {}
-
-/// One ncclSend or ncclRecv.
-#[derive(Clone, Copy, Debug)]
-pub struct P2pOp {
-    pub is_send: bool,
-    pub peer: usize,
-    pub buf: u64,
-    pub bytes: u64,
-    pub stream: cu::CUstream,
-}
-
-// SAFETY: as CollTask.
-unsafe impl Send for P2pOp {}
+use crate::types::{Coll, DataType, RedOp};
 
 /// Runs `f` with the communicator's device current and its launch lock held, on `stream`, after
 /// ordering the stream behind the communicator's previous launch when the stream changed.
@@ -146,6 +102,12 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
         ls.progress.note(what());
     }
     Ok(())
+}
+
+/// The cross-host part of a communicator spanning hosts, built at init (`Comm::init`'s
+/// `ConnectNet`): its host-local stages launch through this module.
+pub fn connect_net(s: crate::comm::cross_host::Setup<'_>) -> Result<Arc<dyn crate::comm::cross_host::CrossHost>> {
+    crate::net::connect(s, crate::net::Launch { coll: launch_task, p2p: launch_p2p })
 }
 
 /// Launches one collective on its stream.
@@ -514,42 +476,6 @@ static PRESENT_LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::Atomi
 
 pub fn present_launches() -> u64 {
     PRESENT_LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// The communicator's last ring one-shot, captured: where it stands in the graph and its chain
-/// (pure, algo::pdl) and the launch as issued.
-#[derive(Clone, Copy)]
-pub struct RingLast {
-    pub anchor: RingAnchor,
-    pub launch: RingLaunch,
-}
-
-/// A captured ring one-shot launch as issued: what a chained launch behind it (algo::pdl::chained)
-/// needs to make it publish its output.
-#[derive(Clone, Copy)]
-pub struct RingLaunch {
-    /// The chained variant of the kernel it launched (same type and op), which publishes.
-    pub chain_kernel: Kernel,
-    pub grid: u32,
-    pub block: u32,
-    pub args: CollArgs,
-}
-
-impl RingLaunch {
-    /// Makes the launch's captured node (`node`) the chained variant with OX_ONESHOT_PUBLISH, or
-    /// with OX_ONESHOT_PRESEND where `presend` (algo::pdl::presend). False where the driver
-    /// refuses: the launch behind it then is not chained.
-    fn publish(&self, node: usize, presend: bool) -> bool {
-        let mut args = self.args;
-        args.mode |= if presend { OX_ONESHOT_PRESEND } else { OX_ONESHOT_PUBLISH };
-        match crate::gpu::module::set_kernel_node_args(node as cu::CUgraphNode, self.chain_kernel, self.grid, self.block, &args) {
-            Ok(()) => true,
-            Err(e) => {
-                nccl_info!(Subsys::Coll, "AllReduce ring one-shot not chained: {}", e.msg);
-                false
-            }
-        }
-    }
 }
 
 /// Single-rank copies at least this large use the copy engine.

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::comm::Comm;
-use crate::launch::enqueue::{launch_p2p, launch_task, CollTask, P2pOp};
+use crate::launch::enqueue::{launch_p2p, launch_task};
+use crate::comm::task::{CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::cu;
 
@@ -72,9 +73,9 @@ impl InitJob {
 
     fn run_inner(self) -> Result<()> {
         match self {
-            InitJob::Rank { comm, id } => comm.init(&id),
+            InitJob::Rank { comm, id } => comm.init(&id, &crate::launch::enqueue::connect_net),
             InitJob::Derived(j) => {
-                let child = crate::comm::split::run(&j.parent, &j.req, j.config);
+                let child = crate::comm::split::run(&j.parent, &j.req, j.config, &crate::launch::enqueue::connect_net);
                 let r = (j.publish)(child);
                 if j.background {
                     j.parent.end_async(&r);
@@ -770,8 +771,8 @@ mod tests {
         let (a, b) = (Arc::new(Comm::new(0, 2, 0, cfg.clone())), Arc::new(Comm::new(1, 2, 0, cfg)));
         let s = |x: usize| x as cu::CUstream;
         let coll = |c: &Arc<Comm>, st| {
-            let op = crate::comm::ResolvedOp { op: crate::types::RedOp::Sum, scalar: 0, scalar_ptr: 0 };
-            Deferred::Coll(CollTask { comm: c.clone(), coll: crate::launch::enqueue::Coll::AllReduce, send: 0, recv: 0, count: 1, dtype: crate::types::DataType::Float32, op, root: 0, stream: st })
+            let op = crate::types::ResolvedOp { op: crate::types::RedOp::Sum, scalar: 0, scalar_ptr: 0 };
+            Deferred::Coll(CollTask { comm: c.clone(), coll: crate::types::Coll::AllReduce, send: 0, recv: 0, count: 1, dtype: crate::types::DataType::Float32, op, root: 0, stream: st })
         };
         let p2p = |c: &Arc<Comm>, st| Deferred::P2p(c.clone(), P2pOp { is_send: true, peer: 1, buf: 0, bytes: 4, stream: st });
         // a: a collective on 0x10, then sends on 0x20 and 0x10; b: everything on 0x30.
@@ -792,8 +793,8 @@ mod tests {
         let stream = |c: &Arc<Comm>| (0x100 + c.rank) as cu::CUstream;
         let p2p = |c: &Arc<Comm>, bytes| Deferred::P2p(c.clone(), P2pOp { is_send: true, peer: 1, buf: 0, bytes, stream: stream(c) });
         let coll = |c: &Arc<Comm>, count| {
-            let op = crate::comm::ResolvedOp { op: crate::types::RedOp::Sum, scalar: 0, scalar_ptr: 0 };
-            Deferred::Coll(CollTask { comm: c.clone(), coll: crate::launch::enqueue::Coll::AllGather, send: 0, recv: 0, count, dtype: crate::types::DataType::Float32, op, root: 0, stream: stream(c) })
+            let op = crate::types::ResolvedOp { op: crate::types::RedOp::Sum, scalar: 0, scalar_ptr: 0 };
+            Deferred::Coll(CollTask { comm: c.clone(), coll: crate::types::Coll::AllGather, send: 0, recv: 0, count, dtype: crate::types::DataType::Float32, op, root: 0, stream: stream(c) })
         };
         let big = |_: &Arc<Comm>, bytes: u64| bytes >= 4 << 20;
         assert!(per_comm_threads(&[p2p(&a, 8), p2p(&b, 4 << 20)], big));

@@ -33,12 +33,11 @@ use parking_lot::Mutex;
 
 use self::link::{Dir, Job, Link, Mem, Tracker};
 use self::plan::{Buf, Call, HostReduce, Layout, LocalOp, Phase, Stage, Step};
-use crate::transport::select::{LocalPath, NetWant, Paths};
-use crate::bootstrap::Bootstrap;
+use crate::transport::select::{LocalPath, NetWant};
+use crate::comm::cross_host::{ConnectNet, CrossHost, Setup};
+use crate::comm::task::{CollTask, P2pOp};
 use crate::comm::{Comm, Ready};
-use crate::config::CommConfig;
 use crate::device_abi::{FifoDevice, NetCopy, NetStepArgs, OX_NET_COPIES, OX_NET_STEP_COMPLETE, OX_NET_STEP_ISSUE, OX_NET_STEP_PRE, OX_NET_STEP_WAIT};
-use crate::launch::enqueue::{CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::module::launch;
 use crate::gpu::stream::{is_capturing, OwnedStream, RelaxedCapture};
@@ -47,7 +46,6 @@ use crate::log::Subsys;
 use crate::proxy::fifo::{FifoHost, FifoWords};
 use crate::proxy::trigger::Request;
 use crate::proxy::{Handler, Placement, Proxy};
-use crate::bootstrap::topo::PeerInfo;
 use crate::types::DataType;
 
 /// Data connection number of the network links (per pair of ranks; see Bootstrap::data_sockets).
@@ -374,25 +372,47 @@ pub struct Net {
     status: Arc<NetStatus>,
     /// OXCCL_NET_TRACE: when the streams reached each launch of the cross-host calls.
     stream_trace: Option<Mutex<streamtrace::StreamTrace>>,
+    /// The launch path's entry points, for the stages on the host-local communicator.
+    launch: Launch,
 }
 
-/// What set-up needs from the communicator being initialised.
-pub struct Setup<'a> {
-    pub bs: &'a Bootstrap,
-    pub dev: &'static Device,
-    pub me: usize,
-    pub peers: &'a [PeerInfo],
-    pub device: i32,
-    pub config: &'a CommConfig,
-    /// The transports chosen (select::choose), equal on every rank.
-    pub paths: Paths,
-    pub abort_flag: Arc<HostMapped>,
-    /// Called once if the proxy fails (the communicator records the error and stops kernels).
-    pub on_error: Box<dyn Fn(Error) + Send>,
+/// The launch path's entry points (launch::enqueue's launch_task and launch_p2p), handed in at
+/// init: the stages of a cross-host call on the host-local communicator are ordinary launches,
+/// and net sits below the launch path.
+#[derive(Clone, Copy)]
+pub struct Launch {
+    pub coll: fn(&CollTask) -> Result<()>,
+    pub p2p: fn(&Arc<Comm>, &[P2pOp]) -> Result<()>,
+}
+
+/// Builds the cross-host part of a communicator (`Comm::init`'s `ConnectNet`).
+pub fn connect(s: Setup<'_>, launch: Launch) -> Result<Arc<dyn CrossHost>> {
+    Ok(Arc::new(Net::connect(s, launch)?))
+}
+
+impl CrossHost for Net {
+    fn local(&self) -> &Arc<Comm> {
+        &self.local
+    }
+    fn launch_coll(&self, r: &Ready, t: &CollTask) -> Result<()> {
+        Net::launch_coll(self, r, t)
+    }
+    fn launch_p2p(&self, r: &Ready, ops: &[P2pOp], stream: cu::CUstream) -> Result<()> {
+        Net::launch_p2p(self, r, ops, stream)
+    }
+    fn describe(&self, read: &dyn Fn(u64) -> Result<u64>) -> String {
+        Net::describe(self, read)
+    }
+    fn describe_host(&self) -> String {
+        Net::describe_host(self)
+    }
+    fn shutdown(&self, abort: bool) {
+        Net::shutdown(self, abort)
+    }
 }
 
 impl Net {
-    pub fn connect(s: Setup<'_>) -> Result<Net> {
+    pub fn connect(s: Setup<'_>, launch: Launch) -> Result<Net> {
         // With peer GPU memory ruled out on a host (copy engine, host staging), every rank is planned
         // as a host of its own and only the links tell hosts apart.
         let hashes: Vec<u64> = match s.paths.local {
@@ -429,7 +449,8 @@ impl Net {
             cfg.max_ctas = cfg.max_ctas.min(b.max(1));
         }
         let local = Comm::new(child.rank, members.len(), s.device, cfg);
-        local.init(&id).map_err(|e| e.context("initialising the host-local communicator"))?;
+        let connect: &ConnectNet = &move |s| connect(s, launch);
+        local.init(&id, connect).map_err(|e| e.context("initialising the host-local communicator"))?;
         let local = Arc::new(local);
 
         // Links to every rank of the other hosts, in ascending peer order: pairs are then set up
@@ -538,6 +559,7 @@ impl Net {
             dev: s.dev,
             status,
             stream_trace: trace_dir().map(|d| Mutex::new(streamtrace::StreamTrace::new(d))),
+            launch,
         })
     }
 
@@ -648,7 +670,7 @@ impl Net {
         let complete = self.launch_step(r, step, stream, true)?;
         self.mark(Mark::Step, stream);
         let ops: Vec<P2pOp> = local.iter().map(|o| P2pOp { is_send: o.is_send, peer: o.peer, buf: o.buf, bytes: o.bytes, stream }).collect();
-        crate::launch::enqueue::launch_p2p(&self.local, &ops)?;
+        (self.launch.p2p)(&self.local, &ops)?;
         self.mark(Mark::Local, stream);
         if let Some((args, (grid, block))) = complete {
             launch(r.module.net_step(), grid, block, stream, &args)?;
@@ -664,12 +686,12 @@ impl Net {
             match s {
                 Stage::Local(LocalOp::Coll { coll, send, recv, count, op, root }) => {
                     let t = CollTask { comm: self.local.clone(), coll, send, recv, count, dtype, op, root: root as i32, stream };
-                    crate::launch::enqueue::launch_task(&t)?;
+                    (self.launch.coll)(&t)?;
                     self.mark(Mark::Local, stream);
                 }
                 Stage::Local(LocalOp::P2p(v)) => {
                     let ops: Vec<P2pOp> = v.iter().map(|o| P2pOp { is_send: o.is_send, peer: o.peer, buf: o.buf, bytes: o.bytes, stream }).collect();
-                    crate::launch::enqueue::launch_p2p(&self.local, &ops)?;
+                    (self.launch.p2p)(&self.local, &ops)?;
                     self.mark(Mark::Local, stream);
                 }
                 Stage::Net(step) => {
@@ -812,7 +834,7 @@ impl Net {
                         .iter()
                         .flat_map(|c| [(true, c.src), (false, c.dst)].map(|(is_send, buf)| P2pOp { is_send, peer: 0, buf, bytes: c.bytes, stream }))
                         .collect();
-                    crate::launch::enqueue::launch_p2p(&self.local, &ops)?;
+                    (self.launch.p2p)(&self.local, &ops)?;
                 }
                 if !step.has_work() {
                     return Ok(None);

@@ -425,8 +425,8 @@ mod tests {
     #[test]
     fn every_planned_reduction_runs_as_its_inputs_land() {
         use crate::net::plan::{plan_coll, Call, Layout, Stage};
-        use crate::comm::ResolvedOp;
-        use crate::launch::enqueue::Coll;
+        use crate::types::ResolvedOp;
+        use crate::types::Coll;
         use crate::types::RedOp;
         let sum = ResolvedOp { op: RedOp::Sum, scalar: 0, scalar_ptr: 0 };
         let mut seen = [0usize; 4];

@@ -11,8 +11,8 @@
 //! is then forwarded on each host; AlltoAll, Gather, Scatter and point-to-point calls go straight
 //! to their peer, over the local communicator or the network.
 
-use crate::comm::ResolvedOp;
-use crate::launch::enqueue::Coll;
+use crate::types::ResolvedOp;
+use crate::types::Coll;
 use crate::types::{DataType, RedOp};
 
 use super::hostreduce::{Combine, HostOp};
