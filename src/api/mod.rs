@@ -7,13 +7,13 @@
 // take them at that word.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+pub mod aliases;
 pub mod coll;
 pub mod comm;
 pub mod devapi;
 pub mod group;
 pub mod mem;
 pub mod p2p;
-pub mod profiling;
 pub mod redop;
 pub mod types;
 pub mod version;
