@@ -18,6 +18,7 @@ pub mod comm;
 pub mod config;
 pub mod device_abi;
 pub mod diag;
+pub mod getenv;
 pub mod gpu;
 pub mod launch;
 pub mod net;

@@ -42,28 +42,7 @@ pub struct ncclUniqueId {
     pub internal: [c_char; NCCL_UNIQUE_ID_BYTES],
 }
 
-/// `struct ncclConfig_v22800`, sizeof 80 on x86-64.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct ncclConfig_t {
-    pub size: usize,
-    pub magic: c_uint,
-    pub version: c_uint,
-    pub blocking: c_int,
-    pub cgaClusterSize: c_int,
-    pub minCTAs: c_int,
-    pub maxCTAs: c_int,
-    pub netName: *const c_char,
-    pub splitShare: c_int,
-    pub trafficClass: c_int,
-    pub commName: *const c_char,
-    pub collnetEnable: c_int,
-    pub CTAPolicy: c_int,
-    pub shrinkShare: c_int,
-    pub nvlsCTAs: c_int,
-    pub nChannelsPerNetPeer: c_int,
-    pub nvlinkCentricSched: c_int,
-}
+pub use crate::config::abi::{ncclConfig_t, NCCL_CONFIG_MAGIC, NCCL_CONFIG_UNDEF_INT};
 
 /// `struct ncclSimInfo_v22200`, sizeof 24.
 #[repr(C)]
@@ -75,18 +54,9 @@ pub struct ncclSimInfo_t {
     pub estimatedTime: c_float,
 }
 
-/// `struct ncclTeam` of nccl_device/core.h, returned by value from ncclTeamWorld and friends.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ncclTeam_t {
-    pub nRanks: c_int,
-    pub rank: c_int,
-    pub stride: c_int,
-}
+pub use crate::symmem::abi::ncclTeam_t;
 
-pub const NCCL_CONFIG_MAGIC: c_uint = 0xcafe_beef;
 pub const NCCL_SIM_INFO_MAGIC: c_uint = 0x7468_5283;
-pub const NCCL_CONFIG_UNDEF_INT: c_int = c_int::MIN;
 pub const NCCL_SPLIT_NOCOLOR: c_int = -1;
 pub const NCCL_NUM_OPS: c_int = 5;
 

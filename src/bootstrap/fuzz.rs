@@ -84,8 +84,8 @@ fn parsers_survive_random_and_mutated_input() {
         let n = rng.below(40) as usize;
         let text: String = (0..n).map(|_| alphabet[rng.below(alphabet.len() as u64) as usize] as char).collect();
         let _ = crate::algo::envlists::Allowed::from_values(Some(&text), Some(&text));
-        let _ = crate::config::parse_c_integer(&text);
-        let _ = crate::config::conf_file_values(&text);
+        let _ = crate::getenv::parse_c_integer(&text);
+        let _ = crate::getenv::conf_file_values(&text);
         let _ = crate::log::level::parse_level(&text);
         let _ = crate::log::level::parse_subsys_mask(Some(&text));
     }

@@ -4,7 +4,7 @@
 //! overrides of envConfigOverride (see `comm_env`).
 
 use super::comm_env::apply_env_overrides;
-use crate::api::types::{ncclConfig_t, NCCL_CONFIG_MAGIC, NCCL_CONFIG_UNDEF_INT as UNDEF};
+use super::abi::{ncclConfig_t, NCCL_CONFIG_MAGIC, NCCL_CONFIG_UNDEF_INT as UNDEF};
 use crate::error::{Error, Result};
 use crate::log::Subsys;
 use std::ffi::{c_char, CStr};

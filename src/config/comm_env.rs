@@ -4,7 +4,7 @@
 
 use super::comm_config::{CommConfig, CTA_POLICY_DEFAULT, CTA_POLICY_ZERO, MAX_CHANNELS};
 use super::env::parse_param;
-use crate::api::types::NCCL_CONFIG_UNDEF_INT as UNDEF;
+use super::abi::NCCL_CONFIG_UNDEF_INT as UNDEF;
 use crate::log::Subsys;
 
 /// NCCL_MAX_CGA_CLUSTER_SIZE.

@@ -2,41 +2,10 @@
 //! present in the environment hides the files even when empty (NCCL's setenv(.., 0) would not
 //! overwrite it); empty values then count as unset, as NCCL's parameters treat them.
 
-use super::c_integer::{parse_c_integer, IntError};
-use super::conf_file;
+use crate::getenv::{lookup, parse_c_integer, IntError};
 use crate::log::{self, Level, Subsys};
 use parking_lot::Mutex;
 use std::collections::BTreeSet;
-
-/// Where a value came from, for the "set by ..." INFO line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
-    Environment,
-    ConfigFile,
-}
-
-impl Source {
-    fn describe(self) -> &'static str {
-        match self {
-            Source::Environment => "environment",
-            Source::ConfigFile => "configuration file",
-        }
-    }
-}
-
-/// The raw value and its source, empty values included. Never logs (the logger uses it).
-pub fn lookup(name: &str) -> Option<(String, Source)> {
-    if let Some(v) = std::env::var_os(name) {
-        return Some((v.to_string_lossy().into_owned(), Source::Environment));
-    }
-    conf_file::file_value(name).map(|v| (v.to_string(), Source::ConfigFile))
-}
-
-/// The raw value, empty values included, without logging: what `getenv` gives NCCL after its
-/// configuration files were applied.
-pub fn raw_lookup(name: &str) -> Option<String> {
-    lookup(name).map(|(v, _)| v)
-}
 
 /// The setting's value; `None` when unset or empty. Logs once per name at INFO (ENV).
 pub fn env(name: &str) -> Option<String> {
@@ -93,6 +62,7 @@ fn first_time(set: &Mutex<BTreeSet<String>>, name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::getenv::Source;
 
     // The process environment is shared by parallel tests: only read names no one sets.
 

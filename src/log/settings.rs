@@ -27,7 +27,7 @@ impl Settings {
         let level = get("NCCL_DEBUG").map_or(Level::None, |v| level::parse_level(&v));
         let warn_enables_info = get("NCCL_WARN_ENABLE_DEBUG_INFO")
             .filter(|v| !v.is_empty())
-            .and_then(|v| crate::config::parse_c_integer(&v).ok())
+            .and_then(|v| crate::getenv::parse_c_integer(&v).ok())
             .is_some_and(|v| v != 0);
         Settings {
             level,

@@ -92,7 +92,7 @@ fn initialise() {
     // A reset drops the old logger here, which closes its file.
     *slot = None;
     // The settings come from the environment, then nccl.conf; those lookups never log.
-    let settings = Settings::from_lookup(crate::config::raw_lookup);
+    let settings = Settings::from_lookup(crate::getenv::raw_lookup);
     let host = process::short_hostname();
     let pid = process::pid();
     let sink = Sink::open(settings.debug_file.as_deref(), &host, pid);

@@ -8,7 +8,14 @@
 
 use std::ffi::c_int;
 
-use crate::api::types::ncclTeam_t;
+/// `struct ncclTeam` of nccl_device/core.h, returned by value from ncclTeamWorld and friends.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ncclTeam_t {
+    pub nRanks: c_int,
+    pub rank: c_int,
+    pub stride: c_int,
+}
 
 /// NCCL_GIN_MAX_CONTEXTS.
 pub const GIN_MAX_CONTEXTS: usize = 4;
