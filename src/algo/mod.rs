@@ -70,7 +70,7 @@ impl Scratch {
             ll128_half_bytes: tuning.ll128_half_bytes.unwrap_or(8 << 20) & !255,
             // 8 MiB halves: LL128 two-phase AllReduces of up to 3.75 MiB at any rank count, and
             // one-shots of 3.75 MiB at 2 ranks (algo::allreduce), 16 MiB a rank in all. Larger
-            // messages go faster put-based (s35b).
+            // messages go faster put-based.
             ap128_half_bytes: tuning.ap128_half_bytes.unwrap_or(8 << 20) & !4095,
             rs_slot_bytes: slot & !15,
             rs_max_blocks: tuning.rs_blocks.unwrap_or(128).clamp(1, crate::device_abi::OX_MAX_BLOCKS as u32),

@@ -44,7 +44,7 @@ pub(crate) const NOTICE_LOST: u8 = 2;
 /// A heartbeat: the sender is alive (see Bootstrap::heartbeat).
 pub(crate) const NOTICE_ALIVE: u8 = 3;
 /// The sender's kernels and copies are done with this rank's memory and its mappings of it are
-/// closed: this rank may free what it shared (src/reaper.rs).
+/// closed: this rank may free what it shared (src/comm/reaper.rs).
 pub(crate) const NOTICE_RELEASED: u8 = 4;
 
 #[derive(Default)]

@@ -332,7 +332,7 @@ impl Bootstrap {
     }
 
     /// Tells `peer` that this rank's kernels and copies are done with its memory and that this
-    /// rank's mappings of it are closed, so it may free what it shared (src/reaper.rs). Sent as
+    /// rank's mappings of it are closed, so it may free what it shared (src/comm/reaper.rs). Sent as
     /// the communicator goes: unless it aborted, a new connection says goodbye first. Works after
     /// `abort` too (on a fresh connection, since abort shut the old ones down). Bounded.
     pub fn send_released(&self, peer: usize) -> Result<()> {

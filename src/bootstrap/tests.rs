@@ -682,7 +682,7 @@ fn eventually(what: &str, cond: impl Fn() -> bool) {
     }
 }
 
-/// Release notices (src/reaper.rs): sent as a communicator's memory goes, which after an abort is
+/// Release notices (src/comm/reaper.rs): sent as a communicator's memory goes, which after an abort is
 /// when its kernels stopped, so they must get through an aborted sender and into an aborted
 /// receiver, whose listener stays until the Bootstrap is dropped.
 #[test]

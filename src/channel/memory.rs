@@ -226,7 +226,7 @@ impl MemoryChannels {
 impl MemoryChannels {
     /// Its allocations, for the communicator's teardown: this rank's mappings of its peers'
     /// buffers, its private buffer (only its own kernels touch it) and its shared buffer (which
-    /// the peers' kernels write: freed only once they released it, src/reaper.rs).
+    /// the peers' kernels write: freed only once they released it, src/comm/reaper.rs).
     pub fn into_parts(self) -> (Vec<ImportedBuffer>, DeviceBuffer, DeviceBuffer) {
         (self._imports, self._private, self._shared)
     }

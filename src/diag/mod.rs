@@ -88,8 +88,8 @@ impl Progress {
 }
 
 /// How long a dump waits for its copy of the device state. A copy that has not ended by then
-/// waits behind the stall itself (session 67: under MPS, behind a copy-engine direct copy that
-/// waited for a peer which never came); the dump says so and the monitor goes on.
+/// waits behind the stall itself (under MPS, behind a copy-engine direct copy that waited for a
+/// peer which never came); the dump says so and the monitor goes on.
 pub const DEVICE_READ_LIMIT: Duration = Duration::from_secs(5);
 
 /// Why [`bounded`] has no result.

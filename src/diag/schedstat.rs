@@ -2,7 +2,7 @@
 //! CPU time, the time it was runnable but waited for a CPU, and its context switches, voluntary
 //! (it blocked) and forced (it was preempted). Printed with OXCCL_NET_PROFILE's table: at 4
 //! simulated hosts on one machine a cross-host step sometimes takes milliseconds instead of tens
-//! of microseconds, and waiting for a CPU is the first suspect (session 62). Measuring only: it
+//! of microseconds, and waiting for a CPU is the first suspect. Measuring only: it
 //! reads a few small files per thread, once.
 
 /// One thread's counters.

@@ -28,7 +28,7 @@ use crate::types::{Coll, DataType, RedOp};
 
 /// Runs `f` with the communicator's device current and its launch lock held, on `stream`, after
 /// ordering the stream behind the communicator's previous launch when the stream changed.
-/// `needs`: the peers the launch needs (a lost one fails it, src/liveness.rs). `bytes` is the
+/// `needs`: the peers the launch needs (a lost one fails it, src/comm/liveness.rs). `bytes` is the
 /// launch's largest message per rank (algo::counting); `what` describes the operation for
 /// OXCCL_DEBUG_DUMP (called only when the dump is on).
 fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
@@ -47,7 +47,7 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
     // or this launch sees the abort.
     comm.check_usable()?;
     // Kernels of one communicator share its scratch and counters: they must not overlap. A new
-    // stream waits for the mark of the previous launch (src/completion.rs) when a wait can join
+    // stream waits for the mark of the previous launch (src/comm/completion.rs) when a wait can join
     // them (neither captured, or both in the same capture, where the wait becomes a graph edge);
     // across captures no dependency is allowed and the application orders. The previous stream
     // itself is not touched: the application may have destroyed it.
@@ -73,7 +73,7 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
     // those the ones where the host, not the kernel, is the bottleneck.
     ls.counting = capture.is_none() && ls.done.can_count() && crate::algo::counting::counts(bytes, r.topo.nranks, r.process_ranks, &r.tuning);
     ls.counted_last = false;
-    // Which peers it needs, should one of them be lost (src/liveness.rs).
+    // Which peers it needs, should one of them be lost (src/comm/liveness.rs).
     let ord = comm.watch.begin(needs, capture.is_none());
     let res = f(r, &mut ls);
     // The mark follows whatever this launch issued, even when it failed part way: the counted
@@ -594,7 +594,7 @@ fn pdl_allowed(r: &Ready, ls: &LaunchState, grid: u32) -> bool {
 }
 
 /// Launches one kernel of the communicator, counted where the launch may count
-/// (src/completion.rs): its blocks then report their end on the done counter.
+/// (src/comm/completion.rs): its blocks then report their end on the done counter.
 fn launch<A: KernelArgs>(ls: &mut LaunchState, k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &mut A, pdl: bool) -> Result<()> {
     crate::diag::hostprof::mark(crate::diag::hostprof::Stage::Plan);
     let counted = ls.counting;

@@ -485,7 +485,7 @@ fn op_stream(op: &Deferred) -> Option<(&Arc<Comm>, cu::CUstream)> {
     }
 }
 
-/// A group's operations under OXCCL_CHECKSUM (src/checksum.rs): launched in waves, each wave
+/// A group's operations under OXCCL_CHECKSUM (src/launch/checksum.rs): launched in waves, each wave
 /// holding at most one collective per communicator (so a collective that reads what an earlier
 /// one of the same group wrote is hashed after that one ran, and one thread driving every rank
 /// still launches all of them before waiting); the point-to-point batches form the last wave, as

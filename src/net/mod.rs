@@ -796,7 +796,7 @@ impl Net {
                 args.detach = u32::from(detach);
                 // Only a detached step alternates: its kernel fills one arena while the proxy still
                 // sends the step before from the other. Others keep to the first, as every step
-                // did before (alternating cost exchanges 2-3 us a step at 2 simulated hosts, s29i,
+                // did before (alternating cost exchanges 2-3 us a step at 2 simulated hosts,
                 // where a kernel waits for its own step anyway). The first arena's other users
                 // have all finished when a detached step writes it: steps that wait for the proxy
                 // before their kernel ends, and detached steps two or more before it.
@@ -1619,7 +1619,7 @@ impl Drop for NetHandler {
                 ));
             }
         }
-        // Waiting for a CPU is where a step's rare milliseconds may go (session 62).
+        // Waiting for a CPU is where a step's rare milliseconds may go.
         out.push_str(&crate::diag::schedstat::report(crate::diag::schedstat::threads(), 12));
         eprint!("{out}");
     }

@@ -280,7 +280,7 @@ pub const FULL_EXCHANGE_MAX_BYTES: u64 = 64 << 10;
 /// Broadcast across three hosts or more up to this size goes along a chain of hosts (each proxy
 /// sends once) rather than from the root to every host (the root's proxy sends to each in turn).
 /// Above it, a relay would store and forward a whole job, one hop after another; the root sends to
-/// each. At 4 simulated hosts x 1 on H200 (three rounds, s61f; medians) the chain took 38 us at
+/// each. At 4 simulated hosts x 1 on H200 (three rounds; medians) the chain took 38 us at
 /// 64 KB against 50 from the root, but 63 at 128 KB against 37, and 93 at 256 KB against 52 (NCCL
 /// 45, 69, 112); 3 x 1 alike. Since the root's links stripe and spin as a narrow phase's, sending
 /// to each host beats store-and-forward hops from 128 KiB (256 KiB before; BENCHMARKS, forty-ninth

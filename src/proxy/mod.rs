@@ -67,7 +67,7 @@ const IDLE_SLEEP: Duration = Duration::from_micros(50);
 /// before it naps (`IDLE_SLEEP`, 100 us or so with the kernel's timer slack); unset, it naps after
 /// `YIELD_POLLS` polls, a few hundred microseconds to a few ms depending on what else the core
 /// runs. A trigger that arrives during a nap waits for its end: a cross-host sender whose steps
-/// come every few hundred microseconds took them 50-200 us late (s48b traces). Per rank (tuning,
+/// come every few hundred microseconds took them 50-200 us late (in traces). Per rank (tuning,
 /// measuring).
 fn yield_budget() -> Option<Duration> {
     let v = crate::config::env("OXCCL_PROXY_YIELD_US")?;
@@ -98,8 +98,8 @@ impl Proxy {
         let (flag, drain_flag) = (stop.clone(), drain.clone());
         let interrupt = handler.interrupter();
         let yield_for = yield_budget();
-        // OXCCL_PROXY_EXPECT=0: nap even with a trigger on its way (the policy before session 48,
-        // for comparison).
+        // OXCCL_PROXY_EXPECT=0: nap even with a trigger on its way (the policy before de67c84,
+        // 2026-11-27, for comparison).
         let expect = crate::config::env("OXCCL_PROXY_EXPECT").is_none_or(|v| v.trim() != "0");
         let thread = std::thread::Builder::new()
             .name(name)
