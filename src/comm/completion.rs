@@ -17,7 +17,7 @@
 //!   can only be waited for in the same capture, so the mark keeps the capture's id.
 //!
 //! Eager event marks go into a ring of events, so each launch keeps a `Probe` that can still be
-//! asked after later launches (src/liveness.rs), and finalize, destroy and abort wait for the last
+//! asked after later launches (src/comm/liveness.rs), and finalize, destroy and abort wait for the last
 //! uncaptured launch's probe (captured work after it does not hide it).
 //!
 //! Counted launches follow each other on one stream with programmatic serialization at most, and
@@ -54,7 +54,7 @@ impl Mark {
 /// still be asked about after later launches (`Probe`).
 const RING: usize = 8;
 
-/// What tells whether one launch has finished, kept after later launches (src/liveness.rs asks
+/// What tells whether one launch has finished, kept after later launches (src/comm/liveness.rs asks
 /// it when a peer is lost: did the work that needed that peer end?).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Probe {

@@ -2,7 +2,7 @@
 //!
 //! NCCL fails nothing when a peer aborts or exits: an operation that needed the peer hangs until
 //! the application gives up on it, and every rank that needed nothing from it goes on. oxccl
-//! fails only what cannot complete. Once a peer is lost (src/comm.rs `watch_peers`), the
+//! fails only what cannot complete. Once a peer is lost (src/comm/mod.rs `watch_peers`), the
 //! watchdog asks, again and again, whether work that needs it is unfinished (`verdict`): being
 //! issued, launched and not known to have finished, or captured into a CUDA graph that may still
 //! be replayed (a replay cannot be seen from the host). Work still unfinished after a short grace
@@ -11,7 +11,7 @@
 //! ncclCommGetAsyncError stays ncclSuccess. An operation enqueued later that needs the lost peer
 //! is judged the same way, so it fails within the grace and a watchdog tick.
 //!
-//! A launch's completion is asked through its `Probe` (src/completion.rs), kept in `Recent` for
+//! A launch's completion is asked through its `Probe` (src/comm/completion.rs), kept in `Recent` for
 //! the last launches; a communicator's launches end in the order they were issued, so a later
 //! launch that finished answers for every earlier one.
 

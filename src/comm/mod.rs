@@ -9,19 +9,21 @@
 pub mod completion;
 pub mod cross_host;
 pub mod devcomm;
+mod dump;
 pub mod liveness;
 pub mod reaper;
+mod registry;
 pub mod split;
 pub mod task;
 pub mod window;
 
-use std::collections::HashMap;
-use std::fmt::Write as _;
+pub use registry::{live, lookup, register, unregister};
+
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 use crate::algo::{Scratch, Topology, Tuning};
 use crate::bootstrap::{self, Bootstrap};
@@ -61,7 +63,7 @@ pub struct Comm {
     op_tag: u32,
     /// Windows registered with ncclCommWindowRegister (freed with the communicator).
     pub windows: crate::comm::window::Windows,
-    /// Lost peers and the peers in-flight work needs (src/liveness.rs).
+    /// Lost peers and the peers in-flight work needs (src/comm/liveness.rs).
     pub watch: Arc<crate::comm::liveness::Watch>,
     /// Kernels may still run on this communicator's memory (an abort or destroy gave up waiting
     /// for them): what they touch was leaked (`leak_device`, once).
@@ -90,9 +92,9 @@ pub struct Ready {
     pub tuning: Tuning,
     /// FP8 reductions need sm_90 on every GPU of the communicator.
     pub fp8_ok: bool,
-    /// OXCCL_CHECK=1: ranks agree on every collective before it runs (src/agreement.rs).
+    /// OXCCL_CHECK=1: ranks agree on every collective before it runs (src/diag/agreement.rs).
     pub check: bool,
-    /// OXCCL_CHECKSUM=1: transfers are checksummed and compared (src/checksum.rs).
+    /// OXCCL_CHECKSUM=1: transfers are checksummed and compared (src/launch/checksum.rs).
     pub checksum: bool,
     pub abort_flag: Arc<HostMapped>,
     /// Watches the peers' liveness (see `watch_peers`); joined by destroy and abort.
@@ -103,7 +105,7 @@ pub struct Ready {
     /// Communicators spanning hosts: the local communicator, network links and proxy (src/net);
     /// they have no channels of their own.
     pub net: Option<Arc<dyn cross_host::CrossHost>>,
-    /// Names this communicator among this process's (src/reaper.rs): its id and its ranks'
+    /// Names this communicator among this process's (src/comm/reaper.rs): its id and its ranks'
     /// bootstrap addresses, so a reused NCCL_COMM_ID gives another key.
     pub key: u64,
     pub dev_comm: u64,
@@ -161,7 +163,7 @@ pub struct LaunchState {
     /// The stream of the previous launch; None before the first. Only compared, never used:
     /// the application may have destroyed it since (NCCL allows that, even with work pending).
     pub last_stream: Option<cu::CUstream>,
-    /// What marks the end of the last launch (src/completion.rs): a stream switch makes the new
+    /// What marks the end of the last launch (src/comm/completion.rs): a stream switch makes the new
     /// stream wait for it, and finalize, destroy and abort wait for it, without touching a stream
     /// that the application may have destroyed since.
     pub done: crate::comm::completion::Completion,
@@ -185,7 +187,7 @@ pub struct LaunchState {
     pub ring_prev: Option<RingLast>,
     /// OXCCL_DEBUG_DUMP's record of issued work (empty when the dump is off).
     pub progress: crate::diag::Progress,
-    /// Probes of the last uncaptured launches, by ordinal (src/liveness.rs).
+    /// Probes of the last uncaptured launches, by ordinal (src/comm/liveness.rs).
     pub recent: crate::comm::liveness::Recent,
     /// The capture that already holds this communicator for a launch that needs every peer
     /// (`retain_for_graph`): later launches of the same capture need not hold it again.
@@ -750,7 +752,7 @@ impl Comm {
 
     /// ncclCommAbort: makes kernels waiting on peers exit, stops bootstrap waits, and never waits
     /// on a peer. Memory goes with the last reference, and only once every peer released what
-    /// this rank shared (src/reaper.rs); kernels that do not exit leave theirs leaked.
+    /// this rank shared (src/comm/reaper.rs); kernels that do not exit leave theirs leaked.
     pub fn abort(&self) {
         self.aborted.store(true, Ordering::Release);
         self.set_error(ResultCode::RemoteError);
@@ -997,7 +999,7 @@ struct Watchdog {
     stop_kernels: Box<dyn Fn() + Send>,
 }
 
-/// A lost peer, judged at every tick (src/liveness.rs) until the communicator fails.
+/// A lost peer, judged at every tick (src/comm/liveness.rs) until the communicator fails.
 struct Lost {
     rank: usize,
     why: String,
@@ -1033,7 +1035,7 @@ const LOST_TICK: Duration = Duration::from_millis(200);
 /// The liveness watchdog: when a peer is lost (its connection to this rank ended without a
 /// goodbye, or another rank reports it), a first-hand loss is reported to the other ranks (not
 /// every rank is connected to every other), and from then on the watchdog asks whether work that
-/// needs the peer is unfinished (src/liveness.rs). Work that stays so past a short grace makes the
+/// needs the peer is unfinished (src/comm/liveness.rs). Work that stays so past a short grace makes the
 /// communicator's async state ncclRemoteError and its kernels stop (abort flag), so nothing spins
 /// on the dead peer, and a WARN names the peer; otherwise the communicator goes on. Detection
 /// costs nothing on the hot path: it rides on the bootstrap's sockets (a dead process's close at
@@ -1178,176 +1180,6 @@ fn bus_id_bytes(s: &str) -> [u8; 16] {
         *o = i;
     }
     b
-}
-
-impl Comm {
-    /// OXCCL_DEBUG_DUMP: a dump of this communicator if its stream has been busy for `after`
-    /// with no new operation (once per stall), given to `emit` in two parts (see src/diag.rs):
-    /// what the host knows first, then the device state. Reading the device copies into host
-    /// memory, which a stalled driver can hold up (session 45: an application thread blocked in a
-    /// synchronous copy; session 66: every copy under an MPS server whose clients hung), so the
-    /// read runs on a thread of its own and is given up after `diag::DEVICE_READ_LIMIT`: the
-    /// monitor goes on to the other communicators.
-    pub fn stall_dump(self: &Arc<Self>, after: Duration, emit: &mut dyn FnMut(&str)) {
-        let Some(r) = self.ready.get() else { return };
-        let Ok(_ctx) = CtxGuard::new(r.dev) else { return };
-        let Some(ops) = self.stalled_ops(r, after) else { return };
-        let net = r.net.as_ref().map_or_else(String::new, |n| format!("\n  cross-host steps (host side): {}", n.describe_host()));
-        emit(&format!(
-            "OXCCL_DEBUG_DUMP: comm rank {}/{} (CUDA device {}, async state {:?}): its stream has been busy for {after:?} \
-             with no new operation. {ops}{net}\n  device state: reading...",
-            self.rank,
-            self.nranks,
-            r.dev.ordinal,
-            self.async_state()
-        ));
-        let me = Arc::clone(self);
-        let device = crate::diag::bounded(crate::diag::DEVICE_READ_LIMIT, move || {
-            let r = me.ready.get().ok_or_else(|| Error::internal("not ready"))?;
-            let _ctx = CtxGuard::new(r.dev)?;
-            me.device_state(r)
-        });
-        let device = match device {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => format!("unavailable: {}", e.msg),
-            Err(e) => e.to_string(),
-        };
-        emit(&format!("OXCCL_DEBUG_DUMP: comm rank {}/{}: device state: {device}", self.rank, self.nranks));
-    }
-
-    /// The operations of a stall, if this communicator's stream has been busy for `after` with
-    /// no new operation (once per stall). The device's context is current (caller).
-    fn stalled_ops(&self, r: &Ready, after: Duration) -> Option<String> {
-        let mut ls = r.launch.try_lock_for(Duration::from_millis(100))?;
-        ls.last_stream?;
-        // A launch captured into a graph has nothing running to query: no dump then.
-        if ls.done.mark().capture().is_some() {
-            return None;
-        }
-        // The communicator's last launch has not finished.
-        let busy = matches!(ls.done.query(), Ok(false));
-        let now = Instant::now();
-        if !ls.progress.stalled(busy, now, after) {
-            return None;
-        }
-        Some(ls.progress.describe(now))
-    }
-
-    /// LL flags and semaphore counters per peer, copied through a private non-blocking stream
-    /// (kernels may be spinning meanwhile): block 0's, and where blocks differ every block's, as
-    /// runs of equal values. A kernel whose blocks each bump their flags on exit and whose flags
-    /// differ by block has run part of its grid: the rest never got onto the GPU, or waits.
-    fn device_state(&self, r: &Ready) -> Result<String> {
-        use crate::device_abi::{DevComm, OX_MAX_BLOCKS, OX_MAX_RANKS};
-        if r.dev_comm == 0 {
-            return self.net_state(r);
-        }
-        let mut stream: cu::CUstream = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local; the device's context is current (caller).
-        crate::gpu::check(unsafe { cu::cuStreamCreate(&mut stream, 1) }, "cuStreamCreate")?;
-        let copy = |dst: *mut u8, src: u64, n: usize| -> Result<()> {
-            // SAFETY: `src` is inside this communicator's buffers; dst is a local of n bytes.
-            crate::gpu::check(unsafe { cu::cuMemcpyDtoHAsync_v2(dst.cast(), src, n, stream) }, "cuMemcpyDtoHAsync")?;
-            // SAFETY: our stream.
-            crate::gpu::check(unsafe { cu::cuStreamSynchronize(stream) }, "cuStreamSynchronize")
-        };
-        let mut out = String::new();
-        let res = (|| -> Result<()> {
-            // SAFETY: DevComm is plain old data; every bit pattern is a valid value.
-            let mut dc: DevComm = unsafe { std::mem::zeroed() };
-            copy((&mut dc as *mut DevComm).cast(), r.dev_comm, std::mem::size_of::<DevComm>())?;
-            let n = self.nranks.min(OX_MAX_RANKS);
-            // Whole tables, `[block][peer]`.
-            let cells = OX_MAX_BLOCKS * OX_MAX_RANKS;
-            let (mut flags, mut expected, mut inbound) = (vec![0u32; cells], vec![0u64; cells], vec![0u64; cells]);
-            let mut pending = [0u32; OX_MAX_RANKS];
-            let mut acks = [0u32; OX_MAX_RANKS];
-            copy(flags.as_mut_ptr().cast(), dc.ll_flags, 4 * cells)?;
-            copy(pending.as_mut_ptr().cast(), dc.ll_pending, 4 * n)?;
-            copy(acks.as_mut_ptr().cast(), dc.ll_ack[self.rank], 4 * n)?;
-            copy(expected.as_mut_ptr().cast(), dc.sem_expected, 8 * cells)?;
-            copy(inbound.as_mut_ptr().cast(), dc.sem_inbound[self.rank], 8 * cells)?;
-            for p in (0..n).filter(|&p| p != self.rank) {
-                let _ = write!(
-                    out,
-                    "\n    peer {p}: LL flag {} (last one-way send {}, its ack {}); semaphore received {} of {} expected",
-                    flags[p], pending[p], acks[p], inbound[p], expected[p]
-                );
-                let (f, i, e) = (block_column(&flags, p), block_column(&inbound, p), block_column(&expected, p));
-                if [&f, &i, &e].iter().any(|c| c.iter().any(|&v| v != c[0])) {
-                    let _ = write!(out, "\n      by block: LL flag {}; semaphore received {}; expected {}", crate::diag::runs(&f), crate::diag::runs(&i), crate::diag::runs(&e));
-                }
-            }
-            Ok(())
-        })();
-        // SAFETY: our stream; nothing is queued on it any more.
-        unsafe { cu::cuStreamDestroy_v2(stream) };
-        res.map(|()| out)
-    }
-}
-
-/// Peer `p`'s values of a `[block][peer]` table, block by block.
-fn block_column<T: Copy + Into<u64>>(table: &[T], p: usize) -> Vec<u64> {
-    use crate::device_abi::{OX_MAX_BLOCKS, OX_MAX_RANKS};
-    (0..OX_MAX_BLOCKS).map(|b| table[b * OX_MAX_RANKS + p].into()).collect()
-}
-
-impl Comm {
-    /// A communicator spanning hosts: its cross-host steps (net::Net::describe), then the
-    /// host-local communicator's LL flags and semaphores.
-    fn net_state(&self, r: &Ready) -> Result<String> {
-        let Some(net) = r.net.as_ref() else { return Ok(String::from(" (none: no peers)")) };
-        let mut stream: cu::CUstream = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local; the device's context is current (caller).
-        crate::gpu::check(unsafe { cu::cuStreamCreate(&mut stream, 1) }, "cuStreamCreate")?;
-        let read = |src: u64| -> Result<u64> {
-            let mut v = 0u64;
-            // SAFETY: `src` is a counter of this communicator's; v is a local of 8 bytes.
-            crate::gpu::check(unsafe { cu::cuMemcpyDtoHAsync_v2((&mut v as *mut u64).cast(), src, 8, stream) }, "cuMemcpyDtoHAsync")?;
-            // SAFETY: our stream.
-            crate::gpu::check(unsafe { cu::cuStreamSynchronize(stream) }, "cuStreamSynchronize")?;
-            Ok(v)
-        };
-        let mut out = format!("\n    {}", net.describe(&read));
-        // SAFETY: our stream; nothing is queued on it any more.
-        unsafe { cu::cuStreamDestroy_v2(stream) };
-        let local = net.local();
-        if let Some(lr) = local.ready.get().filter(|_| local.nranks > 1) {
-            let state = local.device_state(lr).unwrap_or_else(|e| format!(" unavailable: {}", e.msg));
-            let _ = write!(out, "\n    host-local communicator, rank {}/{}:{}", local.rank, local.nranks, state.replace("\n    ", "\n      "));
-        }
-        Ok(out)
-    }
-}
-
-/// Every live communicator (a snapshot).
-pub fn live() -> Vec<Arc<Comm>> {
-    REGISTRY.read().as_ref().map(|m| m.values().cloned().collect()).unwrap_or_default()
-}
-
-// ---- registry of live handles ----------------------------------------------------------------
-
-static REGISTRY: RwLock<Option<HashMap<usize, Arc<Comm>>>> = RwLock::new(None);
-
-/// Registers a communicator and returns its handle value.
-pub fn register(comm: Arc<Comm>) -> usize {
-    let key = Arc::as_ptr(&comm) as usize;
-    REGISTRY.write().get_or_insert_with(HashMap::new).insert(key, comm);
-    key
-}
-
-/// The communicator behind a handle, if it is live.
-pub fn lookup(handle: usize) -> Result<Arc<Comm>> {
-    REGISTRY
-        .read()
-        .as_ref()
-        .and_then(|m| m.get(&handle).cloned())
-        .ok_or_else(|| Error::invalid_argument(format!("invalid communicator {handle:#x} (never created, or destroyed)")))
-}
-
-/// Removes a handle; the communicator is freed when the last in-flight user drops it.
-pub fn unregister(handle: usize) -> Option<Arc<Comm>> {
-    REGISTRY.write().as_mut().and_then(|m| m.remove(&handle))
 }
 
 #[cfg(test)]
