@@ -1,9 +1,10 @@
 //! oxccl: a drop-in, ABI-compatible replacement for NVIDIA NCCL 2.28, written in Rust.
 //!
-//! The path of one call: `api` (C ABI: panic boundary, validation) → `group` (thread-local
-//! groups) → `enqueue` (algorithm choice by `algo`, kernel launch on the user's stream) →
-//! kernels (kernels/*.cu) moving data through `channel` primitives set up by `comm` over
-//! `transport`/`gpu`, after `bootstrap` has connected the ranks.
+//! The path of one call: `api` (C ABI: panic boundary, validation) → `launch::group`
+//! (thread-local groups) → `launch::enqueue` (algorithm choice by `algo`, kernel launch on the
+//! user's stream; `net` for communicators spanning hosts) → kernels (kernels/*.cu) moving data
+//! through `channel` primitives set up by `comm` over `transport`/`gpu`, after `bootstrap` has
+//! connected the ranks. Modules depend only on those below them (docs/architecture.md, Layout).
 
 #[macro_use]
 pub mod error;
