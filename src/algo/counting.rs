@@ -1,9 +1,9 @@
 //! Which launches report their end on the communicator's done counter and which record an event
 //! behind them (src/comm/completion.rs, kernels/done.cuh).
 //!
-//! Each costs a different resource. An event costs the host about 0.25 us a launch (thirty-first
-//! pass); the count costs the kernel a release at GPU scope in every block after its last store,
-//! on its critical path. On 4 H200 (thirty-seventh pass), the 64 KB one-shot AllReduce (16 blocks)
+//! Each costs a different resource. An event costs the host about 0.25 us a launch (BENCHMARKS.md of 2026-11-27,
+//! 2d19a1c); the count costs the kernel a release at GPU scope in every block after its last store,
+//! on its critical path. On 4 H200 (BENCHMARKS.md of 2026-11-27, f3727bf), the 64 KB one-shot AllReduce (16 blocks)
 //! took 5.59-5.62 us a call counted against 5.27-5.60 with an event, while at 16-32 KB counting
 //! was ahead (5.04-5.37 against 5.25-5.83). So a launch counts where the host is the bottleneck
 //! of back-to-back calls: small messages, two ranks (whose kernels are the shortest), or a process

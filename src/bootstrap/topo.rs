@@ -225,7 +225,7 @@ pub fn gpu_hash(uuid: &[u8; 16], bus_id: &str) -> u64 {
 /// GPU (a test layout NCCL refuses within a host; oxccl runs it, under MPS side by side) all spin at
 /// once, so with full grids the first ones in filled the SMs and their peers never started: under
 /// MPS, 3 simulated hosts x 2 ranks on one H200 hung at its first AllReduce with 32 blocks per
-/// rank and passed with 16 or 8 (BENCHMARKS, fifty-fifth pass). So each of the k ranks on a GPU of
+/// rank and passed with 16 or 8 (BENCHMARKS.md of 2026-11-29, a4938b6). So each of the k ranks on a GPU of
 /// S SMs gets at most S / 2k blocks: all of them fit at once, with room for each one's next kernel
 /// launched early (PDL). Lowers `sm_count` (the budget) in place, the same way on every rank.
 /// Returns how many ranks share `me`'s GPU.

@@ -13,7 +13,7 @@
 //!   launches where the host is the bottleneck.
 //! - **Event**: anything else (copy-engine and host-staged paths, local copies, and every launch
 //!   captured into a graph, which a replay repeats uncounted) records an event behind the launch,
-//!   about 0.25 us of host time (BENCHMARKS, thirty-first pass). An event recorded in a capture
+//!   about 0.25 us of host time (BENCHMARKS.md of 2026-11-27, 2d19a1c). An event recorded in a capture
 //!   can only be waited for in the same capture, so the mark keeps the capture's id.
 //!
 //! Eager event marks go into a ring of events, so each launch keeps a `Probe` that can still be

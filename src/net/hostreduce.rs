@@ -497,7 +497,7 @@ fn fp8_one(f: Mini, c: Combine, a: u8, x: u8) -> u8 {
 /// FP8 results of every (acc, x) pair for one format and op, `fp8_one` run once per pair (about a
 /// millisecond, once per process): the loop is then a load per element, where `fp8_one` costs
 /// tens of nanoseconds (a 2 MiB combine took 40 ms; at 2 simulated hosts x 1, a 4 KB FP8
-/// ReduceScatter took 178 us a call against 22 for bfloat16, twenty-ninth pass). Built for a
+/// ReduceScatter took 178 us a call against 22 for bfloat16; BENCHMARKS.md of 2026-11-26, a205a11). Built for a
 /// combine of `FP8_TABLE_MIN` elements or more, or once smaller ones of this format and op have
 /// added up to `FP8_TABLE_AFTER` elements (by then they cost about what the table does); used by
 /// every combine once built. None: not (yet) worth building.

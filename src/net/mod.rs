@@ -80,7 +80,7 @@ fn bcast_direct_max() -> Result<Option<u64>> {
 /// OXCCL_NET_BCAST_STRIPE_MIN: the smallest transfer of a Broadcast from its root to another host
 /// that is striped over every socket of the link (0, the default: the link's threshold,
 /// OXCCL_NET_STRIPE_MIN). At 2 simulated hosts x 2 a one-way Broadcast of 256 KB-1 MB gained from
-/// striping at 256 KiB where exchanges of the same size lost (BENCHMARKS, thirty-ninth pass); this
+/// striping at 256 KiB where exchanges of the same size lost (BENCHMARKS.md of 2026-11-27, 26c2104); this
 /// lowers it for Broadcast alone. Both ends of a transfer must split it alike: equal on every rank.
 fn bcast_stripe_min() -> Result<u64> {
     match plan_bytes("OXCCL_NET_BCAST_STRIPE_MIN")? {
@@ -165,7 +165,7 @@ fn p2p_overlap() -> bool {
 
 /// OXCCL_NET_STEP_BLOCKS: most blocks of a staged step kernel (1..=32), which share its copies
 /// through host memory at one block per 32 KiB; default 1 (one block copies everything): 8 were
-/// no better at 2 x 2, 64 B-256 KB (BENCHMARKS, twenty-second pass).
+/// no better at 2 x 2, 64 B-256 KB (BENCHMARKS.md of 2026-11-26, 5822b1b).
 fn step_blocks() -> u32 {
     match crate::config::env("OXCCL_NET_STEP_BLOCKS") {
         None => 1,
@@ -355,8 +355,8 @@ pub struct Net {
     inline_peer: Vec<bool>,
     /// OXCCL_NET_P2P_OVERLAP (on by default): a group's point-to-point work on this host runs
     /// while its cross-host step is in flight (`plan::split_direct`) instead of before it: 2 x 2
-    /// Send/Recv 64 B-256 KB took 14-67 us against 20-96 one after the other (BENCHMARKS,
-    /// twenty-second pass). Ranks need not agree (an issued step never waits for anything of the
+    /// Send/Recv 64 B-256 KB took 14-67 us against 20-96 one after the other (BENCHMARKS.md
+    /// of 2026-11-26, 5822b1b). Ranks need not agree (an issued step never waits for anything of the
     /// peer's).
     p2p_overlap: bool,
     /// OXCCL_NET_STEP_BLOCKS: most blocks a staged step kernel spreads its copies over.

@@ -3,7 +3,7 @@
 //! On the threaded path (jobs above the inline size) the proxy used to wait for every transfer of
 //! a phase, then copy a GPU input to the host, combine whole buffers, and copy the result to the
 //! GPU: at 2 simulated hosts a 2 MB AllReduce spent 1.1 ms of its 1.7 ms step after the wire
-//! (BENCHMARKS, seventeenth pass). Where a phase allows it, the proxy now copies every GPU input
+//! (BENCHMARKS.md of 2026-11-25, e852477). Where a phase allows it, the proxy now copies every GPU input
 //! to the host while the transfers run, combines each piece (`piece_bytes`) as soon as all its
 //! received inputs have it (`link::Landing`), and copies the piece's result to the GPU at once.
 //! `plan` decides, as a pure function of the phase, whether and how; the proxy (`mod.rs`) runs it.

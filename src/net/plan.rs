@@ -283,8 +283,8 @@ pub const FULL_EXCHANGE_MAX_BYTES: u64 = 64 << 10;
 /// each. At 4 simulated hosts x 1 on H200 (three rounds; medians) the chain took 38 us at
 /// 64 KB against 50 from the root, but 63 at 128 KB against 37, and 93 at 256 KB against 52 (NCCL
 /// 45, 69, 112); 3 x 1 alike. Since the root's links stripe and spin as a narrow phase's, sending
-/// to each host beats store-and-forward hops from 128 KiB (256 KiB before; BENCHMARKS, forty-ninth
-/// pass). OXCCL_NET_BCAST_CHAIN_MAX tunes it.
+/// to each host beats store-and-forward hops from 128 KiB (256 KiB before; BENCHMARKS.md of 2026-11-28,
+/// d81e934). OXCCL_NET_BCAST_CHAIN_MAX tunes it.
 pub const CHAIN_MAX_BYTES: u64 = 64 << 10;
 
 /// The pieces of a Broadcast along the chain of hosts in pieces (`Layout::bcast_pipeline_min`):
@@ -351,7 +351,7 @@ pub const RING_MIN_APART: u64 = 4 << 20;
 /// 4 simulated hosts x 1, 10 Gbit/s each (`scripts/lab/netsim.sh`), 64 MB AllReduce took 90-98 ms
 /// that way and ReduceScatter 46-49 (NCCL's ring 84 and 42; the links' bound about 82 and 41):
 /// the traces showed each rank's receives ending 2-10 ms apart and starts up to 16 ms apart
-/// (BENCHMARKS, fifty-third pass). Around a ring each link carries one transfer each way at a
+/// (BENCHMARKS.md of 2026-11-29, c4e0b5a). Around a ring each link carries one transfer each way at a
 /// time, as NCCL's ring does: 64 MB AllReduce then took 85-87 ms, ReduceScatter 42-43 and AllGather
 /// 42 (NCCL 84, 42, 42), in every phase one part of the call's data over one link each way.
 fn ring(l: &Layout, bytes: u64) -> bool {
@@ -363,7 +363,7 @@ fn ring(l: &Layout, bytes: u64) -> bool {
 /// it the root's proxy sending each rank its own copy costs more than the host stage: at 2
 /// simulated hosts x 2 on H200, 64 KB took 21.5-25.2 us through the partner against 28.0-37.9
 /// direct (NCCL 22.4-24.2 in the same call), 32 KB 16.3-17.4 against 17.7-23.2; at 4-16 KB the
-/// two were within a microsecond or two either way (BENCHMARKS, thirty-sixth pass; 64 KiB before).
+/// two were within a microsecond or two either way (BENCHMARKS.md of 2026-11-27, 1464379; 64 KiB before).
 pub const DIRECT_MAX_BYTES: u64 = 16 << 10;
 pub const DIRECT_MAX_PEERS: usize = 4;
 
@@ -372,23 +372,23 @@ pub const DIRECT_MAX_PEERS: usize = 4;
 /// slices, so the message crosses on several proxies, links and copy streams at once instead of one.
 /// At 2 simulated hosts x 2 on H200, medians of 6 (us): 1 MB 131.6 against 182.9 sent whole, 4 MB
 /// 229 against 360, 16 MB 808 against 1928, 128 MB 6543 against 10573 (NCCL's sockets 134, 879,
-/// 3768, 27980); at 512 KB scattering lost (138 against 106), at 2 MB neither won (BENCHMARKS,
-/// forty-fourth pass).
+/// 3768, 27980); at 512 KB scattering lost (138 against 106), at 2 MB neither won (BENCHMARKS.md
+/// of 2026-11-28, 10c9a0d).
 pub const SCATTER_MIN_BYTES: u64 = 1 << 20;
 
 /// Reduce between two hosts of equal size from this size, where the count splits evenly over a
 /// host's ranks, goes slice by slice (`reduce_sliced`), the mirror of the scattered Broadcast. At
 /// 2 simulated hosts x 2 on H200 (us, two rounds): 4 MB 302-346 against 379-438 sent whole, 16 MB
 /// 881-977 against 1223-1335, 64 MB 4530-5339 against 6715-7046 (NCCL's sockets 811-966, 3479-4080,
-/// 14632-16042); at 1 MB 140-166 against 153-193, at 256 KB neither won (BENCHMARKS, forty-fifth
-/// pass).
+/// 14632-16042); at 1 MB 140-166 against 153-193, at 256 KB neither won (BENCHMARKS.md of 2026-11-28,
+/// 491a903).
 pub const SLICE_MIN_BYTES: u64 = 1 << 20;
 
 /// Reduce up to this size, with at most `DIRECT_MAX_PEERS` ranks on other hosts (any number of
 /// hosts): each of them sends its input to the root, so no host stage comes before their step.
 /// At 2 simulated hosts x 2 this took 0.5-1 us off 256 B-1 KB, nothing at 4 KB, and added 1 us at
 /// 16 KB and 10 us at 64 KB, where the root's proxy receives and combines twice the bytes
-/// (BENCHMARKS, twenty-ninth pass).
+/// (BENCHMARKS.md of 2026-11-26, a205a11).
 pub const REDUCE_DIRECT_MAX_BYTES: u64 = 4 << 10;
 
 /// The stages of one collective on rank `l.me`.
