@@ -24,7 +24,7 @@ impl AllReduceAlgo {
     pub const ALL: [AllReduceAlgo; 5] =
         [AllReduceAlgo::OneShot, AllReduceAlgo::TwoPhase, AllReduceAlgo::Rsag, AllReduceAlgo::OneShot128, AllReduceAlgo::TwoPhase128];
 
-    /// Name in kernel symbols (ox_allreduce_<name>_...) and in OXCCL_ALLREDUCE_ALGO.
+    /// Name in kernel symbols (`ox_allreduce_<name>_...`) and in OXCCL_ALLREDUCE_ALGO.
     pub fn name(self) -> &'static str {
         match self {
             AllReduceAlgo::OneShot => "oneshot",

@@ -1,4 +1,4 @@
-//! Hang diagnosis. With OXCCL_DEBUG_DUMP=<seconds>, a monitor thread looks at every live
+//! Hang diagnosis. With `OXCCL_DEBUG_DUMP=<seconds>`, a monitor thread looks at every live
 //! communicator once a second; when one has had work outstanding on its stream for that long
 //! without issuing anything new, it WARNs a dump of that communicator: identity and state, the
 //! last operations issued, whether the stream is still busy, and the device-side LL flags and

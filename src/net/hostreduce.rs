@@ -541,7 +541,7 @@ fn fp8s(acc: &mut [u8], x: &[u8], f: Mini, c: Combine) {
     }
 }
 
-/// acc[i] = acc[i] (op) x[i] over whole elements of `op.dtype` (both slices equally long).
+/// `acc[i] = acc[i] (op) x[i]` over whole elements of `op.dtype` (both slices equally long).
 pub fn combine(op: &HostOp, acc: &mut [u8], x: &[u8]) {
     let c = op.combine;
     match op.dtype {
@@ -593,7 +593,7 @@ pub fn post(op: &HostOp, acc: &mut [u8]) {
 /// division) costs no extra trip to memory.
 const BLOCK: usize = 16 << 10;
 
-/// acc = srcs[0] (op) srcs[1] (op) ..., then `post`, block by block. A `None` source is already in
+/// `acc = srcs[0] (op) srcs[1] (op) ...`, then `post`, block by block. A `None` source is already in
 /// `acc` (the first only); every slice is as long as `acc`.
 pub fn reduce_into(op: &HostOp, acc: &mut [u8], srcs: &[Option<&[u8]>]) {
     for (k, a) in acc.chunks_mut(BLOCK).enumerate() {

@@ -122,7 +122,7 @@ pub struct Xfer {
     pub bytes: u64,
 }
 
-/// out = inputs[0] (op) inputs[1] (op) ..., accumulated in the host arena at `acc`, then written
+/// `out = inputs[0] (op) inputs[1] (op) ...`, accumulated in the host arena at `acc`, then written
 /// to `out` (a device address, or left at `acc` when `out` is `Host(acc)`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostReduce {

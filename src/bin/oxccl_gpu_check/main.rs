@@ -101,7 +101,7 @@ pub(crate) fn nccl(rc: ResultCode, what: &str) -> Result<(), String> {
     Err(format!("{what} failed: {rc:?} ({})", last.to_string_lossy()))
 }
 
-/// One communicator over `devs` (rank r on devs[r]), created in one group as nccl-tests -g does.
+/// One communicator over `devs` (rank r on `devs[r]`), created in one group as nccl-tests -g does.
 pub(crate) fn init_comms(devs: &[&'static Device]) -> Result<Vec<ncclComm_t>, String> {
     let n = devs.len();
     let mut id = ncclUniqueId { internal: [0; 128] };
