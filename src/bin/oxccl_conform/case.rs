@@ -160,6 +160,28 @@ impl OpCase {
     }
 }
 
+/// How the stopping ranks stop their communicators.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// ncclCommAbort on every communicator.
+    #[default]
+    Abort,
+    /// ncclCommRevoke on every communicator, then ncclCommDestroy.
+    Revoke,
+    /// ncclCommShrink with NCCL_SHRINK_ABORT over the stopping ranks (the others excluded), a
+    /// correct AllReduce on each new communicator, then both destroyed.
+    ShrinkAbort,
+}
+
+impl Stop {
+    pub const ALL: [Stop; 3] = [Stop::Abort, Stop::Revoke, Stop::ShrinkAbort];
+
+    fn is_abort(&self) -> bool {
+        *self == Stop::Abort
+    }
+}
+
 /// Which ranks abort, and when.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Abort {
@@ -170,6 +192,9 @@ pub struct Abort {
     /// Only the posting ranks abort; the others (nothing pending with them) must see no error
     /// for a while and then destroy their communicators in bounded time.
     pub posters_only: bool,
+    /// Absent in cases written before revoke and shrink were drawn: ncclCommAbort.
+    #[serde(default, skip_serializing_if = "Stop::is_abort")]
+    pub how: Stop,
 }
 
 /// One fuzz case: a group of operations on `procs` processes of `per_proc` ranks each.
@@ -433,6 +458,13 @@ mod tests {
         reg.ops[0].mem = Mem::NcclAllocRegistered;
         assert!(reg.to_line().contains(r#""mem":"nccl_alloc_registered""#), "{}", reg.to_line());
         assert_eq!(Case::from_line(&reg.to_line()).unwrap(), reg);
+        // Likewise the way of stopping: ncclCommAbort is left out, the others spelt out.
+        let mut stop = c.clone();
+        stop.abort = Some(Abort { posts: vec![true, false, true], delay_us: 5, posters_only: true, how: Stop::Abort });
+        assert!(!stop.to_line().contains("how"));
+        stop.abort.as_mut().unwrap().how = Stop::ShrinkAbort;
+        assert!(stop.to_line().contains(r#""how":"shrink_abort""#), "{}", stop.to_line());
+        assert_eq!(Case::from_line(&stop.to_line()).unwrap(), stop);
     }
 
     #[test]

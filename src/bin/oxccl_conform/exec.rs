@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use oxccl::gpu::cu;
 
-use crate::case::{layout, scalar_value, Case, Kind, Mem, Mode, Op, OpCase, OpExt};
+use crate::case::{layout, scalar_value, Case, Kind, Mem, Mode, Op, OpCase, OpExt, Stop};
 use crate::data::{compare, digest, expected_images, initial_images};
-use crate::nccl::{Comm, Config, Nccl, UniqueId, IN_PROGRESS, SUCCESS};
+use crate::nccl::{Comm, Config, Nccl, UniqueId, IN_PROGRESS, SHRINK_ABORT, SUCCESS};
 use crate::values::Codec;
 
 /// Communicator slots per rank: (blocking, nonblocking) x (comm 0, comm 1).
@@ -622,6 +622,8 @@ impl Exec {
         let a = case.abort.clone().expect("an abort case");
         let aborts = |rank: usize| !a.posters_only || a.posts[rank];
         let mut wrong = Vec::new();
+        // ShrinkAbort: per local stopping rank, its new communicator per slot.
+        let mut shrunk: Vec<(usize, [Comm; SLOTS])> = Vec::new();
         let me: &Exec = self;
         // Graphs made by the issuer, as (local rank, graph, exec) addresses: destroyed once the
         // streams have drained (a graph holds its communicators until it goes).
@@ -677,22 +679,29 @@ impl Exec {
             me.barrier()?;
             std::thread::sleep(Duration::from_micros(a.delay_us as u64));
             let t_abort = Instant::now();
+            if a.how == Stop::ShrinkAbort {
+                shrunk = me.shrink_stopping(&aborts, &mut wrong);
+            }
             for (i, r) in me.ranks.iter().enumerate() {
-                if !aborts(r.rank) {
+                if !aborts(r.rank) || a.how == Stop::ShrinkAbort {
                     continue;
                 }
                 me.set_ctx(i);
                 for &c in &r.comms {
-                    // SAFETY: a live communicator; abort may run while another thread is in a call.
-                    let rc = unsafe { (me.nccl.comm_abort)(c) };
-                    if rc != SUCCESS {
-                        wrong.push(me.nccl.describe(&format!("rank {}: ncclCommAbort", r.rank), rc, std::ptr::null_mut()));
+                    // SAFETY: a live communicator; abort and revoke may run while another thread
+                    // is in a call.
+                    let (rc, what) = match a.how {
+                        Stop::Revoke => (unsafe { (me.nccl.comm_revoke)(c, 0) }, "ncclCommRevoke"),
+                        _ => (unsafe { (me.nccl.comm_abort)(c) }, "ncclCommAbort"),
+                    };
+                    if rc != SUCCESS && !(rc == IN_PROGRESS && case.mode == Mode::NonBlocking) {
+                        wrong.push(me.nccl.describe(&format!("rank {}: {what}", r.rank), rc, std::ptr::null_mut()));
                     }
                 }
             }
             let abort_time = t_abort.elapsed();
             if abort_time > Duration::from_secs(15) {
-                wrong.push(format!("ncclCommAbort took {abort_time:?}"));
+                wrong.push(format!("stopping the communicators ({:?}) took {abort_time:?}", a.how));
             }
             // The issuing thread must come back once its communicators are aborted.
             let t1 = Instant::now();
@@ -706,6 +715,36 @@ impl Exec {
             }
             Ok(issuer.join().map(|(_, made)| made).unwrap_or_default())
         })?;
+        // Revoked or shrunk-from parents (and the shrunk communicators, once they computed a
+        // correct AllReduce) are destroyed by their ranks, in bounded time.
+        if a.how != Stop::Abort {
+            if a.how == Stop::ShrinkAbort {
+                let stopping = (0..self.nranks).filter(|&r| aborts(r)).count() as i32;
+                for s in 0..SLOTS {
+                    let members: Vec<(usize, Comm)> = shrunk.iter().filter(|(_, c)| !c[s].is_null()).map(|&(i, c)| (i, c[s])).collect();
+                    if members.len() == shrunk.len() && !members.is_empty() {
+                        if let Err(e) = self.check_allreduce(&members, stopping, "a communicator made by ncclCommShrink(NCCL_SHRINK_ABORT)") {
+                            wrong.push(e);
+                        }
+                    }
+                }
+            }
+            for (i, r) in self.ranks.iter().enumerate().filter(|(_, r)| aborts(r.rank)) {
+                self.set_ctx(i);
+                let t = Instant::now();
+                let new = shrunk.iter().find(|(j, _)| *j == i).map(|(_, c)| *c).unwrap_or([std::ptr::null_mut(); SLOTS]);
+                for c in new.into_iter().chain(r.comms).filter(|c| !c.is_null()) {
+                    // SAFETY: a live communicator whose work has ended or been revoked.
+                    let rc = unsafe { (self.nccl.comm_destroy)(c) };
+                    if rc != SUCCESS {
+                        wrong.push(self.nccl.describe(&format!("rank {}: ncclCommDestroy after {:?}", r.rank, a.how), rc, std::ptr::null_mut()));
+                    }
+                }
+                if t.elapsed() > Duration::from_secs(10) {
+                    wrong.push(format!("rank {}: ncclCommDestroy after {:?} took {:?}", r.rank, a.how, t.elapsed()));
+                }
+            }
+        }
         // Survivors with nothing pending: no error for a while, then destroy in bounded time.
         let survivors: Vec<usize> = (0..self.ranks.len()).filter(|&i| !aborts(self.ranks[i].rank)).collect();
         if !survivors.is_empty() {
@@ -786,6 +825,79 @@ impl Exec {
         self.init_comms()?;
         self.sanity()?;
         Ok(if wrong.is_empty() { Ok(vec![]) } else { Err(wrong.join(" | ")) })
+    }
+
+    /// ncclCommShrink(NCCL_SHRINK_ABORT) of every slot's communicator over the stopping ranks
+    /// (the others excluded), one group per slot for this process's stopping ranks; returns
+    /// each local stopping rank's new communicators (null where the shrink failed).
+    fn shrink_stopping(&self, stops: &dyn Fn(usize) -> bool, wrong: &mut Vec<String>) -> Vec<(usize, [Comm; SLOTS])> {
+        let mut exclude: Vec<c_int> = (0..self.nranks).filter(|&r| !stops(r)).map(|r| r as c_int).collect();
+        let mut out: Vec<(usize, [Comm; SLOTS])> =
+            self.ranks.iter().enumerate().filter(|(_, r)| stops(r.rank)).map(|(i, _)| (i, [std::ptr::null_mut(); SLOTS])).collect();
+        for s in 0..SLOTS {
+            // SAFETY: no preconditions.
+            unsafe { (self.nccl.group_start)() };
+            for (i, new) in out.iter_mut() {
+                self.set_ctx(*i);
+                let r = &self.ranks[*i];
+                // SAFETY: a live parent; the list outlives the call (NCCL sorts it in place);
+                // out-pointer into `out`; a NULL config inherits the parent's.
+                let rc = unsafe {
+                    (self.nccl.comm_shrink)(r.comms[s], exclude.as_mut_ptr(), exclude.len() as c_int, &mut new[s], std::ptr::null_mut(), SHRINK_ABORT)
+                };
+                if rc != SUCCESS && rc != IN_PROGRESS {
+                    wrong.push(self.nccl.describe(&format!("rank {}: ncclCommShrink(NCCL_SHRINK_ABORT)", r.rank), rc, r.comms[s]));
+                }
+            }
+            // SAFETY: closes the group.
+            let rc = unsafe { (self.nccl.group_end)() };
+            if rc != SUCCESS && rc != IN_PROGRESS {
+                wrong.push(self.nccl.describe("ncclGroupEnd of ncclCommShrink", rc, std::ptr::null_mut()));
+            }
+            let made: Vec<Comm> = out.iter().map(|(_, c)| c[s]).filter(|c| !c.is_null()).collect();
+            if let Err(e) = self.wait_async(&made, Instant::now() + self.case_timeout, "ncclCommShrink") {
+                wrong.push(e);
+            }
+        }
+        out
+    }
+
+    /// An in-place int32 AllReduce of 1024 elements over `members` (local rank, communicator),
+    /// each rank contributing 1: every element must be `n`, the communicator's size.
+    fn check_allreduce(&self, members: &[(usize, Comm)], n: i32, what: &str) -> Result<(), String> {
+        let mut bufs = Vec::new();
+        // SAFETY: no preconditions.
+        unsafe { (self.nccl.group_start)() };
+        for &(i, c) in members {
+            self.set_ctx(i);
+            let mut p = 0;
+            // SAFETY: out-pointer to a local.
+            cu_check(unsafe { cu::cuMemAlloc_v2(&mut p, 4096) }, "cuMemAlloc")?;
+            let bytes: Vec<u8> = [1i32; 1024].iter().flat_map(|x| x.to_ne_bytes()).collect();
+            self.upload_to(i, p, &bytes)?;
+            // SAFETY: a 4 KiB allocation, filled above.
+            unsafe { (self.nccl.all_reduce)(p as *const c_void, p as *mut c_void, 1024, 2, 0, c, self.ranks[i].stream) };
+            bufs.push((i, p));
+        }
+        // SAFETY: closes the group.
+        unsafe { (self.nccl.group_end)() };
+        let comms: Vec<Comm> = members.iter().map(|&(_, c)| c).collect();
+        self.wait_async(&comms, Instant::now() + self.case_timeout, what)?;
+        self.sync_streams(Instant::now() + self.case_timeout)?;
+        let mut bad = None;
+        for (i, p) in bufs {
+            self.set_ctx(i);
+            let mut v = vec![0i32; 1024];
+            // SAFETY: reads back the 4 KiB allocated above, then frees it.
+            unsafe {
+                cu_check(cu::cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), p, 4096), "cuMemcpyDtoH")?;
+                cu::cuMemFree_v2(p);
+            }
+            if let Some(x) = v.iter().find(|&&x| x != n) {
+                bad.get_or_insert(format!("{what} computed {x} instead of {n}"));
+            }
+        }
+        bad.map_or(Ok(()), Err)
     }
 
     /// An AllReduce of every rank's rank + 1 on every communicator slot.

@@ -14,7 +14,7 @@ use oxccl::algo::{
 };
 use oxccl::types::DataType;
 
-use crate::case::{Abort, Case, Kind, Mem, Mode, Op, OpCase, Transfer, SCALARS};
+use crate::case::{Abort, Case, Kind, Mem, Mode, Op, OpCase, Stop, Transfer, SCALARS};
 
 /// What the run may draw.
 #[derive(Clone, Debug)]
@@ -265,8 +265,10 @@ pub fn case_strategy(space: Arc<Space>, bounds: Arc<Boundaries>) -> BoxedStrateg
             let op = op_strategy(space.clone(), bounds.clone(), n);
             let ops = prop_oneof![3 => prop::collection::vec(op.clone(), 1..=1), 2 => prop::collection::vec(op, 2..=space.max_group.max(2))];
             let abort = if n >= 2 && space.abort_pct > 0 {
-                let a = (prop::collection::vec(any::<bool>(), n), 0u32..20_000, any::<bool>())
-                    .prop_map(|(posts, delay_us, posters_only)| Some(Abort { posts, delay_us, posters_only }));
+                // ncclCommAbort two times in three; revoke and shrink the rest.
+                let how = prop_oneof![1 => Just(Stop::Abort), 1 => prop::sample::select(Stop::ALL.to_vec())];
+                let a = (prop::collection::vec(any::<bool>(), n), 0u32..20_000, any::<bool>(), how)
+                    .prop_map(|(posts, delay_us, posters_only, how)| Some(Abort { posts, delay_us, posters_only, how }));
                 prop_oneof![(100 - space.abort_pct.min(100)) => Just(None), space.abort_pct.min(100) => a].boxed()
             } else {
                 Just(None).boxed()
@@ -345,6 +347,7 @@ mod tests {
         let mut runner = TestRunner::deterministic();
         let mut kinds = std::collections::HashSet::new();
         let mut mems = std::collections::HashSet::new();
+        let mut stops = std::collections::HashSet::new();
         for _ in 0..300 {
             let mut tree = strat.new_tree(&mut runner).unwrap();
             let c = tree.current();
@@ -352,6 +355,7 @@ mod tests {
             assert!(c.ops.iter().all(|o| (o.count * o.dt().size() as u64) * if o.kind.per_rank() { c.nranks() as u64 } else { 1 } <= 64 << 20));
             kinds.extend(c.ops.iter().map(|o| o.kind));
             mems.extend(c.ops.iter().map(|o| o.mem));
+            stops.extend(c.abort.as_ref().map(|a| a.how));
             for _ in 0..20 {
                 if !tree.simplify() {
                     break;
@@ -361,6 +365,7 @@ mod tests {
         }
         assert_eq!(kinds.len(), Kind::ALL.len(), "every kind is drawn");
         assert_eq!(mems.len(), Mem::ALL.len(), "every buffer kind is drawn");
+        assert_eq!(stops.len(), Stop::ALL.len(), "every way of stopping is drawn");
     }
 
     #[test]

@@ -10,6 +10,8 @@ pub type Stream = cu::CUstream;
 
 pub const SUCCESS: c_int = 0;
 pub const IN_PROGRESS: c_int = 7;
+/// ncclCommShrink's flag: revoke the parent's operations first.
+pub const SHRINK_ABORT: c_int = 1;
 
 /// ncclUniqueId.
 #[repr(C)]
@@ -78,6 +80,8 @@ pub struct Nccl {
     pub comm_destroy: unsafe extern "C" fn(Comm) -> c_int,
     pub comm_finalize: unsafe extern "C" fn(Comm) -> c_int,
     pub comm_abort: unsafe extern "C" fn(Comm) -> c_int,
+    pub comm_revoke: unsafe extern "C" fn(Comm, c_int) -> c_int,
+    pub comm_shrink: unsafe extern "C" fn(Comm, *mut c_int, c_int, *mut Comm, *mut Config, c_int) -> c_int,
     pub comm_get_async_error: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
     pub get_error_string: unsafe extern "C" fn(c_int) -> *const c_char,
     pub get_last_error: unsafe extern "C" fn(Comm) -> *const c_char,
@@ -126,6 +130,8 @@ impl Nccl {
             comm_destroy: sym!(lib, "ncclCommDestroy"),
             comm_finalize: sym!(lib, "ncclCommFinalize"),
             comm_abort: sym!(lib, "ncclCommAbort"),
+            comm_revoke: sym!(lib, "ncclCommRevoke"),
+            comm_shrink: sym!(lib, "ncclCommShrink"),
             comm_get_async_error: sym!(lib, "ncclCommGetAsyncError"),
             get_error_string: sym!(lib, "ncclGetErrorString"),
             get_last_error: sym!(lib, "ncclGetLastError"),
