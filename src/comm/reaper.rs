@@ -140,12 +140,16 @@ pub fn retire(key: u64, rank: usize, ranks_here: usize, held: Option<Held>) {
         cv.notify_all();
     }
     drop(st);
-    drop(done);
+    dispose(done);
 }
 
 /// Drops `hold` (memory whose free synchronises the device) through `gate`: at once on this
 /// thread where it lets it, else later on this module's thread, once it does. Never waits.
 pub fn drop_when(gate: Gate, what: impl FnOnce() -> String, hold: Box<dyn Send>) {
+    if exiting() {
+        std::mem::forget(hold);
+        return;
+    }
     let mut slot = Some(hold);
     if gate(&mut || drop(slot.take())) {
         return;
@@ -169,6 +173,10 @@ fn drop_gated() {
     }
     let mut kept = Vec::new();
     for mut g in gated {
+        if exiting() {
+            std::mem::forget(g.hold);
+            continue;
+        }
         let mut slot = Some(g.hold);
         if (g.gate)(&mut || drop(slot.take())) {
             nccl_info!(Subsys::Init, "{}: freed after {:.1} s", g.what, g.since.elapsed().as_secs_f64());
@@ -187,6 +195,10 @@ fn drop_gated() {
 
 /// Drops `b` on this module's thread (for driver callbacks, which may make no CUDA call).
 pub fn drop_later(b: Box<dyn Send>) {
+    if exiting() {
+        std::mem::forget(b);
+        return;
+    }
     let (m, cv) = state();
     let mut st = m.lock();
     st.drops.push(b);
@@ -232,27 +244,32 @@ fn sweep(st: &mut State) -> Vec<Box<dyn Send>> {
 }
 
 fn ensure_thread(st: &mut State) {
-    if st.thread {
+    if st.thread || exiting() {
         return;
     }
     let spawned = std::thread::Builder::new().name("oxccl-reaper".into()).spawn(run);
     match spawned {
-        Ok(_) => {
-            st.thread = true;
-            // Registered after the CUDA runtime's own handler (the application used CUDA before
-            // it made a communicator), so it runs first: handlers run in reverse order.
-            // SAFETY: registers a plain function of this library, which is never unloaded
-            // while the process runs collectives.
-            if unsafe { libc::atexit(at_exit) } != 0 {
-                nccl_info!(Subsys::Init, "cannot register the reaper's exit handler");
-            }
-        }
+        Ok(_) => st.thread = true,
         Err(e) => nccl_warn!("cannot start the thread that frees communicators' memory later ({e}); it stays allocated"),
     }
 }
 
-/// The process exits (after main returned, or exit()): this module's thread makes no CUDA call
-/// from now on. A drop under way may end first (bounded: it can wait on the device). Seen in
+/// Whether the process is exiting: frees are leaked from then on, on every thread.
+fn exiting() -> bool {
+    EXITING.load(Ordering::Acquire)
+}
+
+/// Drops `b`, or leaks it once the process exits (CUDA may be torn down under the free).
+fn dispose<T>(b: T) {
+    if exiting() {
+        std::mem::forget(b);
+    } else {
+        drop(b);
+    }
+}
+
+/// The process exits (after main returned, or exit()): this module makes no CUDA call from now
+/// on, on its thread or the callers'. A drop under way may end first (bounded: it can wait on the device). Seen in
 /// one process driving two GPUs with CUDA graphs: a graph's last reference to a communicator,
 /// released by the driver after the application destroyed the communicator, was freed on this
 /// thread while CUDA tore down at exit.
@@ -274,13 +291,16 @@ fn run() {
         let done = sweep(&mut st);
         drop(st);
         let _busy = BUSY.lock();
-        if EXITING.load(Ordering::Acquire) {
+        if exiting() {
             std::mem::forget(drops);
             std::mem::forget(done);
             std::mem::forget(std::mem::take(&mut m.lock().gated));
             return;
         }
-        drop(drops);
+        // Item by item: once exit begins the rest is leaked, so at_exit's wait stays short.
+        for d in drops {
+            dispose(d);
+        }
         // Buffers every peer released: freed on this thread, which nothing else waits for, but
         // through the gate all the same (a free here can hold up the application's threads).
         for hold in done {
@@ -294,7 +314,18 @@ fn run() {
 /// (`process_gone`). Made once, at the first communicator's init.
 pub fn beacon() {
     static B: OnceLock<Option<std::os::fd::OwnedFd>> = OnceLock::new();
-    B.get_or_init(|| crate::reg::uds::listen(&beacon_name(crate::bootstrap::topo::process_token())).ok());
+    B.get_or_init(|| {
+        // At the first communicator's init, after the application initialised CUDA: CUDA's
+        // exit handlers were registered before this one, which therefore runs first (handlers
+        // run in reverse order). Registered lazily (at the first deferred free) it could come
+        // too late: after exit began, or inside CUDA's own handler.
+        // SAFETY: registers a plain function of this library. libc_nonshared's atexit ties it
+        // to this object, so an unload (dlclose) runs it rather than leaving it dangling.
+        if unsafe { libc::atexit(at_exit) } != 0 {
+            nccl_info!(Subsys::Init, "cannot register the reaper's exit handler");
+        }
+        crate::reg::uds::listen(&beacon_name(crate::bootstrap::topo::process_token())).ok()
+    });
 }
 
 fn beacon_name(token: u64) -> String {

@@ -233,6 +233,23 @@ impl Exec {
         Ok(())
     }
 
+    /// Polls `c`'s asynchronous state until it is not ncclInProgress (or the deadline passed)
+    /// and returns it: a nonblocking communicator's revoke, shrink or finalize completes there.
+    fn settle(&self, c: Comm, deadline: Instant) -> c_int {
+        loop {
+            let mut st: c_int = 0;
+            // SAFETY: a live communicator; out-pointer to a local.
+            let rc = unsafe { (self.nccl.comm_get_async_error)(c, &mut st) };
+            if rc != SUCCESS {
+                return rc;
+            }
+            if st != IN_PROGRESS || Instant::now() > deadline {
+                return st;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
     /// Waits for every local rank's stream, each within the deadline.
     fn sync_streams(&self, deadline: Instant) -> Result<(), String> {
         self.ranks.iter().try_for_each(|r| self.sync_stream(r, deadline))
@@ -284,9 +301,12 @@ impl Exec {
             parts.push(v);
         }
         let res = if case.abort.is_some() { self.run_abort(case, &parts) } else { self.run_checked(case, &parts) };
-        // After an abort the communicators are gone: their PreMulSum ops with them.
+        // After an abort the communicators are gone: their PreMulSum ops with them. After a fatal
+        // error kernels may still use the buffers: they are leaked (the executor exits).
         let destroy_ops = case.abort.is_none();
-        self.release(case, parts, destroy_ops);
+        if res.is_ok() {
+            self.release(case, parts, destroy_ops);
+        }
         match res {
             Ok(Ok(digests)) => {
                 say(&format!("RESULT ok {}", digests.iter().map(|d| format!("{d:016x}")).collect::<Vec<_>>().join(" ")));
@@ -311,7 +331,6 @@ impl Exec {
         let l = layout(o, n, r);
         let imgs = initial_images(case.seed, opi, o, n, r, 0, codec);
         let comm = self.ranks[i].comms[Self::slot(case, o)];
-        let nb = case.mode == Mode::NonBlocking;
         let mut part = Part { allocs: Vec::new(), mem: o.mem, handles: Vec::new(), op: o.op.raw().unwrap_or(0), scalar: None };
         for (a, img) in l.allocs.iter().zip(&imgs) {
             let bytes = a.bytes(es);
@@ -336,7 +355,8 @@ impl Exec {
                 let mut h = std::ptr::null_mut();
                 // SAFETY: a live allocation of `bytes`; out-pointer to a local.
                 let rc = unsafe { (self.nccl.comm_register)(comm, ptr as *mut c_void, bytes as usize, &mut h) };
-                if !(rc == SUCCESS || (nb && rc == IN_PROGRESS)) {
+                // Local and synchronous in NCCL, nonblocking communicators included.
+                if rc != SUCCESS || h.is_null() {
                     self.release_part_on(part, Some(comm));
                     return Err(self.nccl.describe("ncclCommRegister", rc, comm));
                 }
@@ -679,22 +699,24 @@ impl Exec {
             me.barrier()?;
             std::thread::sleep(Duration::from_micros(a.delay_us as u64));
             let t_abort = Instant::now();
-            if a.how == Stop::ShrinkAbort {
-                shrunk = me.shrink_stopping(&aborts, &mut wrong);
-            }
+            // ShrinkAbort shrinks once the issuing thread is back: at once if it already is (the
+            // shrink then stops the kernels still waiting), else after a revoke brings it back
+            // (NCCL documents only abort as safe while another thread is inside a call).
+            let revoke_first = a.how == Stop::ShrinkAbort && !issuer.is_finished();
             for (i, r) in me.ranks.iter().enumerate() {
-                if !aborts(r.rank) || a.how == Stop::ShrinkAbort {
+                if !aborts(r.rank) || (a.how == Stop::ShrinkAbort && !revoke_first) {
                     continue;
                 }
                 me.set_ctx(i);
-                for &c in &r.comms {
+                for (s, &c) in r.comms.iter().enumerate() {
                     // SAFETY: a live communicator; abort and revoke may run while another thread
                     // is in a call.
                     let (rc, what) = match a.how {
-                        Stop::Revoke => (unsafe { (me.nccl.comm_revoke)(c, 0) }, "ncclCommRevoke"),
-                        _ => (unsafe { (me.nccl.comm_abort)(c) }, "ncclCommAbort"),
+                        Stop::Abort => (unsafe { (me.nccl.comm_abort)(c) }, "ncclCommAbort"),
+                        _ => (unsafe { (me.nccl.comm_revoke)(c, 0) }, "ncclCommRevoke"),
                     };
-                    if rc != SUCCESS && !(rc == IN_PROGRESS && case.mode == Mode::NonBlocking) {
+                    // Slots 2 and 3 are nonblocking communicators: a revoke completes later.
+                    if rc != SUCCESS && !(rc == IN_PROGRESS && s >= 2) {
                         wrong.push(me.nccl.describe(&format!("rank {}: {what}", r.rank), rc, std::ptr::null_mut()));
                     }
                 }
@@ -708,13 +730,16 @@ impl Exec {
             while !issuer.is_finished() {
                 if t1.elapsed() > Duration::from_secs(20) {
                     // Leaving the scope would wait for it forever: report and end the process.
-                    say("FATAL a call still had not returned 20 s after ncclCommAbort");
+                    say(&format!("FATAL a call still had not returned 20 s after stopping the communicators ({:?})", a.how));
                     std::process::exit(3);
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
             Ok(issuer.join().map(|(_, made)| made).unwrap_or_default())
         })?;
+        if a.how == Stop::ShrinkAbort {
+            shrunk = self.shrink_stopping(&aborts, &mut wrong);
+        }
         // Revoked or shrunk-from parents (and the shrunk communicators, once they computed a
         // correct AllReduce) are destroyed by their ranks, in bounded time.
         if a.how != Stop::Abort {
@@ -734,6 +759,8 @@ impl Exec {
                 let t = Instant::now();
                 let new = shrunk.iter().find(|(j, _)| *j == i).map(|(_, c)| *c).unwrap_or([std::ptr::null_mut(); SLOTS]);
                 for c in new.into_iter().chain(r.comms).filter(|c| !c.is_null()) {
+                    // A nonblocking revoke completes before the communicator can be destroyed.
+                    self.settle(c, Instant::now() + Duration::from_secs(10));
                     // SAFETY: a live communicator whose work has ended or been revoked.
                     let rc = unsafe { (self.nccl.comm_destroy)(c) };
                     if rc != SUCCESS {
@@ -773,6 +800,11 @@ impl Exec {
                     let rc = unsafe { (self.nccl.comm_finalize)(c) };
                     if rc != SUCCESS && rc != IN_PROGRESS {
                         wrong.push(self.nccl.describe(&format!("rank {}: ncclCommFinalize after a peer aborted", self.ranks[i].rank), rc, c));
+                    }
+                    // A nonblocking finalize completes before the destroy (NCCL refuses it before).
+                    let st = self.settle(c, t + Duration::from_secs(10));
+                    if st != SUCCESS {
+                        wrong.push(self.nccl.describe(&format!("rank {}: ncclCommFinalize after a peer aborted: async state", self.ranks[i].rank), st, c));
                     }
                     // SAFETY: as above.
                     unsafe { (self.nccl.comm_destroy)(c) };
@@ -854,9 +886,18 @@ impl Exec {
             if rc != SUCCESS && rc != IN_PROGRESS {
                 wrong.push(self.nccl.describe("ncclGroupEnd of ncclCommShrink", rc, std::ptr::null_mut()));
             }
-            let made: Vec<Comm> = out.iter().map(|(_, c)| c[s]).filter(|c| !c.is_null()).collect();
-            if let Err(e) = self.wait_async(&made, Instant::now() + self.case_timeout, "ncclCommShrink") {
-                wrong.push(e);
+            // A nonblocking shrink completes in the background: NCCL writes the new handle once
+            // the parent's state leaves ncclInProgress.
+            let deadline = Instant::now() + self.case_timeout;
+            for (i, new) in out.iter_mut() {
+                self.settle(self.ranks[*i].comms[s], deadline);
+                // SAFETY: the library may have written it from its own thread.
+                new[s] = unsafe { std::ptr::read_volatile(&new[s]) };
+                if new[s].is_null() {
+                    wrong.push(format!("rank {}: ncclCommShrink(NCCL_SHRINK_ABORT) gave no communicator on slot {s}", self.ranks[*i].rank));
+                } else if let Err(e) = self.wait_async(&[new[s]], deadline, "ncclCommShrink") {
+                    wrong.push(e);
+                }
             }
         }
         out
@@ -876,11 +917,19 @@ impl Exec {
             let bytes: Vec<u8> = [1i32; 1024].iter().flat_map(|x| x.to_ne_bytes()).collect();
             self.upload_to(i, p, &bytes)?;
             // SAFETY: a 4 KiB allocation, filled above.
-            unsafe { (self.nccl.all_reduce)(p as *const c_void, p as *mut c_void, 1024, 2, 0, c, self.ranks[i].stream) };
+            let rc = unsafe { (self.nccl.all_reduce)(p as *const c_void, p as *mut c_void, 1024, 2, 0, c, self.ranks[i].stream) };
             bufs.push((i, p));
+            if rc != SUCCESS && rc != IN_PROGRESS {
+                // SAFETY: closes the group opened above.
+                unsafe { (self.nccl.group_end)() };
+                return Err(self.nccl.describe(&format!("{what}: ncclAllReduce"), rc, c));
+            }
         }
         // SAFETY: closes the group.
-        unsafe { (self.nccl.group_end)() };
+        let rc = unsafe { (self.nccl.group_end)() };
+        if rc != SUCCESS && rc != IN_PROGRESS {
+            return Err(self.nccl.describe(&format!("{what}: ncclGroupEnd"), rc, std::ptr::null_mut()));
+        }
         let comms: Vec<Comm> = members.iter().map(|&(_, c)| c).collect();
         self.wait_async(&comms, Instant::now() + self.case_timeout, what)?;
         self.sync_streams(Instant::now() + self.case_timeout)?;

@@ -284,6 +284,11 @@ pub fn case_strategy(space: Arc<Space>, bounds: Arc<Boundaries>) -> BoxedStrateg
                     if !a.posts.iter().any(|&p| p) {
                         a.posts[0] = true;
                     }
+                    // A shrink excludes someone (NCCL refuses an empty exclusion list): only
+                    // posters stop, and some rank does not post.
+                    if a.how == Stop::ShrinkAbort && (!a.posters_only || a.posts.iter().all(|&p| p)) {
+                        a.how = Stop::Revoke;
+                    }
                     a
                 }),
                 seed,
@@ -347,7 +352,6 @@ mod tests {
         let mut runner = TestRunner::deterministic();
         let mut kinds = std::collections::HashSet::new();
         let mut mems = std::collections::HashSet::new();
-        let mut stops = std::collections::HashSet::new();
         for _ in 0..300 {
             let mut tree = strat.new_tree(&mut runner).unwrap();
             let c = tree.current();
@@ -355,7 +359,6 @@ mod tests {
             assert!(c.ops.iter().all(|o| (o.count * o.dt().size() as u64) * if o.kind.per_rank() { c.nranks() as u64 } else { 1 } <= 64 << 20));
             kinds.extend(c.ops.iter().map(|o| o.kind));
             mems.extend(c.ops.iter().map(|o| o.mem));
-            stops.extend(c.abort.as_ref().map(|a| a.how));
             for _ in 0..20 {
                 if !tree.simplify() {
                     break;
@@ -365,6 +368,26 @@ mod tests {
         }
         assert_eq!(kinds.len(), Kind::ALL.len(), "every kind is drawn");
         assert_eq!(mems.len(), Mem::ALL.len(), "every buffer kind is drawn");
+    }
+
+    /// Every way of stopping is drawn, and a shrink always excludes a rank that did not post.
+    #[test]
+    fn abort_cases_stop_every_way_and_shrinks_exclude_someone() {
+        let mut s = space();
+        s.abort_pct = 100;
+        s.layouts = vec![(2, 1), (1, 3), (2, 2)];
+        let s = Arc::new(s);
+        let strat = case_strategy(s.clone(), Arc::new(Boundaries::probe(&s)));
+        let mut runner = TestRunner::deterministic();
+        let mut stops = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let c = strat.new_tree(&mut runner).unwrap().current();
+            let a = c.abort.clone().expect("every case aborts");
+            if a.how == Stop::ShrinkAbort {
+                assert!(a.posters_only && a.posts.iter().any(|&p| !p), "{}", c.to_line());
+            }
+            stops.insert(a.how);
+        }
         assert_eq!(stops.len(), Stop::ALL.len(), "every way of stopping is drawn");
     }
 
