@@ -92,8 +92,9 @@ fn twophase128_capacity(s: &Scratch, n: u64) -> u64 {
 /// packets' half efficiency costs more than the put-based algorithm's syncs (about 1 MiB); with
 /// more ranks one-shot moves (n-1)/2 times more bytes than two-phase and stops paying earlier.
 /// As LL128 lines (`lines`: the message fits the all-pairs area), two ranks keep one-shot as far
-/// as the area holds: 8.8 against 10.8 us at 1 MiB on H200 x4 (s35a), 13.8 against the put-based
-/// 17.3 at 2 MiB, even at 4 MiB (22.4 against 23.6) and behind at 8 MiB (39.4 against 36.0; s35b).
+/// as the area holds: 8.8 against 10.8 us at 1 MiB on H200 x4, 13.8 against the put-based 17.3
+/// at 2 MiB, even at 4 MiB (22.4 against 23.6) and behind at 8 MiB (39.4 against 36.0;
+/// BENCHMARKS.md of 2026-11-26, 1ffcb7a).
 fn default_oneshot_max(n: u64, lines: bool) -> u64 {
     match n {
         2 if lines => u64::MAX,
@@ -105,10 +106,10 @@ fn default_oneshot_max(n: u64, lines: bool) -> u64 {
 
 /// Default two-phase limit: above it the put-based algorithm, spread over every block, is faster
 /// (two ranks never pick two-phase: one-shot moves the same bytes in one hop). As LL128 lines
-/// two-phase wins as far as the all-pairs area holds: 10.0 against 16.5 us at 1 MiB on 4 H200
-/// (s35a), 16.1 against 22.9 at 2 MiB, even at 4 MiB (32.4 against 32.2) and behind from 8 MiB
-/// (64.9 against 50.8; s35b), where LL128 lines move about 200 GB/s out of a GPU. The default area
-/// holds about 3.75 MiB at any rank count (Scratch::for_ranks).
+/// two-phase wins as far as the all-pairs area holds: 10.0 against 16.5 us at 1 MiB on 4 H200,
+/// 16.1 against 22.9 at 2 MiB, even at 4 MiB (32.4 against 32.2) and behind from 8 MiB
+/// (64.9 against 50.8; BENCHMARKS.md of 2026-11-26, 1ffcb7a), where LL128 lines move about 200 GB/s
+/// out of a GPU. The default area holds about 3.75 MiB at any rank count (Scratch::for_ranks).
 fn default_twophase_max(n: u64, lines: bool) -> u64 {
     if n == 2 {
         0
@@ -127,11 +128,12 @@ const RSAG_MIN_SLICE_BYTES: u64 = 4096;
 
 /// Largest message for which the put-based algorithm's blocks have 512 threads instead of 1024:
 /// on 4 H200, 8 MiB took 48.1-48.2 us against 49.2 (64 blocks), 2 ranks 34.0 against 35.8; at
-/// 16 MiB 4 ranks lost 1% (s35g).
+/// 16 MiB 4 ranks lost 1% (BENCHMARKS.md of 2026-11-26, 1ffcb7a).
 const RSAG_HALF_BLOCK_MAX_BYTES: u64 = 8 << 20;
 
 /// Largest range a rank owns (message / ranks) for which the put-based algorithm at 4+ ranks takes
-/// fewer blocks: on 4 H200, 64 blocks beat 128 by 1-7% at 2-16 MiB and lost 3% at 32 MiB (s33d).
+/// fewer blocks: on 4 H200, 64 blocks beat 128 by 1-7% at 2-16 MiB and lost 3% at 32 MiB
+/// (BENCHMARKS.md of 2026-11-26, 049c93f).
 const RSAG_MID_MAX_PER_BYTES: u64 = 4 << 20;
 
 pub(super) fn ll_shape(npkt: u64, sm_count: u32, t: &Tuning) -> (u32, u32) {
@@ -147,7 +149,8 @@ pub(super) fn ll_shape(npkt: u64, sm_count: u32, t: &Tuning) -> (u32, u32) {
 /// Launch shape of the LL128 algorithms for `lines` lines per phase: a warp takes 4 lines at a
 /// time, and a phase goes best in one pass of the grid. Up to 64 blocks of 512 threads, then
 /// blocks of 1024, up to one per SM: at 2 MiB on 4 H200, 103 blocks of 1024 took 16.1 us, 64 of
-/// 512 20.0 and 64 of 1024 17.8; below 1 MiB, 1024-thread blocks lost up to 1.5 us (s35a, s35b).
+/// 512 20.0 and 64 of 1024 17.8; below 1 MiB, 1024-thread blocks lost up to 1.5 us
+/// (BENCHMARKS.md of 2026-11-26, 1ffcb7a).
 fn ap128_shape(lines: u64, sm_count: u32, t: &Tuning) -> (u32, u32) {
     let groups = lines.div_ceil(4);
     let threads = t.ll_threads.unwrap_or(if groups <= 64 * 16 { 512 } else { 1024 });

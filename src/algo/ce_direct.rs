@@ -1,9 +1,9 @@
 //! Which transfers the copy-engine direct path takes (src/transport/ce_direct.rs): large one-way
 //! or two-way streams between two ranks in separate processes of one host, copied by the sender's
 //! copy engine straight into the receiver's buffer. One copy engine moves 391-396 GB/s each way
-//! over an NV18 pair where SM copies reach 365-373 (scripts/lab/oneway_lab.cu, BENCHMARKS
-//! eighteenth pass); each transfer pays a host handshake and two stream waits, so only large ones
-//! gain.
+//! over an NV18 pair where SM copies reach 365-373 (scripts/lab/oneway_lab.cu, BENCHMARKS.md
+//! of 2026-11-26, cf9da02); each transfer pays a host handshake and two stream waits, so only large
+//! ones gain.
 //!
 //! The decision is per pair of ranks, and both ranks of a pair must reach it alike, from values
 //! both see: a send's byte count equals the matching receive's, so this rank's (sends, receives)
@@ -19,18 +19,18 @@ use super::{ExchangeSpec, Tuning};
 /// Smallest transfer taken unless tuned (OXCCL_CE_DIRECT_MIN_BYTES; 0 = never), at two ranks and
 /// for Send/Recv and Gather beyond. At 4-32 MiB the path beat the SM kernels by 20-50% for
 /// Send/Recv, Gather, Scatter, AllGather and AlltoAll and tied them for Broadcast (H200 x2,
-/// s30h); at 4 MiB AllGather's 2 MiB pieces were not taken. At 4 ranks Send/Recv gained from
-/// 4 MiB (142 against 110 GB/s at 4 MB, 272 against 221 at 16 MB) and Gather from 16 MB
-/// (267 against 204) (s37a, s37b).
+/// BENCHMARKS.md of 2026-11-26, cf9da02); at 4 MiB AllGather's 2 MiB pieces were not taken. At 4
+/// ranks Send/Recv gained from 4 MiB (142 against 110 GB/s at 4 MB, 272 against 221 at 16 MB) and
+/// Gather from 16 MB (267 against 204; BENCHMARKS.md of 2026-11-26, 10e77a7).
 pub const DEFAULT_MIN_BYTES: u64 = 4 << 20;
 
 /// Beyond two ranks, where a root or every rank sends to several peers one copy after another,
 /// each copy's waits and stream operations cost more than the SM kernels lose, up to (busbw,
-/// copy engines / SM kernels, 4 x H200, s37b):
+/// copy engines / SM kernels, 4 x H200, BENCHMARKS.md of 2026-11-26, 10e77a7):
 /// - AlltoAll: 130 / 187 GB/s at 16 MB, 250 / 265 at 64 MB; from 128 MB (32 MiB pieces) the
 ///   copy engines lead: 306 / 288-300 at 128 MB, 338 / 320 at 256 MB, 363-365 / 328-330 at 512 MB.
 /// - AllGather: even at 128 MB (302-305 / 304-305; one run of the copy engines fell to 236 on
-///   H100, s37g), ahead from 256 MB (64 MiB pieces): 341-344 / 323-328, 361-364 / 335-338 at 512.
+///   H100), ahead from 256 MB (64 MiB pieces): 341-344 / 323-328, 361-364 / 335-338 at 512.
 /// - Scatter: 330 / 339 still at 128 MB, 360 / 353 at 256 MB, 379 / 360 at 512.
 pub const ALLTOALL_MIN_BYTES: u64 = 32 << 20;
 pub const SPREAD_MIN_BYTES: u64 = 64 << 20;

@@ -33,7 +33,8 @@ pub fn ll128_shape(bytes: u64, topo: &Topology, s: &Scratch, t: &Tuning) -> (u32
 /// 3 ranks 6.52 / 8.36 / 8.52 at 128 KiB, 218.5 / 225.0 / 207.7 at 64 MiB, 427.7 / 420.1 / 392.2 at
 /// 128 MiB; 2 ranks 7.06 / 6.33 / 8.59 at 32 KiB, 6.21 / 6.77 / 8.54 at 64 KiB, 111.3 / 117.3 /
 /// 111.4 at 32 MiB, 214.8 / 205.6 / 205.0 at 64 MiB (all with 4 MiB LL128 halves). With 8 MiB
-/// halves (session 17), 4 ranks: 410.4 / 433.0 / 394.4 at 128 MiB, 1112.9 / 832.8 / 767.3 at 256.
+/// halves (BENCHMARKS.md of 2026-11-21, dd65c40), 4 ranks: 410.4 / 433.0 / 394.4 at 128 MiB,
+/// 1112.9 / 832.8 / 767.3 at 256.
 fn default_broadcast_ll128_bounds(nranks: usize) -> (u64, u64) {
     if nranks <= 2 {
         (64 << 10, 64 << 20)

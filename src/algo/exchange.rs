@@ -68,8 +68,9 @@ pub struct ExchangePlan {
 /// the bytes but no round trip, and win up to about 1.5 MiB of a rank's traffic (H200, AllGather,
 /// AlltoAll and Broadcast swept at 2 and 4 ranks, BENCHMARKS.md). At 2 ranks a 2 MiB stream's
 /// single put round took 30.4-31.1 us in every binary it serves (AllGather, AlltoAll, Gather,
-/// Scatter at 4 MB, Send/Recv at 2 MB), as packets 18.6-21.4 (2 x H200, BENCHMARKS forty-third
-/// pass), so packets go to 2 MiB there; 4 MiB streams take the copy engines or puts as before.
+/// Scatter at 4 MB, Send/Recv at 2 MB), as packets 18.6-21.4 (2 x H200, BENCHMARKS.md of
+/// 2026-11-28, 2bbec39), so packets go to 2 MiB there; 4 MiB streams take the copy engines or puts
+/// as before.
 fn default_ll_max_bytes(nranks: usize) -> u64 {
     if nranks <= 2 {
         2 << 20
@@ -81,9 +82,9 @@ fn default_ll_max_bytes(nranks: usize) -> u64 {
 /// Largest AllGather / AlltoAll piece (bytes per pair of ranks) the one-shot gather kernel takes
 /// by default (the scratch's capacity bounds it further). On H200 x4 and x2 it beat the exchange
 /// kernel at every piece measured, 16 B-256 KiB, eager and under graphs (AllGather np4 at 256 KiB
-/// pieces: 10.4 us against 14.0; np2 at 256 KiB: 5.2 against 8.5; BENCHMARKS fifteenth pass).
-/// Above 4 ranks it has not run yet (no 8-GPU machine since it was written): the exchange kernel
-/// keeps those until it is measured there.
+/// pieces: 10.4 us against 14.0; np2 at 256 KiB: 5.2 against 8.5; BENCHMARKS.md of 2026-11-22,
+/// 7750d95). Above 4 ranks it has not run yet (no 8-GPU machine since it was written): the exchange
+/// kernel keeps those until it is measured there.
 fn default_gather_oneshot_max(nranks: u64) -> u64 {
     if nranks <= 4 {
         256 << 10
@@ -152,8 +153,8 @@ pub fn exchange_shape(topo: &Topology, scratch: &Scratch) -> (u32, u32) {
 /// block. With puts alone (packets and copy engines off), every 256 threads more cost about 3.5 us
 /// at every size from 1 to 16 MB (2 x H200, us, 256 / 1024 threads / NCCL: Send/Recv 4 MB 27.15 /
 /// 37.37 / 32.50, 16 MB 66.80 / 74.66 / 80.75; AlltoAll 16 MB 41.80 / 49.89 / 55.25; Gather 8 MB
-/// 26.28 / 37.02 / 20.66; BENCHMARKS forty-third pass). Larger streams and more ranks keep 1024
-/// (not measured there).
+/// 26.28 / 37.02 / 20.66; BENCHMARKS.md of 2026-11-28, 2bbec39). Larger streams and more ranks keep
+/// 1024 (not measured there).
 const SMALL_BLOCK_PUT_MAX_BYTES: u64 = 16 << 20;
 const SMALL_BLOCK_THREADS: u32 = 256;
 
@@ -207,11 +208,11 @@ const ALLGATHER_LARGE_THREADS: u32 = 896;
 /// half a slot (more rounds, so one round's copy-out overlaps more of the next round's puts, as
 /// for Gather) and blocks of 896 threads. Other rank counts are unmeasured and keep the defaults
 /// (at 8 ranks a half slot is 32 KiB, and 32 KiB chunks lost at 4). Busbw GB/s at 128 / 256 / 512 MB, 4 ranks:
-/// - H200 x4 (s36c): 303.6 / 322.4 / 330.4 before; 313.7 / 325.4 / 331.3 with half-slot chunks
-///   and 512 threads; NCCL 2.28.9 291.8 / 305.6 / 316.4.
-/// - H100 x4 (s36e-g, repeated 3-4 times, within 1%): half-slot chunks with 512 threads 314 / 327 /
-///   332; with 896 threads 315-316 / 333 / 338-339; 640, 768, 832, 960 and 1024 threads all in
-///   between or below; NCCL 288 / 305.5 / 318.
+/// - H200 x4 (BENCHMARKS.md of 2026-11-26, 4c5fee8): 303.6 / 322.4 / 330.4 before; 313.7 / 325.4 /
+///   331.3 with half-slot chunks and 512 threads; NCCL 2.28.9 291.8 / 305.6 / 316.4.
+/// - H100 x4 (the same entry; repeated 3-4 times, within 1%): half-slot chunks with 512 threads
+///   314 / 327 / 332; with 896 threads 315-316 / 333 / 338-339; 640, 768, 832, 960 and 1024
+///   threads all in between or below; NCCL 288 / 305.5 / 318.
 ///
 /// The cap is a function of the size and the rank count, so every rank passes the same one.
 pub fn allgather_shape(piece_bytes: u64, topo: &Topology, scratch: &Scratch) -> (Option<u64>, Option<u32>) {

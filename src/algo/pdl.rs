@@ -127,7 +127,7 @@ pub fn presend(enabled: bool, chained: bool, op: RedOp, dtype: DataType) -> bool
 /// Whether an early launch of `bytes` triggers at entry (OX_ONESHOT_ENTRY) rather than after its
 /// wait: up to `max_bytes` (OXCCL_ONESHOT_ENTRY_BYTES; 0 never). Small launches are all latency,
 /// and the next one's launch then overlaps this one's wait: 1.38-1.42 against 1.45-1.46 us a call
-/// at 8-128 B, 2 ranks, in graphs (BENCHMARKS twenty-seventh pass). From 1 KB it was slower
+/// at 8-128 B, 2 ranks, in graphs (BENCHMARKS.md of 2026-11-26, 733ad23). From 1 KB it was slower
 /// (1.56-1.71 against 1.51-1.62 at 1-8 KB), and the input must also avoid the output of the launch
 /// two back, which nccl-tests' in-place calls at 32 KB overlap.
 pub fn entry(early: bool, bytes: u64, max_bytes: u64) -> bool {

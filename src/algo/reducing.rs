@@ -147,9 +147,9 @@ pub fn select_reduce(count: u64, dt: DataType, topo: &Topology, s: &Scratch, t: 
     if ll_fits(Func::Reduce, bytes, n, s, t) {
         // The one-shot AllReduce's shape for the same packets: the exchange kernel's fixed grid of
         // 1024-thread blocks dates from flags kept per block. On H200 x2 it took 0.35-0.6 us off
-        // 64 B-32 KB (BENCHMARKS fifteenth pass); on H200 x4 it took 1.4-1.7 us off eager and
-        // 0.6-0.9 us off -G 20 at 8 B-32 KB (twenty-first pass). More than 4 ranks keep the
-        // exchange grid until measured there.
+        // 64 B-32 KB (BENCHMARKS.md of 2026-11-22, 7750d95); on H200 x4 it took 1.4-1.7 us off
+        // eager and 0.6-0.9 us off -G 20 at 8 B-32 KB (BENCHMARKS.md of 2026-11-26, 049c93f). More
+        // than 4 ranks keep the exchange grid until measured there.
         let shape_ranks = t.reduce_ll_shape_max_ranks.unwrap_or(DEFAULT_REDUCE_LL_SHAPE_MAX_RANKS);
         let (grid, block) = if n as u64 <= shape_ranks { super::allreduce::ll_shape(bytes.div_ceil(8), topo.sm_count, t) } else { exchange_shape(topo, s) };
         return ReducePlan { mode: OX_MODE_LL as u32, grid, block, chunk_elems: 0 };

@@ -11,11 +11,11 @@ use super::envlists::Func;
 use super::{Topology, Tuning};
 use crate::device_abi::OX_MAX_BLOCKS;
 
-/// Pieces (bytes each rank contributes) taken by default, from 2 x H200 (BENCHMARKS, forty-third
-/// pass, us at 2 ranks, direct / the other paths): below 512 KiB the one-shot packet kernel is
-/// faster (256 KiB: 8.76 / 5.58); 512 KiB-16 MiB the direct kernel wins (1 MiB: 10.22 / 15.74,
-/// 2 MiB: 13.45 / 31.21, 16 MiB: 57.85 / 66.04); 32 MiB ties (110.56 / 110.59); from 64 MiB the
-/// put paths, which move the data with fewer SM stores per byte, win (212.85 / 196.13).
+/// Pieces (bytes each rank contributes) taken by default, from 2 x H200 (BENCHMARKS.md of
+/// 2026-11-28, 2bbec39; us at 2 ranks, direct / the other paths): below 512 KiB the one-shot packet
+/// kernel is faster (256 KiB: 8.76 / 5.58); 512 KiB-16 MiB the direct kernel wins (1 MiB: 10.22 /
+/// 15.74, 2 MiB: 13.45 / 31.21, 16 MiB: 57.85 / 66.04); 32 MiB ties (110.56 / 110.59); from 64 MiB
+/// the put paths, which move the data with fewer SM stores per byte, win (212.85 / 196.13).
 pub const DEFAULT_ALLGATHER_MIN_BYTES: u64 = 512 << 10;
 pub const DEFAULT_ALLGATHER_MAX_BYTES: u64 = 32 << 20;
 /// Bytes a block writes to each rank, by default, before another block is added.

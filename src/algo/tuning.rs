@@ -63,7 +63,7 @@ pub struct Tuning {
     /// but the worker then issues stream work that the user's stream already waits for, and a
     /// driver call of its can stall behind an application thread's synchronous copy that waits
     /// for that stream (PyTorch's `.cpu()` after a 4 MiB send at 4 ranks: stalls of 4-50 s and
-    /// hangs, BENCHMARKS thirty-third pass).
+    /// hangs, BENCHMARKS.md of 2026-11-27, 25ab531).
     pub ce_direct_async: bool,
     /// OXCCL_REDUCE_LL_MAX_BYTES: largest ReduceScatter chunk / Reduce message moved as packets.
     pub reduce_ll_max_bytes: Option<u64>,

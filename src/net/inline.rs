@@ -27,10 +27,11 @@ use crate::log::Subsys;
 
 /// Jobs up to this size are carried inline by default (OXCCL_NET_INLINE_MAX). Since the threaded
 /// path combines reductions as they land (`pipeline`), jobs of 512 KiB are faster there, striped:
-/// same call at 2 simulated hosts x 1 on H100 (session 29, s29d), inline 256 KiB and striping from
-/// 512 KiB against 512 KiB and 1 MiB, at 512 KB: AllReduce 239 vs 329 us, Reduce 131 vs 165,
-/// Broadcast 122 vs 170, Send/Recv 177 vs 257. (Before that pipeline, 512 KiB beat 256 KiB at
-/// 2x2 and 4x1 on H200 x4, session 23; not re-measured there.)
+/// same call at 2 simulated hosts x 1 on H100 (BENCHMARKS.md of 2026-11-25, e852477), inline
+/// 256 KiB and striping from 512 KiB against 512 KiB and 1 MiB, at 512 KB: AllReduce 239 vs
+/// 329 us, Reduce 131 vs 165, Broadcast 122 vs 170, Send/Recv 177 vs 257. (Before that pipeline,
+/// 512 KiB beat 256 KiB at 2x2 and 4x1 on H200 x4, BENCHMARKS.md of 2026-11-22, 7c99e1f; not
+/// re-measured there.)
 pub const DEFAULT_MAX: u64 = 256 << 10;
 
 /// Idle rounds (each a non-blocking call per socket, about a microsecond) the proxy spins on its

@@ -1,11 +1,12 @@
 //! When each link thread took and finished each of its jobs (OXCCL_NET_TRACE), beside the proxy's
 //! per-step trace: at 4 simulated hosts x 1, a step of 128 KB sometimes takes hundreds of
 //! microseconds instead of 20, and the proxy's trace cannot say whether a thread woke late, a
-//! socket stalled, or the peer was late (session 62). One line per job, appended to
-//! `oxccl-net-lanes.<pid>.txt` when the thread ends: the thread's name (`oxccl-net<me>><peer>.<lane>`
-//! sends, `<` receives), then CLOCK_MONOTONIC ns when the proxy posted the job, when the thread
-//! took it and when it finished it, its bytes, and flags (1: the thread had blocked waiting for
-//! it, 2: it failed). Off (one cached test per job) unless OXCCL_NET_TRACE is set.
+//! socket stalled, or the peer was late (BENCHMARKS.md of 2026-11-28, f347df5). One line per job,
+//! appended to `oxccl-net-lanes.<pid>.txt` when the thread ends: the thread's name
+//! (`oxccl-net<me>><peer>.<lane>` sends, `<` receives), then CLOCK_MONOTONIC ns when the proxy
+//! posted the job, when the thread took it and when it finished it, its bytes, and flags (1: the
+//! thread had blocked waiting for it, 2: it failed). Off (one cached test per job) unless
+//! OXCCL_NET_TRACE is set.
 
 use std::io::Write;
 use std::sync::OnceLock;

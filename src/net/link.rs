@@ -15,7 +15,7 @@
 //! threads per process creating streams and pinning memory at once, while the step kernel spins)
 //! the driver deadlocked: threads stood in cuMemHostAlloc and cuStreamCreate on its write lock,
 //! the copies the spinning kernel waited for stood behind them on its read lock (cuda-gdb,
-//! BENCHMARKS fifteenth pass).
+//! BENCHMARKS.md of 2026-11-22, 7750d95).
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -237,7 +237,8 @@ pub struct Link {
 }
 
 /// Jobs at least this large are striped over every lane of the link (by default). 512 KiB rather
-/// than 1 MiB since session 29: with the inline limit at 256 KiB (`inline::DEFAULT_MAX` says why).
+/// than 1 MiB since dddbb7a (2026-11-25): with the inline limit at 256 KiB (`inline::DEFAULT_MAX`
+/// says why).
 pub const STRIPE_MIN: u64 = 512 << 10;
 
 /// OXCCL_NET_STRIPE_MIN: the smallest job (bytes) striped over every lane, default `STRIPE_MIN`,
@@ -275,18 +276,18 @@ pub struct Spin {
 }
 
 /// The spin of links whose threads fit their machines' cores. At 2 simulated hosts x 1 on H200
-/// (BENCHMARKS, forty-seventh pass), with stripes from 256 KiB: Broadcast and Reduce 256 KB 0.69 and
-/// 0.78 of NCCL's time against 0.98 and 1.05; exchanges of 256 KiB a rank (AllGather,
+/// (BENCHMARKS.md of 2026-11-28, 0743db7), with stripes from 256 KiB: Broadcast and Reduce 256 KB
+/// 0.69 and 0.78 of NCCL's time against 0.98 and 1.05; exchanges of 256 KiB a rank (AllGather,
 /// ReduceScatter, AlltoAll 512 KB) 0.54-0.64 against 0.75-0.81. 200 us gained little more.
 pub const FIT_SPIN: Duration = Duration::from_micros(50);
 
 /// The striping threshold of links whose threads spin (`FIT_SPIN`): a job from 128 KiB on four
 /// lanes then costs no wake-ups, and the proxy no longer carries it alone. Without spinning,
-/// striping at 256 KiB gained little (forty-seventh pass) and lost at 2 x 2 (thirty-ninth pass),
-/// whose threads do not fit. At 2 simulated hosts x 1 on H200, three rounds, 128 KiB against
-/// 256 KiB: Broadcast and Reduce 128 KB 0.80 and 0.77 of NCCL's time against 0.92 and 0.96,
-/// AllGather and AlltoAll 256 KB 0.49-0.54 against 0.60-0.70, the rest within noise
-/// (forty-eighth pass).
+/// striping at 256 KiB gained little (BENCHMARKS.md of 2026-11-28, 0743db7) and lost at 2 x 2
+/// (BENCHMARKS.md of 2026-11-27, 26c2104), whose threads do not fit. At 2 simulated hosts x 1 on
+/// H200, three rounds, 128 KiB against 256 KiB: Broadcast and Reduce 128 KB 0.80 and 0.77 of NCCL's
+/// time against 0.92 and 0.96, AllGather and AlltoAll 256 KB 0.49-0.54 against 0.60-0.70, the rest
+/// within noise (BENCHMARKS.md of 2026-11-28, d5ead55).
 pub const FIT_STRIPE_MIN: u64 = 128 << 10;
 
 /// The striping threshold of links that spin by default (`fit`, see `Link::spawn`): 0 (the
@@ -341,7 +342,7 @@ fn env_spin(name: &str) -> Option<Duration> {
 /// there: per rank, two per lane for each rank it links to (those of another host hash), and its
 /// proxy. `ranks`: (host hash, machine, CPUs it may use) per rank. A machine's ranks count
 /// together, so hosts simulated on one machine count as one (at 2 x 2 on 64 cores, 64 link
-/// threads spinning 200 us made AlltoAll 2 MB slower: BENCHMARKS, thirty-sixth pass).
+/// threads spinning 200 us made AlltoAll 2 MB slower: BENCHMARKS.md of 2026-11-27, 1464379).
 pub fn threads_fit(ranks: &[(u64, u64, u32)], lanes: usize) -> bool {
     each_machine_fits(ranks, |here| here.iter().map(|r| remote_ranks(ranks, r) * lanes * 2 + 1).sum())
 }
@@ -400,7 +401,7 @@ impl SpinWait {
     /// Whether it spins at all: only with a budget. A thread without one never spins, not even
     /// through a burst: where the link threads outnumber the cores, spinning ones kept threads
     /// just woken off a CPU for a scheduler slice (2 x 1 on 12 cores, ReduceScatter 1-4 MB took
-    /// 3.6-4.0 ms a call instead of 0.2-0.4: BENCHMARKS, fifty-first pass).
+    /// 3.6-4.0 ms a call instead of 0.2-0.4: BENCHMARKS.md of 2026-11-28, 266c558).
     fn spins(&self) -> bool {
         !self.budget.is_zero()
     }
@@ -433,8 +434,8 @@ impl SpinWait {
 /// budget, for at most that long, instead of blocking and costing a wake-up on the next step's
 /// path. At 4 simulated hosts x 1, once the ranks' steps drift apart some links' threads idle past
 /// their 50 us and block; each step then waits for wake-ups, which keeps them apart: runs of 128 KB
-/// Broadcasts at 100-500 us a step where 20 is possible (session 62, s62i). Off by default until
-/// measured.
+/// Broadcasts at 100-500 us a step where 20 is possible (BENCHMARKS.md of 2026-11-28, f347df5). Off
+/// by default until measured.
 pub mod burst {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::OnceLock;
@@ -807,7 +808,7 @@ impl Staging {
 }
 
 /// A job's staging chunks. (Quarter-job chunks, 64 KiB - 1 MiB, were measured slower from 512 KiB
-/// to 8 MiB on 2 simulated hosts: BENCHMARKS, eleventh pass.)
+/// to 8 MiB on 2 simulated hosts: BENCHMARKS.md of 2026-11-22, a865900.)
 fn chunks(bytes: u64) -> impl Iterator<Item = (u64, usize)> {
     (0..bytes.div_ceil(CHUNK as u64)).map(move |k| (k * CHUNK as u64, (bytes - k * CHUNK as u64).min(CHUNK as u64) as usize))
 }
@@ -1085,7 +1086,8 @@ mod tests {
         // 2 simulated hosts x 1 on one 32-CPU machine: 2 x 9 threads.
         assert!(threads_fit(&sim(&[1, 2], 32), 4));
         assert!(!threads_fit(&sim(&[1, 2], 17), 4), "18 threads on 17 CPUs");
-        // 2 x 2 on 64 CPUs: 4 x 17 = 68 (the layout whose spinning lost, thirty-sixth pass).
+        // 2 x 2 on 64 CPUs: 4 x 17 = 68 (the layout whose spinning lost, BENCHMARKS.md of
+        // 2026-11-27, 1464379).
         assert!(!threads_fit(&sim(&[1, 1, 2, 2], 64), 4));
         assert!(threads_fit(&sim(&[1, 1, 2, 2], 68), 4));
         // 4 x 1 on 64 CPUs: 4 x 25.

@@ -27,10 +27,10 @@ use crate::error::{Error, Result};
 use crate::log::Subsys;
 
 /// Default payload bytes, per direction, up to which a staged step uses packets. Measured at
-/// 2 simulated hosts x 2 (BENCHMARKS, twenty-ninth pass): packets took 0.5-1 us off 256 B-1 KB
-/// steps but added 1-4 us at 4 KB (Broadcast, Reduce, AllReduce, Send/Recv) and were no better at
-/// 2 KB: the GPU's 16-byte stores of twice the payload into host memory take longer than the
-/// completion read they save.
+/// 2 simulated hosts x 2 (BENCHMARKS.md of 2026-11-26, a205a11): packets took 0.5-1 us off
+/// 256 B-1 KB steps but added 1-4 us at 4 KB (Broadcast, Reduce, AllReduce, Send/Recv) and were no
+/// better at 2 KB: the GPU's 16-byte stores of twice the payload into host memory take longer than
+/// the completion read they save.
 pub const DEFAULT_MAX: u64 = 1024;
 /// The most OXCCL_NET_PACKETS_MAX may ask: a step this small is copied by one block (the
 /// kernel's packet loops also work across blocks, but the host keeps them to one).

@@ -320,9 +320,9 @@ pub fn hosts_apart(host_hash: &[u64], network: &[u64]) -> bool {
 /// each simulated host's link limited to 10 Gbit/s (`scripts/lab/netsim.sh`, 4 hosts x 1 on one
 /// H200), a 64 MB Broadcast from the root to every host took 151 ms, in pieces 51 (NCCL's ring 56);
 /// at 512 KB 718 us against 265-297 (NCCL 338-379), at 256 KB 114-199 against 165-181. On one
-/// machine's loopback the pieces gain nothing (BENCHMARKS, fiftieth and fifty-second passes).
-/// Reduce's chain, same setting: 64 MB 51 ms against 114 received by the root, 1 MB 410-422 us
-/// against 759-789 (NCCL 56 ms and 422-431 us).
+/// machine's loopback the pieces gain nothing (BENCHMARKS.md of 2026-11-28, f347df5, and of
+/// 2026-11-29, 0ec1268). Reduce's chain, same setting: 64 MB 51 ms against 114 received by the
+/// root, 1 MB 410-422 us against 759-789 (NCCL 56 ms and 422-431 us).
 pub fn pipeline_defaults(apart: bool) -> (u64, u64) {
     let min = if apart { PIPELINE_MIN_APART } else { u64::MAX };
     (min, min)

@@ -3,7 +3,7 @@
 //! A staged step (`stage`) copies all its GPU inputs into the arena before it hands the step to
 //! the proxy, and its results out only after the proxy has finished: at 2 simulated hosts x 2 a
 //! 64 MiB Send/Recv took 8.8-9.4 ms staged against 6.5-6.9 with the proxy's pipelined copy-engine
-//! copies (BENCHMARKS, thirty-fourth pass), which the proxy may no longer make. So (unless
+//! copies (BENCHMARKS.md of 2026-11-27, 148bd4f), which the proxy may no longer make. So (unless
 //! OXCCL_NET_STAGE_PIPELINE=0) a staged step moving more than `threshold()` through its arena
 //! either way is handed over first and flags its copies chunk by chunk in the arena instead:
 //! - *pre* flags: the kernel sets chunk c's flag (to the step's tag) once its blocks have copied
@@ -51,16 +51,16 @@ pub fn chunk_for(moved: u64) -> u64 {
 /// A staged step pipelines when its pre- or post-copies move more than this (and it has no
 /// packets), unless OXCCL_NET_STAGE_PIPELINE_MIN says otherwise: below, one copy before and one
 /// after cost less than the flags' round trips (at 2 simulated hosts x 1, 256 KiB steps in 64 KiB
-/// chunks were no faster; 512 KiB-1 MiB ones in quarters were up to 3x faster; BENCHMARKS,
-/// forty-fifth pass).
+/// chunks were no faster; 512 KiB-1 MiB ones in quarters were up to 3x faster; BENCHMARKS.md
+/// of 2026-11-28, 491a903).
 pub const MIN_BYTES: u64 = 256 << 10;
 
 /// The threshold above which staged steps pipeline, or None when they never do.
 /// OXCCL_NET_STAGE_PIPELINE: 1 (default: at 2 x 2 simulated hosts the kernel as it stands ran every
 /// multihost-check binary eagerly and under graphs to 8 MB, and the PyTorch suite with its mixed
-/// AllReduce/Broadcast sequence, in session 48; it took 64 MB Broadcast from 6.3 to 3.6 ms,
-/// AllGather from 2.8 to 2.0; BENCHMARKS, thirty-fifth pass) or 0 (copy everything before the
-/// hand-over and after the step). OXCCL_NET_STAGE_PIPELINE_MIN: bytes, `MIN_BYTES` unless set
+/// AllReduce/Broadcast sequence; it took 64 MB Broadcast from 6.3 to 3.6 ms, AllGather from 2.8 to
+/// 2.0; BENCHMARKS.md of 2026-11-27, 9d158f8) or 0 (copy everything before the hand-over and
+/// after the step). OXCCL_NET_STAGE_PIPELINE_MIN: bytes, `MIN_BYTES` unless set
 /// (at least one chunk; tuning).
 pub fn threshold() -> Option<u64> {
     let on = match crate::config::env("OXCCL_NET_STAGE_PIPELINE").map(|v| v.trim().to_string()) {
@@ -315,7 +315,8 @@ mod tests {
         assert_eq!(chunk_for(256 << 10), 64 << 10);
         assert_eq!(chunk_for((256 << 10) + 1), 128 << 10);
         assert_eq!(chunk_for(512 << 10), 128 << 10);
-        // From 1 MiB (the threshold before session 57) the chunk is CHUNK, the one size there was.
+        // From 1 MiB (the threshold before f098993, 2026-11-28) the chunk is CHUNK, the one size
+        // there was.
         assert_eq!(chunk_for(1 << 20), CHUNK);
         assert_eq!(chunk_for((1 << 20) + 1), CHUNK);
         assert_eq!(chunk_for(1 << 40), CHUNK);

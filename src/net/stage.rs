@@ -8,12 +8,12 @@
 //! gets a shadow the kernel copies out after the proxy is done (`post`). The proxy then touches
 //! host memory only and makes no CUDA call at all.
 //!
-//! Since session 46 every step on TCP links is staged, whatever its size (`max_bytes`): a proxy
-//! that issues CUDA copies during a step deadlocks under an application thread that waits in the
-//! driver for that step. PyTorch's `.cpu()` of a result is a pageable device-to-host copy, and
+//! Since f1c579e (2026-11-27) every step on TCP links is staged, whatever its size (`max_bytes`): a
+//! proxy that issues CUDA copies during a step deadlocks under an application thread that waits in
+//! the driver for that step. PyTorch's `.cpu()` of a result is a pageable device-to-host copy, and
 //! while it waits for our spinning step kernel, every copy, launch, stream creation and host
 //! allocation of any other thread of the process waits for it (`.device-carry/lockprobe.cu`,
-//! BENCHMARKS thirty-fourth pass); only queries pass. NCCL's proxy never touches the driver
+//! BENCHMARKS.md of 2026-11-27, 148bd4f); only queries pass. NCCL's proxy never touches the driver
 //! during a step either: its kernels copy through host memory.
 //!
 //! A pure function of the step, so it is tested on the CPU with the plan simulator.
@@ -25,7 +25,7 @@ use crate::log::Subsys;
 /// OXCCL_NET_STAGE_MAX: the largest job (bytes) of a step its kernel stages through host memory;
 /// unlimited by default. A step with a larger job has its GPU data copied by the proxy with the
 /// copy engines, pipelined with the wire, which can deadlock as the module note says (kept for
-/// comparison: 262144 is the limit before session 46); 0 stages nothing.
+/// comparison: 262144 is the limit before f1c579e); 0 stages nothing.
 pub fn max_bytes() -> u64 {
     match crate::config::env("OXCCL_NET_STAGE_MAX") {
         None => u64::MAX,
@@ -193,7 +193,7 @@ pub fn stage_on_host(step: &Step, max_job: u64, max_copies: usize, combine_min: 
     let mut combine: Option<HostOp> = None;
     for (pi, ph) in step.phases.iter().enumerate() {
         // The transfers keep their striping (both ends stage alike, so it still matches). No
-        // `..`: a field added to Phase must be carried over here too (session 60 found
+        // `..`: a field added to Phase must be carried over here too (b1d1183 of 2026-11-28 fixed
         // `stripe_min` dropped by `Phase::default()`).
         let mut p = Phase { sends: Vec::new(), recvs: Vec::new(), reduces: Vec::new(), stripe_min: ph.stripe_min, narrow: ph.narrow };
         let mut wrote = Vec::new();

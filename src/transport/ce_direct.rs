@@ -1,9 +1,10 @@
 //! Copy-engine direct transfers between ranks of a communicator that are separate processes on
 //! one host: the sender's copy engine writes straight into the receiver's buffer, which the
 //! receiver shares for the transfer through CUDA IPC. One copy engine moves 391-396 GB/s each way
-//! over an NV18 pair, where SM copies top out at 365-373 (BENCHMARKS, eighteenth pass), and that
-//! margin is what large Broadcast, Send/Recv, Gather and Scatter need over NCCL. At 4 ranks a
-//! ring of copy engines moves 386.5 GB/s a GPU where SM copies reach 359 (twenty-first pass).
+//! over an NV18 pair, where SM copies top out at 365-373 (BENCHMARKS.md of 2026-11-26, cf9da02),
+//! and that margin is what large Broadcast, Send/Recv, Gather and Scatter need over NCCL. At 4
+//! ranks a ring of copy engines moves 386.5 GB/s a GPU where SM copies reach 359 (BENCHMARKS.md of
+//! 2026-11-26, 049c93f).
 //!
 //! Everything is per pair of ranks (a `Link`: a Unix socket made at init, counters, mappings);
 //! a launch takes the path for the pairs algo::ce_direct::pairs names, both ranks of a pair
@@ -30,10 +31,10 @@
 //!    kernel for whatever the copy engines do not move. Not the default: the user's stream
 //!    waits for stream work the worker has yet to issue, and the worker's driver calls can stall
 //!    behind an application thread blocked in a synchronous copy that waits for that very stream
-//!    (PyTorch's `.cpu()`: stalls of seconds and hangs at 4 ranks, BENCHMARKS thirty-third
-//!    pass). Issuing no stream work from another thread after the call returns would need the
-//!    second of the two calls to move the data (push or pull), with the ranks agreeing which
-//!    call came second; not built.
+//!    (PyTorch's `.cpu()`: stalls of seconds and hangs at 4 ranks, BENCHMARKS.md of
+//!    2026-11-27, 25ab531). Issuing no stream work from another thread after the call returns would
+//!    need the second of the two calls to move the data (push or pull), with the ranks agreeing
+//!    which call came second; not built.
 //! 2. Stream order with two counters per pair in each rank's channel buffer (`ready`: the peer's
 //!    buffer may take my next copy; `done`: the peer's copy into me finished):
 //!    ```text
@@ -51,7 +52,7 @@
 //!    flag, so ncclCommAbort releases them. Local copies (an out-of-place root's own piece) run
 //!    beside the transfers on a side stream, by SMs (kernels/ce_direct.cu): on this GPU's copy
 //!    engines they shared the transfer's and cost out-of-place Broadcast, Scatter and AllGather
-//!    4-10% (s30g).
+//!    4-10% (BENCHMARKS.md of 2026-11-26, cf9da02).
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -81,8 +82,8 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(600);
 const NO_TIMEOUT: Duration = Duration::MAX;
 
 /// Blocks of a local copy: enough that a root's own piece is done before its transfer (out of
-/// place matched in place within 1% in s30h, so the copy never lengthened a call), with most SMs
-/// left to whatever else runs.
+/// place matched in place within 1% on H200 x2 (BENCHMARKS.md of 2026-11-26, cf9da02), so the copy
+/// never lengthened a call), with most SMs left to whatever else runs.
 const COPY_BLOCKS: u32 = 32;
 
 /// The path's kernels (kernels/ce_direct.cu).
@@ -875,7 +876,8 @@ impl Inner {
 
     /// Makes `stream` wait until this rank's counter at `counter` reaches `value`: a one-thread
     /// kernel (kernels/ce_direct.cu) that also lets go on an abort. (cuStreamWaitValue64 in its
-    /// place was measured slower, 1-30% at 2-64 MB in session 32, and only the value releases it.)
+    /// place was measured slower, 1-30% at 2-64 MB (2026-11-26, acd1c4b), and only the value
+    /// releases it.)
     fn wait(&self, kernels: Kernels, dev_comm: u64, counter: u64, value: u64, stream: cu::CUstream) -> Result<()> {
         let args = CollArgs { comm: dev_comm, send: counter, count: value, ..Default::default() };
         launch_pdl(kernels.wait, 1, 32, stream, &args, false)
