@@ -8,8 +8,8 @@
 // two). A read crosses PCIe, and a packet receive has tens of thousands of threads spinning at
 // once: when every thread read every 1024 spins (about 200 us of polling on an H200), their reads,
 // issued together, queued for about a millisecond, and every receive that waited longer than
-// 200 us took 1.2-1.3 ms whenever its data came (2 x 2 Send/Recv at 1 MB; BENCHMARKS,
-// thirty-eighth pass). NCCL reads its abort flag every million spins.
+// 200 us took 1.2-1.3 ms whenever its data came (2 x 2 Send/Recv at 1 MB; BENCHMARKS.md
+// of 2026-11-27, ac76c9a). NCCL reads its abort flag every million spins.
 #define OX_ABORT_POLL_SPINS 2048u
 
 struct AbortState {
@@ -21,7 +21,8 @@ struct AbortState {
   // then every 32 * OX_ABORT_POLL_SPINS (tens of milliseconds of a lone waiter's polling), so a warp that
   // spins together reads once every OX_ABORT_POLL_SPINS spins. The turns are counted, not agreed:
   // sharing one read through __match_any_sync / __shfl_sync put warp-synchronous code in every
-  // spin loop and cost the 4-rank 16-64 KB AllReduce 0.1-0.2 us (0.6 at bf16 64 KB; thirty-ninth pass).
+  // spin loop and cost the 4-rank 16-64 KB AllReduce 0.1-0.2 us (0.6 at bf16 64 KB; BENCHMARKS.md
+  // of 2026-11-27, 26c2104).
   OX_DEV explicit AbortState(uint64_t flag_addr)
       : flag(reinterpret_cast<const uint32_t*>(flag_addr)), spins(0), aborted(false) {
     uint32_t lane;

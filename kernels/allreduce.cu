@@ -40,8 +40,8 @@
 //   protocol's words, so it advances nothing before it triggers: after its wait it stores k into
 //   the chain word and, once its reads are done, the next flags into the flag table (for whatever
 //   waits first next). Where the table was loaded, advanced and fenced before the packets
-//   (session 38's build), an 8-byte call under graphs took 2.0 us at 2 ranks; from the base table
-//   1.47 (s39d).
+//   (the build before 4471bea), an 8-byte call under graphs took 2.0 us at 2 ranks; from the base
+//   table 1.47 (BENCHMARKS.md of 2026-11-26, 733ad23).
 // - It triggers after its wait, or (OX_ONESHOT_ENTRY, small messages) as soon as the chain word
 //   shows launch k - 1 past its own wait: then the next launch's start overlaps this one's wait.
 //   Its output is written after the wait, as always. The host marks a launch early only where the
@@ -52,19 +52,20 @@
 //   in-place call on the same buffer, or y = AllReduce(x) then AllReduce(y)), so it cannot be
 //   read before that launch writes it; but waiting for that launch's completion (the PDL wait)
 //   put 2 us on every such call (64 KB in place under graphs: 4.93 us against 2.76 out of place,
-//   4 ranks; BENCHMARKS fortieth pass). The launch it follows publishes per block, after its
-//   output stores, the flag it used (ox_ring_out_publish, OX_ONESHOT_PUBLISH: the host sets it in
-//   that launch's captured node once it knows a chained launch follows; publishing everywhere
-//   cost 0.16-0.25 us a call at 8 B, its fence delaying the exit). A chained block waits for its
-//   twin's word (same grid and packet map: the host checked), then reads its input and sends as
-//   an early launch does. Its packets leave later than an early launch's would, so the slot
-//   argument below holds unchanged; its output is still written after its PDL wait.
+//   4 ranks; BENCHMARKS.md of 2026-11-27, 25a05ee). The launch it follows publishes per block,
+//   after its output stores, the flag it used (ox_ring_out_publish, OX_ONESHOT_PUBLISH: the host
+//   sets it in that launch's captured node once it knows a chained launch follows; publishing
+//   everywhere cost 0.16-0.25 us a call at 8 B, its fence delaying the exit). A chained block waits
+//   for its twin's word (same grid and packet map: the host checked), then reads its input and
+//   sends as an early launch does. Its packets leave later than an early launch's would, so the
+//   slot argument below holds unchanged; its output is still written after its PDL wait.
 // - Pre-sent (OX_ONESHOT_PRESEND on the launch before, OX_ONESHOT_PRESENT on the chained one,
 //   instead of PUBLISH and the wait for it): where the chained launch's pre() is the identity, the
 //   launch before it writes its output to every peer as the chained launch's packets (the pair's
 //   next flag) as it stores it. The chained launch sends nothing, reads its input after its PDL
-//   wait and only receives: 64 KB in place 1.8 us against 2.6 at 2 ranks (forty-first pass).
-//   Reading the received packets before that wait instead made every such call slower (0.5-2 us).
+//   wait and only receives: 64 KB in place 1.8 us against 2.6 at 2 ranks (BENCHMARKS.md of
+//   2026-11-27, 9140374). Reading the received packets before that wait instead made every such
+//   call slower (0.5-2 us).
 // Why 8 ring slots. Let L, with flag f (per pair), write its packets. (a) Then this rank's launch
 // of flag f-3 is complete: if L waited first, f-1 is; if early, L began once f-1 triggered, and
 // f-1 triggered after its own wait (f-2 complete) or, at entry, once f-2 had passed its wait (f-3
@@ -84,7 +85,8 @@ struct NoProbe {
 // `Chain`: the variant that may wait for the previous launch's output and publish its own, or
 // send and receive pre-sent packets (OX_ONESHOT_CHAIN, _PUBLISH, _PRESEND, _PRESENT), a kernel of
 // its own so that the others keep their code:
-// the same checks compiled into every launch slowed the 64 KB call by 0.15 us (s52b, s52c).
+// the same checks compiled into every launch slowed the 64 KB call by 0.15 us (BENCHMARKS.md of
+// 2026-11-27, 25a05ee).
 template <typename T, typename Op, typename Probe, bool Chain = false>
 OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Probe& probe) {
   probe.mark(0);
@@ -117,7 +119,8 @@ OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Pr
   // Packet index of this thread: every block's last warp (the ring form's advancer) comes after
   // all other threads, so it takes packets only where the others have one each. Packets it wrote
   // before its fence would make the fence wait for the peer's acknowledgement; leaving it none at
-  // all cost a second round of reads at 16-64 KB (1.92 against 1.76 us at 16 KB, s39e).
+  // all cost a second round of reads at 16-64 KB (1.92 against 1.76 us at 16 KB; BENCHMARKS.md of
+  // 2026-11-26, 733ad23).
   const uint32_t lead = blockDim.x - 32;
   const uint64_t g = threadIdx.x < lead ? (uint64_t)blockIdx.x * lead + threadIdx.x
                                         : (uint64_t)gridDim.x * lead + blockIdx.x * 32ull + (threadIdx.x - lead);
@@ -150,7 +153,8 @@ OX_DEV void allreduce_oneshot_with(const CollArgs& a, const DevComm& c, const Pr
   const int nextp = me + 1 < n ? me + 1 : 0;
   if (chain_in && !present) {
     // Thread 0, not the advancer: an entry launch's trigger above does not wait for this (waiting
-    // before it, and before the flags, made the chained 64 KB call 0.2 us slower, s52c).
+    // before it, and before the flags, made the chained 64 KB call 0.2 us slower, BENCHMARKS.md of
+    // 2026-11-27, 25a05ee).
     if (threadIdx.x == 0) ox_ring_out_wait(c, flags[nextp], ab);
     __syncthreads();
     if (g < npkt) first = ox_pre<T>(op, ox_load8(src, g * 8, nbytes));

@@ -50,8 +50,8 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_broadcast_ll1
 // other rank reads it from its own scratch. The mirror of reduce_ll (reduce_colls.cu), with the
 // same one-way flag bookkeeping (ll_flags.cuh): this launch's receivers acknowledge it on entry
 // and the root's next launch to them waits for that, so back-to-back Broadcasts pay no round
-// trip. Replaces the exchange kernel's general transfer list for small messages (BENCHMARKS,
-// fifteenth pass: 6.6-6.9 us under graphs there, against 2.9-4 for the one-shot kernels).
+// trip. Replaces the exchange kernel's general transfer list for small messages (BENCHMARKS.md
+// of 2026-11-22, 7750d95: 6.6-6.9 us under graphs there, against 2.9-4 for the one-shot kernels).
 // Untyped: `count` is bytes.
 OX_DEV void ox_broadcast_oneshot_body(const CollArgs& a) {
   ox_pdl_enter();

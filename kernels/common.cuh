@@ -17,8 +17,9 @@
 OX_DEV uint64_t ox_ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 OX_DEV uint64_t ox_min(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
-// The launch's DevComm. The argument is used as given: masking a tag bit off it (session 44's
-// counted launches) changed the code around every DevComm load and cost the 4-rank 64 KB one-shot
-// AllReduce 0.35 us a call (session 49); a counted launch has its own argument field (done.cuh).
+// The launch's DevComm. The argument is used as given: masking a tag bit off it (the counted
+// launches of 1578407) changed the code around every DevComm load and cost the 4-rank 64 KB
+// one-shot AllReduce 0.35 us a call (BENCHMARKS.md of 2026-11-27, f3727bf); a counted launch has
+// its own argument field (done.cuh).
 OX_DEV const DevComm& ox_comm_at(uint64_t comm) { return *reinterpret_cast<const DevComm*>(comm); }
 OX_DEV const DevComm& ox_comm(const CollArgs& a) { return ox_comm_at(a.comm); }

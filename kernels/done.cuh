@@ -2,8 +2,8 @@
 //
 // The host must know when a communicator's last launch has finished: a call on another stream
 // waits for it, and so do a group's other streams, finalize, destroy and abort. An event recorded
-// behind every launch costs the host about 0.25 us a call (BENCHMARKS, thirty-first pass). An
-// uncaptured launch may instead pass the communicator's done counter (a u32 at OX_PRIV_DONE_OFF
+// behind every launch costs the host about 0.25 us a call (BENCHMARKS.md of 2026-11-27, 2d19a1c).
+// An uncaptured launch may instead pass the communicator's done counter (a u32 at OX_PRIV_DONE_OFF
 // from its DevComm) in its `done` argument, and every block adds one to it as it finishes;
 // the host, which knows how many blocks it launched, waits with cuStreamWaitValue32 (GEQ, which
 // compares modulo 2^32). Captured launches pass 0: a graph replays them any number of times,
@@ -33,6 +33,6 @@ OX_DEV void ox_done_publish(uint64_t done) {
   // gives a kernel behind its predecessor on one stream, which the kernels' protocols already
   // live with: peers learn of a launch's data only through its own flags and semaphores, which
   // are system-scope. System scope here cost the device-bound rows: 32 KB AllReduce at 4 ranks
-  // 5.64-5.75 us a call against 5.21-5.30 at GPU scope (BENCHMARKS, thirty-second pass).
+  // 5.64-5.75 us a call against 5.21-5.30 at GPU scope (BENCHMARKS.md of 2026-11-27, 9a9e3b0).
   asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done) : "memory");
 }

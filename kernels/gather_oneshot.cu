@@ -5,7 +5,7 @@
 //
 // Why a kernel of its own: the exchange kernel (exchange.cu) serves any transfer list, and its
 // generality costs a small launch several microseconds over the one-shot AllReduce that moves
-// the same packets (BENCHMARKS, thirteenth and fourteenth passes: 8.1-8.9 us against 3.3-4.9 at
+// the same packets (BENCHMARKS.md of 2026-11-22, b699113 and cea9c3f: 8.1-8.9 us against 3.3-4.9 at
 // 4 ranks in a graph). This one takes CollArgs (72 bytes, not ExchangeArgs' 3.9 KiB) and does
 // only what these two collectives need.
 //

@@ -170,10 +170,10 @@ OX_DEV uint32_t* ox_ring_chain_ptr(const DevComm& c) {
 // and base tables of every slot the block owns, and (block 0) the chain word. Its fence then waits
 // only for these stores and the warp's own loads: after packet stores it would wait for their
 // acknowledgement by the peer (about an NVLink round trip), and every thread fencing before its
-// first packet held that packet up (s39a: packets left 1.69 us after entry). Order: the stores, a
-// GPU-scope fence, __syncwarp (every lane has fenced), then the caller's trigger: the next launch
-// starts only once every block triggered, and its relaxed GPU-scope loads (ox_ll_table_ld) of
-// either table or the word then see the new values.
+// first packet held that packet up (packets left 1.69 us after entry; BENCHMARKS.md of 2026-11-26,
+// 733ad23). Order: the stores, a GPU-scope fence, __syncwarp (every lane has fenced), then the
+// caller's trigger: the next launch starts only once every block triggered, and its relaxed
+// GPU-scope loads (ox_ll_table_ld) of either table or the word then see the new values.
 OX_DEV void ox_ring_head_advance(const DevComm& c, int me, int n, const uint32_t* flags) {
   const uint32_t lane = threadIdx.x & 31;
   ox_ll_for_owned_slots(n, [&](uint32_t s, int p) {

@@ -1,6 +1,7 @@
 // Small grouped Send/Recv (at most one send and one receive, each with another rank) as LL16
 // packets, without the exchange kernel's transfer lists (ExchangeArgs is 3.9 KiB; its launch
-// took 6.3-8.4 us at 8 B-32 KB where the one-shot kernels take 2.5-5: BENCHMARKS, fifteenth pass).
+// took 6.3-8.4 us at 8 B-32 KB where the one-shot kernels take 2.5-5: BENCHMARKS.md of 2026-11-22,
+// 7750d95).
 //
 // Interoperable with the exchange kernel by construction: the packets, their place (packet i of
 // the pair's stream at 16 i bytes into this rank's source region of the receiver's LL scratch)

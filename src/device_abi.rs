@@ -89,7 +89,8 @@ pub const OX_ONESHOT_ENTRY: u32 = 4;
 pub const OX_ONESHOT_CHAIN: u32 = 8;
 /// PUBLISH (ring): after its output, each block stores its flag into its output word for a
 /// chained launch behind it. Set only on a launch that a chained launch follows, by rewriting its
-/// captured node (enqueue): the store's fence cost every ring launch 0.16-0.25 us (fortieth pass).
+/// captured node (enqueue): the store's fence cost every ring launch 0.16-0.25 us (BENCHMARKS.md of
+/// 2026-11-27, 25a05ee).
 pub const OX_ONESHOT_PUBLISH: u32 = 16;
 /// PRESEND (ring, chained variant): as each output word is stored, it is also sent to every peer
 /// as the next launch's packet (the pair's next flag): set, by the same node rewrite as PUBLISH
@@ -462,7 +463,8 @@ pub struct CollArgs {
     pub mode: u32,
     /// A counted launch: the done counter every block adds one to as it finishes
     /// (kernels/done.cuh); 0 otherwise. A field of its own rather than a tag bit in `comm`: masking
-    /// the DevComm pointer cost the 4-rank 64 KB one-shot AllReduce 0.35 us a call (session 49).
+    /// the DevComm pointer cost the 4-rank 64 KB one-shot AllReduce 0.35 us a call (BENCHMARKS.md
+    /// of 2026-11-27, f3727bf).
     pub done: u64,
 }
 
