@@ -281,22 +281,11 @@ ncclResult_t pncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId
  `ncclConfig_t` made with NCCL_CONFIG_INITIALIZER (any struct size NCCL has used is accepted, as
  its `size` field says). `blocking = 0` makes the communicator nonblocking; `maxCTAs` below 64
  caps every kernel of the communicator at that many thread blocks; `NCCL_*` environment
- variables override the fields as in NCCL (src/init.cc, envConfigOverride). Invalid fields are
- ncclInvalidArgument.
+ variables override the fields as in NCCL (src/init.cc, envConfigOverride).
 
- Returns ncclSuccess, or:
- - ncclInvalidArgument: `comm` is NULL, `nranks` < 1, or `rank` is outside `0..nranks`;
- - ncclInvalidUsage: the ranks' settings disagree where they must be equal (transports, scratch
-   sizes; docs/tuning.md);
- - ncclSystemError: a socket failed, or the rendezvous did not complete within
-   OXCCL_BOOTSTRAP_TIMEOUT (300 s by default);
- - ncclRemoteError: a peer failed or went away during the rendezvous;
- - ncclUnhandledCudaError: a CUDA driver call failed (no driver, no such device, out of memory);
- - ncclInProgress: the communicator is nonblocking (`NCCL_COMM_BLOCKING=0`) and initialises in
-   the background; poll ncclCommGetAsyncError until it reports ncclSuccess;
- - ncclInternalError: a bug in oxccl (logged as a WARN).
-
- On an error `*comm` is NULL.
+ Returns what ncclCommInitRank returns, and ncclInvalidArgument also for an invalid `config`
+ field (a bad `blocking`, CTA bounds, `CTAPolicy` or other value outside NCCL's range).
+ ncclInProgress also where `config->blocking` is 0. On an error `*comm` is NULL.
  */
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config);
 ncclResult_t pncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config);
