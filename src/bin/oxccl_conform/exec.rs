@@ -211,23 +211,10 @@ impl Exec {
     /// Polls ncclCommGetAsyncError until no communicator is in progress; every one must succeed.
     fn wait_async(&self, comms: &[Comm], deadline: Instant, what: &str) -> Result<(), String> {
         for &c in comms {
-            loop {
-                let mut st: c_int = 0;
-                // SAFETY: a live communicator; out-pointer to a local.
-                let rc = unsafe { (self.nccl.comm_get_async_error)(c, &mut st) };
-                if rc != SUCCESS {
-                    return Err(self.nccl.describe("ncclCommGetAsyncError", rc, c));
-                }
-                if st == SUCCESS {
-                    break;
-                }
-                if st != IN_PROGRESS {
-                    return Err(self.nccl.describe(&format!("{what}: async state"), st, c));
-                }
-                if Instant::now() > deadline {
-                    return Err(format!("{what}: still ncclInProgress after the deadline"));
-                }
-                std::thread::sleep(Duration::from_micros(200));
+            match self.settle(c, deadline) {
+                SUCCESS => {}
+                IN_PROGRESS => return Err(format!("{what}: still ncclInProgress after the deadline")),
+                st => return Err(self.nccl.describe(&format!("{what}: async state"), st, c)),
             }
         }
         Ok(())
@@ -240,6 +227,7 @@ impl Exec {
             let mut st: c_int = 0;
             // SAFETY: a live communicator; out-pointer to a local.
             let rc = unsafe { (self.nccl.comm_get_async_error)(c, &mut st) };
+            // A failing query answers for the state (an unknown handle is not in progress).
             if rc != SUCCESS {
                 return rc;
             }
