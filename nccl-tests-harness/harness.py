@@ -313,25 +313,34 @@ def selected(a):
 
 def cmd_check(a):
     os.makedirs(a.out, exist_ok=True)
-    runs = selected(a)
+    runs = [(i, r) for i, r in enumerate(selected(a)) if r[1]["ngpus"] <= a.ngpus]
+    total = len(selected(a))
     lines = ["| run | result | rows | #wrong | out of bounds | seconds |", "|---|---|---|---|---|---|"]
-    failed = 0
-    for i, (test, m, args) in enumerate(runs):
-        if m["ngpus"] > a.ngpus:
-            continue
+    names, seen = [], set()
+    for i, (test, m, args) in runs:
         name = f"{test}-{m['name']}"
-        print(f"[{i + 1}/{len(runs)}] {name} ...", end=" ", flush=True)
-        if os.path.exists(os.path.join(a.out, name + ".log")):
-            name += f"-{i}"
-        r = run_one(a.bin, test, m, args, a.oxccl, a.nccl_libdir, a.timeout, os.path.join(a.out, name + ".log"))
-        ok, wrong = verdict(r)
-        if skipped(r):
-            res = "SKIP"
-        else:
-            failed += not ok
-            res = "PASS" if ok else ("TIMEOUT" if r["rc"] == 124 else "FAIL")
-        print(f"{res} ({len(r['rows'])} rows, #wrong {wrong}, oob {r['oob']}, rc {r['rc']}, {r['secs']:.0f}s)", flush=True)
-        lines.append(f"| {name} | {res} | {len(r['rows'])} | {wrong} | {r['oob']} | {r['secs']:.0f} |")
+        names.append(name + (f"-{i}" if name in seen else ""))
+        seen.add(name)
+
+    def one(k):
+        i, (test, m, args) = runs[k]
+        return run_one(a.bin, test, m, args, a.oxccl, a.nccl_libdir, a.timeout, os.path.join(a.out, names[k] + ".log"))
+
+    # Correctness runs share the GPUs (--jobs > 1): their timings then mean nothing, their
+    # verdicts everything. Results print in suite order.
+    import concurrent.futures
+    failed = 0
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as ex:
+        for k, r in enumerate(ex.map(one, range(len(runs)))):
+            i, name = runs[k][0], names[k]
+            ok, wrong = verdict(r)
+            if skipped(r):
+                res = "SKIP"
+            else:
+                failed += not ok
+                res = "PASS" if ok else ("TIMEOUT" if r["rc"] == 124 else "FAIL")
+            print(f"[{i + 1}/{total}] {name} {res} ({len(r['rows'])} rows, #wrong {wrong}, oob {r['oob']}, rc {r['rc']}, {r['secs']:.0f}s)", flush=True)
+            lines.append(f"| {name} | {res} | {len(r['rows'])} | {wrong} | {r['oob']} | {r['secs']:.0f} |")
     with open(os.path.join(a.out, "check.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -448,6 +457,7 @@ def main():
     p.add_argument("--oxccl", required=True, help="path of liboxccl.so, preloaded for oxccl runs")
     p.add_argument("--nccl-libdir", default=None, help="folder with the reference libnccl.so.2 (LD_LIBRARY_PATH)")
     p.add_argument("--suite", default=None)
+    p.add_argument("--jobs", type=int, default=1, help="check: runs at once (they share the GPUs; verdicts only)")
     p.add_argument("--ngpus", type=int, default=None)
     p.add_argument("--out", default="harness-out")
     p.add_argument("--timeout", type=int, default=300, help="seconds per run before it counts as hung")

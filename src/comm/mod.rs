@@ -44,6 +44,15 @@ use crate::types::{DataType, RedOp, ResolvedOp};
 
 static NEXT_TAG: AtomicU32 = AtomicU32::new(0);
 
+/// How long ncclCommAbort, ncclCommRevoke and the destroy of a revoked communicator wait for its
+/// kernels to leave once told to stop. A running kernel sees the flag within microseconds; a
+/// launch still queued behind another communicator's kernel on its stream (a group over two
+/// communicators, the other waiting for a peer) starts only once that one ends, and then leaves
+/// at once. Waiting for it would last until the application stops the other communicator, often
+/// its next call: so the wait is short, and memory stays until the kernels left
+/// (`Comm::hold_until_stopped`).
+const STOP_WAIT: Duration = Duration::from_secs(1);
+
 pub struct Comm {
     pub rank: usize,
     pub nranks: usize,
@@ -420,8 +429,12 @@ impl Comm {
         }
         let Some(r) = self.ready.get() else { return };
         r.abort_flag.store_u32(0, 1);
-        if !self.quiesce(Some(Instant::now() + Duration::from_secs(10))).unwrap_or(false) {
-            nccl_warn!("ncclCommRevoke: kernels of comm rank {} did not exit within 10 s", self.rank);
+        if !self.quiesce(Some(Instant::now() + STOP_WAIT)).unwrap_or(false) {
+            nccl_info!(
+                Subsys::Init,
+                "ncclCommRevoke: comm rank {}'s kernels have not left within {STOP_WAIT:?} (one may be queued behind other work on its stream): they leave as they start",
+                self.rank
+            );
         }
     }
 
@@ -696,8 +709,13 @@ impl Comm {
     /// Needs no peer: ranks driven by one thread destroy their communicators one after another.
     /// The memory goes with the last reference (`release_memory`: the caller's, or a CUDA
     /// graph's that captured work of this communicator).
-    pub fn destroy(&self) -> Result<()> {
-        if !self.finalized.load(Ordering::Acquire) {
+    pub fn destroy(self: &Arc<Self>) -> Result<()> {
+        if self.revoked.load(Ordering::Acquire) {
+            // Its kernels were told to stop: they leave without any peer.
+            if !self.quiesce(Some(Instant::now() + STOP_WAIT)).unwrap_or(false) {
+                self.hold_until_stopped("ncclCommDestroy");
+            }
+        } else if !self.finalized.load(Ordering::Acquire) {
             if let Err(e) = self.wait_idle("ncclCommDestroy") {
                 // Kernels still run on our buffers: keep them (leaked) rather than free them.
                 self.leak_device("ncclCommDestroy");
@@ -753,9 +771,9 @@ impl Comm {
     }
 
     /// ncclCommAbort: makes kernels waiting on peers exit, stops bootstrap waits, and never waits
-    /// on a peer. Memory goes with the last reference, and only once every peer released what
-    /// this rank shared (src/comm/reaper.rs); kernels that do not exit leave theirs leaked.
-    pub fn abort(&self) {
+    /// on a peer. Memory goes with the last reference, once this communicator's kernels have left
+    /// (`hold_until_stopped`) and every peer released what this rank shared (src/comm/reaper.rs).
+    pub fn abort(self: &Arc<Self>) {
         self.aborted.store(true, Ordering::Release);
         self.set_error(ResultCode::RemoteError);
         let Some(r) = self.ready.get() else { return };
@@ -770,11 +788,35 @@ impl Comm {
         if let Some(ce) = &r.ce {
             ce.stop();
         }
-        // Kernels see the flag within microseconds; do not wait on a wedged GPU forever.
-        if !self.quiesce(Some(Instant::now() + Duration::from_secs(10))).unwrap_or(false) {
-            nccl_warn!("ncclCommAbort: kernels of comm rank {} did not exit within 10 s; leaking their buffers", self.rank);
-            self.leak_device("ncclCommAbort");
+        if !self.quiesce(Some(Instant::now() + STOP_WAIT)).unwrap_or(false) {
+            self.hold_until_stopped("ncclCommAbort");
         }
+    }
+
+    /// Keeps this communicator, whose kernels were told to stop but have not all left, until they
+    /// have: its memory then goes the usual way (`release_when_idle`), and until then other frees
+    /// of the process wait for its kernels as for a live communicator's (`when_idle`). A kernel
+    /// that never leaves keeps it for good, as a leak would.
+    fn hold_until_stopped(self: &Arc<Self>, caller: &str) {
+        let rank = self.rank;
+        nccl_info!(
+            Subsys::Init,
+            "{caller}: comm rank {rank}'s kernels have not left within {STOP_WAIT:?} (one may be queued behind other work on its stream); its memory stays until they have"
+        );
+        registry::drain(self);
+        let weak = Arc::downgrade(self);
+        crate::comm::reaper::drop_when(
+            move |free: &mut dyn FnMut()| {
+                // Asked, never waited for (deadline now); an error is a context that runs nothing.
+                let left = weak.upgrade().is_none_or(|c| c.quiesce(Some(Instant::now())).unwrap_or(true));
+                if left {
+                    free();
+                }
+                left
+            },
+            || format!("comm rank {rank} (told to stop)"),
+            Box::new(self.clone()),
+        );
     }
 
     /// Kernels or copies may still run: everything they can touch stays allocated for good
@@ -876,13 +918,14 @@ fn release_when_idle(rank: usize, hold: Box<dyn Send>) {
     crate::comm::reaper::drop_when(when_idle, || format!("comm rank {rank}'s memory"), hold);
 }
 
-/// Runs `free` and returns true only while no live communicator of this process (any device: a
+/// Runs `free` and returns true only while no live (or draining: `registry::drain`) communicator of this process (any device: a
 /// free can hold up other threads' CUDA calls) has an uncaptured launch that is still running or
 /// being issued; their launch locks are held throughout, so none begins one meanwhile. Else
 /// returns false and runs nothing. Never waits: launch locks are only tried, and launches only
 /// queried. Work captured into graphs cannot be seen from here.
 pub fn when_idle(free: &mut dyn FnMut()) -> bool {
-    let comms = live();
+    let mut comms = live();
+    comms.extend(registry::draining());
     let mut locals = Vec::new();
     for c in &comms {
         // A communicator spanning hosts launches on its host-local communicator too.

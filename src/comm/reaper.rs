@@ -78,9 +78,10 @@ struct Entry {
 }
 
 /// Runs the closure it is given (which frees memory) and returns true only where that cannot
-/// wait for a kernel that waits for this process (comm.rs `when_idle`); else returns false and
-/// runs nothing.
-pub type Gate = fn(&mut dyn FnMut()) -> bool;
+/// wait for a kernel that waits for this process (comm.rs `when_idle`), or where what it frees
+/// is no longer touched by a kernel (comm.rs `hold_until_stopped`); else returns false and runs
+/// nothing.
+pub type Gate = Box<dyn FnMut(&mut dyn FnMut()) -> bool + Send>;
 
 /// Something to free that its gate refused so far.
 struct Gated {
@@ -145,11 +146,12 @@ pub fn retire(key: u64, rank: usize, ranks_here: usize, held: Option<Held>) {
 
 /// Drops `hold` (memory whose free synchronises the device) through `gate`: at once on this
 /// thread where it lets it, else later on this module's thread, once it does. Never waits.
-pub fn drop_when(gate: Gate, what: impl FnOnce() -> String, hold: Box<dyn Send>) {
+pub fn drop_when(gate: impl FnMut(&mut dyn FnMut()) -> bool + Send + 'static, what: impl FnOnce() -> String, hold: Box<dyn Send>) {
     if exiting() {
         std::mem::forget(hold);
         return;
     }
+    let mut gate: Gate = Box::new(gate);
     let mut slot = Some(hold);
     if gate(&mut || drop(slot.take())) {
         return;

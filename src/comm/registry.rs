@@ -2,9 +2,9 @@
 //! `Arc<Comm>`s, resolved here on every API call, so a stale or forged handle is an error.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use super::Comm;
 use crate::error::{Error, Result};
@@ -35,4 +35,24 @@ pub fn lookup(handle: usize) -> Result<Arc<Comm>> {
 /// Removes a handle; the communicator is freed when the last in-flight user drops it.
 pub fn unregister(handle: usize) -> Option<Arc<Comm>> {
     REGISTRY.write().as_mut().and_then(|m| m.remove(&handle))
+}
+
+/// Communicators whose handle is gone (aborted, or destroyed after a revoke) but whose kernels,
+/// told to stop, may not have left yet: one queued behind another communicator's kernel on its
+/// stream starts, and leaves, only once that one ends. Their memory waits for them
+/// (`Comm::hold_until_stopped`), and a free of any other memory of the process waits too
+/// (`when_idle`), as it does for live communicators.
+static DRAINING: Mutex<Vec<Weak<Comm>>> = parking_lot::const_mutex(Vec::new());
+
+pub(super) fn drain(comm: &Arc<Comm>) {
+    let mut d = DRAINING.lock();
+    d.retain(|w| w.strong_count() > 0);
+    d.push(Arc::downgrade(comm));
+}
+
+/// The communicators `drain` was given that still exist (their memory is not yet released).
+pub(super) fn draining() -> Vec<Arc<Comm>> {
+    let mut d = DRAINING.lock();
+    d.retain(|w| w.strong_count() > 0);
+    d.iter().filter_map(Weak::upgrade).collect()
 }

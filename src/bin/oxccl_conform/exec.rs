@@ -21,6 +21,9 @@ use crate::values::Codec;
 
 /// Communicator slots per rank: (blocking, nonblocking) x (comm 0, comm 1).
 const SLOTS: usize = 4;
+/// The longest one ncclCommAbort or ncclCommRevoke of a stopping rank may take (kernels told to
+/// stop leave within microseconds of starting; the rest is slack for a loaded machine).
+const STOP_CALL_BOUND: Duration = Duration::from_secs(5);
 
 pub fn say(msg: &str) {
     let mut o = std::io::stdout().lock();
@@ -699,10 +702,16 @@ impl Exec {
                 for (s, &c) in r.comms.iter().enumerate() {
                     // SAFETY: a live communicator; abort and revoke may run while another thread
                     // is in a call.
+                    let t_call = Instant::now();
                     let (rc, what) = match a.how {
                         Stop::Abort => (unsafe { (me.nccl.comm_abort)(c) }, "ncclCommAbort"),
                         _ => (unsafe { (me.nccl.comm_revoke)(c, 0) }, "ncclCommRevoke"),
                     };
+                    // Each call within seconds: its kernels leave at once, or once they start (a
+                    // launch queued behind another communicator's waiting kernel on the stream).
+                    if t_call.elapsed() > STOP_CALL_BOUND {
+                        wrong.push(format!("rank {}: {what} of communicator slot {s} took {:?}", r.rank, t_call.elapsed()));
+                    }
                     // Slots 2 and 3 are nonblocking communicators: a revoke completes later.
                     if rc != SUCCESS && !(rc == IN_PROGRESS && s >= 2) {
                         wrong.push(me.nccl.describe(&format!("rank {}: {what}", r.rank), rc, std::ptr::null_mut()));
