@@ -31,6 +31,12 @@ pub fn say(msg: &str) {
     let _ = o.flush();
 }
 
+/// Where an abort case is, on stderr (the `<layout>.p<N>.stderr` file of --out): a case that
+/// hangs shows its last step there.
+fn step(case: &Case, what: &str) {
+    eprintln!("abort case {:016x}: {what}", case.seed);
+}
+
 fn cu_check(rc: cu::CUresult, what: &str) -> Result<(), String> {
     if rc == cu::CUresult::CUDA_SUCCESS {
         Ok(())
@@ -664,6 +670,7 @@ impl Exec {
                     unsafe { cu::cuStreamEndCapture(r.stream, &mut g) };
                     graphs.push((i, r, g));
                 }
+                step(case, &format!("captured ({})", e.as_deref().unwrap_or("ok")));
                 let mut made = Vec::new();
                 for (i, r, g) in graphs {
                     ex.set_ctx(i);
@@ -680,6 +687,7 @@ impl Exec {
                     }
                     made.push((i, g as usize, x as usize));
                 }
+                step(case, "graphs launched");
                 (e.or(errs), made)
             });
             // The issue may block in a call that waits for a peer; give it a moment, not forever.
@@ -689,6 +697,7 @@ impl Exec {
             }
             me.barrier()?;
             std::thread::sleep(Duration::from_micros(a.delay_us as u64));
+            step(case, &format!("stopping ({:?}; the issuer {} back)", a.how, if issuer.is_finished() { "is" } else { "is not" }));
             let t_abort = Instant::now();
             // ShrinkAbort shrinks once the issuing thread is back: at once if it already is (the
             // shrink then stops the kernels still waiting), else after a revoke brings it back
@@ -722,6 +731,7 @@ impl Exec {
             if abort_time > Duration::from_secs(15) {
                 wrong.push(format!("stopping the communicators ({:?}) took {abort_time:?}", a.how));
             }
+            step(case, "stopped");
             // The issuing thread must come back once its communicators are aborted.
             let t1 = Instant::now();
             while !issuer.is_finished() {
@@ -732,6 +742,7 @@ impl Exec {
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
+            step(case, "the issuer is back");
             Ok(issuer.join().map(|(_, made)| made).unwrap_or_default())
         })?;
         if a.how == Stop::ShrinkAbort {
@@ -811,6 +822,7 @@ impl Exec {
                 }
             }
         }
+        step(case, "survivors done");
         // Every stream drains without error; no sticky error in the context.
         let drain = Instant::now() + Duration::from_secs(20);
         for (i, r) in self.ranks.iter().enumerate() {
@@ -835,6 +847,7 @@ impl Exec {
                 return Err(format!("rank {}: after ncclCommAbort the context reports {}", r.rank, cu_name(rc)));
             }
         }
+        step(case, "drained");
         for (i, g, x) in made {
             self.set_ctx(i);
             // SAFETY: graphs made above; their work has drained.
@@ -851,8 +864,10 @@ impl Exec {
             r.comms = [std::ptr::null_mut(); SLOTS];
         }
         // New communicators on the same GPUs must work.
+        step(case, "graphs destroyed; new communicators");
         self.init_comms()?;
         self.sanity()?;
+        step(case, "done");
         Ok(if wrong.is_empty() { Ok(vec![]) } else { Err(wrong.join(" | ")) })
     }
 
