@@ -373,7 +373,7 @@ pub enum Source {
 
 /// What rank `r`'s receive buffer must hold after `o` (None: it must not be written), as a
 /// function from output element index to its source.
-pub fn output_rule(o: &OpCase, n: usize, r: usize) -> Option<Box<dyn Fn(u64) -> Source>> {
+pub fn output_rule(o: &OpCase, n: usize, r: usize) -> Option<Box<dyn Fn(u64) -> Source + Send + Sync>> {
     let c = o.count;
     let root = o.root;
     Some(match o.kind {

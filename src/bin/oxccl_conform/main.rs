@@ -111,6 +111,10 @@ struct Cli {
     /// Print the counts the selectors' boundaries give and exit.
     #[arg(long)]
     list_boundaries: bool,
+    /// With --case: time, without a GPU, the host side the case costs process 0's executor (each
+    /// of its ranks' uploaded images and reference, per replay, and the comparison) and exit.
+    #[arg(long)]
+    time_host: bool,
     #[arg(long, hide = true)]
     child: bool,
     #[arg(long, hide = true, default_value_t = 0)]
@@ -136,6 +140,31 @@ fn main() {
             }
         };
         std::process::exit(code);
+    }
+    if cli.time_host {
+        let Some(line) = cli.case.as_deref() else {
+            eprintln!("oxccl-conform: --time-host needs --case");
+            std::process::exit(2);
+        };
+        match case::Case::from_line(line) {
+            Ok(c) => {
+                let t = Instant::now();
+                let wrong = exec::host_side(&c);
+                println!(
+                    "host side of process 0 ({} rank(s), {} replay(s)): {:.2} s; estimate {} s{}",
+                    c.per_proc,
+                    c.replays.max(1),
+                    t.elapsed().as_secs_f64(),
+                    host_work_secs(&c),
+                    if wrong { " (a reference did not match itself)" } else { "" }
+                );
+                std::process::exit(if wrong { 1 } else { 0 });
+            }
+            Err(e) => {
+                eprintln!("oxccl-conform: {e}");
+                std::process::exit(2);
+            }
+        }
     }
     std::process::exit(match parent(&cli) {
         Ok(true) => 0,

@@ -89,6 +89,26 @@ fn f16_decode(h: u16) -> f64 {
     }
 }
 
+/// The fp16 code nearest to finite `v` (ties to the even code; past the largest finite value,
+/// the largest finite value). Exact arithmetic: scaling by a power of two is exact in f64.
+fn f16_encode(v: f64) -> u16 {
+    let sign = if v.is_sign_negative() { 0x8000u16 } else { 0 };
+    let a = v.abs();
+    if a > 65504.0 {
+        return sign | 0x7bff;
+    }
+    let e = ((a.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+    let code = if e < -14 {
+        // Subnormal: whole multiples of 2^-24 (1024 of them is the smallest normal's code).
+        (a * pow2(24)).round_ties_even() as u32
+    } else {
+        // [1024, 2048] units of the exponent's step; 2048 carries into the next exponent.
+        let m = (a * pow2(10 - e)).round_ties_even() as u32;
+        (((e + 15) as u32) << 10) + m - 1024
+    };
+    sign | code.min(0x7bff) as u16
+}
+
 fn fp8_decode(b: u8, e4m3: bool) -> f64 {
     let s = if b >> 7 == 1 { -1.0 } else { 1.0 };
     let (ebits, mbits, bias) = if e4m3 { (4, 3, 7) } else { (5, 2, 15) };
@@ -109,6 +129,17 @@ fn fp8_decode(b: u8, e4m3: bool) -> f64 {
 }
 
 /// Every fp8 code decoded once (e4m3, e5m2): the conformance check decodes tens of millions.
+/// Every fp16 code's value: one load instead of arithmetic per element (tens of millions).
+fn f16_table() -> &'static [f64] {
+    static T: std::sync::OnceLock<Vec<f64>> = std::sync::OnceLock::new();
+    T.get_or_init(|| (0..=u16::MAX).map(f16_decode).collect())
+}
+
+/// 2^k for k in f64's normal range, exactly (powi is a call per element).
+fn pow2(k: i32) -> f64 {
+    f64::from_bits(((k + 1023) as u64) << 52)
+}
+
 fn fp8_table() -> &'static [[f64; 256]; 2] {
     static T: std::sync::OnceLock<[[f64; 256]; 2]> = std::sync::OnceLock::new();
     T.get_or_init(|| [0, 1].map(|k| std::array::from_fn(|c| fp8_decode(c as u8, k == 0))))
@@ -162,7 +193,7 @@ pub fn decode_float(dt: DataType, b: &[u8]) -> f64 {
     match dt {
         DataType::Float32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
         DataType::Float64 => f64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
-        DataType::Float16 => f16_decode(u16::from_le_bytes([b[0], b[1]])),
+        DataType::Float16 => f16_table()[u16::from_le_bytes([b[0], b[1]]) as usize],
         DataType::Bfloat16 => f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16) as f64,
         DataType::Float8e4m3 => fp8_table()[0][b[0] as usize],
         DataType::Float8e5m2 => fp8_table()[1][b[0] as usize],
@@ -176,7 +207,7 @@ pub fn int_of(dt: DataType, b: &[u8]) -> i128 {
     wrap_int(dt, u128::from_le_bytes(raw) as i128)
 }
 
-/// Encoder for one datatype; narrow float encodings are tabled once, and fp8 codes of the few
+/// Encoder for one datatype; fp8 encodings are tabled once, and fp8 codes of the few
 /// distinct values the check uses are cached.
 pub struct Codec {
     pub dt: DataType,
@@ -187,12 +218,6 @@ pub struct Codec {
 impl Codec {
     pub fn new(dt: DataType) -> Codec {
         let table = match dt {
-            DataType::Float16 => {
-                let mut t: Vec<(f64, u16)> =
-                    (0..=u16::MAX).map(|c| (f16_decode(c), c)).filter(|(v, _)| v.is_finite()).collect();
-                t.sort_by(|a, b| a.0.total_cmp(&b.0));
-                t
-            }
             // fp8: every finite code at the top 12 bits (sign, exponent, 3 mantissa bits) of its
             // value as f32, which tell every fp8 value apart: an exact value's code in one load.
             DataType::Float8e4m3 | DataType::Float8e5m2 => {
@@ -221,16 +246,7 @@ impl Codec {
                 out[..2].copy_from_slice(&(r as u16).to_le_bytes());
             }
             DataType::Float16 if v == 0.0 => out[..2].copy_from_slice(&(if v.is_sign_negative() { 0x8000u16 } else { 0 }).to_le_bytes()),
-            DataType::Float16 => {
-                let i = self.table.partition_point(|(x, _)| *x < v);
-                let cands = [i.saturating_sub(1), i.min(self.table.len() - 1)];
-                let best = cands
-                    .iter()
-                    .map(|&k| self.table[k])
-                    .min_by(|a, b| (a.0 - v).abs().total_cmp(&(b.0 - v).abs()))
-                    .expect("table is not empty");
-                out[..2].copy_from_slice(&best.1.to_le_bytes());
-            }
+            DataType::Float16 => out[..2].copy_from_slice(&f16_encode(v).to_le_bytes()),
             DataType::Float8e4m3 | DataType::Float8e5m2 if v == 0.0 => out[0] = if v.is_sign_negative() { 0x80 } else { 0 },
             DataType::Float8e4m3 | DataType::Float8e5m2 => {
                 let (x, c) = self.table[((v as f32).to_bits() >> 20) as usize];
@@ -364,6 +380,28 @@ mod tests {
                     assert_eq!(b[0], search(x), "{dt:?} encode {x} (near code {code:#x})");
                 }
             }
+        }
+    }
+
+    /// fp16 by arithmetic agrees with a search of every finite code: on each code's value, just
+    /// above and below it, at the midpoints to its neighbours (ties to the even code), and past
+    /// the largest finite value (the largest finite value).
+    #[test]
+    fn fp16_encoding_is_the_nearest_code() {
+        let finite: Vec<(f64, u16)> = (0..=u16::MAX).map(|c| (f16_decode(c), c)).filter(|(v, _)| v.is_finite()).collect();
+        let nearest = |x: f64| {
+            let best = finite.iter().map(|&(v, _)| (v - x).abs()).fold(f64::INFINITY, f64::min);
+            let mut at: Vec<u16> = finite.iter().filter(|&&(v, _)| (v - x).abs() == best && v.is_sign_negative() == x.is_sign_negative()).map(|&(_, c)| c).collect();
+            at.sort_unstable();
+            *at.iter().find(|c| *c % 2 == 0).unwrap_or(&at[0])
+        };
+        let mut points = vec![65504.0, 65519.0, 65520.0, 1e9, -65530.0, 2f64.powi(-25), 3.0 * 2f64.powi(-26), -2f64.powi(-24)];
+        for code in (0..0x7c00u16).step_by(37).chain([0x0001, 0x03ff, 0x0400, 0x3c00, 0x3bff, 0x7bfe]) {
+            let (v, next) = (f16_decode(code), f16_decode(code + 1));
+            points.extend([v, -v, (v + next) / 2.0, -(v + next) / 2.0, v + (next - v) / 4.0, next - (next - v) / 4.0]);
+        }
+        for x in points.into_iter().filter(|x| *x != 0.0) {
+            assert_eq!(f16_encode(x), nearest(x), "{x}");
         }
     }
 
