@@ -219,6 +219,13 @@ impl Watch {
         }
     }
 
+    /// Some CUDA graph holds captured work of this communicator: a replay of it may be running,
+    /// unseen by the launch probes.
+    pub fn holds_graphs(&self) -> bool {
+        let g = self.inner.lock();
+        g.graphs_all > 0 || g.graphs_peer.iter().any(|&n| n > 0)
+    }
+
     /// What is known about the work that needs `p` (the caller asks `last_done` itself).
     pub fn view_of(&self, p: usize) -> View {
         let g = self.inner.lock();
@@ -326,10 +333,15 @@ mod tests {
         let w = Watch::new(2);
         w.begin(Needs::Peers(&[1]), false);
         w.end();
+        assert!(!w.holds_graphs());
         w.graph_held(Needs::Peers(&[1]));
         assert_eq!(w.view_of(1), View { graphs: true, ..View::default() });
+        assert!(w.holds_graphs(), "frees wait while a graph holds captured work (when_idle)");
         w.graph_released(Needs::Peers(&[1]));
+        assert!(!w.holds_graphs());
         assert_eq!(verdict(&w.view_of(1)), Verdict::Tolerate, "a graph destroyed, and no eager launch");
+        w.graph_held(Needs::All);
+        assert!(w.holds_graphs());
     }
 
     #[test]

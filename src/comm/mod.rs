@@ -45,12 +45,12 @@ use crate::types::{DataType, RedOp, ResolvedOp};
 static NEXT_TAG: AtomicU32 = AtomicU32::new(0);
 
 /// How long ncclCommAbort, ncclCommRevoke and the destroy of a revoked communicator wait for its
-/// kernels to leave once told to stop. A running kernel sees the flag within microseconds; a
-/// launch still queued behind another communicator's kernel on its stream (a group over two
-/// communicators, the other waiting for a peer) starts only once that one ends, and then leaves
-/// at once. Waiting for it would last until the application stops the other communicator, often
-/// its next call: so the wait is short, and memory stays until the kernels left
-/// (`Comm::hold_until_stopped`).
+/// kernels to leave once told to stop. A running kernel sees the flag within microseconds and
+/// runs to its end skipping every wait; a launch still queued behind another communicator's
+/// kernel on its stream (a group over two communicators, the other waiting for a peer) starts
+/// only once that one ends, and then does the same. Waiting for it would last until the
+/// application stops the other communicator, often its next call: so the wait is short, and
+/// memory stays until the kernels left (`Comm::hold_until_stopped`).
 const STOP_WAIT: Duration = Duration::from_secs(1);
 
 pub struct Comm {
@@ -76,8 +76,8 @@ pub struct Comm {
     pub windows: crate::comm::window::Windows,
     /// Lost peers and the peers in-flight work needs (src/comm/liveness.rs).
     pub watch: Arc<crate::comm::liveness::Watch>,
-    /// Kernels may still run on this communicator's memory (an abort or destroy gave up waiting
-    /// for them): what they touch was leaked (`leak_device`, once).
+    /// Kernels may still run on this communicator's memory (a destroy gave up waiting for them
+    /// after OXCCL_FINALIZE_TIMEOUT): what they touch was leaked (`leak_device`, once).
     leaked: AtomicBool,
 }
 
@@ -422,13 +422,18 @@ impl Comm {
 
     /// ncclCommRevoke: makes this communicator's kernels stop (as abort does) and refuses new
     /// work, but keeps the bootstrap, so the communicator can still be split or shrunk. Waits
-    /// (bounded) for the kernels to exit; never on a peer.
+    /// `STOP_WAIT` at most for the kernels to leave, never on a peer: a launch still queued behind
+    /// other work on its stream leaves when it starts (skipping its waits), after this returns.
     pub fn revoke(&self) {
         if self.revoked.swap(true, Ordering::AcqRel) {
             return;
         }
         let Some(r) = self.ready.get() else { return };
         r.abort_flag.store_u32(0, 1);
+        // A communicator spanning hosts launches on its host-local communicator too.
+        if let Some(net) = &r.net {
+            net.local().revoke();
+        }
         if !self.quiesce(Some(Instant::now() + STOP_WAIT)).unwrap_or(false) {
             nccl_info!(
                 Subsys::Init,
@@ -724,7 +729,8 @@ impl Comm {
             }
         }
         if let Some(net) = self.ready.get().and_then(|r| r.net.as_ref()) {
-            net.shutdown(false);
+            // Revoked: its work was stopped, so nothing queued is carried out.
+            net.shutdown(self.revoked.load(Ordering::Acquire));
         }
         self.stop_watchdog(true);
         Ok(())
@@ -807,8 +813,9 @@ impl Comm {
         let weak = Arc::downgrade(self);
         crate::comm::reaper::drop_when(
             move |free: &mut dyn FnMut()| {
-                // Asked, never waited for (deadline now); an error is a context that runs nothing.
-                let left = weak.upgrade().is_none_or(|c| c.quiesce(Some(Instant::now())).unwrap_or(true));
+                // Asked, never waited for (deadline now); an error (a stream or event that could
+                // not be made) answers nothing, so it is asked again later.
+                let left = weak.upgrade().is_none_or(|c| c.quiesce(Some(Instant::now())).unwrap_or(false));
                 if left {
                     free();
                 }
@@ -918,23 +925,35 @@ fn release_when_idle(rank: usize, hold: Box<dyn Send>) {
     crate::comm::reaper::drop_when(when_idle, || format!("comm rank {rank}'s memory"), hold);
 }
 
-/// Runs `free` and returns true only while no live (or draining: `registry::drain`) communicator of this process (any device: a
-/// free can hold up other threads' CUDA calls) has an uncaptured launch that is still running or
-/// being issued; their launch locks are held throughout, so none begins one meanwhile. Else
-/// returns false and runs nothing. Never waits: launch locks are only tried, and launches only
-/// queried. Work captured into graphs cannot be seen from here.
+/// Runs `free` and returns true only while no communicator of this process (live, or draining:
+/// `registry::drain`; any device, as a free can hold up other threads' CUDA calls) has an
+/// uncaptured launch still running or being issued, or captured work in a CUDA graph that a
+/// replay may be running, unless it was told to stop (aborted or revoked: its replays leave at
+/// once). Their launch locks are held throughout, so none begins a launch meanwhile. Else returns
+/// false and runs nothing. Never waits: launch locks are only tried, launches only queried. A
+/// graph kept by the application (as under CUDA graphs for a whole training run) so defers every
+/// free until it goes; a free behind a replay that waits for a peer would hang (a rank aborting
+/// an idle communicator before the one whose replay waits, 2026-11-29).
 pub fn when_idle(free: &mut dyn FnMut()) -> bool {
-    let mut comms = live();
-    comms.extend(registry::draining());
-    let mut locals = Vec::new();
-    for c in &comms {
+    let mut comms: Vec<Arc<Comm>> = Vec::new();
+    let mut add = |c: Arc<Comm>| {
+        // Once each: a second try_lock of a lock this function holds would fail.
+        if !comms.iter().any(|x| Arc::ptr_eq(x, &c)) {
+            comms.push(c);
+        }
+    };
+    for c in live().into_iter().chain(registry::draining()) {
         // A communicator spanning hosts launches on its host-local communicator too.
         if let Some(net) = c.ready.get().and_then(|r| r.net.as_ref()) {
-            locals.push(net.local().clone());
+            add(net.local().clone());
         }
+        add(c);
+    }
+    if comms.iter().any(|c| c.watch.holds_graphs() && !c.is_aborted() && !c.revoked.load(Ordering::Acquire)) {
+        return false;
     }
     let mut held = Vec::new();
-    for r in comms.iter().chain(&locals).filter_map(|c| c.ready.get()) {
+    for r in comms.iter().filter_map(|c| c.ready.get()) {
         let Some(ls) = r.launch.try_lock() else { return false };
         held.push((r.dev, ls));
     }

@@ -47,7 +47,9 @@ static DRAINING: Mutex<Vec<Weak<Comm>>> = parking_lot::const_mutex(Vec::new());
 pub(super) fn drain(comm: &Arc<Comm>) {
     let mut d = DRAINING.lock();
     d.retain(|w| w.strong_count() > 0);
-    d.push(Arc::downgrade(comm));
+    if !d.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(comm))) {
+        d.push(Arc::downgrade(comm));
+    }
 }
 
 /// The communicators `drain` was given that still exist (their memory is not yet released).
