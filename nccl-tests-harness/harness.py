@@ -4,6 +4,7 @@ and, side by side, against a reference libnccl, and reports correctness and perf
 
   harness.py check   --bin DIR --oxccl LIB [--suite NAME] [--ngpus N] [--out DIR]
   harness.py compare --bin DIR --oxccl LIB [--nccl-libdir DIR] [--suite NAME] [--ngpus N] [--out DIR]
+  harness.py report RESULTS.json [--out DIR]
 
 check:   every run of the suite with oxccl preloaded; a table of #wrong / out-of-bounds per run;
          exit status 1 if any run failed, was wrong or hung.
@@ -19,6 +20,8 @@ compare: every run twice, oxccl then the reference NCCL, in the same invocation;
          the libraries, and compares per-size medians: small eager sizes are bound by the host's
          kernel launch and move by 10-30% between runs of either library; `--bind core` pins
          single-threaded ranks to cores (mpirun --bind-to core --map-by numa), which steadies them.
+report:  results.md and the PNGs again from a results.json, compare's or oxccl-bench's (what
+         scripts/bench.sh writes).
 Suites are defined below (SUITES); modes: mpirun one process per GPU (npN), one process driving N
 GPUs (gN), threads (tN), each optionally with CUDA graphs (-G).
 """
@@ -430,14 +433,17 @@ def plot(results, out):
         print("harness: matplotlib not installed; no plots")
         return
     for r in results:
-        rows = [x for x in r["rows"] if x["oxccl_us"] and x["nccl_us"]]
+        rows = [x for x in r["rows"] if x["oxccl_us"]]
         if not rows:
             continue
-        sizes = [x["bytes"] for x in rows]
         fig, (bw, lat) = plt.subplots(1, 2, figsize=(11, 4))
-        for key, label in (("oxccl", "oxccl"), ("nccl", "NCCL 2.28.9")):
-            bw.plot(sizes, [x[key + "_busbw"] or 0 for x in rows], marker="o", ms=3, label=label)
-            lat.plot(sizes, [x[key + "_us"] for x in rows], marker="o", ms=3, label=label)
+        for key, label in (("oxccl", "oxccl"), ("nccl", "NCCL")):
+            have = [x for x in rows if x.get(key + "_us")]
+            if not have:
+                continue
+            sizes = [x["bytes"] for x in have]
+            bw.plot(sizes, [x[key + "_busbw"] or 0 for x in have], marker="o", ms=3, label=label)
+            lat.plot(sizes, [x[key + "_us"] for x in have], marker="o", ms=3, label=label)
         for ax, ylabel in ((bw, "bus bandwidth (GB/s)"), (lat, "time (us)")):
             ax.set_xscale("log", base=2)
             ax.set_xlabel("message size (bytes)")
@@ -450,7 +456,36 @@ def plot(results, out):
         fig.savefig(os.path.join(out, r["name"] + ".png"), dpi=110)
         plt.close(fig)
 
+def cmd_report(results_path, out):
+    """results.md (the summary, then every size) and PNG plots from a results.json: compare's,
+    or oxccl-bench's (scripts/bench.sh)."""
+    with open(results_path) as f:
+        results = json.load(f)
+    out = out or os.path.dirname(os.path.abspath(results_path))
+    os.makedirs(out, exist_ok=True)
+    md = summary(results)
+    f2 = lambda v, d=2: "-" if v is None else f"{v:.{d}f}"
+    for r in results:
+        md.append(f"\n### {r['name']}\n")
+        md.append("| bytes | type | oxccl us | NCCL us | time ratio | oxccl busbw | NCCL busbw | busbw ratio |")
+        md.append("|---:|---|---:|---:|---:|---:|---:|---:|")
+        for x in r["rows"]:
+            md.append(f"| {x['bytes']} | {x['type']} | {f2(x['oxccl_us'])} | {f2(x['nccl_us'])} | {f2(x['time_ratio'])} | "
+                      f"{f2(x['oxccl_busbw'])} | {f2(x['nccl_busbw'])} | {f2(x['busbw_ratio'])} |")
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    plot(results, out)
+    print("\n".join(summary(results)))
+    print(f"\nharness: tables in {os.path.join(out, 'results.md')}, plots (where matplotlib is installed) in {out}")
+    return 0 if all(r["oxccl_ok"] for r in results) else 1
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "report":
+        rp = argparse.ArgumentParser(prog="harness.py report", description="summary, tables and plots of a results.json (compare's or oxccl-bench's)")
+        rp.add_argument("results")
+        rp.add_argument("--out", default=None, help="folder for results.md and the PNGs (default: the results' folder)")
+        ra = rp.parse_args(sys.argv[2:])
+        return cmd_report(ra.results, ra.out)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("command", choices=["check", "compare"])
     p.add_argument("--bin", required=True, help="folder holding the nccl-tests binaries (all_reduce_perf, ...)")

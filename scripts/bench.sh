@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The main job (README): builds oxccl and runs oxccl-bench, an AllReduce benchmark across every
-# local GPU that checks every result. It first checks for an NVIDIA GPU driver, and without one it
-# says so at once and exits 0, before building anything. Extra arguments go to oxccl-bench.
+# The main job (README): builds oxccl and runs oxccl-bench: every collective across every local
+# GPU, every result checked, with oxccl and, where it is installed (found as PyTorch finds it, or
+# OXCCL_BENCH_NCCL=/path/libnccl.so.2), NVIDIA's NCCL in the same run, side by side with ratios;
+# then a summary, tables and PNG plots in target/bench (nccl-tests-harness/harness.py report). It
+# first checks for an NVIDIA GPU driver, and without one it says so at once and exits 0, before
+# building anything. Extra arguments go to oxccl-bench (--help lists them).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -36,4 +39,16 @@ fi
 bash scripts/setup-cuda.sh
 echo "bench: cargo build --release (a cold build compiles the CUDA kernels first, for minutes; cached after)"
 cargo build --release --locked
-exec target/release/oxccl-bench "$@"
+out=target/bench
+rm -f "$out/results.json"
+rc=0
+target/release/oxccl-bench --out "$out" "$@" || rc=$?
+if [ -f "$out/results.json" ] && command -v python3 >/dev/null; then
+  if ! python3 -c 'import matplotlib' 2>/dev/null && ! PYTHONPATH=.tools/python python3 -c 'import matplotlib' 2>/dev/null; then
+    echo "bench: installing matplotlib for the plots into .tools/python (pip --target; nothing outside the repository)"
+    python3 -m pip install -q --disable-pip-version-check --target .tools/python matplotlib >/dev/null 2>&1 \
+      || echo "bench: could not install matplotlib (offline?): tables without plots"
+  fi
+  PYTHONPATH=.tools/python${PYTHONPATH:+:$PYTHONPATH} python3 nccl-tests-harness/harness.py report "$out/results.json" || true
+fi
+exit $rc
