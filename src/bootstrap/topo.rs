@@ -123,7 +123,7 @@ pub struct PeerInfo {
     /// The transports it chose (net::select::Paths::code); every rank must choose alike.
     pub paths: u32,
     /// Its machine (`machine_hash`) and the CPUs it may use (`usable_cpus`): how many threads
-    /// can spin there (net::link::Spin).
+    /// can spin there (transport::link::Spin).
     pub machine: u64,
     pub cpus: u32,
     /// Its network stack (`network_hash`): which ranks share a loopback rather than links.

@@ -11,18 +11,10 @@
 //! counter. Because the stream itself waits, the stages need no host synchronisation, and the
 //! same launches work inside CUDA graphs: a captured step's plan is kept for every replay.
 
-pub mod ce;
-pub mod hca;
 pub mod hostreduce;
-#[cfg(feature = "ib")]
-pub mod ib;
-pub mod inline;
-mod lanetrace;
-pub mod link;
 pub mod packets;
 pub mod pipeline;
 pub mod plan;
-pub mod progress;
 mod settings;
 pub mod stage;
 mod streamtrace;
@@ -32,7 +24,11 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use self::link::{Dir, Job, Link, Mem, Tracker};
+#[cfg(feature = "ib")]
+use crate::transport::ib;
+use crate::transport::lanetrace::{monotonic_ns, trace_dir};
+use crate::transport::link::{self, Dir, Job, Link, Mem, Tracker};
+use crate::transport::{ce, inline, progress};
 use self::plan::{Buf, Call, HostReduce, Layout, LocalOp, Phase, Stage, Step};
 use crate::transport::select::{LocalPath, NetWant};
 use crate::comm::cross_host::{ConnectNet, CrossHost, Setup};
@@ -1170,12 +1166,12 @@ impl NetHandler {
         Ok(t1)
     }
 
-    /// Whether this thread carries the phase itself: small enough (`inline::phase_fits`) and every
+    /// Whether this thread carries the phase itself: small enough (`plan::phase_fits`) and every
     /// link plain TCP.
     fn inline_ok(&self, ph: &Phase) -> bool {
         let max = self.carry[usize::from(ph.narrow)].0;
         max > 0
-            && inline::phase_fits(ph, max)
+            && plan::phase_fits(ph, max)
             && ph.sends.iter().chain(&ph.recvs).all(|x| self.links.get(x.peer).and_then(Option::as_ref).is_some_and(|l| l.inline_sockets().is_some()))
     }
 
@@ -1425,11 +1421,6 @@ fn grow(dev: &'static Device, bufs: &mut Vec<HostMapped>, bytes: u64) -> Result<
     Ok(bufs.last().map_or(std::ptr::null_mut(), |m| m.host))
 }
 
-/// OXCCL_NET_TRACE's directory, if set.
-fn trace_dir() -> Option<String> {
-    crate::config::env("OXCCL_NET_TRACE").filter(|v| !v.trim().is_empty())
-}
-
 /// Per-step timestamps (OXCCL_NET_TRACE), for lining up the ranks of a simulated multi-host run on
 /// one machine, whose processes share CLOCK_MONOTONIC: where a small exchange waits, and for whom.
 /// One line per step: bytes moved, then ns at which the proxy took the trigger, had the kernel's
@@ -1455,13 +1446,6 @@ impl Trace {
 /// Bytes a step sends and receives in all (profile and trace size classes).
 fn step_bytes(step: &Step) -> u64 {
     step.phases.iter().flat_map(|ph| ph.sends.iter().chain(&ph.recvs)).map(|x| x.bytes).sum()
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: out-pointer to a local timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
 }
 
 impl Drop for NetHandler {

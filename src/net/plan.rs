@@ -177,7 +177,7 @@ pub struct Step {
     /// (`packets`); empty: plain bytes.
     pub packets: Vec<super::packets::Range>,
     /// A pipelined staged step's arena copies and flags (`progress`); None: not pipelined.
-    pub progress: Option<super::progress::Layout>,
+    pub progress: Option<crate::transport::progress::Layout>,
 }
 
 impl Step {
@@ -242,12 +242,7 @@ pub fn scratch_bytes(coll: Coll, count: u64, dtype: DataType, nranks: usize) -> 
     }
 }
 
-/// `n` items split into `k` contiguous ranges as evenly as possible: (start, len) of range `i`.
-pub fn split(n: u64, k: usize, i: usize) -> (u64, u64) {
-    let (k, i) = (k as u64, i as u64);
-    let (q, r) = (n / k, n % k);
-    (i * q + i.min(r), q + u64::from(i < r))
-}
+pub use crate::transport::link::split;
 
 /// The local stage's op and the cross-host combine for a reduction op over `nranks` ranks.
 pub fn split_op(op: ResolvedOp, dtype: DataType, nranks: usize) -> (ResolvedOp, HostOp) {
@@ -1130,9 +1125,40 @@ fn direct_all(l: &Layout, ops: &[P2p]) -> Vec<Stage> {
     vec![Stage::Local(LocalOp::P2p(local)), Stage::Net(step)]
 }
 
+/// Whether the proxy carries a phase itself: each job at most `max` bytes, and all of them together
+/// at most twice that (one thread moves them one after another; larger phases go to the links'
+/// threads, which move several at once).
+pub fn phase_fits(ph: &Phase, max: u64) -> bool {
+    // A job the phase stripes (its own threshold below the link's) travels on every lane.
+    let max = if ph.stripe_min > 0 { max.min(ph.stripe_min - 1) } else { max };
+    let mut total = 0u64;
+    for x in ph.sends.iter().chain(&ph.recvs) {
+        if x.bytes > max {
+            return false;
+        }
+        total = total.saturating_add(x.bytes);
+    }
+    total <= max.saturating_mul(2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_phase_fits_by_each_job_and_by_its_total() {
+        let x = |bytes| Xfer { peer: 1, buf: Buf::Host(0), bytes };
+        let ph = |sends: Vec<Xfer>, recvs: Vec<Xfer>| Phase { sends, recvs, reduces: vec![], stripe_min: 0, narrow: false };
+        assert!(phase_fits(&ph(vec![x(100)], vec![x(100)]), 100));
+        assert!(!phase_fits(&ph(vec![x(101)], vec![]), 100));
+        assert!(!phase_fits(&ph(vec![x(100), x(100)], vec![x(1)]), 100), "201 bytes in all");
+        assert!(phase_fits(&ph(vec![], vec![]), 0));
+        assert!(!phase_fits(&ph(vec![x(1)], vec![]), 0));
+        // A phase that stripes from 64 bytes: its 64-byte job goes to the lanes, not inline.
+        let striped = |n: u64| Phase { stripe_min: 64, ..ph(vec![x(n)], vec![]) };
+        assert!(phase_fits(&striped(63), 100));
+        assert!(!phase_fits(&striped(64), 100));
+    }
 
     #[test]
     fn split_direct_takes_only_a_local_launch_and_a_step_with_work() {
@@ -1965,7 +1991,7 @@ mod by_hand {
                 let st = plan_coll(std::hint::black_box(&l), std::hint::black_box(&c));
                 for s in &st {
                     if let Stage::Net(step) = s {
-                        if let Some(mut x) = crate::net::stage::stage_on_host(step, crate::net::inline::DEFAULT_MAX, crate::device_abi::OX_NET_COPIES, u64::MAX) {
+                        if let Some(mut x) = crate::net::stage::stage_on_host(step, crate::transport::inline::DEFAULT_MAX, crate::device_abi::OX_NET_COPIES, u64::MAX) {
                             std::hint::black_box(crate::net::packets::reserve(&mut x, crate::net::packets::DEFAULT_MAX));
                         }
                     }

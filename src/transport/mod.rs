@@ -2,8 +2,16 @@
 //! between registered memories (`MemAccess`: device memory through staging copies, or host memory
 //! in tests and host-only use) and signals the peer's host-to-device semaphores after the data.
 
+pub mod ce;
 pub mod ce_direct;
 pub mod cuda;
+pub mod hca;
+#[cfg(feature = "ib")]
+pub mod ib;
+pub mod inline;
+pub(crate) mod lanetrace;
+pub mod link;
+pub mod progress;
 pub mod select;
 pub mod tcp;
 

@@ -20,7 +20,6 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
 use super::link::{check_header, header, io_error, stripe_min, HEADER_BYTES};
-use super::plan::Phase;
 use super::progress::Gate;
 use crate::error::{Error, Result};
 use crate::log::Subsys;
@@ -61,22 +60,6 @@ pub fn max_bytes() -> u64 {
             }
         },
     }
-}
-
-/// Whether the proxy carries a phase itself: each job at most `max` bytes, and all of them together
-/// at most twice that (one thread moves them one after another; larger phases go to the links'
-/// threads, which move several at once).
-pub fn phase_fits(ph: &Phase, max: u64) -> bool {
-    // A job the phase stripes (its own threshold below the link's) travels on every lane.
-    let max = if ph.stripe_min > 0 { max.min(ph.stripe_min - 1) } else { max };
-    let mut total = 0u64;
-    for x in ph.sends.iter().chain(&ph.recvs) {
-        if x.bytes > max {
-            return false;
-        }
-        total = total.saturating_add(x.bytes);
-    }
-    total <= max.saturating_mul(2)
 }
 
 /// One outgoing frame: its header, and where its payload is (not copied: a pipelined step's
@@ -444,25 +427,10 @@ pub fn exchange_watching(outs: &mut [Out], ins: &mut [In], stop: &dyn Fn() -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::link::{Job, Link, Mem, Tracker};
+    use crate::transport::link::{Job, Link, Mem, Tracker};
     use crate::net::plan::{Buf, Xfer};
     use std::net::TcpListener;
     use std::time::{Duration, Instant};
-
-    #[test]
-    fn a_phase_fits_by_each_job_and_by_its_total() {
-        let x = |bytes| Xfer { peer: 1, buf: Buf::Host(0), bytes };
-        let ph = |sends: Vec<Xfer>, recvs: Vec<Xfer>| Phase { sends, recvs, reduces: vec![], stripe_min: 0, narrow: false };
-        assert!(phase_fits(&ph(vec![x(100)], vec![x(100)]), 100));
-        assert!(!phase_fits(&ph(vec![x(101)], vec![]), 100));
-        assert!(!phase_fits(&ph(vec![x(100), x(100)], vec![x(1)]), 100), "201 bytes in all");
-        assert!(phase_fits(&ph(vec![], vec![]), 0));
-        assert!(!phase_fits(&ph(vec![x(1)], vec![]), 0));
-        // A phase that stripes from 64 bytes: its 64-byte job goes to the lanes, not inline.
-        let striped = |n: u64| Phase { stripe_min: 64, ..ph(vec![x(n)], vec![]) };
-        assert!(phase_fits(&striped(63), 100));
-        assert!(!phase_fits(&striped(64), 100));
-    }
 
     /// Socket pairs a->b and b->a over loopback.
     fn sockets() -> (TcpStream, TcpStream, TcpStream, TcpStream) {
@@ -639,7 +607,7 @@ mod tests {
     /// copies out).
     #[test]
     fn a_gated_frame_goes_as_its_chunks_are_copied_in() {
-        use crate::net::progress::{Layout, MIN_CHUNK};
+        use crate::transport::progress::{Layout, MIN_CHUNK};
         use std::sync::atomic::{AtomicU32, Ordering};
         let c = MIN_CHUNK;
         let (ao, _ai, _bo, bi) = sockets();
@@ -719,7 +687,7 @@ mod tests {
         let mut o = Out::new(aw, 1);
         let six = [6u8; 16];
         // SAFETY: six outlives exchange.
-        unsafe { o.frame_at(a.next_seq(0, crate::net::link::Dir::Send), six.as_ptr(), 16, None) };
+        unsafe { o.frame_at(a.next_seq(0, crate::transport::link::Dir::Send), six.as_ptr(), 16, None) };
         exchange(&mut [o], &mut [], &|| None).unwrap();
         t.wait(&|| None).unwrap();
         // 3: posted sender, inline receiver.
@@ -729,7 +697,7 @@ mod tests {
         let (_, br) = b.inline_sockets().unwrap();
         let mut i = In::new(br, 0);
         // SAFETY: got[2] outlives exchange.
-        unsafe { i.expect(b.next_seq(0, crate::net::link::Dir::Recv), got[2].as_mut_ptr(), 16) };
+        unsafe { i.expect(b.next_seq(0, crate::transport::link::Dir::Recv), got[2].as_mut_ptr(), 16) };
         exchange(&mut [], &mut [i], &|| None).unwrap();
         t.wait(&|| None).unwrap();
         assert_eq!(got, [[5u8; 16], [6u8; 16], [7u8; 16]]);

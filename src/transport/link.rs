@@ -556,7 +556,7 @@ fn stripes(bytes: u64, lanes: usize, min: u64) -> Vec<(u64, u64)> {
     if bytes < min || lanes < 2 {
         return vec![(0, bytes)];
     }
-    (0..lanes).map(|i| super::plan::split(bytes, lanes, i)).filter(|&(_, n)| n > 0).collect()
+    (0..lanes).map(|i| split(bytes, lanes, i)).filter(|&(_, n)| n > 0).collect()
 }
 
 /// TCP lanes: one per socket pair; `out` sockets we write, `inc` sockets we read; both lists
@@ -866,7 +866,7 @@ fn serve(dev: Option<&'static Device>, jobs: Receiver<Queued>, mut carrier: Box<
         }
     };
     while let Some(((seq, job, posted), blocked)) = next(queue) {
-        let taken = trace.as_ref().map_or(0, |_| super::monotonic_ns());
+        let taken = trace.as_ref().map_or(0, |_| super::lanetrace::monotonic_ns());
         let s = if job.narrow { narrow } else { spin };
         (cx.spin, queue) = (s.io, s.queue);
         let r = match &broken {
@@ -1042,6 +1042,13 @@ fn recv_one(st: Option<&Staging>, sock: &mut TcpStream, peer: usize, seq: u64, j
         }
     }
     Ok(())
+}
+
+/// `n` items split into `k` contiguous ranges as evenly as possible: (start, len) of range `i`.
+pub fn split(n: u64, k: usize, i: usize) -> (u64, u64) {
+    let (k, i) = (k as u64, i as u64);
+    let (q, r) = (n / k, n % k);
+    (i * q + i.min(r), q + u64::from(i < r))
 }
 
 #[cfg(test)]
@@ -1246,7 +1253,7 @@ mod tests {
 
     #[test]
     fn a_gated_send_goes_only_as_its_chunks_are_flagged() {
-        use crate::net::progress::{Gate, Layout, CHUNK};
+        use crate::transport::progress::{Gate, Layout, CHUNK};
         let (a, b) = pair();
         // An "arena": two chunks of data (striped over both lanes), then their two flags.
         let n = 2 * CHUNK as usize;

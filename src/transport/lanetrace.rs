@@ -19,13 +19,13 @@ const ROWS: usize = 100_000;
 /// OXCCL_NET_TRACE's directory, read once.
 fn dir() -> Option<&'static str> {
     static DIR: OnceLock<Option<String>> = OnceLock::new();
-    DIR.get_or_init(super::trace_dir).as_deref()
+    DIR.get_or_init(trace_dir).as_deref()
 }
 
 /// The clock when tracing, else 0 (no clock read).
 pub fn stamp() -> u64 {
     if dir().is_some() {
-        super::monotonic_ns()
+        monotonic_ns()
     } else {
         0
     }
@@ -43,7 +43,7 @@ impl LaneTrace {
 
     pub fn add(&mut self, posted: u64, taken: u64, blocked: bool, bytes: u64, failed: bool) {
         if self.rows.len() < ROWS {
-            self.rows.push([posted, taken, super::monotonic_ns(), bytes, u64::from(blocked) | (u64::from(failed) << 1)]);
+            self.rows.push([posted, taken, monotonic_ns(), bytes, u64::from(blocked) | (u64::from(failed) << 1)]);
         }
     }
 }
@@ -66,6 +66,18 @@ impl Drop for LaneTrace {
             nccl_warn!("OXCCL_NET_TRACE: cannot write {}: {e}", path.display());
         }
     }
+}
+
+/// OXCCL_NET_TRACE's directory, if set.
+pub(crate) fn trace_dir() -> Option<String> {
+    crate::config::env("OXCCL_NET_TRACE").filter(|v| !v.trim().is_empty())
+}
+
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: out-pointer to a local timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
 }
 
 #[cfg(test)]

@@ -213,7 +213,7 @@ impl<T: Take> Carrier for CeRecv<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::link::{Link, Tracker};
+    use crate::transport::link::{Link, Tracker};
     use std::sync::{Arc, Mutex};
 
     /// A ring in host memory, shared by a sender and the receiver it writes to.

@@ -1327,7 +1327,7 @@ impl Drop for Verbs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::link::{Link, Tracker};
+    use crate::transport::link::{Link, Tracker};
     use parking_lot::Mutex;
     use std::collections::VecDeque;
     use std::net::TcpListener;
