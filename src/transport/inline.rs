@@ -428,7 +428,6 @@ pub fn exchange_watching(outs: &mut [Out], ins: &mut [In], stop: &dyn Fn() -> Op
 mod tests {
     use super::*;
     use crate::transport::link::{Job, Link, Mem, Tracker};
-    use crate::net::plan::{Buf, Xfer};
     use std::net::TcpListener;
     use std::time::{Duration, Instant};
 
