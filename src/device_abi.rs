@@ -17,18 +17,18 @@ pub const OX_MAX_BLOCKS: usize = 128;
 /// launch's critical path (scripts/lab/oneshot_lab.cu).
 pub const OX_PRIV_FLAGS_OFF: u64 = 2048;
 pub const OX_PRIV_PENDING_OFF: u64 = 18432;
-/// The ring one-shot's chain (kernels/allreduce.cu): the base table (u32 per block and peer, the
+/// The ring one-shot's chain (kernels/colls/allreduce.cu): the base table (u32 per block and peer, the
 /// flags of the first early launch behind a chain's head) and the chain word (u32: the position
 /// of the last launch of the chain that has passed its PDL wait).
 pub const OX_PRIV_RING_BASE_OFF: u64 = 34816;
 pub const OX_PRIV_RING_CHAIN_OFF: u64 = 51200;
 /// A `u32` counter of finished blocks of the communicator's counted launches
-/// (kernels/done.cuh, src/completion.rs), on a 128-byte line of its own inside the 256 bytes
+/// (kernels/prims/done.cuh, src/completion.rs), on a 128-byte line of its own inside the 256 bytes
 /// src/channel/memory.rs keeps for the ring chain (whose chain word uses the first line). A
 /// counted launch passes its address in `CollArgs::done` / `ExchangeArgs::done`.
 pub const OX_PRIV_DONE_OFF: u64 = 51328;
 const _: () = assert!(OX_PRIV_DONE_OFF == OX_PRIV_RING_CHAIN_OFF + 128);
-/// The ring one-shot's output words (kernels/ll_flags.cuh, ox_ring_out_ptr): a `u32` per block,
+/// The ring one-shot's output words (kernels/prims/ll_flags.cuh, ox_ring_out_ptr): a `u32` per block,
 /// the flag of the last ring launch whose block has written its output, which a chained launch
 /// (`OX_ONESHOT_CHAIN`) waits for before it reads its input.
 pub const OX_PRIV_RING_OUT_OFF: u64 = 51456;
@@ -50,33 +50,33 @@ pub const OX_MODE_NONE: u8 = 0;
 /// LL16 packets through the peer's LL scratch; one hop, no sync unless the pair is one-directional.
 pub const OX_MODE_LL: u8 = 1;
 /// LL16 packets, and the pair moves data one way only: the receiver acknowledges the launch
-/// (kernels/ll_flags.cuh) so the sender cannot run two launches ahead and overwrite unread packets.
+/// (kernels/prims/ll_flags.cuh) so the sender cannot run two launches ahead and overwrite unread packets.
 pub const OX_MODE_LL_ACK: u8 = 2;
 /// Puts through the put scratch in rounds, with semaphores.
 pub const OX_MODE_PUT: u8 = 3;
 /// Reduce on 3+ ranks (`CollArgs::mode` only): the ranks other than the root each reduce one
 /// piece, which every rank (the root too) puts its share of, and put the result to the root one
-/// round later (kernels/reduce_colls.cu, reduce_relay).
+/// round later (kernels/colls/reduce_colls.cu, reduce_relay).
 pub const OX_MODE_RELAY: u8 = 4;
 /// Reduce on 3+ ranks (`CollArgs::mode` only): a pipelined chain from the rank after the root
 /// to the root, each rank adding its input to its predecessor's partial result
-/// (kernels/reduce_colls.cu, reduce_chain).
+/// (kernels/colls/reduce_colls.cu, reduce_chain).
 pub const OX_MODE_CHAIN: u8 = 5;
 /// Reduce on 3+ ranks (`CollArgs::mode` only): the same chain as LL128 lines, in rounds through
-/// double-buffered halves of the LL128 scratch (kernels/reduce_colls.cu, reduce_ll128_chain), and
+/// double-buffered halves of the LL128 scratch (kernels/colls/reduce_colls.cu, reduce_ll128_chain), and
 /// Broadcast's LL128 chain. (6 was the LL16 packet chain, retired: LL128 beat it at every size.)
 pub const OX_MODE_LL128_CHAIN: u8 = 7;
-/// The one-shot gather kernel (kernels/gather_oneshot.cu; `CollArgs::mode`): AlltoAll, sending
+/// The one-shot gather kernel (kernels/colls/gather_oneshot.cu; `CollArgs::mode`): AlltoAll, sending
 /// input piece p to peer p (otherwise AllGather, sending the whole input to every peer).
 pub const OX_GATHER_ALLTOALL: u8 = 8;
 
-/// The one-shot AllReduce (`CollArgs::mode` bits; kernels/allreduce.cu). RING: its packets go
+/// The one-shot AllReduce (`CollArgs::mode` bits; kernels/colls/allreduce.cu). RING: its packets go
 /// through the ring area, `OX_RING_SLOTS` slots picked by the pair's flag modulo the slot count,
 /// instead of the LL halves; set for every message of at most `OX_RING_PAYLOAD_BYTES` on 2 to
 /// `OX_RING_MAX_RANKS` ranks (all ranks agree: it depends on the size alone). EARLY (with RING,
 /// and only where the host proved the previous kernel in the stream is this communicator's ring
 /// one-shot and the input is not the output of any launch that may still run): the kernel reads
-/// its input and sends its packets before waiting for the previous kernel (kernels/pdl.cuh), at
+/// its input and sends its packets before waiting for the previous kernel (kernels/prims/pdl.cuh), at
 /// position `mode >> OX_ONESHOT_POS_SHIFT` (1, 2, ...) of the chain of early launches behind the
 /// last non-early ring launch. ENTRY (with EARLY): it lets the next launch begin as soon as the
 /// launch before it has passed its wait, instead of after its own wait.
@@ -85,7 +85,7 @@ pub const OX_ONESHOT_EARLY: u32 = 2;
 pub const OX_ONESHOT_ENTRY: u32 = 4;
 /// CHAIN (with EARLY): the input is exactly the output of the previous launch (the host's
 /// anchor), with the same grid and block, so each block reads it as soon as its twin block of that
-/// launch has published it (kernels/allreduce.cu), instead of after the PDL wait.
+/// launch has published it (kernels/colls/allreduce.cu), instead of after the PDL wait.
 pub const OX_ONESHOT_CHAIN: u32 = 8;
 /// PUBLISH (ring): after its output, each block stores its flag into its output word for a
 /// chained launch behind it. Set only on a launch that a chained launch follows, by rewriting its
@@ -102,7 +102,7 @@ pub const OX_ONESHOT_POS_SHIFT: u32 = 8;
 /// The longest chain: a launch that would be further back is not early (it starts a new chain).
 pub const OX_ONESHOT_POS_MAX: u32 = (1 << 24) - 1;
 /// Slots of the ring area: a launch with flag f writes the slot of flag f - 8, which the peer is
-/// proven to have finished with (kernels/allreduce.cu: 6 would do; scripts/model/ring_chain_model.py).
+/// proven to have finished with (kernels/colls/allreduce.cu: 6 would do; scripts/model/ring_chain_model.py).
 pub const OX_RING_SLOTS: u64 = 8;
 /// Bytes of one source's region in one ring slot (LL16: twice the payload).
 pub const OX_RING_REGION_BYTES: u64 = 128 << 10;
@@ -226,7 +226,7 @@ pub struct PortTestArgs {
 
 /// Most copies a step kernel makes, both ways together (src/net/stage.rs).
 pub const OX_NET_COPIES: usize = 32;
-/// Bytes per progress flag of a pipelined staged step (src/net/progress.rs).
+/// Bytes per progress flag of a pipelined staged step (src/transport/progress.rs).
 pub const OX_NET_PIPE_CHUNK: u32 = 256 << 10;
 // `NetStepArgs::arena_copies` has a bit per copy.
 const _: () = assert!(OX_NET_COPIES <= 32);
@@ -266,7 +266,7 @@ pub const OX_NET_COMBINE_PROD: u32 = 1;
 pub const OX_NET_COMBINE_MAX: u32 = 2;
 pub const OX_NET_COMBINE_MIN: u32 = 3;
 
-/// Arguments of `ox_net_step` (kernels/net_step.cu): one step of a communicator spanning hosts,
+/// Arguments of `ox_net_step` (kernels/colls/net_step.cu): one step of a communicator spanning hosts,
 /// run by its proxy (src/net).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -296,7 +296,7 @@ pub struct NetStepArgs {
     /// each 16, src/net/packets.rs): the kernel writes packets and pushes the trigger without a
     /// system fence, and reads the results' packets instead of waiting for `done`. 0: plain bytes.
     pub packets: u32,
-    /// Nonzero: a pipelined staged step (src/net/progress.rs), and its chunk size in bytes (a
+    /// Nonzero: a pipelined staged step (src/transport/progress.rs), and its chunk size in bytes (a
     /// power of two, at most OX_NET_PIPE_CHUNK): handed over before its copies, which flag each
     /// chunk of the arena copies at `pre_flags` / wait for the proxy's flags at `post_flags`.
     /// 0: copies before the hand-over and after `done`.
@@ -343,7 +343,7 @@ pub struct ExchangeArgs {
     /// `const DevComm*` in device memory.
     pub comm: u64,
     /// A counted launch: the done counter every block adds one to as it finishes
-    /// (kernels/done.cuh); 0 otherwise.
+    /// (kernels/prims/done.cuh); 0 otherwise.
     pub done: u64,
     pub nsend: u32,
     pub nrecv: u32,
@@ -397,13 +397,13 @@ pub struct DevComm {
     pub rs_max_blocks: u32,
     pub _pad0: u32,
     /// Bytes of one half of each rank's LL128 scratch (halves alternate with the flag's parity;
-    /// kernels/ll128.cuh), which only LL128 lines from the rank's predecessor (rank - 1) go to.
+    /// kernels/prims/ll128.cuh), which only LL128 lines from the rank's predecessor (rank - 1) go to.
     pub ll128_half_bytes: u64,
     /// Offset of a rank's LL128 scratch from its LL scratch (`ll_scratch[r] + ll128_off`).
     pub ll128_off: u64,
     /// Bytes of one half of each rank's all-pairs LL128 area (halves alternate with the pair
     /// flag's parity, one region per source rank in each, as the LL halves): the LL128 one-shot
-    /// and two-phase AllReduces (kernels/allreduce.cu). Kept apart from the chain's LL128 scratch,
+    /// and two-phase AllReduces (kernels/colls/allreduce.cu). Kept apart from the chain's LL128 scratch,
     /// which the predecessor alone writes whole.
     pub ap128_half_bytes: u64,
     /// Offset of a rank's all-pairs LL128 area from its LL scratch.
@@ -462,7 +462,7 @@ pub struct CollArgs {
     /// Reducing collectives: OX_MODE_LL or OX_MODE_PUT (ReduceScatter, Reduce); unused by AllReduce.
     pub mode: u32,
     /// A counted launch: the done counter every block adds one to as it finishes
-    /// (kernels/done.cuh); 0 otherwise. A field of its own rather than a tag bit in `comm`: masking
+    /// (kernels/prims/done.cuh); 0 otherwise. A field of its own rather than a tag bit in `comm`: masking
     /// the DevComm pointer cost the 4-rank 64 KB one-shot AllReduce 0.35 us a call (BENCHMARKS.md
     /// of 2026-11-27, f3727bf).
     pub done: u64,

@@ -70,7 +70,7 @@ fn twophase_capacity(s: &Scratch, n: u64) -> u64 {
     (twophase_area(s, n) / 16) * 8 * n
 }
 
-/// Bytes of each phase's area in a source's LL region (kernels/allreduce.cu, allreduce_twophase).
+/// Bytes of each phase's area in a source's LL region (kernels/colls/allreduce.cu, allreduce_twophase).
 fn twophase_area(s: &Scratch, n: u64) -> u64 {
     (((s.ll_half_bytes / n) & !15) / 2) & !15
 }

@@ -1,4 +1,4 @@
-//! LL128 lines along the chain rank-1 -> rank -> rank+1 (kernels/ll128_chain.cuh): the launch
+//! LL128 lines along the chain rank-1 -> rank -> rank+1 (kernels/colls/ll128_chain.cuh): the launch
 //! geometry every rank derives alike (the kernel's line ownership pairs block b with block b), and
 //! Broadcast's choice of it (on any rank count: on 2 it is one direct link). Reduce's is in reducing.rs.
 
@@ -53,7 +53,7 @@ fn default_broadcast_oneshot_max(nranks: usize) -> u64 {
     }
 }
 
-/// Broadcast as one-way packets from the root (kernels/broadcast.cu, `ox_broadcast_oneshot`):
+/// Broadcast as one-way packets from the root (kernels/colls/broadcast.cu, `ox_broadcast_oneshot`):
 /// (grid, block), or None. Bounded by what one source region of a rank's LL scratch holds, as
 /// the one-shot AllReduce is; the shape is that kernel's for the same packets.
 pub fn broadcast_oneshot(bytes: u64, topo: &Topology, s: &Scratch, t: &Tuning) -> Option<(u32, u32)> {

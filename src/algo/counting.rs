@@ -1,5 +1,5 @@
 //! Which launches report their end on the communicator's done counter and which record an event
-//! behind them (src/comm/completion.rs, kernels/done.cuh).
+//! behind them (src/comm/completion.rs, kernels/prims/done.cuh).
 //!
 //! Each costs a different resource. An event costs the host about 0.25 us a launch (BENCHMARKS.md of 2026-11-27,
 //! 2d19a1c); the count costs the kernel a release at GPU scope in every block after its last store,

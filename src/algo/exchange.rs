@@ -1,4 +1,4 @@
-//! Planning of the exchange kernel (kernels/exchange.cu): transfer lists → `ExchangeArgs`.
+//! Planning of the exchange kernel (kernels/colls/exchange.cu): transfer lists → `ExchangeArgs`.
 //!
 //! Everything here is decided per pair of ranks from that pair's own byte counts, which both ranks
 //! of the pair know (a send's count equals the matching receive's), so both sides choose the same
@@ -113,7 +113,7 @@ fn default_p2p_oneshot_max(nranks: usize) -> u64 {
 }
 
 /// A group's point-to-point transfers (`spec`, as `enqueue::p2p` builds it) that the one-shot
-/// point-to-point kernel (kernels/p2p_oneshot.cu) moves: at most one send and one receive, each
+/// point-to-point kernel (kernels/colls/p2p_oneshot.cu) moves: at most one send and one receive, each
 /// non-empty and with another rank, no send to self; its launch shape, else None (the exchange
 /// kernel). Each pair must be one `plan_exchange` would move as packets too, whatever else the
 /// peer's group holds: the peer may run the exchange kernel for its side, and the two kernels'
@@ -424,7 +424,7 @@ pub fn plan_exchange(
     Ok(ExchangePlan { args: a, grid, block })
 }
 
-/// The receives of a planned launch this rank may offer for zero-copy writes (kernels/direct.cuh),
+/// The receives of a planned launch this rank may offer for zero-copy writes (kernels/colls/direct.cuh),
 /// as (peer, destination, bytes): put pairs of two or more rounds (round 0 always goes through
 /// scratch), a non-empty receive that is the pair's only one, neither forwarded to this rank nor
 /// forwarded on by it (a forward reads its piece from this rank's scratch).

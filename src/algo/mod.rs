@@ -38,7 +38,7 @@ pub struct Topology {
 pub struct Scratch {
     /// One half of the LL packet scratch (two halves alternate by flag parity).
     pub ll_half_bytes: u64,
-    /// One half of the LL128 line scratch (the same alternation; kernels/ll128.cuh).
+    /// One half of the LL128 line scratch (the same alternation; kernels/prims/ll128.cuh).
     pub ll128_half_bytes: u64,
     /// One half of the all-pairs LL128 area (one region per source rank, as the LL halves).
     pub ap128_half_bytes: u64,
@@ -83,7 +83,7 @@ impl Scratch {
     }
 
     /// Bytes of the one-shot AllReduce's ring area each rank allocates right after its LL halves
-    /// (kernels/ll_flags.cuh, ox_ring_at): OX_RING_SLOTS slots of one region per source, for 2 to
+    /// (kernels/prims/ll_flags.cuh, ox_ring_at): OX_RING_SLOTS slots of one region per source, for 2 to
     /// OX_RING_MAX_RANKS ranks; none otherwise (2 MiB at 2 ranks, 8 MiB at 8).
     pub fn ring_bytes(nranks: usize) -> u64 {
         use crate::device_abi::{OX_RING_MAX_RANKS, OX_RING_REGION_BYTES, OX_RING_SLOTS};
@@ -105,7 +105,7 @@ impl Scratch {
     }
 
     /// Bytes of one source's region in one half of the all-pairs LL128 area: whole 128-byte lines
-    /// (kernels/allreduce.cu, ox_ap128_region_bytes computes the same).
+    /// (kernels/colls/allreduce.cu, ox_ap128_region_bytes computes the same).
     pub fn ap128_region_bytes(&self, nranks: usize) -> u64 {
         (self.ap128_half_bytes / nranks.max(1) as u64) & !127
     }

@@ -1,5 +1,5 @@
 //! Programmatic dependent launch (PDL): whether a kernel launch may begin before the previous
-//! kernel in its stream has finished (kernels/pdl.cuh holds the device half of the contract).
+//! kernel in its stream has finished (kernels/prims/pdl.cuh holds the device half of the contract).
 //!
 //! Why: a small collective is mostly launch latency. With PDL the next kernel's launch and block
 //! scheduling overlap the current kernel, and it starts work as soon as the current kernel's
@@ -14,7 +14,7 @@
 //!
 //! The ring one-shot AllReduce bends that rule where [`early`] allows: inside a captured graph,
 //! right behind its own kind, it reads its input and sends its packets before its wait
-//! (kernels/allreduce.cu). Small ones ([`entry`]) also trigger before their wait, as soon as the
+//! (kernels/colls/allreduce.cu). Small ones ([`entry`]) also trigger before their wait, as soon as the
 //! launch before them has passed its own: three kernels of the communicator may then be resident,
 //! which the launch behind counts (the host keeps `last_grid` at the two grids' sum).
 
@@ -54,7 +54,7 @@ pub struct RingAnchor {
     pub grid: u32,
     /// Its block size: with `grid`, its thread-to-packet map, which a chained launch must share.
     pub block: u32,
-    /// Chain position (kernels/allreduce.cu): 0 for a launch that was not early, the head.
+    /// Chain position (kernels/colls/allreduce.cu): 0 for a launch that was not early, the head.
     pub pos: u32,
     /// When it triggered at entry ([`entry`]): the output range of the launch before it, which
     /// may still be running when the next launch begins.
@@ -74,7 +74,7 @@ fn overlap(a: (u64, u64), b: (u64, u64)) -> bool {
 }
 
 /// Whether a ring one-shot AllReduce may launch early (OX_ONESHOT_EARLY): read its input and send
-/// its packets before its PDL wait (kernels/allreduce.cu). Only where that cannot be told apart
+/// its packets before its PDL wait (kernels/colls/allreduce.cu). Only where that cannot be told apart
 /// from waiting first:
 /// - the launch is programmatic (`pdl`) and early launches are `enabled` (OXCCL_ONESHOT_EARLY);
 /// - the stream is being captured and the new node will depend on exactly one node, the
@@ -100,7 +100,7 @@ fn right_behind(enabled: bool, pdl: bool, device_scalar: bool, stream: usize, ta
 
 /// Whether a ring one-shot whose input is the anchor's output may still launch early, chained
 /// (OX_ONESHOT_CHAIN): each block reads its input once its twin block of the anchor has published
-/// it (kernels/allreduce.cu), which needs the input to be exactly the anchor's output and the
+/// it (kernels/colls/allreduce.cu), which needs the input to be exactly the anchor's output and the
 /// same grid and block (the same thread-to-packet map), besides everything [`early`] asks but
 /// the input check. The launch before the anchor, which may still run where the anchor triggered
 /// at entry, wrote that memory before the anchor's wait returned, so before the anchor wrote it.

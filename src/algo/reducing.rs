@@ -1,4 +1,4 @@
-//! ReduceScatter and Reduce algorithm choice (kernels/reduce_colls.cu).
+//! ReduceScatter and Reduce algorithm choice (kernels/colls/reduce_colls.cu).
 
 use super::allreduce::{select_allreduce, AllReduceAlgo};
 use super::envlists::Func;
@@ -87,7 +87,7 @@ const DEFAULT_REDUCE_LL_SHAPE_MAX_RANKS: u64 = 4;
 /// enough to hide its release (H200 x4: 815 us at 256 MiB in 64 KiB steps against 842 in 128 KiB).
 const CHAIN_MAX_STEP_BYTES: u64 = 64 << 10;
 
-/// The chain's launch (kernels/reduce_colls.cu, reduce_chain): one block per
+/// The chain's launch (kernels/colls/reduce_colls.cu, reduce_chain): one block per
 /// OXCCL_CHAIN_BLOCK_BYTES (256 KiB) of message, up to the put scratch's blocks and the SMs; a
 /// block's range walked in 16 steps (OXCCL_CHAIN_STEPS) or in steps of 64 KiB where that makes
 /// more, within 4 KiB and a scratch slot. Every rank derives the same plan.
@@ -119,7 +119,7 @@ const DEFAULT_REDUCE_LL128_MIN_BYTES: u64 = 256 << 10;
 /// 111.7 / 149.9 / 110.5 at 32 MiB, 217.4 / 246.7 / 203.5 at 64 MiB, 427.0 / 449.6 / 385.6 at
 /// 128 MiB, 846.9 / 813.6 / 751.0 at 256 MiB.
 const DEFAULT_REDUCE_LL128_MAX_BYTES: u64 = 256 << 20;
-/// LL128 lines along the chain (kernels/reduce_colls.cu, reduce_ll128_chain): 3+ ranks, packets
+/// LL128 lines along the chain (kernels/colls/reduce_colls.cu, reduce_ll128_chain): 3+ ranks, packets
 /// allowed, from OXCCL_REDUCE_LL128_MIN_BYTES to below OXCCL_REDUCE_LL128_MAX_BYTES. Any size: the
 /// kernel goes in rounds of half an LL128 scratch half (shape: chain::ll128_shape).
 fn ll128_chain_plan(bytes: u64, n: usize, topo: &Topology, s: &Scratch, t: &Tuning) -> Option<ReducePlan> {

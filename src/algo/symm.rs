@@ -1,7 +1,7 @@
 //! Collectives over symmetric windows (src/symmem): which take the direct kernel, with which grid.
 //!
 //! An AllGather whose output lies in an `NCCL_WIN_COLL_SYMMETRIC` window is written straight into
-//! every rank's output through the flat space (kernels/symm_allgather.cu). Every rank must choose
+//! every rank's output through the flat space (kernels/colls/symm_allgather.cu). Every rank must choose
 //! alike, as the kernel's barriers pair blocks by index: the choice depends on the piece's size,
 //! the grid on the size and the smallest GPU, and on each rank's own finding that the output lies
 //! in such a window. That last part rests on NCCL's rule for symmetric windows: every rank passes

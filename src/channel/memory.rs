@@ -30,7 +30,7 @@ struct SharedLayout {
     sem_off: u64,
     ack_off: u64,
     /// Zero-copy offers received (`RegOffer` per receiving rank) and answers (u32 per block and
-    /// sender): kernels/direct.cuh.
+    /// sender): kernels/colls/direct.cuh.
     offer_off: u64,
     accept_off: u64,
     /// The copy-engine direct path's counters (transport::ce_direct).

@@ -100,7 +100,7 @@ impl Module {
         self.allreduce[typed_index(algo as usize, dt, op)]
     }
 
-    /// The ring one-shot's chained variant (kernels/allreduce.cu, `Chain`): for a chained launch
+    /// The ring one-shot's chained variant (kernels/colls/allreduce.cu, `Chain`): for a chained launch
     /// and the launch it follows, which publishes its output.
     pub fn allreduce_chain(&self, dt: DataType, op: RedOp) -> Kernel {
         self.allreduce_chain[typed_index(0, dt, op)]
@@ -119,37 +119,37 @@ impl Module {
         self.exchange
     }
 
-    /// One-shot AllGather / AlltoAll (kernels/gather_oneshot.cu; CollArgs, count in bytes).
+    /// One-shot AllGather / AlltoAll (kernels/colls/gather_oneshot.cu; CollArgs, count in bytes).
     pub fn gather_oneshot(&self) -> Kernel {
         self.gather_oneshot
     }
 
-    /// AllGather through symmetric memory (kernels/symm_allgather.cu; CollArgs as described there).
+    /// AllGather through symmetric memory (kernels/colls/symm_allgather.cu; CollArgs as described there).
     pub fn allgather_symm(&self) -> Kernel {
         self.allgather_symm
     }
 
-    /// Broadcast along the LL128 chain (kernels/broadcast.cu; CollArgs with count in bytes).
+    /// Broadcast along the LL128 chain (kernels/colls/broadcast.cu; CollArgs with count in bytes).
     pub fn broadcast_ll128(&self) -> Kernel {
         self.broadcast_ll128
     }
 
-    /// Small Broadcast as one-way packets (kernels/broadcast.cu; CollArgs with count in bytes).
+    /// Small Broadcast as one-way packets (kernels/colls/broadcast.cu; CollArgs with count in bytes).
     pub fn broadcast_oneshot(&self) -> Kernel {
         self.broadcast_oneshot
     }
 
-    /// One send and one receive as packets (kernels/p2p_oneshot.cu; CollArgs as described there).
+    /// One send and one receive as packets (kernels/colls/p2p_oneshot.cu; CollArgs as described there).
     pub fn p2p_oneshot(&self) -> Kernel {
         self.p2p_oneshot
     }
 
-    /// The copy-engine direct path's stream wait (kernels/ce_direct.cu; CollArgs as described there).
+    /// The copy-engine direct path's stream wait (kernels/colls/ce_direct.cu; CollArgs as described there).
     pub fn ce_wait(&self) -> Kernel {
         self.ce_wait
     }
 
-    /// The copy-engine direct path's local copy by SMs (kernels/ce_direct.cu).
+    /// The copy-engine direct path's local copy by SMs (kernels/colls/ce_direct.cu).
     pub fn ce_copy(&self) -> Kernel {
         self.ce_copy
     }
@@ -162,7 +162,7 @@ impl Module {
         self.port_selftest
     }
 
-    /// One cross-host step handed to the proxy (kernels/net_step.cu; NetStepArgs).
+    /// One cross-host step handed to the proxy (kernels/colls/net_step.cu; NetStepArgs).
     pub fn net_step(&self) -> Kernel {
         self.net_step
     }
@@ -184,7 +184,7 @@ pub fn launch<A>(k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &
 
 /// Launches `k` with one by-value argument struct; `pdl`: with programmatic stream serialization,
 /// so that it may begin while the previous kernel in `stream` still runs (algo::pdl says when;
-/// every oxccl kernel waits for that kernel before it touches memory, kernels/pdl.cuh).
+/// every oxccl kernel waits for that kernel before it touches memory, kernels/prims/pdl.cuh).
 /// Replaces the arguments (and launch shape) of `node`, a kernel node of `k` in a graph, with
 /// `args`: how a launch captured later changes one captured before it (enqueue: a chained
 /// launch asks its anchor to publish its output). The node keeps its edges, programmatic ones

@@ -242,7 +242,7 @@ fn p2p(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, stream: cu::CUstrea
     };
     let (send, recv) = (spec.sends.first(), spec.recvs.first());
     nccl_trace!(Subsys::P2p, "one-shot point-to-point: send {:?}, receive {:?} -> grid {grid} block {block}", send.map(|x| (x.peer, x.bytes)), recv.map(|x| (x.peer, x.bytes)));
-    // Kernel-specific use of CollArgs: see kernels/p2p_oneshot.cu.
+    // Kernel-specific use of CollArgs: see kernels/colls/p2p_oneshot.cu.
     let mut args = CollArgs {
         comm: r.dev_comm,
         send: send.map_or(0, |x| x.ptr),
@@ -345,7 +345,7 @@ fn gather(r: &Ready, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) -> 
         if let Some((grid, block)) = crate::algo::symm::allgather(piece, &r.topo, &r.tuning) {
             if let Some((flat, stride)) = t.comm.windows.symmetric_span(t.recv, piece * r.topo.nranks as u64) {
                 nccl_trace!(Subsys::Coll, "AllGather {piece} B per rank into a symmetric window -> direct grid {grid} block {block}");
-                // Kernel-specific use of CollArgs: see kernels/symm_allgather.cu.
+                // Kernel-specific use of CollArgs: see kernels/colls/symm_allgather.cu.
                 let mut args = CollArgs {
                     comm: r.dev_comm,
                     send: t.send,
@@ -612,7 +612,7 @@ fn launch<A: KernelArgs>(ls: &mut LaunchState, k: Kernel, grid: u32, block: u32,
     Ok(())
 }
 
-/// Kernel arguments with a `done` field: the done counter of a counted launch (kernels/done.cuh).
+/// Kernel arguments with a `done` field: the done counter of a counted launch (kernels/prims/done.cuh).
 pub trait KernelArgs {
     fn done_mut(&mut self) -> &mut u64;
 }

@@ -1,5 +1,5 @@
 //! The proxy's side of a communicator spanning hosts: `NetHandler` carries out the steps the
-//! step kernels trigger (kernels/net_step.cu): moves each phase's data over the links (or itself,
+//! step kernels trigger (kernels/colls/net_step.cu): moves each phase's data over the links (or itself,
 //! inline, when small), combines partial results on the host where the step reduces, and bumps
 //! the step's completion counter.
 

@@ -1,7 +1,7 @@
 //! Reductions on the host, for the cross-host steps: partial results of other hosts arrive in host
 //! memory over TCP, so the proxy combines them there instead of copying them to the GPU first.
 //!
-//! Semantics follow kernels/reduce.cuh element by element: integers wrap, float max/min return the
+//! Semantics follow kernels/prims/reduce.cuh element by element: integers wrap, float max/min return the
 //! non-NaN operand, half and bfloat16 round once per operation, as sm_90's native 16-bit
 //! arithmetic does (computed in f32 and rounded once, which "bfloat16 and half in f32" shows is
 //! the exact result rounded; the general path computes in f64), FP8 goes through half as NCCL's does

@@ -4,7 +4,7 @@
 //! over NVLink). Across hosts, each rank has a TCP link to every rank of the other hosts
 //! (`link`), and a proxy thread (`crate::proxy`) that carries out cross-host *steps*. Every
 //! operation is planned (`plan`, a pure function) into stages on the user's stream: launches on
-//! the local communicator, and steps. A step is one tiny kernel (kernels/net_step.cu) that pushes
+//! the local communicator, and steps. A step is one tiny kernel (kernels/colls/net_step.cu) that pushes
 //! a trigger naming the step's plan into the proxy's FIFO and waits on a host-to-device counter;
 //! the proxy moves the data (GPU -> pinned host -> socket -> pinned host -> GPU, chunk-pipelined),
 //! combines partial results on the host where the step reduces (`hostreduce`), then bumps the

@@ -1,6 +1,6 @@
 //! LL16 packets in a small staged step's arena: the step kernel and the proxy pass the step's
 //! data as packets of 8 payload bytes and a 32-bit flag in each 8-byte half (`{d0, flag, d1,
-//! flag}`, kernels/packet.cuh), so the data is its own signal.
+//! flag}`, kernels/prims/packet.cuh), so the data is its own signal.
 //!
 //! Why: at 2 simulated hosts x 1 a small exchange took about 20 us, against 15.5 for NCCL's
 //! AllGather over sockets, and the proxy's part was only 8-10. `scripts/lab/netstep_lab.cu` put
@@ -13,7 +13,7 @@
 //! Ordering on the host: the proxy writes the results' packets only after the whole step, its
 //! sends' reads of the arena included, and after raising `done`. A kernel that has seen every
 //! packet of its results may therefore let the next kernel refill the arena without asking for
-//! `done` (kernels/net_step.cu, `issued[2]`). x86 keeps the stores in program order, and each
+//! `done` (kernels/colls/net_step.cu, `issued[2]`). x86 keeps the stores in program order, and each
 //! 8-byte half is written by one atomic store, so a reader never sees a flag without its data.
 //!
 //! The flag is the step's number (the device's count), low 31 bits, with the top bit set so
@@ -72,7 +72,7 @@ pub fn packet_bytes(bytes: u64) -> u64 {
 }
 
 /// The flag of the step whose trigger carried `src_offset` (bits 1-31: the step number's low
-/// bits; kernels/net_step.cu, ox_net_flag).
+/// bits; kernels/colls/net_step.cu, ox_net_flag).
 pub fn flag(src_offset: u32) -> u32 {
     (src_offset >> 1) | 0x8000_0000
 }
@@ -163,7 +163,7 @@ mod tests {
     use super::*;
     use crate::net::stage::HostCopy;
 
-    /// What the kernel writes for a pre-copy (kernels/net_step.cu, ox_ll16_write).
+    /// What the kernel writes for a pre-copy (kernels/colls/net_step.cu, ox_ll16_write).
     fn device_pack(pk: &mut [u64], data: &[u8], flag: u32) {
         for (i, c) in data.chunks(8).enumerate() {
             let mut b = [0u8; 8];

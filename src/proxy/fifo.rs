@@ -1,4 +1,4 @@
-//! The proxy FIFO, host side. GPU threads push triggers (kernels/fifo.cuh): take a position with an
+//! The proxy FIFO, host side. GPU threads push triggers (kernels/prims/fifo.cuh): take a position with an
 //! atomic add on the device-memory head, wait while the ring is full (position >= tail + size),
 //! then publish the trigger with one 128-bit store whose top bit is the lap's commit bit. The proxy
 //! consumes positions in order: a slot is ready when its commit bit matches the position's lap
@@ -85,7 +85,7 @@ impl FifoWords {
         Some(Trigger { fst: self.word(2 * i).load(Ordering::Relaxed), snd: snd & !COMMIT_MASK })
     }
 
-    /// What a pushing GPU thread does (kernels/fifo.cuh), for tests and the host-side emulation:
+    /// What a pushing GPU thread does (kernels/prims/fifo.cuh), for tests and the host-side emulation:
     /// returns the position used, or None when released while waiting for a free slot.
     pub fn push_like_device(&self, head: &AtomicU64, t: Trigger) -> Option<u64> {
         let pos = head.fetch_add(1, Ordering::Relaxed);

@@ -1,5 +1,5 @@
 //! PortChannel triggers: what a GPU thread asks the proxy to do, packed into 128 bits
-//! (layout in `device_abi::Trigger`; kernels/fifo.cuh packs the same bits).
+//! (layout in `device_abi::Trigger`; kernels/prims/fifo.cuh packs the same bits).
 
 use crate::device_abi::{
     Trigger, OX_TRIGGER_COMMIT_SHIFT, OX_TRIGGER_DATA, OX_TRIGGER_DST_MEM_SHIFT, OX_TRIGGER_FLAG, OX_TRIGGER_MEMID_BITS,

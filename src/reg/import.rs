@@ -1,7 +1,7 @@
 //! The registration thread: maps what peers register and enters it in this rank's table.
 //!
 //! It runs on its own so that no call of the application ever waits for a mapping: a kernel that
-//! finds a peer's offer not yet in the table declines it (kernels/direct.cuh).
+//! finds a peer's offer not yet in the table declines it (kernels/colls/direct.cuh).
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

@@ -6,7 +6,7 @@
 //! each peer's registration thread (`import`) maps it and enters it in that peer's table, which
 //! its kernels read. When an exchange launch receives a put stream into a registered buffer, the
 //! receiver offers the buffer to the sender and the sender, if it has mapped it by then, writes
-//! the stream straight into it (kernels/direct.cuh). A peer that has not mapped it yet simply
+//! the stream straight into it (kernels/colls/direct.cuh). A peer that has not mapped it yet simply
 //! declines, so nothing waits on the registration thread.
 //!
 //! A registration's generation (`gen`, never reused within a communicator) names it across

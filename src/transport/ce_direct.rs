@@ -48,9 +48,9 @@
 //!    user's stream waits for a third counter, `gate`, which the worker writes after them (see
 //!    `submit`).
 //!    Writes are cuStreamWriteValue64 with its full memory barrier (the copy lands before the
-//!    count); waits are a one-thread kernel (kernels/ce_direct.cu) that also watches the abort
+//!    count); waits are a one-thread kernel (kernels/colls/ce_direct.cu) that also watches the abort
 //!    flag, so ncclCommAbort releases them. Local copies (an out-of-place root's own piece) run
-//!    beside the transfers on a side stream, by SMs (kernels/ce_direct.cu): on this GPU's copy
+//!    beside the transfers on a side stream, by SMs (kernels/colls/ce_direct.cu): on this GPU's copy
 //!    engines they shared the transfer's and cost out-of-place Broadcast, Scatter and AllGather
 //!    4-10% (BENCHMARKS.md of 2026-11-26, cf9da02).
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -86,7 +86,7 @@ const NO_TIMEOUT: Duration = Duration::MAX;
 /// never lengthened a call), with most SMs left to whatever else runs.
 const COPY_BLOCKS: u32 = 32;
 
-/// The path's kernels (kernels/ce_direct.cu).
+/// The path's kernels (kernels/colls/ce_direct.cu).
 #[derive(Clone, Copy)]
 pub struct Kernels {
     pub wait: Kernel,
@@ -875,7 +875,7 @@ impl Inner {
     }
 
     /// Makes `stream` wait until this rank's counter at `counter` reaches `value`: a one-thread
-    /// kernel (kernels/ce_direct.cu) that also lets go on an abort. (cuStreamWaitValue64 in its
+    /// kernel (kernels/colls/ce_direct.cu) that also lets go on an abort. (cuStreamWaitValue64 in its
     /// place was measured slower, 1-30% at 2-64 MB (2026-11-26, acd1c4b), and only the value
     /// releases it.)
     fn wait(&self, kernels: Kernels, dev_comm: u64, counter: u64, value: u64, stream: cu::CUstream) -> Result<()> {

@@ -17,7 +17,7 @@
 //!
 //! Chunks are `Layout::chunk` bytes of each copy's arena range (`chunk_for`: a quarter of what the
 //! step moves, 32-256 KiB), numbered over the copies in kernel order
-//! (kernels/net_step.cu computes the same numbering). A flag holds the step's tag (its packets'
+//! (kernels/colls/net_step.cu computes the same numbering). A flag holds the step's tag (its packets'
 //! flag, `packets::flag`: the step number's low 31 bits with the top bit set), so the arena's
 //! flags never need clearing: an older step's flags hold another tag.
 //!
@@ -36,7 +36,7 @@ pub const CHUNK: u64 = 256 << 10;
 /// Fewest bytes per flag: a smaller step still splits into four chunks, so that its copies into
 /// the arena, the wire and its copies out overlap (a step of one chunk would not pipeline).
 pub const MIN_CHUNK: u64 = 32 << 10;
-// kernels/net_step.cu takes the chunk size from the step's arguments (`pipe`); the largest is
+// kernels/colls/net_step.cu takes the chunk size from the step's arguments (`pipe`); the largest is
 // OX_NET_PIPE_CHUNK in the generated header.
 const _: () = assert!(CHUNK == crate::device_abi::OX_NET_PIPE_CHUNK as u64);
 

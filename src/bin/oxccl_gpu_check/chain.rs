@@ -1,5 +1,5 @@
 //! --chain: back-to-back AllReduces captured into one CUDA graph per rank, the pattern in which
-//! oxccl launches ring one-shot AllReduces early (algo::pdl::early, kernels/allreduce.cu): each
+//! oxccl launches ring one-shot AllReduces early (algo::pdl::early, kernels/colls/allreduce.cu): each
 //! reads its input and sends its packets while the previous one still runs. nccl-tests cannot
 //! catch a stale packet there (every iteration reduces the same data), so every operation here
 //! has its own input, fresh on every replay, and the chain mixes in an input that is the previous

@@ -28,7 +28,7 @@
 // memory, which would make the compiler reload DevComm fields and redo the region division.
 //
 // The ring form (OX_ONESHOT_RING, messages up to OX_RING_PAYLOAD_BYTES) places the PDL wait and
-// trigger itself, so that back-to-back one-shot launches overlap (kernels/pdl.cuh). Launches
+// trigger itself, so that back-to-back one-shot launches overlap (kernels/prims/pdl.cuh). Launches
 // behind a non-early ring launch (the head) that the host marks early form a chain:
 // - The head waits first, loads its flags, and its block's last warp (the advancer, whose
 //   packets come after the others') stores the next flags into the flag table and into the base table, and position

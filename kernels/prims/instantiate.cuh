@@ -6,7 +6,7 @@
 #include "reduce.cuh"
 
 // ENTRY runs first: ox_pdl_enter() for every kernel but those that place the PDL wait and
-// trigger themselves (the one-shot AllReduce, kernels/allreduce.cu). The body returns to the
+// trigger themselves (the one-shot AllReduce, kernels/colls/allreduce.cu). The body returns to the
 // entry point, which publishes a counted launch's completion (done.cuh).
 #define OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, ONAME, OP, ENTRY)                  \
   extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1)                  \

@@ -15,7 +15,7 @@
 //                 A relay transfer (Broadcast) runs one round behind: the sending side forwards
 //                 piece k-1 of what a third rank put into its scratch in round k-1, straight from
 //                 that scratch, so a forwarded piece costs one NVLink write and no extra copy.
-//                 A receiver whose destination is registered may offer it (kernels/direct.cuh):
+//                 A receiver whose destination is registered may offer it (kernels/colls/direct.cuh):
 //                 a sender that takes the offer puts its pieces from round 1 on straight into the
 //                 receiver's buffer, which then copies nothing out of scratch for them.
 // Local copies (a rank to itself) ride along with the put rounds when there are any, so that

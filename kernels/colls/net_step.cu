@@ -199,7 +199,7 @@ OX_DEV uint32_t ox_net_hand_over(const NetStepArgs& a, uint64_t target, uint64_t
   return ox_fifo_push(a.fifo, fst, ox_trigger_type(OX_TRIGGER_DATA | OX_TRIGGER_FLAG), fence) != ~0ull;
 }
 
-// A pipelined step (`pipe`, src/net/progress.rs): handed over before its copies, which go chunk by
+// A pipelined step (`pipe`, src/transport/progress.rs): handed over before its copies, which go chunk by
 // chunk (`pipe` bytes of each arena copy, 32 KiB-OX_NET_PIPE_CHUNK, numbered over the arena copies in
 // order; chunk c is block c % gridDim.x's).
 // - Pre-copies: the block copies chunk c into the arena, then (barrier) its thread 0 stores the
