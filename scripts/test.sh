@@ -99,6 +99,17 @@ PATH="$fb:$PATH" python3 nccl-tests-harness/harness.py compare --bin "$fb" --oxc
 runs=$(grep -c '| meets |' "$bt/h/results.md")
 [ "$runs" = 12 ] || { echo "test: harness bench summary has $runs runs meeting the bar, expected 12"; cat "$bt/h/results.md" | head -20; exit 1; }
 python3 nccl-tests-harness/bars.py "$bt/h" > /dev/null || { echo "test: bars.py disagrees with the harness summary"; exit 1; }
+# report: the same summary again from the results alone.
+python3 nccl-tests-harness/harness.py report "$bt/h/results.json" --out "$bt/hr" > /dev/null 2>&1 \
+  && [ "$(grep -c '| meets |' "$bt/hr/results.md")" = 12 ] || { echo "test: harness report does not give the compare run's summary"; exit 1; }
+# check --jobs: runs side by side, each in suite order in the table, and a wrong one fails the whole.
+PATH="$fb:$PATH" python3 nccl-tests-harness/harness.py check --suite colls-check --tests sendrecv,gather --bin "$fb" --oxccl "$bt/no-such-lib.so" --ngpus 2 --jobs 3 --out "$bt/cj" > "$bt/cj.out" 2>&1 \
+  || { echo "test: harness check --jobs failed on the fake binaries"; tail -20 "$bt/cj.out"; exit 1; }
+[ "$(grep -c '| PASS |' "$bt/cj/check.md")" = 12 ] && [ "$(grep '| PASS |' "$bt/cj/check.md" | head -1 | cut -d' ' -f2)" = gather_perf-np2 ] \
+  || { echo "test: harness check --jobs table is not the 12 runs in suite order"; cat "$bt/cj/check.md"; exit 1; }
+if PATH="$fb:$PATH" FAKE_WRONG=1 python3 nccl-tests-harness/harness.py check --suite colls-check --tests sendrecv --bin "$fb" --oxccl "$bt/no-such-lib.so" --ngpus 2 --jobs 2 --out "$bt/cw" > /dev/null 2>&1; then
+  echo "test: harness check --jobs passed runs with wrong values"; exit 1
+fi
 if PATH="$fb:$PATH" FAKE_WRONG=1 python3 nccl-tests-harness/harness.py compare --bin "$fb" --oxccl "$bt/no-such-lib.so" --suite colls-perf --tests sendrecv --ngpus 2 --out "$bt/w" > /dev/null 2>&1; then
   echo "test: harness compare passed a run with wrong values"; exit 1
 fi
