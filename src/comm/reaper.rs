@@ -9,17 +9,18 @@
 //!   over the bootstrap, `Bootstrap::send_released`, or `retire` within this process) or its
 //!   process is gone (`process_gone`). Until then it stays allocated.
 //! - **Drops from driver callbacks.** A CUDA graph holds the communicators it captured work of
-//!   (comm.rs, `retain_for_graph`) until the driver destroys it; the driver's callback may make no
-//!   CUDA call, so it hands what it held to the thread here, which drops it.
+//!   (comm/teardown.rs, `retain_for_graph`) until the driver destroys it; the driver's callback may
+//!   make no CUDA call, so it hands what it held to the thread here, which drops it.
 //! - **Frees that would wait for another communicator's kernel.** Freeing device or pinned
 //!   memory (cuMemFree, cuMemFreeHost, cuIpcCloseMemHandle) synchronises the whole context: it
 //!   waits for every kernel there, including one of another communicator that waits for a peer,
 //!   and other threads' CUDA calls may wait behind it. A thread that aborts a process's
 //!   communicators one after another deadlocks so: the first abort's free waits for a kernel
 //!   that only the abort of a later communicator (same thread, not reached) would end. So memory
-//!   is freed only through a `Gate` (comm.rs `when_idle`: no live communicator of this process
-//!   has an unfinished launch, and none can begin one meanwhile); what it refuses waits here
-//!   (`drop_when`) and is freed by the thread once it lets it.
+//!   is freed only through a `Gate` (comm/teardown.rs `when_idle`: no communicator of this
+//!   process has an unfinished launch or, unless told to stop, captured work a graph replay may
+//!   be running, and none can begin a launch meanwhile); what it refuses waits here (`drop_when`)
+//!   and is freed by the thread once it lets it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -78,8 +79,8 @@ struct Entry {
 }
 
 /// Runs the closure it is given (which frees memory) and returns true only where that cannot
-/// wait for a kernel that waits for this process (comm.rs `when_idle`), or where what it frees
-/// is no longer touched by a kernel (comm.rs `hold_until_stopped`); else returns false and runs
+/// wait for a kernel that waits for this process (comm/teardown.rs `when_idle`), or where what it frees
+/// is no longer touched by a kernel (comm/teardown.rs `hold_until_stopped`); else returns false and runs
 /// nothing.
 pub type Gate = Box<dyn FnMut(&mut dyn FnMut()) -> bool + Send>;
 
