@@ -25,7 +25,7 @@ report:  results.md and the PNGs again from a results.json, compare's or oxccl-b
 Suites are defined below (SUITES); modes: mpirun one process per GPU (npN), one process driving N
 GPUs (gN), threads (tN), each optionally with CUDA graphs (-G).
 """
-import argparse, json, math, os, re, shlex, subprocess, sys, time
+import argparse, concurrent.futures, json, math, os, re, shlex, subprocess, sys, time
 
 NCCL_TESTS_ENV = {"NCCL_NVLS_ENABLE": "0"}  # NVLink multicast stays off on shared machines
 
@@ -331,7 +331,6 @@ def cmd_check(a):
 
     # Correctness runs share the GPUs (--jobs > 1): their timings then mean nothing, their
     # verdicts everything. Results print in suite order.
-    import concurrent.futures
     failed = 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as ex:
         for k, r in enumerate(ex.map(one, range(len(runs)))):

@@ -328,7 +328,9 @@ fn run_worker(o: &Opts, lib: &Path, label: &str) -> Result<Vec<(Coll, Row)>, Str
 type Comm = *mut c_void;
 type Stream = *mut c_void;
 
-/// The library's entry points (NCCL 2.28's C ABI), resolved by name.
+/// The library's entry points (NCCL 2.28's C ABI), resolved by name: the few the bench calls, not
+/// oxccl-conform's loader (src/bin/oxccl_conform/nccl.rs), which needs every 2.28 function and the
+/// `conform` feature; here NCCLs before 2.28.3 (no ncclAlltoAll) still run.
 struct Lib {
     get_version: unsafe extern "C" fn(*mut c_int) -> c_int,
     error_string: unsafe extern "C" fn(c_int) -> *const c_char,
