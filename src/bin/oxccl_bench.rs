@@ -456,7 +456,9 @@ fn worker(o: &Opts, path: &str, ndev: i32) -> Result<(), String> {
             ck(cu::cuStreamCreate(&mut rk.stream, 1), "cuStreamCreate")?;
             ck(cu::cuMemAlloc_v2(&mut rk.send, max_count * es), "cuMemAlloc")?;
             ck(cu::cuMemAlloc_v2(&mut rk.recv, max_count * es), "cuMemAlloc")?;
-            ck(cu::cuMemcpyHtoD_v2(rk.send, host.as_ptr().cast(), host.len()), "cuMemcpyHtoD")?;
+            ck(cu::cuMemcpyHtoDAsync_v2(rk.send, host.as_ptr().cast(), host.len(), rk.stream), "cuMemcpyHtoDAsync")?;
+            // Waited for: from pageable memory the copy may land after the call returns.
+            ck(cu::cuStreamSynchronize(rk.stream), "cuStreamSynchronize")?;
             ck(cu::cuEventCreate(&mut rk.start, 0), "cuEventCreate")?;
             ck(cu::cuEventCreate(&mut rk.stop, 0), "cuEventCreate")?;
         }

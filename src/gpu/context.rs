@@ -28,6 +28,9 @@ pub struct Device {
     /// across processes and hosts. All zero where the driver gave none.
     pub uuid: [u8; 16],
     module: OnceLock<std::result::Result<Module, Error>>,
+    /// A non-blocking stream of the library's own for synchronous copies and memsets (see
+    /// `Device::copy_stream`); created on first use, never destroyed.
+    copy_stream: OnceLock<std::result::Result<usize, Error>>,
 }
 
 // SAFETY: a CUcontext handle may be made current and used from any thread.
@@ -77,7 +80,7 @@ impl Device {
             let mut id: cu::CUuuid = std::mem::zeroed();
             // Only used to tell which ranks share a GPU: without it, the bus id says (topo::gpu_hash).
             let uuid = if cu::cuDeviceGetUuid_v2(&mut id, dev) == cu::CUresult::CUDA_SUCCESS { id.bytes.map(|b| b as u8) } else { [0; 16] };
-            Ok(Device { ordinal, cu: dev, ctx, sm_count, cc_major, cc_minor, driver, bus_id, uuid, module: OnceLock::new() })
+            Ok(Device { ordinal, cu: dev, ctx, sm_count, cc_major, cc_minor, driver, bus_id, uuid, module: OnceLock::new(), copy_stream: OnceLock::new() })
         }
     }
 
@@ -89,6 +92,26 @@ impl Device {
                 Module::load(self)
             })
             .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The stream `DeviceBuffer` copies and memsets run on, each followed by a synchronise of this
+    /// stream alone. Why not cuMemcpyHtoD / cuMemsetD8 on the legacy default stream: from pageable
+    /// memory cuMemcpyHtoD may return before the data lands and cuMemsetD8 returns before it runs
+    /// (CUDA's "API synchronization behavior"), so a kernel on a non-blocking stream could read
+    /// the old bytes; and the legacy stream waits for every blocking stream, so a kernel stuck
+    /// waiting for a peer would hold them. The caller's context is current.
+    pub fn copy_stream(&'static self) -> Result<cu::CUstream> {
+        self.copy_stream
+            .get_or_init(|| {
+                let _g = CtxGuard::new(self)?;
+                let mut s: cu::CUstream = std::ptr::null_mut();
+                // SAFETY: out-pointer to a local; this device's context is current.
+                check(unsafe { cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) }, "cuStreamCreate")?;
+                Ok(s as usize)
+            })
+            .as_ref()
+            .map(|&s| s as cu::CUstream)
             .map_err(Clone::clone)
     }
 

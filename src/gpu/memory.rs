@@ -14,45 +14,58 @@ pub struct DeviceBuffer {
 }
 
 impl DeviceBuffer {
-    /// Allocates and zeroes `size` bytes on `dev`.
+    /// Allocates and zeroes `size` bytes on `dev`; the zeroes are in place on return, seen by a
+    /// kernel launched afterwards on any stream.
     pub fn zeroed(dev: &'static Device, size: usize) -> Result<DeviceBuffer> {
         let _g = CtxGuard::new(dev)?;
         let mut ptr: cu::CUdeviceptr = 0;
         // SAFETY: out-pointer to a local; the device's context is current.
         check(unsafe { cu::cuMemAlloc_v2(&mut ptr, size.max(1)) }, "cuMemAlloc")?;
         let buf = DeviceBuffer { ptr, size, dev };
-        // SAFETY: ptr..ptr+size was just allocated. Synchronous memset: done before any kernel runs.
-        check(unsafe { cu::cuMemsetD8_v2(ptr, 0, size) }, "cuMemsetD8")?;
+        // SAFETY: ptr..ptr+size was just allocated.
+        buf.on_copy_stream(|s| unsafe { cu::cuMemsetD8Async(ptr, 0, size, s) }, "cuMemsetD8Async")?;
         Ok(buf)
     }
 
-    /// Fills `count` u32 words at byte offset `off` with `value` (synchronously).
+    /// Runs one asynchronous copy or memset on the device's copy stream and waits for that stream
+    /// alone (`Device::copy_stream` says why).
+    fn on_copy_stream(&self, op: impl FnOnce(cu::CUstream) -> cu::CUresult, what: &str) -> Result<()> {
+        let s = self.dev.copy_stream()?;
+        check(op(s), what)?;
+        // SAFETY: s is the device's live copy stream; its context is current (callers hold a guard).
+        check(unsafe { cu::cuStreamSynchronize(s) }, "cuStreamSynchronize")
+    }
+
+    /// Fills `count` u32 words at byte offset `off` with `value`; done on return.
     pub fn fill_u32(&self, off: usize, value: u32, count: usize) -> Result<()> {
         assert!(off.is_multiple_of(4) && off + count * 4 <= self.size, "fill_u32 outside the buffer");
         let _g = CtxGuard::new(self.dev)?;
         // SAFETY: the range is inside this allocation (asserted above).
-        check(unsafe { cu::cuMemsetD32_v2(self.ptr + off as u64, value, count) }, "cuMemsetD32")
+        self.on_copy_stream(|s| unsafe { cu::cuMemsetD32Async(self.ptr + off as u64, value, count, s) }, "cuMemsetD32Async")
     }
 
-    /// Copies `bytes` from the host to byte offset `off` (synchronously).
+    /// Copies `bytes` from the host to byte offset `off`; the data is in place on return.
     pub fn write(&self, off: usize, bytes: &[u8]) -> Result<()> {
         assert!(off + bytes.len() <= self.size, "write outside the buffer");
         let _g = CtxGuard::new(self.dev)?;
-        // SAFETY: destination range inside this allocation, source is a valid slice.
-        check(
-            unsafe { cu::cuMemcpyHtoD_v2(self.ptr + off as u64, bytes.as_ptr().cast(), bytes.len()) },
-            "cuMemcpyHtoD",
+        // SAFETY: destination range inside this allocation, source is a valid slice that outlives
+        // the synchronise in on_copy_stream.
+        self.on_copy_stream(
+            |s| unsafe { cu::cuMemcpyHtoDAsync_v2(self.ptr + off as u64, bytes.as_ptr().cast(), bytes.len(), s) },
+            "cuMemcpyHtoDAsync",
         )
     }
 
-    /// Copies `out.len()` bytes from byte offset `off` to the host (synchronously).
+    /// Copies `out.len()` bytes from byte offset `off` to the host; done on return. It does not
+    /// wait for kernels on other streams: the caller orders it after the work that wrote them.
     pub fn read(&self, off: usize, out: &mut [u8]) -> Result<()> {
         assert!(off + out.len() <= self.size, "read outside the buffer");
         let _g = CtxGuard::new(self.dev)?;
-        // SAFETY: source range inside this allocation, destination is a valid slice.
-        check(
-            unsafe { cu::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr + off as u64, out.len()) },
-            "cuMemcpyDtoH",
+        // SAFETY: source range inside this allocation, destination is a valid slice that outlives
+        // the synchronise in on_copy_stream.
+        self.on_copy_stream(
+            |s| unsafe { cu::cuMemcpyDtoHAsync_v2(out.as_mut_ptr().cast(), self.ptr + off as u64, out.len(), s) },
+            "cuMemcpyDtoHAsync",
         )
     }
 

@@ -511,9 +511,13 @@ impl SymMem {
         let own = self.flat + self.me as u64 * self.big + mapping.off;
         let w = self.window(mapping, 0, own, size)?;
         let _g = CtxGuard::new(self.dev)?;
-        // SAFETY: own..own+size is this rank's mapping of the fresh allocation. Synchronous: done
-        // before the caller's closing barrier, so before any peer's kernel uses it.
-        check(unsafe { cu::cuMemsetD8_v2(own, 0, size as usize) }, "cuMemsetD8 (device communicator buffers)")?;
+        // Done before the caller's closing barrier, so before any peer's kernel uses it: on the
+        // device's copy stream, waited for (cuMemsetD8 could still be running when it returns).
+        let s = self.dev.copy_stream()?;
+        // SAFETY: own..own+size is this rank's mapping of the fresh allocation; s is live.
+        check(unsafe { cu::cuMemsetD8Async(own, 0, size as usize, s) }, "cuMemsetD8Async (device communicator buffers)")?;
+        // SAFETY: s is the device's live copy stream, its context current.
+        check(unsafe { cu::cuStreamSynchronize(s) }, "cuStreamSynchronize (device communicator buffers)")?;
         Ok(w)
     }
 }
