@@ -288,7 +288,8 @@ impl Drop for Comm {
     fn drop(&mut self) {
         let Some(ready) = self.ready.take() else { return };
         let windows = std::mem::take(&mut self.windows);
-        release_when_idle(self.rank, Box::new((ready, windows)));
+        let dev = ready.dev;
+        release_when_idle(self.rank, Box::new(crate::gpu::UnlessReset::new(dev, Box::new((ready, windows)))));
     }
 }
 
@@ -390,7 +391,7 @@ impl Ready {
             key: self.key,
             waiting,
             bootstrap: Some(self.bootstrap.clone()),
-            hold: Box::new(shared),
+            hold: Box::new(crate::gpu::UnlessReset::new(self.dev, Box::new(shared))),
         };
         crate::comm::reaper::retire(self.key, rank, self.process_ranks, Some(held));
     }

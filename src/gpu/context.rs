@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use super::driver::{check, ensure};
 use super::module::Module;
 use crate::error::{Error, Result};
+use crate::log::Subsys;
 
 /// A device whose primary context this process has retained (for the process lifetime).
 pub struct Device {
@@ -31,6 +32,9 @@ pub struct Device {
     /// A non-blocking stream of the library's own for synchronous copies and memsets (see
     /// `Device::copy_stream`); created on first use, never destroyed.
     copy_stream: OnceLock<std::result::Result<usize, Error>>,
+    /// cuCtxGetId of the primary context when it was retained (0 where the driver gave none):
+    /// `was_reset` compares it.
+    ctx_id: u64,
 }
 
 // SAFETY: a CUcontext handle may be made current and used from any thread.
@@ -80,7 +84,11 @@ impl Device {
             let mut id: cu::CUuuid = std::mem::zeroed();
             // Only used to tell which ranks share a GPU: without it, the bus id says (topo::gpu_hash).
             let uuid = if cu::cuDeviceGetUuid_v2(&mut id, dev) == cu::CUresult::CUDA_SUCCESS { id.bytes.map(|b| b as u8) } else { [0; 16] };
-            Ok(Device { ordinal, cu: dev, ctx, sm_count, cc_major, cc_minor, driver, bus_id, uuid, module: OnceLock::new(), copy_stream: OnceLock::new() })
+            let mut ctx_id = 0u64;
+            if cu::cuCtxGetId(ctx, &mut ctx_id) != cu::CUresult::CUDA_SUCCESS {
+                ctx_id = 0;
+            }
+            Ok(Device { ordinal, cu: dev, ctx, sm_count, cc_major, cc_minor, driver, bus_id, uuid, module: OnceLock::new(), copy_stream: OnceLock::new(), ctx_id })
         }
     }
 
@@ -113,6 +121,24 @@ impl Device {
             .as_ref()
             .map(|&s| s as cu::CUstream)
             .map_err(Clone::clone)
+    }
+
+    /// Whether the primary context this device's resources were made in is gone: reset by the
+    /// application (cudaDeviceReset, cuDevicePrimaryCtxReset: inactive since, or active again as
+    /// a context with another id), or the driver deinitialised at exit (any error here). Its
+    /// memory, streams and events went with it; freeing their stale handles can crash in the
+    /// driver. nccl-tests calls cudaDeviceReset after ncclCommDestroy, while frees a CUDA graph
+    /// held back may still be due (`UnlessReset`).
+    pub fn was_reset(&self) -> bool {
+        let (mut flags, mut active) = (0u32, 0i32);
+        // SAFETY: out-pointers to locals; a device handle of this process.
+        if unsafe { cu::cuDevicePrimaryCtxGetState(self.cu, &mut flags, &mut active) } != cu::CUresult::CUDA_SUCCESS || active == 0 {
+            return true;
+        }
+        let mut id = 0u64;
+        // SAFETY: out-pointer to a local; ctx is our retained primary context handle.
+        let rc = unsafe { cu::cuCtxGetId(self.ctx, &mut id) };
+        rc != cu::CUresult::CUDA_SUCCESS || (self.ctx_id != 0 && id != self.ctx_id)
     }
 
     pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
@@ -195,6 +221,31 @@ pub fn current_device() -> Result<i32> {
 
 /// Makes a device's primary context current for a scope and restores the caller's context after:
 /// callers (nccl-tests -g N) expect their current device to be unchanged by any NCCL call.
+/// Something holding CUDA resources of one device, dropped only if that device's context was not
+/// reset meanwhile (`Device::was_reset`), else forgotten: the reset freed them already.
+pub struct UnlessReset {
+    dev: &'static Device,
+    hold: Option<Box<dyn Send>>,
+}
+
+impl UnlessReset {
+    pub fn new(dev: &'static Device, hold: Box<dyn Send>) -> UnlessReset {
+        UnlessReset { dev, hold: Some(hold) }
+    }
+}
+
+impl Drop for UnlessReset {
+    fn drop(&mut self) {
+        let Some(hold) = self.hold.take() else { return };
+        if self.dev.was_reset() {
+            nccl_info!(Subsys::Init, "GPU {}: its context was reset (or CUDA shut down) before a deferred free: left to the reset", self.dev.ordinal);
+            std::mem::forget(hold);
+        } else {
+            drop(hold);
+        }
+    }
+}
+
 pub struct CtxGuard {
     prev: cu::CUcontext,
     switched: bool,

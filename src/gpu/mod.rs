@@ -12,7 +12,7 @@ pub mod module;
 pub mod stream;
 pub mod vmm;
 
-pub use context::{current_device, CtxGuard, Device};
+pub use context::{current_device, CtxGuard, Device, UnlessReset};
 pub use driver::{check, ensure};
 pub use memory::{DeviceBuffer, HostMapped};
 
