@@ -190,56 +190,112 @@ extern "C" {
 #endif // __cplusplus
 
 /*
- Reduces `count` elements across all ranks, result on every rank (in place if send == recv).
+ Reduces `count` elements of `datatype` with `op` across all ranks; every rank's `recvbuff`
+ receives the result. In place when `sendbuff == recvbuff`. As in NCCL (src/collectives.cc).
+
+ What every collective here shares (the others say "as ncclAllReduce"):
+ - **Units and buffers**: counts are elements of `datatype`, not bytes. Buffers are device
+   memory the communicator's GPU can address (cudaMalloc, ncclMemAlloc, ...), each aligned to
+   its datatype's size at least, send and receive independently; nothing outside the output
+   range is written.
+ - **Stream**: the operation is enqueued on `stream` (of the communicator's device; NULL is the
+   legacy default stream) and the call returns before data moves. The send buffer must stay
+   unchanged and the receive buffer unread until `stream` passes the operation. On a capturing
+   stream the operation is captured into the CUDA graph, and each replay runs it again.
+ - **Groups**: between ncclGroupStart and ncclGroupEnd the operation is queued and launched at
+   the outermost ncclGroupEnd, which then returns its errors; the arguments are checked here.
+ - **Threads**: one thread at a time per communicator, in the same order on every rank, as in
+   NCCL; different communicators may be used from different threads at once.
+ - **count 0**: ncclSuccess at once, nothing enqueued (after the arguments are checked).
+ - **Returns** ncclSuccess, or:
+   - ncclInvalidArgument: `comm` NULL, never created or destroyed; `datatype` or `op` invalid,
+     or a ncclRedOpCreatePreMulSum op of another datatype or already destroyed; `count` times
+     the datatype's size (times the rank count where the count is per rank) overflows; an fp8
+     reduction where a GPU of the communicator is below compute capability 9.0; with
+     NCCL_CHECK_POINTERS=1, a NULL buffer or one not on the communicator's GPU; a nonblocking
+     communicator still initialising, or with an earlier call still ncclInProgress.
+   - ncclInvalidUsage: the communicator was revoked, or another thread is aborting it (an
+     aborted or destroyed handle is ncclInvalidArgument, above); NCCL_ALGO / NCCL_PROTO leave
+     this collective no algorithm; with OXCCL_CHECK=1, the ranks disagree on the collective.
+   - The communicator's asynchronous error, once it has one (ncclCommGetAsyncError): for
+     example ncclRemoteError after a peer was lost or aborted while work needed it.
+   - ncclUnhandledCudaError: a CUDA call failed (launch, stream or capture query); the WARN
+     line names it.
+   - ncclInternalError: a fault inside oxccl (caught, never a crash across the C ABI).
  */
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 
 /*
- Reduces into `root`'s recvbuff; other ranks' recvbuff is never written and may be NULL.
+ Reduces `count` elements of `datatype` with `op` across all ranks into `root`'s `recvbuff`;
+ other ranks' `recvbuff` is never written and may be NULL. In place when `sendbuff ==
+ recvbuff` on the root. Units, stream, group and thread semantics and return codes as
+ ncclAllReduce, plus ncclInvalidArgument when `root` is not in [0, nranks).
  */
 ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
 
 /*
- In-place broadcast (deprecated NCCL API): ncclBroadcast(buff, buff, ...).
+ In-place Broadcast (NCCL's older API): the same as ncclBroadcast(buff, buff, count, datatype,
+ root, comm, stream), with its semantics and return codes.
  */
 ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
 
 /*
- Copies `root`'s sendbuff to every rank's recvbuff; sendbuff is ignored off the root.
+ Copies `count` elements from `root`'s `sendbuff` to every rank's `recvbuff`; `sendbuff` is
+ ignored off the root. In place when `sendbuff == recvbuff` on the root. Units, stream, group
+ and thread semantics and return codes as ncclAllReduce (no `op`), plus ncclInvalidArgument
+ when `root` is not in [0, nranks).
  */
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
 
 /*
- Reduces across ranks and leaves block i of the result on rank i (`recvcount` elements each).
+ Reduces `nranks * recvcount` elements of every rank's `sendbuff` with `op` and leaves block i
+ of the result (`recvcount` elements from offset `i * recvcount`) in rank i's `recvbuff`. In
+ place when `recvbuff == sendbuff + rank * recvcount` (NCCL's form). Units, stream, group and
+ thread semantics and return codes as ncclAllReduce; the overflow check covers
+ `nranks * recvcount` elements.
  */
 ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 
 /*
- Gathers `sendcount` elements from every rank into recvbuff, rank i's at offset i*sendcount.
+ Gathers `sendcount` elements from every rank into every rank's `recvbuff`, rank i's at offset
+ `i * sendcount` (`recvbuff` holds `nranks * sendcount`). In place when `sendbuff == recvbuff +
+ rank * sendcount` (NCCL's form). Units, stream, group and thread semantics and return codes as
+ ncclAllReduce (no `op`); the overflow check covers `nranks * sendcount` elements.
  */
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
 
 /*
- Block j of every rank's sendbuff goes to rank j, landing at block i of its recvbuff for
- sender i. There is no in-place form; send == recv gives undefined data but never a fault.
+ Block j (`count` elements from offset `j * count`) of every rank's `sendbuff` goes to rank j,
+ landing at block i of its `recvbuff` for sender i; both buffers hold `nranks * count`
+ elements. There is no in-place form: `sendbuff == recvbuff` gives undefined data but never a
+ fault. Units, stream, group and thread semantics and return codes as ncclAllReduce (no `op`);
+ the overflow check covers `nranks * count` elements.
  */
 ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
 
 /*
- Every rank's `count` elements go to `root`, rank i's at offset i*count of its recvbuff.
+ Every rank's `count` elements of `sendbuff` go to `root`'s `recvbuff`, rank i's at offset
+ `i * count` (`recvbuff` holds `nranks * count` on the root and is ignored elsewhere). In place
+ when `sendbuff == recvbuff + root * count` on the root. Units, stream, group and thread
+ semantics and return codes as ncclAllReduce (no `op`), plus ncclInvalidArgument when `root`
+ is not in [0, nranks).
  */
 ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
 
 /*
- Block i of `root`'s sendbuff goes to rank i's recvbuff; sendbuff is ignored off the root.
+ Block i (`count` elements from offset `i * count`) of `root`'s `sendbuff` goes to rank i's
+ `recvbuff`; `sendbuff` (`nranks * count` elements) is ignored off the root. In place when
+ `recvbuff == sendbuff + root * count` on the root. Units, stream, group and thread semantics
+ and return codes as ncclAllReduce (no `op`), plus ncclInvalidArgument when `root` is not in
+ [0, nranks).
  */
 ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
@@ -507,13 +563,21 @@ ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 
 /*
- Sends `count` elements to `peer`, which posts a matching ncclRecv.
+ Sends `count` elements of `datatype` from `sendbuff` to rank `peer`, which posts the
+ matching ncclRecv (same count and datatype); `peer` may be this rank. Matching is by order:
+ the n-th send to a peer meets that peer's n-th receive from this rank, as in NCCL. Inside a
+ group, a communicator's sends and receives run together at ncclGroupEnd, so two ranks may
+ send to each other without deadlock; outside a group each call runs alone and waits on the
+ device for its peer. A count of 0 is enqueued like any other. Units, stream, thread
+ semantics and return codes as ncclAllReduce (no `op`), plus ncclInvalidArgument when `peer`
+ is not in [0, nranks).
  */
 ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
 
 /*
- Receives `count` elements from `peer`, which posts a matching ncclSend.
+ Receives `count` elements of `datatype` into `recvbuff` from rank `peer`, which posts the
+ matching ncclSend; the semantics and return codes are ncclSend's.
  */
 ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);

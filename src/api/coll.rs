@@ -104,7 +104,38 @@ fn submit(
     }))
 }
 
-/// Reduces `count` elements across all ranks, result on every rank (in place if send == recv).
+/// Reduces `count` elements of `datatype` with `op` across all ranks; every rank's `recvbuff`
+/// receives the result. In place when `sendbuff == recvbuff`. As in NCCL (src/collectives.cc).
+///
+/// What every collective here shares (the others say "as ncclAllReduce"):
+/// - **Units and buffers**: counts are elements of `datatype`, not bytes. Buffers are device
+///   memory the communicator's GPU can address (cudaMalloc, ncclMemAlloc, ...), each aligned to
+///   its datatype's size at least, send and receive independently; nothing outside the output
+///   range is written.
+/// - **Stream**: the operation is enqueued on `stream` (of the communicator's device; NULL is the
+///   legacy default stream) and the call returns before data moves. The send buffer must stay
+///   unchanged and the receive buffer unread until `stream` passes the operation. On a capturing
+///   stream the operation is captured into the CUDA graph, and each replay runs it again.
+/// - **Groups**: between ncclGroupStart and ncclGroupEnd the operation is queued and launched at
+///   the outermost ncclGroupEnd, which then returns its errors; the arguments are checked here.
+/// - **Threads**: one thread at a time per communicator, in the same order on every rank, as in
+///   NCCL; different communicators may be used from different threads at once.
+/// - **count 0**: ncclSuccess at once, nothing enqueued (after the arguments are checked).
+/// - **Returns** ncclSuccess, or:
+///   - ncclInvalidArgument: `comm` NULL, never created or destroyed; `datatype` or `op` invalid,
+///     or a ncclRedOpCreatePreMulSum op of another datatype or already destroyed; `count` times
+///     the datatype's size (times the rank count where the count is per rank) overflows; an fp8
+///     reduction where a GPU of the communicator is below compute capability 9.0; with
+///     NCCL_CHECK_POINTERS=1, a NULL buffer or one not on the communicator's GPU; a nonblocking
+///     communicator still initialising, or with an earlier call still ncclInProgress.
+///   - ncclInvalidUsage: the communicator was revoked, or another thread is aborting it (an
+///     aborted or destroyed handle is ncclInvalidArgument, above); NCCL_ALGO / NCCL_PROTO leave
+///     this collective no algorithm; with OXCCL_CHECK=1, the ranks disagree on the collective.
+///   - The communicator's asynchronous error, once it has one (ncclCommGetAsyncError): for
+///     example ncclRemoteError after a peer was lost or aborted while work needed it.
+///   - ncclUnhandledCudaError: a CUDA call failed (launch, stream or capture query); the WARN
+///     line names it.
+///   - ncclInternalError: a fault inside oxccl (caught, never a crash across the C ABI).
 #[no_mangle]
 pub extern "C" fn ncclAllReduce(
     sendbuff: *const c_void,
@@ -118,7 +149,10 @@ pub extern "C" fn ncclAllReduce(
     call_grouped("ncclAllReduce", || symmetric_reduction(Coll::AllReduce, sendbuff, recvbuff, count, datatype, op, comm, stream))
 }
 
-/// Reduces into `root`'s recvbuff; other ranks' recvbuff is never written and may be NULL.
+/// Reduces `count` elements of `datatype` with `op` across all ranks into `root`'s `recvbuff`;
+/// other ranks' `recvbuff` is never written and may be NULL. In place when `sendbuff ==
+/// recvbuff` on the root. Units, stream, group and thread semantics and return codes as
+/// ncclAllReduce, plus ncclInvalidArgument when `root` is not in [0, nranks).
 #[no_mangle]
 pub extern "C" fn ncclReduce(
     sendbuff: *const c_void,
@@ -145,7 +179,8 @@ pub extern "C" fn ncclReduce(
     })
 }
 
-/// In-place broadcast (deprecated NCCL API): ncclBroadcast(buff, buff, ...).
+/// In-place Broadcast (NCCL's older API): the same as ncclBroadcast(buff, buff, count, datatype,
+/// root, comm, stream), with its semantics and return codes.
 #[no_mangle]
 pub extern "C" fn ncclBcast(
     buff: *mut c_void,
@@ -158,7 +193,10 @@ pub extern "C" fn ncclBcast(
     call_grouped("ncclBcast", || rooted_movement(Coll::Broadcast, buff, buff, count, datatype, root, comm, stream))
 }
 
-/// Copies `root`'s sendbuff to every rank's recvbuff; sendbuff is ignored off the root.
+/// Copies `count` elements from `root`'s `sendbuff` to every rank's `recvbuff`; `sendbuff` is
+/// ignored off the root. In place when `sendbuff == recvbuff` on the root. Units, stream, group
+/// and thread semantics and return codes as ncclAllReduce (no `op`), plus ncclInvalidArgument
+/// when `root` is not in [0, nranks).
 #[no_mangle]
 pub extern "C" fn ncclBroadcast(
     sendbuff: *const c_void,
@@ -173,7 +211,11 @@ pub extern "C" fn ncclBroadcast(
 }
 
 
-/// Reduces across ranks and leaves block i of the result on rank i (`recvcount` elements each).
+/// Reduces `nranks * recvcount` elements of every rank's `sendbuff` with `op` and leaves block i
+/// of the result (`recvcount` elements from offset `i * recvcount`) in rank i's `recvbuff`. In
+/// place when `recvbuff == sendbuff + rank * recvcount` (NCCL's form). Units, stream, group and
+/// thread semantics and return codes as ncclAllReduce; the overflow check covers
+/// `nranks * recvcount` elements.
 #[no_mangle]
 pub extern "C" fn ncclReduceScatter(
     sendbuff: *const c_void,
@@ -264,7 +306,10 @@ fn rooted_movement(
     submit(c, coll, sendbuff, recvbuff, count, dt, NO_OP, root, stream)
 }
 
-/// Gathers `sendcount` elements from every rank into recvbuff, rank i's at offset i*sendcount.
+/// Gathers `sendcount` elements from every rank into every rank's `recvbuff`, rank i's at offset
+/// `i * sendcount` (`recvbuff` holds `nranks * sendcount`). In place when `sendbuff == recvbuff +
+/// rank * sendcount` (NCCL's form). Units, stream, group and thread semantics and return codes as
+/// ncclAllReduce (no `op`); the overflow check covers `nranks * sendcount` elements.
 #[no_mangle]
 pub extern "C" fn ncclAllGather(
     sendbuff: *const c_void,
@@ -277,8 +322,11 @@ pub extern "C" fn ncclAllGather(
     call_grouped("ncclAllGather", || per_rank_movement(Coll::AllGather, sendbuff, recvbuff, sendcount, datatype, comm, stream))
 }
 
-/// Block j of every rank's sendbuff goes to rank j, landing at block i of its recvbuff for
-/// sender i. There is no in-place form; send == recv gives undefined data but never a fault.
+/// Block j (`count` elements from offset `j * count`) of every rank's `sendbuff` goes to rank j,
+/// landing at block i of its `recvbuff` for sender i; both buffers hold `nranks * count`
+/// elements. There is no in-place form: `sendbuff == recvbuff` gives undefined data but never a
+/// fault. Units, stream, group and thread semantics and return codes as ncclAllReduce (no `op`);
+/// the overflow check covers `nranks * count` elements.
 #[no_mangle]
 pub extern "C" fn ncclAlltoAll(
     sendbuff: *const c_void,
@@ -291,7 +339,11 @@ pub extern "C" fn ncclAlltoAll(
     call_grouped("ncclAlltoAll", || per_rank_movement(Coll::AlltoAll, sendbuff, recvbuff, count, datatype, comm, stream))
 }
 
-/// Every rank's `count` elements go to `root`, rank i's at offset i*count of its recvbuff.
+/// Every rank's `count` elements of `sendbuff` go to `root`'s `recvbuff`, rank i's at offset
+/// `i * count` (`recvbuff` holds `nranks * count` on the root and is ignored elsewhere). In place
+/// when `sendbuff == recvbuff + root * count` on the root. Units, stream, group and thread
+/// semantics and return codes as ncclAllReduce (no `op`), plus ncclInvalidArgument when `root`
+/// is not in [0, nranks).
 #[no_mangle]
 pub extern "C" fn ncclGather(
     sendbuff: *const c_void,
@@ -305,7 +357,11 @@ pub extern "C" fn ncclGather(
     call_grouped("ncclGather", || rooted_movement(Coll::Gather, sendbuff, recvbuff, count, datatype, root, comm, stream))
 }
 
-/// Block i of `root`'s sendbuff goes to rank i's recvbuff; sendbuff is ignored off the root.
+/// Block i (`count` elements from offset `i * count`) of `root`'s `sendbuff` goes to rank i's
+/// `recvbuff`; `sendbuff` (`nranks * count` elements) is ignored off the root. In place when
+/// `recvbuff == sendbuff + root * count` on the root. Units, stream, group and thread semantics
+/// and return codes as ncclAllReduce (no `op`), plus ncclInvalidArgument when `root` is not in
+/// [0, nranks).
 #[no_mangle]
 pub extern "C" fn ncclScatter(
     sendbuff: *const c_void,

@@ -35,7 +35,14 @@ fn p2p(
     group::submit(Deferred::P2p(c, op))
 }
 
-/// Sends `count` elements to `peer`, which posts a matching ncclRecv.
+/// Sends `count` elements of `datatype` from `sendbuff` to rank `peer`, which posts the
+/// matching ncclRecv (same count and datatype); `peer` may be this rank. Matching is by order:
+/// the n-th send to a peer meets that peer's n-th receive from this rank, as in NCCL. Inside a
+/// group, a communicator's sends and receives run together at ncclGroupEnd, so two ranks may
+/// send to each other without deadlock; outside a group each call runs alone and waits on the
+/// device for its peer. A count of 0 is enqueued like any other. Units, stream, thread
+/// semantics and return codes as ncclAllReduce (no `op`), plus ncclInvalidArgument when `peer`
+/// is not in [0, nranks).
 #[no_mangle]
 pub extern "C" fn ncclSend(
     sendbuff: *const c_void,
@@ -48,7 +55,8 @@ pub extern "C" fn ncclSend(
     call_grouped("ncclSend", || p2p(true, sendbuff, count, datatype, peer, comm, stream))
 }
 
-/// Receives `count` elements from `peer`, which posts a matching ncclSend.
+/// Receives `count` elements of `datatype` into `recvbuff` from rank `peer`, which posts the
+/// matching ncclSend; the semantics and return codes are ncclSend's.
 #[no_mangle]
 pub extern "C" fn ncclRecv(
     recvbuff: *mut c_void,
