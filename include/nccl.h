@@ -301,7 +301,12 @@ ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncc
 ncclResult_t pncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
 
 /*
- Writes a new unique id; starts this process's rendezvous root unless NCCL_COMM_ID is set.
+ Writes a new unique id to `*uniqueId`, to be passed to every rank of one new communicator
+ (ncclCommInitRank). Starts this process's rendezvous root (a TCP listener on the interface
+ NCCL_SOCKET_IFNAME picks) unless NCCL_COMM_ID names one, as NCCL does. Any thread.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`uniqueId` NULL), ncclSystemError (no usable
+ network interface, or the listener could not start), ncclInternalError.
  */
 ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId);
 ncclResult_t pncclGetUniqueId(ncclUniqueId *uniqueId);
@@ -347,14 +352,22 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
 ncclResult_t pncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config);
 
 /*
- NCCL spreads the rendezvous over `nId` roots; every rank passes the same list, and oxccl's
- bootstrap is served by the first id's root alone (the others time out unused).
+ ncclCommInitRankConfig with `nId` unique ids: NCCL spreads the rendezvous over their roots;
+ every rank passes the same list, and oxccl's bootstrap is served by the first id's root alone
+ (the others go unused). Semantics and return codes as ncclCommInitRankConfig, plus
+ ncclInvalidArgument when `nId` < 1 or `commIds` is NULL.
  */
 ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds, ncclConfig_t *config);
 ncclResult_t pncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds, ncclConfig_t *config);
 
 /*
- One process, `ndev` GPUs: creates every rank's communicator inside one group.
+ Creates an `ndev`-rank communicator in this process, rank i on device `devlist[i]` (devices
+ 0..ndev-1 when `devlist` is NULL), writing rank i's handle to `comms[i]`. Blocks until all are
+ ready (one group of ncclCommInitRank calls, as in NCCL).
+
+ Returns ncclSuccess, or ncclInvalidArgument (`comms` NULL; `ndev` < 1 or more than the visible
+ devices; a device in `devlist` that does not exist), ncclInvalidUsage (a device listed twice),
+ and the initialisation's errors as ncclCommInitRank's.
  */
 ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
 ncclResult_t pncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist);
@@ -404,8 +417,14 @@ ncclResult_t ncclCommAbort(ncclComm_t comm);
 ncclResult_t pncclCommAbort(ncclComm_t comm);
 
 /*
- Stops the communicator's in-flight kernels and refuses new work; it can still be split,
- shrunk, destroyed or aborted.
+ Stops the communicator's in-flight kernels (they leave their waits at once) and refuses new
+ work with ncclInvalidUsage; it can still be split, shrunk, destroyed or aborted. Returns at
+ once; the stream drains without an error. Local: peers are not told (they learn of it through
+ work that needed this rank). NULL is a no-op. Any thread, also while another thread is inside
+ a call on the communicator.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`comm` unknown or destroyed; `revokeFlags` not
+ NCCL_REVOKE_DEFAULT (0)).
  */
 ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
 ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags);
@@ -517,47 +536,92 @@ ncclResult_t ncclGroupEnd(void);
 ncclResult_t pncclGroupEnd(void);
 
 /*
- Like ncclGroupEnd, but launches nothing; stores the predicted time (microseconds, as NCCL's
- estimatedTime) of the group's collectives.
+ Like ncclGroupEnd, but launches no operation: closes the group (its communicator inits still
+ run), drops its operations, and stores in `simInfo->estimatedTime` the predicted time of its
+ collectives (microseconds, as NCCL's estimatedTime, from oxccl's cost model; 0 when an inner
+ group level closes).
+
+ Returns ncclSuccess, or ncclInvalidArgument (`simInfo` NULL or not initialised with
+ NCCL_SIM_INFO_INITIALIZER), ncclInvalidUsage (no group is open), and the argument errors
+ the group's calls recorded.
  */
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 
 /*
- Allocates device memory on the current device, shareable with peers (cuMem VMM when available).
+ Allocates `size` bytes of device memory on the caller's current CUDA device and writes its
+ address to `*ptr` (0 for size 0). The memory is shareable with peers (cuMem with a POSIX file
+ descriptor handle where the driver allows and NCCL_CUMEM_ENABLE is not 0, else cuMemAlloc), so
+ registering it lets peers on the host write into it directly, as with NCCL's ncclMemAlloc.
+ Synchronous; allowed while the thread's stream is being captured (the allocation is not
+ part of the graph). Any thread.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`ptr` NULL), ncclUnhandledCudaError (no
+ current device, or the allocation failed: out of memory), ncclInternalError.
  */
 ncclResult_t ncclMemAlloc(void **ptr, size_t size);
 ncclResult_t pncclMemAlloc(void **ptr, size_t size);
 
 /*
- Frees memory from ncclMemAlloc (or any device allocation), restoring the caller's device.
+ Frees memory from ncclMemAlloc (or, as NCCL does, any other cuMemAlloc'd pointer); NULL is a
+ no-op. Synchronous, like cudaFree: the memory must no longer be used by queued work. The
+ caller's current device is unchanged. Any thread.
+
+ Returns ncclSuccess, or ncclUnhandledCudaError (`ptr` is not a device allocation, or the free
+ failed), ncclInternalError.
  */
 ncclResult_t ncclMemFree(void *ptr);
 ncclResult_t pncclMemFree(void *ptr);
 
 /*
- Registers a buffer with the communicator (local, reference-counted: the same buffer gets the
- same handle). Peers on the same host map it and write large transfers straight into it.
- NULL or size 0 succeeds with a NULL handle.
+ Registers `size` bytes at `buff` with the communicator and writes a handle to `*handle`. Local
+ (no peer takes part, as in NCCL) and reference-counted: registering the same buffer again
+ gives the same handle. Peers on the same host map it in the background and then write large
+ transfers into it directly; operations on it are correct before that too. A buffer peers
+ cannot map (not device memory, or past the table's live registrations) is registered for
+ this rank alone, and an INFO line (NCCL_DEBUG_SUBSYS=REG) says why. NULL or size 0 succeeds
+ with a NULL handle. Inside a group it runs at once. One thread at a time per communicator.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `handle` NULL;
+ a nonblocking communicator still initialising), ncclUnhandledCudaError (a CUDA call failed),
+ ncclInternalError.
  */
 ncclResult_t ncclCommRegister(ncclComm_t comm, void *buff, size_t size, void **handle);
 ncclResult_t pncclCommRegister(ncclComm_t comm, void *buff, size_t size, void **handle);
 
 /*
- Drops one reference to a registration; NULL is a no-op.
+ Drops one reference to a registration from ncclCommRegister; NULL is a no-op. The last
+ reference's registration is withdrawn from the peers after this communicator's queued work
+ finished (a peer may write into the buffer until then), so the call may wait for the streams.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed),
+ ncclInvalidUsage (`handle` was not registered on this communicator or is already released),
+ the communicator's asynchronous error if its work failed, ncclInternalError.
  */
 ncclResult_t ncclCommDeregister(ncclComm_t comm, void *handle);
 ncclResult_t pncclCommDeregister(ncclComm_t comm, void *handle);
 
 /*
- Registers `buff` as a window on every rank (collective; deferred to ncclGroupEnd in a group).
- NULL or size 0 succeeds with a NULL window, as in NCCL.
+ Registers `size` bytes at `buff` as a window of the communicator and writes its handle to
+ `*win`. Collective: every rank calls it, in the same order; with `winFlags` =
+ NCCL_WIN_COLL_SYMMETRIC every rank gives the same size and collectives on buffers inside the
+ window may use the symmetric kernels. Inside a group it runs at the outermost ncclGroupEnd.
+ NULL or size 0 succeeds with a NULL window, as in NCCL (src/register/register.cc).
+
+ Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `win` NULL;
+ flags other than NCCL_WIN_COLL_SYMMETRIC), ncclInvalidUsage (symmetric windows of different
+ sizes or flags across ranks), ncclUnhandledCudaError (mapping failed), ncclRemoteError (a
+ peer was lost during the exchange), ncclInternalError.
  */
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);
 ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags);
 
 /*
  Frees a window of this communicator; NULL is a no-op. Local: peers need not take part.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed),
+ ncclInvalidUsage (`win` is not a window of this communicator, or was freed already),
+ ncclInternalError.
  */
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
@@ -583,9 +647,16 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
 ncclResult_t pncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
 
 /*
- Creates an op that multiplies every input by `*scalar` (of `datatype`) before summing. With
- ncclScalarHostImmediate the scalar is copied now (sizeof(datatype) bytes: for bf16, two bytes,
- as NCCL reads them); with ncclScalarDevice it is read from device memory while kernels run.
+ Creates a reduction op for `comm` that multiplies every input by `*scalar` (a `datatype`
+ value) before summing, and writes it to `*op`; use it only with `datatype` on this
+ communicator. With ncclScalarHostImmediate the scalar is copied now (sizeof(datatype) bytes:
+ for bf16, two bytes, as NCCL reads them); with ncclScalarDevice it is read from device memory
+ while each operation runs (so it may change between operations, ordered by the stream). As
+ NCCL (src/enqueue.cc). Release it with ncclRedOpDestroy.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`op`, `scalar` NULL; `comm` NULL, unknown or
+ destroyed; `datatype` or `residence` invalid), ncclInvalidUsage (too many live ops on this
+ communicator), ncclInternalError.
  */
 ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm);
 ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm);
@@ -603,19 +674,24 @@ ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
 ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
 
 /*
- Stores NCCL_VERSION_CODE (22809) in `*version`.
+ Stores NCCL_VERSION_CODE (22809: the NCCL API oxccl implements) in `*version`.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`version` NULL).
  */
 ncclResult_t ncclGetVersion(int *version);
 ncclResult_t pncclGetVersion(int *version);
 
 /*
- Returns NCCL's text for a result code.
+ Returns NCCL's text for a result code ("unknown result code" for any other value): a static
+ string, never freed. Any thread.
  */
 const char *ncclGetErrorString(ncclResult_t result);
 const char *pncclGetErrorString(ncclResult_t result);
 
 /*
- The text of the last WARN in this process (`comm` is ignored, as in NCCL), or "".
+ The text of the last WARN line of this process (`comm` is ignored, as in NCCL), or "" when
+ there was none: the message behind the last error code returned. The string stays valid until
+ the next WARN. Any thread.
  */
 const char *ncclGetLastError(ncclComm_t _comm);
 const char *pncclGetLastError(ncclComm_t _comm);

@@ -13,7 +13,12 @@ use crate::gpu;
 use crate::launch::group::{self, Deferred, DerivedJob};
 use crate::comm::split::{self, Request};
 
-/// Writes a new unique id; starts this process's rendezvous root unless NCCL_COMM_ID is set.
+/// Writes a new unique id to `*uniqueId`, to be passed to every rank of one new communicator
+/// (ncclCommInitRank). Starts this process's rendezvous root (a TCP listener on the interface
+/// NCCL_SOCKET_IFNAME picks) unless NCCL_COMM_ID names one, as NCCL does. Any thread.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`uniqueId` NULL), ncclSystemError (no usable
+/// network interface, or the listener could not start), ncclInternalError.
 #[no_mangle]
 pub extern "C" fn ncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclResult_t {
     call("ncclGetUniqueId", || {
@@ -134,8 +139,10 @@ pub extern "C" fn ncclCommInitRankConfig(
     })
 }
 
-/// NCCL spreads the rendezvous over `nId` roots; every rank passes the same list, and oxccl's
-/// bootstrap is served by the first id's root alone (the others time out unused).
+/// ncclCommInitRankConfig with `nId` unique ids: NCCL spreads the rendezvous over their roots;
+/// every rank passes the same list, and oxccl's bootstrap is served by the first id's root alone
+/// (the others go unused). Semantics and return codes as ncclCommInitRankConfig, plus
+/// ncclInvalidArgument when `nId` < 1 or `commIds` is NULL.
 #[no_mangle]
 pub extern "C" fn ncclCommInitRankScalable(
     newcomm: *mut ncclComm_t,
@@ -156,7 +163,13 @@ pub extern "C" fn ncclCommInitRankScalable(
     })
 }
 
-/// One process, `ndev` GPUs: creates every rank's communicator inside one group.
+/// Creates an `ndev`-rank communicator in this process, rank i on device `devlist[i]` (devices
+/// 0..ndev-1 when `devlist` is NULL), writing rank i's handle to `comms[i]`. Blocks until all are
+/// ready (one group of ncclCommInitRank calls, as in NCCL).
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`comms` NULL; `ndev` < 1 or more than the visible
+/// devices; a device in `devlist` that does not exist), ncclInvalidUsage (a device listed twice),
+/// and the initialisation's errors as ncclCommInitRank's.
 #[no_mangle]
 pub extern "C" fn ncclCommInitAll(comms: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t {
     call("ncclCommInitAll", || {
@@ -261,8 +274,14 @@ pub extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
     })
 }
 
-/// Stops the communicator's in-flight kernels and refuses new work; it can still be split,
-/// shrunk, destroyed or aborted.
+/// Stops the communicator's in-flight kernels (they leave their waits at once) and refuses new
+/// work with ncclInvalidUsage; it can still be split, shrunk, destroyed or aborted. Returns at
+/// once; the stream drains without an error. Local: peers are not told (they learn of it through
+/// work that needed this rank). NULL is a no-op. Any thread, also while another thread is inside
+/// a call on the communicator.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`comm` unknown or destroyed; `revokeFlags` not
+/// NCCL_REVOKE_DEFAULT (0)).
 #[no_mangle]
 pub extern "C" fn ncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) -> ncclResult_t {
     call("ncclCommRevoke", || {

@@ -45,8 +45,14 @@ pub extern "C" fn ncclGroupEnd() -> ncclResult_t {
     })
 }
 
-/// Like ncclGroupEnd, but launches nothing; stores the predicted time (microseconds, as NCCL's
-/// estimatedTime) of the group's collectives.
+/// Like ncclGroupEnd, but launches no operation: closes the group (its communicator inits still
+/// run), drops its operations, and stores in `simInfo->estimatedTime` the predicted time of its
+/// collectives (microseconds, as NCCL's estimatedTime, from oxccl's cost model; 0 when an inner
+/// group level closes).
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`simInfo` NULL or not initialised with
+/// NCCL_SIM_INFO_INITIALIZER), ncclInvalidUsage (no group is open), and the argument errors
+/// the group's calls recorded.
 #[no_mangle]
 pub extern "C" fn ncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> ncclResult_t {
     call("ncclGroupSimulateEnd", || {

@@ -5,7 +5,15 @@ use std::ffi::{c_int, c_void};
 use super::types::{ncclComm_t, ncclResult_t, ncclWindow_t};
 use super::{call, call_grouped, comm_arg, out};
 
-/// Allocates device memory on the current device, shareable with peers (cuMem VMM when available).
+/// Allocates `size` bytes of device memory on the caller's current CUDA device and writes its
+/// address to `*ptr` (0 for size 0). The memory is shareable with peers (cuMem with a POSIX file
+/// descriptor handle where the driver allows and NCCL_CUMEM_ENABLE is not 0, else cuMemAlloc), so
+/// registering it lets peers on the host write into it directly, as with NCCL's ncclMemAlloc.
+/// Synchronous; allowed while the thread's stream is being captured (the allocation is not
+/// part of the graph). Any thread.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`ptr` NULL), ncclUnhandledCudaError (no
+/// current device, or the allocation failed: out of memory), ncclInternalError.
 #[no_mangle]
 pub extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult_t {
     call("ncclMemAlloc", || {
@@ -15,15 +23,28 @@ pub extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult
     })
 }
 
-/// Frees memory from ncclMemAlloc (or any device allocation), restoring the caller's device.
+/// Frees memory from ncclMemAlloc (or, as NCCL does, any other cuMemAlloc'd pointer); NULL is a
+/// no-op. Synchronous, like cudaFree: the memory must no longer be used by queued work. The
+/// caller's current device is unchanged. Any thread.
+///
+/// Returns ncclSuccess, or ncclUnhandledCudaError (`ptr` is not a device allocation, or the free
+/// failed), ncclInternalError.
 #[no_mangle]
 pub extern "C" fn ncclMemFree(ptr: *mut c_void) -> ncclResult_t {
     call("ncclMemFree", || crate::gpu::vmm::free(ptr as u64))
 }
 
-/// Registers a buffer with the communicator (local, reference-counted: the same buffer gets the
-/// same handle). Peers on the same host map it and write large transfers straight into it.
-/// NULL or size 0 succeeds with a NULL handle.
+/// Registers `size` bytes at `buff` with the communicator and writes a handle to `*handle`. Local
+/// (no peer takes part, as in NCCL) and reference-counted: registering the same buffer again
+/// gives the same handle. Peers on the same host map it in the background and then write large
+/// transfers into it directly; operations on it are correct before that too. A buffer peers
+/// cannot map (not device memory, or past the table's live registrations) is registered for
+/// this rank alone, and an INFO line (NCCL_DEBUG_SUBSYS=REG) says why. NULL or size 0 succeeds
+/// with a NULL handle. Inside a group it runs at once. One thread at a time per communicator.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `handle` NULL;
+/// a nonblocking communicator still initialising), ncclUnhandledCudaError (a CUDA call failed),
+/// ncclInternalError.
 #[no_mangle]
 pub extern "C" fn ncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, handle: *mut *mut c_void) -> ncclResult_t {
     call_grouped("ncclCommRegister", || {
@@ -38,7 +59,13 @@ pub extern "C" fn ncclCommRegister(comm: ncclComm_t, buff: *mut c_void, size: us
     })
 }
 
-/// Drops one reference to a registration; NULL is a no-op.
+/// Drops one reference to a registration from ncclCommRegister; NULL is a no-op. The last
+/// reference's registration is withdrawn from the peers after this communicator's queued work
+/// finished (a peer may write into the buffer until then), so the call may wait for the streams.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed),
+/// ncclInvalidUsage (`handle` was not registered on this communicator or is already released),
+/// the communicator's asynchronous error if its work failed, ncclInternalError.
 #[no_mangle]
 pub extern "C" fn ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
     call("ncclCommDeregister", || {
@@ -50,8 +77,16 @@ pub extern "C" fn ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> n
     })
 }
 
-/// Registers `buff` as a window on every rank (collective; deferred to ncclGroupEnd in a group).
-/// NULL or size 0 succeeds with a NULL window, as in NCCL.
+/// Registers `size` bytes at `buff` as a window of the communicator and writes its handle to
+/// `*win`. Collective: every rank calls it, in the same order; with `winFlags` =
+/// NCCL_WIN_COLL_SYMMETRIC every rank gives the same size and collectives on buffers inside the
+/// window may use the symmetric kernels. Inside a group it runs at the outermost ncclGroupEnd.
+/// NULL or size 0 succeeds with a NULL window, as in NCCL (src/register/register.cc).
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `win` NULL;
+/// flags other than NCCL_WIN_COLL_SYMMETRIC), ncclInvalidUsage (symmetric windows of different
+/// sizes or flags across ranks), ncclUnhandledCudaError (mapping failed), ncclRemoteError (a
+/// peer was lost during the exchange), ncclInternalError.
 #[no_mangle]
 pub extern "C" fn ncclCommWindowRegister(
     comm: ncclComm_t,
@@ -74,6 +109,10 @@ pub extern "C" fn ncclCommWindowRegister(
 }
 
 /// Frees a window of this communicator; NULL is a no-op. Local: peers need not take part.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed),
+/// ncclInvalidUsage (`win` is not a window of this communicator, or was freed already),
+/// ncclInternalError.
 #[no_mangle]
 pub extern "C" fn ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
     call("ncclCommWindowDeregister", || {

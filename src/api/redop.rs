@@ -11,9 +11,16 @@ use crate::error::Error;
 const SCALAR_DEVICE: ncclScalarResidence_t = 0;
 const SCALAR_HOST_IMMEDIATE: ncclScalarResidence_t = 1;
 
-/// Creates an op that multiplies every input by `*scalar` (of `datatype`) before summing. With
-/// ncclScalarHostImmediate the scalar is copied now (sizeof(datatype) bytes: for bf16, two bytes,
-/// as NCCL reads them); with ncclScalarDevice it is read from device memory while kernels run.
+/// Creates a reduction op for `comm` that multiplies every input by `*scalar` (a `datatype`
+/// value) before summing, and writes it to `*op`; use it only with `datatype` on this
+/// communicator. With ncclScalarHostImmediate the scalar is copied now (sizeof(datatype) bytes:
+/// for bf16, two bytes, as NCCL reads them); with ncclScalarDevice it is read from device memory
+/// while each operation runs (so it may change between operations, ordered by the stream). As
+/// NCCL (src/enqueue.cc). Release it with ncclRedOpDestroy.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`op`, `scalar` NULL; `comm` NULL, unknown or
+/// destroyed; `datatype` or `residence` invalid), ncclInvalidUsage (too many live ops on this
+/// communicator), ncclInternalError.
 #[no_mangle]
 pub extern "C" fn ncclRedOpCreatePreMulSum(
     op: *mut ncclRedOp_t,

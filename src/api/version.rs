@@ -6,7 +6,9 @@ use super::types::{ncclComm_t, ncclResultArg_t, ncclResult_t};
 use super::{call, out};
 use crate::error::ResultCode;
 
-/// Stores NCCL_VERSION_CODE (22809) in `*version`.
+/// Stores NCCL_VERSION_CODE (22809: the NCCL API oxccl implements) in `*version`.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`version` NULL).
 #[no_mangle]
 pub extern "C" fn ncclGetVersion(version: *mut c_int) -> ncclResult_t {
     call("ncclGetVersion", || {
@@ -15,7 +17,8 @@ pub extern "C" fn ncclGetVersion(version: *mut c_int) -> ncclResult_t {
     })
 }
 
-/// Returns NCCL's text for a result code.
+/// Returns NCCL's text for a result code ("unknown result code" for any other value): a static
+/// string, never freed. Any thread.
 #[no_mangle]
 pub extern "C" fn ncclGetErrorString(result: ncclResultArg_t) -> *const c_char {
     error_string(result).as_ptr()
@@ -35,7 +38,9 @@ fn error_string(raw: c_int) -> &'static std::ffi::CStr {
     }
 }
 
-/// The text of the last WARN in this process (`comm` is ignored, as in NCCL), or "".
+/// The text of the last WARN line of this process (`comm` is ignored, as in NCCL), or "" when
+/// there was none: the message behind the last error code returned. The string stays valid until
+/// the next WARN. Any thread.
 #[no_mangle]
 pub extern "C" fn ncclGetLastError(_comm: ncclComm_t) -> *const c_char {
     crate::log::last_error_ptr()
