@@ -216,6 +216,21 @@ impl Case {
         self.procs * self.per_proc
     }
 
+    /// Graph mode: replays launched back to back on every rank's stream, without waiting in
+    /// between, after the checked replays (as a training loop or nccl-tests `-G` replays): each
+    /// must leave the outputs as the last checked replay did. Only where that holds whatever the
+    /// number of replays: no in-place reduction (whose output is its next input); every other
+    /// operation writes the same output from the same inputs. A replay that runs ahead of its
+    /// peer's previous one (flags, semaphores or scratch reused too early) shows here.
+    pub fn burst(&self) -> usize {
+        let idempotent = self.ops.iter().all(|o| !(o.in_place && o.kind.reduces()));
+        if self.mode == Mode::Graph && self.abort.is_none() && idempotent {
+            3
+        } else {
+            0
+        }
+    }
+
     pub fn to_line(&self) -> String {
         serde_json::to_string(self).expect("a case serialises")
     }
@@ -465,6 +480,23 @@ mod tests {
         stop.abort.as_mut().unwrap().how = Stop::ShrinkAbort;
         assert!(stop.to_line().contains(r#""how":"shrink_abort""#), "{}", stop.to_line());
         assert_eq!(Case::from_line(&stop.to_line()).unwrap(), stop);
+    }
+
+    #[test]
+    fn back_to_back_replays_only_where_each_leaves_the_same_output() {
+        let c = Case { procs: 2, per_proc: 1, mode: Mode::Graph, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9 };
+        assert_eq!(c.burst(), 3, "an in-place Gather is idempotent");
+        let mut r = c.clone();
+        r.ops.push(op(Kind::AllReduce, 5, true, 2));
+        assert_eq!(r.burst(), 0, "an in-place AllReduce's output is its next input");
+        r.ops[1].in_place = false;
+        assert_eq!(r.burst(), 3);
+        let mut e = c.clone();
+        e.mode = Mode::Eager;
+        assert_eq!(e.burst(), 0);
+        let mut a = c.clone();
+        a.abort = Some(Abort { posts: vec![true, false], delay_us: 5, posters_only: true, how: Stop::Abort });
+        assert_eq!(a.burst(), 0);
     }
 
     #[test]
