@@ -60,7 +60,7 @@
 #include "pdl.cuh"
 
 // The flag of step `target`'s packets: its low 31 bits and the top bit, so zeroed memory never
-// matches. The proxy gets the same bits from the trigger (src/net/mod.rs, NetHandler::execute).
+// matches. The proxy gets the same bits from the trigger (src/net/executor.rs, NetHandler::execute).
 OX_DEV uint32_t ox_net_flag(uint64_t target) { return ((uint32_t)target & 0x7fffffffu) | 0x80000000u; }
 
 // The newest step a kernel of this communicator saw finished (issued[2]).
@@ -85,7 +85,7 @@ OX_DEV void ox_net_part(uint64_t bytes, uint64_t& off, uint64_t& len) {
 }
 
 // Which copies of a range ox_net_copies makes: all, only those with an arena side, or only the
-// others (the step's own GPU-to-GPU copies, which may run at any point of it, src/net/plan.rs).
+// others (the step's own GPU-to-GPU copies, which may run at any point of it, src/net/plan/).
 enum NetCopies { kAll, kArena, kOwn };
 
 // Copies k in [from, to): GPU -> host (ToHost) or host -> GPU, this block's part of each; the

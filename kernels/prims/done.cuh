@@ -1,4 +1,4 @@
-// A counted launch's completion, published by the kernel itself (src/completion.rs).
+// A counted launch's completion, published by the kernel itself (src/comm/completion.rs).
 //
 // The host must know when a communicator's last launch has finished: a call on another stream
 // waits for it, and so do a group's other streams, finalize, destroy and abort. An event recorded
@@ -11,7 +11,7 @@
 // below sits on the kernel's critical path, the event on the host's.
 //
 // Every kernel the host may launch counted ends with ox_done_publish (instantiate.cuh's typed
-// kernels, and the untyped ones by hand); a CPU test (src/completion.rs) checks the sources.
+// kernels, and the untyped ones by hand); a CPU test (src/comm/completion.rs) checks the sources.
 #pragma once
 #include "common.cuh"
 #include "pdl.cuh"
