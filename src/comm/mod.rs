@@ -584,15 +584,16 @@ impl Comm {
         let key = bootstrap.instance_key();
         let bootstrap = Arc::new(bootstrap);
         // Weak: a watchdog left to end by itself (stop_watchdog) must not hold the last
-        // reference, whose drop (cuMemFreeHost) would synchronise the device on its thread.
-        let (flag, ls) = (Arc::downgrade(&abort_flag), launch.clone());
+        // reference, whose drop (cuMemFreeHost; cuStreamDestroy and cuEventDestroy of the launch
+        // state) would run on its thread, past the gate every free goes through.
+        let (flag, ls) = (Arc::downgrade(&abort_flag), Arc::downgrade(&launch));
         let watchdog = watch_peers(Watchdog {
             rank: self.rank,
             nranks: self.nranks,
             bs: bootstrap.clone(),
             state: self.state.clone(),
             watch: self.watch.clone(),
-            launch_done: Box::new(move |ord| launch_done(dev, &ls, ord)),
+            launch_done: Box::new(move |ord| ls.upgrade().and_then(|ls| launch_done(dev, &ls, ord))),
             stop_kernels: Box::new(move || {
                 if let Some(f) = flag.upgrade() {
                     f.store_u32(0, 1);

@@ -191,7 +191,9 @@ impl Comm {
             move |free: &mut dyn FnMut()| {
                 // Asked, never waited for (deadline now); an error (a stream or event that could
                 // not be made) answers nothing, so it is asked again later.
-                let left = weak.upgrade().is_none_or(|c| c.quiesce(Some(Instant::now())).unwrap_or(false));
+                // A reset device took the kernels with it (and probing its stale streams could
+                // crash): gone, as far as this free is concerned.
+                let left = weak.upgrade().is_none_or(|c| c.ready.get().is_some_and(|r| r.dev.was_reset()) || c.quiesce(Some(Instant::now())).unwrap_or(false));
                 if left {
                     free();
                 }
@@ -284,7 +286,8 @@ unsafe extern "C" fn graph_released(p: *mut std::ffi::c_void) {
 
 impl Drop for Comm {
     /// The communicator's device resources go through the gate (`release_when_idle`), its
-    /// windows after them, as the fields would.
+    /// windows after them, as the fields would; forgotten instead if its GPU's context was reset
+    /// by then (`gpu::UnlessReset`).
     fn drop(&mut self) {
         let Some(ready) = self.ready.take() else { return };
         let windows = std::mem::take(&mut self.windows);
@@ -306,7 +309,9 @@ pub(super) fn release_when_idle(rank: usize, hold: Box<dyn Send>) {
 /// `registry::drain`; any device, as a free can hold up other threads' CUDA calls) has an
 /// uncaptured launch still running or being issued, or captured work in a CUDA graph that a
 /// replay may be running, unless it was told to stop (aborted or revoked: its replays leave at
-/// once). Their launch locks are held throughout, so none begins a launch meanwhile. Else returns
+/// once) or its GPU's context was reset (`Device::was_reset`: nothing of it runs, and its
+/// streams and events are gone). Their launch locks are held throughout, so none begins a launch
+/// meanwhile. Else returns
 /// false and runs nothing. Never waits: launch locks are only tried, launches only queried. A
 /// graph kept by the application (as under CUDA graphs for a whole training run) so defers every
 /// free until it goes; a free behind a replay that waits for a peer would hang (a rank aborting
@@ -326,7 +331,11 @@ pub fn when_idle(free: &mut dyn FnMut()) -> bool {
         }
         add(c);
     }
-    if comms.iter().any(|c| c.watch.holds_graphs() && !c.is_aborted() && !c.revoked.load(Ordering::Acquire)) {
+    // A reset device's graphs went with it.
+    let replaying = |c: &Arc<Comm>| {
+        c.watch.holds_graphs() && !c.is_aborted() && !c.revoked.load(Ordering::Acquire) && !c.ready.get().is_some_and(|r| r.dev.was_reset())
+    };
+    if comms.iter().any(replaying) {
         return false;
     }
     let mut held = Vec::new();
@@ -335,6 +344,10 @@ pub fn when_idle(free: &mut dyn FnMut()) -> bool {
         held.push((r.dev, ls));
     }
     for (dev, ls) in held.iter_mut() {
+        // A reset device's kernels are gone with it, and its streams and events with them.
+        if dev.was_reset() {
+            continue;
+        }
         let Ok(_ctx) = CtxGuard::new(dev) else { continue };
         let probe = ls.done.eager_probe();
         // Asked once, never waited for: every launch lock of the process is held here, and the

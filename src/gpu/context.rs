@@ -108,7 +108,9 @@ impl Device {
     /// memory cuMemcpyHtoD may return before the data lands and cuMemsetD8 returns before it runs
     /// (CUDA's "API synchronization behavior"), so a kernel on a non-blocking stream could read
     /// the old bytes; and the legacy stream waits for every blocking stream, so a kernel stuck
-    /// waiting for a peer would hold them. The caller's context is current.
+    /// waiting for a peer would hold them. (Streams beyond CUDA_DEVICE_MAX_CONNECTIONS share
+    /// hardware queues, so this one is not proof against that either, only against the legacy
+    /// stream's rule.)
     pub fn copy_stream(&'static self) -> Result<cu::CUstream> {
         self.copy_stream
             .get_or_init(|| {
@@ -135,10 +137,13 @@ impl Device {
         if unsafe { cu::cuDevicePrimaryCtxGetState(self.cu, &mut flags, &mut active) } != cu::CUresult::CUDA_SUCCESS || active == 0 {
             return true;
         }
+        if self.ctx_id == 0 {
+            return false; // no id to compare: the state above is all there is to go by
+        }
         let mut id = 0u64;
         // SAFETY: out-pointer to a local; ctx is our retained primary context handle.
         let rc = unsafe { cu::cuCtxGetId(self.ctx, &mut id) };
-        rc != cu::CUresult::CUDA_SUCCESS || (self.ctx_id != 0 && id != self.ctx_id)
+        rc != cu::CUresult::CUDA_SUCCESS || id != self.ctx_id
     }
 
     pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
@@ -219,8 +224,6 @@ pub fn current_device() -> Result<i32> {
     Ok(dev)
 }
 
-/// Makes a device's primary context current for a scope and restores the caller's context after:
-/// callers (nccl-tests -g N) expect their current device to be unchanged by any NCCL call.
 /// Something holding CUDA resources of one device, dropped only if that device's context was not
 /// reset meanwhile (`Device::was_reset`), else forgotten: the reset freed them already.
 pub struct UnlessReset {
@@ -246,6 +249,8 @@ impl Drop for UnlessReset {
     }
 }
 
+/// Makes a device's primary context current for a scope and restores the caller's context after:
+/// callers (nccl-tests -g N) expect their current device to be unchanged by any NCCL call.
 pub struct CtxGuard {
     prev: cu::CUcontext,
     switched: bool,
