@@ -8,13 +8,22 @@ use std::panic::Location;
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ResultCode {
+    /// ncclSuccess.
     Success = 0,
+    /// ncclUnhandledCudaError: a CUDA driver call failed.
     UnhandledCudaError = 1,
+    /// ncclSystemError: an operating-system call failed (sockets, files, threads, memory).
     SystemError = 2,
+    /// ncclInternalError: a fault inside oxccl (an invariant broken, a caught panic).
     InternalError = 3,
+    /// ncclInvalidArgument: an argument of the call is invalid.
     InvalidArgument = 4,
+    /// ncclInvalidUsage: the call is valid but not now or not here (a revoked communicator,
+    /// ranks disagreeing, a group call out of order).
     InvalidUsage = 5,
+    /// ncclRemoteError: a peer failed, aborted or went away while work needed it.
     RemoteError = 6,
+    /// ncclInProgress: a nonblocking communicator's operation has not finished yet.
     InProgress = 7,
 }
 
@@ -53,42 +62,54 @@ impl ResultCode {
 /// An error with its NCCL code, a message for the WARN line, and where it was raised.
 #[derive(Clone)]
 pub struct Error {
+    /// What the C caller receives.
     pub code: ResultCode,
+    /// The WARN line's text (ncclGetLastError returns it).
     pub msg: String,
+    /// Where in oxccl's source it was raised (`#[track_caller]` constructors).
     pub location: &'static Location<'static>,
 }
 
+/// The result of every fallible function of the library.
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
+    /// An error of `code` with `msg`, located at the caller.
     #[track_caller]
     pub fn new(code: ResultCode, msg: impl Into<String>) -> Error {
         Error { code, msg: msg.into(), location: Location::caller() }
     }
+    /// ncclInvalidArgument.
     #[track_caller]
     pub fn invalid_argument(msg: impl Into<String>) -> Error {
         Error::new(ResultCode::InvalidArgument, msg)
     }
+    /// ncclInvalidUsage.
     #[track_caller]
     pub fn invalid_usage(msg: impl Into<String>) -> Error {
         Error::new(ResultCode::InvalidUsage, msg)
     }
+    /// ncclSystemError.
     #[track_caller]
     pub fn system(msg: impl Into<String>) -> Error {
         Error::new(ResultCode::SystemError, msg)
     }
+    /// ncclInternalError.
     #[track_caller]
     pub fn internal(msg: impl Into<String>) -> Error {
         Error::new(ResultCode::InternalError, msg)
     }
+    /// ncclRemoteError.
     #[track_caller]
     pub fn remote(msg: impl Into<String>) -> Error {
         Error::new(ResultCode::RemoteError, msg)
     }
+    /// ncclUnhandledCudaError.
     #[track_caller]
     pub fn cuda(msg: impl Into<String>) -> Error {
         Error::new(ResultCode::UnhandledCudaError, msg)
     }
+    /// ncclInProgress (not logged as a WARN: it is not a failure).
     #[track_caller]
     pub fn in_progress() -> Error {
         Error::new(ResultCode::InProgress, "operation in progress")

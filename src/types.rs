@@ -5,22 +5,36 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum DataType {
+    /// ncclInt8 (ncclChar): 8-bit signed integer.
     Int8 = 0,
+    /// ncclUint8.
     Uint8 = 1,
+    /// ncclInt32 (ncclInt).
     Int32 = 2,
+    /// ncclUint32.
     Uint32 = 3,
+    /// ncclInt64.
     Int64 = 4,
+    /// ncclUint64.
     Uint64 = 5,
+    /// ncclFloat16 (ncclHalf): IEEE binary16.
     Float16 = 6,
+    /// ncclFloat32 (ncclFloat).
     Float32 = 7,
+    /// ncclFloat64 (ncclDouble).
     Float64 = 8,
+    /// ncclBfloat16.
     Bfloat16 = 9,
+    /// ncclFloat8e4m3 (OCP E4M3, finite-only); reductions need compute capability 9.0.
     Float8e4m3 = 10,
+    /// ncclFloat8e5m2 (OCP E5M2); reductions need compute capability 9.0.
     Float8e5m2 = 11,
 }
 
 impl DataType {
+    /// ncclNumTypes.
     pub const COUNT: usize = 12;
+    /// Every datatype, in NCCL's order (`ALL[d as usize] == d`).
     pub const ALL: [DataType; 12] = [
         DataType::Int8,
         DataType::Uint8,
@@ -36,6 +50,7 @@ impl DataType {
         DataType::Float8e5m2,
     ];
 
+    /// The datatype of a raw `ncclDataType_t`; None outside NCCL's values.
     pub fn from_raw(v: i32) -> Option<DataType> {
         usize::try_from(v).ok().and_then(|i| DataType::ALL.get(i).copied())
     }
@@ -50,10 +65,12 @@ impl DataType {
         }
     }
 
+    /// Float8e4m3 or Float8e5m2.
     pub fn is_fp8(self) -> bool {
         matches!(self, DataType::Float8e4m3 | DataType::Float8e5m2)
     }
 
+    /// Any floating-point type (fp8, fp16, bf16, fp32, fp64).
     pub fn is_float(self) -> bool {
         matches!(
             self,
@@ -86,16 +103,24 @@ impl DataType {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum RedOp {
+    /// ncclSum.
     Sum = 0,
+    /// ncclProd.
     Prod = 1,
+    /// ncclMax.
     Max = 2,
+    /// ncclMin.
     Min = 3,
+    /// ncclAvg: the sum divided by the rank count.
     Avg = 4,
+    /// Every input times its rank's scalar, then summed (ncclRedOpCreatePreMulSum).
     PreMulSum = 5,
 }
 
 impl RedOp {
+    /// The kernel tables' op count (the built-ins and PreMulSum).
     pub const COUNT: usize = 6;
+    /// Every op, in discriminant order.
     pub const ALL: [RedOp; 6] = [RedOp::Sum, RedOp::Prod, RedOp::Max, RedOp::Min, RedOp::Avg, RedOp::PreMulSum];
     /// NCCL's ncclNumOps: built-in ops are below it, user-created ops at or above.
     pub const NUM_BUILTIN: i32 = 5;
@@ -105,6 +130,7 @@ impl RedOp {
         usize::try_from(v).ok().filter(|&i| i < Self::NUM_BUILTIN as usize).map(|i| RedOp::ALL[i])
     }
 
+    /// The name used in kernel symbols and logs.
     pub fn name(self) -> &'static str {
         match self {
             RedOp::Sum => "sum",
@@ -145,20 +171,31 @@ mod tests {
 /// A collective, as the launch path, the planners and the diagnostics name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Coll {
+    /// ncclAllReduce.
     AllReduce,
+    /// ncclReduceScatter.
     ReduceScatter,
+    /// ncclReduce.
     Reduce,
+    /// ncclAllGather.
     AllGather,
+    /// ncclBroadcast (and ncclBcast).
     Broadcast,
+    /// ncclAlltoAll.
     AlltoAll,
+    /// ncclGather.
     Gather,
+    /// ncclScatter.
     Scatter,
 }
 
 /// An op as a kernel takes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ResolvedOp {
+    /// The kernel's op.
     pub op: RedOp,
+    /// PreMulSum's host scalar, its bytes in the low bits (ncclScalarHostImmediate); else 0.
     pub scalar: u64,
+    /// PreMulSum's device scalar's address (ncclScalarDevice); else 0.
     pub scalar_ptr: u64,
 }

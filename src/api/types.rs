@@ -12,8 +12,11 @@ pub use crate::error::ResultCode as ncclResult_t;
 /// `ncclResult_t` received from C (any int may arrive); the header spells it ncclResult_t.
 pub type ncclResultArg_t = c_int;
 
+/// `ncclDataType_t` as received (any int may arrive; `types::DataType::from_raw` validates it).
 pub type ncclDataType_t = c_int;
+/// `ncclRedOp_t` as received: a built-in op below ncclNumOps, or one ncclRedOpCreatePreMulSum made.
 pub type ncclRedOp_t = c_int;
+/// `ncclScalarResidence_t` as received: ncclScalarDevice (0) or ncclScalarHostImmediate (1).
 pub type ncclScalarResidence_t = c_int;
 
 /// The opaque communicator type behind `ncclComm_t`. Handles are validated against the live-comm
@@ -22,6 +25,7 @@ pub type ncclScalarResidence_t = c_int;
 pub struct ncclComm {
     _private: [u8; 0],
 }
+/// A communicator handle as C holds it.
 pub type ncclComm_t = *mut ncclComm;
 
 /// The opaque window type behind `ncclWindow_t`.
@@ -29,16 +33,20 @@ pub type ncclComm_t = *mut ncclComm;
 pub struct ncclWindow_vidmem {
     _private: [u8; 0],
 }
+/// A window handle as C holds it.
 pub type ncclWindow_t = *mut ncclWindow_vidmem;
 
 /// `cudaStream_t` (a `CUstream`); 0 is the legacy default stream.
 pub type cudaStream_t = *mut c_void;
 
+/// Size of `ncclUniqueId`, in bytes.
 pub const NCCL_UNIQUE_ID_BYTES: usize = 128;
 
+/// The rendezvous id every rank of a new communicator is given (ncclGetUniqueId).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ncclUniqueId {
+    /// Opaque to the application: oxccl's bootstrap address and a random key.
     pub internal: [c_char; NCCL_UNIQUE_ID_BYTES],
 }
 
@@ -48,16 +56,23 @@ pub use crate::config::abi::{ncclConfig_t, NCCL_CONFIG_MAGIC, NCCL_CONFIG_UNDEF_
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ncclSimInfo_t {
+    /// sizeof the caller's struct (NCCL_SIM_INFO_INITIALIZER sets it).
     pub size: usize,
+    /// NCCL_SIM_INFO_MAGIC, set by the initializer.
     pub magic: c_uint,
+    /// NCCL_VERSION_CODE the caller was built against.
     pub version: c_uint,
+    /// Out: the group's predicted time in microseconds (ncclGroupSimulateEnd).
     pub estimatedTime: c_float,
 }
 
 pub use crate::symmem::abi::ncclTeam_t;
 
+/// `ncclSimInfo_t::magic` as NCCL_SIM_INFO_INITIALIZER sets it.
 pub const NCCL_SIM_INFO_MAGIC: c_uint = 0x7468_5283;
+/// ncclCommSplit's color for ranks that join no child.
 pub const NCCL_SPLIT_NOCOLOR: c_int = -1;
+/// ncclNumOps: the built-in reduction ops' count.
 pub const NCCL_NUM_OPS: c_int = 5;
 
 #[cfg(test)]
