@@ -191,7 +191,8 @@ extern "C" {
 
 /*
  Reduces `count` elements of `datatype` with `op` across all ranks; every rank's `recvbuff`
- receives the result. In place when `sendbuff == recvbuff`. As in NCCL (src/collectives.cc).
+ receives the result. In place when `sendbuff == recvbuff`. As in NCCL (NCCL's
+ src/collectives.cc).
 
  What every collective here shares (the others say "as ncclAllReduce"):
  - **Units and buffers**: counts are elements of `datatype`, not bytes. Buffers are device
@@ -324,10 +325,11 @@ ncclResult_t pncclGetUniqueId(ncclUniqueId *uniqueId);
  - ncclInvalidArgument: `comm` is NULL, `nranks` < 1, or `rank` is outside `0..nranks`;
  - ncclInvalidUsage: the ranks' settings disagree where they must be equal (transports, scratch
    sizes; docs/tuning.md);
- - ncclSystemError: a socket failed, or the rendezvous did not complete within
-   OXCCL_BOOTSTRAP_TIMEOUT (300 s by default);
+ - ncclSystemError: the CUDA driver library (libcuda.so.1) cannot be loaded, a socket failed,
+   or the rendezvous did not complete within OXCCL_BOOTSTRAP_TIMEOUT (300 s by default);
  - ncclRemoteError: a peer failed or went away during the rendezvous;
- - ncclUnhandledCudaError: a CUDA driver call failed (no driver, no such device, out of memory);
+ - ncclUnhandledCudaError: a CUDA driver call failed (cuInit found no usable GPU, no such
+   device, out of memory);
  - ncclInProgress: the communicator is nonblocking (`NCCL_COMM_BLOCKING=0`) and initialises in
    the background; poll ncclCommGetAsyncError until it reports ncclSuccess;
  - ncclInternalError: a bug in oxccl (logged as a WARN).
@@ -397,15 +399,20 @@ ncclResult_t pncclCommFinalize(ncclComm_t comm);
  ncclGroupEnd. The handle must not be used afterwards, by any thread.
 
  Returns ncclSuccess (also for a NULL `comm`), or ncclInvalidArgument (an unknown or already
- destroyed handle), ncclSystemError (OXCCL_FINALIZE_TIMEOUT passed), ncclInternalError.
+ destroyed handle), and, where it waits as ncclCommFinalize does (not finalized first), what
+ ncclCommFinalize returns: ncclSystemError (OXCCL_FINALIZE_TIMEOUT passed), ncclRemoteError or
+ ncclUnhandledCudaError (the work failed); ncclInternalError. The handle is released in every
+ case.
  */
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t pncclCommDestroy(ncclComm_t comm);
 
 /*
- Makes the communicator's kernels leave their waits, stops its threads and waits (at most 10 s)
+ Makes the communicator's kernels leave their waits, stops its threads and waits at most 1 s
  for its kernels to exit, never for a peer; its streams then drain without error. Memory is
- freed as ncclCommDestroy's is; kernels that did not exit leave theirs leaked. The peers see
+ freed as ncclCommDestroy's is; where a kernel has not left by then (one queued behind another
+ communicator's work on its stream starts only after it), the call still returns ncclSuccess and
+ the memory stays until that kernel has left, which it does at once when it starts. The peers see
  this rank gone: only their work that needs it fails (ncclRemoteError from their
  ncclCommGetAsyncError). May be called from another thread while this communicator's calls
  block (the use NCCL documents, src/init.cc); the handle is invalid afterwards.
@@ -577,9 +584,11 @@ ncclResult_t pncclMemFree(void *ptr);
  Registers `size` bytes at `buff` with the communicator and writes a handle to `*handle`. Local
  (no peer takes part, as in NCCL) and reference-counted: registering the same buffer again
  gives the same handle. Peers on the same host map it in the background and then write large
- transfers into it directly; operations on it are correct before that too. A buffer peers
- cannot map (not device memory, or past the table's live registrations) is registered for
- this rank alone, and an INFO line (NCCL_DEBUG_SUBSYS=REG) says why. NULL or size 0 succeeds
+ transfers into it directly (AllGather, AlltoAll, Gather, Scatter and Send/Recv on one host;
+ reductions copy through scratch); operations on it are correct before that too. A buffer
+ peers cannot map (not device memory, or beyond the 512 registrations a communicator shares at
+ once) is registered for this rank alone,
+ and an INFO line (NCCL_DEBUG_SUBSYS=REG) says why. NULL or size 0 succeeds
  with a NULL handle. Inside a group it runs at once. One thread at a time per communicator.
 
  Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `handle` NULL;

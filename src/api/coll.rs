@@ -105,7 +105,8 @@ fn submit(
 }
 
 /// Reduces `count` elements of `datatype` with `op` across all ranks; every rank's `recvbuff`
-/// receives the result. In place when `sendbuff == recvbuff`. As in NCCL (src/collectives.cc).
+/// receives the result. In place when `sendbuff == recvbuff`. As in NCCL (NCCL's
+/// src/collectives.cc).
 ///
 /// What every collective here shares (the others say "as ncclAllReduce"):
 /// - **Units and buffers**: counts are elements of `datatype`, not bytes. Buffers are device

@@ -50,6 +50,7 @@ fn init_rank(
     config: CommConfig,
 ) -> Result<()> {
     let slot = out(newcomm, "comm")?;
+    *slot = std::ptr::null_mut(); // on any error below, as documented
     if nranks < 1 {
         return Err(Error::invalid_argument(format!("invalid nranks {nranks}")));
     }
@@ -99,10 +100,11 @@ fn init_rank(
 /// - ncclInvalidArgument: `comm` is NULL, `nranks` < 1, or `rank` is outside `0..nranks`;
 /// - ncclInvalidUsage: the ranks' settings disagree where they must be equal (transports, scratch
 ///   sizes; docs/tuning.md);
-/// - ncclSystemError: a socket failed, or the rendezvous did not complete within
-///   OXCCL_BOOTSTRAP_TIMEOUT (300 s by default);
+/// - ncclSystemError: the CUDA driver library (libcuda.so.1) cannot be loaded, a socket failed,
+///   or the rendezvous did not complete within OXCCL_BOOTSTRAP_TIMEOUT (300 s by default);
 /// - ncclRemoteError: a peer failed or went away during the rendezvous;
-/// - ncclUnhandledCudaError: a CUDA driver call failed (no driver, no such device, out of memory);
+/// - ncclUnhandledCudaError: a CUDA driver call failed (cuInit found no usable GPU, no such
+///   device, out of memory);
 /// - ncclInProgress: the communicator is nonblocking (`NCCL_COMM_BLOCKING=0`) and initialises in
 ///   the background; poll ncclCommGetAsyncError until it reports ncclSuccess;
 /// - ncclInternalError: a bug in oxccl (logged as a WARN).
@@ -244,7 +246,10 @@ pub extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
 /// ncclGroupEnd. The handle must not be used afterwards, by any thread.
 ///
 /// Returns ncclSuccess (also for a NULL `comm`), or ncclInvalidArgument (an unknown or already
-/// destroyed handle), ncclSystemError (OXCCL_FINALIZE_TIMEOUT passed), ncclInternalError.
+/// destroyed handle), and, where it waits as ncclCommFinalize does (not finalized first), what
+/// ncclCommFinalize returns: ncclSystemError (OXCCL_FINALIZE_TIMEOUT passed), ncclRemoteError or
+/// ncclUnhandledCudaError (the work failed); ncclInternalError. The handle is released in every
+/// case.
 #[no_mangle]
 pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
     call("ncclCommDestroy", || {
@@ -255,9 +260,11 @@ pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
     })
 }
 
-/// Makes the communicator's kernels leave their waits, stops its threads and waits (at most 10 s)
+/// Makes the communicator's kernels leave their waits, stops its threads and waits at most 1 s
 /// for its kernels to exit, never for a peer; its streams then drain without error. Memory is
-/// freed as ncclCommDestroy's is; kernels that did not exit leave theirs leaked. The peers see
+/// freed as ncclCommDestroy's is; where a kernel has not left by then (one queued behind another
+/// communicator's work on its stream starts only after it), the call still returns ncclSuccess and
+/// the memory stays until that kernel has left, which it does at once when it starts. The peers see
 /// this rank gone: only their work that needs it fails (ncclRemoteError from their
 /// ncclCommGetAsyncError). May be called from another thread while this communicator's calls
 /// block (the use NCCL documents, src/init.cc); the handle is invalid afterwards.

@@ -37,9 +37,11 @@ pub extern "C" fn ncclMemFree(ptr: *mut c_void) -> ncclResult_t {
 /// Registers `size` bytes at `buff` with the communicator and writes a handle to `*handle`. Local
 /// (no peer takes part, as in NCCL) and reference-counted: registering the same buffer again
 /// gives the same handle. Peers on the same host map it in the background and then write large
-/// transfers into it directly; operations on it are correct before that too. A buffer peers
-/// cannot map (not device memory, or past the table's live registrations) is registered for
-/// this rank alone, and an INFO line (NCCL_DEBUG_SUBSYS=REG) says why. NULL or size 0 succeeds
+/// transfers into it directly (AllGather, AlltoAll, Gather, Scatter and Send/Recv on one host;
+/// reductions copy through scratch); operations on it are correct before that too. A buffer
+/// peers cannot map (not device memory, or beyond the 512 registrations a communicator shares at
+/// once) is registered for this rank alone,
+/// and an INFO line (NCCL_DEBUG_SUBSYS=REG) says why. NULL or size 0 succeeds
 /// with a NULL handle. Inside a group it runs at once. One thread at a time per communicator.
 ///
 /// Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `handle` NULL;
