@@ -15,11 +15,17 @@ use crate::log::Subsys;
 
 /// A device whose primary context this process has retained (for the process lifetime).
 pub struct Device {
+    /// The CUDA device ordinal (as CUDA_VISIBLE_DEVICES numbers them for this process).
     pub ordinal: i32,
+    /// The driver's handle of it.
     pub cu: cu::CUdevice,
+    /// Its primary context, retained (the one the CUDA runtime uses).
     pub ctx: cu::CUcontext,
+    /// Streaming multiprocessors: the most blocks of one per SM a kernel may have.
     pub sm_count: i32,
+    /// Compute capability, major (9 for H100/H200).
     pub cc_major: i32,
+    /// Compute capability, minor.
     pub cc_minor: i32,
     /// The driver's CUDA version (cuDriverGetVersion: 13000 for 13.0).
     pub driver: i32,
@@ -146,6 +152,7 @@ impl Device {
         rc != cu::CUresult::CUDA_SUCCESS || id != self.ctx_id
     }
 
+    /// Whether this device can address `peer`'s memory (`can_access`).
     pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
         can_access(self.ordinal, peer.ordinal)
     }
@@ -197,6 +204,7 @@ pub fn ordinal_by_bus_id(bus: &str) -> Option<i32> {
     (unsafe { cu::cuDeviceGetByPCIBusId(&mut d, c.as_ptr()) } == cu::CUresult::CUDA_SUCCESS).then_some(d)
 }
 
+/// The CUDA devices this process sees.
 pub fn device_count() -> Result<i32> {
     ensure()?;
     let mut n = 0;
@@ -232,6 +240,7 @@ pub struct UnlessReset {
 }
 
 impl UnlessReset {
+    /// Holds `hold`, whose resources live in `dev`'s primary context.
     pub fn new(dev: &'static Device, hold: Box<dyn Send>) -> UnlessReset {
         UnlessReset { dev, hold: Some(hold) }
     }
@@ -257,6 +266,7 @@ pub struct CtxGuard {
 }
 
 impl CtxGuard {
+    /// Makes `dev`'s primary context current until the guard drops.
     pub fn new(dev: &Device) -> Result<CtxGuard> {
         let mut prev: cu::CUcontext = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.

@@ -10,6 +10,7 @@ use super::context::{CtxGuard, Device};
 use super::driver::check;
 use crate::error::Result;
 
+/// Size of a CUDA IPC memory handle (CUipcMemHandle), in bytes.
 pub const IPC_HANDLE_BYTES: usize = 64;
 
 /// The IPC handle of the allocation that starts at `base` (must be a cuMemAlloc base pointer).
@@ -103,12 +104,14 @@ fn imports() -> &'static Shared<(i32, [u8; IPC_HANDLE_BYTES])> {
 /// Another process's allocation, mapped into `dev`'s context (shared with this process's other
 /// importers of it); unmapped when the last of them drops it.
 pub struct ImportedBuffer {
+    /// The allocation's base address in this process.
     pub ptr: cu::CUdeviceptr,
     dev: &'static Device,
     handle: [u8; IPC_HANDLE_BYTES],
 }
 
 impl ImportedBuffer {
+    /// Maps the allocation `handle` names (cuIpcOpenMemHandle, once per process and device).
     pub fn open(dev: &'static Device, handle: &[u8; IPC_HANDLE_BYTES]) -> Result<ImportedBuffer> {
         let ptr = imports().acquire(&(dev.ordinal, *handle), || {
             let _g = CtxGuard::new(dev)?;

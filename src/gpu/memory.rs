@@ -8,7 +8,9 @@ use crate::error::Result;
 
 /// A cuMemAlloc allocation on one device.
 pub struct DeviceBuffer {
+    /// Device address of the first byte.
     pub ptr: cu::CUdeviceptr,
+    /// Bytes.
     pub size: usize,
     dev: &'static Device,
 }
@@ -69,6 +71,7 @@ impl DeviceBuffer {
         )
     }
 
+    /// The device it lives on.
     pub fn device(&self) -> &'static Device {
         self.dev
     }
@@ -87,8 +90,11 @@ impl Drop for DeviceBuffer {
 /// Pinned host memory mapped into every context's address space (for flags the host writes and
 /// kernels poll, such as the abort flag).
 pub struct HostMapped {
+    /// The host address.
     pub host: *mut u8,
+    /// The same bytes' device address (identical in every context).
     pub dev_ptr: cu::CUdeviceptr,
+    /// Bytes.
     pub size: usize,
 }
 
@@ -97,6 +103,7 @@ unsafe impl Send for HostMapped {}
 unsafe impl Sync for HostMapped {}
 
 impl HostMapped {
+    /// Allocates `size` zeroed bytes of pinned, device-mapped host memory.
     pub fn zeroed(dev: &'static Device, size: usize) -> Result<HostMapped> {
         let _g = CtxGuard::new(dev)?;
         let mut host: *mut std::ffi::c_void = std::ptr::null_mut();

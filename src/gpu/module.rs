@@ -26,6 +26,7 @@ pub struct Kernel(pub cu::CUfunction);
 unsafe impl Send for Kernel {}
 unsafe impl Sync for Kernel {}
 
+/// The embedded fatbin loaded into one device's context, with every kernel looked up once.
 pub struct Module {
     _raw: cu::CUmodule,
     allreduce: Vec<Kernel>,
@@ -96,6 +97,7 @@ impl Module {
         })
     }
 
+    /// AllReduce by `algo` for `dt` and `op` (kernels/colls/allreduce.cu).
     pub fn allreduce(&self, algo: AllReduceAlgo, dt: DataType, op: RedOp) -> Kernel {
         self.allreduce[typed_index(algo as usize, dt, op)]
     }
@@ -111,10 +113,13 @@ impl Module {
         self.reducescatter[typed_index(put as usize, dt, op)]
     }
 
+    /// Reduce: `put`: the put-round variant, else the packet one.
     pub fn reduce(&self, put: bool, dt: DataType, op: RedOp) -> Kernel {
         self.reduce[typed_index(put as usize, dt, op)]
     }
 
+    /// The exchange kernel: sends, receives and local copies of any non-reducing launch
+    /// (kernels/colls/exchange.cu).
     pub fn exchange(&self) -> Kernel {
         self.exchange
     }
@@ -154,10 +159,12 @@ impl Module {
         self.ce_copy
     }
 
+    /// The proxy FIFO's self-test kernel (oxccl-gpu-check --proxy).
     pub fn proxy_selftest(&self) -> Kernel {
         self.proxy_selftest
     }
 
+    /// The PortChannel self-test kernel (oxccl-gpu-check --proxy).
     pub fn port_selftest(&self) -> Kernel {
         self.port_selftest
     }
@@ -210,6 +217,9 @@ pub fn set_kernel_node_args<A>(node: cu::CUgraphNode, k: Kernel, grid: u32, bloc
     check(unsafe { cu::cuGraphKernelNodeSetParams_v2(node, &p) }, "cuGraphKernelNodeSetParams")
 }
 
+/// Launches `k` with one argument struct `args` on `stream`, `grid` blocks of `block` threads;
+/// with `pdl`, as a programmatic dependent launch (it may start before the previous kernel on the
+/// stream ends; kernels/prims/pdl.cuh). Every kernel launch of oxccl goes through here.
 pub fn launch_pdl<A>(k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &A, pdl: bool) -> Result<()> {
     let mut params = [args as *const A as *mut std::ffi::c_void];
     if !pdl {

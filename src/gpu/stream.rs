@@ -52,6 +52,7 @@ pub struct RelaxedCapture {
 }
 
 impl RelaxedCapture {
+    /// Switches this thread to relaxed capture mode until the guard drops.
     pub fn new() -> Result<RelaxedCapture> {
         let mut mode = cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
         // SAFETY: exchanges the thread's mode with a valid enum value.
@@ -71,6 +72,7 @@ impl Drop for RelaxedCapture {
 /// An event, created in the current context: without timing (`new`), or with it (`timed`, for
 /// measuring only: such an event costs more to record).
 pub struct Event {
+    /// The driver's handle.
     pub raw: cu::CUevent,
 }
 
@@ -79,9 +81,11 @@ unsafe impl Send for Event {}
 unsafe impl Sync for Event {}
 
 impl Event {
+    /// An event without timing, in the current context.
     pub fn new() -> Result<Event> {
         Event::with_flags(cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
     }
+    /// An event with timing (for measuring between two), in the current context.
     pub fn timed() -> Result<Event> {
         Event::with_flags(0)
     }
@@ -103,6 +107,7 @@ impl Event {
         check(unsafe { cu::cuEventElapsedTime_v2(&mut ms, self.raw, later.raw) }, "cuEventElapsedTime")?;
         Ok(ms)
     }
+    /// Records the event at `stream`'s current end.
     pub fn record(&self, stream: cu::CUstream) -> Result<()> {
         // SAFETY: valid event and stream of the current context.
         check(unsafe { cu::cuEventRecord(self.raw, stream) }, "cuEventRecord")
@@ -135,6 +140,7 @@ impl Drop for Event {
 /// that waits for us. Synchronised and destroyed on drop.
 pub struct OwnedStream {
     dev: &'static super::Device,
+    /// The driver's handle.
     pub raw: cu::CUstream,
 }
 
@@ -142,6 +148,7 @@ pub struct OwnedStream {
 unsafe impl Send for OwnedStream {}
 
 impl OwnedStream {
+    /// A non-blocking stream on `dev`.
     pub fn new(dev: &'static super::Device) -> Result<OwnedStream> {
         let _g = super::CtxGuard::new(dev)?;
         let mut raw: cu::CUstream = std::ptr::null_mut();

@@ -4,32 +4,54 @@
 /// `ncclDebugLogLevel`: the order matters, a message is shown when its level <= NCCL_DEBUG.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
+    /// NCCL_DEBUG unset or NONE: nothing is printed.
     None = 0,
+    /// NCCL_DEBUG=VERSION: the version line only.
     Version = 1,
+    /// NCCL_DEBUG=WARN: failures, each with why.
     Warn = 2,
+    /// NCCL_DEBUG=INFO: what the library decided and set up.
     Info = 3,
+    /// NCCL_DEBUG=ABORT: as INFO, and a WARN aborts the process (NCCL's debugging aid).
     Abort = 4,
+    /// NCCL_DEBUG=TRACE: every call and choice (NCCL_DEBUG_SUBSYS filters).
     Trace = 5,
 }
 
 /// `ncclDebugLogSubSys`: one bit each, in NCCL's order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subsys {
+    /// INIT: communicator creation and teardown.
     Init,
+    /// COLL: collective calls and their algorithms.
     Coll,
+    /// P2P: point-to-point calls and transfers.
     P2p,
+    /// SHM: shared memory.
     Shm,
+    /// NET: network transports.
     Net,
+    /// GRAPH: topology.
     Graph,
+    /// TUNING: algorithm and protocol choice.
     Tuning,
+    /// ENV: environment variables read.
     Env,
+    /// ALLOC: memory allocation.
     Alloc,
+    /// CALL: API calls (at TRACE).
     Call,
+    /// PROXY: the host proxy threads.
     Proxy,
+    /// NVLS: NVLink SHARP (unused by oxccl).
     Nvls,
+    /// BOOTSTRAP: rendezvous and out-of-band exchanges.
     Bootstrap,
+    /// REG: buffer registration.
     Reg,
+    /// PROFILE: profiling.
     Profile,
+    /// RAS: reliability (unused by oxccl).
     Ras,
 }
 

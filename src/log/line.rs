@@ -5,21 +5,29 @@ use super::level::Level;
 use std::io::Write;
 
 /// NCCL formats into a 1024-byte buffer: at most 1023 bytes of text, then the newline.
+/// Longest line written, in bytes (NCCL's buffer size); longer ones are cut.
 pub const LINE_CAP: usize = 1024;
 
 /// Everything a line shows besides the message.
 #[derive(Clone, Copy, Debug)]
 pub struct LineInfo<'a> {
+    /// The message's level.
     pub level: Level,
     /// A TRACE of the CALL subsystem: NCCL prints these as "NCCL CALL", without device.
     pub call: bool,
     /// The rendered timestamp, empty when this level has none.
     pub timestamp: &'a [u8],
+    /// This host's name.
     pub host: &'a str,
+    /// Process id.
     pub pid: i32,
+    /// Thread id (gettid).
     pub tid: i32,
+    /// The current CUDA device, or -1.
     pub dev: i32,
+    /// The source file of the message (TRACE lines show it).
     pub file: &'a str,
+    /// Its line.
     pub line: u32,
     /// TRACE lines show milliseconds since the logger was initialised.
     pub elapsed_ms: f64,
