@@ -124,9 +124,15 @@ int main(void) {
   EXPECT(ncclCommInitRank(&comm, 0, id, 0), ncclInvalidArgument);
   EXPECT(ncclCommInitRank(&comm, 2, id, 2), ncclInvalidArgument);
   EXPECT(ncclCommInitRank(&comm, 2, id, -1), ncclInvalidArgument);
+  /* On an error *comm is NULL (nccl.h), whatever the caller left there. */
+  comm = (ncclComm_t)(uintptr_t)0x1;
+  EXPECT(ncclCommInitRank(&comm, 0, id, 0), ncclInvalidArgument);
+  CHECK(comm == NULL);
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.magic = 0;
+  comm = (ncclComm_t)(uintptr_t)0x1;
   EXPECT(ncclCommInitRankConfig(&comm, 1, id, 0, &cfg), ncclInvalidArgument);
+  CHECK(comm == NULL);
   ncclConfig_t cfg2 = NCCL_CONFIG_INITIALIZER;
   cfg2.blocking = 7;
   EXPECT(ncclCommInitRankConfig(&comm, 1, id, 0, &cfg2), ncclInvalidArgument);

@@ -39,6 +39,13 @@ fn id_bytes(id: &ncclUniqueId) -> [u8; NCCL_UNIQUE_ID_BYTES] {
     b
 }
 
+/// `*comm = NULL` where `comm` is not NULL: what an init leaves on any error (nccl.h).
+fn clear(comm: *mut ncclComm_t) {
+    if let Ok(slot) = out(comm, "comm") {
+        *slot = std::ptr::null_mut();
+    }
+}
+
 /// Creates one rank's communicator on the current device. Inside a group, `*comm` is set at once
 /// and the initialisation runs at the outermost ncclGroupEnd.
 fn init_rank(
@@ -135,6 +142,7 @@ pub extern "C" fn ncclCommInitRankConfig(
     config: *mut ncclConfig_t,
 ) -> ncclResult_t {
     call("ncclCommInitRankConfig", || {
+        clear(comm);
         // SAFETY: config is NULL or points to the caller's ncclConfig_t (of the size it declares).
         let cfg = unsafe { parse_comm_config(config) }?;
         init_rank(comm, nranks, id_bytes(&commId), rank, None, cfg)
@@ -155,6 +163,7 @@ pub extern "C" fn ncclCommInitRankScalable(
     config: *mut ncclConfig_t,
 ) -> ncclResult_t {
     call("ncclCommInitRankScalable", || {
+        clear(newcomm);
         if nId < 1 {
             return Err(Error::invalid_argument(format!("invalid nId {nId}")));
         }
