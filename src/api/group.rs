@@ -34,7 +34,10 @@ pub extern "C" fn ncclGroupStart() -> ncclResult_t {
 /// - the first error of a queued call (an argument error recorded when it was made, or an init,
 ///   split or launch error: ncclInvalidArgument, ncclSystemError, ncclRemoteError,
 ///   ncclUnhandledCudaError), in which case the group is dropped;
-/// - ncclInProgress: the group held only nonblocking inits, which complete in the background;
+/// - ncclInProgress: the group held only nonblocking inits, which complete in the background.
+///   Operations on nonblocking communicators are enqueued before ncclGroupEnd returns, so it
+///   returns ncclSuccess for them (NCCL may return ncclInProgress there; either is allowed, and
+///   ncclCommGetAsyncError then reports ncclSuccess);
 /// - ncclInternalError.
 #[no_mangle]
 pub extern "C" fn ncclGroupEnd() -> ncclResult_t {
