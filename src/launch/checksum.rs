@@ -33,8 +33,11 @@ const MAX_NAMED: usize = 8;
 /// A contiguous device region one transfer reads or writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Region {
+    /// The rank at the other end (this rank for a local copy).
     pub peer: usize,
+    /// Device address.
     pub ptr: u64,
+    /// Length in bytes.
     pub bytes: u64,
 }
 
@@ -43,8 +46,11 @@ pub struct Region {
 /// the output every rank must agree on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OpMap {
+    /// What this rank sends, per destination.
     pub outs: Vec<Region>,
+    /// What this rank receives, per source.
     pub ins: Vec<Region>,
+    /// AllReduce: the output (address, bytes) every rank must hold alike.
     pub agree: Option<(u64, u64)>,
 }
 
@@ -141,7 +147,9 @@ pub fn hash_chunks(src: u32, dst: u32, ordinal: u32, data: &[u8]) -> Vec<u64> {
 /// One hashed transfer: what it was (for the WARN) and its chunk hashes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hashed {
+    /// The transfer, as the WARN names it.
     pub what: String,
+    /// One hash per chunk, in order.
     pub hashes: Vec<u64>,
 }
 
@@ -149,11 +157,14 @@ pub struct Hashed {
 /// its AllReduce outputs. `None` when this rank could not read its buffers (nothing to compare).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Message {
+    /// Per transfer to the peer, its chunk hashes.
     pub sent: Vec<Vec<u64>>,
+    /// Per AllReduce of the group, its output's chunk hashes.
     pub agree: Vec<Vec<u64>>,
 }
 
 impl Message {
+    /// The bytes sent over the bootstrap (a leading 0 for None).
     pub fn encode(m: Option<&Message>) -> Vec<u8> {
         let Some(m) = m else { return vec![0] };
         let mut b = vec![1u8];
@@ -169,6 +180,7 @@ impl Message {
 
     /// Parses a peer's message; every length is checked against what is left, so a malformed one
     /// is an error, never a large allocation.
+    /// The inverse of `encode`; a malformed message is an error.
     pub fn decode(b: &[u8]) -> Result<Option<Message>> {
         let bad = || Error::system("OXCCL_CHECKSUM: malformed hash message from a peer");
         let (&kind, mut rest) = b.split_first().ok_or_else(bad)?;
@@ -207,7 +219,9 @@ impl Message {
 /// One corrupted chunk, as the receiving rank reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mismatch {
+    /// The transfer.
     pub what: String,
+    /// The chunk's index in it.
     pub chunk: u64,
 }
 

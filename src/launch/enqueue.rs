@@ -460,6 +460,7 @@ fn coll_args(r: &Ready, t: &CollTask, count: u64, chunk_elems: u64, mode: u32) -
 /// know the early path ran (oxccl-gpu-check --chain).
 static EARLY_LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// How many so far.
 pub fn early_launches() -> u64 {
     EARLY_LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
 }
@@ -467,6 +468,7 @@ pub fn early_launches() -> u64 {
 /// Of those, the chained ones (OX_ONESHOT_CHAIN: the input is the previous launch's output).
 static CHAINED_LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// How many so far.
 pub fn chained_launches() -> u64 {
     CHAINED_LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
 }
@@ -474,6 +476,7 @@ pub fn chained_launches() -> u64 {
 /// Of those, the ones whose packets the launch before them sent (OX_ONESHOT_PRESENT).
 static PRESENT_LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// How many so far.
 pub fn present_launches() -> u64 {
     PRESENT_LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
 }
@@ -614,6 +617,7 @@ fn launch<A: KernelArgs>(ls: &mut LaunchState, k: Kernel, grid: u32, block: u32,
 
 /// Kernel arguments with a `done` field: the done counter of a counted launch (kernels/prims/done.cuh).
 pub trait KernelArgs {
+    /// The `done` field, which a counted launch sets.
     fn done_mut(&mut self) -> &mut u64;
 }
 

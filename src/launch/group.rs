@@ -13,14 +13,20 @@ use crate::comm::task::{CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::cu;
 
+/// A call queued by an open group (or run at once outside one), issued at the outermost
+/// ncclGroupEnd in call order.
 pub enum Deferred {
+    /// A collective.
     Coll(CollTask),
     /// Point-to-point operations of one communicator in a group run as one launch (several for a
     /// group larger than a launch holds, algo::batches), after that group's collectives (every
     /// rank orders them the same way, whatever order it posted).
     P2p(Arc<Comm>, P2pOp),
+    /// ncclCommFinalize.
     Finalize(Arc<Comm>),
+    /// ncclCommDestroy, with the handle value to unregister.
     Destroy(Arc<Comm>, usize),
+    /// ncclCommAbort, with the handle value to unregister.
     Abort(Arc<Comm>, usize),
 }
 
@@ -33,7 +39,9 @@ enum InitJob {
 /// concurrently with the group's other inits (one thread may split the communicators of
 /// several GPUs).
 pub struct DerivedJob {
+    /// The communicator split or shrunk.
     pub parent: Arc<Comm>,
+    /// What to make of it (color and key, or the ranks to exclude).
     pub req: crate::comm::split::Request,
     /// The child's configuration; None inherits the parent's.
     pub config: Option<crate::config::CommConfig>,
@@ -150,10 +158,12 @@ thread_local! {
     static GROUP: RefCell<GroupState> = RefCell::new(GroupState::default());
 }
 
+/// ncclGroupStart: one level deeper on this thread.
 pub fn start() {
     GROUP.with(|g| g.borrow_mut().depth += 1);
 }
 
+/// This thread's group nesting depth (0: no group open).
 pub fn depth() -> usize {
     GROUP.with(|g| g.borrow().depth)
 }
@@ -326,6 +336,7 @@ fn spawn_inits(mut jobs: Vec<InitJob>) -> Result<()> {
 }
 
 
+/// ncclGroupEnd: closes a level; the outermost issues the group (`ncclGroupEnd`'s doc says how).
 pub fn end() -> Result<()> {
     let Some(state) = close()? else { return Ok(()) };
     if let Some(e) = state.error {
