@@ -180,7 +180,6 @@ impl Message {
 
     /// Parses a peer's message; every length is checked against what is left, so a malformed one
     /// is an error, never a large allocation.
-    /// The inverse of `encode`; a malformed message is an error.
     pub fn decode(b: &[u8]) -> Result<Option<Message>> {
         let bad = || Error::system("OXCCL_CHECKSUM: malformed hash message from a peer");
         let (&kind, mut rest) = b.split_first().ok_or_else(bad)?;
