@@ -9,24 +9,43 @@ use std::ffi::{c_char, c_int, c_uint};
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ncclConfig_t {
+    /// sizeof the caller's struct (NCCL_CONFIG_INITIALIZER sets it): which fields it has.
     pub size: usize,
+    /// NCCL_CONFIG_MAGIC, set by the initializer.
     pub magic: c_uint,
+    /// NCCL_VERSION_CODE the caller was built against.
     pub version: c_uint,
+    /// 0: nonblocking communicator; 1: blocking (the default).
     pub blocking: c_int,
+    /// CGA cluster size (0-8): read and validated; no effect.
     pub cgaClusterSize: c_int,
+    /// Fewest thread blocks per kernel: read and validated; no effect.
     pub minCTAs: c_int,
+    /// Most thread blocks per kernel (below 64 caps every kernel of the communicator).
     pub maxCTAs: c_int,
+    /// The network transport to use by name (NCCL_NET).
     pub netName: *const c_char,
+    /// Whether a split child may share the parent's resources: read; children never share.
     pub splitShare: c_int,
+    /// InfiniBand traffic class for the communicator's queue pairs.
     pub trafficClass: c_int,
+    /// A name for logs.
     pub commName: *const c_char,
+    /// CollNet: read and validated; oxccl has none.
     pub collnetEnable: c_int,
+    /// NCCL_CTA_POLICY_*: read and validated; no effect yet.
     pub CTAPolicy: c_int,
+    /// Whether a shrunk child may share the parent's resources: read; children never share.
     pub shrinkShare: c_int,
+    /// NVLS thread blocks: read; oxccl never uses NVLS.
     pub nvlsCTAs: c_int,
+    /// Network channels per peer: read and validated; no effect.
     pub nChannelsPerNetPeer: c_int,
+    /// NVLink-centric scheduling: read and validated; no effect.
     pub nvlinkCentricSched: c_int,
 }
 
+/// `ncclConfig_t::magic` as NCCL_CONFIG_INITIALIZER sets it.
 pub const NCCL_CONFIG_MAGIC: c_uint = 0xcafe_beef;
+/// An integer field left for NCCL (here oxccl) to decide.
 pub const NCCL_CONFIG_UNDEF_INT: c_int = c_int::MIN;

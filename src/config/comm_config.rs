@@ -24,19 +24,33 @@ pub const CONFIG_BYTES: usize = size_of::<ncclConfig_t>();
 /// `NCCL_CONFIG_UNDEF_INT` (traffic_class, nvls_ctas, n_channels_per_net_peer) mean "NCCL decides".
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommConfig {
+    /// `ncclConfig_t::blocking` (NCCL_COMM_BLOCKING).
     pub blocking: bool,
+    /// `cgaClusterSize` (NCCL_CGA_CLUSTER_SIZE); no effect.
     pub cga_cluster_size: i32,
+    /// `minCTAs` (NCCL_MIN_CTAS); no effect.
     pub min_ctas: i32,
+    /// `maxCTAs` (NCCL_MAX_CTAS): below 64, every kernel's block cap.
     pub max_ctas: i32,
+    /// `netName` (NCCL_NET): the network transport by name.
     pub net_name: Option<String>,
+    /// `splitShare` (NCCL_COMM_SPLIT_SHARE_RESOURCES); children never share.
     pub split_share: bool,
+    /// `trafficClass`: InfiniBand traffic class.
     pub traffic_class: i32,
+    /// `commName`.
     pub comm_name: Option<String>,
+    /// `collnetEnable` (NCCL_COLLNET_ENABLE); oxccl has no CollNet.
     pub collnet_enable: bool,
+    /// `CTAPolicy` (NCCL_CTA_POLICY); no effect yet.
     pub cta_policy: i32,
+    /// `shrinkShare` (NCCL_COMM_SHRINK_SHARE_RESOURCES); children never share.
     pub shrink_share: bool,
+    /// `nvlsCTAs` (NCCL_NVLS_NCHANNELS); oxccl never uses NVLS.
     pub nvls_ctas: i32,
+    /// `nChannelsPerNetPeer` (NCCL_NCHANNELS_PER_NET_PEER); no effect.
     pub n_channels_per_net_peer: i32,
+    /// `nvlinkCentricSched` (NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE); no effect.
     pub nvlink_centric_sched: bool,
 }
 
