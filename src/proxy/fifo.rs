@@ -19,11 +19,15 @@ pub const DEFAULT_SLOTS: u32 = 512;
 /// Backed by pinned host memory in production (the device maps it) or plain memory in tests.
 #[derive(Clone, Copy)]
 pub struct FifoWords {
+    /// 2 x `size` trigger words (each trigger is two words).
     pub slots: *const AtomicU64,
+    /// How far the host has consumed: the device may fill positions below tail + size.
     pub tail: *const AtomicU64,
+    /// The position up to which the host has carried out triggers (device flushes wait on it).
     pub flush_done: *const AtomicU64,
     /// Non-zero releases every device waiter (proxy stopped, communicator aborted).
     pub stop: *const AtomicU32,
+    /// Slots in the ring.
     pub size: u32,
 }
 
@@ -61,14 +65,17 @@ impl FifoWords {
         // SAFETY: i < 2 * size (callers index slots only), memory valid per `over`.
         unsafe { &*self.slots.add(i) }
     }
+    /// The `tail` word.
     pub fn tail(&self) -> &AtomicU64 {
         // SAFETY: valid per `over`.
         unsafe { &*self.tail }
     }
+    /// The `flush_done` word.
     pub fn flush_done(&self) -> &AtomicU64 {
         // SAFETY: valid per `over`.
         unsafe { &*self.flush_done }
     }
+    /// The `stop` word.
     pub fn stop(&self) -> &AtomicU32 {
         // SAFETY: valid per `over`.
         unsafe { &*self.stop }
@@ -137,6 +144,7 @@ pub struct FifoHost {
 }
 
 impl FifoHost {
+    /// The consumer of `words`, starting at its current tail.
     pub fn new(words: FifoWords) -> FifoHost {
         FifoHost { next: words.tail().load(Ordering::Acquire), words }
     }
@@ -146,6 +154,7 @@ impl FifoHost {
         self.words.read(self.next)
     }
 
+    /// The position of the next trigger to consume.
     pub fn position(&self) -> u64 {
         self.next
     }
@@ -170,10 +179,12 @@ impl FifoHost {
 /// Plain-memory FIFO words for tests (and for a host-only transport).
 pub struct HeapFifo {
     _mem: Vec<u128>,
+    /// The words, in `_mem`.
     pub words: FifoWords,
 }
 
 impl HeapFifo {
+    /// A zeroed FIFO of `size` slots.
     pub fn new(size: u32) -> Result<HeapFifo> {
         let mut mem = vec![0u128; FifoWords::bytes(size).div_ceil(16)];
         // SAFETY: u128 storage is 16-byte aligned, zeroed, and lives as long as `self` (the Vec's

@@ -50,6 +50,8 @@ pub struct Placement {
     pub cpus: Option<Vec<usize>>,
 }
 
+/// A proxy thread serving one FIFO: it polls the triggers kernels post and carries them out
+/// through a `Handler` (a transport), until stopped.
 pub struct Proxy {
     stop: Arc<AtomicBool>,
     /// With `stop`: carry out what is already in the FIFO first (`finish`).

@@ -17,21 +17,30 @@ const fn mask(bits: u32) -> u64 {
 pub struct Request {
     /// OX_TRIGGER_DATA | OX_TRIGGER_FLAG | OX_TRIGGER_SYNC bits.
     pub kind: u64,
+    /// Bytes to move (data requests).
     pub size: u32,
+    /// Byte offset in the source memory.
     pub src_offset: u32,
+    /// Byte offset in the destination memory.
     pub dst_offset: u32,
+    /// The registered memory read from (a transport's memory id).
     pub src_mem: u16,
+    /// The registered memory written to.
     pub dst_mem: u16,
+    /// The semaphore a flag request signals.
     pub semaphore: u16,
 }
 
 impl Request {
+    /// Moves data.
     pub fn is_data(&self) -> bool {
         self.kind & OX_TRIGGER_DATA != 0
     }
+    /// Signals the peer's semaphore (after the data before it).
     pub fn is_flag(&self) -> bool {
         self.kind & OX_TRIGGER_FLAG != 0
     }
+    /// Asks for a flush: the device waits until everything before it was carried out.
     pub fn is_sync(&self) -> bool {
         self.kind & OX_TRIGGER_SYNC != 0
     }
@@ -80,6 +89,7 @@ pub fn commit_bit(pos: u64, size: u32) -> u64 {
     (((pos / u64::from(size)) & 1) ^ 1) << OX_TRIGGER_COMMIT_SHIFT
 }
 
+/// The commit bit of a trigger's first word: its parity tells a published slot from a stale one.
 pub const COMMIT_MASK: u64 = 1 << OX_TRIGGER_COMMIT_SHIFT;
 
 #[cfg(test)]

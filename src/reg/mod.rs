@@ -39,8 +39,11 @@ static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
 /// One buffer this rank registered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reg {
+    /// The handle ncclCommRegister returned.
     pub handle: u64,
+    /// The buffer's device address.
     pub ptr: u64,
+    /// Its length in bytes.
     pub size: u64,
     /// ncclCommRegister calls on exactly this buffer not yet matched by a deregistration.
     pub refs: u32,
@@ -76,6 +79,7 @@ impl Book {
         None
     }
 
+    /// Adds a registration.
     pub fn insert(&mut self, r: Reg) {
         self.regs.push(r);
     }
@@ -99,6 +103,7 @@ impl Book {
             .map(|r| r.gen)
     }
 
+    /// Whether any live registration was announced to the peers.
     pub fn any_shared(&self) -> bool {
         self.regs.iter().any(|r| r.gen != 0)
     }

@@ -12,12 +12,24 @@ use crate::error::Result;
 use crate::gpu::stream::OwnedStream;
 use crate::gpu::{check, cu, CtxGuard, Device, DeviceBuffer, HostMapped};
 
+/// The registration table kernels read (`RegEntry` per slot and peer): in pinned host memory
+/// (OXCCL_REG_TABLE=host), or in device memory written through a staging word and a stream.
 pub enum Table {
+    /// Pinned, device-mapped host memory.
     Host(HostMapped),
-    Device { buf: DeviceBuffer, staging: HostMapped, stream: parking_lot::Mutex<Option<OwnedStream>> },
+    /// Device memory.
+    Device {
+        /// The table.
+        buf: DeviceBuffer,
+        /// Host words an entry is staged in before its copy.
+        staging: HostMapped,
+        /// The stream those copies run on, made at first use.
+        stream: parking_lot::Mutex<Option<OwnedStream>>,
+    },
 }
 
 impl Table {
+    /// A zeroed table of `bytes` on `dev`.
     pub fn new(dev: &'static Device, bytes: usize) -> Result<Table> {
         if crate::config::env("OXCCL_REG_TABLE").as_deref() == Some("host") {
             return Ok(Table::Host(HostMapped::zeroed(dev, bytes)?));
@@ -29,6 +41,7 @@ impl Table {
         })
     }
 
+    /// The table's address as kernels see it.
     pub fn dev_ptr(&self) -> u64 {
         match self {
             Table::Host(h) => h.dev_ptr,

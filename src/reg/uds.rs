@@ -162,6 +162,7 @@ pub fn send(sock: &OwnedFd, msg: &[u8], fd: Option<RawFd>) -> io::Result<()> {
 
 /// What one receive got.
 pub enum Received {
+    /// A message, with the file descriptor it carried, if any.
     Msg(Vec<u8>, Option<OwnedFd>),
     /// Nothing waiting (non-blocking socket).
     Empty,

@@ -39,25 +39,33 @@ impl Kind {
     }
 }
 
+/// One registration message between ranks of a host: an allocation announced, or withdrawn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Msg {
+    /// How the allocation is shared (or that it is withdrawn).
     pub kind: Kind,
     /// The registering rank.
     pub rank: u32,
+    /// The registration's generation (its table slot is gen % OX_REG_SLOTS).
     pub gen: u64,
     /// The whole allocation holding the buffer, in the registering rank's address space.
     pub base: u64,
+    /// The allocation's length in bytes.
     pub size: u64,
+    /// The CUDA IPC handle (Kind::Ipc), else zero.
     pub handle: [u8; IPC_HANDLE_BYTES],
 }
 
 impl Msg {
+    /// Encoded length: magic, kind, rank, padding, gen, base, size, handle.
     pub const BYTES: usize = 4 + 4 + 4 + 4 + 8 + 8 + 8 + IPC_HANDLE_BYTES;
 
+    /// The withdrawal of `rank`'s registration `gen`.
     pub fn dead(rank: u32, gen: u64) -> Msg {
         Msg { kind: Kind::Dead, rank, gen, base: 0, size: 0, handle: [0; IPC_HANDLE_BYTES] }
     }
 
+    /// The message's bytes.
     pub fn encode(&self) -> [u8; Self::BYTES] {
         let mut b = [0u8; Self::BYTES];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
@@ -70,6 +78,7 @@ impl Msg {
         b
     }
 
+    /// Parses a message; a wrong length, magic or kind is an error.
     pub fn decode(b: &[u8]) -> Result<Msg> {
         if b.len() != Self::BYTES {
             return Err(Error::internal(format!("registration message of {} bytes, expected {}", b.len(), Self::BYTES)));
