@@ -12,6 +12,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, ToSocketAdd
 use super::wire::{decode_addr, encode_addr, Reader, Secret, ADDR_BYTES};
 use crate::error::{Error, Result};
 
+/// Size of `ncclUniqueId`, in bytes.
 pub const UNIQUE_ID_BYTES: usize = 128;
 
 const ID_MAGIC: [u8; 4] = *b"OXID";

@@ -33,8 +33,11 @@ pub(crate) enum WaitError {
 /// reported by another rank.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Loss {
+    /// The rank gone.
     pub rank: u32,
+    /// How it was noticed, for the WARN.
     pub why: String,
+    /// The rank that reported it, where this one did not see it itself.
     pub reported_by: Option<u32>,
 }
 

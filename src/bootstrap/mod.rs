@@ -218,10 +218,12 @@ impl Bootstrap {
         Ok(bs)
     }
 
+    /// This rank.
     pub fn rank(&self) -> usize {
         self.rank
     }
 
+    /// The communicator's rank count.
     pub fn nranks(&self) -> usize {
         self.nranks
     }

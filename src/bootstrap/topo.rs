@@ -63,6 +63,7 @@ pub fn cpus() -> usize {
     *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// This host's name (gethostname), for logs.
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: buf is writable for its length; gethostname NUL-terminates when it fits.
@@ -109,12 +110,19 @@ pub fn process_token() -> u64 {
 /// What each rank tells the others about itself at init.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeerInfo {
+    /// Its rank.
     pub rank: u32,
+    /// Its host (NCCL_HOSTID where set): ranks with equal hashes share a host.
     pub host_hash: u64,
+    /// Its process (`process_token`).
     pub process: u64,
+    /// Its process id, for logs.
     pub pid: u32,
+    /// Its CUDA device ordinal, in its own process.
     pub device: i32,
+    /// Its GPU's compute capability, major.
     pub cc_major: i32,
+    /// Its GPU's compute capability, minor.
     pub cc_minor: i32,
     /// SMs of its GPU, capped by its maxCTAs (block_budget): the blocks its kernels may use.
     pub sm_count: i32,
@@ -125,29 +133,36 @@ pub struct PeerInfo {
     /// Its machine (`machine_hash`) and the CPUs it may use (`usable_cpus`): how many threads
     /// can spin there (transport::link::Spin).
     pub machine: u64,
+    /// The CPUs it may use (`usable_cpus`).
     pub cpus: u32,
     /// Its network stack (`network_hash`): which ranks share a loopback rather than links.
     pub network: u64,
     /// Its GPU (`gpu_hash`) and that GPU's SMs: ranks with the same `gpu` share those SMs
     /// (`share_gpus`).
     pub gpu: u64,
+    /// That GPU's SMs.
     pub gpu_sms: i32,
 }
 
 impl PeerInfo {
+    /// Encoded length.
     pub const BYTES: usize = 4 + 8 + 8 + 4 + 4 * 4 + 16 + 4 + 8 + 4 + 8 + 8 + 4;
 
+    /// Whether `o` is on the same host.
     pub fn same_host(&self, o: &PeerInfo) -> bool {
         self.host_hash == o.host_hash
     }
+    /// Whether `o` is in the same process.
     pub fn same_process(&self, o: &PeerInfo) -> bool {
         self.same_host(o) && self.process == o.process
     }
+    /// The PCI bus id as text.
     pub fn bus_id_str(&self) -> String {
         let end = self.bus_id.iter().position(|&b| b == 0).unwrap_or(16);
         String::from_utf8_lossy(&self.bus_id[..end]).into_owned()
     }
 
+    /// The bytes sent to the other ranks.
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(Self::BYTES);
         v.extend_from_slice(&self.rank.to_le_bytes());
@@ -167,6 +182,7 @@ impl PeerInfo {
         v
     }
 
+    /// Parses another rank's `encode`; a wrong length is an error.
     pub fn decode(b: &[u8]) -> Result<PeerInfo> {
         if b.len() != Self::BYTES {
             return Err(Error::internal(format!("peer info of {} bytes, expected {}", b.len(), Self::BYTES)));

@@ -12,11 +12,15 @@ use crate::types::{Coll, DataType, RedOp};
 pub struct Signature {
     /// The communicator's collective number (counted per rank from 0).
     pub seq: u64,
+    /// The collective (its code here, `COLL_NAMES`).
     pub coll: u8,
+    /// The datatype's NCCL value.
     pub dtype: u8,
     /// The reduction's kind (PreMulSum scalars may differ per rank).
     pub op: u8,
+    /// The root of a rooted collective, else -1.
     pub root: i32,
+    /// NCCL's count argument.
     pub count: u64,
 }
 
@@ -38,6 +42,7 @@ fn coll_code(c: Coll) -> u8 {
 }
 
 impl Signature {
+    /// The signature of one call (`op` 0 where it does not reduce, `root` -1 where unrooted).
     pub fn of(coll: Coll, dtype: DataType, op: RedOp, root: i32, count: u64, seq: u64) -> Signature {
         let reduces = matches!(coll, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce);
         let rooted = matches!(coll, Coll::Reduce | Coll::Broadcast | Coll::Gather | Coll::Scatter);

@@ -32,15 +32,20 @@ fn parse_seconds(s: &str) -> Option<Duration> {
 /// One issued operation.
 #[derive(Clone, Debug)]
 pub struct OpRecord {
+    /// Its number on the communicator (from 1).
     pub seq: u64,
+    /// What it was (collective, count, datatype, stream).
     pub what: String,
+    /// When it was issued.
     pub at: Instant,
 }
 
 /// Per-communicator record of issued work and of when it last progressed.
 #[derive(Default)]
 pub struct Progress {
+    /// Operations issued so far.
     pub issued: u64,
+    /// The last `RECENT_OPS` of them.
     pub recent: VecDeque<OpRecord>,
     /// (issued count, since when) of the current busy stretch; the count a dump was made for.
     busy_since: Option<(u64, Instant)>,
@@ -48,6 +53,7 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// Records an issued operation.
     pub fn note(&mut self, what: String) {
         self.issued += 1;
         if self.recent.len() == RECENT_OPS {
@@ -78,6 +84,7 @@ impl Progress {
         }
     }
 
+    /// The dump's text: the count issued and the recent operations with their ages.
     pub fn describe(&self, now: Instant) -> String {
         let mut s = format!("{} operations issued; last {}:", self.issued, self.recent.len());
         for r in &self.recent {

@@ -8,6 +8,7 @@
 /// One thread's counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ThreadSched {
+    /// The thread's name (/proc/self/task/*/comm).
     pub name: String,
     /// Nanoseconds on a CPU.
     pub run_ns: u64,
