@@ -5,6 +5,7 @@ use super::{Scratch, Topology, Tuning};
 use crate::device_abi::OX_MAX_BLOCKS;
 use crate::types::DataType;
 
+/// The AllReduce kernels; discriminants index the kernel table (kernels/colls/allreduce.cu).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AllReduceAlgo {
     /// All-pairs LL16: one hop, every rank reduces everything. Small messages.
@@ -35,6 +36,7 @@ impl AllReduceAlgo {
         }
     }
 
+    /// The algorithm `name` gives (any case), as OXCCL_ALLREDUCE_ALGO spells it.
     pub fn from_name(s: &str) -> Option<AllReduceAlgo> {
         AllReduceAlgo::ALL.into_iter().find(|a| a.name().eq_ignore_ascii_case(s))
     }
@@ -43,8 +45,11 @@ impl AllReduceAlgo {
 /// How one AllReduce runs: which kernel, its launch shape, and its chunking.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AllReducePlan {
+    /// The kernel.
     pub algo: AllReduceAlgo,
+    /// Thread blocks.
     pub grid: u32,
+    /// Threads per block.
     pub block: u32,
     /// Elements per block per round (rsag only; 0 otherwise).
     pub chunk_elems: u64,

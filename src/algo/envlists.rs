@@ -16,23 +16,32 @@ use crate::error::{Error, Result};
 
 /// NCCL's function names, in its order.
 pub const FUNCS: [&str; 5] = ["Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"];
+/// NCCL's protocol names, in its order (NCCL_PROTO's elements).
 pub const PROTOS: [&str; 3] = ["LL", "LL128", "Simple"];
+/// NCCL's algorithm names, in its order (NCCL_ALGO's elements).
 pub const ALGOS: [&str; 7] = ["Tree", "Ring", "CollnetDirect", "CollnetChain", "NVLS", "NVLSTree", "PAT"];
 
 /// A collective NCCL_PROTO/NCCL_ALGO can name (index into FUNCS).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Func {
+    /// ncclBroadcast.
     Broadcast = 0,
+    /// ncclReduce.
     Reduce = 1,
+    /// ncclAllGather.
     AllGather = 2,
+    /// ncclReduceScatter.
     ReduceScatter = 3,
+    /// ncclAllReduce.
     AllReduce = 4,
 }
 
 /// Enabled flags per function (`[func][elem]`), and which functions the value named.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Table {
+    /// `[func][elem]`: whether the element (a protocol or algorithm) is allowed for the function.
     pub enabled: Vec<Vec<bool>>,
+    /// `[func]`: whether the value named the function (else it kept NCCL's default).
     pub forced: Vec<bool>,
 }
 
@@ -98,6 +107,7 @@ impl Default for Allowed {
 }
 
 impl Allowed {
+    /// The rules of NCCL_PROTO and NCCL_ALGO's values (None or empty: everything allowed).
     pub fn from_values(proto: Option<&str>, algo: Option<&str>) -> Result<Allowed> {
         let mut a = Allowed::default();
         if let Some(p) = proto.filter(|v| !v.is_empty()) {

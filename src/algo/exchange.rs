@@ -15,8 +15,11 @@ use crate::error::{Error, Result};
 /// One transfer with a peer: local address (source of a send, destination of a receive).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Transfer {
+    /// The other rank.
     pub peer: usize,
+    /// This rank's buffer: read for a send, written for a receive.
     pub ptr: u64,
+    /// Length in bytes.
     pub bytes: u64,
     /// A send: forwards what this peer sends this rank in the same exchange, one round later
     /// (the receive from it must be the pair's only one, at stream position 0, and so must this
@@ -27,16 +30,22 @@ pub struct Transfer {
 /// A copy within this rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LocalCopy {
+    /// Source address.
     pub src: u64,
+    /// Destination address.
     pub dst: u64,
+    /// Length in bytes.
     pub bytes: u64,
 }
 
 /// What one rank moves in one exchange launch, sends and receives in posting order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ExchangeSpec {
+    /// Sends, in posting order.
     pub sends: Vec<Transfer>,
+    /// Receives, in posting order.
     pub recvs: Vec<Transfer>,
+    /// Copies within this rank.
     pub copies: Vec<LocalCopy>,
     /// Put rounds' chunk (bytes per block per round), the same for every pair: required when
     /// there are relays (so pieces line up between a stream and its forwarding) and then every
@@ -59,8 +68,11 @@ pub struct ExchangeSpec {
 /// The launch: arguments (without the communicator pointer) and shape.
 #[derive(Clone, Debug)]
 pub struct ExchangePlan {
+    /// The kernel's arguments (kernels/colls/exchange.cu).
     pub args: ExchangeArgs,
+    /// Thread blocks.
     pub grid: u32,
+    /// Threads per block.
     pub block: u32,
 }
 

@@ -26,6 +26,7 @@ pub use tuning::Tuning;
 /// What the selector knows about a communicator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Topology {
+    /// Ranks of the communicator.
     pub nranks: usize,
     /// Thread blocks a kernel may use: the multiprocessors of the (smallest) GPU of the
     /// communicator, capped by maxCTAs (topo::block_budget).

@@ -39,7 +39,9 @@ pub fn allowed(enabled: bool, cc_major: i32, driver: i32, prev_grid: u32, grid: 
 /// the next captured work will depend on when it is exactly one (None: several, or none).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CaptureTail {
+    /// The capture's id.
     pub id: u64,
+    /// The one graph node the next captured work will depend on (None: several, or none).
     pub only: Option<usize>,
 }
 
@@ -47,10 +49,15 @@ pub struct CaptureTail {
 /// capture, graph node, output range, grid and place in its chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RingAnchor {
+    /// Its stream.
     pub stream: usize,
+    /// Its capture's id.
     pub capture: u64,
+    /// Its graph node.
     pub node: usize,
+    /// Its output (address, bytes).
     pub recv: (u64, u64),
+    /// Its grid.
     pub grid: u32,
     /// Its block size: with `grid`, its thread-to-packet map, which a chained launch must share.
     pub block: u32,

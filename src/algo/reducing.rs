@@ -12,7 +12,9 @@ use crate::types::DataType;
 pub struct ReducePlan {
     /// OX_MODE_LL (packets) or OX_MODE_PUT (put rounds).
     pub mode: u32,
+    /// Thread blocks.
     pub grid: u32,
+    /// Threads per block.
     pub block: u32,
     /// Elements per block per round (put mode).
     pub chunk_elems: u64,

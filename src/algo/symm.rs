@@ -17,6 +17,7 @@ use crate::device_abi::OX_MAX_BLOCKS;
 /// 15.74, 2 MiB: 13.45 / 31.21, 16 MiB: 57.85 / 66.04); 32 MiB ties (110.56 / 110.59); from 64 MiB
 /// the put paths, which move the data with fewer SM stores per byte, win (212.85 / 196.13).
 pub const DEFAULT_ALLGATHER_MIN_BYTES: u64 = 512 << 10;
+/// Largest piece the direct kernel takes by default.
 pub const DEFAULT_ALLGATHER_MAX_BYTES: u64 = 32 << 20;
 /// Bytes a block writes to each rank, by default, before another block is added.
 const BYTES_PER_BLOCK: u64 = 32 << 10;

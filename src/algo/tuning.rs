@@ -5,6 +5,8 @@ use super::envlists::Allowed;
 use crate::config::env;
 use crate::error::Result;
 
+/// The OXCCL_* tuning variables the selectors read, once per communicator (None: the default;
+/// docs/tuning.md lists them).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Tuning {
     /// OXCCL_ALLREDUCE_ALGO = oneshot | twophase | rsag: force one algorithm where it fits.
@@ -23,11 +25,13 @@ pub struct Tuning {
     pub twophase_max_bytes: Option<u64>,
     /// OXCCL_LL_BLOCKS / OXCCL_LL_THREADS: launch shape cap of the packet algorithms.
     pub ll_blocks: Option<u32>,
+    /// OXCCL_LL_THREADS (above).
     pub ll_threads: Option<u32>,
     /// OXCCL_LL_MIN_BLOCKS: fewest blocks a packet algorithm launches, however small the message.
     pub ll_min_blocks: Option<u32>,
     /// OXCCL_RSAG_BLOCKS / OXCCL_RSAG_THREADS: launch shape of the put-based algorithm.
     pub rs_blocks: Option<u32>,
+    /// OXCCL_RSAG_THREADS (above).
     pub rs_threads: Option<u32>,
     /// OXCCL_EXCHANGE_LL_MAX_BYTES: largest per-pair stream the exchange kernel moves as packets.
     pub exchange_ll_max_bytes: Option<u64>,
@@ -36,6 +40,7 @@ pub struct Tuning {
     /// OXCCL_EXCHANGE_LL_BLOCKS: grid of packet-only exchange launches (default: the full grid).
     /// Both free to differ between the ranks of a pair only where noted in exchange.rs.
     pub exchange_threads: Option<u32>,
+    /// OXCCL_EXCHANGE_LL_BLOCKS (above).
     pub exchange_ll_blocks: Option<u32>,
     /// OXCCL_GATHER_ONESHOT_MAX_BYTES: largest piece (bytes per pair of ranks) of an AllGather or
     /// AlltoAll run by the one-shot gather kernel instead of the exchange kernel (0 = never).
@@ -43,9 +48,11 @@ pub struct Tuning {
     /// OXCCL_SYMM_ALLGATHER_MIN_BYTES / _MAX_BYTES: pieces (bytes each rank contributes) of an
     /// AllGather into a symmetric window that the direct kernel takes (algo::symm; max 0 = never).
     pub symm_allgather_min_bytes: Option<u64>,
+    /// OXCCL_SYMM_ALLGATHER_MAX_BYTES (above).
     pub symm_allgather_max_bytes: Option<u64>,
     /// OXCCL_SYMM_BLOCKS / OXCCL_SYMM_THREADS: the direct kernels' grid and block (every rank alike).
     pub symm_blocks: Option<u32>,
+    /// OXCCL_SYMM_THREADS (above).
     pub symm_threads: Option<u32>,
     /// OXCCL_BROADCAST_ONESHOT_MAX_BYTES: largest Broadcast run by the one-shot packet kernel
     /// (0 = never).
@@ -76,27 +83,35 @@ pub struct Tuning {
     pub relay_min_bytes: Option<u64>,
     /// OXCCL_REDUCE_RELAY_MIN_BYTES: smallest Reduce (3+ ranks) reduced by relay (0 = never).
     pub reduce_relay_min_bytes: Option<u64>,
+    /// OXCCL_RELAY_ROUNDS (1-1024): the relayed Broadcast's and Reduce's pipeline depth.
     pub relay_rounds: Option<u32>,
     /// OXCCL_REDUCE_CHAIN_MIN_BYTES: smallest Reduce (3+ ranks) reduced along a chain (0 = never);
     /// OXCCL_CHAIN_BLOCK_BYTES: least message bytes per block of the chain's grid;
     /// OXCCL_CHAIN_STEPS: pipeline steps per block the chain aims for.
     pub reduce_chain_min_bytes: Option<u64>,
+    /// OXCCL_CHAIN_BLOCK_BYTES (above).
     pub chain_block_bytes: Option<u64>,
+    /// OXCCL_CHAIN_STEPS (above).
     pub chain_steps: Option<u64>,
     /// OXCCL_RSAG_SLOT_BYTES / OXCCL_LL_HALF_BYTES: scratch geometry.
     pub rs_slot_bytes: Option<u64>,
+    /// OXCCL_LL_HALF_BYTES (above).
     pub ll_half_bytes: Option<u64>,
     /// OXCCL_LL128_HALF_BYTES: LL128 scratch geometry; OXCCL_LL128_LINES_PER_BLOCK /
     /// OXCCL_LL128_THREADS: the LL128 chains' launch shape.
     pub ll128_half_bytes: Option<u64>,
+    /// OXCCL_LL128_LINES_PER_BLOCK (above).
     pub ll128_lines_per_block: Option<u64>,
+    /// OXCCL_LL128_THREADS (above).
     pub ll128_threads: Option<u32>,
     /// OXCCL_REDUCE_LL128_MIN_BYTES: smallest Reduce (3+ ranks) sent as LL128 lines along the chain
     /// (0 = never); OXCCL_REDUCE_LL128_MAX_BYTES: where it stops (default: the put chain's threshold).
     pub reduce_ll128_min_bytes: Option<u64>,
+    /// OXCCL_REDUCE_LL128_MAX_BYTES (above).
     pub reduce_ll128_max_bytes: Option<u64>,
     /// OXCCL_BROADCAST_LL128_MIN_BYTES / _MAX_BYTES: Broadcast along the LL128 chain from / below.
     pub broadcast_ll128_min_bytes: Option<u64>,
+    /// OXCCL_BROADCAST_LL128_MAX_BYTES (above).
     pub broadcast_ll128_max_bytes: Option<u64>,
     /// OXCCL_PDL=0: no programmatic dependent launch (algo::pdl); on by default on sm_90+.
     pub pdl_off: bool,
