@@ -32,6 +32,7 @@ pub const DEFAULT_MIN_BYTES: u64 = 4 << 20;
 /// - AllGather: even at 128 MB (302-305 / 304-305; one run of the copy engines fell to 236 on
 ///   H100), ahead from 256 MB (64 MiB pieces): 341-344 / 323-328, 361-364 / 335-338 at 512.
 /// - Scatter: 330 / 339 still at 128 MB, 360 / 353 at 256 MB, 379 / 360 at 512.
+///
 /// AlltoAll's smallest transfer beyond two ranks.
 pub const ALLTOALL_MIN_BYTES: u64 = 32 << 20;
 /// AllGather's, Scatter's and Broadcast's beyond two ranks.
