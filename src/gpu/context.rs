@@ -131,6 +131,15 @@ impl Device {
             .map_err(Clone::clone)
     }
 
+    /// Runs one asynchronous copy or memset on `copy_stream` and waits for that stream alone. The
+    /// caller's guard makes this device's context current.
+    pub fn on_copy_stream(&'static self, op: impl FnOnce(cu::CUstream) -> cu::CUresult, what: &str) -> Result<()> {
+        let s = self.copy_stream()?;
+        check(op(s), what)?;
+        // SAFETY: s is this device's live copy stream; its context is current.
+        check(unsafe { cu::cuStreamSynchronize(s) }, "cuStreamSynchronize")
+    }
+
     /// Whether the primary context this device's resources were made in is gone: reset by the
     /// application (cudaDeviceReset, cuDevicePrimaryCtxReset: inactive since, or active again as
     /// a context with another id), or the driver deinitialised at exit (any error here). Its

@@ -29,13 +29,9 @@ impl DeviceBuffer {
         Ok(buf)
     }
 
-    /// Runs one asynchronous copy or memset on the device's copy stream and waits for that stream
-    /// alone (`Device::copy_stream` says why).
+    /// `Device::on_copy_stream` (which says why) on this buffer's device.
     fn on_copy_stream(&self, op: impl FnOnce(cu::CUstream) -> cu::CUresult, what: &str) -> Result<()> {
-        let s = self.dev.copy_stream()?;
-        check(op(s), what)?;
-        // SAFETY: s is the device's live copy stream; its context is current (callers hold a guard).
-        check(unsafe { cu::cuStreamSynchronize(s) }, "cuStreamSynchronize")
+        self.dev.on_copy_stream(op, what)
     }
 
     /// Fills `count` u32 words at byte offset `off` with `value`; done on return.

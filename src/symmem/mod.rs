@@ -513,11 +513,8 @@ impl SymMem {
         let _g = CtxGuard::new(self.dev)?;
         // Done before the caller's closing barrier, so before any peer's kernel uses it: on the
         // device's copy stream, waited for (cuMemsetD8 could still be running when it returns).
-        let s = self.dev.copy_stream()?;
-        // SAFETY: own..own+size is this rank's mapping of the fresh allocation; s is live.
-        check(unsafe { cu::cuMemsetD8Async(own, 0, size as usize, s) }, "cuMemsetD8Async (device communicator buffers)")?;
-        // SAFETY: s is the device's live copy stream, its context current.
-        check(unsafe { cu::cuStreamSynchronize(s) }, "cuStreamSynchronize (device communicator buffers)")?;
+        // SAFETY: own..own+size is this rank's mapping of the fresh allocation.
+        self.dev.on_copy_stream(|s| unsafe { cu::cuMemsetD8Async(own, 0, size as usize, s) }, "cuMemsetD8Async (device communicator buffers)")?;
         Ok(w)
     }
 }
