@@ -14,8 +14,10 @@
 // towards this rank, or both ways, this rank read the peer's f-1 packets, so the peer was in f-1:
 // nothing to wait for. If launch f-1 moved packets only from this rank to the peer ("one-way"),
 // the peer acknowledges it: on entering that launch it stores f-1 into this rank's ll_ack slot,
-// and this rank's next launch waits for that value (or f, if the peer is already one launch
-// further) before writing packets. Launches of one
+// and this rank's next launch waits for that value or a later one before writing packets. Later
+// values are the peer's acknowledgements of later launches: f, or f+1 and f+2 where launch f is
+// one-way from the peer, which it may then finish (and enter the next launches as a receiver)
+// before a late block of this rank's launch f loads its flags. Launches of one
 // communicator are ordered on each GPU, so "the peer entered f-1" means "it left f-2". The wait
 // sits at the start of the next launch, not at the end of the one-way launch, so back-to-back
 // one-way operations (Broadcast, Gather, Scatter, Reduce) pay no round trip.
@@ -48,6 +50,15 @@ OX_DEV uint32_t ox_ll_flag_add(uint32_t flag, uint32_t d) {
   return t > 0xffffffffull ? (uint32_t)(t - 0x100000000ull + 8) : (uint32_t)t;
 }
 
+// How many ox_ll_next_flag steps lead from flag `a` to flag `b`; a `b` behind `a` (or a fresh 0)
+// gives a count near 2^32.
+OX_DEV uint32_t ox_ll_flag_steps(uint32_t a, uint32_t b) { return b >= a ? b - a : (b - 8u) + (0xffffffffu - a) + 1u; }
+
+// Whether the acknowledgement `v` names launch `pending` or a later one: it proves the peer left
+// launch pending-1. A peer runs at most a few launches ahead of this block (see the top of this
+// file); the bound only rejects stale values from before a wrap-around.
+OX_DEV bool ox_ll_acked(uint32_t v, uint32_t pending) { return ox_ll_flag_steps(pending, v) < (1u << 30); }
+
 // A flag-table load. Relaxed at GPU scope, so never served from a stale L1 line: an early
 // one-shot launch (allreduce.cu) reads the table before its PDL wait, while the previous kernel,
 // which wrote it, may still run.
@@ -71,10 +82,12 @@ OX_DEV void ox_ll_flags_load(const DevComm& c, uint32_t* flags, AbortState& ab) 
     const uint32_t pending = ox_ll_table_ld(ox_ll_pending_ptr(c, blockIdx.x, p));
     flags[p] = f;
     if (p < c.nranks && p != c.rank && ox_ll_next_flag(pending) == f) {
-      // The peer may already have entered this launch too (when it is one-way again) and
-      // posted f itself: either value proves it left f-2. Nothing newer can be there yet.
+      // Any acknowledgement of f-1 or later proves the peer left f-2. Not just f-1 and f: where
+      // launch f is one-way from the peer, it may finish f and acknowledge f+1 before this block
+      // starts (a hang the conformance fuzzer found on two ranks: Gather, Scatter and Reduce to
+      // one root back to back, 2 x H200, 2026-11-30).
       const uint32_t* ack = ox_ll_ack_ptr(c, c.rank, blockIdx.x, p);
-      for (uint32_t v = ox_ld_acquire_sys_u32(ack); v != pending && v != f; v = ox_ld_acquire_sys_u32(ack)) {
+      for (uint32_t v = ox_ld_acquire_sys_u32(ack); !ox_ll_acked(v, pending); v = ox_ld_acquire_sys_u32(ack)) {
         if (ab.poll()) break;
       }
     }

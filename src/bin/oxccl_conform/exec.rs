@@ -587,7 +587,7 @@ impl Exec {
                 // SAFETY: an instantiated graph; the stream is live.
                 cu_check(unsafe { cu::cuGraphLaunch(*e, r.stream) }, "cuGraphLaunch")?;
             }
-            self.sync_streams(deadline())?;
+            self.sync_streams(deadline()).map_err(|e| format!("replay {replay}: {e}"))?;
             self.wait_async(&comms, deadline(), "after a replay")?;
             match self.check(case, parts, replay)? {
                 Ok(d) => digests = d,
@@ -605,7 +605,7 @@ impl Exec {
                     cu_check(unsafe { cu::cuGraphLaunch(*e, r.stream) }, "cuGraphLaunch")?;
                 }
             }
-            self.sync_streams(deadline())?;
+            self.sync_streams(deadline()).map_err(|e| format!("{} replays back to back: {e}", case.burst()))?;
             self.wait_async(&comms, deadline(), "after back-to-back replays")?;
             if let Err(m) = self.check(case, parts, case.replays.max(1) as usize - 1)? {
                 verdict = Err(format!("{} replays back to back: {m}", case.burst()));
