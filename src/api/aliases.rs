@@ -19,6 +19,7 @@ use super::version::*;
 macro_rules! profiling_aliases {
     ($( $alias:ident => $target:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty; )*) => {
         $(
+            #[doc = concat!("`", stringify!($alias), "`: NCCL's profiling alias of `", stringify!($target), "`.")]
             #[no_mangle]
             pub extern "C" fn $alias($($arg: $ty),*) -> $ret {
                 $target($($arg),*)

@@ -106,6 +106,10 @@ impl Published {
     }
 }
 
+/// A rank's MemoryChannels to every peer of a one-host communicator: its shared buffer (LL, LL128
+/// and reduce-scatter scratch, semaphores, zero-copy offers, copy-engine counters), which peers
+/// reach through peer access or CUDA IPC handles, its private buffer holding the DevComm, and its
+/// mappings of the peers' shared buffers.
 pub struct MemoryChannels {
     /// Device address of this rank's DevComm (kernel argument).
     pub dev_comm: u64,

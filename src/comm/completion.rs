@@ -103,6 +103,7 @@ impl Completion {
         Ok(Completion { mark: Mark::None, eager: Probe::Nothing, ring, slot: 0, captured: Event::new()?, counter, counted: 0, aux: std::ptr::null_mut(), aux_event: None, aux_at: None })
     }
 
+    /// What the communicator's last launch left to wait for.
     pub fn mark(&self) -> Mark {
         self.mark
     }

@@ -24,12 +24,19 @@ const MAX_LIST: usize = 1 << 16;
 /// GIN signal and counter (0: nowhere).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Resource {
+    /// Bytes of the buffer (`bufferSize`).
     pub size: u64,
+    /// Its alignment in bytes (`bufferAlign`); the layout uses at least 128.
     pub align: u64,
+    /// GIN signals it asks for (`ginSignalCount`).
     pub gin_signals: u32,
+    /// GIN counters it asks for (`ginCounterCount`).
     pub gin_counters: u32,
+    /// Where the buffer's handle (a u32) is written (`outBufferHandle`); 0: nowhere.
     pub out_handle: usize,
+    /// Where the index of its first GIN signal (a u32) is written (`outGinSignalStart`); 0: nowhere.
     pub out_signal: usize,
+    /// Where the index of its first GIN counter (a u32) is written (`outGinCounterStart`); 0: nowhere.
     pub out_counter: usize,
 }
 
@@ -37,8 +44,11 @@ pub struct Resource {
 /// not outlive the call, only the output addresses must outlive the group).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Request {
+    /// LSA barriers to provide: the larger of `barrierCount` and `lsaBarrierCount`.
     pub lsa_barriers: u32,
+    /// Rail GIN barriers to lay out: the larger of `barrierCount` and `railGinBarrierCount`.
     pub rail_barriers: u32,
+    /// The caller's buffer requirements (`resourceRequirementsList`), in list order.
     pub resources: Vec<Resource>,
 }
 
@@ -117,9 +127,11 @@ pub struct Layout {
     pub total: u64,
     /// Offset of the (empty) GIN signal shadows, as NCCL places them.
     pub shadows: u64,
-    /// Per buffer: its handle (offset / 128), first GIN signal and first counter.
+    /// Per buffer: its handle (its offset / 128).
     pub handles: Vec<u32>,
+    /// Per buffer: the index of its first GIN signal.
     pub signals: Vec<u32>,
+    /// Per buffer: the index of its first GIN counter.
     pub counters: Vec<u32>,
 }
 

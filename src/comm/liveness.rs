@@ -35,7 +35,9 @@ pub enum Needs<'a> {
 /// `Needs` kept beyond its launch (by a CUDA graph's hold).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OwnedNeeds {
+    /// Every rank (a collective).
     All,
+    /// These ranks (point-to-point).
     Peers(Vec<usize>),
 }
 
@@ -49,6 +51,7 @@ impl From<Needs<'_>> for OwnedNeeds {
 }
 
 impl OwnedNeeds {
+    /// Borrowed as the `Needs` that `Watch` takes.
     pub fn as_needs(&self) -> Needs<'_> {
         match self {
             OwnedNeeds::All => Needs::All,
@@ -149,6 +152,7 @@ pub struct Watch {
 }
 
 impl Watch {
+    /// Nothing launched yet, for a communicator of `nranks` ranks.
     pub fn new(nranks: usize) -> Watch {
         Watch {
             inner: Mutex::new(Inner {
@@ -200,6 +204,7 @@ impl Watch {
         self.graph_count(needs, true);
     }
 
+    /// The CUDA graph that held a captured launch needing `needs` (`graph_held`) was destroyed.
     pub fn graph_released(&self, needs: Needs) {
         self.graph_count(needs, false);
     }
@@ -249,6 +254,7 @@ pub struct Recent {
 const RECENT: usize = 64;
 
 impl Recent {
+    /// Records launch `ord`'s probe; only the last 64 are kept, the oldest dropped first.
     pub fn push(&mut self, ord: u64, p: Probe) {
         if self.probes.len() == RECENT {
             self.probes.pop_front();

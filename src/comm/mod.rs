@@ -47,10 +47,16 @@ use crate::types::{DataType, RedOp, ResolvedOp};
 
 static NEXT_TAG: AtomicU32 = AtomicU32::new(0);
 
+/// One rank's communicator (what an ncclComm_t handle names): identity, configuration and
+/// asynchronous state, plus its initialised part (`Ready`) once init completed.
 pub struct Comm {
+    /// This rank's index in the communicator, 0..nranks.
     pub rank: usize,
+    /// Number of ranks in the communicator.
     pub nranks: usize,
+    /// CUDA device ordinal this rank runs on.
     pub device: i32,
+    /// The communicator's configuration (ncclConfig_t, defaults applied).
     pub config: CommConfig,
     /// ncclCommGetAsyncError's answer, as a raw ncclResult_t (shared with the liveness watchdog).
     state: Arc<AtomicI32>,
@@ -78,8 +84,11 @@ pub struct Comm {
 /// A PreMulSum op: its datatype and scalar (bytes, or a device address read at run time).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UserOp {
+    /// The datatype the op was created for; it may only reduce that type.
     pub dtype: DataType,
+    /// ncclScalarHostImmediate: the scalar's bytes in the low bits; else 0.
     pub scalar: u64,
+    /// ncclScalarDevice: the device address of the scalar, read by the kernel at run time; else 0.
     pub scalar_ptr: u64,
 }
 
@@ -88,12 +97,19 @@ const OP_TAG_MASK: u32 = 0x3fff;
 
 /// Everything an initialised communicator owns.
 pub struct Ready {
+    /// The CUDA device this rank runs on.
     pub dev: &'static Device,
+    /// The embedded kernels, loaded into that device's context.
     pub module: &'static Module,
+    /// The TCP bootstrap connecting the ranks (host-side exchanges, barriers, liveness).
     pub bootstrap: Arc<Bootstrap>,
+    /// What every rank told the others at init, indexed by rank (this one included).
     pub peers: Vec<PeerInfo>,
+    /// What the algorithm selectors know: ranks, and thread blocks a kernel may use.
     pub topo: Topology,
+    /// Scratch sizes every rank allocated at init (identical on every rank).
     pub scratch: Scratch,
+    /// The OXCCL_* tuning variables, read once at init.
     pub tuning: Tuning,
     /// FP8 reductions need sm_90 on every GPU of the communicator.
     pub fp8_ok: bool,
@@ -101,6 +117,8 @@ pub struct Ready {
     pub check: bool,
     /// OXCCL_CHECKSUM=1: transfers are checksummed and compared (src/launch/checksum.rs).
     pub checksum: bool,
+    /// Host-mapped flag the kernels and proxy poll: its first u32 set to 1 stops them (abort, a
+    /// lost peer, an asynchronous error).
     pub abort_flag: Arc<HostMapped>,
     /// Watches the peers' liveness (see `watch_peers`); joined by destroy and abort.
     watchdog: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -113,6 +131,8 @@ pub struct Ready {
     /// Names this communicator among this process's (src/comm/reaper.rs): its id and its ranks'
     /// bootstrap addresses, so a reused NCCL_COMM_ID gives another key.
     pub key: u64,
+    /// Device address of this rank's DevComm, the MemoryChannel kernels' argument; 0 where the
+    /// communicator has no MemoryChannels (`net`).
     pub dev_comm: u64,
     /// Ranks of this communicator driven by this process (this one included): above one, one
     /// thread may launch for all of them (algo::counting).
@@ -130,7 +150,9 @@ pub struct Ready {
 /// (pure, algo::pdl) and the launch as issued.
 #[derive(Clone, Copy)]
 pub struct RingLast {
+    /// Where the launch stands in the captured graph and in its chain.
     pub anchor: RingAnchor,
+    /// The launch as issued.
     pub launch: RingLaunch,
 }
 
@@ -140,8 +162,11 @@ pub struct RingLast {
 pub struct RingLaunch {
     /// The chained variant of the kernel it launched (same type and op), which publishes.
     pub chain_kernel: Kernel,
+    /// Thread blocks it was launched with.
     pub grid: u32,
+    /// Threads per block.
     pub block: u32,
+    /// Its kernel arguments.
     pub args: CollArgs,
 }
 
@@ -189,6 +214,8 @@ pub struct LaunchState {
     /// graph (algo::pdl::early), with the launch as issued, which a chained launch rewrites;
     /// taken into `ring_prev` as each launch begins.
     pub ring_anchor: Option<RingLast>,
+    /// `ring_anchor` as the current launch began: the ring one-shot right before it, which only
+    /// this launch may chain behind.
     pub ring_prev: Option<RingLast>,
     /// OXCCL_DEBUG_DUMP's record of issued work (empty when the dump is off).
     pub progress: crate::diag::Progress,
@@ -203,6 +230,7 @@ pub struct LaunchState {
 unsafe impl Send for LaunchState {}
 
 impl Comm {
+    /// A communicator not yet initialised: it reports ncclInProgress until `init` ends.
     pub fn new(rank: usize, nranks: usize, device: i32, config: CommConfig) -> Comm {
         Comm {
             rank,
@@ -250,6 +278,8 @@ impl Comm {
         Ok((v & ((1 << OP_INDEX_BITS) - 1)) as usize)
     }
 
+    /// ncclRedOpDestroy: frees a PreMulSum op's slot. Fails for a built-in op, an op of another
+    /// communicator, or one already destroyed.
     pub fn destroy_op(&self, raw: i32) -> Result<()> {
         if RedOp::builtin(raw).is_some() {
             return Err(Error::invalid_argument(format!("cannot destroy built-in reduction op {raw}")));
@@ -321,10 +351,13 @@ impl Comm {
         }
     }
 
+    /// ncclCommGetAsyncError's answer: ncclInProgress during a nonblocking init, split or shrink,
+    /// then ncclSuccess or the first error.
     pub fn async_state(&self) -> ResultCode {
         ResultCode::from_raw(self.state.load(Ordering::Acquire)).unwrap_or(ResultCode::InternalError)
     }
 
+    /// Records an asynchronous error; only the first is kept (over ncclSuccess or ncclInProgress).
     pub fn set_error(&self, code: ResultCode) {
         // Keep the first error: later ones are usually its consequences.
         let _ = self.state.compare_exchange(
@@ -341,6 +374,7 @@ impl Comm {
         );
     }
 
+    /// Whether ncclCommAbort was called on this communicator.
     pub fn is_aborted(&self) -> bool {
         self.aborted.load(Ordering::Acquire)
     }
@@ -365,6 +399,8 @@ impl Comm {
         }
     }
 
+    /// The nonblocking split or shrink begun by `begin_async` ended: back to ncclSuccess, or its
+    /// error kept as the communicator's asynchronous error.
     pub fn end_async(&self, outcome: &Result<()>) {
         match outcome {
             Ok(()) => {

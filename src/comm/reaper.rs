@@ -51,10 +51,20 @@ const GONE_EVERY: Duration = Duration::from_secs(1);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Waiter {
     /// A rank of the same communicator in this process (`retire`).
-    Local { rank: usize },
+    Local {
+        /// Its rank in the communicator.
+        rank: usize,
+    },
     /// A rank in another process of this host: its release notice, or its process's end, which
     /// this process can see only within one network namespace (`beacon`).
-    Remote { rank: usize, token: u64, visible: bool },
+    Remote {
+        /// Its rank in the communicator.
+        rank: usize,
+        /// Its process's token (`topo::process_token`), which names its beacon.
+        token: u64,
+        /// Its process is in this network namespace, so its end can be seen (`process_gone`).
+        visible: bool,
+    },
 }
 
 /// A buffer waiting for its peers.
@@ -63,6 +73,7 @@ pub struct Held {
     pub what: String,
     /// The communicator (`Bootstrap::instance_key`): local releases are matched by it.
     pub key: u64,
+    /// The peers that must let go of it first.
     pub waiting: Vec<Waiter>,
     /// Where remote peers' release notices arrive.
     pub bootstrap: Option<Arc<Bootstrap>>,

@@ -67,9 +67,20 @@ pub fn check_color(color: i32) -> Result<()> {
 /// What a parent rank asks for.
 #[derive(Clone, Debug)]
 pub enum Request {
-    Split { color: i32, key: i32 },
-    /// `excluded` sorted, deduplicated; `abort_parent`: NCCL_SHRINK_ABORT.
-    Shrink { excluded: Vec<usize>, abort_parent: bool },
+    /// ncclCommSplit, collective over every parent rank.
+    Split {
+        /// This rank's color: ranks of one color form one child; NOCOLOR: no child for it.
+        color: i32,
+        /// Orders the child's ranks (ties by parent rank).
+        key: i32,
+    },
+    /// ncclCommShrink, over the surviving ranks only.
+    Shrink {
+        /// Parent ranks left out of the child, sorted, deduplicated.
+        excluded: Vec<usize>,
+        /// NCCL_SHRINK_ABORT: the parent is revoked (its kernels told to stop) before the child forms.
+        abort_parent: bool,
+    },
 }
 
 /// Runs one parent rank's part of a split or shrink and returns its initialised child (None:

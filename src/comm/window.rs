@@ -21,8 +21,11 @@ pub const WIN_COLL_SYMMETRIC: i32 = 0x01;
 /// One registered window.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Window {
+    /// Device address of this rank's buffer.
     pub base: u64,
+    /// Its length in bytes.
     pub size: u64,
+    /// The registration flags (`WIN_COLL_SYMMETRIC` or 0).
     pub flags: i32,
     /// Its registration handle (src/reg), 0 if it has none.
     pub reg: u64,
@@ -86,10 +89,12 @@ impl Windows {
         self.0.lock().list.iter().find(|(x, _)| *x == h).map(|(_, e)| e.window.clone())
     }
 
+    /// How many windows are registered.
     pub fn len(&self) -> usize {
         self.0.lock().list.len()
     }
 
+    /// Whether no window is registered.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -171,7 +176,14 @@ pub fn compare(all: &[(u64, i32)]) -> Result<()> {
 /// What a deferred window job does.
 pub enum What {
     /// ncclCommWindowRegister of [base, base + size).
-    Register { base: u64, size: u64, flags: i32 },
+    Register {
+        /// Device address of the caller's buffer.
+        base: u64,
+        /// Its length in bytes.
+        size: u64,
+        /// The caller's window flags (`WIN_COLL_SYMMETRIC` or 0).
+        flags: i32,
+    },
     /// ncclDevCommCreate.
     DevComm(Box<crate::comm::devcomm::Request>),
 }
@@ -179,7 +191,9 @@ pub enum What {
 /// A deferred (or immediate) window registration or device communicator creation: collective,
 /// run in call order per communicator.
 pub struct WindowJob {
+    /// The communicator it registers with.
     pub comm: Arc<Comm>,
+    /// A window registration or a device communicator creation.
     pub what: What,
     /// Where the caller wants the result (an `ncclWindow_t*` or `ncclDevComm*` the caller keeps
     /// valid, as NCCL requires until the group ends).
@@ -191,6 +205,8 @@ pub struct WindowJob {
 unsafe impl Send for WindowJob {}
 
 impl WindowJob {
+    /// Runs the job (collective over the communicator) and writes its result to `out`. Fails
+    /// where the communicator is not initialised or not usable, or the registration fails.
     pub fn run(self) -> Result<()> {
         let r = self.comm.ready()?;
         self.comm.check_usable()?;

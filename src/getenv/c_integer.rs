@@ -2,10 +2,14 @@
 //! prefixes (0x hex, 0 octal) are accepted. Unlike NCCL, which silently takes "12abc" as 12 and
 //! "abc" as 0, a value with no digits or with trailing junk is reported as malformed.
 
+/// Why a value is not a C integer literal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IntError {
+    /// No digit where the number should start (empty, blank, a lone sign, or letters).
     NoDigits,
+    /// Digits followed by something that is not one (in the literal's radix).
     TrailingJunk,
+    /// The value does not fit in an i64.
     Overflow,
 }
 

@@ -12,11 +12,14 @@ pub use conf_file::conf_file_values;
 /// Where a value came from, for the "set by ..." INFO line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
+    /// The process environment.
     Environment,
+    /// An nccl.conf configuration file.
     ConfigFile,
 }
 
 impl Source {
+    /// The source in words, as the INFO line names it.
     pub fn describe(self) -> &'static str {
         match self {
             Source::Environment => "environment",

@@ -13,16 +13,22 @@ use crate::types::DataType;
 /// The combining part of an op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Combine {
+    /// Sum (`ncclSum`; PreMulSum and `ncclAvg` combine with it too).
     Sum,
+    /// Product (`ncclProd`).
     Prod,
+    /// Maximum (`ncclMax`).
     Max,
+    /// Minimum (`ncclMin`).
     Min,
 }
 
 /// One reduction: combine, then (integer average only) divide by `postdiv`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostOp {
+    /// Element type of the operands.
     pub dtype: DataType,
+    /// How two elements combine.
     pub combine: Combine,
     /// Integer average's divisor (the communicator's size); 0 or 1: none.
     pub postdiv: u64,

@@ -55,6 +55,8 @@ const NET_CONN: u32 = 0x4e45_5400;
 /// at a time, so a few slots are plenty.
 const FIFO_SLOTS: u32 = 64;
 
+/// One rank's links, indexed by peer rank: a link to every rank of the other hosts (as the layout
+/// counts hosts), None for the ranks of this host.
 pub type Links = Vec<Option<Link>>;
 
 /// `NetStepArgs::combine` for a reduction the step kernel combines (`stage::on_gpu` takes only these
@@ -193,6 +195,7 @@ impl NetStatus {
 
 /// The cross-host part of a communicator.
 pub struct Net {
+    /// Where every rank sits (hosts, this rank's host) and the cross-host thresholds the planner uses.
     pub layout: Layout,
     /// This host's ranks (oxccl's own communicator; never handed to the user).
     pub local: Arc<Comm>,
@@ -252,7 +255,9 @@ pub struct Net {
 /// and net sits below the launch path.
 #[derive(Clone, Copy)]
 pub struct Launch {
+    /// Launches one collective on the host-local communicator (launch_task).
     pub coll: fn(&CollTask) -> Result<()>,
+    /// Launches a group of point-to-point operations on a communicator (launch_p2p).
     pub p2p: fn(&Arc<Comm>, &[P2pOp]) -> Result<()>,
 }
 
@@ -283,6 +288,8 @@ impl CrossHost for Net {
 }
 
 impl Net {
+    /// Builds the cross-host part (collective over the whole communicator): the host-local
+    /// communicator, a link to every rank of the other hosts, the proxy and its FIFO.
     pub fn connect(s: Setup<'_>, launch: Launch) -> Result<Net> {
         // With peer GPU memory ruled out on a host (copy engine, host staging), every rank is planned
         // as a host of its own and only the links tell hosts apart.

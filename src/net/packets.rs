@@ -60,9 +60,13 @@ pub fn max_bytes() -> u64 {
 /// for the kernel (a post-copy), else by the kernel for the proxy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Range {
+    /// Byte offset of the plain data in the step's arena.
     pub plain: u64,
+    /// Byte offset of the packets in the step's arena (`packet_bytes(bytes)` bytes).
     pub packets: u64,
+    /// Payload bytes.
     pub bytes: u64,
+    /// True for a result (proxy to kernel), false for a kernel's input to the proxy.
     pub result: bool,
 }
 

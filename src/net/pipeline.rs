@@ -15,6 +15,7 @@ use super::plan::{Buf, Phase};
 /// Bytes combined, and copied to the GPU, at a time: a quarter of the reduction, between
 /// `MIN_PIECE` and `PIECE` (so a reduction of 512 KiB still overlaps its last quarter only).
 pub const PIECE: u64 = 256 << 10;
+/// The smallest piece, in bytes (`piece_bytes`).
 pub const MIN_PIECE: u64 = 32 << 10;
 
 /// The piece size for a reduction of `bytes` (a multiple of 4 KiB, so of every element size).
@@ -28,10 +29,23 @@ pub enum Src {
     /// In the arena at this offset before the phase starts (an earlier phase's result).
     Ready(u64),
     /// Landing in the arena at `at`, which is byte `skip` of the phase's receive number `recv`.
-    Landing { recv: usize, at: u64, skip: u64 },
+    Landing {
+        /// Index of the receive in `Phase::recvs`.
+        recv: usize,
+        /// Byte offset of the input in the arena.
+        at: u64,
+        /// Byte offset of the input in the receive's data.
+        skip: u64,
+    },
     /// GPU memory, copied to the host while the transfers run: into the reduction's accumulator
     /// when it is the first input (`tmp` None), else at offset `tmp` of the proxy's scratch.
-    Dev { dev: u64, tmp: Option<u64> },
+    Dev {
+        /// Device address of the input.
+        dev: u64,
+        /// Byte offset of its host copy in the proxy's scratch (`Pipe::tmp_bytes`); None: the
+        /// accumulator.
+        tmp: Option<u64>,
+    },
 }
 
 /// When a piece of a reduction's result goes to its GPU range.
@@ -47,17 +61,21 @@ pub enum Out {
     AtEnd,
 }
 
+/// How one of the phase's reductions (`plan::HostReduce`) runs as its inputs arrive.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reduction {
+    /// Where each input is, in the order of `HostReduce::inputs`.
     pub inputs: Vec<Src>,
+    /// When each piece of the result goes to the GPU.
     pub out: Out,
 }
 
+/// A phase's reductions, planned to run while its transfers do (`plan`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pipe {
     /// One per `Phase::reduces`, in order.
     pub reductions: Vec<Reduction>,
-    /// Scratch for GPU inputs after the first.
+    /// Bytes of scratch for the host copies of GPU inputs after the first (16-byte aligned each).
     pub tmp_bytes: u64,
     /// Per receive of the phase: whether a reduction reads it as it lands.
     pub watched: Vec<bool>,

@@ -63,8 +63,11 @@ pub fn combine_min(packets_max: u64) -> u64 {
 /// One copy the step kernel makes: between GPU address `dev` and arena offset `host`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HostCopy {
+    /// GPU address of the range.
     pub dev: u64,
+    /// Byte offset of its shadow in the step's arena.
     pub host: u64,
+    /// Bytes to copy.
     pub bytes: u64,
     /// None, or (a copy out) the GPU address the kernel combines the arena's bytes with on the
     /// way: `dev[i] = with[i] (op) arena[i]`, by `Staged::combine` (see "Combined on the GPU" below).
@@ -74,6 +77,8 @@ pub struct HostCopy {
 /// A step rewritten to host memory, with the copies around it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Staged {
+    /// The step the proxy runs: every GPU range its phases read or write replaced by a
+    /// shadow in the arena.
     pub step: Step,
     /// GPU -> arena, before the proxy runs the step.
     pub pre: Vec<HostCopy>,

@@ -12,8 +12,12 @@ use std::ffi::c_int;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ncclTeam_t {
+    /// Ranks in the team.
     pub nRanks: c_int,
+    /// This rank's index in the team.
     pub rank: c_int,
+    /// Distance in world ranks between consecutive members (1 for the world and LSA teams, the LSA
+    /// team size for the rail team).
     pub stride: c_int,
 }
 
@@ -29,14 +33,25 @@ pub const TABLE_ENTRIES: usize = 32;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ncclWindow_vidmem {
+    /// `winHost`: the host-side window NCCL keeps beside the device copy; 0 here.
     pub winHost: u64,
+    /// `lsaFlatBase`: LSA rank 0's copy of the window in the flat symmetric space (device address).
     pub lsaFlatBase: u64,
+    /// `lsaRank`: this rank's index in its LSA team.
     pub lsaRank: c_int,
+    /// `worldRank`: this rank in the communicator.
     pub worldRank: c_int,
+    /// `stride4G`: distance between consecutive peers' copies, in units of 4 GiB.
     pub stride4G: u32,
+    /// `mcOffset4K`: the window's offset in the rank's slot of the flat space, in 4 KiB units (the
+    /// multicast offset in NCCL; no multicast here).
     pub mcOffset4K: u32,
+    /// `ginOffset4K`: the window's offset in its allocation, in 4 KiB units (for GIN, which oxccl
+    /// never enables).
     pub ginOffset4K: u32,
+    /// The 4 bytes the C compiler leaves before `ginWins`, spelled out.
     pub _pad: u32,
+    /// `ginWins`: one GIN window per GIN context; always 0 here (no GIN).
     pub ginWins: [u64; GIN_MAX_CONTEXTS],
 }
 
@@ -44,7 +59,9 @@ pub struct ncclWindow_vidmem {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ncclLsaBarrierHandle {
+    /// Resource buffer handle of the barriers' words (offset in the resource window / 128).
     pub bufHandle: u32,
+    /// Barriers in the buffer (NCCL's `nBarriers`).
     pub nBarriers: c_int,
 }
 
@@ -52,7 +69,9 @@ pub struct ncclLsaBarrierHandle {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ncclGinBarrierHandle {
+    /// First GIN signal of the barriers.
     pub signal0: u32,
+    /// Resource buffer handle of the barriers' words (offset in the resource window / 128).
     pub bufHandle: u32,
 }
 
@@ -60,7 +79,9 @@ pub struct ncclGinBarrierHandle {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ncclLLA2AHandle {
+    /// Resource buffer handle of the all-to-all's buffer (offset in the resource window / 128).
     pub bufHandle: u32,
+    /// Slots per block and generation (`nSlots` of `ncclLLA2ACreateRequirement`).
     pub nSlots: u32,
 }
 
@@ -68,27 +89,49 @@ pub struct ncclLLA2AHandle {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ncclDevComm {
+    /// This rank in the communicator (world team).
     pub rank: c_int,
+    /// Ranks in the communicator.
     pub nRanks: c_int,
+    /// `idivRcp32(nRanks)`, for the device side's fast division by `nRanks`.
     pub nRanks_rcp32: u32,
+    /// This rank's index in its LSA team.
     pub lsaRank: c_int,
+    /// Ranks in the LSA team.
     pub lsaSize: c_int,
+    /// `idivRcp32(lsaSize)`.
     pub lsaSize_rcp32: u32,
+    /// Device address of the first `ncclDevCommWindowTable` block (`ncclFindWindow` walks it).
     pub windowTable: u64,
+    /// `ncclWindow_t` (device address of its `ncclWindow_vidmem`) of the resource window holding the
+    /// barriers' and the caller's buffers; 0 when none was needed.
     pub resourceWindow: u64,
+    /// A copy of the resource window's `ncclWindow_vidmem`, held in the struct itself.
     pub resourceWindow_inlined: ncclWindow_vidmem,
     /// `ncclMultimemHandle_t lsaMultimem` (its `mcBasePtr`): always NULL, no multicast here.
     pub lsaMultimem: u64,
+    /// The LSA barriers in the resource window.
     pub lsaBarrier: ncclLsaBarrierHandle,
+    /// The rail GIN barriers in the resource window (sized as NCCL sizes them; GIN stays off).
     pub railGinBarrier: ncclGinBarrierHandle,
+    /// GIN contexts (`ginContextCount`); 0 here, oxccl has no GIN transport.
     pub ginContextCount: u8,
+    /// GIN transport type per context (`ginTypes`); 0 here.
     pub ginTypes: [u8; 4],
+    /// The 3 bytes the C compiler leaves before `ginHandles`, spelled out.
     pub _pad: [u8; 3],
+    /// GIN context handles (`ginHandles`); 0 here.
     pub ginHandles: [u64; 4],
+    /// First GIN signal of the communicator (`ginSignalBase`); 0 here.
     pub ginSignalBase: u32,
+    /// GIN signals (`ginSignalCount`); 0 here.
     pub ginSignalCount: c_int,
+    /// First GIN counter (`ginCounterBase`); 0 here.
     pub ginCounterBase: u32,
+    /// GIN counters (`ginCounterCount`); 0 here.
     pub ginCounterCount: c_int,
+    /// `ginSignalShadows`: device address of the (empty) GIN signal shadows, this rank's copy of the
+    /// resource window past its buffers, where NCCL places them.
     pub ginSignalShadows: u64,
 }
 
@@ -96,8 +139,11 @@ pub struct ncclDevComm {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TableEntry {
+    /// Start of the registered range as the caller addresses it (device address).
     pub base: u64,
+    /// Bytes of the range.
     pub size: u64,
+    /// The range's `ncclWindow_t` (device address of its `ncclWindow_vidmem`); 0 marks a free entry.
     pub window: u64,
 }
 
@@ -105,7 +151,9 @@ pub struct TableEntry {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ncclDevCommWindowTable {
+    /// The block's entries; free ones have `window == 0`.
     pub entries: [TableEntry; TABLE_ENTRIES],
+    /// Device address of the next block; 0 for the last.
     pub next: u64,
 }
 
@@ -113,17 +161,29 @@ pub struct ncclDevCommWindowTable {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ncclDevCommRequirements {
+    /// Head of the caller's buffer requirements list (NULL: none).
     pub resourceRequirementsList: *mut ncclDevResourceRequirements,
+    /// Head of the caller's team requirements list (NULL: none).
     pub teamRequirementsList: *mut ncclTeamRequirements,
+    /// Multicast memory for the LSA team; refused (ncclInvalidArgument), oxccl never uses NVLS.
     pub lsaMultimem: bool,
+    /// Barriers of both kinds: raises `lsaBarrierCount` and `railGinBarrierCount` to at least this.
     pub barrierCount: c_int,
+    /// LSA barriers to allocate in the resource window.
     pub lsaBarrierCount: c_int,
+    /// Rail GIN barriers to allocate in the resource window.
     pub railGinBarrierCount: c_int,
+    /// LL all-to-all blocks (`lsaLLA2ABlockCount`); not read by oxccl.
     pub lsaLLA2ABlockCount: c_int,
+    /// LL all-to-all slots (`lsaLLA2ASlotCount`); not read by oxccl.
     pub lsaLLA2ASlotCount: c_int,
+    /// Forces GPU-initiated networking on; refused (ncclInvalidUsage), oxccl has no GIN transport.
     pub ginForceEnable: bool,
+    /// GIN contexts wanted (`ginContextCount`); not read by oxccl.
     pub ginContextCount: c_int,
+    /// GIN signals wanted; nonzero is refused (ncclInvalidUsage).
     pub ginSignalCount: c_int,
+    /// GIN counters wanted; nonzero is refused (ncclInvalidUsage).
     pub ginCounterCount: c_int,
 }
 
@@ -131,13 +191,22 @@ pub struct ncclDevCommRequirements {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ncclDevResourceRequirements {
+    /// The next requirement (NULL: the last).
     pub next: *mut ncclDevResourceRequirements,
+    /// Bytes of the buffer.
     pub bufferSize: usize,
+    /// Alignment of the buffer in the resource window, in bytes (it lands at a multiple of
+    /// max(128, this)).
     pub bufferAlign: usize,
+    /// Where to write the buffer's handle (its offset in the resource window / 128); NULL: nowhere.
     pub outBufferHandle: *mut u32,
+    /// GIN signals the buffer needs.
     pub ginSignalCount: c_int,
+    /// GIN counters the buffer needs.
     pub ginCounterCount: c_int,
+    /// Where to write the buffer's first GIN signal; NULL: nowhere.
     pub outGinSignalStart: *mut u32,
+    /// Where to write the buffer's first GIN counter; NULL: nowhere.
     pub outGinCounterStart: *mut u32,
 }
 
@@ -145,8 +214,11 @@ pub struct ncclDevResourceRequirements {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ncclTeamRequirements {
+    /// The next requirement (NULL: the last).
     pub next: *mut ncclTeamRequirements,
+    /// The team the requirement is for.
     pub team: ncclTeam_t,
+    /// Multicast memory for the team; refused (ncclInvalidArgument), oxccl never uses NVLS.
     pub multimem: bool,
     /// `ncclMultimemHandle_t*`.
     pub outMultimemHandle: *mut u64,

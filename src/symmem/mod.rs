@@ -166,6 +166,7 @@ impl Local {
 
 /// Memory mapped at one offset of every rank's slot.
 pub struct Mapping {
+    /// Offset of the mapping in each rank's slot of the flat space, in bytes.
     pub off: u64,
     maps: Vec<(u64, usize)>,
 }
@@ -173,7 +174,9 @@ pub struct Mapping {
 /// A window in symmetric memory: its mapping and the `ncclWindow_vidmem` kernels read.
 pub struct SymWindow {
     mapping: Mapping,
+    /// Device copy of `desc`: the address an `ncclWindow_t` holds.
     pub vidmem: DeviceBuffer,
+    /// Host copy of the window's descriptor (`vidmem` holds the same bytes on the device).
     pub desc: ncclWindow_vidmem,
     /// (table block, entry) of its `ncclDevCommWindowTable` entry.
     entry: (usize, usize),
@@ -199,6 +202,7 @@ pub struct SymMem {
     world_rank: usize,
     me: usize,
     n: usize,
+    /// Bytes of each rank's slot of the flat space (the window stride): a multiple of 4 GiB.
     pub big: u64,
     gran: u64,
     flat: u64,
@@ -228,10 +232,13 @@ impl SymMem {
         Ok(SymMem { dev, key, world_rank, me: world_rank, n: nranks, big, gran, flat, space: Space::default(), seq: 0, tables: Vec::new() })
     }
 
+    /// The recommended cuMem allocation granularity, in bytes: symmetric mappings are sized and
+    /// placed in multiples of it.
     pub fn granularity(&self) -> u64 {
         self.gran
     }
 
+    /// This rank's index in the LSA team (its slot of the flat space).
     pub fn lsa_rank(&self) -> usize {
         self.me
     }

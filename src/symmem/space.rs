@@ -13,6 +13,7 @@ pub struct Space {
 }
 
 impl Space {
+    /// Records `[off, off + len)` as used, keeping the ranges sorted.
     pub fn insert(&mut self, off: u64, len: u64) {
         let i = self.used.partition_point(|&(o, _)| o < off);
         self.used.insert(i, (off, len));
@@ -29,6 +30,7 @@ impl Space {
         }
     }
 
+    /// The used ranges `(offset, len)`, sorted by offset.
     pub fn used(&self) -> &[(u64, u64)] {
         &self.used
     }
@@ -38,6 +40,7 @@ impl Space {
         self.used.iter().flat_map(|&(o, l)| o.to_le_bytes().into_iter().chain(l.to_le_bytes())).collect()
     }
 
+    /// Ranges encoded by `encode`; None if `b` is not a whole number of 16-byte pairs.
     pub fn decode(b: &[u8]) -> Option<Vec<(u64, u64)>> {
         if !b.len().is_multiple_of(16) {
             return None;

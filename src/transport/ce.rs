@@ -26,6 +26,8 @@ use crate::gpu::{check, cu, Device, DeviceBuffer};
 
 /// Bytes per slot: large enough that a copy outlasts the per-chunk round trip.
 pub const CHUNK: u64 = 4 << 20;
+/// Slots of the receiver's ring, per lane and direction: two let one chunk's copy in overlap the
+/// previous one's copy out.
 pub const SLOTS: u64 = 2;
 
 /// A job as (offset, bytes) chunks; a zero-byte job is one empty chunk, so it still carries a

@@ -89,7 +89,9 @@ const COPY_BLOCKS: u32 = 32;
 /// The path's kernels (kernels/colls/ce_direct.cu).
 #[derive(Clone, Copy)]
 pub struct Kernels {
+    /// One thread waiting for a counter to reach a value, or for the abort flag.
     pub wait: Kernel,
+    /// The SM copy that runs a launch's local copies beside the transfers, on a side stream.
     pub copy: Kernel,
 }
 
@@ -99,18 +101,23 @@ pub struct Kernels {
 pub const fn ready_off(peer: usize) -> u64 {
     16 * peer as u64
 }
+/// Offset of `done(peer)`: peer p's copies into this rank that have finished.
 pub const fn done_off(peer: usize) -> u64 {
     16 * peer as u64 + 8
 }
+/// Offset of `gate`, after every peer's pair of counters.
 pub const GATE_OFF: u64 = 16 * OX_MAX_RANKS as u64;
+/// Bytes of a rank's counter area (in its channel buffer).
 pub const COUNTER_BYTES: u64 = GATE_OFF + 8;
 
 /// What one rank tells the other before a transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Offer {
+    /// This rank's stream is capturing a CUDA graph: the pair then takes the kernel path.
     pub capturing: bool,
-    /// Bytes this rank sends to the peer and receives from it in this launch (0: none).
+    /// Bytes this rank sends to the peer in this launch (0: none).
     pub send_bytes: u64,
+    /// Bytes this rank receives from the peer in this launch (0: none).
     pub recv_bytes: u64,
     /// The destination of this rank's receive, if it has one and can share it.
     pub dst: Option<Dest>,
@@ -142,14 +149,20 @@ pub struct Dest {
     /// The allocation's base and size in the receiver's address space (stale mappings are found
     /// by a new id over the same range).
     pub base: u64,
+    /// The allocation's size in bytes.
     pub size: u64,
+    /// Where the receive starts in the allocation, in bytes from its base.
     pub offset: u64,
+    /// How the sender can map the allocation.
     pub share: Share,
 }
 
 impl Offer {
+    /// Bytes of an encoded offer.
     pub const BYTES: usize = 2 + 8 * 6 + 1 + IPC_HANDLE_BYTES + 8 * MAPPED_IDS;
 
+    /// The offer as sent on the pair's socket: `BYTES` bytes, integers little-endian (a file
+    /// descriptor, for `Share::Fd`, travels beside it).
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(Self::BYTES);
         v.push(self.capturing as u8);
@@ -171,6 +184,7 @@ impl Offer {
         v
     }
 
+    /// The offer `encode` made; fails on a message of another length or with invalid flags.
     pub fn decode(b: &[u8]) -> Result<Offer> {
         const KIND: usize = 2 + 8 * 6;
         if b.len() != Self::BYTES || b[0] > 1 || b[1] > 1 || b[KIND] > 2 {
@@ -423,9 +437,13 @@ pub struct CeDirect {
 /// The exchange kernel's launch for a whole launch's transfers, made for whatever the copy
 /// engines do not move.
 pub struct Fallback {
+    /// The exchange kernel.
     pub kernel: Kernel,
+    /// Thread blocks of the launch.
     pub grid: u32,
+    /// Threads per block.
     pub block: u32,
+    /// Its arguments, with a mode, rounds and chunk per peer.
     pub args: Box<ExchangeArgs>,
 }
 

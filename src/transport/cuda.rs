@@ -14,7 +14,9 @@ use super::MemAccess;
 /// A registered memory: device address and size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Region {
+    /// Device address of its first byte.
     pub ptr: u64,
+    /// Its length in bytes.
     pub size: u64,
 }
 
@@ -31,7 +33,9 @@ fn region(table: &[Region], id: u16, off: u64, len: u64, what: &str) -> Result<u
 /// default stream: that one would wait for the user's kernels on blocking streams, among them
 /// the kernel waiting for this very transfer.
 pub struct DeviceMem {
+    /// The GPU the memories are on; its context is made current for every copy.
     pub dev: &'static Device,
+    /// The registered memories, indexed by memory id.
     pub mems: Vec<Region>,
     /// Device addresses of this GPU's inbound semaphores (`u64`).
     pub sems: Vec<u64>,
@@ -39,6 +43,7 @@ pub struct DeviceMem {
 }
 
 impl DeviceMem {
+    /// Memories `mems` and semaphores `sems` of `dev`, by id; the stream pool starts empty.
     pub fn new(dev: &'static Device, mems: Vec<Region>, sems: Vec<u64>) -> DeviceMem {
         DeviceMem { dev, mems, sems, streams: Mutex::new(Vec::new()) }
     }
@@ -92,6 +97,9 @@ pub struct CopyEngine {
 }
 
 impl CopyEngine {
+    /// A connection from `src` (this rank's memories) to `dst` and `sems` (the peer's memories
+    /// and inbound semaphores, as mapped here), on a new non-blocking stream of `dev`. Fails where
+    /// the stream cannot be made.
     pub fn new(dev: &'static Device, src: Vec<Region>, dst: Vec<Region>, sems: Vec<u64>) -> Result<CopyEngine> {
         // Non-blocking: the connection's copies never wait for the legacy default stream.
         let stream = OwnedStream::new(dev)?;

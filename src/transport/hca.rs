@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 /// One `device[:port]` entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HcaEntry {
+    /// The RDMA device name, or its prefix unless the filter is exact (`mlx5`, `mlx5_0`).
     pub name: String,
     /// None: every port.
     pub port: Option<u8>,
@@ -25,6 +26,7 @@ pub struct HcaFilter {
     pub exclude: bool,
     /// `=`: names must equal an entry's name, not merely start with it.
     pub exact: bool,
+    /// The listed entries, in order (empty ones dropped).
     pub entries: Vec<HcaEntry>,
 }
 

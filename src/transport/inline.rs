@@ -89,6 +89,7 @@ pub struct Out {
 }
 
 impl Out {
+    /// No frames yet, to be written on `sock` (lane 0's socket to rank `peer`).
     pub fn new(sock: &TcpStream, peer: usize) -> Out {
         Out { fd: sock.as_raw_fd(), peer, frames: Vec::new(), cur: 0, sent: 0 }
     }
@@ -230,6 +231,7 @@ pub struct In {
 }
 
 impl In {
+    /// No frames expected yet, to be read from `sock` (lane 0's socket from rank `peer`).
     pub fn new(sock: &TcpStream, peer: usize) -> In {
         In { fd: sock.as_raw_fd(), peer, frames: Vec::new(), cur: 0, hdr: [0; HEADER_BYTES], got: 0 }
     }

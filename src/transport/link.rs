@@ -35,19 +35,26 @@ use crate::gpu::{check, cu, CtxGuard, Device, HostMapped};
 /// Staging chunk per copy.
 pub const CHUNK: usize = 1 << 20;
 const MAGIC: u32 = 0x544e_584f; // "OXNT"
+/// Bytes of a frame's header (`header`): magic, a 32-bit word, the job's sequence number and its
+/// length in bytes.
 pub const HEADER_BYTES: usize = 24;
 
 /// Where a job's bytes are.
 #[derive(Clone, Copy, Debug)]
 pub enum Mem {
+    /// GPU memory, by device address (staged through pinned buffers by carriers that need it).
     Dev(u64),
+    /// Host memory (such as the proxy's arena), by address.
     Host(*mut u8),
 }
 
 /// One transfer for a link thread.
 pub struct Job {
+    /// Where its bytes are: the source of a send, the destination of a receive.
     pub mem: Mem,
+    /// Its length in bytes.
     pub bytes: u64,
+    /// The phase's tracker, where the job counts itself finished (or failed).
     pub done: Arc<Tracker>,
     /// Watched progress (`Landing`), published with release ordering: for a receive, how many
     /// bytes are in memory; for a send, how many of its source have been read (copied out of the
@@ -104,6 +111,7 @@ pub struct Tracker {
 }
 
 impl Tracker {
+    /// A tracker expecting `jobs` jobs, none failed.
     pub fn new(jobs: usize) -> Arc<Tracker> {
         Arc::new(Tracker { state: Mutex::new((jobs, None)), cv: Condvar::new() })
     }
@@ -211,11 +219,16 @@ type Queued = (u64, Job, u64);
 /// Which way a job goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dir {
+    /// From this rank to the peer.
     Send,
+    /// From the peer to this rank.
     Recv,
 }
 
+/// A link to one peer rank: its lanes, each a sending and a receiving carrier on threads of their
+/// own that take jobs in order; large jobs are striped over the lanes.
 pub struct Link {
+    /// The peer's rank.
     pub peer: usize,
     lanes: Vec<Queues>,
     /// Per lane, the last sequence number given out each way (sends, receives). Numbers are taken
@@ -675,10 +688,12 @@ impl Link {
         self.inline.as_ref().map(|(o, i)| (o, i))
     }
 
+    /// Posts a send job, unwatched (`post_job` with `Dir::Send`).
     pub fn send(&self, job: Job) {
         self.post(job, true);
     }
 
+    /// Posts a receive job, unwatched (`post_job` with `Dir::Recv`).
     pub fn recv(&self, job: Job) {
         self.post(job, false);
     }
@@ -757,6 +772,7 @@ impl Drop for Link {
 /// A thread's CUDA side: the device context, relaxed capture mode, its stream, and two pinned
 /// buffers for carriers that stage through host memory (none for the others).
 pub struct Staging {
+    /// The thread's own non-blocking stream, for its staging copies.
     pub stream: OwnedStream,
     bufs: Vec<HostMapped>,
     // Dropped after the stream and buffers: the context stays current for their teardown.
@@ -782,22 +798,29 @@ impl Staging {
         Ok(b)
     }
 
+    /// Waits for the copies queued on the thread's stream.
     pub fn sync(&self) -> Result<()> {
         self.stream.sync("cuStreamSynchronize (network staging)")
     }
 
+    /// Queues a copy of `len` bytes from device address `src` into pinned buffer `buf`, on the
+    /// thread's stream (done after `sync`). Fails where `len` does not fit the buffer.
     pub fn to_host(&self, buf: usize, src: u64, len: usize) -> Result<()> {
         // SAFETY: the destination is our pinned buffer of at least len bytes (checked); src is device memory
         // of the plan's operation, valid while the user's kernel waits for this step.
         check(unsafe { cu::cuMemcpyDtoHAsync_v2(self.buf(buf, len)?.host.cast(), src, len, self.stream.raw) }, "cuMemcpyDtoHAsync (network send)")
     }
 
+    /// Queues a copy of `len` bytes from pinned buffer `buf` to device address `dst`, on the
+    /// thread's stream (done after `sync`). Fails where `len` does not fit the buffer.
     pub fn to_device(&self, buf: usize, dst: u64, len: usize) -> Result<()> {
         // SAFETY: as in to_host, the other way.
         check(unsafe { cu::cuMemcpyHtoDAsync_v2(dst, self.buf(buf, len)?.host.cast(), len, self.stream.raw) }, "cuMemcpyHtoDAsync (network receive)")
     }
 
     // The buffer is raw pinned memory, not data owned through &self; one thread uses it.
+    /// The first `len` bytes of pinned buffer `buf`, for the host side of the thread; the
+    /// stream's copies into or out of it must be synchronised first. Fails where `len` does not fit.
     #[allow(clippy::mut_from_ref)]
     pub fn slice(&self, buf: usize, len: usize) -> Result<&mut [u8]> {
         let b = self.buf(buf, len)?;
@@ -823,6 +846,7 @@ pub struct Cx {
 }
 
 impl Cx {
+    /// The link's GPU; fails on a link without one (a job named GPU memory on a host-only link).
     pub fn device(&self) -> Result<&'static Device> {
         self.dev.ok_or_else(|| Error::internal("a network job names GPU memory on a host-only link"))
     }
@@ -835,6 +859,7 @@ impl Cx {
         Ok(())
     }
 
+    /// The thread's staging; fails on a link without a GPU, or where `prepare` has not made it.
     pub fn staging(&self) -> Result<&Staging> {
         self.device()?;
         self.st.as_ref().ok_or_else(|| Error::internal("network staging not set up when the link started"))

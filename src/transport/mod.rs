@@ -33,11 +33,14 @@ pub trait MemAccess: Send + Sync {
 /// Host memories and semaphores: for tests, and for transports between host buffers.
 #[derive(Default)]
 pub struct HostMem {
+    /// The memories, indexed by memory id.
     pub mems: Vec<Mutex<Vec<u8>>>,
+    /// The semaphores' values, indexed by semaphore id.
     pub sems: Vec<Mutex<u64>>,
 }
 
 impl HostMem {
+    /// Zeroed memories of `sizes` bytes (ids 0, 1, ...) and `nsems` semaphores at 0.
     pub fn new(sizes: &[usize], nsems: usize) -> HostMem {
         HostMem {
             mems: sizes.iter().map(|&n| Mutex::new(vec![0u8; n])).collect(),

@@ -100,8 +100,9 @@ pub struct Layout {
     pub pre: Vec<(u64, u64)>,
     /// Arena range of each post-copy (arena -> GPU), in kernel order.
     pub post: Vec<(u64, u64)>,
-    /// Offsets of the two flag arrays, a `u32` per chunk.
+    /// Offset of the pre flags, a `u32` per chunk.
     pub pre_flags: u64,
+    /// Offset of the post flags, a `u32` per chunk.
     pub post_flags: u64,
     /// Bytes per chunk (`chunk_for`); the kernel gets it as `NetStepArgs::pipe`.
     pub chunk: u64,
@@ -227,6 +228,8 @@ impl Gate {
         wait_until(&|| self.ready(lo, lo + len), self.abort, "waiting for a step kernel's copies into host memory")
     }
 
+    /// Waits until every pre-copy is in the arena (spinning, then yielding). Fails where the
+    /// communicator's abort flag is set meanwhile.
     pub fn wait_all(&self) -> Result<()> {
         wait_until(&|| self.all(), self.abort, "waiting for a step kernel's copies into host memory")
     }
@@ -245,6 +248,8 @@ pub struct Marker {
 }
 
 impl Marker {
+    /// No result final yet: the post flags of `layout`, in the arena at host address `arena`,
+    /// for the run whose flags hold `tag`.
     pub fn new(layout: &Layout, arena: *mut u8, tag: u32) -> Marker {
         let left = covering(&layout.post, layout.chunk, 0, u64::MAX).iter().map(|&(_, a, b)| b - a).collect();
         Marker { flags: arena as usize + layout.post_flags as usize, spans: layout.post.clone(), chunk: layout.chunk, left, tag, pre_done: false }

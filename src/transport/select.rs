@@ -18,15 +18,23 @@
 
 use crate::error::{Error, Result};
 
+/// How ranks on one host reach each other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LocalPath {
+    /// MemoryChannels: GPU threads copy over NVLink/PCIe peer mappings (the default).
     Memory,
+    /// PortChannels over CUDA IPC, the proxy moving data with copy-engine copies
+    /// (OXCCL_LOCAL_TRANSPORT=ce).
     CopyEngine,
+    /// No peer GPU memory: staged through pinned host memory over TCP (OXCCL_LOCAL_TRANSPORT=host,
+    /// or NCCL_P2P_DISABLE=1).
     Host,
 }
 
+/// Which network carries traffic between hosts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NetWant {
+    /// TCP sockets (NCCL_NET=Socket, NCCL_IB_DISABLE=1, or a build without `ib`).
     Socket,
     /// NCCL_NET=IB: InfiniBand or an error.
     Ib,
@@ -37,14 +45,19 @@ pub enum NetWant {
 /// The settings the choice depends on (read from the environment by `Knobs::from_env`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Knobs {
+    /// OXCCL_LOCAL_TRANSPORT as set (memory, ce or host, and their aliases); None: unset.
     pub local: Option<String>,
+    /// NCCL_P2P_DISABLE: no peer GPU memory between ranks of one host.
     pub p2p_disable: bool,
+    /// NCCL_IB_DISABLE: no InfiniBand, sockets across hosts.
     pub ib_disable: bool,
     /// ncclConfig_t.netName, or NCCL_NET (config::comm_env applies the precedence).
     pub net_name: Option<String>,
 }
 
 impl Knobs {
+    /// Reads OXCCL_LOCAL_TRANSPORT, NCCL_P2P_DISABLE and NCCL_IB_DISABLE; `net_name` is the
+    /// communicator's netName or NCCL_NET, as already resolved.
     pub fn from_env(net_name: Option<&str>) -> Knobs {
         use crate::config::{env, env_bool};
         Knobs {
@@ -56,9 +69,12 @@ impl Knobs {
     }
 }
 
+/// The transports a communicator uses (`choose`); every rank must choose the same.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Paths {
+    /// Between GPUs of one host.
     pub local: LocalPath,
+    /// Between hosts.
     pub net: NetWant,
 }
 
@@ -78,6 +94,7 @@ impl Paths {
         l | n << 4
     }
 
+    /// The choice in words, for log lines.
     pub fn describe(self) -> String {
         let l = match self.local {
             LocalPath::Memory => "MemoryChannel (peer GPU memory)",

@@ -6,9 +6,13 @@ use super::*;
 /// Point-to-point operations with global peers (rank `me` may appear: a copy to self).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct P2p {
+    /// True for a send, false for a receive.
     pub is_send: bool,
+    /// The peer's rank in the whole communicator.
     pub peer: usize,
+    /// Device address of the data.
     pub buf: u64,
+    /// Bytes to move.
     pub bytes: u64,
 }
 

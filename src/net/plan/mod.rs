@@ -27,6 +27,7 @@ use direct::{direct_all, direct_ops};
 /// Which rank lives on which host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
+    /// This rank (in the whole communicator).
     pub me: usize,
     /// Host index of each rank; hosts are numbered in order of their lowest rank.
     pub host_of: Vec<usize>,
@@ -86,12 +87,15 @@ impl Layout {
         Layout { me, host_of, hosts, bcast_direct_max: DIRECT_MAX_BYTES, bcast_chain_max: CHAIN_MAX_BYTES, bcast_pipeline_min: u64::MAX, bcast_stripe_min: 0, bcast_scatter_min: SCATTER_MIN_BYTES, reduce_slice_min: SLICE_MIN_BYTES, reduce_pipeline_min: u64::MAX, ring_min: u64::MAX, narrow: false }
     }
 
+    /// Ranks in the communicator.
     pub fn nranks(&self) -> usize {
         self.host_of.len()
     }
+    /// Hosts in the communicator.
     pub fn nhosts(&self) -> usize {
         self.hosts.len()
     }
+    /// This rank's host index.
     pub fn my_host(&self) -> usize {
         self.host_of[self.me]
     }
@@ -99,6 +103,7 @@ impl Layout {
     pub fn local_index(&self, r: usize) -> usize {
         self.hosts[self.host_of[r]].iter().position(|&x| x == r).unwrap_or(0)
     }
+    /// Ranks on host `h`.
     pub fn local_size(&self, h: usize) -> usize {
         self.hosts[h].len()
     }
@@ -118,14 +123,21 @@ impl Layout {
 /// Where a cross-host transfer reads or writes: GPU memory, or the step's host arena.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Buf {
+    /// A device address.
     Dev(u64),
+    /// A byte offset in the step's host arena.
     Host(u64),
 }
 
+/// One transfer with a rank on another host (as the layout counts hosts): the proxy sends `buf` to
+/// `peer` or receives into it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Xfer {
+    /// The other end (a rank of the communicator).
     pub peer: usize,
+    /// Where the bytes are read (send) or written (receive).
     pub buf: Buf,
+    /// Bytes to move.
     pub bytes: u64,
 }
 
@@ -133,18 +145,27 @@ pub struct Xfer {
 /// to `out` (a device address, or left at `acc` when `out` is `Host(acc)`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostReduce {
+    /// The operands, combined in order.
     pub inputs: Vec<Buf>,
+    /// Byte offset of the accumulator in the step's host arena.
     pub acc: u64,
+    /// Where the result goes.
     pub out: Buf,
+    /// Bytes of each operand and of the result.
     pub bytes: u64,
+    /// The combining operation and its element type.
     pub op: HostOp,
 }
 
 /// Transfers that run concurrently, then reductions once all have landed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Phase {
+    /// Sends of the phase.
     pub sends: Vec<Xfer>,
+    /// Receives of the phase.
     pub recvs: Vec<Xfer>,
+    /// Host reductions over what the transfers brought (`pipeline` may start them as their inputs
+    /// land).
     pub reduces: Vec<HostReduce>,
     /// Jobs of this phase at least this large are striped over every lane of their link; 0: the
     /// link's own threshold (OXCCL_NET_STRIPE_MIN). Both ends must split a job alike, so a plan
@@ -160,15 +181,20 @@ pub struct Phase {
 /// A copy between two GPU ranges of this rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DevCopy {
+    /// Source device address.
     pub src: u64,
+    /// Destination device address.
     pub dst: u64,
+    /// Bytes to copy.
     pub bytes: u64,
 }
 
 /// One cross-host step: phases in order, with the host arena they need.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Step {
+    /// The step's phases, run one after another.
     pub phases: Vec<Phase>,
+    /// Bytes of host arena the step needs (`host` reserves them).
     pub arena_bytes: u64,
     /// Host address of the step's arena when its launch provided one (a step staged by its
     /// kernel, `stage`); 0: the proxy's own arena.
@@ -206,22 +232,44 @@ impl Step {
 /// One point-to-point operation on the local communicator (peer is a local rank).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LocalP2p {
+    /// True for a send, false for a receive.
     pub is_send: bool,
+    /// The peer's rank in the local communicator.
     pub peer: usize,
+    /// Device address of the data.
     pub buf: u64,
+    /// Bytes to move.
     pub bytes: u64,
 }
 
 /// One stage on the local communicator.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LocalOp {
-    Coll { coll: Coll, send: u64, recv: u64, count: u64, op: ResolvedOp, root: usize },
+    /// A collective on the local communicator.
+    Coll {
+        /// The collective.
+        coll: Coll,
+        /// Device address of the send buffer.
+        send: u64,
+        /// Device address of the receive buffer.
+        recv: u64,
+        /// Elements, as NCCL's `count` argument.
+        count: u64,
+        /// Reduction op (reductions only).
+        op: ResolvedOp,
+        /// Root as a rank of the local communicator (its local index).
+        root: usize,
+    },
+    /// A group of point-to-point operations on the local communicator.
     P2p(Vec<LocalP2p>),
 }
 
+/// One stage of a planned operation, run in order on the user's stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Stage {
+    /// A launch on the host-local communicator.
     Local(LocalOp),
+    /// A cross-host step, carried out by the proxy (triggered by a step kernel).
     Net(Step),
 }
 
@@ -229,13 +277,21 @@ pub enum Stage {
 /// memory of at least `scratch_bytes(...)` for ReduceScatter and Reduce).
 #[derive(Clone, Copy, Debug)]
 pub struct Call {
+    /// The collective.
     pub coll: Coll,
+    /// Device address of the send buffer.
     pub send: u64,
+    /// Device address of the receive buffer.
     pub recv: u64,
+    /// Elements, as NCCL's `count` argument of the collective.
     pub count: u64,
+    /// Element type.
     pub dtype: DataType,
+    /// Reduction op (reductions only).
     pub op: ResolvedOp,
+    /// Root rank in the communicator (Broadcast, Reduce, Gather, Scatter).
     pub root: usize,
+    /// Device address of scratch of at least `scratch_bytes` (ReduceScatter and Reduce).
     pub scratch: u64,
 }
 
@@ -329,6 +385,8 @@ pub fn pipeline_defaults(apart: bool) -> (u64, u64) {
     let min = if apart { PIPELINE_MIN_APART } else { u64::MAX };
     (min, min)
 }
+/// Bytes from which Broadcast and Reduce go along the chain of hosts in pieces where the hosts are
+/// apart (`pipeline_defaults`).
 pub const PIPELINE_MIN_APART: u64 = 512 << 10;
 
 /// The ring's threshold unless set (`Layout::ring_min`): `RING_MIN_APART` where the hosts are
@@ -342,6 +400,8 @@ pub const PIPELINE_MIN_APART: u64 = 512 << 10;
 pub fn ring_default(apart: bool) -> u64 {
     if apart { RING_MIN_APART } else { u64::MAX }
 }
+/// Bytes (the call's largest buffer) from which AllReduce, ReduceScatter and AllGather go around
+/// the ring of hosts where the hosts are apart (`ring_default`).
 pub const RING_MIN_APART: u64 = 4 << 20;
 
 /// Whether a call whose largest buffer is `bytes` goes around the ring of hosts: three hosts or
@@ -367,6 +427,8 @@ fn ring(l: &Layout, bytes: u64) -> bool {
 /// direct (NCCL 22.4-24.2 in the same call), 32 KB 16.3-17.4 against 17.7-23.2; at 4-16 KB the
 /// two were within a microsecond or two either way (BENCHMARKS.md of 2026-11-27, 1464379; 64 KiB before).
 pub const DIRECT_MAX_BYTES: u64 = 16 << 10;
+/// Most ranks off the root's host for the direct Broadcast (`DIRECT_MAX_BYTES`) and Reduce
+/// (`REDUCE_DIRECT_MAX_BYTES`).
 pub const DIRECT_MAX_PEERS: usize = 4;
 
 /// Broadcast between two hosts from this size, where the message splits evenly over the ranks of
