@@ -24,18 +24,38 @@
   OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, avg, OpAvg, ENTRY)             \
   OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, premulsum, OpPreMulSum, ENTRY)
 
-#define OX_TYPED_KERNELS_ENTRY(PREFIX, FN, ENTRY)                \
-  OX_TYPED_OPS(PREFIX, FN, i8, int8_t, ENTRY)                    \
-  OX_TYPED_OPS(PREFIX, FN, u8, uint8_t, ENTRY)                   \
-  OX_TYPED_OPS(PREFIX, FN, i32, int32_t, ENTRY)                  \
-  OX_TYPED_OPS(PREFIX, FN, u32, uint32_t, ENTRY)                 \
-  OX_TYPED_OPS(PREFIX, FN, i64, int64_t, ENTRY)                  \
-  OX_TYPED_OPS(PREFIX, FN, u64, uint64_t, ENTRY)                 \
-  OX_TYPED_OPS(PREFIX, FN, f16, __half, ENTRY)                   \
-  OX_TYPED_OPS(PREFIX, FN, f32, float, ENTRY)                    \
-  OX_TYPED_OPS(PREFIX, FN, f64, double, ENTRY)                   \
-  OX_TYPED_OPS(PREFIX, FN, bf16, __nv_bfloat16, ENTRY)           \
-  OX_TYPED_OPS(PREFIX, FN, f8e4m3, __nv_fp8_e4m3, ENTRY)         \
-  OX_TYPED_OPS(PREFIX, FN, f8e5m2, __nv_fp8_e5m2, ENTRY)
+// Which datatypes this translation unit instantiates. The typed kernels are most of the kernels'
+// compile time, so build.rs compiles them as several units at once, each defining
+// OX_TYPE_IN_UNIT_<k>(x) as x for its share of the 12 datatypes (k in NCCL's ncclDataType_t
+// order) and as nothing for the rest. A unit that defines none (a plain nvcc of one file)
+// instantiates every datatype.
+#ifndef OX_TYPE_UNITS
+#define OX_TYPE_IN_UNIT_0(x) x
+#define OX_TYPE_IN_UNIT_1(x) x
+#define OX_TYPE_IN_UNIT_2(x) x
+#define OX_TYPE_IN_UNIT_3(x) x
+#define OX_TYPE_IN_UNIT_4(x) x
+#define OX_TYPE_IN_UNIT_5(x) x
+#define OX_TYPE_IN_UNIT_6(x) x
+#define OX_TYPE_IN_UNIT_7(x) x
+#define OX_TYPE_IN_UNIT_8(x) x
+#define OX_TYPE_IN_UNIT_9(x) x
+#define OX_TYPE_IN_UNIT_10(x) x
+#define OX_TYPE_IN_UNIT_11(x) x
+#endif
+
+#define OX_TYPED_KERNELS_ENTRY(PREFIX, FN, ENTRY)                                   \
+  OX_TYPE_IN_UNIT_0(OX_TYPED_OPS(PREFIX, FN, i8, int8_t, ENTRY))                    \
+  OX_TYPE_IN_UNIT_1(OX_TYPED_OPS(PREFIX, FN, u8, uint8_t, ENTRY))                   \
+  OX_TYPE_IN_UNIT_2(OX_TYPED_OPS(PREFIX, FN, i32, int32_t, ENTRY))                  \
+  OX_TYPE_IN_UNIT_3(OX_TYPED_OPS(PREFIX, FN, u32, uint32_t, ENTRY))                 \
+  OX_TYPE_IN_UNIT_4(OX_TYPED_OPS(PREFIX, FN, i64, int64_t, ENTRY))                  \
+  OX_TYPE_IN_UNIT_5(OX_TYPED_OPS(PREFIX, FN, u64, uint64_t, ENTRY))                 \
+  OX_TYPE_IN_UNIT_6(OX_TYPED_OPS(PREFIX, FN, f16, __half, ENTRY))                   \
+  OX_TYPE_IN_UNIT_7(OX_TYPED_OPS(PREFIX, FN, f32, float, ENTRY))                    \
+  OX_TYPE_IN_UNIT_8(OX_TYPED_OPS(PREFIX, FN, f64, double, ENTRY))                   \
+  OX_TYPE_IN_UNIT_9(OX_TYPED_OPS(PREFIX, FN, bf16, __nv_bfloat16, ENTRY))           \
+  OX_TYPE_IN_UNIT_10(OX_TYPED_OPS(PREFIX, FN, f8e4m3, __nv_fp8_e4m3, ENTRY))        \
+  OX_TYPE_IN_UNIT_11(OX_TYPED_OPS(PREFIX, FN, f8e5m2, __nv_fp8_e5m2, ENTRY))
 
 #define OX_TYPED_KERNELS(PREFIX, FN) OX_TYPED_KERNELS_ENTRY(PREFIX, FN, ox_pdl_enter())

@@ -1,6 +1,7 @@
-//! The kernels: one fatbin built by build.rs from kernels/*.cu, embedded in the library and loaded
-//! into each device's context; kernel handles are looked up once into tables indexed by
-//! (algorithm, datatype, op), so launching needs no string work.
+//! The kernels: fatbins built by build.rs from kernels/*.cu (one per translation unit, compiled
+//! in parallel), embedded in the library and each loaded as a module into each device's context;
+//! kernel handles are looked up once into tables indexed by (algorithm, datatype, op), so
+//! launching needs no string work.
 
 use std::ffi::CString;
 
@@ -15,9 +16,9 @@ use crate::types::{DataType, RedOp};
 #[repr(C, align(64))]
 struct Aligned<const N: usize>([u8; N]);
 
-/// The driver reads the fatbin's headers with aligned loads: keep it 64-byte aligned.
-static FATBIN: Aligned<{ include_bytes!(concat!(env!("OUT_DIR"), "/oxccl.fatbin")).len() }> =
-    Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/oxccl.fatbin")));
+// FATBINS: each unit's fatbin, 64-byte aligned (the driver reads a fatbin's headers with
+// aligned loads).
+include!(concat!(env!("OUT_DIR"), "/oxccl_fatbins.rs"));
 
 /// A kernel handle. CUfunction handles are immutable and usable from any thread.
 #[derive(Clone, Copy)]
@@ -26,9 +27,9 @@ pub struct Kernel(pub cu::CUfunction);
 unsafe impl Send for Kernel {}
 unsafe impl Sync for Kernel {}
 
-/// The embedded fatbin loaded into one device's context, with every kernel looked up once.
+/// The embedded fatbins loaded into one device's context, with every kernel looked up once.
 pub struct Module {
-    _raw: cu::CUmodule,
+    _raw: Vec<cu::CUmodule>,
     allreduce: Vec<Kernel>,
     allreduce_chain: Vec<Kernel>,
     reducescatter: Vec<Kernel>,
@@ -53,7 +54,7 @@ unsafe impl Sync for Module {}
 /// Kernel variants of a typed family, in table order.
 const LL_PUT: [&str; 2] = ["ll", "put"];
 
-fn typed_table(raw: cu::CUmodule, prefix: &str, variants: &[&str]) -> Result<Vec<Kernel>> {
+fn typed_table(raw: &[cu::CUmodule], prefix: &str, variants: &[&str]) -> Result<Vec<Kernel>> {
     let mut t = Vec::with_capacity(variants.len() * DataType::COUNT * RedOp::COUNT);
     for v in variants {
         for dt in DataType::ALL {
@@ -70,15 +71,20 @@ fn typed_index(variant: usize, dt: DataType, op: RedOp) -> usize {
 }
 
 impl Module {
-    /// Loads the fatbin into `dev`'s context (which the caller made current).
+    /// Loads the fatbins into `dev`'s context (which the caller made current).
     pub(super) fn load(dev: &Device) -> Result<Module> {
-        let mut raw: cu::CUmodule = std::ptr::null_mut();
-        // SAFETY: FATBIN is a complete fatbin image that lives for the whole program.
-        check(unsafe { cu::cuModuleLoadData(&mut raw, FATBIN.0.as_ptr().cast()) }, "cuModuleLoadData")
-            .map_err(|e| e.context(format!("loading oxccl kernels on device {} (sm_{}{})", dev.ordinal, dev.cc_major, dev.cc_minor)))?;
+        let mut modules = Vec::with_capacity(FATBINS.len());
+        for (i, image) in FATBINS.iter().enumerate() {
+            let mut m: cu::CUmodule = std::ptr::null_mut();
+            // SAFETY: each FATBINS entry is a complete fatbin image that lives for the whole program.
+            check(unsafe { cu::cuModuleLoadData(&mut m, image.as_ptr().cast()) }, "cuModuleLoadData").map_err(|e| {
+                e.context(format!("loading oxccl kernels (unit {i}) on device {} (sm_{}{})", dev.ordinal, dev.cc_major, dev.cc_minor))
+            })?;
+            modules.push(m);
+        }
+        let raw = modules.as_slice();
         let algos: Vec<&str> = AllReduceAlgo::ALL.iter().map(|a| a.name()).collect();
         Ok(Module {
-            _raw: raw,
             allreduce: typed_table(raw, "ox_allreduce", &algos)?,
             allreduce_chain: typed_table(raw, "ox_allreduce", &["oneshot_chain"])?,
             reducescatter: typed_table(raw, "ox_reducescatter", &LL_PUT)?,
@@ -94,6 +100,7 @@ impl Module {
             proxy_selftest: function(raw, "ox_proxy_selftest")?,
             port_selftest: function(raw, "ox_port_selftest")?,
             net_step: function(raw, "ox_net_step")?,
+            _raw: modules,
         })
     }
 
@@ -175,13 +182,21 @@ impl Module {
     }
 }
 
-fn function(module: cu::CUmodule, name: &str) -> Result<Kernel> {
+/// Kernel `name` from whichever module holds it (each is in exactly one unit: build.rs).
+fn function(modules: &[cu::CUmodule], name: &str) -> Result<Kernel> {
     let cname = CString::new(name).map_err(|_| Error::internal("kernel name with NUL"))?;
-    let mut f: cu::CUfunction = std::ptr::null_mut();
-    // SAFETY: out-pointer to a local; module is loaded.
-    check(unsafe { cu::cuModuleGetFunction(&mut f, module, cname.as_ptr()) }, "cuModuleGetFunction")
-        .map_err(|e| e.context(format!("kernel {name}")))?;
-    Ok(Kernel(f))
+    let mut last = cu::CUresult::CUDA_ERROR_NOT_FOUND;
+    for &module in modules {
+        let mut f: cu::CUfunction = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; module is loaded.
+        match unsafe { cu::cuModuleGetFunction(&mut f, module, cname.as_ptr()) } {
+            cu::CUresult::CUDA_SUCCESS => return Ok(Kernel(f)),
+            cu::CUresult::CUDA_ERROR_NOT_FOUND => {}
+            rc => last = rc,
+        }
+    }
+    check(last, "cuModuleGetFunction").map_err(|e| e.context(format!("kernel {name}")))?;
+    Err(Error::internal(format!("kernel {name}: in no module")))
 }
 
 /// Launches `k` with one by-value argument struct.
