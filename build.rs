@@ -277,7 +277,7 @@ fn build_fatbin(manifest: &Path, out: &Path, abi_header: &Path) {
     let started = std::time::Instant::now();
     let mut pending: Vec<usize> = (0..UNITS).rev().collect(); // popped in order: typed units first
     let mut running: Vec<(usize, std::process::Child, std::time::Instant)> = Vec::new();
-    let mut took = vec![0u64; UNITS];
+    let mut took = [0u64; UNITS];
     while !pending.is_empty() || !running.is_empty() {
         while running.len() < jobs {
             let Some(i) = pending.pop() else { break };
