@@ -50,14 +50,20 @@ OX_DEV uint32_t ox_ll_flag_add(uint32_t flag, uint32_t d) {
   return t > 0xffffffffull ? (uint32_t)(t - 0x100000000ull + 8) : (uint32_t)t;
 }
 
-// How many ox_ll_next_flag steps lead from flag `a` to flag `b`; a `b` behind `a` (or a fresh 0)
-// gives a count near 2^32.
+// How many ox_ll_next_flag steps lead from flag `a` to flag `b`, for flags the wrap-around can
+// produce (b >= 8 once a wrapped); a `b` behind `a` gives a count near 2^32.
 OX_DEV uint32_t ox_ll_flag_steps(uint32_t a, uint32_t b) { return b >= a ? b - a : (b - 8u) + (0xffffffffu - a) + 1u; }
 
 // Whether the acknowledgement `v` names launch `pending` or a later one: it proves the peer left
-// launch pending-1. A peer runs at most a few launches ahead of this block (see the top of this
-// file); the bound only rejects stale values from before a wrap-around.
-OX_DEV bool ox_ll_acked(uint32_t v, uint32_t pending) { return ox_ll_flag_steps(pending, v) < (1u << 30); }
+// launch pending-1. A peer is at most three launches past `pending` (f+2, see the top of this
+// file), so the window is small: an acknowledgement left from long ago cannot alias into it. Values
+// below 8 exist only before the first wrap-around (flags start at 1 and wrap to 8) or in a slot
+// never written (0): behind any pending of 8 or more, and not in the wrap-aware count's domain
+// (0 against a pending of 0xfffffff8 would count 0 steps).
+OX_DEV bool ox_ll_acked(uint32_t v, uint32_t pending) {
+  if (v < 8u && pending >= 8u) return false;
+  return ox_ll_flag_steps(pending, v) < 16u;
+}
 
 // A flag-table load. Relaxed at GPU scope, so never served from a stale L1 line: an early
 // one-shot launch (allreduce.cu) reads the table before its PDL wait, while the previous kernel,
