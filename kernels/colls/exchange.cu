@@ -69,9 +69,14 @@ OX_DEV void ox_exchange_body(const ExchangeArgs& a) {
     direct_dst[threadIdx.x] = 0;
   }
   __syncthreads();
-  // An LL_ACK pair moves data one way, so these writes never conflict; the others store equal values.
-  if (threadIdx.x < a.nsend && a.mode[a.sends[threadIdx.x].peer] == OX_MODE_LL_ACK) oneway[a.sends[threadIdx.x].peer] = 1;
-  if (threadIdx.x < a.nrecv && a.mode[a.recvs[threadIdx.x].peer] == OX_MODE_LL_ACK) oneway[a.recvs[threadIdx.x].peer] = 2;
+  // An LL_ACK pair moves data one way, so these writes never conflict; the others store equal
+  // values. Only transfers with bytes count: a pair's zero-byte transfer against the data's
+  // direction (a Send/Recv group may post one) would otherwise also mark the sender a receiver,
+  // and a sender that sets no pending acknowledgement runs launches ahead of its peer and
+  // overwrites packets still unread (graph replays back to back hung on 2 x H200 under load, the
+  // conformance fuzzer's seed 148000, 2026-11-30).
+  if (threadIdx.x < a.nsend && a.sends[threadIdx.x].bytes > 0 && a.mode[a.sends[threadIdx.x].peer] == OX_MODE_LL_ACK) oneway[a.sends[threadIdx.x].peer] = 1;
+  if (threadIdx.x < a.nrecv && a.recvs[threadIdx.x].bytes > 0 && a.mode[a.recvs[threadIdx.x].peer] == OX_MODE_LL_ACK) oneway[a.recvs[threadIdx.x].peer] = 2;
   if (threadIdx.x < a.nsend && a.sends[threadIdx.x].bytes > 0) out_active[a.sends[threadIdx.x].peer] = 1;
   ox_ll_flags_load(c, flags, ab);  // includes a __syncthreads
   ox_ll_oneway_mark(c, me, n, flags, oneway);
