@@ -338,7 +338,7 @@ fn spawn_inits(mut jobs: Vec<InitJob>) -> Result<()> {
 
 /// ncclGroupEnd: closes a level; the outermost issues the group (`ncclGroupEnd`'s doc says how).
 pub fn end() -> Result<()> {
-    let Some(state) = close()? else { return Ok(()) };
+    let Some(mut state) = close()? else { return Ok(()) };
     if let Some(e) = state.error {
         return Err(e);
     }
@@ -352,6 +352,8 @@ pub fn end() -> Result<()> {
     if first_err.is_none() && !state.windows.is_empty() {
         first_err = run_windows(state.windows).err();
     }
+    // Communicator by communicator, in an order every rank shares (`by_communicator`).
+    state.ops = by_communicator(state.ops, comm_order_key);
     if first_err.is_none() {
         // OXCCL_CHECK: a disagreement drops the whole group before anything is launched.
         check_agreement(&state.ops)?;
@@ -461,15 +463,47 @@ fn handshake_may_wait(comm: &Arc<Comm>, bytes: u64) -> bool {
     r.ce.as_ref().is_some_and(|ce| !ce.is_async()) && min > 0 && bytes >= min
 }
 
+/// A group's operations with each communicator's together, in the group's order, and the
+/// communicators ordered by `key` (the same on every rank of a communicator); ties (the ranks of
+/// one communicator that this process drives, a communicator not yet ready) keep first-use order.
+///
+/// Launches on one stream run in the order they are issued, and a kernel waits for its peers'
+/// kernels of the same communicator. Ranks that interleave the same communicators' operations
+/// differently within a group (rank 0 posts on A then B, rank 1 on B then A; nothing forbids it)
+/// would otherwise issue A's launch first on one GPU and B's first on the other, and each would
+/// wait for a kernel queued behind the other's: a hang the conformance fuzzer found (one process
+/// driving 2 ranks, point-to-point groups on two communicators sharing each rank's stream, 2 x
+/// H200, 2026-11-30). A total order shared by all ranks, collectives before point-to-point as
+/// `launch_ops` runs them, leaves no cycle. NCCL orders a group's communicators the same way:
+/// ncclGroupCommJoin (src/group.cc, 2.28) keeps a process's ranks of one communicator adjacent
+/// and sorts the rest by commHash.
+fn by_communicator(ops: Vec<Deferred>, key: impl Fn(&Arc<Comm>) -> u64) -> Vec<Deferred> {
+    let mut parts: Vec<(u64, Vec<Deferred>)> = split_by_comm(ops).into_iter().map(|v| (v.first().map_or(0, |op| key(deferred_comm(op))), v)).collect();
+    // Stable: equal keys keep first-use order.
+    parts.sort_by_key(|(k, _)| *k);
+    parts.into_iter().flat_map(|(_, v)| v).collect()
+}
+
+/// `by_communicator`'s key: Ready::key (a hash of the communicator's bootstrap secret and its
+/// ranks' addresses, equal on every rank); u64::MAX for a communicator not ready.
+fn comm_order_key(c: &Arc<Comm>) -> u64 {
+    c.ready().map_or(u64::MAX, |r| r.key)
+}
+
+/// The communicator a deferred operation belongs to.
+fn deferred_comm(op: &Deferred) -> &Arc<Comm> {
+    match op {
+        Deferred::Coll(t) => &t.comm,
+        Deferred::P2p(c, _) | Deferred::Finalize(c) | Deferred::Destroy(c, _) | Deferred::Abort(c, _) => c,
+    }
+}
+
 /// A group's operations by communicator, each list in the group's order, communicators in
 /// first-use order.
 fn split_by_comm(ops: Vec<Deferred>) -> Vec<Vec<Deferred>> {
     let mut out: Vec<(Arc<Comm>, Vec<Deferred>)> = Vec::new();
     for op in ops {
-        let comm = match &op {
-            Deferred::Coll(t) => t.comm.clone(),
-            Deferred::P2p(c, _) | Deferred::Finalize(c) | Deferred::Destroy(c, _) | Deferred::Abort(c, _) => c.clone(),
-        };
+        let comm = deferred_comm(&op).clone();
         match out.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &comm)) {
             Some((_, v)) => v.push(op),
             None => out.push((comm, vec![op])),
@@ -823,6 +857,36 @@ mod tests {
         let cfg = crate::config::CommConfig::default();
         let c = Arc::new(Comm::new(1, 2, 1, cfg));
         assert!(per_comm_threads(&[on_null(&a, 8), on_null(&c, 4 << 20)], big), "NULL streams of two devices");
+    }
+
+    /// Two ranks that post the same communicators' operations in different orders launch them in
+    /// one order: by key, each communicator's in the group's order; equal keys (one
+    /// communicator's ranks in this process) stay in first-use order.
+    #[test]
+    fn by_communicator_orders_alike_on_every_rank() {
+        let cfg = crate::config::CommConfig::default();
+        // Rank 0 and rank 1 of communicators A (key 20) and B (key 10).
+        let a = [Arc::new(Comm::new(0, 2, 0, cfg.clone())), Arc::new(Comm::new(1, 2, 1, cfg.clone()))];
+        let b = [Arc::new(Comm::new(0, 2, 0, cfg.clone())), Arc::new(Comm::new(1, 2, 1, cfg))];
+        let key = |c: &Arc<Comm>| if a.iter().any(|x| Arc::ptr_eq(x, c)) { 20 } else { 10 };
+        let p2p = |c: &Arc<Comm>, bytes| Deferred::P2p(c.clone(), P2pOp { is_send: true, peer: 1 - c.rank, buf: 0, bytes, stream: std::ptr::null_mut() });
+        let seen = |ops: Vec<Deferred>| -> Vec<(u64, usize, u64)> {
+            by_communicator(ops, key)
+                .iter()
+                .map(|op| match op {
+                    Deferred::P2p(c, o) => (key(c), c.rank, o.bytes),
+                    _ => unreachable!(),
+                })
+                .collect()
+        };
+        // Rank 0 uses A first, rank 1 uses B first.
+        let r0 = seen(vec![p2p(&a[0], 1), p2p(&b[0], 2), p2p(&a[0], 3)]);
+        let r1 = seen(vec![p2p(&b[1], 2), p2p(&a[1], 1), p2p(&a[1], 3)]);
+        assert_eq!(r0, vec![(10, 0, 2), (20, 0, 1), (20, 0, 3)]);
+        assert_eq!(r1, vec![(10, 1, 2), (20, 1, 1), (20, 1, 3)]);
+        // One thread driving both ranks: B's ranks together, then A's, each in first-use order.
+        let both = seen(vec![p2p(&a[0], 1), p2p(&a[1], 1), p2p(&b[1], 2), p2p(&b[0], 2)]);
+        assert_eq!(both, vec![(10, 1, 2), (10, 0, 2), (20, 0, 1), (20, 1, 1)]);
     }
 
     /// Each communicator's operations keep the group's order.
