@@ -73,11 +73,11 @@
 // peer, and then the head f-2 waited for the peer's acknowledgement before it triggered. Either
 // way the peer's launch of f-3 had reached its packets (or its acknowledgement), so by (a) on the
 // peer, the peer's f-6 is complete: slot f mod 8 last held the packets of f-8, which the peer has
-// read. (scripts/model/ring_chain_model.py checks the chain at random: 4 slots fail, 5 do not.)
+// read. (scripts/model/ring_chain_model.py, in git before 7bcb34d, checked the chain at random: 4 slots fail, 5 do not.)
 // The LL halves keep their rule (ll_flags.cuh): a launch that waits first behind an early one has
 // a ring launch two flags back, which never used the halves; the early one's predecessors (f-2,
 // f-3) are ring launches too.
-// `Probe` marks the phases for scripts/lab/oneshot_lab.cu; the library's kernels use NoProbe.
+// `Probe` marked the phases for scripts/lab/oneshot_lab.cu (in git before 7bcb34d); the library's kernels use NoProbe.
 struct NoProbe {
   OX_DEV void mark(int) const {}
 };

@@ -16,7 +16,7 @@
 // acknowledgement of ll_flags.cuh, as for packets. Only the predecessor (rank - 1) writes a
 // rank's LL128 scratch, whatever the root and whichever collective, so the pairs' flags and
 // acknowledgements are shared with every other one-way packet launch consistently.
-// Executable model: scripts/model/reduce_ll128_model.py.
+// Executable model: scripts/model/reduce_ll128_model.py in git before 7bcb34d.
 #pragma once
 #include "common.cuh"
 #include "ll128.cuh"

@@ -255,7 +255,7 @@ OX_DEV void reduce_relay(const CollArgs& a) {
 // credits not yet waited for are drained (every signal of the launch is consumed in it, so the
 // counters stay paired for the next launch), then a barrier with every peer: no rank's next
 // launch writes a slot this rank may still read. Checked by an executable model under random
-// interleavings (scripts/model/reduce_chain_model.py).
+// interleavings (scripts/model/reduce_chain_model.py in git before 7bcb34d).
 template <typename T, typename Op>
 OX_DEV void reduce_chain(const CollArgs& a) {
   const DevComm& c = ox_comm(a);

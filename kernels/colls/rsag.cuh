@@ -119,7 +119,7 @@ OX_DEV void rsag_body(const CollArgs& a) {
   // round's second sync passed (the owners' reduce of this round has read their RS slots), and the
   // next round's first sync still follows the copy-out, so the slot reuse above is unchanged. In
   // place, the two touch different offsets of every piece. Executable model, with the orders that
-  // break it: scripts/model/rsag_model.py.
+  // break it: scripts/model/rsag_model.py in git before 7bcb34d.
   uint64_t prev = ~0ull;
   for (uint64_t o = (uint64_t)b * S; o < geo.per; o += (uint64_t)nb * S) {
     // Reduce-scatter puts.

@@ -27,7 +27,7 @@ OX_DEV bool ox_fifo_stopped(const FifoDevice& f) {
 // before the push (the block's, after a __syncthreads) is visible to the proxy and to the copies
 // it starts from the trigger. With `release` false the store is relaxed: only for a pusher whose
 // data carries its own flags (LL packets, net_step.cu), where the fence's system round trip
-// (about 1.4 us on H200, scripts/lab/netstep_lab.cu) would buy nothing.
+// (about 1.4 us on H200, scripts/lab/netstep_lab.cu in git before 7bcb34d) would buy nothing.
 OX_DEV uint64_t ox_fifo_push(const FifoDevice& f, uint64_t fst, uint64_t snd, bool release = true) {
   const uint64_t pos = atomicAdd(reinterpret_cast<unsigned long long*>(f.head), 1ull);
   const uint64_t* tail = reinterpret_cast<const uint64_t*>(f.tail);

@@ -134,7 +134,7 @@ OX_DEV char* ox_ring_at(char* base, uint64_t half, int n, uint32_t flag, int src
 // owns (s = blockIdx.x + j * gridDim.x) for each peer it concerns. They are spread over the
 // block's threads, one (slot, peer) pair per thread: issued by one thread per peer they ran one
 // after another and cost 1.2 us of a 3.2 us 8-byte AllReduce at 4 blocks, 4.1 us at 1 block
-// (H200, scripts/lab/oneshot_lab.cu). Call with the whole block, after ox_ll_flags_load. The
+// (H200, scripts/lab/oneshot_lab.cu in git before 7bcb34d). Call with the whole block, after ox_ll_flags_load. The
 // caller passes its rank and rank count from registers: re-reading them from DevComm after an
 // acquire (which empties L1) would put an L2 round trip before a sender's first packet.
 // `first` and `stride` spread them over fewer threads (one warp: lane, 32).

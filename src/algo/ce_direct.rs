@@ -1,7 +1,7 @@
 //! Which transfers the copy-engine direct path takes (src/transport/ce_direct.rs): large one-way
 //! or two-way streams between two ranks in separate processes of one host, copied by the sender's
 //! copy engine straight into the receiver's buffer. One copy engine moves 391-396 GB/s each way
-//! over an NV18 pair where SM copies reach 365-373 (scripts/lab/oneway_lab.cu, BENCHMARKS.md
+//! over an NV18 pair where SM copies reach 365-373 (scripts/lab/oneway_lab.cu in git before 7bcb34d, BENCHMARKS.md
 //! of 2026-11-26, cf9da02); each transfer pays a host handshake and two stream waits, so only large
 //! ones gain.
 //!

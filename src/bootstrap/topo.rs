@@ -41,7 +41,7 @@ pub fn machine_hash() -> u64 {
 }
 
 /// Identifies the network stack: the machine and its network namespace. Ranks that share one share
-/// its loopback; hosts simulated in namespaces of their own (`scripts/lab/netsim.sh`) each have a
+/// its loopback; hosts simulated in namespaces of their own (`bench/netsim.sh`) each have a
 /// link of their own, as separate machines do (`net::plan::hosts_apart`).
 pub fn network_hash() -> u64 {
     static H: OnceLock<u64> = OnceLock::new();

@@ -3,7 +3,7 @@
 //! flag}`, kernels/prims/packet.cuh), so the data is its own signal.
 //!
 //! Why: at 2 simulated hosts x 1 a small exchange took about 20 us, against 15.5 for NCCL's
-//! AllGather over sockets, and the proxy's part was only 8-10. `scripts/lab/netstep_lab.cu` put
+//! AllGather over sockets, and the proxy's part was only 8-10. `scripts/lab/netstep_lab.cu` (in git before 7bcb34d) put
 //! the step kernel's own cost at 9.2 us with no transfer at all (H200): 1.4 us of it is the system
 //! fence before the trigger (the pre-copies' host writes must be visible first), and 2.5 + 1.4 us
 //! the wait for `done` and then the copy out, two PCIe round trips in turn. With packets the

@@ -367,7 +367,7 @@ fn pieces_of(bytes: u64, piece: u64) -> Vec<(u64, u64)> {
 /// a root sending to or receiving from every other host would load once per host, and which a
 /// transfer from every host at once shares unevenly. Hosts simulated on one machine in one network
 /// namespace share its loopback, which has no such limit; in namespaces of their own
-/// (`scripts/lab/netsim.sh`) each has its own link, as on a cluster.
+/// (`bench/netsim.sh`) each has its own link, as on a cluster.
 pub fn hosts_apart(host_hash: &[u64], network: &[u64]) -> bool {
     let ranks = || host_hash.iter().zip(network);
     ranks().all(|(h, m)| ranks().all(|(h2, m2)| m2 != m || h2 == h))
@@ -375,7 +375,7 @@ pub fn hosts_apart(host_hash: &[u64], network: &[u64]) -> bool {
 
 /// The chains in pieces' thresholds unless set: (Broadcast, Reduce) both from `PIPELINE_MIN_APART`
 /// where the hosts are apart (`hosts_apart`), never otherwise. With
-/// each simulated host's link limited to 10 Gbit/s (`scripts/lab/netsim.sh`, 4 hosts x 1 on one
+/// each simulated host's link limited to 10 Gbit/s (`bench/netsim.sh`, 4 hosts x 1 on one
 /// H200), a 64 MB Broadcast from the root to every host took 151 ms, in pieces 51 (NCCL's ring 56);
 /// at 512 KB 718 us against 265-297 (NCCL 338-379), at 256 KB 114-199 against 165-181. On one
 /// machine's loopback the pieces gain nothing (BENCHMARKS.md of 2026-11-28, f347df5, and of
@@ -410,7 +410,7 @@ pub const RING_MIN_APART: u64 = 4 << 20;
 /// Across hosts with links of their own, every host sending to every other at once (the all-pairs
 /// form) leaves each link carrying transfers from several senders that end unevenly: the link
 /// idles while the last of them finishes, and the calls' starts drift apart from rank to rank. At
-/// 4 simulated hosts x 1, 10 Gbit/s each (`scripts/lab/netsim.sh`), 64 MB AllReduce took 90-98 ms
+/// 4 simulated hosts x 1, 10 Gbit/s each (`bench/netsim.sh`), 64 MB AllReduce took 90-98 ms
 /// that way and ReduceScatter 46-49 (NCCL's ring 84 and 42; the links' bound about 82 and 41):
 /// the traces showed each rank's receives ending 2-10 ms apart and starts up to 16 ms apart
 /// (BENCHMARKS.md of 2026-11-29, c4e0b5a). Around a ring each link carries one transfer each way at a
