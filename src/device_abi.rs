@@ -14,16 +14,19 @@ pub const OX_MAX_BLOCKS: usize = 128;
 /// (src/channel/memory.rs lays its private buffer out so; `DevComm::ll_flags` / `ll_pending`
 /// hold the same addresses for the host). Kernels compute the tables' addresses from the
 /// DevComm pointer instead of loading them from it: that dependent load sat on every packet
-/// launch's critical path (scripts/lab/oneshot_lab.cu).
+/// launch's critical path (scripts/lab/oneshot_lab.cu in git before 7bcb34d).
 pub const OX_PRIV_FLAGS_OFF: u64 = 2048;
+/// The pending table (`u32[OX_MAX_BLOCKS][OX_MAX_RANKS]`, see `DevComm::ll_pending`), right after
+/// the flag table.
 pub const OX_PRIV_PENDING_OFF: u64 = 18432;
 /// The ring one-shot's chain (kernels/colls/allreduce.cu): the base table (u32 per block and peer, the
 /// flags of the first early launch behind a chain's head) and the chain word (u32: the position
 /// of the last launch of the chain that has passed its PDL wait).
 pub const OX_PRIV_RING_BASE_OFF: u64 = 34816;
+/// The chain word, on a 128-byte line of its own after the base table.
 pub const OX_PRIV_RING_CHAIN_OFF: u64 = 51200;
 /// A `u32` counter of finished blocks of the communicator's counted launches
-/// (kernels/prims/done.cuh, src/completion.rs), on a 128-byte line of its own inside the 256 bytes
+/// (kernels/prims/done.cuh, src/comm/completion.rs), on a 128-byte line of its own inside the 256 bytes
 /// src/channel/memory.rs keeps for the ring chain (whose chain word uses the first line). A
 /// counted launch passes its address in `CollArgs::done` / `ExchangeArgs::done`.
 pub const OX_PRIV_DONE_OFF: u64 = 51328;
@@ -45,7 +48,8 @@ pub const OX_LL16_PAYLOAD: usize = 8;
 pub const OX_MAX_XFERS: usize = 40;
 /// Local (rank to itself) copies one exchange launch can carry.
 pub const OX_MAX_COPIES: usize = 4;
-/// How an exchange moves data with one peer (`ExchangeArgs::mode`).
+/// How an exchange moves data with one peer (`ExchangeArgs::mode`). NONE: nothing moves between
+/// the pair in this launch (its LL flag does not advance).
 pub const OX_MODE_NONE: u8 = 0;
 /// LL16 packets through the peer's LL scratch; one hop, no sync unless the pair is one-directional.
 pub const OX_MODE_LL: u8 = 1;
@@ -81,7 +85,9 @@ pub const OX_GATHER_ALLTOALL: u8 = 8;
 /// last non-early ring launch. ENTRY (with EARLY): it lets the next launch begin as soon as the
 /// launch before it has passed its wait, instead of after its own wait.
 pub const OX_ONESHOT_RING: u32 = 1;
+/// EARLY: see `OX_ONESHOT_RING`.
 pub const OX_ONESHOT_EARLY: u32 = 2;
+/// ENTRY: see `OX_ONESHOT_RING`.
 pub const OX_ONESHOT_ENTRY: u32 = 4;
 /// CHAIN (with EARLY): the input is exactly the output of the previous launch (the host's
 /// anchor), with the same grid and block, so each block reads it as soon as its twin block of that
@@ -97,15 +103,19 @@ pub const OX_ONESHOT_PUBLISH: u32 = 16;
 /// and instead of it, on a launch that a chained launch with an identity pre() follows, which
 /// then runs PRESENT: it sends nothing and reads its input after its PDL wait.
 pub const OX_ONESHOT_PRESEND: u32 = 32;
+/// PRESENT (ring, chained): the launch behind a PRESEND one; its packets were sent by that
+/// launch, so it sends none and reads its input after its PDL wait.
 pub const OX_ONESHOT_PRESENT: u32 = 64;
+/// Bit position of an early launch's place in its chain (`mode >> OX_ONESHOT_POS_SHIFT`: 1, 2, ...).
 pub const OX_ONESHOT_POS_SHIFT: u32 = 8;
 /// The longest chain: a launch that would be further back is not early (it starts a new chain).
 pub const OX_ONESHOT_POS_MAX: u32 = (1 << 24) - 1;
 /// Slots of the ring area: a launch with flag f writes the slot of flag f - 8, which the peer is
-/// proven to have finished with (kernels/colls/allreduce.cu: 6 would do; scripts/model/ring_chain_model.py).
+/// proven to have finished with (kernels/colls/allreduce.cu: 6 would do; scripts/model/ring_chain_model.py in git before 7bcb34d).
 pub const OX_RING_SLOTS: u64 = 8;
 /// Bytes of one source's region in one ring slot (LL16: twice the payload).
 pub const OX_RING_REGION_BYTES: u64 = 128 << 10;
+/// Largest AllReduce (bytes per rank) the ring one-shot carries: what one region holds as LL16 packets.
 pub const OX_RING_PAYLOAD_BYTES: u64 = OX_RING_REGION_BYTES / 2;
 /// Ranks up to which a communicator has a ring area (`OX_RING_SLOTS * n * OX_RING_REGION_BYTES`
 /// bytes per rank, right after its LL halves).
@@ -124,8 +134,9 @@ pub const OX_REG_SLOTS: usize = 512;
 pub struct RegEntry {
     /// The registration's generation (never 0 for a live entry).
     pub gen: u64,
-    /// The buffer's address in the peer's address space, and its size.
+    /// The buffer's address in the peer's address space.
     pub base: u64,
+    /// The buffer's size in bytes.
     pub size: u64,
     /// The same buffer as mapped into this rank's address space.
     pub local: u64,
@@ -140,9 +151,11 @@ pub struct RegEntry {
 pub struct RegOffer {
     /// Generation of the receiver's registration covering `dst`.
     pub gen: u64,
-    /// The receive's destination (receiver's address space), stream position and length.
+    /// The receive's destination (receiver's address space).
     pub dst: u64,
+    /// The receive's position in the pair's put stream, bytes.
     pub off: u64,
+    /// The receive's length, bytes.
     pub bytes: u64,
 }
 
@@ -155,23 +168,39 @@ pub struct RegOffer {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Trigger {
+    /// Size and source offset (bit layout above).
     pub fst: u64,
+    /// Destination offset, memory ids, type, semaphore id and commit bit (bit layout above).
     pub snd: u64,
 }
 
+/// Width of `Trigger`'s size field (bytes, in `fst`).
 pub const OX_TRIGGER_SIZE_BITS: u32 = 32;
+/// Width of the source offset (in `fst`) and the destination offset (in `snd`), bytes.
 pub const OX_TRIGGER_OFFSET_BITS: u32 = 32;
+/// Width of each memory id (registered memory of the proxy's table) in `snd`.
 pub const OX_TRIGGER_MEMID_BITS: u32 = 9;
+/// Width of the type field (`OX_TRIGGER_DATA` | `_FLAG` | `_SYNC`) in `snd`.
 pub const OX_TRIGGER_TYPE_BITS: u32 = 3;
+/// Width of the semaphore id in `snd`.
 pub const OX_TRIGGER_SEMID_BITS: u32 = 10;
+/// Bit position of the source memory id in `snd`.
 pub const OX_TRIGGER_SRC_MEM_SHIFT: u32 = 32;
+/// Bit position of the destination memory id in `snd`.
 pub const OX_TRIGGER_DST_MEM_SHIFT: u32 = 41;
+/// Bit position of the type in `snd`.
 pub const OX_TRIGGER_TYPE_SHIFT: u32 = 50;
+/// Bit position of the semaphore id in `snd`.
 pub const OX_TRIGGER_SEMID_SHIFT: u32 = 53;
+/// Bit position of the commit bit in `snd`: the FIFO lap's parity, which tells the proxy a slot
+/// holds this lap's trigger.
 pub const OX_TRIGGER_COMMIT_SHIFT: u32 = 63;
-/// Trigger types (bit flags, combinable: data then flag is one put-with-signal).
+/// Trigger types (bit flags, combinable: data then flag is one put-with-signal). DATA: copy `size`
+/// bytes from the source memory to the destination memory.
 pub const OX_TRIGGER_DATA: u64 = 1;
+/// FLAG: signal the semaphore `semid` at the peer (after the data, where both are set).
 pub const OX_TRIGGER_FLAG: u64 = 2;
+/// SYNC: a flush; the proxy advances `FifoDevice::flush_done` once every earlier trigger completed.
 pub const OX_TRIGGER_SYNC: u64 = 4;
 
 /// The device's view of one proxy FIFO. Triggers, tail and flush position live in pinned host
@@ -192,6 +221,7 @@ pub struct FifoDevice {
     pub stop: u64,
     /// Slots, a power of two.
     pub size: u32,
+    /// Zero (keeps the struct's size a multiple of 8 in C as in Rust).
     pub _pad0: u32,
 }
 
@@ -199,10 +229,13 @@ pub struct FifoDevice {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ProxyTestArgs {
+    /// The FIFO under test.
     pub fifo: FifoDevice,
     /// `u32` in device memory: pushes or flushes that gave up.
     pub failures: u64,
+    /// Data triggers each thread pushes, numbered (block, thread, k).
     pub per_thread: u32,
+    /// Zero.
     pub _pad0: u32,
 }
 
@@ -210,13 +243,19 @@ pub struct ProxyTestArgs {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PortTestArgs {
+    /// The FIFO to the proxy that moves the data.
     pub fifo: FifoDevice,
+    /// Sender: the buffer it fills with the pattern (the FIFO's source memory); receiver: unused.
     pub src: u64,
+    /// Receiver: the buffer it checks (the FIFO's destination memory); sender: unused.
     pub dst: u64,
+    /// Bytes sent, split evenly over the sending blocks.
     pub bytes: u64,
     /// `u64` semaphore in the receiver's device memory.
     pub sem: u64,
+    /// `u32` in device memory: pushes that failed (sender) and bytes found wrong (receiver).
     pub failures: u64,
+    /// Host-mapped `u32`: non-zero stops every wait.
     pub abort_flag: u64,
     /// Sending blocks (the receiver waits for one signal from each).
     pub blocks: u32,
@@ -237,8 +276,11 @@ const _: () = assert!(OX_NET_COPIES <= 32);
 /// same arguments later on the stream (independent work runs in between). Complete: wait for the
 /// step last issued, then copy out.
 pub const OX_NET_STEP_WAIT: u32 = 0;
+/// Detach: see `OX_NET_STEP_WAIT`.
 pub const OX_NET_STEP_DETACH: u32 = 1;
+/// Issue: see `OX_NET_STEP_WAIT`.
 pub const OX_NET_STEP_ISSUE: u32 = 2;
+/// Complete: see `OX_NET_STEP_WAIT`.
 pub const OX_NET_STEP_COMPLETE: u32 = 3;
 /// A step needing more copies than a kernel's `OX_NET_COPIES` slots makes them in extra launches
 /// of the same kernel around a step kernel without copies. Pre: before it, wait as its kernel
@@ -250,8 +292,11 @@ pub const OX_NET_STEP_PRE: u32 = 4;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NetCopy {
+    /// Source: GPU memory before the hand-over, the arena after (`NetStepArgs::arena_copies`).
     pub src: u64,
+    /// Destination: the arena before the hand-over, GPU memory after.
     pub dst: u64,
+    /// Bytes copied (payload bytes where the arena side is packets).
     pub bytes: u64,
     /// 0: a plain copy. Else (a copy out of the arena only): GPU memory the copy combines with,
     /// `dst[i] = with[i] (op) src[i]` by `NetStepArgs::combine` (src/net/stage.rs, "combined on the
@@ -262,8 +307,11 @@ pub struct NetCopy {
 /// `NetStepArgs::combine`: 0, or `1 + dtype + 16 * op` for the copies out that combine (`NetCopy::with`):
 /// dtype is ncclDataType_t's value, op one of these.
 pub const OX_NET_COMBINE_SUM: u32 = 0;
+/// Product.
 pub const OX_NET_COMBINE_PROD: u32 = 1;
+/// Maximum.
 pub const OX_NET_COMBINE_MAX: u32 = 2;
+/// Minimum.
 pub const OX_NET_COMBINE_MIN: u32 = 3;
 
 /// Arguments of `ox_net_step` (kernels/colls/net_step.cu): one step of a communicator spanning hosts,
@@ -271,6 +319,7 @@ pub const OX_NET_COMBINE_MIN: u32 = 3;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NetStepArgs {
+    /// The FIFO to the communicator's proxy.
     pub fifo: FifoDevice,
     /// The proxy's plan number (carried in the trigger's size field).
     pub plan: u64,
@@ -281,10 +330,12 @@ pub struct NetStepArgs {
     /// others and resets it); the newest step a kernel saw finished (every earlier one is too), so
     /// a later kernel need not ask the host-mapped `done` again.
     pub issued: u64,
+    /// Host-mapped `u32`, non-zero once the communicator is aborted: every wait gives up.
     pub abort_flag: u64,
     /// Copies before the step is handed over (`copies[..npre]`, GPU -> host) and after the proxy
     /// finished it (`copies[npre..npre + npost]`, host -> GPU).
     pub npre: u32,
+    /// See `npre`.
     pub npost: u32,
     /// OX_NET_STEP_*: wait for the proxy in this kernel, not at all (detached), or in a later
     /// completion launch.
@@ -311,7 +362,9 @@ pub struct NetStepArgs {
     /// Device addresses (in the first arena; they move by `flip` like the copies' arena side) of
     /// a pipelined step's `u32` flags per chunk of its arena pre- and post-copies.
     pub pre_flags: u64,
+    /// See `pre_flags`.
     pub post_flags: u64,
+    /// The copies: `copies[..npre]` in, `copies[npre..npre + npost]` out.
     pub copies: [NetCopy; OX_NET_COPIES],
 }
 
@@ -323,10 +376,12 @@ pub struct Xfer {
     pub src: u64,
     /// Local destination (receives, copies).
     pub dst: u64,
+    /// Bytes moved; 0 moves nothing (and does not set the pair's direction, kernels/colls/exchange.cu).
     pub bytes: u64,
     /// Position in the stream between this rank and `peer`: packets for LL modes, bytes (a
     /// multiple of 16) for PUT. Both sides of a pair compute the same positions.
     pub off: u64,
+    /// The other rank (sends and receives; unused for copies).
     pub peer: i32,
     /// 0 for a plain transfer. Otherwise (PUT mode only) the transfer runs one round behind: a
     /// send forwards, straight from this rank's put scratch, the stream peer `relay - 1` sends
@@ -345,17 +400,25 @@ pub struct ExchangeArgs {
     /// A counted launch: the done counter every block adds one to as it finishes
     /// (kernels/prims/done.cuh); 0 otherwise.
     pub done: u64,
+    /// Entries of `sends` in use.
     pub nsend: u32,
+    /// Entries of `recvs` in use.
     pub nrecv: u32,
+    /// Entries of `copies` in use.
     pub ncopy: u32,
+    /// Zero.
     pub _pad0: u32,
     /// Per peer: OX_MODE_*.
     pub mode: [u8; OX_MAX_RANKS],
     /// Per PUT peer: bytes per block per round (a multiple of 16) and number of rounds.
     pub chunk: [u32; OX_MAX_RANKS],
+    /// See `chunk`.
     pub rounds: [u32; OX_MAX_RANKS],
+    /// Sends to peers, in the group's order.
     pub sends: [Xfer; OX_MAX_XFERS],
+    /// Receives from peers, in the group's order.
     pub recvs: [Xfer; OX_MAX_XFERS],
+    /// Copies from this rank to itself.
     pub copies: [Xfer; OX_MAX_COPIES],
     /// Per peer: generation of this rank's registration covering its receive from that peer,
     /// offered to the peer for zero-copy writes (0: none; see `RegOffer`). Only pairs in PUT mode
@@ -387,7 +450,9 @@ impl Default for ExchangeArgs {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct DevComm {
+    /// This rank's index in the communicator.
     pub rank: i32,
+    /// Ranks of the communicator (at most `OX_MAX_RANKS`).
     pub nranks: i32,
     /// Bytes of one half of each rank's LL scratch (halves alternate with the flag's parity).
     pub ll_half_bytes: u64,
@@ -395,6 +460,7 @@ pub struct DevComm {
     pub rs_slot_bytes: u64,
     /// Blocks the put-based scratch was sized for; launches of that algorithm use at most this many.
     pub rs_max_blocks: u32,
+    /// Zero.
     pub _pad0: u32,
     /// Bytes of one half of each rank's LL128 scratch (halves alternate with the flag's parity;
     /// kernels/prims/ll128.cuh), which only LL128 lines from the rank's predecessor (rank - 1) go to.
@@ -447,7 +513,9 @@ pub struct DevComm {
 pub struct CollArgs {
     /// `const DevComm*` in device memory.
     pub comm: u64,
+    /// The send buffer (device address).
     pub send: u64,
+    /// The receive buffer (device address).
     pub recv: u64,
     /// Elements (not bytes).
     pub count: u64,
@@ -458,6 +526,7 @@ pub struct CollArgs {
     pub scalar: u64,
     /// PreMulSum with ncclScalarDevice: device address of the scalar, read while the kernel runs.
     pub scalar_ptr: u64,
+    /// Rooted collectives: the root rank (kernels/colls/p2p_oneshot.cu: the peer it sends to).
     pub root: i32,
     /// Reducing collectives: OX_MODE_LL or OX_MODE_PUT (ReduceScatter, Reduce); unused by AllReduce.
     pub mode: u32,

@@ -6,6 +6,9 @@
 //! through `channel` primitives set up by `comm` over `transport`/`gpu`, after `bootstrap` has
 //! connected the ranks. Modules depend only on those below them (docs/architecture.md, Layout).
 
+// Every public item is documented (with clippy's -D warnings in CI, a missing doc fails it).
+#![warn(missing_docs)]
+
 #[macro_use]
 pub mod error;
 #[macro_use]

@@ -93,38 +93,49 @@ pub fn may_write(k: u64, consumed: u64, completed: u64) -> bool {
 
 const EP_MAGIC: u32 = 0x4249_584f; // "OXIB"
 const EP_VERSION: u16 = 1;
+/// Bytes of an encoded `Endpoint` on the socket.
 pub const ENDPOINT_BYTES: usize = 64;
 /// Written on each socket once both queue pairs are ready to send.
 const READY: u8 = 0x52;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which end of a lane direction a rank is.
 pub enum Role {
+    /// Writes into the peer's ring.
     Sender = 0,
+    /// Owns the ring and returns credits.
     Receiver = 1,
 }
 
 /// One end of a lane direction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Endpoint {
+    /// This end's role.
     pub role: Role,
     /// IBV_LINK_LAYER_*: both ends must agree (InfiniBand addresses by LID, RoCE by GID).
     pub link_layer: u8,
     /// The port's active MTU (enum ibv_mtu); the connection uses the smaller of the two.
     pub mtu: u8,
+    /// The port's LID (InfiniBand addressing).
     pub lid: u16,
+    /// The port's GID at the chosen index (RoCE addressing).
     pub gid: [u8; 16],
+    /// The queue pair number.
     pub qpn: u32,
     /// First packet sequence number (24 bits).
     pub psn: u32,
     /// Receiver: its ring; sender: its credit word.
     pub addr: u64,
+    /// Remote key of `addr`'s registration.
     pub rkey: u32,
     /// Receiver: slots in its ring and bytes per slot (the sender checks they are its own).
     pub slots: u32,
+    /// Receiver: bytes per slot (see `slots`).
     pub slot_bytes: u32,
 }
 
 impl Endpoint {
+    /// The `ENDPOINT_BYTES` sent on the socket (magic, version, then the fields, little-endian).
     pub fn encode(&self) -> [u8; ENDPOINT_BYTES] {
         let mut b = [0u8; ENDPOINT_BYTES];
         b[0..4].copy_from_slice(&EP_MAGIC.to_le_bytes());
@@ -189,12 +200,16 @@ impl Endpoint {
 /// A GID table entry's RoCE version, from sysfs (ports/N/gid_attrs/types/I).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GidKind {
+    /// "RoCE v2".
     RoceV2,
+    /// "IB/RoCE v1" or "RoCE v1".
     RoceV1,
+    /// Anything else.
     Unknown,
 }
 
 impl GidKind {
+    /// Parses the sysfs file's text.
     pub fn from_sysfs(text: &str) -> GidKind {
         match text.trim() {
             "RoCE v2" => GidKind::RoceV2,
@@ -255,18 +270,24 @@ pub fn nearest(gpu: Option<&Path>, nics: &[Option<PathBuf>]) -> Vec<usize> {
 /// One gather entry of a write.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sge {
+    /// Local address.
     pub addr: u64,
+    /// Bytes.
     pub len: u32,
+    /// Local key of the registration holding `addr`.
     pub lkey: u32,
 }
 
 /// A work completion, reduced to what the protocol checks.
 #[derive(Clone, Debug)]
 pub struct Completion {
+    /// The work request's id, as posted.
     pub wr_id: u64,
     /// A receive (an incoming write with immediate); else one of our writes.
     pub recv: bool,
+    /// A receive's immediate value.
     pub imm: u32,
+    /// A receive's byte count.
     pub len: u32,
     /// The failure, described; None: success.
     pub error: Option<String>,
@@ -274,7 +295,9 @@ pub struct Completion {
 
 /// A device range registered for one job (GPUDirect RDMA); deregistered when dropped.
 pub struct GpuMr {
+    /// Local key for `Sge`s in the range.
     pub lkey: u32,
+    /// Start of the registered range.
     pub base: u64,
     _keep: Box<dyn Send>,
 }
@@ -284,6 +307,7 @@ pub struct GpuMr {
 pub trait Wire: Send + 'static {
     /// The local memory (SLOTS * SLOT_BYTES bytes) and its lkey.
     fn mem(&self) -> *mut u8;
+    /// The local key of `mem`.
     fn lkey(&self) -> u32;
     /// Sender: posts a signaled RDMA write with immediate `imm` of `sges` into the receiver's
     /// slot `slot`.
