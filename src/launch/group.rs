@@ -1,7 +1,8 @@
 //! ncclGroupStart/End. Group depth and the deferred work are thread-local; only the outermost End
 //! acts: it runs every deferred init concurrently (one thread can create N communicators on N
-//! GPUs), then launches the deferred operations in the order they were called, then runs deferred
-//! finalize/destroy/abort.
+//! GPUs), then the deferred operations communicator by communicator, in an order every rank shares
+//! (`by_communicator`): each communicator's collectives and its finalize/destroy/abort in call
+//! order, then each communicator's point-to-point batch.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -352,15 +353,20 @@ pub fn end() -> Result<()> {
     if first_err.is_none() && !state.windows.is_empty() {
         first_err = run_windows(state.windows).err();
     }
-    // Communicator by communicator, in an order every rank shares (`by_communicator`).
-    state.ops = by_communicator(state.ops, comm_order_key);
+    // Communicator by communicator, in an order every rank shares (`by_communicator`). Work for a
+    // communicator still initialising fails here, as its launch would: were it to become ready
+    // before its launch, it would run out of the order the other ranks use.
+    let mut unready = None;
+    state.ops = by_communicator(refuse_unready(state.ops, &mut unready), comm_order_key);
     if first_err.is_none() {
         // OXCCL_CHECK: a disagreement drops the whole group before anything is launched.
         check_agreement(&state.ops)?;
         if crate::launch::checksum::wanted(state.ops.iter().filter_map(op_stream)) {
-            return end_checksummed(state.ops, None);
+            return end_checksummed(state.ops, unready);
         }
     }
+    // The first error is the init's or window's, else the refused operations', else a launch's.
+    let set_up_err = first_err.take().or(unready);
     let streams_per_comm = multi_stream_comms(&state.ops);
     // On an error the launches still go ahead (as after a failed launch): the peers wait for them.
     if let Err(e) = fork_streams(&streams_per_comm) {
@@ -383,7 +389,7 @@ pub fn end() -> Result<()> {
             first_err = Some(e);
         }
     }
-    first_err.map_or(Ok(()), Err)
+    set_up_err.or(first_err).map_or(Ok(()), Err)
 }
 
 /// Runs a group's operations in order, each communicator's point-to-point operations as one
@@ -482,6 +488,24 @@ fn by_communicator(ops: Vec<Deferred>, key: impl Fn(&Arc<Comm>) -> u64) -> Vec<D
     // Stable: equal keys keep first-use order.
     parts.sort_by_key(|(k, _)| *k);
     parts.into_iter().flat_map(|(_, v)| v).collect()
+}
+
+/// The group's operations without the collectives and point-to-point operations of communicators
+/// that are not ready (a nonblocking init still running, or one that failed), whose error is kept
+/// in `first_err` (the first one only). Finalize, destroy and abort stay: they act on any state.
+fn refuse_unready(ops: Vec<Deferred>, first_err: &mut Option<Error>) -> Vec<Deferred> {
+    ops.into_iter()
+        .filter(|op| match op {
+            Deferred::Coll(_) | Deferred::P2p(..) => match deferred_comm(op).ready() {
+                Ok(_) => true,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                    false
+                }
+            },
+            _ => true,
+        })
+        .collect()
 }
 
 /// `by_communicator`'s key: Ready::key (a hash of the communicator's bootstrap secret and its
@@ -887,6 +911,21 @@ mod tests {
         // One thread driving both ranks: B's ranks together, then A's, each in first-use order.
         let both = seen(vec![p2p(&a[0], 1), p2p(&a[1], 1), p2p(&b[1], 2), p2p(&b[0], 2)]);
         assert_eq!(both, vec![(10, 1, 2), (10, 0, 2), (20, 0, 1), (20, 1, 1)]);
+    }
+
+    /// Collectives and point-to-point operations of a communicator that is not ready are refused
+    /// with its error before anything is ordered or launched; finalize, destroy and abort stay.
+    #[test]
+    fn work_for_a_communicator_not_ready_is_refused() {
+        let cfg = crate::config::CommConfig::default();
+        let a = Arc::new(Comm::new(0, 2, 0, cfg));
+        assert!(a.ready().is_err(), "a communicator never initialised");
+        let p2p = Deferred::P2p(a.clone(), P2pOp { is_send: true, peer: 1, buf: 0, bytes: 4, stream: std::ptr::null_mut() });
+        let mut err = None;
+        let kept = refuse_unready(vec![p2p, Deferred::Finalize(a.clone())], &mut err);
+        assert_eq!(kept.len(), 1);
+        assert!(matches!(kept[0], Deferred::Finalize(_)));
+        assert_eq!(err.map(|e| e.msg), a.ready().err().map(|e| e.msg));
     }
 
     /// Each communicator's operations keep the group's order.
