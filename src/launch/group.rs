@@ -484,6 +484,11 @@ fn handshake_may_wait(comm: &Arc<Comm>, bytes: u64) -> bool {
 /// ncclGroupCommJoin (src/group.cc, 2.28) keeps a process's ranks of one communicator adjacent
 /// and sorts the rest by commHash.
 fn by_communicator(ops: Vec<Deferred>, key: impl Fn(&Arc<Comm>) -> u64) -> Vec<Deferred> {
+    // Most groups hold one communicator: nothing to order, nothing to allocate.
+    let one = ops.first().is_none_or(|f| ops.iter().all(|op| Arc::ptr_eq(deferred_comm(op), deferred_comm(f))));
+    if one {
+        return ops;
+    }
     let mut parts: Vec<(u64, Vec<Deferred>)> = split_by_comm(ops).into_iter().map(|v| (v.first().map_or(0, |op| key(deferred_comm(op))), v)).collect();
     // Stable: equal keys keep first-use order.
     parts.sort_by_key(|(k, _)| *k);
