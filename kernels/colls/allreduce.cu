@@ -230,9 +230,7 @@ OX_DEV void allreduce_oneshot_chain(const CollArgs& a) {
 // packets in its second half. Chunk p = packets [p*cp, min((p+1)*cp, npkt)) is reduced by rank p.
 template <typename T, typename Op>
 OX_DEV void allreduce_twophase(const CollArgs& a) {
-  const DevComm& c = ox_comm(a);
-  const int me = c.rank, n = c.nranks;
-  AbortState ab(c.abort_flag);
+  OX_KERNEL_PROLOGUE(a.comm);
   __shared__ uint32_t flags[OX_MAX_RANKS];
   ox_ll_flags_load(c, flags, ab);
   const uint64_t area = (ox_ll_region_bytes(c) / 2) & ~15ull;
@@ -345,9 +343,7 @@ OX_DEV void ox_ap128_reduce_line(const Op& op, char* mine, uint64_t half, uint64
 // then reduces line by line. Capacity: the message's lines fit a region (algo::allreduce).
 template <typename T, typename Op>
 OX_DEV void allreduce_oneshot128(const CollArgs& a) {
-  const DevComm& c = ox_comm(a);
-  const int me = c.rank, n = c.nranks;
-  AbortState ab(c.abort_flag);
+  OX_KERNEL_PROLOGUE(a.comm);
   __shared__ uint32_t flags[OX_MAX_RANKS];
   __shared__ char* base[OX_MAX_RANKS];
   const uint64_t half = c.ap128_half_bytes, region = ox_ap128_region_bytes(half, n);
@@ -393,9 +389,7 @@ OX_DEV void allreduce_oneshot128(const CollArgs& a) {
 // so in place every word is read before it is written, by the same lane.
 template <typename T, typename Op>
 OX_DEV void allreduce_twophase128(const CollArgs& a) {
-  const DevComm& c = ox_comm(a);
-  const int me = c.rank, n = c.nranks;
-  AbortState ab(c.abort_flag);
+  OX_KERNEL_PROLOGUE(a.comm);
   __shared__ uint32_t flags[OX_MAX_RANKS];
   __shared__ char* base[OX_MAX_RANKS];
   const uint64_t half = c.ap128_half_bytes, region = ox_ap128_region_bytes(half, n);

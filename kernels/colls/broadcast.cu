@@ -55,9 +55,8 @@ extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_broadcast_ll1
 // Untyped: `count` is bytes.
 OX_DEV void ox_broadcast_oneshot_body(const CollArgs& a) {
   ox_pdl_enter();
-  const DevComm& c = ox_comm(a);
-  const int me = c.rank, n = c.nranks, root = a.root;
-  AbortState ab(c.abort_flag);
+  OX_KERNEL_PROLOGUE(a.comm);
+  const int root = a.root;
   __shared__ uint32_t flags[OX_MAX_RANKS];
   __shared__ char* base[OX_MAX_RANKS];
   __shared__ uint8_t pair[OX_MAX_RANKS], role[OX_MAX_RANKS];

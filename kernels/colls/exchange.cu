@@ -25,6 +25,7 @@
 #include "common.cuh"
 #include "ll_flags.cuh"
 #include "memory_channel.cuh"
+#include "put_scratch.cuh"
 #include "direct.cuh"
 #include "done.cuh"
 #include "pdl.cuh"
@@ -47,9 +48,7 @@ OX_DEV void ox_local_copies_step(const ExchangeArgs& a, uint32_t k, uint32_t ste
 
 OX_DEV void ox_exchange_body(const ExchangeArgs& a) {
   ox_pdl_enter();
-  const DevComm& c = ox_comm_at(a.comm);
-  const int me = c.rank, n = c.nranks;
-  AbortState ab(c.abort_flag);
+  OX_KERNEL_PROLOGUE(a.comm);
   __shared__ uint32_t flags[OX_MAX_RANKS];
   __shared__ uint8_t ll_peer[OX_MAX_RANKS];
   __shared__ uint8_t oneway[OX_MAX_RANKS];  // LL_ACK pairs: 1 = this rank sends, 2 = it receives
@@ -107,8 +106,7 @@ OX_DEV void ox_exchange_body(const ExchangeArgs& a) {
   // 3. Put rounds.
   if (max_rounds > 0) {
     const uint32_t b = blockIdx.x, nb = gridDim.x;
-    const uint64_t rs_slot = c.rs_slot_bytes;
-    const uint64_t area_bytes = (uint64_t)c.rs_max_blocks * n * rs_slot;
+    const OxPutScratch ps(c, n);
     const char* my_rs = reinterpret_cast<const char*>(c.rs_scratch[me]);
     // Offers for this launch (or "none", so a sender never reads a stale one), published by the
     // round-0 sync below. The host offers only a pair's single, unrelayed receive.
@@ -120,7 +118,7 @@ OX_DEV void ox_exchange_body(const ExchangeArgs& a) {
         a.offer[threadIdx.x] == 0)
       ox_reg_offer_post(c, (int)threadIdx.x, 0, 0, 0, 0);
     for (uint32_t k = 0; k < max_rounds; ++k) {
-      const uint64_t area = (k & 1u) * area_bytes;
+      const uint64_t area = (k & 1u) * ps.area;
       // Block b starts at send b (mod nsend): at any moment the grid writes to every peer, not
       // all of it to the same one, so no receiver's links are oversubscribed while others idle.
       for (uint32_t i = 0; i < a.nsend; ++i) {
@@ -138,10 +136,10 @@ OX_DEV void ox_exchange_body(const ExchangeArgs& a) {
         // buffer, with the rounds and their syncs kept as they are: measured on H200 x4, one
         // burst of every remaining piece without the syncs lost 2-11% from eight rounds on.
         char* dst = direct_out[p] ? reinterpret_cast<char*>(direct_dst[p] + lo)
-                                  : reinterpret_cast<char*>(c.rs_scratch[p]) + area + ((uint64_t)b * n + me) * rs_slot + (lo - o);
+                                  : reinterpret_cast<char*>(c.rs_scratch[p]) + area + ps.at(b, me) + (lo - o);
         // A relay's piece kk arrived from peer relay-1 in round kk, into the same block's slot of
         // area kk&1; that sender overwrites the area only in round kk+2, after this round's sync.
-        const char* src = x.relay ? my_rs + (kk & 1u) * area_bytes + ((uint64_t)b * n + (x.relay - 1)) * rs_slot + (lo - o)
+        const char* src = x.relay ? my_rs + (kk & 1u) * ps.area + ps.at(b, x.relay - 1) + (lo - o)
                                   : reinterpret_cast<const char*>(x.src) + (lo - x.off);
         ox_copy(dst, src, hi - lo, threadIdx.x, blockDim.x, x.relay != 0);
       }
@@ -182,7 +180,7 @@ OX_DEV void ox_exchange_body(const ExchangeArgs& a) {
         const uint64_t lo = o > x.off ? o : x.off;
         const uint64_t hi = ox_min(o + C, x.off + x.bytes);
         if (lo >= hi) continue;
-        const char* from = my_rs + area + ((uint64_t)b * n + p) * rs_slot + (lo - o);
+        const char* from = my_rs + area + ps.at(b, p) + (lo - o);
         ox_copy(reinterpret_cast<char*>(x.dst) + (lo - x.off), from, hi - lo, threadIdx.x, blockDim.x, true);
       }
     }

@@ -25,9 +25,7 @@
 
 OX_DEV void ox_gather_oneshot_body(const CollArgs& a) {
   ox_pdl_enter();
-  const DevComm& c = ox_comm(a);
-  const int me = c.rank, n = c.nranks;
-  AbortState ab(c.abort_flag);
+  OX_KERNEL_PROLOGUE(a.comm);
   __shared__ uint32_t flags[OX_MAX_RANKS];
   __shared__ char* base[OX_MAX_RANKS];
   if ((int)threadIdx.x < n) base[threadIdx.x] = reinterpret_cast<char*>(c.ll_scratch[threadIdx.x]);

@@ -34,9 +34,7 @@
 //   void out(uint64_t w, bool two, uint64_t x0, uint64_t x1)    what it keeps (after forwarding)
 template <typename P>
 OX_DEV void ox_ll128_chain(const CollArgs& a, int pos, uint64_t nbytes, P& pol) {
-  const DevComm& c = ox_comm(a);
-  const int me = c.rank, n = c.nranks;
-  AbortState ab(c.abort_flag);
+  OX_KERNEL_PROLOGUE(a.comm);
   const int prev = (me + n - 1) % n, next = (me + 1) % n;
   const bool has_prev = pos > 0, has_next = pos < n - 1;
   __shared__ uint32_t flags[OX_MAX_RANKS];

@@ -22,9 +22,7 @@
 
 OX_DEV void ox_p2p_oneshot_body(const CollArgs& a) {
   ox_pdl_enter();
-  const DevComm& c = ox_comm(a);
-  const int me = c.rank, n = c.nranks;
-  AbortState ab(c.abort_flag);
+  OX_KERNEL_PROLOGUE(a.comm);
   const int sp = a.root, rp = (int)a.mode;
   const uint64_t sbytes = a.count, rbytes = a.chunk_elems;
   __shared__ uint32_t flags[OX_MAX_RANKS];

@@ -19,14 +19,13 @@
 #include "ll_flags.cuh"
 #include "memory_channel.cuh"
 #include "named_barrier.cuh"
+#include "put_scratch.cuh"
 #include "reduce.cuh"
 #include "rsag.cuh"
 
 template <typename T, typename Op>
 OX_DEV void reducescatter_ll(const CollArgs& a) {
-  const DevComm& c = ox_comm(a);
-  const int me = c.rank, n = c.nranks;
-  AbortState ab(c.abort_flag);
+  OX_KERNEL_PROLOGUE(a.comm);
   __shared__ uint32_t flags[OX_MAX_RANKS];
   ox_ll_flags_load(c, flags, ab);
   const uint64_t nbytes = a.count * sizeof(T);  // one rank's chunk
@@ -60,29 +59,26 @@ OX_DEV void reducescatter_ll(const CollArgs& a) {
 
 template <typename T, typename Op>
 OX_DEV void reducescatter_put(const CollArgs& a) {
-  const DevComm& c = ox_comm(a);
-  const int me = c.rank, n = c.nranks;
-  AbortState ab(c.abort_flag);
+  OX_KERNEL_PROLOGUE(a.comm);
   const uint64_t count = a.count;  // per rank
   const uint64_t S = a.chunk_elems;
   const uint32_t b = blockIdx.x, nb = gridDim.x;
-  const uint64_t slot = c.rs_slot_bytes;
-  const uint64_t area_bytes = (uint64_t)c.rs_max_blocks * n * slot;
+  const OxPutScratch ps(c, n);
   const char* my_rs = reinterpret_cast<const char*>(c.rs_scratch[me]);
   const T* in = reinterpret_cast<const T*>(a.send);
   T* out = reinterpret_cast<T*>(a.recv);
   const Op op(a, n);
   uint32_t k = 0;
   for (uint64_t o = (uint64_t)b * S; o < count; o += (uint64_t)nb * S, ++k) {
-    const uint64_t area = (k & 1u) * area_bytes;
+    const uint64_t area = (k & 1u) * ps.area;
     const uint64_t len = ox_min(S, count - o);
     for (int j = 1; j < n; ++j) {
       const int p = me + j < n ? me + j : me + j - n;
-      char* dst = reinterpret_cast<char*>(c.rs_scratch[p]) + area + ((uint64_t)b * n + me) * slot;
+      char* dst = reinterpret_cast<char*>(c.rs_scratch[p]) + area + ps.at(b, me);
       ox_copy_pre<T>(op, reinterpret_cast<T*>(dst), in + (uint64_t)p * count + o, len, threadIdx.x, blockDim.x);
     }
     ox_block_sync_peers(c, ab);
-    reduce_slice<T>(c, op, in + (uint64_t)me * count + o, out + o, my_rs + area + (uint64_t)b * n * slot, 0, b, len, kAgNone);
+    reduce_slice<T>(c, op, in + (uint64_t)me * count + o, out + o, my_rs + area + ps.at(b, 0), 0, b, len, kAgNone);
   }
   // Peers must be done reading this launch's slots before any next launch writes area 0 again.
   ox_block_sync_peers(c, ab);
@@ -90,9 +86,8 @@ OX_DEV void reducescatter_put(const CollArgs& a) {
 
 template <typename T, typename Op>
 OX_DEV void reduce_ll(const CollArgs& a) {
-  const DevComm& c = ox_comm(a);
-  const int me = c.rank, n = c.nranks, root = a.root;
-  AbortState ab(c.abort_flag);
+  OX_KERNEL_PROLOGUE(a.comm);
+  const int root = a.root;
   __shared__ uint32_t flags[OX_MAX_RANKS];
   __shared__ uint8_t pair[OX_MAX_RANKS], role[OX_MAX_RANKS];
   if ((int)threadIdx.x < OX_MAX_RANKS) {
@@ -183,17 +178,15 @@ OX_DEV void reduce_ll128_chain(const CollArgs& a) {
 // the round k sync, which the root enters after copying out of that area in round k-1.
 template <typename T, typename Op>
 OX_DEV void reduce_relay(const CollArgs& a) {
-  const DevComm& c = ox_comm(a);
-  const int me = c.rank, n = c.nranks, root = a.root, m = n - 1;
-  AbortState ab(c.abort_flag);
+  OX_KERNEL_PROLOGUE(a.comm);
+  const int root = a.root, m = n - 1;
   const uint64_t unit = sizeof(T) >= 16 ? 1 : 16 / sizeof(T);
   RsagGeom<T> geo;  // over holder indices 0..m-1 (holder i is rank i, or i+1 from the root on)
   geo.count = a.count;
   geo.per = ox_ceil_div(ox_ceil_div(a.count, (uint64_t)m), unit) * unit;
   const uint64_t S = a.chunk_elems;
   const uint32_t b = blockIdx.x, nb = gridDim.x;
-  const uint64_t slot = c.rs_slot_bytes;
-  const uint64_t area_bytes = (uint64_t)c.rs_max_blocks * n * slot;
+  const OxPutScratch ps(c, n);
   const char* my_rs = reinterpret_cast<const char*>(c.rs_scratch[me]);
   const T* in = reinterpret_cast<const T*>(a.send);
   T* out = reinterpret_cast<T*>(a.recv);
@@ -201,7 +194,7 @@ OX_DEV void reduce_relay(const CollArgs& a) {
   const int mine = me < root ? me : me - 1;  // this rank's holder index (unused on the root)
   const uint64_t rounds = ox_ceil_div(geo.per, (uint64_t)nb * S);  // the same on every rank and block
   for (uint64_t k = 0; k <= rounds; ++k) {
-    const uint64_t area = (k & 1u) * area_bytes;
+    const uint64_t area = (k & 1u) * ps.area;
     const uint64_t o = (k * nb + b) * S;  // chunk k of this block, as an offset into every piece
     if (k < rounds) {
       for (int j = 0; j < m; ++j) {
@@ -209,7 +202,7 @@ OX_DEV void reduce_relay(const CollArgs& a) {
         const int p = i < root ? i : i + 1;
         const uint64_t len = geo.slice(i, o, S);
         if (p == me || len == 0) continue;
-        char* dst = reinterpret_cast<char*>(c.rs_scratch[p]) + area + ((uint64_t)b * n + me) * slot;
+        char* dst = reinterpret_cast<char*>(c.rs_scratch[p]) + area + ps.at(b, me);
         ox_copy_pre<T>(op, reinterpret_cast<T*>(dst), in + geo.start(i) + o, len, threadIdx.x, blockDim.x);
       }
     }
@@ -217,8 +210,8 @@ OX_DEV void reduce_relay(const CollArgs& a) {
     if (me != root) {
       const uint64_t len = k < rounds ? geo.slice(mine, o, S) : 0;
       if (len) {
-        reduce_slice<T>(c, op, in + geo.start(mine) + o, nullptr, my_rs + area + (uint64_t)b * n * slot,
-                        ((k + 1) & 1u) * area_bytes, b, len, root);
+        reduce_slice<T>(c, op, in + geo.start(mine) + o, nullptr, my_rs + area + ps.at(b, 0),
+                        ((k + 1) & 1u) * ps.area, b, len, root);
       }
     } else if (k > 0) {
       const uint64_t o1 = ((k - 1) * nb + b) * S;
@@ -227,7 +220,7 @@ OX_DEV void reduce_relay(const CollArgs& a) {
         const int p = i < root ? i : i + 1;
         const uint64_t len = geo.slice(i, o1, S);
         if (len == 0) continue;
-        const char* from = my_rs + area + ((uint64_t)b * n + p) * slot;
+        const char* from = my_rs + area + ps.at(b, p);
         ox_copy(reinterpret_cast<char*>(out + geo.start(i) + o1), from, len * sizeof(T), threadIdx.x, blockDim.x, true);
       }
     }
@@ -258,9 +251,8 @@ OX_DEV void reduce_relay(const CollArgs& a) {
 // interleavings (scripts/model/reduce_chain_model.py in git before 7bcb34d).
 template <typename T, typename Op>
 OX_DEV void reduce_chain(const CollArgs& a) {
-  const DevComm& c = ox_comm(a);
-  const int me = c.rank, n = c.nranks, root = a.root;
-  AbortState ab(c.abort_flag);
+  OX_KERNEL_PROLOGUE(a.comm);
+  const int root = a.root;
   const uint64_t unit = sizeof(T) >= 16 ? 1 : 16 / sizeof(T);
   const uint32_t b = blockIdx.x, nb = gridDim.x;
   const uint64_t per = ox_ceil_div(ox_ceil_div(a.count, (uint64_t)nb), unit) * unit;
@@ -269,8 +261,7 @@ OX_DEV void reduce_chain(const CollArgs& a) {
   const uint64_t S = a.chunk_elems;
   const uint64_t steps = ox_ceil_div(hi - lo, S);  // the same on every rank for this block
   const uint64_t D = 2 * (uint64_t)n;
-  const uint64_t slot = c.rs_slot_bytes;
-  const uint64_t area_bytes = (uint64_t)c.rs_max_blocks * n * slot;
+  const OxPutScratch ps(c, n);
   const int pos = (me - root - 1 + 2 * n) % n;  // 0 = the chain's head, n-1 = the root
   const int prev = (me + n - 1) % n, next = (me + 1) % n;
   const bool has_prev = pos > 0, has_next = pos < n - 1;
@@ -314,7 +305,7 @@ OX_DEV void reduce_chain(const CollArgs& a) {
     for (uint64_t k = 0; k < steps; ++k) {
       ox_named_bar_sync(kReady, 32 + nworkers);
       const uint64_t j = k % D;
-      const uint64_t off = (j / n) * area_bytes + ((uint64_t)b * n + j % n) * slot;
+      const uint64_t off = (j / n) * ps.area + ps.at(b, j % n);
       const uint64_t e0 = lo + k * S;
       const uint64_t len = ox_min(S, hi - e0);
       const T* part = has_prev ? reinterpret_cast<const T*>(my_rs + off) : nullptr;

@@ -12,6 +12,7 @@
 //
 #pragma once
 #include "memory_channel.cuh"
+#include "put_scratch.cuh"
 #include "reduce.cuh"
 
 template <typename T>
@@ -84,18 +85,16 @@ OX_DEV void reduce_slice(const DevComm& c, const Op& op, const T* in, T* out, co
 // never touched and may be NULL).
 template <typename T, typename Op, bool kToRoot>
 OX_DEV void rsag_body(const CollArgs& a) {
-  const DevComm& c = ox_comm(a);
-  const int me = c.rank, n = c.nranks;
+  OX_KERNEL_PROLOGUE(a.comm);
   const int root = kToRoot ? a.root : -1;
-  AbortState ab(c.abort_flag);
   const uint64_t unit = sizeof(T) >= 16 ? 1 : 16 / sizeof(T);
   RsagGeom<T> geo;
   geo.count = a.count;
   geo.per = ox_ceil_div(ox_ceil_div(a.count, (uint64_t)n), unit) * unit;
   const uint64_t S = a.chunk_elems;
   const uint32_t b = blockIdx.x, nb = gridDim.x;
-  const uint64_t slot = c.rs_slot_bytes;
-  const uint64_t ag_off = (uint64_t)c.rs_max_blocks * n * slot;
+  const OxPutScratch ps(c, n);
+  const uint64_t ag_off = ps.area;
   const char* my_rs = reinterpret_cast<const char*>(c.rs_scratch[me]);
   const T* in = reinterpret_cast<const T*>(a.send);
   T* out = reinterpret_cast<T*>(a.recv);
@@ -110,7 +109,7 @@ OX_DEV void rsag_body(const CollArgs& a) {
       const int p = me + j < n ? me + j : me + j - n;
       const uint64_t len = geo.slice(p, o, S);
       if (len == 0) continue;
-      const char* from = my_rs + ag_off + ((uint64_t)b * n + p) * slot;
+      const char* from = my_rs + ag_off + ps.at(b, p);
       ox_copy(reinterpret_cast<char*>(out + geo.start(p) + o), from, len * sizeof(T), threadIdx.x, blockDim.x, true);
     }
   };
@@ -127,7 +126,7 @@ OX_DEV void rsag_body(const CollArgs& a) {
       const int p = me + j < n ? me + j : me + j - n;
       const uint64_t len = geo.slice(p, o, S);
       if (len == 0) continue;
-      char* dst = reinterpret_cast<char*>(c.rs_scratch[p]) + ((uint64_t)b * n + me) * slot;
+      char* dst = reinterpret_cast<char*>(c.rs_scratch[p]) + ps.at(b, me);
       ox_copy_pre<T>(op, reinterpret_cast<T*>(dst), in + geo.start(p) + o, len, threadIdx.x, blockDim.x);
     }
     if (prev != ~0ull) copy_out(prev);
@@ -136,7 +135,7 @@ OX_DEV void rsag_body(const CollArgs& a) {
     if (mylen) {
       T* dst = writes_out ? out + geo.start(me) + o : nullptr;
       const int ag = kToRoot ? (me == root ? kAgNone : root) : kAgAll;
-      reduce_slice<T>(c, op, in + geo.start(me) + o, dst, my_rs + (uint64_t)b * n * slot, ag_off, b, mylen, ag);
+      reduce_slice<T>(c, op, in + geo.start(me) + o, dst, my_rs + ps.at(b, 0), ag_off, b, mylen, ag);
     }
     ox_block_sync_peers(c, ab);
     prev = o;

@@ -23,3 +23,11 @@ OX_DEV uint64_t ox_min(uint64_t a, uint64_t b) { return a < b ? a : b; }
 // its own argument field (done.cuh).
 OX_DEV const DevComm& ox_comm_at(uint64_t comm) { return *reinterpret_cast<const DevComm*>(comm); }
 OX_DEV const DevComm& ox_comm(const CollArgs& a) { return ox_comm_at(a.comm); }
+
+// The start every communicator kernel shares: declares `c` (the DevComm at address `comm`), `me`
+// (this rank), `n` (the rank count) and `ab` (the abort poller, abort.cuh) in the caller's scope.
+// A macro rather than a struct so the kernels keep using the plain names.
+#define OX_KERNEL_PROLOGUE(comm)            \
+  const DevComm& c = ox_comm_at(comm);      \
+  const int me = c.rank, n = c.nranks;      \
+  AbortState ab(c.abort_flag)

@@ -47,15 +47,21 @@ OX_DEV uint64_t ox_fifo_push(const FifoDevice& f, uint64_t fst, uint64_t snd, bo
   return pos;
 }
 
-// Pushes a sync trigger and waits until the proxy has completed everything up to it. Returns
-// false if the FIFO was stopped first. Acquire on flush_done: what the proxy completed (copies
-// into this GPU's memory, say) is visible to this thread's later reads.
-OX_DEV bool ox_fifo_flush(const FifoDevice& f) {
-  const uint64_t pos = ox_fifo_push(f, 0, ox_trigger_type(OX_TRIGGER_SYNC));
+// Waits until the proxy's flush position passes `pos`, the position of a trigger with the sync
+// bit (UINT64_MAX: a push that failed). Returns false if the FIFO was stopped first. Acquire on
+// flush_done: what the proxy completed (copies into this GPU's memory, say) is visible to this
+// thread's later reads.
+OX_DEV bool ox_fifo_wait_flushed(const FifoDevice& f, uint64_t pos) {
   if (pos == ~0ull) return false;
   const uint64_t* done = reinterpret_cast<const uint64_t*>(f.flush_done);
   for (uint32_t spins = 0; ox_ld_acquire_sys(done) <= pos; ++spins) {
     if ((spins & 63u) == 63u && ox_fifo_stopped(f)) return false;
   }
   return true;
+}
+
+// Pushes a sync trigger and waits until the proxy has completed everything up to it
+// (ox_fifo_wait_flushed).
+OX_DEV bool ox_fifo_flush(const FifoDevice& f) {
+  return ox_fifo_wait_flushed(f, ox_fifo_push(f, 0, ox_trigger_type(OX_TRIGGER_SYNC)));
 }

@@ -17,8 +17,8 @@
 //   wait()                       - returns once the peer's next signal has arrived (acquire: what
 //                                  the peer's puts wrote here is visible afterwards), or on abort.
 #pragma once
-#include "abort.cuh"
 #include "fifo.cuh"
+#include "semaphore.cuh"
 
 struct OxPortChannel {
   const FifoDevice* fifo;
@@ -43,19 +43,7 @@ struct OxPortChannel {
   }
   OX_DEV bool flush() const { return ox_fifo_flush(*fifo); }
   OX_DEV bool put_with_signal_and_flush(uint64_t dst_off, uint64_t src_off, uint64_t size) const {
-    const uint64_t pos = push(OX_TRIGGER_DATA | OX_TRIGGER_FLAG | OX_TRIGGER_SYNC, dst_off, src_off, size);
-    if (pos == ~0ull) return false;
-    const uint64_t* done = reinterpret_cast<const uint64_t*>(fifo->flush_done);
-    for (uint32_t spins = 0; ox_ld_acquire_sys(done) <= pos; ++spins) {
-      if ((spins & 63u) == 63u && ox_fifo_stopped(*fifo)) return false;
-    }
-    return true;
+    return ox_fifo_wait_flushed(*fifo, push(OX_TRIGGER_DATA | OX_TRIGGER_FLAG | OX_TRIGGER_SYNC, dst_off, src_off, size));
   }
-  OX_DEV void wait(AbortState& ab) const {
-    const uint64_t target = *expected + 1;
-    *expected = target;
-    while (ox_ld_acquire_sys(inbound) < target) {
-      if (ab.poll()) return;
-    }
-  }
+  OX_DEV void wait(AbortState& ab) const { ox_sem_wait(inbound, expected, ab); }
 };
