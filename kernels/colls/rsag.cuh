@@ -40,6 +40,8 @@ template <typename T, typename Op>
 OX_DEV void reduce_slice(const DevComm& c, const Op& op, const T* in, T* out, const char* slots, uint64_t ag_off, uint32_t b,
                          uint64_t nelem, int ag) {
   const int me = c.rank, n = c.nranks;
+  // The put scratch's slot arithmetic written out rather than through OxPutScratch
+  // (put_scratch.cuh): that form changed the sm_80 code of this loop.
   const uint64_t slot = c.rs_slot_bytes;
   const uint32_t tid = threadIdx.x, nt = blockDim.x;
   // 16-byte words only where every address involved allows them: the input, the output and the

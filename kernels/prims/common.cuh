@@ -24,7 +24,7 @@ OX_DEV uint64_t ox_min(uint64_t a, uint64_t b) { return a < b ? a : b; }
 OX_DEV const DevComm& ox_comm_at(uint64_t comm) { return *reinterpret_cast<const DevComm*>(comm); }
 OX_DEV const DevComm& ox_comm(const CollArgs& a) { return ox_comm_at(a.comm); }
 
-// The start every communicator kernel shares: declares `c` (the DevComm at address `comm`), `me`
+// The start most communicator kernels share (the one-shot AllReduce orders its own loads): declares `c` (the DevComm at address `comm`), `me`
 // (this rank), `n` (the rank count) and `ab` (the abort poller, abort.cuh) in the caller's scope.
 // A macro rather than a struct so the kernels keep using the plain names.
 #define OX_KERNEL_PROLOGUE(comm)            \
