@@ -67,6 +67,7 @@ fn generate_device_abi_header(manifest: &Path, dest: &Path) {
             include: vec![
                 "DevComm".into(),
                 "CollArgs".into(),
+                "GroupArgs".into(),
                 "Xfer".into(),
                 "ExchangeArgs".into(),
                 "Trigger".into(),

@@ -537,6 +537,30 @@ pub struct CollArgs {
     pub done: u64,
 }
 
+/// Collectives one grouped launch carries (`GroupArgs::ops`; kernel parameters stay under 4 KiB).
+pub const OX_GROUP_MAX_OPS: usize = 16;
+
+/// Arguments of the grouped AllReduce kernel (kernels/colls/allreduce_group.cu): up to
+/// `OX_GROUP_MAX_OPS` AllReduces of one datatype and op, run as one one-shot launch over their
+/// packets laid end to end. Passed by value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GroupArgs {
+    /// `const DevComm*` in device memory.
+    pub comm: u64,
+    /// A counted launch's done counter (as `CollArgs::done`); 0 otherwise.
+    pub done: u64,
+    /// Operations in `ops` (1 to `OX_GROUP_MAX_OPS`).
+    pub nops: u32,
+    /// Padding; 0.
+    pub _pad0: u32,
+    /// The operations, in group order. Per operation: `send`, `recv`, `count` (elements, more
+    /// than 0), `scalar` and `scalar_ptr` as for a lone call; `chunk_elems` holds its first
+    /// packet in every source's LL region (the packets, 8 payload bytes each, of the operations
+    /// before it); the other fields are unused.
+    pub ops: [CollArgs; OX_GROUP_MAX_OPS],
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -616,6 +640,9 @@ mod tests {
             ("NetStepArgs", "pre_flags", offset_of!(NetStepArgs, pre_flags)),
             ("NetStepArgs", "post_flags", offset_of!(NetStepArgs, post_flags)),
             ("NetStepArgs", "copies", offset_of!(NetStepArgs, copies)),
+            ("GroupArgs", "done", offset_of!(GroupArgs, done)),
+            ("GroupArgs", "nops", offset_of!(GroupArgs, nops)),
+            ("GroupArgs", "ops", offset_of!(GroupArgs, ops)),
             ("NetCopy", "bytes", offset_of!(NetCopy, bytes)),
             ("NetCopy", "with", offset_of!(NetCopy, with)),
         ];
@@ -623,6 +650,7 @@ mod tests {
         c.push_str("printf(\"DevComm %zu\\n\", sizeof(DevComm));\n");
         c.push_str("printf(\"CollArgs %zu\\n\", sizeof(CollArgs));\n");
         c.push_str("printf(\"ExchangeArgs %zu\\n\", sizeof(ExchangeArgs));\n");
+        c.push_str("printf(\"GroupArgs %zu\\n\", sizeof(GroupArgs));\n");
         c.push_str("printf(\"Trigger %zu %zu\\n\", sizeof(Trigger), _Alignof(Trigger));\n");
         c.push_str("printf(\"FifoDevice %zu\\n\", sizeof(FifoDevice));\n");
         c.push_str("printf(\"OX_MAX_RANKS %d\\nOX_MAX_BLOCKS %d\\n\", OX_MAX_RANKS, OX_MAX_BLOCKS);\n");
@@ -640,10 +668,11 @@ mod tests {
         let out = Command::new(&exe).output().expect("run layout");
         let text = String::from_utf8(out.stdout).expect("utf8");
         let mut expect = format!(
-            "DevComm {}\nCollArgs {}\nExchangeArgs {}\nTrigger {} {}\nFifoDevice {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\nOX_PRIV {OX_PRIV_FLAGS_OFF} {OX_PRIV_PENDING_OFF} {OX_PRIV_RING_BASE_OFF} {OX_PRIV_RING_CHAIN_OFF} {OX_PRIV_DONE_OFF} {OX_PRIV_RING_OUT_OFF}\n",
+            "DevComm {}\nCollArgs {}\nExchangeArgs {}\nGroupArgs {}\nTrigger {} {}\nFifoDevice {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\nOX_PRIV {OX_PRIV_FLAGS_OFF} {OX_PRIV_PENDING_OFF} {OX_PRIV_RING_BASE_OFF} {OX_PRIV_RING_CHAIN_OFF} {OX_PRIV_DONE_OFF} {OX_PRIV_RING_OUT_OFF}\n",
             size_of::<DevComm>(),
             size_of::<CollArgs>(),
             size_of::<ExchangeArgs>(),
+            size_of::<GroupArgs>(),
             size_of::<Trigger>(),
             align_of::<Trigger>(),
             size_of::<FifoDevice>()
@@ -665,5 +694,7 @@ mod tests {
         assert!(size_of::<ExchangeArgs>() <= 4096, "kernel parameters are limited to 4 KiB");
         assert!(size_of::<NetStepArgs>() <= 4096, "kernel parameters are limited to 4 KiB");
         assert_eq!(size_of::<ExchangeArgs>() % 8, 0);
+        assert!(size_of::<GroupArgs>() <= 4096, "kernel parameters are limited to 4 KiB");
+        assert_eq!(size_of::<GroupArgs>() % 8, 0);
     }
 }

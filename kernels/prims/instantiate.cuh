@@ -8,21 +8,21 @@
 // ENTRY runs first: ox_pdl_enter() for every kernel but those that place the PDL wait and
 // trigger themselves (the one-shot AllReduce, kernels/colls/allreduce.cu). The body returns to the
 // entry point, which publishes a counted launch's completion (done.cuh).
-#define OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, ONAME, OP, ENTRY)                  \
+#define OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, ONAME, OP, ENTRY, ARGS)            \
   extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1)                  \
-      PREFIX##_##TNAME##_##ONAME(CollArgs args) {                                  \
+      PREFIX##_##TNAME##_##ONAME(ARGS args) {                                      \
     ENTRY;                                                                         \
     FN<T, OP<T>>(args);                                                            \
     ox_done_publish(args.done);                                                    \
   }
 
-#define OX_TYPED_OPS(PREFIX, FN, TNAME, T, ENTRY)                      \
-  OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, sum, OpSum, ENTRY)             \
-  OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, prod, OpProd, ENTRY)           \
-  OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, max, OpMax, ENTRY)             \
-  OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, min, OpMin, ENTRY)             \
-  OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, avg, OpAvg, ENTRY)             \
-  OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, premulsum, OpPreMulSum, ENTRY)
+#define OX_TYPED_OPS(PREFIX, FN, TNAME, T, ENTRY, ARGS)                  \
+  OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, sum, OpSum, ENTRY, ARGS)             \
+  OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, prod, OpProd, ENTRY, ARGS)           \
+  OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, max, OpMax, ENTRY, ARGS)             \
+  OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, min, OpMin, ENTRY, ARGS)             \
+  OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, avg, OpAvg, ENTRY, ARGS)             \
+  OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, premulsum, OpPreMulSum, ENTRY, ARGS)
 
 // Which datatypes this translation unit instantiates. The typed kernels are most of the kernels'
 // compile time, so build.rs compiles them as several units at once, each defining
@@ -44,18 +44,20 @@
 #define OX_TYPE_IN_UNIT_11(x) x
 #endif
 
-#define OX_TYPED_KERNELS_ENTRY(PREFIX, FN, ENTRY)                                   \
-  OX_TYPE_IN_UNIT_0(OX_TYPED_OPS(PREFIX, FN, i8, int8_t, ENTRY))                    \
-  OX_TYPE_IN_UNIT_1(OX_TYPED_OPS(PREFIX, FN, u8, uint8_t, ENTRY))                   \
-  OX_TYPE_IN_UNIT_2(OX_TYPED_OPS(PREFIX, FN, i32, int32_t, ENTRY))                  \
-  OX_TYPE_IN_UNIT_3(OX_TYPED_OPS(PREFIX, FN, u32, uint32_t, ENTRY))                 \
-  OX_TYPE_IN_UNIT_4(OX_TYPED_OPS(PREFIX, FN, i64, int64_t, ENTRY))                  \
-  OX_TYPE_IN_UNIT_5(OX_TYPED_OPS(PREFIX, FN, u64, uint64_t, ENTRY))                 \
-  OX_TYPE_IN_UNIT_6(OX_TYPED_OPS(PREFIX, FN, f16, __half, ENTRY))                   \
-  OX_TYPE_IN_UNIT_7(OX_TYPED_OPS(PREFIX, FN, f32, float, ENTRY))                    \
-  OX_TYPE_IN_UNIT_8(OX_TYPED_OPS(PREFIX, FN, f64, double, ENTRY))                   \
-  OX_TYPE_IN_UNIT_9(OX_TYPED_OPS(PREFIX, FN, bf16, __nv_bfloat16, ENTRY))           \
-  OX_TYPE_IN_UNIT_10(OX_TYPED_OPS(PREFIX, FN, f8e4m3, __nv_fp8_e4m3, ENTRY))        \
-  OX_TYPE_IN_UNIT_11(OX_TYPED_OPS(PREFIX, FN, f8e5m2, __nv_fp8_e5m2, ENTRY))
+#define OX_TYPED_KERNELS_ARGS(PREFIX, FN, ENTRY, ARGS)                                \
+  OX_TYPE_IN_UNIT_0(OX_TYPED_OPS(PREFIX, FN, i8, int8_t, ENTRY, ARGS))                    \
+  OX_TYPE_IN_UNIT_1(OX_TYPED_OPS(PREFIX, FN, u8, uint8_t, ENTRY, ARGS))                   \
+  OX_TYPE_IN_UNIT_2(OX_TYPED_OPS(PREFIX, FN, i32, int32_t, ENTRY, ARGS))                  \
+  OX_TYPE_IN_UNIT_3(OX_TYPED_OPS(PREFIX, FN, u32, uint32_t, ENTRY, ARGS))                 \
+  OX_TYPE_IN_UNIT_4(OX_TYPED_OPS(PREFIX, FN, i64, int64_t, ENTRY, ARGS))                  \
+  OX_TYPE_IN_UNIT_5(OX_TYPED_OPS(PREFIX, FN, u64, uint64_t, ENTRY, ARGS))                 \
+  OX_TYPE_IN_UNIT_6(OX_TYPED_OPS(PREFIX, FN, f16, __half, ENTRY, ARGS))                   \
+  OX_TYPE_IN_UNIT_7(OX_TYPED_OPS(PREFIX, FN, f32, float, ENTRY, ARGS))                    \
+  OX_TYPE_IN_UNIT_8(OX_TYPED_OPS(PREFIX, FN, f64, double, ENTRY, ARGS))                   \
+  OX_TYPE_IN_UNIT_9(OX_TYPED_OPS(PREFIX, FN, bf16, __nv_bfloat16, ENTRY, ARGS))           \
+  OX_TYPE_IN_UNIT_10(OX_TYPED_OPS(PREFIX, FN, f8e4m3, __nv_fp8_e4m3, ENTRY, ARGS))        \
+  OX_TYPE_IN_UNIT_11(OX_TYPED_OPS(PREFIX, FN, f8e5m2, __nv_fp8_e5m2, ENTRY, ARGS))
 
-#define OX_TYPED_KERNELS(PREFIX, FN) OX_TYPED_KERNELS_ENTRY(PREFIX, FN, ox_pdl_enter())
+// The usual forms: kernels taking CollArgs.
+#define OX_TYPED_KERNELS_ENTRY(PREFIX, FN, ENTRY) OX_TYPED_KERNELS_ARGS(PREFIX, FN, ENTRY, CollArgs)
+#define OX_TYPED_KERNELS(PREFIX, FN) OX_TYPED_KERNELS_ARGS(PREFIX, FN, ox_pdl_enter(), CollArgs)

@@ -9,6 +9,7 @@ pub mod chain;
 pub mod cost;
 pub mod counting;
 pub mod envlists;
+pub mod group;
 mod exchange;
 pub mod pdl;
 mod reducing;

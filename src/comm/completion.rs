@@ -244,7 +244,7 @@ mod tests {
     }
 
     /// The kernels a launch may count must publish its completion: each `extern "C" __global__`
-    /// taking CollArgs or ExchangeArgs calls ox_done_publish, but for the copy-engine path's two,
+    /// taking CollArgs, GroupArgs or ExchangeArgs (or the typed macro's ARGS) calls ox_done_publish, but for the copy-engine path's two,
     /// which only that path launches, never counted. A kernel that forgot would leave the counter
     /// short, and the next stream switch or destroy would wait forever.
     #[test]
@@ -279,7 +279,7 @@ mod tests {
                 }
                 let body = &text[open..=end];
                 let name = head.rsplit_once('(').map_or("", |(before, _)| before).split_whitespace().last().unwrap_or("").to_string();
-                if head.contains("CollArgs") || head.contains("ExchangeArgs") {
+                if ["CollArgs", "GroupArgs", "ExchangeArgs", "ARGS args"].iter().any(|a| head.contains(a)) {
                     if !never_counted.contains(&name.as_str()) {
                         assert!(body.contains("ox_done_publish("), "{}: kernel {name} never calls ox_done_publish", path.display());
                     }

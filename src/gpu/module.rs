@@ -32,6 +32,7 @@ pub struct Module {
     _raw: Vec<cu::CUmodule>,
     allreduce: Vec<Kernel>,
     allreduce_chain: Vec<Kernel>,
+    allreduce_group: Vec<Kernel>,
     reducescatter: Vec<Kernel>,
     reduce: Vec<Kernel>,
     exchange: Kernel,
@@ -87,6 +88,7 @@ impl Module {
         Ok(Module {
             allreduce: typed_table(raw, "ox_allreduce", &algos)?,
             allreduce_chain: typed_table(raw, "ox_allreduce", &["oneshot_chain"])?,
+            allreduce_group: typed_table(raw, "ox_allreduce", &["group"])?,
             reducescatter: typed_table(raw, "ox_reducescatter", &LL_PUT)?,
             reduce: typed_table(raw, "ox_reduce", &LL_PUT)?,
             exchange: function(raw, "ox_exchange")?,
@@ -113,6 +115,12 @@ impl Module {
     /// and the launch it follows, which publishes its output.
     pub fn allreduce_chain(&self, dt: DataType, op: RedOp) -> Kernel {
         self.allreduce_chain[typed_index(0, dt, op)]
+    }
+
+    /// A group's AllReduces of one datatype and op as one launch (kernels/colls/allreduce_group.cu,
+    /// `GroupArgs`).
+    pub fn allreduce_group(&self, dt: DataType, op: RedOp) -> Kernel {
+        self.allreduce_group[typed_index(0, dt, op)]
     }
 
     /// `put`: the put-round variant, else the packet one.

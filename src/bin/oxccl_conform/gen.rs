@@ -214,45 +214,69 @@ fn offsets(n: usize) -> impl Strategy<Value = Vec<u8>> {
 fn op_strategy(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize) -> BoxedStrategy<OpCase> {
     let kinds = space.kinds.clone();
     (prop::sample::select(kinds), prop::sample::select(DTYPES.to_vec()))
-        .prop_flat_map(move |(kind, dtype)| {
-            let es = DataType::from_raw(dtype).expect("valid").size();
-            let per = if kind.per_rank() { n as u64 } else { 1 };
-            let count = count_strategy(bounds.get(kind, es, n), es, per, space.max_bytes);
-            let tcount = count_strategy(bounds.get(Kind::SendRecv, es, n), es, 1, space.max_bytes / 4);
-            let transfers = if kind == Kind::SendRecv {
-                prop::collection::vec((0..n, 0..n, tcount, 0u8..16, 0u8..16), 1..=6)
-                    .prop_map(|v| v.into_iter().map(|(src, dst, count, soff, roff)| Transfer { src, dst, count, soff, roff }).collect())
-                    .boxed()
-            } else {
-                Just(Vec::new()).boxed()
-            };
-            let op = if kind.reduces() { prop::sample::select(Op::ALL.to_vec()).boxed() } else { Just(Op::Sum).boxed() };
-            let in_place = if kind.has_in_place() { any::<bool>().boxed() } else { Just(false).boxed() };
-            let count = if kind == Kind::SendRecv { Just(0u64).boxed() } else { count };
-            let others: Vec<Mem> = space.mems.iter().copied().filter(|&m| m != Mem::Plain).collect();
-            let mem = match (space.mems.contains(&Mem::Plain), others.is_empty()) {
-                (_, true) => Just(Mem::Plain).boxed(),
-                (false, false) => prop::sample::select(others).boxed(),
-                (true, false) => prop_oneof![1 => Just(Mem::Plain), 1 => prop::sample::select(others)].boxed(),
-            };
-            (op, count, 0..n, in_place, 0u8..2, offsets(n), offsets(n), prop::collection::vec(0u8..SCALARS as u8, n), transfers, mem).prop_map(
-                move |(op, count, root, in_place, comm, soff, roff, scalars, transfers, mem)| OpCase {
-                    kind,
-                    dtype,
-                    op,
-                    count,
-                    root: if kind.rooted() { root } else { 0 },
-                    in_place,
-                    comm,
-                    soff,
-                    roff,
-                    scalars,
-                    transfers,
-                    mem,
-                },
-            )
+        .prop_flat_map(move |(kind, dtype)| op_of(space.clone(), bounds.clone(), n, kind, dtype))
+        .boxed()
+}
+
+/// A group of 2-18 operations of one kind, datatype, op and communicator, as frameworks post
+/// them (PyTorch's coalesced operations, nccl-tests -m): what oxccl launches together
+/// (src/algo/group.rs), past its 16 operations a launch.
+fn coalesced_strategy(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize) -> BoxedStrategy<Vec<OpCase>> {
+    let kinds = space.kinds.clone();
+    (prop::sample::select(kinds), prop::sample::select(DTYPES.to_vec()), prop::sample::select(Op::ALL.to_vec()), 0u8..2)
+        .prop_flat_map(move |(kind, dtype, op, comm)| {
+            prop::collection::vec(op_of(space.clone(), bounds.clone(), n, kind, dtype), 2..=18).prop_map(move |mut ops| {
+                for o in &mut ops {
+                    if kind.reduces() {
+                        o.op = op;
+                    }
+                    o.comm = comm;
+                }
+                ops
+            })
         })
         .boxed()
+}
+
+/// One operation of `kind` and `dtype`.
+fn op_of(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize, kind: Kind, dtype: i32) -> BoxedStrategy<OpCase> {
+    let es = DataType::from_raw(dtype).expect("valid").size();
+    let per = if kind.per_rank() { n as u64 } else { 1 };
+    let count = count_strategy(bounds.get(kind, es, n), es, per, space.max_bytes);
+    let tcount = count_strategy(bounds.get(Kind::SendRecv, es, n), es, 1, space.max_bytes / 4);
+    let transfers = if kind == Kind::SendRecv {
+        prop::collection::vec((0..n, 0..n, tcount, 0u8..16, 0u8..16), 1..=6)
+            .prop_map(|v| v.into_iter().map(|(src, dst, count, soff, roff)| Transfer { src, dst, count, soff, roff }).collect())
+            .boxed()
+    } else {
+        Just(Vec::new()).boxed()
+    };
+    let op = if kind.reduces() { prop::sample::select(Op::ALL.to_vec()).boxed() } else { Just(Op::Sum).boxed() };
+    let in_place = if kind.has_in_place() { any::<bool>().boxed() } else { Just(false).boxed() };
+    let count = if kind == Kind::SendRecv { Just(0u64).boxed() } else { count };
+    let others: Vec<Mem> = space.mems.iter().copied().filter(|&m| m != Mem::Plain).collect();
+    let mem = match (space.mems.contains(&Mem::Plain), others.is_empty()) {
+        (_, true) => Just(Mem::Plain).boxed(),
+        (false, false) => prop::sample::select(others).boxed(),
+        (true, false) => prop_oneof![1 => Just(Mem::Plain), 1 => prop::sample::select(others)].boxed(),
+    };
+    (op, count, 0..n, in_place, 0u8..2, offsets(n), offsets(n), prop::collection::vec(0u8..SCALARS as u8, n), transfers, mem).prop_map(
+        move |(op, count, root, in_place, comm, soff, roff, scalars, transfers, mem)| OpCase {
+            kind,
+            dtype,
+            op,
+            count,
+            root: if kind.rooted() { root } else { 0 },
+            in_place,
+            comm,
+            soff,
+            roff,
+            scalars,
+            transfers,
+            mem,
+        },
+    )
+    .boxed()
 }
 
 /// Every case the space allows.
@@ -263,7 +287,11 @@ pub fn case_strategy(space: Arc<Space>, bounds: Arc<Boundaries>) -> BoxedStrateg
         .prop_flat_map(move |((procs, per_proc), mode, replays, seed)| {
             let n = procs * per_proc;
             let op = op_strategy(space.clone(), bounds.clone(), n);
-            let ops = prop_oneof![3 => prop::collection::vec(op.clone(), 1..=1), 2 => prop::collection::vec(op, 2..=space.max_group.max(2))];
+            let ops = prop_oneof![
+                3 => prop::collection::vec(op.clone(), 1..=1),
+                2 => prop::collection::vec(op, 2..=space.max_group.max(2)),
+                1 => coalesced_strategy(space.clone(), bounds.clone(), n),
+            ];
             let abort = if n >= 2 && space.abort_pct > 0 {
                 // ncclCommAbort two times in three; revoke and shrink the rest.
                 let how = prop_oneof![1 => Just(Stop::Abort), 1 => prop::sample::select(Stop::ALL.to_vec())];

@@ -1,0 +1,71 @@
+// Grouped AllReduce: the AllReduces of one ncclGroupStart/End on one communicator and stream, of
+// one datatype and op, as ONE launch (algo::group says which). Launched one by one, each call of
+// a group pays a kernel launch and a round trip for its packets' flags; NCCL runs a group's
+// collectives in one kernel.
+//
+// The launch is the one-shot algorithm (allreduce.cu) over the operations' packets laid end to
+// end: operation j's packet i is packet ops[j].chunk_elems + i of every source's LL region, each
+// operation's packets starting on a packet of their own (8 payload bytes; a partial last packet
+// is zero-padded as in a lone call). The pair flags advance once for the whole launch. Every
+// element is reduced in rank order 0..n-1 from the same pre-scaled inputs as a lone one-shot call,
+// so the results are bit-identical to running the operations one by one. The host fuses only
+// operations whose buffers do not overlap one another's (a rank's own input of every operation is
+// read again in the reduce phase), and in place (send == recv) a packet's input is read before
+// the same thread writes its output.
+#include "common.cuh"
+#include "copy.cuh"
+#include "instantiate.cuh"
+#include "ll_flags.cuh"
+#include "packet.cuh"
+#include "reduce.cuh"
+
+// The operation that global packet `t` belongs to, searching forward from `j` (a thread's packets
+// only grow, so the search never goes back).
+OX_DEV uint32_t ox_group_op(const GroupArgs& a, uint32_t j, uint64_t t) {
+  while (j + 1 < a.nops && t >= a.ops[j + 1].chunk_elems) ++j;
+  return j;
+}
+
+template <typename T, typename Op>
+OX_DEV void allreduce_group(const GroupArgs& a) {
+  OX_KERNEL_PROLOGUE(a.comm);
+  __shared__ uint32_t flags[OX_MAX_RANKS];
+  ox_ll_flags_load(c, flags, ab);
+  const CollArgs& last = a.ops[a.nops - 1];
+  const uint64_t total = last.chunk_elems + ox_ceil_div(last.count * sizeof(T), 8);
+  const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
+
+  // 1. Every packet of every operation to every peer; pre() applied by the input's owner.
+  uint32_t j = 0;
+  for (uint64_t t = g; t < total; t += G) {
+    j = ox_group_op(a, j, t);
+    const CollArgs& o = a.ops[j];
+    const Op op(o, n);
+    const uint64_t i = t - o.chunk_elems;
+    const uint64_t v = ox_pre<T>(op, ox_load8(reinterpret_cast<const char*>(o.send), i * 8, o.count * sizeof(T)));
+    for (int k = 1; k < n; ++k) {
+      const int p = me + k < n ? me + k : me + k - n;  // staggered so ranks start on different peers
+      ox_ll16_write(ox_ll_region(c, p, flags[p], me) + t * 16, v, flags[p]);
+    }
+  }
+  // 2. Reduce every packet in rank order, in the same (thread -> packet) mapping.
+  j = 0;
+  for (uint64_t t = g; t < total; t += G) {
+    j = ox_group_op(a, j, t);
+    const CollArgs& o = a.ops[j];
+    const Op op(o, n);
+    const uint64_t i = t - o.chunk_elems;
+    const uint64_t nbytes = o.count * sizeof(T);
+    uint64_t acc = 0;
+    for (int r = 0; r < n; ++r) {
+      const uint64_t x = r == me ? ox_pre<T>(op, ox_load8(reinterpret_cast<const char*>(o.send), i * 8, nbytes))
+                                 : ox_ll16_read(ox_ll_region(c, me, flags[r], r) + t * 16, flags[r], ab);
+      acc = r == 0 ? x : ox_combine<T>(op, acc, x);
+    }
+    ox_store8(reinterpret_cast<char*>(o.recv), i * 8, nbytes, ox_post<T>(op, acc));
+  }
+  ox_ll_flags_advance_all(c, me, n, flags);
+}
+
+OX_TYPED_KERNELS_ARGS(ox_allreduce_group, allreduce_group, ox_pdl_enter(), GroupArgs)
