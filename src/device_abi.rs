@@ -537,12 +537,19 @@ pub struct CollArgs {
     pub done: u64,
 }
 
+/// `GroupArgs` operation kinds (`CollArgs::mode` of each): an AllReduce (`count` elements, sent
+/// whole to every peer) ...
+pub const OX_GROUP_ALLREDUCE: u32 = 0;
+/// ... or a ReduceScatter (`count` = each rank's chunk; chunk p of `send` goes to rank p, `recv`
+/// gets this rank's reduced chunk).
+pub const OX_GROUP_REDUCESCATTER: u32 = 1;
+
 /// Collectives one grouped launch carries (`GroupArgs::ops`; kernel parameters stay under 4 KiB).
 pub const OX_GROUP_MAX_OPS: usize = 16;
 
-/// Arguments of the grouped AllReduce kernel (kernels/colls/allreduce_group.cu): up to
-/// `OX_GROUP_MAX_OPS` AllReduces of one datatype and op, run as one one-shot launch over their
-/// packets laid end to end. Passed by value.
+/// Arguments of the grouped reduction kernel (kernels/colls/allreduce_group.cu): up to
+/// `OX_GROUP_MAX_OPS` AllReduces and ReduceScatters of one datatype and op, run as one packet
+/// launch over their packets laid end to end. Passed by value.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GroupArgs {
@@ -555,9 +562,10 @@ pub struct GroupArgs {
     /// Padding; 0.
     pub _pad0: u32,
     /// The operations, in group order. Per operation: `send`, `recv`, `count` (elements, more
-    /// than 0), `scalar` and `scalar_ptr` as for a lone call; `chunk_elems` holds its first
-    /// packet in every source's LL region (the packets, 8 payload bytes each, of the operations
-    /// before it); the other fields are unused.
+    /// than 0; a ReduceScatter's per-rank chunk), `scalar` and `scalar_ptr` as for a lone call;
+    /// `mode` its kind (`OX_GROUP_ALLREDUCE`, `OX_GROUP_REDUCESCATTER`); `chunk_elems` holds its
+    /// first packet in every source's LL region (the packets, 8 payload bytes each, that the
+    /// operations before it send each peer); the other fields are unused.
     pub ops: [CollArgs; OX_GROUP_MAX_OPS],
 }
 

@@ -1,14 +1,17 @@
-// Grouped AllReduce: the AllReduces of one ncclGroupStart/End on one communicator and stream, of
-// one datatype and op, as ONE launch (algo::group says which). Launched one by one, each call of
-// a group pays a kernel launch and a round trip for its packets' flags; NCCL runs a group's
-// collectives in one kernel.
+// Grouped reductions: the AllReduces and ReduceScatters of one ncclGroupStart/End on one
+// communicator, of one datatype and op, as ONE launch (algo::group says which). Launched one by
+// one, each call of a group pays a kernel launch and a round trip for its packets' flags; NCCL
+// runs a group's collectives in one kernel.
 //
-// The launch is the one-shot algorithm (allreduce.cu) over the operations' packets laid end to
-// end: operation j's packet i is packet ops[j].chunk_elems + i of every source's LL region, each
+// The launch is the packet algorithms of lone calls over the operations' packets laid end to end:
+// operation j's packet i is packet ops[j].chunk_elems + i of every source's LL region, each
 // operation's packets starting on a packet of their own (8 payload bytes; a partial last packet
-// is zero-padded as in a lone call). The pair flags advance once for the whole launch. Every
-// element is reduced in rank order 0..n-1 from the same pre-scaled inputs as a lone one-shot call,
-// so the results are bit-identical to running the operations one by one. The host fuses only
+// is zero-padded as in a lone call). An AllReduce (mode OX_GROUP_ALLREDUCE) sends its whole input
+// to every peer, as the one-shot (allreduce.cu); a ReduceScatter (OX_GROUP_REDUCESCATTER, count =
+// each rank's chunk) sends chunk p to rank p, as reducescatter_ll (reduce_colls.cu). The pair
+// flags advance once for the whole launch. Every element is reduced in rank order 0..n-1 from the
+// same pre-scaled inputs as a lone call, so the results are bit-identical to running the
+// operations one by one. The host fuses only
 // operations whose buffers do not overlap one another's (a rank's own input of every operation is
 // read again in the reduce phase), and in place (send == recv) a packet's input is read before
 // the same thread writes its output.
@@ -43,13 +46,17 @@ OX_DEV void allreduce_group(const GroupArgs& a) {
     const CollArgs& o = a.ops[j];
     const Op op(o, n);
     const uint64_t i = t - o.chunk_elems;
-    const uint64_t v = ox_pre<T>(op, ox_load8(reinterpret_cast<const char*>(o.send), i * 8, o.count * sizeof(T)));
+    const uint64_t nbytes = o.count * sizeof(T);
+    const char* src = reinterpret_cast<const char*>(o.send);
+    const bool rs = o.mode == OX_GROUP_REDUCESCATTER;
+    const uint64_t v = rs ? 0 : ox_pre<T>(op, ox_load8(src, i * 8, nbytes));
     for (int k = 1; k < n; ++k) {
       const int p = me + k < n ? me + k : me + k - n;  // staggered so ranks start on different peers
-      ox_ll16_write(ox_ll_region(c, p, flags[p], me) + t * 16, v, flags[p]);
+      ox_ll16_write(ox_ll_region(c, p, flags[p], me) + t * 16, rs ? ox_pre<T>(op, ox_load8(src + (uint64_t)p * nbytes, i * 8, nbytes)) : v,
+                    flags[p]);
     }
   }
-  // 2. Reduce every packet in rank order, in the same (thread -> packet) mapping.
+  // 2. Reduce every packet of this rank's part in rank order, in the same (thread -> packet) mapping.
   j = 0;
   for (uint64_t t = g; t < total; t += G) {
     j = ox_group_op(a, j, t);
@@ -57,9 +64,11 @@ OX_DEV void allreduce_group(const GroupArgs& a) {
     const Op op(o, n);
     const uint64_t i = t - o.chunk_elems;
     const uint64_t nbytes = o.count * sizeof(T);
+    // In place, a ReduceScatter's recv is this rank's chunk of send: read here before written below.
+    const char* mine = reinterpret_cast<const char*>(o.send) + (o.mode == OX_GROUP_REDUCESCATTER ? (uint64_t)me * nbytes : 0);
     uint64_t acc = 0;
     for (int r = 0; r < n; ++r) {
-      const uint64_t x = r == me ? ox_pre<T>(op, ox_load8(reinterpret_cast<const char*>(o.send), i * 8, nbytes))
+      const uint64_t x = r == me ? ox_pre<T>(op, ox_load8(mine, i * 8, nbytes))
                                  : ox_ll16_read(ox_ll_region(c, me, flags[r], r) + t * 16, flags[r], ab);
       acc = r == 0 ? x : ox_combine<T>(op, acc, x);
     }

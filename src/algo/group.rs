@@ -2,27 +2,31 @@
 //! (kernels/colls/allreduce_group.cu), as NCCL runs a group's collectives on one communicator in
 //! one launch.
 //!
-//! Today: consecutive AllReduces of one datatype and op whose packets together are a one-shot
-//! (LL16) message. Invariants, tested below:
+//! Today: consecutive AllReduces and ReduceScatters of one datatype and op, each of which a lone
+//! call would send as LL16 packets, whose packets together still are such a message. Invariants,
+//! tested below:
 //! - every rank of the communicator plans the same launches: the plan reads only what all its
 //!   ranks share (each operation's count, datatype and op; the topology, scratch sizes and
 //!   tuning), never buffer addresses or streams;
 //! - a grouped launch holds 2 to `OX_GROUP_MAX_OPS` consecutive operations, in group order, and
 //!   every operation is in exactly one launch;
-//! - a grouped launch runs the algorithm a lone AllReduce of its total size would get (the
-//!   one-shot), so grouping never moves data through another algorithm than its size class, and
-//!   its packets fit the one-shot's scratch.
+//! - a grouped launch's packets per pair are a message a lone call of its kinds would send as
+//!   LL16 packets (the one-shot AllReduce where an AllReduce is in it, else the packet
+//!   ReduceScatter), so grouping never moves data through another algorithm than its size class,
+//!   and they fit a pair's LL region.
 
 use std::ops::Range;
 
-use super::{select_allreduce, AllReduceAlgo, Scratch, Topology, Tuning};
-use crate::device_abi::OX_GROUP_MAX_OPS;
+use super::{select_allreduce, select_reducescatter, AllReduceAlgo, Scratch, Topology, Tuning};
+use crate::device_abi::{OX_GROUP_MAX_OPS, OX_MODE_LL};
 use crate::types::{DataType, RedOp};
 
-/// What the planner knows of one AllReduce of a group.
+/// What the planner knows of one reducing collective of a group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GroupedAllReduce {
-    /// Elements.
+pub struct GroupedReduction {
+    /// A ReduceScatter (else an AllReduce).
+    pub scatter: bool,
+    /// Elements (a ReduceScatter's per-rank chunk).
     pub count: u64,
     /// The element type.
     pub dtype: DataType,
@@ -30,30 +34,36 @@ pub struct GroupedAllReduce {
     pub op: RedOp,
 }
 
-/// An operation's packets in a grouped launch: its bytes rounded up to whole 8-byte packets.
+/// An operation's packets in a grouped launch, per peer: its bytes (a ReduceScatter's chunk)
+/// rounded up to whole 8-byte packets.
 pub fn packets(count: u64, dtype: DataType) -> u64 {
     (count * dtype.size() as u64).div_ceil(8)
 }
 
 /// The group's operations cut into launches, in order: each range of more than one operation is
-/// one grouped launch, each single one runs alone as before. `ops` are consecutive AllReduces of
-/// one group on one communicator and stream.
-pub fn allreduce_launches(ops: &[GroupedAllReduce], topo: &Topology, scratch: &Scratch, t: &Tuning) -> Vec<Range<usize>> {
+/// one grouped launch, each single one runs alone as before. `ops` are consecutive AllReduces and
+/// ReduceScatters of one group on one communicator.
+pub fn launches(ops: &[GroupedReduction], topo: &Topology, scratch: &Scratch, t: &Tuning) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < ops.len() {
         let mut end = i + 1;
-        if topo.nranks >= 2 && !t.group_off && lone_oneshot(&ops[i], ops[i].count, topo, scratch, t) {
-            let mut pk = packets(ops[i].count, ops[i].dtype);
+        let first = &ops[i];
+        if topo.nranks >= 2 && !t.group_off && packet_message(first.scatter, first.count, first.dtype, topo, scratch, t) {
+            let (mut pk, mut scatter_only) = (packets(first.count, first.dtype), first.scatter);
             while end < ops.len() && end - i < OX_GROUP_MAX_OPS {
                 let o = &ops[end];
-                let total = pk + packets(o.count, o.dtype);
+                let (total, so) = (pk + packets(o.count, o.dtype), scatter_only && o.scatter);
                 // Whole packets of the total, in elements of the datatype (at most 8 bytes: exact).
                 let total_count = total * 8 / o.dtype.size() as u64;
-                if o.dtype != ops[i].dtype || o.op != ops[i].op || o.count == 0 || !lone_oneshot(o, total_count, topo, scratch, t) {
+                if o.dtype != first.dtype
+                    || o.op != first.op
+                    || !packet_message(o.scatter, o.count, o.dtype, topo, scratch, t)
+                    || !packet_message(so, total_count, o.dtype, topo, scratch, t)
+                {
                     break;
                 }
-                pk = total;
+                (pk, scatter_only) = (total, so);
                 end += 1;
             }
         }
@@ -63,9 +73,15 @@ pub fn allreduce_launches(ops: &[GroupedAllReduce], topo: &Topology, scratch: &S
     out
 }
 
-/// Whether a lone AllReduce of `count` elements of `o`'s type would run the one-shot (LL16).
-fn lone_oneshot(o: &GroupedAllReduce, count: u64, topo: &Topology, scratch: &Scratch, t: &Tuning) -> bool {
-    count > 0 && select_allreduce(count, o.dtype, topo, scratch, t).algo == AllReduceAlgo::OneShot
+/// Whether a lone call of `count` elements would send LL16 packets: the one-shot AllReduce, or
+/// (`scatter`) the packet ReduceScatter of a `count`-element chunk.
+fn packet_message(scatter: bool, count: u64, dtype: DataType, topo: &Topology, scratch: &Scratch, t: &Tuning) -> bool {
+    count > 0
+        && if scatter {
+            select_reducescatter(count, dtype, topo, scratch, t).mode == OX_MODE_LL as u32
+        } else {
+            select_allreduce(count, dtype, topo, scratch, t).algo == AllReduceAlgo::OneShot
+        }
 }
 
 /// The launch shape of a grouped launch of `packets` packets: the one-shot's for a message of
@@ -78,8 +94,12 @@ pub fn launch_shape(packets: u64, topo: &Topology, t: &Tuning) -> (u32, u32) {
 mod tests {
     use super::*;
 
-    fn ar(count: u64, dtype: DataType, op: RedOp) -> GroupedAllReduce {
-        GroupedAllReduce { count, dtype, op }
+    fn ar(count: u64, dtype: DataType, op: RedOp) -> GroupedReduction {
+        GroupedReduction { scatter: false, count, dtype, op }
+    }
+
+    fn rs(count: u64, dtype: DataType, op: RedOp) -> GroupedReduction {
+        GroupedReduction { scatter: true, count, dtype, op }
     }
 
     fn setup(n: usize) -> (Topology, Scratch, Tuning) {
@@ -87,7 +107,7 @@ mod tests {
     }
 
     /// Checks the invariants of the module doc on one plan.
-    fn check(ops: &[GroupedAllReduce], plan: &[Range<usize>], topo: &Topology, scratch: &Scratch, t: &Tuning) {
+    fn check(ops: &[GroupedReduction], plan: &[Range<usize>], topo: &Topology, scratch: &Scratch, t: &Tuning) {
         let mut next = 0;
         for r in plan {
             assert_eq!(r.start, next, "ranges in order, covering every operation once: {plan:?}");
@@ -97,9 +117,18 @@ mod tests {
                 let first = ops[r.start];
                 let total: u64 = ops[r.clone()].iter().map(|o| packets(o.count, o.dtype)).sum();
                 assert!(ops[r.clone()].iter().all(|o| o.dtype == first.dtype && o.op == first.op && o.count > 0));
-                let plan = select_allreduce(total * 8 / first.dtype.size() as u64, first.dtype, topo, scratch, t);
-                assert_eq!(plan.algo, AllReduceAlgo::OneShot, "a grouped launch is a one-shot message: {r:?}");
-                assert!(total * 8 <= super::super::allreduce::oneshot_capacity(scratch, topo.nranks as u64));
+                let total_count = total * 8 / first.dtype.size() as u64;
+                for o in &ops[r.clone()] {
+                    assert!(packet_message(o.scatter, o.count, o.dtype, topo, scratch, t), "each is a packet message alone: {r:?}");
+                }
+                if ops[r.clone()].iter().all(|o| o.scatter) {
+                    assert_eq!(select_reducescatter(total_count, first.dtype, topo, scratch, t).mode, OX_MODE_LL as u32, "{r:?}");
+                } else {
+                    let plan = select_allreduce(total_count, first.dtype, topo, scratch, t);
+                    assert_eq!(plan.algo, AllReduceAlgo::OneShot, "a grouped launch with an AllReduce is a one-shot message: {r:?}");
+                }
+                // Every pair's packets fit its region of an LL half (kernels/prims/ll_flags.cuh).
+                assert!(total * 16 <= (scratch.ll_half_bytes / topo.nranks as u64) & !15, "{r:?}");
             }
         }
         assert_eq!(next, ops.len());
@@ -109,7 +138,7 @@ mod tests {
     fn small_allreduces_of_one_type_and_op_share_a_launch() {
         let (topo, s, t) = setup(2);
         let ops = vec![ar(1024, DataType::Float32, RedOp::Sum); 4];
-        let plan = allreduce_launches(&ops, &topo, &s, &t);
+        let plan = launches(&ops, &topo, &s, &t);
         assert_eq!(plan, vec![0..4]);
         check(&ops, &plan, &topo, &s, &t);
     }
@@ -124,7 +153,7 @@ mod tests {
             ar(16, DataType::Float16, RedOp::Max),
             ar(16, DataType::Float16, RedOp::Max),
         ];
-        let plan = allreduce_launches(&ops, &topo, &s, &t);
+        let plan = launches(&ops, &topo, &s, &t);
         assert_eq!(plan, vec![0..2, 2..3, 3..5]);
         check(&ops, &plan, &topo, &s, &t);
     }
@@ -136,7 +165,7 @@ mod tests {
             // Grow each operation until a lone call stops being one-shot: the plan never exceeds it.
             for bytes in [8u64, 1000, 4096, 16 << 10, 60 << 10, 64 << 10, 256 << 10, 1 << 20] {
                 let ops = vec![ar(bytes / 4, DataType::Float32, RedOp::Sum); 20];
-                let plan = allreduce_launches(&ops, &topo, &s, &t);
+                let plan = launches(&ops, &topo, &s, &t);
                 check(&ops, &plan, &topo, &s, &t);
                 if select_allreduce(bytes / 4, DataType::Float32, &topo, &s, &t).algo != AllReduceAlgo::OneShot {
                     assert!(plan.iter().all(|r| r.len() == 1), "n {n} bytes {bytes}: {plan:?}");
@@ -144,7 +173,7 @@ mod tests {
             }
             // Twenty 8-byte operations: sixteen in one launch, four in the next.
             let ops = vec![ar(2, DataType::Float32, RedOp::Sum); 20];
-            assert_eq!(allreduce_launches(&ops, &topo, &s, &t), vec![0..16, 16..20], "n {n}");
+            assert_eq!(launches(&ops, &topo, &s, &t), vec![0..16, 16..20], "n {n}");
         }
     }
 
@@ -152,10 +181,10 @@ mod tests {
     fn one_rank_and_the_switch_keep_lone_launches() {
         let (topo, s, t) = setup(1);
         let ops = vec![ar(16, DataType::Float32, RedOp::Sum); 3];
-        assert_eq!(allreduce_launches(&ops, &topo, &s, &t), vec![0..1, 1..2, 2..3]);
+        assert_eq!(launches(&ops, &topo, &s, &t), vec![0..1, 1..2, 2..3]);
         let (topo, s, mut t) = setup(2);
         t.group_off = true;
-        assert_eq!(allreduce_launches(&ops, &topo, &s, &t), vec![0..1, 1..2, 2..3]);
+        assert_eq!(launches(&ops, &topo, &s, &t), vec![0..1, 1..2, 2..3]);
     }
 
     #[test]
@@ -167,8 +196,23 @@ mod tests {
         assert_eq!(packets(5, DataType::Float16), 2);
         let (topo, s, t) = setup(2);
         let ops: Vec<_> = (1..=12u64).map(|c| ar(c * 7 + 1, DataType::Int8, RedOp::Sum)).collect();
-        let plan = allreduce_launches(&ops, &topo, &s, &t);
+        let plan = launches(&ops, &topo, &s, &t);
         assert_eq!(plan, vec![0..12]);
+        check(&ops, &plan, &topo, &s, &t);
+    }
+
+    #[test]
+    fn reduce_scatters_group_up_to_the_packet_limit_and_with_allreduces() {
+        let (topo, s, t) = setup(2);
+        // Eight 64 KiB chunks: packets alone (up to 1 MiB at 2 ranks), so together while they fit.
+        let ops = vec![rs(16 << 10, DataType::Float32, RedOp::Sum); 8];
+        let plan = launches(&ops, &topo, &s, &t);
+        check(&ops, &plan, &topo, &s, &t);
+        assert_eq!(plan[0], 0..8, "{plan:?}");
+        // An AllReduce among them holds the launch to the one-shot's size.
+        let ops = vec![rs(1024, DataType::Float32, RedOp::Sum), ar(1024, DataType::Float32, RedOp::Sum), rs(1024, DataType::Float32, RedOp::Sum)];
+        let plan = launches(&ops, &topo, &s, &t);
+        assert_eq!(plan, vec![0..3]);
         check(&ops, &plan, &topo, &s, &t);
     }
 
@@ -180,10 +224,10 @@ mod tests {
         let opsk = [RedOp::Sum, RedOp::Max, RedOp::Avg, RedOp::PreMulSum];
         let mut runner = proptest::test_runner::TestRunner::deterministic();
         runner
-            .run(&(1usize..=9, proptest::collection::vec((0usize..5, 0usize..4, 0u64..40_000), 0..40)), |(n, raw)| {
+            .run(&(1usize..=9, proptest::collection::vec((0usize..5, 0usize..4, 0u64..40_000, any::<bool>()), 0..40)), |(n, raw)| {
                 let (topo, s, t) = setup(n);
-                let ops: Vec<_> = raw.iter().map(|&(d, o, c)| ar(c, dts[d], opsk[o])).collect();
-                let plan = allreduce_launches(&ops, &topo, &s, &t);
+                let ops: Vec<_> = raw.iter().map(|&(d, o, c, sc)| if sc { rs(c, dts[d], opsk[o]) } else { ar(c, dts[d], opsk[o]) }).collect();
+                let plan = launches(&ops, &topo, &s, &t);
                 check(&ops, &plan, &topo, &s, &t);
                 prop_assert!(true);
                 Ok(())

@@ -12,7 +12,7 @@ use crate::algo::{
 };
 use crate::comm::task::{CollTask, P2pOp};
 use crate::comm::{Comm, LaunchState, Ready, RingLast, RingLaunch};
-use crate::device_abi::{CollArgs, GroupArgs};
+use crate::device_abi::{CollArgs, GroupArgs, OX_GROUP_ALLREDUCE, OX_GROUP_REDUCESCATTER};
 use crate::error::{Error, Result};
 use crate::gpu::module::{launch_pdl, Kernel};
 use crate::algo::pdl::{CaptureTail, RingAnchor};
@@ -24,7 +24,7 @@ use crate::gpu::{check, cu, CtxGuard};
 use crate::comm::liveness::Needs;
 use crate::log::Subsys;
 use crate::transport::ce_direct::Fallback;
-use crate::algo::group::{packets, GroupedAllReduce};
+use crate::algo::group::{packets, GroupedReduction};
 use crate::types::{Coll, DataType, RedOp};
 
 /// Runs `f` with the communicator's device current and its launch lock held, on `stream`, after
@@ -137,41 +137,48 @@ pub fn launch_task(t: &CollTask) -> Result<()> {
     })
 }
 
-/// How a group's consecutive AllReduces on one communicator launch (algo::group): ranges of
-/// `tasks` in order, each of more than one task a grouped launch (`launch_allreduce_group`), each
-/// single one a lone launch. All lone where the communicator spans hosts (its collectives run
-/// through `net`) or is not ready (each launch then reports why).
-pub fn allreduce_launches(tasks: &[CollTask]) -> Vec<std::ops::Range<usize>> {
+/// How a group's consecutive AllReduces and ReduceScatters on one communicator launch
+/// (algo::group): ranges of `tasks` in order, each of more than one task a grouped launch
+/// (`launch_group`), each single one a lone launch. All lone where the communicator spans hosts
+/// (its collectives run through `net`) or is not ready (each launch then reports why).
+pub fn group_launches(tasks: &[CollTask]) -> Vec<std::ops::Range<usize>> {
     let lone = || (0..tasks.len()).map(|i| i..i + 1).collect();
     let Some(first) = tasks.first() else { return Vec::new() };
     let Ok(r) = first.comm.ready() else { return lone() };
     if r.net.is_some() {
         return lone();
     }
-    let ops: Vec<GroupedAllReduce> = tasks.iter().map(|t| GroupedAllReduce { count: t.count, dtype: t.dtype, op: t.op.op }).collect();
-    crate::algo::group::allreduce_launches(&ops, &r.topo, &r.scratch, &r.tuning)
+    let ops: Vec<GroupedReduction> = tasks
+        .iter()
+        .map(|t| GroupedReduction { scatter: t.coll == Coll::ReduceScatter, count: t.count, dtype: t.dtype, op: t.op.op })
+        .collect();
+    crate::algo::group::launches(&ops, &r.topo, &r.scratch, &r.tuning)
 }
 
-/// Launches a group's AllReduces as one kernel (kernels/colls/allreduce_group.cu): `tasks` are
-/// a range `allreduce_launches` grouped (2 to OX_GROUP_MAX_OPS AllReduces of one communicator,
-/// datatype and op), on the first task's stream. The group has already ordered its other streams
-/// around that one (group::fork_streams, group::join_streams).
-pub fn launch_allreduce_group(tasks: &[CollTask]) -> Result<()> {
+/// Launches AllReduces and ReduceScatters of a group as one kernel
+/// (kernels/colls/allreduce_group.cu): `tasks` are a range `group_launches` grouped (2 to
+/// OX_GROUP_MAX_OPS of one communicator, datatype and op), on the first task's stream. The group
+/// has already ordered its other streams around that one (group::fork_streams,
+/// group::join_streams).
+pub fn launch_group(tasks: &[CollTask]) -> Result<()> {
     let Some(first) = tasks.first() else { return Ok(()) };
     debug_assert!((2..=crate::device_abi::OX_GROUP_MAX_OPS).contains(&tasks.len()));
     let total: u64 = tasks.iter().map(|t| packets(t.count, t.dtype)).sum();
-    let what = || format!("{} AllReduces of {} in one launch, {total} packets, on stream {:p}", tasks.len(), first.dtype.name(), first.stream);
+    let what = || format!("{} AllReduces/ReduceScatters of {} in one launch, {total} packets a peer, on stream {:p}", tasks.len(), first.dtype.name(), first.stream);
     with_launch(&first.comm, Needs::All, first.stream, total * 8, what, |r, ls| {
-        r.tuning.allowed.for_func(Func::AllReduce)?;
+        for t in tasks {
+            r.tuning.allowed.for_func(if t.coll == Coll::ReduceScatter { Func::ReduceScatter } else { Func::AllReduce })?;
+        }
         check_fp8(r, first.dtype)?;
         let mut args = GroupArgs { comm: r.dev_comm, nops: tasks.len() as u32, ..Default::default() };
         let mut start = 0;
         for (slot, t) in args.ops.iter_mut().zip(tasks) {
-            *slot = coll_args(r, t, t.count, start, 0);
+            let mode = if t.coll == Coll::ReduceScatter { OX_GROUP_REDUCESCATTER } else { OX_GROUP_ALLREDUCE };
+            *slot = coll_args(r, t, t.count, start, mode);
             start += packets(t.count, t.dtype);
         }
         let (grid, block) = crate::algo::group::launch_shape(total, &r.topo, &r.tuning);
-        nccl_trace!(Subsys::Coll, "{} AllReduces of {} {:?}, {total} packets -> one grouped launch grid {grid} block {block}", tasks.len(), first.dtype.name(), first.op.op);
+        nccl_trace!(Subsys::Coll, "{} AllReduces/ReduceScatters of {} {:?}, {total} packets a peer -> one grouped launch grid {grid} block {block}", tasks.len(), first.dtype.name(), first.op.op);
         kernel(r, ls, r.module.allreduce_group(first.dtype, first.op.op), grid, block, first.stream, &mut args)
     })
 }

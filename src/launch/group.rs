@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::comm::Comm;
-use crate::launch::enqueue::{allreduce_launches, launch_allreduce_group, launch_p2p, launch_task};
+use crate::launch::enqueue::{group_launches, launch_group, launch_p2p, launch_task};
 use crate::comm::task::{CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::cu;
@@ -394,31 +394,32 @@ pub fn end() -> Result<()> {
 
 /// Runs a group's operations in order, each communicator's point-to-point operations as one
 /// launch (or several, enqueue::launch_p2p) after its collectives; notes the first error and goes
-/// on (the peers wait for the rest). Consecutive AllReduces of one communicator (point-to-point
-/// operations between them do not count: they launch after the collectives, and ranks post
-/// different ones) launch together where algo::group says so, as NCCL runs a group's
-/// collectives in one launch; within a group no operation may read another's output, as in NCCL.
+/// on (the peers wait for the rest). Consecutive AllReduces and ReduceScatters of one
+/// communicator (point-to-point operations between them do not count: they launch after the
+/// collectives, and ranks post different ones) launch together where algo::group says so, as
+/// NCCL runs a group's collectives in one launch; within a group no operation may read another's
+/// output, as in NCCL.
 fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
     let mut p2p: Vec<(Arc<Comm>, Vec<P2pOp>)> = Vec::new();
-    let mut allreduces: Vec<CollTask> = Vec::new();
+    let mut reductions: Vec<CollTask> = Vec::new();
     for op in ops {
         match op {
             Deferred::P2p(c, o) => push_p2p(&mut p2p, c, o),
-            Deferred::Coll(t) if t.coll == crate::types::Coll::AllReduce => {
-                if allreduces.first().is_some_and(|f| !Arc::ptr_eq(&f.comm, &t.comm)) {
-                    launch_allreduces(std::mem::take(&mut allreduces), first_err);
+            Deferred::Coll(t) if matches!(t.coll, crate::types::Coll::AllReduce | crate::types::Coll::ReduceScatter) => {
+                if reductions.first().is_some_and(|f| !Arc::ptr_eq(&f.comm, &t.comm)) {
+                    launch_reductions(std::mem::take(&mut reductions), first_err);
                 }
-                allreduces.push(t);
+                reductions.push(t);
             }
             other => {
-                launch_allreduces(std::mem::take(&mut allreduces), first_err);
+                launch_reductions(std::mem::take(&mut reductions), first_err);
                 if let Err(e) = run(other) {
                     first_err.get_or_insert(e);
                 }
             }
         }
     }
-    launch_allreduces(allreduces, first_err);
+    launch_reductions(reductions, first_err);
     for (c, ops) in &p2p {
         if let Err(e) = launch_p2p(c, ops) {
             first_err.get_or_insert(e);
@@ -426,13 +427,14 @@ fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
     }
 }
 
-/// Consecutive AllReduces of one communicator, grouped into launches as algo::group says.
-fn launch_allreduces(tasks: Vec<CollTask>, first_err: &mut Option<Error>) {
+/// Consecutive AllReduces and ReduceScatters of one communicator, grouped into launches as
+/// algo::group says.
+fn launch_reductions(tasks: Vec<CollTask>, first_err: &mut Option<Error>) {
     if tasks.is_empty() {
         return;
     }
-    for part in allreduce_launches(&tasks) {
-        let r = if part.len() > 1 { launch_allreduce_group(&tasks[part]) } else { launch_task(&tasks[part.start]) };
+    for part in group_launches(&tasks) {
+        let r = if part.len() > 1 { launch_group(&tasks[part]) } else { launch_task(&tasks[part.start]) };
         if let Err(e) = r {
             first_err.get_or_insert(e);
         }
