@@ -11,10 +11,9 @@
 // each rank's chunk) sends chunk p to rank p, as reducescatter_ll (reduce_colls.cu). The pair
 // flags advance once for the whole launch. Every element is reduced in rank order 0..n-1 from the
 // same pre-scaled inputs as a lone call, so the results are bit-identical to running the
-// operations one by one. The host fuses only
-// operations whose buffers do not overlap one another's (a rank's own input of every operation is
-// read again in the reduce phase), and in place (send == recv) a packet's input is read before
-// the same thread writes its output.
+// operations one by one. The operations run at once, as NCCL runs a group's: within a group no
+// operation may read another's output (nor write what another reads). In place (send == recv),
+// a packet's input is read before the same thread writes its output.
 #include "common.cuh"
 #include "copy.cuh"
 #include "instantiate.cuh"
@@ -33,43 +32,71 @@ template <typename T, typename Op>
 OX_DEV void allreduce_group(const GroupArgs& a) {
   OX_KERNEL_PROLOGUE(a.comm);
   __shared__ uint32_t flags[OX_MAX_RANKS];
-  ox_ll_flags_load(c, flags, ab);
+  __shared__ char* base[OX_MAX_RANKS];
+  // The scratch bases and region geometry in registers and shared memory: every volatile packet
+  // access clobbers memory, which would make the compiler reload them (as in allreduce.cu).
+  if ((int)threadIdx.x < n) base[threadIdx.x] = reinterpret_cast<char*>(c.ll_scratch[threadIdx.x]);
+  const uint64_t half = c.ll_half_bytes, region = ox_ll_region_bytes(c);
+  ox_ll_flags_load(c, flags, ab);  // its __syncthreads also publishes base[]
   const CollArgs& last = a.ops[a.nops - 1];
   const uint64_t total = last.chunk_elems + ox_ceil_div(last.count * sizeof(T), 8);
   const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
+  // This rank's own pre-scaled AllReduce inputs, as sent in phase 1, for phase 2: one 8-byte word
+  // per packet in this rank's own region of half 0 of its scratch, which no peer writes and no
+  // other kernel of the communicator uses while this one runs. Reading the input again instead
+  // would, where a program lets a group's buffers overlap (no operation may read another's output
+  // within a group, as in NCCL), give this rank other values than its peers received, and the
+  // ranks different results.
+  uint64_t* own = reinterpret_cast<uint64_t*>(base[me] + (uint64_t)me * region);
 
   // 1. Every packet of every operation to every peer; pre() applied by the input's owner.
   uint32_t j = 0;
+  Op op(a.ops[0], n);
   for (uint64_t t = g; t < total; t += G) {
-    j = ox_group_op(a, j, t);
+    const uint32_t j1 = ox_group_op(a, j, t);
+    if (j1 != j) op = Op(a.ops[j1], n);  // a PreMulSum's scalar is the operation's own
+    j = j1;
     const CollArgs& o = a.ops[j];
-    const Op op(o, n);
     const uint64_t i = t - o.chunk_elems;
     const uint64_t nbytes = o.count * sizeof(T);
     const char* src = reinterpret_cast<const char*>(o.send);
     const bool rs = o.mode == OX_GROUP_REDUCESCATTER;
-    const uint64_t v = rs ? 0 : ox_pre<T>(op, ox_load8(src, i * 8, nbytes));
+    uint64_t v = 0;
+    if (!rs) {
+      v = ox_pre<T>(op, ox_load8(src, i * 8, nbytes));
+      own[t] = v;
+    }
     for (int k = 1; k < n; ++k) {
       const int p = me + k < n ? me + k : me + k - n;  // staggered so ranks start on different peers
-      ox_ll16_write(ox_ll_region(c, p, flags[p], me) + t * 16, rs ? ox_pre<T>(op, ox_load8(src + (uint64_t)p * nbytes, i * 8, nbytes)) : v,
-                    flags[p]);
+      const uint64_t x = rs ? ox_pre<T>(op, ox_load8(src + (uint64_t)p * nbytes, i * 8, nbytes)) : v;
+      ox_ll16_write(ox_ll_at(base[p], half, region, flags[p], me) + t * 16, x, flags[p]);
     }
   }
-  // 2. Reduce every packet of this rank's part in rank order, in the same (thread -> packet) mapping.
+  // 2. Reduce every packet of this rank's part in rank order, in the same (thread -> packet)
+  //    mapping: the words in `own` are this thread's.
   j = 0;
+  op = Op(a.ops[0], n);
   for (uint64_t t = g; t < total; t += G) {
-    j = ox_group_op(a, j, t);
+    const uint32_t j1 = ox_group_op(a, j, t);
+    if (j1 != j) op = Op(a.ops[j1], n);
+    j = j1;
     const CollArgs& o = a.ops[j];
-    const Op op(o, n);
     const uint64_t i = t - o.chunk_elems;
     const uint64_t nbytes = o.count * sizeof(T);
-    // In place, a ReduceScatter's recv is this rank's chunk of send: read here before written below.
-    const char* mine = reinterpret_cast<const char*>(o.send) + (o.mode == OX_GROUP_REDUCESCATTER ? (uint64_t)me * nbytes : 0);
+    const bool rs = o.mode == OX_GROUP_REDUCESCATTER;
     uint64_t acc = 0;
     for (int r = 0; r < n; ++r) {
-      const uint64_t x = r == me ? ox_pre<T>(op, ox_load8(mine, i * 8, nbytes))
-                                 : ox_ll16_read(ox_ll_region(c, me, flags[r], r) + t * 16, flags[r], ab);
+      uint64_t x;
+      if (r != me) {
+        x = ox_ll16_read(ox_ll_at(base[me], half, region, flags[r], r) + t * 16, flags[r], ab);
+      } else if (rs) {
+        // A ReduceScatter's own chunk is read only here. In place, recv is this chunk of send:
+        // read before the same thread writes it below.
+        x = ox_pre<T>(op, ox_load8(reinterpret_cast<const char*>(o.send) + (uint64_t)me * nbytes, i * 8, nbytes));
+      } else {
+        x = own[t];
+      }
       acc = r == 0 ? x : ox_combine<T>(op, acc, x);
     }
     ox_store8(reinterpret_cast<char*>(o.recv), i * 8, nbytes, ox_post<T>(op, acc));

@@ -384,10 +384,10 @@ pub fn end() -> Result<()> {
     } else {
         launch_ops(state.ops, &mut first_err);
     }
-    if first_err.is_none() {
-        if let Err(e) = join_streams(streams_per_comm) {
-            first_err = Some(e);
-        }
+    // Even after an error: a grouped launch (launch_reductions) on one stream may have written
+    // the outputs of operations posted on the others, which must not run ahead of it.
+    if let Err(e) = join_streams(streams_per_comm) {
+        first_err.get_or_insert(e);
     }
     set_up_err.or(first_err).map_or(Ok(()), Err)
 }

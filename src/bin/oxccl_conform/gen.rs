@@ -32,8 +32,10 @@ pub struct Space {
     pub abort_pct: u32,
     /// Largest buffer one rank allocates for one operation.
     pub max_bytes: u64,
-    /// Largest group.
+    /// Largest group of independently drawn operations.
     pub max_group: usize,
+    /// Largest coalesced group (operations of one kind, datatype, op and communicator).
+    pub max_coalesced: usize,
 }
 
 /// Counts (elements, NCCL's count argument) at which some plan changes, per (kind, element size,
@@ -218,19 +220,34 @@ fn op_strategy(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize) -> BoxedStr
         .boxed()
 }
 
-/// A group of 2-18 operations of one kind, datatype, op and communicator, as frameworks post
-/// them (PyTorch's coalesced operations, nccl-tests -m): what oxccl launches together
-/// (src/algo/group.rs), past its 16 operations a launch.
+/// A group of 2-`max_coalesced` operations of one kind, datatype, op and communicator, as
+/// frameworks post them (PyTorch's coalesced operations, nccl-tests -m): what oxccl launches
+/// together (src/algo/group.rs), past its 16 operations a launch. Two times in three the kind is
+/// one oxccl groups (AllReduce, ReduceScatter) where the space has it, and half the time each
+/// operation is at most 16 KiB a rank, so that launches do group.
 fn coalesced_strategy(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize) -> BoxedStrategy<Vec<OpCase>> {
-    let kinds = space.kinds.clone();
-    (prop::sample::select(kinds), prop::sample::select(DTYPES.to_vec()), prop::sample::select(Op::ALL.to_vec()), 0u8..2)
-        .prop_flat_map(move |(kind, dtype, op, comm)| {
-            prop::collection::vec(op_of(space.clone(), bounds.clone(), n, kind, dtype), 2..=18).prop_map(move |mut ops| {
+    let all = space.kinds.clone();
+    let grouped: Vec<Kind> = all.iter().copied().filter(|k| matches!(k, Kind::AllReduce | Kind::ReduceScatter)).collect();
+    let kind = if grouped.is_empty() {
+        prop::sample::select(all).boxed()
+    } else {
+        prop_oneof![2 => prop::sample::select(grouped), 1 => prop::sample::select(all)].boxed()
+    };
+    let most = space.max_coalesced.max(2);
+    (kind, prop::sample::select(DTYPES.to_vec()), prop::sample::select(Op::ALL.to_vec()), 0u8..2, any::<bool>())
+        .prop_flat_map(move |(kind, dtype, op, comm, small)| {
+            let es = DataType::from_raw(dtype).expect("valid").size() as u64;
+            let per = if kind.per_rank() { n as u64 } else { 1 };
+            let cap = ((16u64 << 10) / es / per).max(1);
+            prop::collection::vec(op_of(space.clone(), bounds.clone(), n, kind, dtype), 2..=most).prop_map(move |mut ops| {
                 for o in &mut ops {
                     if kind.reduces() {
                         o.op = op;
                     }
                     o.comm = comm;
+                    if small && kind != Kind::SendRecv {
+                        o.count = o.count.min(cap);
+                    }
                 }
                 ops
             })
@@ -342,6 +359,7 @@ mod tests {
             abort_pct: 10,
             max_bytes: 64 << 20,
             max_group: 4,
+            max_coalesced: 18,
         }
     }
 

@@ -90,6 +90,10 @@ struct Cli {
     /// Most operations in one group.
     #[arg(long, default_value_t = 4)]
     max_group: usize,
+    /// Most operations in a coalesced group (one kind, datatype, op and communicator; one case in
+    /// six): past 16, oxccl's grouped launches split.
+    #[arg(long, default_value_t = 18)]
+    max_coalesced: usize,
     /// Seconds a case's streams may take before it counts as a hang.
     #[arg(long, default_value_t = 60)]
     case_timeout: u64,
@@ -237,6 +241,7 @@ fn space(cli: &Cli, ngpus: usize, sms: u32) -> Result<Space, String> {
         abort_pct: cli.abort_pct,
         max_bytes: cli.max_bytes,
         max_group: cli.max_group,
+        max_coalesced: cli.max_coalesced,
     })
 }
 
