@@ -430,7 +430,11 @@ fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
 /// Consecutive AllReduces and ReduceScatters of one communicator, grouped into launches as
 /// algo::group says.
 fn launch_reductions(tasks: Vec<CollTask>, first_err: &mut Option<Error>) {
-    if tasks.is_empty() {
+    if let [t] = tasks.as_slice() {
+        // A lone one (most groups): nothing to plan.
+        if let Err(e) = launch_task(t) {
+            first_err.get_or_insert(e);
+        }
         return;
     }
     for part in group_launches(&tasks) {
