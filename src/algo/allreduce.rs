@@ -100,7 +100,7 @@ fn twophase128_capacity(s: &Scratch, n: u64) -> u64 {
 /// as the area holds: 8.8 against 10.8 us at 1 MiB on H200 x4, 13.8 against the put-based 17.3
 /// at 2 MiB, even at 4 MiB (22.4 against 23.6) and behind at 8 MiB (39.4 against 36.0;
 /// BENCHMARKS.md of 2026-11-26, 1ffcb7a).
-fn default_oneshot_max(n: u64, lines: bool) -> u64 {
+pub(super) fn default_oneshot_max(n: u64, lines: bool) -> u64 {
     match n {
         2 if lines => u64::MAX,
         2 => 1 << 20,

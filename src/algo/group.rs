@@ -3,17 +3,18 @@
 //! one launch.
 //!
 //! Today: consecutive AllReduces and ReduceScatters of one datatype and op, each of which a lone
-//! call would send as LL16 packets, whose packets together still are such a message. Invariants,
-//! tested below:
+//! call would send as packets in one hop, as LL16 packets together. Invariants, tested below:
 //! - every rank of the communicator plans the same launches: the plan reads only what all its
 //!   ranks share (each operation's count, datatype and op; the topology, scratch sizes and
 //!   tuning), never buffer addresses or streams;
 //! - a grouped launch holds 2 to `OX_GROUP_MAX_OPS` consecutive operations, in group order, and
 //!   every operation is in exactly one launch;
-//! - a grouped launch's packets per pair are a message a lone call of its kinds would send as
-//!   LL16 packets (the one-shot AllReduce where an AllReduce is in it, else the packet
-//!   ReduceScatter), so grouping never moves data through another algorithm than its size class,
-//!   and they fit a pair's LL region.
+//! - every operation of a grouped launch is one a lone call sends as packets in one hop (the
+//!   one-shot AllReduce, LL16 or LL128; the packet ReduceScatter), so grouping never moves data
+//!   through another size class than a lone call;
+//! - a grouped launch's packets per pair fit a pair's LL region, and are at most what the LL16
+//!   one-shot carries alone (`default_group_max_bytes`, OXCCL_GROUP_MAX_BYTES) where an AllReduce
+//!   is in it, else a message the packet ReduceScatter carries alone.
 
 use std::ops::Range;
 
@@ -49,17 +50,15 @@ pub fn launches(ops: &[GroupedReduction], topo: &Topology, scratch: &Scratch, t:
     while i < ops.len() {
         let mut end = i + 1;
         let first = &ops[i];
-        if topo.nranks >= 2 && !t.group_off && packet_message(first.scatter, first.count, first.dtype, topo, scratch, t) {
+        if topo.nranks >= 2 && !t.group_off && one_hop_packets(first.scatter, first.count, first.dtype, topo, scratch, t) {
             let (mut pk, mut scatter_only) = (packets(first.count, first.dtype), first.scatter);
             while end < ops.len() && end - i < OX_GROUP_MAX_OPS {
                 let o = &ops[end];
                 let (total, so) = (pk + packets(o.count, o.dtype), scatter_only && o.scatter);
-                // Whole packets of the total, in elements of the datatype (at most 8 bytes: exact).
-                let total_count = total * 8 / o.dtype.size() as u64;
                 if o.dtype != first.dtype
                     || o.op != first.op
-                    || !packet_message(o.scatter, o.count, o.dtype, topo, scratch, t)
-                    || !packet_message(so, total_count, o.dtype, topo, scratch, t)
+                    || !one_hop_packets(o.scatter, o.count, o.dtype, topo, scratch, t)
+                    || !fits(total, so, o.dtype, topo, scratch, t)
                 {
                     break;
                 }
@@ -73,15 +72,44 @@ pub fn launches(ops: &[GroupedReduction], topo: &Topology, scratch: &Scratch, t:
     out
 }
 
-/// Whether a lone call of `count` elements would send LL16 packets: the one-shot AllReduce, or
-/// (`scatter`) the packet ReduceScatter of a `count`-element chunk.
-fn packet_message(scatter: bool, count: u64, dtype: DataType, topo: &Topology, scratch: &Scratch, t: &Tuning) -> bool {
+/// Whether a lone call of `count` elements sends packets in one hop: the one-shot AllReduce (LL16
+/// or LL128 lines), or (`scatter`) the packet ReduceScatter of a `count`-element chunk.
+fn one_hop_packets(scatter: bool, count: u64, dtype: DataType, topo: &Topology, scratch: &Scratch, t: &Tuning) -> bool {
     count > 0
         && if scatter {
             select_reducescatter(count, dtype, topo, scratch, t).mode == OX_MODE_LL as u32
         } else {
-            select_allreduce(count, dtype, topo, scratch, t).algo == AllReduceAlgo::OneShot
+            matches!(select_allreduce(count, dtype, topo, scratch, t).algo, AllReduceAlgo::OneShot | AllReduceAlgo::OneShot128)
         }
+}
+
+/// Whether `total` packets per pair make one grouped launch: they fit a pair's LL region, and are
+/// at most what the LL16 one-shot carries alone where an AllReduce is among them
+/// (`scatter_only` false), else a chunk the packet ReduceScatter carries alone.
+fn fits(total: u64, scatter_only: bool, dtype: DataType, topo: &Topology, scratch: &Scratch, t: &Tuning) -> bool {
+    let n = topo.nranks.max(1) as u64;
+    let region = (scratch.ll_half_bytes / n) & !15;
+    if total * 16 > region || t.group_max_bytes.is_some_and(|m| total * 8 > m) {
+        return false;
+    }
+    if scatter_only {
+        // Whole packets of the total, in elements of the datatype (at most 8 bytes: exact).
+        let total_count = total * 8 / dtype.size() as u64;
+        select_reducescatter(total_count, dtype, topo, scratch, t).mode == OX_MODE_LL as u32
+    } else {
+        total * 8 <= t.group_max_bytes.unwrap_or_else(|| default_group_max_bytes(n))
+    }
+}
+
+/// Largest grouped launch with an AllReduce (payload bytes per pair): the LL16 one-shot's own
+/// limit before LL128 lines took over from it at 64 KiB (`allreduce::default_oneshot_max`
+/// without lines). One LL16 launch of the group's packets beats a launch per operation (LL128
+/// lines from 64 KiB) up to it: on 2 x H200, nccl-tests float, per-operation us with this limit /
+/// 256 KiB / 64 KiB / one launch each (2026-11-30): `-m 8` at 64 KiB
+/// 1.06 / 1.62 / 4.59 / 4.94, at 256 KiB 2.88 / 4.87 / 4.82 / 5.17; `-m 4 -G 10` at 128 KiB
+/// 1.84 / 2.44 / 3.96 / 3.95. From 512 KiB every choice is within 5%.
+pub fn default_group_max_bytes(n: u64) -> u64 {
+    super::allreduce::default_oneshot_max(n, false)
 }
 
 /// The launch shape of a grouped launch of `packets` packets: the one-shot's for a message of
@@ -119,13 +147,13 @@ mod tests {
                 assert!(ops[r.clone()].iter().all(|o| o.dtype == first.dtype && o.op == first.op && o.count > 0));
                 let total_count = total * 8 / first.dtype.size() as u64;
                 for o in &ops[r.clone()] {
-                    assert!(packet_message(o.scatter, o.count, o.dtype, topo, scratch, t), "each is a packet message alone: {r:?}");
+                    assert!(one_hop_packets(o.scatter, o.count, o.dtype, topo, scratch, t), "each is one-hop packets alone: {r:?}");
                 }
                 if ops[r.clone()].iter().all(|o| o.scatter) {
                     assert_eq!(select_reducescatter(total_count, first.dtype, topo, scratch, t).mode, OX_MODE_LL as u32, "{r:?}");
                 } else {
-                    let plan = select_allreduce(total_count, first.dtype, topo, scratch, t);
-                    assert_eq!(plan.algo, AllReduceAlgo::OneShot, "a grouped launch with an AllReduce is a one-shot message: {r:?}");
+                    let max = t.group_max_bytes.unwrap_or_else(|| default_group_max_bytes(topo.nranks as u64));
+                    assert!(total * 8 <= max, "a grouped launch with an AllReduce is at most the LL16 one-shot's limit: {r:?}");
                 }
                 // Every pair's packets fit its region of an LL half (kernels/prims/ll_flags.cuh).
                 assert!(total * 16 <= (scratch.ll_half_bytes / topo.nranks as u64) & !15, "{r:?}");
@@ -159,22 +187,36 @@ mod tests {
     }
 
     #[test]
-    fn launches_stop_where_the_total_leaves_the_one_shot() {
+    fn launches_hold_one_hop_operations_up_to_the_ll16_limit() {
         for n in [2, 3, 4, 8] {
             let (topo, s, t) = setup(n);
-            // Grow each operation until a lone call stops being one-shot: the plan never exceeds it.
-            for bytes in [8u64, 1000, 4096, 16 << 10, 60 << 10, 64 << 10, 256 << 10, 1 << 20] {
+            let max = default_group_max_bytes(n as u64);
+            for bytes in [8u64, 1000, 4096, 16 << 10, 32 << 10, 60 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20] {
                 let ops = vec![ar(bytes / 4, DataType::Float32, RedOp::Sum); 20];
                 let plan = launches(&ops, &topo, &s, &t);
                 check(&ops, &plan, &topo, &s, &t);
-                if select_allreduce(bytes / 4, DataType::Float32, &topo, &s, &t).algo != AllReduceAlgo::OneShot {
-                    assert!(plan.iter().all(|r| r.len() == 1), "n {n} bytes {bytes}: {plan:?}");
-                }
+                let one_hop = matches!(select_allreduce(bytes / 4, DataType::Float32, &topo, &s, &t).algo, AllReduceAlgo::OneShot | AllReduceAlgo::OneShot128);
+                // As many per launch as the limit holds, at most OX_GROUP_MAX_OPS.
+                let per = if one_hop { (max / bytes).clamp(1, OX_GROUP_MAX_OPS as u64) as usize } else { 1 };
+                assert!(plan.iter().all(|r| r.len() == per || r.end == 20), "n {n} bytes {bytes}: {plan:?}");
             }
             // Twenty 8-byte operations: sixteen in one launch, four in the next.
             let ops = vec![ar(2, DataType::Float32, RedOp::Sum); 20];
             assert_eq!(launches(&ops, &topo, &s, &t), vec![0..16, 16..20], "n {n}");
         }
+        // At 2 ranks eight 32 KiB AllReduces are one launch (LL128 lines alone from 64 KiB);
+        // eight of 256 KiB two of four.
+        let (topo, s, mut t) = setup(2);
+        assert_eq!(launches(&vec![ar(8 << 10, DataType::Float32, RedOp::Sum); 8], &topo, &s, &t), vec![0..8]);
+        assert_eq!(launches(&vec![ar(64 << 10, DataType::Float32, RedOp::Sum); 8], &topo, &s, &t), vec![0..4, 4..8]);
+        // OXCCL_GROUP_MAX_BYTES holds both kinds.
+        t.group_max_bytes = Some(64 << 10);
+        let ops = vec![ar(8 << 10, DataType::Float32, RedOp::Sum); 8];
+        let plan = launches(&ops, &topo, &s, &t);
+        assert_eq!(plan, vec![0..2, 2..4, 4..6, 6..8]);
+        check(&ops, &plan, &topo, &s, &t);
+        let ops = vec![rs(8 << 10, DataType::Float32, RedOp::Sum); 8];
+        assert_eq!(launches(&ops, &topo, &s, &t), vec![0..2, 2..4, 4..6, 6..8]);
     }
 
     #[test]
@@ -224,8 +266,9 @@ mod tests {
         let opsk = [RedOp::Sum, RedOp::Max, RedOp::Avg, RedOp::PreMulSum];
         let mut runner = proptest::test_runner::TestRunner::deterministic();
         runner
-            .run(&(1usize..=9, proptest::collection::vec((0usize..5, 0usize..4, 0u64..40_000, any::<bool>()), 0..40)), |(n, raw)| {
-                let (topo, s, t) = setup(n);
+            .run(&(1usize..=9, proptest::collection::vec((0usize..5, 0usize..4, 0u64..300_000, any::<bool>()), 0..40), proptest::option::of(0u64..2 << 20)), |(n, raw, max)| {
+                let (topo, s, mut t) = setup(n);
+                t.group_max_bytes = max;
                 let ops: Vec<_> = raw.iter().map(|&(d, o, c, sc)| if sc { rs(c, dts[d], opsk[o]) } else { ar(c, dts[d], opsk[o]) }).collect();
                 let plan = launches(&ops, &topo, &s, &t);
                 check(&ops, &plan, &topo, &s, &t);

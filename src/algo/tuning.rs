@@ -118,6 +118,9 @@ pub struct Tuning {
     /// OXCCL_GROUP_LAUNCH=0: a group's collectives launch one by one instead of together where
     /// algo::group allows (on by default).
     pub group_off: bool,
+    /// OXCCL_GROUP_MAX_BYTES: the most payload bytes per pair of one grouped launch (algo::group;
+    /// default `group::default_group_max_bytes` where an AllReduce is in it).
+    pub group_max_bytes: Option<u64>,
     /// OXCCL_COUNTED_LAUNCH: 1, every uncaptured launch counts its end on the done counter; 0,
     /// every launch records an event behind it; unset, algo::counting decides per launch.
     pub counted_launch: Option<bool>,
@@ -146,6 +149,7 @@ impl Tuning {
             allreduce_algo: env("OXCCL_ALLREDUCE_ALGO").and_then(|v| super::AllReduceAlgo::from_name(v.trim())),
             ap128_off: env("OXCCL_AP128").is_some_and(|v| v.trim() == "0"),
             group_off: env("OXCCL_GROUP_LAUNCH").is_some_and(|v| v.trim() == "0"),
+            group_max_bytes: num("OXCCL_GROUP_MAX_BYTES"),
             rsag_mid_blocks: num32("OXCCL_RSAG_MID_BLOCKS").filter(|&b| b > 0),
             ap128_half_bytes: num("OXCCL_AP128_HALF_BYTES").filter(|&b| (1 << 20..=1 << 30).contains(&b)),
             oneshot_max_bytes: num("OXCCL_ONESHOT_MAX_BYTES"),
