@@ -1,5 +1,5 @@
-// Grouped reductions: the AllReduces and ReduceScatters of one ncclGroupStart/End on one
-// communicator, of one datatype and op, as ONE launch (algo::group says which). Launched one by
+// Grouped collectives: the AllReduces, ReduceScatters and AllGathers of one ncclGroupStart/End on
+// one communicator, the reductions of one datatype and op, as ONE launch (algo::group says which). Launched one by
 // one, each call of a group pays a kernel launch and a round trip for its packets' flags; NCCL
 // runs a group's collectives in one kernel.
 //
@@ -8,7 +8,10 @@
 // operation's packets starting on a packet of their own (8 payload bytes; a partial last packet
 // is zero-padded as in a lone call). An AllReduce (mode OX_GROUP_ALLREDUCE) sends its whole input
 // to every peer, as the one-shot (allreduce.cu); a ReduceScatter (OX_GROUP_REDUCESCATTER, count =
-// each rank's chunk) sends chunk p to rank p, as reducescatter_ll (reduce_colls.cu). The pair
+// each rank's chunk) sends chunk p to rank p, as reducescatter_ll (reduce_colls.cu); an AllGather
+// (OX_GROUP_ALLGATHER, count = bytes of each rank's piece, moved as they are) sends its whole input
+// to every peer, as the one-shot gather (gather_oneshot.cu), and writes piece r of its output
+// from rank r's packets. The pair
 // flags advance once for the whole launch. Every element is reduced in rank order 0..n-1 from the
 // same pre-scaled inputs as a lone call, so the results are bit-identical to running the
 // operations one by one. The operations run at once, as NCCL runs a group's: within a group no
@@ -39,10 +42,10 @@ OX_DEV void allreduce_group(const GroupArgs& a) {
   const uint64_t half = c.ll_half_bytes, region = ox_ll_region_bytes(c);
   ox_ll_flags_load(c, flags, ab);  // its __syncthreads also publishes base[]
   const CollArgs& last = a.ops[a.nops - 1];
-  const uint64_t total = last.chunk_elems + ox_ceil_div(last.count * sizeof(T), 8);
+  const uint64_t total = last.chunk_elems + ox_ceil_div(last.mode == OX_GROUP_ALLGATHER ? last.count : last.count * sizeof(T), 8);
   const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
-  // This rank's own pre-scaled AllReduce inputs, as sent in phase 1, for phase 2: one 8-byte word
+  // This rank's own AllReduce (pre-scaled) and AllGather inputs, as sent in phase 1, for phase 2: one 8-byte word
   // per packet in this rank's own region of half 0 of its scratch, which no peer writes and no
   // other kernel of the communicator uses while this one runs. Reading the input again instead
   // would, where a program lets a group's buffers overlap (no operation may read another's output
@@ -59,12 +62,14 @@ OX_DEV void allreduce_group(const GroupArgs& a) {
     j = j1;
     const CollArgs& o = a.ops[j];
     const uint64_t i = t - o.chunk_elems;
-    const uint64_t nbytes = o.count * sizeof(T);
+    const bool gather = o.mode == OX_GROUP_ALLGATHER;
+    const uint64_t nbytes = gather ? o.count : o.count * sizeof(T);
     const char* src = reinterpret_cast<const char*>(o.send);
     const bool rs = o.mode == OX_GROUP_REDUCESCATTER;
     uint64_t v = 0;
     if (!rs) {
-      v = ox_pre<T>(op, ox_load8(src, i * 8, nbytes));
+      v = ox_load8(src, i * 8, nbytes);
+      if (!gather) v = ox_pre<T>(op, v);
       own[t] = v;
     }
     for (int k = 1; k < n; ++k) {
@@ -73,8 +78,8 @@ OX_DEV void allreduce_group(const GroupArgs& a) {
       ox_ll16_write(ox_ll_at(base[p], half, region, flags[p], me) + t * 16, x, flags[p]);
     }
   }
-  // 2. Reduce every packet of this rank's part in rank order, in the same (thread -> packet)
-  //    mapping: the words in `own` are this thread's.
+  // 2. Reduce every packet of this rank's part in rank order (an AllGather's: store each rank's),
+  //    in the same (thread -> packet) mapping: the words in `own` are this thread's.
   j = 0;
   op = Op(a.ops[0], n);
   for (uint64_t t = g; t < total; t += G) {
@@ -83,6 +88,16 @@ OX_DEV void allreduce_group(const GroupArgs& a) {
     j = j1;
     const CollArgs& o = a.ops[j];
     const uint64_t i = t - o.chunk_elems;
+    if (o.mode == OX_GROUP_ALLGATHER) {
+      // Piece r of the output from rank r's packet; this rank's own from `own`.
+      const uint64_t nbytes = o.count;
+      char* dst = reinterpret_cast<char*>(o.recv);
+      for (int r = 0; r < n; ++r) {
+        const uint64_t x = r == me ? own[t] : ox_ll16_read(ox_ll_at(base[me], half, region, flags[r], r) + t * 16, flags[r], ab);
+        ox_store8(dst + (uint64_t)r * nbytes, i * 8, nbytes, x);
+      }
+      continue;
+    }
     const uint64_t nbytes = o.count * sizeof(T);
     const bool rs = o.mode == OX_GROUP_REDUCESCATTER;
     uint64_t acc = 0;

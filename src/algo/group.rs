@@ -2,65 +2,94 @@
 //! (kernels/colls/allreduce_group.cu), as NCCL runs a group's collectives on one communicator in
 //! one launch.
 //!
-//! Today: consecutive AllReduces and ReduceScatters of one datatype and op, each of which a lone
-//! call would send as packets in one hop, as LL16 packets together. Invariants, tested below:
+//! Today: consecutive AllReduces, ReduceScatters and AllGathers, each of which a lone call would
+//! send as packets in one hop, as LL16 packets together; the reductions of one launch share a
+//! datatype and op (an AllGather's bytes travel as they are, beside any). Invariants, tested
+//! below:
 //! - every rank of the communicator plans the same launches: the plan reads only what all its
-//!   ranks share (each operation's count, datatype and op; the topology, scratch sizes and
-//!   tuning), never buffer addresses or streams;
+//!   ranks share (each operation's kind, count, datatype and op, and whether it must run alone,
+//!   which for an AllGather into a symmetric window every rank sees alike because ranks register
+//!   windows alike; the topology, scratch sizes and tuning), never streams;
 //! - a grouped launch holds 2 to `OX_GROUP_MAX_OPS` consecutive operations, in group order, and
 //!   every operation is in exactly one launch;
 //! - every operation of a grouped launch is one a lone call sends as packets in one hop (the
-//!   one-shot AllReduce, LL16 or LL128; the packet ReduceScatter), so grouping never moves data
-//!   through another size class than a lone call;
+//!   one-shot AllReduce, LL16 or LL128; the packet ReduceScatter; the one-shot gather), so
+//!   grouping never moves data through another size class than a lone call;
 //! - a grouped launch's packets per pair fit a pair's LL region, and are at most what the LL16
 //!   one-shot carries alone (`default_group_max_bytes`, OXCCL_GROUP_MAX_BYTES) where an AllReduce
-//!   is in it, else a message the packet ReduceScatter carries alone.
+//!   or AllGather is in it, else a message the packet ReduceScatter carries alone.
 
 use std::ops::Range;
 
-use super::{select_allreduce, select_reducescatter, AllReduceAlgo, Scratch, Topology, Tuning};
+use super::{select_allreduce, select_gather_oneshot, select_reducescatter, AllReduceAlgo, Scratch, Topology, Tuning};
 use crate::device_abi::{OX_GROUP_MAX_OPS, OX_MODE_LL};
 use crate::types::{DataType, RedOp};
 
-/// What the planner knows of one reducing collective of a group.
+/// The collectives a grouped launch carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GroupedReduction {
-    /// A ReduceScatter (else an AllReduce).
-    pub scatter: bool,
-    /// Elements (a ReduceScatter's per-rank chunk).
+pub enum GroupedKind {
+    /// `count` elements, reduced.
+    AllReduce,
+    /// `count` elements a rank (the per-rank chunk), reduced.
+    ReduceScatter,
+    /// `count` elements a rank, gathered.
+    AllGather,
+}
+
+/// What the planner knows of one collective of a group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupedOp {
+    /// Its kind.
+    pub kind: GroupedKind,
+    /// Elements (a ReduceScatter's per-rank chunk, an AllGather's per-rank piece).
     pub count: u64,
     /// The element type.
     pub dtype: DataType,
-    /// The kernel's op (PreMulSum scalars may differ: each operation carries its own).
+    /// The kernel's op (PreMulSum scalars may differ: each operation carries its own); unused for
+    /// an AllGather.
     pub op: RedOp,
+    /// Runs in a launch of its own whatever its size: another kernel serves it (an AllGather into
+    /// a symmetric window). Every rank sees the same (windows are registered collectively).
+    pub alone: bool,
 }
 
-/// An operation's packets in a grouped launch, per peer: its bytes (a ReduceScatter's chunk)
-/// rounded up to whole 8-byte packets.
+impl GroupedOp {
+    fn reduces(&self) -> bool {
+        self.kind != GroupedKind::AllGather
+    }
+}
+
+/// An operation's packets in a grouped launch, per peer: its bytes (a ReduceScatter's chunk, an
+/// AllGather's piece) rounded up to whole 8-byte packets.
 pub fn packets(count: u64, dtype: DataType) -> u64 {
     (count * dtype.size() as u64).div_ceil(8)
 }
 
 /// The group's operations cut into launches, in order: each range of more than one operation is
-/// one grouped launch, each single one runs alone as before. `ops` are consecutive AllReduces and
-/// ReduceScatters of one group on one communicator.
-pub fn launches(ops: &[GroupedReduction], topo: &Topology, scratch: &Scratch, t: &Tuning) -> Vec<Range<usize>> {
+/// one grouped launch, each single one runs alone as before. `ops` are consecutive AllReduces,
+/// ReduceScatters and AllGathers of one group on one communicator.
+pub fn launches(ops: &[GroupedOp], topo: &Topology, scratch: &Scratch, t: &Tuning) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < ops.len() {
         let mut end = i + 1;
         let first = &ops[i];
-        if topo.nranks >= 2 && !t.group_off && one_hop_packets(first.scatter, first.count, first.dtype, topo, scratch, t) {
-            let (mut pk, mut scatter_only) = (packets(first.count, first.dtype), first.scatter);
+        if topo.nranks >= 2 && !t.group_off && one_hop_packets(first, topo, scratch, t) {
+            let mut pk = packets(first.count, first.dtype);
+            let mut scatter_only = first.kind == GroupedKind::ReduceScatter;
+            // The launch's datatype and op: its first reduction's.
+            let mut key = first.reduces().then_some((first.dtype, first.op));
             while end < ops.len() && end - i < OX_GROUP_MAX_OPS {
                 let o = &ops[end];
-                let (total, so) = (pk + packets(o.count, o.dtype), scatter_only && o.scatter);
-                if o.dtype != first.dtype
-                    || o.op != first.op
-                    || !one_hop_packets(o.scatter, o.count, o.dtype, topo, scratch, t)
-                    || !fits(total, so, o.dtype, topo, scratch, t)
-                {
+                let total = pk + packets(o.count, o.dtype);
+                let so = scatter_only && o.kind == GroupedKind::ReduceScatter;
+                let clash = o.reduces() && key.is_some_and(|k| k != (o.dtype, o.op));
+                // A ReduceScatter-only launch's limit is in the datatype's elements.
+                if clash || !one_hop_packets(o, topo, scratch, t) || !fits(total, so, o.dtype, topo, scratch, t) {
                     break;
+                }
+                if o.reduces() {
+                    key.get_or_insert((o.dtype, o.op));
                 }
                 (pk, scatter_only) = (total, so);
                 end += 1;
@@ -72,19 +101,22 @@ pub fn launches(ops: &[GroupedReduction], topo: &Topology, scratch: &Scratch, t:
     out
 }
 
-/// Whether a lone call of `count` elements sends packets in one hop: the one-shot AllReduce (LL16
-/// or LL128 lines), or (`scatter`) the packet ReduceScatter of a `count`-element chunk.
-fn one_hop_packets(scatter: bool, count: u64, dtype: DataType, topo: &Topology, scratch: &Scratch, t: &Tuning) -> bool {
-    count > 0
-        && if scatter {
-            select_reducescatter(count, dtype, topo, scratch, t).mode == OX_MODE_LL as u32
-        } else {
-            matches!(select_allreduce(count, dtype, topo, scratch, t).algo, AllReduceAlgo::OneShot | AllReduceAlgo::OneShot128)
+/// Whether a lone call of `o` sends packets in one hop: the one-shot AllReduce (LL16 or LL128
+/// lines), the packet ReduceScatter, the one-shot gather.
+fn one_hop_packets(o: &GroupedOp, topo: &Topology, scratch: &Scratch, t: &Tuning) -> bool {
+    o.count > 0
+        && !o.alone
+        && match o.kind {
+            GroupedKind::ReduceScatter => select_reducescatter(o.count, o.dtype, topo, scratch, t).mode == OX_MODE_LL as u32,
+            GroupedKind::AllReduce => {
+                matches!(select_allreduce(o.count, o.dtype, topo, scratch, t).algo, AllReduceAlgo::OneShot | AllReduceAlgo::OneShot128)
+            }
+            GroupedKind::AllGather => select_gather_oneshot(o.count * o.dtype.size() as u64, true, topo, scratch, t).is_some(),
         }
 }
 
 /// Whether `total` packets per pair make one grouped launch: they fit a pair's LL region, and are
-/// at most what the LL16 one-shot carries alone where an AllReduce is among them
+/// at most what the LL16 one-shot carries alone where an AllReduce or AllGather is among them
 /// (`scatter_only` false), else a chunk the packet ReduceScatter carries alone.
 fn fits(total: u64, scatter_only: bool, dtype: DataType, topo: &Topology, scratch: &Scratch, t: &Tuning) -> bool {
     let n = topo.nranks.max(1) as u64;
@@ -122,12 +154,16 @@ pub fn launch_shape(packets: u64, topo: &Topology, t: &Tuning) -> (u32, u32) {
 mod tests {
     use super::*;
 
-    fn ar(count: u64, dtype: DataType, op: RedOp) -> GroupedReduction {
-        GroupedReduction { scatter: false, count, dtype, op }
+    fn ar(count: u64, dtype: DataType, op: RedOp) -> GroupedOp {
+        GroupedOp { kind: GroupedKind::AllReduce, count, dtype, op, alone: false }
     }
 
-    fn rs(count: u64, dtype: DataType, op: RedOp) -> GroupedReduction {
-        GroupedReduction { scatter: true, count, dtype, op }
+    fn rs(count: u64, dtype: DataType, op: RedOp) -> GroupedOp {
+        GroupedOp { kind: GroupedKind::ReduceScatter, count, dtype, op, alone: false }
+    }
+
+    fn ag(count: u64, dtype: DataType) -> GroupedOp {
+        GroupedOp { kind: GroupedKind::AllGather, count, dtype, op: RedOp::Sum, alone: false }
     }
 
     fn setup(n: usize) -> (Topology, Scratch, Tuning) {
@@ -135,21 +171,27 @@ mod tests {
     }
 
     /// Checks the invariants of the module doc on one plan.
-    fn check(ops: &[GroupedReduction], plan: &[Range<usize>], topo: &Topology, scratch: &Scratch, t: &Tuning) {
+    fn check(ops: &[GroupedOp], plan: &[Range<usize>], topo: &Topology, scratch: &Scratch, t: &Tuning) {
         let mut next = 0;
         for r in plan {
             assert_eq!(r.start, next, "ranges in order, covering every operation once: {plan:?}");
             assert!(!r.is_empty() && r.len() <= OX_GROUP_MAX_OPS, "{plan:?}");
             next = r.end;
             if r.len() > 1 {
-                let first = ops[r.start];
                 let total: u64 = ops[r.clone()].iter().map(|o| packets(o.count, o.dtype)).sum();
-                assert!(ops[r.clone()].iter().all(|o| o.dtype == first.dtype && o.op == first.op && o.count > 0));
-                let total_count = total * 8 / first.dtype.size() as u64;
-                for o in &ops[r.clone()] {
-                    assert!(one_hop_packets(o.scatter, o.count, o.dtype, topo, scratch, t), "each is one-hop packets alone: {r:?}");
+                // The reductions share one datatype and op; AllGathers go with any.
+                let mut reductions = ops[r.clone()].iter().filter(|o| o.reduces());
+                if let Some(first) = reductions.next() {
+                    assert!(reductions.all(|o| o.dtype == first.dtype && o.op == first.op), "{r:?}");
                 }
-                if ops[r.clone()].iter().all(|o| o.scatter) {
+                for o in &ops[r.clone()] {
+                    assert!(o.count > 0 && !o.alone);
+                    assert!(one_hop_packets(o, topo, scratch, t), "each is one-hop packets alone: {r:?}");
+                }
+                if ops[r.clone()].iter().all(|o| o.kind == GroupedKind::ReduceScatter) {
+                    let first = ops[r.start];
+                    let total_count = total * 8 / first.dtype.size() as u64;
+                    assert!(t.group_max_bytes.is_none_or(|m| total * 8 <= m), "{r:?}");
                     assert_eq!(select_reducescatter(total_count, first.dtype, topo, scratch, t).mode, OX_MODE_LL as u32, "{r:?}");
                 } else {
                     let max = t.group_max_bytes.unwrap_or_else(|| default_group_max_bytes(topo.nranks as u64));
@@ -258,21 +300,50 @@ mod tests {
         check(&ops, &plan, &topo, &s, &t);
     }
 
+    #[test]
+    fn allgathers_join_any_launch_of_one_hop_operations() {
+        let (topo, s, t) = setup(2);
+        // Any datatype beside the reductions' (they travel as bytes).
+        let ops = vec![ag(100, DataType::Int8), ar(16, DataType::Float32, RedOp::Sum), ag(7, DataType::Float16), rs(16, DataType::Float32, RedOp::Sum)];
+        assert_eq!(launches(&ops, &topo, &s, &t), vec![0..4]);
+        check(&ops, &launches(&ops, &topo, &s, &t), &topo, &s, &t);
+        // The reductions still share one datatype and op, AllGathers between them or not.
+        let ops = vec![ar(16, DataType::Float32, RedOp::Sum), ag(16, DataType::Float64), ar(16, DataType::Float16, RedOp::Sum), ag(3, DataType::Int8)];
+        assert_eq!(launches(&ops, &topo, &s, &t), vec![0..2, 2..4]);
+        check(&ops, &launches(&ops, &topo, &s, &t), &topo, &s, &t);
+        // Sixteen AllGathers alone: one launch; one served by another kernel runs alone.
+        let mut ops = vec![ag(1000, DataType::Float32); 16];
+        assert_eq!(launches(&ops, &topo, &s, &t), vec![0..16]);
+        ops[5].alone = true;
+        assert_eq!(launches(&ops, &topo, &s, &t), vec![0..5, 5..6, 6..16]);
+        // A piece past the one-shot gather's limit (256 KiB at 2-4 ranks) is no packet message.
+        let ops = vec![ag(64 << 10, DataType::Float32), ag(64 << 10 | 1, DataType::Float32), ag(16, DataType::Float32)];
+        assert_eq!(launches(&ops, &topo, &s, &t), vec![0..1, 1..2, 2..3]);
+        // No one-shot gather above 4 ranks (not measured there): AllGathers launch alone.
+        let (topo, s, t) = setup(8);
+        assert_eq!(launches(&[ag(16, DataType::Float32); 3], &topo, &s, &t), vec![0..1, 1..2, 2..3]);
+    }
+
     /// Random groups: the invariants hold for every plan.
     #[test]
     fn invariants_hold_for_random_groups() {
-        use proptest::prelude::*;
         let dts = [DataType::Int8, DataType::Float16, DataType::Float32, DataType::Float64, DataType::Bfloat16];
         let opsk = [RedOp::Sum, RedOp::Max, RedOp::Avg, RedOp::PreMulSum];
         let mut runner = proptest::test_runner::TestRunner::deterministic();
         runner
-            .run(&(1usize..=9, proptest::collection::vec((0usize..5, 0usize..4, 0u64..300_000, any::<bool>()), 0..40), proptest::option::of(0u64..2 << 20)), |(n, raw, max)| {
+            .run(&(1usize..=9, proptest::collection::vec((0usize..5, 0usize..4, 0u64..300_000, 0usize..3, 0u8..8), 0..40), proptest::option::of(0u64..2 << 20)), |(n, raw, max)| {
                 let (topo, s, mut t) = setup(n);
                 t.group_max_bytes = max;
-                let ops: Vec<_> = raw.iter().map(|&(d, o, c, sc)| if sc { rs(c, dts[d], opsk[o]) } else { ar(c, dts[d], opsk[o]) }).collect();
+                let ops: Vec<_> = raw
+                    .iter()
+                    .map(|&(d, o, c, k, alone)| {
+                        let mut op = [ar(c, dts[d], opsk[o]), rs(c, dts[d], opsk[o]), ag(c, dts[d])][k];
+                        op.alone = alone == 0;
+                        op
+                    })
+                    .collect();
                 let plan = launches(&ops, &topo, &s, &t);
                 check(&ops, &plan, &topo, &s, &t);
-                prop_assert!(true);
                 Ok(())
             })
             .unwrap();

@@ -12,7 +12,7 @@ use crate::algo::{
 };
 use crate::comm::task::{CollTask, P2pOp};
 use crate::comm::{Comm, LaunchState, Ready, RingLast, RingLaunch};
-use crate::device_abi::{CollArgs, GroupArgs, OX_GROUP_ALLREDUCE, OX_GROUP_REDUCESCATTER};
+use crate::device_abi::{CollArgs, GroupArgs, OX_GROUP_ALLGATHER, OX_GROUP_ALLREDUCE, OX_GROUP_REDUCESCATTER};
 use crate::error::{Error, Result};
 use crate::gpu::module::{launch_pdl, Kernel};
 use crate::algo::pdl::{CaptureTail, RingAnchor};
@@ -24,7 +24,7 @@ use crate::gpu::{check, cu, CtxGuard};
 use crate::comm::liveness::Needs;
 use crate::log::Subsys;
 use crate::transport::ce_direct::Fallback;
-use crate::algo::group::{packets, GroupedReduction};
+use crate::algo::group::{packets, GroupedKind, GroupedOp};
 use crate::types::{Coll, DataType, RedOp};
 
 /// Runs `f` with the communicator's device current and its launch lock held, on `stream`, after
@@ -137,7 +137,7 @@ pub fn launch_task(t: &CollTask) -> Result<()> {
     })
 }
 
-/// How a group's consecutive AllReduces and ReduceScatters on one communicator launch
+/// How a group's consecutive AllReduces, ReduceScatters and AllGathers on one communicator launch
 /// (algo::group): ranges of `tasks` in order, each of more than one task a grouped launch
 /// (`launch_group`), each single one a lone launch. All lone where the communicator spans hosts
 /// (its collectives run through `net`) or is not ready (each launch then reports why).
@@ -148,38 +148,65 @@ pub fn group_launches(tasks: &[CollTask]) -> Vec<std::ops::Range<usize>> {
     if r.net.is_some() {
         return lone();
     }
-    let ops: Vec<GroupedReduction> = tasks
+    let ops: Vec<GroupedOp> = tasks
         .iter()
-        .map(|t| GroupedReduction { scatter: t.coll == Coll::ReduceScatter, count: t.count, dtype: t.dtype, op: t.op.op })
+        .map(|t| {
+            let kind = match t.coll {
+                Coll::ReduceScatter => GroupedKind::ReduceScatter,
+                Coll::AllGather => GroupedKind::AllGather,
+                _ => GroupedKind::AllReduce,
+            };
+            GroupedOp { kind, count: t.count, dtype: t.dtype, op: t.op.op, alone: kind == GroupedKind::AllGather && symmetric_allgather(r, t) }
+        })
         .collect();
     crate::algo::group::launches(&ops, &r.topo, &r.scratch, &r.tuning)
 }
 
-/// Launches AllReduces and ReduceScatters of a group as one kernel
+/// Whether an AllGather goes to the direct kernel into a symmetric window (`gather`).
+fn symmetric_allgather(r: &Ready, t: &CollTask) -> bool {
+    let piece = t.count * t.dtype.size() as u64;
+    crate::algo::symm::allgather(piece, &r.topo, &r.tuning).is_some()
+        && t.comm.windows.symmetric_span(t.recv, piece * r.topo.nranks as u64).is_some()
+}
+
+/// Launches AllReduces, ReduceScatters and AllGathers of a group as one kernel
 /// (kernels/colls/allreduce_group.cu): `tasks` are a range `group_launches` grouped (2 to
-/// OX_GROUP_MAX_OPS of one communicator, datatype and op), on the first task's stream. The group
-/// has already ordered its other streams around that one (group::fork_streams,
-/// group::join_streams).
+/// OX_GROUP_MAX_OPS of one communicator, the reductions of one datatype and op), on the first
+/// task's stream. The group has already ordered its other streams around that one
+/// (group::fork_streams, group::join_streams).
 pub fn launch_group(tasks: &[CollTask]) -> Result<()> {
     let Some(first) = tasks.first() else { return Ok(()) };
     debug_assert!((2..=crate::device_abi::OX_GROUP_MAX_OPS).contains(&tasks.len()));
     let total: u64 = tasks.iter().map(|t| packets(t.count, t.dtype)).sum();
-    let what = || format!("{} AllReduces/ReduceScatters of {} in one launch, {total} packets a peer, on stream {:p}", tasks.len(), first.dtype.name(), first.stream);
+    // The kernel's datatype and op: the reductions'; bytes where all are AllGathers.
+    let (dtype, op) = tasks.iter().find(|t| t.coll != Coll::AllGather).map_or((DataType::Uint8, RedOp::Sum), |t| (t.dtype, t.op.op));
+    let what = || format!("{} collectives ({}) in one launch, {total} packets a peer, on stream {:p}", tasks.len(), dtype.name(), first.stream);
     with_launch(&first.comm, Needs::All, first.stream, total * 8, what, |r, ls| {
         for t in tasks {
-            r.tuning.allowed.for_func(if t.coll == Coll::ReduceScatter { Func::ReduceScatter } else { Func::AllReduce })?;
+            r.tuning.allowed.for_func(match t.coll {
+                Coll::ReduceScatter => Func::ReduceScatter,
+                Coll::AllGather => Func::AllGather,
+                _ => Func::AllReduce,
+            })?;
         }
-        check_fp8(r, first.dtype)?;
+        if tasks.iter().any(|t| t.coll != Coll::AllGather) {
+            check_fp8(r, dtype)?;
+        }
         let mut args = GroupArgs { comm: r.dev_comm, nops: tasks.len() as u32, ..Default::default() };
         let mut start = 0;
         for (slot, t) in args.ops.iter_mut().zip(tasks) {
-            let mode = if t.coll == Coll::ReduceScatter { OX_GROUP_REDUCESCATTER } else { OX_GROUP_ALLREDUCE };
-            *slot = coll_args(r, t, t.count, start, mode);
+            *slot = match t.coll {
+                Coll::ReduceScatter => coll_args(r, t, t.count, start, OX_GROUP_REDUCESCATTER),
+                // An AllGather's piece in bytes: it travels as bytes whatever the kernel's datatype.
+                // No scalar: the kernel builds the launch's op from every operation's arguments.
+                Coll::AllGather => CollArgs { scalar: 0, scalar_ptr: 0, ..coll_args(r, t, t.count * t.dtype.size() as u64, start, OX_GROUP_ALLGATHER) },
+                _ => coll_args(r, t, t.count, start, OX_GROUP_ALLREDUCE),
+            };
             start += packets(t.count, t.dtype);
         }
         let (grid, block) = crate::algo::group::launch_shape(total, &r.topo, &r.tuning);
-        nccl_trace!(Subsys::Coll, "{} AllReduces/ReduceScatters of {} {:?}, {total} packets a peer -> one grouped launch grid {grid} block {block}", tasks.len(), first.dtype.name(), first.op.op);
-        kernel(r, ls, r.module.allreduce_group(first.dtype, first.op.op), grid, block, first.stream, &mut args)
+        nccl_trace!(Subsys::Coll, "{} collectives ({} {:?}), {total} packets a peer -> one grouped launch grid {grid} block {block}", tasks.len(), dtype.name(), op);
+        kernel(r, ls, r.module.allreduce_group(dtype, op), grid, block, first.stream, &mut args)
     })
 }
 

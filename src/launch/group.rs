@@ -384,7 +384,7 @@ pub fn end() -> Result<()> {
     } else {
         launch_ops(state.ops, &mut first_err);
     }
-    // Even after an error: a grouped launch (launch_reductions) on one stream may have written
+    // Even after an error: a grouped launch (launch_grouped) on one stream may have written
     // the outputs of operations posted on the others, which must not run ahead of it.
     if let Err(e) = join_streams(streams_per_comm) {
         first_err.get_or_insert(e);
@@ -394,32 +394,32 @@ pub fn end() -> Result<()> {
 
 /// Runs a group's operations in order, each communicator's point-to-point operations as one
 /// launch (or several, enqueue::launch_p2p) after its collectives; notes the first error and goes
-/// on (the peers wait for the rest). Consecutive AllReduces and ReduceScatters of one
+/// on (the peers wait for the rest). Consecutive AllReduces, ReduceScatters and AllGathers of one
 /// communicator (point-to-point operations between them do not count: they launch after the
 /// collectives, and ranks post different ones) launch together where algo::group says so, as
 /// NCCL runs a group's collectives in one launch; within a group no operation may read another's
 /// output, as in NCCL.
 fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
     let mut p2p: Vec<(Arc<Comm>, Vec<P2pOp>)> = Vec::new();
-    let mut reductions: Vec<CollTask> = Vec::new();
+    let mut grouped: Vec<CollTask> = Vec::new();
     for op in ops {
         match op {
             Deferred::P2p(c, o) => push_p2p(&mut p2p, c, o),
-            Deferred::Coll(t) if matches!(t.coll, crate::types::Coll::AllReduce | crate::types::Coll::ReduceScatter) => {
-                if reductions.first().is_some_and(|f| !Arc::ptr_eq(&f.comm, &t.comm)) {
-                    launch_reductions(std::mem::take(&mut reductions), first_err);
+            Deferred::Coll(t) if matches!(t.coll, crate::types::Coll::AllReduce | crate::types::Coll::ReduceScatter | crate::types::Coll::AllGather) => {
+                if grouped.first().is_some_and(|f| !Arc::ptr_eq(&f.comm, &t.comm)) {
+                    launch_grouped(std::mem::take(&mut grouped), first_err);
                 }
-                reductions.push(t);
+                grouped.push(t);
             }
             other => {
-                launch_reductions(std::mem::take(&mut reductions), first_err);
+                launch_grouped(std::mem::take(&mut grouped), first_err);
                 if let Err(e) = run(other) {
                     first_err.get_or_insert(e);
                 }
             }
         }
     }
-    launch_reductions(reductions, first_err);
+    launch_grouped(grouped, first_err);
     for (c, ops) in &p2p {
         if let Err(e) = launch_p2p(c, ops) {
             first_err.get_or_insert(e);
@@ -427,9 +427,9 @@ fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
     }
 }
 
-/// Consecutive AllReduces and ReduceScatters of one communicator, grouped into launches as
-/// algo::group says.
-fn launch_reductions(tasks: Vec<CollTask>, first_err: &mut Option<Error>) {
+/// Consecutive AllReduces, ReduceScatters and AllGathers of one communicator, grouped into
+/// launches as algo::group says.
+fn launch_grouped(tasks: Vec<CollTask>, first_err: &mut Option<Error>) {
     if let [t] = tasks.as_slice() {
         // A lone one (most groups): nothing to plan.
         if let Err(e) = launch_task(t) {
