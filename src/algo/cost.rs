@@ -36,6 +36,14 @@ pub fn allreduce_us(plan: &AllReducePlan, bytes: u64, nranks: usize) -> f64 {
     }
 }
 
+/// Predicted time in microseconds of a grouped launch (kernels/colls/allreduce_group.cu) moving
+/// `packets` LL16 packets to every peer: one launch, one hop, as a one-shot AllReduce of their
+/// payload.
+pub fn grouped_us(packets: u64, nranks: usize) -> f64 {
+    let n = nranks.max(2) as f64;
+    LAUNCH_US + HOP_US + 2.0 * (n - 1.0) * (packets * 8) as f64 / LINK_BYTES_PER_US
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{select_allreduce, Scratch, Topology, Tuning};
@@ -56,6 +64,22 @@ mod tests {
                 assert!(us > 0.0 && us.is_finite());
                 assert!(us + 1.0 >= prev, "n={n} bytes={bytes}: {us} < {prev}");
                 prev = us;
+            }
+        }
+    }
+
+    #[test]
+    fn a_grouped_launch_costs_less_than_its_operations_alone() {
+        let t = Tuning::default();
+        for n in [2usize, 4] {
+            let s = Scratch::for_ranks(n, &t);
+            let topo = Topology { nranks: n, sm_count: 132 };
+            for bytes in [8u64, 4096, 64 << 10] {
+                let p = select_allreduce(bytes / 4, DataType::Float32, &topo, &s, &t);
+                let alone = 8.0 * allreduce_us(&p, bytes, n);
+                let grouped = grouped_us(8 * bytes.div_ceil(8), n);
+                assert!(grouped < alone, "n={n} bytes={bytes}: {grouped} >= {alone}");
+                assert!(grouped > allreduce_us(&p, bytes, n), "one launch of eight moves more than one alone");
             }
         }
     }

@@ -732,6 +732,12 @@ pub fn predict_us(t: &CollTask) -> Result<f64> {
     })
 }
 
+/// The cost model's prediction for a grouped launch of `tasks` (`launch_group`), in microseconds.
+pub fn predict_group_us(tasks: &[CollTask]) -> f64 {
+    let packets = tasks.iter().map(|t| packets(t.count, t.dtype)).sum();
+    crate::algo::cost::grouped_us(packets, tasks.first().map_or(2, |t| t.comm.nranks))
+}
+
 fn local_copy(ls: &mut LaunchState, dst: u64, src: u64, bytes: u64, stream: cu::CUstream) -> Result<()> {
     if dst == src || bytes == 0 {
         return Ok(());

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::comm::Comm;
-use crate::launch::enqueue::{group_launches, launch_group, launch_p2p, launch_task};
+use crate::launch::enqueue::{group_launches, launch_group, launch_p2p, launch_task, predict_group_us, predict_us};
 use crate::comm::task::{CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::cu;
@@ -405,7 +405,7 @@ fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
     for op in ops {
         match op {
             Deferred::P2p(c, o) => push_p2p(&mut p2p, c, o),
-            Deferred::Coll(t) if matches!(t.coll, crate::types::Coll::AllReduce | crate::types::Coll::ReduceScatter | crate::types::Coll::AllGather) => {
+            Deferred::Coll(t) if groupable(t.coll) => {
                 if grouped.first().is_some_and(|f| !Arc::ptr_eq(&f.comm, &t.comm)) {
                     launch_grouped(std::mem::take(&mut grouped), first_err);
                 }
@@ -650,20 +650,48 @@ fn end_checksummed(ops: Vec<Deferred>, mut first_err: Option<Error>) -> Result<(
 }
 
 /// ncclGroupSimulateEnd: closes the group like End (running its inits), launches nothing, and
-/// returns the predicted time of its collectives in microseconds.
+/// returns the predicted time of its collectives in microseconds (algo::cost), a grouped launch
+/// predicted as the one launch it is. Point-to-point operations are not predicted.
 pub fn simulate_end() -> Result<f64> {
     let Some(state) = close()? else { return Ok(0.0) };
     if let Some(e) = state.error {
         return Err(e);
     }
     run_inits(state.inits)?;
+    // Launches as `launch_ops` makes them: consecutive groupable collectives of one communicator
+    // as algo::group cuts them, each grouped launch one prediction.
     let mut us = 0.0;
+    let mut grouped: Vec<CollTask> = Vec::new();
+    let flush = |grouped: &mut Vec<CollTask>, us: &mut f64| -> Result<()> {
+        let tasks = std::mem::take(grouped);
+        for part in if tasks.len() > 1 { group_launches(&tasks) } else { (0..tasks.len()).map(|i| i..i + 1).collect() } {
+            *us += if part.len() > 1 { predict_group_us(&tasks[part]) } else { predict_us(&tasks[part.start])? };
+        }
+        Ok(())
+    };
     for op in &state.ops {
-        if let Deferred::Coll(t) = op {
-            us += crate::launch::enqueue::predict_us(t)?;
+        match op {
+            Deferred::Coll(t) if groupable(t.coll) => {
+                if grouped.first().is_some_and(|f| !Arc::ptr_eq(&f.comm, &t.comm)) {
+                    flush(&mut grouped, &mut us)?;
+                }
+                grouped.push(t.clone());
+            }
+            Deferred::Coll(t) => {
+                flush(&mut grouped, &mut us)?;
+                us += predict_us(t)?;
+            }
+            Deferred::P2p(..) => {}
+            _ => flush(&mut grouped, &mut us)?,
         }
     }
+    flush(&mut grouped, &mut us)?;
     Ok(us)
+}
+
+/// The collectives a grouped launch may carry (algo::group).
+fn groupable(c: crate::types::Coll) -> bool {
+    matches!(c, crate::types::Coll::AllReduce | crate::types::Coll::ReduceScatter | crate::types::Coll::AllGather)
 }
 
 /// Leaves one group level; returns the group's work when the outermost level closes.
