@@ -1,6 +1,7 @@
 #!/bin/bash
 # PyTorch's coalesced operations (bench/torch_coalesced.py) under NVIDIA's NCCL and under oxccl in
-# the same run, twice each, interleaved: one table of median times per group and their ratio.
+# the same run, ROUNDS times each (default 3), interleaved: one table of each library's median
+# time per group (the median over rounds, with the rounds' range) and their ratio.
 #
 #   bash bench/torch-coalesced.sh [LIB] [NPROC]
 #
@@ -16,28 +17,30 @@ W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 [ -f "$LIB" ] || { echo "no library at $LIB"; exit 2; }
 echo "oxccl: $LIB; $NPROC ranks; torch $($PY -c 'import torch; print(torch.__version__, "nccl", ".".join(map(str, torch.cuda.nccl.version())))')"
 rc=0
-for k in 1 2; do
+ROUNDS=${ROUNDS:-3}
+for k in $(seq 1 "$ROUNDS"); do
   for lib in nccl oxccl; do
     pre=(); [ $lib = oxccl ] && pre=(env LD_PRELOAD="$LIB")
-    "${pre[@]}" $PY -m torch.distributed.run --standalone --nproc-per-node "$NPROC" "$HERE/torch_coalesced.py" --out "$W/$lib-$k.json" > "$W/$lib-$k.log" 2>&1 || { rc=1; echo "$lib run $k failed:"; grep -v "^\s*$" "$W/$lib-$k.log" | tail -5; }
+    "${pre[@]}" $PY -m torch.distributed.run --standalone --nproc-per-node "$NPROC" "$HERE/torch_coalesced.py" --iters "${ITERS:-200}" --out "$W/$lib-$k.json" > "$W/$lib-$k.log" 2>&1 || { rc=1; echo "$lib run $k failed:"; grep -v "^\s*$" "$W/$lib-$k.log" | tail -5; }
   done
 done
-$PY - "$W" <<'EOF'
-import json, sys, os
-w = sys.argv[1]
+$PY - "$W" "$ROUNDS" <<'EOF'
+import json, os, statistics, sys
+w, rounds = sys.argv[1], int(sys.argv[2])
 def load(lib):
-    runs = [json.load(open(f"{w}/{lib}-{k}.json"))["cases"] for k in (1, 2) if os.path.exists(f"{w}/{lib}-{k}.json")]
-    return runs
+    return [json.load(open(f"{w}/{lib}-{k}.json"))["cases"] for k in range(1, rounds + 1) if os.path.exists(f"{w}/{lib}-{k}.json")]
 nc, ox = load("nccl"), load("oxccl")
 if not nc or not ox:
     sys.exit("missing results")
-print(f"{'case':28} {'bytes':>10} {'NCCL us':>9} {'oxccl us':>9} {'ratio':>6}")
+def summary(runs, case):
+    v = [r[case]["us"] for r in runs if r[case]["us"] is not None]
+    return (statistics.median(v), min(v), max(v)) if v else None
+fmt = lambda x: f"{x[0]:.1f} ({x[1]:.0f}-{x[2]:.0f})" if x else "FAIL"
+print(f"{'case':28} {'bytes':>10} {'NCCL us (range)':>20} {'oxccl us (range)':>20} {'ratio':>6}")
 for case, v in nc[0].items():
-    best = lambda runs: min((r[case]["us"] for r in runs if r[case]["us"] is not None), default=None)
-    a, b = best(nc), best(ox)
-    ratio = f"{b / a:.2f}" if a and b else "-"
-    fmt = lambda x: f"{x:.1f}" if x is not None else "FAIL"
-    print(f"{case:28} {v['bytes']:>10} {fmt(a):>9} {fmt(b):>9} {ratio:>6}")
-print("(median of 50 groups per run; best of two runs per library; ratio = oxccl / NCCL time)")
+    a, b = summary(nc, case), summary(ox, case)
+    ratio = f"{b[0] / a[0]:.2f}" if a and b else "-"
+    print(f"{case:28} {v['bytes']:>10} {fmt(a):>20} {fmt(b):>20} {ratio:>6}")
+print(f"(each round: the median of {os.environ.get('ITERS', '200')} groups; median over {rounds} interleaved rounds, their range in brackets; ratio = oxccl / NCCL)")
 EOF
 exit $rc

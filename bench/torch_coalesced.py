@@ -16,7 +16,7 @@ Cases (float32; sizes drawn log-uniformly with a fixed seed, the same on every r
   neighbours) of 1 Ki to 64 Ki elements, N = 8, 32, 64.
 
 Every result is compared with its exact expected value (inputs are small integers, so float sums
-are exact): a wrong element fails the run. Times are the median over 50 timed iterations of one
+are exact): a wrong element fails the run. Times are the median over --iters timed iterations of one
 whole coalesced group (CUDA events around it), in microseconds.
 """
 
@@ -157,7 +157,7 @@ CASES = [("allreduce_coalesced", case_allreduce, [16, 64, 256]),
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="JSON file rank 0 writes: {case: {us, bytes, error}}")
-    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--iters", type=int, default=200)
     args = ap.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
