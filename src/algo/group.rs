@@ -249,8 +249,8 @@ mod tests {
         // At 2 ranks eight 32 KiB AllReduces are one launch (LL128 lines alone from 64 KiB);
         // eight of 256 KiB two of four.
         let (topo, s, mut t) = setup(2);
-        assert_eq!(launches(&vec![ar(8 << 10, DataType::Float32, RedOp::Sum); 8], &topo, &s, &t), vec![0..8]);
-        assert_eq!(launches(&vec![ar(64 << 10, DataType::Float32, RedOp::Sum); 8], &topo, &s, &t), vec![0..4, 4..8]);
+        assert_eq!(launches(&[ar(8 << 10, DataType::Float32, RedOp::Sum); 8], &topo, &s, &t), vec![0..8]);
+        assert_eq!(launches(&[ar(64 << 10, DataType::Float32, RedOp::Sum); 8], &topo, &s, &t), vec![0..4, 4..8]);
         // OXCCL_GROUP_MAX_BYTES holds both kinds.
         t.group_max_bytes = Some(64 << 10);
         let ops = vec![ar(8 << 10, DataType::Float32, RedOp::Sum); 8];
