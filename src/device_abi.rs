@@ -544,15 +544,24 @@ pub const OX_GROUP_ALLREDUCE: u32 = 0;
 /// gets this rank's reduced chunk) ...
 pub const OX_GROUP_REDUCESCATTER: u32 = 1;
 /// ... or an AllGather (`count` = BYTES of each rank's piece, whatever the launch's datatype;
-/// `send` goes whole to every peer, piece r of `recv` gets rank r's).
+/// `send` goes whole to every peer, piece r of `recv` gets rank r's) ...
 pub const OX_GROUP_ALLGATHER: u32 = 2;
+/// ... or an AlltoAll (`count` = BYTES of each piece; piece p of `send` goes to rank p, piece r of
+/// `recv` gets rank r's) ...
+pub const OX_GROUP_ALLTOALL: u32 = 3;
+/// ... or a Broadcast (`count` = BYTES; the root's `send` goes to every peer's `recv`) ...
+pub const OX_GROUP_BROADCAST: u32 = 4;
+/// ... or a Reduce (`count` elements; every rank's `send` goes to the root, whose `recv` gets the
+/// reduction).
+pub const OX_GROUP_REDUCE: u32 = 5;
 
 /// Collectives one grouped launch carries (`GroupArgs::ops`; kernel parameters stay under 4 KiB).
 pub const OX_GROUP_MAX_OPS: usize = 16;
 
 /// Arguments of the grouped kernel (kernels/colls/allreduce_group.cu): up to `OX_GROUP_MAX_OPS`
-/// AllReduces, ReduceScatters and AllGathers, the reductions of one datatype and op, run as one
-/// packet launch over their packets laid end to end. Passed by value.
+/// AllReduces, ReduceScatters, Reduces, AllGathers, AlltoAlls and Broadcasts, the reductions of
+/// one datatype and op, run as one packet launch over their packets laid end to end. Passed by
+/// value.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GroupArgs {
@@ -564,10 +573,9 @@ pub struct GroupArgs {
     pub nops: u32,
     /// Padding; 0.
     pub _pad0: u32,
-    /// The operations, in group order. Per operation: `send`, `recv`, `count` (elements, more
-    /// than 0; a ReduceScatter's per-rank chunk; an AllGather's piece in bytes), `scalar` and
-    /// `scalar_ptr` as for a lone call; `mode` its kind (`OX_GROUP_ALLREDUCE`,
-    /// `OX_GROUP_REDUCESCATTER`, `OX_GROUP_ALLGATHER`); `chunk_elems` holds its
+    /// The operations, in group order. Per operation: `send`, `recv`, `count` (more than 0: as
+    /// its `mode` says, `OX_GROUP_ALLREDUCE` ... `OX_GROUP_REDUCE`), `scalar`, `scalar_ptr` and
+    /// `root` as for a lone call; `chunk_elems` holds its
     /// first packet in every source's LL region (the packets, 8 payload bytes each, that the
     /// operations before it send each peer); the other fields are unused.
     pub ops: [CollArgs; OX_GROUP_MAX_OPS],

@@ -2,10 +2,10 @@
 //! (kernels/colls/allreduce_group.cu), as NCCL runs a group's collectives on one communicator in
 //! one launch.
 //!
-//! Today: consecutive AllReduces, ReduceScatters and AllGathers, each of which a lone call would
-//! send as packets in one hop, as LL16 packets together; the reductions of one launch share a
-//! datatype and op (an AllGather's bytes travel as they are, beside any). Invariants, tested
-//! below:
+//! Today: consecutive AllReduces, ReduceScatters, Reduces, AllGathers, AlltoAlls and Broadcasts,
+//! each of which a lone call would send as packets in one hop, as LL16 packets together; the
+//! reductions of one launch share a datatype and op (the others' bytes travel as they are, beside
+//! any). Invariants, tested below:
 //! - every rank of the communicator plans the same launches: the plan reads only what all its
 //!   ranks share (each operation's kind, count, datatype and op, and whether it must run alone,
 //!   which for an AllGather into a symmetric window every rank sees alike because ranks register
@@ -13,15 +13,15 @@
 //! - a grouped launch holds 2 to `OX_GROUP_MAX_OPS` consecutive operations, in group order, and
 //!   every operation is in exactly one launch;
 //! - every operation of a grouped launch is one a lone call sends as packets in one hop (the
-//!   one-shot AllReduce, LL16 or LL128; the packet ReduceScatter; the one-shot gather), so
-//!   grouping never moves data through another size class than a lone call;
+//!   one-shot AllReduce, LL16 or LL128; the packet ReduceScatter and Reduce; the one-shot gather
+//!   and Broadcast), so grouping never moves data through another size class than a lone call;
 //! - a grouped launch's packets per pair fit a pair's LL region, and are at most what the LL16
-//!   one-shot carries alone (`default_group_max_bytes`, OXCCL_GROUP_MAX_BYTES) where an AllReduce
-//!   or AllGather is in it, else a message the packet ReduceScatter carries alone.
+//!   one-shot carries alone (`default_group_max_bytes`, OXCCL_GROUP_MAX_BYTES), or, where all are
+//!   ReduceScatters, a message the packet ReduceScatter carries alone.
 
 use std::ops::Range;
 
-use super::{select_allreduce, select_gather_oneshot, select_reducescatter, AllReduceAlgo, Scratch, Topology, Tuning};
+use super::{select_allreduce, select_gather_oneshot, select_reduce, select_reducescatter, AllReduceAlgo, Scratch, Topology, Tuning};
 use crate::device_abi::{OX_GROUP_MAX_OPS, OX_MODE_LL};
 use crate::types::{DataType, RedOp};
 
@@ -32,8 +32,14 @@ pub enum GroupedKind {
     AllReduce,
     /// `count` elements a rank (the per-rank chunk), reduced.
     ReduceScatter,
+    /// `count` elements, reduced to the root.
+    Reduce,
     /// `count` elements a rank, gathered.
     AllGather,
+    /// `count` elements a pair of ranks.
+    AlltoAll,
+    /// `count` elements from the root.
+    Broadcast,
 }
 
 /// What the planner knows of one collective of a group.
@@ -41,12 +47,13 @@ pub enum GroupedKind {
 pub struct GroupedOp {
     /// Its kind.
     pub kind: GroupedKind,
-    /// Elements (a ReduceScatter's per-rank chunk, an AllGather's per-rank piece).
+    /// Elements (a ReduceScatter's per-rank chunk, an AllGather's per-rank piece, an AlltoAll's
+    /// piece per pair).
     pub count: u64,
     /// The element type.
     pub dtype: DataType,
-    /// The kernel's op (PreMulSum scalars may differ: each operation carries its own); unused for
-    /// an AllGather.
+    /// The kernel's op (PreMulSum scalars may differ: each operation carries its own); unused
+    /// where the kind does not reduce.
     pub op: RedOp,
     /// Runs in a launch of its own whatever its size: another kernel serves it (an AllGather into
     /// a symmetric window). Every rank sees the same (windows are registered collectively).
@@ -55,19 +62,19 @@ pub struct GroupedOp {
 
 impl GroupedOp {
     fn reduces(&self) -> bool {
-        self.kind != GroupedKind::AllGather
+        matches!(self.kind, GroupedKind::AllReduce | GroupedKind::ReduceScatter | GroupedKind::Reduce)
     }
 }
 
-/// An operation's packets in a grouped launch, per peer: its bytes (a ReduceScatter's chunk, an
-/// AllGather's piece) rounded up to whole 8-byte packets.
+/// An operation's packets in a grouped launch, per pair of ranks that exchange: its bytes (a
+/// ReduceScatter's chunk, an AllGather's or AlltoAll's piece) rounded up to whole 8-byte packets.
 pub fn packets(count: u64, dtype: DataType) -> u64 {
     (count * dtype.size() as u64).div_ceil(8)
 }
 
 /// The group's operations cut into launches, in order: each range of more than one operation is
-/// one grouped launch, each single one runs alone as before. `ops` are consecutive AllReduces,
-/// ReduceScatters and AllGathers of one group on one communicator.
+/// one grouped launch, each single one runs alone as before. `ops` are consecutive collectives
+/// of one group on one communicator.
 pub fn launches(ops: &[GroupedOp], topo: &Topology, scratch: &Scratch, t: &Tuning) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let mut i = 0;
@@ -102,7 +109,8 @@ pub fn launches(ops: &[GroupedOp], topo: &Topology, scratch: &Scratch, t: &Tunin
 }
 
 /// Whether a lone call of `o` sends packets in one hop: the one-shot AllReduce (LL16 or LL128
-/// lines), the packet ReduceScatter, the one-shot gather.
+/// lines), the packet ReduceScatter and Reduce, the one-shot gather (AllGather, AlltoAll) and
+/// Broadcast.
 fn one_hop_packets(o: &GroupedOp, topo: &Topology, scratch: &Scratch, t: &Tuning) -> bool {
     o.count > 0
         && !o.alone
@@ -111,13 +119,16 @@ fn one_hop_packets(o: &GroupedOp, topo: &Topology, scratch: &Scratch, t: &Tuning
             GroupedKind::AllReduce => {
                 matches!(select_allreduce(o.count, o.dtype, topo, scratch, t).algo, AllReduceAlgo::OneShot | AllReduceAlgo::OneShot128)
             }
+            GroupedKind::Reduce => select_reduce(o.count, o.dtype, topo, scratch, t).mode == OX_MODE_LL as u32,
             GroupedKind::AllGather => select_gather_oneshot(o.count * o.dtype.size() as u64, true, topo, scratch, t).is_some(),
+            GroupedKind::AlltoAll => select_gather_oneshot(o.count * o.dtype.size() as u64, false, topo, scratch, t).is_some(),
+            GroupedKind::Broadcast => super::chain::broadcast_oneshot(o.count * o.dtype.size() as u64, topo, scratch, t).is_some(),
         }
 }
 
 /// Whether `total` packets per pair make one grouped launch: they fit a pair's LL region, and are
-/// at most what the LL16 one-shot carries alone where an AllReduce or AllGather is among them
-/// (`scatter_only` false), else a chunk the packet ReduceScatter carries alone.
+/// at most what the LL16 one-shot carries alone, or where all are ReduceScatters (`scatter_only`)
+/// a chunk the packet ReduceScatter carries alone.
 fn fits(total: u64, scatter_only: bool, dtype: DataType, topo: &Topology, scratch: &Scratch, t: &Tuning) -> bool {
     let n = topo.nranks.max(1) as u64;
     let region = (scratch.ll_half_bytes / n) & !15;
@@ -133,7 +144,7 @@ fn fits(total: u64, scatter_only: bool, dtype: DataType, topo: &Topology, scratc
     }
 }
 
-/// Largest grouped launch with an AllReduce (payload bytes per pair): the LL16 one-shot's own
+/// Largest grouped launch unless all are ReduceScatters (payload bytes per pair): the LL16 one-shot's own
 /// limit before LL128 lines took over from it at 64 KiB (`allreduce::default_oneshot_max`
 /// without lines). One LL16 launch of the group's packets beats a launch per operation (LL128
 /// lines from 64 KiB) up to it: on 2 x H200, nccl-tests float, per-operation us with this limit /
@@ -164,6 +175,10 @@ mod tests {
 
     fn ag(count: u64, dtype: DataType) -> GroupedOp {
         GroupedOp { kind: GroupedKind::AllGather, count, dtype, op: RedOp::Sum, alone: false }
+    }
+
+    fn of(kind: GroupedKind, count: u64, dtype: DataType, op: RedOp) -> GroupedOp {
+        GroupedOp { kind, count, dtype, op, alone: false }
     }
 
     fn setup(n: usize) -> (Topology, Scratch, Tuning) {
@@ -324,6 +339,32 @@ mod tests {
         assert_eq!(launches(&[ag(16, DataType::Float32); 3], &topo, &s, &t), vec![0..1, 1..2, 2..3]);
     }
 
+    #[test]
+    fn rooted_and_alltoall_operations_group_as_their_lone_packet_calls() {
+        use GroupedKind::*;
+        let (topo, s, t) = setup(2);
+        // Broadcasts, AlltoAlls and Reduces, small: one launch; the Reduces' datatype and op are
+        // the launch's key, the others go with any.
+        let ops = vec![
+            of(Broadcast, 100, DataType::Int8, RedOp::Sum),
+            of(Reduce, 64, DataType::Float32, RedOp::Max),
+            of(AlltoAll, 9, DataType::Float16, RedOp::Sum),
+            of(Reduce, 8, DataType::Float32, RedOp::Max),
+            of(AllReduce, 8, DataType::Float32, RedOp::Max),
+        ];
+        let plan = launches(&ops, &topo, &s, &t);
+        assert_eq!(plan, vec![0..5]);
+        check(&ops, &plan, &topo, &s, &t);
+        let ops = vec![of(Reduce, 64, DataType::Float32, RedOp::Max), of(Reduce, 64, DataType::Float32, RedOp::Sum)];
+        assert_eq!(launches(&ops, &topo, &s, &t), vec![0..1, 1..2]);
+        // Each only while a lone call of it is packets: a Broadcast past the one-shot's limit runs
+        // alone.
+        let big = (1u64 << 30) / 4;
+        assert!(crate::algo::chain::broadcast_oneshot(big * 4, &topo, &s, &t).is_none());
+        let ops = vec![of(Broadcast, 16, DataType::Float32, RedOp::Sum), of(Broadcast, big, DataType::Float32, RedOp::Sum), of(Broadcast, 16, DataType::Float32, RedOp::Sum)];
+        assert_eq!(launches(&ops, &topo, &s, &t), vec![0..1, 1..2, 2..3]);
+    }
+
     /// Random groups: the invariants hold for every plan.
     #[test]
     fn invariants_hold_for_random_groups() {
@@ -331,13 +372,14 @@ mod tests {
         let opsk = [RedOp::Sum, RedOp::Max, RedOp::Avg, RedOp::PreMulSum];
         let mut runner = proptest::test_runner::TestRunner::deterministic();
         runner
-            .run(&(1usize..=9, proptest::collection::vec((0usize..5, 0usize..4, 0u64..300_000, 0usize..3, 0u8..8), 0..40), proptest::option::of(0u64..2 << 20)), |(n, raw, max)| {
+            .run(&(1usize..=9, proptest::collection::vec((0usize..5, 0usize..4, 0u64..300_000, 0usize..6, 0u8..8), 0..40), proptest::option::of(0u64..2 << 20)), |(n, raw, max)| {
                 let (topo, s, mut t) = setup(n);
                 t.group_max_bytes = max;
                 let ops: Vec<_> = raw
                     .iter()
                     .map(|&(d, o, c, k, alone)| {
-                        let mut op = [ar(c, dts[d], opsk[o]), rs(c, dts[d], opsk[o]), ag(c, dts[d])][k];
+                        use GroupedKind::*;
+                        let mut op = of([AllReduce, ReduceScatter, Reduce, AllGather, AlltoAll, Broadcast][k], c, dts[d], opsk[o]);
                         op.alone = alone == 0;
                         op
                     })

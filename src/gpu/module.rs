@@ -117,7 +117,7 @@ impl Module {
         self.allreduce_chain[typed_index(0, dt, op)]
     }
 
-    /// A group's AllReduces, ReduceScatters and AllGathers as one launch, of the reductions'
+    /// A group's collectives as one launch, of the reductions'
     /// datatype and op (kernels/colls/allreduce_group.cu, `GroupArgs`).
     pub fn allreduce_group(&self, dt: DataType, op: RedOp) -> Kernel {
         self.allreduce_group[typed_index(0, dt, op)]

@@ -12,7 +12,9 @@ use crate::algo::{
 };
 use crate::comm::task::{CollTask, P2pOp};
 use crate::comm::{Comm, LaunchState, Ready, RingLast, RingLaunch};
-use crate::device_abi::{CollArgs, GroupArgs, OX_GROUP_ALLGATHER, OX_GROUP_ALLREDUCE, OX_GROUP_REDUCESCATTER};
+use crate::device_abi::{
+    CollArgs, GroupArgs, OX_GROUP_ALLGATHER, OX_GROUP_ALLREDUCE, OX_GROUP_ALLTOALL, OX_GROUP_BROADCAST, OX_GROUP_REDUCE, OX_GROUP_REDUCESCATTER,
+};
 use crate::error::{Error, Result};
 use crate::gpu::module::{launch_pdl, Kernel};
 use crate::algo::pdl::{CaptureTail, RingAnchor};
@@ -137,7 +139,7 @@ pub fn launch_task(t: &CollTask) -> Result<()> {
     })
 }
 
-/// How a group's consecutive AllReduces, ReduceScatters and AllGathers on one communicator launch
+/// How a group's consecutive collectives on one communicator launch
 /// (algo::group): ranges of `tasks` in order, each of more than one task a grouped launch
 /// (`launch_group`), each single one a lone launch. All lone where the communicator spans hosts
 /// (its collectives run through `net`) or is not ready (each launch then reports why).
@@ -151,15 +153,23 @@ pub fn group_launches(tasks: &[CollTask]) -> Vec<std::ops::Range<usize>> {
     let ops: Vec<GroupedOp> = tasks
         .iter()
         .map(|t| {
-            let kind = match t.coll {
-                Coll::ReduceScatter => GroupedKind::ReduceScatter,
-                Coll::AllGather => GroupedKind::AllGather,
-                _ => GroupedKind::AllReduce,
-            };
+            let kind = grouped_kind(t.coll);
             GroupedOp { kind, count: t.count, dtype: t.dtype, op: t.op.op, alone: kind == GroupedKind::AllGather && symmetric_allgather(r, t) }
         })
         .collect();
     crate::algo::group::launches(&ops, &r.topo, &r.scratch, &r.tuning)
+}
+
+/// A groupable collective's kind (launch::group lets only these into a group's launches).
+fn grouped_kind(c: Coll) -> GroupedKind {
+    match c {
+        Coll::ReduceScatter => GroupedKind::ReduceScatter,
+        Coll::Reduce => GroupedKind::Reduce,
+        Coll::AllGather => GroupedKind::AllGather,
+        Coll::AlltoAll => GroupedKind::AlltoAll,
+        Coll::Broadcast => GroupedKind::Broadcast,
+        _ => GroupedKind::AllReduce,
+    }
 }
 
 /// Whether an AllGather goes to the direct kernel into a symmetric window (`gather`).
@@ -169,8 +179,8 @@ fn symmetric_allgather(r: &Ready, t: &CollTask) -> bool {
         && t.comm.windows.symmetric_span(t.recv, piece * r.topo.nranks as u64).is_some()
 }
 
-/// Launches AllReduces, ReduceScatters and AllGathers of a group as one kernel
-/// (kernels/colls/allreduce_group.cu): `tasks` are a range `group_launches` grouped (2 to
+/// Launches collectives of a group as one kernel (kernels/colls/allreduce_group.cu): `tasks` are
+/// a range `group_launches` grouped (2 to
 /// OX_GROUP_MAX_OPS of one communicator, the reductions of one datatype and op), on the first
 /// task's stream. The group has already ordered its other streams around that one
 /// (group::fork_streams, group::join_streams).
@@ -178,28 +188,30 @@ pub fn launch_group(tasks: &[CollTask]) -> Result<()> {
     let Some(first) = tasks.first() else { return Ok(()) };
     debug_assert!((2..=crate::device_abi::OX_GROUP_MAX_OPS).contains(&tasks.len()));
     let total: u64 = tasks.iter().map(|t| packets(t.count, t.dtype)).sum();
-    // The kernel's datatype and op: the reductions'; bytes where all are AllGathers.
-    let (dtype, op) = tasks.iter().find(|t| t.coll != Coll::AllGather).map_or((DataType::Uint8, RedOp::Sum), |t| (t.dtype, t.op.op));
+    // The kernel's datatype and op: the reductions'; bytes where none reduces.
+    let reduces = |t: &&CollTask| matches!(t.coll, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce);
+    let (dtype, op) = tasks.iter().find(reduces).map_or((DataType::Uint8, RedOp::Sum), |t| (t.dtype, t.op.op));
     let what = || format!("{} collectives ({}) in one launch, {total} packets a peer, on stream {:p}", tasks.len(), dtype.name(), first.stream);
     with_launch(&first.comm, Needs::All, first.stream, total * 8, what, |r, ls| {
-        for t in tasks {
-            r.tuning.allowed.for_func(match t.coll {
-                Coll::ReduceScatter => Func::ReduceScatter,
-                Coll::AllGather => Func::AllGather,
-                _ => Func::AllReduce,
-            })?;
+        for f in tasks.iter().filter_map(|t| nccl_func(t.coll)) {
+            r.tuning.allowed.for_func(f)?;
         }
-        if tasks.iter().any(|t| t.coll != Coll::AllGather) {
+        if tasks.iter().any(|t| reduces(&t)) {
             check_fp8(r, dtype)?;
         }
         let mut args = GroupArgs { comm: r.dev_comm, nops: tasks.len() as u32, ..Default::default() };
         let mut start = 0;
         for (slot, t) in args.ops.iter_mut().zip(tasks) {
+            let bytes = t.count * t.dtype.size() as u64;
+            // The non-reducing kinds' counts in bytes: they travel as bytes whatever the kernel's
+            // datatype. No scalar: the kernel builds the launch's op from every operation's arguments.
+            let moved = |mode| CollArgs { scalar: 0, scalar_ptr: 0, ..coll_args(r, t, bytes, start, mode) };
             *slot = match t.coll {
                 Coll::ReduceScatter => coll_args(r, t, t.count, start, OX_GROUP_REDUCESCATTER),
-                // An AllGather's piece in bytes: it travels as bytes whatever the kernel's datatype.
-                // No scalar: the kernel builds the launch's op from every operation's arguments.
-                Coll::AllGather => CollArgs { scalar: 0, scalar_ptr: 0, ..coll_args(r, t, t.count * t.dtype.size() as u64, start, OX_GROUP_ALLGATHER) },
+                Coll::Reduce => coll_args(r, t, t.count, start, OX_GROUP_REDUCE),
+                Coll::AllGather => moved(OX_GROUP_ALLGATHER),
+                Coll::AlltoAll => moved(OX_GROUP_ALLTOALL),
+                Coll::Broadcast => moved(OX_GROUP_BROADCAST),
                 _ => coll_args(r, t, t.count, start, OX_GROUP_ALLREDUCE),
             };
             start += packets(t.count, t.dtype);

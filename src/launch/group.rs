@@ -394,8 +394,8 @@ pub fn end() -> Result<()> {
 
 /// Runs a group's operations in order, each communicator's point-to-point operations as one
 /// launch (or several, enqueue::launch_p2p) after its collectives; notes the first error and goes
-/// on (the peers wait for the rest). Consecutive AllReduces, ReduceScatters and AllGathers of one
-/// communicator (point-to-point operations between them do not count: they launch after the
+/// on (the peers wait for the rest). Consecutive collectives of one communicator but Gathers and
+/// Scatters (point-to-point operations between them do not count: they launch after the
 /// collectives, and ranks post different ones) launch together where algo::group says so, as
 /// NCCL runs a group's collectives in one launch; within a group no operation may read another's
 /// output, as in NCCL.
@@ -427,8 +427,8 @@ fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
     }
 }
 
-/// Consecutive AllReduces, ReduceScatters and AllGathers of one communicator, grouped into
-/// launches as algo::group says.
+/// Consecutive groupable collectives of one communicator, grouped into launches as algo::group
+/// says.
 fn launch_grouped(tasks: Vec<CollTask>, first_err: &mut Option<Error>) {
     if let [t] = tasks.as_slice() {
         // A lone one (most groups): nothing to plan.
@@ -691,7 +691,8 @@ pub fn simulate_end() -> Result<f64> {
 
 /// The collectives a grouped launch may carry (algo::group).
 fn groupable(c: crate::types::Coll) -> bool {
-    matches!(c, crate::types::Coll::AllReduce | crate::types::Coll::ReduceScatter | crate::types::Coll::AllGather)
+    use crate::types::Coll::*;
+    matches!(c, AllReduce | ReduceScatter | Reduce | AllGather | AlltoAll | Broadcast)
 }
 
 /// Leaves one group level; returns the group's work when the outermost level closes.

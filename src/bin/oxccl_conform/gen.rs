@@ -223,11 +223,11 @@ fn op_strategy(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize) -> BoxedStr
 /// A group of 2-`max_coalesced` operations of one kind, datatype, op and communicator, as
 /// frameworks post them (PyTorch's coalesced operations, nccl-tests -m): what oxccl launches
 /// together (src/algo/group.rs), past its 16 operations a launch. Two times in three the kind is
-/// one oxccl groups (AllReduce, ReduceScatter, AllGather) where the space has it, and half the time each
+/// one oxccl groups (all but Gather, Scatter and Send/Recv) where the space has it, and half the time each
 /// operation is at most 16 KiB a rank, so that launches do group.
 fn coalesced_strategy(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize) -> BoxedStrategy<Vec<OpCase>> {
     let all = space.kinds.clone();
-    let grouped: Vec<Kind> = all.iter().copied().filter(|k| matches!(k, Kind::AllReduce | Kind::ReduceScatter | Kind::AllGather)).collect();
+    let grouped: Vec<Kind> = all.iter().copied().filter(|k| !matches!(k, Kind::Gather | Kind::Scatter | Kind::SendRecv)).collect();
     let kind = if grouped.is_empty() {
         prop::sample::select(all).boxed()
     } else {
