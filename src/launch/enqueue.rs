@@ -142,10 +142,11 @@ pub fn launch_task(t: &CollTask) -> Result<()> {
 /// How a group's consecutive collectives on one communicator launch
 /// (algo::group): ranges of `tasks` in order, each of more than one task a grouped launch
 /// (`launch_group`), each single one a lone launch. All lone where the communicator spans hosts
-/// (its collectives run through `net`) or is not ready (each launch then reports why).
+/// (its collectives run through `net`), is not ready (each launch then reports why), or a task
+/// is of a kind no grouped launch carries; a lone task (most groups) is not planned.
 pub fn group_launches(tasks: &[CollTask]) -> Vec<std::ops::Range<usize>> {
     let lone = || (0..tasks.len()).map(|i| i..i + 1).collect();
-    let Some(first) = tasks.first() else { return Vec::new() };
+    let [first, _, ..] = tasks else { return lone() };
     let Ok(r) = first.comm.ready() else { return lone() };
     if r.net.is_some() {
         return lone();
@@ -153,23 +154,25 @@ pub fn group_launches(tasks: &[CollTask]) -> Vec<std::ops::Range<usize>> {
     let ops: Vec<GroupedOp> = tasks
         .iter()
         .map(|t| {
-            let kind = grouped_kind(t.coll);
-            GroupedOp { kind, count: t.count, dtype: t.dtype, op: t.op.op, alone: kind == GroupedKind::AllGather && symmetric_allgather(r, t) }
+            let (kind, other) = grouped_kind(t.coll).map_or((GroupedKind::AllReduce, true), |k| (k, false));
+            let alone = other || (kind == GroupedKind::AllGather && symmetric_allgather(r, t));
+            GroupedOp { kind, count: t.count, dtype: t.dtype, op: t.op.op, alone }
         })
         .collect();
     crate::algo::group::launches(&ops, &r.topo, &r.scratch, &r.tuning)
 }
 
-/// A groupable collective's kind (launch::group lets only these into a group's launches).
-fn grouped_kind(c: Coll) -> GroupedKind {
-    match c {
+/// A collective's kind in a grouped launch, if one carries it (launch::group gathers these).
+pub fn grouped_kind(c: Coll) -> Option<GroupedKind> {
+    Some(match c {
+        Coll::AllReduce => GroupedKind::AllReduce,
         Coll::ReduceScatter => GroupedKind::ReduceScatter,
         Coll::Reduce => GroupedKind::Reduce,
         Coll::AllGather => GroupedKind::AllGather,
         Coll::AlltoAll => GroupedKind::AlltoAll,
         Coll::Broadcast => GroupedKind::Broadcast,
-        _ => GroupedKind::AllReduce,
-    }
+        Coll::Gather | Coll::Scatter => return None,
+    })
 }
 
 /// Whether an AllGather goes to the direct kernel into a symmetric window (`gather`).

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::comm::Comm;
-use crate::launch::enqueue::{group_launches, launch_group, launch_p2p, launch_task, predict_group_us, predict_us};
+use crate::launch::enqueue::{group_launches, grouped_kind, launch_group, launch_p2p, launch_task, predict_group_us, predict_us};
 use crate::comm::task::{CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::cu;
@@ -430,13 +430,6 @@ fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
 /// Consecutive groupable collectives of one communicator, grouped into launches as algo::group
 /// says.
 fn launch_grouped(tasks: Vec<CollTask>, first_err: &mut Option<Error>) {
-    if let [t] = tasks.as_slice() {
-        // A lone one (most groups): nothing to plan.
-        if let Err(e) = launch_task(t) {
-            first_err.get_or_insert(e);
-        }
-        return;
-    }
     for part in group_launches(&tasks) {
         let r = if part.len() > 1 { launch_group(&tasks[part]) } else { launch_task(&tasks[part.start]) };
         if let Err(e) = r {
@@ -664,7 +657,7 @@ pub fn simulate_end() -> Result<f64> {
     let mut grouped: Vec<CollTask> = Vec::new();
     let flush = |grouped: &mut Vec<CollTask>, us: &mut f64| -> Result<()> {
         let tasks = std::mem::take(grouped);
-        for part in if tasks.len() > 1 { group_launches(&tasks) } else { (0..tasks.len()).map(|i| i..i + 1).collect() } {
+        for part in group_launches(&tasks) {
             *us += if part.len() > 1 { predict_group_us(&tasks[part]) } else { predict_us(&tasks[part.start])? };
         }
         Ok(())
@@ -691,8 +684,7 @@ pub fn simulate_end() -> Result<f64> {
 
 /// The collectives a grouped launch may carry (algo::group).
 fn groupable(c: crate::types::Coll) -> bool {
-    use crate::types::Coll::*;
-    matches!(c, AllReduce | ReduceScatter | Reduce | AllGather | AlltoAll | Broadcast)
+    grouped_kind(c).is_some()
 }
 
 /// Leaves one group level; returns the group's work when the outermost level closes.
