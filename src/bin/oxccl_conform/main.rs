@@ -119,6 +119,12 @@ struct Cli {
     /// of its ranks' uploaded images and reference, per replay, and the comparison) and exit.
     #[arg(long)]
     time_host: bool,
+    /// Print the reproduction lines of the first --cases cases --seed draws on a machine of GPUS
+    /// GPUs of SMS SMs each (as "GPUS,SMS", e.g. "2,132" for 2 x H200), without running them, and
+    /// exit: finds the case behind an executor's "abort case <id>" line (the id is the case's
+    /// `seed`) after a run that was cut off.
+    #[arg(long, value_name = "GPUS,SMS")]
+    list_cases: Option<String>,
     #[arg(long, hide = true)]
     child: bool,
     #[arg(long, hide = true, default_value_t = 0)]
@@ -499,7 +505,19 @@ fn record(t: &mut Tally, case: &Case) {
 
 fn parent(cli: &Cli) -> Result<bool, String> {
     std::fs::create_dir_all(&cli.out).map_err(|e| format!("{}: {e}", cli.out))?;
-    let (ngpus, sms) = if cli.list_boundaries { (1, 132) } else { gpus()? };
+    let listing = cli
+        .list_cases
+        .as_deref()
+        .map(|v| {
+            let (g, s) = v.split_once(',').ok_or_else(|| format!("--list-cases {v}: want GPUS,SMS"))?;
+            Ok::<_, String>((g.parse().map_err(|_| format!("--list-cases {v}"))?, s.parse().map_err(|_| format!("--list-cases {v}"))?))
+        })
+        .transpose()?;
+    let (ngpus, sms) = match listing {
+        Some(gs) => gs,
+        None if cli.list_boundaries => (1, 132),
+        None => gpus()?,
+    };
     let sp = Arc::new(space(cli, ngpus, sms)?);
     if cli.list_boundaries {
         let b = Boundaries::probe(&sp);
@@ -594,6 +612,18 @@ fn parent(cli: &Cli) -> Result<bool, String> {
     let bounds = Arc::new(Boundaries::probe(&sp));
     println!("  {} boundary counts from oxccl's selectors ({:.1} s)", bounds.len(), t0.elapsed().as_secs_f64());
     let strategy = gen::case_strategy(sp.clone(), bounds);
+    if listing.is_some() {
+        // The runner of the loop below with the same configuration and seed, so the same draws.
+        let config = PtConfig { cases: cli.cases, failure_persistence: None, ..PtConfig::default() };
+        let mut key = [0u8; 32];
+        key[..8].copy_from_slice(&cli.seed.to_le_bytes());
+        let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &key));
+        let listed = runner.run(&strategy, |case| {
+            println!("{:016x} {}", case.seed, case.to_line());
+            Ok(())
+        });
+        return listed.map(|()| true).map_err(|e| format!("listing cases: {e}"));
+    }
     let deadline = cli.time_limit.map(|s| t0 + Duration::from_secs(s));
     let out_of_time = || deadline.is_some_and(|d| Instant::now() > d) || *mps_down.borrow();
     let mut seed = cli.seed;
