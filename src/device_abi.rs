@@ -552,15 +552,21 @@ pub const OX_GROUP_ALLTOALL: u32 = 3;
 /// ... or a Broadcast (`count` = BYTES; the root's `send` goes to every peer's `recv`) ...
 pub const OX_GROUP_BROADCAST: u32 = 4;
 /// ... or a Reduce (`count` elements; every rank's `send` goes to the root, whose `recv` gets the
-/// reduction).
+/// reduction) ...
 pub const OX_GROUP_REDUCE: u32 = 5;
+/// ... or a Gather (`count` = BYTES of each rank's piece; every rank's `send` goes to the root,
+/// piece r of the root's `recv` gets rank r's) ...
+pub const OX_GROUP_GATHER: u32 = 6;
+/// ... or a Scatter (`count` = BYTES of each piece; piece p of the root's `send` goes to rank p's
+/// `recv`).
+pub const OX_GROUP_SCATTER: u32 = 7;
 
 /// Collectives one grouped launch carries (`GroupArgs::ops`; kernel parameters stay under 4 KiB).
 pub const OX_GROUP_MAX_OPS: usize = 16;
 
 /// Arguments of the grouped kernel (kernels/colls/allreduce_group.cu): up to `OX_GROUP_MAX_OPS`
-/// AllReduces, ReduceScatters, Reduces, AllGathers, AlltoAlls and Broadcasts, the reductions of
-/// one datatype and op, run as one packet launch over their packets laid end to end. Passed by
+/// AllReduces, ReduceScatters, Reduces, AllGathers, AlltoAlls, Broadcasts, Gathers and Scatters,
+/// the reductions of one datatype and op, run as one packet launch over their packets laid end to end. Passed by
 /// value.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -574,7 +580,7 @@ pub struct GroupArgs {
     /// Padding; 0.
     pub _pad0: u32,
     /// The operations, in group order. Per operation: `send`, `recv`, `count` (more than 0: as
-    /// its `mode` says, `OX_GROUP_ALLREDUCE` ... `OX_GROUP_REDUCE`), `scalar`, `scalar_ptr` and
+    /// its `mode` says, `OX_GROUP_ALLREDUCE` ... `OX_GROUP_SCATTER`), `scalar`, `scalar_ptr` and
     /// `root` as for a lone call; `chunk_elems` holds its
     /// first packet in every source's LL region (the packets, 8 payload bytes each, that the
     /// operations before it send each peer); the other fields are unused.

@@ -1,5 +1,5 @@
-// Grouped collectives: the AllReduces, ReduceScatters, Reduces, AllGathers, AlltoAlls and
-// Broadcasts of one ncclGroupStart/End on one communicator, the reductions of one datatype and op,
+// Grouped collectives: the AllReduces, ReduceScatters, Reduces, AllGathers, AlltoAlls,
+// Broadcasts, Gathers and Scatters of one ncclGroupStart/End on one communicator, the reductions of one datatype and op,
 // as ONE launch (algo::group says which). Launched one by one, each call of a group pays a kernel
 // launch and a round trip for its packets' flags; NCCL runs a group's collectives in one kernel.
 //
@@ -14,11 +14,16 @@
 //                           peer, piece r of the output from rank r, as the one-shot gather;
 //   OX_GROUP_ALLTOALL       (count = bytes of a piece) piece p of its input to rank p, piece r of
 //                           the output from rank r, as the one-shot gather's AlltoAll;
-//   OX_GROUP_BROADCAST      (count = bytes) the root's input to every peer, as broadcast_oneshot.
+//   OX_GROUP_BROADCAST      (count = bytes) the root's input to every peer, as broadcast_oneshot;
+//   OX_GROUP_GATHER         (count = bytes of a piece) every rank but the root its input to the
+//                           root, piece r of the root's output from rank r, as the exchange
+//                           kernel's packets;
+//   OX_GROUP_SCATTER        (count = bytes of a piece) piece p of the root's input to rank p, as
+//                           the exchange kernel's packets.
 // Every element is reduced in rank order 0..n-1 from the same pre-scaled inputs as a lone call,
 // so the results are bit-identical to running the operations one by one. The pair flags advance
 // once for the whole launch, for each pair that exchanged; a pair whose packets went one way only
-// (a group of Broadcasts or Reduces) is acknowledged as in lone one-way launches (ll_flags.cuh).
+// (a group of rooted operations) is acknowledged as in lone one-way launches (ll_flags.cuh).
 // The operations run at once, as NCCL runs a group's: within a group no operation may read
 // another's output (nor write what another reads). In place (send == recv, or recv's own piece),
 // a packet's input is read before the same thread writes its output.
@@ -38,11 +43,14 @@ OX_DEV uint32_t ox_group_op(const GroupArgs& a, uint32_t j, uint64_t t) {
 
 // Operations whose count is bytes, moved as they are (no datatype, no op).
 OX_DEV bool ox_group_bytes(uint32_t mode) {
-  return mode == OX_GROUP_ALLGATHER || mode == OX_GROUP_ALLTOALL || mode == OX_GROUP_BROADCAST;
+  return mode == OX_GROUP_ALLGATHER || mode == OX_GROUP_ALLTOALL || mode == OX_GROUP_BROADCAST || mode == OX_GROUP_GATHER ||
+         mode == OX_GROUP_SCATTER;
 }
 
-// Operations whose packets go between every pair, both ways.
-OX_DEV bool ox_group_all_pairs(uint32_t mode) { return mode != OX_GROUP_BROADCAST && mode != OX_GROUP_REDUCE; }
+// Rooted operations whose packets go from the root to every other rank, or to the root from every
+// other rank; the rest go between every pair, both ways.
+OX_DEV bool ox_group_from_root(uint32_t mode) { return mode == OX_GROUP_BROADCAST || mode == OX_GROUP_SCATTER; }
+OX_DEV bool ox_group_to_root(uint32_t mode) { return mode == OX_GROUP_REDUCE || mode == OX_GROUP_GATHER; }
 
 template <typename T, typename Op>
 OX_DEV void allreduce_group(const GroupArgs& a) {
@@ -61,12 +69,13 @@ OX_DEV void allreduce_group(const GroupArgs& a) {
     for (uint32_t j = 0; j < a.nops && p != me; ++j) {
       const uint32_t m = a.ops[j].mode;
       const int root = a.ops[j].root;
-      if (ox_group_all_pairs(m)) {
+      const bool from = ox_group_from_root(m);
+      if (!from && !ox_group_to_root(m)) {
         out = in = true;
-      } else if ((m == OX_GROUP_BROADCAST) == (me == root)) {
-        out |= m == OX_GROUP_BROADCAST || p == root;  // the root of a Broadcast, a Reduce's sender
+      } else if (from == (me == root)) {
+        out |= from || p == root;  // the root of a Broadcast or Scatter, a Reduce's or Gather's sender
       } else {
-        in |= m == OX_GROUP_REDUCE || p == root;  // the root of a Reduce, a Broadcast's receiver
+        in |= !from || p == root;  // the root of a Reduce or Gather, a Broadcast's or Scatter's receiver
       }
     }
     pair[p] = out || in;
@@ -100,10 +109,11 @@ OX_DEV void allreduce_group(const GroupArgs& a) {
     const uint32_t m = o.mode;
     const uint64_t nbytes = ox_group_bytes(m) ? o.count : o.count * sizeof(T);
     const char* src = reinterpret_cast<const char*>(o.send);
-    if (m == OX_GROUP_REDUCESCATTER || m == OX_GROUP_ALLTOALL) {
-      // Piece p to rank p; an AlltoAll keeps its own piece for phase 2 (a ReduceScatter reads its
-      // own chunk there).
-      if (m == OX_GROUP_ALLTOALL) own[t] = ox_load8(src + (uint64_t)me * nbytes, i * 8, nbytes);
+    if (m == OX_GROUP_SCATTER && me != o.root) continue;  // receives only
+    if (m == OX_GROUP_REDUCESCATTER || m == OX_GROUP_ALLTOALL || m == OX_GROUP_SCATTER) {
+      // Piece p to rank p; an AlltoAll or a Scatter's root keeps its own piece for phase 2 (a
+      // ReduceScatter reads its own chunk there).
+      if (m != OX_GROUP_REDUCESCATTER) own[t] = ox_load8(src + (uint64_t)me * nbytes, i * 8, nbytes);
       for (int k = 1; k < n; ++k) {
         const int p = me + k < n ? me + k : me + k - n;  // staggered so ranks start on different peers
         uint64_t x = ox_load8(src + (uint64_t)p * nbytes, i * 8, nbytes);
@@ -116,7 +126,7 @@ OX_DEV void allreduce_group(const GroupArgs& a) {
     uint64_t v = ox_load8(src, i * 8, nbytes);
     if (!ox_group_bytes(m)) v = ox_pre<T>(op, v);
     own[t] = v;
-    if (m == OX_GROUP_REDUCE) {
+    if (ox_group_to_root(m)) {
       if (me != o.root) ox_ll16_write(ox_ll_at(base[o.root], half, region, flags[o.root], me) + t * 16, v, flags[o.root]);
       continue;
     }
@@ -137,7 +147,8 @@ OX_DEV void allreduce_group(const GroupArgs& a) {
     const uint64_t i = t - o.chunk_elems;
     const uint32_t m = o.mode;
     char* dst = reinterpret_cast<char*>(o.recv);
-    if (m == OX_GROUP_ALLGATHER || m == OX_GROUP_ALLTOALL) {
+    if (m == OX_GROUP_GATHER && me != o.root) continue;  // sends only
+    if (m == OX_GROUP_ALLGATHER || m == OX_GROUP_ALLTOALL || m == OX_GROUP_GATHER) {
       // Piece r of the output from rank r's packet; this rank's own from `own`.
       const uint64_t nbytes = o.count;
       for (int r = 0; r < n; ++r) {
@@ -146,7 +157,7 @@ OX_DEV void allreduce_group(const GroupArgs& a) {
       }
       continue;
     }
-    if (m == OX_GROUP_BROADCAST) {
+    if (ox_group_from_root(m)) {  // Broadcast, Scatter: the root's packet
       const uint64_t x = me == o.root ? own[t] : ox_ll16_read(ox_ll_at(base[me], half, region, flags[o.root], o.root) + t * 16, flags[o.root], ab);
       ox_store8(dst, i * 8, o.count, x);
       continue;

@@ -2,8 +2,8 @@
 //! (kernels/colls/allreduce_group.cu), as NCCL runs a group's collectives on one communicator in
 //! one launch.
 //!
-//! Today: consecutive AllReduces, ReduceScatters, Reduces, AllGathers, AlltoAlls and Broadcasts,
-//! each of which a lone call would send as packets in one hop, as LL16 packets together; the
+//! Today: consecutive AllReduces, ReduceScatters, Reduces, AllGathers, AlltoAlls, Broadcasts,
+//! Gathers and Scatters, each of which a lone call would send as packets in one hop, as LL16 packets together; the
 //! reductions of one launch share a datatype and op (the others' bytes travel as they are, beside
 //! any). Invariants, tested below:
 //! - every rank of the communicator plans the same launches: the plan reads only what all its
@@ -14,7 +14,8 @@
 //!   every operation is in exactly one launch;
 //! - every operation of a grouped launch is one a lone call sends as packets in one hop (the
 //!   one-shot AllReduce, LL16 or LL128; the packet ReduceScatter and Reduce; the one-shot gather
-//!   and Broadcast), so grouping never moves data through another size class than a lone call;
+//!   and Broadcast, and at 2 ranks the LL128 Broadcast, whose chain is the one link; Gathers and Scatters of pieces the one-shot gather would carry, which the
+//!   exchange kernel sends alone as packets), so grouping never moves data through another size class than a lone call;
 //! - a grouped launch's packets per pair fit a pair's LL region, and are at most what the LL16
 //!   one-shot carries alone (`default_group_max_bytes`, OXCCL_GROUP_MAX_BYTES), or, where all are
 //!   ReduceScatters, a message the packet ReduceScatter carries alone.
@@ -40,6 +41,10 @@ pub enum GroupedKind {
     AlltoAll,
     /// `count` elements from the root.
     Broadcast,
+    /// `count` elements a rank, to the root.
+    Gather,
+    /// `count` elements a rank, from the root.
+    Scatter,
 }
 
 /// What the planner knows of one collective of a group.
@@ -47,8 +52,8 @@ pub enum GroupedKind {
 pub struct GroupedOp {
     /// Its kind.
     pub kind: GroupedKind,
-    /// Elements (a ReduceScatter's per-rank chunk, an AllGather's per-rank piece, an AlltoAll's
-    /// piece per pair).
+    /// Elements (a ReduceScatter's per-rank chunk, an AllGather's, Gather's or Scatter's per-rank
+    /// piece, an AlltoAll's piece per pair).
     pub count: u64,
     /// The element type.
     pub dtype: DataType,
@@ -67,7 +72,7 @@ impl GroupedOp {
 }
 
 /// An operation's packets in a grouped launch, per pair of ranks that exchange: its bytes (a
-/// ReduceScatter's chunk, an AllGather's or AlltoAll's piece) rounded up to whole 8-byte packets.
+/// ReduceScatter's chunk, an AllGather's, AlltoAll's, Gather's or Scatter's piece) rounded up to whole 8-byte packets.
 pub fn packets(count: u64, dtype: DataType) -> u64 {
     (count * dtype.size() as u64).div_ceil(8)
 }
@@ -110,7 +115,10 @@ pub fn launches(ops: &[GroupedOp], topo: &Topology, scratch: &Scratch, t: &Tunin
 
 /// Whether a lone call of `o` sends packets in one hop: the one-shot AllReduce (LL16 or LL128
 /// lines), the packet ReduceScatter and Reduce, the one-shot gather (AllGather, AlltoAll) and
-/// Broadcast.
+/// Broadcast (at 2 ranks also LL128 lines: the chain is then one hop, as the one-shot AllReduce's
+/// LL128 lines are); a Gather or Scatter whose piece the one-shot gather would carry (the exchange kernel
+/// moves those as packets: its packet limit, `exchange::default_ll_max_bytes`, is above the
+/// gather's at every rank count).
 fn one_hop_packets(o: &GroupedOp, topo: &Topology, scratch: &Scratch, t: &Tuning) -> bool {
     o.count > 0
         && !o.alone
@@ -121,8 +129,14 @@ fn one_hop_packets(o: &GroupedOp, topo: &Topology, scratch: &Scratch, t: &Tuning
             }
             GroupedKind::Reduce => select_reduce(o.count, o.dtype, topo, scratch, t).mode == OX_MODE_LL as u32,
             GroupedKind::AllGather => select_gather_oneshot(o.count * o.dtype.size() as u64, true, topo, scratch, t).is_some(),
-            GroupedKind::AlltoAll => select_gather_oneshot(o.count * o.dtype.size() as u64, false, topo, scratch, t).is_some(),
-            GroupedKind::Broadcast => super::chain::broadcast_oneshot(o.count * o.dtype.size() as u64, topo, scratch, t).is_some(),
+            GroupedKind::AlltoAll | GroupedKind::Gather | GroupedKind::Scatter => {
+                select_gather_oneshot(o.count * o.dtype.size() as u64, false, topo, scratch, t).is_some()
+            }
+            GroupedKind::Broadcast => {
+                let bytes = o.count * o.dtype.size() as u64;
+                super::chain::broadcast_oneshot(bytes, topo, scratch, t).is_some()
+                    || (topo.nranks == 2 && super::chain::broadcast_ll128(bytes, topo, scratch, t).is_some())
+            }
         }
 }
 
@@ -363,6 +377,37 @@ mod tests {
         assert!(crate::algo::chain::broadcast_oneshot(big * 4, &topo, &s, &t).is_none());
         let ops = vec![of(Broadcast, 16, DataType::Float32, RedOp::Sum), of(Broadcast, big, DataType::Float32, RedOp::Sum), of(Broadcast, 16, DataType::Float32, RedOp::Sum)];
         assert_eq!(launches(&ops, &topo, &s, &t), vec![0..1, 1..2, 2..3]);
+        // At 2 ranks, Broadcasts the LL128 chain (one link) carries alone group too: eight of
+        // 128 KiB are one launch.
+        assert!(crate::algo::chain::broadcast_oneshot(128 << 10, &topo, &s, &t).is_none());
+        let ops = vec![of(Broadcast, 32 << 10, DataType::Float32, RedOp::Sum); 8];
+        assert_eq!(launches(&ops, &topo, &s, &t), vec![0..8]);
+        check(&ops, &launches(&ops, &topo, &s, &t), &topo, &s, &t);
+        // Not at 4, where the chain relays through every rank.
+        let (topo, s, t) = setup(4);
+        let ops = vec![of(Broadcast, 32 << 10, DataType::Float32, RedOp::Sum); 2];
+        assert_eq!(launches(&ops, &topo, &s, &t), vec![0..1, 1..2]);
+    }
+
+    #[test]
+    fn gathers_and_scatters_group_while_their_pieces_are_one_shot_gather_pieces() {
+        use GroupedKind::*;
+        let (topo, s, t) = setup(4);
+        let ops = vec![
+            of(Gather, 100, DataType::Int8, RedOp::Sum),
+            of(Scatter, 64, DataType::Float32, RedOp::Sum),
+            of(AllReduce, 8, DataType::Float16, RedOp::Max),
+            of(Gather, 3, DataType::Float64, RedOp::Sum),
+        ];
+        let plan = launches(&ops, &topo, &s, &t);
+        assert_eq!(plan, vec![0..4]);
+        check(&ops, &plan, &topo, &s, &t);
+        // A piece past the one-shot gather's limit (256 KiB at 2-4 ranks) runs alone, as it would
+        // outside a group; none group above 4 ranks (the gather's limit there is 0).
+        let ops = vec![of(Scatter, 16, DataType::Int8, RedOp::Sum), of(Scatter, (256 << 10) + 1, DataType::Int8, RedOp::Sum), of(Gather, 16, DataType::Int8, RedOp::Sum)];
+        assert_eq!(launches(&ops, &topo, &s, &t), vec![0..1, 1..2, 2..3]);
+        let (topo, s, t) = setup(8);
+        assert_eq!(launches(&[of(Gather, 16, DataType::Int8, RedOp::Sum); 3], &topo, &s, &t), vec![0..1, 1..2, 2..3]);
     }
 
     /// Random groups: the invariants hold for every plan.
@@ -372,14 +417,14 @@ mod tests {
         let opsk = [RedOp::Sum, RedOp::Max, RedOp::Avg, RedOp::PreMulSum];
         let mut runner = proptest::test_runner::TestRunner::deterministic();
         runner
-            .run(&(1usize..=9, proptest::collection::vec((0usize..5, 0usize..4, 0u64..300_000, 0usize..6, 0u8..8), 0..40), proptest::option::of(0u64..2 << 20)), |(n, raw, max)| {
+            .run(&(1usize..=9, proptest::collection::vec((0usize..5, 0usize..4, 0u64..300_000, 0usize..8, 0u8..8), 0..40), proptest::option::of(0u64..2 << 20)), |(n, raw, max)| {
                 let (topo, s, mut t) = setup(n);
                 t.group_max_bytes = max;
                 let ops: Vec<_> = raw
                     .iter()
                     .map(|&(d, o, c, k, alone)| {
                         use GroupedKind::*;
-                        let mut op = of([AllReduce, ReduceScatter, Reduce, AllGather, AlltoAll, Broadcast][k], c, dts[d], opsk[o]);
+                        let mut op = of([AllReduce, ReduceScatter, Reduce, AllGather, AlltoAll, Broadcast, Gather, Scatter][k], c, dts[d], opsk[o]);
                         op.alone = alone == 0;
                         op
                     })

@@ -13,7 +13,7 @@ use crate::algo::{
 use crate::comm::task::{CollTask, P2pOp};
 use crate::comm::{Comm, LaunchState, Ready, RingLast, RingLaunch};
 use crate::device_abi::{
-    CollArgs, GroupArgs, OX_GROUP_ALLGATHER, OX_GROUP_ALLREDUCE, OX_GROUP_ALLTOALL, OX_GROUP_BROADCAST, OX_GROUP_REDUCE, OX_GROUP_REDUCESCATTER,
+    CollArgs, GroupArgs, OX_GROUP_ALLGATHER, OX_GROUP_ALLREDUCE, OX_GROUP_ALLTOALL, OX_GROUP_BROADCAST, OX_GROUP_GATHER, OX_GROUP_REDUCE, OX_GROUP_REDUCESCATTER, OX_GROUP_SCATTER,
 };
 use crate::error::{Error, Result};
 use crate::gpu::module::{launch_pdl, Kernel};
@@ -142,8 +142,8 @@ pub fn launch_task(t: &CollTask) -> Result<()> {
 /// How a group's consecutive collectives on one communicator launch
 /// (algo::group): ranges of `tasks` in order, each of more than one task a grouped launch
 /// (`launch_group`), each single one a lone launch. All lone where the communicator spans hosts
-/// (its collectives run through `net`), is not ready (each launch then reports why), or a task
-/// is of a kind no grouped launch carries; a lone task (most groups) is not planned.
+/// (its collectives run through `net`) or is not ready (each launch then reports why); a lone
+/// task (most groups) is not planned.
 pub fn group_launches(tasks: &[CollTask]) -> Vec<std::ops::Range<usize>> {
     let lone = || (0..tasks.len()).map(|i| i..i + 1).collect();
     let [first, _, ..] = tasks else { return lone() };
@@ -154,25 +154,26 @@ pub fn group_launches(tasks: &[CollTask]) -> Vec<std::ops::Range<usize>> {
     let ops: Vec<GroupedOp> = tasks
         .iter()
         .map(|t| {
-            let (kind, other) = grouped_kind(t.coll).map_or((GroupedKind::AllReduce, true), |k| (k, false));
-            let alone = other || (kind == GroupedKind::AllGather && symmetric_allgather(r, t));
+            let kind = grouped_kind(t.coll);
+            let alone = kind == GroupedKind::AllGather && symmetric_allgather(r, t);
             GroupedOp { kind, count: t.count, dtype: t.dtype, op: t.op.op, alone }
         })
         .collect();
     crate::algo::group::launches(&ops, &r.topo, &r.scratch, &r.tuning)
 }
 
-/// A collective's kind in a grouped launch, if one carries it (launch::group gathers these).
-pub fn grouped_kind(c: Coll) -> Option<GroupedKind> {
-    Some(match c {
+/// A collective's kind in a grouped launch (every kind may join one: algo::group says which do).
+fn grouped_kind(c: Coll) -> GroupedKind {
+    match c {
         Coll::AllReduce => GroupedKind::AllReduce,
         Coll::ReduceScatter => GroupedKind::ReduceScatter,
         Coll::Reduce => GroupedKind::Reduce,
         Coll::AllGather => GroupedKind::AllGather,
         Coll::AlltoAll => GroupedKind::AlltoAll,
         Coll::Broadcast => GroupedKind::Broadcast,
-        Coll::Gather | Coll::Scatter => return None,
-    })
+        Coll::Gather => GroupedKind::Gather,
+        Coll::Scatter => GroupedKind::Scatter,
+    }
 }
 
 /// Whether an AllGather goes to the direct kernel into a symmetric window (`gather`).
@@ -215,6 +216,8 @@ pub fn launch_group(tasks: &[CollTask]) -> Result<()> {
                 Coll::AllGather => moved(OX_GROUP_ALLGATHER),
                 Coll::AlltoAll => moved(OX_GROUP_ALLTOALL),
                 Coll::Broadcast => moved(OX_GROUP_BROADCAST),
+                Coll::Gather => moved(OX_GROUP_GATHER),
+                Coll::Scatter => moved(OX_GROUP_SCATTER),
                 _ => coll_args(r, t, t.count, start, OX_GROUP_ALLREDUCE),
             };
             start += packets(t.count, t.dtype);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::comm::Comm;
-use crate::launch::enqueue::{group_launches, grouped_kind, launch_group, launch_p2p, launch_task, predict_group_us, predict_us};
+use crate::launch::enqueue::{group_launches, launch_group, launch_p2p, launch_task, predict_group_us, predict_us};
 use crate::comm::task::{CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::cu;
@@ -394,9 +394,9 @@ pub fn end() -> Result<()> {
 
 /// Runs a group's operations in order, each communicator's point-to-point operations as one
 /// launch (or several, enqueue::launch_p2p) after its collectives; notes the first error and goes
-/// on (the peers wait for the rest). Consecutive collectives of one communicator but Gathers and
-/// Scatters (point-to-point operations between them do not count: they launch after the
-/// collectives, and ranks post different ones) launch together where algo::group says so, as
+/// on (the peers wait for the rest). Consecutive collectives of one communicator (point-to-point
+/// operations between them do not count: they launch after the collectives, and ranks post
+/// different ones) launch together where algo::group says so, as
 /// NCCL runs a group's collectives in one launch; within a group no operation may read another's
 /// output, as in NCCL.
 fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
@@ -405,7 +405,7 @@ fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
     for op in ops {
         match op {
             Deferred::P2p(c, o) => push_p2p(&mut p2p, c, o),
-            Deferred::Coll(t) if groupable(t.coll) => {
+            Deferred::Coll(t) => {
                 if grouped.first().is_some_and(|f| !Arc::ptr_eq(&f.comm, &t.comm)) {
                     launch_grouped(std::mem::take(&mut grouped), first_err);
                 }
@@ -427,7 +427,7 @@ fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
     }
 }
 
-/// Consecutive groupable collectives of one communicator, grouped into launches as algo::group
+/// Consecutive collectives of one communicator, grouped into launches as algo::group
 /// says.
 fn launch_grouped(tasks: Vec<CollTask>, first_err: &mut Option<Error>) {
     for part in group_launches(&tasks) {
@@ -664,15 +664,11 @@ pub fn simulate_end() -> Result<f64> {
     };
     for op in &state.ops {
         match op {
-            Deferred::Coll(t) if groupable(t.coll) => {
+            Deferred::Coll(t) => {
                 if grouped.first().is_some_and(|f| !Arc::ptr_eq(&f.comm, &t.comm)) {
                     flush(&mut grouped, &mut us)?;
                 }
                 grouped.push(t.clone());
-            }
-            Deferred::Coll(t) => {
-                flush(&mut grouped, &mut us)?;
-                us += predict_us(t)?;
             }
             Deferred::P2p(..) => {}
             _ => flush(&mut grouped, &mut us)?,
@@ -680,11 +676,6 @@ pub fn simulate_end() -> Result<f64> {
     }
     flush(&mut grouped, &mut us)?;
     Ok(us)
-}
-
-/// The collectives a grouped launch may carry (algo::group).
-fn groupable(c: crate::types::Coll) -> bool {
-    grouped_kind(c).is_some()
 }
 
 /// Leaves one group level; returns the group's work when the outermost level closes.

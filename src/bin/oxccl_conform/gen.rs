@@ -223,11 +223,11 @@ fn op_strategy(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize) -> BoxedStr
 /// A group of 2-`max_coalesced` operations of one kind, datatype, op and communicator, as
 /// frameworks post them (PyTorch's coalesced operations, nccl-tests -m): what oxccl launches
 /// together (src/algo/group.rs), past its 16 operations a launch. Two times in three the kind is
-/// one oxccl groups (all but Gather, Scatter and Send/Recv) where the space has it, and half the time each
-/// operation is at most 16 KiB a rank, so that launches do group.
+/// one oxccl groups (all collectives: not Send/Recv) where the space has it, and half the time
+/// each operation is at most 16 KiB a rank, so that launches do group.
 fn coalesced_strategy(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize) -> BoxedStrategy<Vec<OpCase>> {
     let all = space.kinds.clone();
-    let grouped: Vec<Kind> = all.iter().copied().filter(|k| !matches!(k, Kind::Gather | Kind::Scatter | Kind::SendRecv)).collect();
+    let grouped: Vec<Kind> = all.iter().copied().filter(|&k| k != Kind::SendRecv).collect();
     let kind = if grouped.is_empty() {
         prop::sample::select(all).boxed()
     } else {
@@ -251,6 +251,28 @@ fn coalesced_strategy(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize) -> B
                 }
                 ops
             })
+        })
+        .boxed()
+}
+
+/// A group of 2-`max_group` operations of any kinds: half the time on one communicator with each
+/// collective at most 16 KiB a rank, so that mixed kinds, datatypes and ops meet in one grouped
+/// launch (src/algo/group.rs) beside the group's point-to-point operations.
+fn mixed_strategy(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize) -> BoxedStrategy<Vec<OpCase>> {
+    let most = space.max_group.max(2);
+    (prop::collection::vec(op_strategy(space, bounds, n), 2..=most), any::<bool>())
+        .prop_map(move |(mut ops, small)| {
+            if small {
+                for o in &mut ops {
+                    let es = DataType::from_raw(o.dtype).expect("valid").size() as u64;
+                    let per = if o.kind.per_rank() { n as u64 } else { 1 };
+                    o.comm = 0;
+                    if o.kind != Kind::SendRecv {
+                        o.count = o.count.min(((16u64 << 10) / es / per).max(1));
+                    }
+                }
+            }
+            ops
         })
         .boxed()
 }
@@ -306,7 +328,7 @@ pub fn case_strategy(space: Arc<Space>, bounds: Arc<Boundaries>) -> BoxedStrateg
             let op = op_strategy(space.clone(), bounds.clone(), n);
             let ops = prop_oneof![
                 3 => prop::collection::vec(op.clone(), 1..=1),
-                2 => prop::collection::vec(op, 2..=space.max_group.max(2)),
+                2 => mixed_strategy(space.clone(), bounds.clone(), n),
                 1 => coalesced_strategy(space.clone(), bounds.clone(), n),
             ];
             let abort = if n >= 2 && space.abort_pct > 0 {
