@@ -68,6 +68,7 @@ fn generate_device_abi_header(manifest: &Path, dest: &Path) {
                 "DevComm".into(),
                 "CollArgs".into(),
                 "GroupArgs".into(),
+                "GroupP2p".into(),
                 "Xfer".into(),
                 "ExchangeArgs".into(),
                 "Trigger".into(),

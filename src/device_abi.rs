@@ -563,6 +563,31 @@ pub const OX_GROUP_SCATTER: u32 = 7;
 
 /// Collectives one grouped launch carries (`GroupArgs::ops`; kernel parameters stay under 4 KiB).
 pub const OX_GROUP_MAX_OPS: usize = 16;
+/// Sends and receives one grouped launch carries beside its collectives (`GroupArgs::p2p`).
+pub const OX_GROUP_MAX_P2P: usize = 16;
+
+/// One send or receive of a grouped launch (`GroupArgs::p2p`): its packets follow the
+/// collectives' in its pair's LL region, after the earlier transfers of the same pair and
+/// direction, so the k-th send to a peer lands where that peer's k-th receive from this rank
+/// reads (their sizes match, as NCCL requires).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GroupP2p {
+    /// Device address sent from or received into.
+    pub buf: u64,
+    /// Bytes moved (more than 0).
+    pub bytes: u64,
+    /// Its first packet in the pair's LL region (source this rank for a send, the peer for a
+    /// receive).
+    pub start: u64,
+    /// Its first packet in this rank's walk over the launch's packets: the collectives' total
+    /// plus the packets of the transfers listed before it (thread-to-packet mapping only).
+    pub local: u64,
+    /// The peer's rank.
+    pub peer: u32,
+    /// 1: a send; 0: a receive.
+    pub is_send: u32,
+}
 
 /// Arguments of the grouped kernel (kernels/colls/allreduce_group.cu): up to `OX_GROUP_MAX_OPS`
 /// AllReduces, ReduceScatters, Reduces, AllGathers, AlltoAlls, Broadcasts, Gathers and Scatters,
@@ -577,14 +602,16 @@ pub struct GroupArgs {
     pub done: u64,
     /// Operations in `ops` (1 to `OX_GROUP_MAX_OPS`).
     pub nops: u32,
-    /// Padding; 0.
-    pub _pad0: u32,
+    /// Transfers in `p2p` (0 to `OX_GROUP_MAX_P2P`).
+    pub np2p: u32,
     /// The operations, in group order. Per operation: `send`, `recv`, `count` (more than 0: as
     /// its `mode` says, `OX_GROUP_ALLREDUCE` ... `OX_GROUP_SCATTER`), `scalar`, `scalar_ptr` and
     /// `root` as for a lone call; `chunk_elems` holds its
     /// first packet in every source's LL region (the packets, 8 payload bytes each, that the
     /// operations before it send each peer); the other fields are unused.
     pub ops: [CollArgs; OX_GROUP_MAX_OPS],
+    /// The group's sends and receives that travel in this launch, in the group's order.
+    pub p2p: [GroupP2p; OX_GROUP_MAX_P2P],
 }
 
 #[cfg(test)]
@@ -669,6 +696,10 @@ mod tests {
             ("GroupArgs", "done", offset_of!(GroupArgs, done)),
             ("GroupArgs", "nops", offset_of!(GroupArgs, nops)),
             ("GroupArgs", "ops", offset_of!(GroupArgs, ops)),
+            ("GroupArgs", "np2p", offset_of!(GroupArgs, np2p)),
+            ("GroupArgs", "p2p", offset_of!(GroupArgs, p2p)),
+            ("GroupP2p", "local", offset_of!(GroupP2p, local)),
+            ("GroupP2p", "is_send", offset_of!(GroupP2p, is_send)),
             ("NetCopy", "bytes", offset_of!(NetCopy, bytes)),
             ("NetCopy", "with", offset_of!(NetCopy, with)),
         ];

@@ -20,6 +20,9 @@
 //                           kernel's packets;
 //   OX_GROUP_SCATTER        (count = bytes of a piece) piece p of the root's input to rank p, as
 //                           the exchange kernel's packets.
+// After the collectives' packets come the group's sends and receives that travel in this launch
+// (`GroupArgs::p2p`, algo::group::fold_p2p): transfer k's packet i is packet p2p[k].start + i of
+// its pair's region, sent in phase 1 and received in phase 2.
 // Every element is reduced in rank order 0..n-1 from the same pre-scaled inputs as a lone call,
 // so the results are bit-identical to running the operations one by one. The pair flags advance
 // once for the whole launch, for each pair that exchanged; a pair whose packets went one way only
@@ -39,6 +42,13 @@
 OX_DEV uint32_t ox_group_op(const GroupArgs& a, uint32_t j, uint64_t t) {
   while (j + 1 < a.nops && t >= a.ops[j + 1].chunk_elems) ++j;
   return j;
+}
+
+// The transfer that packet `t` of this rank's walk (at or past the collectives') belongs to,
+// searching forward from `k`.
+OX_DEV uint32_t ox_group_p2p(const GroupArgs& a, uint32_t k, uint64_t t) {
+  while (k + 1 < a.np2p && t >= a.p2p[k + 1].local) ++k;
+  return k;
 }
 
 // Operations whose count is bytes, moved as they are (no datatype, no op).
@@ -78,6 +88,9 @@ OX_DEV void allreduce_group(const GroupArgs& a) {
         in |= !from || p == root;  // the root of a Reduce or Gather, a Broadcast's or Scatter's receiver
       }
     }
+    for (uint32_t k = 0; k < a.np2p; ++k) {
+      if ((int)a.p2p[k].peer == p && p != me) (a.p2p[k].is_send ? out : in) = true;
+    }
     pair[p] = out || in;
     role[p] = out && !in ? 1 : in && !out ? 2 : 0;
   }
@@ -86,6 +99,8 @@ OX_DEV void allreduce_group(const GroupArgs& a) {
   ox_ll_oneway_mark(c, me, n, flags, role);
   const CollArgs& last = a.ops[a.nops - 1];
   const uint64_t total = last.chunk_elems + ox_ceil_div(ox_group_bytes(last.mode) ? last.count : last.count * sizeof(T), 8);
+  const GroupP2p* lastp = a.np2p ? &a.p2p[a.np2p - 1] : nullptr;
+  const uint64_t all = lastp ? lastp->local + ox_ceil_div(lastp->bytes, 8) : total;
   const uint64_t g = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const uint64_t G = (uint64_t)gridDim.x * blockDim.x;
   // This rank's own contribution to its own output (AllReduce and Reduce pre-scaled, AllGather,
@@ -135,6 +150,17 @@ OX_DEV void allreduce_group(const GroupArgs& a) {
       ox_ll16_write(ox_ll_at(base[p], half, region, flags[p], me) + t * 16, v, flags[p]);
     }
   }
+  // The sends.
+  uint32_t k = 0;
+  for (uint64_t t = total + g; t < all; t += G) {
+    k = ox_group_p2p(a, k, t);
+    const GroupP2p& x = a.p2p[k];
+    if (!x.is_send) continue;
+    const uint64_t i = t - x.local;
+    const int p = (int)x.peer;
+    const uint64_t v = ox_load8(reinterpret_cast<const char*>(x.buf), i * 8, x.bytes);
+    ox_ll16_write(ox_ll_at(base[p], half, region, flags[p], me) + (x.start + i) * 16, v, flags[p]);
+  }
   // 2. This rank's outputs, in the same (thread -> packet) mapping: the words in `own` are this
   //    thread's. Reductions in rank order.
   j = 0;
@@ -180,6 +206,17 @@ OX_DEV void allreduce_group(const GroupArgs& a) {
       acc = r == 0 ? x : ox_combine<T>(op, acc, x);
     }
     ox_store8(dst, i * 8, nbytes, ox_post<T>(op, acc));
+  }
+  // The receives.
+  k = 0;
+  for (uint64_t t = total + g; t < all; t += G) {
+    k = ox_group_p2p(a, k, t);
+    const GroupP2p& x = a.p2p[k];
+    if (x.is_send) continue;
+    const uint64_t i = t - x.local;
+    const int p = (int)x.peer;
+    const uint64_t v = ox_ll16_read(ox_ll_at(base[me], half, region, flags[p], p) + (x.start + i) * 16, flags[p], ab);
+    ox_store8(reinterpret_cast<char*>(x.buf), i * 8, x.bytes, v);
   }
   ox_ll_flags_advance(c, me, n, flags, pair);
 }

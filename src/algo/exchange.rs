@@ -124,6 +124,14 @@ fn default_p2p_oneshot_max(nranks: usize) -> u64 {
     default_gather_oneshot_max(nranks as u64)
 }
 
+/// Largest transfer the one-shot point-to-point kernel moves (OXCCL_P2P_ONESHOT_MAX_BYTES, at most
+/// what the exchange kernel sends as packets): a lone send or receive up to it is one hop of
+/// packets.
+pub fn p2p_oneshot_max(nranks: usize, t: &Tuning) -> u64 {
+    let ll_max = t.exchange_ll_max_bytes.unwrap_or_else(|| default_ll_max_bytes(nranks));
+    t.p2p_oneshot_max_bytes.unwrap_or_else(|| default_p2p_oneshot_max(nranks)).min(ll_max)
+}
+
 /// A group's point-to-point transfers (`spec`, as `enqueue::p2p` builds it) that the one-shot
 /// point-to-point kernel (kernels/colls/p2p_oneshot.cu) moves: at most one send and one receive, each
 /// non-empty and with another rank, no send to self; its launch shape, else None (the exchange
@@ -143,8 +151,7 @@ pub fn select_p2p_oneshot(spec: &ExchangeSpec, topo: &Topology, scratch: &Scratc
     // plan_exchange's packet condition for a pair without a fixed chunk (packets and puts allowed:
     // NCCL_PROTO does not apply to point-to-point).
     let ll_slot = (scratch.ll_half_bytes / n as u64) & !15;
-    let ll_max = t.exchange_ll_max_bytes.unwrap_or_else(|| default_ll_max_bytes(n));
-    let max = t.p2p_oneshot_max_bytes.unwrap_or_else(|| default_p2p_oneshot_max(n)).min(ll_max);
+    let max = p2p_oneshot_max(n, t);
     if all().any(|x| x.bytes > max || pkts(x.bytes) * 16 > ll_slot) {
         return None;
     }

@@ -19,11 +19,24 @@
 //! - a grouped launch's packets per pair fit a pair's LL region, and are at most what the LL16
 //!   one-shot carries alone (`default_group_max_bytes`, OXCCL_GROUP_MAX_BYTES), or, where all are
 //!   ReduceScatters, a message the packet ReduceScatter carries alone.
+//!
+//! A communicator's sends and receives of the group travel in its first grouped launch
+//! (`fold_p2p`) pair by pair: a pair's transfers go there when each is one a lone call sends as
+//! packets in one hop (the one-shot point-to-point kernel's), they are at most
+//! `OX_GROUP_MAX_P2P / (n - 1)` and their packets fit beside the collectives'; else the pair's
+//! transfers launch after the collectives as before. Invariants, tested below:
+//! - both ranks of a pair decide alike: the decision reads only the pair's transfers (matched
+//!   send for receive, in order and size, as NCCL requires) and the launch's collective packets,
+//!   which every rank shares;
+//! - the k-th send to a peer starts at the packet where that peer's k-th receive from this rank
+//!   reads, after the collectives' packets, and a pair's packets in either direction fit its LL
+//!   region and the launch's limit;
+//! - a rank's folded transfers are at most `OX_GROUP_MAX_P2P`.
 
 use std::ops::Range;
 
-use super::{select_allreduce, select_gather_oneshot, select_reduce, select_reducescatter, AllReduceAlgo, Scratch, Topology, Tuning};
-use crate::device_abi::{OX_GROUP_MAX_OPS, OX_MODE_LL};
+use super::{exchange::p2p_oneshot_max, select_allreduce, select_gather_oneshot, select_reduce, select_reducescatter, AllReduceAlgo, Scratch, Topology, Tuning};
+use crate::device_abi::{OX_GROUP_MAX_OPS, OX_GROUP_MAX_P2P, OX_MODE_LL};
 use crate::types::{DataType, RedOp};
 
 /// The collectives a grouped launch carries.
@@ -167,6 +180,47 @@ fn fits(total: u64, scatter_only: bool, dtype: DataType, topo: &Topology, scratc
 /// 1.84 / 2.44 / 3.96 / 3.95. From 512 KiB every choice is within 5%.
 pub fn default_group_max_bytes(n: u64) -> u64 {
     super::allreduce::default_oneshot_max(n, false)
+}
+
+/// A send or receive of a group, as `fold_p2p` sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupedP2p {
+    /// A send (else a receive).
+    pub is_send: bool,
+    /// The peer's rank.
+    pub peer: usize,
+    /// Bytes moved.
+    pub bytes: u64,
+}
+
+/// Which of rank `me`'s sends and receives (`p2p`, in group order) travel in a grouped launch
+/// whose collectives send `total` packets a pair (module doc): per transfer, its first packet in
+/// its pair's LL region, or None where its pair launches apart.
+pub fn fold_p2p(total: u64, me: usize, p2p: &[GroupedP2p], topo: &Topology, scratch: &Scratch, t: &Tuning) -> Vec<Option<u64>> {
+    let n = topo.nranks;
+    let mut out = vec![None; p2p.len()];
+    if n < 2 || total == 0 || t.group_off {
+        return out;
+    }
+    let region_packets = ((scratch.ll_half_bytes / n as u64) & !15) / 16;
+    let max_packets = t.group_max_bytes.unwrap_or_else(|| default_group_max_bytes(n as u64)) / 8;
+    let max_bytes = p2p_oneshot_max(n, t);
+    let per_pair = OX_GROUP_MAX_P2P / (n - 1);
+    for peer in (0..n).filter(|&p| p != me) {
+        let pair: Vec<usize> = (0..p2p.len()).filter(|&i| p2p[i].peer == peer).collect();
+        let sum = |send: bool| pair.iter().filter(|&&i| p2p[i].is_send == send).map(|&i| p2p[i].bytes.div_ceil(8)).sum::<u64>();
+        let most = total + sum(true).max(sum(false));
+        if pair.is_empty() || pair.len() > per_pair || pair.iter().any(|&i| p2p[i].bytes == 0 || p2p[i].bytes > max_bytes) || most > region_packets || most > max_packets {
+            continue;
+        }
+        let (mut to, mut from) = (total, total);
+        for &i in &pair {
+            let next = if p2p[i].is_send { &mut to } else { &mut from };
+            out[i] = Some(*next);
+            *next += p2p[i].bytes.div_ceil(8);
+        }
+    }
+    out
 }
 
 /// The launch shape of a grouped launch of `packets` packets: the one-shot's for a message of
@@ -408,6 +462,93 @@ mod tests {
         assert_eq!(launches(&ops, &topo, &s, &t), vec![0..1, 1..2, 2..3]);
         let (topo, s, t) = setup(8);
         assert_eq!(launches(&[of(Gather, 16, DataType::Int8, RedOp::Sum); 3], &topo, &s, &t), vec![0..1, 1..2, 2..3]);
+    }
+
+    /// Matched sends and receives between ranks (per ordered pair, the transfers' sizes in
+    /// order), as each rank posts them, interleaved in some order.
+    fn posts(lists: &[(usize, usize, Vec<u64>)], me: usize) -> Vec<GroupedP2p> {
+        let mut v = Vec::new();
+        for (from, to, sizes) in lists {
+            for &b in sizes {
+                if *from == me {
+                    v.push(GroupedP2p { is_send: true, peer: *to, bytes: b });
+                }
+                if *to == me && *from != me {
+                    v.push(GroupedP2p { is_send: false, peer: *from, bytes: b });
+                }
+            }
+        }
+        v
+    }
+
+    /// Checks `fold_p2p`'s invariants (module doc) over every rank of `n`.
+    fn check_fold(n: usize, total: u64, lists: &[(usize, usize, Vec<u64>)], t: &Tuning) {
+        let (topo, s, _) = setup(n);
+        let folds: Vec<(Vec<GroupedP2p>, Vec<Option<u64>>)> = (0..n)
+            .map(|me| {
+                let p = posts(lists, me);
+                let f = fold_p2p(total, me, &p, &topo, &s, t);
+                (p, f)
+            })
+            .collect();
+        let region = ((s.ll_half_bytes / n as u64) & !15) / 16;
+        for a in 0..n {
+            let (pa, fa) = &folds[a];
+            assert!(fa.iter().filter(|f| f.is_some()).count() <= OX_GROUP_MAX_P2P, "rank {a}: {fa:?}");
+            for b in (0..n).filter(|&b| b != a) {
+                let (pb, fb) = &folds[b];
+                // a's sends to b and b's receives from a, in order, with their starts.
+                let sends: Vec<(u64, Option<u64>)> = pa.iter().zip(fa).filter(|(o, _)| o.is_send && o.peer == b).map(|(o, f)| (o.bytes, *f)).collect();
+                let recvs: Vec<(u64, Option<u64>)> = pb.iter().zip(fb).filter(|(o, _)| !o.is_send && o.peer == a).map(|(o, f)| (o.bytes, *f)).collect();
+                assert_eq!(sends, recvs, "ranks {a} -> {b}: the k-th send and the k-th receive start alike");
+                // Whole pairs: every transfer of a with b folds, or none does.
+                let pair: Vec<bool> = pa.iter().zip(fa).filter(|(o, _)| o.peer == b).map(|(_, f)| f.is_some()).collect();
+                assert!(pair.iter().all(|&x| x) || pair.iter().all(|&x| !x), "{pair:?}");
+                for (bytes, start) in sends.iter().filter_map(|&(b, f)| f.map(|f| (b, f))) {
+                    assert!(start >= total && start + bytes.div_ceil(8) <= region, "{start} {bytes}");
+                    assert!(bytes > 0 && bytes <= p2p_oneshot_max(n, t));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sends_and_receives_fold_pair_by_pair_alike_on_both_ends() {
+        let t = Tuning::default();
+        // 2 ranks: both directions, several transfers each.
+        check_fold(2, 100, &[(0, 1, vec![8, 4096, 1]), (1, 0, vec![64 << 10])], &t);
+        let (topo, s, _) = setup(2);
+        let p = posts(&[(0, 1, vec![8, 4096, 1]), (1, 0, vec![64 << 10])], 0);
+        let f = fold_p2p(100, 0, &p, &topo, &s, &t);
+        assert!(f.iter().all(Option::is_some), "{f:?}");
+        // A transfer past the one-shot point-to-point limit keeps its whole pair apart.
+        let big = p2p_oneshot_max(2, &t) + 1;
+        let p = posts(&[(0, 1, vec![8, big])], 0);
+        assert!(fold_p2p(100, 0, &p, &topo, &s, &t).iter().all(Option::is_none));
+        // No grouped launch, no fold; zero-byte transfers keep their pair apart.
+        assert!(fold_p2p(0, 0, &posts(&[(0, 1, vec![8])], 0), &topo, &s, &t).iter().all(Option::is_none));
+        assert!(fold_p2p(10, 0, &posts(&[(0, 1, vec![8, 0])], 0), &topo, &s, &t).iter().all(Option::is_none));
+        // 4 ranks: at most 5 transfers a pair (16 / 3), so at most 15 a rank.
+        let lists: Vec<(usize, usize, Vec<u64>)> = (0..4).flat_map(|a| (0..4).filter(move |&b| b != a).map(move |b| (a, b, vec![16u64 * (a + 1) as u64; 3]))).collect();
+        check_fold(4, 10, &lists, &t);
+        let (topo, s, _) = setup(4);
+        assert!(fold_p2p(10, 0, &posts(&lists, 0), &topo, &s, &t).iter().all(Option::is_none), "6 transfers a pair");
+        let lists: Vec<(usize, usize, Vec<u64>)> = vec![(0, 1, vec![8; 5]), (2, 0, vec![8; 2])];
+        assert!(fold_p2p(10, 0, &posts(&lists, 0), &topo, &s, &t).iter().all(Option::is_some));
+    }
+
+    #[test]
+    fn random_sends_and_receives_fold_alike_on_both_ends() {
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let list = (0usize..8, 0usize..8, proptest::collection::vec(proptest::prop_oneof![0u64..64, 1u64..300_000], 0..6));
+        runner
+            .run(&(2usize..=8, 0u64..200_000, proptest::collection::vec(list, 0..12), proptest::option::of(0u64..2 << 20)), |(n, total, raw, max)| {
+                let t = Tuning { group_max_bytes: max, ..Tuning::default() };
+                let lists: Vec<(usize, usize, Vec<u64>)> = raw.into_iter().filter(|(a, b, _)| a < &n && b < &n).collect();
+                check_fold(n, total, &lists, &t);
+                Ok(())
+            })
+            .unwrap();
     }
 
     /// Random groups: the invariants hold for every plan.

@@ -13,7 +13,7 @@ use crate::algo::{
 use crate::comm::task::{CollTask, P2pOp};
 use crate::comm::{Comm, LaunchState, Ready, RingLast, RingLaunch};
 use crate::device_abi::{
-    CollArgs, GroupArgs, OX_GROUP_ALLGATHER, OX_GROUP_ALLREDUCE, OX_GROUP_ALLTOALL, OX_GROUP_BROADCAST, OX_GROUP_GATHER, OX_GROUP_REDUCE, OX_GROUP_REDUCESCATTER, OX_GROUP_SCATTER,
+    CollArgs, GroupArgs, GroupP2p, OX_GROUP_ALLGATHER, OX_GROUP_ALLREDUCE, OX_GROUP_ALLTOALL, OX_GROUP_BROADCAST, OX_GROUP_GATHER, OX_GROUP_REDUCE, OX_GROUP_REDUCESCATTER, OX_GROUP_SCATTER,
 };
 use crate::error::{Error, Result};
 use crate::gpu::module::{launch_pdl, Kernel};
@@ -26,7 +26,7 @@ use crate::gpu::{check, cu, CtxGuard};
 use crate::comm::liveness::Needs;
 use crate::log::Subsys;
 use crate::transport::ce_direct::Fallback;
-use crate::algo::group::{packets, GroupedKind, GroupedOp};
+use crate::algo::group::{packets, GroupedKind, GroupedOp, GroupedP2p};
 use crate::types::{Coll, DataType, RedOp};
 
 /// Runs `f` with the communicator's device current and its launch lock held, on `stream`, after
@@ -183,15 +183,32 @@ fn symmetric_allgather(r: &Ready, t: &CollTask) -> bool {
         && t.comm.windows.symmetric_span(t.recv, piece * r.topo.nranks as u64).is_some()
 }
 
+/// The communicator's sends and receives of `p2p` (in group order) that travel in the grouped
+/// launch of `tasks` (algo::group::fold_p2p), each with its first packet in its pair's region.
+pub fn fold_p2p(tasks: &[CollTask], p2p: &[P2pOp]) -> Vec<Option<u64>> {
+    let none = || vec![None; p2p.len()];
+    let Some(first) = tasks.first() else { return none() };
+    let Ok(r) = first.comm.ready() else { return none() };
+    if r.net.is_some() {
+        return none();
+    }
+    let total: u64 = tasks.iter().map(|t| packets(t.count, t.dtype)).sum();
+    let ops: Vec<GroupedP2p> = p2p.iter().map(|o| GroupedP2p { is_send: o.is_send, peer: o.peer, bytes: o.bytes }).collect();
+    crate::algo::group::fold_p2p(total, first.comm.rank, &ops, &r.topo, &r.scratch, &r.tuning)
+}
+
 /// Launches collectives of a group as one kernel (kernels/colls/allreduce_group.cu): `tasks` are
 /// a range `group_launches` grouped (2 to
 /// OX_GROUP_MAX_OPS of one communicator, the reductions of one datatype and op), on the first
-/// task's stream. The group has already ordered its other streams around that one
-/// (group::fork_streams, group::join_streams).
-pub fn launch_group(tasks: &[CollTask]) -> Result<()> {
+/// task's stream, with the sends and receives `p2p` (`fold_p2p`'s, each with its first packet).
+/// The group has already ordered its other streams around that one (group::fork_streams,
+/// group::join_streams).
+pub fn launch_group(tasks: &[CollTask], p2p: &[(P2pOp, u64)]) -> Result<()> {
     let Some(first) = tasks.first() else { return Ok(()) };
     debug_assert!((2..=crate::device_abi::OX_GROUP_MAX_OPS).contains(&tasks.len()));
-    let total: u64 = tasks.iter().map(|t| packets(t.count, t.dtype)).sum();
+    debug_assert!(p2p.len() <= crate::device_abi::OX_GROUP_MAX_P2P);
+    let coll_total: u64 = tasks.iter().map(|t| packets(t.count, t.dtype)).sum();
+    let total = coll_total + p2p.iter().map(|(o, _)| o.bytes.div_ceil(8)).sum::<u64>();
     // The kernel's datatype and op: the reductions'; bytes where none reduces.
     let reduces = |t: &&CollTask| matches!(t.coll, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce);
     let (dtype, op) = tasks.iter().find(reduces).map_or((DataType::Uint8, RedOp::Sum), |t| (t.dtype, t.op.op));
@@ -222,8 +239,14 @@ pub fn launch_group(tasks: &[CollTask]) -> Result<()> {
             };
             start += packets(t.count, t.dtype);
         }
+        args.np2p = p2p.len() as u32;
+        let mut local = coll_total;
+        for (slot, (o, first_packet)) in args.p2p.iter_mut().zip(p2p) {
+            *slot = GroupP2p { buf: o.buf, bytes: o.bytes, start: *first_packet, local, peer: o.peer as u32, is_send: o.is_send.into() };
+            local += o.bytes.div_ceil(8);
+        }
         let (grid, block) = crate::algo::group::launch_shape(total, &r.topo, &r.tuning);
-        nccl_trace!(Subsys::Coll, "{} collectives ({} {:?}), {total} packets a peer -> one grouped launch grid {grid} block {block}", tasks.len(), dtype.name(), op);
+        nccl_trace!(Subsys::Coll, "{} collectives ({} {:?}) and {} sends and receives, {total} packets -> one grouped launch grid {grid} block {block}", tasks.len(), dtype.name(), op, p2p.len());
         kernel(r, ls, r.module.allreduce_group(dtype, op), grid, block, first.stream, &mut args)
     })
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::comm::Comm;
-use crate::launch::enqueue::{group_launches, launch_group, launch_p2p, launch_task, predict_group_us, predict_us};
+use crate::launch::enqueue::{fold_p2p, group_launches, launch_group, launch_p2p, launch_task, predict_group_us, predict_us};
 use crate::comm::task::{CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::cu;
@@ -395,43 +395,81 @@ pub fn end() -> Result<()> {
 /// Runs a group's operations in order, each communicator's point-to-point operations as one
 /// launch (or several, enqueue::launch_p2p) after its collectives; notes the first error and goes
 /// on (the peers wait for the rest). Consecutive collectives of one communicator (point-to-point
-/// operations between them do not count: they launch after the collectives, and ranks post
-/// different ones) launch together where algo::group says so, as
-/// NCCL runs a group's collectives in one launch; within a group no operation may read another's
-/// output, as in NCCL.
+/// operations between them do not count: ranks post different ones) launch together where
+/// algo::group says so, as NCCL runs a group's collectives in one launch, and the
+/// communicator's first grouped launch carries the sends and receives of the pairs
+/// algo::group::fold_p2p takes; within a group no operation may read another's output, as in
+/// NCCL.
 fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
-    let mut p2p: Vec<(Arc<Comm>, Vec<P2pOp>)> = Vec::new();
-    let mut grouped: Vec<CollTask> = Vec::new();
+    let mut p2p = P2pLists::default();
+    let mut rest = Vec::with_capacity(ops.len());
     for op in ops {
         match op {
-            Deferred::P2p(c, o) => push_p2p(&mut p2p, c, o),
+            Deferred::P2p(c, o) => push_p2p(&mut p2p.ops, c, o),
+            other => rest.push(other),
+        }
+    }
+    let mut grouped: Vec<CollTask> = Vec::new();
+    for op in rest {
+        match op {
             Deferred::Coll(t) => {
                 if grouped.first().is_some_and(|f| !Arc::ptr_eq(&f.comm, &t.comm)) {
-                    launch_grouped(std::mem::take(&mut grouped), first_err);
+                    launch_grouped(std::mem::take(&mut grouped), &mut p2p, first_err);
                 }
                 grouped.push(t);
             }
             other => {
-                launch_grouped(std::mem::take(&mut grouped), first_err);
+                launch_grouped(std::mem::take(&mut grouped), &mut p2p, first_err);
                 if let Err(e) = run(other) {
                     first_err.get_or_insert(e);
                 }
             }
         }
     }
-    launch_grouped(grouped, first_err);
-    for (c, ops) in &p2p {
+    launch_grouped(grouped, &mut p2p, first_err);
+    for (c, ops) in &p2p.ops {
         if let Err(e) = launch_p2p(c, ops) {
             first_err.get_or_insert(e);
         }
     }
 }
 
+/// A group's point-to-point operations per communicator (those not yet launched), and the
+/// communicators whose first grouped launch has been offered them (`launch_grouped`).
+#[derive(Default)]
+struct P2pLists {
+    ops: Vec<(Arc<Comm>, Vec<P2pOp>)>,
+    offered: Vec<Arc<Comm>>,
+}
+
 /// Consecutive collectives of one communicator, grouped into launches as algo::group
-/// says.
-fn launch_grouped(tasks: Vec<CollTask>, first_err: &mut Option<Error>) {
+/// says. The communicator's first grouped launch of the group also carries its sends and
+/// receives that algo::group::fold_p2p lets travel there; the rest stay in `p2p`.
+fn launch_grouped(tasks: Vec<CollTask>, p2p: &mut P2pLists, first_err: &mut Option<Error>) {
     for part in group_launches(&tasks) {
-        let r = if part.len() > 1 { launch_group(&tasks[part]) } else { launch_task(&tasks[part.start]) };
+        let r = if part.len() > 1 {
+            let comm = &tasks[part.start].comm;
+            let mut folded = Vec::new();
+            if !p2p.offered.iter().any(|c| Arc::ptr_eq(c, comm)) {
+                p2p.offered.push(comm.clone());
+                if let Some((_, ops)) = p2p.ops.iter_mut().find(|(c, _)| Arc::ptr_eq(c, comm)) {
+                    let fold = fold_p2p(&tasks[part.clone()], ops);
+                    if fold.iter().any(Option::is_some) {
+                        let mut keep = Vec::new();
+                        for (o, f) in ops.drain(..).zip(fold) {
+                            match f {
+                                Some(first_packet) => folded.push((o, first_packet)),
+                                None => keep.push(o),
+                            }
+                        }
+                        *ops = keep;
+                    }
+                }
+            }
+            launch_group(&tasks[part], &folded)
+        } else {
+            launch_task(&tasks[part.start])
+        };
         if let Err(e) = r {
             first_err.get_or_insert(e);
         }
