@@ -177,12 +177,18 @@ impl Drop for OwnedStream {
     }
 }
 
+/// Whether `stream` names the legacy default stream: NULL (0) or CU_STREAM_LEGACY (0x1).
+pub fn is_legacy(stream: cu::CUstream) -> bool {
+    (stream as usize) <= 1
+}
+
 /// An asynchronous device-to-device copy (same GPU, or a peer's memory mapped here) that asks the
 /// driver for a copy engine. A plain cuMemcpyAsync between two device addresses may run as a copy
 /// *kernel*; a kernel queued by a proxy thread can then wait in a hardware queue it shares with
 /// the user's stream (CUDA_DEVICE_MAX_CONNECTIONS), behind work that waits for the very kernel
 /// that waits for this proxy: a deadlock. Copy-engine work does not queue behind kernels.
-/// Falls back to cuMemcpyAsync on drivers without cuMemcpyBatchAsync (before CUDA 12.8).
+/// Falls back to cuMemcpyAsync on drivers without cuMemcpyBatchAsync (before CUDA 12.8) and on the
+/// legacy default stream, which cuMemcpyBatchAsync refuses.
 pub fn copy_engine_async(dst: cu::CUdeviceptr, src: cu::CUdeviceptr, n: usize, stream: cu::CUstream) -> Result<()> {
     static BATCH: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let batch = *BATCH.get_or_init(|| {
@@ -204,7 +210,10 @@ pub fn copy_engine_async(dst: cu::CUdeviceptr, src: cu::CUdeviceptr, n: usize, s
         })
         .is_ok()
     });
-    if !batch {
+    // cuMemcpyBatchAsync refuses the legacy NULL stream (CUDA_ERROR_INVALID_VALUE): PyTorch issues
+    // a blocking collective on the current stream, by default that one. A copy there is in the
+    // application's own stream order, never a proxy's, so a plain copy is as safe.
+    if !batch || is_legacy(stream) {
         // SAFETY: the caller guarantees both ranges are valid device memory for this context.
         return check(unsafe { cu::cuMemcpyAsync(dst, src, n, stream) }, "cuMemcpyAsync");
     }
@@ -222,4 +231,17 @@ pub fn copy_engine_async(dst: cu::CUdeviceptr, src: cu::CUdeviceptr, n: usize, s
         unsafe { cu::cuMemcpyBatchAsync_v2(&mut d, &mut s, &mut len, 1, &mut attrs, &mut idx, 1, stream) },
         "cuMemcpyBatchAsync",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_legacy_default_stream_is_told_apart() {
+        assert!(is_legacy(std::ptr::null_mut()));
+        assert!(is_legacy(1usize as cu::CUstream), "CU_STREAM_LEGACY");
+        assert!(!is_legacy(2usize as cu::CUstream), "CU_STREAM_PER_THREAD is not the legacy stream");
+        assert!(!is_legacy(0x7f00_0000_1000usize as cu::CUstream));
+    }
 }
