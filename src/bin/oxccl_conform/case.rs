@@ -209,6 +209,13 @@ pub struct Case {
     pub abort: Option<Abort>,
     /// Seeds the input data and the untouched bytes' pattern.
     pub seed: u64,
+    /// The operations go on the legacy default stream (NULL, as PyTorch's blocking collectives on
+    /// its default current stream) instead of each rank's own non-blocking stream. Eager and
+    /// nonblocking modes only (the legacy stream cannot be captured), no abort, and only where a
+    /// process's ranks are on distinct GPUs (two ranks of one communicator may not share a
+    /// stream). Absent in cases written before it was drawn: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub default_stream: bool,
 }
 
 impl Case {
@@ -461,7 +468,7 @@ mod tests {
 
     #[test]
     fn a_reproduction_line_round_trips() {
-        let c = Case { procs: 3, per_proc: 1, mode: Mode::Graph, replays: 2, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9 };
+        let c = Case { procs: 3, per_proc: 1, mode: Mode::Graph, replays: 2, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: false };
         assert_eq!(Case::from_line(&c.to_line()).unwrap(), c);
         let mut bad = c.clone();
         bad.ops[0].root = 3;
@@ -484,7 +491,7 @@ mod tests {
 
     #[test]
     fn back_to_back_replays_only_where_each_leaves_the_same_output() {
-        let c = Case { procs: 2, per_proc: 1, mode: Mode::Graph, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9 };
+        let c = Case { procs: 2, per_proc: 1, mode: Mode::Graph, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: false };
         assert_eq!(c.burst(), 3, "an in-place Gather is idempotent");
         let mut r = c.clone();
         r.ops.push(op(Kind::AllReduce, 5, true, 2));

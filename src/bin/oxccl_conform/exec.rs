@@ -266,15 +266,27 @@ impl Exec {
         }
     }
 
-    /// Waits for every local rank's stream, each within the deadline.
+    /// Waits for every local rank's stream and its context's legacy default stream (where a case
+    /// with `default_stream` issued its work), each within the deadline.
     fn sync_streams(&self, deadline: Instant) -> Result<(), String> {
-        self.ranks.iter().try_for_each(|r| self.sync_stream(r, deadline))
+        for (i, r) in self.ranks.iter().enumerate() {
+            self.sync_stream(r, deadline)?;
+            self.set_ctx(i);
+            self.sync_query(r, std::ptr::null_mut(), deadline)?;
+        }
+        Ok(())
     }
 
     fn sync_stream(&self, r: &Rank, deadline: Instant) -> Result<(), String> {
+        self.sync_query(r, r.stream, deadline)
+    }
+
+    /// Polls `stream` (of rank `r`'s context; NULL: the current context's legacy stream) until it
+    /// drains, an error, or the deadline.
+    fn sync_query(&self, r: &Rank, stream: cu::CUstream, deadline: Instant) -> Result<(), String> {
         loop {
-            // SAFETY: a live stream.
-            let rc = unsafe { cu::cuStreamQuery(r.stream) };
+            // SAFETY: a live stream, or the current context's legacy stream.
+            let rc = unsafe { cu::cuStreamQuery(stream) };
             if rc == cu::CUresult::CUDA_SUCCESS {
                 return Ok(());
             }
@@ -472,7 +484,8 @@ impl Exec {
                     b.map_or(0, |(a, off, _)| p.allocs[a].ptr + crate::case::GUARD + (l.allocs[a].off + off) * es) as *mut c_void
                 };
                 let (s, r) = (ptr(l.send), ptr(l.recv));
-                let (c, dt, root, st) = (o.count as usize, o.dtype, o.root as c_int, rk.stream);
+                let st = if case.default_stream { std::ptr::null_mut() } else { rk.stream };
+                let (c, dt, root) = (o.count as usize, o.dtype, o.root as c_int);
                 let n = &self.nccl;
                 // SAFETY: every pointer is within an allocation of this rank sized for the call.
                 let rc = unsafe {

@@ -340,7 +340,11 @@ pub fn case_strategy(space: Arc<Space>, bounds: Arc<Boundaries>) -> BoxedStrateg
             } else {
                 Just(None).boxed()
             };
-            (ops, abort).prop_map(move |(ops, abort)| Case {
+            // One case in six on the legacy default stream where it may be: not captured, no
+            // abort, a process's ranks on distinct GPUs.
+            let ngpus = space.ngpus;
+            (ops, abort, 0u8..6).prop_map(move |(ops, abort, stream)| Case {
+                default_stream: stream == 0 && mode != Mode::Graph && abort.is_none() && per_proc <= ngpus,
                 procs,
                 per_proc,
                 mode,

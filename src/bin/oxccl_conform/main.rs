@@ -501,6 +501,9 @@ fn record(t: &mut Tally, case: &Case) {
     if case.ops.len() > 1 {
         *t.by_kind.entry("groups of 2+".into()).or_default() += 1;
     }
+    if case.default_stream {
+        *t.by_kind.entry("default stream".into()).or_default() += 1;
+    }
 }
 
 fn parent(cli: &Cli) -> Result<bool, String> {
