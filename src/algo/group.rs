@@ -27,7 +27,10 @@
 //! transfers launch after the collectives as before. Invariants, tested below:
 //! - both ranks of a pair decide alike: the decision reads only the pair's transfers (matched
 //!   send for receive, in order and size, as NCCL requires) and the launch's collective packets,
-//!   which every rank shares;
+//!   which every rank shares. Both presume that every rank groups its operations alike: a send
+//!   posted in a group whose peer posts the matching receive in another group (or none) is
+//!   undefined in NCCL too (NVIDIA/nccl#1279: "it should be considered as undefined"), and here
+//!   it can hang, as grouped collectives posted in different groups on different ranks can;
 //! - the k-th send to a peer starts at the packet where that peer's k-th receive from this rank
 //!   reads, after the collectives' packets, and a pair's packets in either direction fit its LL
 //!   region and the launch's limit;

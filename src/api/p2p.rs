@@ -1,6 +1,7 @@
 //! Point-to-point operations. A group's sends and receives on one communicator run as one
 //! launch at the group's end (after its collectives; several where the group is larger than a
-//! launch holds, algo::batches); outside a group each runs alone. Counts of
+//! launch holds, algo::batches), small ones of a pair in the group's grouped collective launch
+//! (algo::group::fold_p2p); outside a group each runs alone. Counts of
 //! 0 are enqueued like any other (applications rely on it).
 
 use std::ffi::{c_int, c_void};

@@ -206,7 +206,9 @@ pub fn fold_p2p(tasks: &[CollTask], p2p: &[P2pOp]) -> Vec<Option<u64>> {
 pub fn launch_group(tasks: &[CollTask], p2p: &[(P2pOp, u64)]) -> Result<()> {
     let Some(first) = tasks.first() else { return Ok(()) };
     debug_assert!((2..=crate::device_abi::OX_GROUP_MAX_OPS).contains(&tasks.len()));
-    debug_assert!(p2p.len() <= crate::device_abi::OX_GROUP_MAX_P2P);
+    if p2p.len() > crate::device_abi::OX_GROUP_MAX_P2P {
+        return Err(Error::internal(format!("a grouped launch of {} sends and receives; it holds {}", p2p.len(), crate::device_abi::OX_GROUP_MAX_P2P)));
+    }
     let coll_total: u64 = tasks.iter().map(|t| packets(t.count, t.dtype)).sum();
     let total = coll_total + p2p.iter().map(|(o, _)| o.bytes.div_ceil(8)).sum::<u64>();
     // The kernel's datatype and op: the reductions'; bytes where none reduces.

@@ -2,7 +2,8 @@
 //! acts: it runs every deferred init concurrently (one thread can create N communicators on N
 //! GPUs), then the deferred operations communicator by communicator, in an order every rank shares
 //! (`by_communicator`): each communicator's collectives and its finalize/destroy/abort in call
-//! order, then each communicator's point-to-point batch.
+//! order (its first grouped launch carrying the small sends and receives algo::group::fold_p2p
+//! takes), then each communicator's point-to-point batch of the rest.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -20,8 +21,9 @@ pub enum Deferred {
     /// A collective.
     Coll(CollTask),
     /// Point-to-point operations of one communicator in a group run as one launch (several for a
-    /// group larger than a launch holds, algo::batches), after that group's collectives (every
-    /// rank orders them the same way, whatever order it posted).
+    /// group larger than a launch holds, algo::batches), after that group's collectives, or in its
+    /// first grouped launch where algo::group::fold_p2p takes their pair (every rank orders them
+    /// the same way, whatever order it posted).
     P2p(Arc<Comm>, P2pOp),
     /// ncclCommFinalize.
     Finalize(Arc<Comm>),
@@ -539,7 +541,8 @@ fn handshake_may_wait(comm: &Arc<Comm>, bytes: u64) -> bool {
 /// would otherwise issue A's launch first on one GPU and B's first on the other, and each would
 /// wait for a kernel queued behind the other's: a hang the conformance fuzzer found (one process
 /// driving 2 ranks, point-to-point groups on two communicators sharing each rank's stream, 2 x
-/// H200, 2026-11-30). A total order shared by all ranks, collectives before point-to-point as
+/// H200, 2026-11-30). A total order shared by all ranks, collectives (with the sends and
+/// receives folded into their grouped launch) before the other point-to-point operations as
 /// `launch_ops` runs them, leaves no cycle. NCCL orders a group's communicators the same way:
 /// ncclGroupCommJoin (src/group.cc, 2.28) keeps a process's ranks of one communicator adjacent
 /// and sorts the rest by commHash.

@@ -277,6 +277,9 @@ impl Case {
                 return Err("abort.posts is not nranks long".into());
             }
         }
+        if self.default_stream && (self.mode == Mode::Graph || self.abort.is_some()) {
+            return Err("default_stream goes with eager or nonblocking cases without an abort".into());
+        }
         Ok(())
     }
 }
@@ -487,6 +490,22 @@ mod tests {
         stop.abort.as_mut().unwrap().how = Stop::ShrinkAbort;
         assert!(stop.to_line().contains(r#""how":"shrink_abort""#), "{}", stop.to_line());
         assert_eq!(Case::from_line(&stop.to_line()).unwrap(), stop);
+    }
+
+    #[test]
+    fn the_default_stream_goes_only_with_uncaptured_cases_without_an_abort() {
+        let mut c = Case { procs: 3, per_proc: 1, mode: Mode::Eager, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: true };
+        assert!(c.validate().is_ok());
+        assert!(c.to_line().contains(r#""default_stream":true"#));
+        assert_eq!(Case::from_line(&c.to_line()).unwrap(), c);
+        c.mode = Mode::Graph;
+        assert!(c.validate().is_err(), "the legacy stream cannot be captured");
+        c.mode = Mode::NonBlocking;
+        c.abort = Some(Abort { posts: vec![true, false, true], delay_us: 5, posters_only: true, how: Stop::Abort });
+        assert!(c.validate().is_err());
+        c.abort = None;
+        c.default_stream = false;
+        assert!(!c.to_line().contains("default_stream"), "absent when false, as in older lines");
     }
 
     #[test]

@@ -341,10 +341,11 @@ pub fn case_strategy(space: Arc<Space>, bounds: Arc<Boundaries>) -> BoxedStrateg
                 Just(None).boxed()
             };
             // One case in six on the legacy default stream where it may be: not captured, no
-            // abort, a process's ranks on distinct GPUs.
+            // abort, a process's ranks on distinct GPUs (5, not 0: shrinking moves toward 0, and a
+            // shrunk case should not move onto the legacy stream).
             let ngpus = space.ngpus;
             (ops, abort, 0u8..6).prop_map(move |(ops, abort, stream)| Case {
-                default_stream: stream == 0 && mode != Mode::Graph && abort.is_none() && per_proc <= ngpus,
+                default_stream: stream == 5 && mode != Mode::Graph && abort.is_none() && per_proc <= ngpus,
                 procs,
                 per_proc,
                 mode,
