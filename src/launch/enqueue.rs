@@ -214,7 +214,10 @@ pub fn launch_group(tasks: &[CollTask], p2p: &[(P2pOp, u64)]) -> Result<()> {
     // The kernel's datatype and op: the reductions'; bytes where none reduces.
     let reduces = |t: &&CollTask| matches!(t.coll, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce);
     let (dtype, op) = tasks.iter().find(reduces).map_or((DataType::Uint8, RedOp::Sum), |t| (t.dtype, t.op.op));
-    let what = || format!("{} collectives ({}) in one launch, {total} packets a peer, on stream {:p}", tasks.len(), dtype.name(), first.stream);
+    let what = || {
+        let peers: Vec<String> = p2p.iter().map(|(o, _)| format!("{} {} B {} {}", if o.is_send { "send" } else { "recv" }, o.bytes, if o.is_send { "to" } else { "from" }, o.peer)).collect();
+        format!("{} collectives ({}) and {} sends/receives [{}] in one launch, {total} packets, on stream {:p}", tasks.len(), dtype.name(), p2p.len(), peers.join(", "), first.stream)
+    };
     with_launch(&first.comm, Needs::All, first.stream, total * 8, what, |r, ls| {
         for f in tasks.iter().filter_map(|t| nccl_func(t.coll)) {
             r.tuning.allowed.for_func(f)?;
@@ -237,7 +240,7 @@ pub fn launch_group(tasks: &[CollTask], p2p: &[(P2pOp, u64)]) -> Result<()> {
                 Coll::Broadcast => moved(OX_GROUP_BROADCAST),
                 Coll::Gather => moved(OX_GROUP_GATHER),
                 Coll::Scatter => moved(OX_GROUP_SCATTER),
-                _ => coll_args(r, t, t.count, start, OX_GROUP_ALLREDUCE),
+                Coll::AllReduce => coll_args(r, t, t.count, start, OX_GROUP_ALLREDUCE),
             };
             start += packets(t.count, t.dtype);
         }
