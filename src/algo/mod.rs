@@ -12,6 +12,7 @@ pub mod envlists;
 pub mod group;
 mod exchange;
 pub mod pdl;
+pub mod policy;
 mod reducing;
 pub mod symm;
 mod tuning;

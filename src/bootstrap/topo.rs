@@ -142,11 +142,14 @@ pub struct PeerInfo {
     pub gpu: u64,
     /// That GPU's SMs.
     pub gpu_sms: i32,
+    /// Its communicator config's CTA policy (NCCL_CTA_POLICY_*): ranks must agree
+    /// (algo::policy::agree).
+    pub cta_policy: i32,
 }
 
 impl PeerInfo {
     /// Encoded length.
-    pub const BYTES: usize = 4 + 8 + 8 + 4 + 4 * 4 + 16 + 4 + 8 + 4 + 8 + 8 + 4;
+    pub const BYTES: usize = 4 + 8 + 8 + 4 + 4 * 4 + 16 + 4 + 8 + 4 + 8 + 8 + 4 + 4;
 
     /// Whether `o` is on the same host.
     pub fn same_host(&self, o: &PeerInfo) -> bool {
@@ -179,6 +182,7 @@ impl PeerInfo {
         v.extend_from_slice(&self.network.to_le_bytes());
         v.extend_from_slice(&self.gpu.to_le_bytes());
         v.extend_from_slice(&self.gpu_sms.to_le_bytes());
+        v.extend_from_slice(&self.cta_policy.to_le_bytes());
         v
     }
 
@@ -207,6 +211,7 @@ impl PeerInfo {
             network: u64at(72),
             gpu: u64at(80),
             gpu_sms: u32at(88) as i32,
+            cta_policy: u32at(92) as i32,
         })
     }
 }
@@ -337,6 +342,7 @@ mod tests {
             network: 0,
             gpu,
             gpu_sms: 132,
+            cta_policy: 0,
         };
         // 3 hosts x 2 on one GPU: 132 / 12 = 11 blocks each (16 and 8 passed on the H200, 32 hung).
         let mut six: Vec<_> = (0..6).map(|r| peer(r, 7, 132)).collect();
@@ -390,6 +396,7 @@ mod tests {
             network: 0xfeed_0000_0000_beef,
             gpu: 0x1111_2222_3333_4444,
             gpu_sms: 132,
+            cta_policy: 2,
         };
         let e = p.encode();
         assert_eq!(e.len(), PeerInfo::BYTES);

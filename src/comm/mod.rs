@@ -144,6 +144,14 @@ pub struct Ready {
     /// Two ranks in two processes of one host: large transfers by copy engine straight into the
     /// peer's buffer (transport::ce_direct).
     pub ce: Option<crate::transport::ce_direct::CeDirect>,
+    /// The CTA policy every rank agreed on (algo::policy); its block cap is in `topo`, its
+    /// copy-engine threshold in `tuning`.
+    pub policy: crate::algo::policy::CtaPolicy,
+    /// ZERO policy with ranks in other processes: AllGather, AlltoAll, Broadcast, Gather, Scatter
+    /// and Send/Recv skip their SM-only paths (one-shot packets, LL128 chain, symmetric direct
+    /// kernel, grouped launches) for the exchange, which moves what the copy-engine path takes.
+    /// The same on every rank: it reads only what every rank sees.
+    pub engine_moves: bool,
 }
 
 /// The communicator's last ring one-shot, captured: where it stands in the graph and its chain
@@ -522,6 +530,7 @@ impl Comm {
             network: topo::network_hash(),
             gpu: topo::gpu_hash(&dev.uuid, &dev.bus_id),
             gpu_sms: dev.sm_count,
+            cta_policy: self.config.cta_policy,
         };
         if me.sm_count < dev.sm_count {
             nccl_info!(Subsys::Init, "rank {}: maxCTAs {} caps kernels at {} thread blocks ({} SMs)", self.rank, self.config.max_ctas, me.sm_count, dev.sm_count);
@@ -546,11 +555,33 @@ impl Comm {
         }
         crate::transport::select::agree(&peers.iter().map(|p| p.paths).collect::<Vec<_>>())?;
         let process_ranks = peers.iter().filter(|p| p.same_process(&me)).count();
+        let (policy, agreed) = crate::algo::policy::agree(&peers.iter().map(|p| p.cta_policy).collect::<Vec<_>>());
+        if !agreed {
+            nccl_warn!("comm rank {}: ranks asked for different CTA policies ({:?}); every rank uses the default", self.rank, peers.iter().map(|p| p.cta_policy).collect::<Vec<_>>());
+        }
         let topo = Topology {
             nranks: self.nranks,
-            sm_count: peers.iter().map(|p| p.sm_count.max(1) as u32).min().unwrap_or(1),
+            sm_count: policy.block_budget(peers.iter().map(|p| p.sm_count.max(1) as u32).min().unwrap_or(1)),
         };
-        let tuning = Tuning::from_env()?;
+        let tuning = policy.tune(&Tuning::from_env()?);
+        let other_processes = peers.iter().any(|p| !p.same_process(&me));
+        let engine_moves = policy == crate::algo::policy::CtaPolicy::Zero && self.nranks >= 2 && crate::algo::ce_direct::min_bytes(&tuning) > 0 && other_processes;
+        if policy != crate::algo::policy::CtaPolicy::Default {
+            nccl_info!(
+                Subsys::Init,
+                "rank {}: CTA policy {}: kernels take at most {} thread blocks{}",
+                self.rank,
+                policy.name(),
+                topo.sm_count,
+                if engine_moves {
+                    "; AllGather, AlltoAll, Broadcast, Gather, Scatter and Send/Recv with ranks of other processes move by copy engine at every size (by kernel while a CUDA graph is captured), local copies too; reductions and ranks of this process by kernel"
+                } else if policy == crate::algo::policy::CtaPolicy::Zero {
+                    "; no peer in another process (or OXCCL_CE_DIRECT_MIN_BYTES=0): every collective by kernel"
+                } else {
+                    ""
+                }
+            );
+        }
         let scratch = Scratch::for_ranks(self.nranks, &tuning);
         let fp8_ok = peers.iter().all(|p| p.cc_major >= 9);
         let abort_flag = Arc::new(HostMapped::zeroed(dev, 64)?);
@@ -592,7 +623,7 @@ impl Comm {
                         fail_async(&state, e.code, &|| flag.store_u32(0, 1));
                     }) as Box<dyn Fn(Error) + Send + Sync>
                 });
-                crate::transport::ce_direct::CeDirect::connect(&bootstrap, dev, key, &ch.ce_counters, &candidate, abort_flag.clone(), on_error)?
+                crate::transport::ce_direct::CeDirect::connect(&bootstrap, dev, key, &ch.ce_counters, &candidate, abort_flag.clone(), on_error, policy.local_copies_by_engine())?
             }
             _ => None,
         };
@@ -668,6 +699,8 @@ impl Comm {
             launch,
             reg,
             ce,
+            policy,
+            engine_moves,
         })
     }
 

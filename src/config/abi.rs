@@ -33,7 +33,7 @@ pub struct ncclConfig_t {
     pub commName: *const c_char,
     /// CollNet: read and validated; oxccl has none.
     pub collnetEnable: c_int,
-    /// NCCL_CTA_POLICY_*: read and validated; no effect yet.
+    /// NCCL_CTA_POLICY_*: how many SMs the collectives may take (src/algo/policy.rs).
     pub CTAPolicy: c_int,
     /// Whether a shrunk child may share the parent's resources: read; children never share.
     pub shrinkShare: c_int,

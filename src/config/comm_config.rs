@@ -42,7 +42,7 @@ pub struct CommConfig {
     pub comm_name: Option<String>,
     /// `collnetEnable` (NCCL_COLLNET_ENABLE); oxccl has no CollNet.
     pub collnet_enable: bool,
-    /// `CTAPolicy` (NCCL_CTA_POLICY); no effect yet.
+    /// `CTAPolicy` (NCCL_CTA_POLICY): algo::policy acts on it at init.
     pub cta_policy: i32,
     /// `shrinkShare` (NCCL_COMM_SHRINK_SHARE_RESOURCES); children never share.
     pub shrink_share: bool,

@@ -155,7 +155,9 @@ pub fn group_launches(tasks: &[CollTask]) -> Vec<std::ops::Range<usize>> {
         .iter()
         .map(|t| {
             let kind = grouped_kind(t.coll);
-            let alone = kind == GroupedKind::AllGather && symmetric_allgather(r, t);
+            // Under the ZERO CTA policy what a copy engine can move stays out of the SMs' launch.
+            let alone = (r.engine_moves && !matches!(kind, GroupedKind::AllReduce | GroupedKind::ReduceScatter | GroupedKind::Reduce))
+                || (kind == GroupedKind::AllGather && symmetric_allgather(r, t));
             GroupedOp { kind, count: t.count, dtype: t.dtype, op: t.op.op, alone }
         })
         .collect();
@@ -189,7 +191,7 @@ pub fn fold_p2p(tasks: &[CollTask], p2p: &[P2pOp]) -> Vec<Option<u64>> {
     let none = || vec![None; p2p.len()];
     let Some(first) = tasks.first() else { return none() };
     let Ok(r) = first.comm.ready() else { return none() };
-    if r.net.is_some() {
+    if r.net.is_some() || r.engine_moves {
         return none();
     }
     let total: u64 = tasks.iter().map(|t| packets(t.count, t.dtype)).sum();
@@ -442,6 +444,10 @@ fn coll_spec(r: &Ready, t: &CollTask) -> ExchangeSpec {
 /// selectors say so, else the exchange kernel's direct or relayed transfers.
 fn broadcast(r: &Ready, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) -> Result<()> {
     let bytes = t.count * t.dtype.size() as u64;
+    if r.engine_moves {
+        // The ZERO CTA policy: what the copy-engine path takes, whatever the size.
+        return exchange(r, ls, &coll_spec(r, t), func, t.stream);
+    }
     if let Some((grid, block)) = crate::algo::chain::broadcast_oneshot(bytes, &r.topo, &r.scratch, &r.tuning) {
         nccl_trace!(Subsys::Coll, "Broadcast {bytes} B root {} -> one-shot packets grid {grid} block {block}", t.root);
         let mut args = coll_args(r, t, bytes, 0, 0);
@@ -461,6 +467,10 @@ fn broadcast(r: &Ready, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) 
 fn gather(r: &Ready, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) -> Result<()> {
     let piece = t.count * t.dtype.size() as u64;
     let allgather = t.coll == Coll::AllGather;
+    if r.engine_moves {
+        // The ZERO CTA policy: what the copy-engine path takes, whatever the size.
+        return exchange(r, ls, &coll_spec(r, t), func, t.stream);
+    }
     if allgather {
         if let Some((grid, block)) = crate::algo::symm::allgather(piece, &r.topo, &r.tuning) {
             if let Some((flat, stride)) = t.comm.windows.symmetric_span(t.recv, piece * r.topo.nranks as u64) {

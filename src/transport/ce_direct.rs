@@ -612,6 +612,9 @@ struct Inner {
     /// Events for the worker's launches, reused: one is back here once the worker's stream waits
     /// on it (a wait takes the event's state when it is queued).
     events: Mutex<Vec<Event>>,
+    /// Local copies by copy engine instead of the SM copy kernel (the ZERO CTA policy:
+    /// algo::policy).
+    local_by_engine: bool,
 }
 
 // SAFETY: the events and stream are driver handles usable from any thread; State is behind a lock.
@@ -624,7 +627,9 @@ impl CeDirect {
     /// `counters`: every rank's counter area as mapped here (COUNTER_BYTES, zeroed at init). A
     /// pair keeps its link only if both ranks connected it; None where no pair did.
     /// `async_errors`: Some to start the worker thread (OXCCL_CE_DIRECT_ASYNC), which reports a
-    /// failure through it.
+    /// failure through it. `local_by_engine`: local copies beside the transfers by copy engine
+    /// (the ZERO CTA policy), else by `COPY_BLOCKS` blocks of SM copies.
+    #[allow(clippy::too_many_arguments)]
     pub fn connect(
         boot: &crate::bootstrap::Bootstrap,
         dev: &'static Device,
@@ -633,6 +638,7 @@ impl CeDirect {
         candidate: &[bool],
         abort: Arc<crate::gpu::HostMapped>,
         async_errors: Option<Box<dyn Fn(Error) + Send + Sync>>,
+        local_by_engine: bool,
     ) -> Result<Option<CeDirect>> {
         let (me, n) = (boot.rank(), boot.nranks());
         let name = |lo: usize, hi: usize| format!("oxccl-ce-{comm_key:016x}-{lo}-{hi}");
@@ -692,6 +698,7 @@ impl CeDirect {
             fork: Event::new()?,
             join: Event::new()?,
             events: Mutex::new(Vec::new()),
+            local_by_engine,
         });
         let worker = match async_errors {
             None => None,
@@ -987,6 +994,10 @@ impl Inner {
         self.fork.record(stream)?;
         self.fork.wait_on(self.side.raw)?;
         for c in copies {
+            if self.local_by_engine {
+                copy_engine_async(c.dst, c.src, c.bytes as usize, self.side.raw)?;
+                continue;
+            }
             let args = CollArgs { send: c.src, recv: c.dst, count: c.bytes, ..Default::default() };
             launch_pdl(kernels.copy, COPY_BLOCKS, 512, self.side.raw, &args, false)?;
         }

@@ -216,6 +216,14 @@ pub struct Case {
     /// stream). Absent in cases written before it was drawn: false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub default_stream: bool,
+    /// The communicators' CTA policy (ncclConfig_t.CTAPolicy: 0 default, 1 efficiency, 2 zero),
+    /// the same on every rank. Absent in cases written before it was drawn: 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cta_policy: u8,
+}
+
+fn is_zero(v: &u8) -> bool {
+    *v == 0
 }
 
 impl Case {
@@ -276,6 +284,9 @@ impl Case {
             if a.posts.len() != n {
                 return Err("abort.posts is not nranks long".into());
             }
+        }
+        if self.cta_policy > 2 {
+            return Err(format!("cta_policy {} (NCCL's are 0, 1 and 2)", self.cta_policy));
         }
         if self.default_stream && (self.mode == Mode::Graph || self.abort.is_some()) {
             return Err("default_stream goes with eager or nonblocking cases without an abort".into());
@@ -471,7 +482,7 @@ mod tests {
 
     #[test]
     fn a_reproduction_line_round_trips() {
-        let c = Case { procs: 3, per_proc: 1, mode: Mode::Graph, replays: 2, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: false };
+        let c = Case { procs: 3, per_proc: 1, mode: Mode::Graph, replays: 2, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0 };
         assert_eq!(Case::from_line(&c.to_line()).unwrap(), c);
         let mut bad = c.clone();
         bad.ops[0].root = 3;
@@ -494,7 +505,7 @@ mod tests {
 
     #[test]
     fn the_default_stream_goes_only_with_uncaptured_cases_without_an_abort() {
-        let mut c = Case { procs: 3, per_proc: 1, mode: Mode::Eager, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: true };
+        let mut c = Case { procs: 3, per_proc: 1, mode: Mode::Eager, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: true, cta_policy: 0 };
         assert!(c.validate().is_ok());
         assert!(c.to_line().contains(r#""default_stream":true"#));
         assert_eq!(Case::from_line(&c.to_line()).unwrap(), c);
@@ -510,7 +521,7 @@ mod tests {
 
     #[test]
     fn back_to_back_replays_only_where_each_leaves_the_same_output() {
-        let c = Case { procs: 2, per_proc: 1, mode: Mode::Graph, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: false };
+        let c = Case { procs: 2, per_proc: 1, mode: Mode::Graph, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0 };
         assert_eq!(c.burst(), 3, "an in-place Gather is idempotent");
         let mut r = c.clone();
         r.ops.push(op(Kind::AllReduce, 5, true, 2));

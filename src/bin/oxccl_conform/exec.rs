@@ -19,8 +19,8 @@ use crate::data::{compare, digest, expected_images, initial_images};
 use crate::nccl::{Comm, Config, Nccl, UniqueId, IN_PROGRESS, SHRINK_ABORT, SUCCESS};
 use crate::values::Codec;
 
-/// Communicator slots per rank: (blocking, nonblocking) x (comm 0, comm 1).
-const SLOTS: usize = 4;
+/// Communicator slots per rank: (CTA policy 0, 1, 2) x (blocking, nonblocking) x (comm 0, comm 1).
+const SLOTS: usize = 12;
 /// The longest one ncclCommAbort or ncclCommRevoke of a stopping rank may take (kernels told to
 /// stop leave within microseconds of starting; the rest is slack for a loaded machine).
 const STOP_CALL_BOUND: Duration = Duration::from_secs(5);
@@ -197,7 +197,7 @@ impl Exec {
             for (k, b) in id.0.iter_mut().enumerate() {
                 *b = byte(s * 128 + k)?;
             }
-            let blocking = s < 2;
+            let (blocking, policy) = (s % 4 < 2, (s / 4) as u8);
             if s == 0 && self.nranks == 1 {
                 // A one-rank job's first communicator as single-process programs make it.
                 let mut ord = 0;
@@ -216,7 +216,7 @@ impl Exec {
             unsafe { (self.nccl.group_start)() };
             for i in 0..self.ranks.len() {
                 self.set_ctx(i);
-                let mut cfg = Config::new(blocking);
+                let mut cfg = Config::with_policy(blocking, policy);
                 let mut comm: Comm = std::ptr::null_mut();
                 // SAFETY: out-pointer and config are locals; the id is by value.
                 let rc = unsafe { (self.nccl.comm_init_rank_config)(&mut comm, self.nranks as c_int, id, self.ranks[i].rank as c_int, &mut cfg) };
@@ -349,7 +349,7 @@ impl Exec {
     }
 
     fn slot(case: &Case, o: &OpCase) -> usize {
-        (case.mode == Mode::NonBlocking) as usize * 2 + o.comm as usize
+        case.cta_policy as usize * 4 + (case.mode == Mode::NonBlocking) as usize * 2 + o.comm as usize
     }
 
     fn prepare(&self, case: &Case, opi: usize, o: &OpCase, i: usize, codec: &Codec) -> Result<Part, String> {

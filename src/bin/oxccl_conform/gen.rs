@@ -344,8 +344,12 @@ pub fn case_strategy(space: Arc<Space>, bounds: Arc<Boundaries>) -> BoxedStrateg
             // abort, a process's ranks on distinct GPUs (5, not 0: shrinking moves toward 0, and a
             // shrunk case should not move onto the legacy stream).
             let ngpus = space.ngpus;
-            (ops, abort, 0u8..6).prop_map(move |(ops, abort, stream)| Case {
+            // The CTA policy: default half the time (shrinking moves toward it), else efficiency
+            // or zero.
+            let policy = prop_oneof![2 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)];
+            (ops, abort, 0u8..6, policy).prop_map(move |(ops, abort, stream, cta_policy)| Case {
                 default_stream: stream == 5 && mode != Mode::Graph && abort.is_none() && per_proc <= ngpus,
+                cta_policy,
                 procs,
                 per_proc,
                 mode,

@@ -41,6 +41,15 @@ pub struct Config {
 }
 
 impl Config {
+    /// With `cta_policy` set (ncclConfig_t.CTAPolicy; 0 leaves it unset, NCCL's default).
+    pub fn with_policy(blocking: bool, cta_policy: u8) -> Config {
+        let mut c = Config::new(blocking);
+        if cta_policy != 0 {
+            c.cta_policy = c_int::from(cta_policy);
+        }
+        c
+    }
+
     pub fn new(blocking: bool) -> Config {
         const U: c_int = c_int::MIN;
         Config {
