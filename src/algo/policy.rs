@@ -29,9 +29,16 @@ pub enum CtaPolicy {
     Zero,
 }
 
-/// Most thread blocks any kernel of an EFFICIENCY or ZERO communicator takes: a quarter of an
-/// H200's SMs, against oxccl's 128 for large puts by default.
-pub const EFFICIENT_BLOCKS: u32 = 32;
+/// Most thread blocks any kernel of an EFFICIENCY or ZERO communicator takes. nccl-tests busbw
+/// (GB/s), 2 x H200, 4-256 MB, maxCTAs capping oxccl's kernels, NCCL 2.28.9 in the same call
+/// (its three policies alike, 24 blocks; 2026-11-30):
+/// - AllReduce: 32 blocks 160-309, 48 blocks 170-313, unbounded (128) 182-358; NCCL 122-300.
+/// - ReduceScatter: 32 blocks 99-201, 48 blocks 100-248, unbounded 116-304; NCCL 81-240.
+///
+/// 48 is the fewest of those that stay at NCCL's bandwidth for both (32 falls to 201 against 240
+/// for a 256 MB ReduceScatter); at 24, NCCL's own count, oxccl's kernels lose (AllReduce 257
+/// against 300 at 256 MB).
+pub const EFFICIENT_BLOCKS: u32 = 48;
 
 /// ZERO's smallest copy-engine transfer: every one.
 pub const ZERO_CE_MIN_BYTES: u64 = 1;
@@ -120,7 +127,7 @@ mod tests {
         }
         assert_eq!(CtaPolicy::Efficiency.block_budget(132), EFFICIENT_BLOCKS);
         assert_eq!(CtaPolicy::Efficiency.block_budget(16), 16, "a smaller maxCTAs stays");
-        assert_eq!(CtaPolicy::Zero.block_budget(24), 24);
+        assert_eq!(CtaPolicy::Zero.block_budget(40), 40);
     }
 
     #[test]

@@ -198,7 +198,19 @@ fn function(modules: &[cu::CUmodule], name: &str) -> Result<Kernel> {
         let mut f: cu::CUfunction = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; module is loaded.
         match unsafe { cu::cuModuleGetFunction(&mut f, module, cname.as_ptr()) } {
-            cu::CUresult::CUDA_SUCCESS => return Ok(Kernel(f)),
+            cu::CUresult::CUDA_SUCCESS => {
+                // Loaded now, not at its first launch: under CUDA's lazy loading (the default
+                // since CUDA 12.2) a first launch loads the function, and CUDA documents that
+                // loading may wait for kernels already running, which deadlocks kernels that
+                // rely on running together: one thread driving several ranks would wait in rank
+                // 0's launch for rank 0's previous kernel, which waits for rank 1's, not yet
+                // issued. NCCL loads its kernels at init for the same reason
+                // (cudaFuncGetAttributes in ncclInitKernelsForDevice, src/enqueue.cc). Costs
+                // 15-30 ms at a process's first communicator on each GPU (H200, 2026-11-30).
+                // SAFETY: `f` was just returned by the driver for a loaded module.
+                check(unsafe { cu::cuFuncLoad(f) }, "cuFuncLoad").map_err(|e| e.context(format!("kernel {name}")))?;
+                return Ok(Kernel(f));
+            }
             cu::CUresult::CUDA_ERROR_NOT_FOUND => {}
             rc => last = rc,
         }
