@@ -1,16 +1,23 @@
-//! NCCL's CTA policies (ncclConfig_t.CTAPolicy, or NCCL_CTA_POLICY where the config leaves it
-//! unset; nccl.h 2.28: NCCL_CTA_POLICY_DEFAULT 0, _EFFICIENCY 1, _ZERO 2): how many of the GPU's
-//! SMs a communicator's collectives may take from the application's kernels they run beside.
+//! NCCL's CTA policies (ncclConfig_t.CTAPolicy; NCCL_CTA_POLICY overrides it, as in NCCL 2.28's
+//! envConfigOverride; nccl.h 2.28: NCCL_CTA_POLICY_DEFAULT 0, _EFFICIENCY 1, _ZERO 2): how many
+//! of the GPU's SMs a communicator's collectives may take from the application's kernels they run
+//! beside.
 //!
 //! - DEFAULT: the selectors' own choice (up to one block per SM for large puts).
 //! - EFFICIENCY: every kernel of the communicator takes at most `EFFICIENT_BLOCKS` blocks, the
-//!   fewest that keep nearly all of the bandwidth (see its measurements).
+//!   fewest that keep NCCL's bandwidth (see its measurements).
 //! - ZERO: no SM moves data where a copy engine can: AllGather, AlltoAll, Broadcast, Gather,
 //!   Scatter and Send/Recv between ranks in separate processes of a host go by copy engine at every
-//!   size (transport::ce_direct, its host handshake included), their local copies too; a one-thread
-//!   kernel per transfer waits for the peer's counter. What a copy engine cannot do (reductions,
-//!   ranks sharing a process, transfers while a CUDA graph is being captured, whose replays the
-//!   path's counters cannot follow) runs as under EFFICIENCY.
+//!   size (transport::ce_direct, its host handshake included: the call returns once the peer has
+//!   made its matching call), their local copies too; a one-thread kernel per transfer waits for
+//!   the peer's counter. Those kinds then skip their SM-only kernels for the exchange launch, and
+//!   what the copy engines do not take there (ranks of one process, transfers while a CUDA graph
+//!   is captured, whose replays the path's counters cannot follow, memory that cannot be shared)
+//!   the exchange kernel moves within the block cap; reductions run as under EFFICIENCY.
+//!
+//! NCCL 2.28.9 does less: its zero policy sends AllGather, AlltoAll, Gather and Scatter through
+//! copy engines only between symmetric windows of one node (src/ce_coll.cc), without a block cap
+//! or a host wait, and its efficiency policy only re-picks NVLS for registered buffers.
 //!
 //! Every rank must reach the same choice: a rank taking the copy-engine path waits for its peer's
 //! handshake. Ranks' policies travel in the init exchange (`agree`).

@@ -150,7 +150,8 @@ pub struct Ready {
     /// ZERO policy with ranks in other processes: AllGather, AlltoAll, Broadcast, Gather, Scatter
     /// and Send/Recv skip their SM-only paths (one-shot packets, LL128 chain, symmetric direct
     /// kernel, grouped launches) for the exchange, which moves what the copy-engine path takes.
-    /// The same on every rank: it reads only what every rank sees.
+    /// The same on every rank where every process sets the same OXCCL_* tuning (as
+    /// docs/tuning.md requires): the policy is agreed, the other inputs every rank sees.
     pub engine_moves: bool,
 }
 

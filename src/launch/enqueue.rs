@@ -156,8 +156,16 @@ pub fn group_launches(tasks: &[CollTask]) -> Vec<std::ops::Range<usize>> {
         .map(|t| {
             let kind = grouped_kind(t.coll);
             // Under the ZERO CTA policy what a copy engine can move stays out of the SMs' launch.
-            let alone = (r.engine_moves && !matches!(kind, GroupedKind::AllReduce | GroupedKind::ReduceScatter | GroupedKind::Reduce))
-                || (kind == GroupedKind::AllGather && symmetric_allgather(r, t));
+            let traffic = match kind {
+                GroupedKind::AllGather => Some(Traffic::AllGather),
+                GroupedKind::AlltoAll => Some(Traffic::AlltoAll),
+                GroupedKind::Broadcast => Some(Traffic::Broadcast),
+                GroupedKind::Gather => Some(Traffic::Gather),
+                GroupedKind::Scatter => Some(Traffic::Scatter),
+                GroupedKind::AllReduce | GroupedKind::ReduceScatter | GroupedKind::Reduce => None,
+            };
+            let piece = t.count * t.dtype.size() as u64;
+            let alone = traffic.is_some_and(|tr| engine_takes(r, tr, piece)) || (kind == GroupedKind::AllGather && symmetric_allgather(r, t));
             GroupedOp { kind, count: t.count, dtype: t.dtype, op: t.op.op, alone }
         })
         .collect();
@@ -176,6 +184,15 @@ fn grouped_kind(c: Coll) -> GroupedKind {
         Coll::Gather => GroupedKind::Gather,
         Coll::Scatter => GroupedKind::Scatter,
     }
+}
+
+/// Whether the ZERO CTA policy sends a collective of `traffic` whose pieces are `bytes` to the
+/// exchange launch, whose transfers the copy-engine path takes, instead of its SM-only kernels
+/// (one-shot packets, LL128 chain, symmetric direct kernel): where ranks of other processes exist
+/// and the path's threshold (every transfer, unless OXCCL_CE_DIRECT_MIN_BYTES says otherwise)
+/// is reached. The same on every rank: the piece size is.
+fn engine_takes(r: &Ready, traffic: Traffic, bytes: u64) -> bool {
+    r.engine_moves && bytes >= crate::algo::ce_direct::min_bytes_for(traffic, r.topo.nranks, &r.tuning)
 }
 
 /// Whether an AllGather goes to the direct kernel into a symmetric window (`gather`).
@@ -398,7 +415,9 @@ fn coll_spec(r: &Ready, t: &CollTask) -> ExchangeSpec {
             (s.chunk_cap, s.threads) = crate::algo::allgather_shape(bytes, &r.topo, &r.scratch);
         }
         Coll::Broadcast => {
-            let relay = crate::algo::broadcast_relay(bytes, &r.topo, &r.scratch, &r.tuning);
+            // The ZERO CTA policy's transfers go root to peer by copy engine: no relay, whose
+            // chunked puts the copy-engine path does not take.
+            let relay = if engine_takes(r, Traffic::Broadcast, bytes) { None } else { crate::algo::broadcast_relay(bytes, &r.topo, &r.scratch, &r.tuning) };
             s = crate::algo::broadcast_spec(me, root, n, t.send, t.recv, bytes, relay);
         }
         Coll::AlltoAll => {
@@ -444,8 +463,7 @@ fn coll_spec(r: &Ready, t: &CollTask) -> ExchangeSpec {
 /// selectors say so, else the exchange kernel's direct or relayed transfers.
 fn broadcast(r: &Ready, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) -> Result<()> {
     let bytes = t.count * t.dtype.size() as u64;
-    if r.engine_moves {
-        // The ZERO CTA policy: what the copy-engine path takes, whatever the size.
+    if engine_takes(r, Traffic::Broadcast, bytes) {
         return exchange(r, ls, &coll_spec(r, t), func, t.stream);
     }
     if let Some((grid, block)) = crate::algo::chain::broadcast_oneshot(bytes, &r.topo, &r.scratch, &r.tuning) {
@@ -467,8 +485,7 @@ fn broadcast(r: &Ready, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) 
 fn gather(r: &Ready, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) -> Result<()> {
     let piece = t.count * t.dtype.size() as u64;
     let allgather = t.coll == Coll::AllGather;
-    if r.engine_moves {
-        // The ZERO CTA policy: what the copy-engine path takes, whatever the size.
+    if engine_takes(r, if allgather { Traffic::AllGather } else { Traffic::AlltoAll }, piece) {
         return exchange(r, ls, &coll_spec(r, t), func, t.stream);
     }
     if allgather {

@@ -321,6 +321,8 @@ impl Net {
         let id = crate::comm::split::child_id(s.bs, &child).map_err(|e| e.context("setting up the host-local communicator"))?;
         let mut cfg = s.config.clone();
         cfg.blocking = true; // driven by oxccl itself, from within this init
+        // The policy the whole communicator agreed on (algo::policy::agree), not this rank's ask.
+        cfg.cta_policy = crate::algo::policy::agree(&s.peers.iter().map(|p| p.cta_policy).collect::<Vec<_>>()).0.raw();
         // Its kernels run alongside every other rank's on a shared GPU, not only this host's:
         // it keeps to the whole communicator's block budget (topo::share_gpus) when that is lower.
         if let Some(b) = s.peers.iter().map(|p| p.sm_count).min().filter(|&b| b < crate::config::MAX_CHANNELS) {
