@@ -8,6 +8,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 
 use oxccl::algo::ce_direct::{min_bytes_for, Traffic};
+use oxccl::algo::policy::CtaPolicy;
 use oxccl::algo::{
     allgather_shape, broadcast_relay, broadcast_spec, exchange_shape, gather_chunk_cap, plan_exchange, rooted_grid, select_allreduce, select_gather_oneshot,
     select_reduce, select_reducescatter, ExchangeSpec, Scratch, Topology, Transfer as XTransfer, Tuning,
@@ -109,6 +110,11 @@ impl Boundaries {
     /// power of two, and by bisection between probes whose plans differ, so each change between
     /// two probes is found (one per interval), with the counts chunk plans multiply out to.
     pub fn probe(space: &Space) -> Boundaries {
+        Self::probe_under(space, &[CtaPolicy::Default, CtaPolicy::Efficiency])
+    }
+
+    /// `probe` for the block budgets of `policies` (efficiency and zero share theirs).
+    fn probe_under(space: &Space, policies: &[CtaPolicy]) -> Boundaries {
         let t = Tuning::from_env().unwrap_or_default();
         let mut map = HashMap::new();
         let mut ranks: Vec<usize> = space.layouts.iter().map(|&(p, k)| p * k).collect();
@@ -117,58 +123,68 @@ impl Boundaries {
         for &n in &ranks {
             let per_gpu = n.div_ceil(space.ngpus.max(1));
             let sm = if per_gpu > 1 { (space.sms / (2 * per_gpu as u32)).max(1) } else { space.sms };
-            let topo = Topology { nranks: n, sm_count: sm.min(oxccl::device_abi::OX_MAX_BLOCKS as u32) };
+            // The block budgets a case may run under: the GPU's, and the efficiency and zero CTA
+            // policies' cap (cases draw the policy), whose smaller grids move some boundaries.
+            let full = sm.min(oxccl::device_abi::OX_MAX_BLOCKS as u32);
+            let mut budgets: Vec<u32> = policies.iter().map(|p| p.block_budget(full)).collect();
+            budgets.sort_unstable();
+            budgets.dedup();
             for kind in Kind::ALL {
                 for es in [1usize, 2, 4, 8] {
-                    let per = if kind.per_rank() { n as u64 } else { 1 };
-                    let max = (space.max_bytes / es as u64 / per).max(2);
-                    let f = |c: u64| plan_print(kind, es, &topo, c, &t);
-                    let mut probes: Vec<u64> = (0..64).flat_map(|k| [1u64 << k, 3u64 << k >> 1]).filter(|&c| c >= 1 && c <= max).collect();
-                    probes.sort_unstable();
-                    probes.dedup();
-                    let mut found = Vec::new();
-                    for w in probes.windows(2) {
-                        let (mut lo, mut hi) = (w[0], w[1]);
-                        let a = f(lo);
-                        if a == f(hi) {
-                            continue;
-                        }
-                        while hi - lo > 1 {
-                            let mid = lo + (hi - lo) / 2;
-                            if f(mid) == a {
-                                lo = mid;
-                            } else {
-                                hi = mid;
+                    let mut all: Vec<u64> = Vec::new();
+                    for &sm_count in &budgets {
+                        let topo = Topology { nranks: n, sm_count };
+                        let per = if kind.per_rank() { n as u64 } else { 1 };
+                        let max = (space.max_bytes / es as u64 / per).max(2);
+                        let f = |c: u64| plan_print(kind, es, &topo, c, &t);
+                        let mut probes: Vec<u64> = (0..64).flat_map(|k| [1u64 << k, 3u64 << k >> 1]).filter(|&c| c >= 1 && c <= max).collect();
+                        probes.sort_unstable();
+                        probes.dedup();
+                        let mut found = Vec::new();
+                        for w in probes.windows(2) {
+                            let (mut lo, mut hi) = (w[0], w[1]);
+                            let a = f(lo);
+                            if a == f(hi) {
+                                continue;
                             }
+                            while hi - lo > 1 {
+                                let mid = lo + (hi - lo) / 2;
+                                if f(mid) == a {
+                                    lo = mid;
+                                } else {
+                                    hi = mid;
+                                }
+                            }
+                            found.push(hi);
                         }
-                        found.push(hi);
+                        // Chunked plans: whole chunks and whole rounds of every block.
+                        let extra: Vec<u64> = found
+                            .iter()
+                            .chain(probes.iter())
+                            .filter_map(|&c| match kind {
+                                Kind::AllReduce => {
+                                    let p = select_allreduce(c, dtype_of_size(es), &topo, &Scratch::for_ranks(n, &t), &t);
+                                    (p.chunk_elems > 0).then(|| vec![p.chunk_elems * n as u64, p.chunk_elems * n as u64 * p.grid as u64])
+                                }
+                                Kind::ReduceScatter | Kind::Reduce => {
+                                    let s = Scratch::for_ranks(n, &t);
+                                    let p = if kind == Kind::Reduce { select_reduce(c, dtype_of_size(es), &topo, &s, &t) } else { select_reducescatter(c, dtype_of_size(es), &topo, &s, &t) };
+                                    (p.chunk_elems > 0).then(|| vec![p.chunk_elems, p.chunk_elems * p.grid as u64])
+                                }
+                                _ => None,
+                            })
+                            .flatten()
+                            .filter(|&c| c <= max)
+                            .collect();
+                        found.extend(extra);
+                        // Powers of two bytes, and the probes themselves.
+                        found.extend((0..40).map(|k| (1u64 << k) / es as u64).filter(|&c| c >= 1 && c <= max));
+                        all.extend(found);
                     }
-                    // Chunked plans: whole chunks and whole rounds of every block.
-                    let extra: Vec<u64> = found
-                        .iter()
-                        .chain(probes.iter())
-                        .filter_map(|&c| match kind {
-                            Kind::AllReduce => {
-                                let p = select_allreduce(c, dtype_of_size(es), &topo, &Scratch::for_ranks(n, &t), &t);
-                                (p.chunk_elems > 0).then(|| vec![p.chunk_elems * n as u64, p.chunk_elems * n as u64 * p.grid as u64])
-                            }
-                            Kind::ReduceScatter | Kind::Reduce => {
-                                let s = Scratch::for_ranks(n, &t);
-                                let p = if kind == Kind::Reduce { select_reduce(c, dtype_of_size(es), &topo, &s, &t) } else { select_reducescatter(c, dtype_of_size(es), &topo, &s, &t) };
-                                (p.chunk_elems > 0).then(|| vec![p.chunk_elems, p.chunk_elems * p.grid as u64])
-                            }
-                            _ => None,
-                        })
-                        .flatten()
-                        .filter(|&c| c <= max)
-                        .collect();
-                    found.extend(extra);
-                    // Powers of two bytes, and the probes themselves.
-                    found.extend((0..40).map(|k| (1u64 << k) / es as u64).filter(|&c| c >= 1 && c <= max));
-                    found.sort_unstable();
-                    found.dedup();
+                    all.sort_unstable();
+                    all.dedup();
                     let _ = exchange_shape;
-                    map.insert((kind, es, n), Arc::new(found));
+                    map.insert((kind, es, n), Arc::new(all));
                 }
             }
         }
@@ -419,6 +435,21 @@ mod tests {
         let rs = b.get(Kind::ReduceScatter, 1, 2);
         assert!(rs.contains(&((1 << 20) + 1)) || rs.contains(&(1 << 20)), "ReduceScatter's packet limit (1 MiB chunks)");
         assert!(b.len() > 1000);
+    }
+
+    /// Cases draw the efficiency and zero CTA policies, whose block cap moves some plans'
+    /// boundaries (grids, chunked rounds): those are probed too, beside the uncapped ones.
+    #[test]
+    fn boundaries_include_the_capped_budgets() {
+        let s = space();
+        let (all, full) = (Boundaries::probe(&s), Boundaries::probe_under(&s, &[CtaPolicy::Default]));
+        let mut added = 0;
+        for (key, v) in &full.map {
+            let a = all.map.get(key).expect("the same keys");
+            assert!(v.iter().all(|c| a.contains(c)), "{key:?}: every uncapped boundary stays");
+            added += a.len() - v.len();
+        }
+        assert!(added > 0, "the cap adds no boundary");
     }
 
     #[test]
