@@ -96,6 +96,8 @@ step fault-injection-ce-direct-async env OXCCL_CE_DIRECT_ASYNC=1 OXCCL_CE_DIRECT
 step abort-pending "$bin/oxccl-fault" --ranks 2 --scenarios abort-pending
 step abort-pending-ce-direct env OXCCL_CE_DIRECT_MIN_BYTES=1 "$bin/oxccl-fault" --ranks 2 --scenarios abort-pending
 step abort-pending-ce-direct-async env OXCCL_CE_DIRECT_ASYNC=1 OXCCL_CE_DIRECT_MIN_BYTES=1 "$bin/oxccl-fault" --ranks 2 --scenarios abort-pending
+# The zero CTA policy takes the copy-engine path at every size: an abort while it waits.
+step abort-pending-cta-zero env NCCL_CTA_POLICY=2 "$bin/oxccl-fault" --ranks 2 --scenarios abort-pending
 step abort-pending-hosts "$bin/oxccl-fault" --ranks 2 --ranks-per-host 1 --scenarios abort-pending
 step abort-idle-peer "$bin/oxccl-fault" --ranks 2,3 --scenarios abort-idle-peer
 step abort-several "$bin/oxccl-fault" --ranks 2,3 --scenarios abort-several
@@ -121,6 +123,9 @@ if [ -n "$nt" ]; then
   step nccl-tests-allreduce $H check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/allreduce-check"
   step nccl-tests-colls $H check --suite colls-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/colls-check"
   step nccl-tests-registered $H check --suite registered-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/registered-check"
+  # Each CTA policy (src/algo/policy.rs): efficiency's block cap, zero's copy engines at every size.
+  step nccl-tests-cta-efficiency env NCCL_CTA_POLICY=1 $H check --suite colls-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/cta-efficiency-check"
+  step nccl-tests-cta-zero env NCCL_CTA_POLICY=2 $H check --suite colls-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/cta-zero-check"
   step nccl-tests-ce-direct env OXCCL_CE_DIRECT_MIN_BYTES=1048576 $H check --suite ce-direct-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/ce-direct-check"
   step nccl-tests-ce-direct-async env OXCCL_CE_DIRECT_ASYNC=1 OXCCL_CE_DIRECT_MIN_BYTES=1048576 $H check --suite ce-direct-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/ce-direct-async-check"
   if present command -v mpirun >/dev/null && [ "$ngpu" -ge 2 ]; then
