@@ -375,7 +375,7 @@ pub fn end() -> Result<()> {
         first_err.get_or_insert(e);
     }
     if per_comm_threads(&state.ops, handshake_may_wait) {
-        let r = run_concurrently(split_by_comm(state.ops), "group launch", |ops| {
+        let r = run_concurrently(split_by_stream_set(state.ops), "group launch", |ops| {
             let mut err = None;
             launch_ops(ops, &mut err);
             err.map_or(Ok(()), Err)
@@ -478,7 +478,8 @@ fn launch_grouped(tasks: Vec<CollTask>, p2p: &mut P2pLists, first_err: &mut Opti
     }
 }
 
-/// Whether a group's launches run on one thread per communicator. A launch on the copy-engine
+/// Whether a group's launches run on several threads: one per set of communicators that share
+/// streams (`stream_sets`; one communicator each where none do). A launch on the copy-engine
 /// direct path handshakes on the calling thread by default, waiting on the host for its peers'
 /// matching launches (transport::ce_direct). Two processes that each drive several ranks
 /// (nccl-tests `-g 2` under mpirun) and launched their communicators one after another would
@@ -486,13 +487,16 @@ fn launch_grouped(tasks: Vec<CollTask>, p2p: &mut P2pLists, first_err: &mut Opti
 /// which waits for rank 1, launched after rank 0. So where two or more communicators have
 /// operations and one of them may wait (`may_wait`: the communicator and an operation's largest
 /// byte count), each communicator's operations run in order on a thread of their own. Else in
-/// one thread, as NCCL launches them: threads cost a small group more than its launches. Never
-/// where two communicators share a stream: threads would put their kernels on it in an order that
-/// differs from rank to rank, and a rank whose stream runs communicator A's kernel first then
-/// waits forever for a peer whose stream runs B's first (two processes, an AllReduce on one
-/// communicator and a ReduceScatter on another in one group on one stream: a hang the
-/// conformance fuzzer found). One thread in call order launches alike on every rank, and a
-/// handshake then waits only for a peer launching the same operation.
+/// one thread, as NCCL launches them: threads cost a small group more than its launches.
+/// Communicators that share a stream stay on one thread, in the group's order (by_communicator):
+/// threads would put their kernels on it in an order that differs from rank to rank, and a rank
+/// whose stream runs communicator A's kernel first then waits forever for a peer whose stream
+/// runs B's first (two processes, an AllReduce on one communicator and a ReduceScatter on another
+/// in one group on one stream: a hang the conformance fuzzer found). But one thread for all of a
+/// process's ranks would bring back the cycle above where each rank's stream carries two
+/// communicators (2 processes x 2 ranks, communicators A and B on every rank's stream, under the
+/// zero CTA policy's handshakes at every size): so one thread per set of communicators joined by
+/// shared streams, each launching A before B as every rank does.
 fn per_comm_threads(ops: &[Deferred], may_wait: impl Fn(&Arc<Comm>, u64) -> bool) -> bool {
     let launches = || {
         ops.iter().filter_map(|op| match op {
@@ -504,23 +508,70 @@ fn per_comm_threads(ops: &[Deferred], may_wait: impl Fn(&Arc<Comm>, u64) -> bool
     };
     // Pointer comparisons first: most groups hold one communicator, and ask no more.
     let Some((first, _)) = launches().next() else { return false };
-    launches().any(|(c, _)| !Arc::ptr_eq(c, first)) && launches().any(|(c, bytes)| may_wait(c, bytes)) && !streams_shared(ops)
+    launches().any(|(c, _)| !Arc::ptr_eq(c, first)) && launches().any(|(c, bytes)| may_wait(c, bytes)) && stream_sets(ops).iter().any(|&k| k > 0)
 }
 
-/// Whether two communicators of the group put operations on one stream. Streams are told apart
+/// Each operation's set (numbered from 0 in first-use order): communicators are in one set where
+/// operations of two of them share a stream, directly or through others. Streams are told apart
 /// by device too: the NULL, legacy and per-thread handles name a stream of each device.
-fn streams_shared(ops: &[Deferred]) -> bool {
-    let mut seen: Vec<((i32, cu::CUstream), &Arc<Comm>)> = Vec::new();
-    for (c, st) in ops.iter().filter_map(op_stream) {
-        let st = (c.device, st);
-        match seen.iter().find(|(s, _)| *s == st) {
-            Some((_, other)) if !Arc::ptr_eq(other, c) => return true,
-            Some(_) => {}
-            None => seen.push((st, c)),
+fn stream_sets(ops: &[Deferred]) -> Vec<usize> {
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
         }
+        i
     }
-    false
+    // Communicators in first-use order, a union-find over them, and each stream's first user.
+    let mut comms: Vec<&Arc<Comm>> = Vec::new();
+    let mut parent: Vec<usize> = Vec::new();
+    let mut streams: Vec<((i32, cu::CUstream), usize)> = Vec::new();
+    let mut of_op = Vec::with_capacity(ops.len());
+    for op in ops {
+        let c = deferred_comm(op);
+        let i = comms.iter().position(|x| Arc::ptr_eq(x, c)).unwrap_or_else(|| {
+            comms.push(c);
+            parent.push(parent.len());
+            comms.len() - 1
+        });
+        if let Some((c, st)) = op_stream(op) {
+            match streams.iter().find(|(k, _)| *k == (c.device, st)) {
+                Some(&(_, j)) => {
+                    let (a, b) = (root(&mut parent, i), root(&mut parent, j));
+                    parent[a.max(b)] = a.min(b);
+                }
+                None => streams.push(((c.device, st), i)),
+            }
+        }
+        of_op.push(i);
+    }
+    // Sets numbered by their first communicator's first use.
+    let mut number: Vec<Option<usize>> = vec![None; comms.len()];
+    let mut next = 0;
+    let mut out = Vec::with_capacity(of_op.len());
+    for i in of_op {
+        let r = root(&mut parent, i);
+        out.push(*number[r].get_or_insert_with(|| {
+            next += 1;
+            next - 1
+        }));
+    }
+    out
 }
+
+/// A group's operations by `stream_sets`, each list in the group's order.
+fn split_by_stream_set(ops: Vec<Deferred>) -> Vec<Vec<Deferred>> {
+    let sets = stream_sets(&ops);
+    let mut out: Vec<Vec<Deferred>> = Vec::new();
+    for (op, k) in ops.into_iter().zip(sets) {
+        if out.len() <= k {
+            out.resize_with(k + 1, Vec::new);
+        }
+        out[k].push(op);
+    }
+    out
+}
+
 
 /// Whether a launch of `bytes` on `comm` may wait on the host for its peers: the communicator
 /// has copy-engine direct links handshaking on the calling thread, and the size reaches the
@@ -968,6 +1019,35 @@ mod tests {
         let cfg = crate::config::CommConfig::default();
         let c = Arc::new(Comm::new(1, 2, 1, cfg));
         assert!(per_comm_threads(&[on_null(&a, 8), on_null(&c, 4 << 20)], big), "NULL streams of two devices");
+    }
+
+    /// Communicators that share a stream go on one thread, in the group's order; sets that share
+    /// none get threads of their own (2 processes x 2 ranks with communicators A and B on every
+    /// rank's stream: one thread per rank, each launching A before B).
+    #[test]
+    fn stream_sets_join_communicators_that_share_a_stream() {
+        let cfg = crate::config::CommConfig::default();
+        let comm = |rank, dev| Arc::new(Comm::new(rank, 4, dev, cfg.clone()));
+        let (a0, b0, a1, b1, c1) = (comm(0, 0), comm(0, 0), comm(1, 1), comm(1, 1), comm(1, 1));
+        let on = |c: &Arc<Comm>, st: usize| Deferred::P2p(c.clone(), P2pOp { is_send: true, peer: 2, buf: 0, bytes: 8, stream: st as cu::CUstream });
+        let all = |_: &Arc<Comm>, _: u64| true;
+        let ops = vec![on(&a0, 0x10), on(&a1, 0x20), on(&b0, 0x10), on(&b1, 0x20)];
+        assert_eq!(stream_sets(&ops), vec![0, 1, 0, 1]);
+        assert!(per_comm_threads(&ops, all));
+        let parts: Vec<Vec<(usize, usize)>> = split_by_stream_set(ops)
+            .iter()
+            .map(|v| v.iter().map(|op| (deferred_comm(op).rank, op_stream(op).map_or(0, |(_, st)| st as usize))).collect())
+            .collect();
+        assert_eq!(parts, vec![vec![(0, 0x10), (0, 0x10)], vec![(1, 0x20), (1, 0x20)]]);
+        // Joined through another communicator: a1 and c1 share nothing directly, both share with b1.
+        let ops = vec![on(&a1, 0x20), on(&c1, 0x30), on(&b1, 0x20), on(&b1, 0x30), on(&a0, 0x10)];
+        assert_eq!(stream_sets(&ops), vec![0, 0, 0, 0, 1]);
+        // One stream for all (per device): one set, one thread.
+        let ops = vec![on(&a0, 0x10), on(&b0, 0x10), Deferred::Finalize(b0.clone())];
+        assert_eq!(stream_sets(&ops), vec![0, 0, 0]);
+        assert!(!per_comm_threads(&ops, all));
+        // The same handle on two devices is two streams.
+        assert_eq!(stream_sets(&[on(&a0, 0), on(&a1, 0)]), vec![0, 1]);
     }
 
     /// Two ranks that post the same communicators' operations in different orders launch them in
