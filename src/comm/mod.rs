@@ -567,22 +567,6 @@ impl Comm {
         let tuning = policy.tune(&Tuning::from_env()?);
         let other_processes = peers.iter().any(|p| !p.same_process(&me));
         let engine_moves = policy == crate::algo::policy::CtaPolicy::Zero && self.nranks >= 2 && crate::algo::ce_direct::min_bytes(&tuning) > 0 && other_processes;
-        if policy != crate::algo::policy::CtaPolicy::Default {
-            nccl_info!(
-                Subsys::Init,
-                "rank {}: CTA policy {}: kernels take at most {} thread blocks{}",
-                self.rank,
-                policy.name(),
-                topo.sm_count,
-                if engine_moves {
-                    "; AllGather, AlltoAll, Broadcast, Gather, Scatter and Send/Recv with ranks of other processes move by copy engine at every size (by kernel while a CUDA graph is captured), local copies too; reductions and ranks of this process by kernel"
-                } else if policy == crate::algo::policy::CtaPolicy::Zero {
-                    "; no peer in another process (or OXCCL_CE_DIRECT_MIN_BYTES=0): every collective by kernel"
-                } else {
-                    ""
-                }
-            );
-        }
         let scratch = Scratch::for_ranks(self.nranks, &tuning);
         let fp8_ok = peers.iter().all(|p| p.cc_major >= 9);
         let abort_flag = Arc::new(HostMapped::zeroed(dev, 64)?);
@@ -628,6 +612,21 @@ impl Comm {
             }
             _ => None,
         };
+        if policy != crate::algo::policy::CtaPolicy::Default {
+            nccl_info!(
+                Subsys::Init,
+                "rank {}: CTA policy {}: kernels take at most {} thread blocks{}",
+                self.rank,
+                policy.name(),
+                topo.sm_count,
+                match (engine_moves, ce.is_some()) {
+                    (true, true) => "; AllGather, AlltoAll, Broadcast, Gather, Scatter and Send/Recv with the copy-engine links' peers move by copy engine at every size (by kernel while a CUDA graph is captured), local copies too; reductions and other peers by kernel",
+                    (true, false) => "; no copy-engine link to any peer: AllGather, AlltoAll, Broadcast, Gather, Scatter and Send/Recv by the exchange kernel",
+                    _ if policy == crate::algo::policy::CtaPolicy::Zero => "; no peer in another process (or OXCCL_CE_DIRECT_MIN_BYTES=0): every collective by kernel",
+                    _ => "",
+                }
+            );
+        }
         // Before the barrier: every rank's registration socket exists before any rank registers.
         let reg = crate::reg::Registry::start(dev, self.rank, &peers, crate::reg::comm_key(id), channels.as_ref().map(|c| c.reg_table.clone()));
         let mem = channels.as_ref().map_or(0, |c| c.device_bytes);
