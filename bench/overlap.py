@@ -15,7 +15,7 @@ read from a torch.profiler trace (0 where the collective ran on copy engines onl
 trace had no kernel names to tell).
 
 Sizes are the collective's whole message: AllReduce's buffer, AllGather's output, ReduceScatter's
-input. Every result is compared with its exact expected value (small integers) after the timing:
+input, AlltoAll's buffer on each rank. Every result is compared with its exact expected value (small integers) after the timing:
 a wrong element fails the run.
 """
 
@@ -27,7 +27,7 @@ import tempfile
 import torch
 import torch.distributed as dist
 
-COLLS = ("all_gather", "reduce_scatter", "all_reduce")
+COLLS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
 
 
 def fill(numel, rank, dev):
@@ -51,6 +51,9 @@ class Case:
         elif coll == "reduce_scatter":
             self.inp = fill(n, rank, dev)
             self.out = torch.empty(n // world, device=dev, dtype=torch.float32)
+        elif coll == "all_to_all":
+            self.inp = fill(n, rank, dev)
+            self.out = torch.empty(n, device=dev, dtype=torch.float32)
         else:
             self.inp = fill(n, rank, dev)
             self.out = self.inp
@@ -60,6 +63,8 @@ class Case:
             dist.all_gather_into_tensor(self.out, self.inp)
         elif self.coll == "reduce_scatter":
             dist.reduce_scatter_tensor(self.out, self.inp)
+        elif self.coll == "all_to_all":
+            dist.all_to_all_single(self.out, self.inp)
         else:
             dist.all_reduce(self.inp)
 
@@ -77,6 +82,12 @@ class Case:
             full = sum(fill(self.inp.numel(), r, dev) for r in range(w))
             k = self.out.numel()
             want = full[self.rank * k:(self.rank + 1) * k]
+        elif self.coll == "all_to_all":
+            self.inp.copy_(fill(self.inp.numel(), self.rank, dev))
+            self.run()
+            k = self.inp.numel() // w
+            # Piece r of this rank's output is piece `rank` of rank r's input.
+            want = torch.cat([fill(self.inp.numel(), r, dev)[self.rank * k:(self.rank + 1) * k] for r in range(w)])
         else:
             self.inp.copy_(fill(self.inp.numel(), self.rank, dev))
             self.run()

@@ -21,7 +21,7 @@ for pol in ${POLICIES:-0 1 2}; do
   for lib in nccl oxccl; do
     pre=(env NCCL_CTA_POLICY="$pol"); [ $lib = oxccl ] && pre+=(LD_PRELOAD="$LIB")
     "${pre[@]}" $PY -m torch.distributed.run --standalone --nproc-per-node "$NPROC" "$HERE/overlap.py" \
-      --sizes "${SIZES:-16M,64M,256M}" --colls "${COLLS:-all_gather,reduce_scatter,all_reduce}" --iters "${ITERS:-10}" \
+      --sizes "${SIZES:-16M,64M,256M}" --colls "${COLLS:-all_gather,reduce_scatter,all_reduce,all_to_all}" --iters "${ITERS:-10}" \
       --out "$W/$lib-$pol.json" > "$W/$lib-$pol.log" 2>&1 || { rc=1; echo "$lib policy $pol failed:"; grep -E "Error|error|WARN|wrong" "$W/$lib-$pol.log" | grep -v "^\s*$" | head -8 | cut -c1-300; }
   done
 done
