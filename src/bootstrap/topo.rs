@@ -145,11 +145,14 @@ pub struct PeerInfo {
     /// Its communicator config's CTA policy (NCCL_CTA_POLICY_*): ranks must agree
     /// (algo::policy::agree).
     pub cta_policy: i32,
+    /// A hash of the OXCCL_* tuning it read (`Tuning`'s values): every rank must read the same,
+    /// or the selectors choose differently on different ranks.
+    pub tuning: u64,
 }
 
 impl PeerInfo {
     /// Encoded length.
-    pub const BYTES: usize = 4 + 8 + 8 + 4 + 4 * 4 + 16 + 4 + 8 + 4 + 8 + 8 + 4 + 4;
+    pub const BYTES: usize = 4 + 8 + 8 + 4 + 4 * 4 + 16 + 4 + 8 + 4 + 8 + 8 + 4 + 4 + 8;
 
     /// Whether `o` is on the same host.
     pub fn same_host(&self, o: &PeerInfo) -> bool {
@@ -183,6 +186,7 @@ impl PeerInfo {
         v.extend_from_slice(&self.gpu.to_le_bytes());
         v.extend_from_slice(&self.gpu_sms.to_le_bytes());
         v.extend_from_slice(&self.cta_policy.to_le_bytes());
+        v.extend_from_slice(&self.tuning.to_le_bytes());
         v
     }
 
@@ -212,6 +216,7 @@ impl PeerInfo {
             gpu: u64at(80),
             gpu_sms: u32at(88) as i32,
             cta_policy: u32at(92) as i32,
+            tuning: u64at(96),
         })
     }
 }
@@ -343,6 +348,7 @@ mod tests {
             gpu,
             gpu_sms: 132,
             cta_policy: 0,
+            tuning: 0,
         };
         // 3 hosts x 2 on one GPU: 132 / 12 = 11 blocks each (16 and 8 passed on the H200, 32 hung).
         let mut six: Vec<_> = (0..6).map(|r| peer(r, 7, 132)).collect();
@@ -397,6 +403,7 @@ mod tests {
             gpu: 0x1111_2222_3333_4444,
             gpu_sms: 132,
             cta_policy: 2,
+            tuning: 0x0123_4567_89ab_cdef,
         };
         let e = p.encode();
         assert_eq!(e.len(), PeerInfo::BYTES);

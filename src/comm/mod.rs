@@ -515,6 +515,8 @@ impl Comm {
         let knobs = crate::transport::select::Knobs::from_env(self.config.net_name.as_deref());
         let paths = crate::transport::select::choose(&knobs, cfg!(feature = "ib"))?;
 
+        // Read before the exchange: every rank learns whether the others read the same.
+        let env_tuning = Tuning::from_env()?;
         let me = PeerInfo {
             rank: self.rank as u32,
             host_hash: topo::host_hash(),
@@ -532,6 +534,7 @@ impl Comm {
             gpu: topo::gpu_hash(&dev.uuid, &dev.bus_id),
             gpu_sms: dev.sm_count,
             cta_policy: self.config.cta_policy,
+            tuning: topo::fnv1a(format!("{env_tuning:?}").as_bytes()),
         };
         if me.sm_count < dev.sm_count {
             nccl_info!(Subsys::Init, "rank {}: maxCTAs {} caps kernels at {} thread blocks ({} SMs)", self.rank, self.config.max_ctas, me.sm_count, dev.sm_count);
@@ -564,7 +567,15 @@ impl Comm {
             nranks: self.nranks,
             sm_count: policy.block_budget(peers.iter().map(|p| p.sm_count.max(1) as u32).min().unwrap_or(1)),
         };
-        let tuning = policy.tune(&Tuning::from_env()?);
+        let other_tuning: Vec<u32> = peers.iter().filter(|p| p.tuning != me.tuning).map(|p| p.rank).collect();
+        if !other_tuning.is_empty() {
+            nccl_warn!(
+                "comm rank {}: ranks {:?} read other OXCCL_* tuning settings than this rank; every rank must read the same (docs/tuning.md), or the ranks choose different algorithms and collectives may hang",
+                self.rank,
+                other_tuning
+            );
+        }
+        let tuning = policy.tune(&env_tuning);
         let other_processes = peers.iter().any(|p| !p.same_process(&me));
         let engine_moves = policy == crate::algo::policy::CtaPolicy::Zero && self.nranks >= 2 && crate::algo::ce_direct::min_bytes(&tuning) > 0 && other_processes;
         let scratch = Scratch::for_ranks(self.nranks, &tuning);

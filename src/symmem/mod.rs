@@ -540,7 +540,7 @@ mod tests {
     use super::*;
 
     fn peer(rank: u32, host: u64) -> PeerInfo {
-        PeerInfo { rank, host_hash: host, process: 0, pid: 0, device: 0, cc_major: 9, cc_minor: 0, sm_count: 132, bus_id: [0; 16], paths: 0, machine: 0, cpus: 1, network: 0, gpu: 0, gpu_sms: 132, cta_policy: 0 }
+        PeerInfo { rank, host_hash: host, process: 0, pid: 0, device: 0, cc_major: 9, cc_minor: 0, sm_count: 132, bus_id: [0; 16], paths: 0, machine: 0, cpus: 1, network: 0, gpu: 0, gpu_sms: 132, cta_policy: 0, tuning: 0 }
     }
 
     #[test]
