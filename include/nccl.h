@@ -471,11 +471,19 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeR
 ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
 
 /*
- Stores the communicator's asynchronous state. Thread-safe: watchdogs poll it while other
- threads enqueue. A peer that aborted, exited or stopped answering makes it ncclRemoteError
- only if work that needs that peer stays unfinished for a second (launched and not finished, or
- captured into a CUDA graph still alive); otherwise it stays ncclSuccess, and an operation
- enqueued later that needs the peer fails so within about a second.
+ Writes the communicator's asynchronous state to `*asyncError`: ncclSuccess; ncclInProgress
+ while a nonblocking init, split or shrink is still running, or its error once it failed; or
+ the error that stopped the communicator: ncclRemoteError for a lost peer, and on
+ communicators with a proxy thread or copy-engine worker (hosts, OXCCL_CE_DIRECT_ASYNC) that
+ thread's error, such as ncclSystemError for a failed socket. Thread-safe:
+ watchdogs poll it while other threads enqueue. A peer that aborted, exited or stopped
+ answering makes it ncclRemoteError only if work that needs that peer stays unfinished for a
+ second (launched and not finished, or captured into a CUDA graph still alive); otherwise it
+ stays ncclSuccess, and an operation enqueued later that needs the peer fails so within about a
+ second.
+
+ Returns ncclSuccess, or ncclInvalidArgument when `comm` or `asyncError` is NULL or `comm` is
+ not a live communicator (nothing is written then).
  */
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
 ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);

@@ -40,11 +40,12 @@ pub enum CtaPolicy {
 /// (GB/s), 2 x H200, 4-256 MB, maxCTAs capping oxccl's kernels, NCCL 2.28.9 in the same call
 /// (its three policies alike, 24 blocks; 2026-11-30):
 /// - AllReduce: 32 blocks 160-309, 48 blocks 170-313, unbounded (128) 182-358; NCCL 122-300.
-/// - ReduceScatter: 32 blocks 99-201, 48 blocks 100-248, unbounded 116-304; NCCL 81-240.
+/// - ReduceScatter: 32 blocks 99-201, 48 blocks 100-248, unbounded 116-304; NCCL 81-236 (240
+///   under its efficiency policy).
 ///
-/// 48 is the fewest of those that stay at NCCL's bandwidth for both (32 falls to 201 against 240
-/// for a 256 MB ReduceScatter); at 24, NCCL's own count, oxccl's kernels lose (AllReduce 257
-/// against 300 at 256 MB).
+/// 48 is the fewest of those that stay at NCCL's bandwidth for both (32 falls to 201 against
+/// 236-240 for a 256 MB ReduceScatter); at 24, NCCL's own count, oxccl's kernels lose (AllReduce
+/// 257 against 300 at 256 MB).
 pub const EFFICIENT_BLOCKS: u32 = 48;
 
 /// ZERO's smallest copy-engine transfer: every one.

@@ -743,7 +743,7 @@ mod abort {
         let send = DeviceBuffer::zeroed(dev, BIG * 4).map_err(|e| e.msg)?;
         let recv = DeviceBuffer::zeroed(dev, BIG * 4).map_err(|e| e.msg)?;
         let posted = (rank == poster).then(|| post(dev, comm as usize, stream as usize, send.ptr, recv.ptr, op.to_string(), graph));
-        // The idle ranks abort first: they used to free what the poster's kernel still writes.
+        // The idle ranks abort first: freeing their memory must wait for the poster's kernel, which still writes it.
         std::thread::sleep(Duration::from_millis(if rank == poster { 800 } else { 300 }));
         if rank == poster && !graph {
             // (Not while the thread may still capture on it: a query would end the capture.)

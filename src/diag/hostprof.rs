@@ -1,7 +1,7 @@
 //! Host time per enqueued operation, by stage (`OXCCL_HOST_PROFILE=1`): from the first NCCL call
 //! of an operation (ncclGroupStart, or the collective itself outside a group) to the return of its
-//! kernel launch. Sums are kept per process and printed to stderr at exit. This is issue 9's
-//! profiling of host cost (nccl-tests `-C 1` gives only the total). Off by default: then each
+//! kernel launch. Sums are kept per process and printed to stderr at exit: the host cost split by
+//! stage, where nccl-tests `-C 1` gives only the total. Off by default: then each
 //! stage costs one test of a cached flag.
 
 use std::cell::Cell;

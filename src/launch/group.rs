@@ -775,7 +775,7 @@ fn close() -> Result<Option<GroupState>> {
     GROUP.with(|g| {
         let mut g = g.borrow_mut();
         match g.depth {
-            0 => Err(Error::invalid_usage("ncclGroupEnd: not in a group call")),
+            0 => Err(Error::invalid_usage("not in a group call")),
             1 => {
                 g.depth = 0;
                 Ok(Some(std::mem::take(&mut *g)))

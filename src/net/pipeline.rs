@@ -1,9 +1,9 @@
 //! Host reductions that run while their inputs arrive.
 //!
-//! On the threaded path (jobs above the inline size) the proxy used to wait for every transfer of
-//! a phase, then copy a GPU input to the host, combine whole buffers, and copy the result to the
-//! GPU: at 2 simulated hosts a 2 MB AllReduce spent 1.1 ms of its 1.7 ms step after the wire
-//! (BENCHMARKS.md of 2026-11-25, e852477). Where a phase allows it, the proxy now copies every GPU input
+//! On the threaded path (jobs above the inline size), waiting for every transfer of a phase before
+//! copying a GPU input to the host, combining whole buffers and copying the result back left a
+//! 2 MB AllReduce at 2 simulated hosts 1.1 ms of its 1.7 ms step after the wire (BENCHMARKS.md of
+//! 2026-11-25, e852477). So, where a phase allows it, the proxy copies every GPU input
 //! to the host while the transfers run, combines each piece (`piece_bytes`) as soon as all its
 //! received inputs have it (`link::Landing`), and copies the piece's result to the GPU at once.
 //! `plan` decides, as a pure function of the phase, whether and how; the proxy (`mod.rs`) runs it.
