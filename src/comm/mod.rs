@@ -144,10 +144,8 @@ pub struct Ready {
     /// Two ranks in two processes of one host: large transfers by copy engine straight into the
     /// peer's buffer (transport::ce_direct).
     pub ce: Option<crate::transport::ce_direct::CeDirect>,
-    /// The CTA policy every rank agreed on (algo::policy); its block cap is in `topo`, its
-    /// copy-engine threshold in `tuning`.
-    pub policy: crate::algo::policy::CtaPolicy,
-    /// ZERO policy with ranks in other processes: AllGather, AlltoAll, Broadcast, Gather, Scatter
+    /// The zero CTA policy (algo::policy; its block cap is in `topo`, its copy-engine threshold in
+    /// `tuning`) with ranks in other processes: AllGather, AlltoAll, Broadcast, Gather, Scatter
     /// and Send/Recv skip their SM-only paths (one-shot packets, LL128 chain, symmetric direct
     /// kernel, grouped launches) for the exchange, which moves what the copy-engine path takes.
     /// The same on every rank where every process sets the same OXCCL_* tuning (as
@@ -710,7 +708,6 @@ impl Comm {
             launch,
             reg,
             ce,
-            policy,
             engine_moves,
         })
     }

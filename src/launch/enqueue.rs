@@ -156,16 +156,8 @@ pub fn group_launches(tasks: &[CollTask]) -> Vec<std::ops::Range<usize>> {
         .map(|t| {
             let kind = grouped_kind(t.coll);
             // Under the ZERO CTA policy what a copy engine can move stays out of the SMs' launch.
-            let traffic = match kind {
-                GroupedKind::AllGather => Some(Traffic::AllGather),
-                GroupedKind::AlltoAll => Some(Traffic::AlltoAll),
-                GroupedKind::Broadcast => Some(Traffic::Broadcast),
-                GroupedKind::Gather => Some(Traffic::Gather),
-                GroupedKind::Scatter => Some(Traffic::Scatter),
-                GroupedKind::AllReduce | GroupedKind::ReduceScatter | GroupedKind::Reduce => None,
-            };
             let piece = t.count * t.dtype.size() as u64;
-            let alone = traffic.is_some_and(|tr| engine_takes(r, tr, piece)) || (kind == GroupedKind::AllGather && symmetric_allgather(r, t));
+            let alone = traffic(t.coll).is_some_and(|tr| engine_takes(r, tr, piece)) || (kind == GroupedKind::AllGather && symmetric_allgather(r, t));
             GroupedOp { kind, count: t.count, dtype: t.dtype, op: t.op.op, alone }
         })
         .collect();
@@ -448,15 +440,20 @@ fn coll_spec(r: &Ready, t: &CollTask) -> ExchangeSpec {
         Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce => {}
     }
     s.copies.retain(|c| c.src != c.dst && c.bytes > 0);
-    s.traffic = match t.coll {
-        Coll::AllGather => Traffic::AllGather,
-        Coll::Broadcast => Traffic::Broadcast,
-        Coll::AlltoAll => Traffic::AlltoAll,
-        Coll::Gather => Traffic::Gather,
-        Coll::Scatter => Traffic::Scatter,
-        Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce => Traffic::P2p,
-    };
+    s.traffic = traffic(t.coll).unwrap_or(Traffic::P2p);
     s
+}
+
+/// The copy-engine path's name for a non-reducing collective's transfers (None for reductions).
+fn traffic(c: Coll) -> Option<Traffic> {
+    match c {
+        Coll::AllGather => Some(Traffic::AllGather),
+        Coll::Broadcast => Some(Traffic::Broadcast),
+        Coll::AlltoAll => Some(Traffic::AlltoAll),
+        Coll::Gather => Some(Traffic::Gather),
+        Coll::Scatter => Some(Traffic::Scatter),
+        Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce => None,
+    }
 }
 
 /// Broadcast: small ones as one-way packets, mid sizes along the LL128 chain where the
