@@ -374,7 +374,7 @@ pub fn end() -> Result<()> {
     if let Err(e) = fork_streams(&streams_per_comm) {
         first_err.get_or_insert(e);
     }
-    if per_comm_threads(&state.ops, handshake_may_wait) {
+    if per_set_threads(&state.ops, handshake_may_wait) {
         let r = run_concurrently(split_by_stream_set(state.ops), "group launch", |ops| {
             let mut err = None;
             launch_ops(ops, &mut err);
@@ -497,7 +497,7 @@ fn launch_grouped(tasks: Vec<CollTask>, p2p: &mut P2pLists, first_err: &mut Opti
 /// communicators (2 processes x 2 ranks, communicators A and B on every rank's stream, under the
 /// zero CTA policy's handshakes at every size): so one thread per set of communicators joined by
 /// shared streams, each launching A before B as every rank does.
-fn per_comm_threads(ops: &[Deferred], may_wait: impl Fn(&Arc<Comm>, u64) -> bool) -> bool {
+fn per_set_threads(ops: &[Deferred], may_wait: impl Fn(&Arc<Comm>, u64) -> bool) -> bool {
     let launches = || {
         ops.iter().filter_map(|op| match op {
             // An upper bound of any one transfer: the whole of the larger buffer.
@@ -993,7 +993,7 @@ mod tests {
     /// Several communicators' launches go one thread each only where one of them may wait on the
     /// host for its peers (a copy-engine direct handshake); one communicator never.
     #[test]
-    fn per_comm_threads_only_where_a_launch_may_wait() {
+    fn per_set_threads_only_where_a_launch_may_wait() {
         let cfg = crate::config::CommConfig::default();
         let (a, b) = (Arc::new(Comm::new(0, 2, 0, cfg.clone())), Arc::new(Comm::new(1, 2, 0, cfg)));
         // Each communicator on a stream of its own (as nccl-tests -g 2: a stream per GPU).
@@ -1004,21 +1004,21 @@ mod tests {
             Deferred::Coll(CollTask { comm: c.clone(), coll: crate::types::Coll::AllGather, send: 0, recv: 0, count, dtype: crate::types::DataType::Float32, op, root: 0, stream: stream(c) })
         };
         let big = |_: &Arc<Comm>, bytes: u64| bytes >= 4 << 20;
-        assert!(per_comm_threads(&[p2p(&a, 8), p2p(&b, 4 << 20)], big));
-        assert!(!per_comm_threads(&[p2p(&a, 8), p2p(&b, (4 << 20) - 1)], big));
-        assert!(!per_comm_threads(&[p2p(&a, 4 << 20), p2p(&a, 4 << 20)], big), "one communicator");
+        assert!(per_set_threads(&[p2p(&a, 8), p2p(&b, 4 << 20)], big));
+        assert!(!per_set_threads(&[p2p(&a, 8), p2p(&b, (4 << 20) - 1)], big));
+        assert!(!per_set_threads(&[p2p(&a, 4 << 20), p2p(&a, 4 << 20)], big), "one communicator");
         // A collective counts its whole buffer: 2 ranks x 2 MiB of AllGather output.
-        assert!(per_comm_threads(&[coll(&a, 512 << 10), coll(&b, 8)], big));
-        assert!(!per_comm_threads(&[coll(&a, 512 << 10), Deferred::Finalize(b.clone())], big), "a finalize launches nothing");
-        assert!(!per_comm_threads(&[p2p(&a, 1 << 30), p2p(&b, 1 << 30)], |_, _| false));
+        assert!(per_set_threads(&[coll(&a, 512 << 10), coll(&b, 8)], big));
+        assert!(!per_set_threads(&[coll(&a, 512 << 10), Deferred::Finalize(b.clone())], big), "a finalize launches nothing");
+        assert!(!per_set_threads(&[p2p(&a, 1 << 30), p2p(&b, 1 << 30)], |_, _| false));
         // Two communicators on one stream: one thread, in call order, whatever may wait.
         let on_null = |c: &Arc<Comm>, bytes| Deferred::P2p(c.clone(), P2pOp { is_send: true, peer: 1, buf: 0, bytes, stream: std::ptr::null_mut() });
-        assert!(!per_comm_threads(&[on_null(&a, 8), on_null(&b, 4 << 20)], big), "a shared stream keeps the call order");
-        assert!(!per_comm_threads(&[p2p(&a, 8), on_null(&b, 4 << 20), on_null(&a, 8)], big), "shared by a's second operation");
+        assert!(!per_set_threads(&[on_null(&a, 8), on_null(&b, 4 << 20)], big), "a shared stream keeps the call order");
+        assert!(!per_set_threads(&[p2p(&a, 8), on_null(&b, 4 << 20), on_null(&a, 8)], big), "shared by a's second operation");
         // The NULL stream of another device is another stream: threads as before.
         let cfg = crate::config::CommConfig::default();
         let c = Arc::new(Comm::new(1, 2, 1, cfg));
-        assert!(per_comm_threads(&[on_null(&a, 8), on_null(&c, 4 << 20)], big), "NULL streams of two devices");
+        assert!(per_set_threads(&[on_null(&a, 8), on_null(&c, 4 << 20)], big), "NULL streams of two devices");
     }
 
     /// Communicators that share a stream go on one thread, in the group's order; sets that share
@@ -1033,7 +1033,7 @@ mod tests {
         let all = |_: &Arc<Comm>, _: u64| true;
         let ops = vec![on(&a0, 0x10), on(&a1, 0x20), on(&b0, 0x10), on(&b1, 0x20)];
         assert_eq!(stream_sets(&ops), vec![0, 1, 0, 1]);
-        assert!(per_comm_threads(&ops, all));
+        assert!(per_set_threads(&ops, all));
         let parts: Vec<Vec<(usize, usize)>> = split_by_stream_set(ops)
             .iter()
             .map(|v| v.iter().map(|op| (deferred_comm(op).rank, op_stream(op).map_or(0, |(_, st)| st as usize))).collect())
@@ -1045,7 +1045,7 @@ mod tests {
         // One stream for all (per device): one set, one thread.
         let ops = vec![on(&a0, 0x10), on(&b0, 0x10), Deferred::Finalize(b0.clone())];
         assert_eq!(stream_sets(&ops), vec![0, 0, 0]);
-        assert!(!per_comm_threads(&ops, all));
+        assert!(!per_set_threads(&ops, all));
         // The same handle on two devices is two streams.
         assert_eq!(stream_sets(&[on(&a0, 0), on(&a1, 0)]), vec![0, 1]);
     }
