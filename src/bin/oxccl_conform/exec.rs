@@ -25,6 +25,16 @@ const SLOTS: usize = 12;
 /// stop leave within microseconds of starting; the rest is slack for a loaded machine).
 const STOP_CALL_BOUND: Duration = Duration::from_secs(5);
 
+/// The communicator slot of a case's operation: (CTA policy, nonblocking, comm 0 or 1).
+fn slot_of(cta_policy: u8, nonblocking: bool, comm: u8) -> usize {
+    cta_policy as usize * 4 + nonblocking as usize * 2 + comm as usize
+}
+
+/// How slot `s`'s communicators are made: (blocking, CTA policy); `slot_of`'s inverse.
+fn slot_config(s: usize) -> (bool, u8) {
+    (s % 4 < 2, (s / 4) as u8)
+}
+
 pub fn say(msg: &str) {
     let mut o = std::io::stdout().lock();
     let _ = writeln!(o, "@@OXC {msg}");
@@ -197,7 +207,7 @@ impl Exec {
             for (k, b) in id.0.iter_mut().enumerate() {
                 *b = byte(s * 128 + k)?;
             }
-            let (blocking, policy) = (s % 4 < 2, (s / 4) as u8);
+            let (blocking, policy) = slot_config(s);
             if s == 0 && self.nranks == 1 {
                 // A one-rank job's first communicator as single-process programs make it.
                 let mut ord = 0;
@@ -349,7 +359,7 @@ impl Exec {
     }
 
     fn slot(case: &Case, o: &OpCase) -> usize {
-        case.cta_policy as usize * 4 + (case.mode == Mode::NonBlocking) as usize * 2 + o.comm as usize
+        slot_of(case.cta_policy, case.mode == Mode::NonBlocking, o.comm)
     }
 
     fn prepare(&self, case: &Case, opi: usize, o: &OpCase, i: usize, codec: &Codec) -> Result<Part, String> {
@@ -1085,5 +1095,27 @@ impl Exec {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every (policy, mode, comm) a case can draw has a slot of its own, made with that
+    /// policy and blocking mode.
+    #[test]
+    fn slots_cover_every_policy_mode_and_comm_once() {
+        let mut seen = std::collections::HashSet::new();
+        for policy in 0..=2u8 {
+            for nonblocking in [false, true] {
+                for comm in 0..=1u8 {
+                    let s = slot_of(policy, nonblocking, comm);
+                    assert!(s < SLOTS && seen.insert(s), "slot {s}");
+                    assert_eq!(slot_config(s), (!nonblocking, policy));
+                }
+            }
+        }
+        assert_eq!(seen.len(), SLOTS);
     }
 }
