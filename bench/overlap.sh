@@ -8,14 +8,7 @@
 # LIB: oxccl's library (default target/release/liboxccl.so); NPROC: ranks (default: every GPU).
 # POLICIES (default "0 1 2"), SIZES (default 16M,64M,256M), COLLS, ITERS pass through. PyTorch's
 # own libnccl.so.2 is the NCCL side. Exits non-zero when a result is wrong under either library.
-set -u
-HERE=$(cd "$(dirname "$0")" && pwd)
-LIB=$(realpath "${1:-$HERE/../target/release/liboxccl.so}")
-NPROC=${2:-$(python3 -c 'import torch; print(torch.cuda.device_count())')}
-PY=${PYTHON:-python3}
-W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
-[ -f "$LIB" ] || { echo "no library at $LIB"; exit 2; }
-echo "oxccl: $LIB; $NPROC ranks; torch $($PY -c 'import torch; print(torch.__version__, "nccl", ".".join(map(str, torch.cuda.nccl.version())))')"
+. "$(dirname "$0")/torch-setup.sh" "$@"
 rc=0
 for pol in ${POLICIES:-0 1 2}; do
   for lib in nccl oxccl; do
