@@ -40,7 +40,7 @@ OX_DEV void ox_broadcast_ll128_body(const CollArgs& a) {
   ox_ll128_chain(a, pos, a.count, line);
 }
 
-extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_broadcast_ll128(CollArgs a) {
+extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_broadcast_ll128(const __grid_constant__ CollArgs a) {
   ox_broadcast_ll128_body(a);
   ox_done_publish(a.done);
 }
@@ -93,7 +93,7 @@ OX_DEV void ox_broadcast_oneshot_body(const CollArgs& a) {
   ox_ll_flags_advance(c, me, n, flags, pair);
 }
 
-extern "C" __global__ void ox_broadcast_oneshot(CollArgs a) {
+extern "C" __global__ void ox_broadcast_oneshot(const __grid_constant__ CollArgs a) {
   ox_broadcast_oneshot_body(a);
   ox_done_publish(a.done);
 }

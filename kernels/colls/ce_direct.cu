@@ -13,7 +13,7 @@
 #include "copy.cuh"
 #include "pdl.cuh"
 
-extern "C" __global__ void ox_ce_wait(CollArgs a) {
+extern "C" __global__ void ox_ce_wait(const __grid_constant__ CollArgs a) {
   ox_pdl_enter();
   if (threadIdx.x != 0) return;
   const DevComm& c = ox_comm(a);
@@ -30,7 +30,7 @@ extern "C" __global__ void ox_ce_wait(CollArgs a) {
 // ox_ce_copy: a local copy beside the transfer (an out-of-place root's own piece), by SMs: a copy
 // engine of this GPU is busy with the transfer, and a second copy on the engines would share it.
 // CollArgs: send = source, recv = destination, count = bytes. No ordering beyond the stream's.
-extern "C" __global__ void ox_ce_copy(CollArgs a) {
+extern "C" __global__ void ox_ce_copy(const __grid_constant__ CollArgs a) {
   ox_pdl_enter();
   ox_copy(reinterpret_cast<char*>(a.recv), reinterpret_cast<const char*>(a.send), a.count,
           blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x, false);

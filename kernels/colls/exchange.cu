@@ -200,7 +200,7 @@ OX_DEV void ox_exchange_body(const ExchangeArgs& a) {
   ox_ll_flags_advance(c, me, n, flags, ll_peer);
 }
 
-extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(ExchangeArgs a) {
+extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1) ox_exchange(const __grid_constant__ ExchangeArgs a) {
   ox_exchange_body(a);
   ox_done_publish(a.done);
 }

@@ -66,7 +66,7 @@ OX_DEV void ox_gather_oneshot_body(const CollArgs& a) {
   ox_ll_flags_advance_all(c, me, n, flags);
 }
 
-extern "C" __global__ void ox_gather_oneshot(CollArgs a) {
+extern "C" __global__ void ox_gather_oneshot(const __grid_constant__ CollArgs a) {
   ox_gather_oneshot_body(a);
   ox_done_publish(a.done);
 }

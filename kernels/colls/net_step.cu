@@ -329,7 +329,7 @@ OX_DEV void ox_net_pre(const NetStepArgs& a) {
 // once every other block has counted its part of the copies in (`issued[1]`, then reset for the
 // next step kernel, which starts after this one ended). The other blocks never wait for block 0,
 // so they need not run at the same time as it.
-extern "C" __global__ void ox_net_step(NetStepArgs a) {
+extern "C" __global__ void ox_net_step(const __grid_constant__ NetStepArgs a) {
   ox_pdl_enter();
   if (a.detach == OX_NET_STEP_COMPLETE) {
     // Written by the issuing kernel, which finished before this one started (stream order).

@@ -58,7 +58,7 @@ OX_DEV void ox_p2p_oneshot_body(const CollArgs& a) {
   ox_ll_flags_advance(c, me, n, flags, pair);
 }
 
-extern "C" __global__ void ox_p2p_oneshot(CollArgs a) {
+extern "C" __global__ void ox_p2p_oneshot(const __grid_constant__ CollArgs a) {
   ox_p2p_oneshot_body(a);
   ox_done_publish(a.done);
 }

@@ -4,7 +4,7 @@
 #include "common.cuh"
 #include "fifo.cuh"
 
-extern "C" __global__ void ox_proxy_selftest(ProxyTestArgs a) {
+extern "C" __global__ void ox_proxy_selftest(const __grid_constant__ ProxyTestArgs a) {
   const FifoDevice& f = a.fifo;
   const uint32_t per_thread = a.per_thread;
   uint32_t* failures = reinterpret_cast<uint32_t*>(a.failures);
@@ -22,7 +22,7 @@ extern "C" __global__ void ox_proxy_selftest(ProxyTestArgs a) {
 // mode 1 on the receiving rank waits for one signal per sending block, then checks every byte.
 #include "port_channel.cuh"
 
-extern "C" __global__ void ox_port_selftest(PortTestArgs a) {
+extern "C" __global__ void ox_port_selftest(const __grid_constant__ PortTestArgs a) {
   uint32_t* failures = reinterpret_cast<uint32_t*>(a.failures);
   const uint64_t slice = a.bytes / a.blocks;  // host makes it divide evenly
   if (a.mode == 0) {

@@ -44,7 +44,7 @@ OX_DEV void ox_allgather_symm_body(const CollArgs& a) {
   ox_block_sync_peers(c, ab);
 }
 
-extern "C" __global__ void ox_allgather_symm(CollArgs a) {
+extern "C" __global__ void ox_allgather_symm(const __grid_constant__ CollArgs a) {
   ox_allgather_symm_body(a);
   ox_done_publish(a.done);
 }

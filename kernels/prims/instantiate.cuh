@@ -8,9 +8,16 @@
 // ENTRY runs first: ox_pdl_enter() for every kernel but those that place the PDL wait and
 // trigger themselves (the one-shot AllReduce, kernels/colls/allreduce.cu). The body returns to the
 // entry point, which publishes a counted launch's completion (done.cuh).
+// The arguments are __grid_constant__ (as every kernel's): bodies take their address (a reference to an operation of
+// GroupArgs, a pointer to its last transfer), which otherwise copies the whole struct into every
+// thread's local memory. The grouped kernel's 1.8 KB stack frame that made was above CUDA's
+// default 1 KB stack: its first launch on a GPU grew the context's local memory, about 0.5 GB on
+// an H200, and that growth waits for the kernels running there, so one thread driving several
+// ranks hung (rank 0's previous kernel waited for rank 1's, not yet launched; oxccl-conform,
+// 2 x H200, 2026-11-30).
 #define OX_TYPED_KERNEL(PREFIX, FN, TNAME, T, ONAME, OP, ENTRY, ARGS)            \
   extern "C" __global__ void __launch_bounds__(OX_MAX_THREADS, 1)                  \
-      PREFIX##_##TNAME##_##ONAME(ARGS args) {                                      \
+      PREFIX##_##TNAME##_##ONAME(const __grid_constant__ ARGS args) {              \
     ENTRY;                                                                         \
     FN<T, OP<T>>(args);                                                            \
     ox_done_publish(args.done);                                                    \

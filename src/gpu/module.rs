@@ -191,6 +191,27 @@ impl Module {
 }
 
 /// Kernel `name` from whichever module holds it (each is in exactly one unit: build.rs).
+/// CUDA's default stack per thread (CU_LIMIT_STACK_SIZE), bytes. A kernel that needs more local
+/// memory makes its first launch grow the context's local memory, and that growth waits for the
+/// kernels running there: a kernel waiting for a peer's kernel that the same thread has yet to
+/// launch then never finishes. The grouped kernel once needed 1.8 KB (its arguments copied into
+/// local memory) and hung one process driving several ranks; NCCL names the same hazard
+/// (NCCL_SET_STACK_SIZE).
+const DEFAULT_STACK_BYTES: i32 = 1024;
+
+/// WARNs where a kernel needs more local memory a thread than the default stack: a regression in
+/// the kernels, which are kept within it (`__grid_constant__` arguments, kernels/prims/instantiate.cuh).
+fn warn_local_memory(f: cu::CUfunction, name: &str) {
+    let mut local = 0;
+    // SAFETY: out-pointer to a local; `f` is a loaded function.
+    let rc = unsafe { cu::cuFuncGetAttribute(&mut local, cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f) };
+    if rc == cu::CUresult::CUDA_SUCCESS && local > DEFAULT_STACK_BYTES {
+        crate::nccl_warn!(
+            "kernel {name} needs {local} bytes of local memory a thread, above CUDA's default stack of {DEFAULT_STACK_BYTES}: its first launch grows the context's local memory, which waits for running kernels (a hang where one thread drives several ranks)"
+        );
+    }
+}
+
 fn function(modules: &[cu::CUmodule], name: &str) -> Result<Kernel> {
     let cname = CString::new(name).map_err(|_| Error::internal("kernel name with NUL"))?;
     let mut last = cu::CUresult::CUDA_ERROR_NOT_FOUND;
@@ -209,6 +230,7 @@ fn function(modules: &[cu::CUmodule], name: &str) -> Result<Kernel> {
                 // 15-30 ms at a process's first communicator on each GPU (H200, 2026-11-30).
                 // SAFETY: `f` was just returned by the driver for a loaded module.
                 check(unsafe { cu::cuFuncLoad(f) }, "cuFuncLoad").map_err(|e| e.context(format!("kernel {name}")))?;
+                warn_local_memory(f, name);
                 return Ok(Kernel(f));
             }
             cu::CUresult::CUDA_ERROR_NOT_FOUND => {}
