@@ -190,15 +190,7 @@ pub fn exchange_ops(t: &CollTask) -> Option<Vec<P2pOp>> {
     let r = t.comm.ready().ok()?;
     let (me, n) = (t.comm.rank, t.comm.nranks);
     let bytes = t.count * t.dtype.size() as u64;
-    let traffic = match t.coll {
-        Coll::AllGather => Traffic::AllGather,
-        Coll::AlltoAll => Traffic::AlltoAll,
-        Coll::Broadcast => Traffic::Broadcast,
-        Coll::Gather => Traffic::Gather,
-        Coll::Scatter => Traffic::Scatter,
-        Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce => return None,
-    };
-    let ce_min = crate::algo::ce_direct::min_bytes_for(traffic, n, &r.tuning);
+    let ce_min = crate::algo::ce_direct::min_bytes_for(traffic(t.coll)?, n, &r.tuning);
     if r.net.is_some() || n < 2 || bytes == 0 || r.tuning.allowed != Default::default() || (ce_min > 0 && bytes >= ce_min) {
         return None;
     }
