@@ -183,7 +183,7 @@ fn grouped_kind(c: Coll) -> GroupedKind {
 /// in the collective's order, and a send to self paired with a receive from self for the local
 /// piece (none in place). None where the lone call takes another path that matters: a
 /// communicator spanning hosts, NCCL_PROTO or NCCL_ALGO set, an AllGather into a symmetric
-/// window, a relayed Broadcast, pieces the copy-engine direct path takes (it takes one send and
+/// window, a relayed Broadcast, an in-place AlltoAll, pieces the copy-engine direct path takes (it takes one send and
 /// one receive a pair), or nothing to move. Every rank decides alike: only the collective's
 /// kind, size and root and the communicator's settings enter.
 pub fn exchange_ops(t: &CollTask) -> Option<Vec<P2pOp>> {
@@ -195,6 +195,10 @@ pub fn exchange_ops(t: &CollTask) -> Option<Vec<P2pOp>> {
         return None;
     }
     if t.coll == Coll::AllGather && symmetric_allgather(r, t) {
+        return None;
+    }
+    // In place, an AlltoAll's receives would overwrite pieces its sends still read.
+    if t.coll == Coll::AlltoAll && t.send == t.recv {
         return None;
     }
     if t.coll == Coll::Broadcast && crate::algo::broadcast_relay(bytes, &r.topo, &r.scratch, &r.tuning).is_some() {
