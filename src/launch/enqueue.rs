@@ -178,6 +178,82 @@ fn grouped_kind(c: Coll) -> GroupedKind {
     }
 }
 
+/// A non-reducing collective as the sends and receives it amounts to, for a group that launches
+/// several of them with its point-to-point operations as one exchange (launch::group): per peer,
+/// in the collective's order, and a send to self paired with a receive from self for the local
+/// piece (none in place). None where the lone call takes another path that matters: a
+/// communicator spanning hosts, NCCL_PROTO or NCCL_ALGO set, an AllGather into a symmetric
+/// window, a relayed Broadcast, an in-place AlltoAll, pieces the copy-engine direct path takes (it takes one send and
+/// one receive a pair), or nothing to move. Every rank decides alike: only the collective's
+/// kind, size and root and the communicator's settings enter.
+pub fn exchange_ops(t: &CollTask) -> Option<Vec<P2pOp>> {
+    let r = t.comm.ready().ok()?;
+    let (me, n) = (t.comm.rank, t.comm.nranks);
+    let bytes = t.count * t.dtype.size() as u64;
+    let ce_min = crate::algo::ce_direct::min_bytes_for(traffic(t.coll)?, n, &r.tuning);
+    if r.net.is_some() || n < 2 || bytes == 0 || r.tuning.allowed != Default::default() || (ce_min > 0 && bytes >= ce_min) {
+        return None;
+    }
+    if t.coll == Coll::AllGather && symmetric_allgather(r, t) {
+        return None;
+    }
+    // In place, an AlltoAll's receives would overwrite pieces its sends still read.
+    if t.coll == Coll::AlltoAll && t.send == t.recv {
+        return None;
+    }
+    if t.coll == Coll::Broadcast && crate::algo::broadcast_relay(bytes, &r.topo, &r.scratch, &r.tuning).is_some() {
+        return None;
+    }
+    Some(as_p2p(t.coll, me, n, t.root as usize, (t.send, t.recv), bytes, t.stream))
+}
+
+/// `exchange_ops`' sends and receives of rank `me` of `n` for a non-reducing collective of
+/// `bytes` a piece (buffers `(send, recv)`); empty for a reduction.
+fn as_p2p(coll: Coll, me: usize, n: usize, root: usize, (send, recv): (u64, u64), bytes: u64, stream: cu::CUstream) -> Vec<P2pOp> {
+    let op = |is_send: bool, peer: usize, buf: u64| P2pOp { is_send, peer, buf, bytes, stream };
+    let mut ops = Vec::new();
+    let local = |src: u64, dst: u64, ops: &mut Vec<P2pOp>| {
+        if src != dst {
+            ops.push(op(true, me, src));
+            ops.push(op(false, me, dst));
+        }
+    };
+    let others = (0..n).filter(|&p| p != me);
+    match coll {
+        Coll::AllGather => {
+            for p in others {
+                ops.push(op(true, p, send));
+                ops.push(op(false, p, recv + p as u64 * bytes));
+            }
+            local(send, recv + me as u64 * bytes, &mut ops);
+        }
+        Coll::AlltoAll => {
+            for p in others {
+                ops.push(op(true, p, send + p as u64 * bytes));
+                ops.push(op(false, p, recv + p as u64 * bytes));
+            }
+            local(send + me as u64 * bytes, recv + me as u64 * bytes, &mut ops);
+        }
+        Coll::Broadcast if me == root => {
+            ops.extend(others.map(|p| op(true, p, send)));
+            local(send, recv, &mut ops);
+        }
+        Coll::Broadcast => ops.push(op(false, root, recv)),
+        Coll::Gather if me == root => {
+            ops.extend(others.map(|p| op(false, p, recv + p as u64 * bytes)));
+            local(send, recv + me as u64 * bytes, &mut ops);
+        }
+        Coll::Gather => ops.push(op(true, root, send)),
+        Coll::Scatter if me == root => {
+            ops.extend(others.map(|p| op(true, p, send + p as u64 * bytes)));
+            local(send + me as u64 * bytes, recv, &mut ops);
+        }
+        Coll::Scatter => ops.push(op(false, root, recv)),
+        Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce => {}
+    }
+    ops
+}
+
 /// Whether the ZERO CTA policy sends a collective of `traffic` whose pieces are `bytes` to the
 /// exchange launch, whose transfers the copy-engine path takes, instead of its SM-only kernels
 /// (one-shot packets, LL128 chain, symmetric direct kernel): where ranks of other processes exist
@@ -816,4 +892,84 @@ fn local_copy(ls: &mut LaunchState, dst: u64, src: u64, bytes: u64, stream: cu::
     ls.counted_last = false;
     // SAFETY: both ranges belong to the caller's device buffers of at least `bytes`.
     check(unsafe { cu::cuMemcpyDtoDAsync_v2(dst, src, bytes as usize, stream) }, "cuMemcpyDtoDAsync")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// `as_p2p` on every rank, its transfers matched in order per pair and direction as the
+    /// exchange matches them and applied to a model of every rank's buffers (piece identities,
+    /// read from the inputs as they were), gives each collective's result, in place and out of
+    /// place, at 2-4 ranks and every root.
+    #[test]
+    fn collectives_as_sends_and_receives_give_their_results() {
+        const B: u64 = 16;
+        let kinds = [Coll::AllGather, Coll::AlltoAll, Coll::Broadcast, Coll::Gather, Coll::Scatter];
+        for coll in kinds {
+            for n in 2..=4usize {
+                for root in 0..n {
+                    for in_place in [false, true] {
+                        // Rank r's buffers: recv at base(r), room for n pieces; send elsewhere, or
+                        // inside recv in NCCL's in-place form.
+                        let base = |r: usize| 0x1000_0000 * (r as u64 + 1);
+                        let recv = |r: usize| base(r);
+                        let send = |r: usize| {
+                            if !in_place {
+                                return base(r) + 0x10_0000;
+                            }
+                            match coll {
+                                Coll::AllGather => recv(r) + r as u64 * B,
+                                Coll::Gather if r == root => recv(r) + r as u64 * B,
+                                Coll::Scatter if r == root => recv(r) - r as u64 * B, // recv = send + root piece
+                                _ => recv(r),
+                            }
+                        };
+                        let recv_of = |r: usize| if in_place && coll == Coll::Scatter && r == root { send(r) + r as u64 * B } else { recv(r) };
+                        // Inputs: piece k of rank r's send buffer is (r, k).
+                        let pieces = |r: usize| match coll {
+                            Coll::AlltoAll => n,
+                            Coll::Scatter if r == root => n,
+                            _ => 1,
+                        };
+                        let mut mem: HashMap<(usize, u64), (usize, usize)> = HashMap::new();
+                        for r in 0..n {
+                            for k in 0..pieces(r) {
+                                mem.insert((r, send(r) + k as u64 * B), (r, k));
+                            }
+                        }
+                        let before = mem.clone();
+                        let ops: Vec<Vec<P2pOp>> = (0..n).map(|r| as_p2p(coll, r, n, root, (send(r), recv_of(r)), B, std::ptr::null_mut())).collect();
+                        for a in 0..n {
+                            for b in 0..n {
+                                let sends: Vec<&P2pOp> = ops[a].iter().filter(|o| o.is_send && o.peer == b).collect();
+                                let recvs: Vec<&P2pOp> = ops[b].iter().filter(|o| !o.is_send && o.peer == a).collect();
+                                assert_eq!(sends.len(), recvs.len(), "{coll:?} n={n} root={root} in_place={in_place}: {a}->{b}");
+                                for (s, r) in sends.iter().zip(&recvs) {
+                                    assert_eq!(s.bytes, r.bytes);
+                                    let v = *before.get(&(a, s.buf)).unwrap_or_else(|| panic!("{coll:?} n={n}: rank {a} sends from {:#x}, no input there", s.buf));
+                                    mem.insert((b, r.buf), v);
+                                }
+                            }
+                        }
+                        let got = |r: usize, k: usize| mem.get(&(r, recv_of(r) + k as u64 * B)).copied();
+                        for r in 0..n {
+                            let want: Vec<(usize, (usize, usize))> = match coll {
+                                Coll::AllGather => (0..n).map(|p| (p, (p, 0))).collect(),
+                                Coll::AlltoAll => (0..n).map(|p| (p, (p, r))).collect(),
+                                Coll::Broadcast => vec![(0, (root, 0))],
+                                Coll::Gather if r == root => (0..n).map(|p| (p, (p, 0))).collect(),
+                                Coll::Scatter => vec![(0, (root, r))],
+                                _ => vec![],
+                            };
+                            for (k, v) in want {
+                                assert_eq!(got(r, k), Some(v), "{coll:?} n={n} root={root} in_place={in_place}: rank {r} piece {k}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::comm::Comm;
-use crate::launch::enqueue::{fold_p2p, group_launches, launch_group, launch_p2p, launch_task, predict_group_us, predict_us};
+use crate::launch::enqueue::{exchange_ops, fold_p2p, group_launches, launch_group, launch_p2p, launch_task, predict_group_us, predict_us};
 use crate::comm::task::{CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::cu;
@@ -448,7 +448,21 @@ struct P2pLists {
 /// says. The communicator's first grouped launch of the group also carries its sends and
 /// receives that algo::group::fold_p2p lets travel there; the rest stay in `p2p`.
 fn launch_grouped(tasks: Vec<CollTask>, p2p: &mut P2pLists, first_err: &mut Option<Error>) {
-    for part in group_launches(&tasks) {
+    let parts = group_launches(&tasks);
+    // Lone non-reducing collectives, where two or more of them are, go with the communicator's
+    // sends and receives as one exchange launch (or as few as it holds) instead of one launch
+    // each, as NCCL runs a group's collectives in one kernel. All ranks group alike, so they
+    // agree on which go.
+    let mut exchanged: Vec<Option<Vec<P2pOp>>> = parts.iter().map(|p| if p.len() == 1 { exchange_ops(&tasks[p.start]) } else { None }).collect();
+    if exchanged.iter().filter(|e| e.is_some()).count() < 2 {
+        exchanged.iter_mut().for_each(|e| *e = None);
+    }
+    let mut moved = Vec::new();
+    for (part, ex) in parts.into_iter().zip(exchanged) {
+        if let Some(ops) = ex {
+            moved.extend(ops);
+            continue;
+        }
         let r = if part.len() > 1 {
             let comm = &tasks[part.start].comm;
             let mut folded = Vec::new();
@@ -474,6 +488,13 @@ fn launch_grouped(tasks: Vec<CollTask>, p2p: &mut P2pLists, first_err: &mut Opti
         };
         if let Err(e) = r {
             first_err.get_or_insert(e);
+        }
+    }
+    // After the grouped launches, which fold only the application's own sends and receives:
+    // the k-th transfer of a pair and direction is the k-th on both ends.
+    if let Some(first) = tasks.first() {
+        for o in moved {
+            push_p2p(&mut p2p.ops, first.comm.clone(), o);
         }
     }
 }
