@@ -75,6 +75,25 @@ pub fn min_bytes_for(traffic: Traffic, nranks: usize, t: &Tuning) -> u64 {
     }
 }
 
+/// Pieces below this that the path would take alone go instead, in a group of two or more lone
+/// non-reducing collectives, with the group's other transfers through the exchange kernel as one
+/// launch (launch::group): the path takes one send and one receive a pair, so each would launch
+/// alone and pay its handshake. Groups of eight, 2 x H200, per operation us, alone by copy engine /
+/// one exchange launch / NCCL 2.28.9 (2026-11-30, 962d1e3, `<coll>_perf -m 8 -b 8M -e 256M -f 2`):
+/// AllGather 4 MiB pieces 30.50 / 19.82 / 20.69, 16 MiB 65.68 / 60.97 / 69.22, 32 MiB 110.14 /
+/// 108.76 / 129.57, 64 MiB 195.44 / 208.99 / 240.60; Scatter 32 MiB 102.75 / 104.94 / 98.36;
+/// Broadcast 64 MiB 185.86 / 203.18 / 184.45. From 32 MiB the copy engines' pace outweighs the
+/// handshakes.
+pub const GROUPED_EXCHANGE_MAX_BYTES: u64 = 32 << 20;
+
+/// Whether a piece of `bytes` that the path takes alone (at least `min_bytes_for`) stays with it
+/// in a group whose lone non-reducing collectives otherwise run as one exchange launch:
+/// `engine_moves` (the zero CTA policy: every transfer by copy engine) or at least
+/// GROUPED_EXCHANGE_MAX_BYTES. Pieces below the path's minimum never do.
+pub fn keeps_grouped(bytes: u64, min: u64, engine_moves: bool) -> bool {
+    min > 0 && bytes >= min && (engine_moves || bytes >= GROUPED_EXCHANGE_MAX_BYTES)
+}
+
 /// The peers whose transfers of one launch the path takes, in the order the sends should go
 /// (from the next rank up, so that ranks start on different peers): each pair has at most one
 /// send and one receive, none relayed, each at least the minimum (`min_bytes_for`), and at least
@@ -104,6 +123,18 @@ pub fn pairs(spec: &ExchangeSpec, func: Option<Func>, me: usize, nranks: usize, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grouped_pieces_leave_the_path_below_32_mib_unless_engines_move_everything() {
+        let min = DEFAULT_MIN_BYTES;
+        assert!(!keeps_grouped(min - 1, min, false));
+        assert!(!keeps_grouped(min, min, false));
+        assert!(!keeps_grouped(GROUPED_EXCHANGE_MAX_BYTES - 1, min, false));
+        assert!(keeps_grouped(GROUPED_EXCHANGE_MAX_BYTES, min, false));
+        assert!(keeps_grouped(min, min, true));
+        assert!(keeps_grouped(1, 1, true));
+        assert!(!keeps_grouped(GROUPED_EXCHANGE_MAX_BYTES, 0, true), "the path off (minimum 0) keeps nothing");
+    }
     use crate::algo::{LocalCopy, Transfer};
 
     fn x(peer: usize, bytes: u64) -> Transfer {

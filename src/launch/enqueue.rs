@@ -183,15 +183,16 @@ fn grouped_kind(c: Coll) -> GroupedKind {
 /// in the collective's order, and a send to self paired with a receive from self for the local
 /// piece (none in place). None where the lone call takes another path that matters: a
 /// communicator spanning hosts, NCCL_PROTO or NCCL_ALGO set, an AllGather into a symmetric
-/// window, a relayed Broadcast, an in-place AlltoAll, pieces the copy-engine direct path takes (it takes one send and
-/// one receive a pair), or nothing to move. Every rank decides alike: only the collective's
+/// window, a relayed Broadcast, an in-place AlltoAll, pieces the copy-engine direct path keeps
+/// (algo::ce_direct::keeps_grouped: 32 MiB and more, or every piece it takes under the zero CTA
+/// policy), or nothing to move. Every rank decides alike: only the collective's
 /// kind, size and root and the communicator's settings enter.
 pub fn exchange_ops(t: &CollTask) -> Option<Vec<P2pOp>> {
     let r = t.comm.ready().ok()?;
     let (me, n) = (t.comm.rank, t.comm.nranks);
     let bytes = t.count * t.dtype.size() as u64;
     let ce_min = crate::algo::ce_direct::min_bytes_for(traffic(t.coll)?, n, &r.tuning);
-    if r.net.is_some() || n < 2 || bytes == 0 || r.tuning.allowed != Default::default() || (ce_min > 0 && bytes >= ce_min) {
+    if r.net.is_some() || n < 2 || bytes == 0 || r.tuning.allowed != Default::default() || crate::algo::ce_direct::keeps_grouped(bytes, ce_min, r.engine_moves) {
         return None;
     }
     if t.coll == Coll::AllGather && symmetric_allgather(r, t) {
