@@ -73,6 +73,36 @@ typedef enum { ncclSuccess                 =  0,
 
 /* Communicator configuration. Users can assign value to attributes to specify the
  * behavior of a communicator. */
+/*
+ What oxccl does with each field (layout and initializer are NCCL 2.28.9's; any struct size and
+ version NCCL has used is accepted: fields newer than `version` are reset, as NCCL's
+ parseCommConfig does). A field left at NCCL_CONFIG_UNDEF_INT / _PTR takes NCCL's default; the
+ NCCL_* variable named after it overrides the field, as in NCCL's envConfigOverride. An out-of-range
+ value makes ncclCommInitRankConfig / ncclCommSplit / ncclCommShrink return ncclInvalidArgument
+ with a WARN naming the field; a wrong `magic` likewise.
+   size, magic, version: set by NCCL_CONFIG_INITIALIZER; never change them.
+   blocking (0/1, default 1; NCCL_COMM_BLOCKING): 0 makes calls on the communicator return
+     ncclInProgress while they complete (poll ncclCommGetAsyncError).
+   cgaClusterSize (>= 0; NCCL_CGA_CLUSTER_SIZE): validated; oxccl launches no thread-block clusters.
+   minCTAs (> 0, <= maxCTAs; NCCL_MIN_CTAS): validated; oxccl sizes each kernel to its work.
+   maxCTAs (1-64, default 64; NCCL_MAX_CTAS): below 64, the most thread blocks any kernel of the
+     communicator takes (an INFO line says so).
+   netName (NCCL_NET): "IB" or "Socket" (any case) picks the network transport between hosts;
+     another name, or "IB" where it is absent, fails init with ncclInvalidUsage.
+   splitShare, shrinkShare (0/1; NCCL_COMM_SPLIT_SHARE_RESOURCES,
+     NCCL_COMM_SHRINK_SHARE_RESOURCES): validated; children never share the parent's resources.
+   trafficClass (NCCL_IB_TC is what oxccl's InfiniBand transport reads): validated and logged.
+   commName: logged at init (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=ENV).
+   collnetEnable (0/1; NCCL_COLLNET_ENABLE): validated; oxccl has no CollNet.
+   CTAPolicy (NCCL_CTA_POLICY_DEFAULT / _EFFICIENCY / _ZERO; NCCL_CTA_POLICY): DEFAULT as
+     without it; EFFICIENCY caps every kernel at 48 thread blocks; ZERO also moves AllGather,
+     AlltoAll, Broadcast, Gather, Scatter and Send/Recv between processes by copy engine. Used
+     only where every rank asks for the same policy (else the default, with a WARN per rank); an
+     INFO line per rank says what it does (README, "CTA policies").
+   nvlsCTAs (> 0; NCCL_NVLS_NCHANNELS): validated; oxccl never uses NVLS.
+   nChannelsPerNetPeer (1-64; NCCL_NCHANNELS_PER_NET_PEER): validated; no effect.
+   nvlinkCentricSched (0/1; NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE): validated; no effect.
+ */
 typedef struct ncclConfig_v22800 {
   /* attributes that users should never touch. */
   size_t size;
