@@ -243,7 +243,9 @@ def command(bindir, test, m, args, preload, libdir):
         env["LD_PRELOAD"] = preload
     cmd = list(m["launcher"])
     if cmd:  # mpirun forwards only what it is told to
-        keys = ("LD_PRELOAD", "LD_LIBRARY_PATH", "NCCL_NVLS_ENABLE", "NCCL_DEBUG", "CUDA_VISIBLE_DEVICES") + tuple(m["env"]) + tuple(k for k in env if k.startswith("OXCCL_"))
+        # Every NCCL_* and OXCCL_* setting too: a policy or cap set around the harness
+        # (NCCL_CTA_POLICY, NCCL_MAX_CTAS) must reach the ranks mpirun starts.
+        keys = ("LD_PRELOAD", "LD_LIBRARY_PATH", "NCCL_NVLS_ENABLE", "NCCL_DEBUG", "CUDA_VISIBLE_DEVICES") + tuple(m["env"]) + tuple(k for k in env if k.startswith(("OXCCL_", "NCCL_")))
         for k in dict.fromkeys(keys):  # each once, in order
             if k in env:
                 cmd += ["-x", k]
