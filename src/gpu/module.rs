@@ -190,7 +190,6 @@ impl Module {
     }
 }
 
-/// Kernel `name` from whichever module holds it (each is in exactly one unit: build.rs).
 /// CUDA's default stack per thread (CU_LIMIT_STACK_SIZE), bytes. A kernel that needs more local
 /// memory makes its first launch grow the context's local memory, and that growth waits for the
 /// kernels running there: a kernel waiting for a peer's kernel that the same thread has yet to
@@ -212,6 +211,7 @@ fn warn_local_memory(f: cu::CUfunction, name: &str) {
     }
 }
 
+/// Kernel `name` from whichever module holds it (each is in exactly one unit: build.rs).
 fn function(modules: &[cu::CUmodule], name: &str) -> Result<Kernel> {
     let cname = CString::new(name).map_err(|_| Error::internal("kernel name with NUL"))?;
     let mut last = cu::CUresult::CUDA_ERROR_NOT_FOUND;

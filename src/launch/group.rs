@@ -593,7 +593,6 @@ fn split_by_stream_set(ops: Vec<Deferred>) -> Vec<Vec<Deferred>> {
     out
 }
 
-
 /// Whether a launch of `bytes` on `comm` may wait on the host for its peers: the communicator
 /// has copy-engine direct links handshaking on the calling thread, and the size reaches the
 /// path's smallest threshold.
