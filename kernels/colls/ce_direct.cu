@@ -41,11 +41,12 @@ extern "C" __global__ void ox_ce_wait(const __grid_constant__ CollArgs a) {
 }
 
 // ox_ce_post: the device-counted form of a counter write, for CUDA graphs: adds one to a peer's
-// counter (recv = its address as mapped here), with release at system scope after a system fence.
-// Stream order put the copy engine's writes of this rank's copy (if any) before this kernel; the
-// fence and the release order them before the count for the peer's acquiring wait, as the
-// cuStreamWriteValue64 barrier does outside graphs. "My buffer is ready" from a receiver, "my copy
-// into you is done" from a sender.
+// counter (recv = its address as mapped here), with release at system scope. What orders a
+// sender's copy before its "done" is stream (graph) order: the copy's memcpy node has completed,
+// its writes landed at the peer, before this kernel starts, as NCCL's copy-engine collectives rely
+// on (data copy, then flag). The fence and the release order only this thread's own accesses; the
+// copy must therefore stay on this stream, before this kernel. "My buffer is ready" from a
+// receiver, "my copy into you is done" from a sender.
 extern "C" __global__ void ox_ce_post(const __grid_constant__ CollArgs a) {
   ox_pdl_enter();
   if (threadIdx.x != 0) return;

@@ -66,7 +66,7 @@ use crate::device_abi::{CollArgs, ExchangeArgs, OX_MAX_RANKS, OX_MODE_NONE};
 use crate::error::{Error, Result};
 use crate::gpu::ipc::{ImportedBuffer, IPC_HANDLE_BYTES};
 use crate::gpu::module::{launch_pdl, Kernel};
-use crate::gpu::stream::{copy_engine_async, is_capturing, Event, OwnedStream, RelaxedCapture};
+use crate::gpu::stream::{capture_active, copy_engine_async, is_capturing, Event, OwnedStream, RelaxedCapture};
 use crate::gpu::{check, cu, Device};
 use crate::log::Subsys;
 use crate::reg::export::{describe, VmmImport};
@@ -408,10 +408,12 @@ fn handshake_all(
         if !agreed(mine, &their) {
             nccl_trace!(
                 Subsys::P2p,
-                "copy-engine direct with rank {}: not this time (capturing {} / {}, shareable {} / {})",
+                "copy-engine direct with rank {}: not this time (capturing {} / {}, device counts {} / {}, shareable {} / {})",
                 p.wire.peer,
                 mine.capturing,
                 their.capturing,
+                mine.graph,
+                their.graph,
                 mine.dst.is_some(),
                 their.dst.is_some()
             );
@@ -866,8 +868,10 @@ impl Inner {
 
     /// This rank's part of a launch for each of `peers`: its send to and receive from the peer
     /// (at most one each: algo::ce_direct::pairs) and its offer, the receive described for
-    /// sharing unless capturing without the graph path (`graph`). Counts are left at 0.
+    /// sharing unless capturing without the graph path (`graph`, meaningful only while
+    /// capturing). Counts are left at 0.
     fn parts(&self, spec: &ExchangeSpec, peers: &[usize], capturing: bool, graph: bool) -> Result<Vec<Part>> {
+        let graph = capturing && graph;
         let mut parts = Vec::with_capacity(peers.len());
         for &p in peers {
             let l = self.link(p)?;
@@ -886,19 +890,28 @@ impl Inner {
 
     fn run(&self, kernels: Kernels, dev_comm: u64, spec: &ExchangeSpec, peers: &[usize], fallback: Fallback, stream: cu::CUstream) -> Result<()> {
         let capturing = is_capturing(stream)?;
-        // Describing and mapping buffers while the application captures: relaxed mode, so that
-        // those driver calls neither fail nor invalidate its graph.
-        let _relaxed = if capturing { Some(RelaxedCapture::new()?) } else { None };
-        let parts = self.parts(spec, peers, capturing, true)?;
+        // Describing and mapping buffers while this stream, or another thread's in global mode,
+        // captures: relaxed mode, so that those driver calls neither fail nor invalidate a graph.
+        let _relaxed = RelaxedCapture::new()?;
+        // An invalidated capture offers no graph path: the peer's graph must not wait for
+        // copies this rank's graph will never hold.
+        let graph = capturing && capture_active(stream)?;
+        let parts = self.parts(spec, peers, capturing, graph)?;
         let mut st = self.state.lock();
         let aborted = || self.abort.load_u64(0) != 0;
         let verdicts = self.agree(&mut st, &parts, &aborted, HANDSHAKE_TIMEOUT)?;
         let t0 = Instant::now();
         let agreed: Vec<(&Part, u64)> = parts.iter().zip(&verdicts).filter_map(|(pt, v)| v.target.map(|t| (pt, t))).collect();
         let rest = fallback.without(agreed.iter().map(|(pt, _)| pt.peer));
-        // The kernel, if any, carries the local copies; else they go beside the copies.
+        // The kernel, if any, carries the local copies; else they go beside the copies, or, inside
+        // a graph, before them on the stream: a side stream joined to the capture would stay in it
+        // until the capture ends, where this communicator's next eager launch would find it.
         let copies = if rest.is_some() { Vec::new() } else { real_copies(&spec.copies) };
-        self.fork_copies(kernels, &copies, stream)?;
+        if capturing {
+            self.inline_copies(kernels, &copies, stream)?;
+        } else {
+            self.fork_copies(kernels, &copies, stream)?;
+        }
         let wait = |counter: u64, value: u64| self.wait(kernels, dev_comm, counter, value, stream);
         // Every `ready` first: a sender's wait below must never depend on this stream's own later work.
         // Inside a graph the same lines count on the device (`GraphCounter`), and the host's
@@ -936,7 +949,7 @@ impl Inner {
                 wait(self.mine + done_off(p), received)?;
             }
         }
-        if !copies.is_empty() {
+        if !copies.is_empty() && !capturing {
             self.join.wait_on(stream)?;
         }
         st.stats.issues += 1;
@@ -1061,6 +1074,19 @@ impl Inner {
         // SAFETY: the address is a counter of a channel buffer (this rank's or a peer's, mapped
         // here for the communicator's lifetime).
         check(unsafe { cu::cuStreamWriteValue64_v2(stream, counter, value, 0) }, what)
+    }
+
+    /// Local copies (already filtered) on `stream` itself, as `fork_copies` makes them.
+    fn inline_copies(&self, kernels: Kernels, copies: &[LocalCopy], stream: cu::CUstream) -> Result<()> {
+        for c in copies {
+            if self.local_by_engine {
+                copy_engine_async(c.dst, c.src, c.bytes as usize, stream)?;
+                continue;
+            }
+            let args = CollArgs { send: c.src, recv: c.dst, count: c.bytes, ..Default::default() };
+            launch_pdl(kernels.copy, COPY_BLOCKS, 512, stream, &args, false)?;
+        }
+        Ok(())
     }
 
     /// Local copies (already filtered) on the side stream, forked from `stream`; the caller joins
