@@ -617,7 +617,7 @@ impl Comm {
                         fail_async(&state, e.code, &|| flag.store_u32(0, 1));
                     }) as Box<dyn Fn(Error) + Send + Sync>
                 });
-                crate::transport::ce_direct::CeDirect::connect(&bootstrap, dev, key, &ch.ce_counters, &candidate, abort_flag.clone(), on_error, policy.local_copies_by_engine())?
+                crate::transport::ce_direct::CeDirect::connect(&bootstrap, dev, key, &ch.ce_counters, &candidate, abort_flag.clone(), on_error, policy.local_copies_by_engine(), tuning.ce_direct_graph)?
             }
             _ => None,
         };

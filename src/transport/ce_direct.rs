@@ -651,6 +651,9 @@ struct Inner {
     /// Local copies by copy engine instead of the SM copy kernel (the ZERO CTA policy:
     /// algo::policy).
     local_by_engine: bool,
+    /// Transfers inside CUDA graphs by device-counted counters (OXCCL_CE_DIRECT_GRAPH); else a
+    /// capturing rank offers no graph path and the pair takes the exchange kernel.
+    graph_counts: bool,
 }
 
 // SAFETY: the events and stream are driver handles usable from any thread; State is behind a lock.
@@ -664,7 +667,8 @@ impl CeDirect {
     /// pair keeps its link only if both ranks connected it; None where no pair did.
     /// `async_errors`: Some to start the worker thread (OXCCL_CE_DIRECT_ASYNC), which reports a
     /// failure through it. `local_by_engine`: local copies beside the transfers by copy engine
-    /// (the ZERO CTA policy), else by `COPY_BLOCKS` blocks of SM copies.
+    /// (the ZERO CTA policy), else by `COPY_BLOCKS` blocks of SM copies. `graph_counts`: offer the
+    /// path inside CUDA graphs too (OXCCL_CE_DIRECT_GRAPH).
     #[allow(clippy::too_many_arguments)]
     pub fn connect(
         boot: &crate::bootstrap::Bootstrap,
@@ -675,6 +679,7 @@ impl CeDirect {
         abort: Arc<crate::gpu::HostMapped>,
         async_errors: Option<Box<dyn Fn(Error) + Send + Sync>>,
         local_by_engine: bool,
+        graph_counts: bool,
     ) -> Result<Option<CeDirect>> {
         let (me, n) = (boot.rank(), boot.nranks());
         let name = |lo: usize, hi: usize| format!("oxccl-ce-{comm_key:016x}-{lo}-{hi}");
@@ -735,6 +740,7 @@ impl CeDirect {
             join: Event::new()?,
             events: Mutex::new(Vec::new()),
             local_by_engine,
+            graph_counts,
         });
         let worker = match async_errors {
             None => None,
@@ -895,7 +901,7 @@ impl Inner {
         let _relaxed = RelaxedCapture::new()?;
         // An invalidated capture offers no graph path: the peer's graph must not wait for
         // copies this rank's graph will never hold.
-        let graph = capturing && capture_active(stream)?;
+        let graph = self.graph_counts && capturing && capture_active(stream)?;
         let parts = self.parts(spec, peers, capturing, graph)?;
         let mut st = self.state.lock();
         let aborted = || self.abort.load_u64(0) != 0;
