@@ -12,8 +12,8 @@
 //!   made its matching call), their local copies too; a one-thread kernel per transfer waits for
 //!   the peer's counter. Those kinds then skip their SM-only kernels for the exchange launch, and
 //!   what the copy engines do not take there (ranks of one process, memory that cannot be
-//!   shared, transfers captured in a CUDA graph unless OXCCL_CE_DIRECT_GRAPH=1 and both ranks
-//!   capture) the exchange kernel moves within the block cap; reductions run as under EFFICIENCY.
+//!   shared, transfers captured in a CUDA graph where only one rank of the pair captures or
+//!   OXCCL_CE_DIRECT_GRAPH=0) the exchange kernel moves within the block cap; reductions run as under EFFICIENCY.
 //!
 //! NCCL 2.28.9 does less: its zero policy sends AllGather, AlltoAll, Gather and Scatter through
 //! copy engines only between symmetric windows of one node (src/ce_coll.cc), without a block cap

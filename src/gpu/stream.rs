@@ -54,6 +54,41 @@ pub fn capture_graph(stream: cu::CUstream) -> Result<Option<(u64, cu::CUgraph)>>
     Ok(active_capture(stream)?.filter(|(_, g, _)| !g.is_null()).map(|(id, g, _)| (id, g)))
 }
 
+/// The nodes that `stream`'s next captured work will depend on (empty when it is not capturing).
+pub fn capture_deps(stream: cu::CUstream) -> Result<Vec<cu::CUgraphNode>> {
+    let mut st = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut deps: *const cu::CUgraphNode = std::ptr::null();
+    let mut n: usize = 0;
+    // SAFETY: out-pointers to locals; the optional outputs are null. The driver owns the array,
+    // valid until the next call on the stream: copied at once.
+    check(
+        unsafe { cu::cuStreamGetCaptureInfo_v3(stream, &mut st, std::ptr::null_mut(), std::ptr::null_mut(), &mut deps, std::ptr::null_mut(), &mut n) },
+        "cuStreamGetCaptureInfo",
+    )?;
+    if st != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || deps.is_null() {
+        return Ok(Vec::new());
+    }
+    // SAFETY: n nodes at deps, as the driver reported.
+    Ok(unsafe { std::slice::from_raw_parts(deps, n) }.to_vec())
+}
+
+/// Replaces (`add` false) or extends (`add` true) the nodes that `stream`'s next captured work
+/// depends on: with `capture_deps`, captured work can branch off the stream and join it later
+/// without a side stream, which would stay in the capture until it ends.
+pub fn set_capture_deps(stream: cu::CUstream, deps: &[cu::CUgraphNode], add: bool) -> Result<()> {
+    let flags = if add {
+        cu::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_ADD_CAPTURE_DEPENDENCIES
+    } else {
+        cu::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES
+    };
+    let mut deps = deps.to_vec();
+    // SAFETY: deps.len() nodes of the stream's capture graph; null edge data means default edges.
+    check(
+        unsafe { cu::cuStreamUpdateCaptureDependencies_v2(stream, deps.as_mut_ptr(), std::ptr::null(), deps.len(), flags as u32) },
+        "cuStreamUpdateCaptureDependencies",
+    )
+}
+
 /// Switches this thread to relaxed stream-capture mode for a scope: set-up work (allocations,
 /// synchronous copies) must not fail because another thread is capturing a graph.
 pub struct RelaxedCapture {
