@@ -126,6 +126,10 @@ if [ -n "$nt" ]; then
   # Each CTA policy (src/algo/policy.rs): efficiency's block cap, zero's copy engines at every size.
   step nccl-tests-cta-efficiency env NCCL_CTA_POLICY=1 $H check --suite colls-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/cta-efficiency-check"
   step nccl-tests-cta-zero env NCCL_CTA_POLICY=2 $H check --suite colls-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/cta-zero-check"
+  # Copy-engine transfers inside CUDA graphs: from 1 MiB (below the suite's largest sizes), and
+  # under zero at every size.
+  step nccl-tests-ce-graph env OXCCL_CE_DIRECT_MIN_BYTES=1048576 $H check --suite colls-check --modes np2-G --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/ce-graph-check"
+  step nccl-tests-ce-graph-zero env NCCL_CTA_POLICY=2 $H check --suite colls-check --modes np2-G --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/ce-graph-zero-check"
   step nccl-tests-ce-direct env OXCCL_CE_DIRECT_MIN_BYTES=1048576 $H check --suite ce-direct-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/ce-direct-check"
   step nccl-tests-ce-direct-async env OXCCL_CE_DIRECT_ASYNC=1 OXCCL_CE_DIRECT_MIN_BYTES=1048576 $H check --suite ce-direct-check --bin "$nt" --oxccl "$lib" --ngpus "$ngpu" --out "$out/ce-direct-async-check"
   if present command -v mpirun >/dev/null && [ "$ngpu" -ge 2 ]; then

@@ -38,6 +38,29 @@ pub const ALLTOALL_MIN_BYTES: u64 = 32 << 20;
 /// AllGather's, Scatter's and Broadcast's beyond two ranks.
 pub const SPREAD_MIN_BYTES: u64 = 64 << 20;
 
+/// Smallest transfer the path takes inside a CUDA graph unless tuned (OXCCL_CE_DIRECT_MIN_BYTES,
+/// or the zero CTA policy's minimum). In a graph the exchange kernel pays no host launch, while
+/// the path still adds a signal kernel and a wait kernel per transfer. 2 x H200, `-G 20`, us per
+/// call, exchange kernel / copy engines (2026-11-30, zero-graph branch 5b343c9 against main
+/// af6a0e4, same call): Send/Recv 8 MiB 39.5 / 43.1, 16 MiB 66.6 / 64.9, 32 MiB 130.5 / 108.5,
+/// 64 MiB 218.1 / 193.9; AllGather in place, 32 MiB pieces, 129.6 / 107.4; 16 MiB pieces out of
+/// place 71.6 / 79.0.
+pub const GRAPH_MIN_BYTES: u64 = 32 << 20;
+
+/// Smallest transfer the path takes inside a CUDA graph, or None where it takes none there
+/// (OXCCL_CE_DIRECT_GRAPH=0): OXCCL_CE_DIRECT_MIN_BYTES (or the zero policy's) where set, else
+/// GRAPH_MIN_BYTES. Beyond two ranks `pairs` still applies its own minimum first.
+pub fn graph_min_bytes(t: &Tuning) -> Option<u64> {
+    (!t.ce_direct_graph_off).then(|| t.ce_direct_min_bytes.unwrap_or(GRAPH_MIN_BYTES))
+}
+
+/// Whether a pair whose transfers (`send`, `recv` bytes; 0 = none) the path takes eagerly takes
+/// them inside a CUDA graph too, with `graph_min` from `graph_min_bytes`. Symmetric: the peer's
+/// (send, recv) are this rank's (recv, send).
+pub fn takes_in_graph(send: u64, recv: u64, graph_min: Option<u64>) -> bool {
+    graph_min.is_some_and(|m| m > 0 && (send | recv) != 0 && [send, recv].iter().all(|&b| b == 0 || b >= m))
+}
+
 /// The operation a launch's transfers serve (`ExchangeSpec::traffic`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Traffic {
@@ -123,6 +146,27 @@ pub fn pairs(spec: &ExchangeSpec, func: Option<Func>, me: usize, nranks: usize, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn graphs_take_the_path_from_their_own_minimum_alike_on_both_ranks() {
+        let t = Tuning::default();
+        let m = graph_min_bytes(&t);
+        assert_eq!(m, Some(GRAPH_MIN_BYTES));
+        assert!(!takes_in_graph(DEFAULT_MIN_BYTES, 0, m), "eager's minimum is not the graph's");
+        assert!(takes_in_graph(GRAPH_MIN_BYTES, 0, m));
+        assert!(!takes_in_graph(0, 0, m), "nothing to move");
+        for (s, r) in [(GRAPH_MIN_BYTES, GRAPH_MIN_BYTES - 1), (GRAPH_MIN_BYTES, 1 << 40), (0, GRAPH_MIN_BYTES), (5, 0)] {
+            assert_eq!(takes_in_graph(s, r, m), takes_in_graph(r, s, m), "({s}, {r}) seen from the peer");
+        }
+        assert!(!takes_in_graph(GRAPH_MIN_BYTES, GRAPH_MIN_BYTES - 1, m), "every transfer of the pair must qualify");
+        let zero = Tuning { ce_direct_min_bytes: Some(1), ..Tuning::default() };
+        assert!(takes_in_graph(1, 0, graph_min_bytes(&zero)), "the zero policy's minimum holds in graphs");
+        let never = Tuning { ce_direct_min_bytes: Some(0), ..Tuning::default() };
+        assert!(!takes_in_graph(1 << 40, 0, graph_min_bytes(&never)), "OXCCL_CE_DIRECT_MIN_BYTES=0 turns the path off everywhere");
+        let off = Tuning { ce_direct_graph_off: true, ..Tuning::default() };
+        assert_eq!(graph_min_bytes(&off), None);
+        assert!(!takes_in_graph(1 << 40, 1 << 40, None));
+    }
 
     #[test]
     fn grouped_pieces_leave_the_path_below_32_mib_unless_engines_move_everything() {

@@ -11,9 +11,9 @@
 //!   size (transport::ce_direct, its host handshake included: the call returns once the peer has
 //!   made its matching call), their local copies too; a one-thread kernel per transfer waits for
 //!   the peer's counter. Those kinds then skip their SM-only kernels for the exchange launch, and
-//!   what the copy engines do not take there (ranks of one process, transfers while a CUDA graph
-//!   is captured, whose replays the path's counters cannot follow, memory that cannot be shared)
-//!   the exchange kernel moves within the block cap; reductions run as under EFFICIENCY.
+//!   what the copy engines do not take there (ranks of one process, memory that cannot be
+//!   shared, transfers captured in a CUDA graph where only one rank of the pair captures or
+//!   OXCCL_CE_DIRECT_GRAPH=0) the exchange kernel moves within the block cap; reductions run as under EFFICIENCY.
 //!
 //! NCCL 2.28.9 does less: its zero policy sends AllGather, AlltoAll, Gather and Scatter through
 //! copy engines only between symmetric windows of one node (src/ce_coll.cc), without a block cap

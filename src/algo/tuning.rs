@@ -72,6 +72,10 @@ pub struct Tuning {
     /// for that stream (PyTorch's `.cpu()` after a 4 MiB send at 4 ranks: stalls of 4-50 s and
     /// hangs, BENCHMARKS.md of 2026-11-27, 25ab531).
     pub ce_direct_async: bool,
+    /// OXCCL_CE_DIRECT_GRAPH=0: no copy-engine direct path inside CUDA graphs (captured transfers
+    /// take the exchange kernel); by default it runs there with device-counted counters
+    /// (transport::ce_direct::GraphCounter) from algo::ce_direct::graph_min_bytes.
+    pub ce_direct_graph_off: bool,
     /// OXCCL_REDUCE_LL_MAX_BYTES: largest ReduceScatter chunk / Reduce message moved as packets.
     pub reduce_ll_max_bytes: Option<u64>,
     /// OXCCL_REDUCE_LL_SHAPE_MAX_RANKS: most ranks at which a packet Reduce takes the one-shot
@@ -171,6 +175,7 @@ impl Tuning {
             p2p_oneshot_max_bytes: num("OXCCL_P2P_ONESHOT_MAX_BYTES"),
             ce_direct_min_bytes: num("OXCCL_CE_DIRECT_MIN_BYTES"),
             ce_direct_async: num("OXCCL_CE_DIRECT_ASYNC").is_some_and(|v| v != 0),
+            ce_direct_graph_off: num("OXCCL_CE_DIRECT_GRAPH") == Some(0),
             reduce_ll_max_bytes: num("OXCCL_REDUCE_LL_MAX_BYTES"),
             reduce_ll_shape_max_ranks: num("OXCCL_REDUCE_LL_SHAPE_MAX_RANKS"),
             relay_min_bytes: num("OXCCL_RELAY_MIN_BYTES"),

@@ -617,7 +617,7 @@ impl Comm {
                         fail_async(&state, e.code, &|| flag.store_u32(0, 1));
                     }) as Box<dyn Fn(Error) + Send + Sync>
                 });
-                crate::transport::ce_direct::CeDirect::connect(&bootstrap, dev, key, &ch.ce_counters, &candidate, abort_flag.clone(), on_error, policy.local_copies_by_engine())?
+                crate::transport::ce_direct::CeDirect::connect(&bootstrap, dev, key, &ch.ce_counters, &candidate, abort_flag.clone(), on_error, policy.local_copies_by_engine(), crate::algo::ce_direct::graph_min_bytes(&tuning))?
             }
             _ => None,
         };
@@ -629,7 +629,7 @@ impl Comm {
                 policy.name(),
                 topo.sm_count,
                 match (engine_moves, ce.is_some()) {
-                    (true, true) => "; AllGather, AlltoAll, Broadcast, Gather, Scatter and Send/Recv with the copy-engine links' peers move by copy engine at every size (by kernel while a CUDA graph is captured), local copies too; reductions and other peers by kernel",
+                    (true, true) => "; AllGather, AlltoAll, Broadcast, Gather, Scatter and Send/Recv with the copy-engine links' peers move by copy engine at every size (inside CUDA graphs too, where both ranks of a pair capture), local copies too; reductions and other peers by kernel",
                     (true, false) => "; no copy-engine link to any peer: AllGather, AlltoAll, Broadcast, Gather, Scatter and Send/Recv by the exchange kernel",
                     _ if policy == crate::algo::policy::CtaPolicy::Zero => "; no peer in another process (or OXCCL_CE_DIRECT_MIN_BYTES=0): every collective by kernel",
                     _ => "",

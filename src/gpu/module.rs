@@ -42,6 +42,7 @@ pub struct Module {
     broadcast_oneshot: Kernel,
     p2p_oneshot: Kernel,
     ce_wait: Kernel,
+    ce_post: Kernel,
     ce_copy: Kernel,
     proxy_selftest: Kernel,
     port_selftest: Kernel,
@@ -98,6 +99,7 @@ impl Module {
             broadcast_oneshot: function(raw, "ox_broadcast_oneshot")?,
             p2p_oneshot: function(raw, "ox_p2p_oneshot")?,
             ce_wait: function(raw, "ox_ce_wait")?,
+            ce_post: function(raw, "ox_ce_post")?,
             ce_copy: function(raw, "ox_ce_copy")?,
             proxy_selftest: function(raw, "ox_proxy_selftest")?,
             port_selftest: function(raw, "ox_port_selftest")?,
@@ -167,6 +169,11 @@ impl Module {
     /// The copy-engine direct path's stream wait (kernels/colls/ce_direct.cu; CollArgs as described there).
     pub fn ce_wait(&self) -> Kernel {
         self.ce_wait
+    }
+
+    /// The copy-engine path's counter post inside CUDA graphs (kernels/colls/ce_direct.cu).
+    pub fn ce_post(&self) -> Kernel {
+        self.ce_post
     }
 
     /// The copy-engine direct path's local copy by SMs (kernels/colls/ce_direct.cu).

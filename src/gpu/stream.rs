@@ -13,6 +13,15 @@ pub fn is_capturing(stream: cu::CUstream) -> Result<bool> {
     Ok(st != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }
 
+/// True while `stream`'s capture is active (not invalidated): work issued now joins a graph that
+/// can still be instantiated.
+pub fn capture_active(stream: cu::CUstream) -> Result<bool> {
+    let mut st = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: out-pointer to a local; stream is the caller's (0 is the legacy stream).
+    check(unsafe { cu::cuStreamIsCapturing(stream, &mut st) }, "cuStreamIsCapturing")?;
+    Ok(st == cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE)
+}
+
 /// `stream`'s active capture: its id, graph and, where the capture has exactly one tail node,
 /// that node; None when it is not capturing.
 fn active_capture(stream: cu::CUstream) -> Result<Option<(u64, cu::CUgraph, Option<usize>)>> {
@@ -43,6 +52,41 @@ pub fn capture_tail(stream: cu::CUstream) -> Result<Option<crate::algo::pdl::Cap
 /// The id and graph of `stream`'s active capture, or None when it is not capturing.
 pub fn capture_graph(stream: cu::CUstream) -> Result<Option<(u64, cu::CUgraph)>> {
     Ok(active_capture(stream)?.filter(|(_, g, _)| !g.is_null()).map(|(id, g, _)| (id, g)))
+}
+
+/// The nodes that `stream`'s next captured work will depend on (empty when it is not capturing).
+pub fn capture_deps(stream: cu::CUstream) -> Result<Vec<cu::CUgraphNode>> {
+    let mut st = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut deps: *const cu::CUgraphNode = std::ptr::null();
+    let mut n: usize = 0;
+    // SAFETY: out-pointers to locals; the optional outputs are null. The driver owns the array,
+    // valid until the next call on the stream: copied at once.
+    check(
+        unsafe { cu::cuStreamGetCaptureInfo_v3(stream, &mut st, std::ptr::null_mut(), std::ptr::null_mut(), &mut deps, std::ptr::null_mut(), &mut n) },
+        "cuStreamGetCaptureInfo",
+    )?;
+    if st != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || deps.is_null() {
+        return Ok(Vec::new());
+    }
+    // SAFETY: n nodes at deps, as the driver reported.
+    Ok(unsafe { std::slice::from_raw_parts(deps, n) }.to_vec())
+}
+
+/// Replaces (`add` false) or extends (`add` true) the nodes that `stream`'s next captured work
+/// depends on: with `capture_deps`, captured work can branch off the stream and join it later
+/// without a side stream, which would stay in the capture until it ends.
+pub fn set_capture_deps(stream: cu::CUstream, deps: &[cu::CUgraphNode], add: bool) -> Result<()> {
+    let flags = if add {
+        cu::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_ADD_CAPTURE_DEPENDENCIES
+    } else {
+        cu::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES
+    };
+    let mut deps = deps.to_vec();
+    // SAFETY: deps.len() nodes of the stream's capture graph; null edge data means default edges.
+    check(
+        unsafe { cu::cuStreamUpdateCaptureDependencies_v2(stream, deps.as_mut_ptr(), std::ptr::null(), deps.len(), flags as u32) },
+        "cuStreamUpdateCaptureDependencies",
+    )
 }
 
 /// Switches this thread to relaxed stream-capture mode for a scope: set-up work (allocations,
@@ -187,8 +231,10 @@ pub fn is_legacy(stream: cu::CUstream) -> bool {
 /// *kernel*; a kernel queued by a proxy thread can then wait in a hardware queue it shares with
 /// the user's stream (CUDA_DEVICE_MAX_CONNECTIONS), behind work that waits for the very kernel
 /// that waits for this proxy: a deadlock. Copy-engine work does not queue behind kernels.
-/// Falls back to cuMemcpyAsync on drivers without cuMemcpyBatchAsync (before CUDA 12.8) and on the
-/// legacy default stream, which cuMemcpyBatchAsync refuses.
+/// Falls back to cuMemcpyAsync on drivers without cuMemcpyBatchAsync (before CUDA 12.8), on the
+/// legacy default stream, which cuMemcpyBatchAsync refuses, and on a capturing stream, where
+/// cuMemcpyBatchAsync is not supported (NCCL's src/ce_coll.cc does the same): the graph's memcpy
+/// node is then ordered by the graph's edges, not by a hardware queue a proxy shares.
 pub fn copy_engine_async(dst: cu::CUdeviceptr, src: cu::CUdeviceptr, n: usize, stream: cu::CUstream) -> Result<()> {
     static BATCH: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let batch = *BATCH.get_or_init(|| {
@@ -213,7 +259,7 @@ pub fn copy_engine_async(dst: cu::CUdeviceptr, src: cu::CUdeviceptr, n: usize, s
     // cuMemcpyBatchAsync refuses the legacy NULL stream (CUDA_ERROR_INVALID_VALUE): PyTorch issues
     // a blocking collective on the current stream, by default that one. A copy there is in the
     // application's own stream order, never a proxy's, so a plain copy is as safe.
-    if !batch || is_legacy(stream) {
+    if !batch || is_legacy(stream) || is_capturing(stream)? {
         // SAFETY: the caller guarantees both ranges are valid device memory for this context.
         return check(unsafe { cu::cuMemcpyAsync(dst, src, n, stream) }, "cuMemcpyAsync");
     }

@@ -629,7 +629,7 @@ fn ce_direct(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<
     }
     ls.counted_last = false; // copies and waits follow, unless the fallback kernel comes last
     nccl_trace!(Subsys::P2p, "copy-engine direct: peers {peers:?} of sends {:?}, receives {:?}", spec.sends.iter().map(|x| (x.peer, x.bytes)).collect::<Vec<_>>(), spec.recvs.iter().map(|x| (x.peer, x.bytes)).collect::<Vec<_>>());
-    let kernels = crate::transport::ce_direct::Kernels { wait: r.module.ce_wait(), copy: r.module.ce_copy() };
+    let kernels = crate::transport::ce_direct::Kernels { wait: r.module.ce_wait(), post: r.module.ce_post(), copy: r.module.ce_copy() };
     // The kernel for the whole launch, planned here in call order like any launch; the path
     // takes out the pairs that agree.
     let plan = exchange_plan(r, spec, func)?;
