@@ -9,7 +9,7 @@ each CTA policy, and prints the side-by-side table):
 Per case (a collective and a size): the compute alone (--gemms bfloat16 GEMMs of --dim^3 on a
 stream of their own), the collective alone (on the process group's stream), and both started
 together (the time until both are done), each the median of --iters iterations after a warm-up,
-in microseconds. A perfect overlap takes max(compute, communication); one after the other takes
+in microseconds; the compute alone and the pair run alternately, so that clock drift enters both. A perfect overlap takes max(compute, communication); one after the other takes
 their sum. "blocks": the largest grid (blocks) of the library's kernels in one collective alone,
 read from a torch.profiler trace (0 where the collective ran on copy engines only, "-" where the
 trace had no kernel names to tell).
@@ -147,24 +147,31 @@ def main():
             for _ in range(a.gemms):
                 torch.matmul(x, y, out=z)
 
-    def timed(work, streams):
+    def once(work, streams):
         """us from an event on the current stream until every stream in `streams` is done."""
-        times = []
-        for it in range(a.iters + 2):
-            dist.barrier()
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for s in streams:
-                s.wait_event(start)
-            work()
-            for s in streams:
-                torch.cuda.current_stream().wait_stream(s)
-            end.record()
-            end.synchronize()
-            if it >= 2:
-                times.append(start.elapsed_time(end) * 1000.0)
-        return median(times)
+        dist.barrier()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for s in streams:
+            s.wait_event(start)
+        work()
+        for s in streams:
+            torch.cuda.current_stream().wait_stream(s)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1000.0
+
+    def timed(work, streams):
+        """The median of --iters runs of `work` after two warm-ups, in us."""
+        return median([once(work, streams) for it in range(a.iters + 2)][2:])
+
+    def timed_pair(first, second, streams):
+        """Medians of `first` and `second` run alternately: the GEMMs alone and the pair beside
+        each other, so that the GPU's clock drift over a run (the GEMMs alone moved by up to 14%
+        between cases of one run) enters both alike."""
+        t = [(once(first, [compute]), once(second, streams)) for it in range(a.iters + 2)][2:]
+        return median([x for x, _ in t]), median([y for _, y in t])
 
     def parse(s):
         m = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -185,11 +192,11 @@ def main():
                 comm_only()
 
             alone = timed(comm_only, [comm])
-            together = timed(both, [compute, comm])
+            compute_here, together = timed_pair(gemms, both, [compute, comm])
             blocks = kernel_blocks(comm_only)
             wrong = c.check()
             bad += wrong
-            results["cases"][f"{coll} {size}"] = {"comm_us": alone, "together_us": together, "blocks": blocks, "wrong": wrong}
+            results["cases"][f"{coll} {size}"] = {"comm_us": alone, "compute_us": compute_here, "together_us": together, "blocks": blocks, "wrong": wrong}
             if rank == 0:
                 print(f"{coll} {size}: comm {alone:.0f} us, together {together:.0f} us, blocks {blocks}, wrong {wrong}", flush=True)
     gathered = [None] * world

@@ -36,7 +36,8 @@ for p in pols:
         b = o["cases"].get(case)
         if not b:
             continue
-        cn, co = n["compute_us"], o["compute_us"]
+        # Each case's own GEMMs-alone time (measured alternately with the pair), else the run's.
+        cn, co = a.get("compute_us", n["compute_us"]), b.get("compute_us", o["compute_us"])
         print(f"{names.get(p, p):10} {case:20} {cn:6.0f}/{co:<6.0f} {a['comm_us']:6.0f}/{b['comm_us']:<6.0f} {a['together_us']:7.0f}/{b['together_us']:<7.0f} "
               f"{a['together_us']/cn:6.2f}/{b['together_us']/co:<6.2f} {b['together_us']/a['together_us']:6.2f} {str(a['blocks']):>5}/{str(b['blocks']):<5}")
 PYEOF
