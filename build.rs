@@ -366,11 +366,11 @@ fn build_fatbin(manifest: &Path, out: &Path, abi_header: &Path) {
     }
     commit();
     // Cargo shows a build script's output only at its end, so this says afterwards what the
-    // silent minutes were (cached builds print nothing).
+    // silent minutes were; cargo repeats the note on later builds that reuse the kernels.
     let times: Vec<String> = took.iter().map(|t| format!("{t} s")).collect();
     println!(
-        "cargo:warning=compiled the CUDA kernels ({} files in kernels/) for {} with {} in {} s: {UNITS} units, {jobs} at a time \
-         ({}); later builds reuse them until the kernels change (OXCCL_CUDA_ARCHS picks the architectures)",
+        "cargo:warning=the CUDA kernels ({} files in kernels/) were last compiled for {} with {} in {} s: {UNITS} units, {jobs} at a time \
+         ({}); builds reuse them until the kernels change (OXCCL_CUDA_ARCHS picks the architectures)",
         cu.len(),
         arch_names.join(", "),
         nvcc.display(),

@@ -659,7 +659,7 @@ ncclResult_t pncclCommDeregister(ncclComm_t comm, void *handle);
  NULL or size 0 succeeds with a NULL window, as in NCCL (src/register/register.cc).
 
  Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `win` NULL;
- flags other than NCCL_WIN_COLL_SYMMETRIC), ncclInvalidUsage (symmetric windows of different
+ a flag bit other than NCCL_WIN_COLL_SYMMETRIC's; NCCL_WIN_DEFAULT, 0, is accepted), ncclInvalidUsage (symmetric windows of different
  sizes or flags across ranks), ncclUnhandledCudaError (mapping failed), ncclRemoteError (a
  peer was lost during the exchange), ncclInternalError.
  */

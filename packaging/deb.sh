@@ -100,8 +100,9 @@ Description: drop-in replacement for NVIDIA NCCL $nccl_version, written in Rust
  oxccl implements the NCCL $nccl_version C API and ABI (libnccl.so.2):
  collectives and send/recv between the GPUs of a host over NVLink/PCIe peer
  memory, and between hosts over TCP. Unchanged NCCL programs, nccl-tests and
- PyTorch use it in place of NCCL. It loads the CUDA driver at run time (a driver for CUDA 13.0 or newer is
- needed to run collectives; nothing from CUDA is needed to install or link).
+ PyTorch use it in place of NCCL. It loads the CUDA driver at run time (a
+ driver for CUDA 13.0 or newer is needed to run collectives; nothing from CUDA
+ is needed to install or link).
  .
  Installs libnccl.so.2 and libnccl.so in the default library path, the header
  as /usr/include/oxccl/nccl.h (pkg-config: nccl, oxccl), the static library
