@@ -21,7 +21,8 @@ static int failures = 0;
 int main(void) {
   int v = 0;
   EXPECT(ncclGetVersion(&v), ncclSuccess);
-  CHECK(v == 22809 && v == NCCL_VERSION_CODE);
+  /* The header is NCCL 2.32.3's; the library reports the newest NCCL whose whole host API it has. */
+  CHECK(v == 22809 && NCCL_VERSION_CODE == 23203);
   EXPECT(pncclGetVersion(&v), ncclSuccess);
   EXPECT(ncclGetVersion(NULL), ncclInvalidArgument);
 
@@ -30,6 +31,7 @@ int main(void) {
   CHECK(strcmp(ncclGetErrorString(ncclRemoteError), "remote process exited or there was a network error") == 0);
   CHECK(strcmp(ncclGetErrorString((ncclResult_t)42), "unknown result code") == 0);
   CHECK(strcmp(pncclGetErrorString(ncclInProgress), "NCCL operation in progress") == 0);
+  CHECK(strcmp(ncclGetErrorString(ncclTimeout), "timeout") == 0);
 
   /* An argument error leaves its WARN text for ncclGetLastError. */
   EXPECT(ncclCommCount(NULL, NULL), ncclInvalidArgument);
@@ -128,6 +130,7 @@ int main(void) {
   comm = (ncclComm_t)(uintptr_t)0x1;
   EXPECT(ncclCommInitRank(&comm, 0, id, 0), ncclInvalidArgument);
   CHECK(comm == NULL);
+  ncclResult_t r28;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.magic = 0;
   comm = (ncclComm_t)(uintptr_t)0x1;
@@ -136,6 +139,23 @@ int main(void) {
   ncclConfig_t cfg2 = NCCL_CONFIG_INITIALIZER;
   cfg2.blocking = 7;
   EXPECT(ncclCommInitRankConfig(&comm, 1, id, 0, &cfg2), ncclInvalidArgument);
+  /* A 2.31 field out of its range. */
+  ncclConfig_t cfg3 = NCCL_CONFIG_INITIALIZER;
+  cfg3.hostCftMode = 9;
+  EXPECT(ncclCommInitRankConfig(&comm, 1, id, 0, &cfg3), ncclInvalidArgument);
+  /* A caller built against NCCL 2.28's nccl.h passes an 80-byte struct stamped 22809: its fields
+   * are read, and the bytes after it are not (here they hold values that would be rejected). */
+  union { ncclConfig_t c; unsigned char b[sizeof(ncclConfig_t)]; } old;
+  old.c = (ncclConfig_t)NCCL_CONFIG_INITIALIZER;
+  memset(old.b + 80, 0x7f, sizeof(old.b) - 80);
+  old.c.size = 80;
+  old.c.version = 22809;
+  old.c.blocking = 7;
+  EXPECT(ncclCommInitRankConfig(&comm, 1, id, 0, &old.c), ncclInvalidArgument);
+  old.c.blocking = 1;
+  r28 = ncclCommInitRankConfig(&comm, 1, id, 0, &old.c);
+  CHECK(r28 != ncclInvalidArgument);
+  if (r28 == ncclSuccess) EXPECT(ncclCommDestroy(comm), ncclSuccess);
   EXPECT(ncclCommInitAll(NULL, 1, NULL), ncclInvalidArgument);
   EXPECT(ncclCommInitAll(&comm, 0, NULL), ncclInvalidArgument);
 

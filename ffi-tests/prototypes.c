@@ -1,5 +1,7 @@
-/* Compile-time check that every function in nccl.h has NCCL 2.28.9's exact C type, for both the
- * ncclX and pncclX names. Any difference in a parameter or return type fails the build. */
+/* Compile-time check that every function in nccl.h has NCCL 2.32.3's exact C type, for both the
+ * ncclX and pncclX names. Any difference in a parameter or return type fails the build.
+ * NCCL 2.32.3 declares ncclResetDebugInit only for programs that define NCCL_OS_LINUX. */
+#define NCCL_OS_LINUX 1
 #include "nccl.h"
 
 #define SAME(fn, type)                                                             \

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # C ABI tests, run without a GPU (CI) or with one:
 #  1. ABI facts (struct layouts, enum values, macros, initializers) of include/nccl.h, as C and C++,
-#     equal NVIDIA NCCL 2.28.9's (expected/abi_facts.txt);
+#     equal NVIDIA NCCL 2.32.3's (expected/abi_facts.txt);
 #  2. every prototype has NCCL's exact type (prototypes.c, compile-time);
-#  3. the library exports exactly NCCL 2.28.9's dynamic symbols (expected/exported_symbols.txt),
-#     has soname libnccl.so.2 and needs no CUDA library at link time;
+#  3. the library exports exactly NCCL 2.32.3's dynamic symbols (expected/exported_symbols.txt)
+#     except those still listed in `pending` below, has soname libnccl.so.2 and needs no CUDA
+#     library at link time;
 #  4. behaviour.c, compiled as C and as C++ and linked as a NCCL application would be (-lnccl), passes;
 #  5. gpu_comm.c, gpu_streams.c, gpu_pair.c and gpu_syncwait.c (run on GPUs by ffi-tests/gpu.sh) compile.
 # Usage: ffi-tests/run.sh [DIR containing liboxccl.so]   (default target/release)
@@ -35,9 +36,25 @@ step "prototypes"
 gcc -std=gnu11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" -c prototypes.c -o "$out/prototypes.o"
 echo ok
 
+# NCCL 2.32.3 functions oxccl does not implement yet (issue 72), each with its pnccl alias. The list
+# only shrinks: a symbol leaves it when its function lands, and the check below then requires it.
+pending=(
+  ncclAllGatherConfig ncclAllReduceConfig ncclAlltoAllConfig ncclBroadcastConfig ncclGatherConfig
+  ncclReduceConfig ncclReduceScatterConfig ncclScatterConfig
+  ncclCommGetUniqueId ncclCommGrow ncclCommMemStats ncclCommSuspend ncclCommResume
+  ncclCommQueryProperties ncclGetCftDeviceLeInfo ncclGetLsaDevicePointer ncclGetLsaMultimemDevicePointer
+  ncclGetMultimemDeviceLeInfo ncclGetMultimemDevicePointer ncclGetPeerDeviceLeInfo ncclGetPeerDevicePointer
+  ncclGinInboxA2ACreateRequirement ncclGinOutboxCreateRequirement ncclTeamCft ncclTeamCftMultimem
+  ncclParamBind ncclParamDumpAll ncclParamGet ncclParamGetAllParameterKeys ncclParamGetI8 ncclParamGetI16
+  ncclParamGetI32 ncclParamGetI64 ncclParamGetU8 ncclParamGetU16 ncclParamGetU32 ncclParamGetU64
+  ncclParamGetParameter ncclParamGetStr
+  ncclPutSignal ncclSignal ncclWaitSignal ncclWinGetUserPtr ncclSetEncryption
+)
 step "exported symbols"
-nm -D --defined-only "$lib" | awk '{print $3}' | sort | diff -u expected/exported_symbols.txt -
-echo ok
+printf '%s\n' "${pending[@]}" | sed 'p;s/^/p/' | sort > "$out/pending"
+comm -23 expected/exported_symbols.txt "$out/pending" > "$out/want"
+nm -D --defined-only "$lib" | awk '{print $3}' | sort | diff -u "$out/want" -
+echo "ok (${#pending[@]} NCCL 2.32.3 functions pending)"
 step "soname and dependencies"
 readelf -d "$lib" | grep -q 'SONAME.*\[libnccl\.so\.2\]' || { echo "soname is not libnccl.so.2"; exit 1; }
 if readelf -d "$lib" | grep NEEDED | grep -Eq 'libcuda|libcudart|libnccl'; then

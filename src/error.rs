@@ -4,7 +4,7 @@
 use std::fmt;
 use std::panic::Location;
 
-/// `ncclResult_t`, as oxccl produces it. Values are NCCL 2.28's.
+/// `ncclResult_t`, as oxccl produces it. Values are NCCL 2.32's.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ResultCode {
@@ -25,6 +25,8 @@ pub enum ResultCode {
     RemoteError = 6,
     /// ncclInProgress: a nonblocking communicator's operation has not finished yet.
     InProgress = 7,
+    /// ncclTimeout (NCCL 2.29): a bounded wait ran out of time.
+    Timeout = 8,
 }
 
 impl ResultCode {
@@ -40,6 +42,7 @@ impl ResultCode {
             5 => InvalidUsage,
             6 => RemoteError,
             7 => InProgress,
+            8 => Timeout,
             _ => return None,
         })
     }
@@ -55,6 +58,7 @@ impl ResultCode {
             ResultCode::InvalidUsage => "invalid usage (run with NCCL_DEBUG=WARN for details)",
             ResultCode::RemoteError => "remote process exited or there was a network error",
             ResultCode::InProgress => "NCCL operation in progress",
+            ResultCode::Timeout => "timeout",
         }
     }
 }
@@ -182,11 +186,12 @@ mod tests {
 
     #[test]
     fn raw_round_trip_and_strings() {
-        for v in 0..8 {
+        for v in 0..9 {
             let c = ResultCode::from_raw(v).expect("valid code");
             assert_eq!(c as i32, v);
         }
-        assert!(ResultCode::from_raw(8).is_none());
+        assert!(ResultCode::from_raw(9).is_none());
+        assert_eq!(ResultCode::Timeout.as_str(), "timeout");
         assert!(ResultCode::from_raw(-1).is_none());
         assert_eq!(ResultCode::InProgress.as_str(), "NCCL operation in progress");
     }

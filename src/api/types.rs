@@ -2,7 +2,7 @@
 //!
 //! Enum-typed parameters arrive as plain `c_int`: C may pass any value, and a Rust enum holding an
 //! undeclared value would be undefined behaviour. cbindgen does not emit these definitions; the
-//! header's prelude (cbindgen.toml) spells them exactly as NCCL 2.28.9 does, and the ABI facts test
+//! header's prelude (cbindgen.toml) spells them exactly as NCCL 2.32.3 does, and the ABI facts test
 //! (ffi-tests/) checks both against NCCL's own header.
 #![allow(non_camel_case_types)]
 
@@ -82,7 +82,7 @@ mod tests {
 
     #[test]
     fn config_layout_is_nccls() {
-        assert_eq!(size_of::<ncclConfig_t>(), 80);
+        assert_eq!(size_of::<ncclConfig_t>(), 120);
         assert_eq!(offset_of!(ncclConfig_t, magic), 8);
         assert_eq!(offset_of!(ncclConfig_t, blocking), 16);
         assert_eq!(offset_of!(ncclConfig_t, netName), 32);
@@ -91,6 +91,8 @@ mod tests {
         assert_eq!(offset_of!(ncclConfig_t, collnetEnable), 56);
         assert_eq!(offset_of!(ncclConfig_t, nvlsCTAs), 68);
         assert_eq!(offset_of!(ncclConfig_t, nvlinkCentricSched), 76);
+        assert_eq!(offset_of!(ncclConfig_t, graphUsageMode), 80);
+        assert_eq!(offset_of!(ncclConfig_t, nvlsHostMode), 112);
         assert_eq!(size_of::<ncclSimInfo_t>(), 24);
         assert_eq!(offset_of!(ncclSimInfo_t, estimatedTime), 16);
         assert_eq!(size_of::<ncclUniqueId>(), 128);

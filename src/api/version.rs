@@ -34,6 +34,7 @@ fn error_string(raw: c_int) -> &'static std::ffi::CStr {
         Some(ResultCode::InvalidUsage) => c"invalid usage (run with NCCL_DEBUG=WARN for details)",
         Some(ResultCode::RemoteError) => c"remote process exited or there was a network error",
         Some(ResultCode::InProgress) => c"NCCL operation in progress",
+        Some(ResultCode::Timeout) => c"timeout",
         None => c"unknown result code",
     }
 }
@@ -67,7 +68,8 @@ mod tests {
     fn strings_match_nccl() {
         assert_eq!(error_string(0).to_str().unwrap(), "no error");
         assert_eq!(error_string(7).to_str().unwrap(), "NCCL operation in progress");
-        assert_eq!(error_string(8).to_str().unwrap(), "unknown result code");
+        assert_eq!(error_string(8).to_str().unwrap(), "timeout");
+        assert_eq!(error_string(9).to_str().unwrap(), "unknown result code");
         assert_eq!(error_string(-1).to_str().unwrap(), "unknown result code");
         for code in 0..8 {
             let c = ResultCode::from_raw(code).unwrap();

@@ -1,11 +1,12 @@
-//! `ncclConfig_t` as NCCL 2.28.9's nccl.h lays it out: the C struct this module parses into
+//! `ncclConfig_t` as NCCL 2.32.3's nccl.h lays it out: the C struct this module parses into
 //! `CommConfig` (comm_config.rs). It lives here, below api/, so the dependency points one way;
 //! api/types.rs re-exports it for the C boundary.
 #![allow(non_camel_case_types, non_snake_case)]
 
 use std::ffi::{c_char, c_int, c_uint};
 
-/// `struct ncclConfig_v22800`, sizeof 80 on x86-64.
+/// `struct ncclConfig_v23100`, sizeof 120 on x86-64 (2.28's `ncclConfig_v22800` is its first 80
+/// bytes; callers built against older headers pass their own `size` and `version`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ncclConfig_t {
@@ -43,6 +44,24 @@ pub struct ncclConfig_t {
     pub nChannelsPerNetPeer: c_int,
     /// NVLink-centric scheduling: read and validated; no effect.
     pub nvlinkCentricSched: c_int,
+    /// CUDA graph usage (0 none, 1 graphs only, 2 graphs mixed with eager; NCCL 2.29).
+    pub graphUsageMode: c_int,
+    /// RMA contexts for the one-sided operations (NCCL 2.29).
+    pub numRmaCtx: c_int,
+    /// Most peers a rank connects to for point-to-point (NCCL 2.30).
+    pub maxP2pPeers: c_int,
+    /// Whether captured kernels keep the capturing stream's order (NCCL 2.30.5).
+    pub graphStreamOrdering: c_int,
+    /// Whether launch order across communicators is implied by issue order (NCCL 2.31).
+    pub launchOrderImplicit: c_int,
+    /// Signal slots per RMA context and peer for the one-sided operations (NCCL 2.31).
+    pub numRmaSig: c_int,
+    /// Whether RMA resources are set up at init rather than at first use (NCCL 2.31).
+    pub rmaEagerInit: c_int,
+    /// Host collective-fabric-transport mode, ncclHostCftMode_t (NCCL 2.31).
+    pub hostCftMode: c_int,
+    /// Host NVLS components disabled, ncclNvlsHostMode_t flags (NCCL 2.31).
+    pub nvlsHostMode: c_int,
 }
 
 /// `ncclConfig_t::magic` as NCCL_CONFIG_INITIALIZER sets it.

@@ -1,5 +1,6 @@
-//! ncclConfig_t → `CommConfig`, step by step as NCCL 2.28.9 src/init.cc parseCommConfig: copy the
-//! caller's first min(size, 80) bytes over NCCL_CONFIG_INITIALIZER, check the magic, reset the
+//! ncclConfig_t → `CommConfig`, step by step as NCCL src/init.cc parseCommConfig (2.28.9, and
+//! 2.30.7 for the fields 2.29-2.30 added): copy the caller's first min(size, 120) bytes over
+//! NCCL_CONFIG_INITIALIZER, check the magic, reset the
 //! fields newer than the caller's `version`, validate, apply defaults, then the environment
 //! overrides of envConfigOverride (see `comm_env`).
 
@@ -15,9 +16,9 @@ pub const MAX_CHANNELS: i32 = 64;
 /// NCCL_CTA_POLICY_DEFAULT / _EFFICIENCY / _ZERO.
 pub const CTA_POLICY_DEFAULT: i32 = 0;
 pub const CTA_POLICY_ZERO: i32 = 2;
-/// NCCL_VERSION(2,28,9): the version NCCL_CONFIG_INITIALIZER stamps.
-const INITIALIZER_VERSION: u32 = 22809;
-/// The bytes NCCL reads from a caller's struct at most: sizeof(ncclConfig_t) of 2.28.
+/// NCCL_VERSION(2,32,3): the version NCCL_CONFIG_INITIALIZER stamps.
+const INITIALIZER_VERSION: u32 = 23203;
+/// The bytes NCCL reads from a caller's struct at most: sizeof(ncclConfig_t) of 2.32.
 pub const CONFIG_BYTES: usize = size_of::<ncclConfig_t>();
 
 /// A communicator's configuration, defaults applied. Integer fields equal to
@@ -52,6 +53,29 @@ pub struct CommConfig {
     pub n_channels_per_net_peer: i32,
     /// `nvlinkCentricSched` (NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE); no effect.
     pub nvlink_centric_sched: bool,
+    /// `graphUsageMode` (0/1/2, default 2; NCCL_GRAPH_MIXING_SUPPORT 0/1 sets 0/2); oxccl mixes
+    /// graphs and eager launches in every mode.
+    pub graph_usage_mode: i32,
+    /// `numRmaCtx` (>= 0, default 1; NCCL_NUM_RMA_CTX): contexts of the one-sided operations;
+    /// 0 disables them.
+    pub num_rma_ctx: i32,
+    /// `maxP2pPeers` (> 0 or UNDEF; NCCL_MAX_P2P_PEERS); oxccl connects peers as they are used.
+    pub max_p2p_peers: i32,
+    /// `graphStreamOrdering` (0/1 or UNDEF; NCCL_GRAPH_STREAM_ORDERING); captured work always
+    /// keeps the capturing stream's order in oxccl.
+    pub graph_stream_ordering: i32,
+    /// `launchOrderImplicit` (0/1, default 0; NCCL_LAUNCH_ORDER_IMPLICIT); no effect.
+    pub launch_order_implicit: bool,
+    /// `numRmaSig` (> 0, default 1): signal indices per RMA context.
+    pub num_rma_sig: i32,
+    /// `rmaEagerInit` (0/1, default 0); oxccl's one-sided resources are
+    /// the windows' own, so there is nothing to set up early.
+    pub rma_eager_init: bool,
+    /// `hostCftMode` (ncclHostCftMode_t: 1 enable, 2 disable, 3 fallback; default UNDEF); oxccl
+    /// has no CFT transport, so every mode runs without it.
+    pub host_cft_mode: i32,
+    /// `nvlsHostMode` (ncclNvlsHostMode_t flags, >= 0, default UNDEF); oxccl never uses NVLS.
+    pub nvls_host_mode: i32,
 }
 
 impl Default for CommConfig {
@@ -81,6 +105,15 @@ impl CommConfig {
             nvls_ctas: UNDEF,
             n_channels_per_net_peer: UNDEF,
             nvlink_centric_sched: false,
+            graph_usage_mode: 2,
+            num_rma_ctx: 1,
+            max_p2p_peers: UNDEF,
+            graph_stream_ordering: UNDEF,
+            launch_order_implicit: false,
+            num_rma_sig: 1,
+            rma_eager_init: false,
+            host_cft_mode: UNDEF,
+            nvls_host_mode: UNDEF,
         }
     }
 
@@ -113,6 +146,15 @@ pub fn config_initializer() -> ncclConfig_t {
         nvlsCTAs: UNDEF,
         nChannelsPerNetPeer: UNDEF,
         nvlinkCentricSched: UNDEF,
+        graphUsageMode: UNDEF,
+        numRmaCtx: UNDEF,
+        maxP2pPeers: UNDEF,
+        graphStreamOrdering: UNDEF,
+        launchOrderImplicit: UNDEF,
+        numRmaSig: UNDEF,
+        rmaEagerInit: UNDEF,
+        hostCftMode: UNDEF,
+        nvlsHostMode: UNDEF,
     }
 }
 
@@ -120,7 +162,7 @@ pub fn config_initializer() -> ncclConfig_t {
 /// Errors are InvalidArgument with NCCL's WARN text.
 ///
 /// # Safety
-/// `config` is NULL or points to at least min(its `size`, 80) readable bytes (and 8 in any
+/// `config` is NULL or points to at least min(its `size`, 120) readable bytes (and 8 in any
 /// case); `netName` and `commName`, where the caller's version has them, are NULL or
 /// NUL-terminated strings. Both strings are copied before returning.
 pub unsafe fn parse_comm_config(config: *const ncclConfig_t) -> Result<CommConfig> {
@@ -128,7 +170,7 @@ pub unsafe fn parse_comm_config(config: *const ncclConfig_t) -> Result<CommConfi
     if config.is_null() {
         return resolve(&config_initializer(), &|_| String::new(), env);
     }
-    // SAFETY: the caller guarantees the size field and min(size, 80) bytes are readable.
+    // SAFETY: the caller guarantees the size field and min(size, 120) bytes are readable.
     let size = unsafe { std::ptr::read_unaligned(config as *const usize) };
     let bytes = unsafe { std::slice::from_raw_parts(config as *const u8, size.min(CONFIG_BYTES)) };
     // SAFETY: resolve only passes the string pointers the caller vouched for (after the version
@@ -175,6 +217,24 @@ fn reset_newer_fields(raw: &mut ncclConfig_t) {
         raw.nChannelsPerNetPeer = d.nChannelsPerNetPeer;
         raw.nvlinkCentricSched = d.nvlinkCentricSched;
     }
+    if v < 22900 {
+        raw.graphUsageMode = d.graphUsageMode;
+        raw.numRmaCtx = d.numRmaCtx;
+    }
+    if v < 23000 {
+        raw.maxP2pPeers = d.maxP2pPeers;
+    }
+    if v < 23005 {
+        raw.graphStreamOrdering = d.graphStreamOrdering;
+    }
+    // ncclConfig_v23100's fields.
+    if v < 23100 {
+        raw.launchOrderImplicit = d.launchOrderImplicit;
+        raw.numRmaSig = d.numRmaSig;
+        raw.rmaEagerInit = d.rmaEagerInit;
+        raw.hostCftMode = d.hostCftMode;
+        raw.nvlsHostMode = d.nvlsHostMode;
+    }
 }
 
 /// parseCommConfig's checks, with its messages. UNDEF means "not set" and always passes, except
@@ -215,6 +275,35 @@ fn validate(c: &ncclConfig_t) -> Result<()> {
     }
     if not_bool(c.nvlinkCentricSched) {
         return fail("nvlinkCentricSched", c.nvlinkCentricSched);
+    }
+    // The 2.29-2.30 fields as NCCL 2.30.7 checks them.
+    if set(c.graphUsageMode) && !(0..=2).contains(&c.graphUsageMode) {
+        return fail("graphUsageMode", c.graphUsageMode);
+    }
+    if set(c.numRmaCtx) && c.numRmaCtx < 0 {
+        return fail("numRmaCtx", c.numRmaCtx);
+    }
+    if set(c.maxP2pPeers) && c.maxP2pPeers <= 0 {
+        return fail("maxP2pPeers", c.maxP2pPeers);
+    }
+    if not_bool(c.graphStreamOrdering) {
+        return fail("graphStreamOrdering", c.graphStreamOrdering);
+    }
+    // The 2.31 fields, by the ranges their types in nccl.h give.
+    if not_bool(c.launchOrderImplicit) {
+        return fail("launchOrderImplicit", c.launchOrderImplicit);
+    }
+    if set(c.numRmaSig) && c.numRmaSig <= 0 {
+        return fail("numRmaSig", c.numRmaSig);
+    }
+    if not_bool(c.rmaEagerInit) {
+        return fail("rmaEagerInit", c.rmaEagerInit);
+    }
+    if set(c.hostCftMode) && !(1..=3).contains(&c.hostCftMode) {
+        return fail("hostCftMode", c.hostCftMode);
+    }
+    if set(c.nvlsHostMode) && c.nvlsHostMode < 0 {
+        return fail("nvlsHostMode", c.nvlsHostMode);
     }
     Ok(())
 }
@@ -263,6 +352,15 @@ fn resolve(
         nvls_ctas: or_default(c.nvlsCTAs, UNDEF, "nvlsCTAs"),
         n_channels_per_net_peer: or_default(c.nChannelsPerNetPeer, UNDEF, "nChannelsPerNetPeer"),
         nvlink_centric_sched: or_default(c.nvlinkCentricSched, 0, "nvlinkCentricSched") != 0,
+        graph_usage_mode: or_default(c.graphUsageMode, 2, "graphUsageMode"),
+        num_rma_ctx: or_default(c.numRmaCtx, 1, "numRmaCtx"),
+        max_p2p_peers: or_default(c.maxP2pPeers, UNDEF, "maxP2pPeers"),
+        graph_stream_ordering: or_default(c.graphStreamOrdering, UNDEF, "graphStreamOrdering"),
+        launch_order_implicit: or_default(c.launchOrderImplicit, 0, "launchOrderImplicit") != 0,
+        num_rma_sig: or_default(c.numRmaSig, 1, "numRmaSig"),
+        rma_eager_init: or_default(c.rmaEagerInit, 0, "rmaEagerInit") != 0,
+        host_cft_mode: or_default(c.hostCftMode, UNDEF, "hostCftMode"),
+        nvls_host_mode: or_default(c.nvlsHostMode, UNDEF, "nvlsHostMode"),
     };
     apply_env_overrides(&mut cfg, env);
     Ok(cfg)
@@ -360,6 +458,15 @@ mod tests {
         c.nvlsCTAs = 8;
         c.nChannelsPerNetPeer = 2;
         c.nvlinkCentricSched = 1;
+        c.graphUsageMode = 1;
+        c.numRmaCtx = 3;
+        c.maxP2pPeers = 5;
+        c.graphStreamOrdering = 0;
+        c.launchOrderImplicit = 1;
+        c.numRmaSig = 6;
+        c.rmaEagerInit = 1;
+        c.hostCftMode = 2;
+        c.nvlsHostMode = 3;
         let cfg = parse(&c).expect("config");
         let want = CommConfig {
             blocking: false,
@@ -376,6 +483,15 @@ mod tests {
             nvls_ctas: 8,
             n_channels_per_net_peer: 2,
             nvlink_centric_sched: true,
+            graph_usage_mode: 1,
+            num_rma_ctx: 3,
+            max_p2p_peers: 5,
+            graph_stream_ordering: 0,
+            launch_order_implicit: true,
+            num_rma_sig: 6,
+            rma_eager_init: true,
+            host_cft_mode: 2,
+            nvls_host_mode: 3,
         };
         assert_eq!(cfg, want);
     }
@@ -399,20 +515,38 @@ mod tests {
     }
 
     #[test]
-    fn larger_struct_is_read_up_to_80_bytes() {
+    fn larger_struct_is_read_up_to_120_bytes() {
         let mut c = config_initializer();
         c.minCTAs = 2;
         c.maxCTAs = 32; // minCTAs alone fails: NCCL compares it with an unset (INT_MIN) maxCTAs
-        assert_eq!(parse_sized(&c, 96, &no_env).map(|c| c.min_ctas).ok(), Some(2));
-        // Through the pointer too: a 96-byte caller buffer whose tail is never looked at.
-        let mut buf = [0u8; 96];
-        c.size = 96;
+        assert_eq!(parse_sized(&c, 136, &no_env).map(|c| c.min_ctas).ok(), Some(2));
+        // Through the pointer too: a 136-byte caller buffer whose tail is never looked at.
+        let mut buf = [0u8; 136];
+        c.size = 136;
         buf[..CONFIG_BYTES].copy_from_slice(&bytes_of(&c));
         buf[CONFIG_BYTES..].fill(0xff);
-        let cfg = unsafe { parse_comm_config(buf.as_ptr() as *const ncclConfig_t) }.expect("96-byte config");
+        let cfg = unsafe { parse_comm_config(buf.as_ptr() as *const ncclConfig_t) }.expect("136-byte config");
         if std::env::var_os("NCCL_MIN_CTAS").is_none() && std::env::var_os("NCCL_MAX_CTAS").is_none() {
             assert_eq!(cfg.min_ctas, 2);
         }
+    }
+
+    #[test]
+    fn a_2_28_caller_is_read_to_its_80_bytes() {
+        // An 80-byte ncclConfig_v22800 followed by bytes that would fail every 2.29-2.31 field.
+        let mut c = config_initializer();
+        c.version = 22809;
+        c.size = 80;
+        c.maxCTAs = 16;
+        let mut buf = [0x7fu8; CONFIG_BYTES];
+        buf[..80].copy_from_slice(&bytes_of(&c)[..80]);
+        let cfg = unsafe { parse_comm_config(buf.as_ptr() as *const ncclConfig_t) }.expect("2.28 config");
+        if std::env::var_os("NCCL_MAX_CTAS").is_none() {
+            assert_eq!(cfg.max_ctas, 16);
+        }
+        let d = CommConfig::builtin_defaults();
+        assert_eq!((cfg.graph_usage_mode, cfg.num_rma_sig, cfg.host_cft_mode), (d.graph_usage_mode, d.num_rma_sig, d.host_cft_mode));
+        assert_eq!(CONFIG_BYTES, 120);
     }
 
     #[test]
@@ -431,7 +565,7 @@ mod tests {
     #[test]
     fn invalid_values_are_rejected_with_field_and_value() {
         type Set = fn(&mut ncclConfig_t);
-        let cases: [(Set, &str); 13] = [
+        let cases: [(Set, &str); 22] = [
             (|c| c.blocking = 2, "blocking attribute value 2"),
             (|c| c.cgaClusterSize = -1, "cgaClusterSize attribute value -1"),
             (|c| c.minCTAs = 0, "min/max channels attribute value 0/"),
@@ -445,6 +579,15 @@ mod tests {
             (|c| c.nvlsCTAs = 0, "nvlsCTAs attribute value 0"),
             (|c| c.nChannelsPerNetPeer = 65, "nChannelsPerNetPeer attribute value 65"),
             (|c| c.nvlinkCentricSched = 2, "nvlinkCentricSched attribute value 2"),
+            (|c| c.graphUsageMode = 3, "graphUsageMode attribute value 3"),
+            (|c| c.numRmaCtx = -1, "numRmaCtx attribute value -1"),
+            (|c| c.maxP2pPeers = 0, "maxP2pPeers attribute value 0"),
+            (|c| c.graphStreamOrdering = 2, "graphStreamOrdering attribute value 2"),
+            (|c| c.launchOrderImplicit = 2, "launchOrderImplicit attribute value 2"),
+            (|c| c.numRmaSig = 0, "numRmaSig attribute value 0"),
+            (|c| c.rmaEagerInit = -1, "rmaEagerInit attribute value -1"),
+            (|c| c.hostCftMode = 0, "hostCftMode attribute value 0"),
+            (|c| c.nvlsHostMode = -2, "nvlsHostMode attribute value -2"),
         ];
         for (set, text) in cases {
             let mut c = config_initializer();
@@ -492,6 +635,23 @@ mod tests {
         let cfg = parse(&c).expect("2.27");
         assert_eq!(cfg.nvls_ctas, 4);
         assert!(!cfg.nvlink_centric_sched);
+        // Each 2.29-2.31 field from the version that added it.
+        let mut c = config_initializer();
+        c.graphUsageMode = 0;
+        c.maxP2pPeers = 3;
+        c.graphStreamOrdering = 1;
+        c.numRmaSig = 4;
+        let at = |v: u32| {
+            let mut c = c;
+            c.version = v;
+            let g = parse(&c).expect("config");
+            (g.graph_usage_mode, g.max_p2p_peers, g.graph_stream_ordering, g.num_rma_sig)
+        };
+        assert_eq!(at(22809), (2, UNDEF, UNDEF, 1));
+        assert_eq!(at(22900), (0, UNDEF, UNDEF, 1));
+        assert_eq!(at(23000), (0, 3, UNDEF, 1));
+        assert_eq!(at(23005), (0, 3, 1, 1));
+        assert_eq!(at(23100), (0, 3, 1, 4));
     }
 
     #[test]
@@ -509,6 +669,11 @@ mod tests {
             ("NCCL_NVLS_NCHANNELS", "16"),
             ("NCCL_NCHANNELS_PER_NET_PEER", "4"),
             ("NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE", "1"),
+            ("NCCL_GRAPH_MIXING_SUPPORT", "0"),
+            ("NCCL_NUM_RMA_CTX", "0"),
+            ("NCCL_MAX_P2P_PEERS", "7"),
+            ("NCCL_GRAPH_STREAM_ORDERING", "1"),
+            ("NCCL_LAUNCH_ORDER_IMPLICIT", "1"),
         ]
         .into_iter()
         .collect();
@@ -532,6 +697,12 @@ mod tests {
             nvls_ctas: 16,
             n_channels_per_net_peer: 4,
             nvlink_centric_sched: true,
+            graph_usage_mode: 0,
+            num_rma_ctx: 0,
+            max_p2p_peers: 7,
+            graph_stream_ordering: 1,
+            launch_order_implicit: true,
+            ..CommConfig::builtin_defaults()
         };
         assert_eq!(cfg, want);
     }

@@ -83,6 +83,35 @@ pub fn apply_env_overrides(cfg: &mut CommConfig, env: &dyn Fn(&str) -> Option<St
         cfg.nvls_ctas = nvls;
     }
 
+    // NCCL 2.30.7's overrides of the 2.29-2.30 fields (launchOrderImplicit: 2.31's field for its
+    // older NCCL_LAUNCH_ORDER_IMPLICIT).
+    let mixing = param("NCCL_GRAPH_MIXING_SUPPORT");
+    if mixing == 0 || mixing == 1 {
+        cfg.graph_usage_mode = if mixing == 1 { 2 } else { 0 };
+        nccl_info!(Subsys::Env, "Comm config graphUsageMode reset to {} by NCCL_GRAPH_MIXING_SUPPORT={}", cfg.graph_usage_mode, mixing);
+    } else if mixing != UNDEF {
+        nccl_info!(Subsys::Env, "NCCL_GRAPH_MIXING_SUPPORT {} is not valid, leaving it set at {}", mixing, cfg.graph_usage_mode);
+    }
+    let rma_ctx = param("NCCL_NUM_RMA_CTX");
+    if rma_ctx != UNDEF {
+        if rma_ctx < 0 {
+            nccl_info!(Subsys::Env, "NCCL_NUM_RMA_CTX {} is too low, leaving it set at {}", rma_ctx, cfg.num_rma_ctx);
+        } else {
+            cfg.num_rma_ctx = rma_ctx;
+        }
+    }
+    positive_override(param("NCCL_MAX_P2P_PEERS"), &mut cfg.max_p2p_peers, "NCCL_MAX_P2P_PEERS", "maxP2pPeers");
+    let ordering = param("NCCL_GRAPH_STREAM_ORDERING");
+    if ordering == 0 || ordering == 1 {
+        cfg.graph_stream_ordering = ordering;
+    } else if ordering != UNDEF {
+        nccl_info!(Subsys::Env, "NCCL_GRAPH_STREAM_ORDERING {} is not valid, leaving it set at {}", ordering, cfg.graph_stream_ordering);
+    }
+    let implicit = param("NCCL_LAUNCH_ORDER_IMPLICIT");
+    if implicit == 0 || implicit == 1 {
+        cfg.launch_order_implicit = implicit == 1;
+    }
+
     // Final clamps.
     cfg.min_ctas = cfg.min_ctas.min(MAX_CHANNELS);
     cfg.max_ctas = cfg.max_ctas.min(MAX_CHANNELS);
