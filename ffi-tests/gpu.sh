@@ -26,6 +26,8 @@ gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" 
   -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_pair"
 gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" -I"$cuda/include" "$here/gpu_syncwait.c" \
   -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_syncwait"
+gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" -I"$cuda/include" "$here/gpu_window.c" \
+  -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_window"
 # Pointer checks are part of the test (NCCL_CHECK_POINTERS=1 is honoured by both libraries).
 export NCCL_CHECK_POINTERS=1
 rc=0
@@ -65,6 +67,8 @@ two() { # binary, expected (pass/fail/report), label, lib dir, env...
 two gpu_pair pass "oxccl, OXCCL_CE_DIRECT_ASYNC=1" "$out/lib" OXCCL_CE_DIRECT_ASYNC=1
 two gpu_pair fail "oxccl (calling-thread handshake)" "$out/lib" GPU_PAIR_ALARM=15
 two gpu_syncwait pass "oxccl" "$out/lib"
+# gpu_window: NCCL 2.29-2.32 window queries, oxccl only (NCCL 2.28.9 lacks them).
+two gpu_window pass "oxccl" "$out/lib"
 two gpu_syncwait report "oxccl, OXCCL_CE_DIRECT_ASYNC=1" "$out/lib" OXCCL_CE_DIRECT_ASYNC=1 GPU_SYNCWAIT_ALARM=30
 hosts=(GPU_SYNCWAIT_HOSTS=1 NCCL_IB_DISABLE=1)
 two gpu_syncwait pass "oxccl, 2 simulated hosts" "$out/lib" "${hosts[@]}"

@@ -50,4 +50,6 @@ SAME(ncclGroupStart, ncclResult_t (*)(void));
 SAME(ncclGroupEnd, ncclResult_t (*)(void));
 SAME(ncclGroupSimulateEnd, ncclResult_t (*)(ncclSimInfo_t*));
 
+SAME(ncclWinGetUserPtr, ncclResult_t (*)(ncclComm_t, ncclWindow_t, void**));
+
 int main(void) { return 0; }

@@ -24,14 +24,16 @@ static int rank;
   } while (0)
 
 // The child's start: an alarm of `alarm_env` seconds (default 120; a stalled call never returns),
-// exit 77 without 2 GPUs, GPU `rank`, and the 2-rank communicator, rank 0 sending its id to rank 1
+// exit 77 without 2 GPUs (unless TWO_PROCS_ONE_GPU=1), GPU `rank` (modulo the GPUs), and the 2-rank communicator, rank 0 sending its id to rank 1
 // over a pipe (`id_w` / `id_r`).
 static ncclComm_t pair_comm(const char* alarm_env, int id_w, int id_r) {
   const char* secs = getenv(alarm_env);
   alarm(secs && atoi(secs) > 0 ? (unsigned)atoi(secs) : 120);
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) _exit(77);
-  CHECK(cudaSetDevice(rank) == cudaSuccess, "cudaSetDevice");
+  // TWO_PROCS_ONE_GPU=1: both ranks on one GPU (a one-GPU machine; tests of semantics, not speed).
+  int share = getenv("TWO_PROCS_ONE_GPU") && atoi(getenv("TWO_PROCS_ONE_GPU")) == 1;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1 || (n < 2 && !share)) _exit(77);
+  CHECK(cudaSetDevice(rank % n) == cudaSuccess, "cudaSetDevice");
   ncclUniqueId id;
   if (rank == 0) {
     CHECK(ncclGetUniqueId(&id) == ncclSuccess, "ncclGetUniqueId");

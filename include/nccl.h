@@ -759,6 +759,16 @@ ncclResult_t ncclCommUserRank(ncclComm_t comm, int *rank);
 ncclResult_t pncclCommUserRank(ncclComm_t comm, int *rank);
 
 /*
+ Stores in `*outUserPtr` the buffer `win` was registered with on this rank (ncclCommWindowRegister's
+ `buff`), as NCCL's ncclWinGetUserPtr (NCCL 2.29 dev_runtime.cc). Local; any thread.
+
+ Returns ncclSuccess, or ncclInvalidArgument: `comm` or `outUserPtr` NULL, `comm` unknown or
+ destroyed, `win` NULL or not a window of `comm`.
+ */
+ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
+ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
+
+/*
  Opens a group on the calling thread (groups are thread-local and nest; only the outermost
  ncclGroupEnd acts). Collectives, sends/receives, inits, splits, shrinks, window registrations,
  finalize and destroy called on this thread until the matching ncclGroupEnd are queued and

@@ -75,6 +75,11 @@ profiling_aliases! {
     pncclTeamWorld => ncclTeamWorld(comm: ncclComm_t) -> ncclTeam_t;
     pncclTeamLsa => ncclTeamLsa(comm: ncclComm_t) -> ncclTeam_t;
     pncclTeamRail => ncclTeamRail(comm: ncclComm_t) -> ncclTeam_t;
+    pncclGetLsaDevicePointer => ncclGetLsaDevicePointer(window: ncclWindow_t, offset: usize, lsaRank: c_int, outPtr: *mut *mut c_void) -> ncclResult_t;
+    pncclGetPeerDevicePointer => ncclGetPeerDevicePointer(window: ncclWindow_t, offset: usize, peer: c_int, outPtr: *mut *mut c_void) -> ncclResult_t;
+    pncclGetLsaMultimemDevicePointer => ncclGetLsaMultimemDevicePointer(window: ncclWindow_t, offset: usize, outPtr: *mut *mut c_void) -> ncclResult_t;
+    pncclGetMultimemDevicePointer => ncclGetMultimemDevicePointer(window: ncclWindow_t, offset: usize, multimem: ncclMultimemHandle_t, outPtr: *mut *mut c_void) -> ncclResult_t;
+    pncclWinGetUserPtr => ncclWinGetUserPtr(comm: ncclComm_t, win: ncclWindow_t, outUserPtr: *mut *mut c_void) -> ncclResult_t;
     pncclTeamRankToWorld => ncclTeamRankToWorld(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int;
     pncclTeamRankToLsa => ncclTeamRankToLsa(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int;
     pncclLsaBarrierCreateRequirement => ncclLsaBarrierCreateRequirement(team: ncclTeam_t, nBarriers: c_int, outHandle: *mut c_void, outReq: *mut c_void) -> ncclResult_t;

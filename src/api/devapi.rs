@@ -5,7 +5,11 @@
 use std::ffi::{c_int, c_void};
 
 use super::types::{ncclComm_t, ncclResult_t, ncclTeam_t};
-use super::{call, call_grouped, comm_arg};
+use super::types::ncclWindow_t;
+use super::{call, call_grouped, comm_arg, out};
+use crate::comm::window::WindowView;
+use crate::error::{Error, Result};
+use std::sync::Arc;
 use crate::symmem::abi::{ncclDevComm, ncclDevCommRequirements, ncclDevResourceRequirements, ncclGinBarrierHandle, ncclLLA2AHandle, ncclLsaBarrierHandle, GIN_MAX_CONTEXTS};
 
 /// (rank, nranks, LSA team size, this rank's index in it), or None for a bad or unready handle.
@@ -177,6 +181,147 @@ fn zeroed_req(r: *mut c_void) -> *mut ncclDevResourceRequirements {
     // SAFETY: a non-NULL caller ncclDevResourceRequirements (checked by outs); all-zero is valid.
     unsafe { std::ptr::write_bytes(req, 0, 1) };
     req
+}
+
+
+/// The communicator that registered window `win`, and the window's view; ncclInvalidArgument
+/// (NCCL's "Could not find communicator matching window") for any other handle.
+fn window_of(win: ncclWindow_t) -> Result<(Arc<crate::comm::Comm>, WindowView)> {
+    if win.is_null() {
+        return Err(Error::invalid_argument("window argument is NULL"));
+    }
+    crate::comm::live()
+        .into_iter()
+        .find_map(|c| c.windows.view(win as usize).map(|v| (c, v)))
+        .ok_or_else(|| Error::invalid_argument(format!("Could not find communicator matching window {win:p}")))
+}
+
+/// (LSA team size, this rank's index in it) of a window's communicator: symmetric memory spans
+/// the LSA team; a window without it reaches this rank's copy only.
+fn lsa_of(c: &crate::comm::Comm, v: &WindowView) -> Result<(usize, usize)> {
+    if v.flat.is_none() {
+        return Ok((1, 0));
+    }
+    let r = c.ready()?;
+    Ok(crate::symmem::lsa_team(&r.peers, c.rank))
+}
+
+/// Stores in `*outPtr` the device address of byte `offset` of LSA rank `lsaRank`'s copy of
+/// `window` (a load/store pointer this GPU may dereference), as NCCL's ncclGetLsaDevicePointer
+/// (NCCL 2.29 dev_runtime.cc). Any thread; no stream work.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument: `window` or `outPtr` NULL, `window` not a
+/// registered window of a live communicator, `lsaRank` outside [0, LSA team size) (a window
+/// without symmetric memory has a team of one), or `offset` not below the window's size.
+#[no_mangle]
+pub extern "C" fn ncclGetLsaDevicePointer(window: ncclWindow_t, offset: usize, lsaRank: c_int, outPtr: *mut *mut c_void) -> ncclResult_t {
+    call("ncclGetLsaDevicePointer", || {
+        let out = out(outPtr, "outPtr")?;
+        let (c, v) = window_of(window)?;
+        let (size, me) = lsa_of(&c, &v)?;
+        if lsaRank < 0 || lsaRank as usize >= size {
+            return Err(Error::invalid_argument(format!("The provided lsaRank {lsaRank} is not in the valid lsaSize of [0,{size}] for the provided window {window:p}.")));
+        }
+        let p = v.lsa_ptr(offset as u64, lsaRank as usize, size, me).ok_or_else(|| Error::invalid_argument(format!("offset {offset} is outside window {window:p} of {} bytes", v.size)))?;
+        *out = p as *mut c_void;
+        Ok(())
+    })
+}
+
+/// Stores in `*outPtr` the device address of byte `offset` of world rank `peer`'s copy of
+/// `window`, or NULL where `peer` is not in this rank's LSA team (not reachable by load/store),
+/// as NCCL's ncclGetPeerDevicePointer (NCCL 2.29 dev_runtime.cc). Any thread; no stream work.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument: `window` or `outPtr` NULL, `window` not a
+/// registered window of a live communicator, `peer` outside [0, nranks), or `offset` not below
+/// the window's size.
+#[no_mangle]
+pub extern "C" fn ncclGetPeerDevicePointer(window: ncclWindow_t, offset: usize, peer: c_int, outPtr: *mut *mut c_void) -> ncclResult_t {
+    call("ncclGetPeerDevicePointer", || {
+        let out = out(outPtr, "outPtr")?;
+        let (c, v) = window_of(window)?;
+        if peer < 0 || peer as usize >= c.nranks {
+            return Err(Error::invalid_argument(format!("peer {peer} is not within valid range of ranks {}.", c.nranks)));
+        }
+        let (size, me) = lsa_of(&c, &v)?;
+        // LSA teams are consecutive ranks: this rank's team starts `me` ranks below it.
+        let lsa = peer as i64 - (c.rank as i64 - me as i64);
+        *out = if (0..size as i64).contains(&lsa) {
+            let p = v.lsa_ptr(offset as u64, lsa as usize, size, me).ok_or_else(|| Error::invalid_argument(format!("offset {offset} is outside window {window:p} of {} bytes", v.size)))?;
+            p as *mut c_void
+        } else {
+            std::ptr::null_mut()
+        };
+        Ok(())
+    })
+}
+
+/// Stores NULL in `*outPtr`: the multicast address of `window` for the LSA team, which exists
+/// only with NVLS, and oxccl never uses NVLS (NCCL answers the same where NVLS is off:
+/// ncclGetLsaMultimemDevicePointer, NCCL 2.29 dev_runtime.cc). Any thread.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument: `window` or `outPtr` NULL, or `window` not a
+/// registered window of a live communicator.
+#[no_mangle]
+pub extern "C" fn ncclGetLsaMultimemDevicePointer(window: ncclWindow_t, offset: usize, outPtr: *mut *mut c_void) -> ncclResult_t {
+    let _ = offset;
+    call("ncclGetLsaMultimemDevicePointer", || {
+        let out = out(outPtr, "outPtr")?;
+        window_of(window)?;
+        *out = std::ptr::null_mut();
+        Ok(())
+    })
+}
+
+/// Stores NULL in `*outPtr`: the address of `window` in multicast object `multimem`, which only
+/// NVLS makes, and oxccl never uses NVLS (NCCL answers the same where NVLS is off:
+/// ncclGetMultimemDevicePointer, NCCL 2.29 dev_runtime.cc). Any thread.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument: `window` or `outPtr` NULL, `multimem`'s
+/// `mcBasePtr` NULL (checked first, as NCCL does), or `window` not a registered window of a live
+/// communicator.
+#[no_mangle]
+pub extern "C" fn ncclGetMultimemDevicePointer(window: ncclWindow_t, offset: usize, multimem: ncclMultimemHandle_t, outPtr: *mut *mut c_void) -> ncclResult_t {
+    let _ = offset;
+    call("ncclGetMultimemDevicePointer", || {
+        let out = out(outPtr, "outPtr")?;
+        if window.is_null() {
+            return Err(Error::invalid_argument("window argument is NULL"));
+        }
+        if multimem.mcBasePtr.is_null() {
+            return Err(Error::invalid_argument(format!("MCBasePtr {:p} needs to be valid.", multimem.mcBasePtr)));
+        }
+        window_of(window)?;
+        *out = std::ptr::null_mut();
+        Ok(())
+    })
+}
+
+/// Stores in `*outUserPtr` the buffer `win` was registered with on this rank (ncclCommWindowRegister's
+/// `buff`), as NCCL's ncclWinGetUserPtr (NCCL 2.29 dev_runtime.cc). Local; any thread.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument: `comm` or `outUserPtr` NULL, `comm` unknown or
+/// destroyed, `win` NULL or not a window of `comm`.
+#[no_mangle]
+pub extern "C" fn ncclWinGetUserPtr(comm: ncclComm_t, win: ncclWindow_t, outUserPtr: *mut *mut c_void) -> ncclResult_t {
+    call("ncclWinGetUserPtr", || {
+        let c = comm_arg(comm)?;
+        let out = out(outUserPtr, "outUserPtr")?;
+        if win.is_null() {
+            return Err(Error::invalid_argument("win argument is NULL"));
+        }
+        let v = c.windows.view(win as usize).ok_or_else(|| Error::invalid_argument(format!("{win:p} is not a window of this communicator")))?;
+        *out = v.base as *mut c_void;
+        Ok(())
+    })
+}
+
+/// `ncclMultimemHandle_t` (nccl_device/impl/core__types.h): a multicast object's base address.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ncclMultimemHandle_t {
+    /// Base of the multicast mapping.
+    pub mcBasePtr: *mut c_void,
 }
 
 #[cfg(test)]

@@ -31,6 +31,33 @@ pub struct Window {
     pub reg: u64,
 }
 
+/// A registered window as the device-pointer queries see it (`Windows::view`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowView {
+    /// Device address of this rank's buffer (the user pointer it registered).
+    pub base: u64,
+    /// Its length in bytes.
+    pub size: u64,
+    /// Symmetric memory: (LSA rank 0's copy in the flat space, bytes between ranks' copies).
+    pub flat: Option<(u64, u64)>,
+}
+
+impl WindowView {
+    /// The address of byte `offset` of LSA rank `lsa_rank`'s copy, as NCCL's
+    /// ncclDevrGetLsaRankPtr computes it (dev_runtime.cc): None where `offset` is outside the
+    /// window or the rank is outside the LSA team (`lsa_size` ranks; a window without symmetric
+    /// memory reaches this rank's own copy only, as LSA rank `me`).
+    pub fn lsa_ptr(&self, offset: u64, lsa_rank: usize, lsa_size: usize, me: usize) -> Option<u64> {
+        if offset >= self.size || lsa_rank >= lsa_size {
+            return None;
+        }
+        match self.flat {
+            Some((flat, stride)) => Some(flat + lsa_rank as u64 * stride + offset),
+            None => (lsa_rank == me).then_some(self.base + offset),
+        }
+    }
+}
+
 /// A window and what backs its handle: symmetric memory (the handle is the device address of
 /// its `ncclWindow_vidmem`, which kernels dereference) or nothing but a unique host address.
 struct Entry {
@@ -87,6 +114,16 @@ impl Windows {
     /// The window behind handle `h`, if this communicator registered it.
     pub fn get(&self, h: usize) -> Option<Window> {
         self.0.lock().list.iter().find(|(x, _)| *x == h).map(|(_, e)| e.window.clone())
+    }
+
+    /// Where window `h`'s copies lie, if this communicator registered it: this rank's buffer and
+    /// size, and for a window in symmetric memory the flat-space address of LSA rank 0's copy
+    /// and the stride between ranks' copies (None for a window without symmetric memory).
+    pub fn view(&self, h: usize) -> Option<WindowView> {
+        let st = self.0.lock();
+        let (_, e) = st.list.iter().find(|(x, _)| *x == h)?;
+        let flat = e.sym.as_ref().map(|s| (s.desc.lsaFlatBase, (s.desc.stride4G as u64) << 32));
+        Some(WindowView { base: e.window.base, size: e.window.size, flat })
     }
 
     /// How many windows are registered.
@@ -275,6 +312,21 @@ fn register(comm: &Comm, r: &crate::comm::Ready, base: u64, size: u64, flags: i3
 
 #[cfg(test)]
 mod tests {
+    use super::WindowView;
+
+    #[test]
+    fn lsa_pointers_follow_nccls_lsa_rank_arithmetic() {
+        let sym = WindowView { base: 0x7000_0000, size: 4096, flat: Some((0x1_0000_0000, 1 << 32)) };
+        assert_eq!(sym.lsa_ptr(0, 0, 2, 1), Some(0x1_0000_0000));
+        assert_eq!(sym.lsa_ptr(16, 1, 2, 1), Some(0x2_0000_0010));
+        assert_eq!(sym.lsa_ptr(4095, 1, 2, 1), Some(0x2_0000_0fff));
+        assert_eq!(sym.lsa_ptr(4096, 0, 2, 1), None, "offset at the end");
+        assert_eq!(sym.lsa_ptr(0, 2, 2, 1), None, "rank outside the team");
+        let plain = WindowView { base: 0x7000_0000, size: 4096, flat: None };
+        assert_eq!(plain.lsa_ptr(8, 0, 1, 0), Some(0x7000_0008));
+        assert_eq!(plain.lsa_ptr(8, 1, 1, 0), None);
+    }
+
     use super::*;
     use crate::error::ResultCode;
 
