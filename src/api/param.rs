@@ -34,7 +34,7 @@ fn entry_of(h: ncclParamHandle_t) -> Result<&'static Entry> {
     }
     let range = params::REGISTRY.as_ptr_range();
     let p = h as *const Entry;
-    if !range.contains(&p) || (p as usize - range.start as usize) % size_of::<Entry>() != 0 {
+    if !range.contains(&p) || !(p as usize - range.start as usize).is_multiple_of(size_of::<Entry>()) {
         return Err(Error::invalid_argument("h argument is not a handle from ncclParamBind"));
     }
     // SAFETY: p is the address of an element of the static registry (checked just above).

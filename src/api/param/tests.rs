@@ -37,7 +37,7 @@ fn bind_takes_full_keys_only() {
     assert_eq!(h, sentinel);
     assert_eq!(ncclParamBind(null_mut(), c"NCCL_DEBUG".as_ptr()), INVALID);
     // Non-UTF-8 bytes are simply not a key.
-    assert_eq!(ncclParamBind(&mut h, b"NCCL_\xff\0".as_ptr() as *const c_char), INVALID);
+    assert_eq!(ncclParamBind(&mut h, c"NCCL_\xff".as_ptr()), INVALID);
 }
 
 #[test]
