@@ -153,7 +153,9 @@ int main(void) {
   old.c.blocking = 7;
   EXPECT(ncclCommInitRankConfig(&comm, 1, id, 0, &old.c), ncclInvalidArgument);
   old.c.blocking = 1;
-  r28 = ncclCommInitRankConfig(&comm, 1, id, 0, &old.c);
+  ncclUniqueId id28; /* a unique id serves one communicator */
+  EXPECT(ncclGetUniqueId(&id28), ncclSuccess);
+  r28 = ncclCommInitRankConfig(&comm, 1, id28, 0, &old.c);
   CHECK(r28 != ncclInvalidArgument);
   if (r28 == ncclSuccess) EXPECT(ncclCommDestroy(comm), ncclSuccess);
   EXPECT(ncclCommInitAll(NULL, 1, NULL), ncclInvalidArgument);

@@ -52,4 +52,19 @@ SAME(ncclGroupSimulateEnd, ncclResult_t (*)(ncclSimInfo_t*));
 
 SAME(ncclWinGetUserPtr, ncclResult_t (*)(ncclComm_t, ncclWindow_t, void**));
 
+SAME(ncclParamBind, ncclResult_t (*)(ncclParamHandle_t*, const char*));
+SAME(ncclParamGetI8, ncclResult_t (*)(ncclParamHandle_t, int8_t*));
+SAME(ncclParamGetI16, ncclResult_t (*)(ncclParamHandle_t, int16_t*));
+SAME(ncclParamGetI32, ncclResult_t (*)(ncclParamHandle_t, int32_t*));
+SAME(ncclParamGetI64, ncclResult_t (*)(ncclParamHandle_t, int64_t*));
+SAME(ncclParamGetU8, ncclResult_t (*)(ncclParamHandle_t, uint8_t*));
+SAME(ncclParamGetU16, ncclResult_t (*)(ncclParamHandle_t, uint16_t*));
+SAME(ncclParamGetU32, ncclResult_t (*)(ncclParamHandle_t, uint32_t*));
+SAME(ncclParamGetU64, ncclResult_t (*)(ncclParamHandle_t, uint64_t*));
+SAME(ncclParamGetStr, ncclResult_t (*)(ncclParamHandle_t, const char**));
+SAME(ncclParamGet, ncclResult_t (*)(ncclParamHandle_t, void*, int, int*));
+SAME(ncclParamGetParameter, ncclResult_t (*)(const char*, const char**, int*));
+SAME(ncclParamGetAllParameterKeys, ncclResult_t (*)(const char***, int*));
+SAME(ncclParamDumpAll, void (*)(void));
+
 int main(void) { return 0; }

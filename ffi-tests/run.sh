@@ -6,7 +6,8 @@
 #  3. the library exports exactly NCCL 2.32.3's dynamic symbols (expected/exported_symbols.txt)
 #     except those still listed in `pending` below, has soname libnccl.so.2 and needs no CUDA
 #     library at link time;
-#  4. behaviour.c, compiled as C and as C++ and linked as a NCCL application would be (-lnccl), passes;
+#  4. behaviour.c and param.c, compiled as C and as C++ and linked as a NCCL application would be
+#     (-lnccl), pass;
 #  5. gpu_comm.c, gpu_streams.c, gpu_pair.c and gpu_syncwait.c (run on GPUs by ffi-tests/gpu.sh) compile.
 # Usage: ffi-tests/run.sh [DIR containing liboxccl.so]   (default target/release)
 set -euo pipefail
@@ -45,9 +46,6 @@ pending=(
   ncclCommQueryProperties ncclGetCftDeviceLeInfo
   ncclGetMultimemDeviceLeInfo ncclGetPeerDeviceLeInfo
   ncclGinInboxA2ACreateRequirement ncclGinOutboxCreateRequirement ncclTeamCft ncclTeamCftMultimem
-  ncclParamBind ncclParamDumpAll ncclParamGet ncclParamGetAllParameterKeys ncclParamGetI8 ncclParamGetI16
-  ncclParamGetI32 ncclParamGetI64 ncclParamGetU8 ncclParamGetU16 ncclParamGetU32 ncclParamGetU64
-  ncclParamGetParameter ncclParamGetStr
   ncclPutSignal ncclSignal ncclWaitSignal ncclSetEncryption
 )
 step "exported symbols"
@@ -72,6 +70,12 @@ LD_LIBRARY_PATH="$out/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$out/behaviour_
 step "behaviour (C++)"
 g++ -x c++ -std=c++17 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" behaviour.c -x none -L"$out/lib" -lnccl -o "$out/behaviour_cpp"
 LD_LIBRARY_PATH="$out/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$out/behaviour_cpp"
+step "parameter API (C)"
+gcc -std=c11 -Wall -Werror "${inc[@]}" param.c -L"$out/lib" -lnccl -lpthread -o "$out/param_c"
+LD_LIBRARY_PATH="$out/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$out/param_c"
+step "parameter API (C++)"
+g++ -x c++ -std=c++17 -Wall -Werror "${inc[@]}" param.c -x none -L"$out/lib" -lnccl -lpthread -o "$out/param_cpp"
+LD_LIBRARY_PATH="$out/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$out/param_cpp"
 # gpu_comm.c runs on the GPU machine (ffi-tests/gpu.sh); here it must compile against the header.
 step "gpu_comm compiles"
 gcc -std=gnu11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" -c gpu_comm.c -o "$out/gpu_comm.o"

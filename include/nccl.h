@@ -917,6 +917,151 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
 ncclResult_t pncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
 
 /*
+ Looks up the parameter named `key` and stores its handle in `*out`. The handle belongs to
+ the library, stays valid while it is loaded, and must not be freed. Keys are the full,
+ case-sensitive environment names ("NCCL_DEBUG"), as in NCCL. The first lookup of a key that
+ oxccl does not act on, or that NCCL does not document, says so at INFO (ENV).
+
+ Returns ncclSuccess, or ncclInvalidArgument (`out` or `key` NULL; `key` not registered, with
+ `*out` left unchanged).
+ */
+ncclResult_t ncclParamBind(ncclParamHandle_t *out, const char *key);
+ncclResult_t pncclParamBind(ncclParamHandle_t *out, const char *key);
+
+/*
+ Reads the int8_t parameter bound to `h` into `*out`.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`h` or `out` NULL, `h` not from ncclParamBind,
+ or the parameter is not an int8_t: NCCL converts between no types).
+ */
+ncclResult_t ncclParamGetI8(ncclParamHandle_t h, int8_t *out);
+ncclResult_t pncclParamGetI8(ncclParamHandle_t h, int8_t *out);
+
+/*
+ Reads the int16_t parameter bound to `h` into `*out`.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`h` or `out` NULL, `h` not from ncclParamBind,
+ or the parameter is not an int16_t).
+ */
+ncclResult_t ncclParamGetI16(ncclParamHandle_t h, int16_t *out);
+ncclResult_t pncclParamGetI16(ncclParamHandle_t h, int16_t *out);
+
+/*
+ Reads the int32_t parameter bound to `h` into `*out`.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`h` or `out` NULL, `h` not from ncclParamBind,
+ or the parameter is not an int32_t).
+ */
+ncclResult_t ncclParamGetI32(ncclParamHandle_t h, int32_t *out);
+ncclResult_t pncclParamGetI32(ncclParamHandle_t h, int32_t *out);
+
+/*
+ Reads the int64_t parameter bound to `h` into `*out` (the integer NCCL_* settings, such as
+ NCCL_IB_TIMEOUT or NCCL_P2P_DISABLE, are int64_t, as NCCL's NCCL_PARAM settings are).
+
+ Returns ncclSuccess, or ncclInvalidArgument (`h` or `out` NULL, `h` not from ncclParamBind,
+ or the parameter is not an int64_t).
+ */
+ncclResult_t ncclParamGetI64(ncclParamHandle_t h, int64_t *out);
+ncclResult_t pncclParamGetI64(ncclParamHandle_t h, int64_t *out);
+
+/*
+ Reads the uint8_t parameter bound to `h` into `*out`.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`h` or `out` NULL, `h` not from ncclParamBind,
+ or the parameter is not a uint8_t).
+ */
+ncclResult_t ncclParamGetU8(ncclParamHandle_t h, uint8_t *out);
+ncclResult_t pncclParamGetU8(ncclParamHandle_t h, uint8_t *out);
+
+/*
+ Reads the uint16_t parameter bound to `h` into `*out`.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`h` or `out` NULL, `h` not from ncclParamBind,
+ or the parameter is not a uint16_t).
+ */
+ncclResult_t ncclParamGetU16(ncclParamHandle_t h, uint16_t *out);
+ncclResult_t pncclParamGetU16(ncclParamHandle_t h, uint16_t *out);
+
+/*
+ Reads the uint32_t parameter bound to `h` into `*out` (NCCL_DEBUG_TIMESTAMP_LEVELS and
+ NCCL_DEBUG_LEVELS: bit `1 << level` per level).
+
+ Returns ncclSuccess, or ncclInvalidArgument (`h` or `out` NULL, `h` not from ncclParamBind,
+ or the parameter is not a uint32_t).
+ */
+ncclResult_t ncclParamGetU32(ncclParamHandle_t h, uint32_t *out);
+ncclResult_t pncclParamGetU32(ncclParamHandle_t h, uint32_t *out);
+
+/*
+ Reads the uint64_t parameter bound to `h` into `*out` (NCCL_DEBUG_SUBSYS: the subsystem mask).
+
+ Returns ncclSuccess, or ncclInvalidArgument (`h` or `out` NULL, `h` not from ncclParamBind,
+ or the parameter is not a uint64_t).
+ */
+ncclResult_t ncclParamGetU64(ncclParamHandle_t h, uint64_t *out);
+ncclResult_t pncclParamGetU64(ncclParamHandle_t h, uint64_t *out);
+
+/*
+ Stores in `*out` the value of the string (const char*) parameter bound to `h`; an unset
+ string with no default reads "" (never NULL). The string belongs to the library and stays
+ valid until the calling thread's next ncclParamGetStr (copy it to keep it).
+
+ Returns ncclSuccess, or ncclInvalidArgument (`h` or `out` NULL, `h` not from ncclParamBind,
+ or the parameter is not a string: other types read as text through ncclParamGetParameter).
+ */
+ncclResult_t ncclParamGetStr(ncclParamHandle_t h, const char **out);
+ncclResult_t pncclParamGetStr(ncclParamHandle_t h, const char **out);
+
+/*
+ Copies the raw bytes of the parameter bound to `h` into the caller's buffer `out` of
+ `maxLen` bytes and stores their number in `*len`: the C object itself (8 bytes for an
+ int64_t, 1 for a bool, 4 for ncclDebugLogLevel), or for a string its characters and the
+ terminating NUL.
+
+ Returns ncclSuccess, or ncclInvalidArgument: `h`, `out` or `len` NULL, `h` not from
+ ncclParamBind, or `maxLen` <= 0 (`*len` untouched); the value larger than `maxLen` (`*len`
+ set to 0, as NCCL 2.32.3 does; its guide says the required size).
+ */
+ncclResult_t ncclParamGet(ncclParamHandle_t h, void *out, int maxLen, int *len);
+ncclResult_t pncclParamGet(ncclParamHandle_t h, void *out, int maxLen, int *len);
+
+/*
+ Stores in `*value` the parameter named `key` as text (integers in decimal, bools TRUE or
+ FALSE, NCCL_DEBUG's level name or "<unknown>" when unset, NCCL_DEBUG_SUBSYS's names such as
+ "INIT,ENV,BOOTSTRAP", strings as they are, "" when unset) and its length in bytes, without
+ the NUL, in `*valueLen`. The string belongs to the library and stays valid until the calling
+ thread's next ncclParamGetParameter.
+
+ Returns ncclSuccess, or ncclInvalidArgument: `key`, `value` or `valueLen` NULL (nothing
+ written); `key` not registered (`*value` set to NULL and `*valueLen` to 0).
+ */
+ncclResult_t ncclParamGetParameter(const char *key, const char **value, int *valueLen);
+ncclResult_t pncclParamGetParameter(const char *key, const char **value, int *valueLen);
+
+/*
+ Stores in `*table` an array of `*tableLen` keys: those NCCL's documentation publishes, or
+ every registered key when NCCL_PARAM_DUMP_ALL is true (1/T/TRUE, read at each call), in no
+ promised order. The array belongs to the library and stays valid until the calling thread's
+ next ncclParamGetAllParameterKeys; the key strings stay valid while the library is loaded.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`table` or `tableLen` NULL).
+ */
+ncclResult_t ncclParamGetAllParameterKeys(const char ***table, int *tableLen);
+ncclResult_t pncclParamGetAllParameterKeys(const char ***table, int *tableLen);
+
+/*
+ Prints every published parameter (all of them when NCCL_PARAM_DUMP_ALL is true) to the C
+ library's stdout, as NCCL 2.32.3 does with printf whatever NCCL_DEBUG says: a line
+ "=== ncclParam Registry Dump ===", then for each parameter "KEY (type) [flags] description",
+ "    Current value=V set_by=Default|EnvPlugin default=D", "    Accepted value: ..." and a
+ blank line. Flags: Private (not in NCCL's documentation), Unused (no effect in oxccl).
+ Any thread; never fails.
+ */
+void ncclParamDumpAll(void);
+void pncclParamDumpAll(void);
+
+/*
  Creates a reduction op for `comm` that multiplies every input by `*scalar` (a `datatype`
  value) before summing, and writes it to `*op`; use it only with `datatype` on this
  communicator. With ncclScalarHostImmediate the scalar is copied now (sizeof(datatype) bytes:

@@ -12,6 +12,7 @@ use super::devapi::*;
 use super::group::*;
 use super::mem::*;
 use super::p2p::*;
+use super::param::*;
 use super::redop::*;
 use super::types::*;
 use super::version::*;
@@ -86,4 +87,18 @@ profiling_aliases! {
     pncclGinBarrierCreateRequirement => ncclGinBarrierCreateRequirement(comm: ncclComm_t, team: ncclTeam_t, nBarriers: c_int, outHandle: *mut c_void, outReq: *mut c_void) -> ncclResult_t;
     pncclLLA2ACalcSlots => ncclLLA2ACalcSlots(maxElts: c_int, maxEltSize: c_int) -> c_int;
     pncclLLA2ACreateRequirement => ncclLLA2ACreateRequirement(nBlocks: c_int, nSlots: c_int, outHandle: *mut c_void, outReq: *mut c_void) -> ncclResult_t;
+    pncclParamBind => ncclParamBind(out: *mut ncclParamHandle_t, key: *const c_char) -> ncclResult_t;
+    pncclParamGetI8 => ncclParamGetI8(h: ncclParamHandle_t, out: *mut i8) -> ncclResult_t;
+    pncclParamGetI16 => ncclParamGetI16(h: ncclParamHandle_t, out: *mut i16) -> ncclResult_t;
+    pncclParamGetI32 => ncclParamGetI32(h: ncclParamHandle_t, out: *mut i32) -> ncclResult_t;
+    pncclParamGetI64 => ncclParamGetI64(h: ncclParamHandle_t, out: *mut i64) -> ncclResult_t;
+    pncclParamGetU8 => ncclParamGetU8(h: ncclParamHandle_t, out: *mut u8) -> ncclResult_t;
+    pncclParamGetU16 => ncclParamGetU16(h: ncclParamHandle_t, out: *mut u16) -> ncclResult_t;
+    pncclParamGetU32 => ncclParamGetU32(h: ncclParamHandle_t, out: *mut u32) -> ncclResult_t;
+    pncclParamGetU64 => ncclParamGetU64(h: ncclParamHandle_t, out: *mut u64) -> ncclResult_t;
+    pncclParamGetStr => ncclParamGetStr(h: ncclParamHandle_t, out: *mut *const c_char) -> ncclResult_t;
+    pncclParamGet => ncclParamGet(h: ncclParamHandle_t, out: *mut c_void, maxLen: c_int, len: *mut c_int) -> ncclResult_t;
+    pncclParamGetParameter => ncclParamGetParameter(key: *const c_char, value: *mut *const c_char, valueLen: *mut c_int) -> ncclResult_t;
+    pncclParamGetAllParameterKeys => ncclParamGetAllParameterKeys(table: *mut *mut *const c_char, tableLen: *mut c_int) -> ncclResult_t;
+    pncclParamDumpAll => ncclParamDumpAll() -> ();
 }

@@ -14,6 +14,7 @@ pub mod devapi;
 pub mod group;
 pub mod mem;
 pub mod p2p;
+pub mod param;
 pub mod redop;
 pub mod types;
 pub mod version;

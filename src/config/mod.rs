@@ -5,6 +5,7 @@ pub mod abi;
 mod comm_config;
 mod comm_env;
 mod env;
+pub mod params;
 
 pub use comm_config::{config_initializer, parse_comm_config, CommConfig, MAX_CHANNELS};
 pub use env::{env, env_bool, env_i64};

@@ -16,7 +16,7 @@ pub(crate) mod level;
 mod line;
 mod no_warn;
 mod process;
-mod settings;
+pub(crate) mod settings;
 mod sink;
 mod state;
 mod timestamp;
