@@ -6,7 +6,7 @@
 #  3. the library exports exactly NCCL 2.28.9's dynamic symbols (expected/exported_symbols.txt),
 #     has soname libnccl.so.2 and needs no CUDA library at link time;
 #  4. behaviour.c, compiled as C and as C++ and linked as a NCCL application would be (-lnccl), passes;
-#  5. gpu_comm.c, gpu_streams.c, gpu_pair.c and gpu_syncwait.c (run on GPUs by ffi-tests/gpu.sh) compile.
+#  5. gpu_comm.c, gpu_streams.c, gpu_pair.c, gpu_syncwait.c and gpu_grow.c (run on GPUs by ffi-tests/gpu.sh) compile.
 # Usage: ffi-tests/run.sh [DIR containing liboxccl.so]   (default target/release)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -67,5 +67,8 @@ gcc -std=gnu11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" -c gpu_pai
 echo ok
 step "gpu_syncwait compiles"
 gcc -std=gnu11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" -c gpu_syncwait.c -o "$out/gpu_syncwait.o"
+echo ok
+step "gpu_grow compiles"
+gcc -std=gnu11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" -c gpu_grow.c -o "$out/gpu_grow.o"
 echo ok
 echo "ffi-tests: all passed"
