@@ -506,15 +506,16 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList, int exclude
  picks; it serves one grow and ends at the latest OXCCL_BOOTSTRAP_TIMEOUT, 300 s by default,
  after this call) and writes the id, which the application hands to the ranks joining. Called by
  one rank of `comm` (the coordinator) before each grow; not collective. The id is single-use
- (nccl.h): it stays outstanding until a grow of `comm` uses it, and no other can be made until
- then, nor while that grow runs. Any thread; no stream or GPU work.
+ (nccl.h): it stays outstanding until a grow of `comm` uses it (once ncclCommGrow on this rank
+ has passed it to the other existing ranks), and no other can be made until then. Any thread;
+ no stream or GPU work.
 
  Returns ncclSuccess, or:
  - ncclInvalidArgument: `comm` NULL, unknown or destroyed, or still initialising (nonblocking);
    `uniqueId` NULL;
- - ncclInvalidUsage: an id made earlier has not been used by ncclCommGrow yet, or a grow of
-   `comm` has not completed (the 2.32.3 header's constraints; NCCL 2.30's code does not check
-   them), or NCCL_COMM_ID is set (as NCCL, src/bootstrap.cc);
+ - ncclInvalidUsage: an id made earlier has not been used by a grow yet, or ncclCommGrow on
+   this rank has not yet passed it on (the 2.32.3 header's constraints; NCCL 2.30's code does not
+   check them), or NCCL_COMM_ID is set (as NCCL, src/bootstrap.cc);
  - `comm`'s asynchronous error, if it has one (as NCCL's ncclCommEnsureReady);
  - ncclSystemError: no usable network interface, or the root could not start.
  */
@@ -546,8 +547,8 @@ ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
    a new rank's `rank` outside `comm`'s size..`nRanks` - 1 or `uniqueId` NULL, not made by
    ncclCommGetUniqueId, or corrupt; an existing rank passing an id other than the
    coordinator's; invalid `config` fields;
- - ncclInvalidUsage: no rank of `comm`, or several, made an id for this grow; a grow of `comm`
-   still running on this rank; the ranks disagree on `nRanks` or two take one rank (as
+ - ncclInvalidUsage: no rank of `comm`, or several, made an id for this grow; an earlier grow of
+   `comm` on this rank has not yet exchanged its id; the ranks disagree on `nRanks` or two take one rank (as
    ncclCommInitRank);
  - `comm`'s asynchronous error, if it has one (as NCCL's ncclCommEnsureReady);
  - ncclInProgress: nonblocking (see above);

@@ -17,8 +17,8 @@
 //! coordinator may pass the id to ncclCommGrow or NULL (NCCL's user guide shows both).
 //!
 //! The id is single-use (nccl.h 2.32): a second ncclCommGetUniqueId while one is outstanding, or
-//! while a grow of the communicator runs, is ncclInvalidUsage. NCCL 2.30.7 and 2.31's code do not
-//! check this; the 2.32.3 header states it.
+//! while a grow of the communicator has not yet exchanged it, is ncclInvalidUsage. NCCL 2.30.7
+//! and 2.31's code do not check this; the 2.32.3 header states it.
 
 use std::sync::Arc;
 
@@ -121,7 +121,8 @@ pub fn ensure_ready(parent: &Comm) -> Result<()> {
 /// ncclCommGetUniqueId on `parent`: starts a rendezvous root in this process (it serves one
 /// communicator's init, for at most the bootstrap timeout) and returns its grow id, which stays
 /// outstanding until a grow of `parent` uses it. ncclInvalidUsage while an id is outstanding or
-/// a grow of `parent` runs, and with NCCL_COMM_ID set (as NCCL, src/bootstrap.cc).
+/// a grow of `parent` has not yet exchanged it, and with NCCL_COMM_ID set (as NCCL,
+/// src/bootstrap.cc).
 pub fn unique_id(parent: &Comm) -> Result<[u8; UNIQUE_ID_BYTES]> {
     ensure_ready(parent)?;
     if crate::config::env("NCCL_COMM_ID").is_some() {
@@ -134,7 +135,8 @@ pub fn unique_id(parent: &Comm) -> Result<[u8; UNIQUE_ID_BYTES]> {
     })
 }
 
-/// A communicator's grow bookkeeping: whether an id it made is outstanding, or a grow of it runs.
+/// A communicator's grow bookkeeping: whether an id it made is outstanding, or a grow of it has
+/// begun on this rank and not yet exchanged the id.
 #[derive(Default)]
 pub struct GrowState(Mutex<Stage>);
 
@@ -144,7 +146,7 @@ enum Stage {
     Idle,
     /// ncclCommGetUniqueId made this id; no grow has used it yet.
     Outstanding([u8; UNIQUE_ID_BYTES]),
-    /// ncclCommGrow was called on this rank and its grow has not ended.
+    /// ncclCommGrow was called on this rank and its ranks have not yet exchanged the id.
     Growing,
 }
 
@@ -164,7 +166,7 @@ impl GrowState {
                 "ncclCommGetUniqueId: this communicator's previous grow id has not been used by ncclCommGrow yet (one id per grow)",
             )),
             Stage::Growing => Err(Error::invalid_usage(
-                "ncclCommGetUniqueId: a grow of this communicator has not completed yet",
+                "ncclCommGetUniqueId: a grow of this communicator has not completed yet (its id is not yet exchanged)",
             )),
         }
     }
@@ -184,15 +186,18 @@ impl GrowState {
         Ok(id)
     }
 
-    /// The grow ended; `unused` is an id it took but never used (it is outstanding again).
+    /// The grow's exchange ended (or never ran); `unused` is an id it took but never sent (it is
+    /// outstanding again).
     fn end(&self, unused: Option<[u8; UNIQUE_ID_BYTES]>) {
         *self.0.lock() = unused.map_or(Stage::Idle, Stage::Outstanding);
     }
 }
 
-/// One existing rank's part in a grow, from its ncclCommGrow call to its end. Dropping it ends
-/// the grow in the parent's bookkeeping, also when it never ran (a group that failed before its
-/// End ran it): the outstanding id is then outstanding again.
+/// One existing rank's part in a grow, from its ncclCommGrow call until the existing ranks have
+/// exchanged the id: then the parent's bookkeeping is released (before the new communicator's
+/// init, so a program that saw the grow complete never finds a new ncclCommGetUniqueId refused).
+/// Dropped before that (a group that failed before its End ran it), it releases it too, and an
+/// id it took but never sent is outstanding again.
 pub struct GrowJob {
     /// This rank's new communicator (the rank it has in the parent, `nranks` ranks).
     pub comm: Arc<Comm>,
@@ -203,20 +208,24 @@ pub struct GrowJob {
     own: Option<[u8; UNIQUE_ID_BYTES]>,
     /// Whether `own` went out to the other ranks (it is then used up, whatever the outcome).
     used: bool,
+    /// Whether the parent's bookkeeping was released.
+    released: bool,
 }
 
 impl GrowJob {
     /// Starts the grow of `parent` on this rank: ncclInvalidUsage if one runs already.
     pub fn begin(parent: Arc<Comm>, comm: Arc<Comm>, passed: Option<[u8; UNIQUE_ID_BYTES]>) -> Result<GrowJob> {
         let own = parent.grow.begin()?;
-        Ok(GrowJob { comm, parent, passed, own, used: false })
+        Ok(GrowJob { comm, parent, passed, own, used: false, released: false })
     }
 
     /// Learns the id over the parent's bootstrap (collective over the parent's ranks), then
     /// initialises the new communicator (collective over all its ranks). An error is also the new
     /// communicator's asynchronous error.
     pub fn run(mut self, connect: &super::cross_host::ConnectNet) -> Result<()> {
-        let id = match self.exchange() {
+        let exchanged = self.exchange();
+        self.release();
+        let id = match exchanged {
             Ok(id) => id,
             Err(e) => {
                 self.comm.set_error(e.code);
@@ -248,11 +257,18 @@ impl GrowJob {
         );
         Ok(g.bootstrap)
     }
+
+    fn release(&mut self) {
+        if !self.released {
+            self.released = true;
+            self.parent.grow.end(if self.used { None } else { self.own });
+        }
+    }
 }
 
 impl Drop for GrowJob {
     fn drop(&mut self) {
-        self.parent.grow.end(if self.used { None } else { self.own });
+        self.release();
     }
 }
 
@@ -424,6 +440,29 @@ mod tests {
         assert_eq!(t.issue(|| Ok(a)).unwrap_err().code, ResultCode::InvalidUsage);
         t.end(None);
         assert!(t.issue(|| Ok(a)).is_ok());
+    }
+
+    /// A grow that never ran, or failed before the id went out, leaves the id outstanding; the
+    /// new communicator shows the failure.
+    #[test]
+    fn a_grow_that_sent_nothing_gives_the_id_back() {
+        let cfg = crate::config::CommConfig::default();
+        let parent = Arc::new(Comm::new(0, 1, 0, cfg.clone()));
+        let a = [5u8; UNIQUE_ID_BYTES];
+        parent.grow.issue(|| Ok(a)).expect("id");
+        let job = GrowJob::begin(parent.clone(), Arc::new(Comm::new(0, 2, 0, cfg.clone())), None).expect("begin");
+        let second = GrowJob::begin(parent.clone(), Arc::new(Comm::new(0, 2, 0, cfg.clone())), None);
+        assert_eq!(second.err().map(|e| e.code), Some(ResultCode::InvalidUsage), "a second grow while one runs");
+        drop(job); // a group dropped before its End
+        assert_eq!(*parent.grow.0.lock(), Stage::Outstanding(a));
+        // The parent never initialised: the exchange cannot start; the id stays outstanding.
+        let child = Arc::new(Comm::new(0, 2, 0, cfg));
+        let job = GrowJob::begin(parent.clone(), child.clone(), Some(a)).expect("begin");
+        let no_net: &crate::comm::cross_host::ConnectNet = &|_| Err(Error::internal("no network in this test"));
+        let e = job.run(no_net).unwrap_err();
+        assert_eq!(e.code, ResultCode::InvalidArgument, "{e}");
+        assert_eq!(child.async_state(), ResultCode::InvalidArgument, "the new communicator shows it");
+        assert_eq!(*parent.grow.0.lock(), Stage::Outstanding(a));
     }
 
     #[test]
