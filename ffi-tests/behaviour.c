@@ -98,6 +98,21 @@ int main(void) {
     EXPECT(ncclCommSplit(bogus, NCCL_SPLIT_NOCOLOR, 0, &child, NULL), ncclInvalidArgument);
     EXPECT(ncclCommShrink(bogus, excl, 2, &child, NULL, NCCL_SHRINK_DEFAULT), ncclInvalidArgument);
     EXPECT(ncclCommShrink(NULL, NULL, 0, &child, NULL, NCCL_SHRINK_ABORT), ncclInvalidArgument);
+    /* Grow: an unknown parent, and a joining rank's (comm NULL) argument errors, before any wait. */
+    ncclUniqueId gid;
+    memset(&gid, 0, sizeof gid);
+    EXPECT(ncclCommGetUniqueId(NULL, &gid), ncclInvalidArgument);
+    EXPECT(pncclCommGetUniqueId(bogus, &gid), ncclInvalidArgument);
+    EXPECT(ncclCommGrow(bogus, 4, NULL, -1, &child, NULL), ncclInvalidArgument);
+    EXPECT(ncclCommGrow(NULL, 4, &gid, 2, NULL, NULL), ncclInvalidArgument);
+    child = bogus;
+    EXPECT(ncclCommGrow(NULL, 4, NULL, 2, &child, NULL), ncclInvalidArgument);
+    CHECK(child == NULL);
+    EXPECT(ncclCommGrow(NULL, 4, &gid, -1, &child, NULL), ncclInvalidArgument);
+    EXPECT(ncclCommGrow(NULL, 4, &gid, 4, &child, NULL), ncclInvalidArgument);
+    EXPECT(pncclCommGrow(NULL, 0, &gid, 2, &child, NULL), ncclInvalidArgument);
+    /* oxccl refuses an id not made by ncclCommGetUniqueId (NCCL's code would wait on it). */
+    EXPECT(ncclCommGrow(NULL, 4, &gid, 2, &child, NULL), ncclInvalidArgument);
   }
   EXPECT(pncclCommDestroy(NULL), ncclSuccess);
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# GPU part of the C ABI tests (GPU machine): gpu_comm.c, gpu_streams.c, gpu_pair.c and gpu_syncwait.c, built against
+# GPU part of the C ABI tests (GPU machine): gpu_comm.c, gpu_streams.c, gpu_pair.c, gpu_syncwait.c, gpu_window.c and gpu_grow.c, built against
 # include/nccl.h and linked with -lnccl, run once against oxccl and once against a reference NCCL
 # (each must pass with both: they check NCCL's behaviour, not oxccl's). gpu_comm and gpu_streams:
-# one process, one thread per GPU; gpu_pair and gpu_syncwait: two processes on GPUs 0 and 1.
+# one process, one thread per GPU; gpu_pair, gpu_syncwait and gpu_grow: two processes on GPUs 0 and 1
+# (gpu_grow also both on GPU 0, under MPS where the daemon runs).
 # Usage: ffi-tests/gpu.sh LIBOXCCL [NCCL_LIBDIR] [NGPUS]
 #   LIBOXCCL: path to liboxccl.so; NCCL_LIBDIR: a directory with NVIDIA's libnccl.so.2 (optional);
 #   CUDA_HOME (default /usr/local/cuda) provides cuda_runtime.h and libcudart.
@@ -28,6 +29,8 @@ gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" 
   -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_syncwait"
 gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" -I"$cuda/include" "$here/gpu_window.c" \
   -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_window"
+gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" -I"$cuda/include" "$here/gpu_grow.c" \
+  -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_grow"
 # Pointer checks are part of the test (NCCL_CHECK_POINTERS=1 is honoured by both libraries).
 export NCCL_CHECK_POINTERS=1
 rc=0
@@ -72,6 +75,13 @@ two gpu_window pass "oxccl" "$out/lib"
 two gpu_syncwait report "oxccl, OXCCL_CE_DIRECT_ASYNC=1" "$out/lib" OXCCL_CE_DIRECT_ASYNC=1 GPU_SYNCWAIT_ALARM=30
 hosts=(GPU_SYNCWAIT_HOSTS=1 NCCL_IB_DISABLE=1)
 two gpu_syncwait pass "oxccl, 2 simulated hosts" "$out/lib" "${hosts[@]}"
+# gpu_grow (two processes): a 1-rank communicator grown to 2 ranks with ncclCommGetUniqueId /
+# ncclCommGrow, blocking then nonblocking; AllReduce checked; the parent still works. oxccl runs it
+# with GPU_GROW_STRICT=1 (also the checks NCCL 2.30's code does not make), on GPUs 0 and 1 (skipped
+# with fewer) and with both processes on GPU 0 (GPU_GROW_SHARE=1: start the MPS daemon first for
+# speed; without it the kernels time-slice). NCCL runs it where its library has ncclCommGrow (2.30+).
+two gpu_grow pass "oxccl" "$out/lib" GPU_GROW_STRICT=1
+two gpu_grow pass "oxccl, both processes on GPU 0" "$out/lib" GPU_GROW_STRICT=1 GPU_GROW_SHARE=1
 two gpu_syncwait report "oxccl, 2 simulated hosts, OXCCL_NET_STAGE_MAX=262144" "$out/lib" "${hosts[@]}" OXCCL_NET_STAGE_MAX=262144 GPU_SYNCWAIT_ALARM=30
 # devapi_gpu.cu: kernels written against NVIDIA's nccl_device.h (the device API), so it builds with
 # the reference NCCL's headers (NCCL_INCLUDE, default beside NCCL_LIBDIR) and nvcc; GIN's GDAKI
@@ -88,5 +98,10 @@ if [ -n "$nccl_dir" ]; then
   two gpu_pair pass "NCCL ($nccl_dir)" "$nccl_dir"
   two gpu_syncwait pass "NCCL ($nccl_dir)" "$nccl_dir"
   two gpu_syncwait pass "NCCL ($nccl_dir), 2 simulated hosts" "$nccl_dir" "${hosts[@]}"
+  if nm -D --defined-only "$nccl_dir/libnccl.so.2" 2>/dev/null | grep -qw ncclCommGrow; then
+    two gpu_grow pass "NCCL ($nccl_dir)" "$nccl_dir"
+  else
+    echo "== gpu_grow with NCCL ($nccl_dir): skipped, the library has no ncclCommGrow (before 2.30)"
+  fi
 fi
 exit $rc

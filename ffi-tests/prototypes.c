@@ -22,6 +22,8 @@ SAME(ncclCommAbort, ncclResult_t (*)(ncclComm_t));
 SAME(ncclCommRevoke, ncclResult_t (*)(ncclComm_t, int));
 SAME(ncclCommSplit, ncclResult_t (*)(ncclComm_t, int, int, ncclComm_t*, ncclConfig_t*));
 SAME(ncclCommShrink, ncclResult_t (*)(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int));
+SAME(ncclCommGetUniqueId, ncclResult_t (*)(ncclComm_t, ncclUniqueId*));
+SAME(ncclCommGrow, ncclResult_t (*)(ncclComm_t, int, const ncclUniqueId*, int, ncclComm_t*, ncclConfig_t*));
 SAME(ncclGetErrorString, const char* (*)(ncclResult_t));
 SAME(ncclGetLastError, const char* (*)(ncclComm_t));
 SAME(ncclResetDebugInit, void (*)(void));

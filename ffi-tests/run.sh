@@ -8,7 +8,7 @@
 #     library at link time;
 #  4. behaviour.c and param.c, compiled as C and as C++ and linked as a NCCL application would be
 #     (-lnccl), pass;
-#  5. gpu_comm.c, gpu_streams.c, gpu_pair.c and gpu_syncwait.c (run on GPUs by ffi-tests/gpu.sh) compile.
+#  5. gpu_comm.c, gpu_streams.c, gpu_pair.c, gpu_syncwait.c, gpu_window.c and gpu_grow.c (run on GPUs by ffi-tests/gpu.sh) compile.
 # Usage: ffi-tests/run.sh [DIR containing liboxccl.so]   (default target/release)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -42,7 +42,7 @@ echo ok
 pending=(
   ncclAllGatherConfig ncclAllReduceConfig ncclAlltoAllConfig ncclBroadcastConfig ncclGatherConfig
   ncclReduceConfig ncclReduceScatterConfig ncclScatterConfig
-  ncclCommGetUniqueId ncclCommGrow ncclCommMemStats ncclCommSuspend ncclCommResume
+  ncclCommMemStats ncclCommSuspend ncclCommResume
   ncclCommQueryProperties ncclGetCftDeviceLeInfo
   ncclGetMultimemDeviceLeInfo ncclGetPeerDeviceLeInfo
   ncclGinInboxA2ACreateRequirement ncclGinOutboxCreateRequirement ncclTeamCft ncclTeamCftMultimem
@@ -91,5 +91,8 @@ gcc -std=gnu11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" -c gpu_win
 echo ok
 step "gpu_syncwait compiles"
 gcc -std=gnu11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" -c gpu_syncwait.c -o "$out/gpu_syncwait.o"
+echo ok
+step "gpu_grow compiles"
+gcc -std=gnu11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" -c gpu_grow.c -o "$out/gpu_grow.o"
 echo ok
 echo "ffi-tests: all passed"

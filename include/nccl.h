@@ -711,6 +711,68 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeR
 ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
 
 /*
+ Makes the id that grows `comm` with ncclCommGrow, as NCCL 2.30+'s ncclCommGetUniqueId
+ (src/init.cc): starts a rendezvous root in this process (on the interface NCCL_SOCKET_IFNAME
+ picks; it serves one grow and ends at the latest OXCCL_BOOTSTRAP_TIMEOUT, 300 s by default,
+ after this call) and writes the id, which the application hands to the ranks joining. Called by
+ one rank of `comm` (the coordinator) before each grow; not collective. The id is single-use
+ (nccl.h): it stays outstanding until a grow of `comm` uses it (once ncclCommGrow on this rank
+ has passed it to the other existing ranks), and no other can be made until then. Any thread;
+ no stream or GPU work.
+
+ Returns ncclSuccess, or:
+ - ncclInvalidArgument: `comm` NULL, unknown or destroyed, or still initialising (nonblocking);
+   `uniqueId` NULL;
+ - ncclInvalidUsage: an id made earlier has not been used by a grow yet, or ncclCommGrow on
+   this rank has not yet passed it on (the 2.32.3 header's constraints; NCCL 2.30's code does not
+   check them), or NCCL_COMM_ID is set (as NCCL, src/bootstrap.cc);
+ - `comm`'s asynchronous error, if it has one (as NCCL's ncclCommEnsureReady);
+ - ncclSystemError: no usable network interface, or the root could not start.
+ */
+ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
+ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
+
+/*
+ Creates `*newcomm`, a communicator of `nRanks` ranks made of every rank of an existing
+ communicator plus new ones, as NCCL 2.30+'s ncclCommGrow (src/init.cc; docs/userguide
+ usage/communicators.rst). Collective over all `nRanks` ranks:
+ - each existing rank passes its communicator as `comm`, `rank` -1 and `uniqueId` NULL, or the
+   id from ncclCommGetUniqueId (the coordinator may pass it; any other id is refused). It keeps
+   its rank in the new communicator and learns the id over `comm`'s bootstrap;
+ - each new rank passes `comm` NULL, the coordinator's id and the rank it takes, from `comm`'s
+   size to `nRanks` - 1, on the current CUDA device (`cudaSetDevice`).
+
+ `config` NULL inherits `comm`'s settings for an existing rank (with NCCL_* overrides applied
+ again, as NCCL's copyCommConfig) and gives the defaults to a new one. `comm` is left as it was
+ and stays usable; it should have no outstanding operations (they may deadlock the grow), and
+ NCCL advises destroying it once the grow completed. The id is used up by the grow, whatever its
+ outcome, once the existing ranks exchanged it. Blocks until the new communicator is ready;
+ inside ncclGroupStart/End it runs at the outermost ncclGroupEnd (one thread may grow the ranks
+ of several GPUs); with a nonblocking config it returns ncclInProgress at once with `*newcomm`
+ set, and ncclCommGetAsyncError on it reports the outcome.
+
+ Returns ncclSuccess, or:
+ - ncclInvalidArgument: `newcomm` NULL; `nRanks` < 1; `comm` unknown or destroyed, still
+   initialising (nonblocking), or not smaller than `nRanks`; an existing rank's `rank` not -1;
+   a new rank's `rank` outside `comm`'s size..`nRanks` - 1 or `uniqueId` NULL, not made by
+   ncclCommGetUniqueId, or corrupt; an existing rank passing an id other than the
+   coordinator's; invalid `config` fields;
+ - ncclInvalidUsage: no rank of `comm`, or several, made an id for this grow; an earlier grow of
+   `comm` on this rank has not yet exchanged its id; the ranks disagree on `nRanks` or two take one rank (as
+   ncclCommInitRank);
+ - `comm`'s asynchronous error, if it has one (as NCCL's ncclCommEnsureReady);
+ - ncclInProgress: nonblocking (see above);
+ - what ncclCommInitRank returns for a failed initialisation (ncclSystemError for a rendezvous
+   that did not complete within OXCCL_BOOTSTRAP_TIMEOUT, ncclRemoteError, ncclUnhandledCudaError,
+   ncclInternalError).
+
+ On an error other than ncclInProgress `*newcomm` is NULL (inside a group, an error of the
+ initialisation itself is reported by ncclGroupEnd).
+ */
+ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank, ncclComm_t *newcomm, ncclConfig_t *config);
+ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank, ncclComm_t *newcomm, ncclConfig_t *config);
+
+/*
  Writes the communicator's asynchronous state to `*asyncError`: ncclSuccess; ncclInProgress
  while a nonblocking init, split or shrink is still running, or its error once it failed; or
  the error that stopped the communicator: ncclRemoteError for a lost peer, and on

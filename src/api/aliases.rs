@@ -44,6 +44,8 @@ profiling_aliases! {
     pncclCommRevoke => ncclCommRevoke(comm: ncclComm_t, revokeFlags: c_int) -> ncclResult_t;
     pncclCommSplit => ncclCommSplit(comm: ncclComm_t, color: c_int, key: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t) -> ncclResult_t;
     pncclCommShrink => ncclCommShrink(comm: ncclComm_t, excludeRanksList: *mut c_int, excludeRanksCount: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t, shrinkFlags: c_int) -> ncclResult_t;
+    pncclCommGetUniqueId => ncclCommGetUniqueId(comm: ncclComm_t, uniqueId: *mut ncclUniqueId) -> ncclResult_t;
+    pncclCommGrow => ncclCommGrow(comm: ncclComm_t, nRanks: c_int, uniqueId: *const ncclUniqueId, rank: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t) -> ncclResult_t;
     pncclGetErrorString => ncclGetErrorString(result: ncclResultArg_t) -> *const c_char;
     pncclGetLastError => ncclGetLastError(comm: ncclComm_t) -> *const c_char;
     pncclResetDebugInit => ncclResetDebugInit() -> ();

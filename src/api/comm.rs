@@ -11,6 +11,7 @@ use crate::config::{parse_comm_config, CommConfig};
 use crate::error::{Error, Result};
 use crate::gpu;
 use crate::launch::group::{self, Deferred, DerivedJob};
+use crate::comm::grow;
 use crate::comm::split::{self, Request};
 
 /// Writes a new unique id to `*uniqueId`, to be passed to every rank of one new communicator
@@ -68,21 +69,35 @@ fn init_rank(
         Some(d) => d,
         None => gpu::current_device()?,
     };
-    let blocking = config.blocking;
     let c = Arc::new(Comm::new(rank as usize, nranks as usize, device, config));
+    launch_init(slot, c, |c, background| {
+        if background {
+            group::init_in_background(c, id)
+        } else {
+            group::submit_init(c, id)
+        }
+    })
+}
+
+/// Registers a new communicator and has `start` initialise it: `start(c, false)` now, or at the
+/// outermost ncclGroupEnd inside a group; `start(c, true)` on a background thread when it is
+/// nonblocking outside a group (then ncclInProgress is returned). `*slot` gets the handle at once
+/// in a group or when nonblocking, else once the init succeeded; it stays NULL on an error.
+fn launch_init(slot: &mut ncclComm_t, c: Arc<Comm>, start: impl FnOnce(Arc<Comm>, bool) -> Result<()>) -> Result<()> {
+    let blocking = c.config.blocking;
     let handle = register(c.clone());
     if group::depth() > 0 {
         *slot = handle as ncclComm_t;
-        return group::submit_init(c, id);
+        return start(c, false);
     }
     if !blocking {
         // Nonblocking: the handle is usable for ncclCommGetAsyncError (InProgress until the
         // background init ends) and for destroy/abort at once.
         *slot = handle as ncclComm_t;
-        group::init_in_background(c, id)?;
+        start(c, true)?;
         return Err(Error::in_progress());
     }
-    match group::submit_init(c, id) {
+    match start(c, false) {
         Ok(()) => {
             *slot = handle as ncclComm_t;
             Ok(())
@@ -428,6 +443,134 @@ pub extern "C" fn ncclCommShrink(
     })
 }
 
+/// Makes the id that grows `comm` with ncclCommGrow, as NCCL 2.30+'s ncclCommGetUniqueId
+/// (src/init.cc): starts a rendezvous root in this process (on the interface NCCL_SOCKET_IFNAME
+/// picks; it serves one grow and ends at the latest OXCCL_BOOTSTRAP_TIMEOUT, 300 s by default,
+/// after this call) and writes the id, which the application hands to the ranks joining. Called by
+/// one rank of `comm` (the coordinator) before each grow; not collective. The id is single-use
+/// (nccl.h): it stays outstanding until a grow of `comm` uses it (once ncclCommGrow on this rank
+/// has passed it to the other existing ranks), and no other can be made until then. Any thread;
+/// no stream or GPU work.
+///
+/// Returns ncclSuccess, or:
+/// - ncclInvalidArgument: `comm` NULL, unknown or destroyed, or still initialising (nonblocking);
+///   `uniqueId` NULL;
+/// - ncclInvalidUsage: an id made earlier has not been used by a grow yet, or ncclCommGrow on
+///   this rank has not yet passed it on (the 2.32.3 header's constraints; NCCL 2.30's code does not
+///   check them), or NCCL_COMM_ID is set (as NCCL, src/bootstrap.cc);
+/// - `comm`'s asynchronous error, if it has one (as NCCL's ncclCommEnsureReady);
+/// - ncclSystemError: no usable network interface, or the root could not start.
+#[no_mangle]
+pub extern "C" fn ncclCommGetUniqueId(comm: ncclComm_t, uniqueId: *mut ncclUniqueId) -> ncclResult_t {
+    call("ncclCommGetUniqueId", || {
+        let parent = comm_arg(comm)?;
+        grow::ensure_ready(&parent)?;
+        let id = out(uniqueId, "uniqueId")?;
+        let bytes = grow::unique_id(&parent)?;
+        for (o, i) in id.internal.iter_mut().zip(bytes.iter()) {
+            *o = *i as std::ffi::c_char;
+        }
+        Ok(())
+    })
+}
+
+/// Creates `*newcomm`, a communicator of `nRanks` ranks made of every rank of an existing
+/// communicator plus new ones, as NCCL 2.30+'s ncclCommGrow (src/init.cc; docs/userguide
+/// usage/communicators.rst). Collective over all `nRanks` ranks:
+/// - each existing rank passes its communicator as `comm`, `rank` -1 and `uniqueId` NULL, or the
+///   id from ncclCommGetUniqueId (the coordinator may pass it; any other id is refused). It keeps
+///   its rank in the new communicator and learns the id over `comm`'s bootstrap;
+/// - each new rank passes `comm` NULL, the coordinator's id and the rank it takes, from `comm`'s
+///   size to `nRanks` - 1, on the current CUDA device (`cudaSetDevice`).
+///
+/// `config` NULL inherits `comm`'s settings for an existing rank (with NCCL_* overrides applied
+/// again, as NCCL's copyCommConfig) and gives the defaults to a new one. `comm` is left as it was
+/// and stays usable; it should have no outstanding operations (they may deadlock the grow), and
+/// NCCL advises destroying it once the grow completed. The id is used up by the grow, whatever its
+/// outcome, once the existing ranks exchanged it. Blocks until the new communicator is ready;
+/// inside ncclGroupStart/End it runs at the outermost ncclGroupEnd (one thread may grow the ranks
+/// of several GPUs); with a nonblocking config it returns ncclInProgress at once with `*newcomm`
+/// set, and ncclCommGetAsyncError on it reports the outcome.
+///
+/// Returns ncclSuccess, or:
+/// - ncclInvalidArgument: `newcomm` NULL; `nRanks` < 1; `comm` unknown or destroyed, still
+///   initialising (nonblocking), or not smaller than `nRanks`; an existing rank's `rank` not -1;
+///   a new rank's `rank` outside `comm`'s size..`nRanks` - 1 or `uniqueId` NULL, not made by
+///   ncclCommGetUniqueId, or corrupt; an existing rank passing an id other than the
+///   coordinator's; invalid `config` fields;
+/// - ncclInvalidUsage: no rank of `comm`, or several, made an id for this grow; an earlier grow of
+///   `comm` on this rank has not yet exchanged its id; the ranks disagree on `nRanks` or two take one rank (as
+///   ncclCommInitRank);
+/// - `comm`'s asynchronous error, if it has one (as NCCL's ncclCommEnsureReady);
+/// - ncclInProgress: nonblocking (see above);
+/// - what ncclCommInitRank returns for a failed initialisation (ncclSystemError for a rendezvous
+///   that did not complete within OXCCL_BOOTSTRAP_TIMEOUT, ncclRemoteError, ncclUnhandledCudaError,
+///   ncclInternalError).
+///
+/// On an error other than ncclInProgress `*newcomm` is NULL (inside a group, an error of the
+/// initialisation itself is reported by ncclGroupEnd).
+#[no_mangle]
+pub extern "C" fn ncclCommGrow(
+    comm: ncclComm_t,
+    nRanks: c_int,
+    uniqueId: *const ncclUniqueId,
+    rank: c_int,
+    newcomm: *mut ncclComm_t,
+    config: *mut ncclConfig_t,
+) -> ncclResult_t {
+    call("ncclCommGrow", || {
+        let slot = out(newcomm, "newcomm")?;
+        *slot = std::ptr::null_mut();
+        if nRanks < 1 {
+            return Err(Error::invalid_argument(format!("ncclCommGrow: total ranks must be positive, got {nRanks}")));
+        }
+        // SAFETY: uniqueId is NULL or points to the caller's ncclUniqueId (nccl.h).
+        let passed = unsafe { uniqueId.as_ref() }.map(id_bytes);
+        if comm.is_null() {
+            // A new rank. NCCL's checks, in its order; then the id's (joining_id).
+            if rank < 0 {
+                return Err(Error::invalid_argument(format!("ncclCommGrow: new ranks must pass valid rank >= 0, got {rank}")));
+            }
+            let Some(id) = passed else {
+                return Err(Error::invalid_argument("ncclCommGrow: new ranks must pass non-NULL uniqueId"));
+            };
+            if rank >= nRanks {
+                return Err(Error::invalid_argument(format!("ncclCommGrow: new rank {rank} exceeds total ranks {nRanks}")));
+            }
+            let boot = grow::joining_id(&id, rank as usize, nRanks as usize)?;
+            // SAFETY: config is NULL or points to the caller's ncclConfig_t (of the size it declares).
+            let cfg = unsafe { parse_comm_config(config) }?;
+            return init_rank(newcomm, nRanks, boot, rank, None, cfg);
+        }
+        let parent = comm_arg(comm)?;
+        if nRanks as usize <= parent.nranks {
+            return Err(Error::invalid_argument(format!(
+                "ncclCommGrow: total ranks {nRanks} is not more than the current {} ranks",
+                parent.nranks
+            )));
+        }
+        grow::ensure_ready(&parent)?;
+        if rank != -1 {
+            return Err(Error::invalid_argument(format!("ncclCommGrow: existing ranks must pass rank=-1, got {rank}")));
+        }
+        let cfg = if config.is_null() {
+            parent.config.inherited()
+        } else {
+            // SAFETY: as above.
+            unsafe { parse_comm_config(config) }?
+        };
+        let c = Arc::new(Comm::new(parent.rank, nRanks as usize, parent.device, cfg));
+        let job = grow::GrowJob::begin(parent, c.clone(), passed)?;
+        launch_init(slot, c, |_, background| {
+            if background {
+                group::grow_in_background(job)
+            } else {
+                group::submit_grow(job)
+            }
+        })
+    })
+}
+
 /// Writes the communicator's asynchronous state to `*asyncError`: ncclSuccess; ncclInProgress
 /// while a nonblocking init, split or shrink is still running, or its error once it failed; or
 /// the error that stopped the communicator: ncclRemoteError for a lost peer, and on
@@ -499,6 +642,7 @@ pub extern "C" fn ncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) -> ncclRe
 mod tests {
     use super::*;
     use crate::error::ResultCode;
+    use crate::api::aliases::{pncclCommGetUniqueId, pncclCommGrow};
 
     #[test]
     fn null_and_invalid_arguments() {
@@ -512,5 +656,79 @@ mod tests {
         let id = ncclUniqueId { internal: [0; 128] };
         assert_eq!(ncclCommInitRank(std::ptr::null_mut(), 2, id, 0), ResultCode::InvalidArgument);
         assert_eq!(ncclCommInitAll(std::ptr::null_mut(), 1, std::ptr::null()), ResultCode::InvalidArgument);
+    }
+
+    fn as_id(bytes: [u8; NCCL_UNIQUE_ID_BYTES]) -> ncclUniqueId {
+        let mut id = ncclUniqueId { internal: [0; 128] };
+        for (o, i) in id.internal.iter_mut().zip(bytes.iter()) {
+            *o = *i as std::ffi::c_char;
+        }
+        id
+    }
+
+    /// A junk handle value, to see that an error clears `*newcomm`.
+    const JUNK: ncclComm_t = 0x5a5a as ncclComm_t;
+
+    /// NCCL's argument checks for a joining rank (comm NULL), each before anything waits.
+    #[test]
+    fn grow_refuses_bad_new_rank_arguments() {
+        let grow_id = as_id(grow::GrowId::new(bootstrap::child_unique_id().unwrap(), 2).unwrap().encode());
+        let plain = as_id(bootstrap::get_unique_id().unwrap());
+        let null: ncclComm_t = std::ptr::null_mut();
+        assert_eq!(ncclCommGrow(null, 4, &grow_id, 2, std::ptr::null_mut(), null.cast()), ResultCode::InvalidArgument, "newcomm NULL");
+        for (n, id, rank, what) in [
+            (0, &grow_id as *const ncclUniqueId, 2, "nRanks 0"),
+            (-3, &grow_id, 2, "nRanks < 0"),
+            (4, &grow_id, -1, "a new rank passing -1"),
+            (4, std::ptr::null(), 2, "a new rank without an id"),
+            (4, &grow_id, 4, "rank = nRanks"),
+            (4, &grow_id, 1, "a rank the parent keeps"),
+            (4, &plain, 2, "an ncclGetUniqueId id"),
+            (2, &grow_id, 1, "nRanks not above the parent's 2"),
+        ] {
+            let mut nc = JUNK;
+            assert_eq!(ncclCommGrow(null, n, id, rank, &mut nc, null.cast()), ResultCode::InvalidArgument, "{what}");
+            assert!(nc.is_null(), "{what}: *newcomm cleared");
+        }
+        let mut nc = JUNK;
+        assert_eq!(pncclCommGrow(null, 4, std::ptr::null(), 2, &mut nc, null.cast()), ResultCode::InvalidArgument, "alias");
+        assert!(nc.is_null());
+    }
+
+    /// The existing-rank side without a GPU: parents that are unknown, still initialising, too
+    /// large for nRanks, or failed; ncclCommGetUniqueId's refusals alike.
+    #[test]
+    fn grow_and_get_unique_id_check_the_parent_first() {
+        let null: ncclComm_t = std::ptr::null_mut();
+        let mut id = ncclUniqueId { internal: [0; 128] };
+        let bogus = 0x1000 as ncclComm_t;
+        let mut nc = JUNK;
+        assert_eq!(ncclCommGrow(bogus, 4, std::ptr::null(), -1, &mut nc, null.cast()), ResultCode::InvalidArgument);
+        assert!(nc.is_null());
+        assert_eq!(ncclCommGetUniqueId(null, &mut id), ResultCode::InvalidArgument);
+        assert_eq!(ncclCommGetUniqueId(bogus, &mut id), ResultCode::InvalidArgument);
+
+        // A 2-rank communicator whose (nonblocking) init has not ended: not ready.
+        let cfg = CommConfig { blocking: false, ..Default::default() };
+        let c = Arc::new(Comm::new(1, 2, 0, cfg));
+        let h = register(c.clone()) as ncclComm_t;
+        for n in [1, 2] {
+            let mut nc = JUNK;
+            assert_eq!(ncclCommGrow(h, n, std::ptr::null(), -1, &mut nc, null.cast()), ResultCode::InvalidArgument, "nRanks {n}");
+            assert!(nc.is_null());
+        }
+        assert_eq!(ncclCommGrow(h, 3, std::ptr::null(), -1, &mut nc, null.cast()), ResultCode::InvalidArgument, "not ready");
+        assert_eq!(ncclCommGetUniqueId(h, &mut id), ResultCode::InvalidArgument, "not ready");
+        assert_eq!(pncclCommGetUniqueId(h, &mut id), ResultCode::InvalidArgument, "alias");
+        // Its init failed: its error, as NCCL's ncclCommEnsureReady returns it.
+        c.set_error(ResultCode::RemoteError);
+        assert_eq!(ncclCommGetUniqueId(h, &mut id), ResultCode::RemoteError);
+        assert_eq!(ncclCommGrow(h, 3, std::ptr::null(), -1, &mut nc, null.cast()), ResultCode::RemoteError);
+        assert!(nc.is_null());
+        // nRanks too small is refused before the parent's state is looked at (NCCL's order).
+        assert_eq!(ncclCommGrow(h, 2, std::ptr::null(), -1, &mut nc, null.cast()), ResultCode::InvalidArgument);
+        // Nothing was made outstanding by the refused calls.
+        assert!(c.grow.issue(|| Ok([3; NCCL_UNIQUE_ID_BYTES])).is_ok());
+        unregister(h as usize);
     }
 }

@@ -100,6 +100,12 @@ pub fn child_unique_id() -> Result<[u8; UNIQUE_ID_BYTES]> {
     Ok(unique_id_with_root(bind, default_timeout())?.0)
 }
 
+/// Whether `id` is a well-formed unique id (as `get_unique_id` makes them): InvalidArgument if not.
+/// Lets a caller refuse a foreign or corrupt id before anything waits on it.
+pub fn check_unique_id(id: &[u8; UNIQUE_ID_BYTES]) -> Result<()> {
+    UniqueId::decode(id).map(|_| ())
+}
+
 /// Starts a root on `bind` and returns its id, plus the root thread (dropping it detaches).
 fn unique_id_with_root(bind: SocketAddr, timeout: Duration) -> Result<([u8; UNIQUE_ID_BYTES], JoinHandle<()>)> {
     let secret = id::random_secret()?;

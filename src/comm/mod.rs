@@ -10,6 +10,7 @@ pub mod completion;
 pub mod cross_host;
 pub mod devcomm;
 mod dump;
+pub mod grow;
 pub mod liveness;
 pub mod reaper;
 mod registry;
@@ -76,6 +77,8 @@ pub struct Comm {
     pub windows: crate::comm::window::Windows,
     /// Lost peers and the peers in-flight work needs (src/comm/liveness.rs).
     pub watch: Arc<crate::comm::liveness::Watch>,
+    /// ncclCommGetUniqueId / ncclCommGrow bookkeeping: the outstanding grow id, a grow running.
+    pub grow: crate::comm::grow::GrowState,
     /// Kernels may still run on this communicator's memory (a destroy gave up waiting for them
     /// after OXCCL_FINALIZE_TIMEOUT): what they touch was leaked (`leak_device`, once).
     leaked: AtomicBool,
@@ -254,6 +257,7 @@ impl Comm {
             op_tag: (topo::process_token() as u32 ^ NEXT_TAG.fetch_add(1, Ordering::Relaxed)) & OP_TAG_MASK,
             windows: crate::comm::window::Windows::default(),
             watch: Arc::new(crate::comm::liveness::Watch::new(nranks)),
+            grow: Default::default(),
             leaked: AtomicBool::new(false),
         }
     }

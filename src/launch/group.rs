@@ -36,6 +36,8 @@ pub enum Deferred {
 enum InitJob {
     Rank { comm: Arc<Comm>, id: [u8; crate::bootstrap::UNIQUE_ID_BYTES] },
     Derived(DerivedJob),
+    /// An existing rank's ncclCommGrow (new ranks are `Rank`s).
+    Grow(crate::comm::grow::GrowJob),
 }
 
 /// A split or shrink: collective over the parent's ranks, so inside a group it runs at End,
@@ -63,6 +65,7 @@ impl InitJob {
         let shows_state = match &self {
             InitJob::Rank { comm, .. } => Some(comm.clone()),
             InitJob::Derived(j) => j.background.then(|| j.parent.clone()),
+            InitJob::Grow(j) => Some(j.comm.clone()),
         };
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_inner())).unwrap_or_else(|_| {
             let e = Error::internal("communicator initialization panicked");
@@ -79,6 +82,8 @@ impl InitJob {
         match self {
             InitJob::Rank { comm, .. } => !comm.config.blocking,
             InitJob::Derived(j) => !j.parent.config.blocking,
+            // NCCL runs a grow's job on the new communicator, with its config.
+            InitJob::Grow(j) => !j.comm.config.blocking,
         }
     }
 
@@ -93,6 +98,7 @@ impl InitJob {
                 }
                 r
             }
+            InitJob::Grow(j) => j.run(&crate::launch::enqueue::connect_net),
         }
     }
 }
@@ -287,6 +293,17 @@ fn submit_job(job: InitJob) -> Result<()> {
     defer(job, |g, j| g.inits.push(j)).map_or(Ok(()), InitJob::run)
 }
 
+/// Runs an existing rank's ncclCommGrow now, or at the outermost End when a group is open.
+pub fn submit_grow(job: crate::comm::grow::GrowJob) -> Result<()> {
+    submit_job(InitJob::Grow(job))
+}
+
+/// Runs a nonblocking grow on a background thread; the new communicator's state stays
+/// InProgress until that ends.
+pub fn grow_in_background(job: crate::comm::grow::GrowJob) -> Result<()> {
+    spawn_inits(vec![InitJob::Grow(job)])
+}
+
 /// Initialises a nonblocking communicator on a background thread; its state stays InProgress
 /// until that ends.
 pub fn init_in_background(comm: Arc<Comm>, id: [u8; crate::bootstrap::UNIQUE_ID_BYTES]) -> Result<()> {
@@ -317,7 +334,7 @@ fn spawn_inits(mut jobs: Vec<InitJob>) -> Result<()> {
         .iter()
         .filter_map(|j| match j {
             InitJob::Derived(d) => Some(d.parent.clone()),
-            InitJob::Rank { .. } => None,
+            InitJob::Rank { .. } | InitJob::Grow(_) => None,
         })
         .collect();
     std::thread::Builder::new()
