@@ -614,14 +614,15 @@ impl Comm {
             Some(ch) if self.nranks >= 2 && crate::algo::ce_direct::min_bytes(&tuning) > 0 && peers.iter().any(|p| !p.same_process(&peers[self.rank])) => {
                 let candidate: Vec<bool> = peers.iter().map(|p| !p.same_process(&peers[self.rank])).collect();
                 let key = crate::reg::comm_key(id);
-                let on_error = tuning.ce_direct_async.then(|| {
+                let fail = || {
                     let (state, flag, rank) = (self.state.clone(), abort_flag.clone(), self.rank);
                     Box::new(move |e: Error| {
                         nccl_warn!("comm rank {rank}: {}; the communicator now reports {}", e.msg, e.code.as_str());
                         fail_async(&state, e.code, &|| flag.store_u32(0, 1));
                     }) as Box<dyn Fn(Error) + Send + Sync>
-                });
-                crate::transport::ce_direct::CeDirect::connect(&bootstrap, dev, key, &ch.ce_counters, &candidate, abort_flag.clone(), on_error, policy.local_copies_by_engine(), crate::algo::ce_direct::graph_min_bytes(&tuning))?
+                };
+                let on_error = tuning.ce_direct_async.then(fail);
+                crate::transport::ce_direct::CeDirect::connect(&bootstrap, dev, key, &ch.ce_counters, &candidate, abort_flag.clone(), fail(), on_error, policy.local_copies_by_engine(), crate::algo::ce_direct::graph_min_bytes(&tuning))?
             }
             _ => None,
         };

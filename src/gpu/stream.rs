@@ -82,9 +82,11 @@ pub fn set_capture_deps(stream: cu::CUstream, deps: &[cu::CUgraphNode], add: boo
         cu::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES
     };
     let mut deps = deps.to_vec();
-    // SAFETY: deps.len() nodes of the stream's capture graph; null edge data means default edges.
+    let nodes = if deps.is_empty() { std::ptr::null_mut() } else { deps.as_mut_ptr() };
+    // SAFETY: deps.len() nodes of the stream's capture graph (null for none); null edge data
+    // means default edges.
     check(
-        unsafe { cu::cuStreamUpdateCaptureDependencies_v2(stream, deps.as_mut_ptr(), std::ptr::null(), deps.len(), flags as u32) },
+        unsafe { cu::cuStreamUpdateCaptureDependencies_v2(stream, nodes, std::ptr::null(), deps.len(), flags as u32) },
         "cuStreamUpdateCaptureDependencies",
     )
 }

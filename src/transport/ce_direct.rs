@@ -655,6 +655,8 @@ struct Inner {
     /// (algo::ce_direct::graph_min_bytes); None (OXCCL_CE_DIRECT_GRAPH=0): a capturing rank
     /// offers no graph path and the pair takes the exchange kernel.
     graph_min: Option<u64>,
+    /// Fails the communicator (`connect`'s `fatal`).
+    fatal: Box<dyn Fn(Error) + Send + Sync>,
 }
 
 // SAFETY: the events and stream are driver handles usable from any thread; State is behind a lock.
@@ -666,6 +668,8 @@ impl CeDirect {
     /// each pair of ranks that `candidate` allows on both sides (separate processes of one host).
     /// `counters`: every rank's counter area as mapped here (COUNTER_BYTES, zeroed at init). A
     /// pair keeps its link only if both ranks connected it; None where no pair did.
+    /// `fatal`: called where a launch fails after its pairs agreed (the pairs' counts are then
+    /// apart for good; the caller fails the communicator).
     /// `async_errors`: Some to start the worker thread (OXCCL_CE_DIRECT_ASYNC), which reports a
     /// failure through it. `local_by_engine`: local copies beside the transfers by copy engine
     /// (the ZERO CTA policy), else by `COPY_BLOCKS` blocks of SM copies. `graph_min`: the path
@@ -679,6 +683,7 @@ impl CeDirect {
         counters: &[u64],
         candidate: &[bool],
         abort: Arc<crate::gpu::HostMapped>,
+        fatal: Box<dyn Fn(Error) + Send + Sync>,
         async_errors: Option<Box<dyn Fn(Error) + Send + Sync>>,
         local_by_engine: bool,
         graph_min: Option<u64>,
@@ -743,6 +748,7 @@ impl CeDirect {
             events: Mutex::new(Vec::new()),
             local_by_engine,
             graph_min,
+            fatal,
         });
         let worker = match async_errors {
             None => None,
@@ -911,6 +917,34 @@ impl Inner {
         let t0 = Instant::now();
         let agreed: Vec<(&Part, u64)> = parts.iter().zip(&verdicts).filter_map(|(pt, v)| v.target.map(|t| (pt, t))).collect();
         let rest = fallback.without(agreed.iter().map(|(pt, _)| pt.peer));
+        let issued = self.issue(kernels, dev_comm, spec, &agreed, rest, capturing, &mut st, stream);
+        if let Err(e) = &issued {
+            // The peers count this launch's transfers already: a replay or the next call would
+            // pair the k-th send with another receive. Nothing may run on this communicator.
+            if !agreed.is_empty() {
+                (self.fatal)(e.clone().context("copy-engine direct: a launch failed after its pairs agreed"));
+            }
+        }
+        issued?;
+        st.stats.issues += 1;
+        st.stats.issue_ns += t0.elapsed().as_nanos() as u64;
+        Ok(())
+    }
+
+    /// `run`'s stream work once the pairs have agreed (`agreed`: each pair and its destination);
+    /// `rest`: the exchange kernel for what the copy engines do not take.
+    #[allow(clippy::too_many_arguments)]
+    fn issue(
+        &self,
+        kernels: Kernels,
+        dev_comm: u64,
+        spec: &ExchangeSpec,
+        agreed: &[(&Part, u64)],
+        rest: Option<Fallback>,
+        capturing: bool,
+        st: &mut State,
+        stream: cu::CUstream,
+    ) -> Result<()> {
         // The kernel, if any, carries the local copies; else they go beside the copies: on the side
         // stream, or, inside a graph, as branches of the capture (a side stream joined to the
         // capture would stay in it until the capture ends, where this communicator's next eager
@@ -962,8 +996,6 @@ impl Inner {
         } else if !copies.is_empty() && !capturing {
             self.join.wait_on(stream)?;
         }
-        st.stats.issues += 1;
-        st.stats.issue_ns += t0.elapsed().as_nanos() as u64;
         Ok(())
     }
 
@@ -1098,7 +1130,7 @@ impl Inner {
         }
         let base = capture_deps(stream)?;
         let mut ends = Vec::new();
-        for c in copies {
+        let branched = copies.iter().try_for_each(|c| {
             set_capture_deps(stream, &base, false)?;
             if self.local_by_engine {
                 copy_engine_async(c.dst, c.src, c.bytes as usize, stream)?;
@@ -1107,9 +1139,11 @@ impl Inner {
                 launch_pdl(kernels.copy, COPY_BLOCKS, 512, stream, &args, false)?;
             }
             ends.extend(capture_deps(stream)?);
-        }
+            Ok(())
+        });
+        // The stream goes on from where it stood, failure or not; joined by the caller.
         set_capture_deps(stream, &base, false)?;
-        Ok(ends)
+        branched.map(|()| ends)
     }
 
     /// Local copies (already filtered) on the side stream, forked from `stream`; the caller joins
