@@ -570,8 +570,8 @@ ncclResult_t pncclCommUserRank(ncclComm_t comm, int *rank);
  by NCCL_ENCRYPTION_CONFIG_INITIALIZER), `mode` is neither NONE nor PSK, or PSK mode with `psk`
  NULL or shorter than 32 bytes; ncclSystemError if the TLS library cannot build its keys.
  */
-ncclResult_t ncclSetEncryption(const struct ncclEncryptionConfig_t *config);
-ncclResult_t pncclSetEncryption(const struct ncclEncryptionConfig_t *config);
+ncclResult_t ncclSetEncryption(const ncclEncryptionConfig_t *config);
+ncclResult_t pncclSetEncryption(const ncclEncryptionConfig_t *config);
 
 /*
  Opens a group on the calling thread (groups are thread-local and nest; only the outermost

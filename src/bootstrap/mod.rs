@@ -31,6 +31,7 @@ mod tests;
 /// The same suite with every connection TLS (tests.rs tells its two copies apart).
 #[cfg(test)]
 #[path = "tests.rs"]
+#[allow(clippy::duplicate_mod)] // on purpose: the suite runs once plaintext, once encrypted
 mod tests_tls;
 #[cfg(test)]
 mod tls_tests;
