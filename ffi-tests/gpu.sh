@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU part of the C ABI tests (GPU machine): gpu_comm.c, gpu_streams.c, gpu_pair.c, gpu_syncwait.c, gpu_window.c and gpu_grow.c, built against
-# include/nccl.h and linked with -lnccl, run once against oxccl and once against a reference NCCL
+# GPU part of the C ABI tests (GPU machine): gpu_comm.c, gpu_streams.c, gpu_pair.c, gpu_syncwait.c,
+# gpu_window.c, gpu_grow.c and gpu_encryption.c, built against include/nccl.h and linked with -lnccl, run once against oxccl and once against a reference NCCL
 # (each must pass with both: they check NCCL's behaviour, not oxccl's). gpu_comm and gpu_streams:
 # one process, one thread per GPU; gpu_pair, gpu_syncwait and gpu_grow: two processes on GPUs 0 and 1
 # (gpu_grow also both on GPU 0, under MPS where the daemon runs).
@@ -31,6 +31,8 @@ gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" 
   -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_window"
 gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" -I"$cuda/include" "$here/gpu_grow.c" \
   -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_grow"
+gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" -I"$cuda/include" "$here/gpu_encryption.c" \
+  -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_encryption"
 # Pointer checks are part of the test (NCCL_CHECK_POINTERS=1 is honoured by both libraries).
 export NCCL_CHECK_POINTERS=1
 rc=0
@@ -83,6 +85,12 @@ two gpu_syncwait pass "oxccl, 2 simulated hosts" "$out/lib" "${hosts[@]}"
 two gpu_grow pass "oxccl" "$out/lib" GPU_GROW_STRICT=1
 two gpu_grow pass "oxccl, both processes on GPU 0" "$out/lib" GPU_GROW_STRICT=1 GPU_GROW_SHARE=1
 two gpu_syncwait report "oxccl, 2 simulated hosts, OXCCL_NET_STAGE_MAX=262144" "$out/lib" "${hosts[@]}" OXCCL_NET_STAGE_MAX=262144 GPU_SYNCWAIT_ALARM=30
+# gpu_encryption (two processes, 2 simulated hosts): ncclSetEncryption's TLS on the bootstrap and
+# the socket network transport carries an AllReduce and a Broadcast; with mismatched PSKs both
+# inits fail (rank 1 with ncclRemoteError), none hangs. oxccl only: NVIDIA's NCCL encrypts only
+# when built with TLS_BACKEND=OPENSSL3, and 2.28 has no ncclSetEncryption.
+two gpu_encryption pass "oxccl, TLS, 2 simulated hosts" "$out/lib" NCCL_IB_DISABLE=1
+two gpu_encryption pass "oxccl, mismatched PSKs" "$out/lib" NCCL_IB_DISABLE=1 GPU_ENCRYPTION_MISMATCH=1 OXCCL_BOOTSTRAP_TIMEOUT=10
 # devapi_gpu.cu: kernels written against NVIDIA's nccl_device.h (the device API), so it builds with
 # the reference NCCL's headers (NCCL_INCLUDE, default beside NCCL_LIBDIR) and nvcc; GIN's GDAKI
 # backend is left out of the headers (no DOCA headers needed; neither library is asked for GIN).

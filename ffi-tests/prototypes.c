@@ -68,5 +68,6 @@ SAME(ncclParamGet, ncclResult_t (*)(ncclParamHandle_t, void*, int, int*));
 SAME(ncclParamGetParameter, ncclResult_t (*)(const char*, const char**, int*));
 SAME(ncclParamGetAllParameterKeys, ncclResult_t (*)(const char***, int*));
 SAME(ncclParamDumpAll, void (*)(void));
+SAME(ncclSetEncryption, ncclResult_t (*)(const ncclEncryptionConfig_t*));
 
 int main(void) { return 0; }

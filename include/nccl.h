@@ -831,6 +831,31 @@ ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUser
 ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
 
 /*
+ Configures process-wide encryption of the TCP sockets oxccl opens for communicators: with
+ `mode` NCCL_ENCRYPTION_MODE_PSK, TLS 1.3 whose handshake authenticates both ends by the
+ pre-shared key `psk` (a NUL-terminated string of at least 32 bytes; oxccl copies it); with
+ NCCL_ENCRYPTION_MODE_NONE, or `config` NULL, plaintext (the default). As in NCCL 2.32
+ (src/misc/crypt.cc), a config whose `size` ends before a field leaves that field at the
+ initializer's value, and `version` is not checked.
+
+ It covers the bootstrap (the rendezvous root, rank listeners, every out-of-band exchange) and
+ the sockets of the cross-host network transport and of its set-up (InfiniBand lanes exchange
+ their endpoints over them, then move data by RDMA, which it does not cover; NCCL's boundary
+ too). Call it before ncclGetUniqueId and before creating communicators, with the same PSK in
+ every process of the job: a unique id or communicator keeps the setting in force when it was
+ created, so a later call affects only later ones. Between processes configured differently
+ the TLS handshake fails: the connecting rank's init returns ncclRemoteError naming the cause,
+ the accepting one logs a WARN and drops the connection, and a rank waiting on it fails at the
+ bootstrap timeout (OXCCL_BOOTSTRAP_TIMEOUT). Any thread; calls are serialized.
+
+ Returns ncclSuccess, or ncclInvalidArgument: `config->magic` is not NCCL_API_MAGIC (not made
+ by NCCL_ENCRYPTION_CONFIG_INITIALIZER), `mode` is neither NONE nor PSK, or PSK mode with `psk`
+ NULL or shorter than 32 bytes; ncclSystemError if the TLS library cannot build its keys.
+ */
+ncclResult_t ncclSetEncryption(const ncclEncryptionConfig_t *config);
+ncclResult_t pncclSetEncryption(const ncclEncryptionConfig_t *config);
+
+/*
  Opens a group on the calling thread (groups are thread-local and nest; only the outermost
  ncclGroupEnd acts). Collectives, sends/receives, inits, splits, shrinks, window registrations,
  finalize and destroy called on this thread until the matching ncclGroupEnd are queued and

@@ -29,6 +29,7 @@ pub mod net;
 pub mod proxy;
 pub mod reg;
 pub mod symmem;
+pub mod tls;
 pub mod transport;
 pub mod types;
 

@@ -9,6 +9,7 @@ use std::ffi::{c_char, c_int, c_void};
 use super::coll::*;
 use super::comm::*;
 use super::devapi::*;
+use super::encryption::*;
 use super::group::*;
 use super::mem::*;
 use super::p2p::*;
@@ -34,6 +35,7 @@ profiling_aliases! {
     pncclMemFree => ncclMemFree(ptr: *mut c_void) -> ncclResult_t;
     pncclGetVersion => ncclGetVersion(version: *mut c_int) -> ncclResult_t;
     pncclGetUniqueId => ncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclResult_t;
+    pncclSetEncryption => ncclSetEncryption(config: *const ncclEncryptionConfig_t) -> ncclResult_t;
     pncclCommInitRankConfig => ncclCommInitRankConfig(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int, config: *mut ncclConfig_t) -> ncclResult_t;
     pncclCommInitRank => ncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, commId: ncclUniqueId, rank: c_int) -> ncclResult_t;
     pncclCommInitAll => ncclCommInitAll(comms: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t;

@@ -11,6 +11,7 @@ pub mod aliases;
 pub mod coll;
 pub mod comm;
 pub mod devapi;
+pub mod encryption;
 pub mod group;
 pub mod mem;
 pub mod p2p;

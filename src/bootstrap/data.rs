@@ -4,10 +4,14 @@
 //! those addresses on Channel::Connect, then each opens `nsocks` sockets to the other: a hello with
 //! the communicator's secret, then the connection's number and the socket's index. Incoming
 //! sockets that do not present exactly that (another communicator, a stranger, a duplicate) are
-//! closed and ignored; only a wait past the bootstrap timeout fails.
+//! closed and ignored; only a wait past the bootstrap timeout fails. When the communicator
+//! encrypts, each socket is a TLS session (the connecting rank its client) before its hello; a
+//! handshake needs both ends at once, so the rank then accepts on a second thread while it
+//! connects (plaintext keeps the one thread: the kernel completes TCP handshakes unattended).
 
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::deadline::Deadline;
@@ -16,6 +20,7 @@ use super::wire::{decode_addr, encode_addr, secrets_equal, Channel, ConnKind, He
 use super::Bootstrap;
 use crate::error::{Error, Result};
 use crate::log::Subsys;
+use crate::tls::Stream;
 
 /// Sockets per direction and peer, at most (NCCL's cap on sockets per connection).
 pub const MAX_DATA_SOCKETS: usize = 64;
@@ -28,9 +33,9 @@ const HELLO_WAIT: Duration = Duration::from_secs(2);
 #[derive(Debug)]
 pub struct DataSockets {
     /// Sockets this rank opened: it writes, the peer reads.
-    pub outgoing: Vec<TcpStream>,
+    pub outgoing: Vec<Stream>,
     /// Sockets the peer opened: the peer writes, this rank reads.
-    pub incoming: Vec<TcpStream>,
+    pub incoming: Vec<Stream>,
 }
 
 impl Bootstrap {
@@ -53,23 +58,49 @@ impl Bootstrap {
             .map_err(|_| Error::system(format!("rank {peer} sent a data listener address of {} bytes", theirs.len())))?;
         let theirs = decode_addr(theirs)?;
 
-        // Connect first: the peer's kernel completes our handshakes into its backlog before it
-        // accepts, so both ranks connecting at once cannot deadlock.
+        let (outgoing, incoming) = if self.tls.is_none() {
+            // Connect first: the peer's kernel completes our handshakes into its backlog before it
+            // accepts, so both ranks connecting at once cannot deadlock.
+            let outgoing = self.connect_data(theirs, conn, nsocks, deadline, &who)?;
+            (outgoing, self.accept_data(&listener, peer, conn, nsocks, deadline, &|| false)?)
+        } else {
+            // Each TLS handshake needs the peer's accepting side to answer: accept meanwhile.
+            // Accepting stops once connecting failed (the peer fails its side in turn).
+            let failed = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                let accepting = s.spawn(|| self.accept_data(&listener, peer, conn, nsocks, deadline, &|| failed.load(Ordering::Relaxed)));
+                let outgoing = self.connect_data(theirs, conn, nsocks, deadline, &who);
+                failed.store(outgoing.is_err(), Ordering::Relaxed);
+                let incoming = accepting.join().unwrap_or_else(|_| Err(Error::internal("the data socket accepting thread panicked")));
+                Ok::<_, Error>((outgoing?, incoming?))
+            })?
+        };
+        nccl_info!(Subsys::Bootstrap, "Bootstrap: rank {} data connection {conn} with rank {peer}: {nsocks} sockets each way via {theirs}{}", self.rank, if self.tls.is_some() { " (TLS)" } else { "" });
+        Ok(DataSockets { outgoing, incoming })
+    }
+
+    /// Opens our `nsocks` sockets of connection `conn` to the peer's data listener at `theirs`.
+    fn connect_data(&self, theirs: SocketAddr, conn: u32, nsocks: usize, deadline: Deadline, who: &str) -> Result<Vec<Stream>> {
         let hello = Hello { kind: ConnKind::Data, rank: self.rank as u32, secret: self.secret };
         let mut outgoing = Vec::with_capacity(nsocks);
         for i in 0..nsocks {
-            let s = socket::open(theirs, Listening::Already, &hello, deadline, &who, &|| self.shared.mailbox.is_aborted())?;
+            let s = socket::open(theirs, Listening::Already, &hello, deadline, who, &|| self.shared.mailbox.is_aborted(), self.tls.as_deref())?;
             let mut hdr = [0u8; DATA_HEADER_BYTES];
             hdr[..4].copy_from_slice(&conn.to_le_bytes());
             hdr[4..].copy_from_slice(&(i as u32).to_le_bytes());
-            socket::write_all(&s, &hdr, deadline, &who)?;
+            socket::write_all(&s, &hdr, deadline, who)?;
             outgoing.push(s);
         }
+        Ok(outgoing)
+    }
 
-        let mut incoming: Vec<Option<TcpStream>> = (0..nsocks).map(|_| None).collect();
+    /// Accepts `peer`'s `nsocks` sockets of connection `conn` on `listener`, in index order, until
+    /// the deadline, an abort, or `give_up`.
+    fn accept_data(&self, listener: &TcpListener, peer: usize, conn: u32, nsocks: usize, deadline: Deadline, give_up: &dyn Fn() -> bool) -> Result<Vec<Stream>> {
+        let mut incoming: Vec<Option<Stream>> = (0..nsocks).map(|_| None).collect();
         let mut have = 0;
         while have < nsocks {
-            ensure!(!self.shared.mailbox.is_aborted(), SystemError, "aborted while accepting rank {peer}'s data sockets");
+            ensure!(!self.shared.mailbox.is_aborted() && !give_up(), SystemError, "aborted while accepting rank {peer}'s data sockets");
             let Some(left) = deadline.remaining() else {
                 bail!(SystemError, "timed out after {:?} waiting for rank {peer}'s data sockets ({have} of {nsocks} arrived)", deadline.total());
             };
@@ -86,17 +117,18 @@ impl Bootstrap {
                 Err(e) => return Err(Error::io("accepting a data socket", &e)),
             }
         }
-        let incoming = incoming.into_iter().flatten().collect();
-        nccl_info!(Subsys::Bootstrap, "Bootstrap: rank {} data connection {conn} with rank {peer}: {nsocks} sockets each way via {theirs}", self.rank);
-        Ok(DataSockets { outgoing, incoming })
+        Ok(incoming.into_iter().flatten().collect())
     }
 
-    /// Reads and checks an incoming data socket's hello and header; returns its index.
-    pub(super) fn admit(&self, mut s: TcpStream, peer: usize, conn: u32, nsocks: usize, wait: Duration) -> Result<(usize, TcpStream)> {
+    /// Completes the TLS handshake of an incoming data socket when the communicator encrypts,
+    /// then reads and checks its hello and header; returns its index.
+    pub(super) fn admit(&self, s: TcpStream, peer: usize, conn: u32, nsocks: usize, wait: Duration) -> Result<(usize, Stream)> {
         s.set_nonblocking(false).map_err(|e| Error::io("blocking mode", &e))?;
+        let s = Stream::wrap(s, self.tls.as_deref(), true)?;
+        s.handshake(wait, &|| self.shared.mailbox.is_aborted())?;
         s.set_read_timeout(Some(wait.max(Duration::from_millis(1)))).map_err(|e| Error::io("SO_RCVTIMEO", &e))?;
         let mut buf = [0u8; HELLO_BYTES + DATA_HEADER_BYTES];
-        s.read_exact(&mut buf).map_err(|e| Error::system(format!("no complete hello: {e}")))?;
+        (&s).read_exact(&mut buf).map_err(|e| Error::system(format!("no complete hello: {e}")))?;
         let hello_bytes: &[u8; HELLO_BYTES] = buf[..HELLO_BYTES].try_into().map_err(|_| Error::internal("hello size"))?;
         let hello = Hello::decode(hello_bytes)?;
         ensure!(secrets_equal(&hello.secret, &self.secret), SystemError, "wrong secret (another communicator, or not oxccl)");

@@ -1,17 +1,21 @@
 //! A bootstrap listener: one non-blocking socket plus the connections it accepted, driven by
 //! `poll()` from a single thread. Each connection must first present a valid hello within
-//! HELLO_TIMEOUT; after that its frames are decoded as they arrive and handed out as events.
+//! HELLO_TIMEOUT (when the communicator encrypts, after a TLS handshake that its reads drive,
+//! within the same time); after that its frames are decoded as they arrive and handed out as
+//! events.
 //! Reading eagerly means a sender never waits for its receiver to call recv, and a slow, idle or
 //! hostile connection never holds up the others.
 
 use std::io::{ErrorKind, Read};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::wire::{secrets_equal, ConnKind, Frame, FrameDecoder, Hello, Secret, HELLO_BYTES, ROOT_RANK};
 use crate::error::{Error, Result};
 use crate::log::Subsys;
+use crate::tls::{self, Keys, Stream};
 
 /// How long a new connection may take to send its hello. Real peers send it right after
 /// connecting; anything slower is a scanner or a stuck client.
@@ -60,7 +64,7 @@ enum State {
 }
 
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     peer: SocketAddr,
     state: State,
 }
@@ -77,17 +81,20 @@ pub(crate) struct Listener {
     addr: SocketAddr,
     secret: Secret,
     role: Role,
+    /// TLS server keys when the communicator encrypts.
+    tls: Option<Arc<Keys>>,
     conns: Vec<Conn>,
     buf: Vec<u8>,
 }
 
 impl Listener {
-    pub(crate) fn bind(addr: SocketAddr, secret: Secret, role: Role) -> Result<Listener> {
+    /// Listens on `addr`; with `tls`, every accepted connection is a TLS server session of it.
+    pub(crate) fn bind(addr: SocketAddr, secret: Secret, role: Role, tls: Option<Arc<Keys>>) -> Result<Listener> {
         let socket =
             TcpListener::bind(addr).map_err(|e| Error::io(&format!("bootstrap: cannot listen on {addr}"), &e))?;
         socket.set_nonblocking(true).map_err(|e| Error::io("bootstrap: O_NONBLOCK", &e))?;
         let addr = socket.local_addr().map_err(|e| Error::io("bootstrap: getsockname", &e))?;
-        Ok(Listener { socket, addr, secret, role, conns: Vec::new(), buf: vec![0; READ_CHUNK] })
+        Ok(Listener { socket, addr, secret, role, tls, conns: Vec::new(), buf: vec![0; READ_CHUNK] })
     }
 
     pub(crate) fn local_addr(&self) -> SocketAddr {
@@ -107,9 +114,10 @@ impl Listener {
                 State::Open { .. } => None,
             })
             .fold(timeout, Duration::min);
-        let mut fds: Vec<libc::pollfd> = std::iter::once(self.socket.as_raw_fd())
-            .chain(self.conns.iter().map(|c| c.stream.as_raw_fd()))
-            .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
+        // A TLS handshake reply the socket could not take yet waits for POLLOUT.
+        let mut fds: Vec<libc::pollfd> = std::iter::once((self.socket.as_raw_fd(), false))
+            .chain(self.conns.iter().map(|c| (c.stream.as_raw_fd(), c.stream.wants_write())))
+            .map(|(fd, out)| libc::pollfd { fd, events: if out { libc::POLLIN | libc::POLLOUT } else { libc::POLLIN }, revents: 0 })
             .collect();
         let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX).max(i32::from(!wait.is_zero()));
         let nfds = libc::nfds_t::try_from(fds.len()).map_err(|_| Error::system("bootstrap: too many connections"))?;
@@ -166,6 +174,13 @@ impl Listener {
                         nccl_warn!("bootstrap: dropping connection from {peer}: O_NONBLOCK: {e}");
                         continue;
                     }
+                    let stream = match Stream::wrap(stream, self.tls.as_deref(), true) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            nccl_warn!("bootstrap: dropping connection from {peer}: {}", e.msg);
+                            continue;
+                        }
+                    };
                     let deadline = Instant::now() + HELLO_TIMEOUT;
                     let state = State::AwaitingHello { buf: [0; HELLO_BYTES], len: 0, deadline };
                     self.conns.push(Conn { stream, peer, state });
@@ -185,7 +200,7 @@ impl Listener {
     /// Reads everything available on `conn`.
     fn service(&mut self, conn: &mut Conn, events: &mut Vec<Event>) -> Outcome {
         loop {
-            let (n, read_error) = match conn.stream.read(&mut self.buf) {
+            let (n, read_error) = match (&conn.stream).read(&mut self.buf) {
                 Ok(n) => (n, None),
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Outcome::Keep,
@@ -257,7 +272,13 @@ fn consume(
         if *len < HELLO_BYTES {
             return Ok(());
         }
-        let hello = Hello::decode(buf).map_err(|e| format!("bad hello: {}", e.msg))?;
+        let hello = Hello::decode(buf).map_err(|e| {
+            if !conn.stream.is_encrypted() && tls::looks_like_tls(buf) {
+                "a TLS handshake: the peer encrypts (ncclSetEncryption) but this process does not; every process must call ncclSetEncryption alike".to_string()
+            } else {
+                format!("bad hello: {}", e.msg)
+            }
+        })?;
         if !secrets_equal(&hello.secret, secret) {
             return Err("wrong secret (a different unique id?)".into());
         }

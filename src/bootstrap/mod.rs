@@ -9,7 +9,9 @@
 //! wait for the receiver to call recv, and a bad connection cannot stall good ones. Each rank keeps
 //! one outgoing connection per peer; tags are multiplexed on it, which keeps file descriptors
 //! O(peers) and makes TCP's ordering give per-(sender, receiver, tag) ordering. Every wait is
-//! bounded by the timeout given to `init`.
+//! bounded by the timeout given to `init`. When ncclSetEncryption configured a PSK at the time a
+//! unique id or communicator is made, every one of its connections (to the root, between ranks,
+//! data sockets) is TLS authenticated by it (src/tls).
 
 mod data;
 mod deadline;
@@ -26,9 +28,16 @@ mod wire;
 mod fuzz;
 #[cfg(test)]
 mod tests;
+/// The same suite with every connection TLS (tests.rs tells its two copies apart).
+#[cfg(test)]
+#[path = "tests.rs"]
+#[allow(clippy::duplicate_mod)] // on purpose: the suite runs once plaintext, once encrypted
+mod tests_tls;
+#[cfg(test)]
+mod tls_tests;
 
 use std::fmt;
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
@@ -46,6 +55,7 @@ use self::socket::Listening;
 use self::wire::{decode_addr, encode_addr, Channel, ConnKind, Hello, Secret, ADDR_BYTES, ROOT_RANK};
 use crate::error::{Error, Result};
 use crate::log::Subsys;
+use crate::tls::{self, Keys, Stream};
 
 pub use self::id::{parse_comm_id, UNIQUE_ID_BYTES};
 
@@ -97,7 +107,7 @@ pub fn get_unique_id() -> Result<[u8; UNIQUE_ID_BYTES]> {
 /// communicators derived from another (split, shrink), whose first member distributes the id.
 pub fn child_unique_id() -> Result<[u8; UNIQUE_ID_BYTES]> {
     let bind = iface::bootstrap_listen_addr(None)?;
-    Ok(unique_id_with_root(bind, default_timeout())?.0)
+    Ok(unique_id_with_root(bind, default_timeout(), tls::current())?.0)
 }
 
 /// Whether `id` is a well-formed unique id (as `get_unique_id` makes them): InvalidArgument if not.
@@ -106,10 +116,11 @@ pub fn check_unique_id(id: &[u8; UNIQUE_ID_BYTES]) -> Result<()> {
     UniqueId::decode(id).map(|_| ())
 }
 
-/// Starts a root on `bind` and returns its id, plus the root thread (dropping it detaches).
-fn unique_id_with_root(bind: SocketAddr, timeout: Duration) -> Result<([u8; UNIQUE_ID_BYTES], JoinHandle<()>)> {
+/// Starts a root on `bind` (encrypting with `tls` when given) and returns its id, plus the root
+/// thread (dropping it detaches).
+fn unique_id_with_root(bind: SocketAddr, timeout: Duration, tls: Option<Arc<Keys>>) -> Result<([u8; UNIQUE_ID_BYTES], JoinHandle<()>)> {
     let secret = id::random_secret()?;
-    let (root, thread) = root::start(bind, secret, timeout)?;
+    let (root, thread) = root::start(bind, secret, timeout, tls)?;
     Ok((UniqueId { root, secret }.encode(), thread))
 }
 
@@ -130,11 +141,14 @@ pub struct Bootstrap {
     listen: SocketAddr,
     /// Every rank's listen address, by rank (filled at the end of init).
     peers: Vec<SocketAddr>,
+    /// The TLS keys every connection of this communicator uses (None: plaintext), as
+    /// ncclSetEncryption had set them when it was created.
+    tls: Option<Arc<Keys>>,
     /// Our connection to each rank, opened on first use.
-    out: Vec<Mutex<Option<Arc<TcpStream>>>>,
+    out: Vec<Mutex<Option<Arc<Stream>>>>,
     /// Every outgoing socket, so abort() can shut down one a sender is blocked on (weak: a
     /// socket dropped after an error closes at once).
-    abort_handles: Mutex<Vec<Weak<TcpStream>>>,
+    abort_handles: Mutex<Vec<Weak<Stream>>>,
     shared: Arc<Shared>,
     listener_thread: Option<JoinHandle<()>>,
 }
@@ -153,12 +167,12 @@ impl Bootstrap {
         // Only an id made from NCCL_COMM_ID names a root nobody has started yet (a split's child
         // id names a root its first member already runs).
         let host_root = rank == 0 && id::comm_id_from_env()?.is_some_and(|a| UniqueId::from_comm_id(a).encode() == *id);
-        Bootstrap::init_with(id, rank, nranks, timeout, host_root, None)
+        Bootstrap::init_with(id, rank, nranks, timeout, host_root, None, tls::current())
     }
 
     /// `init` with the environment's choices made explicit: whether to host the root at the id's
-    /// address, and where to listen (an IP with port 0, and scope id for IPv6 link-local; None:
-    /// choose by NCCL_SOCKET_IFNAME / NCCL_SOCKET_FAMILY).
+    /// address, where to listen (an IP with port 0, and scope id for IPv6 link-local; None:
+    /// choose by NCCL_SOCKET_IFNAME / NCCL_SOCKET_FAMILY), and the TLS keys (None: plaintext).
     fn init_with(
         id: &[u8; UNIQUE_ID_BYTES],
         rank: usize,
@@ -166,6 +180,7 @@ impl Bootstrap {
         timeout: Duration,
         host_root: bool,
         listen_on: Option<SocketAddr>,
+        tls: Option<Arc<Keys>>,
     ) -> Result<Bootstrap> {
         let id = UniqueId::decode(id)?;
         ensure!(rank < nranks, InvalidArgument, "bootstrap: rank {rank} out of range for nranks {nranks}");
@@ -176,13 +191,13 @@ impl Bootstrap {
         let deadline = Deadline::after(timeout);
         if host_root {
             // The root thread ends by itself after this init or at its deadline.
-            root::start(id.root, id.secret, timeout)?;
+            root::start(id.root, id.secret, timeout, tls.clone())?;
         }
         let listen_on = match listen_on {
             Some(addr) => addr,
             None => iface::bootstrap_listen_addr(Some(id.root.ip()))?,
         };
-        let listener = Listener::bind(listen_on, id.secret, Role::Rank { nranks: n32 })?;
+        let listener = Listener::bind(listen_on, id.secret, Role::Rank { nranks: n32 }, tls.clone())?;
         let listen = listener.local_addr();
         let shared = Arc::new(Shared::default());
         let thread_shared = Arc::clone(&shared);
@@ -197,6 +212,7 @@ impl Bootstrap {
             secret: id.secret,
             listen,
             peers: Vec::new(),
+            tls,
             out: (0..nranks).map(|_| Mutex::new(None)).collect(),
             abort_handles: Mutex::new(Vec::new()),
             shared,
@@ -205,7 +221,7 @@ impl Bootstrap {
         nccl_info!(Subsys::Bootstrap, "Bootstrap: rank {rank}/{nranks} listening on {listen}, root at {}", id.root);
 
         // rank < nranks, which fits u32 (checked above).
-        root::register(id.root, id.secret, rank as u32, n32, listen, deadline, &|| false)
+        root::register(id.root, id.secret, rank as u32, n32, listen, deadline, &|| false, bs.tls.as_deref())
             .map_err(|e| e.context(format!("bootstrap: rank {rank}/{nranks} registering")))?;
         let reply = bs.wait(Key { channel: Channel::Reply, rank: ROOT_RANK, tag: 0 }, deadline, || {
             format!("the root at {} to answer (it does once all {nranks} ranks have registered)", id.root)
@@ -358,7 +374,7 @@ impl Bootstrap {
             }
         }
         let hello = Hello { kind: ConnKind::Peer, rank: self.rank as u32, secret: self.secret };
-        let stream = socket::open(addr, Listening::Already, &hello, deadline, &who, &|| false)?;
+        let stream = socket::open(addr, Listening::Already, &hello, deadline, &who, &|| false, self.tls.as_deref())?;
         if !aborted {
             // A new connection, whose end must not look like a crash: this rank is leaving.
             socket::send_frame(&stream, &header, &[NOTICE_BYE], deadline, &who)?;
@@ -546,10 +562,10 @@ impl Bootstrap {
         Ok(())
     }
 
-    fn connect(&self, peer: usize, addr: SocketAddr, deadline: Deadline) -> Result<Arc<TcpStream>> {
+    fn connect(&self, peer: usize, addr: SocketAddr, deadline: Deadline) -> Result<Arc<Stream>> {
         let hello = Hello { kind: ConnKind::Peer, rank: self.rank as u32, secret: self.secret };
         let aborted = || self.shared.mailbox.is_aborted();
-        let stream = socket::open(addr, Listening::Already, &hello, deadline, &format!("rank {peer}"), &aborted)
+        let stream = socket::open(addr, Listening::Already, &hello, deadline, &format!("rank {peer}"), &aborted, self.tls.as_deref())
             .map_err(|e| e.context(format!("bootstrap: rank {}/{}", self.rank, self.nranks)))?;
         let stream = Arc::new(stream);
         let mut handles = self.abort_handles.lock();

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use super::wire::{
 };
 use crate::error::{Error, Result, ResultCode};
 use crate::log::Subsys;
+use crate::tls::Keys;
 
 /// How long the root tries to deliver one reply. Ranks are listening by the time they
 /// register, so this only runs out for a rank that died meanwhile.
@@ -28,21 +30,24 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 const REPLY_OK: u8 = 0;
 const REPLY_ERROR: u8 = 1;
 
-/// Starts a root listening on `bind` (port 0 for an ephemeral one) for one init; returns the
-/// address it listens on and its thread (which ends by itself; dropping the handle detaches it).
-pub(crate) fn start(bind: SocketAddr, secret: Secret, timeout: Duration) -> Result<(SocketAddr, JoinHandle<()>)> {
-    let listener = Listener::bind(bind, secret, Role::Root)?;
+/// Starts a root listening on `bind` (port 0 for an ephemeral one) for one init, encrypting its
+/// connections with `tls` when given; returns the address it listens on and its thread (which
+/// ends by itself; dropping the handle detaches it).
+pub(crate) fn start(bind: SocketAddr, secret: Secret, timeout: Duration, tls: Option<Arc<Keys>>) -> Result<(SocketAddr, JoinHandle<()>)> {
+    let listener = Listener::bind(bind, secret, Role::Root, tls.clone())?;
     let addr = listener.local_addr();
     let deadline = Deadline::after(timeout);
     nccl_info!(Subsys::Bootstrap, "Bootstrap: root listening on {addr}");
     let thread = thread::Builder::new()
         .name("oxccl-bs-root".into())
-        .spawn(move || serve(listener, secret, deadline))
+        .spawn(move || serve(listener, secret, deadline, tls))
         .map_err(|e| Error::io("bootstrap: cannot start the root thread", &e))?;
     Ok((addr, thread))
 }
 
-/// A rank's side: announce `rank` of `nranks`, listening on `listen`, to the root at `root`.
+/// A rank's side: announce `rank` of `nranks`, listening on `listen`, to the root at `root`
+/// (over TLS with `tls`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn register(
     root: SocketAddr,
     secret: Secret,
@@ -51,9 +56,10 @@ pub(crate) fn register(
     listen: SocketAddr,
     deadline: Deadline,
     aborted: &dyn Fn() -> bool,
+    tls: Option<&Keys>,
 ) -> Result<()> {
     let hello = Hello { kind: ConnKind::Register, rank, secret };
-    let stream = socket::open(root, Listening::MaybeNotYet, &hello, deadline, "the root", aborted)?;
+    let stream = socket::open(root, Listening::MaybeNotYet, &hello, deadline, "the root", aborted, tls)?;
     let body = [nranks.to_le_bytes().as_slice(), &encode_addr(&listen)].concat();
     let header = encode_frame_header(Channel::Register, 0, body.len())?;
     socket::send_frame(&stream, &header, &body, deadline, "the root")
@@ -78,8 +84,8 @@ pub(crate) fn decode_reply(bytes: &[u8]) -> Result<SocketAddr> {
     }
 }
 
-fn serve(mut listener: Listener, secret: Secret, deadline: Deadline) {
-    let mut registry = Registry { secret, ..Registry::default() };
+fn serve(mut listener: Listener, secret: Secret, deadline: Deadline, tls: Option<Arc<Keys>>) {
+    let mut registry = Registry { secret, tls, ..Registry::default() };
     let mut events = Vec::new();
     loop {
         let Some(left) = deadline.remaining() else {
@@ -106,6 +112,8 @@ fn serve(mut listener: Listener, secret: Secret, deadline: Deadline) {
 #[derive(Default)]
 struct Registry {
     secret: Secret,
+    /// The keys replies are encrypted with (the root's communicator's setting).
+    tls: Option<Arc<Keys>>,
     /// nranks as announced by the first registrant, and that registrant.
     expected: Option<(u32, u32)>,
     addrs: HashMap<u32, SocketAddr>,
@@ -219,7 +227,7 @@ impl Registry {
         let deadline = Deadline::after(REPLY_TIMEOUT);
         let who = format!("rank {rank}");
         let sent = encode_frame_header(Channel::Reply, 0, body.len()).and_then(|header| {
-            let s = socket::open(addr, Listening::Already, &hello, deadline, &who, &|| false)?;
+            let s = socket::open(addr, Listening::Already, &hello, deadline, &who, &|| false, self.tls.as_deref())?;
             socket::send_frame(&s, &header, body, deadline, &who)
         });
         if let Err(e) = sent {

@@ -1,5 +1,6 @@
 //! Outgoing bootstrap connections: connect with retries until a deadline (the peer's listener may
-//! not be up yet), then write the hello and frames with every write bounded by the same deadline.
+//! not be up yet), run the TLS handshake when the communicator encrypts (src/tls), then write the
+//! hello and frames with every write bounded by the same deadline.
 
 use std::io::{ErrorKind, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -9,6 +10,7 @@ use std::time::Duration;
 use super::deadline::Deadline;
 use super::wire::{Hello, FRAME_HEADER_BYTES};
 use crate::error::{Error, Result};
+use crate::tls::{Keys, Stream};
 
 /// Longest single connect attempt; a black-holed SYN is retried rather than waited on for the
 /// whole deadline, so aborts and deadlines are noticed.
@@ -45,7 +47,9 @@ pub(crate) enum Listening {
     Already,
 }
 
-/// Connects to `who` at `addr` and sends our hello.
+/// Connects to `who` at `addr`, as a TLS client of `tls` when given (the handshake authenticates
+/// the peer by the PSK: ncclRemoteError if it fails), and sends our hello.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn open(
     addr: SocketAddr,
     listening: Listening,
@@ -53,8 +57,16 @@ pub(crate) fn open(
     deadline: Deadline,
     who: &str,
     aborted: &dyn Fn() -> bool,
-) -> Result<TcpStream> {
-    let stream = connect(addr, listening, deadline, who, aborted)?;
+    tls: Option<&Keys>,
+) -> Result<Stream> {
+    let tcp = connect(addr, listening, deadline, who, aborted)?;
+    let stream = Stream::wrap(tcp, tls, false)?;
+    if stream.is_encrypted() {
+        let Some(left) = deadline.remaining() else {
+            bail!(SystemError, "timed out after {:?} connecting to {who} at {addr}", deadline.total());
+        };
+        stream.handshake(left, aborted).map_err(|e| e.context(format!("connecting to {who} at {addr}")))?;
+    }
     write_all(&stream, &hello.encode(), deadline, who)?;
     Ok(stream)
 }
@@ -96,27 +108,30 @@ fn connect(
     }
 }
 
-/// Writes all of `buf`, failing once `deadline` passes.
-pub(crate) fn write_all(mut stream: &TcpStream, mut buf: &[u8], deadline: Deadline, who: &str) -> Result<()> {
-    while !buf.is_empty() {
+/// Writes all of `buf` (and, on a TLS stream, the records it left: `flush`), failing once
+/// `deadline` passes.
+pub(crate) fn write_all(stream: &Stream, mut buf: &[u8], deadline: Deadline, who: &str) -> Result<()> {
+    let mut stream = stream;
+    loop {
         let Some(left) = deadline.remaining() else {
             bail!(SystemError, "timed out after {:?} sending to {who}", deadline.total());
         };
         stream.set_write_timeout(Some(left.max(Duration::from_millis(1)))).map_err(|e| Error::io("SO_SNDTIMEO", &e))?;
-        match stream.write(buf) {
+        let step = if buf.is_empty() { stream.flush().map(|()| 0) } else { stream.write(buf) };
+        match step {
+            Ok(0) if buf.is_empty() => return Ok(()),
             Ok(0) => bail!(RemoteError, "connection to {who} closed while sending"),
             Ok(n) => buf = buf.get(n..).unwrap_or_default(),
             Err(e) if matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
             Err(e) => bail!(RemoteError, "connection to {who} failed while sending: {e}"),
         }
     }
-    Ok(())
 }
 
 /// Sends one frame: its header (from `encode_frame_header`, which validated the length), then
 /// the payload.
 pub(crate) fn send_frame(
-    stream: &TcpStream,
+    stream: &Stream,
     header: &[u8; FRAME_HEADER_BYTES],
     data: &[u8],
     deadline: Deadline,

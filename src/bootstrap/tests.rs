@@ -1,8 +1,10 @@
-//! End-to-end bootstrap tests: ranks as threads on 127.0.0.1.
+//! End-to-end bootstrap tests: ranks as threads on 127.0.0.1. This file is compiled twice
+//! (bootstrap/mod.rs): as `tests`, every connection plaintext, and as `tests_tls`, every
+//! connection TLS authenticated by a test PSK (`keys`), so the whole suite runs both ways.
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, TcpListener};
-use std::sync::Once;
+use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
+use std::sync::{Once, OnceLock};
 use std::time::Instant;
 
 use super::listener::HELLO_TIMEOUT;
@@ -29,12 +31,28 @@ fn raise_fd_limit() {
     });
 }
 
+/// This copy's encryption: the test PSK's keys in `tests_tls`, None (plaintext) in `tests`.
+pub(super) fn keys() -> Option<Arc<Keys>> {
+    static KEYS: OnceLock<Arc<Keys>> = OnceLock::new();
+    module_path!()
+        .ends_with("tests_tls")
+        .then(|| KEYS.get_or_init(|| Arc::new(Keys::from_psk(b"bootstrap-test-psk-0123456789abcdef").expect("keys"))).clone())
+}
+
+/// A client connection to `addr` as this copy's ranks make them (TLS handshake done when
+/// encrypted), for tests that speak the wire protocol by hand.
+fn dial(addr: SocketAddr) -> Stream {
+    let s = Stream::wrap(TcpStream::connect(addr).expect("connect"), keys().as_deref(), false).expect("stream");
+    s.handshake(TIMEOUT, &|| false).expect("TLS handshake");
+    s
+}
+
 fn local_root(timeout: Duration) -> ([u8; UNIQUE_ID_BYTES], JoinHandle<()>) {
-    unique_id_with_root(LOCAL_ANY_PORT, timeout).expect("start root")
+    unique_id_with_root(LOCAL_ANY_PORT, timeout, keys()).expect("start root")
 }
 
 fn init_local(id: &[u8; UNIQUE_ID_BYTES], rank: usize, nranks: usize, timeout: Duration) -> Result<Bootstrap> {
-    Bootstrap::init_with(id, rank, nranks, timeout, false, Some(LOCAL_ANY_PORT))
+    Bootstrap::init_with(id, rank, nranks, timeout, false, Some(LOCAL_ANY_PORT), keys())
 }
 
 /// Initialises all ranks concurrently (init blocks until everyone registered).
@@ -118,6 +136,12 @@ fn run_collectives(nranks: usize, tags: &[u32]) {
         assert_eq!(bs.local_addr(), LOCAL_ANY_PORT);
     }
     on_all(&ranks, |bs| exercise(bs, tags));
+    // Every connection the ranks opened is encrypted exactly when this copy encrypts.
+    for bs in &ranks {
+        for s in bs.out.iter().filter_map(|slot| slot.lock().clone()) {
+            assert_eq!(s.is_encrypted(), keys().is_some());
+        }
+    }
 }
 
 #[test]
@@ -341,9 +365,10 @@ fn a_rank_that_gives_up_fails_every_peer_promptly() {
     assert!(t0.elapsed() < Duration::from_secs(10), "took {:?} (timeout {timeout:?})", t0.elapsed());
 }
 
-/// Raw clients that must be dropped without disturbing the real ranks.
-fn hostile_clients(target: SocketAddr, secret: Secret, kind: ConnKind) -> Vec<(&'static str, TcpStream)> {
-    let connect = || TcpStream::connect(target).expect("connect");
+/// Raw clients that must be dropped without disturbing the real ranks (when encrypted, they
+/// hold the PSK: the hello checks behind the handshake are what is tested).
+fn hostile_clients(target: SocketAddr, secret: Secret, kind: ConnKind) -> Vec<(&'static str, Stream)> {
+    let connect = || dial(target);
     let hello = |kind, rank, secret| Hello { kind, rank, secret }.encode();
     let mut clients = Vec::new();
     let mut send = |name, bytes: Vec<u8>| {
@@ -370,15 +395,27 @@ fn hostile_clients(target: SocketAddr, secret: Secret, kind: ConnKind) -> Vec<(&
     }
     clients.push(("idle", connect()));
     drop(connect()); // connect and close at once, like a port scanner
+    if keys().is_some() {
+        // Strangers to TLS: plaintext with a valid hello, and silence at the TCP level.
+        let mut plain = TcpStream::connect(target).expect("connect");
+        plain.write_all(&hello(kind, 1, secret)).expect("write");
+        clients.push(("plaintext hello to a TLS listener", Stream::plain(plain)));
+        clients.push(("idle before the TLS handshake", Stream::plain(TcpStream::connect(target).expect("connect"))));
+    }
     clients
 }
 
 /// Each hostile client must see its connection closed, the idle ones after the hello deadline.
-fn assert_all_dropped(clients: Vec<(&'static str, TcpStream)>) {
+fn assert_all_dropped(clients: Vec<(&'static str, Stream)>) {
     for (name, mut s) in clients {
         s.set_read_timeout(Some(HELLO_TIMEOUT + Duration::from_secs(3))).expect("timeout");
         let mut buf = [0u8; 16];
-        match s.read(&mut buf) {
+        let mut first = s.read(&mut buf);
+        if keys().is_some() && !s.is_encrypted() && matches!(first, Ok(n) if n > 0 && buf[0] == 0x15) {
+            // A plaintext client of a TLS listener: a TLS alert (content type 21), then the end.
+            first = s.read(&mut buf);
+        }
+        match first {
             Ok(0) => {}
             Err(e) if e.kind() != std::io::ErrorKind::WouldBlock && e.kind() != std::io::ErrorKind::TimedOut => {}
             other => panic!("{name}: connection not dropped: {other:?}"),
@@ -420,7 +457,7 @@ fn corrupt_frame_from_authenticated_peer_fails_its_receives() {
     let mut header = encode_frame_header(Channel::P2p, 0, 0).expect("header");
     header[FRAME_HEADER_BYTES - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
     let hello = Hello { kind: ConnKind::Peer, rank: 1, secret: ranks[0].secret }.encode();
-    let mut s = TcpStream::connect(ranks[0].listen).expect("connect");
+    let mut s = dial(ranks[0].listen);
     s.write_all(&[hello.as_slice(), &header].concat()).expect("write");
     let start = Instant::now();
     let e = ranks[0].recv(1, 0).expect_err("broken peer connection");
@@ -442,7 +479,7 @@ fn comm_id_mode_end_to_end() {
         for r in (0..n).rev() {
             // Rank 0 starts last, so the others retry until its root is listening.
             s.spawn(move || {
-                let bs = Bootstrap::init_with(&id, r, n, TIMEOUT, r == 0, Some(LOCAL_ANY_PORT)).expect("init");
+                let bs = Bootstrap::init_with(&id, r, n, TIMEOUT, r == 0, Some(LOCAL_ANY_PORT), keys()).expect("init");
                 let all = bs.all_gather(&blob(r, 16)).expect("all_gather");
                 assert_eq!(all, (0..n).map(|i| blob(i, 16)).collect::<Vec<_>>());
                 bs.barrier().expect("barrier");
@@ -462,14 +499,14 @@ fn ipv6_link_local_keeps_its_scope() {
         return; // no IPv6 link-local interface on this machine
     };
     let addr = link_local.listen_addr();
-    let (id, _root) = unique_id_with_root(addr, TIMEOUT).expect("root on link-local");
+    let (id, _root) = unique_id_with_root(addr, TIMEOUT, keys()).expect("root on link-local");
     assert!(
         matches!(UniqueId::decode(&id).expect("id").root, SocketAddr::V6(a) if a.scope_id() == link_local.scope_id)
     );
     thread::scope(|s| {
         for r in 0..2 {
             s.spawn(move || {
-                let bs = Bootstrap::init_with(&id, r, 2, TIMEOUT, false, Some(addr)).expect("init");
+                let bs = Bootstrap::init_with(&id, r, 2, TIMEOUT, false, Some(addr), keys()).expect("init");
                 assert_eq!(bs.local_addr(), addr);
                 assert_eq!(bs.all_gather(&[r as u8]).expect("all_gather"), vec![vec![0], vec![1]]);
             });
@@ -479,7 +516,17 @@ fn ipv6_link_local_keeps_its_scope() {
 
 #[test]
 fn public_api_end_to_end() {
-    // Goes through the environment (NCCL_COMM_ID, NCCL_SOCKET_IFNAME, ...) as the C API does.
+    // Goes through the environment (NCCL_COMM_ID, NCCL_SOCKET_IFNAME, ...) and the process-wide
+    // encryption setting as the C API does; this copy's setting is made process-wide meanwhile.
+    let _setting = crate::tls::tests_lock_setting();
+    crate::tls::set_psk(keys().is_some().then_some(b"bootstrap-test-psk-0123456789abcdef".as_slice())).expect("setting");
+    struct Plaintext;
+    impl Drop for Plaintext {
+        fn drop(&mut self) {
+            let _ = crate::tls::set_psk(None);
+        }
+    }
+    let _restore = Plaintext;
     let id = get_unique_id().expect("get_unique_id");
     thread::scope(|s| {
         for r in 0..2 {
@@ -544,6 +591,7 @@ fn data_sockets_connect_every_pair_index_for_index() {
     for (me, mine) in conns.iter().enumerate() {
         for (peer, socks) in mine {
             assert_eq!((socks.outgoing.len(), socks.incoming.len()), (3, 3));
+            assert!(socks.outgoing.iter().chain(&socks.incoming).all(|s| s.is_encrypted() == keys().is_some()));
             for (i, mut s) in socks.outgoing.iter().enumerate() {
                 s.write_all(&[me as u8, *peer as u8, i as u8]).unwrap();
             }
@@ -568,14 +616,18 @@ fn data_sockets_refuse_strangers() {
     let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let addr = l.local_addr().unwrap();
     let attempt = |hello: Hello, conn: u32, index: u32| {
-        let mut c = std::net::TcpStream::connect(addr).unwrap();
-        let mut b = hello.encode().to_vec();
-        b.extend_from_slice(&conn.to_le_bytes());
-        b.extend_from_slice(&index.to_le_bytes());
-        c.write_all(&b).unwrap();
+        // The client on a thread of its own: a TLS handshake needs both ends at once.
+        let client = thread::spawn(move || {
+            let mut c = dial(addr);
+            let mut b = hello.encode().to_vec();
+            b.extend_from_slice(&conn.to_le_bytes());
+            b.extend_from_slice(&index.to_le_bytes());
+            c.write_all(&b).unwrap();
+            c
+        });
         let (s, _) = l.accept().unwrap();
         let r = ranks[0].admit(s, 1, 9, 2, Duration::from_secs(1)).map(|(i, _)| i);
-        drop(c);
+        drop(client.join().expect("client"));
         r
     };
     let good = Hello { kind: ConnKind::Data, rank: 1, secret: ranks[0].secret };

@@ -149,6 +149,8 @@ mod tests {
     /// Over real bootstraps: every rank sees the same error when one rank disagrees.
     #[test]
     fn every_rank_reports_the_mismatch() {
+        // Takes the process-wide encryption setting: no test changes it meanwhile.
+        let _setting = crate::tls::tests_read_setting();
         let id = crate::bootstrap::get_unique_id().unwrap();
         let t = std::time::Duration::from_secs(20);
         let res: Vec<Result<()>> = std::thread::scope(|s| {

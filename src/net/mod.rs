@@ -88,7 +88,7 @@ fn staged_grid(pre: u64, post: u64, max: u32, chunk: Option<u64>, cap: u32) -> u
 
 /// Lanes to a rank on another host when InfiniBand may be used (NCCL_NET=IB, or found).
 #[cfg(feature = "ib")]
-fn net_lanes(s: &Setup<'_>, p: usize, mut out: Vec<std::net::TcpStream>, mut inc: Vec<std::net::TcpStream>) -> Result<(Vec<link::Lane>, link::Interrupt)> {
+fn net_lanes(s: &Setup<'_>, p: usize, mut out: Vec<crate::tls::Stream>, mut inc: Vec<crate::tls::Stream>) -> Result<(Vec<link::Lane>, link::Interrupt)> {
     use std::io::{Read, Write};
     let found = ib::open()?;
     // Both ends must pick the same transport: InfiniBand only where both hosts have it.
@@ -109,7 +109,7 @@ fn net_lanes(s: &Setup<'_>, p: usize, mut out: Vec<std::net::TcpStream>, mut inc
 
 /// Without the `ib` feature `select::choose` never asks for InfiniBand.
 #[cfg(not(feature = "ib"))]
-fn net_lanes(_s: &Setup<'_>, p: usize, out: Vec<std::net::TcpStream>, inc: Vec<std::net::TcpStream>) -> Result<(Vec<link::Lane>, link::Interrupt)> {
+fn net_lanes(_s: &Setup<'_>, p: usize, out: Vec<crate::tls::Stream>, inc: Vec<crate::tls::Stream>) -> Result<(Vec<link::Lane>, link::Interrupt)> {
     link::tcp_lanes(p, out, inc)
 }
 

@@ -16,13 +16,13 @@
 //! Both sides walk the slots in the same order, so a slot needs no number on the wire.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
 
 use super::link::{check_header, header, io_error, prepare_sockets, shutdown_all, Carrier, Cx, Interrupt, Job, Lane, Mem, HEADER_BYTES};
 use crate::error::{Error, Result};
 use crate::gpu::ipc::{self, ImportedBuffer, IPC_HANDLE_BYTES};
 use crate::gpu::stream::copy_engine_async;
 use crate::gpu::{check, cu, Device, DeviceBuffer};
+use crate::tls::Stream;
 
 /// Bytes per slot: large enough that a copy outlasts the per-chunk round trip.
 pub const CHUNK: u64 = 4 << 20;
@@ -54,7 +54,7 @@ fn publish(ring: &DeviceBuffer, same_process: bool, dev: &'static Device) -> Res
 /// credits from, `inc` the other way). `peer_device`: the peer's device ordinal when it lives in
 /// this process (no IPC then: a process cannot open its own handles), else None.
 /// Collective for the pair: both ranks call it with their sockets after data_sockets returned.
-pub fn lanes(dev: &'static Device, peer: usize, peer_device: Option<i32>, out: Vec<TcpStream>, inc: Vec<TcpStream>) -> Result<(Vec<Lane>, Interrupt)> {
+pub fn lanes(dev: &'static Device, peer: usize, peer_device: Option<i32>, out: Vec<Stream>, inc: Vec<Stream>) -> Result<(Vec<Lane>, Interrupt)> {
     let socks = prepare_sockets("copy-engine", &out, &inc)?;
     let io = |e| io_error(peer, e).context("copy-engine link set-up");
     // Every receiving ring is published before any sender waits for its peer's: both ranks of the
@@ -147,7 +147,7 @@ impl Take for OwnRing {
 }
 
 struct CeSend<P: Put> {
-    sock: TcpStream,
+    sock: Stream,
     peer: usize,
     ring: P,
     /// Slots the receiver has freed and we have not filled.
@@ -156,7 +156,7 @@ struct CeSend<P: Put> {
 }
 
 impl<P: Put> CeSend<P> {
-    fn new(sock: TcpStream, peer: usize, ring: P) -> CeSend<P> {
+    fn new(sock: Stream, peer: usize, ring: P) -> CeSend<P> {
         CeSend { sock, peer, ring, credits: SLOTS, slot: 0 }
     }
 }
@@ -184,7 +184,7 @@ impl<P: Put> Carrier for CeSend<P> {
 }
 
 struct CeRecv<T: Take> {
-    sock: TcpStream,
+    sock: Stream,
     peer: usize,
     ring: T,
     slot: u64,
@@ -253,15 +253,17 @@ mod tests {
 
     /// Two ranks' copy-engine links over loopback sockets and host rings, `lanes` lanes each.
     fn pair(lanes: usize) -> (Link, Link) {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = l.local_addr().unwrap();
+        pair_with(lanes, None)
+    }
+
+    /// `pair`, TLS sessions of `keys` when given (each socket carries headers one way and
+    /// credits the other).
+    fn pair_with(lanes: usize, keys: Option<&crate::tls::Keys>) -> (Link, Link) {
+        let (a_outs, b_incs) = crate::tls::loopback_pairs(lanes, keys);
+        let (b_outs, a_incs) = crate::tls::loopback_pairs(lanes, keys);
         let (mut la, mut lb): (Vec<Lane>, Vec<Lane>) = (Vec::new(), Vec::new());
         let (mut sa, mut sb) = (Vec::new(), Vec::new());
-        for _ in 0..lanes {
-            let a_out = TcpStream::connect(a).unwrap();
-            let b_inc = l.accept().unwrap().0;
-            let b_out = TcpStream::connect(a).unwrap();
-            let a_inc = l.accept().unwrap().0;
+        for (((a_out, b_inc), b_out), a_inc) in a_outs.into_iter().zip(b_incs).zip(b_outs).zip(a_incs) {
             let ab = HostRing(Arc::new(Mutex::new(vec![0; (CHUNK * SLOTS) as usize])));
             let ba = HostRing(Arc::new(Mutex::new(vec![0; (CHUNK * SLOTS) as usize])));
             for s in [&a_out, &a_inc] {
@@ -282,8 +284,17 @@ mod tests {
 
     #[test]
     fn jobs_of_every_size_cross_both_ways_through_the_rings() {
+        jobs_of_every_size(None);
+    }
+
+    #[test]
+    fn jobs_of_every_size_cross_both_ways_over_tls() {
+        jobs_of_every_size(Some(&crate::tls::test_keys()));
+    }
+
+    fn jobs_of_every_size(keys: Option<&crate::tls::Keys>) {
         for lanes in [1, 2] {
-            let (a, b) = pair(lanes);
+            let (a, b) = pair_with(lanes, keys);
             // Several chunks per lane wrap the two slots and need credits; 0 bytes is one header.
             for n in [0usize, 5, CHUNK as usize, 3 * CHUNK as usize + 7, 9 * CHUNK as usize + 1] {
                 let mut src_a: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();

@@ -30,7 +30,6 @@
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::os::raw::{c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicBool, Ordering};
@@ -45,6 +44,7 @@ use super::link::{check_header, header, io_error, prepare_sockets, shutdown_all,
 use crate::error::{Error, Result};
 use crate::gpu::{check, cu, CtxGuard, Device, HostMapped};
 use crate::log::Subsys;
+use crate::tls::Stream;
 
 // ---------------------------------------------------------------------------------------------
 // The protocol's arithmetic (pure).
@@ -344,7 +344,7 @@ impl Backoff {
 
 /// A carrier's view of the outside while it waits: the abort flag and the lane's socket.
 struct Watch {
-    sock: TcpStream,
+    sock: Stream,
     stop: Arc<AtomicBool>,
     peer: usize,
     checked: Instant,
@@ -352,7 +352,7 @@ struct Watch {
 
 impl Watch {
     /// `sock` must be non-blocking (it is only peeked at).
-    fn new(sock: TcpStream, stop: Arc<AtomicBool>, peer: usize) -> Watch {
+    fn new(sock: Stream, stop: Arc<AtomicBool>, peer: usize) -> Watch {
         Watch { sock, stop, peer, checked: Instant::now() }
     }
 
@@ -875,7 +875,7 @@ impl IbNet {
     /// sending side, `inc` its receiving side, as for TCP lanes; both lists equally long). The
     /// sockets carry the set-up exchange (both ranks must call this for each other), then watch
     /// the peer. `dev`: the GPU whose memory jobs name. The interrupt fails every blocked carrier.
-    pub fn lanes(&self, dev: &'static Device, me: usize, peer: usize, out: Vec<TcpStream>, inc: Vec<TcpStream>) -> Result<(Vec<Lane>, Interrupt)> {
+    pub fn lanes(&self, dev: &'static Device, me: usize, peer: usize, out: Vec<Stream>, inc: Vec<Stream>) -> Result<(Vec<Lane>, Interrupt)> {
         let socks = prepare_sockets("InfiniBand", &out, &inc)?;
         let picks = self.ports_for(dev, out.len());
         let stop = Arc::new(AtomicBool::new(false));
@@ -1591,13 +1591,13 @@ mod tests {
     }
 
     /// Connected loopback sockets: (a's end, b's end).
-    fn sockets() -> (TcpStream, TcpStream) {
+    fn sockets() -> (Stream, Stream) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let b = l.accept().unwrap().0;
         a.set_nonblocking(true).unwrap();
         b.set_nonblocking(true).unwrap();
-        (a, b)
+        (a.into(), b.into())
     }
 
     struct Pair {
@@ -1605,7 +1605,7 @@ mod tests {
         b: Link,
         /// a -> b's shared state (to inject failures), and b's side of the lane socket.
         ab: Arc<Shared>,
-        b_socks: Vec<TcpStream>,
+        b_socks: Vec<Stream>,
     }
 
     /// Links a (rank 0) and b (rank 1) with `n` fake lanes each way.
@@ -1626,7 +1626,7 @@ mod tests {
             la.push((Box::new(IbSend(Sender::new(s1, Watch::new(ao, stop_a.clone(), 1), false))) as Box<dyn Carrier>, Box::new(IbRecv(Receiver::new(r2, Watch::new(ai, stop_a.clone(), 1)))) as Box<dyn Carrier>));
             lb.push((Box::new(IbSend(Sender::new(s2, Watch::new(bo, stop_b.clone(), 0), false))) as Box<dyn Carrier>, Box::new(IbRecv(Receiver::new(r1, Watch::new(bi, stop_b.clone(), 0)))) as Box<dyn Carrier>));
         }
-        let interrupt = |stop: Arc<AtomicBool>, socks: Vec<TcpStream>| -> Interrupt {
+        let interrupt = |stop: Arc<AtomicBool>, socks: Vec<Stream>| -> Interrupt {
             let shut = shutdown_all(socks);
             Arc::new(move || {
                 stop.store(true, Ordering::Relaxed);

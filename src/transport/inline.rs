@@ -672,8 +672,8 @@ mod tests {
     #[test]
     fn inline_frames_and_posted_jobs_interleave_on_one_link() {
         let (ao, ai, bo, bi) = sockets();
-        let a = Link::start(None, 0, 1, vec![ao], vec![ai]).unwrap();
-        let b = Link::start(None, 1, 0, vec![bo], vec![bi]).unwrap();
+        let a = Link::start(None, 0, 1, vec![ao.into()], vec![ai.into()]).unwrap();
+        let b = Link::start(None, 1, 0, vec![bo.into()], vec![bi.into()]).unwrap();
         let mut src = [5u8; 16];
         let mut got = [[0u8; 16]; 3];
         // 1: posted on both ends.

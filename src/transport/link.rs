@@ -19,7 +19,6 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
@@ -31,6 +30,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::error::{Error, Result};
 use crate::gpu::stream::{OwnedStream, RelaxedCapture};
 use crate::gpu::{check, cu, CtxGuard, Device, HostMapped};
+use crate::tls::Stream;
 
 /// Staging chunk per copy.
 pub const CHUNK: usize = 1 << 20;
@@ -197,7 +197,8 @@ pub trait Carrier: Send + 'static {
     fn carry(&mut self, cx: &mut Cx, seq: u64, job: &Job) -> Result<()>;
 
     /// The plain TCP socket this carrier frames jobs on, if that is all it does: the proxy may then
-    /// carry small jobs itself on a clone of it (`inline`), with the same frames.
+    /// carry small jobs itself on a clone of it (`inline`), with the same frames. None for a TLS
+    /// stream (inline moves bytes on the descriptor; its link threads carry every job instead).
     fn socket(&self) -> Option<&TcpStream> {
         None
     }
@@ -522,43 +523,36 @@ fn full(len: usize, w: &mut SpinWait, zero: ErrorKind, mut op: impl FnMut(usize,
     Ok(())
 }
 
-/// A socket call's result as `io::Result` (negative: the thread's errno).
-fn sys(n: isize) -> std::io::Result<usize> {
-    usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
-}
-
 /// `read_exact`, spinning on non-blocking reads while `w` allows before each blocking one.
-fn read_full(sock: &mut TcpStream, buf: &mut [u8], w: &mut SpinWait) -> std::io::Result<()> {
+fn read_full(sock: &mut Stream, buf: &mut [u8], w: &mut SpinWait) -> std::io::Result<()> {
     if !w.spins() {
         return sock.read_exact(buf);
     }
-    let fd = sock.as_raw_fd();
     full(buf.len(), w, ErrorKind::UnexpectedEof, |off, blocking| {
         let rest = &mut buf[off..];
         if blocking {
             return sock.read(rest);
         }
-        // SAFETY: `rest` is valid for writes of its length; MSG_DONTWAIT applies to this call only
-        // (the socket stays blocking for the blocking calls).
-        sys(unsafe { libc::recv(fd, rest.as_mut_ptr().cast(), rest.len(), libc::MSG_DONTWAIT) })
+        // MSG_DONTWAIT applies to this call only (the socket stays blocking for the blocking calls).
+        sock.recv_nowait(rest)
     })
 }
 
-/// `write_all`, spinning on non-blocking writes while `w` allows before each blocking one.
-fn write_full(sock: &mut TcpStream, buf: &[u8], w: &mut SpinWait) -> std::io::Result<()> {
+/// `write_all`, spinning on non-blocking writes while `w` allows before each blocking one (a TLS
+/// stream then flushes what the last non-blocking write left).
+fn write_full(sock: &mut Stream, buf: &[u8], w: &mut SpinWait) -> std::io::Result<()> {
     if !w.spins() {
         return sock.write_all(buf);
     }
-    let fd = sock.as_raw_fd();
     full(buf.len(), w, ErrorKind::WriteZero, |off, blocking| {
         let rest = &buf[off..];
         if blocking {
             return sock.write(rest);
         }
-        // SAFETY: `rest` is valid for reads of its length; MSG_NOSIGNAL: a closed peer is an
-        // error here, not SIGPIPE in the application.
-        sys(unsafe { libc::send(fd, rest.as_ptr().cast(), rest.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) })
-    })
+        // MSG_NOSIGNAL too: a closed peer is an error here, not SIGPIPE in the application.
+        sock.send_nowait(rest)
+    })?;
+    sock.flush()
 }
 
 /// A job of `bytes` as the parts each lane carries: the whole job on lane 0 when smaller than
@@ -574,7 +568,7 @@ fn stripes(bytes: u64, lanes: usize, min: u64) -> Vec<(u64, u64)> {
 
 /// TCP lanes: one per socket pair; `out` sockets we write, `inc` sockets we read; both lists
 /// equally long.
-pub fn tcp_lanes(peer: usize, out: Vec<TcpStream>, inc: Vec<TcpStream>) -> Result<(Vec<Lane>, Interrupt)> {
+pub fn tcp_lanes(peer: usize, out: Vec<Stream>, inc: Vec<Stream>) -> Result<(Vec<Lane>, Interrupt)> {
     let socks = prepare_sockets("network", &out, &inc)?;
     let lanes = out
         .into_iter()
@@ -587,7 +581,7 @@ pub fn tcp_lanes(peer: usize, out: Vec<TcpStream>, inc: Vec<TcpStream>) -> Resul
 /// Checks a link's socket pairs (`out` and `inc` equally long, not empty), puts them in blocking
 /// mode without Nagle's delay, and returns clones of them all for the link's interrupt.
 /// `what` names the transport in errors.
-pub fn prepare_sockets(what: &str, out: &[TcpStream], inc: &[TcpStream]) -> Result<Vec<TcpStream>> {
+pub fn prepare_sockets(what: &str, out: &[Stream], inc: &[Stream]) -> Result<Vec<Stream>> {
     if out.is_empty() || out.len() != inc.len() {
         return Err(Error::internal(format!("{what} link with {} + {} sockets", out.len(), inc.len())));
     }
@@ -601,7 +595,7 @@ pub fn prepare_sockets(what: &str, out: &[TcpStream], inc: &[TcpStream]) -> Resu
 }
 
 /// An interrupt that shuts these sockets down.
-pub fn shutdown_all(socks: Vec<TcpStream>) -> Interrupt {
+pub fn shutdown_all(socks: Vec<Stream>) -> Interrupt {
     Arc::new(move || {
         for s in &socks {
             let _ = s.shutdown(Shutdown::Both);
@@ -612,7 +606,7 @@ pub fn shutdown_all(socks: Vec<TcpStream>) -> Interrupt {
 impl Link {
     /// A TCP link with `peer` (see tcp_lanes). `dev`: the GPU whose memory jobs name (None: host
     /// memory only, for tests).
-    pub fn start(dev: Option<&'static Device>, me: usize, peer: usize, out: Vec<TcpStream>, inc: Vec<TcpStream>) -> Result<Link> {
+    pub fn start(dev: Option<&'static Device>, me: usize, peer: usize, out: Vec<Stream>, inc: Vec<Stream>) -> Result<Link> {
         let (lanes, interrupt) = tcp_lanes(peer, out, inc)?;
         Link::new(dev, me, peer, lanes, interrupt)
     }
@@ -917,7 +911,7 @@ fn serve(dev: Option<&'static Device>, jobs: Receiver<Queued>, mut carrier: Box<
 }
 
 struct TcpSend {
-    sock: TcpStream,
+    sock: Stream,
     peer: usize,
 }
 
@@ -932,12 +926,12 @@ impl Carrier for TcpSend {
     }
 
     fn socket(&self) -> Option<&TcpStream> {
-        Some(&self.sock)
+        self.sock.plain_tcp()
     }
 }
 
 struct TcpRecv {
-    sock: TcpStream,
+    sock: Stream,
     peer: usize,
 }
 
@@ -952,7 +946,7 @@ impl Carrier for TcpRecv {
     }
 
     fn socket(&self) -> Option<&TcpStream> {
-        Some(&self.sock)
+        self.sock.plain_tcp()
     }
 }
 
@@ -991,7 +985,7 @@ pub fn io_error(peer: usize, e: std::io::Error) -> Error {
     }
 }
 
-fn send_one(st: Option<&Staging>, sock: &mut TcpStream, seq: u64, job: &Job, spin: Duration) -> Result<()> {
+fn send_one(st: Option<&Staging>, sock: &mut Stream, seq: u64, job: &Job, spin: Duration) -> Result<()> {
     let h = header(0, seq, job.bytes);
     let io = |e: std::io::Error| Error::remote(format!("network write failed: {e}"));
     let mut w = SpinWait::new(spin);
@@ -1032,7 +1026,7 @@ fn send_one(st: Option<&Staging>, sock: &mut TcpStream, seq: u64, job: &Job, spi
     Ok(())
 }
 
-fn recv_one(st: Option<&Staging>, sock: &mut TcpStream, peer: usize, seq: u64, job: &Job, spin: Duration) -> Result<()> {
+fn recv_one(st: Option<&Staging>, sock: &mut Stream, peer: usize, seq: u64, job: &Job, spin: Duration) -> Result<()> {
     let io = |e: std::io::Error| io_error(peer, e);
     let mut w = SpinWait::new(spin);
     let mut h = [0u8; HEADER_BYTES];
@@ -1085,9 +1079,19 @@ mod tests {
     /// and a closed peer ends a read as end of file.
     #[test]
     fn spinning_reads_and_writes_carry_a_stream_across_pauses() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let mut b = l.accept().unwrap().0;
+        spinning_reads_and_writes(None);
+    }
+
+    /// ncclSetEncryption: the spinning calls over a TLS session (its non-blocking reads and
+    /// writes, and the flush after the last write).
+    #[test]
+    fn spinning_reads_and_writes_over_tls() {
+        spinning_reads_and_writes(Some(&crate::tls::test_keys()));
+    }
+
+    fn spinning_reads_and_writes(keys: Option<&crate::tls::Keys>) {
+        let (mut a, mut b) = crate::tls::loopback_pairs(1, keys);
+        let (mut a, mut b) = (a.remove(0), b.remove(0));
         let data: Vec<u8> = (0..8u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
         let sent = data.clone();
         let writer = std::thread::spawn(move || {
@@ -1178,15 +1182,24 @@ mod tests {
         (Link::start(None, 0, 1, ao, ai).unwrap(), Link::start(None, 1, 0, bo, bi).unwrap())
     }
 
+    /// The same over TLS sessions (ncclSetEncryption): the proxy carries nothing inline then.
+    fn tls_pair_of(lanes: usize) -> (Link, Link) {
+        let (ao, bi) = crate::tls::loopback_pairs(lanes, Some(&crate::tls::test_keys()));
+        let (bo, ai) = crate::tls::loopback_pairs(lanes, Some(&crate::tls::test_keys()));
+        let (a, b) = (Link::start(None, 0, 1, ao, ai).unwrap(), Link::start(None, 1, 0, bo, bi).unwrap());
+        assert!(a.inline_sockets().is_none() && b.inline_sockets().is_none(), "no inline carrying over TLS");
+        (a, b)
+    }
+
     /// `n` lanes' loopback sockets through `l`: end a's outgoing and incoming, then end b's.
-    fn lane_sockets(l: &std::net::TcpListener, n: usize) -> [Vec<TcpStream>; 4] {
+    fn lane_sockets(l: &std::net::TcpListener, n: usize) -> [Vec<Stream>; 4] {
         let a = l.local_addr().unwrap();
         let (mut ao, mut ai, mut bo, mut bi) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..n {
-            ao.push(TcpStream::connect(a).unwrap());
-            bi.push(l.accept().unwrap().0);
-            bo.push(TcpStream::connect(a).unwrap());
-            ai.push(l.accept().unwrap().0);
+            ao.push(TcpStream::connect(a).unwrap().into());
+            bi.push(l.accept().unwrap().0.into());
+            bo.push(TcpStream::connect(a).unwrap().into());
+            ai.push(l.accept().unwrap().0.into());
         }
         [ao, ai, bo, bi]
     }
@@ -1254,7 +1267,15 @@ mod tests {
 
     #[test]
     fn host_transfers_arrive_in_order_both_ways_at_once() {
-        let (a, b) = pair();
+        host_transfers_both_ways(pair());
+    }
+
+    #[test]
+    fn host_transfers_arrive_in_order_both_ways_at_once_over_tls() {
+        host_transfers_both_ways(tls_pair_of(2));
+    }
+
+    fn host_transfers_both_ways((a, b): (Link, Link)) {
         // Larger than socket buffers both ways at once: needs the two threads per link.
         let n = 24 << 20;
         let mut src_a: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
@@ -1329,8 +1350,17 @@ mod tests {
         watched_receive(3);
     }
 
+    /// Striped, watched receives over TLS lanes.
+    #[test]
+    fn watched_striped_receives_over_tls() {
+        watched_receive_on(tls_pair_of(3), 3);
+    }
+
     fn watched_receive(lanes: usize) {
-        let (a, b) = pair_of(lanes);
+        watched_receive_on(pair_of(lanes), lanes);
+    }
+
+    fn watched_receive_on((a, b): (Link, Link), lanes: usize) {
         // Striped over every lane (a part each), each landing in several steps.
         let n = 3 * STRIPE_MIN as usize + 5;
         let mut src: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();

@@ -12,7 +12,7 @@
 //! or sends garbage fails the transport with ncclRemoteError naming the peer.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
@@ -25,6 +25,7 @@ use super::MemAccess;
 use crate::error::{Error, Result, ResultCode};
 use crate::proxy::trigger::Request;
 use crate::proxy::Handler;
+use crate::tls::Stream;
 
 /// Bytes per chunk (one frame's payload at most).
 pub const DEFAULT_CHUNK: usize = 1 << 20;
@@ -96,7 +97,7 @@ pub struct TcpSender {
     chunk: usize,
     queues: Vec<SyncSender<Vec<u8>>>,
     threads: Vec<JoinHandle<()>>,
-    socks: Vec<TcpStream>,
+    socks: Vec<Stream>,
     next: usize,
     data_frames: u64,
     sem_values: Vec<u64>,
@@ -105,7 +106,7 @@ pub struct TcpSender {
 
 impl TcpSender {
     /// `socks`: connected streams to `peer`'s receiver (one thread each).
-    pub fn new(peer: usize, socks: Vec<TcpStream>, mem: Arc<dyn MemAccess>, chunk: usize) -> Result<TcpSender> {
+    pub fn new(peer: usize, socks: Vec<Stream>, mem: Arc<dyn MemAccess>, chunk: usize) -> Result<TcpSender> {
         if socks.is_empty() || chunk == 0 || chunk > MAX_CHUNK {
             return Err(Error::invalid_argument(format!("TCP sender: {} sockets, chunk {chunk}", socks.len())));
         }
@@ -140,7 +141,7 @@ impl TcpSender {
     }
 }
 
-fn send_loop(mut s: TcpStream, rx: Receiver<Vec<u8>>, failure: &Failure, peer: usize) {
+fn send_loop(mut s: Stream, rx: Receiver<Vec<u8>>, failure: &Failure, peer: usize) {
     for frame in rx {
         if let Err(e) = s.write_all(&frame) {
             failure.set(Error::new(ResultCode::RemoteError, format!("sending to rank {peer}: {e}")));
@@ -190,7 +191,7 @@ impl Handler for TcpSender {
     /// Shuts the sockets down: a send blocked on a peer that stopped reading fails at once,
     /// which ends the sending threads and fails a blocked `execute`.
     fn interrupter(&self) -> Option<crate::proxy::Interrupt> {
-        let socks: Vec<TcpStream> = self.socks.iter().filter_map(|s| s.try_clone().ok()).collect();
+        let socks: Vec<Stream> = self.socks.iter().filter_map(|s| s.try_clone().ok()).collect();
         let failure = self.failure.clone();
         let peer = self.peer;
         Some(Box::new(move || {
@@ -216,7 +217,7 @@ impl Drop for TcpSender {
 
 /// Receiving side of a connection from one peer.
 pub struct TcpReceiver {
-    socks: Vec<TcpStream>,
+    socks: Vec<Stream>,
     threads: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
     state: Arc<RecvState>,
@@ -233,7 +234,7 @@ struct RecvState {
 impl TcpReceiver {
     /// Starts one thread per socket. `on_error` hears about the first failure (a broken or
     /// misbehaving connection), named with the peer's rank.
-    pub fn start(peer: usize, socks: Vec<TcpStream>, mem: Arc<dyn MemAccess>, on_error: Arc<dyn Fn(Error) + Send + Sync>) -> Result<TcpReceiver> {
+    pub fn start(peer: usize, socks: Vec<Stream>, mem: Arc<dyn MemAccess>, on_error: Arc<dyn Fn(Error) + Send + Sync>) -> Result<TcpReceiver> {
         let stop = Arc::new(AtomicBool::new(false));
         let state = Arc::new(RecvState::default());
         let (mut threads, mut keep) = (Vec::new(), Vec::new());
@@ -287,7 +288,7 @@ impl Drop for TcpReceiver {
 }
 
 /// Ok(()) on a clean close between frames.
-fn recv_loop(mut s: TcpStream, mem: &dyn MemAccess, st: &RecvState, stop: &AtomicBool) -> Result<()> {
+fn recv_loop(mut s: Stream, mem: &dyn MemAccess, st: &RecvState, stop: &AtomicBool) -> Result<()> {
     let mut buf = Vec::new();
     loop {
         let mut h = [0u8; HEADER_BYTES];
@@ -322,7 +323,7 @@ fn recv_loop(mut s: TcpStream, mem: &dyn MemAccess, st: &RecvState, stop: &Atomi
 }
 
 /// Reads until `buf` is full or the stream ends; returns the bytes read.
-fn read_full(s: &mut TcpStream, buf: &mut [u8]) -> Result<usize> {
+fn read_full(s: &mut Stream, buf: &mut [u8]) -> Result<usize> {
     let mut got = 0;
     while got < buf.len() {
         match s.read(&mut buf[got..]) {
@@ -342,15 +343,15 @@ mod tests {
     use crate::device_abi::{OX_TRIGGER_DATA, OX_TRIGGER_FLAG, OX_TRIGGER_SYNC};
     use crate::proxy::fifo::{FifoHost, HeapFifo};
     use crate::proxy::{Placement, Proxy};
-    use std::net::TcpListener;
     use std::sync::atomic::AtomicU64;
 
-    fn sockets(n: usize) -> (Vec<TcpStream>, Vec<TcpStream>) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        let out: Vec<TcpStream> = (0..n).map(|_| TcpStream::connect(addr).unwrap()).collect();
-        let inn: Vec<TcpStream> = (0..n).map(|_| l.accept().unwrap().0).collect();
-        (out, inn)
+    fn sockets(n: usize) -> (Vec<Stream>, Vec<Stream>) {
+        crate::tls::loopback_pairs(n, None)
+    }
+
+    /// The same over TLS sessions.
+    fn tls_sockets(n: usize) -> (Vec<Stream>, Vec<Stream>) {
+        crate::tls::loopback_pairs(n, Some(&crate::tls::test_keys()))
     }
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -379,12 +380,21 @@ mod tests {
 
     #[test]
     fn striped_pipelined_transfer_through_the_proxy_signals_after_the_data() {
+        striped_pipelined_transfer(sockets(4));
+    }
+
+    /// ncclSetEncryption: the same transfer over TLS sessions.
+    #[test]
+    fn striped_pipelined_transfer_over_tls() {
+        striped_pipelined_transfer(tls_sockets(4));
+    }
+
+    fn striped_pipelined_transfer((out, inn): (Vec<Stream>, Vec<Stream>)) {
         let size = 24 << 20; // 24 chunks of 1 MiB over 4 sockets
         let src = Arc::new(HostMem::new(&[size], 0));
         let data = pattern(size, 5);
         src.write(0, 0, &data).unwrap();
         let dst = Arc::new(Checked { inner: HostMem::new(&[size], 2), expect: data.clone(), ok_at_signal: Mutex::new(Vec::new()) });
-        let (out, inn) = sockets(4);
         let rx = TcpReceiver::start(1, inn, dst.clone(), Arc::new(|e| panic!("receiver error: {e:?}"))).unwrap();
         let tx = TcpSender::new(1, out, src.clone(), DEFAULT_CHUNK).unwrap();
         let fifo = Arc::new(HeapFifo::new(16).unwrap());
@@ -449,8 +459,12 @@ mod tests {
 
     #[test]
     fn a_dead_receiver_turns_into_a_remote_error_at_the_sender() {
+        a_dead_receiver(sockets(2));
+        a_dead_receiver(tls_sockets(2));
+    }
+
+    fn a_dead_receiver((out, inn): (Vec<Stream>, Vec<Stream>)) {
         let src = Arc::new(HostMem::new(&[8 << 20], 0));
-        let (out, inn) = sockets(2);
         drop(inn);
         let mut tx = TcpSender::new(3, out, src, 1 << 16).unwrap();
         let r = Request { kind: OX_TRIGGER_DATA, size: 8 << 20, ..Default::default() };
