@@ -36,7 +36,7 @@ done
 version=$(cargo_version)
 debver=$(deb_version "$version")
 pyver=$(py_version "$version")
-nccl_version=$(nccl_api_version)
+nccl_version=$(nccl_lib_version)
 export PIP_ROOT_USER_ACTION=ignore   # CI runs as root; pip's warning about it is noise here
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -44,7 +44,8 @@ bash "$here/install-tree.sh" --target-dir "$target_dir" --prefix "$stage/usr" \
   --libdir "lib/$multiarch" --includedir include/oxccl --pc-prefix /usr >/dev/null
 
 lib=$stage/usr/lib/$multiarch/liboxccl.so
-nccl_version=$(nccl_api_version "$stage/usr/include/oxccl/nccl.h")
+nccl_version=$(nccl_lib_version)
+header_version=$(nccl_api_version "$stage/usr/include/oxccl/nccl.h")
 # The libc6 floor is read from the library and oxccl-bench (the newest GLIBC_x.y symbol version
 # either needs), not assumed: built on Debian 12 it is 2.34, and a lower bound would let dpkg
 # install a library that the loader rejects ("GLIBC_2.34 not found").
@@ -60,7 +61,7 @@ done < <(elf_needed "$lib"; elf_needed "$stage/usr/bin/oxccl-bench")
 cat > "$stage/usr/share/doc/oxccl/copyright" <<EOF
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: oxccl
-Comment: nccl.h reproduces the API (names, types, values) of NVIDIA NCCL $nccl_version for
+Comment: nccl.h reproduces the API (names, types, values) of NVIDIA NCCL $header_version for
  ABI compatibility.
 
 Files: *

@@ -97,7 +97,7 @@ if [ -z "$pc_prefix" ]; then
   IFS=/ read -ra parts <<< "$libdir/pkgconfig"
   for _ in "${parts[@]}"; do pc_prefix+=/..; done
 fi
-nccl_version=$(nccl_api_version "$header")
+nccl_version=$(nccl_lib_version)
 write_pc() {   # write_pc FILE NAME VERSION DESCRIPTION LIBS [LIBS_PRIVATE]
   local tmp=$1.tmp.$$
   {

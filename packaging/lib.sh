@@ -53,6 +53,21 @@ py_version() {
 }
 
 # The NCCL version the header implements (2.28.9), from include/nccl.h's NCCL_MAJOR/MINOR/PATCH.
+# The NCCL version oxccl stands in for (NCCL_VERSION_CODE in src/lib.rs, what ncclGetVersion
+# reports: the newest NCCL whose whole host API it has), as x.y.z. nccl.h's own NCCL_MAJOR/MINOR/
+# PATCH (nccl_api_version below) may be newer: the header is ABI-identical to a later NCCL whose
+# newer functions are not all implemented yet.
+nccl_lib_version() {
+  local code
+  code=$(sed -n 's/^pub const NCCL_VERSION_CODE: i32 = \([0-9]*\);.*/\1/p' "$OXCCL_ROOT/src/lib.rs")
+  [ -n "$code" ] || die "no NCCL_VERSION_CODE in $OXCCL_ROOT/src/lib.rs"
+  if [ "$code" -lt 10000 ]; then
+    printf '%s.%s.%s\n' $((code / 1000)) $((code % 1000 / 100)) $((code % 100))
+  else
+    printf '%s.%s.%s\n' $((code / 10000)) $((code % 10000 / 100)) $((code % 100))
+  fi
+}
+
 nccl_api_version() {
   local h=${1:-$OXCCL_ROOT/include/nccl.h} maj min pat
   maj=$(awk '$1 == "#define" && $2 == "NCCL_MAJOR" { print $3 }' "$h")

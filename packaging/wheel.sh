@@ -60,4 +60,4 @@ mkdir -p "$out"
 # One wheel per version: drop those of earlier builds with another platform tag.
 rm -f "$out/oxccl-$pyver-"*.whl "$out/oxccl-$pyver-"*.whl.tmp
 python3 "$here/python/build_wheel.py" --library "$lib" --header "$header" --version "$pyver" \
-  --nccl-version "$(nccl_api_version "$header")" --plat "$plat" --out "$out"
+  --nccl-version "$(nccl_lib_version)" --plat "$plat" --out "$out"
