@@ -16,6 +16,7 @@ pub mod mem;
 pub mod p2p;
 pub mod param;
 pub mod redop;
+pub mod rma;
 pub mod types;
 pub mod version;
 
