@@ -79,6 +79,7 @@ fn generate_device_abi_header(manifest: &Path, dest: &Path) {
                 "NetCopy".into(),
                 "RegEntry".into(),
                 "RegOffer".into(),
+                "RmaWaitArgs".into(),
             ],
             ..Default::default()
         },

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU part of the C ABI tests (GPU machine): gpu_comm.c, gpu_streams.c, gpu_pair.c, gpu_syncwait.c,
-# gpu_window.c, gpu_grow.c and gpu_encryption.c, built against include/nccl.h and linked with -lnccl, run once against oxccl and once against a reference NCCL
+# gpu_window.c, gpu_grow.c, gpu_encryption.c and gpu_rma.c, built against include/nccl.h and linked
+# with -lnccl, run once against oxccl and once against a reference NCCL
 # (each must pass with both: they check NCCL's behaviour, not oxccl's). gpu_comm and gpu_streams:
 # one process, one thread per GPU; gpu_pair, gpu_syncwait and gpu_grow: two processes on GPUs 0 and 1
 # (gpu_grow also both on GPU 0, under MPS where the daemon runs).
@@ -33,6 +34,8 @@ gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" 
   -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_grow"
 gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" -I"$cuda/include" "$here/gpu_encryption.c" \
   -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_encryption"
+gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" -I"$cuda/include" "$here/gpu_rma.c" \
+  -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_rma"
 # Pointer checks are part of the test (NCCL_CHECK_POINTERS=1 is honoured by both libraries).
 export NCCL_CHECK_POINTERS=1
 rc=0
@@ -74,6 +77,12 @@ two gpu_pair fail "oxccl (calling-thread handshake)" "$out/lib" GPU_PAIR_ALARM=1
 two gpu_syncwait pass "oxccl" "$out/lib"
 # gpu_window: NCCL 2.29-2.32 window queries, oxccl only (NCCL 2.28.9 lacks them).
 two gpu_window pass "oxccl" "$out/lib"
+# gpu_rma: one-sided ncclPutSignal / ncclSignal / ncclWaitSignal (NCCL 2.29+), oxccl only (NCCL
+# 2.28.9 lacks them): eager, grouped and in CUDA graph replays, every byte checked, and the argument
+# errors (GPU_RMA_STRICT=1: oxccl's own checks too). On GPUs 0 and 1 (skipped with fewer), then
+# both processes on GPU 0.
+two gpu_rma pass "oxccl" "$out/lib" GPU_RMA_STRICT=1
+two gpu_rma pass "oxccl, both processes on GPU 0" "$out/lib" GPU_RMA_STRICT=1 TWO_PROCS_ONE_GPU=1 CUDA_VISIBLE_DEVICES=0
 two gpu_syncwait report "oxccl, OXCCL_CE_DIRECT_ASYNC=1" "$out/lib" OXCCL_CE_DIRECT_ASYNC=1 GPU_SYNCWAIT_ALARM=30
 hosts=(GPU_SYNCWAIT_HOSTS=1 NCCL_IB_DISABLE=1)
 two gpu_syncwait pass "oxccl, 2 simulated hosts" "$out/lib" "${hosts[@]}"

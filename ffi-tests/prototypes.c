@@ -48,6 +48,9 @@ SAME(ncclGather, ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, in
 SAME(ncclScatter, ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t));
 SAME(ncclSend, ncclResult_t (*)(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t));
 SAME(ncclRecv, ncclResult_t (*)(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t));
+SAME(ncclPutSignal, ncclResult_t (*)(const void*, size_t, ncclDataType_t, int, ncclWindow_t, size_t, int, int, unsigned int, ncclComm_t, cudaStream_t));
+SAME(ncclSignal, ncclResult_t (*)(int, int, int, unsigned int, ncclComm_t, cudaStream_t));
+SAME(ncclWaitSignal, ncclResult_t (*)(int, ncclWaitSignalDesc_t*, ncclComm_t, cudaStream_t));
 SAME(ncclGroupStart, ncclResult_t (*)(void));
 SAME(ncclGroupEnd, ncclResult_t (*)(void));
 SAME(ncclGroupSimulateEnd, ncclResult_t (*)(ncclSimInfo_t*));

@@ -27,7 +27,11 @@ static int rank;
 // exit 77 without 2 GPUs (unless TWO_PROCS_ONE_GPU=1), GPU `rank` (modulo the GPUs), and the
 // 2-rank communicator, rank 0 sending its id to rank 1 over a pipe (`id_w` / `id_r`). Inline:
 // tests that make their own communicators (gpu_grow.c) leave it unused.
-static inline ncclComm_t pair_comm(const char* alarm_env, int id_w, int id_r) {
+static inline ncclComm_t pair_comm_config(const char* alarm_env, int id_w, int id_r, ncclConfig_t* config);
+static inline ncclComm_t pair_comm(const char* alarm_env, int id_w, int id_r) { return pair_comm_config(alarm_env, id_w, id_r, NULL); }
+
+// pair_comm with ncclCommInitRankConfig's `config` (NULL: ncclCommInitRank, as pair_comm).
+static inline ncclComm_t pair_comm_config(const char* alarm_env, int id_w, int id_r, ncclConfig_t* config) {
   const char* secs = getenv(alarm_env);
   alarm(secs && atoi(secs) > 0 ? (unsigned)atoi(secs) : 120);
   int n = 0;
@@ -43,7 +47,11 @@ static inline ncclComm_t pair_comm(const char* alarm_env, int id_w, int id_r) {
     CHECK(read(id_r, &id, sizeof id) == sizeof id, "receiving the id");
   }
   ncclComm_t comm;
-  CHECK(ncclCommInitRank(&comm, 2, id, rank) == ncclSuccess, "ncclCommInitRank");
+  if (config) {
+    CHECK(ncclCommInitRankConfig(&comm, 2, id, rank, config) == ncclSuccess, "ncclCommInitRankConfig");
+  } else {
+    CHECK(ncclCommInitRank(&comm, 2, id, rank) == ncclSuccess, "ncclCommInitRank");
+  }
   return comm;
 }
 

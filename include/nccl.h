@@ -1176,6 +1176,61 @@ ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
 ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
 
 /*
+ Writes `count` elements of `datatype` from `localbuff` into rank `peer`'s copy of window
+ `peerWin`, starting `peerWinOffset` bytes into it, then raises signal `sigIdx` of context
+ `ctx` at `peer` (a one-sided put: `peer` posts nothing). `peerWin` is this rank's handle of a
+ window every rank registered with ncclCommWindowRegister; `peer` may be this rank. Ordered on
+ `stream`; asynchronous to the host. Puts and signals to one peer and context arrive in call
+ order: once `peer`'s ncclWaitSignal has seen this signal, the data is visible to the work
+ after the wait on its stream. Under CUDA graph capture every replay puts and signals again.
+ Inside a group it is deferred to ncclGroupEnd. NCCL 2.30.7 also requires `localbuff` to lie in a
+ symmetric window; oxccl copies from any device memory.
+
+ Needs the window in symmetric memory (ranks on one host with peer access, memory from
+ ncclMemAlloc); NCCL's proxy path for other peers is not implemented.
+
+ Returns ncclSuccess once enqueued, or (NCCL's codes, checked in NCCL's order):
+ ncclInvalidArgument for a NULL or destroyed `comm`, `peer` outside [0, nranks), a bad
+ `datatype`, `ctx` outside [0, numRmaCtx), `sigIdx` outside [0, numRmaSig), `flags` not 0,
+ `peerWin` NULL or not registered with `comm`, `peerWinOffset` + the put's bytes past the end of
+ the peer's window, or `localbuff` NULL; ncclInvalidUsage where numRmaCtx is 0 or the window
+ (or the communicator) has no symmetric memory; a launch's error otherwise.
+ */
+ncclResult_t ncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int peer, ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int peer, ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+
+/*
+ Raises signal `sigIdx` of context `ctx` at rank `peer` without data (`peer` may be this rank),
+ ordered on `stream` after the work before it there, puts included. Stream, group and graph
+ semantics as ncclPutSignal's.
+
+ Returns ncclSuccess once enqueued, or ncclInvalidArgument for a NULL or destroyed `comm`,
+ `peer` outside [0, nranks), `ctx` outside [0, numRmaCtx), `sigIdx` outside [0, numRmaSig) or
+ `flags` not 0; ncclInvalidUsage where numRmaCtx is 0, or (when it runs) where the communicator
+ has no window in symmetric memory.
+ */
+ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+
+/*
+ Makes `stream` wait until, for each of the `nDesc` descriptors, `opCnt` more signals from its
+ `peer` on its (`ctx`, `sigIdx`) have arrived than earlier waits on that signal took (a
+ descriptor named twice waits for both counts); the data of the puts behind those signals is
+ then visible to the work after the wait on `stream`. The host does not wait. The
+ descriptors are read before the call returns. Under CUDA graph capture every replay waits
+ again (the counts live on the device); inside a group it is deferred to ncclGroupEnd. An
+ abort of the communicator releases the wait.
+
+ Returns ncclSuccess once enqueued, or ncclInvalidArgument for a NULL or destroyed `comm`,
+ `nDesc` not above 0 or `signalDescs` NULL (as NCCL 2.30.7), or a descriptor whose `opCnt` is
+ not above 0, `peer` outside [0, nranks), `ctx` outside [0, numRmaCtx) or `sigIdx` outside
+ [0, numRmaSig); ncclInvalidUsage where numRmaCtx is 0, or (when it runs) where the
+ communicator has no window in symmetric memory.
+ */
+ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream);
+
+/*
  Stores NCCL_VERSION_CODE (22809: the NCCL API oxccl implements) in `*version`.
 
  Returns ncclSuccess, or ncclInvalidArgument (`version` NULL).

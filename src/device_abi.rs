@@ -614,6 +614,38 @@ pub struct GroupArgs {
     pub p2p: [GroupP2p; OX_GROUP_MAX_P2P],
 }
 
+/// Descriptors one one-sided wait launch carries (`RmaWaitArgs`; kernel parameters stay under
+/// 4 KiB). A longer ncclWaitSignal list launches several times in a row.
+pub const OX_RMA_WAIT_MAX: usize = 128;
+
+/// Arguments of the one-sided wait kernel (kernels/colls/rma.cu, ox_rma_wait; src/comm/rma.rs):
+/// thread i waits until counter `slots[i]` of this rank's signal area, less its consumed count,
+/// reaches `counts[i]`, then adds `counts[i]` to the consumed count. Passed by value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RmaWaitArgs {
+    /// `const DevComm*` in device memory (its abort flag releases the wait).
+    pub comm: u64,
+    /// This rank's signal counters (`u64` each, raised by the peers' signals), device address.
+    pub counters: u64,
+    /// This rank's consumed counts (`u64` each, beside the counters, raised by its waits).
+    pub consumed: u64,
+    /// Descriptors in this launch (1 to `OX_RMA_WAIT_MAX`).
+    pub n: u32,
+    /// Padding (0).
+    pub pad: u32,
+    /// Each descriptor's counter, as an index into `counters` and `consumed`.
+    pub slots: [u32; OX_RMA_WAIT_MAX],
+    /// Each descriptor's signal count (more than 0).
+    pub counts: [u32; OX_RMA_WAIT_MAX],
+}
+
+impl Default for RmaWaitArgs {
+    fn default() -> Self {
+        RmaWaitArgs { comm: 0, counters: 0, consumed: 0, n: 0, pad: 0, slots: [0; OX_RMA_WAIT_MAX], counts: [0; OX_RMA_WAIT_MAX] }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -702,12 +734,18 @@ mod tests {
             ("GroupP2p", "is_send", offset_of!(GroupP2p, is_send)),
             ("NetCopy", "bytes", offset_of!(NetCopy, bytes)),
             ("NetCopy", "with", offset_of!(NetCopy, with)),
+            ("RmaWaitArgs", "counters", offset_of!(RmaWaitArgs, counters)),
+            ("RmaWaitArgs", "consumed", offset_of!(RmaWaitArgs, consumed)),
+            ("RmaWaitArgs", "n", offset_of!(RmaWaitArgs, n)),
+            ("RmaWaitArgs", "slots", offset_of!(RmaWaitArgs, slots)),
+            ("RmaWaitArgs", "counts", offset_of!(RmaWaitArgs, counts)),
         ];
         let mut c = format!("#include <stddef.h>\n#include <stdio.h>\n#include \"{header}\"\nint main(void) {{\n");
         c.push_str("printf(\"DevComm %zu\\n\", sizeof(DevComm));\n");
         c.push_str("printf(\"CollArgs %zu\\n\", sizeof(CollArgs));\n");
         c.push_str("printf(\"ExchangeArgs %zu\\n\", sizeof(ExchangeArgs));\n");
         c.push_str("printf(\"GroupArgs %zu\\n\", sizeof(GroupArgs));\n");
+        c.push_str("printf(\"RmaWaitArgs %zu\\n\", sizeof(RmaWaitArgs));\n");
         c.push_str("printf(\"Trigger %zu %zu\\n\", sizeof(Trigger), _Alignof(Trigger));\n");
         c.push_str("printf(\"FifoDevice %zu\\n\", sizeof(FifoDevice));\n");
         c.push_str("printf(\"OX_MAX_RANKS %d\\nOX_MAX_BLOCKS %d\\n\", OX_MAX_RANKS, OX_MAX_BLOCKS);\n");
@@ -725,11 +763,12 @@ mod tests {
         let out = Command::new(&exe).output().expect("run layout");
         let text = String::from_utf8(out.stdout).expect("utf8");
         let mut expect = format!(
-            "DevComm {}\nCollArgs {}\nExchangeArgs {}\nGroupArgs {}\nTrigger {} {}\nFifoDevice {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\nOX_PRIV {OX_PRIV_FLAGS_OFF} {OX_PRIV_PENDING_OFF} {OX_PRIV_RING_BASE_OFF} {OX_PRIV_RING_CHAIN_OFF} {OX_PRIV_DONE_OFF} {OX_PRIV_RING_OUT_OFF}\n",
+            "DevComm {}\nCollArgs {}\nExchangeArgs {}\nGroupArgs {}\nRmaWaitArgs {}\nTrigger {} {}\nFifoDevice {}\nOX_MAX_RANKS {OX_MAX_RANKS}\nOX_MAX_BLOCKS {OX_MAX_BLOCKS}\nOX_PRIV {OX_PRIV_FLAGS_OFF} {OX_PRIV_PENDING_OFF} {OX_PRIV_RING_BASE_OFF} {OX_PRIV_RING_CHAIN_OFF} {OX_PRIV_DONE_OFF} {OX_PRIV_RING_OUT_OFF}\n",
             size_of::<DevComm>(),
             size_of::<CollArgs>(),
             size_of::<ExchangeArgs>(),
             size_of::<GroupArgs>(),
+            size_of::<RmaWaitArgs>(),
             size_of::<Trigger>(),
             align_of::<Trigger>(),
             size_of::<FifoDevice>()
@@ -753,5 +792,7 @@ mod tests {
         assert_eq!(size_of::<ExchangeArgs>() % 8, 0);
         assert!(size_of::<GroupArgs>() <= 4096, "kernel parameters are limited to 4 KiB");
         assert_eq!(size_of::<GroupArgs>() % 8, 0);
+        assert!(size_of::<RmaWaitArgs>() <= 4096, "kernel parameters are limited to 4 KiB");
+        assert_eq!(size_of::<RmaWaitArgs>() % 8, 0);
     }
 }

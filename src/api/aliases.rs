@@ -4,7 +4,7 @@
 // ncclResetDebugInit is deprecated in NCCL's header (and so in ours); its alias still forwards.
 #![allow(deprecated)]
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use super::coll::*;
 use super::comm::*;
@@ -15,6 +15,7 @@ use super::mem::*;
 use super::p2p::*;
 use super::param::*;
 use super::redop::*;
+use super::rma::*;
 use super::types::*;
 use super::version::*;
 
@@ -72,6 +73,9 @@ profiling_aliases! {
     pncclScatter => ncclScatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
     pncclSend => ncclSend(sendbuff: *const c_void, count: usize, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
     pncclRecv => ncclRecv(recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, peer: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    pncclPutSignal => ncclPutSignal(localbuff: *const c_void, count: usize, datatype: ncclDataType_t, peer: c_int, peerWin: ncclWindow_t, peerWinOffset: usize, sigIdx: c_int, ctx: c_int, flags: c_uint, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    pncclSignal => ncclSignal(peer: c_int, sigIdx: c_int, ctx: c_int, flags: c_uint, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
+    pncclWaitSignal => ncclWaitSignal(nDesc: c_int, signalDescs: *mut ncclWaitSignalDesc_t, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;
     pncclGroupStart => ncclGroupStart() -> ncclResult_t;
     pncclGroupEnd => ncclGroupEnd() -> ncclResult_t;
     pncclGroupSimulateEnd => ncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> ncclResult_t;

@@ -17,6 +17,7 @@ pub mod mem;
 pub mod p2p;
 pub mod param;
 pub mod redop;
+pub mod rma;
 pub mod types;
 pub mod version;
 

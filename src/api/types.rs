@@ -68,6 +68,21 @@ pub struct ncclSimInfo_t {
 
 pub use crate::symmem::abi::ncclTeam_t;
 
+/// `ncclWaitSignalDesc_t` (NCCL 2.29+), sizeof 16: one entry of ncclWaitSignal's list, waiting
+/// for `opCnt` more signals from rank `peer` on signal `sigIdx` of context `ctx`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ncclWaitSignalDesc_t {
+    /// Signals to wait for (NCCL requires more than 0).
+    pub opCnt: c_int,
+    /// The rank that sends them.
+    pub peer: c_int,
+    /// Signal index, below the communicator's numRmaSig.
+    pub sigIdx: c_int,
+    /// Context, below the communicator's numRmaCtx.
+    pub ctx: c_int,
+}
+
 /// `ncclSimInfo_t::magic` as NCCL_SIM_INFO_INITIALIZER sets it.
 pub const NCCL_SIM_INFO_MAGIC: c_uint = 0x7468_5283;
 /// ncclCommSplit's color for ranks that join no child.
@@ -97,5 +112,9 @@ mod tests {
         assert_eq!(offset_of!(ncclSimInfo_t, estimatedTime), 16);
         assert_eq!(size_of::<ncclUniqueId>(), 128);
         assert_eq!(size_of::<ncclTeam_t>(), 12);
+        assert_eq!(size_of::<ncclWaitSignalDesc_t>(), 16);
+        assert_eq!(offset_of!(ncclWaitSignalDesc_t, peer), 4);
+        assert_eq!(offset_of!(ncclWaitSignalDesc_t, sigIdx), 8);
+        assert_eq!(offset_of!(ncclWaitSignalDesc_t, ctx), 12);
     }
 }

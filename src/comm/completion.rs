@@ -245,7 +245,7 @@ mod tests {
 
     /// The kernels a launch may count must publish its completion: each `extern "C" __global__`
     /// taking CollArgs, GroupArgs or ExchangeArgs (or the typed macro's ARGS) calls ox_done_publish, but for the copy-engine path's three,
-    /// which only that path launches, never counted. A kernel that forgot would leave the counter
+    /// which only that path and the one-sided operations (ox_ce_post) launch, never counted. A kernel that forgot would leave the counter
     /// short, and the next stream switch or destroy would wait forever.
     #[test]
     fn every_counted_kernel_publishes_its_completion() {

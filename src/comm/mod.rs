@@ -14,6 +14,7 @@ pub mod grow;
 pub mod liveness;
 pub mod reaper;
 mod registry;
+pub mod rma;
 mod teardown;
 pub mod split;
 pub mod task;

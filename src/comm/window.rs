@@ -11,6 +11,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::bootstrap::Bootstrap;
+use crate::comm::rma::{RmaArea, RmaLayout};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::symmem::{SymMem, SymWindow};
@@ -64,12 +65,19 @@ struct Entry {
     window: Window,
     sym: Option<SymWindow>,
     _anchor: Option<Box<u8>>,
+    /// Every rank's size of the window, by rank, as the registration agreed (empty where not
+    /// known: the device communicator's own windows, of one size everywhere).
+    sizes: Vec<u64>,
+    /// In symmetric memory: (LSA rank 0's copy in the flat space, stride), as `WindowView::flat`.
+    flat: Option<(u64, u64)>,
 }
 
 #[derive(Default)]
 struct State {
     list: Vec<(usize, Entry)>,
     sym: Option<SymMem>,
+    /// The one-sided operations' signal area (comm::rma), once allocated.
+    rma: Option<(SymWindow, RmaArea)>,
 }
 
 impl Drop for State {
@@ -79,6 +87,9 @@ impl Drop for State {
             if let (Some(w), Some(sm)) = (e.sym, self.sym.as_mut()) {
                 sm.release(w);
             }
+        }
+        if let (Some((w, _)), Some(sm)) = (self.rma.take(), self.sym.as_mut()) {
+            sm.release(w);
         }
     }
 }
@@ -92,7 +103,7 @@ impl Windows {
     pub fn insert(&self, w: Window) -> usize {
         let anchor = Box::new(0u8);
         let h = &*anchor as *const u8 as usize;
-        self.0.lock().list.push((h, Entry { window: w, sym: None, _anchor: Some(anchor) }));
+        self.0.lock().list.push((h, Entry { window: w, sym: None, _anchor: Some(anchor), sizes: Vec::new(), flat: None }));
         h
     }
 
@@ -122,8 +133,78 @@ impl Windows {
     pub fn view(&self, h: usize) -> Option<WindowView> {
         let st = self.0.lock();
         let (_, e) = st.list.iter().find(|(x, _)| *x == h)?;
-        let flat = e.sym.as_ref().map(|s| (s.desc.lsaFlatBase, (s.desc.stride4G as u64) << 32));
-        Some(WindowView { base: e.window.base, size: e.window.size, flat })
+        Some(WindowView { base: e.window.base, size: e.window.size, flat: e.flat })
+    }
+
+    /// A window that looks as if it were in symmetric memory at `flat` (unit tests of what reads
+    /// windows, without a GPU).
+    #[cfg(test)]
+    pub fn insert_symmetric(&self, w: Window, flat: (u64, u64), sizes: Vec<u64>) -> usize {
+        let anchor = Box::new(0u8);
+        let h = &*anchor as *const u8 as usize;
+        self.0.lock().list.push((h, Entry { window: w, sym: None, _anchor: Some(anchor), sizes, flat: Some(flat) }));
+        h
+    }
+
+    /// Records every rank's size of window `h` (by rank), as its registration agreed.
+    pub fn set_sizes(&self, h: usize, sizes: Vec<u64>) {
+        if let Some((_, e)) = self.0.lock().list.iter_mut().find(|(x, _)| *x == h) {
+            e.sizes = sizes;
+        }
+    }
+
+    /// Rank `peer`'s size of window `h`: as its registration agreed, else this rank's (a window
+    /// whose size every rank shares). None for a window this communicator did not register.
+    pub fn peer_size(&self, h: usize, peer: usize) -> Option<u64> {
+        let st = self.0.lock();
+        let (_, e) = st.list.iter().find(|(x, _)| *x == h)?;
+        Some(e.sizes.get(peer).copied().unwrap_or(e.window.size))
+    }
+
+    /// Where the one-sided operations' signal areas lie, once allocated (`ensure_rma`).
+    pub fn rma_area(&self) -> Option<RmaArea> {
+        self.0.lock().rma.as_ref().map(|(_, a)| *a)
+    }
+
+    /// Collective, once the communicator has symmetric memory: allocates every rank's signal area
+    /// for the one-sided operations (comm::rma), unless it exists. The ranks agree on its layout
+    /// (the largest numRmaCtx and numRmaSig any of them asked for; none where all asked for 0
+    /// contexts). Where the memory cannot be had on some rank, no rank gets an area (an INFO
+    /// line says why) and the next registration tries again; the operations meanwhile fail with
+    /// ncclInvalidUsage. Errors only where the bootstrap fails.
+    pub fn ensure_rma(&self, bs: &Bootstrap, ctxs: i32, sigs: i32) -> Result<()> {
+        let mut st = self.0.lock();
+        if st.rma.is_some() || st.sym.is_none() {
+            return Ok(());
+        }
+        let all = bs.all_gather(&RmaLayout::encode(ctxs, sigs))?;
+        let all: Vec<(i32, i32)> = all
+            .iter()
+            .enumerate()
+            .map(|(r, b)| RmaLayout::decode(b).ok_or_else(|| Error::system(format!("one-sided signal area: rank {r} sent {} bytes", b.len()))))
+            .collect::<Result<_>>()?;
+        let Some(layout) = RmaLayout::agreed(&all) else { return Ok(()) };
+        let Some(bytes) = layout.bytes() else {
+            nccl_info!(crate::log::Subsys::Reg, "one-sided signal area: {layout:?} is too large; one-sided operations are unavailable");
+            return Ok(());
+        };
+        let Some(sm) = st.sym.as_mut() else { return Ok(()) };
+        // alloc_window fails on every rank alike (its mapping is agreed); what follows it is
+        // local, so the ranks agree once more before any of them keeps its area.
+        let made = sm.alloc_window(bs, bytes);
+        let ok = bs.all_gather(&[made.is_ok() as u8])?.iter().all(|b| b.first() == Some(&1));
+        match made {
+            Ok(w) if ok => {
+                let area = RmaArea { flat: w.desc.lsaFlatBase, stride: (w.desc.stride4G as u64) << 32, layout };
+                st.rma = Some((w, area));
+            }
+            Ok(w) => {
+                sm.release(w);
+                nccl_info!(crate::log::Subsys::Reg, "one-sided signal area: another rank could not set its area up; one-sided operations are unavailable for now");
+            }
+            Err(e) => nccl_info!(crate::log::Subsys::Reg, "one-sided signal area: {}; one-sided operations are unavailable for now", e.msg),
+        }
+        Ok(())
     }
 
     /// How many windows are registered.
@@ -160,7 +241,8 @@ impl Windows {
         let (t, win) = f(sm)?;
         let h = win.map(|(window, sw)| {
             let h = sw.vidmem.ptr as usize;
-            st.list.push((h, Entry { window, sym: Some(sw), _anchor: None }));
+            let flat = Some((sw.desc.lsaFlatBase, (sw.desc.stride4G as u64) << 32));
+            st.list.push((h, Entry { window, sym: Some(sw), _anchor: None, sizes: Vec::new(), flat }));
             h
         });
         Ok((t, h))
@@ -176,8 +258,8 @@ pub fn check_flags(flags: i32) -> Result<()> {
 }
 
 /// The collective part: every rank learns what the others register; a symmetric window must have
-/// one size and the same flags everywhere.
-pub fn agree(bs: &Bootstrap, size: u64, flags: i32) -> Result<()> {
+/// one size and the same flags everywhere. Returns every rank's size, by rank.
+pub fn agree(bs: &Bootstrap, size: u64, flags: i32) -> Result<Vec<u64>> {
     let mut mine = [0u8; 12];
     mine[..8].copy_from_slice(&size.to_le_bytes());
     mine[8..].copy_from_slice(&flags.to_le_bytes());
@@ -193,7 +275,8 @@ pub fn agree(bs: &Bootstrap, size: u64, flags: i32) -> Result<()> {
             _ => Err(Error::system(format!("window registration: a peer sent {} bytes", b.len()))),
         })
         .collect::<Result<_>>()?;
-    compare(&parsed)
+    compare(&parsed)?;
+    Ok(parsed.iter().map(|&(s, _)| s).collect())
 }
 
 /// Ok if the ranks' (size, flags) are compatible; else the error every rank reports.
@@ -260,7 +343,7 @@ pub fn init_sym(comm: &Comm, r: &crate::comm::Ready) -> Result<SymMem> {
 }
 
 fn register(comm: &Comm, r: &crate::comm::Ready, base: u64, size: u64, flags: i32, out: usize) -> Result<()> {
-    agree(&r.bootstrap, size, flags)?;
+    let sizes = agree(&r.bootstrap, size, flags)?;
     // A buffer that cannot be registered still makes a window; streams then use scratch.
     let reg = comm.register(base, size).unwrap_or_else(|e| {
         nccl_info!(crate::log::Subsys::Reg, "window {base:#x}: not registered ({})", e.msg);
@@ -287,7 +370,13 @@ fn register(comm: &Comm, r: &crate::comm::Ready, base: u64, size: u64, flags: i3
                 )
             });
             match made {
-                Ok((_, Some(h))) => h,
+                Ok((_, Some(h))) => {
+                    comm.windows.set_sizes(h, sizes);
+                    // The one-sided operations' signals need symmetric memory too: allocated with
+                    // the first window that has it, collectively as every rank registers it.
+                    comm.windows.ensure_rma(&r.bootstrap, comm.config.num_rma_ctx, comm.config.num_rma_sig)?;
+                    h
+                }
                 Ok((why, None)) => {
                     nccl_info!(
                         crate::log::Subsys::Reg,
@@ -359,6 +448,22 @@ mod tests {
         drop(w); // frees b
     }
 
+    /// A peer's size is what the registration agreed, else this rank's; no area before one is made.
+    #[test]
+    fn peer_sizes_come_from_the_registration() {
+        let w = Windows::default();
+        let h = w.insert(Window { base: 0x1000, size: 4096, flags: 0, reg: 0 });
+        assert_eq!(w.peer_size(h, 1), Some(4096), "sizes unknown: this rank's");
+        w.set_sizes(h, vec![4096, 8192]);
+        assert_eq!(w.peer_size(h, 1), Some(8192));
+        assert_eq!(w.peer_size(h, 0), Some(4096));
+        assert_eq!(w.peer_size(0xdead0, 0), None, "not registered");
+        assert!(w.view(h).unwrap().flat.is_none());
+        let s = w.insert_symmetric(Window { base: 0x9000, size: 4096, flags: 1, reg: 0 }, (1 << 40, 1 << 32), vec![4096; 2]);
+        assert_eq!(w.view(s).unwrap().flat, Some((1 << 40, 1 << 32)));
+        assert!(w.rma_area().is_none());
+    }
+
     /// The collective over real bootstraps: agreement passes, a size mismatch fails everywhere.
     #[test]
     fn registration_is_collective_over_the_bootstrap() {
@@ -368,13 +473,13 @@ mod tests {
             let hs: Vec<_> = (0..3).map(|r| s.spawn(move || Bootstrap::init(&id, r, 3, t).unwrap())).collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        let run = |sizes: [u64; 3]| -> Vec<Result<()>> {
+        let run = |sizes: [u64; 3]| -> Vec<Result<Vec<u64>>> {
             std::thread::scope(|s| {
                 let hs: Vec<_> = ranks.iter().zip(sizes).map(|(bs, sz)| s.spawn(move || agree(bs, sz, WIN_COLL_SYMMETRIC))).collect();
                 hs.into_iter().map(|h| h.join().unwrap()).collect()
             })
         };
-        assert!(run([1 << 20; 3]).iter().all(Result::is_ok));
+        assert!(run([1 << 20; 3]).iter().all(|r| r.as_ref().is_ok_and(|s| *s == vec![1 << 20; 3])), "every rank learns every size");
         let bad = run([1 << 20, 1 << 20, 1 << 21]);
         assert!(bad.iter().all(|r| r.as_ref().is_err_and(|e| e.code == ResultCode::InvalidUsage)), "every rank reports it");
     }

@@ -68,8 +68,8 @@ pub struct CommConfig {
     pub launch_order_implicit: bool,
     /// `numRmaSig` (> 0, default 1): signal indices per RMA context.
     pub num_rma_sig: i32,
-    /// `rmaEagerInit` (0/1, default 0); oxccl's one-sided resources are
-    /// the windows' own, so there is nothing to set up early.
+    /// `rmaEagerInit` (0/1, default 0); the one-sided operations' signal area is allocated with
+    /// the communicator's first window in symmetric memory either way.
     pub rma_eager_init: bool,
     /// `hostCftMode` (ncclHostCftMode_t: 1 enable, 2 disable, 3 fallback; default UNDEF); oxccl
     /// has no CFT transport, so every mode runs without it.

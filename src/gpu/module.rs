@@ -44,6 +44,7 @@ pub struct Module {
     ce_wait: Kernel,
     ce_post: Kernel,
     ce_copy: Kernel,
+    rma_wait: Kernel,
     proxy_selftest: Kernel,
     port_selftest: Kernel,
     net_step: Kernel,
@@ -101,6 +102,7 @@ impl Module {
             ce_wait: function(raw, "ox_ce_wait")?,
             ce_post: function(raw, "ox_ce_post")?,
             ce_copy: function(raw, "ox_ce_copy")?,
+            rma_wait: function(raw, "ox_rma_wait")?,
             proxy_selftest: function(raw, "ox_proxy_selftest")?,
             port_selftest: function(raw, "ox_port_selftest")?,
             net_step: function(raw, "ox_net_step")?,
@@ -179,6 +181,11 @@ impl Module {
     /// The copy-engine direct path's local copy by SMs (kernels/colls/ce_direct.cu).
     pub fn ce_copy(&self) -> Kernel {
         self.ce_copy
+    }
+
+    /// The one-sided operations' stream wait (kernels/colls/rma.cu; RmaWaitArgs).
+    pub fn rma_wait(&self) -> Kernel {
+        self.rma_wait
     }
 
     /// The proxy FIFO's self-test kernel (oxccl-gpu-check --proxy).

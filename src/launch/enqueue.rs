@@ -107,6 +107,29 @@ fn with_launch<F: FnOnce(&Ready, &mut LaunchState) -> Result<()>>(
     Ok(())
 }
 
+/// Runs one one-sided operation (ncclPutSignal, ncclSignal, ncclWaitSignal) on its stream, in
+/// the communicator's launch order like any launch (comm::rma says what it issues). Fails with
+/// ncclInvalidUsage where the communicator has no signal area (no window in symmetric memory).
+pub fn launch_rma(comm: &Arc<Comm>, op: &crate::comm::rma::RmaOp) -> Result<()> {
+    let peers = op.peers();
+    with_launch(comm, Needs::Peers(&peers), op.stream, op.bytes(), || op.describe(), |r, ls| {
+        let area = comm
+            .windows
+            .rma_area()
+            .ok_or_else(|| Error::invalid_usage(format!("the communicator has no signal area: {}", crate::comm::rma::NEEDS_SYMMETRIC)))?;
+        // Copies and one-block kernels, none counted: the event marks the launch.
+        ls.counted_last = false;
+        let waited = crate::comm::rma::issue(r, &area, comm.rank, op);
+        // Nothing may start early behind a wait (it may wait for a peer's kernels, which need
+        // SMs); behind a signal's one block, a kernel may.
+        ls.last_grid = match waited {
+            Ok(false) => 1,
+            _ => u32::MAX,
+        };
+        waited.map(|_| ())
+    })
+}
+
 /// The cross-host part of a communicator spanning hosts, built at init (`Comm::init`'s
 /// `ConnectNet`): its host-local stages launch through this module.
 pub fn connect_net(s: crate::comm::cross_host::Setup<'_>) -> Result<Arc<dyn crate::comm::cross_host::CrossHost>> {

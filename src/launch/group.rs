@@ -25,6 +25,9 @@ pub enum Deferred {
     /// first grouped launch where algo::group::fold_p2p takes their pair (every rank orders them
     /// the same way, whatever order it posted).
     P2p(Arc<Comm>, P2pOp),
+    /// A one-sided operation (ncclPutSignal, ncclSignal, ncclWaitSignal): runs in the group's
+    /// order, after the collectives posted before it.
+    Rma(Arc<Comm>, crate::comm::rma::RmaOp),
     /// ncclCommFinalize.
     Finalize(Arc<Comm>),
     /// ncclCommDestroy, with the handle value to unregister.
@@ -652,7 +655,7 @@ fn by_communicator(ops: Vec<Deferred>, key: impl Fn(&Arc<Comm>) -> u64) -> Vec<D
 fn refuse_unready(ops: Vec<Deferred>, first_err: &mut Option<Error>) -> Vec<Deferred> {
     ops.into_iter()
         .filter(|op| match op {
-            Deferred::Coll(_) | Deferred::P2p(..) => match deferred_comm(op).ready() {
+            Deferred::Coll(_) | Deferred::P2p(..) | Deferred::Rma(..) => match deferred_comm(op).ready() {
                 Ok(_) => true,
                 Err(e) => {
                     first_err.get_or_insert(e);
@@ -674,7 +677,7 @@ fn comm_order_key(c: &Arc<Comm>) -> u64 {
 fn deferred_comm(op: &Deferred) -> &Arc<Comm> {
     match op {
         Deferred::Coll(t) => &t.comm,
-        Deferred::P2p(c, _) | Deferred::Finalize(c) | Deferred::Destroy(c, _) | Deferred::Abort(c, _) => c,
+        Deferred::P2p(c, _) | Deferred::Rma(c, _) | Deferred::Finalize(c) | Deferred::Destroy(c, _) | Deferred::Abort(c, _) => c,
     }
 }
 
@@ -706,6 +709,7 @@ fn op_stream(op: &Deferred) -> Option<(&Arc<Comm>, cu::CUstream)> {
     match op {
         Deferred::Coll(t) => Some((&t.comm, t.stream)),
         Deferred::P2p(c, o) => Some((c, o.stream)),
+        Deferred::Rma(c, o) => Some((c, o.stream)),
         _ => None,
     }
 }
@@ -853,6 +857,7 @@ fn run(op: Deferred) -> Result<()> {
     match op {
         Deferred::Coll(t) => launch_task(&t),
         Deferred::P2p(c, o) => launch_p2p(&c, &[o]),
+        Deferred::Rma(c, o) => crate::launch::enqueue::launch_rma(&c, &o),
         Deferred::Finalize(c) => c.finalize(),
         Deferred::Destroy(c, handle) => {
             let r = c.destroy();
