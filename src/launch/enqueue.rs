@@ -150,6 +150,7 @@ pub fn launch_task(t: &CollTask) -> Result<()> {
     })
 }
 
+/// One collective's launch under its view.
 fn dispatch(r: &View, ls: &mut LaunchState, t: &CollTask) -> Result<()> {
     // NCCL_PROTO/NCCL_ALGO may leave a collective nothing to run.
     let func = nccl_func(t.coll);
@@ -176,6 +177,8 @@ fn dispatch(r: &View, ls: &mut LaunchState, t: &CollTask) -> Result<()> {
 /// work where it launched no kernel of its own (copies, copy-engine transfers, a cross-host
 /// stage). Before driver 12.3 the event is recorded before the launch, as NCCL 2.32.3 does.
 fn with_completion_event(r: &View, ls: &mut LaunchState, event: cu::CUevent, stream: cu::CUstream, f: impl FnOnce(&mut LaunchState) -> Result<()>) -> Result<()> {
+    // SAFETY: the caller's event and stream are handles the driver validates (nccl.h: the event
+    // stays alive while the call's work is queued).
     let record = || check(unsafe { cu::cuEventRecord(event, stream) }, "cuEventRecord (launchCompletionEvent)");
     if r.dev.driver < 12030 {
         nccl_info!(Subsys::Coll, "CUDA launch-completion events require CUDA 12.3 or newer; recording the user event before launch");
