@@ -186,10 +186,13 @@ fn with_completion_event(r: &View, ls: &mut LaunchState, event: cu::CUevent, str
         return f(ls);
     }
     ls.completion_event = Some(event);
-    let res = f(ls);
-    match ls.completion_event.take() {
-        Some(_) if res.is_ok() => record(),
-        _ => res,
+    // Never left behind for a later launch, even by a panic (caught at the API boundary).
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *ls)));
+    let unused = ls.completion_event.take();
+    match res {
+        Err(p) => std::panic::resume_unwind(p),
+        Ok(Ok(())) if unused.is_some() => record(),
+        Ok(res) => res,
     }
 }
 
