@@ -137,7 +137,8 @@ typedef enum {
      capturing stream's order.
    launchOrderImplicit (0/1, default 0; NCCL_LAUNCH_ORDER_IMPLICIT): validated; no effect.
    numRmaSig (> 0, default 1): signal indices of each RMA context (sigIdx is below it).
-   rmaEagerInit (0/1, default 0): validated; the one-sided operations need no set-up of their own.
+   rmaEagerInit (0/1, default 0): validated; the signal area of the one-sided operations is allocated
+     with the communicator's first window in symmetric memory either way.
    hostCftMode (ncclHostCftMode_t: 1, 2 or 3): validated; oxccl has no CFT transport.
    nvlsHostMode (ncclNvlsHostMode_t flags, >= 0): validated; oxccl never uses NVLS.
  */
