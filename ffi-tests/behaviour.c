@@ -85,6 +85,98 @@ int main(void) {
     }
   }
 
+  /* Per-collective configs (NCCL 2.32.3): the config is parsed before the communicator is looked
+   * at (a bad magic, forceAlgSelection or CTAPolicy is reported even with a NULL comm); values NCCL
+   * only ignores, and the algorithm selection, are judged after it. ncclGetLastError tells which
+   * check failed. */
+  {
+    char buf[16];
+    const ncclCollConfig_t init = NCCL_COLLCONFIG_INITIALIZER;
+    ncclCollConfig_t cc = init;
+#define LAST_HAS(text) CHECK(strstr(ncclGetLastError(NULL), text) != NULL)
+    CHECK(init.size == sizeof(ncclCollConfig_t) && init.magic == NCCL_API_MAGIC && init.forceAlgSelection == 1);
+    EXPECT(ncclAllReduceConfig(buf, buf, 1, ncclFloat, ncclSum, NULL, 0, NULL), ncclInvalidArgument);
+    LAST_HAS("comm argument is NULL");
+    EXPECT(ncclAllReduceConfig(buf, buf, 1, ncclFloat, ncclSum, NULL, 0, &cc), ncclInvalidArgument);
+    LAST_HAS("comm argument is NULL");
+    cc.magic = 1;
+    EXPECT(ncclAllReduceConfig(buf, buf, 1, ncclFloat, ncclSum, NULL, 0, &cc), ncclInvalidArgument);
+    LAST_HAS("ncclCollConfig_t magic mismatch (got 0x1, expected 0xcafebeef)");
+    cc = init;
+    cc.forceAlgSelection = 2;
+    EXPECT(ncclAllReduceConfig(buf, buf, 1, ncclFloat, ncclSum, NULL, 0, &cc), ncclInvalidArgument);
+    LAST_HAS("config->forceAlgSelection=2 is invalid, accepted values are 0 or 1");
+    cc.forceAlgSelection = 0;
+    cc.CTAPolicy = 4;
+    EXPECT(ncclAllReduceConfig(buf, buf, 1, ncclFloat, ncclSum, NULL, 0, &cc), ncclInvalidArgument);
+    LAST_HAS("config->CTAPolicy=4 is invalid, accepted values are [1, 3]");
+    cc.CTAPolicy = -1;
+    EXPECT(ncclAllReduceConfig(buf, buf, 1, ncclFloat, ncclSum, NULL, 0, &cc), ncclInvalidArgument);
+    LAST_HAS("config->CTAPolicy=-1 is invalid");
+    /* Valid policies, out-of-range counts (ignored by NCCL, with an INFO line) and an unknown
+     * algorithm name (judged after the communicator): the communicator's error. */
+    cc.CTAPolicy = NCCL_CTA_POLICY_EFFICIENCY | NCCL_CTA_POLICY_ZERO;
+    cc.maxCTAs = -5;
+    cc.minCTAs = 1000;
+    cc.nvlsCTAs = -3;
+    cc.cgaClusterSize = 99;
+    cc.algSelection = "BOGUS";
+    EXPECT(ncclAllReduceConfig(buf, buf, 1, ncclFloat, ncclSum, NULL, 0, &cc), ncclInvalidArgument);
+    LAST_HAS("comm argument is NULL");
+    /* Only the first `size` bytes are read: 16 covers the magic, not forceAlgSelection; 8 not
+     * even the magic. */
+    cc = init;
+    cc.forceAlgSelection = 7;
+    cc.version = 1;
+    cc.size = 16;
+    EXPECT(ncclAllReduceConfig(buf, buf, 1, ncclFloat, ncclSum, NULL, 0, &cc), ncclInvalidArgument);
+    LAST_HAS("comm argument is NULL");
+    cc.size = 8;
+    EXPECT(ncclAllReduceConfig(buf, buf, 1, ncclFloat, ncclSum, NULL, 0, &cc), ncclInvalidArgument);
+    LAST_HAS("magic mismatch (got 0x0");
+    cc.size = sizeof cc;
+    EXPECT(ncclAllReduceConfig(buf, buf, 1, ncclFloat, ncclSum, NULL, 0, &cc), ncclInvalidArgument);
+    LAST_HAS("forceAlgSelection=7");
+    /* Every collective, and its pnccl alias, parses first, count 0 included. */
+    cc = init;
+    cc.magic = 0;
+    EXPECT(ncclAllReduceConfig(buf, buf, 0, ncclFloat, ncclSum, NULL, 0, &cc), ncclInvalidArgument);
+    LAST_HAS("magic mismatch");
+    EXPECT(ncclBroadcastConfig(buf, buf, 1, ncclFloat, 0, NULL, 0, &cc), ncclInvalidArgument);
+    LAST_HAS("magic mismatch");
+    EXPECT(ncclReduceConfig(buf, buf, 1, ncclFloat, ncclSum, 0, NULL, 0, &cc), ncclInvalidArgument);
+    LAST_HAS("magic mismatch");
+    EXPECT(ncclAllGatherConfig(buf, buf, 1, ncclFloat, NULL, 0, &cc), ncclInvalidArgument);
+    LAST_HAS("magic mismatch");
+    EXPECT(ncclReduceScatterConfig(buf, buf, 1, ncclFloat, ncclSum, NULL, 0, &cc), ncclInvalidArgument);
+    LAST_HAS("magic mismatch");
+    EXPECT(ncclAlltoAllConfig(buf, buf, 1, ncclFloat, NULL, 0, &cc), ncclInvalidArgument);
+    LAST_HAS("magic mismatch");
+    EXPECT(ncclGatherConfig(buf, buf, 1, ncclFloat, 0, NULL, 0, &cc), ncclInvalidArgument);
+    LAST_HAS("magic mismatch");
+    EXPECT(ncclScatterConfig(buf, buf, 1, ncclFloat, 0, NULL, 0, &cc), ncclInvalidArgument);
+    LAST_HAS("magic mismatch");
+    EXPECT(pncclAllReduceConfig(buf, buf, 1, ncclFloat, ncclSum, NULL, 0, &cc), ncclInvalidArgument);
+    EXPECT(pncclBroadcastConfig(buf, buf, 1, ncclFloat, 0, NULL, 0, &cc), ncclInvalidArgument);
+    EXPECT(pncclReduceConfig(buf, buf, 1, ncclFloat, ncclSum, 0, NULL, 0, &cc), ncclInvalidArgument);
+    EXPECT(pncclAllGatherConfig(buf, buf, 1, ncclFloat, NULL, 0, &cc), ncclInvalidArgument);
+    EXPECT(pncclReduceScatterConfig(buf, buf, 1, ncclFloat, ncclSum, NULL, 0, &cc), ncclInvalidArgument);
+    EXPECT(pncclAlltoAllConfig(buf, buf, 1, ncclFloat, NULL, 0, &cc), ncclInvalidArgument);
+    EXPECT(pncclGatherConfig(buf, buf, 1, ncclFloat, 0, NULL, 0, &cc), ncclInvalidArgument);
+    EXPECT(pncclScatterConfig(buf, buf, 1, ncclFloat, 0, NULL, 0, &cc), ncclInvalidArgument);
+    LAST_HAS("magic mismatch");
+    /* A config error comes before the call joins the group: the group still ends well (NCCL 2.32.3
+     * does the same); a communicator error fails it. */
+    EXPECT(ncclGroupStart(), ncclSuccess);
+    EXPECT(ncclAllReduceConfig(buf, buf, 1, ncclFloat, ncclSum, NULL, 0, &cc), ncclInvalidArgument);
+    EXPECT(ncclGroupEnd(), ncclSuccess);
+    cc = init;
+    EXPECT(ncclGroupStart(), ncclSuccess);
+    EXPECT(ncclAllGatherConfig(buf, buf, 1, ncclFloat, NULL, 0, &cc), ncclInvalidArgument);
+    EXPECT(ncclGroupEnd(), ncclInvalidArgument);
+#undef LAST_HAS
+  }
+
   /* NULL communicators are fine to tear down. */
   EXPECT(ncclCommDestroy(NULL), ncclSuccess);
   EXPECT(ncclCommAbort(NULL), ncclSuccess);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU part of the C ABI tests (GPU machine): gpu_comm.c, gpu_streams.c, gpu_pair.c, gpu_syncwait.c,
-# gpu_window.c, gpu_grow.c, gpu_encryption.c and gpu_rma.c, built against include/nccl.h and linked
+# gpu_window.c, gpu_grow.c, gpu_encryption.c, gpu_rma.c and gpu_collcfg.c, built against include/nccl.h and linked
 # with -lnccl, run once against oxccl and once against a reference NCCL
 # (each must pass with both: they check NCCL's behaviour, not oxccl's). gpu_comm and gpu_streams:
 # one process, one thread per GPU; gpu_pair, gpu_syncwait and gpu_grow: two processes on GPUs 0 and 1
@@ -36,6 +36,8 @@ gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" 
   -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_encryption"
 gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" -I"$cuda/include" "$here/gpu_rma.c" \
   -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_rma"
+gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" -I"$cuda/include" "$here/gpu_collcfg.c" \
+  -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_collcfg"
 # Pointer checks are part of the test (NCCL_CHECK_POINTERS=1 is honoured by both libraries).
 export NCCL_CHECK_POINTERS=1
 rc=0
@@ -100,6 +102,12 @@ two gpu_syncwait report "oxccl, 2 simulated hosts, OXCCL_NET_STAGE_MAX=262144" "
 # when built with TLS_BACKEND=OPENSSL3, and 2.28 has no ncclSetEncryption.
 two gpu_encryption pass "oxccl, TLS, 2 simulated hosts" "$out/lib" NCCL_IB_DISABLE=1
 two gpu_encryption pass "oxccl, mismatched PSKs" "$out/lib" NCCL_IB_DISABLE=1 GPU_ENCRYPTION_MISMATCH=1 OXCCL_BOOTSTRAP_TIMEOUT=10
+# gpu_collcfg (two processes): every nccl*Config collective (NCCL 2.32.3) under eleven configs,
+# results checked element by element, the launch-completion event, errors and groups; oxccl only
+# (its NVLS_SIMPLE refusal is oxccl's: NCCL runs NVLS where the machine has it). Also with both
+# processes on GPU 0 (TWO_PROCS_ONE_GPU=1).
+two gpu_collcfg pass "oxccl" "$out/lib"
+two gpu_collcfg pass "oxccl, both processes on GPU 0" "$out/lib" TWO_PROCS_ONE_GPU=1
 # devapi_gpu.cu: kernels written against NVIDIA's nccl_device.h (the device API), so it builds with
 # the reference NCCL's headers (NCCL_INCLUDE, default beside NCCL_LIBDIR) and nvcc; GIN's GDAKI
 # backend is left out of the headers (no DOCA headers needed; neither library is asked for GIN).

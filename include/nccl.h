@@ -543,6 +543,106 @@ ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncc
 ncclResult_t pncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
 
 /*
+ ncclAllReduce with a per-call configuration (NCCL 2.32.3's nccl*Config collectives, whose
+ semantics follow NCCL 2.32.3's libnccl.so.2 and nccl.h; NCCL's config/collconfig.cc).
+ `config == NULL` is exactly ncclAllReduce. Otherwise `config` points to a struct set up with
+ NCCL_COLLCONFIG_INITIALIZER, the same on every rank (only this rank's is checked); its first
+ min(`size`, sizeof(ncclCollConfig_t)) bytes are read during the call (fields past `size` keep
+ their defaults; `version` and the `ext` list are not read), so it may change after the call
+ returns, in a group too. What every nccl*Config collective shares (the others say "as
+ ncclAllReduceConfig"):
+ - **minCTAs / maxCTAs** (1-64): the call's kernels take at most maxCTAs thread blocks (capped
+   at the communicator's maxCTAs, as its own maxCTAs caps them), and those whose grid grows with
+   the message (packet and LL128-line kernels, the AllGather into a symmetric window) at least
+   minCTAs. Out-of-range values are ignored with NCCL's INFO line; NCCL_MIN_CTAS /
+   NCCL_MAX_CTAS, when set, win; minCTAs above maxCTAs becomes 1.
+ - **CTAPolicy** (NCCL_CTA_POLICY_* flags; EFFICIENCY|ZERO means ZERO): this call's CTA policy
+   instead of the communicator's (src/algo/policy.rs): EFFICIENCY caps the call's kernels at
+   the blocks that keep NCCL's bandwidth; ZERO also moves AllGather, AlltoAll, Broadcast, Gather
+   and Scatter between ranks of separate processes by copy engine. Unset, or NCCL_CTA_POLICY
+   set, keeps the communicator's.
+ - **algSelection** (NCCL's names: TREE_LL, RING_LL128, RING_SIMPLE, NVLS_SIMPLE, PAT_SIMPLE,
+   SYMK_*, ...; `,` for alternatives, `+` to intersect, `^` to exclude, prefixes allowed): the
+   algorithms this call may use, mapped onto oxccl's as NCCL_ALGO / NCCL_PROTO are
+   (src/algo/collcfg.rs: RING, TREE and PAT admit oxccl's NVLink algorithms, LL/LL128 its
+   packet ones, SIMPLE its put-based ones; AllGather's SYMK_ST its direct AllGather into a
+   symmetric window; NVLS, COLLNET and the other SYMK kernels nothing). NULL or "" is
+   automatic. Where nothing is left (nothing valid for the collective: AlltoAll, Gather and
+   Scatter have no entries; or nothing oxccl runs there), forceAlgSelection 1 (the default)
+   fails the call, 0 falls back to the automatic choice with NCCL's INFO (TUNING) line. Where
+   only packet algorithms are selected and the message exceeds their scratch, the put-based
+   algorithm runs, as under NCCL_PROTO=LL.
+ - **nvlsCTAs** (1-64) and **cgaClusterSize** (0-8) are checked (out of range: NCCL's INFO
+   line); oxccl has no NVLS and launches no clusters.
+ - **userProfilerTag**: shown in the call's INFO line (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=COLL).
+ - **launchCompletionEvent**: a cudaEvent_t (created with cudaEventDisableTiming, not
+   interprocess) recorded when the call's first kernel has launched (every block begun; the
+   launch attribute of CUDA 12.3; an older driver records it before the launch, as NCCL does),
+   or, for a call that launches no kernel of its own (copy-engine transfers, a one-rank copy),
+   on `stream` after the call's work. Every rank passes one or every rank passes NULL; at most
+   one collective per communicator in a group may pass one (more: ncclGroupEnd returns
+   ncclInvalidUsage and launches nothing). count 0 records nothing, as in NCCL.
+ - A call whose config changes its launch (any of the above but the tag, nvlsCTAs and
+   cgaClusterSize) launches on its own in a group, never fused with the others (NCCL isolates
+   it too).
+ - **Returns** what ncclAllReduce returns, and ncclInvalidArgument for: a bad magic, a
+   forceAlgSelection other than 0 or 1, a CTAPolicy other than unset or 0-3 (checked before
+   `comm`; these do not fail an open group, as in NCCL); with forceAlgSelection 1, an
+   algSelection nothing can honour (checked after the other arguments, for count > 0).
+ */
+ncclResult_t ncclAllReduceConfig(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config);
+ncclResult_t pncclAllReduceConfig(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config);
+
+/*
+ ncclBroadcast with a per-call configuration: `config` as ncclAllReduceConfig's (NULL: exactly
+ ncclBroadcast), with its semantics and return codes.
+ */
+ncclResult_t ncclBroadcastConfig(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config);
+ncclResult_t pncclBroadcastConfig(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config);
+
+/*
+ ncclReduce with a per-call configuration: `config` as ncclAllReduceConfig's (NULL: exactly
+ ncclReduce), with its semantics and return codes.
+ */
+ncclResult_t ncclReduceConfig(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config);
+ncclResult_t pncclReduceConfig(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config);
+
+/*
+ ncclAllGather with a per-call configuration: `config` as ncclAllReduceConfig's (NULL: exactly
+ ncclAllGather), with its semantics and return codes.
+ */
+ncclResult_t ncclAllGatherConfig(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config);
+ncclResult_t pncclAllGatherConfig(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config);
+
+/*
+ ncclReduceScatter with a per-call configuration: `config` as ncclAllReduceConfig's (NULL:
+ exactly ncclReduceScatter), with its semantics and return codes.
+ */
+ncclResult_t ncclReduceScatterConfig(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config);
+ncclResult_t pncclReduceScatterConfig(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config);
+
+/*
+ ncclAlltoAll with a per-call configuration: `config` as ncclAllReduceConfig's (NULL: exactly
+ ncclAlltoAll), with its semantics and return codes; no algSelection entry serves AlltoAll.
+ */
+ncclResult_t ncclAlltoAllConfig(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config);
+ncclResult_t pncclAlltoAllConfig(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config);
+
+/*
+ ncclGather with a per-call configuration: `config` as ncclAllReduceConfig's (NULL: exactly
+ ncclGather), with its semantics and return codes; no algSelection entry serves Gather.
+ */
+ncclResult_t ncclGatherConfig(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config);
+ncclResult_t pncclGatherConfig(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config);
+
+/*
+ ncclScatter with a per-call configuration: `config` as ncclAllReduceConfig's (NULL: exactly
+ ncclScatter), with its semantics and return codes; no algSelection entry serves Scatter.
+ */
+ncclResult_t ncclScatterConfig(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config);
+ncclResult_t pncclScatterConfig(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream, const ncclCollConfig_t *config);
+
+/*
  Writes a new unique id to `*uniqueId`, to be passed to every rank of one new communicator
  (ncclCommInitRank). Starts this process's rendezvous root (a TCP listener on the interface
  NCCL_SOCKET_IFNAME picks) unless NCCL_COMM_ID names one, as NCCL does. Any thread.

@@ -146,7 +146,7 @@ pub(super) fn ll_shape(npkt: u64, sm_count: u32, t: &Tuning) -> (u32, u32) {
     let cap = t.ll_blocks.unwrap_or(sm_count.clamp(1, 64)).min(OX_MAX_BLOCKS as u32);
     // Even a one-packet message takes several blocks: measured on H200, an 8-byte AllReduce runs
     // in 4.1 us with 4 blocks against 5.9 us with one (BENCHMARKS.md).
-    let min = t.ll_min_blocks.unwrap_or(DEFAULT_LL_MIN_BLOCKS).clamp(1, cap);
+    let min = t.ll_min_blocks.unwrap_or(DEFAULT_LL_MIN_BLOCKS).max(t.min_blocks.unwrap_or(0)).clamp(1, cap);
     let grid = npkt.div_ceil(threads as u64).clamp(min as u64, cap as u64) as u32;
     (grid, threads)
 }
@@ -160,7 +160,7 @@ fn ap128_shape(lines: u64, sm_count: u32, t: &Tuning) -> (u32, u32) {
     let groups = lines.div_ceil(4);
     let threads = t.ll_threads.unwrap_or(if groups <= 64 * 16 { 512 } else { 1024 });
     let cap = t.ll_blocks.unwrap_or(sm_count.clamp(1, OX_MAX_BLOCKS as u32)).min(OX_MAX_BLOCKS as u32);
-    let min = t.ll_min_blocks.unwrap_or(DEFAULT_LL_MIN_BLOCKS).clamp(1, cap);
+    let min = t.ll_min_blocks.unwrap_or(DEFAULT_LL_MIN_BLOCKS).max(t.min_blocks.unwrap_or(0)).clamp(1, cap);
     let grid = groups.div_ceil((threads / 32) as u64).clamp(min as u64, cap as u64) as u32;
     (grid, threads)
 }

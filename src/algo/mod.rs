@@ -6,6 +6,7 @@ mod allreduce;
 pub mod batches;
 pub mod ce_direct;
 pub mod chain;
+pub mod collcfg;
 pub mod cost;
 pub mod counting;
 pub mod envlists;

@@ -31,7 +31,7 @@ pub fn allgather(piece: u64, topo: &Topology, t: &Tuning) -> Option<(u32, u32)> 
         return None;
     }
     let cap = topo.sm_count.clamp(1, OX_MAX_BLOCKS as u32);
-    let grid = t.symm_blocks.unwrap_or_else(|| piece.div_ceil(BYTES_PER_BLOCK).min(cap as u64) as u32).clamp(1, cap);
+    let grid = t.symm_blocks.unwrap_or_else(|| piece.div_ceil(BYTES_PER_BLOCK).min(cap as u64) as u32).max(t.min_blocks.unwrap_or(1)).clamp(1, cap);
     Some((grid, t.symm_threads.unwrap_or(DEFAULT_THREADS)))
 }
 

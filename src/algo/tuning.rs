@@ -137,6 +137,9 @@ pub struct Tuning {
     pub entry_bytes: u64,
     /// NCCL_PROTO / NCCL_ALGO, per collective.
     pub allowed: Allowed,
+    /// ncclCollConfig_t.minCTAs of one configured call (algo::collcfg; never from the
+    /// environment): the fewest blocks of the kernels whose grid grows with the message.
+    pub min_blocks: Option<u32>,
 }
 
 /// Default OXCCL_ONESHOT_ENTRY_BYTES.
@@ -198,6 +201,7 @@ impl Tuning {
             early_off: num("OXCCL_ONESHOT_EARLY") == Some(0),
             presend_off: num("OXCCL_ONESHOT_PRESEND") == Some(0),
             entry_bytes: num("OXCCL_ONESHOT_ENTRY_BYTES").unwrap_or(ENTRY_BYTES),
+            min_blocks: None,
         })
     }
 }

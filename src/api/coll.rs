@@ -3,8 +3,12 @@
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, OnceLock};
 
-use super::types::{cudaStream_t, ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t};
-use super::{call_grouped, comm_arg};
+use super::types::{cudaStream_t, ncclCollConfig_t, ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclResult_t};
+use super::{call, call_grouped, comm_arg};
+use crate::algo::collcfg::{at_call, CallConfig};
+use crate::config::coll_config::{env_ctas, parse_coll_config, CollConfigArgs};
+use crate::error::ResultCode;
+use crate::log::Subsys;
 use crate::comm::Comm;
 use crate::types::ResolvedOp;
 use crate::config::env_bool;
@@ -90,6 +94,7 @@ fn submit(
     op: ResolvedOp,
     root: c_int,
     stream: cudaStream_t,
+    config: Option<Box<CallConfig>>,
 ) -> Result<()> {
     group::submit(Deferred::Coll(CollTask {
         comm: c,
@@ -101,7 +106,53 @@ fn submit(
         op,
         root,
         stream: stream as cu::CUstream,
+        config,
     }))
+}
+
+/// The nccl*Config collectives' config: parsed first, as NCCL 2.32.3 does before it looks at the
+/// communicator (config::coll_config; its errors do not fail an open group, as in NCCL, where
+/// they come before the call joins it), then the call with it.
+fn configured(name: &'static str, config: *const ncclCollConfig_t, f: impl FnOnce(Option<&CollConfigArgs>) -> Result<()>) -> ncclResult_t {
+    let mut args = None;
+    let rc = call(name, || {
+        args = parse_coll_config(config)?;
+        Ok(())
+    });
+    if rc != ResultCode::Success {
+        return rc;
+    }
+    call_grouped(name, || f(args.as_ref()))
+}
+
+/// A configured call's line at INFO (COLL): NCCL's collective line, with the config's settings
+/// (userProfilerTag among them). Plain calls log nothing here.
+#[allow(clippy::too_many_arguments)]
+fn log_configured(cfg: Option<&CollConfigArgs>, coll: Coll, c: &Comm, send: *const c_void, recv: *const c_void, count: usize, datatype: ncclDataType_t, op: ncclRedOp_t, root: c_int, stream: cudaStream_t) {
+    let Some(a) = cfg else { return };
+    nccl_info!(
+        Subsys::Coll,
+        "{coll:?}: sendbuff {send:p} recvbuff {recv:p} count {count} datatype {datatype} op {op} root {root} comm {:p} [nranks={}] stream {stream:p} userProfilerTag {:#x} algSelection {:?} forceAlgSelection {} CTAPolicy {} minCTAs {} maxCTAs {} nvlsCTAs {} cgaClusterSize {} launchCompletionEvent {:#x}",
+        c as *const Comm,
+        c.nranks,
+        a.tag,
+        a.alg_selection.as_deref().unwrap_or(""),
+        i32::from(a.force),
+        a.cta_policy,
+        a.min_ctas,
+        a.max_ctas,
+        a.nvls_ctas,
+        a.cga_cluster_size,
+        a.event
+    );
+}
+
+/// A configured, non-empty call's config judged against its communicator and collective
+/// (algo::collcfg::at_call); None where the launch is the plain call's.
+fn judge(cfg: Option<&CollConfigArgs>, c: &Comm, coll: Coll) -> Result<Option<Box<CallConfig>>> {
+    let Some(a) = cfg else { return Ok(None) };
+    let judged = at_call(a, coll, c.config.max_ctas, env_ctas())?;
+    Ok(judged.shapes_launch().then(|| Box::new(judged)))
 }
 
 /// Reduces `count` elements of `datatype` with `op` across all ranks; every rank's `recvbuff`
@@ -147,7 +198,7 @@ pub extern "C" fn ncclAllReduce(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclAllReduce", || symmetric_reduction(Coll::AllReduce, sendbuff, recvbuff, count, datatype, op, comm, stream))
+    call_grouped("ncclAllReduce", || symmetric_reduction(Coll::AllReduce, sendbuff, recvbuff, count, datatype, op, comm, stream, None))
 }
 
 /// Reduces `count` elements of `datatype` with `op` across all ranks into `root`'s `recvbuff`;
@@ -165,19 +216,36 @@ pub extern "C" fn ncclReduce(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclReduce", || {
-        let (c, dt, op) = reducing(comm, datatype, op)?;
-        root_check(&c, root, "root")?;
-        size_check(&c, count, dt, false)?;
-        if count == 0 {
-            return Ok(());
-        }
-        pointer_check(&c, sendbuff, "sendbuff")?;
-        if c.rank == root as usize {
-            pointer_check(&c, recvbuff, "recvbuff")?;
-        }
-        submit(c, Coll::Reduce, sendbuff, recvbuff, count, dt, op, root, stream)
-    })
+    call_grouped("ncclReduce", || rooted_reduction(sendbuff, recvbuff, count, datatype, op, root, comm, stream, None))
+}
+
+/// Reduce: `recvbuff` is only checked on the root.
+#[allow(clippy::too_many_arguments)]
+fn rooted_reduction(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+    cfg: Option<&CollConfigArgs>,
+) -> Result<()> {
+    let raw_op = op;
+    let (c, dt, op) = reducing(comm, datatype, op)?;
+    root_check(&c, root, "root")?;
+    size_check(&c, count, dt, false)?;
+    log_configured(cfg, Coll::Reduce, &c, sendbuff, recvbuff, count, datatype, raw_op, root, stream);
+    if count == 0 {
+        return Ok(());
+    }
+    pointer_check(&c, sendbuff, "sendbuff")?;
+    if c.rank == root as usize {
+        pointer_check(&c, recvbuff, "recvbuff")?;
+    }
+    let config = judge(cfg, &c, Coll::Reduce)?;
+    submit(c, Coll::Reduce, sendbuff, recvbuff, count, dt, op, root, stream, config)
 }
 
 /// In-place Broadcast (NCCL's older API): the same as ncclBroadcast(buff, buff, count, datatype,
@@ -191,7 +259,7 @@ pub extern "C" fn ncclBcast(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclBcast", || rooted_movement(Coll::Broadcast, buff, buff, count, datatype, root, comm, stream))
+    call_grouped("ncclBcast", || rooted_movement(Coll::Broadcast, buff, buff, count, datatype, root, comm, stream, None))
 }
 
 /// Copies `count` elements from `root`'s `sendbuff` to every rank's `recvbuff`; `sendbuff` is
@@ -208,7 +276,7 @@ pub extern "C" fn ncclBroadcast(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclBroadcast", || rooted_movement(Coll::Broadcast, sendbuff, recvbuff, count, datatype, root, comm, stream))
+    call_grouped("ncclBroadcast", || rooted_movement(Coll::Broadcast, sendbuff, recvbuff, count, datatype, root, comm, stream, None))
 }
 
 
@@ -228,7 +296,7 @@ pub extern "C" fn ncclReduceScatter(
     stream: cudaStream_t,
 ) -> ncclResult_t {
     call_grouped("ncclReduceScatter", || {
-        symmetric_reduction(Coll::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, comm, stream)
+        symmetric_reduction(Coll::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, comm, stream, None)
     })
 }
 
@@ -244,18 +312,23 @@ fn symmetric_reduction(
     op: ncclRedOp_t,
     comm: ncclComm_t,
     stream: cudaStream_t,
+    cfg: Option<&CollConfigArgs>,
 ) -> Result<()> {
+    let raw_op = op;
     let (c, dt, op) = reducing(comm, datatype, op)?;
     size_check(&c, count, dt, coll == Coll::ReduceScatter)?;
+    log_configured(cfg, coll, &c, sendbuff, recvbuff, count, datatype, raw_op, 0, stream);
     if count == 0 {
         return Ok(());
     }
     pointer_check(&c, sendbuff, "sendbuff")?;
     pointer_check(&c, recvbuff, "recvbuff")?;
-    submit(c, coll, sendbuff, recvbuff, count, dt, op, 0, stream)
+    let config = judge(cfg, &c, coll)?;
+    submit(c, coll, sendbuff, recvbuff, count, dt, op, 0, stream, config)
 }
 
 /// AllGather and AlltoAll: per-rank counts, no root, both buffers used on every rank.
+#[allow(clippy::too_many_arguments)]
 fn per_rank_movement(
     coll: Coll,
     sendbuff: *const c_void,
@@ -264,16 +337,19 @@ fn per_rank_movement(
     datatype: ncclDataType_t,
     comm: ncclComm_t,
     stream: cudaStream_t,
+    cfg: Option<&CollConfigArgs>,
 ) -> Result<()> {
     let c = comm_arg(comm)?;
     let dt = dtype(datatype)?;
     size_check(&c, count, dt, true)?;
+    log_configured(cfg, coll, &c, sendbuff, recvbuff, count, datatype, 0, 0, stream);
     if count == 0 {
         return Ok(());
     }
     pointer_check(&c, sendbuff, "sendbuff")?;
     pointer_check(&c, recvbuff, "recvbuff")?;
-    submit(c, coll, sendbuff, recvbuff, count, dt, NO_OP, 0, stream)
+    let config = judge(cfg, &c, coll)?;
+    submit(c, coll, sendbuff, recvbuff, count, dt, NO_OP, 0, stream, config)
 }
 
 /// Broadcast, Gather and Scatter: Gather and Scatter counts are per rank; buffers only the root
@@ -288,11 +364,13 @@ fn rooted_movement(
     root: c_int,
     comm: ncclComm_t,
     stream: cudaStream_t,
+    cfg: Option<&CollConfigArgs>,
 ) -> Result<()> {
     let c = comm_arg(comm)?;
     let dt = dtype(datatype)?;
     root_check(&c, root, "root")?;
     size_check(&c, count, dt, coll != Coll::Broadcast)?;
+    log_configured(cfg, coll, &c, sendbuff, recvbuff, count, datatype, 0, root, stream);
     if count == 0 {
         return Ok(());
     }
@@ -304,7 +382,8 @@ fn rooted_movement(
     if !gather || on_root {
         pointer_check(&c, recvbuff, "recvbuff")?;
     }
-    submit(c, coll, sendbuff, recvbuff, count, dt, NO_OP, root, stream)
+    let config = judge(cfg, &c, coll)?;
+    submit(c, coll, sendbuff, recvbuff, count, dt, NO_OP, root, stream, config)
 }
 
 /// Gathers `sendcount` elements from every rank into every rank's `recvbuff`, rank i's at offset
@@ -320,7 +399,7 @@ pub extern "C" fn ncclAllGather(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclAllGather", || per_rank_movement(Coll::AllGather, sendbuff, recvbuff, sendcount, datatype, comm, stream))
+    call_grouped("ncclAllGather", || per_rank_movement(Coll::AllGather, sendbuff, recvbuff, sendcount, datatype, comm, stream, None))
 }
 
 /// Block j (`count` elements from offset `j * count`) of every rank's `sendbuff` goes to rank j,
@@ -337,7 +416,7 @@ pub extern "C" fn ncclAlltoAll(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclAlltoAll", || per_rank_movement(Coll::AlltoAll, sendbuff, recvbuff, count, datatype, comm, stream))
+    call_grouped("ncclAlltoAll", || per_rank_movement(Coll::AlltoAll, sendbuff, recvbuff, count, datatype, comm, stream, None))
 }
 
 /// Every rank's `count` elements of `sendbuff` go to `root`'s `recvbuff`, rank i's at offset
@@ -355,7 +434,7 @@ pub extern "C" fn ncclGather(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclGather", || rooted_movement(Coll::Gather, sendbuff, recvbuff, count, datatype, root, comm, stream))
+    call_grouped("ncclGather", || rooted_movement(Coll::Gather, sendbuff, recvbuff, count, datatype, root, comm, stream, None))
 }
 
 /// Block i (`count` elements from offset `i * count`) of `root`'s `sendbuff` goes to rank i's
@@ -373,5 +452,178 @@ pub extern "C" fn ncclScatter(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    call_grouped("ncclScatter", || rooted_movement(Coll::Scatter, sendbuff, recvbuff, count, datatype, root, comm, stream))
+    call_grouped("ncclScatter", || rooted_movement(Coll::Scatter, sendbuff, recvbuff, count, datatype, root, comm, stream, None))
+}
+
+/// ncclAllReduce with a per-call configuration (NCCL 2.32.3's nccl*Config collectives, whose
+/// semantics follow NCCL 2.32.3's libnccl.so.2 and nccl.h; NCCL's config/collconfig.cc).
+/// `config == NULL` is exactly ncclAllReduce. Otherwise `config` points to a struct set up with
+/// NCCL_COLLCONFIG_INITIALIZER, the same on every rank (only this rank's is checked); its first
+/// min(`size`, sizeof(ncclCollConfig_t)) bytes are read during the call (fields past `size` keep
+/// their defaults; `version` and the `ext` list are not read), so it may change after the call
+/// returns, in a group too. What every nccl*Config collective shares (the others say "as
+/// ncclAllReduceConfig"):
+/// - **minCTAs / maxCTAs** (1-64): the call's kernels take at most maxCTAs thread blocks (capped
+///   at the communicator's maxCTAs, as its own maxCTAs caps them), and those whose grid grows with
+///   the message (packet and LL128-line kernels, the AllGather into a symmetric window) at least
+///   minCTAs. Out-of-range values are ignored with NCCL's INFO line; NCCL_MIN_CTAS /
+///   NCCL_MAX_CTAS, when set, win; minCTAs above maxCTAs becomes 1.
+/// - **CTAPolicy** (NCCL_CTA_POLICY_* flags; EFFICIENCY|ZERO means ZERO): this call's CTA policy
+///   instead of the communicator's (src/algo/policy.rs): EFFICIENCY caps the call's kernels at
+///   the blocks that keep NCCL's bandwidth; ZERO also moves AllGather, AlltoAll, Broadcast, Gather
+///   and Scatter between ranks of separate processes by copy engine. Unset, or NCCL_CTA_POLICY
+///   set, keeps the communicator's.
+/// - **algSelection** (NCCL's names: TREE_LL, RING_LL128, RING_SIMPLE, NVLS_SIMPLE, PAT_SIMPLE,
+///   SYMK_*, ...; `,` for alternatives, `+` to intersect, `^` to exclude, prefixes allowed): the
+///   algorithms this call may use, mapped onto oxccl's as NCCL_ALGO / NCCL_PROTO are
+///   (src/algo/collcfg.rs: RING, TREE and PAT admit oxccl's NVLink algorithms, LL/LL128 its
+///   packet ones, SIMPLE its put-based ones; AllGather's SYMK_ST its direct AllGather into a
+///   symmetric window; NVLS, COLLNET and the other SYMK kernels nothing). NULL or "" is
+///   automatic. Where nothing is left (nothing valid for the collective: AlltoAll, Gather and
+///   Scatter have no entries; or nothing oxccl runs there), forceAlgSelection 1 (the default)
+///   fails the call, 0 falls back to the automatic choice with NCCL's INFO (TUNING) line. Where
+///   only packet algorithms are selected and the message exceeds their scratch, the put-based
+///   algorithm runs, as under NCCL_PROTO=LL.
+/// - **nvlsCTAs** (1-64) and **cgaClusterSize** (0-8) are checked (out of range: NCCL's INFO
+///   line); oxccl has no NVLS and launches no clusters.
+/// - **userProfilerTag**: shown in the call's INFO line (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=COLL).
+/// - **launchCompletionEvent**: a cudaEvent_t (created with cudaEventDisableTiming, not
+///   interprocess) recorded when the call's first kernel has launched (every block begun; the
+///   launch attribute of CUDA 12.3; an older driver records it before the launch, as NCCL does),
+///   or, for a call that launches no kernel of its own (copy-engine transfers, a one-rank copy),
+///   on `stream` after the call's work. Every rank passes one or every rank passes NULL; at most
+///   one collective per communicator in a group may pass one (more: ncclGroupEnd returns
+///   ncclInvalidUsage and launches nothing). count 0 records nothing, as in NCCL.
+/// - A call whose config changes its launch (any of the above but the tag, nvlsCTAs and
+///   cgaClusterSize) launches on its own in a group, never fused with the others (NCCL isolates
+///   it too).
+/// - **Returns** what ncclAllReduce returns, and ncclInvalidArgument for: a bad magic, a
+///   forceAlgSelection other than 0 or 1, a CTAPolicy other than unset or 0-3 (checked before
+///   `comm`; these do not fail an open group, as in NCCL); with forceAlgSelection 1, an
+///   algSelection nothing can honour (checked after the other arguments, for count > 0).
+#[no_mangle]
+pub extern "C" fn ncclAllReduceConfig(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+    config: *const ncclCollConfig_t,
+) -> ncclResult_t {
+    configured("ncclAllReduceConfig", config, |cfg| symmetric_reduction(Coll::AllReduce, sendbuff, recvbuff, count, datatype, op, comm, stream, cfg))
+}
+
+/// ncclBroadcast with a per-call configuration: `config` as ncclAllReduceConfig's (NULL: exactly
+/// ncclBroadcast), with its semantics and return codes.
+#[no_mangle]
+pub extern "C" fn ncclBroadcastConfig(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+    config: *const ncclCollConfig_t,
+) -> ncclResult_t {
+    configured("ncclBroadcastConfig", config, |cfg| rooted_movement(Coll::Broadcast, sendbuff, recvbuff, count, datatype, root, comm, stream, cfg))
+}
+
+/// ncclReduce with a per-call configuration: `config` as ncclAllReduceConfig's (NULL: exactly
+/// ncclReduce), with its semantics and return codes.
+#[no_mangle]
+pub extern "C" fn ncclReduceConfig(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+    config: *const ncclCollConfig_t,
+) -> ncclResult_t {
+    configured("ncclReduceConfig", config, |cfg| rooted_reduction(sendbuff, recvbuff, count, datatype, op, root, comm, stream, cfg))
+}
+
+/// ncclAllGather with a per-call configuration: `config` as ncclAllReduceConfig's (NULL: exactly
+/// ncclAllGather), with its semantics and return codes.
+#[no_mangle]
+pub extern "C" fn ncclAllGatherConfig(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    sendcount: usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+    config: *const ncclCollConfig_t,
+) -> ncclResult_t {
+    configured("ncclAllGatherConfig", config, |cfg| per_rank_movement(Coll::AllGather, sendbuff, recvbuff, sendcount, datatype, comm, stream, cfg))
+}
+
+/// ncclReduceScatter with a per-call configuration: `config` as ncclAllReduceConfig's (NULL:
+/// exactly ncclReduceScatter), with its semantics and return codes.
+#[no_mangle]
+pub extern "C" fn ncclReduceScatterConfig(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    recvcount: usize,
+    datatype: ncclDataType_t,
+    op: ncclRedOp_t,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+    config: *const ncclCollConfig_t,
+) -> ncclResult_t {
+    configured("ncclReduceScatterConfig", config, |cfg| {
+        symmetric_reduction(Coll::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, comm, stream, cfg)
+    })
+}
+
+/// ncclAlltoAll with a per-call configuration: `config` as ncclAllReduceConfig's (NULL: exactly
+/// ncclAlltoAll), with its semantics and return codes; no algSelection entry serves AlltoAll.
+#[no_mangle]
+pub extern "C" fn ncclAlltoAllConfig(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+    config: *const ncclCollConfig_t,
+) -> ncclResult_t {
+    configured("ncclAlltoAllConfig", config, |cfg| per_rank_movement(Coll::AlltoAll, sendbuff, recvbuff, count, datatype, comm, stream, cfg))
+}
+
+/// ncclGather with a per-call configuration: `config` as ncclAllReduceConfig's (NULL: exactly
+/// ncclGather), with its semantics and return codes; no algSelection entry serves Gather.
+#[no_mangle]
+pub extern "C" fn ncclGatherConfig(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+    config: *const ncclCollConfig_t,
+) -> ncclResult_t {
+    configured("ncclGatherConfig", config, |cfg| rooted_movement(Coll::Gather, sendbuff, recvbuff, count, datatype, root, comm, stream, cfg))
+}
+
+/// ncclScatter with a per-call configuration: `config` as ncclAllReduceConfig's (NULL: exactly
+/// ncclScatter), with its semantics and return codes; no algSelection entry serves Scatter.
+#[no_mangle]
+pub extern "C" fn ncclScatterConfig(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+    config: *const ncclCollConfig_t,
+) -> ncclResult_t {
+    configured("ncclScatterConfig", config, |cfg| rooted_movement(Coll::Scatter, sendbuff, recvbuff, count, datatype, root, comm, stream, cfg))
 }

@@ -51,6 +51,7 @@ pub struct ncclUniqueId {
 }
 
 pub use crate::config::abi::{ncclConfig_t, NCCL_CONFIG_MAGIC, NCCL_CONFIG_UNDEF_INT};
+pub use crate::config::coll_config::{ncclCollConfig_t, ncclConfigExt_t};
 
 /// `struct ncclSimInfo_v22200`, sizeof 24.
 #[repr(C)]

@@ -18,6 +18,7 @@ pub mod rma;
 mod teardown;
 pub mod split;
 pub mod task;
+pub mod view;
 mod watchdog;
 pub mod window;
 
@@ -155,6 +156,9 @@ pub struct Ready {
     /// The same on every rank where every process sets the same OXCCL_* tuning (as
     /// docs/tuning.md requires): the policy is agreed, the other inputs every rank sees.
     pub engine_moves: bool,
+    /// What a call's own CTA policy (ncclCollConfig_t.CTAPolicy, algo::collcfg) starts from:
+    /// the agreed policy and the budget and tuning before it.
+    pub policy_base: crate::algo::collcfg::PolicyBase,
 }
 
 /// The communicator's last ring one-shot, captured: where it stands in the graph and its chain
@@ -235,6 +239,9 @@ pub struct LaunchState {
     /// The capture that already holds this communicator for a launch that needs every peer
     /// (`retain_for_graph`): later launches of the same capture need not hold it again.
     pub graph_all_capture: Option<u64>,
+    /// A configured call's launchCompletionEvent (ncclCollConfig_t), until its first kernel
+    /// launch takes it (launch::enqueue); None for every plain call.
+    pub completion_event: Option<cu::CUevent>,
 }
 
 // SAFETY: CUstream values are opaque handles the driver accepts from any thread.
@@ -566,10 +573,8 @@ impl Comm {
         if !agreed {
             nccl_warn!("comm rank {}: ranks asked for different CTA policies ({:?}); every rank uses the default", self.rank, peers.iter().map(|p| p.cta_policy).collect::<Vec<_>>());
         }
-        let topo = Topology {
-            nranks: self.nranks,
-            sm_count: policy.block_budget(peers.iter().map(|p| p.sm_count.max(1) as u32).min().unwrap_or(1)),
-        };
+        let free_blocks = peers.iter().map(|p| p.sm_count.max(1) as u32).min().unwrap_or(1);
+        let topo = Topology { nranks: self.nranks, sm_count: policy.block_budget(free_blocks) };
         let other_tuning: Vec<u32> = peers.iter().filter(|p| p.tuning != me.tuning).map(|p| p.rank).collect();
         if !other_tuning.is_empty() {
             nccl_warn!(
@@ -581,6 +586,7 @@ impl Comm {
         let tuning = policy.tune(&env_tuning);
         let other_processes = peers.iter().any(|p| !p.same_process(&me));
         let engine_moves = policy == crate::algo::policy::CtaPolicy::Zero && self.nranks >= 2 && crate::algo::ce_direct::min_bytes(&tuning) > 0 && other_processes;
+        let policy_base = crate::algo::collcfg::PolicyBase { policy, free_blocks, env_ce_min: env_tuning.ce_direct_min_bytes, other_processes };
         let scratch = Scratch::for_ranks(self.nranks, &tuning);
         let fp8_ok = peers.iter().all(|p| p.cc_major >= 9);
         let abort_flag = Arc::new(HostMapped::zeroed(dev, 64)?);
@@ -661,6 +667,7 @@ impl Comm {
             progress: Default::default(),
             recent: Default::default(),
             graph_all_capture: None,
+            completion_event: None,
         };
         let launch = Arc::new(Mutex::new(launch));
         let key = bootstrap.instance_key();
@@ -715,6 +722,7 @@ impl Comm {
             reg,
             ce,
             engine_moves,
+            policy_base,
         })
     }
 

@@ -29,6 +29,9 @@ pub struct CollTask {
     pub root: i32,
     /// The application's stream the collective is ordered on.
     pub stream: cu::CUstream,
+    /// The call's ncclCollConfig_t (the nccl*Config collectives), where it shapes the launch;
+    /// None for the plain calls (their path allocates nothing for it).
+    pub config: Option<Box<crate::algo::collcfg::CallConfig>>,
 }
 
 // SAFETY: the stream is an opaque driver handle, valid from any thread; a task is never mutated

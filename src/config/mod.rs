@@ -2,6 +2,7 @@
 //! read), and the communicator config a caller passes as ncclConfig_t.
 
 pub mod abi;
+pub mod coll_config;
 mod comm_config;
 mod comm_env;
 mod env;

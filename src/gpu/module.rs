@@ -290,7 +290,8 @@ pub fn set_kernel_node_args<A>(node: cu::CUgraphNode, k: Kernel, grid: u32, bloc
 
 /// Launches `k` with one argument struct `args` on `stream`, `grid` blocks of `block` threads;
 /// with `pdl`, as a programmatic dependent launch (it may start before the previous kernel on the
-/// stream ends; kernels/prims/pdl.cuh). Every kernel launch of oxccl goes through here.
+/// stream ends; kernels/prims/pdl.cuh). Every kernel launch of oxccl goes through here
+/// or, for a configured call with a launch-completion event, `launch_with_event`.
 pub fn launch_pdl<A>(k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &A, pdl: bool) -> Result<()> {
     let mut params = [args as *const A as *mut std::ffi::c_void];
     if !pdl {
@@ -318,5 +319,35 @@ pub fn launch_pdl<A>(k: Kernel, grid: u32, block: u32, stream: cu::CUstream, arg
         numAttrs: 1,
     };
     // SAFETY: as above; `config` and `attr` outlive the call.
+    check(unsafe { cu::cuLaunchKernelEx(&config, k.0, params.as_mut_ptr(), std::ptr::null_mut()) }, "cuLaunchKernelEx")
+}
+
+/// As [`launch_pdl`], recording `event` once every block of the kernel has begun (the launch
+/// attribute CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT, driver 12.3 and later; the event must
+/// have been created with CU_EVENT_DISABLE_TIMING and be neither interprocess nor interop, as the
+/// driver requires). For a configured call's launchCompletionEvent (ncclCollConfig_t).
+pub fn launch_with_event<A>(k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &A, pdl: bool, event: cu::CUevent) -> Result<()> {
+    let mut params = [args as *const A as *mut std::ffi::c_void];
+    // SAFETY: all-zero attributes are valid plain-old-data values; ids and values are set below.
+    let mut attrs: [cu::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+    attrs[0].id = cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT;
+    attrs[0].value.launchCompletionEvent.event = event;
+    attrs[0].value.launchCompletionEvent.flags = 0;
+    attrs[1].id = cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attrs[1].value.programmaticStreamSerializationAllowed = 1;
+    let config = cu::CUlaunchConfig {
+        gridDimX: grid,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        hStream: stream,
+        attrs: attrs.as_mut_ptr(),
+        numAttrs: if pdl { 2 } else { 1 },
+    };
+    // SAFETY: `args` outlives the call (the driver copies parameters at launch); the kernel takes
+    // exactly one parameter of type A; `config` and `attrs` outlive the call.
     check(unsafe { cu::cuLaunchKernelEx(&config, k.0, params.as_mut_ptr(), std::ptr::null_mut()) }, "cuLaunchKernelEx")
 }

@@ -11,12 +11,13 @@ use crate::algo::{
     offer_candidates, plan_exchange, select_allreduce, select_reduce, select_reducescatter, ExchangeSpec, LocalCopy, Transfer,
 };
 use crate::comm::task::{CollTask, P2pOp};
+use crate::comm::view::View;
 use crate::comm::{Comm, LaunchState, Ready, RingLast, RingLaunch};
 use crate::device_abi::{
     CollArgs, GroupArgs, GroupP2p, OX_GROUP_ALLGATHER, OX_GROUP_ALLREDUCE, OX_GROUP_ALLTOALL, OX_GROUP_BROADCAST, OX_GROUP_GATHER, OX_GROUP_REDUCE, OX_GROUP_REDUCESCATTER, OX_GROUP_SCATTER,
 };
 use crate::error::{Error, Result};
-use crate::gpu::module::{launch_pdl, Kernel};
+use crate::gpu::module::{launch_pdl, launch_with_event, Kernel};
 use crate::algo::pdl::{CaptureTail, RingAnchor};
 use crate::device_abi::{
     OX_ONESHOT_CHAIN, OX_ONESHOT_EARLY, OX_ONESHOT_ENTRY, OX_ONESHOT_POS_SHIFT, OX_ONESHOT_PRESENT, OX_ONESHOT_RING,
@@ -136,30 +137,63 @@ pub fn connect_net(s: crate::comm::cross_host::Setup<'_>) -> Result<Arc<dyn crat
     crate::net::connect(s, crate::net::Launch { coll: launch_task, p2p: launch_p2p })
 }
 
-/// Launches one collective on its stream.
+/// Launches one collective on its stream, as its config (if any) shapes it (comm::view).
 pub fn launch_task(t: &CollTask) -> Result<()> {
     let what = || format!("{:?} {} x {} root {} on stream {:p}", t.coll, t.count, t.dtype.name(), t.root, t.stream);
     let bytes = t.count.saturating_mul(t.dtype.size() as u64);
     with_launch(&t.comm, Needs::All, t.stream, bytes, what, |r, ls| {
-        // NCCL_PROTO/NCCL_ALGO may leave a collective nothing to run.
-        let func = nccl_func(t.coll);
-        if let Some(f) = func {
-            r.tuning.allowed.for_func(f)?;
-        }
-        if let Some(net) = &r.net {
-            if matches!(t.coll, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce) {
-                check_fp8(r, t.dtype)?;
-            }
-            return net.launch_coll(r, t);
-        }
-        match t.coll {
-            Coll::AllReduce => allreduce(r, ls, t, t.count),
-            Coll::ReduceScatter | Coll::Reduce => reducing(r, ls, t),
-            Coll::Broadcast => broadcast(r, ls, t, func),
-            Coll::AllGather | Coll::AlltoAll => gather(r, ls, t, func),
-            _ => exchange(r, ls, &coll_spec(r, t), func, t.stream),
+        let r = &View::of_task(r, t)?;
+        match t.config.as_deref().filter(|c| c.event != 0) {
+            None => dispatch(r, ls, t),
+            Some(c) => with_completion_event(r, ls, c.event as cu::CUevent, t.stream, |ls| dispatch(r, ls, t)),
         }
     })
+}
+
+/// One collective's launch under its view.
+fn dispatch(r: &View, ls: &mut LaunchState, t: &CollTask) -> Result<()> {
+    // NCCL_PROTO/NCCL_ALGO may leave a collective nothing to run.
+    let func = nccl_func(t.coll);
+    if let Some(f) = func {
+        r.tuning.allowed.for_func(f)?;
+    }
+    if let Some(net) = &r.net {
+        if matches!(t.coll, Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce) {
+            check_fp8(r, t.dtype)?;
+        }
+        return net.launch_coll(r, t);
+    }
+    match t.coll {
+        Coll::AllReduce => allreduce(r, ls, t, t.count),
+        Coll::ReduceScatter | Coll::Reduce => reducing(r, ls, t),
+        Coll::Broadcast => broadcast(r, ls, t, func),
+        Coll::AllGather | Coll::AlltoAll => gather(r, ls, t, func),
+        _ => exchange(r, ls, &coll_spec(r, t), func, t.stream),
+    }
+}
+
+/// Runs `f` (one configured call's launch) so that `event` (its launchCompletionEvent) is
+/// recorded when the call's first kernel has launched (`launch`), or on `stream` after the call's
+/// work where it launched no kernel of its own (copies, copy-engine transfers, a cross-host
+/// stage). Before driver 12.3 the event is recorded before the launch, as NCCL 2.32.3 does.
+fn with_completion_event(r: &View, ls: &mut LaunchState, event: cu::CUevent, stream: cu::CUstream, f: impl FnOnce(&mut LaunchState) -> Result<()>) -> Result<()> {
+    // SAFETY: the caller's event and stream are handles the driver validates (nccl.h: the event
+    // stays alive while the call's work is queued).
+    let record = || check(unsafe { cu::cuEventRecord(event, stream) }, "cuEventRecord (launchCompletionEvent)");
+    if r.dev.driver < 12030 {
+        nccl_info!(Subsys::Coll, "CUDA launch-completion events require CUDA 12.3 or newer; recording the user event before launch");
+        record()?;
+        return f(ls);
+    }
+    ls.completion_event = Some(event);
+    // Never left behind for a later launch, even by a panic (caught at the API boundary).
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *ls)));
+    let unused = ls.completion_event.take();
+    match res {
+        Err(p) => std::panic::resume_unwind(p),
+        Ok(Ok(())) if unused.is_some() => record(),
+        Ok(res) => res,
+    }
 }
 
 /// How a group's consecutive collectives on one communicator launch
@@ -174,13 +208,15 @@ pub fn group_launches(tasks: &[CollTask]) -> Vec<std::ops::Range<usize>> {
     if r.net.is_some() {
         return lone();
     }
+    let r = &View::plain(r);
     let ops: Vec<GroupedOp> = tasks
         .iter()
         .map(|t| {
             let kind = grouped_kind(t.coll);
             // Under the ZERO CTA policy what a copy engine can move stays out of the SMs' launch.
             let piece = t.count * t.dtype.size() as u64;
-            let alone = traffic(t.coll).is_some_and(|tr| engine_takes(r, tr, piece)) || (kind == GroupedKind::AllGather && symmetric_allgather(r, t));
+            // A configured call launches as its config says, alone (NCCL isolates it too).
+            let alone = t.config.is_some() || traffic(t.coll).is_some_and(|tr| engine_takes(r, tr, piece)) || (kind == GroupedKind::AllGather && symmetric_allgather(r, t));
             GroupedOp { kind, count: t.count, dtype: t.dtype, op: t.op.op, alone }
         })
         .collect();
@@ -211,7 +247,10 @@ fn grouped_kind(c: Coll) -> GroupedKind {
 /// policy), or nothing to move. Every rank decides alike: only the collective's
 /// kind, size and root and the communicator's settings enter.
 pub fn exchange_ops(t: &CollTask) -> Option<Vec<P2pOp>> {
-    let r = t.comm.ready().ok()?;
+    if t.config.is_some() {
+        return None; // it launches as its config says
+    }
+    let r = &View::plain(t.comm.ready().ok()?);
     let (me, n) = (t.comm.rank, t.comm.nranks);
     let bytes = t.count * t.dtype.size() as u64;
     let ce_min = crate::algo::ce_direct::min_bytes_for(traffic(t.coll)?, n, &r.tuning);
@@ -283,12 +322,12 @@ fn as_p2p(coll: Coll, me: usize, n: usize, root: usize, (send, recv): (u64, u64)
 /// (one-shot packets, LL128 chain, symmetric direct kernel): where ranks of other processes exist
 /// and the path's threshold (every transfer, unless OXCCL_CE_DIRECT_MIN_BYTES says otherwise)
 /// is reached. The same on every rank: the piece size is.
-fn engine_takes(r: &Ready, traffic: Traffic, bytes: u64) -> bool {
+fn engine_takes(r: &View, traffic: Traffic, bytes: u64) -> bool {
     r.engine_moves && bytes >= crate::algo::ce_direct::min_bytes_for(traffic, r.topo.nranks, &r.tuning)
 }
 
 /// Whether an AllGather goes to the direct kernel into a symmetric window (`gather`).
-fn symmetric_allgather(r: &Ready, t: &CollTask) -> bool {
+fn symmetric_allgather(r: &View, t: &CollTask) -> bool {
     let piece = t.count * t.dtype.size() as u64;
     crate::algo::symm::allgather(piece, &r.topo, &r.tuning).is_some()
         && t.comm.windows.symmetric_span(t.recv, piece * r.topo.nranks as u64).is_some()
@@ -330,6 +369,7 @@ pub fn launch_group(tasks: &[CollTask], p2p: &[(P2pOp, u64)]) -> Result<()> {
         format!("{} collectives ({}) and {} sends/receives [{}] in one launch, {total} packets, on stream {:p}", tasks.len(), dtype.name(), p2p.len(), peers.join(", "), first.stream)
     };
     with_launch(&first.comm, Needs::All, first.stream, total * 8, what, |r, ls| {
+        let r = &View::plain(r);
         for f in tasks.iter().filter_map(|t| nccl_func(t.coll)) {
             r.tuning.allowed.for_func(f)?;
         }
@@ -457,14 +497,14 @@ fn launch_p2p_batch(comm: &Arc<Comm>, ops: &[P2pOp], stream: cu::CUstream) -> Re
     with_launch(comm, Needs::Peers(peers), stream, bytes, what, |r, ls| {
         match &r.net {
             Some(net) => net.launch_p2p(r, ops, stream),
-            None => p2p(r, ls, &spec, stream),
+            None => p2p(&View::plain(r), ls, &spec, stream),
         }
     })
 }
 
 /// A group's point-to-point transfers on one host: the one-shot kernel where the selector says so,
 /// else the exchange kernel.
-fn p2p(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<()> {
+fn p2p(r: &View, ls: &mut LaunchState, spec: &ExchangeSpec, stream: cu::CUstream) -> Result<()> {
     if ce_direct(r, ls, spec, None, stream)? {
         return Ok(());
     }
@@ -490,7 +530,7 @@ fn p2p(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, stream: cu::CUstrea
 }
 
 /// Transfer lists of a non-reducing collective, as this rank sees them.
-fn coll_spec(r: &Ready, t: &CollTask) -> ExchangeSpec {
+fn coll_spec(r: &View, t: &CollTask) -> ExchangeSpec {
     let (me, n) = (t.comm.rank, t.comm.nranks);
     let bytes = t.count * t.dtype.size() as u64;
     let root = t.root as usize;
@@ -558,7 +598,7 @@ fn traffic(c: Coll) -> Option<Traffic> {
 
 /// Broadcast: small ones as one-way packets, mid sizes along the LL128 chain where the
 /// selectors say so, else the exchange kernel's direct or relayed transfers.
-fn broadcast(r: &Ready, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) -> Result<()> {
+fn broadcast(r: &View, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) -> Result<()> {
     let bytes = t.count * t.dtype.size() as u64;
     if engine_takes(r, Traffic::Broadcast, bytes) {
         return exchange(r, ls, &coll_spec(r, t), func, t.stream);
@@ -579,7 +619,7 @@ fn broadcast(r: &Ready, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) 
 /// AllGather and AlltoAll: an AllGather into a symmetric window by the direct kernel where
 /// algo::symm says so, else the one-shot gather kernel where its selector says so, else the
 /// exchange kernel.
-fn gather(r: &Ready, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) -> Result<()> {
+fn gather(r: &View, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) -> Result<()> {
     let piece = t.count * t.dtype.size() as u64;
     let allgather = t.coll == Coll::AllGather;
     if engine_takes(r, if allgather { Traffic::AllGather } else { Traffic::AlltoAll }, piece) {
@@ -615,7 +655,7 @@ fn gather(r: &Ready, ls: &mut LaunchState, t: &CollTask, func: Option<Func>) -> 
     kernel(r, ls, r.module.gather_oneshot(), grid, block, t.stream, &mut args)
 }
 
-fn exchange(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<Func>, stream: cu::CUstream) -> Result<()> {
+fn exchange(r: &View, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<Func>, stream: cu::CUstream) -> Result<()> {
     if spec.sends.is_empty() && spec.recvs.is_empty() && spec.copies.iter().all(|c| c.bytes >= LOCAL_COPY_MIN_BYTES) {
         // Nothing but large local copies (one rank, or sends to self): the copy engine.
         return spec.copies.iter().try_for_each(|c| local_copy(ls, c.dst, c.src, c.bytes, stream));
@@ -628,7 +668,7 @@ fn exchange(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<F
 }
 
 /// The exchange kernel's launch for `spec`, with this rank's registered-buffer offers.
-fn exchange_plan(r: &Ready, spec: &ExchangeSpec, func: Option<Func>) -> Result<crate::algo::ExchangePlan> {
+fn exchange_plan(r: &View, spec: &ExchangeSpec, func: Option<Func>) -> Result<crate::algo::ExchangePlan> {
     let me = r.bootstrap.rank();
     let mut plan = plan_exchange(me, spec, func, &r.topo, &r.scratch, &r.tuning)?;
     if r.reg.sharing() {
@@ -644,7 +684,7 @@ fn exchange_plan(r: &Ready, spec: &ExchangeSpec, func: Option<Func>) -> Result<c
 /// Large transfers between ranks in separate processes by copy engine straight into the peer's
 /// buffer, for the pairs algo::ce_direct::pairs takes where their handshakes agree; the exchange
 /// kernel moves the rest of the launch (false: no pair is taken, the caller moves it all).
-fn ce_direct(r: &Ready, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<Func>, stream: cu::CUstream) -> Result<bool> {
+fn ce_direct(r: &View, ls: &mut LaunchState, spec: &ExchangeSpec, func: Option<Func>, stream: cu::CUstream) -> Result<bool> {
     let Some(ce) = &r.ce else { return Ok(false) };
     let peers = crate::algo::ce_direct::pairs(spec, func, r.bootstrap.rank(), r.topo.nranks, &r.tuning, |p| ce.linked(p));
     if peers.is_empty() {
@@ -729,7 +769,7 @@ pub fn present_launches() -> u64 {
 const LOCAL_COPY_MIN_BYTES: u64 = 256 << 10;
 
 /// AllReduce of `count` elements (also a one-rank ReduceScatter or Reduce).
-fn allreduce(r: &Ready, ls: &mut LaunchState, t: &CollTask, count: u64) -> Result<()> {
+fn allreduce(r: &View, ls: &mut LaunchState, t: &CollTask, count: u64) -> Result<()> {
     check_fp8(r, t.dtype)?;
     let bytes = count * t.dtype.size() as u64;
     if t.comm.nranks == 1 && t.op.op != RedOp::PreMulSum && (t.send == t.recv || bytes >= LOCAL_COPY_MIN_BYTES) {
@@ -811,7 +851,7 @@ fn allreduce(r: &Ready, ls: &mut LaunchState, t: &CollTask, count: u64) -> Resul
 }
 
 /// ReduceScatter or Reduce (one rank: AllReduce's single pass, which also applies PreMulSum).
-fn reducing(r: &Ready, ls: &mut LaunchState, t: &CollTask) -> Result<()> {
+fn reducing(r: &View, ls: &mut LaunchState, t: &CollTask) -> Result<()> {
     if t.comm.nranks == 1 {
         return allreduce(r, ls, t, t.count);
     }
@@ -830,13 +870,13 @@ fn reducing(r: &Ready, ls: &mut LaunchState, t: &CollTask) -> Result<()> {
 
 /// Launches one kernel of the communicator on `stream`, with programmatic dependent launch where
 /// algo::pdl allows it behind the communicator's previous kernel there.
-fn kernel<A: KernelArgs>(r: &Ready, ls: &mut LaunchState, k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &mut A) -> Result<()> {
+fn kernel<A: KernelArgs>(r: &View, ls: &mut LaunchState, k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &mut A) -> Result<()> {
     let pdl = pdl_allowed(r, ls, grid);
     launch(ls, k, grid, block, stream, args, pdl)
 }
 
 /// Whether a kernel of `grid` blocks may start early behind the communicator's previous one.
-fn pdl_allowed(r: &Ready, ls: &LaunchState, grid: u32) -> bool {
+fn pdl_allowed(r: &View, ls: &LaunchState, grid: u32) -> bool {
     crate::algo::pdl::allowed(!r.tuning.pdl_off, r.dev.cc_major, r.dev.driver, ls.last_grid, grid, r.topo.sm_count)
 }
 
@@ -849,7 +889,10 @@ fn launch<A: KernelArgs>(ls: &mut LaunchState, k: Kernel, grid: u32, block: u32,
         *args.done_mut() = ls.done.counter();
     }
     ls.counted_last = false; // a failed launch leaves the event to mark what came before it
-    launch_pdl(k, grid, block, stream, args, pdl)?;
+    match ls.completion_event.take() {
+        None => launch_pdl(k, grid, block, stream, args, pdl)?,
+        Some(event) => launch_with_event(k, grid, block, stream, args, pdl, event)?,
+    }
     crate::diag::hostprof::mark(crate::diag::hostprof::Stage::Launch);
     if counted {
         ls.done.counted_launch(grid);

@@ -380,6 +380,7 @@ pub fn end() -> Result<()> {
     // before its launch, it would run out of the order the other ranks use.
     let mut unready = None;
     state.ops = by_communicator(refuse_unready(state.ops, &mut unready), comm_order_key);
+    check_completion_events(&state.ops)?;
     if first_err.is_none() {
         // OXCCL_CHECK: a disagreement drops the whole group before anything is launched.
         check_agreement(&state.ops)?;
@@ -412,6 +413,24 @@ pub fn end() -> Result<()> {
         first_err.get_or_insert(e);
     }
     set_up_err.or(first_err).map_or(Ok(()), Err)
+}
+
+/// NCCL 2.32.3's ncclValidateCollConfigLaunchCompletionEvents: at most one collective of a
+/// communicator in a group may carry a launchCompletionEvent (ncclCollConfig_t); more is
+/// ncclInvalidUsage, before anything of the group launches.
+fn check_completion_events(ops: &[Deferred]) -> Result<()> {
+    let mut seen: Vec<&Arc<Comm>> = Vec::new();
+    for op in ops {
+        if let Deferred::Coll(t) = op {
+            if t.config.as_deref().is_some_and(|c| c.event != 0) {
+                if seen.iter().any(|c| Arc::ptr_eq(c, &t.comm)) {
+                    return Err(Error::invalid_usage("Only one launch-completion event may be provided in one NCCL group"));
+                }
+                seen.push(&t.comm);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Runs a group's operations in order, each communicator's point-to-point operations as one
@@ -1021,7 +1040,7 @@ mod tests {
         let s = |x: usize| x as cu::CUstream;
         let coll = |c: &Arc<Comm>, st| {
             let op = crate::types::ResolvedOp { op: crate::types::RedOp::Sum, scalar: 0, scalar_ptr: 0 };
-            Deferred::Coll(CollTask { comm: c.clone(), coll: crate::types::Coll::AllReduce, send: 0, recv: 0, count: 1, dtype: crate::types::DataType::Float32, op, root: 0, stream: st })
+            Deferred::Coll(CollTask { comm: c.clone(), coll: crate::types::Coll::AllReduce, send: 0, recv: 0, count: 1, dtype: crate::types::DataType::Float32, op, root: 0, stream: st, config: None })
         };
         let p2p = |c: &Arc<Comm>, st| Deferred::P2p(c.clone(), P2pOp { is_send: true, peer: 1, buf: 0, bytes: 4, stream: st });
         // a: a collective on 0x10, then sends on 0x20 and 0x10; b: everything on 0x30.
@@ -1043,7 +1062,7 @@ mod tests {
         let p2p = |c: &Arc<Comm>, bytes| Deferred::P2p(c.clone(), P2pOp { is_send: true, peer: 1, buf: 0, bytes, stream: stream(c) });
         let coll = |c: &Arc<Comm>, count| {
             let op = crate::types::ResolvedOp { op: crate::types::RedOp::Sum, scalar: 0, scalar_ptr: 0 };
-            Deferred::Coll(CollTask { comm: c.clone(), coll: crate::types::Coll::AllGather, send: 0, recv: 0, count, dtype: crate::types::DataType::Float32, op, root: 0, stream: stream(c) })
+            Deferred::Coll(CollTask { comm: c.clone(), coll: crate::types::Coll::AllGather, send: 0, recv: 0, count, dtype: crate::types::DataType::Float32, op, root: 0, stream: stream(c), config: None })
         };
         let big = |_: &Arc<Comm>, bytes: u64| bytes >= 4 << 20;
         assert!(per_set_threads(&[p2p(&a, 8), p2p(&b, 4 << 20)], big));

@@ -565,7 +565,7 @@ impl Net {
         for s in stages {
             match s {
                 Stage::Local(LocalOp::Coll { coll, send, recv, count, op, root }) => {
-                    let t = CollTask { comm: self.local.clone(), coll, send, recv, count, dtype, op, root: root as i32, stream };
+                    let t = CollTask { comm: self.local.clone(), coll, send, recv, count, dtype, op, root: root as i32, stream, config: None };
                     (self.launch.coll)(&t)?;
                     self.mark(Mark::Local, stream);
                 }

@@ -32,6 +32,22 @@ impl Kind {
         matches!(self, Kind::Reduce | Kind::Broadcast | Kind::Gather | Kind::Scatter)
     }
 
+    /// The library's collective (None for point-to-point).
+    pub fn coll(self) -> Option<oxccl::types::Coll> {
+        use oxccl::types::Coll;
+        Some(match self {
+            Kind::AllReduce => Coll::AllReduce,
+            Kind::ReduceScatter => Coll::ReduceScatter,
+            Kind::Reduce => Coll::Reduce,
+            Kind::AllGather => Coll::AllGather,
+            Kind::Broadcast => Coll::Broadcast,
+            Kind::AlltoAll => Coll::AlltoAll,
+            Kind::Gather => Coll::Gather,
+            Kind::Scatter => Coll::Scatter,
+            Kind::SendRecv => return None,
+        })
+    }
+
     /// Whether NCCL defines an in-place form (AlltoAll and point-to-point have none).
     pub fn has_in_place(self) -> bool {
         !matches!(self, Kind::AlltoAll | Kind::SendRecv)
@@ -127,6 +143,47 @@ impl Mem {
     }
 }
 
+/// The algorithm selections a `CallCfg` draws from (NCCL 2.32.3's names; index 0: none). Some
+/// name only algorithms oxccl lacks (NVLS), some are not valid for every collective (TREE is
+/// AllReduce's, PAT AllGather's and ReduceScatter's): `CallCfg::forced_ok` says where
+/// forceAlgSelection 1 may go with them.
+pub const SELECTIONS: [&str; 10] = ["", "RING", "RING_LL", "RING_LL128", "RING_SIMPLE", "TREE", "PAT_SIMPLE", "NVLS_SIMPLE", "^NVLS", "ring_ll,TREE_SIMPLE"];
+
+/// A per-collective config (NCCL 2.32.3's ncclCollConfig_t): the operation is posted with its
+/// nccl*Config function (the plain one where the library has none; results are the same).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallCfg {
+    /// maxCTAs (0: unset).
+    #[serde(default)]
+    pub max_ctas: u8,
+    /// minCTAs (0: unset).
+    #[serde(default)]
+    pub min_ctas: u8,
+    /// CTAPolicy + 1 (0: unset; 1 default, 2 efficiency, 3 zero, 4 efficiency|zero).
+    #[serde(default)]
+    pub policy: u8,
+    /// algSelection: an index into `SELECTIONS`.
+    #[serde(default)]
+    pub sel: u8,
+    /// forceAlgSelection (false: 0).
+    #[serde(default)]
+    pub force: bool,
+    /// A launchCompletionEvent (eager and nonblocking cases; at most one per communicator).
+    #[serde(default)]
+    pub event: bool,
+}
+
+impl CallCfg {
+    /// Whether forceAlgSelection 1 may go with this selection for `kind`: it names a RING entry
+    /// valid for the collective (oxccl runs RING everywhere, as NCCL does); no selection at all
+    /// is always fine.
+    pub fn forced_ok(&self, kind: Kind) -> bool {
+        let Some(coll) = kind.coll() else { return false };
+        let mask = oxccl::algo::collcfg::parse_selection(SELECTIONS[self.sel as usize]).unwrap_or(0) & oxccl::algo::collcfg::valid_mask(coll);
+        self.sel == 0 || oxccl::algo::collcfg::names(mask).iter().any(|n| n.starts_with("RING_"))
+    }
+}
+
 /// One operation of the case's group.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpCase {
@@ -152,6 +209,9 @@ pub struct OpCase {
     /// Absent in cases written before it existed: plain.
     #[serde(default, skip_serializing_if = "Mem::is_plain")]
     pub mem: Mem,
+    /// Posted with nccl*Config and this config; absent (older cases too): the plain call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cfg: Option<CallCfg>,
 }
 
 impl OpCase {
@@ -278,6 +338,22 @@ impl Case {
             }
             if o.scalars.iter().any(|&s| s as usize >= SCALARS) {
                 return Err("a scalar index is out of range".into());
+            }
+            if let Some(c) = &o.cfg {
+                if o.kind == Kind::SendRecv || c.max_ctas > 64 || c.min_ctas > 64 || c.policy > 4 || c.sel as usize >= SELECTIONS.len() {
+                    return Err(format!("{:?}: a config out of range", o.kind));
+                }
+                if c.force && !c.forced_ok(o.kind) {
+                    return Err(format!("{:?}: selection {:?} forced where it may fail", o.kind, SELECTIONS[c.sel as usize]));
+                }
+                if c.event && self.mode == Mode::Graph {
+                    return Err("launch-completion events go with eager and nonblocking cases".into());
+                }
+            }
+        }
+        for comm in 0..2 {
+            if self.ops.iter().filter(|o| o.comm == comm && o.cfg.is_some_and(|c| c.event)).count() > 1 {
+                return Err(format!("two launch-completion events on communicator {comm} in one group"));
             }
         }
         if let Some(a) = &self.abort {
@@ -448,7 +524,37 @@ mod tests {
             scalars: vec![0; 3],
             transfers: vec![],
             mem: Mem::Plain,
+            cfg: None,
         }
+    }
+
+    /// A config's rules: no config on point-to-point, forced selections only where RING serves the
+    /// collective, events only outside graphs and once a communicator; old cases (no `cfg`) parse.
+    #[test]
+    fn call_configs_follow_nccls_rules() {
+        let mut c = Case { procs: 3, per_proc: 1, mode: Mode::Eager, replays: 1, ops: vec![op(Kind::Broadcast, 7, false, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0 };
+        let line = c.to_line();
+        assert!(!line.contains("cfg"), "a plain operation writes no cfg: {line}");
+        assert_eq!(Case::from_line(&line).unwrap(), c);
+        let sel = |s: &str| SELECTIONS.iter().position(|x| *x == s).unwrap() as u8;
+        c.ops[0].cfg = Some(CallCfg { sel: sel("TREE"), force: true, ..CallCfg::default() });
+        assert!(c.validate().is_err(), "TREE serves AllReduce only");
+        c.ops[0].cfg = Some(CallCfg { sel: sel("ring_ll,TREE_SIMPLE"), force: true, policy: 4, max_ctas: 64, event: true, ..CallCfg::default() });
+        c.validate().unwrap();
+        assert_eq!(Case::from_line(&c.to_line()).unwrap(), c);
+        assert!(!CallCfg { sel: sel("RING"), force: true, ..CallCfg::default() }.forced_ok(Kind::AlltoAll), "no NCCL algorithm serves AlltoAll");
+        assert!(!CallCfg { sel: sel("NVLS_SIMPLE"), force: true, ..CallCfg::default() }.forced_ok(Kind::AllReduce));
+        assert!(CallCfg { sel: sel("^NVLS"), force: true, ..CallCfg::default() }.forced_ok(Kind::Reduce));
+        let mut two = c.clone();
+        two.ops.push(two.ops[0].clone());
+        assert!(two.validate().is_err(), "two events on one communicator");
+        two.ops[1].comm = 1;
+        two.validate().unwrap();
+        c.mode = Mode::Graph;
+        assert!(c.validate().is_err(), "no events in graphs");
+        c.ops[0].kind = Kind::SendRecv;
+        c.mode = Mode::Eager;
+        assert!(c.validate().is_err(), "no config on point-to-point");
     }
 
     #[test]

@@ -387,6 +387,7 @@ mod tests {
             scalars: (0..n as u8).collect(),
             transfers: vec![],
             mem: crate::case::Mem::Plain,
+            cfg: None,
         }
     }
 

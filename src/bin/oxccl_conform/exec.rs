@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use oxccl::gpu::cu;
 
-use crate::case::{layout, scalar_value, Case, Kind, Mem, Mode, Op, OpCase, OpExt, Stop};
+use crate::case::{layout, scalar_value, CallCfg, Case, Kind, Mem, Mode, Op, OpCase, OpExt, Stop, SELECTIONS};
 use crate::data::{compare, digest, expected_images, initial_images};
-use crate::nccl::{Comm, Config, Nccl, UniqueId, IN_PROGRESS, SHRINK_ABORT, SUCCESS};
+use crate::nccl::{coll_config_initializer, CollConfig, Comm, Config, Nccl, UniqueId, IN_PROGRESS, SHRINK_ABORT, SUCCESS};
 use crate::values::Codec;
 
 /// Communicator slots per rank: (CTA policy 0, 1, 2) x (blocking, nonblocking) x (comm 0, comm 1).
@@ -26,6 +26,24 @@ const SLOTS: usize = 12;
 const STOP_CALL_BOUND: Duration = Duration::from_secs(5);
 
 /// The communicator slot of a case's operation: (CTA policy, nonblocking, comm 0 or 1).
+/// A case's per-collective config as the library takes it (`event`: the rank's CUevent, or 0).
+fn call_config(c: &CallCfg, event: usize) -> CollConfig {
+    const UNSET: c_int = c_int::MIN;
+    let mut cc = coll_config_initializer();
+    let set = |v: u8| if v == 0 { UNSET } else { c_int::from(v) };
+    cc.maxCTAs = set(c.max_ctas);
+    cc.minCTAs = set(c.min_ctas);
+    cc.CTAPolicy = if c.policy == 0 { UNSET } else { c_int::from(c.policy) - 1 };
+    // SELECTIONS are static strings; NUL-terminated copies live as long as the process.
+    static TEXTS: std::sync::OnceLock<Vec<std::ffi::CString>> = std::sync::OnceLock::new();
+    let texts = TEXTS.get_or_init(|| SELECTIONS.iter().map(|s| std::ffi::CString::new(*s).expect("no NUL")).collect());
+    cc.algSelection = if c.sel == 0 { std::ptr::null() } else { texts[c.sel as usize].as_ptr() };
+    cc.forceAlgSelection = c_int::from(c.force);
+    cc.userProfilerTag = 0x0c0f_fee0 | u64::from(c.sel);
+    cc.launchCompletionEvent = event as *mut c_void;
+    cc
+}
+
 fn slot_of(cta_policy: u8, nonblocking: bool, comm: u8) -> usize {
     cta_policy as usize * 4 + nonblocking as usize * 2 + comm as usize
 }
@@ -116,6 +134,8 @@ struct Part {
     handles: Vec<usize>,
     op: c_int,
     scalar: Option<cu::CUdeviceptr>,
+    /// The operation's launchCompletionEvent on this rank (a CUevent; 0: none).
+    event: usize,
 }
 
 /// Raw handles a thread may carry (the driver and NCCL handles are valid from any thread).
@@ -369,7 +389,13 @@ impl Exec {
         let l = layout(o, n, r);
         let imgs = initial_images(case.seed, opi, o, n, r, 0, codec);
         let comm = self.ranks[i].comms[Self::slot(case, o)];
-        let mut part = Part { allocs: Vec::new(), mem: o.mem, handles: Vec::new(), op: o.op.raw().unwrap_or(0), scalar: None };
+        let mut part = Part { allocs: Vec::new(), mem: o.mem, handles: Vec::new(), op: o.op.raw().unwrap_or(0), scalar: None, event: 0 };
+        if o.cfg.is_some_and(|c| c.event) {
+            let mut e = std::ptr::null_mut();
+            // SAFETY: out-pointer to a local; the current context is the rank's.
+            cu_check(unsafe { cu::cuEventCreate(&mut e, cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) }, "cuEventCreate")?;
+            part.event = e as usize;
+        }
         for (a, img) in l.allocs.iter().zip(&imgs) {
             let bytes = a.bytes(es);
             let ptr = if o.mem.nccl_alloc() {
@@ -467,6 +493,10 @@ impl Exec {
             // SAFETY: allocated by cuMemAlloc; no work that uses it is pending.
             unsafe { cu::cuMemFree_v2(s) };
         }
+        if p.event != 0 {
+            // SAFETY: created by cuEventCreate in `prepare`; no pending work records it.
+            unsafe { cu::cuEventDestroy_v2(p.event as cu::CUevent) };
+        }
     }
 
     /// Issues the group of local ranks `who` (all if None): one call per (operation, rank), in a
@@ -497,38 +527,52 @@ impl Exec {
                 let st = if case.default_stream { std::ptr::null_mut() } else { rk.stream };
                 let (c, dt, root) = (o.count as usize, o.dtype, o.root as c_int);
                 let n = &self.nccl;
-                // SAFETY: every pointer is within an allocation of this rank sized for the call.
+                let cfg = o.cfg.map(|cc| call_config(&cc, p.event));
+                // SAFETY: every pointer is within an allocation of this rank sized for the call;
+                // the config outlives the call.
                 let rc = unsafe {
-                    match o.kind {
-                        Kind::AllReduce => (n.all_reduce)(s, r, c, dt, p.op, comm, st),
-                        Kind::ReduceScatter => (n.reduce_scatter)(s, r, c, dt, p.op, comm, st),
-                        Kind::Reduce => (n.reduce)(s, r, c, dt, p.op, root, comm, st),
-                        Kind::AllGather => (n.all_gather)(s, r, c, dt, comm, st),
-                        Kind::AlltoAll => (n.alltoall)(s, r, c, dt, comm, st),
-                        Kind::Broadcast => (n.broadcast)(s, r, c, dt, root, comm, st),
-                        Kind::Gather => (n.gather)(s, r, c, dt, root, comm, st),
-                        Kind::Scatter => (n.scatter)(s, r, c, dt, root, comm, st),
-                        Kind::SendRecv => {
-                            let mut rc = SUCCESS;
-                            let (mut si, mut ri) = (l.sends.iter(), l.recvs.iter());
-                            for t in &o.transfers {
-                                if t.src == rk.rank {
-                                    let (_, b) = si.next().expect("a send per transfer from this rank");
-                                    rc = (n.send)(ptr(Some(*b)), t.count as usize, dt, t.dst as c_int, comm, st);
-                                    if !ok(rc) {
-                                        break;
+                    match (n.config.as_ref(), cfg.as_ref()) {
+                        (Some(f), Some(cc)) if o.kind != Kind::SendRecv => match o.kind {
+                            Kind::AllReduce => (f.all_reduce)(s, r, c, dt, p.op, comm, st, cc),
+                            Kind::ReduceScatter => (f.reduce_scatter)(s, r, c, dt, p.op, comm, st, cc),
+                            Kind::Reduce => (f.reduce)(s, r, c, dt, p.op, root, comm, st, cc),
+                            Kind::AllGather => (f.all_gather)(s, r, c, dt, comm, st, cc),
+                            Kind::AlltoAll => (f.alltoall)(s, r, c, dt, comm, st, cc),
+                            Kind::Broadcast => (f.broadcast)(s, r, c, dt, root, comm, st, cc),
+                            Kind::Gather => (f.gather)(s, r, c, dt, root, comm, st, cc),
+                            _ => (f.scatter)(s, r, c, dt, root, comm, st, cc),
+                        },
+                        _ => match o.kind {
+                            Kind::AllReduce => (n.all_reduce)(s, r, c, dt, p.op, comm, st),
+                            Kind::ReduceScatter => (n.reduce_scatter)(s, r, c, dt, p.op, comm, st),
+                            Kind::Reduce => (n.reduce)(s, r, c, dt, p.op, root, comm, st),
+                            Kind::AllGather => (n.all_gather)(s, r, c, dt, comm, st),
+                            Kind::AlltoAll => (n.alltoall)(s, r, c, dt, comm, st),
+                            Kind::Broadcast => (n.broadcast)(s, r, c, dt, root, comm, st),
+                            Kind::Gather => (n.gather)(s, r, c, dt, root, comm, st),
+                            Kind::Scatter => (n.scatter)(s, r, c, dt, root, comm, st),
+                            Kind::SendRecv => {
+                                let mut rc = SUCCESS;
+                                let (mut si, mut ri) = (l.sends.iter(), l.recvs.iter());
+                                for t in &o.transfers {
+                                    if t.src == rk.rank {
+                                        let (_, b) = si.next().expect("a send per transfer from this rank");
+                                        rc = (n.send)(ptr(Some(*b)), t.count as usize, dt, t.dst as c_int, comm, st);
+                                        if !ok(rc) {
+                                            break;
+                                        }
+                                    }
+                                    if t.dst == rk.rank {
+                                        let (_, b) = ri.next().expect("a receive per transfer to this rank");
+                                        rc = (n.recv)(ptr(Some(*b)), t.count as usize, dt, t.src as c_int, comm, st);
+                                        if !ok(rc) {
+                                            break;
+                                        }
                                     }
                                 }
-                                if t.dst == rk.rank {
-                                    let (_, b) = ri.next().expect("a receive per transfer to this rank");
-                                    rc = (n.recv)(ptr(Some(*b)), t.count as usize, dt, t.src as c_int, comm, st);
-                                    if !ok(rc) {
-                                        break;
-                                    }
-                                }
+                                rc
                             }
-                            rc
-                        }
+                        },
                     }
                 };
                 if !ok(rc) && first_err.is_none() {
@@ -569,6 +613,9 @@ impl Exec {
             self.wait_async(&comms, deadline(), "group")?;
             self.sync_streams(deadline())?;
             self.wait_async(&comms, deadline(), "after the group")?;
+            if let Err(m) = self.events_done(case, parts) {
+                return Ok(Err(m));
+            }
             return self.check(case, parts, 0);
         }
         let mut graphs = Vec::new();
@@ -643,6 +690,22 @@ impl Exec {
             }
         }
         Ok(verdict.map(|_| digests))
+    }
+
+    /// After the group's streams synchronised, every launch-completion event has completed
+    /// without an error (the call recorded it, or left it unrecorded, which also queries done).
+    fn events_done(&self, case: &Case, parts: &[Vec<Part>]) -> Result<(), String> {
+        for (opi, v) in parts.iter().enumerate() {
+            for (i, p) in v.iter().enumerate().filter(|(_, p)| p.event != 0) {
+                self.set_ctx(i);
+                // SAFETY: an event created in `prepare`.
+                let rc = unsafe { cu::cuEventQuery(p.event as cu::CUevent) };
+                if rc != cu::CUresult::CUDA_SUCCESS {
+                    return Err(format!("rank {} op {opi} {:?}: launchCompletionEvent queried {}", self.ranks[i].rank, case.ops[opi].kind, cu_name(rc)));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Uploads every allocation's initial image of `replay` (fresh inputs, fresh pattern).

@@ -15,7 +15,7 @@ use oxccl::algo::{
 };
 use oxccl::types::DataType;
 
-use crate::case::{Abort, Case, Kind, Mem, Mode, Op, OpCase, Stop, Transfer, SCALARS};
+use crate::case::{Abort, CallCfg, Case, Kind, Mem, Mode, Op, OpCase, Stop, Transfer, SCALARS, SELECTIONS};
 
 /// What the run may draw.
 #[derive(Clone, Debug)]
@@ -37,6 +37,8 @@ pub struct Space {
     pub max_group: usize,
     /// Largest coalesced group (operations of one kind, datatype, op and communicator).
     pub max_coalesced: usize,
+    /// Percent of collectives posted with a per-collective config (nccl*Config).
+    pub collcfg_pct: u32,
 }
 
 /// Counts (elements, NCCL's count argument) at which some plan changes, per (kind, element size,
@@ -315,8 +317,14 @@ fn op_of(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize, kind: Kind, dtype
         (false, false) => prop::sample::select(others).boxed(),
         (true, false) => prop_oneof![1 => Just(Mem::Plain), 1 => prop::sample::select(others)].boxed(),
     };
-    (op, count, 0..n, in_place, 0u8..2, offsets(n), offsets(n), prop::collection::vec(0u8..SCALARS as u8, n), transfers, mem).prop_map(
-        move |(op, count, root, in_place, comm, soff, roff, scalars, transfers, mem)| OpCase {
+    let pct = space.collcfg_pct.min(100);
+    let cfg = if kind == Kind::SendRecv || pct == 0 {
+        Just(None).boxed()
+    } else {
+        prop_oneof![(100 - pct) => Just(None), pct => cfg_strategy(kind).prop_map(Some)].boxed()
+    };
+    (op, count, 0..n, in_place, 0u8..2, offsets(n), offsets(n), prop::collection::vec(0u8..SCALARS as u8, n), transfers, mem, cfg).prop_map(
+        move |(op, count, root, in_place, comm, soff, roff, scalars, transfers, mem, cfg)| OpCase {
             kind,
             dtype,
             op,
@@ -329,9 +337,24 @@ fn op_of(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize, kind: Kind, dtype
             scalars,
             transfers,
             mem,
+            cfg,
         },
     )
     .boxed()
+}
+
+/// A per-collective config for `kind`: thread-block bounds mostly unset (else 1, 4 or any up to
+/// 64), any policy, any selection (forced only where `CallCfg::forced_ok`), a launch-completion
+/// event one time in four (`case_strategy` keeps at most one per communicator, none in graphs).
+fn cfg_strategy(kind: Kind) -> BoxedStrategy<CallCfg> {
+    let ctas = || prop_oneof![4 => Just(0u8), 1 => Just(1u8), 1 => Just(4u8), 1 => 1u8..=64];
+    (ctas(), ctas(), 0u8..=4, 0..SELECTIONS.len() as u8, any::<bool>(), prop_oneof![3 => Just(false), 1 => Just(true)])
+        .prop_map(move |(max_ctas, min_ctas, policy, sel, force, event)| {
+            let mut c = CallCfg { max_ctas, min_ctas, policy, sel, force, event };
+            c.force &= c.forced_ok(kind);
+            c
+        })
+        .boxed()
 }
 
 /// Every case the space allows.
@@ -363,14 +386,25 @@ pub fn case_strategy(space: Arc<Space>, bounds: Arc<Boundaries>) -> BoxedStrateg
             // The CTA policy: default half the time (shrinking moves toward it), else efficiency
             // or zero.
             let policy = prop_oneof![2 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)];
-            (ops, abort, 0u8..6, policy).prop_map(move |(ops, abort, stream, cta_policy)| Case {
+            (ops, abort, 0u8..6, policy).prop_map(move |(mut ops, abort, stream, cta_policy)| Case {
                 default_stream: stream == 5 && mode != Mode::Graph && abort.is_none() && per_proc <= ngpus,
                 cta_policy,
                 procs,
                 per_proc,
                 mode,
                 replays: if mode == Mode::Graph { replays } else { 1 },
-                ops,
+                ops: {
+                    // Launch-completion events: at most one per communicator in the group, none
+                    // in graphs (NCCL's rules; oxccl's check of the first is tested elsewhere).
+                    let mut seen = [false; 2];
+                    for o in &mut ops {
+                        if let Some(c) = &mut o.cfg {
+                            c.event &= mode != Mode::Graph && !seen[o.comm as usize];
+                            seen[o.comm as usize] |= c.event;
+                        }
+                    }
+                    ops
+                },
                 abort: abort.map(|mut a| {
                     // At least one rank posts (else nothing is in flight to abort).
                     if !a.posts.iter().any(|&p| p) {
@@ -404,6 +438,7 @@ mod tests {
             modes: vec![Mode::Eager, Mode::Graph, Mode::NonBlocking],
             mems: Mem::ALL.to_vec(),
             abort_pct: 10,
+            collcfg_pct: 25,
             max_bytes: 64 << 20,
             max_group: 4,
             max_coalesced: 18,
@@ -497,6 +532,39 @@ mod tests {
             stops.insert(a.how);
         }
         assert_eq!(stops.len(), Stop::ALL.len(), "every way of stopping is drawn");
+    }
+
+    /// Per-collective configs are drawn with every setting, forced selections only where every
+    /// library runs them, launch-completion events at most once a communicator and never in graphs.
+    #[test]
+    fn collective_configs_are_drawn_within_nccls_rules() {
+        let s = Arc::new(space());
+        let strat = case_strategy(s.clone(), Arc::new(Boundaries::probe(&s)));
+        let mut runner = TestRunner::deterministic();
+        let (mut cfgs, mut events, mut forced, mut policies, mut sels) = (0, 0, 0, std::collections::HashSet::new(), std::collections::HashSet::new());
+        for _ in 0..400 {
+            let c = strat.new_tree(&mut runner).unwrap().current();
+            c.validate().unwrap();
+            for o in &c.ops {
+                let Some(cc) = o.cfg else { continue };
+                assert_ne!(o.kind, Kind::SendRecv);
+                cfgs += 1;
+                events += usize::from(cc.event);
+                forced += usize::from(cc.force && cc.sel != 0);
+                assert!(!cc.event || c.mode != Mode::Graph, "{}", c.to_line());
+                assert!(!cc.force || cc.forced_ok(o.kind), "{}", c.to_line());
+                policies.insert(cc.policy);
+                sels.insert(cc.sel);
+            }
+        }
+        assert!(cfgs > 100 && events > 10 && forced > 10, "{cfgs} configs, {events} events, {forced} forced selections");
+        assert_eq!(policies.len(), 5, "unset and every policy");
+        assert_eq!(sels.len(), SELECTIONS.len(), "every selection");
+        let none = Arc::new(Space { collcfg_pct: 0, ..space() });
+        let strat = case_strategy(none.clone(), Arc::new(Boundaries::probe(&none)));
+        for _ in 0..50 {
+            assert!(strat.new_tree(&mut runner).unwrap().current().ops.iter().all(|o| o.cfg.is_none()));
+        }
     }
 
     #[test]

@@ -84,6 +84,10 @@ struct Cli {
     /// Percent of cases of 2+ ranks that abort.
     #[arg(long, default_value_t = 4)]
     abort_pct: u32,
+    /// Percent of collectives posted with a per-collective config (NCCL 2.32.3's nccl*Config: CTA
+    /// bounds and policy, algorithm selection, launch-completion event); 0 never.
+    #[arg(long, default_value_t = 20)]
+    collcfg_pct: u32,
     /// Largest buffer of one operation on one rank, bytes.
     #[arg(long, default_value_t = 64 << 20)]
     max_bytes: u64,
@@ -245,6 +249,7 @@ fn space(cli: &Cli, ngpus: usize, sms: u32) -> Result<Space, String> {
         modes: if cli.modes.is_empty() { vec![Mode::Eager, Mode::Graph, Mode::NonBlocking] } else { cli.modes.iter().map(|m| parse_mode(m)).collect::<Result<_, _>>()? },
         mems: if cli.mems.is_empty() { Mem::ALL.to_vec() } else { cli.mems.iter().map(|m| parse_mem(m)).collect::<Result<_, _>>()? },
         abort_pct: cli.abort_pct,
+        collcfg_pct: cli.collcfg_pct,
         max_bytes: cli.max_bytes,
         max_group: cli.max_group,
         max_coalesced: cli.max_coalesced,

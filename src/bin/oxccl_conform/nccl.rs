@@ -80,6 +80,27 @@ type MoveFn = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Com
 type RootedMoveFn = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> c_int;
 type P2pFn = unsafe extern "C" fn(*const c_void, usize, c_int, c_int, Comm, Stream) -> c_int;
 
+/// NCCL 2.32.3's ncclCollConfig_t, as oxccl lays it out (its layout test checks NCCL's offsets).
+pub use oxccl::config::coll_config::{coll_config_initializer, ncclCollConfig_t as CollConfig};
+type Cfg = *const CollConfig;
+type CollCfgFn = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream, Cfg) -> c_int;
+type RootedRedCfgFn = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, c_int, Comm, Stream, Cfg) -> c_int;
+type MoveCfgFn = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, Stream, Cfg) -> c_int;
+type RootedMoveCfgFn = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream, Cfg) -> c_int;
+
+/// The nccl*Config collectives (NCCL 2.32.3; older libraries have none).
+pub struct ConfigFns {
+    pub all_reduce: CollCfgFn,
+    pub reduce_scatter: CollCfgFn,
+    pub reduce: RootedRedCfgFn,
+    pub all_gather: MoveCfgFn,
+    pub alltoall: MoveCfgFn,
+    pub broadcast: RootedMoveCfgFn,
+    pub gather: RootedMoveCfgFn,
+    pub scatter: RootedMoveCfgFn,
+}
+
+
 /// Every entry point the fuzzer calls.
 pub struct Nccl {
     _lib: libloading::Library,
@@ -113,6 +134,8 @@ pub struct Nccl {
     pub mem_free: unsafe extern "C" fn(*mut c_void) -> c_int,
     pub comm_register: unsafe extern "C" fn(Comm, *mut c_void, usize, *mut *mut c_void) -> c_int,
     pub comm_deregister: unsafe extern "C" fn(Comm, *mut c_void) -> c_int,
+    /// None where the library predates them: configured operations then take the plain calls.
+    pub config: Option<ConfigFns>,
 }
 
 /// One entry point of the library, typed by the field it fills.
@@ -163,6 +186,7 @@ impl Nccl {
             mem_free: sym!(lib, "ncclMemFree"),
             comm_register: sym!(lib, "ncclCommRegister"),
             comm_deregister: sym!(lib, "ncclCommDeregister"),
+            config: ConfigFns::open(&lib).ok(),
             _lib: lib,
         })
     }
@@ -180,5 +204,20 @@ impl Nccl {
         // SAFETY: out-pointer to a local.
         unsafe { (self.get_version)(&mut v) };
         v
+    }
+}
+
+impl ConfigFns {
+    fn open(lib: &libloading::Library) -> Result<ConfigFns, String> {
+        Ok(ConfigFns {
+            all_reduce: sym!(lib, "ncclAllReduceConfig"),
+            reduce_scatter: sym!(lib, "ncclReduceScatterConfig"),
+            reduce: sym!(lib, "ncclReduceConfig"),
+            all_gather: sym!(lib, "ncclAllGatherConfig"),
+            alltoall: sym!(lib, "ncclAlltoAllConfig"),
+            broadcast: sym!(lib, "ncclBroadcastConfig"),
+            gather: sym!(lib, "ncclGatherConfig"),
+            scatter: sym!(lib, "ncclScatterConfig"),
+        })
     }
 }
