@@ -44,7 +44,7 @@ pending=(
   ncclCommMemStats ncclCommSuspend ncclCommResume
   ncclCommQueryProperties ncclGetCftDeviceLeInfo
   ncclGetMultimemDeviceLeInfo ncclGetPeerDeviceLeInfo
-  ncclGinInboxA2ACreateRequirement ncclGinOutboxCreateRequirement ncclTeamCft ncclTeamCftMultimem
+  ncclTeamCft ncclTeamCftMultimem
 )
 step "exported symbols"
 printf '%s\n' "${pending[@]}" | sed 'p;s/^/p/' | sort > "$out/pending"

@@ -949,6 +949,10 @@ ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUse
  the accepting one logs a WARN and drops the connection, and a rank waiting on it fails at the
  bootstrap timeout (OXCCL_BOOTSTRAP_TIMEOUT). Any thread; calls are serialized.
 
+ The PSK must be random (32 bytes or more from a cryptographic generator, as NCCL's guide asks),
+ not a passphrase: each listener presents a public key derived from the PSK to whoever
+ connects, so a guessable PSK could be found offline.
+
  Returns ncclSuccess, or ncclInvalidArgument: `config->magic` is not NCCL_API_MAGIC (not made
  by NCCL_ENCRYPTION_CONFIG_INITIALIZER), `mode` is neither NONE nor PSK, or PSK mode with `psk`
  NULL or shorter than 32 bytes; ncclSystemError if the TLS library cannot build its keys.

@@ -96,6 +96,8 @@ profiling_aliases! {
     pncclGetPeerDevicePointer => ncclGetPeerDevicePointer(window: ncclWindow_t, offset: usize, peer: c_int, outPtr: *mut *mut c_void) -> ncclResult_t;
     pncclGetLsaMultimemDevicePointer => ncclGetLsaMultimemDevicePointer(window: ncclWindow_t, offset: usize, outPtr: *mut *mut c_void) -> ncclResult_t;
     pncclGetMultimemDevicePointer => ncclGetMultimemDevicePointer(window: ncclWindow_t, offset: usize, multimem: ncclMultimemHandle_t, outPtr: *mut *mut c_void) -> ncclResult_t;
+    pncclGinOutboxCreateRequirement => ncclGinOutboxCreateRequirement(nBlocks: c_int, size_log2: c_int, outHandle: *mut ncclGinOutboxHandle, outReq: *mut c_void) -> ncclResult_t;
+    pncclGinInboxA2ACreateRequirement => ncclGinInboxA2ACreateRequirement(peers: ncclTeam_t, nBlocks: c_int, size_log2: c_int, outHandle: *mut ncclGinInboxA2AHandle, outReq: *mut c_void) -> ncclResult_t;
     pncclWinGetUserPtr => ncclWinGetUserPtr(comm: ncclComm_t, win: ncclWindow_t, outUserPtr: *mut *mut c_void) -> ncclResult_t;
     pncclTeamRankToWorld => ncclTeamRankToWorld(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int;
     pncclTeamRankToLsa => ncclTeamRankToLsa(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int;

@@ -190,8 +190,18 @@ fn window_of(win: ncclWindow_t) -> Result<(Arc<crate::comm::Comm>, WindowView)> 
     if win.is_null() {
         return Err(Error::invalid_argument("window argument is NULL"));
     }
-    crate::comm::live()
-        .into_iter()
+    // Communicators whose window list is busy (a registration, possibly a collective waiting for
+    // a rank this thread drives) are asked last, so a query about another communicator's window
+    // never waits on them.
+    let mut busy = Vec::new();
+    for c in crate::comm::live() {
+        match c.windows.try_view(win as usize) {
+            Some(Some(v)) => return Ok((c, v)),
+            Some(None) => {}
+            None => busy.push(c),
+        }
+    }
+    busy.into_iter()
         .find_map(|c| c.windows.view(win as usize).map(|v| (c, v)))
         .ok_or_else(|| Error::invalid_argument(format!("Could not find communicator matching window {win:p}")))
 }
@@ -324,6 +334,111 @@ pub struct ncclMultimemHandle_t {
     pub mcBasePtr: *mut c_void,
 }
 
+
+/// `ncclGinOutboxHandle` (nccl_device's GIN scratch types): filled by
+/// ncclGinOutboxCreateRequirement, its buffer handle by ncclDevCommCreate.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ncclGinOutboxHandle {
+    /// The outbox buffer's resource handle (`ncclDevResourceHandle`).
+    pub bufHandle: u32,
+    /// log2 of each block's slot size in bytes.
+    pub size_log2: u32,
+}
+
+/// `ncclGinInboxA2AHandle` (nccl_device's GIN scratch types).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ncclGinInboxA2AHandle {
+    /// The inbox buffer's resource handle (`ncclDevResourceHandle`).
+    pub bufHandle: u32,
+    /// First of its GIN signals (`ncclGinSignal_t`).
+    pub signals: u32,
+    /// log2 of each block's slot size in bytes.
+    pub size_log2: u32,
+    /// 2^32 / (peers in the team other than this rank), truncated to 32 bits.
+    pub nPeers_rcp32: u32,
+}
+
+/// What NCCL 2.32.3's GIN scratch requirements ask for (read off its libnccl.so.2: bytes,
+/// alignment and signals for each block count and size): (bytes, signals, the handle's
+/// size_log2, nPeers_rcp32). None where NCCL's arithmetic leaves its domain (negative counts,
+/// shifts past 30 bits, a team without peers, which NCCL divides by) or the size overflows.
+fn gin_scratch(outbox: bool, n_blocks: c_int, size_log2: c_int, team_ranks: c_int) -> Option<(usize, c_int, u32, u32)> {
+    if n_blocks < 0 || size_log2 > 30 || (!outbox && size_log2 < 0) {
+        return None;
+    }
+    let blocks = n_blocks as usize;
+    if outbox {
+        // Slots of at least 128 bytes, plus 8 KiB and 128 bytes of bookkeeping a block.
+        let log2 = size_log2.max(7) as u32;
+        let bytes = blocks.checked_mul((1usize << log2) + 8192 + 128)?;
+        return Some((bytes, 0, log2, 0));
+    }
+    let peers = team_ranks.checked_sub(1).filter(|&p| p > 0)? as u64;
+    let slot = (1usize << size_log2).div_ceil(128) * 128 + 128;
+    let bytes = blocks.checked_mul(slot)?;
+    let signals = c_int::try_from(blocks.checked_mul(2048 + 4 * peers as usize)?).ok()?;
+    Some((bytes, signals, size_log2 as u32, ((1u64 << 32) / peers) as u32))
+}
+
+/// Fills `*outReq` with the device resources a GIN outbox of `nBlocks` blocks of `2^size_log2`
+/// bytes (at least 128) needs, as NCCL 2.32.3's ncclGinOutboxCreateRequirement does, and points
+/// it at `outHandle` for ncclDevCommCreate to complete. The requirement is valid, but a device
+/// communicator asking for GIN resources is ncclInvalidUsage in oxccl (no GIN transport), as in
+/// NCCL without one. Any thread; no GPU work.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument: `outHandle` or `outReq` NULL, `nBlocks` negative,
+/// `size_log2` above 30, or a size that overflows (inputs where NCCL's arithmetic overflows).
+#[no_mangle]
+pub extern "C" fn ncclGinOutboxCreateRequirement(nBlocks: c_int, size_log2: c_int, outHandle: *mut ncclGinOutboxHandle, outReq: *mut c_void) -> ncclResult_t {
+    call("ncclGinOutboxCreateRequirement", || {
+        let (h, r) = outs(outHandle.cast(), outReq)?;
+        let (bytes, _, log2, _) = gin_scratch(true, nBlocks, size_log2, 0).ok_or_else(|| Error::invalid_argument(format!("GIN outbox of {nBlocks} blocks of 2^{size_log2} bytes")))?;
+        let h = h as *mut ncclGinOutboxHandle;
+        let req = zeroed_req(r);
+        // SAFETY: non-NULL caller structs of these types (checked by outs).
+        unsafe {
+            (*h).size_log2 = log2;
+            (*req).bufferSize = bytes;
+            (*req).bufferAlign = 128;
+            (*req).outBufferHandle = &mut (*h).bufHandle;
+        }
+        Ok(())
+    })
+}
+
+/// Fills `*outReq` with the device resources an all-to-all GIN inbox needs for `peers` (a team:
+/// its ranks other than this one send to it), `nBlocks` blocks of `2^size_log2`-byte slots, as NCCL
+/// 2.32.3's ncclGinInboxA2ACreateRequirement does (buffer, signals), and points it at
+/// `outHandle`. As ncclGinOutboxCreateRequirement, a device communicator asking for it is
+/// ncclInvalidUsage in oxccl (no GIN transport). Any thread; no GPU work.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument: `outHandle` or `outReq` NULL, `nBlocks` negative,
+/// `size_log2` outside [0, 30], a team of fewer than 2 ranks (NCCL divides by zero there), or a
+/// size that overflows.
+#[no_mangle]
+pub extern "C" fn ncclGinInboxA2ACreateRequirement(peers: ncclTeam_t, nBlocks: c_int, size_log2: c_int, outHandle: *mut ncclGinInboxA2AHandle, outReq: *mut c_void) -> ncclResult_t {
+    call("ncclGinInboxA2ACreateRequirement", || {
+        let (h, r) = outs(outHandle.cast(), outReq)?;
+        let (bytes, signals, log2, rcp) = gin_scratch(false, nBlocks, size_log2, peers.nRanks)
+            .ok_or_else(|| Error::invalid_argument(format!("GIN inbox of {nBlocks} blocks of 2^{size_log2} bytes for a team of {} ranks", peers.nRanks)))?;
+        let h = h as *mut ncclGinInboxA2AHandle;
+        let req = zeroed_req(r);
+        // SAFETY: non-NULL caller structs of these types (checked by outs).
+        unsafe {
+            (*h).size_log2 = log2;
+            (*h).nPeers_rcp32 = rcp;
+            (*req).bufferSize = bytes;
+            (*req).bufferAlign = 128;
+            (*req).outBufferHandle = &mut (*h).bufHandle;
+            (*req).ginSignalCount = signals;
+            (*req).outGinSignalStart = &mut (*h).signals;
+        }
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,5 +473,40 @@ mod tests {
         assert_eq!((a.nSlots, r.bufferSize, r.bufferAlign), (5, 2 * 11 * 16, 16));
         assert_eq!(r.outBufferHandle, &mut a.bufHandle as *mut u32);
         assert_eq!(ncclLLA2ACreateRequirement(2, 5, std::ptr::null_mut(), (&mut r as *mut ncclDevResourceRequirements).cast()), ncclResult_t::InvalidArgument);
+    }
+
+    #[test]
+    fn gin_scratch_is_nccl_2_32_3s_arithmetic() {
+        // (outbox?, blocks, log2, team ranks) -> (bytes, signals, log2, rcp), as NVIDIA's
+        // libnccl.so.2 2.32.3 answered them (probed without a GPU, 2026-12-01).
+        let cases = [
+            ((true, 1, 10, 0), (9344, 0, 10, 0)),
+            ((true, 4, 12, 0), (49664, 0, 12, 0)),
+            ((true, 32, 16, 0), (2363392, 0, 16, 0)),
+            ((true, 0, 10, 0), (0, 0, 10, 0)),
+            ((true, 4, 0, 0), (33792, 0, 7, 0)),
+            ((true, 4, -1, 0), (33792, 0, 7, 0)),
+            ((true, 128, 20, 0), (135282688, 0, 20, 0)),
+            ((false, 1, 10, 2), (1152, 2052, 10, 0)),
+            ((false, 4, 12, 4), (16896, 8240, 12, 0x5555_5555)),
+            ((false, 32, 16, 8), (2101248, 66432, 16, 0x2492_4924)),
+            ((false, 4, 0, 3), (1024, 8224, 0, 0x8000_0000)),
+            ((false, 128, 20, 16), (134234112, 269824, 20, 0x1111_1111)),
+            ((false, 0, 10, 16), (0, 0, 10, 0x1111_1111)),
+        ];
+        for ((o, b, l, n), want) in cases {
+            assert_eq!(gin_scratch(o, b, l, n), Some(want), "{o} {b} {l} {n}");
+        }
+        // Where NCCL overflows or divides by zero: refused.
+        assert_eq!(gin_scratch(true, -1, 10, 0), None);
+        assert_eq!(gin_scratch(true, 4, 31, 0), None);
+        assert_eq!(gin_scratch(false, 4, -1, 3), None);
+        assert_eq!(gin_scratch(false, 4, 12, 1), None);
+        let mut h = ncclGinInboxA2AHandle::default();
+        let mut r = [0u8; 64];
+        let team = ncclTeam_t { nRanks: 4, rank: 1, stride: 1 };
+        assert_eq!(ncclGinInboxA2ACreateRequirement(team, 4, 12, &mut h, r.as_mut_ptr().cast()), crate::error::ResultCode::Success);
+        assert_eq!((h.size_log2, h.nPeers_rcp32), (12, 0x5555_5555));
+        assert_eq!(ncclGinOutboxCreateRequirement(4, 12, std::ptr::null_mut(), r.as_mut_ptr().cast()), crate::error::ResultCode::InvalidArgument);
     }
 }

@@ -34,20 +34,24 @@ pub struct ncclEncryptionConfig_t {
 
 /// What a valid configuration asks for: None (plaintext) or the PSK's bytes.
 fn parse(config: *const ncclEncryptionConfig_t) -> Result<Option<Vec<u8>>> {
-    // SAFETY: non-null pointers from C point to a struct NCCL_ENCRYPTION_CONFIG_INITIALIZER made
-    // (the C contract); NCCL itself reads `size` and `magic` from it before anything else.
-    let Some(raw) = (unsafe { config.as_ref() }) else {
+    if config.is_null() {
         // NCCL (src/misc/crypt.cc): NULL is the initializer's configuration, i.e. plaintext.
         return Ok(None);
-    };
+    }
+    // NCCL copies min(size, sizeof) bytes of the caller's struct over its initializer: a caller
+    // built against an older header may pass a shorter struct, so nothing past `size` is read.
+    // SAFETY: a non-null pointer from C points at least to the struct's `size` field (the C
+    // contract), and then to `size` bytes.
+    let size = unsafe { std::ptr::read_unaligned(config as *const usize) };
+    let mut raw = ncclEncryptionConfig_t { size, magic: 0, version: 0, mode: NCCL_ENCRYPTION_MODE_NONE, psk: std::ptr::null() };
+    let n = size.min(std::mem::size_of::<ncclEncryptionConfig_t>());
+    // SAFETY: `n` bytes of the caller's struct are readable (above) and `raw` has at least `n`;
+    // the struct is integers and a raw pointer, any bit pattern valid.
+    unsafe { std::ptr::copy_nonoverlapping(config as *const u8, &mut raw as *mut ncclEncryptionConfig_t as *mut u8, n) };
     if raw.magic != NCCL_ENCRYPTION_CONFIG_MAGIC {
         return Err(Error::invalid_argument("config not initialized via NCCL_ENCRYPTION_CONFIG_INITIALIZER"));
     }
-    // Fields past the caller's `size` keep the initializer's values (mode NONE, psk NULL), as
-    // NCCL copies only min(size, sizeof) bytes.
-    let has = |end: usize| raw.size >= end;
-    let mode = if has(std::mem::offset_of!(ncclEncryptionConfig_t, mode) + 4) { raw.mode } else { NCCL_ENCRYPTION_MODE_NONE };
-    let psk = if has(std::mem::offset_of!(ncclEncryptionConfig_t, psk) + 8) { raw.psk } else { std::ptr::null() };
+    let (mode, psk) = (raw.mode, raw.psk);
     match mode {
         NCCL_ENCRYPTION_MODE_NONE => Ok(None),
         NCCL_ENCRYPTION_MODE_PSK => {
@@ -81,6 +85,10 @@ fn parse(config: *const ncclEncryptionConfig_t) -> Result<Option<Vec<u8>>> {
 /// the TLS handshake fails: the connecting rank's init returns ncclRemoteError naming the cause,
 /// the accepting one logs a WARN and drops the connection, and a rank waiting on it fails at the
 /// bootstrap timeout (OXCCL_BOOTSTRAP_TIMEOUT). Any thread; calls are serialized.
+///
+/// The PSK must be random (32 bytes or more from a cryptographic generator, as NCCL's guide asks),
+/// not a passphrase: each listener presents a public key derived from the PSK to whoever
+/// connects, so a guessable PSK could be found offline.
 ///
 /// Returns ncclSuccess, or ncclInvalidArgument: `config->magic` is not NCCL_API_MAGIC (not made
 /// by NCCL_ENCRYPTION_CONFIG_INITIALIZER), `mode` is neither NONE nor PSK, or PSK mode with `psk`

@@ -207,6 +207,17 @@ impl Windows {
         Ok(())
     }
 
+    /// `view`, without waiting: None while another thread holds the list (a registration, which
+    /// may be a collective waiting for other ranks).
+    pub fn try_view(&self, h: usize) -> Option<Option<WindowView>> {
+        let st = self.0.try_lock()?;
+        let found = st.list.iter().find(|(x, _)| *x == h).map(|(_, e)| {
+            let flat = e.sym.as_ref().map(|s| (s.desc.lsaFlatBase, (s.desc.stride4G as u64) << 32));
+            WindowView { base: e.window.base, size: e.window.size, flat }
+        });
+        Some(found)
+    }
+
     /// How many windows are registered.
     pub fn len(&self) -> usize {
         self.0.lock().list.len()
