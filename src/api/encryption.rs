@@ -147,6 +147,12 @@ mod tests {
         assert_eq!(bad(ncclEncryptionConfig_t { size: 24, ..psk(NCCL_ENCRYPTION_MODE_PSK, long.as_ptr()) }), ResultCode::InvalidArgument);
         // ... and one that ends before `mode` is plaintext whatever follows.
         assert_eq!(parse(&ncclEncryptionConfig_t { size: 16, ..psk(NCCL_ENCRYPTION_MODE_PSK, long.as_ptr()) }).expect("short"), None);
+        // Callers' buffers exactly `size` bytes long: 16 bytes hold the magic (plaintext); 8 do
+        // not, so the magic counts as absent.
+        let sixteen: [u64; 2] = [16, u64::from(NCCL_ENCRYPTION_CONFIG_MAGIC)];
+        assert_eq!(parse(sixteen.as_ptr().cast()).expect("16-byte struct"), None);
+        let eight: [u64; 1] = [8];
+        assert_eq!(parse(eight.as_ptr().cast()).expect_err("8-byte struct").code, ResultCode::InvalidArgument);
     }
 
     #[test]
