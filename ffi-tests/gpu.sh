@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU part of the C ABI tests (GPU machine): gpu_comm.c, gpu_streams.c, gpu_pair.c, gpu_syncwait.c,
-# gpu_window.c, gpu_grow.c, gpu_encryption.c, gpu_rma.c and gpu_collcfg.c, built against include/nccl.h and linked
+# gpu_window.c, gpu_grow.c, gpu_encryption.c, gpu_rma.c, gpu_collcfg.c and gpu_suspend.c, built against include/nccl.h and linked
 # with -lnccl, run once against oxccl and once against a reference NCCL
 # (each must pass with both: they check NCCL's behaviour, not oxccl's). gpu_comm and gpu_streams:
 # one process, one thread per GPU; gpu_pair, gpu_syncwait and gpu_grow: two processes on GPUs 0 and 1
@@ -38,6 +38,8 @@ gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" 
   -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_rma"
 gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" -I"$cuda/include" "$here/gpu_collcfg.c" \
   -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_collcfg"
+gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" -I"$cuda/include" "$here/gpu_suspend.c" \
+  -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_suspend"
 # Pointer checks are part of the test (NCCL_CHECK_POINTERS=1 is honoured by both libraries).
 export NCCL_CHECK_POINTERS=1
 rc=0
@@ -85,6 +87,13 @@ two gpu_window pass "oxccl" "$out/lib"
 # both processes on GPU 0.
 two gpu_rma pass "oxccl" "$out/lib" GPU_RMA_STRICT=1
 two gpu_rma pass "oxccl, both processes on GPU 0" "$out/lib" GPU_RMA_STRICT=1 TWO_PROCS_ONE_GPU=1 CUDA_VISIBLE_DEVICES=0
+# gpu_suspend: ncclCommSuspend / ncclCommResume / ncclCommMemStats (NCCL 2.29+), oxccl only (NCCL
+# 2.28.9 lacks them): memory given back and restored over three cycles, collectives and a graph
+# captured before the first suspend checked after each resume, NCCL's error codes. On GPUs 0 and 1
+# (skipped with fewer), both processes on GPU 0, and two simulated hosts.
+two gpu_suspend pass "oxccl" "$out/lib"
+two gpu_suspend pass "oxccl, both processes on GPU 0" "$out/lib" TWO_PROCS_ONE_GPU=1 CUDA_VISIBLE_DEVICES=0
+two gpu_suspend pass "oxccl, 2 simulated hosts" "$out/lib" GPU_SUSPEND_HOSTS=1 NCCL_IB_DISABLE=1 TWO_PROCS_ONE_GPU=1
 two gpu_syncwait report "oxccl, OXCCL_CE_DIRECT_ASYNC=1" "$out/lib" OXCCL_CE_DIRECT_ASYNC=1 GPU_SYNCWAIT_ALARM=30
 hosts=(GPU_SYNCWAIT_HOSTS=1 NCCL_IB_DISABLE=1)
 two gpu_syncwait pass "oxccl, 2 simulated hosts" "$out/lib" "${hosts[@]}"

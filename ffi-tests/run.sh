@@ -41,7 +41,6 @@ echo ok
 # NCCL 2.32.3 functions oxccl does not implement yet (issue 72), each with its pnccl alias. The list
 # only shrinks: a symbol leaves it when its function lands, and the check below then requires it.
 pending=(
-  ncclCommMemStats ncclCommSuspend ncclCommResume
   ncclCommQueryProperties ncclGetCftDeviceLeInfo
   ncclGetMultimemDeviceLeInfo ncclGetPeerDeviceLeInfo
   ncclTeamCft ncclTeamCftMultimem

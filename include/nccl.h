@@ -1089,6 +1089,54 @@ ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 
 /*
+ Suspends the communicator: with `flags` holding NCCL_SUSPEND_MEM, gives its dynamic device
+ memory back to the driver (its channel buffer of scratch, packets and semaphores: nearly all
+ it allocated; ncclCommMemStats says how much), keeping the addresses reserved and the
+ contents in host memory. Other flag bits are ignored and `flags` without NCCL_SUSPEND_MEM does
+ nothing, as in NCCL (src/mem_manager.cc). Collective: every rank calls it; it waits for every
+ kernel and copy on the rank's device to end (cuCtxSynchronize, as NCCL's cudaDeviceSynchronize),
+ then for every rank. Inside a group it runs at the outermost ncclGroupEnd. Until
+ ncclCommResume, enqueuing work on the communicator fails with ncclInvalidUsage, and
+ replaying a CUDA graph that holds its work is undefined (the memory is unmapped, as in NCCL);
+ destroy, abort, split and queries work.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed),
+ ncclInvalidUsage (already suspended; aborted or revoked), the communicator's asynchronous error
+ if its work failed, ncclUnhandledCudaError (a driver call failed), ncclSystemError or
+ ncclRemoteError (a peer was lost in the barriers), ncclInternalError.
+ */
+ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags);
+
+/*
+ Resumes a communicator ncclCommSuspend suspended: new device memory at the same addresses,
+ with the contents it had, and the peers' mapped again, so work enqueued before (CUDA graphs
+ included) and after runs as if nothing happened. Collective: every rank calls it. Inside a
+ group it runs at the outermost ncclGroupEnd.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed),
+ ncclInvalidUsage (not suspended; aborted or revoked), the communicator's asynchronous error if
+ its work failed, ncclUnhandledCudaError (out of device memory, or a driver call failed),
+ ncclSystemError or ncclRemoteError (a peer was lost in the exchange), ncclInternalError.
+ */
+ncclResult_t ncclCommResume(ncclComm_t comm);
+ncclResult_t pncclCommResume(ncclComm_t comm);
+
+/*
+ Writes one memory statistic of the communicator (this rank) to `*value`:
+ ncclStatGpuMemSuspend (0): device bytes ncclCommSuspend gives back; ncclStatGpuMemSuspended
+ (1): 1 while suspended, else 0; ncclStatGpuMemPersist (2): device bytes it keeps while
+ suspended (private buffer, registration table); ncclStatGpuMemTotal (3): the sum of 0 and 2.
+ The byte counts stay the same while suspended, as in NCCL (src/mem_manager.cc). Buffers of
+ the application (registered, windows) are not counted. Local; any thread.
+
+ Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `value` NULL;
+ `stat` not one of the four), ncclInProgress (a nonblocking initialisation has not ended).
+ */
+ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value);
+ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value);
+
+/*
  Sends `count` elements of `datatype` from `sendbuff` to rank `peer`, which posts the
  matching ncclRecv (same count and datatype); `peer` may be this rank. Matching is by order:
  the n-th send to a peer meets that peer's n-th receive from this rank, as in NCCL. Inside a

@@ -60,6 +60,9 @@ profiling_aliases! {
     pncclCommDeregister => ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t;
     pncclCommWindowRegister => ncclCommWindowRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, win: *mut ncclWindow_t, winFlags: c_int) -> ncclResult_t;
     pncclCommWindowDeregister => ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t;
+    pncclCommSuspend => ncclCommSuspend(comm: ncclComm_t, flags: c_int) -> ncclResult_t;
+    pncclCommResume => ncclCommResume(comm: ncclComm_t) -> ncclResult_t;
+    pncclCommMemStats => ncclCommMemStats(comm: ncclComm_t, stat: ncclCommMemStat_t, value: *mut u64) -> ncclResult_t;
     pncclRedOpCreatePreMulSum => ncclRedOpCreatePreMulSum(op: *mut ncclRedOp_t, scalar: *mut c_void, datatype: ncclDataType_t, residence: ncclScalarResidence_t, comm: ncclComm_t) -> ncclResult_t;
     pncclRedOpDestroy => ncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) -> ncclResult_t;
     pncclReduce => ncclReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: ncclDataType_t, op: ncclRedOp_t, root: c_int, comm: ncclComm_t, stream: cudaStream_t) -> ncclResult_t;

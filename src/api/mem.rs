@@ -2,7 +2,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::types::{ncclComm_t, ncclResult_t, ncclWindow_t};
+use super::types::{ncclCommMemStat_t, ncclComm_t, ncclResult_t, ncclWindow_t};
 use super::{call, call_grouped, comm_arg, out};
 
 /// Allocates `size` bytes of device memory on the caller's current CUDA device and writes its
@@ -126,6 +126,82 @@ pub extern "C" fn ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) 
         if w.reg != 0 {
             c.deregister(w.reg)?;
         }
+        Ok(())
+    })
+}
+
+/// NCCL_SUSPEND_MEM (nccl.h).
+const SUSPEND_MEM: c_int = 0x01;
+
+/// Suspends the communicator: with `flags` holding NCCL_SUSPEND_MEM, gives its dynamic device
+/// memory back to the driver (its channel buffer of scratch, packets and semaphores: nearly all
+/// it allocated; ncclCommMemStats says how much), keeping the addresses reserved and the
+/// contents in host memory. Other flag bits are ignored and `flags` without NCCL_SUSPEND_MEM does
+/// nothing, as in NCCL (src/mem_manager.cc). Collective: every rank calls it; it waits for every
+/// kernel and copy on the rank's device to end (cuCtxSynchronize, as NCCL's cudaDeviceSynchronize),
+/// then for every rank. Inside a group it runs at the outermost ncclGroupEnd. Until
+/// ncclCommResume, enqueuing work on the communicator fails with ncclInvalidUsage, and
+/// replaying a CUDA graph that holds its work is undefined (the memory is unmapped, as in NCCL);
+/// destroy, abort, split and queries work.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed),
+/// ncclInvalidUsage (already suspended; aborted or revoked), the communicator's asynchronous error
+/// if its work failed, ncclUnhandledCudaError (a driver call failed), ncclSystemError or
+/// ncclRemoteError (a peer was lost in the barriers), ncclInternalError.
+#[no_mangle]
+pub extern "C" fn ncclCommSuspend(comm: ncclComm_t, flags: c_int) -> ncclResult_t {
+    call_grouped("ncclCommSuspend", || {
+        let c = comm_arg(comm)?;
+        c.ready()?;
+        if flags & SUSPEND_MEM == 0 {
+            return Ok(());
+        }
+        let job = crate::comm::window::WindowJob { comm: c, what: crate::comm::window::What::Suspend, out: 0 };
+        crate::launch::group::submit_window(job)
+    })
+}
+
+/// Resumes a communicator ncclCommSuspend suspended: new device memory at the same addresses,
+/// with the contents it had, and the peers' mapped again, so work enqueued before (CUDA graphs
+/// included) and after runs as if nothing happened. Collective: every rank calls it. Inside a
+/// group it runs at the outermost ncclGroupEnd.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed),
+/// ncclInvalidUsage (not suspended; aborted or revoked), the communicator's asynchronous error if
+/// its work failed, ncclUnhandledCudaError (out of device memory, or a driver call failed),
+/// ncclSystemError or ncclRemoteError (a peer was lost in the exchange), ncclInternalError.
+#[no_mangle]
+pub extern "C" fn ncclCommResume(comm: ncclComm_t) -> ncclResult_t {
+    call_grouped("ncclCommResume", || {
+        let c = comm_arg(comm)?;
+        c.ready()?;
+        let job = crate::comm::window::WindowJob { comm: c, what: crate::comm::window::What::Resume, out: 0 };
+        crate::launch::group::submit_window(job)
+    })
+}
+
+/// Writes one memory statistic of the communicator (this rank) to `*value`:
+/// ncclStatGpuMemSuspend (0): device bytes ncclCommSuspend gives back; ncclStatGpuMemSuspended
+/// (1): 1 while suspended, else 0; ncclStatGpuMemPersist (2): device bytes it keeps while
+/// suspended (private buffer, registration table); ncclStatGpuMemTotal (3): the sum of 0 and 2.
+/// The byte counts stay the same while suspended, as in NCCL (src/mem_manager.cc). Buffers of
+/// the application (registered, windows) are not counted. Local; any thread.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `value` NULL;
+/// `stat` not one of the four), ncclInProgress (a nonblocking initialisation has not ended).
+#[no_mangle]
+pub extern "C" fn ncclCommMemStats(comm: ncclComm_t, stat: ncclCommMemStat_t, value: *mut u64) -> ncclResult_t {
+    call("ncclCommMemStats", || {
+        let c = comm_arg(comm)?;
+        let v = out(value, "value")?;
+        let s = c.mem_stats()?;
+        *v = match stat {
+            0 => s.suspendable,
+            1 => s.suspended as u64,
+            2 => s.persistent,
+            3 => s.total(),
+            _ => return Err(crate::error::Error::invalid_argument(format!("ncclCommMemStats: stat {stat} is not an ncclCommMemStat_t value"))),
+        };
         Ok(())
     })
 }

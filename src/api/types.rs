@@ -16,6 +16,8 @@ pub type ncclResultArg_t = c_int;
 pub type ncclDataType_t = c_int;
 /// `ncclRedOp_t` as received: a built-in op below ncclNumOps, or one ncclRedOpCreatePreMulSum made.
 pub type ncclRedOp_t = c_int;
+/// `ncclCommMemStat_t` as received (any int may arrive; ncclCommMemStats validates it).
+pub type ncclCommMemStat_t = c_int;
 /// `ncclScalarResidence_t` as received: ncclScalarDevice (0) or ncclScalarHostImmediate (1).
 pub type ncclScalarResidence_t = c_int;
 

@@ -8,8 +8,11 @@ use crate::device_abi::{DevComm, RegEntry, RegOffer, OX_MAX_BLOCKS, OX_MAX_RANKS
 use crate::error::{Error, Result};
 use crate::gpu::ipc::{self, ImportedBuffer, IPC_HANDLE_BYTES};
 use crate::gpu::context::{can_access, ordinal_by_bus_id};
+use crate::gpu::suspendable::{PeerMapping, SuspendableBuffer};
 use crate::gpu::{Device, DeviceBuffer, HostMapped};
 use crate::bootstrap::topo::PeerInfo;
+use crate::log::Subsys;
+use std::os::fd::OwnedFd;
 
 const ALIGN: u64 = 4096;
 const SEM_BYTES: u64 = (OX_MAX_BLOCKS * OX_MAX_RANKS * 8) as u64;
@@ -72,22 +75,43 @@ const EXPECTED_OFF: u64 = RING_OUT_OFF + (OX_MAX_BLOCKS * 4) as u64;
 const _: () = assert!(RING_OUT_OFF == RING_CHAIN_OFF + 256);
 const PRIVATE_BYTES: u64 = EXPECTED_OFF + SEM_BYTES;
 
+/// How a rank's shared buffer reaches peers of other processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Share {
+    /// Only peers of its own process (its pointer).
+    Pointer,
+    /// A CUDA IPC handle (cuMemAlloc memory: NCCL_CUMEM_ENABLE=0, or cuMem failed).
+    Ipc([u8; IPC_HANDLE_BYTES]),
+    /// A POSIX file descriptor sent over a Unix socket (cuMem memory, which ncclCommSuspend can
+    /// give back and ncclCommResume maps again at the same address).
+    Fd,
+}
+
 /// What a rank publishes about its shared buffer.
 struct Published {
     ptr: u64,
+    /// Bytes of the layout (equal on every rank).
     size: u64,
-    ipc: Option<[u8; IPC_HANDLE_BYTES]>,
+    /// Bytes of the allocation (the layout rounded up to the cuMem granularity).
+    alloc: u64,
+    share: Share,
 }
 
 impl Published {
-    const BYTES: usize = 8 + 8 + 1 + IPC_HANDLE_BYTES;
+    const BYTES: usize = 8 + 8 + 8 + 1 + IPC_HANDLE_BYTES;
 
     fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(Self::BYTES);
         v.extend_from_slice(&self.ptr.to_le_bytes());
         v.extend_from_slice(&self.size.to_le_bytes());
-        v.push(self.ipc.is_some() as u8);
-        v.extend_from_slice(&self.ipc.unwrap_or([0; IPC_HANDLE_BYTES]));
+        v.extend_from_slice(&self.alloc.to_le_bytes());
+        let (kind, h) = match self.share {
+            Share::Pointer => (0u8, [0; IPC_HANDLE_BYTES]),
+            Share::Ipc(h) => (1, h),
+            Share::Fd => (2, [0; IPC_HANDLE_BYTES]),
+        };
+        v.push(kind);
+        v.extend_from_slice(&h);
         v
     }
 
@@ -101,9 +125,106 @@ impl Published {
             u64::from_le_bytes(a)
         };
         let mut h = [0u8; IPC_HANDLE_BYTES];
-        h.copy_from_slice(&b[17..17 + IPC_HANDLE_BYTES]);
-        Ok(Published { ptr: word(0), size: word(8), ipc: (b[16] != 0).then_some(h) })
+        h.copy_from_slice(&b[25..25 + IPC_HANDLE_BYTES]);
+        let share = match b[24] {
+            0 => Share::Pointer,
+            1 => Share::Ipc(h),
+            2 => Share::Fd,
+            k => return Err(Error::internal(format!("channel info with share kind {k}"))),
+        };
+        Ok(Published { ptr: word(0), size: word(8), alloc: word(16), share })
     }
+}
+
+/// This rank's shared buffer.
+enum SharedBuf {
+    /// cuMem memory ncclCommSuspend can give back.
+    Suspendable(SuspendableBuffer),
+    /// cuMemAlloc memory (NCCL_CUMEM_ENABLE=0, or cuMem failed): kept while suspended.
+    Fixed(DeviceBuffer),
+}
+
+impl SharedBuf {
+    fn ptr(&self) -> u64 {
+        match self {
+            SharedBuf::Suspendable(b) => b.ptr,
+            SharedBuf::Fixed(b) => b.ptr,
+        }
+    }
+
+    fn alloc_bytes(&self) -> u64 {
+        match self {
+            SharedBuf::Suspendable(b) => b.size as u64,
+            SharedBuf::Fixed(b) => b.size as u64,
+        }
+    }
+}
+
+/// This rank's mapping of a peer's shared buffer (peers of this process need none).
+enum PeerBuf {
+    /// Kept for its Drop (cuIpcCloseMemHandle).
+    Ipc { _map: ImportedBuffer },
+    Fd { rank: usize, map: PeerMapping },
+}
+
+/// The Unix socket a rank receives its peers' descriptors on, for one exchange (`seq`) of one
+/// communicator (`key`).
+fn socket_name(key: u64, seq: u64, rank: usize) -> String {
+    format!("oxccl-ch-{key:016x}-{seq}-{rank}")
+}
+
+const FD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Sends `mine` to every rank of `to` and receives a descriptor from every rank of `from`.
+/// `listener` is this rank's socket for exchange `seq`, bound before a bootstrap exchange that the
+/// ranks of `from` join before sending (so it exists when they connect).
+fn exchange_fds(listener: &OwnedFd, key: u64, seq: u64, me: usize, mine: Option<&OwnedFd>, to: &[usize], from: &[usize]) -> Result<Vec<(usize, OwnedFd)>> {
+    use crate::reg::uds;
+    use std::os::fd::AsRawFd;
+    let mut sent = Vec::new();
+    if let Some(fd) = mine {
+        for &r in to {
+            let s = uds::connect(&socket_name(key, seq, r), std::time::Duration::from_secs(5))
+                .map_err(|e| Error::system(format!("channel buffers: connecting to rank {r}: {e}")))?;
+            uds::send(&s, &(me as u32).to_le_bytes(), Some(fd.as_raw_fd())).map_err(|e| Error::system(format!("channel buffers: sending to rank {r}: {e}")))?;
+            sent.push(s);
+        }
+    }
+    let mut got: Vec<(usize, OwnedFd)> = Vec::new();
+    let mut pending: Vec<OwnedFd> = Vec::new();
+    let deadline = std::time::Instant::now() + FD_TIMEOUT;
+    while got.len() < from.len() {
+        if std::time::Instant::now() > deadline {
+            let missing: Vec<String> = from.iter().filter(|r| !got.iter().any(|(g, _)| g == *r)).map(|r| r.to_string()).collect();
+            return Err(Error::system(format!("channel buffers: no descriptor from rank(s) {} within {FD_TIMEOUT:?}", missing.join(", "))));
+        }
+        let mut progress = false;
+        if let Some(s) = uds::accept(listener).map_err(|e| Error::io("channel buffers: accept", &e))? {
+            pending.push(s);
+            progress = true;
+        }
+        let mut i = 0;
+        while i < pending.len() {
+            match uds::recv(&pending[i], 16).map_err(|e| Error::io("channel buffers: receive", &e))? {
+                uds::Received::Msg(m, Some(fd)) if m.len() == 4 => {
+                    let r = u32::from_le_bytes([m[0], m[1], m[2], m[3]]) as usize;
+                    if !from.contains(&r) || got.iter().any(|(g, _)| *g == r) {
+                        return Err(Error::system(format!("channel buffers: unexpected descriptor from rank {r}")));
+                    }
+                    got.push((r, fd));
+                    pending.swap_remove(i);
+                    progress = true;
+                }
+                uds::Received::Empty => i += 1,
+                _ => return Err(Error::system("channel buffers: a peer's socket sent something other than one descriptor")),
+            }
+        }
+        if !progress {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+    drop(sent);
+    Ok(got)
 }
 
 /// A rank's MemoryChannels to every peer of a one-host communicator: its shared buffer (LL, LL128
@@ -119,10 +240,17 @@ pub struct MemoryChannels {
     pub reg_table: Arc<crate::reg::Table>,
     /// Each rank's copy-engine direct counters, as mapped here (zeroed at init).
     pub ce_counters: Vec<u64>,
+    /// Names this communicator's descriptor sockets (the bootstrap's instance key).
+    key: u64,
+    me: usize,
+    /// Peers of other processes, to which a resume sends this rank's new descriptor.
+    remote: Vec<usize>,
+    /// Descriptor exchanges so far (the connect's is 0).
+    seq: u64,
     // Drop order matters: unmap peers' memory before freeing ours.
-    _imports: Vec<ImportedBuffer>,
+    _imports: Vec<PeerBuf>,
     _private: DeviceBuffer,
-    _shared: DeviceBuffer,
+    _shared: SharedBuf,
 }
 
 impl MemoryChannels {
@@ -142,20 +270,55 @@ impl MemoryChannels {
             )));
         }
         let layout = SharedLayout::new(scratch, n);
-        let shared = DeviceBuffer::zeroed(dev, layout.total as usize)?;
+        // cuMem memory, so that ncclCommSuspend can give it back and ncclCommResume map it again
+        // where every DevComm and captured graph points (NCCL_CUMEM_ENABLE=0: cuMemAlloc, kept).
+        let shared = if crate::config::env_bool("NCCL_CUMEM_ENABLE", true) {
+            match SuspendableBuffer::zeroed(dev, layout.total as usize) {
+                Ok(b) => SharedBuf::Suspendable(b),
+                Err(e) => {
+                    nccl_info!(Subsys::Alloc, "channel buffers: cuMem allocation of {} bytes failed ({}); using cuMemAlloc, which ncclCommSuspend cannot release", layout.total, e.msg);
+                    SharedBuf::Fixed(DeviceBuffer::zeroed(dev, layout.total as usize)?)
+                }
+            }
+        } else {
+            SharedBuf::Fixed(DeviceBuffer::zeroed(dev, layout.total as usize)?)
+        };
         let private = DeviceBuffer::zeroed(dev, PRIVATE_BYTES as usize)?;
         // LL flags start at 1: a zeroed scratch must never look like a packet of the first call.
         private.fill_u32(FLAGS_OFF as usize, 1, OX_MAX_BLOCKS * OX_MAX_RANKS)?;
 
-        let needs_ipc = peers.iter().any(|p| !p.same_process(&peers[me]));
-        let ipc_handle = if needs_ipc { Some(ipc::export(dev, shared.ptr)?) } else { None };
-        let mine = Published { ptr: shared.ptr, size: layout.total, ipc: ipc_handle };
+        let remote: Vec<usize> = (0..n).filter(|&r| !peers[r].same_process(&peers[me])).collect();
+        let key = bootstrap.instance_key();
+        let my_fd = match &shared {
+            SharedBuf::Suspendable(b) if !remote.is_empty() => b.export(),
+            _ => None,
+        };
+        let share = match (&shared, &my_fd) {
+            _ if remote.is_empty() => Share::Pointer,
+            (_, Some(_)) => Share::Fd,
+            (SharedBuf::Fixed(b), None) => Share::Ipc(ipc::export(dev, b.ptr)?),
+            (SharedBuf::Suspendable(_), None) => return Err(Error::cuda("channel buffers: cuMemExportToShareableHandle failed (set NCCL_CUMEM_ENABLE=0 to share cuMemAlloc memory by CUDA IPC instead)")),
+        };
+        // Bound before the gather, which every peer joins before it sends its descriptor.
+        let listener = if remote.is_empty() {
+            None
+        } else {
+            Some(crate::reg::uds::listen(&socket_name(key, 0, me)).map_err(|e| Error::system(format!("channel buffers: local socket: {e}")))?)
+        };
+        let mine = Published { ptr: shared.ptr(), size: layout.total, alloc: shared.alloc_bytes(), share };
         let all = bootstrap.all_gather(&mine.encode())?;
+        let published = all.iter().map(|b| Published::decode(b)).collect::<Result<Vec<_>>>()?;
+        let mut fds = match &listener {
+            Some(l) => {
+                let from: Vec<usize> = remote.iter().copied().filter(|&r| published[r].share == Share::Fd).collect();
+                exchange_fds(l, key, 0, me, my_fd.as_ref(), &remote, &from)?
+            }
+            None => Vec::new(),
+        };
 
         let mut imports = Vec::new();
         let mut bases = [0u64; OX_MAX_RANKS];
-        for (r, blob) in all.iter().enumerate() {
-            let p = Published::decode(blob)?;
+        for (r, p) in published.iter().enumerate() {
             if p.size != layout.total {
                 return Err(Error::internal(format!(
                     "rank {r} sized its channel buffers {} bytes, this rank {} (different OXCCL_* tuning?)",
@@ -163,7 +326,7 @@ impl MemoryChannels {
                 )));
             }
             bases[r] = if r == me {
-                shared.ptr
+                shared.ptr()
             } else if peers[r].same_process(&peers[me]) {
                 check_p2p(dev, peers[r].device)?;
                 dev.enable_peer_access(Device::get(peers[r].device)?)?;
@@ -172,11 +335,23 @@ impl MemoryChannels {
                 if let Some(ordinal) = ordinal_by_bus_id(&peers[r].bus_id_str()) {
                     check_p2p(dev, ordinal)?;
                 }
-                let h = p.ipc.ok_or_else(|| Error::internal(format!("rank {r} published no IPC handle")))?;
-                let imp = ImportedBuffer::open(dev, &h).map_err(|e| e.context(format!("mapping rank {r}'s buffers")))?;
-                let base = imp.ptr;
-                imports.push(imp);
-                base
+                match p.share {
+                    Share::Ipc(h) => {
+                        let imp = ImportedBuffer::open(dev, &h).map_err(|e| e.context(format!("mapping rank {r}'s buffers")))?;
+                        let base = imp.ptr;
+                        imports.push(PeerBuf::Ipc { _map: imp });
+                        base
+                    }
+                    Share::Fd => {
+                        let i = fds.iter().position(|(g, _)| *g == r).ok_or_else(|| Error::internal(format!("no descriptor from rank {r}")))?;
+                        let (_, fd) = fds.swap_remove(i);
+                        let map = PeerMapping::map(dev, &fd, p.alloc as usize).map_err(|e| e.context(format!("mapping rank {r}'s buffers")))?;
+                        let base = map.ptr;
+                        imports.push(PeerBuf::Fd { rank: r, map });
+                        base
+                    }
+                    Share::Pointer => return Err(Error::internal(format!("rank {r} of another process shared no handle"))),
+                }
             };
         }
 
@@ -218,12 +393,84 @@ impl MemoryChannels {
         Ok(MemoryChannels {
             ce_counters: bases.iter().take(n).map(|b| b + layout.ce_off).collect(),
             dev_comm: private.ptr + DEVCOMM_OFF,
-            device_bytes: layout.total + PRIVATE_BYTES,
+            device_bytes: shared.alloc_bytes() + PRIVATE_BYTES,
             reg_table,
+            key,
+            me,
+            remote,
+            seq: 0,
             _imports: imports,
             _private: private,
             _shared: shared,
         })
+    }
+
+    /// Device bytes ncclCommSuspend gives back (the shared buffer, where it is cuMem memory).
+    pub fn suspendable_bytes(&self) -> u64 {
+        match &self._shared {
+            SharedBuf::Suspendable(b) => b.size as u64,
+            SharedBuf::Fixed(_) => 0,
+        }
+    }
+
+    /// Device bytes kept while suspended: the private buffer, the registration table, and the
+    /// shared buffer where it is cuMemAlloc memory.
+    pub fn persistent_bytes(&self) -> u64 {
+        let fixed = match &self._shared {
+            SharedBuf::Suspendable(_) => 0,
+            SharedBuf::Fixed(b) => b.size as u64,
+        };
+        PRIVATE_BYTES + fixed + self.reg_table.device_bytes()
+    }
+
+    /// Gives back the shared buffer's memory: unmaps the peers' buffers mapped here, then saves
+    /// this rank's contents to host memory and releases its memory. Every rank calls it together,
+    /// once no kernel or copy of the communicator runs on any of them (ncclCommSuspend's barrier).
+    pub fn suspend(&mut self) -> Result<()> {
+        for imp in &mut self._imports {
+            if let PeerBuf::Fd { map, .. } = imp {
+                map.unmap()?;
+            }
+        }
+        if let SharedBuf::Suspendable(b) = &mut self._shared {
+            b.suspend()?;
+        }
+        Ok(())
+    }
+
+    /// Undoes `suspend` at the same addresses, first half: new memory for this rank's shared
+    /// buffer, with its saved contents, and the socket the peers' new descriptors arrive on
+    /// (None: no peer of another process). Every rank then passes a bootstrap barrier before
+    /// `resume_peers`, so every socket exists before any descriptor travels.
+    pub fn resume_local(&mut self) -> Result<Option<OwnedFd>> {
+        if let SharedBuf::Suspendable(b) = &mut self._shared {
+            b.resume()?;
+        }
+        self.seq += 1;
+        if self.remote.is_empty() {
+            return Ok(None);
+        }
+        let l = crate::reg::uds::listen(&socket_name(self.key, self.seq, self.me)).map_err(|e| Error::system(format!("channel buffers: local socket: {e}")))?;
+        Ok(Some(l))
+    }
+
+    /// Second half: sends this rank's new descriptor to its peers of other processes and maps
+    /// theirs where their buffers were mapped before.
+    pub fn resume_peers(&mut self, listener: Option<OwnedFd>) -> Result<()> {
+        let Some(listener) = listener else { return Ok(()) };
+        let mine = match &self._shared {
+            SharedBuf::Suspendable(b) => Some(b.export().ok_or_else(|| Error::cuda("channel buffers: cuMemExportToShareableHandle failed on resume"))?),
+            SharedBuf::Fixed(_) => None,
+        };
+        let from: Vec<usize> = self._imports.iter().filter_map(|i| if let PeerBuf::Fd { rank, .. } = i { Some(*rank) } else { None }).collect();
+        let fds = exchange_fds(&listener, self.key, self.seq, self.me, mine.as_ref(), &self.remote, &from)?;
+        for imp in &mut self._imports {
+            if let PeerBuf::Fd { rank, map } = imp {
+                let fd = fds.iter().find(|(r, _)| r == rank).map(|(_, f)| f).ok_or_else(|| Error::internal(format!("no descriptor from rank {rank} on resume")))?;
+                map.remap(fd).map_err(|e| e.context(format!("mapping rank {rank}'s buffers again")))?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -231,8 +478,17 @@ impl MemoryChannels {
     /// Its allocations, for the communicator's teardown: this rank's mappings of its peers'
     /// buffers, its private buffer (only its own kernels touch it) and its shared buffer (which
     /// the peers' kernels write: freed only once they released it, src/comm/reaper.rs).
-    pub fn into_parts(self) -> (Vec<ImportedBuffer>, DeviceBuffer, DeviceBuffer) {
-        (self._imports, self._private, self._shared)
+    pub fn into_parts(self) -> (Box<dyn Send>, DeviceBuffer, Box<dyn Send>) {
+        let shared: Box<dyn Send> = match self._shared {
+            SharedBuf::Suspendable(b) => Box::new(b),
+            SharedBuf::Fixed(b) => Box::new(b),
+        };
+        (Box::new(self._imports), self._private, shared)
+    }
+
+    /// Bytes of this rank's shared buffer (for teardown's log line).
+    pub fn shared_bytes(&self) -> u64 {
+        self._shared.alloc_bytes()
     }
 }
 
@@ -254,12 +510,15 @@ mod tests {
 
     #[test]
     fn published_round_trips() {
-        let p = Published { ptr: 0x7f00_0000_1000, size: 123 << 20, ipc: Some([7; IPC_HANDLE_BYTES]) };
-        let q = Published::decode(&p.encode()).expect("decodes");
-        assert_eq!((q.ptr, q.size, q.ipc), (p.ptr, p.size, p.ipc));
-        let none = Published { ptr: 1, size: 2, ipc: None };
-        assert!(Published::decode(&none.encode()).expect("decodes").ipc.is_none());
+        for share in [Share::Pointer, Share::Ipc([7; IPC_HANDLE_BYTES]), Share::Fd] {
+            let p = Published { ptr: 0x7f00_0000_1000, size: 123 << 20, alloc: 124 << 20, share };
+            let q = Published::decode(&p.encode()).expect("decodes");
+            assert_eq!((q.ptr, q.size, q.alloc, q.share), (p.ptr, p.size, p.alloc, p.share));
+        }
         assert!(Published::decode(&[0; 3]).is_err());
+        let mut bad = Published { ptr: 1, size: 2, alloc: 3, share: Share::Fd }.encode();
+        bad[24] = 9;
+        assert!(Published::decode(&bad).is_err(), "an unknown share kind is refused");
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod registry;
 pub mod rma;
 mod teardown;
 pub mod split;
+mod suspend;
 pub mod task;
 pub mod view;
 mod watchdog;
@@ -69,6 +70,9 @@ pub struct Comm {
     /// ncclCommRevoke (or a shrink with NCCL_SHRINK_ABORT): kernels were told to stop; only
     /// destroy, abort, split and shrink remain allowed.
     revoked: AtomicBool,
+    /// ncclCommSuspend with NCCL_SUSPEND_MEM took effect and no ncclCommResume since: no work may
+    /// be enqueued (src/comm/suspend.rs).
+    suspended: AtomicBool,
     /// OXCCL_CHECK: this rank's collective count, the sequence number ranks agree on.
     check_seq: AtomicU64,
     /// Ops made by ncclRedOpCreatePreMulSum, indexed by the low 16 bits of their handle.
@@ -260,6 +264,7 @@ impl Comm {
             finalized: AtomicBool::new(false),
             aborted: AtomicBool::new(false),
             revoked: AtomicBool::new(false),
+            suspended: AtomicBool::new(false),
             check_seq: AtomicU64::new(0),
             user_ops: Mutex::new(Vec::new()),
             op_tag: (topo::process_token() as u32 ^ NEXT_TAG.fetch_add(1, Ordering::Relaxed)) & OP_TAG_MASK,
@@ -451,6 +456,16 @@ impl Comm {
 
     /// Why no more work may be enqueued, if so.
     pub fn check_usable(&self) -> Result<()> {
+        self.check_live()?;
+        if self.suspended.load(Ordering::Acquire) {
+            return Err(Error::invalid_usage("communicator is suspended (ncclCommSuspend): ncclCommResume it before enqueuing work"));
+        }
+        Ok(())
+    }
+
+    /// Why the communicator can take no call but destroy, abort, split and shrink, if so: its
+    /// work failed or it was aborted or revoked.
+    pub fn check_live(&self) -> Result<()> {
         match self.async_state() {
             ResultCode::Success => {}
             ResultCode::InProgress => {

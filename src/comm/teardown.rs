@@ -384,6 +384,7 @@ impl Ready {
         self.reg.close(true);
         drop(self.ce.take());
         let Some(ch) = self.channels.get_mut().take() else { return };
+        let shared_bytes = ch.shared_bytes();
         let (imports, private, shared) = ch.into_parts();
         drop(imports);
         drop(private);
@@ -400,11 +401,11 @@ impl Ready {
             waiting.push(crate::comm::reaper::Waiter::Remote { rank: p, token: peer.process, visible: peer.network == me.network });
         }
         let held = crate::comm::reaper::Held {
-            what: format!("comm rank {rank}'s channel buffer ({:.1} MiB)", shared.size as f64 / (1 << 20) as f64),
+            what: format!("comm rank {rank}'s channel buffer ({:.1} MiB)", shared_bytes as f64 / (1 << 20) as f64),
             key: self.key,
             waiting,
             bootstrap: Some(self.bootstrap.clone()),
-            hold: Box::new(crate::gpu::UnlessReset::new(self.dev, Box::new(shared))),
+            hold: Box::new(crate::gpu::UnlessReset::new(self.dev, shared)),
         };
         crate::comm::reaper::retire(self.key, rank, self.process_ranks, Some(held));
     }

@@ -317,10 +317,14 @@ pub enum What {
     },
     /// ncclDevCommCreate.
     DevComm(Box<crate::comm::devcomm::Request>),
+    /// ncclCommSuspend with NCCL_SUSPEND_MEM (src/comm/suspend.rs).
+    Suspend,
+    /// ncclCommResume.
+    Resume,
 }
 
-/// A deferred (or immediate) window registration or device communicator creation: collective,
-/// run in call order per communicator.
+/// A deferred (or immediate) window registration, device communicator creation, suspend or
+/// resume: collective, run in call order per communicator.
 pub struct WindowJob {
     /// The communicator it registers with.
     pub comm: Arc<Comm>,
@@ -340,10 +344,17 @@ impl WindowJob {
     /// where the communicator is not initialised or not usable, or the registration fails.
     pub fn run(self) -> Result<()> {
         let r = self.comm.ready()?;
+        match self.what {
+            // Suspend and resume check the state themselves (a suspended communicator resumes).
+            What::Suspend => return self.comm.suspend_memory(),
+            What::Resume => return self.comm.resume_memory(),
+            _ => {}
+        }
         self.comm.check_usable()?;
         match self.what {
             What::Register { base, size, flags } => register(&self.comm, r, base, size, flags, self.out),
             What::DevComm(req) => crate::comm::devcomm::create(&self.comm, r, &req, self.out),
+            What::Suspend | What::Resume => Ok(()),
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod ipc;
 pub mod memory;
 pub mod module;
 pub mod stream;
+pub mod suspendable;
 pub mod vmm;
 
 pub use context::{current_device, CtxGuard, Device, UnlessReset};

@@ -1,11 +1,11 @@
 //! The registering side: which allocation holds a buffer, and how a peer may map it.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use super::wire::Kind;
 use crate::error::{Error, Result};
 use crate::gpu::ipc::{self, IPC_HANDLE_BYTES};
-use crate::gpu::{check, cu, CtxGuard, Device};
+use crate::gpu::{cu, CtxGuard, Device};
 use crate::gpu::vmm::{location, map_handle, unmap_handle};
 
 /// The allocation holding a registered buffer.
@@ -57,34 +57,7 @@ pub fn describe(dev: &'static Device, ptr: u64, size: u64) -> Result<Option<Allo
     Ok(Some(Alloc { base, size: asize, ipc: [0; IPC_HANDLE_BYTES], legacy: false, fd: Some(fd) }))
 }
 
-/// A POSIX file descriptor for cuMem allocation `h`, or None if it has no such handle type.
-pub fn export_fd(h: cu::CUmemGenericAllocationHandle) -> Option<OwnedFd> {
-    let mut fd: RawFd = -1;
-    // SAFETY: out-pointer to an int, as POSIX_FILE_DESCRIPTOR handles are.
-    let rc = unsafe {
-        cu::cuMemExportToShareableHandle((&mut fd as *mut RawFd).cast(), h, cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
-    };
-    // SAFETY: on success the driver returned a fresh descriptor, now owned here.
-    (rc == cu::CUresult::CUDA_SUCCESS && fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// The cuMem allocation a peer's POSIX file descriptor stands for (a new reference, the caller's
-/// to release).
-pub fn import_fd(fd: &OwnedFd) -> Result<cu::CUmemGenericAllocationHandle> {
-    let mut handle: cu::CUmemGenericAllocationHandle = 0;
-    // SAFETY: a POSIX-FD handle is passed as the descriptor's value cast to a pointer.
-    check(
-        unsafe {
-            cu::cuMemImportFromShareableHandle(
-                &mut handle,
-                fd.as_raw_fd() as usize as *mut std::ffi::c_void,
-                cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-            )
-        },
-        "cuMemImportFromShareableHandle",
-    )?;
-    Ok(handle)
-}
+pub use crate::gpu::suspendable::{export_fd, import_fd};
 
 impl Alloc {
     /// How a peer on GPU `peer_device` maps it: the message kind and the descriptor to send.

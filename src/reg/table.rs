@@ -49,6 +49,13 @@ impl Table {
         }
     }
 
+    /// Bytes of device memory it holds (0 in host memory).
+    pub fn device_bytes(&self) -> u64 {
+        match self {
+            Table::Host(_) => 0,
+            Table::Device { buf, .. } => buf.size as u64,
+        }
+    }
 }
 
 impl super::import::Sink for Table {
