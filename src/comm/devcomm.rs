@@ -189,7 +189,7 @@ pub fn create(comm: &Comm, r: &Ready, req: &Request, out: usize) -> Result<()> {
             let w = sm.alloc_window(&r.bootstrap, lay.total)?;
             let own = w.local(sm.lsa_rank());
             dc.resourceWindow = w.vidmem.ptr;
-            dc.resourceWindow_inlined = w.desc;
+            dc.resourceWindow_inlined = w.desc.v22902();
             dc.ginSignalShadows = own + lay.shadows;
             let size = lay.total.div_ceil(sm.granularity()) * sm.granularity();
             Ok((dc, Some((Window { base: own, size, flags: 0, reg: 0 }, w))))
