@@ -1,6 +1,8 @@
-//! The host side of NCCL 2.28's device API (nccl_device/*.h): device communicators over symmetric
-//! memory (src/devcomm.rs, src/symmem), teams, and the requirement helpers. The structs cross
-//! as NCCL lays them out (symmem::abi).
+//! The host side of NCCL's device API (nccl_device/*.h), for kernels compiled against NCCL
+//! 2.28.9's headers and against the versioned ones of 2.29.2-2.32.3: device communicators over
+//! symmetric memory (comm::devcomm, src/symmem), communicator properties, teams, window
+//! queries, the requirement helpers, and NCCL 2.32's CFT queries as they answer without CFT.
+//! The structs cross as NCCL lays them out (symmem::abi, symmem::abi232).
 
 use std::ffi::{c_int, c_void};
 
@@ -10,7 +12,9 @@ use super::{call, call_grouped, comm_arg, out};
 use crate::comm::window::WindowView;
 use crate::error::{Error, Result};
 use std::sync::Arc;
-use crate::symmem::abi::{ncclDevComm, ncclDevCommRequirements, ncclDevResourceRequirements, ncclGinBarrierHandle, ncclLLA2AHandle, ncclLsaBarrierHandle, GIN_MAX_CONTEXTS};
+use crate::comm::devcomm;
+use crate::symmem::abi::{ncclDevCommRequirements, ncclDevResourceRequirements, ncclGinBarrierHandle, ncclLLA2AHandle, ncclLsaBarrierHandle, GIN_MAX_CONTEXTS};
+use crate::symmem::abi232::ncclDevCommRequirements_v23203;
 
 /// (rank, nranks, LSA team size, this rank's index in it), or None for a bad or unready handle.
 fn teams_of(c: ncclComm_t) -> Option<(c_int, c_int, c_int, c_int)> {
@@ -20,33 +24,92 @@ fn teams_of(c: ncclComm_t) -> Option<(c_int, c_int, c_int, c_int)> {
     Some((c.rank as c_int, c.nranks as c_int, size as c_int, me as c_int))
 }
 
-/// Creates a device communicator (collective; deferred to ncclGroupEnd in a group).
+/// Creates a device communicator: fills `*outDevComm` (an `ncclDevComm` of the caller's headers)
+/// with what its kernels need to reach the LSA team's memory, and allocates the buffers `reqs`
+/// asks for in a symmetric resource window. Collective over the communicator; inside a group it
+/// runs at the outermost ncclGroupEnd, which returns its error. `outDevComm` and the
+/// requirements' output pointers must stay valid until then.
+///
+/// `reqs` may come from any header oxccl serves, told apart by its first 16 bytes
+/// (devcomm::classify): NCCL 2.28.9's unversioned struct (its `ncclDevComm`, 200 bytes), or a
+/// versioned one from NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER (2.29.2-2.29.3, 2.29.5-2.29.7,
+/// 2.30.x, 2.31.0-2.32.3: NCCL 2.32.3's compat table), whose `ncclDevComm` is written in that
+/// version's layout (devcomm::versions); a versioned struct is read up to its `size`.
+///
+/// Returns ncclSuccess, or:
+/// - ncclInvalidArgument: `comm` NULL, unknown or destroyed; `reqs` or `outDevComm` NULL; a
+///   negative count; multicast memory asked for (`lsaMultimem`, a team's `multimem`: NVLS is
+///   off); for versioned callers, CFT capabilities (`cftCaps`), GIN resources (signals,
+///   counters, `barrierCount`, rail or world GIN barriers) or GIN itself (`ginConnectionType`,
+///   `ginForceEnable`), as NCCL 2.32.3 answers on a machine without GIN and CFT;
+/// - ncclInvalidUsage: a versioned struct not from NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER (bad
+///   `magic`), a `version` newer than 2.32.3 ("NCCL library is too old", unless
+///   NCCL_ENABLE_VERSION_CHECK=0) or one no compat entry serves; a 2.29 caller asking for GIN
+///   (NCCL's "compiled with too old version"); a 2.28.9 caller asking for GIN; a communicator
+///   without symmetric memory (several hosts, NCCL_WIN_ENABLE=0 or NCCL_CUMEM_ENABLE=0);
+/// - the errors of the collective allocation and mapping (ncclUnhandledCudaError,
+///   ncclSystemError, ncclRemoteError).
+///
+/// NCCL_DEV_API_JIT=1, or `useRuntimeVersion` from 2.31 headers, writes NCCL 2.32.3's layout
+/// with version 2.32.3, as NCCL does (src/dev_runtime.cc, 2.30.7; 2.32.3's library).
 #[no_mangle]
 pub extern "C" fn ncclDevCommCreate(comm: ncclComm_t, reqs: *const c_void, outDevComm: *mut c_void) -> ncclResult_t {
     call_grouped("ncclDevCommCreate", || {
         let c = comm_arg(comm)?;
-        if reqs.is_null() || outDevComm.is_null() {
-            return Err(crate::error::Error::invalid_argument("ncclDevCommCreate: reqs and outDevComm must not be NULL"));
+        if reqs.is_null() {
+            return Err(Error::invalid_argument("ncclDevCommCreate : reqs argument is NULL"));
         }
-        // SAFETY: a non-NULL ncclDevCommRequirements* from the caller, read once here.
-        let req = unsafe { crate::comm::devcomm::Request::copy(&*(reqs as *const ncclDevCommRequirements)) }?;
-        crate::comm::devcomm::check_supported(c.ready()?)?;
+        if outDevComm.is_null() {
+            return Err(Error::invalid_argument("ncclDevCommCreate : outDevComm argument is NULL"));
+        }
+        // SAFETY: every requirements struct oxccl serves is at least 16 bytes.
+        let head = unsafe { std::ptr::read_unaligned(reqs as *const [u8; 16]) };
+        let req = match devcomm::classify(head) {
+            // SAFETY: a non-NULL 2.28.9 ncclDevCommRequirements* from the caller.
+            devcomm::Header::V22809 => unsafe { devcomm::Request::copy(&*(reqs as *const ncclDevCommRequirements)) }?,
+            devcomm::Header::BadMagic => {
+                return Err(Error::invalid_usage(
+                    "Cannot create device communicator: ncclDevCommRequirements_t argument must be initialized via NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER",
+                ))
+            }
+            devcomm::Header::Versioned => {
+                let mut raw = ncclDevCommRequirements_v23203::initializer();
+                let size = usize::from_le_bytes(head[..8].try_into().unwrap_or_default());
+                let n = size.clamp(16, std::mem::size_of::<ncclDevCommRequirements_v23203>());
+                // SAFETY: the caller's struct holds `size` bytes (at least the 16 read above);
+                // raw is plain data whose bool-like fields are u8, so any bytes are valid.
+                unsafe { std::ptr::copy_nonoverlapping(reqs as *const u8, (&mut raw as *mut ncclDevCommRequirements_v23203).cast::<u8>(), n) };
+                let jit = crate::config::env_i64("NCCL_DEV_API_JIT", 0) == 1;
+                // SAFETY: the caller's lists, readable for the call.
+                unsafe { devcomm::Request::copy_versioned(&raw, jit) }?
+            }
+        };
+        devcomm::check_supported(c.ready()?)?;
         let job = crate::comm::window::WindowJob { comm: c, what: crate::comm::window::What::DevComm(Box::new(req)), out: outDevComm as usize };
         crate::launch::group::submit_window(job)
     })
 }
 
-/// Frees a device communicator's buffers (local).
+/// Frees a device communicator's resource window (local, as in NCCL). `devComm` may be of any
+/// layout ncclDevCommCreate writes; as NCCL 2.32.3's ncclDevCommDestroy, one starting with
+/// NCCL_API_MAGIC is versioned (2.30+) and its `version` is checked, any other is 2.28-2.29's.
+///
+/// Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `devComm`
+/// NULL), ncclInvalidUsage (a versioned `devComm` whose version oxccl does not serve; a resource
+/// window this communicator does not hold, e.g. destroyed twice).
 #[no_mangle]
 pub extern "C" fn ncclDevCommDestroy(comm: ncclComm_t, devComm: *const c_void) -> ncclResult_t {
     call("ncclDevCommDestroy", || {
         let c = comm_arg(comm)?;
         if devComm.is_null() {
-            return Err(crate::error::Error::invalid_argument("ncclDevCommDestroy: devComm is NULL"));
+            return Err(Error::invalid_argument("ncclDevCommDestroy : devComm argument is NULL"));
         }
-        // SAFETY: a non-NULL ncclDevComm* from the caller; read unaligned, as a copy.
-        let dc = unsafe { std::ptr::read_unaligned(devComm as *const ncclDevComm) };
-        crate::comm::devcomm::destroy(&c, &dc)
+        // SAFETY: a non-NULL ncclDevComm* from the caller: every layout holds these 8 bytes.
+        let head = unsafe { std::ptr::read_unaligned(devComm as *const [u32; 2]) };
+        let at = devcomm::versions::resource_window_offset(head[0], head[1])?;
+        // SAFETY: the resource window lies inside every layout (offset 32 or 40 of 200+ bytes).
+        let rw = unsafe { std::ptr::read_unaligned((devComm as *const u8).add(at) as *const u64) };
+        devcomm::destroy(&c, rw)
     })
 }
 
