@@ -113,6 +113,55 @@ pub extern "C" fn ncclDevCommDestroy(comm: ncclComm_t, devComm: *const c_void) -
     })
 }
 
+/// Writes what `comm` offers the device API into `*props`, an `ncclCommProperties_t` from
+/// NCCL_COMM_PROPERTIES_INITIALIZER of any header oxccl serves (2.29.2-2.32.3), as NCCL 2.32.3's
+/// ncclCommQueryProperties (src/dev_runtime.cc in 2.30.7; 2.32.3's library): the fields its
+/// `version` has, never past its `size`:
+/// - rank, nRanks, cudaDev, nvmlDev (NVML's index: the GPU's place in PCI bus order);
+/// - deviceApiSupport: the communicator has symmetric memory (one host, NCCL_WIN_ENABLE and
+///   NCCL_CUMEM_ENABLE on); for 2.29 callers only where one LSA team spans the communicator;
+/// - multimemSupport false (NVLS is off); ginType, railedGinType NCCL_GIN_TYPE_NONE;
+///   ginConnectionType NCCL_GIN_CONNECTION_NONE; ginSupport all false (no GIN);
+/// - nLsaTeams: ranks / LSA team size; hostRmaSupport: symmetric memory and numRmaCtx > 0
+///   (ncclPutSignal and friends work);
+/// - commHash: the key all ranks of the communicator share (Ready::key);
+/// - ginMinStride: consecutive ranks per host (NCCL's contiguousRanksPerHost, INT_MAX where hosts
+///   differ), NCCL's value without full GIN connectivity;
+/// - devCommRuntimeVersionSize: 248, sizeof NCCL 2.32.3's ncclDevComm;
+/// - cftSupport, cftMulticastSupport, cftCountedSupport false (no CFT).
+///
+/// Any thread; no GPU work. Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown,
+/// destroyed or still initialising; `props` NULL), ncclInvalidUsage (`magic` is not
+/// NCCL_API_MAGIC: not from the initializer; a `version` newer than 2.32.3 or one oxccl does not
+/// serve, with NCCL's WARN), or the communicator's asynchronous error.
+#[no_mangle]
+pub extern "C" fn ncclCommQueryProperties(comm: ncclComm_t, props: *mut c_void) -> ncclResult_t {
+    call("ncclCommQueryProperties", || {
+        let c = comm_arg(comm)?;
+        if props.is_null() {
+            return Err(Error::invalid_argument("ncclCommQueryProperties : props argument is NULL"));
+        }
+        crate::comm::grow::ensure_ready(&c)?;
+        // SAFETY: every ncclCommProperties_t starts with size, magic and version (16 bytes).
+        let head = unsafe { std::ptr::read_unaligned(props as *const [u8; 16]) };
+        let size = usize::from_le_bytes(head[..8].try_into().unwrap_or_default());
+        let magic = u32::from_le_bytes(head[8..12].try_into().unwrap_or_default());
+        let version = i32::from_le_bytes(head[12..16].try_into().unwrap_or_default());
+        if magic != crate::symmem::abi232::NCCL_API_MAGIC {
+            return Err(Error::invalid_usage(
+                "Cannot get communicator properties: ncclCommProperties_t argument must be initialized via NCCL_COMM_PROPERTIES_INITIALIZER",
+            ));
+        }
+        let abi = devcomm::versions::compat(version)?;
+        let p = devcomm::props::Properties::of(&c, c.ready()?);
+        let len = size.min(std::mem::size_of::<crate::symmem::abi232::ncclCommProperties_v23203>());
+        // SAFETY: the caller's struct holds `size` bytes; only the first `len` are written.
+        let dst = unsafe { std::slice::from_raw_parts_mut(props as *mut u8, len) };
+        devcomm::props::write(&p, version, abi, dst);
+        Ok(())
+    })
+}
+
 /// All ranks of the communicator.
 #[no_mangle]
 pub extern "C" fn ncclTeamWorld(comm: ncclComm_t) -> ncclTeam_t {
@@ -137,6 +186,30 @@ pub extern "C" fn ncclTeamLsa(comm: ncclComm_t) -> ncclTeam_t {
 pub extern "C" fn ncclTeamRail(comm: ncclComm_t) -> ncclTeam_t {
     match std::panic::catch_unwind(|| teams_of(comm)).ok().flatten() {
         Some((rank, n, size, _)) => ncclTeam_t { nRanks: n / size, rank: rank / size, stride: size },
+        None => ncclTeam_t { nRanks: 0, rank: 0, stride: 0 },
+    }
+}
+
+/// The flat or hierarchical CFT team (`mode`, an ncclCftTeamMode_t), as NCCL 2.32.3's
+/// ncclTeamCft answers where CFT is unavailable (oxccl has none): the flat team is this rank
+/// alone {1, 0, 1}; NCCL_CFT_TEAM_HIER_MULTIMEM gives {1, 0, 1}; NCCL_CFT_TEAM_HIER_LSA gives
+/// {1 / L, 0, L} for an LSA team of L ranks (C's division: {0, 0, L} above one); any other mode
+/// {0, 0, 0}. {0, 0, 0} too for a NULL, unknown or uninitialised `comm` (NCCL returns it when its
+/// device-runtime init fails). Any thread.
+#[no_mangle]
+pub extern "C" fn ncclTeamCft(comm: ncclComm_t, mode: c_int) -> ncclTeam_t {
+    match std::panic::catch_unwind(|| teams_of(comm)).ok().flatten() {
+        Some((_, _, size, _)) => devcomm::cft::team(mode, size),
+        None => ncclTeam_t { nRanks: 0, rank: 0, stride: 0 },
+    }
+}
+
+/// The CFT multimem team, as NCCL 2.32.3's ncclTeamCftMultimem answers without CFT: this rank
+/// alone, {1, 0, 1}; {0, 0, 0} for a NULL, unknown or uninitialised `comm`. Any thread.
+#[no_mangle]
+pub extern "C" fn ncclTeamCftMultimem(comm: ncclComm_t) -> ncclTeam_t {
+    match std::panic::catch_unwind(|| teams_of(comm)).ok().flatten() {
+        Some(_) => devcomm::cft::multimem_team(),
         None => ncclTeam_t { nRanks: 0, rank: 0, stride: 0 },
     }
 }
@@ -370,6 +443,53 @@ pub extern "C" fn ncclGetMultimemDevicePointer(window: ncclWindow_t, offset: usi
     })
 }
 
+/// The checks every CFT logical-endpoint query makes, in NCCL 2.32.3's order: `window`, `leId`,
+/// `leOffset` non-NULL (ncclInvalidArgument, "`name` : `arg` argument is NULL"), `window` a
+/// registered window (ncclInvalidArgument), then its answer without CFT (devcomm::cft::le_info).
+fn le_query(name: &str, window: ncclWindow_t, le_id: *mut u32, le_offset: *mut usize) -> Result<()> {
+    for (null, arg) in [(window.is_null(), "window"), (le_id.is_null(), "leId"), (le_offset.is_null(), "leOffset")] {
+        if null {
+            return Err(Error::invalid_argument(format!("{name} : {arg} argument is NULL")));
+        }
+    }
+    let (_, v) = window_of(window)?;
+    devcomm::cft::le_info(v.flags).map(|_| ())
+}
+
+/// The CFT logical endpoint and offset of byte `offset` of `window` in the CFT multicast
+/// object, as NCCL 2.32.3's ncclGetMultimemDeviceLeInfo answers where CFT is unavailable (oxccl
+/// has none): it always fails and writes nothing. Any thread.
+///
+/// Returns ncclInvalidArgument (`window`, `leId` or `leOffset` NULL; `window` not a registered
+/// window; otherwise, "Using CFT query function without CFT support in the communicator."), or
+/// ncclInvalidUsage for a window registered NCCL_WIN_GIN_ONLY ("CFT access is disabled because
+/// the window was not registered for CFT.").
+#[no_mangle]
+pub extern "C" fn ncclGetMultimemDeviceLeInfo(window: ncclWindow_t, offset: usize, leId: *mut u32, leOffset: *mut usize) -> ncclResult_t {
+    let _ = offset;
+    call("ncclGetMultimemDeviceLeInfo", || le_query("ncclGetMultimemDeviceLeInfo", window, leId, leOffset))
+}
+
+/// The CFT logical endpoint and offset of byte `offset` of CFT peer `peerCft`'s copy of `window`
+/// (`cftTeam`: the team `peerCft` counts in), as NCCL 2.32.3's ncclGetCftDeviceLeInfo answers
+/// without CFT: it always fails, as ncclGetMultimemDeviceLeInfo does (same codes, same order of
+/// checks), and writes nothing. Any thread.
+#[no_mangle]
+pub extern "C" fn ncclGetCftDeviceLeInfo(window: ncclWindow_t, offset: usize, peerCft: c_int, cftTeam: ncclTeam_t, leId: *mut u32, leOffset: *mut usize) -> ncclResult_t {
+    let _ = (offset, peerCft, cftTeam);
+    call("ncclGetCftDeviceLeInfo", || le_query("ncclGetCftDeviceLeInfo", window, leId, leOffset))
+}
+
+/// The CFT logical endpoint and offset of byte `offset` of world rank `peerWorld`'s copy of
+/// `window`, as NCCL 2.32.3's ncclGetPeerDeviceLeInfo answers without CFT: it always fails, as
+/// ncclGetMultimemDeviceLeInfo does (same codes, same order of checks; NCCL checks the peer only
+/// with CFT), and writes nothing. Any thread.
+#[no_mangle]
+pub extern "C" fn ncclGetPeerDeviceLeInfo(window: ncclWindow_t, offset: usize, peerWorld: c_int, leId: *mut u32, leOffset: *mut usize) -> ncclResult_t {
+    let _ = (offset, peerWorld);
+    call("ncclGetPeerDeviceLeInfo", || le_query("ncclGetPeerDeviceLeInfo", window, leId, leOffset))
+}
+
 /// Stores in `*outUserPtr` the buffer `win` was registered with on this rank (ncclCommWindowRegister's
 /// `buff`), as NCCL's ncclWinGetUserPtr (NCCL 2.29 dev_runtime.cc). Local; any thread.
 ///
@@ -571,5 +691,113 @@ mod tests {
         assert_eq!(ncclGinInboxA2ACreateRequirement(team, 4, 12, &mut h, r.as_mut_ptr().cast()), crate::error::ResultCode::Success);
         assert_eq!((h.size_log2, h.nPeers_rcp32), (12, 0x5555_5555));
         assert_eq!(ncclGinOutboxCreateRequirement(4, 12, std::ptr::null_mut(), r.as_mut_ptr().cast()), crate::error::ResultCode::InvalidArgument);
+    }
+
+    /// The CFT entry points through C, without an initialised communicator: NULL arguments and
+    /// unknown windows first, as NCCL 2.32.3 checks them; then the answers without CFT, on a
+    /// window registered with and without NCCL_WIN_GIN_ONLY. Nothing is ever written.
+    #[test]
+    fn cft_queries_answer_as_without_cft() {
+        use crate::api::aliases::{pncclGetCftDeviceLeInfo, pncclGetMultimemDeviceLeInfo, pncclGetPeerDeviceLeInfo, pncclTeamCft, pncclTeamCftMultimem};
+        use crate::comm::window::Window;
+        use crate::comm::{register, unregister, Comm};
+        use crate::error::ResultCode::{InvalidArgument as Arg, InvalidUsage as Usage};
+        let zero = ncclTeam_t { nRanks: 0, rank: 0, stride: 0 };
+        assert_eq!(ncclTeamCft(std::ptr::null_mut(), 0), zero);
+        assert_eq!(pncclTeamCftMultimem(std::ptr::null_mut()), zero);
+        let c = Arc::new(Comm::new(0, 2, 0, Default::default()));
+        let comm = register(c.clone()) as ncclComm_t;
+        assert_eq!(pncclTeamCft(comm, 0), zero, "not initialised: NCCL's failed-init answer");
+        let win = c.windows.insert_symmetric(Window { base: 0x7000_0000, size: 4096, flags: 1, reg: 0 }, (1 << 40, 1 << 32), vec![4096; 2]) as ncclWindow_t;
+        let gin = c.windows.insert_symmetric(Window { base: 0x9000_0000, size: 4096, flags: 0x4, reg: 0 }, (1 << 41, 1 << 32), vec![4096; 2]) as ncclWindow_t;
+        let (mut id, mut off) = (0xdead_beefu32, 0x5555usize);
+        let team = ncclTeam_t { nRanks: 1, rank: 0, stride: 1 };
+        let calls = |w: ncclWindow_t, id: *mut u32, off: *mut usize| {
+            [ncclGetMultimemDeviceLeInfo(w, 0, id, off), ncclGetCftDeviceLeInfo(w, 0, 0, team, id, off), ncclGetPeerDeviceLeInfo(w, 0, 1, id, off), pncclGetMultimemDeviceLeInfo(w, 8, id, off), pncclGetCftDeviceLeInfo(w, 8, 0, team, id, off), pncclGetPeerDeviceLeInfo(w, 8, 0, id, off)]
+        };
+        let (idp, offp) = (&mut id as *mut u32, &mut off as *mut usize);
+        assert_eq!(calls(std::ptr::null_mut(), idp, offp), [Arg; 6], "window NULL");
+        assert_eq!(calls(win, std::ptr::null_mut(), offp), [Arg; 6], "leId NULL");
+        assert_eq!(calls(win, idp, std::ptr::null_mut()), [Arg; 6], "leOffset NULL");
+        assert_eq!(calls(0x1234 as ncclWindow_t, idp, offp), [Arg; 6], "not a window");
+        assert_eq!(calls(win, idp, offp), [Arg; 6], "no CFT in the communicator");
+        assert_eq!(calls(gin, idp, offp), [Usage; 6], "GIN-only window");
+        assert_eq!((id, off), (0xdead_beef, 0x5555), "nothing written");
+        unregister(comm as usize);
+    }
+
+    /// ncclCommQueryProperties' argument checks through C (an uninitialised communicator is
+    /// refused before the struct is read, as NCCL's ncclCommEnsureReady does).
+    #[test]
+    fn query_properties_checks_its_arguments() {
+        use crate::comm::{register, unregister, Comm};
+        use crate::error::ResultCode::InvalidArgument as Arg;
+        let mut props = crate::symmem::abi232::ncclCommProperties_v23203 {
+            size: 152,
+            magic: crate::symmem::abi232::NCCL_API_MAGIC,
+            version: 23203,
+            rank: -7,
+            nRanks: 0,
+            cudaDev: 0,
+            nvmlDev: 0,
+            deviceApiSupport: 0,
+            multimemSupport: 0,
+            ginType: 0,
+            nLsaTeams: 0,
+            hostRmaSupport: 0,
+            railedGinType: 0,
+            commHash: 0,
+            ginMinStride: 0,
+            ginConnectionType: 0,
+            ginSupport: [0; 64],
+            devCommRuntimeVersionSize: 0,
+            cftSupport: 0,
+            cftMulticastSupport: 0,
+            cftCountedSupport: 0,
+        };
+        let p = (&mut props as *mut crate::symmem::abi232::ncclCommProperties_v23203).cast::<c_void>();
+        assert_eq!(ncclCommQueryProperties(std::ptr::null_mut(), p), Arg);
+        let c = Arc::new(Comm::new(0, 2, 0, Default::default()));
+        let comm = register(c.clone()) as ncclComm_t;
+        assert_eq!(crate::api::aliases::pncclCommQueryProperties(comm, std::ptr::null_mut()), Arg);
+        assert_ne!(ncclCommQueryProperties(comm, p), crate::error::ResultCode::Success, "not initialised");
+        assert_eq!(props.rank, -7, "nothing written");
+        unregister(comm as usize);
+    }
+
+    /// ncclDevCommCreate/Destroy's checks that need no GPU: NULL arguments, a versioned struct
+    /// with a bad magic, unserved versions, GIN and CFT requests; destroy of each layout.
+    #[test]
+    fn dev_comm_entry_points_refuse_as_nccl() {
+        use crate::comm::{register, unregister, Comm};
+        use crate::error::ResultCode::{InvalidArgument as Arg, InvalidUsage as Usage};
+        use crate::symmem::abi232::{ncclDevCommRequirements_v23203 as R, ncclDevComm_v23100};
+        let c = Arc::new(Comm::new(0, 2, 0, Default::default()));
+        let comm = register(c.clone()) as ncclComm_t;
+        let mut out = [0u8; 256];
+        let o = out.as_mut_ptr().cast::<c_void>();
+        let create = |r: &R| ncclDevCommCreate(comm, (r as *const R).cast(), o);
+        assert_eq!(ncclDevCommCreate(comm, std::ptr::null(), o), Arg);
+        assert_eq!(ncclDevCommCreate(comm, (&R::initializer() as *const R).cast(), std::ptr::null_mut()), Arg);
+        assert_eq!(create(&R { magic: 0, ..R::initializer() }), Usage, "not from the initializer");
+        assert_eq!(create(&R { version: 23204, ..R::initializer() }), Usage, "too old a library");
+        assert_eq!(create(&R { version: 22904, ..R::initializer() }), Usage, "no compat entry");
+        assert_eq!(create(&R { cftCaps: 1, ..R::initializer() }), Arg, "CFT");
+        assert_eq!(create(&R { ginConnectionType: 1, ..R::initializer() }), Arg, "GIN");
+        assert_eq!(create(&R { barrierCount: 1, ..R::initializer() }), Arg, "hybrid barriers are GIN");
+        assert_eq!(create(&R { version: 22902, size: 72, ginSignalCount: 1, ..R::initializer() }), Usage, "2.29.2 with GIN");
+        // A valid request reaches the communicator, which is not initialised.
+        assert_ne!(create(&R::initializer()), crate::error::ResultCode::Success);
+        assert!(out.iter().all(|&b| b == 0), "nothing written");
+        // Destroy: a versioned devComm without a resource window, a 2.28 one, bad versions.
+        let dc = ncclDevComm_v23100 { magic: crate::symmem::abi232::NCCL_API_MAGIC, version: 23203, ..Default::default() };
+        let dcp = (&dc as *const ncclDevComm_v23100).cast::<c_void>();
+        assert_eq!(ncclDevCommDestroy(comm, dcp), crate::error::ResultCode::Success);
+        let dc_old = ncclDevComm_v23100 { version: 23204, ..dc };
+        assert_eq!(ncclDevCommDestroy(comm, (&dc_old as *const ncclDevComm_v23100).cast()), Usage);
+        let d28 = crate::symmem::abi::ncclDevComm { rank: 1, resourceWindow: 0x1234, ..Default::default() };
+        assert_eq!(ncclDevCommDestroy(comm, (&d28 as *const crate::symmem::abi::ncclDevComm).cast()), Usage, "not this communicator's window");
+        assert_eq!(ncclDevCommDestroy(comm, std::ptr::null()), Arg);
+        unregister(comm as usize);
     }
 }

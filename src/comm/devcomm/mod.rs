@@ -17,6 +17,8 @@
 //! machine without them (`versions::check_gin_and_cft`), and with ncclInvalidUsage for 2.28.9
 //! callers, as before.
 
+pub mod cft;
+pub mod props;
 pub mod versions;
 
 use crate::comm::{Comm, Ready};
