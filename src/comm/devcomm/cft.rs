@@ -21,9 +21,9 @@ const CFT_SIZE: i32 = 1;
 const CFT_SELF: i32 = 0;
 
 /// NCCL 2.32.3's ncclTeamCft for `mode`, on a communicator whose LSA team has `lsa_size` ranks:
-/// the flat team {1, 0, 1}; a hierarchical mode's outer factor of it by the multimem team (size
-/// 1) or the LSA team, {cftSize / d, cftSelf / d, d}, C's integer division (so {0, 0, lsaSize}
-/// for a larger LSA team); {0, 0, 0} for any other mode.
+/// the flat team {1, 0, 1}; a hierarchical mode's outer factor of it by the multimem team
+/// (size 1) or the LSA team, {cftSize / d, cftSelf / d, d}, C's integer division (so
+/// {0, 0, lsaSize} for a larger LSA team); {0, 0, 0} for any other mode.
 pub fn team(mode: i32, lsa_size: i32) -> ncclTeam_t {
     let outer = |d: i32| ncclTeam_t { nRanks: CFT_SIZE / d, rank: CFT_SELF / d, stride: d };
     match mode {

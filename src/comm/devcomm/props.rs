@@ -69,7 +69,7 @@ pub fn contiguous_ranks_per_host(n: usize, same_host: impl Fn(usize, usize) -> b
     }
     runs.push(run);
     if runs.iter().all(|&x| x == runs[0]) {
-        runs[0] as i32
+        runs[0]
     } else {
         i32::MAX
     }
