@@ -7,7 +7,9 @@
 # (gpu_grow also both on GPU 0, under MPS where the daemon runs).
 # Usage: ffi-tests/gpu.sh LIBOXCCL [NCCL_LIBDIR] [NGPUS]
 #   LIBOXCCL: path to liboxccl.so; NCCL_LIBDIR: a directory with NVIDIA's libnccl.so.2 (optional);
-#   CUDA_HOME (default /usr/local/cuda) provides cuda_runtime.h and libcudart.
+#   CUDA_HOME (default /usr/local/cuda) provides cuda_runtime.h and libcudart;
+#   NCCL232_INCLUDE: NCCL 2.32.3's include/ (nccl.h, nccl_device.h) for devapi_pair.cu;
+#   NCCL_INCLUDE: the reference NCCL's include/ (default beside NCCL_LIBDIR).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
@@ -127,6 +129,20 @@ if [ -n "$nccl_inc" ] && [ -f "$nccl_inc/nccl_device.h" ] && [ -x "$cuda/bin/nvc
 else
   echo "== devapi_gpu not built: needs nvcc and nccl_device.h (NCCL_INCLUDE)"; [ -z "$nccl_dir" ] || rc=1
 fi
+# devapi_pair.cu: the same device-API kernel and host calls in two processes, built against each
+# header set oxccl serves: NCCL 2.32.3's include/ (NCCL232_INCLUDE)
+# and NCCL 2.28.9's (the NCCL_INCLUDE above). On GPUs 0 and 1 (skipped with fewer), then both
+# processes on GPU 0 (TWO_PROCS_ONE_GPU=1: one GPU is enough; the kernels time-slice without MPS).
+for hdr in "232:${NCCL232_INCLUDE:-}" "228:${nccl_inc:-}"; do
+  tag=${hdr%%:*} inc=${hdr#*:}
+  if [ -n "$inc" ] && [ -f "$inc/nccl_device.h" ] && [ -x "$cuda/bin/nvcc" ]; then
+    "$cuda/bin/nvcc" -std=c++17 -O2 -arch=sm_90 -DNCCL_GIN_GDAKI_ENABLE=0 -I"$inc" -I"$here" "$here/devapi_pair.cu" -L"$out/lib" -lnccl -o "$out/devapi_pair_$tag"
+    two "devapi_pair_$tag" pass "oxccl" "$out/lib" DEVAPI_PAIR_STRICT=1
+    two "devapi_pair_$tag" pass "oxccl, both processes on GPU 0" "$out/lib" DEVAPI_PAIR_STRICT=1 TWO_PROCS_ONE_GPU=1 CUDA_VISIBLE_DEVICES=0
+  else
+    echo "== devapi_pair_$tag not built: needs nvcc and nccl_device.h (NCCL232_INCLUDE for 232, NCCL_INCLUDE for 228)"
+  fi
+done
 if [ -n "$nccl_dir" ]; then
   [ -x "$out/devapi_gpu" ] && two devapi_gpu pass "NCCL ($nccl_dir)" "$nccl_dir"
   two gpu_pair pass "NCCL ($nccl_dir)" "$nccl_dir"

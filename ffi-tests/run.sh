@@ -4,12 +4,11 @@
 #     equal NVIDIA NCCL 2.32.3's (expected/abi_facts.txt);
 #  2. every prototype has NCCL's exact type (prototypes.c, compile-time);
 #  3. the library exports exactly NCCL 2.32.3's dynamic symbols (expected/exported_symbols.txt)
-#     except those still listed in `pending` below, has soname libnccl.so.2 and needs no CUDA
-#     library at link time;
+#     (the whole 2.32.3 host API), has soname libnccl.so.2 and needs no CUDA library at link time;
 #  4. behaviour.c and param.c, compiled as C and as C++ and linked as a NCCL application would be
 #     (-lnccl), pass;
 #  5. gpu_comm.c, gpu_streams.c, gpu_pair.c, gpu_syncwait.c, gpu_window.c, gpu_grow.c, gpu_encryption.c,
-#     gpu_rma.c and gpu_collcfg.c (run on GPUs by ffi-tests/gpu.sh) compile.
+#     gpu_rma.c, gpu_collcfg.c and gpu_suspend.c (run on GPUs by ffi-tests/gpu.sh) compile.
 # Usage: ffi-tests/run.sh [DIR containing liboxccl.so]   (default target/release)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,18 +37,10 @@ step "prototypes"
 gcc -std=gnu11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" -c prototypes.c -o "$out/prototypes.o"
 echo ok
 
-# NCCL 2.32.3 functions oxccl does not implement yet (issue 72), each with its pnccl alias. The list
-# only shrinks: a symbol leaves it when its function lands, and the check below then requires it.
-pending=(
-  ncclCommQueryProperties ncclGetCftDeviceLeInfo
-  ncclGetMultimemDeviceLeInfo ncclGetPeerDeviceLeInfo
-  ncclTeamCft ncclTeamCftMultimem
-)
 step "exported symbols"
-printf '%s\n' "${pending[@]}" | sed 'p;s/^/p/' | sort > "$out/pending"
-comm -23 expected/exported_symbols.txt "$out/pending" > "$out/want"
-nm -D --defined-only "$lib" | awk '{print $3}' | sort | diff -u "$out/want" -
-echo "ok (${#pending[@]} NCCL 2.32.3 functions pending)"
+# Exactly NCCL 2.32.3's nccl*/pnccl* symbols, nothing more, nothing less.
+nm -D --defined-only "$lib" | awk '{print $3}' | sort | diff -u expected/exported_symbols.txt -
+echo "ok ($(wc -l < expected/exported_symbols.txt) symbols, NCCL 2.32.3's)"
 step "soname and dependencies"
 readelf -d "$lib" | grep -q 'SONAME.*\[libnccl\.so\.2\]' || { echo "soname is not libnccl.so.2"; exit 1; }
 if readelf -d "$lib" | grep NEEDED | grep -Eq 'libcuda|libcudart|libnccl'; then
@@ -100,5 +91,8 @@ gcc -std=gnu11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" -c gpu_rma
 echo ok
 step "gpu_collcfg compiles"
 gcc -std=gnu11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" -c gpu_collcfg.c -o "$out/gpu_collcfg.o"
+echo ok
+step "gpu_suspend compiles"
+gcc -std=gnu11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" -c gpu_suspend.c -o "$out/gpu_suspend.o"
 echo ok
 echo "ffi-tests: all passed"

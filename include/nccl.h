@@ -1065,13 +1065,22 @@ ncclResult_t pncclCommDeregister(ncclComm_t comm, void *handle);
 
 /*
  Registers `size` bytes at `buff` as a window of the communicator and writes its handle to
- `*win`. Collective: every rank calls it, in the same order; with `winFlags` =
- NCCL_WIN_COLL_SYMMETRIC every rank gives the same size and collectives on buffers inside the
- window may use the symmetric kernels. Inside a group it runs at the outermost ncclGroupEnd.
- NULL or size 0 succeeds with a NULL window, as in NCCL (src/register/register.cc).
+ `*win`. Collective: every rank calls it, in the same order, with the same flags. `winFlags`
+ is any combination of NCCL 2.32.3's NCCL_WIN_* flags (NCCL_WIN_DEFAULT, 0, is accepted):
+ - NCCL_WIN_COLL_SYMMETRIC: every rank gives the same size; collectives on buffers inside the
+   window may use the symmetric kernels;
+ - NCCL_WIN_STRICT_ORDERING: strict ordering of GIN writes over IB verbs; no effect (no GIN);
+ - NCCL_WIN_GIN_ONLY: registered for GIN only, so, as in NCCL 2.32.3, no one-sided use
+   (ncclPutSignal into it is ncclInvalidArgument) and CFT queries on it are ncclInvalidUsage;
+ - NCCL_WIN_CFT_COUNTED: counted CFT endpoints; no effect (no CFT).
+
+ The window descriptor kernels read (`ncclWindow_vidmem`) is NCCL 2.32.3's, whose first 72
+ bytes are NCCL 2.28's, with `winFlags` set to the flags. Inside a group it runs at the
+ outermost ncclGroupEnd. NULL or size 0 succeeds with a NULL window, as in NCCL
+ (src/register/register.cc).
 
  Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `win` NULL;
- a flag bit other than NCCL_WIN_COLL_SYMMETRIC's; NCCL_WIN_DEFAULT, 0, is accepted), ncclInvalidUsage (symmetric windows of different
+ a flag bit NCCL 2.32.3 does not define), ncclInvalidUsage (symmetric windows of different
  sizes or flags across ranks), ncclUnhandledCudaError (mapping failed), ncclRemoteError (a
  peer was lost during the exchange), ncclInternalError.
  */

@@ -95,6 +95,12 @@ profiling_aliases! {
     pncclTeamWorld => ncclTeamWorld(comm: ncclComm_t) -> ncclTeam_t;
     pncclTeamLsa => ncclTeamLsa(comm: ncclComm_t) -> ncclTeam_t;
     pncclTeamRail => ncclTeamRail(comm: ncclComm_t) -> ncclTeam_t;
+    pncclTeamCft => ncclTeamCft(comm: ncclComm_t, mode: c_int) -> ncclTeam_t;
+    pncclTeamCftMultimem => ncclTeamCftMultimem(comm: ncclComm_t) -> ncclTeam_t;
+    pncclCommQueryProperties => ncclCommQueryProperties(comm: ncclComm_t, props: *mut c_void) -> ncclResult_t;
+    pncclGetMultimemDeviceLeInfo => ncclGetMultimemDeviceLeInfo(window: ncclWindow_t, offset: usize, leId: *mut c_uint, leOffset: *mut usize) -> ncclResult_t;
+    pncclGetCftDeviceLeInfo => ncclGetCftDeviceLeInfo(window: ncclWindow_t, offset: usize, peerCft: c_int, cftTeam: ncclTeam_t, leId: *mut c_uint, leOffset: *mut usize) -> ncclResult_t;
+    pncclGetPeerDeviceLeInfo => ncclGetPeerDeviceLeInfo(window: ncclWindow_t, offset: usize, peerWorld: c_int, leId: *mut c_uint, leOffset: *mut usize) -> ncclResult_t;
     pncclGetLsaDevicePointer => ncclGetLsaDevicePointer(window: ncclWindow_t, offset: usize, lsaRank: c_int, outPtr: *mut *mut c_void) -> ncclResult_t;
     pncclGetPeerDevicePointer => ncclGetPeerDevicePointer(window: ncclWindow_t, offset: usize, peer: c_int, outPtr: *mut *mut c_void) -> ncclResult_t;
     pncclGetLsaMultimemDevicePointer => ncclGetLsaMultimemDevicePointer(window: ncclWindow_t, offset: usize, outPtr: *mut *mut c_void) -> ncclResult_t;

@@ -286,9 +286,13 @@ impl Limits {
 /// The device address a put of `bytes` at `offset` writes in rank `peer`'s copy of a window:
 /// `view` is the window as this rank registered it (None: not registered with this
 /// communicator), `peer_size` the peer's size of it. ncclInvalidArgument for an unknown window
+/// a window registered NCCL_WIN_GIN_ONLY (not for one-sided operations, NCCL 2.32.3's wording),
 /// or a range past the peer's end; ncclInvalidUsage for a window without symmetric memory.
 pub fn put_target(view: Option<WindowView>, peer_size: u64, peer: usize, offset: u64, bytes: u64) -> Result<u64> {
     let v = view.ok_or_else(|| Error::invalid_argument("peerWin is not a window registered with this communicator"))?;
+    if v.flags & crate::comm::window::WIN_GIN_ONLY != 0 {
+        return Err(Error::invalid_argument("ncclPutSignal requires a window registered for RMA (peerWin was registered with NCCL_WIN_GIN_ONLY)"));
+    }
     let Some((flat, stride)) = v.flat else {
         return Err(Error::invalid_usage(format!("peerWin has no symmetric memory: {NEEDS_SYMMETRIC}")));
     };
@@ -459,7 +463,7 @@ mod tests {
 
     #[test]
     fn puts_stay_inside_the_peers_window() {
-        let v = WindowView { base: 0x7000_0000, size: 4096, flat: Some((0x1_0000_0000, 1 << 32)) };
+        let v = WindowView { base: 0x7000_0000, size: 4096, flat: Some((0x1_0000_0000, 1 << 32)), flags: 1 };
         assert_eq!(put_target(Some(v), 4096, 1, 0, 4096).unwrap(), 0x2_0000_0000);
         assert_eq!(put_target(Some(v), 4096, 0, 4000, 96).unwrap(), 0x1_0000_0000 + 4000);
         assert_eq!(put_target(Some(v), 4096, 1, 4096, 0).unwrap(), 0x2_0000_1000, "an empty put at the end");
@@ -471,5 +475,9 @@ mod tests {
         let e = put_target(Some(plain), 4096, 1, 0, 8).unwrap_err();
         assert_eq!(e.code, ResultCode::InvalidUsage);
         assert!(e.msg.contains("symmetric memory"), "{}", e.msg);
+        let gin_only = WindowView { flags: crate::comm::window::WIN_GIN_ONLY, ..v };
+        assert_eq!(put_target(Some(gin_only), 4096, 1, 0, 8).unwrap_err().code, ResultCode::InvalidArgument, "registered for GIN only");
+        let strict = WindowView { flags: 0x2 | 0x8, ..v };
+        assert!(put_target(Some(strict), 4096, 1, 0, 8).is_ok(), "the other 2.32 flags change nothing here");
     }
 }

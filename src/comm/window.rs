@@ -18,6 +18,19 @@ use crate::symmem::{SymMem, SymWindow};
 
 /// NCCL_WIN_COLL_SYMMETRIC: every rank registers a buffer of the same size.
 pub const WIN_COLL_SYMMETRIC: i32 = 0x01;
+/// NCCL_WIN_STRICT_ORDERING (NCCL 2.30+): strict ordering of GIN writes over IB verbs (for GIN
+/// VA signals). oxccl has no GIN: recorded in the descriptor, nothing else.
+pub const WIN_STRICT_ORDERING: i32 = 0x02;
+/// NCCL_WIN_GIN_ONLY (NCCL 2.32): registered for GIN only. As NCCL 2.32.3's
+/// ncclDevrWinRegEnabled reads it, every other capability is off: the window gets no one-sided
+/// (ncclPutSignal) use, which is refused, and its CFT queries are ncclInvalidUsage. Load/store
+/// pointers and collectives are unaffected, as in NCCL.
+pub const WIN_GIN_ONLY: i32 = 0x04;
+/// NCCL_WIN_CFT_COUNTED (NCCL 2.32): use the counted CFT logical endpoints. oxccl has no CFT
+/// (neither has NCCL on Hopper): the descriptor's `ucLeIdBase` is NCCL_LE_ID_INVALID either way.
+pub const WIN_CFT_COUNTED: i32 = 0x08;
+/// Every flag NCCL 2.32.3's nccl.h defines.
+pub const WIN_FLAGS: i32 = WIN_COLL_SYMMETRIC | WIN_STRICT_ORDERING | WIN_GIN_ONLY | WIN_CFT_COUNTED;
 
 /// One registered window.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,7 +39,7 @@ pub struct Window {
     pub base: u64,
     /// Its length in bytes.
     pub size: u64,
-    /// The registration flags (`WIN_COLL_SYMMETRIC` or 0).
+    /// The registration flags (NCCL_WIN_*, `WIN_FLAGS`).
     pub flags: i32,
     /// Its registration handle (src/reg), 0 if it has none.
     pub reg: u64,
@@ -41,6 +54,8 @@ pub struct WindowView {
     pub size: u64,
     /// Symmetric memory: (LSA rank 0's copy in the flat space, bytes between ranks' copies).
     pub flat: Option<(u64, u64)>,
+    /// The registration flags (NCCL_WIN_*).
+    pub flags: i32,
 }
 
 impl WindowView {
@@ -133,7 +148,7 @@ impl Windows {
     pub fn view(&self, h: usize) -> Option<WindowView> {
         let st = self.0.lock();
         let (_, e) = st.list.iter().find(|(x, _)| *x == h)?;
-        Some(WindowView { base: e.window.base, size: e.window.size, flat: e.flat })
+        Some(WindowView { base: e.window.base, size: e.window.size, flat: e.flat, flags: e.window.flags })
     }
 
     /// A window that looks as if it were in symmetric memory at `flat` (unit tests of what reads
@@ -213,7 +228,7 @@ impl Windows {
         let st = self.0.try_lock()?;
         let found = st.list.iter().find(|(x, _)| *x == h).map(|(_, e)| {
             let flat = e.sym.as_ref().map(|s| (s.desc.lsaFlatBase, (s.desc.stride4G as u64) << 32));
-            WindowView { base: e.window.base, size: e.window.size, flat }
+            WindowView { base: e.window.base, size: e.window.size, flat, flags: e.window.flags }
         });
         Some(found)
     }
@@ -260,10 +275,14 @@ impl Windows {
     }
 }
 
-/// Validates the caller's flags (before anything is deferred).
+/// Validates the caller's flags (before anything is deferred): any combination of NCCL 2.32.3's
+/// NCCL_WIN_* bits (`WIN_FLAGS`). NCCL reads no other bit and checks none; oxccl refuses the
+/// undefined ones, so a flag from a newer header is not silently ignored.
 pub fn check_flags(flags: i32) -> Result<()> {
-    if flags & !WIN_COLL_SYMMETRIC != 0 {
-        return Err(Error::invalid_argument(format!("window flags {flags:#x}: only NCCL_WIN_COLL_SYMMETRIC (0x1) is defined")));
+    if flags & !WIN_FLAGS != 0 {
+        return Err(Error::invalid_argument(format!(
+            "window flags {flags:#x}: only NCCL_WIN_COLL_SYMMETRIC (0x1), NCCL_WIN_STRICT_ORDERING (0x2), NCCL_WIN_GIN_ONLY (0x4) and NCCL_WIN_CFT_COUNTED (0x8) are defined"
+        )));
     }
     Ok(())
 }
@@ -312,7 +331,7 @@ pub enum What {
         base: u64,
         /// Its length in bytes.
         size: u64,
-        /// The caller's window flags (`WIN_COLL_SYMMETRIC` or 0).
+        /// The caller's window flags (NCCL_WIN_*, checked by `check_flags`).
         flags: i32,
     },
     /// ncclDevCommCreate.
@@ -386,7 +405,7 @@ fn register(comm: &Comm, r: &crate::comm::Ready, base: u64, size: u64, flags: i3
                 comm.windows.with_sym(
                     || init_sym(comm, r),
                     |sm| match sm.map_all(&r.bootstrap, local)? {
-                        Ok(m) => Ok((None, Some((window.clone(), sm.window(m, at, base, size)?)))),
+                        Ok(m) => Ok((None, Some((window.clone(), sm.window(m, at, base, size, flags)?)))),
                         Err(why) => Ok((Some(why), None)),
                     },
                 )
@@ -395,8 +414,12 @@ fn register(comm: &Comm, r: &crate::comm::Ready, base: u64, size: u64, flags: i3
                 Ok((_, Some(h))) => {
                     comm.windows.set_sizes(h, sizes);
                     // The one-sided operations' signals need symmetric memory too: allocated with
-                    // the first window that has it, collectively as every rank registers it.
-                    comm.windows.ensure_rma(&r.bootstrap, comm.config.num_rma_ctx, comm.config.num_rma_sig)?;
+                    // the first window that has it, collectively as every rank registers it (the
+                    // flags agree on every rank). A GIN-only window is not for one-sided
+                    // operations: NCCL 2.32.3's ncclCommWindowRegister skips their setup for it.
+                    if flags & WIN_GIN_ONLY == 0 {
+                        comm.windows.ensure_rma(&r.bootstrap, comm.config.num_rma_ctx, comm.config.num_rma_sig)?;
+                    }
                     h
                 }
                 Ok((why, None)) => {
@@ -427,13 +450,13 @@ mod tests {
 
     #[test]
     fn lsa_pointers_follow_nccls_lsa_rank_arithmetic() {
-        let sym = WindowView { base: 0x7000_0000, size: 4096, flat: Some((0x1_0000_0000, 1 << 32)) };
+        let sym = WindowView { base: 0x7000_0000, size: 4096, flat: Some((0x1_0000_0000, 1 << 32)), flags: 1 };
         assert_eq!(sym.lsa_ptr(0, 0, 2, 1), Some(0x1_0000_0000));
         assert_eq!(sym.lsa_ptr(16, 1, 2, 1), Some(0x2_0000_0010));
         assert_eq!(sym.lsa_ptr(4095, 1, 2, 1), Some(0x2_0000_0fff));
         assert_eq!(sym.lsa_ptr(4096, 0, 2, 1), None, "offset at the end");
         assert_eq!(sym.lsa_ptr(0, 2, 2, 1), None, "rank outside the team");
-        let plain = WindowView { base: 0x7000_0000, size: 4096, flat: None };
+        let plain = WindowView { base: 0x7000_0000, size: 4096, flat: None, flags: 0 };
         assert_eq!(plain.lsa_ptr(8, 0, 1, 0), Some(0x7000_0008));
         assert_eq!(plain.lsa_ptr(8, 1, 1, 0), None);
     }
@@ -449,8 +472,11 @@ mod tests {
         assert_eq!(e.code, ResultCode::InvalidUsage);
         assert!(e.msg.contains("rank 1: 8192"), "{}", e.msg);
         assert_eq!(compare(&[(4096, 1), (4096, 0)]).unwrap_err().code, ResultCode::InvalidUsage);
-        assert!(check_flags(0).is_ok() && check_flags(1).is_ok());
-        assert_eq!(check_flags(2).unwrap_err().code, ResultCode::InvalidArgument);
+        for f in 0..=0xf {
+            assert!(check_flags(f).is_ok(), "NCCL 2.32.3's flags, any combination: {f:#x}");
+        }
+        assert_eq!(check_flags(0x10).unwrap_err().code, ResultCode::InvalidArgument);
+        assert_eq!(check_flags(-1).unwrap_err().code, ResultCode::InvalidArgument);
     }
 
     #[test]

@@ -213,6 +213,31 @@ pub fn ordinal_by_bus_id(bus: &str) -> Option<i32> {
     (unsafe { cu::cuDeviceGetByPCIBusId(&mut d, c.as_ptr()) } == cu::CUresult::CUDA_SUCCESS).then_some(d)
 }
 
+/// The NVML index of the GPU at PCI bus `bus` ("dddd:bb:dd.f", any case): its place among the
+/// NVIDIA GPUs the kernel driver lists in /proc/driver/nvidia/gpus, in bus-id order, which is the
+/// order NVML enumerates them in on Linux (whatever CUDA_VISIBLE_DEVICES hides). None where the
+/// listing is unavailable or does not hold the GPU.
+pub fn nvml_index(bus: &str) -> Option<i32> {
+    let names: Vec<String> = std::fs::read_dir("/proc/driver/nvidia/gpus").ok()?.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
+    index_by_bus_id(&names, bus)
+}
+
+/// `bus`'s place among `all` (PCI bus ids) sorted by (domain, bus, device, function).
+pub fn index_by_bus_id(all: &[String], bus: &str) -> Option<i32> {
+    fn parse(id: &str) -> Option<(u32, u32, u32, u32)> {
+        let (rest, func) = id.trim().rsplit_once('.')?;
+        let mut p = rest.split(':');
+        let (d, b, v) = (p.next()?, p.next()?, p.next()?);
+        let hex = |s: &str| u32::from_str_radix(s, 16).ok();
+        Some((hex(d)?, hex(b)?, hex(v)?, hex(func)?))
+    }
+    let me = parse(bus)?;
+    let mut ids: Vec<_> = all.iter().filter_map(|s| parse(s)).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.iter().position(|&x| x == me).and_then(|i| i32::try_from(i).ok())
+}
+
 /// The CUDA devices this process sees.
 pub fn device_count() -> Result<i32> {
     ensure()?;
@@ -295,5 +320,20 @@ impl Drop for CtxGuard {
             // SAFETY: restores the context that was current (possibly NULL) when the guard was made.
             unsafe { cu::cuCtxSetCurrent(self.prev) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::index_by_bus_id;
+
+    #[test]
+    fn nvml_indices_follow_the_bus_order() {
+        let all: Vec<String> = ["0000:9a:00.0", "0000:18:00.0", "0000:2a:00.0", "0000:db:00.0"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(index_by_bus_id(&all, "0000:18:00.0"), Some(0));
+        assert_eq!(index_by_bus_id(&all, "0000:9A:00.0"), Some(2), "CUDA writes the hex in capitals");
+        assert_eq!(index_by_bus_id(&all, "00000000:db:00.0"), Some(3), "NVML's 8-digit domain");
+        assert_eq!(index_by_bus_id(&all, "0000:19:00.0"), None);
+        assert_eq!(index_by_bus_id(&all, "garbage"), None);
     }
 }

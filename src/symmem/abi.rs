@@ -28,11 +28,13 @@ pub const RESOURCE_UNIT: u64 = 128;
 /// Entries of one `ncclDevCommWindowTable` block.
 pub const TABLE_ENTRIES: usize = 32;
 
-/// `struct ncclWindow_vidmem`: what an `ncclWindow_t` points at, in device memory. Peer `i`'s
-/// copy of the window starts at `lsaFlatBase + i * stride4G * 4 GiB`.
+/// `struct ncclWindow_vidmem` of NCCL 2.28.9 and 2.29.x (NCCL 2.30's `ncclWindow_vidmem_v22902`):
+/// the first 72 bytes of the descriptor an `ncclWindow_t` points at (abi232::ncclWindow_vidmem is
+/// the whole, NCCL 2.32.3's), and the copy a 2.28.9 `ncclDevComm` carries inline. Peer `i`'s copy
+/// of the window starts at `lsaFlatBase + i * stride4G * 4 GiB`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ncclWindow_vidmem {
+pub struct ncclWindow_vidmem_v22902 {
     /// `winHost`: the host-side window NCCL keeps beside the device copy; 0 here.
     pub winHost: u64,
     /// `lsaFlatBase`: LSA rank 0's copy of the window in the flat symmetric space (device address).
@@ -107,7 +109,7 @@ pub struct ncclDevComm {
     /// barriers' and the caller's buffers; 0 when none was needed.
     pub resourceWindow: u64,
     /// A copy of the resource window's `ncclWindow_vidmem`, held in the struct itself.
-    pub resourceWindow_inlined: ncclWindow_vidmem,
+    pub resourceWindow_inlined: ncclWindow_vidmem_v22902,
     /// `ncclMultimemHandle_t lsaMultimem` (its `mcBasePtr`): always NULL, no multicast here.
     pub lsaMultimem: u64,
     /// The LSA barriers in the resource window.
@@ -237,16 +239,16 @@ mod tests {
     /// Offsets printed by offsetof() for NCCL 2.28.9's headers (see the module note).
     #[test]
     fn layouts_match_nccl_2_28_9() {
-        assert_eq!(size_of::<ncclWindow_vidmem>(), 72);
+        assert_eq!(size_of::<ncclWindow_vidmem_v22902>(), 72);
         assert_eq!(
             [
-                offset_of!(ncclWindow_vidmem, lsaFlatBase),
-                offset_of!(ncclWindow_vidmem, lsaRank),
-                offset_of!(ncclWindow_vidmem, worldRank),
-                offset_of!(ncclWindow_vidmem, stride4G),
-                offset_of!(ncclWindow_vidmem, mcOffset4K),
-                offset_of!(ncclWindow_vidmem, ginOffset4K),
-                offset_of!(ncclWindow_vidmem, ginWins)
+                offset_of!(ncclWindow_vidmem_v22902, lsaFlatBase),
+                offset_of!(ncclWindow_vidmem_v22902, lsaRank),
+                offset_of!(ncclWindow_vidmem_v22902, worldRank),
+                offset_of!(ncclWindow_vidmem_v22902, stride4G),
+                offset_of!(ncclWindow_vidmem_v22902, mcOffset4K),
+                offset_of!(ncclWindow_vidmem_v22902, ginOffset4K),
+                offset_of!(ncclWindow_vidmem_v22902, ginWins)
             ],
             [8, 16, 20, 24, 28, 32, 40]
         );

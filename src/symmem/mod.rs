@@ -14,12 +14,14 @@
 //! POSIX file descriptor handle (`ncclMemAlloc`) can be mapped this way.
 
 pub mod abi;
+pub mod abi232;
 pub mod space;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use abi::{ncclDevCommWindowTable, ncclWindow_vidmem, TableEntry, TABLE_ENTRIES};
+use abi::{ncclDevCommWindowTable, TableEntry, TABLE_ENTRIES};
+use abi232::{ncclWindow_vidmem, NCCL_LE_ID_INVALID};
 use space::{first_fit, Space};
 
 use crate::bootstrap::Bootstrap;
@@ -419,21 +421,12 @@ impl SymMem {
         }
     }
 
-    /// Makes a window of `mapping` (its start `at` bytes into it), entered in the window table
-    /// under the caller's address range [user_base, +user_size); user_base 0 means this rank's
-    /// copy in the flat space.
-    pub fn window(&mut self, mapping: Mapping, at: u64, user_base: u64, user_size: u64) -> Result<SymWindow> {
+    /// Makes a window of `mapping` (its start `at` bytes into it), registered with `flags`
+    /// (NCCL_WIN_*), entered in the window table under the caller's address range
+    /// [user_base, +user_size); user_base 0 means this rank's copy in the flat space.
+    pub fn window(&mut self, mapping: Mapping, at: u64, user_base: u64, user_size: u64, flags: i32) -> Result<SymWindow> {
         let base = self.flat + mapping.off + at;
-        let desc = ncclWindow_vidmem {
-            winHost: 0,
-            lsaFlatBase: base,
-            lsaRank: self.me as i32,
-            worldRank: self.world_rank as i32,
-            stride4G: (self.big >> 32) as u32,
-            mcOffset4K: ((mapping.off + at) >> 12) as u32,
-            ginOffset4K: (at >> 12) as u32,
-            ..Default::default()
-        };
+        let desc = descriptor(base, self.me, self.world_rank, self.big, mapping.off + at, at, flags);
         let vidmem = match DeviceBuffer::zeroed(self.dev, std::mem::size_of::<ncclWindow_vidmem>()).and_then(|b| b.write(0, bytes_of(&desc)).map(|_| b)) {
             Ok(b) => b,
             Err(e) => {
@@ -516,13 +509,34 @@ impl SymMem {
             Err(why) => return Err(Error::system(format!("device communicator buffers: {why}"))),
         };
         let own = self.flat + self.me as u64 * self.big + mapping.off;
-        let w = self.window(mapping, 0, own, size)?;
+        let w = self.window(mapping, 0, own, size, 0)?;
         let _g = CtxGuard::new(self.dev)?;
         // Done before the caller's closing barrier, so before any peer's kernel uses it: on the
         // device's copy stream, waited for (cuMemsetD8 could still be running when it returns).
         // SAFETY: own..own+size is this rank's mapping of the fresh allocation.
         self.dev.on_copy_stream(|s| unsafe { cu::cuMemsetD8Async(own, 0, size as usize, s) }, "cuMemsetD8Async (device communicator buffers)")?;
         Ok(w)
+    }
+}
+
+/// The descriptor of a window whose LSA rank 0 copy starts at `lsa_flat_base`: `off` bytes into
+/// each rank's slot of `big` bytes, `at` bytes into its allocation, registered with `flags`. As
+/// NCCL 2.32.3's symWindowCreate fills it where there is neither GIN nor CFT: `winFlags` the
+/// registration's flags, the CFT team a team of one (`cftFlatRank` 0) and no logical endpoint
+/// (`ucLeIdBase` NCCL_LE_ID_INVALID, counted or not), GIN fields zero.
+pub fn descriptor(lsa_flat_base: u64, lsa_rank: usize, world_rank: usize, big: u64, off: u64, at: u64, flags: i32) -> ncclWindow_vidmem {
+    ncclWindow_vidmem {
+        winHost: 0,
+        lsaFlatBase: lsa_flat_base,
+        lsaRank: lsa_rank as i32,
+        worldRank: world_rank as i32,
+        stride4G: (big >> 32) as u32,
+        mcOffset4K: (off >> 12) as u32,
+        ginOffset4K: (at >> 12) as u32,
+        winFlags: flags as u32,
+        cftFlatRank: 0,
+        ucLeIdBase: NCCL_LE_ID_INVALID,
+        ..Default::default()
     }
 }
 
@@ -541,6 +555,21 @@ mod tests {
 
     fn peer(rank: u32, host: u64) -> PeerInfo {
         PeerInfo { rank, host_hash: host, process: 0, pid: 0, device: 0, cc_major: 9, cc_minor: 0, sm_count: 132, bus_id: [0; 16], paths: 0, machine: 0, cpus: 1, network: 0, gpu: 0, gpu_sms: 132, cta_policy: 0, tuning: 0 }
+    }
+
+    /// What kernels compiled against 2.28 (the first 72 bytes) and 2.32 headers read.
+    #[test]
+    fn descriptors_carry_the_flags_and_no_cft_endpoint() {
+        let d = descriptor(1 << 40, 1, 3, 8 << 32, 3 << 21, 4096, 0x5);
+        assert_eq!((d.lsaFlatBase, d.lsaRank, d.worldRank, d.stride4G, d.mcOffset4K, d.ginOffset4K), (1 << 40, 1, 3, 8, 3 << 9, 1));
+        assert_eq!((d.winFlags, d.cftFlatRank, d.ucLeIdBase, d.numSegments, d.ginMultiSegmentWins), (5, 0, u32::MAX, 0, 0));
+        let old = d.v22902();
+        assert_eq!((old.lsaFlatBase, old.stride4G, old.mcOffset4K, old._pad), (1 << 40, 8, 3 << 9, 0));
+        // The 2.28 prefix is the same bytes but for the padding where 2.32 keeps winFlags.
+        let new_bytes = bytes_of(&d);
+        let old_bytes = bytes_of(&old);
+        assert_eq!(&new_bytes[..36], &old_bytes[..36]);
+        assert_eq!(&new_bytes[40..72], &old_bytes[40..72]);
     }
 
     #[test]

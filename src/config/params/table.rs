@@ -32,6 +32,8 @@ pub static REGISTRY: &[Entry] = &[
     e(c"NCCL_DEBUG_SUBSYS", Kind::SubsysMask, PUB, "Filter debug output by (comma-separated)"),
     e(c"NCCL_DEBUG_TIMESTAMP_FORMAT", Kind::Text(Some("[%F %T] ")), PUB, "Set the format used when printing debug log messages"),
     e(c"NCCL_DEBUG_TIMESTAMP_LEVELS", Kind::LevelMask(1 << 2), PUB, "Set the log levels that include timestamps."),
+    e(c"NCCL_DEV_API_JIT", Kind::Int(0), 0, "1: ncclDevCommCreate fills NCCL 2.32.3's ncclDevComm (version 2.32.3) whatever headers the requirements came from, as for device code JIT-compiled against the library (NCCL's useRuntimeVersion)."),
+    e(c"NCCL_ENABLE_VERSION_CHECK", Kind::Int(1), 0, "0: device-API structs from headers newer than NCCL 2.32.3 are not refused as \"too old\" (they still need a compat entry, so they fail as \"not backwards compatible\")."),
     e(c"NCCL_GRAPH_MIXING_SUPPORT", Kind::Int(UNDEF), 0, "0 or 1: sets ncclConfig_t.graphUsageMode to 0 or 2. Validated; oxccl mixes CUDA graphs and eager launches in every mode. Unset: -2147483648 (NCCL_CONFIG_UNDEF_INT), and the ncclConfig_t field stands."),
     e(c"NCCL_GRAPH_STREAM_ORDERING", Kind::Int(UNDEF), 0, "0 or 1: overrides ncclConfig_t.graphStreamOrdering. Validated; captured work keeps the capturing stream's order in oxccl. Unset: -2147483648 (NCCL_CONFIG_UNDEF_INT), and the ncclConfig_t field stands."),
     e(c"NCCL_HOSTID", Kind::Str(None), 0, "Host identity (OXCCL_HOSTID wins over it): ranks with equal ids share memory, others talk over the network. Unset: host name and boot id."),
