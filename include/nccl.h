@@ -1393,7 +1393,8 @@ ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclCo
 ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream);
 
 /*
- Stores NCCL_VERSION_CODE (22809: the NCCL API oxccl implements) in `*version`.
+ Stores NCCL_VERSION_CODE (23203: NCCL 2.32.3, the newest NCCL whose whole host API oxccl
+ implements) in `*version`.
 
  Returns ncclSuccess, or ncclInvalidArgument (`version` NULL).
  */

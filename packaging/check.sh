@@ -8,7 +8,7 @@
 #                 links and runs the same C program through its own .pc files
 #   wheel         RECORD, pip install --target, oxccl.library_path(), oxccl-run, and which
 #                 platforms pip accepts it on
-# The C program checks ncclGetVersion() == 22809 and which file it came from. The launchers are
+# The C program checks ncclGetVersion() == 23203 and which file it came from. The launchers are
 # also checked to displace a stand-in libnccl.so.2 that a program was linked against (what they
 # do to NVIDIA's NCCL under torchrun).
 #
@@ -146,10 +146,10 @@ check_displaces() {   # check_displaces EXPECTED_LIB LAUNCHER [ARGS]
   local want=$1 out
   shift
   out=$(LD_LIBRARY_PATH=$fake_dir "$@" "$work/linked-to-fake" "$want") || fail "through $*: $out"
-  case $out in "ncclGetVersion 22809 "*) ;; *) fail "through $*: $out" ;; esac
+  case $out in "ncclGetVersion 23203 "*) ;; *) fail "through $*: $out" ;; esac
 }
 step "stand-in libnccl.so.2 is what the program gets without a launcher"
-out=$(LD_LIBRARY_PATH=$fake_dir "$work/linked-to-fake" 2>/dev/null) && fail "the stand-in reported 22809: $out"
+out=$(LD_LIBRARY_PATH=$fake_dir "$work/linked-to-fake" 2>/dev/null) && fail "the stand-in reported 23203: $out"
 case $out in "ncclGetVersion 0 from $fake_dir/libnccl.so.2") ;; *) fail "unexpected: $out" ;; esac
 ok
 

@@ -52,11 +52,11 @@ py_version() {
   esac
 }
 
-# The NCCL version the header implements (2.28.9), from include/nccl.h's NCCL_MAJOR/MINOR/PATCH.
+# The NCCL version the header implements (2.32.3), from include/nccl.h's NCCL_MAJOR/MINOR/PATCH.
 # The NCCL version oxccl stands in for (NCCL_VERSION_CODE in src/lib.rs, what ncclGetVersion
 # reports: the newest NCCL whose whole host API it has), as x.y.z. nccl.h's own NCCL_MAJOR/MINOR/
-# PATCH (nccl_api_version below) may be newer: the header is ABI-identical to a later NCCL whose
-# newer functions are not all implemented yet.
+# PATCH (nccl_api_version below) equal it today; the two stay apart while a newer header's
+# functions are not all implemented.
 nccl_lib_version() {
   local code
   code=$(sed -n 's/^pub const NCCL_VERSION_CODE: i32 = \([0-9]*\);.*/\1/p' "$OXCCL_ROOT/src/lib.rs")

@@ -35,7 +35,8 @@ pub mod types;
 
 pub use error::{Error, Result, ResultCode};
 
-/// NCCL version this library implements (NCCL_VERSION_CODE of 2.28.9).
-pub const NCCL_VERSION_CODE: i32 = 22809;
+/// The newest NCCL version whose whole host API (and exported symbol set) this library
+/// implements: NCCL_VERSION_CODE of 2.32.3, what ncclGetVersion reports.
+pub const NCCL_VERSION_CODE: i32 = 23203;
 /// oxccl's own version, shown in the NCCL_DEBUG=VERSION banner.
 pub const OXCCL_VERSION: &str = env!("CARGO_PKG_VERSION");

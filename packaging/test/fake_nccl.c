@@ -1,5 +1,5 @@
 /* Packaging check: a stand-in "NVIDIA" libnccl.so.2 (same soname) reporting version 0. A program
- * linked against it must report oxccl's 22809 once oxccl-run preloads oxccl: that is the
+ * linked against it must report oxccl's 23203 once oxccl-run preloads oxccl: that is the
  * displacement LD_PRELOAD gives under torchrun or mpirun, shown without a GPU. */
 #include <nccl.h>
 

@@ -1,8 +1,8 @@
 /* Packaging check (no GPU needed): calls into whatever libnccl.so.2 the program was linked and
- * loaded with, and checks that it is oxccl's NCCL 2.28.9.
+ * loaded with, and checks that it is oxccl (reporting NCCL 2.32.3).
  * Usage: nccl_version [EXPECTED_LIBRARY]
  *   prints "ncclGetVersion <code> from <file>"; exits 0 iff the version is EXPECT_VERSION
- *   (22809) and, if EXPECTED_LIBRARY is given, ncclGetVersion lives in that file (both paths
+ *   (23203) and, if EXPECTED_LIBRARY is given, ncclGetVersion lives in that file (both paths
  *   resolved through symlinks), so a stray system libnccl cannot make the check pass. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -16,7 +16,7 @@
 /* What oxccl's ncclGetVersion reports (src/lib.rs NCCL_VERSION_CODE): the newest NCCL whose whole
  * host API it has. nccl.h's NCCL_VERSION_CODE is its header's, which may be newer. */
 #ifndef EXPECT_VERSION
-#define EXPECT_VERSION 22809
+#define EXPECT_VERSION 23203
 #endif
 
 int main(int argc, char **argv) {

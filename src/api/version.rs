@@ -6,7 +6,8 @@ use super::types::{ncclComm_t, ncclResultArg_t, ncclResult_t};
 use super::{call, out};
 use crate::error::ResultCode;
 
-/// Stores NCCL_VERSION_CODE (22809: the NCCL API oxccl implements) in `*version`.
+/// Stores NCCL_VERSION_CODE (23203: NCCL 2.32.3, the newest NCCL whose whole host API oxccl
+/// implements) in `*version`.
 ///
 /// Returns ncclSuccess, or ncclInvalidArgument (`version` NULL).
 #[no_mangle]
@@ -78,10 +79,10 @@ mod tests {
     }
 
     #[test]
-    fn version_is_22809_and_null_is_rejected() {
+    fn version_is_23203_and_null_is_rejected() {
         let mut v = 0;
         assert_eq!(ncclGetVersion(&mut v), ResultCode::Success);
-        assert_eq!(v, 22809);
+        assert_eq!(v, 23203);
         assert_eq!(ncclGetVersion(std::ptr::null_mut()), ResultCode::InvalidArgument);
     }
 }

@@ -112,7 +112,7 @@ pub fn reset_debug_init() {
     state::reset();
 }
 
-/// Prints "NCCL version 2.28.9+cuda13.0 (oxccl X.Y.Z)" once per process when NCCL_DEBUG is set:
+/// Prints "NCCL version 2.32.3+cuda13.0 (oxccl X.Y.Z: ...)" once per process when NCCL_DEBUG is set:
 /// a bare line at VERSION and WARN, an INFO line above (NCCL init.cc showVersion).
 pub fn version_banner() {
     static SHOWN: AtomicBool = AtomicBool::new(false);
@@ -132,7 +132,7 @@ pub fn version_banner() {
             file!(),
             line!(),
             format_args!(
-                "NCCL version {}.{}.{}+cuda{} (oxccl {})",
+                "NCCL version {}.{}.{}+cuda{} (oxccl {}: NCCL's whole host API of that version)",
                 crate::NCCL_VERSION_CODE / 10000,
                 crate::NCCL_VERSION_CODE / 100 % 100,
                 crate::NCCL_VERSION_CODE % 100,

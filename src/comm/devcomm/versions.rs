@@ -9,9 +9,9 @@ use crate::error::{Error, Result};
 use crate::symmem::abi::ncclDevComm;
 use crate::symmem::abi232::{ncclDevComm_v22907, ncclDevComm_v23000, ncclDevComm_v23100, ncclResourceWindow_vidmem_v23000, NCCL_API_MAGIC};
 
-/// The device-API version whose headers the library serves natively (NCCL 2.32.3's
-/// NCCL_VERSION_CODE): newer callers are "too old" errors, as in NCCL.
-pub const RUNTIME_VERSION: i32 = 23203;
+/// The device-API version whose headers the library serves natively (the NCCL version it
+/// reports): newer callers are "too old" errors, as in NCCL.
+pub const RUNTIME_VERSION: i32 = crate::NCCL_VERSION_CODE;
 
 /// The `ncclDevComm` layout a caller expects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
