@@ -50,7 +50,7 @@ impl Comm {
             // for it) or sees the flag and is refused.
             let _ls = r.launch.lock();
             if self.suspended.swap(true, Ordering::AcqRel) {
-                return Err(Error::invalid_usage("ncclCommSuspend: the communicator is already suspended"));
+                return Err(Error::invalid_usage("the communicator is already suspended"));
             }
         }
         let _ctx = CtxGuard::new(r.dev)?;
@@ -85,7 +85,7 @@ impl Comm {
         let r = self.ready()?;
         self.check_live()?;
         if !self.is_suspended() {
-            return Err(Error::invalid_usage("ncclCommResume: the communicator is not suspended"));
+            return Err(Error::invalid_usage("the communicator is not suspended"));
         }
         let _ctx = CtxGuard::new(r.dev)?;
         let listener = match r.channels.lock().as_mut() {
