@@ -96,6 +96,8 @@ two gpu_rma pass "oxccl, both processes on GPU 0" "$out/lib" GPU_RMA_STRICT=1 TW
 two gpu_suspend pass "oxccl" "$out/lib"
 two gpu_suspend pass "oxccl, both processes on GPU 0" "$out/lib" TWO_PROCS_ONE_GPU=1 CUDA_VISIBLE_DEVICES=0
 two gpu_suspend pass "oxccl, 2 simulated hosts" "$out/lib" GPU_SUSPEND_HOSTS=1 NCCL_IB_DISABLE=1 TWO_PROCS_ONE_GPU=1
+two gpu_suspend pass "oxccl, NCCL_CUMEM_ENABLE=0 on rank 0 only (CUDA IPC fallback)" "$out/lib" GPU_SUSPEND_MIXED=1
+two gpu_suspend pass "oxccl, OXCCL_CE_DIRECT_ASYNC=1" "$out/lib" OXCCL_CE_DIRECT_ASYNC=1
 two gpu_syncwait report "oxccl, OXCCL_CE_DIRECT_ASYNC=1" "$out/lib" OXCCL_CE_DIRECT_ASYNC=1 GPU_SYNCWAIT_ALARM=30
 hosts=(GPU_SYNCWAIT_HOSTS=1 NCCL_IB_DISABLE=1)
 two gpu_syncwait pass "oxccl, 2 simulated hosts" "$out/lib" "${hosts[@]}"

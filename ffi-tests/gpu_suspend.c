@@ -68,9 +68,14 @@ static void child(int r) {
     snprintf(h, sizeof h, "gpu-suspend-host-%d", rank);
     CHECK(setenv("NCCL_HOSTID", h, 1) == 0, "setenv NCCL_HOSTID");
   }
+  /* GPU_SUSPEND_MIXED=1: rank 0 alone sets NCCL_CUMEM_ENABLE=0, so rank 1's descriptor has no
+   * socket to go to and both ranks fall back to cuMemAlloc shared by CUDA IPC (nothing
+   * suspendable on either: the fallback when descriptors cannot travel). */
+  if (getenv("GPU_SUSPEND_MIXED") && atoi(getenv("GPU_SUSPEND_MIXED")) == 1 && rank == 0) CHECK(setenv("NCCL_CUMEM_ENABLE", "0", 1) == 0, "setenv");
+  int mixed = getenv("GPU_SUSPEND_MIXED") && atoi(getenv("GPU_SUSPEND_MIXED")) == 1;
   int check_free = !(getenv("GPU_SUSPEND_FREE") && atoi(getenv("GPU_SUSPEND_FREE")) == 0);
   /* NCCL_CUMEM_ENABLE=0: cuMemAlloc buffers, which a suspend cannot give back (none suspendable). */
-  int cumem = !(getenv("NCCL_CUMEM_ENABLE") && atoi(getenv("NCCL_CUMEM_ENABLE")) == 0);
+  int cumem = !(getenv("NCCL_CUMEM_ENABLE") && atoi(getenv("NCCL_CUMEM_ENABLE")) == 0) && !mixed;
   if (!cumem) check_free = 0;
   ncclComm_t comm = pair_comm("GPU_SUSPEND_ALARM", fd[1], fd[0]);
   cudaStream_t s;

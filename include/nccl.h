@@ -1139,8 +1139,9 @@ ncclResult_t pncclCommResume(ncclComm_t comm);
  The byte counts stay the same while suspended, as in NCCL (src/mem_manager.cc). Buffers of
  the application (registered, windows) are not counted. Local; any thread.
 
- Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `value` NULL;
- `stat` not one of the four), ncclInProgress (a nonblocking initialisation has not ended).
+ Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed, or its
+ nonblocking initialisation has not ended; `value` NULL; `stat` not one of the four), the
+ communicator's asynchronous error where its work failed.
  */
 ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value);
 ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value);

@@ -162,6 +162,7 @@ pub extern "C" fn ncclCommSuspend(comm: ncclComm_t, flags: c_int) -> ncclResult_
     call_grouped("ncclCommSuspend", || {
         let c = comm_arg(comm)?;
         c.ready()?;
+        c.check_failed()?;
         if flags & SUSPEND_MEM == 0 {
             return Ok(());
         }
@@ -196,13 +197,16 @@ pub extern "C" fn ncclCommResume(comm: ncclComm_t) -> ncclResult_t {
 /// The byte counts stay the same while suspended, as in NCCL (src/mem_manager.cc). Buffers of
 /// the application (registered, windows) are not counted. Local; any thread.
 ///
-/// Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `value` NULL;
-/// `stat` not one of the four), ncclInProgress (a nonblocking initialisation has not ended).
+/// Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed, or its
+/// nonblocking initialisation has not ended; `value` NULL; `stat` not one of the four), the
+/// communicator's asynchronous error where its work failed.
 #[no_mangle]
 pub extern "C" fn ncclCommMemStats(comm: ncclComm_t, stat: ncclCommMemStat_t, value: *mut u64) -> ncclResult_t {
     call("ncclCommMemStats", || {
         let c = comm_arg(comm)?;
         let v = out(value, "value")?;
+        // As NCCL's ncclCommEnsureReady: a communicator whose work failed reports that.
+        c.check_failed()?;
         let s = c.mem_stats()?;
         *v = match stat {
             0 => s.suspendable,

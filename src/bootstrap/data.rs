@@ -28,6 +28,10 @@ pub const MAX_DATA_SOCKETS: usize = 64;
 const DATA_HEADER_BYTES: usize = 8;
 /// Longest wait for one incoming socket's hello, so a silent stranger cannot stall the accept.
 const HELLO_WAIT: Duration = Duration::from_secs(2);
+/// The same under ncclSetEncryption: the TLS handshake before the hello takes round trips and
+/// signature checks on both hosts, and a refused socket is never sent again (the init then fails
+/// at its deadline), so a loaded host gets longer.
+const HELLO_WAIT_TLS: Duration = Duration::from_secs(15);
 
 /// One data connection's sockets with a peer, in socket-index order.
 #[derive(Debug)]
@@ -105,7 +109,7 @@ impl Bootstrap {
                 bail!(SystemError, "timed out after {:?} waiting for rank {peer}'s data sockets ({have} of {nsocks} arrived)", deadline.total());
             };
             match listener.accept() {
-                Ok((s, from)) => match self.admit(s, peer, conn, nsocks, left.min(HELLO_WAIT)) {
+                Ok((s, from)) => match self.admit(s, peer, conn, nsocks, left.min(if self.tls.is_some() { HELLO_WAIT_TLS } else { HELLO_WAIT })) {
                     Ok((i, s)) if incoming[i].is_none() => {
                         incoming[i] = Some(s);
                         have += 1;

@@ -253,78 +253,89 @@ pub struct MemoryChannels {
     _shared: SharedBuf,
 }
 
-impl MemoryChannels {
-    /// Collective over the communicator: every rank calls it with the same `scratch`.
-    pub fn connect(
-        bootstrap: &Bootstrap,
-        dev: &'static Device,
-        peers: &[PeerInfo],
-        scratch: &Scratch,
-        abort_flag: &HostMapped,
-    ) -> Result<MemoryChannels> {
-        let me = bootstrap.rank();
-        let n = peers.len();
-        if n > OX_MAX_RANKS {
-            return Err(Error::invalid_usage(format!(
-                "oxccl connects at most {OX_MAX_RANKS} ranks on one host with MemoryChannel; this communicator has {n}"
-            )));
+/// Whether every rank's attempt succeeded: `mine` with every other rank's answer (collective).
+fn all_agree(bootstrap: &Bootstrap, mine: std::result::Result<(), String>) -> Result<std::result::Result<(), String>> {
+    let all = bootstrap.all_gather(&[mine.is_ok() as u8])?;
+    let bad: Vec<String> = all.iter().enumerate().filter(|(_, b)| b.first() != Some(&1)).map(|(r, _)| r.to_string()).collect();
+    Ok(match mine {
+        Err(e) => Err(e),
+        Ok(()) if bad.is_empty() => Ok(()),
+        Ok(()) => Err(format!("rank(s) {} could not share or map their buffers", bad.join(", "))),
+    })
+}
+
+type Shared = (SharedBuf, Vec<PeerBuf>, [u64; OX_MAX_RANKS]);
+
+/// One try (socket names `seq`) at allocating this rank's shared buffer (cuMem memory where
+/// `cumem`, else cuMemAlloc) and mapping every peer's: collective, and every rank gets the same
+/// answer; Ok(Err) says why the try failed somewhere (the caller tries again without cuMem).
+#[allow(clippy::too_many_arguments)]
+fn share(bootstrap: &Bootstrap, dev: &'static Device, peers: &[PeerInfo], remote: &[usize], key: u64, seq: u64, total: u64, cumem: bool) -> Result<std::result::Result<Shared, String>> {
+    let me = bootstrap.rank();
+    let mut shared = None;
+    if cumem {
+        match SuspendableBuffer::zeroed(dev, total as usize) {
+            Ok(b) => shared = Some(SharedBuf::Suspendable(b)),
+            Err(e) => nccl_info!(Subsys::Alloc, "channel buffers: cuMem allocation of {total} bytes failed ({}); using cuMemAlloc, which ncclCommSuspend cannot release", e.msg),
         }
-        let layout = SharedLayout::new(scratch, n);
-        // cuMem memory, so that ncclCommSuspend can give it back and ncclCommResume map it again
-        // where every DevComm and captured graph points (NCCL_CUMEM_ENABLE=0: cuMemAlloc, kept).
-        let shared = if crate::config::env_bool("NCCL_CUMEM_ENABLE", true) {
-            match SuspendableBuffer::zeroed(dev, layout.total as usize) {
-                Ok(b) => SharedBuf::Suspendable(b),
-                Err(e) => {
-                    nccl_info!(Subsys::Alloc, "channel buffers: cuMem allocation of {} bytes failed ({}); using cuMemAlloc, which ncclCommSuspend cannot release", layout.total, e.msg);
-                    SharedBuf::Fixed(DeviceBuffer::zeroed(dev, layout.total as usize)?)
-                }
-            }
-        } else {
-            SharedBuf::Fixed(DeviceBuffer::zeroed(dev, layout.total as usize)?)
-        };
-        let private = DeviceBuffer::zeroed(dev, PRIVATE_BYTES as usize)?;
-        // LL flags start at 1: a zeroed scratch must never look like a packet of the first call.
-        private.fill_u32(FLAGS_OFF as usize, 1, OX_MAX_BLOCKS * OX_MAX_RANKS)?;
-
-        let remote: Vec<usize> = (0..n).filter(|&r| !peers[r].same_process(&peers[me])).collect();
-        let key = bootstrap.instance_key();
-        let my_fd = match &shared {
-            SharedBuf::Suspendable(b) if !remote.is_empty() => b.export(),
-            _ => None,
-        };
-        let share = match (&shared, &my_fd) {
-            _ if remote.is_empty() => Share::Pointer,
-            (_, Some(_)) => Share::Fd,
-            (SharedBuf::Fixed(b), None) => Share::Ipc(ipc::export(dev, b.ptr)?),
-            (SharedBuf::Suspendable(_), None) => return Err(Error::cuda("channel buffers: cuMemExportToShareableHandle failed (set NCCL_CUMEM_ENABLE=0 to share cuMemAlloc memory by CUDA IPC instead)")),
-        };
-        // Bound before the gather, which every peer joins before it sends its descriptor.
-        let listener = if remote.is_empty() {
-            None
-        } else {
-            Some(crate::reg::uds::listen(&socket_name(key, 0, me)).map_err(|e| Error::system(format!("channel buffers: local socket: {e}")))?)
-        };
-        let mine = Published { ptr: shared.ptr(), size: layout.total, alloc: shared.alloc_bytes(), share };
-        let all = bootstrap.all_gather(&mine.encode())?;
-        let published = all.iter().map(|b| Published::decode(b)).collect::<Result<Vec<_>>>()?;
+    }
+    let mut my_fd = None;
+    if let (Some(SharedBuf::Suspendable(b)), false) = (&shared, remote.is_empty()) {
+        my_fd = b.export();
+        if my_fd.is_none() {
+            nccl_info!(Subsys::Alloc, "channel buffers: cuMemExportToShareableHandle failed; using cuMemAlloc, which ncclCommSuspend cannot release");
+            shared = None;
+        }
+    }
+    let shared = match shared {
+        Some(s) => s,
+        None => SharedBuf::Fixed(DeviceBuffer::zeroed(dev, total as usize)?),
+    };
+    let share = match (&shared, &my_fd) {
+        _ if remote.is_empty() => Share::Pointer,
+        (_, Some(_)) => Share::Fd,
+        (b, None) => Share::Ipc(ipc::export(dev, b.ptr())?),
+    };
+    // Bound before the gather, which every peer joins before it sends its descriptor.
+    let listener = if cumem && !remote.is_empty() {
+        match crate::reg::uds::listen(&socket_name(key, seq, me)) {
+            Ok(l) => Ok(l),
+            Err(e) => Err(format!("rank {me}: no local socket ({e})")),
+        }
+    } else {
+        Err(String::new())
+    };
+    let mine = Published { ptr: shared.ptr(), size: total, alloc: shared.alloc_bytes(), share };
+    let mut blob = mine.encode();
+    blob.push((listener.is_ok() || !cumem || remote.is_empty()) as u8);
+    let all = bootstrap.all_gather(&blob)?;
+    let mut published = Vec::with_capacity(all.len());
+    for (r, b) in all.iter().enumerate() {
+        let (body, ok) = b.split_at(b.len().saturating_sub(1));
+        if ok != [1] {
+            // Every rank sees the same refusal in the same gather: none goes on to send.
+            let why = listener.as_ref().err().filter(|_| r == me).cloned().unwrap_or_else(|| format!("rank {r} has no local socket"));
+            return Ok(Err(why));
+        }
+        published.push(Published::decode(body)?);
+    }
+    for (r, p) in published.iter().enumerate() {
+        if p.size != total {
+            return Err(Error::internal(format!("rank {r} sized its channel buffers {} bytes, this rank {total} (different OXCCL_* tuning?)", p.size)));
+        }
+    }
+    // Local from here on; the ranks agree on the outcome at the end.
+    let mapped = (|| -> std::result::Result<(Vec<PeerBuf>, [u64; OX_MAX_RANKS]), Error> {
         let mut fds = match &listener {
-            Some(l) => {
+            Ok(l) => {
                 let from: Vec<usize> = remote.iter().copied().filter(|&r| published[r].share == Share::Fd).collect();
-                exchange_fds(l, key, 0, me, my_fd.as_ref(), &remote, &from)?
+                exchange_fds(l, key, seq, me, my_fd.as_ref(), remote, &from)?
             }
-            None => Vec::new(),
+            Err(_) => Vec::new(),
         };
-
         let mut imports = Vec::new();
         let mut bases = [0u64; OX_MAX_RANKS];
         for (r, p) in published.iter().enumerate() {
-            if p.size != layout.total {
-                return Err(Error::internal(format!(
-                    "rank {r} sized its channel buffers {} bytes, this rank {} (different OXCCL_* tuning?)",
-                    p.size, layout.total
-                )));
-            }
             bases[r] = if r == me {
                 shared.ptr()
             } else if peers[r].same_process(&peers[me]) {
@@ -354,6 +365,67 @@ impl MemoryChannels {
                 }
             };
         }
+        Ok((imports, bases))
+    })();
+    // A peer that cannot be reached (no GPU peer access) fails the init as before; anything else
+    // is agreed, so a failure on one rank sends every rank to the next try.
+    if let Err(e) = &mapped {
+        if e.code == crate::error::ResultCode::InvalidUsage {
+            return Err(mapped.err().unwrap_or_else(|| Error::internal("mapping")));
+        }
+    }
+    let agreed = all_agree(bootstrap, mapped.as_ref().map(|_| ()).map_err(|e| e.msg.clone()))?;
+    match (agreed, mapped) {
+        (Ok(()), Ok((imports, bases))) => Ok(Ok((shared, imports, bases))),
+        (Err(why), _) => Ok(Err(why)),
+        (Ok(()), Err(e)) => Err(e),
+    }
+}
+
+impl MemoryChannels {
+    /// Collective over the communicator: every rank calls it with the same `scratch`.
+    pub fn connect(
+        bootstrap: &Bootstrap,
+        dev: &'static Device,
+        peers: &[PeerInfo],
+        scratch: &Scratch,
+        abort_flag: &HostMapped,
+    ) -> Result<MemoryChannels> {
+        let me = bootstrap.rank();
+        let n = peers.len();
+        if n > OX_MAX_RANKS {
+            return Err(Error::invalid_usage(format!(
+                "oxccl connects at most {OX_MAX_RANKS} ranks on one host with MemoryChannel; this communicator has {n}"
+            )));
+        }
+        let layout = SharedLayout::new(scratch, n);
+        let private = DeviceBuffer::zeroed(dev, PRIVATE_BYTES as usize)?;
+        // LL flags start at 1: a zeroed scratch must never look like a packet of the first call.
+        private.fill_u32(FLAGS_OFF as usize, 1, OX_MAX_BLOCKS * OX_MAX_RANKS)?;
+
+        let remote: Vec<usize> = (0..n).filter(|&r| !peers[r].same_process(&peers[me])).collect();
+        let key = bootstrap.instance_key();
+        // cuMem memory, so that ncclCommSuspend can give it back and ncclCommResume map it again
+        // where every DevComm and captured graph points. Its descriptor travels over a Unix socket,
+        // which peers of another network namespace cannot reach: there, and with
+        // NCCL_CUMEM_ENABLE=0, cuMemAlloc memory shared by CUDA IPC (kept while suspended). Where
+        // the descriptors fail to travel or map for another reason (another user, a driver that
+        // refuses the import), every rank tries again that way.
+        let same_net = remote.iter().all(|&r| peers[r].network == peers[me].network);
+        let cumem = crate::config::env_bool("NCCL_CUMEM_ENABLE", true) && same_net;
+        if crate::config::env_bool("NCCL_CUMEM_ENABLE", true) && !same_net {
+            nccl_info!(Subsys::Alloc, "channel buffers: a peer runs in another network namespace; sharing cuMemAlloc memory by CUDA IPC, which ncclCommSuspend cannot release");
+        }
+        let (shared, imports, bases, seq) = match share(bootstrap, dev, peers, &remote, key, 0, layout.total, cumem)? {
+            Ok((shared, imports, bases)) => (shared, imports, bases, 0),
+            Err(why) => {
+                nccl_info!(Subsys::Alloc, "channel buffers: {why}; sharing cuMemAlloc memory by CUDA IPC instead, which ncclCommSuspend cannot release");
+                match share(bootstrap, dev, peers, &remote, key, 1, layout.total, false)? {
+                    Ok((shared, imports, bases)) => (shared, imports, bases, 1),
+                    Err(why) => return Err(Error::system(format!("channel buffers: {why}"))),
+                }
+            }
+        };
 
         let reg_table = Arc::new(crate::reg::Table::new(dev, n * OX_REG_SLOTS * std::mem::size_of::<RegEntry>())?);
         let mut dc = DevComm {
@@ -398,7 +470,7 @@ impl MemoryChannels {
             key,
             me,
             remote,
-            seq: 0,
+            seq,
             _imports: imports,
             _private: private,
             _shared: shared,
@@ -443,10 +515,12 @@ impl MemoryChannels {
     /// (None: no peer of another process). Every rank then passes a bootstrap barrier before
     /// `resume_peers`, so every socket exists before any descriptor travels.
     pub fn resume_local(&mut self) -> Result<Option<OwnedFd>> {
+        // First: every rank counts every try alike, failed ones included, so a retry's socket
+        // names match.
+        self.seq += 1;
         if let SharedBuf::Suspendable(b) = &mut self._shared {
             b.resume()?;
         }
-        self.seq += 1;
         if self.remote.is_empty() {
             return Ok(None);
         }

@@ -463,6 +463,15 @@ impl Comm {
         Ok(())
     }
 
+    /// The communicator's asynchronous error, if its work failed (ncclInProgress while a
+    /// nonblocking operation runs is not an error here).
+    pub fn check_failed(&self) -> Result<()> {
+        match self.async_state() {
+            ResultCode::Success | ResultCode::InProgress => Ok(()),
+            code => Err(Error::new(code, "communicator failed earlier (see the WARN that said why; ncclCommAbort it)")),
+        }
+    }
+
     /// Why the communicator can take no call but destroy, abort, split and shrink, if so: its
     /// work failed or it was aborted or revoked.
     pub fn check_live(&self) -> Result<()> {

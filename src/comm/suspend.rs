@@ -41,7 +41,8 @@ impl Comm {
     }
 
     /// Gives back the channel buffer's device memory (collective). Fails with ncclInvalidUsage
-    /// where the communicator is already suspended.
+    /// where the communicator is already suspended; a failure on any rank fails the call on every
+    /// rank (the communicator stays suspended; a resume restores what was given back).
     pub fn suspend_memory(&self) -> Result<()> {
         let r = self.ready()?;
         self.check_live()?;
@@ -53,51 +54,62 @@ impl Comm {
                 return Err(Error::invalid_usage("the communicator is already suspended"));
             }
         }
+        // Driver calls that another thread's global-mode capture must not see.
+        let _relaxed = crate::gpu::stream::RelaxedCapture::new()?;
         let _ctx = CtxGuard::new(r.dev)?;
         // As NCCL (cudaDeviceSynchronize): every kernel and copy that may touch the buffers,
         // graph replays included, has ended on this rank ...
         // SAFETY: plain driver call in the device's context (current by the guard).
-        check(unsafe { cu::cuCtxSynchronize() }, "cuCtxSynchronize")?;
+        let synced = check(unsafe { cu::cuCtxSynchronize() }, "cuCtxSynchronize");
         // ... and on every rank, before any rank unmaps or releases.
-        r.bootstrap.barrier()?;
-        if let Some(net) = &r.net {
-            net.local().suspend_memory()?;
-        }
-        let given = {
+        agree(&r.bootstrap, synced, "synchronise")?;
+        let given = (|| -> Result<u64> {
+            if let Some(net) = &r.net {
+                net.local().suspend_memory()?;
+            }
             let mut ch = r.channels.lock();
             match ch.as_mut() {
                 Some(ch) => {
                     ch.suspend()?;
-                    ch.suspendable_bytes()
+                    Ok(ch.suspendable_bytes())
                 }
-                None => 0,
+                None => Ok(0),
             }
-        };
+        })();
         // The memory is gone everywhere (the peers' mappings held it too) when the call returns.
-        r.bootstrap.barrier()?;
+        let given = agree(&r.bootstrap, given, "give its memory back")?;
         nccl_info!(Subsys::Alloc, "ncclCommSuspend: rank {} gave back {given} bytes of device memory", self.rank);
         Ok(())
     }
 
     /// Maps new device memory where the channel buffer was, with its contents, and the peers'
-    /// (collective). Fails with ncclInvalidUsage where the communicator is not suspended.
+    /// (collective). Fails with ncclInvalidUsage where the communicator is not suspended; a
+    /// failure on any rank (out of memory) fails the call on every rank, and the communicator
+    /// stays suspended: another ncclCommResume tries again.
     pub fn resume_memory(&self) -> Result<()> {
         let r = self.ready()?;
         self.check_live()?;
         if !self.is_suspended() {
             return Err(Error::invalid_usage("the communicator is not suspended"));
         }
+        let _relaxed = crate::gpu::stream::RelaxedCapture::new()?;
         let _ctx = CtxGuard::new(r.dev)?;
         let listener = match r.channels.lock().as_mut() {
-            Some(ch) => ch.resume_local()?,
-            None => None,
+            Some(ch) => ch.resume_local(),
+            None => Ok(None),
         };
-        r.bootstrap.barrier()?;
-        if let Some(ch) = r.channels.lock().as_mut() {
-            ch.resume_peers(listener)?;
-        }
+        // Every rank's memory is back and its socket bound before any descriptor travels.
+        let listener = agree(&r.bootstrap, listener, "allocate its memory again")?;
+        let mapped = match r.channels.lock().as_mut() {
+            Some(ch) => ch.resume_peers(listener),
+            None => Ok(()),
+        };
+        agree(&r.bootstrap, mapped, "map its peers' memory again")?;
         if let Some(net) = &r.net {
-            net.local().resume_memory()?;
+            let local = net.local();
+            if local.is_suspended() {
+                local.resume_memory()?;
+            }
         }
         // Every rank maps every peer again before any of them launches.
         r.bootstrap.barrier()?;
@@ -120,5 +132,19 @@ impl Comm {
         }
         s.suspended = self.is_suspended();
         Ok(s)
+    }
+}
+
+/// Every rank's outcome of a step (collective): this rank's error, else the others' failure (each
+/// WARNs its own), else this rank's value. Stands where a barrier would, so that a rank failing
+/// alone never leaves the others waiting for it.
+fn agree<T>(bs: &crate::bootstrap::Bootstrap, mine: Result<T>, step: &str) -> Result<T> {
+    let all = bs.all_gather(&[mine.is_ok() as u8])?;
+    let v = mine?;
+    let bad: Vec<String> = all.iter().enumerate().filter(|(_, b)| b.first() != Some(&1)).map(|(r, _)| r.to_string()).collect();
+    if bad.is_empty() {
+        Ok(v)
+    } else {
+        Err(Error::system(format!("rank(s) {} could not {step} (see their WARN)", bad.join(", "))))
     }
 }

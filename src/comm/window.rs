@@ -405,7 +405,21 @@ fn register(comm: &Comm, r: &crate::comm::Ready, base: u64, size: u64, flags: i3
                 comm.windows.with_sym(
                     || init_sym(comm, r),
                     |sm| match sm.map_all(&r.bootstrap, local)? {
-                        Ok(m) => Ok((None, Some((window.clone(), sm.window(m, at, base, size, flags)?)))),
+                        Ok(m) => {
+                            // The mapping is agreed; what follows is local, so the ranks agree once
+                            // more: a rank failing alone must not leave the others waiting in the
+                            // next collective step (the signal area's) for a rank that returned.
+                            let w = sm.window(m, at, base, size, flags);
+                            let all_ok = r.bootstrap.all_gather(&[w.is_ok() as u8])?.iter().all(|b| b.first() == Some(&1));
+                            match w {
+                                Ok(w) if all_ok => Ok((None, Some((window.clone(), w)))),
+                                Ok(w) => {
+                                    sm.release(w);
+                                    Err(Error::system("symmetric window: another rank could not set its window up (see its WARN)"))
+                                }
+                                Err(e) => Err(e),
+                            }
+                        }
                         Err(why) => Ok((Some(why), None)),
                     },
                 )

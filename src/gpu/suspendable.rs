@@ -138,10 +138,9 @@ impl SuspendableBuffer {
         // SAFETY: mapped by create_and_map with this handle; nothing uses it (the caller's promise).
         check(unsafe { cu::cuMemUnmap(ptr, size) }, "cuMemUnmap")?;
         self.handle = None;
-        // SAFETY: the handle's last mapping here is gone; released once.
-        check(unsafe { cu::cuMemRelease(h) }, "cuMemRelease")?;
         self.backup = Some(backup);
-        Ok(())
+        // SAFETY: the handle's last mapping here is gone; released once.
+        check(unsafe { cu::cuMemRelease(h) }, "cuMemRelease")
     }
 
     /// New physical memory at the same address, with the contents `suspend` saved.
@@ -152,12 +151,16 @@ impl SuspendableBuffer {
         let _g = CtxGuard::new(self.dev)?;
         let h = self.create_and_map()?;
         self.handle = Some(h);
-        if let Some(backup) = self.backup.take() {
-            let (ptr, size) = (self.ptr, self.size.min(backup.len()));
-            // SAFETY: destination mapped above; source a live Vec outliving the synchronise.
-            self.dev.on_copy_stream(|s| unsafe { cu::cuMemcpyHtoDAsync_v2(ptr, backup.as_ptr().cast(), size, s) }, "cuMemcpyHtoDAsync")?;
+        let (ptr, size) = (self.ptr, self.size);
+        match self.backup.take() {
+            // SAFETY: destination mapped above; source a live Vec of `size` bytes outliving the
+            // synchronise.
+            Some(backup) => self.dev.on_copy_stream(|s| unsafe { cu::cuMemcpyHtoDAsync_v2(ptr, backup.as_ptr().cast(), size.min(backup.len()), s) }, "cuMemcpyHtoDAsync"),
+            // Nothing saved: zeroes, as at allocation (a packet area must never hold stale
+            // bytes that look like a packet).
+            // SAFETY: the range is mapped above.
+            None => self.dev.on_copy_stream(|s| unsafe { cu::cuMemsetD8Async(ptr, 0, size, s) }, "cuMemsetD8Async"),
         }
-        Ok(())
     }
 
     /// The device it lives on.
@@ -196,7 +199,9 @@ impl PeerMapping {
     /// Reserves `size` bytes of address space and maps the allocation `fd` stands for there.
     pub fn map(dev: &'static Device, fd: &OwnedFd, size: usize) -> Result<PeerMapping> {
         let _g = CtxGuard::new(dev)?;
-        let gran = granularity(dev)?;
+        // The owner rounded to its GPU's recommended granularity, a multiple of the minimum
+        // (which may differ from this GPU's recommended one on a host of mixed GPUs).
+        let gran = granularity_of(dev, cu::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM)?;
         if size == 0 || !size.is_multiple_of(gran) {
             return Err(Error::internal(format!("a peer's channel buffer of {size} bytes is not a multiple of the {gran}-byte granularity")));
         }
@@ -208,11 +213,10 @@ impl PeerMapping {
         Ok(m)
     }
 
-    /// Maps the allocation `fd` stands for at this mapping's address (after `unmap`).
+    /// Maps the allocation `fd` stands for at this mapping's address, in place of what was
+    /// mapped there (a suspend that failed part-way may have left the peer's old memory mapped).
     pub fn remap(&mut self, fd: &OwnedFd) -> Result<()> {
-        if self.mapped {
-            return Ok(());
-        }
+        self.unmap()?;
         let _g = CtxGuard::new(self.dev)?;
         let h = import_fd(fd)?;
         let r = map_at(self.ptr, self.size, h, &[self.dev.ordinal]);
@@ -260,9 +264,12 @@ fn props(dev: &Device) -> cu::CUmemAllocationProp {
 }
 
 fn granularity(dev: &Device) -> Result<usize> {
+    granularity_of(dev, cu::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
+}
+
+fn granularity_of(dev: &Device, g: cu::CUmemAllocationGranularity_flags) -> Result<usize> {
     let prop = props(dev);
     let mut gran = 0usize;
-    let g = cu::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED;
     // SAFETY: out-pointer to a local, prop fully initialised.
     check(unsafe { cu::cuMemGetAllocationGranularity(&mut gran, &prop, g) }, "cuMemGetAllocationGranularity")?;
     Ok(gran.max(1))

@@ -380,10 +380,14 @@ pub fn end() -> Result<()> {
     // before its launch, it would run out of the order the other ranks use.
     let mut unready = None;
     state.ops = by_communicator(refuse_unready(state.ops, &mut unready), comm_order_key);
-    check_completion_events(&state.ops)?;
+    if let Err(e) = check_completion_events(&state.ops) {
+        return Err(drop_work(state.ops, e));
+    }
     if first_err.is_none() {
-        // OXCCL_CHECK: a disagreement drops the whole group before anything is launched.
-        check_agreement(&state.ops)?;
+        // OXCCL_CHECK: a disagreement drops the group's work before anything is launched.
+        if let Err(e) = check_agreement(&state.ops) {
+            return Err(drop_work(std::mem::take(&mut state.ops), e));
+        }
         if crate::launch::checksum::wanted(state.ops.iter().filter_map(op_stream)) {
             return end_checksummed(state.ops, unready);
         }
@@ -413,6 +417,19 @@ pub fn end() -> Result<()> {
         first_err.get_or_insert(e);
     }
     set_up_err.or(first_err).map_or(Ok(()), Err)
+}
+
+/// A group refused before anything launched (`why`): none of its collectives, sends, receives or
+/// one-sided operations run, as in NCCL, but its finalizes, destroys and aborts still do, so no
+/// communicator handle the application gave up is left alive. Returns `why`.
+fn drop_work(ops: Vec<Deferred>, why: Error) -> Error {
+    let teardown: Vec<Deferred> = ops.into_iter().filter(|op| matches!(op, Deferred::Finalize(..) | Deferred::Destroy(..) | Deferred::Abort(..))).collect();
+    let mut err = None;
+    launch_ops(teardown, &mut err);
+    if let Some(e) = err {
+        crate::log::warn_error(&e.context("teardown in a refused group"));
+    }
+    why
 }
 
 /// NCCL 2.32.3's ncclValidateCollConfigLaunchCompletionEvents: at most one collective of a

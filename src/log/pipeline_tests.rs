@@ -132,7 +132,7 @@ fn child_info_to_file() {
     assert!(text.contains(" pipeline_tests.rs:") && text.contains(" NCCL WARN bad argument\n"));
     assert!(!text.contains("demoted warn"), "demoted to an INFO of NET, which is not in the mask");
     assert!(text.contains(&format!("{prefix}NCCL INFO forwarded from a foreign subscriber\n")), "{text}");
-    let banner = format!("NCCL INFO NCCL version 2.28.9+cuda13.0 (oxccl {})\n", crate::OXCCL_VERSION);
+    let banner = format!("NCCL INFO NCCL version 2.32.3+cuda13.0 (oxccl {}: NCCL's whole host API of that version)\n", crate::OXCCL_VERSION);
     assert_eq!(text.matches(&banner).count(), 1, "{text}");
     for t in 0..4 {
         for i in 0..50 {
@@ -150,7 +150,7 @@ fn child_info_to_file() {
 #[test]
 fn warn_to_stdout() {
     let out = run_child("child_warn_to_stdout", &[("NCCL_DEBUG", "WARN"), ("NCCL_DEBUG_TIMESTAMP_LEVELS", "^ALL")]);
-    assert!(out.contains("NCCL version 2.28.9+cuda13.0 (oxccl "), "bare banner at WARN:\n{out}");
+    assert!(out.contains("NCCL version 2.32.3+cuda13.0 (oxccl "), "bare banner at WARN:\n{out}");
     assert!(!out.contains("NCCL INFO"), "{out}");
     let warn = out.lines().find(|l| l.contains("NCCL WARN")).expect("a WARN line on stdout");
     assert!(warn.ends_with(" NCCL WARN to stdout 1"), "{warn}");

@@ -280,6 +280,13 @@ pub struct Case {
     /// the same on every rank. Absent in cases written before it was drawn: 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cta_policy: u8,
+    /// Every communicator of the case is suspended (ncclCommSuspend with NCCL_SUSPEND_MEM) and
+    /// resumed before the work runs: eager and nonblocking cases before the group is issued,
+    /// graph cases after capture, before the first replay (the graph holds addresses the suspend
+    /// gave back). No abort. Skipped with a library that has no ncclCommSuspend (NCCL before
+    /// 2.29). Absent in cases written before it was drawn: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
 }
 
 fn is_zero(v: &u8) -> bool {
@@ -366,6 +373,9 @@ impl Case {
         }
         if self.default_stream && (self.mode == Mode::Graph || self.abort.is_some()) {
             return Err("default_stream goes with eager or nonblocking cases without an abort".into());
+        }
+        if self.suspend && self.abort.is_some() {
+            return Err("suspend goes with cases without an abort".into());
         }
         Ok(())
     }
@@ -532,7 +542,7 @@ mod tests {
     /// collective, events only outside graphs and once a communicator; old cases (no `cfg`) parse.
     #[test]
     fn call_configs_follow_nccls_rules() {
-        let mut c = Case { procs: 3, per_proc: 1, mode: Mode::Eager, replays: 1, ops: vec![op(Kind::Broadcast, 7, false, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0 };
+        let mut c = Case { procs: 3, per_proc: 1, mode: Mode::Eager, replays: 1, ops: vec![op(Kind::Broadcast, 7, false, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0, suspend: false };
         let line = c.to_line();
         assert!(!line.contains("cfg"), "a plain operation writes no cfg: {line}");
         assert_eq!(Case::from_line(&line).unwrap(), c);
@@ -588,7 +598,7 @@ mod tests {
 
     #[test]
     fn a_reproduction_line_round_trips() {
-        let c = Case { procs: 3, per_proc: 1, mode: Mode::Graph, replays: 2, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0 };
+        let c = Case { procs: 3, per_proc: 1, mode: Mode::Graph, replays: 2, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0, suspend: false };
         assert_eq!(Case::from_line(&c.to_line()).unwrap(), c);
         let mut bad = c.clone();
         bad.ops[0].root = 3;
@@ -611,7 +621,7 @@ mod tests {
 
     #[test]
     fn the_default_stream_goes_only_with_uncaptured_cases_without_an_abort() {
-        let mut c = Case { procs: 3, per_proc: 1, mode: Mode::Eager, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: true, cta_policy: 0 };
+        let mut c = Case { procs: 3, per_proc: 1, mode: Mode::Eager, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: true, cta_policy: 0, suspend: false };
         assert!(c.validate().is_ok());
         assert!(c.to_line().contains(r#""default_stream":true"#));
         assert_eq!(Case::from_line(&c.to_line()).unwrap(), c);
@@ -627,7 +637,7 @@ mod tests {
 
     #[test]
     fn back_to_back_replays_only_where_each_leaves_the_same_output() {
-        let c = Case { procs: 2, per_proc: 1, mode: Mode::Graph, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0 };
+        let c = Case { procs: 2, per_proc: 1, mode: Mode::Graph, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0, suspend: false };
         assert_eq!(c.burst(), 3, "an in-place Gather is idempotent");
         let mut r = c.clone();
         r.ops.push(op(Kind::AllReduce, 5, true, 2));

@@ -590,6 +590,37 @@ impl Exec {
         first_err.map_or(Ok(()), Err)
     }
 
+    /// ncclCommSuspend(NCCL_SUSPEND_MEM) then ncclCommResume on every communicator of `comms`,
+    /// each as one group (a process's ranks call together). A library without them skips it.
+    fn suspend_resume(&self, comms: &[Comm], deadline: Instant) -> Result<(), String> {
+        let Some(f) = &self.nccl.suspend else { return Ok(()) };
+        for (what, resume) in [("ncclCommSuspend", false), ("ncclCommResume", true)] {
+            // SAFETY: group calls, and live communicators of this process.
+            let rc = unsafe { (self.nccl.group_start)() };
+            if rc != SUCCESS {
+                return Err(self.nccl.describe("ncclGroupStart", rc, std::ptr::null_mut()));
+            }
+            let mut first = None;
+            for &c in comms {
+                // SAFETY: a live communicator.
+                let rc = unsafe { if resume { (f.resume)(c) } else { (f.suspend)(c, 1) } };
+                if rc != SUCCESS && first.is_none() {
+                    first = Some(self.nccl.describe(what, rc, c));
+                }
+            }
+            // SAFETY: closes the group opened above.
+            let rc = unsafe { (self.nccl.group_end)() };
+            if let Some(m) = first {
+                return Err(m);
+            }
+            if rc != SUCCESS && rc != IN_PROGRESS {
+                return Err(self.nccl.describe(&format!("ncclGroupEnd after {what}"), rc, std::ptr::null_mut()));
+            }
+            self.wait_async(comms, deadline, what)?;
+        }
+        Ok(())
+    }
+
     fn used_comms(&self, case: &Case) -> Vec<Comm> {
         let mut v = Vec::new();
         for r in &self.ranks {
@@ -609,6 +640,9 @@ impl Exec {
         let deadline = || Instant::now() + self.case_timeout;
         let comms = self.used_comms(case);
         if case.mode != Mode::Graph {
+            if case.suspend {
+                self.suspend_resume(&comms, deadline())?;
+            }
             self.issue(case, parts, None)?;
             self.wait_async(&comms, deadline(), "group")?;
             self.sync_streams(deadline())?;
@@ -645,6 +679,9 @@ impl Exec {
             // SAFETY: a captured graph; out-pointer to a local.
             cu_check(unsafe { cu::cuGraphInstantiateWithFlags(&mut e, g, 0) }, "cuGraphInstantiate")?;
             graphs.push((g, e));
+        }
+        if case.suspend {
+            self.suspend_resume(&comms, deadline())?;
         }
         let mut digests = Vec::new();
         let mut verdict = Ok(());

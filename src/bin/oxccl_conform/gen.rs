@@ -39,6 +39,8 @@ pub struct Space {
     pub max_coalesced: usize,
     /// Percent of collectives posted with a per-collective config (nccl*Config).
     pub collcfg_pct: u32,
+    /// Percent of cases (without an abort) whose communicators are suspended and resumed first.
+    pub suspend_pct: u32,
 }
 
 /// Counts (elements, NCCL's count argument) at which some plan changes, per (kind, element size,
@@ -386,8 +388,11 @@ pub fn case_strategy(space: Arc<Space>, bounds: Arc<Boundaries>) -> BoxedStrateg
             // The CTA policy: default half the time (shrinking moves toward it), else efficiency
             // or zero.
             let policy = prop_oneof![2 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)];
-            (ops, abort, 0u8..6, policy).prop_map(move |(mut ops, abort, stream, cta_policy)| Case {
+            let suspend_pct = space.suspend_pct.min(100);
+            (ops, abort, 0u8..6, policy, 0u32..100).prop_map(move |(mut ops, abort, stream, cta_policy, draw)| Case {
                 default_stream: stream == 5 && mode != Mode::Graph && abort.is_none() && per_proc <= ngpus,
+                // 99 - draw: shrinking moves the draw toward 0, and a shrunk case toward no suspend.
+                suspend: 99 - draw < suspend_pct && abort.is_none(),
                 cta_policy,
                 procs,
                 per_proc,
@@ -439,6 +444,7 @@ mod tests {
             mems: Mem::ALL.to_vec(),
             abort_pct: 10,
             collcfg_pct: 25,
+            suspend_pct: 10,
             max_bytes: 64 << 20,
             max_group: 4,
             max_coalesced: 18,

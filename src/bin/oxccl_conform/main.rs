@@ -88,6 +88,10 @@ struct Cli {
     /// bounds and policy, algorithm selection, launch-completion event); 0 never.
     #[arg(long, default_value_t = 20)]
     collcfg_pct: u32,
+    /// Percent of cases (without an abort) whose communicators are suspended and resumed before
+    /// the work (NCCL 2.29+'s ncclCommSuspend / ncclCommResume; graphs captured before); 0 never.
+    #[arg(long, default_value_t = 10)]
+    suspend_pct: u32,
     /// Largest buffer of one operation on one rank, bytes.
     #[arg(long, default_value_t = 64 << 20)]
     max_bytes: u64,
@@ -250,6 +254,7 @@ fn space(cli: &Cli, ngpus: usize, sms: u32) -> Result<Space, String> {
         mems: if cli.mems.is_empty() { Mem::ALL.to_vec() } else { cli.mems.iter().map(|m| parse_mem(m)).collect::<Result<_, _>>()? },
         abort_pct: cli.abort_pct,
         collcfg_pct: cli.collcfg_pct,
+        suspend_pct: cli.suspend_pct,
         max_bytes: cli.max_bytes,
         max_group: cli.max_group,
         max_coalesced: cli.max_coalesced,
@@ -508,6 +513,9 @@ fn record(t: &mut Tally, case: &Case) {
     }
     if case.default_stream {
         *t.by_kind.entry("default stream".into()).or_default() += 1;
+    }
+    if case.suspend {
+        *t.by_kind.entry("suspend".into()).or_default() += 1;
     }
 }
 

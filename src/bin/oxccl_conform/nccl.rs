@@ -136,6 +136,14 @@ pub struct Nccl {
     pub comm_deregister: unsafe extern "C" fn(Comm, *mut c_void) -> c_int,
     /// None where the library predates them: configured operations then take the plain calls.
     pub config: Option<ConfigFns>,
+    /// ncclCommSuspend and ncclCommResume (NCCL 2.29+); None where the library predates them.
+    pub suspend: Option<SuspendFns>,
+}
+
+/// ncclCommSuspend / ncclCommResume.
+pub struct SuspendFns {
+    pub suspend: unsafe extern "C" fn(Comm, c_int) -> c_int,
+    pub resume: unsafe extern "C" fn(Comm) -> c_int,
 }
 
 /// One entry point of the library, typed by the field it fills.
@@ -187,6 +195,7 @@ impl Nccl {
             comm_register: sym!(lib, "ncclCommRegister"),
             comm_deregister: sym!(lib, "ncclCommDeregister"),
             config: ConfigFns::open(&lib).ok(),
+            suspend: (|| -> Result<SuspendFns, String> { Ok(SuspendFns { suspend: sym!(lib, "ncclCommSuspend"), resume: sym!(lib, "ncclCommResume") }) })().ok(),
             _lib: lib,
         })
     }
