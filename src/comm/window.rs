@@ -275,14 +275,16 @@ impl Windows {
     }
 }
 
-/// Validates the caller's flags (before anything is deferred): any combination of NCCL 2.32.3's
-/// NCCL_WIN_* bits (`WIN_FLAGS`). NCCL reads no other bit and checks none; oxccl refuses the
-/// undefined ones, so a flag from a newer header is not silently ignored.
+/// Validates the caller's flags (before anything is deferred): NCCL 2.32.3's NCCL_WIN_* bits
+/// (`WIN_FLAGS`) mean what they say; NCCL reads no other bit and refuses none (a flag of a newer
+/// header works with it), so oxccl accepts them too and says at INFO that it ignores them.
 pub fn check_flags(flags: i32) -> Result<()> {
     if flags & !WIN_FLAGS != 0 {
-        return Err(Error::invalid_argument(format!(
-            "window flags {flags:#x}: only NCCL_WIN_COLL_SYMMETRIC (0x1), NCCL_WIN_STRICT_ORDERING (0x2), NCCL_WIN_GIN_ONLY (0x4) and NCCL_WIN_CFT_COUNTED (0x8) are defined"
-        )));
+        nccl_info!(
+            crate::log::Subsys::Reg,
+            "window flags {flags:#x}: bits {:#x} are not NCCL 2.32.3's NCCL_WIN_* flags and are ignored, as NCCL ignores them",
+            flags & !WIN_FLAGS
+        );
     }
     Ok(())
 }
@@ -489,8 +491,7 @@ mod tests {
         for f in 0..=0xf {
             assert!(check_flags(f).is_ok(), "NCCL 2.32.3's flags, any combination: {f:#x}");
         }
-        assert_eq!(check_flags(0x10).unwrap_err().code, ResultCode::InvalidArgument);
-        assert_eq!(check_flags(-1).unwrap_err().code, ResultCode::InvalidArgument);
+        assert!(check_flags(0x10).is_ok() && check_flags(-1).is_ok(), "other bits are ignored, as NCCL 2.32.3 ignores them");
     }
 
     #[test]
