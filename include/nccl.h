@@ -1066,7 +1066,8 @@ ncclResult_t pncclCommDeregister(ncclComm_t comm, void *handle);
 /*
  Registers `size` bytes at `buff` as a window of the communicator and writes its handle to
  `*win`. Collective: every rank calls it, in the same order, with the same flags. `winFlags`
- is any combination of NCCL 2.32.3's NCCL_WIN_* flags (NCCL_WIN_DEFAULT, 0, is accepted):
+ combines NCCL 2.32.3's NCCL_WIN_* flags (NCCL_WIN_DEFAULT is 0; other bits are ignored, as
+ NCCL ignores them):
  - NCCL_WIN_COLL_SYMMETRIC: every rank gives the same size; collectives on buffers inside the
    window may use the symmetric kernels;
  - NCCL_WIN_STRICT_ORDERING: strict ordering of GIN writes over IB verbs; no effect (no GIN);
@@ -1079,8 +1080,8 @@ ncclResult_t pncclCommDeregister(ncclComm_t comm, void *handle);
  outermost ncclGroupEnd. NULL or size 0 succeeds with a NULL window, as in NCCL
  (src/register/register.cc).
 
- Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `win` NULL;
- a flag bit NCCL 2.32.3 does not define), ncclInvalidUsage (symmetric windows of different
+ Returns ncclSuccess, or ncclInvalidArgument (`comm` NULL, unknown or destroyed; `win` NULL),
+ ncclInvalidUsage (symmetric windows of different
  sizes or flags across ranks), ncclUnhandledCudaError (mapping failed), ncclRemoteError (a
  peer was lost during the exchange), ncclInternalError.
  */
