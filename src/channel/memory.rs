@@ -175,56 +175,12 @@ fn socket_name(key: u64, seq: u64, rank: usize) -> String {
 
 const FD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Sends `mine` to every rank of `to` and receives a descriptor from every rank of `from`.
-/// `listener` is this rank's socket for exchange `seq`, bound before a bootstrap exchange that the
-/// ranks of `from` join before sending (so it exists when they connect).
+/// Sends `mine` to every rank of `to` and receives a descriptor from every rank of `from`
+/// (reg::uds::exchange_fds). `listener` is this rank's socket for exchange `seq`, bound before a
+/// bootstrap exchange that the ranks of `from` join before sending (so it exists when they connect).
 fn exchange_fds(listener: &OwnedFd, key: u64, seq: u64, me: usize, mine: Option<&OwnedFd>, to: &[usize], from: &[usize]) -> Result<Vec<(usize, OwnedFd)>> {
-    use crate::reg::uds;
     use std::os::fd::AsRawFd;
-    let mut sent = Vec::new();
-    if let Some(fd) = mine {
-        for &r in to {
-            let s = uds::connect(&socket_name(key, seq, r), std::time::Duration::from_secs(5))
-                .map_err(|e| Error::system(format!("channel buffers: connecting to rank {r}: {e}")))?;
-            uds::send(&s, &(me as u32).to_le_bytes(), Some(fd.as_raw_fd())).map_err(|e| Error::system(format!("channel buffers: sending to rank {r}: {e}")))?;
-            sent.push(s);
-        }
-    }
-    let mut got: Vec<(usize, OwnedFd)> = Vec::new();
-    let mut pending: Vec<OwnedFd> = Vec::new();
-    let deadline = std::time::Instant::now() + FD_TIMEOUT;
-    while got.len() < from.len() {
-        if std::time::Instant::now() > deadline {
-            let missing: Vec<String> = from.iter().filter(|r| !got.iter().any(|(g, _)| g == *r)).map(|r| r.to_string()).collect();
-            return Err(Error::system(format!("channel buffers: no descriptor from rank(s) {} within {FD_TIMEOUT:?}", missing.join(", "))));
-        }
-        let mut progress = false;
-        if let Some(s) = uds::accept(listener).map_err(|e| Error::io("channel buffers: accept", &e))? {
-            pending.push(s);
-            progress = true;
-        }
-        let mut i = 0;
-        while i < pending.len() {
-            match uds::recv(&pending[i], 16).map_err(|e| Error::io("channel buffers: receive", &e))? {
-                uds::Received::Msg(m, Some(fd)) if m.len() == 4 => {
-                    let r = u32::from_le_bytes([m[0], m[1], m[2], m[3]]) as usize;
-                    if !from.contains(&r) || got.iter().any(|(g, _)| *g == r) {
-                        return Err(Error::system(format!("channel buffers: unexpected descriptor from rank {r}")));
-                    }
-                    got.push((r, fd));
-                    pending.swap_remove(i);
-                    progress = true;
-                }
-                uds::Received::Empty => i += 1,
-                _ => return Err(Error::system("channel buffers: a peer's socket sent something other than one descriptor")),
-            }
-        }
-        if !progress {
-            std::thread::sleep(std::time::Duration::from_micros(200));
-        }
-    }
-    drop(sent);
-    Ok(got)
+    crate::reg::uds::exchange_fds(listener, |r| socket_name(key, seq, r), me, mine.map(|f| f.as_raw_fd()), to, from, FD_TIMEOUT, "channel buffers")
 }
 
 /// A rank's MemoryChannels to every peer of a one-host communicator: its shared buffer (LL, LL128

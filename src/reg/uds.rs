@@ -209,6 +209,71 @@ pub fn recv(sock: &OwnedFd, max: usize) -> io::Result<Received> {
     Ok(Received::Msg(buf, fd))
 }
 
+/// One all-to-some exchange of descriptors: sends `mine` (with `me`, this rank's number) to the
+/// listener `name_of(r)` of every rank r of `to`, and receives one descriptor from every rank of
+/// `from` on `listener`, within `timeout`. `listener` must be bound before the ranks of `from`
+/// can try to connect (the callers put a bootstrap exchange in between); a seqpacket connection
+/// takes one message before it is accepted, so no send waits for the peer's accept, and ranks
+/// exchanging with each other never wait in a cycle. `what` names the caller in errors
+/// (ncclSystemError: a peer that connects too late, sends twice or sends something else).
+/// The descriptors in the order they came, with their senders.
+#[allow(clippy::too_many_arguments)]
+pub fn exchange_fds(
+    listener: &OwnedFd,
+    name_of: impl Fn(usize) -> String,
+    me: usize,
+    mine: Option<RawFd>,
+    to: &[usize],
+    from: &[usize],
+    timeout: Duration,
+    what: &str,
+) -> crate::error::Result<Vec<(usize, OwnedFd)>> {
+    use crate::error::Error;
+    let mut sent = Vec::new();
+    if let Some(fd) = mine {
+        for &r in to {
+            let s = connect(&name_of(r), Duration::from_secs(5)).map_err(|e| Error::system(format!("{what}: connecting to rank {r}: {e}")))?;
+            send(&s, &(me as u32).to_le_bytes(), Some(fd)).map_err(|e| Error::system(format!("{what}: sending to rank {r}: {e}")))?;
+            sent.push(s);
+        }
+    }
+    let mut got: Vec<(usize, OwnedFd)> = Vec::new();
+    let mut pending: Vec<OwnedFd> = Vec::new();
+    let deadline = std::time::Instant::now() + timeout;
+    while got.len() < from.len() {
+        if std::time::Instant::now() > deadline {
+            let missing: Vec<String> = from.iter().filter(|r| !got.iter().any(|(g, _)| g == *r)).map(|r| r.to_string()).collect();
+            return Err(Error::system(format!("{what}: no descriptor from rank(s) {} within {timeout:?}", missing.join(", "))));
+        }
+        let mut progress = false;
+        if let Some(s) = accept(listener).map_err(|e| Error::io(&format!("{what}: accept"), &e))? {
+            pending.push(s);
+            progress = true;
+        }
+        let mut i = 0;
+        while i < pending.len() {
+            match recv(&pending[i], 16).map_err(|e| Error::io(&format!("{what}: receive"), &e))? {
+                Received::Msg(m, Some(fd)) if m.len() == 4 => {
+                    let r = u32::from_le_bytes([m[0], m[1], m[2], m[3]]) as usize;
+                    if !from.contains(&r) || got.iter().any(|(g, _)| *g == r) {
+                        return Err(Error::system(format!("{what}: unexpected descriptor from rank {r}")));
+                    }
+                    got.push((r, fd));
+                    pending.swap_remove(i);
+                    progress = true;
+                }
+                Received::Empty => i += 1,
+                _ => return Err(Error::system(format!("{what}: a peer's socket sent something other than one descriptor"))),
+            }
+        }
+        if !progress {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    drop(sent);
+    Ok(got)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,6 +358,56 @@ mod tests {
         // A connection of our own user behind it is still accepted.
         let _c = connect(&name, Duration::from_secs(2)).expect("connect");
         assert!(accept(&l).unwrap().is_some());
+    }
+
+    /// Three ranks in threads, each sending its own file to the others and hearing from both
+    /// in whatever order they come; then a rank nobody sends to times out naming who is missing,
+    /// and a descriptor from a rank outside `from` is refused.
+    #[test]
+    fn ranks_exchange_descriptors_all_to_all() {
+        let name = |r: usize| format!("oxccl-test-xfd-{}-{r}", std::process::id());
+        let listeners: Vec<OwnedFd> = (0..3).map(|r| listen(&name(r)).expect("listen")).collect();
+        let got: Vec<Vec<(usize, String)>> = std::thread::scope(|s| {
+            let ts: Vec<_> = (0..3usize)
+                .map(|me| {
+                    let l = &listeners[me];
+                    s.spawn(move || {
+                        let mut f = tempfile_named(&format!("x{me}"));
+                        f.write_all(format!("rank {me}").as_bytes()).unwrap();
+                        let others: Vec<usize> = (0..3).filter(|&r| r != me).collect();
+                        let fds = exchange_fds(l, name, me, Some(f.as_raw_fd()), &others, &others, Duration::from_secs(10), "test").expect("exchange");
+                        fds.into_iter()
+                            .map(|(r, fd)| {
+                                let mut g = std::fs::File::from(fd);
+                                g.seek(std::io::SeekFrom::Start(0)).unwrap();
+                                let mut t = String::new();
+                                g.read_to_string(&mut t).unwrap();
+                                (r, t)
+                            })
+                            .collect()
+                    })
+                })
+                .collect();
+            ts.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        for (me, mut v) in got.into_iter().enumerate() {
+            v.sort();
+            let want: Vec<(usize, String)> = (0..3).filter(|&r| r != me).map(|r| (r, format!("rank {r}"))).collect();
+            assert_eq!(v, want, "rank {me}");
+        }
+        let e = exchange_fds(&listeners[0], name, 0, None, &[], &[2], Duration::from_millis(50), "test").unwrap_err();
+        assert!(e.msg.contains("no descriptor from rank(s) 2"), "{}", e.msg);
+        let f = tempfile_named("stray");
+        exchange_fds(&listeners[2], name, 1, Some(f.as_raw_fd()), &[0], &[], Duration::from_secs(1), "test").expect("a send alone");
+        let e = exchange_fds(&listeners[0], name, 0, None, &[], &[2], Duration::from_secs(5), "test").unwrap_err();
+        assert!(e.msg.contains("unexpected descriptor from rank 1"), "{}", e.msg);
+    }
+
+    fn tempfile_named(tag: &str) -> std::fs::File {
+        let p = std::env::temp_dir().join(format!("oxccl-uds-{}-{tag}", std::process::id()));
+        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&p).unwrap();
+        let _ = std::fs::remove_file(&p);
+        f
     }
 
     fn tempfile_in_tmp() -> std::fs::File {

@@ -18,7 +18,7 @@ pub mod abi232;
 pub mod space;
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use abi::{ncclDevCommWindowTable, TableEntry, TABLE_ENTRIES};
 use abi232::{ncclWindow_vidmem, NCCL_LE_ID_INVALID};
@@ -328,51 +328,12 @@ impl SymMem {
 
     fn exchange_and_map(&self, seq: u64, listener: Option<OwnedFd>, local: &Local, sizes: &[u64], off: u64) -> Result<Vec<(u64, usize)>> {
         let listener = listener.ok_or_else(|| Error::internal("symmetric memory: no listener"))?;
-        // Send this rank's descriptor to every peer; their listeners exist (bound before the
-        // gather above), and a seqpacket connection takes one message before it is accepted.
-        let mut sent = Vec::new();
-        for r in (0..self.n).filter(|&r| r != self.me) {
-            let s = uds::connect(&self.socket_name(seq, r), Duration::from_secs(5))
-                .map_err(|e| Error::system(format!("symmetric memory: connecting to rank {r}: {e}")))?;
-            uds::send(&s, &(self.me as u32).to_le_bytes(), Some(local.fd.as_raw_fd())).map_err(|e| Error::system(format!("symmetric memory: sending to rank {r}: {e}")))?;
-            sent.push(s);
-        }
+        // The peers' listeners exist: bound before the gather above.
+        let peers: Vec<usize> = (0..self.n).filter(|&r| r != self.me).collect();
         let mut fds: Vec<Option<OwnedFd>> = (0..self.n).map(|_| None).collect();
-        let mut pending: Vec<OwnedFd> = Vec::new();
-        let mut got = 0;
-        let deadline = Instant::now() + FD_TIMEOUT;
-        while got + 1 < self.n {
-            if Instant::now() > deadline {
-                let missing: Vec<String> = (0..self.n).filter(|&r| r != self.me && fds[r].is_none()).map(|r| r.to_string()).collect();
-                return Err(Error::system(format!("symmetric memory: no descriptor from rank(s) {} within {FD_TIMEOUT:?}", missing.join(", "))));
-            }
-            let mut progress = false;
-            if let Some(s) = uds::accept(&listener).map_err(|e| Error::io("symmetric memory: accept", &e))? {
-                pending.push(s);
-                progress = true;
-            }
-            let mut i = 0;
-            while i < pending.len() {
-                match uds::recv(&pending[i], 16).map_err(|e| Error::io("symmetric memory: receive", &e))? {
-                    uds::Received::Msg(m, Some(fd)) if m.len() == 4 => {
-                        let r = u32::from_le_bytes(m[..4].try_into().unwrap_or_default()) as usize;
-                        if r >= self.n || r == self.me || fds[r].is_some() {
-                            return Err(Error::system(format!("symmetric memory: unexpected descriptor from rank {r}")));
-                        }
-                        fds[r] = Some(fd);
-                        got += 1;
-                        pending.swap_remove(i);
-                        progress = true;
-                    }
-                    uds::Received::Empty => i += 1,
-                    _ => return Err(Error::system("symmetric memory: a peer's socket sent something other than one descriptor")),
-                }
-            }
-            if !progress {
-                std::thread::sleep(Duration::from_micros(200));
-            }
+        for (r, fd) in uds::exchange_fds(&listener, |r| self.socket_name(seq, r), self.me, Some(local.fd.as_raw_fd()), &peers, &peers, FD_TIMEOUT, "symmetric memory")? {
+            fds[r] = Some(fd);
         }
-        drop(sent);
         let _g = CtxGuard::new(self.dev)?;
         let mut maps = Vec::with_capacity(self.n);
         for r in 0..self.n {

@@ -13,7 +13,9 @@
 //!    CUDA graph and, for a receive, its destination's allocation (buffer id, range, offset) with
 //!    a CUDA IPC handle (cudaMalloc memory) or, the first time, its cuMem file descriptor
 //!    (ncclMemAlloc memory), and which of the peer's buffers it has mapped. Both then know
-//!    whether the pair's transfers go by copy engine: not where only one of them captures, nor
+//!    whether the pair's transfers go by copy engine: not where only one of them captures (and
+//!    from then on never: the capturing rank's replays cannot answer the other's handshakes,
+//!    so both stop handshaking, `PairState::mixed`), nor
 //!    for memory that cannot be shared (pools); where both capture, the counters of step 2 are
 //!    device-counted (`GraphCounter`), as a replay would repeat host-written values. The
 //!    sender maps the destination (cached per buffer id) and, unless both offers show it mapped
@@ -296,6 +298,11 @@ struct PairState {
     received: u64,
     /// The peer's buffers mapped here, oldest first, most recently used last.
     imports: Vec<Import>,
+    /// A handshake found one rank capturing a CUDA graph and the other not. The capturing rank's
+    /// replays have no host part, so they cannot answer the handshakes of the other's later
+    /// calls; both ranks learnt it from that one handshake, in call order, and from then on
+    /// skip the pair's handshakes and leave its transfers to the exchange kernel.
+    mixed: bool,
 }
 
 #[derive(Default)]
@@ -372,6 +379,8 @@ pub struct Verdict {
     pub target: Option<u64>,
     /// The peer mapped this rank's destination (it need not be sent its descriptor again).
     pub peer_mapped: bool,
+    /// One of the two ranks captures a CUDA graph and the other does not (`PairState::mixed`).
+    pub mixed: bool,
 }
 
 /// One rank's side of one pair's handshake in a launch.
@@ -405,6 +414,7 @@ fn handshake_all(
     let mut second = Vec::new();
     for (i, (p, (their, their_fd))) in parties.iter().zip(theirs).enumerate() {
         let mine = &p.mine;
+        let mixed = mine.capturing != their.capturing;
         if !agreed(mine, &their) {
             nccl_trace!(
                 Subsys::P2p,
@@ -417,7 +427,7 @@ fn handshake_all(
                 mine.dst.is_some(),
                 their.dst.is_some()
             );
-            out.push(Verdict { target: None, peer_mapped: false });
+            out.push(Verdict { target: None, peer_mapped: false, mixed });
             continue;
         }
         let target = match their.dst.filter(|_| mine.send_bytes > 0) {
@@ -429,12 +439,12 @@ fn handshake_all(
             if target.is_none() {
                 return Err(Error::internal("copy-engine handshake: a mapping both ranks knew of is gone"));
             }
-            out.push(Verdict { target, peer_mapped: mine.dst.is_some() });
+            out.push(Verdict { target, peer_mapped: mine.dst.is_some(), mixed });
             continue;
         }
         p.wire.send(&[target.is_some() as u8], None)?;
         second.push(i);
-        out.push(Verdict { target, peer_mapped: false });
+        out.push(Verdict { target, peer_mapped: false, mixed });
     }
     for i in second {
         let p = &parties[i];
@@ -443,7 +453,7 @@ fn handshake_all(
         if !peer_ok || v.target.is_none() {
             nccl_trace!(Subsys::P2p, "copy-engine direct with rank {}: a mapping failed, the SM path moves it", p.wire.peer);
         }
-        *v = Verdict { target: v.target.filter(|_| peer_ok), peer_mapped: peer_ok && p.mine.dst.is_some() };
+        *v = Verdict { target: v.target.filter(|_| peer_ok), peer_mapped: peer_ok && p.mine.dst.is_some(), mixed: v.mixed };
     }
     Ok(out)
 }
@@ -1166,10 +1176,12 @@ impl Inner {
     }
 
     /// The handshakes for a launch's parts (and their descriptors), and the bookkeeping of which
-    /// of this rank's buffers each peer has mapped. One verdict per part, in order.
+    /// of this rank's buffers each peer has mapped. One verdict per part, in order. Pairs once
+    /// found capturing on one side only (`PairState::mixed`) do not handshake: the kernels.
     fn agree(&self, st: &mut State, parts: &[Part], aborted: &dyn Fn() -> bool, timeout: Duration) -> Result<Vec<Verdict>> {
-        let mut parties = Vec::with_capacity(parts.len());
-        for pt in parts {
+        let live: Vec<&Part> = parts.iter().filter(|pt| !st.pairs[pt.peer].mixed).collect();
+        let mut parties = Vec::with_capacity(live.len());
+        for pt in &live {
             let mut mapped = [0u64; MAPPED_IDS];
             for (m, i) in mapped.iter_mut().zip(st.pairs[pt.peer].imports.iter().rev()) {
                 *m = i.id;
@@ -1177,13 +1189,38 @@ impl Inner {
             parties.push(Party { wire: &self.link(pt.peer)?.wire, mine: Offer { mapped, ..pt.offer }, fd: pt.fd.as_ref().map(|f| f.as_raw_fd()) });
         }
         let t0 = Instant::now();
-        let verdicts = handshake_all(&parties, aborted, timeout, |i, d, fd| {
-            let pt = &parts[i];
-            let bytes = pt.offer.send_bytes;
-            self.map(&mut st.pairs[pt.peer], pt.peer, d, fd, bytes)
-        })?;
-        st.stats.handshakes += 1;
-        st.stats.handshake_ns += t0.elapsed().as_nanos() as u64;
+        let mut handshaken = if parties.is_empty() {
+            Vec::new()
+        } else {
+            handshake_all(&parties, aborted, timeout, |i, d, fd| {
+                let pt = live[i];
+                let bytes = pt.offer.send_bytes;
+                self.map(&mut st.pairs[pt.peer], pt.peer, d, fd, bytes)
+            })?
+        }
+        .into_iter();
+        if !parties.is_empty() {
+            st.stats.handshakes += 1;
+            st.stats.handshake_ns += t0.elapsed().as_nanos() as u64;
+        }
+        let mut verdicts = Vec::with_capacity(parts.len());
+        for pt in parts {
+            let ps = &mut st.pairs[pt.peer];
+            if ps.mixed {
+                verdicts.push(Verdict { target: None, peer_mapped: false, mixed: true });
+                continue;
+            }
+            let v = handshaken.next().ok_or_else(|| Error::internal("copy-engine handshake: a verdict is missing"))?;
+            if v.mixed {
+                ps.mixed = true;
+                nccl_info!(
+                    Subsys::P2p,
+                    "copy-engine direct with rank {}: one of the two captures a CUDA graph where the other calls eagerly; this pair's transfers take the SM path from now on (a replay cannot answer a handshake)",
+                    pt.peer
+                );
+            }
+            verdicts.push(v);
+        }
         for (pt, v) in parts.iter().zip(&verdicts) {
             let Some(d) = pt.offer.dst else { continue };
             // The peer has this buffer mapped now, or must be sent its descriptor again.
@@ -1486,7 +1523,7 @@ mod tests {
         let d = Some(dest(3));
         // a sends 64 bytes into b's shared buffer: a gets its mapping, b only receives.
         let (va, vb, ra, rb) = pair(o(false, 64, 0, None), o(false, 0, 64, d), None, Some(0xabc0), None);
-        assert_eq!((va, vb), (Verdict { target: Some(0xabc0), peer_mapped: false }, Verdict { target: Some(0), peer_mapped: true }));
+        assert_eq!((va, vb), (Verdict { target: Some(0xabc0), peer_mapped: false, mixed: false }, Verdict { target: Some(0), peer_mapped: true, mixed: false }));
         assert!(ra && !rb, "only the sender maps");
         // a cannot map it: both run the kernels, and b will send its descriptor again.
         let (va, vb, ..) = pair(o(false, 64, 0, None), o(false, 0, 64, d), None, None, None);
@@ -1497,6 +1534,10 @@ mod tests {
         // A graph capture on one side: both fall back.
         let (va, vb, ra, _) = pair(o(false, 64, 0, None), o(true, 0, 64, d), None, Some(1), None);
         assert_eq!((va.target, vb.target, ra), (None, None, false));
+        assert!(va.mixed && vb.mixed, "both ranks learn that only one captures");
+        // Both capturing, one without device counts: no path, but both replay alike.
+        let (va, vb, ..) = pair(o(true, 64, 0, None), Offer { graph: false, ..o(true, 0, 64, d) }, None, Some(1), None);
+        assert_eq!((va.target, vb.target, va.mixed, vb.mixed), (None, None, false, false));
         // Both ways: each maps the other's buffer; one failure sends both to the kernels.
         let (va, vb, ..) = pair(o(false, 64, 64, d), o(false, 64, 64, d), None, Some(0x10), Some(0x20));
         assert_eq!((va.target, vb.target), (Some(0x10), Some(0x20)));
@@ -1506,7 +1547,7 @@ mod tests {
         // the other would wait for it and fail), and a still takes its address from its cache.
         let listed = Offer { mapped: [7, 3, 0, 0], ..o(false, 64, 0, None) };
         let (va, vb, ra, rb) = pair(listed, o(false, 0, 64, d), None, Some(0xc0), None);
-        assert_eq!((va, vb), (Verdict { target: Some(0xc0), peer_mapped: false }, Verdict { target: Some(0), peer_mapped: true }));
+        assert_eq!((va, vb), (Verdict { target: Some(0xc0), peer_mapped: false, mixed: false }, Verdict { target: Some(0), peer_mapped: true, mixed: false }));
         assert!(ra && !rb);
         // A cache that fails what both ranks took as mapped is a bug, reported as one.
         let (wa, wb) = wires();

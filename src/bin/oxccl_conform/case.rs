@@ -287,6 +287,12 @@ pub struct Case {
     /// 2.29). Absent in cases written before it was drawn: false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+    /// Graph mode with some ranks not capturing: the processes of odd index call the operations
+    /// eagerly once per replay (each time with that replay's inputs) while the others capture
+    /// once and replay, as NCCL allows (its ranks meet only in the kernels). Needs 2+ processes;
+    /// no abort, no suspend. Absent in cases written before it was drawn: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mixed_capture: bool,
 }
 
 fn is_zero(v: &u8) -> bool {
@@ -296,6 +302,11 @@ fn is_zero(v: &u8) -> bool {
 impl Case {
     pub fn nranks(&self) -> usize {
         self.procs * self.per_proc
+    }
+
+    /// Whether process `proc_` captures a graph (Graph mode; with `mixed_capture`, even processes).
+    pub fn captures(&self, proc_: usize) -> bool {
+        self.mode == Mode::Graph && !(self.mixed_capture && proc_ % 2 == 1)
     }
 
     /// Graph mode: replays launched back to back on every rank's stream, without waiting in
@@ -376,6 +387,9 @@ impl Case {
         }
         if self.suspend && self.abort.is_some() {
             return Err("suspend goes with cases without an abort".into());
+        }
+        if self.mixed_capture && (self.mode != Mode::Graph || self.procs < 2 || self.abort.is_some() || self.suspend) {
+            return Err("mixed_capture goes with graph cases of 2+ processes without an abort or suspend".into());
         }
         Ok(())
     }
@@ -542,7 +556,7 @@ mod tests {
     /// collective, events only outside graphs and once a communicator; old cases (no `cfg`) parse.
     #[test]
     fn call_configs_follow_nccls_rules() {
-        let mut c = Case { procs: 3, per_proc: 1, mode: Mode::Eager, replays: 1, ops: vec![op(Kind::Broadcast, 7, false, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0, suspend: false };
+        let mut c = Case { procs: 3, per_proc: 1, mode: Mode::Eager, replays: 1, ops: vec![op(Kind::Broadcast, 7, false, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0, suspend: false, mixed_capture: false };
         let line = c.to_line();
         assert!(!line.contains("cfg"), "a plain operation writes no cfg: {line}");
         assert_eq!(Case::from_line(&line).unwrap(), c);
@@ -598,7 +612,7 @@ mod tests {
 
     #[test]
     fn a_reproduction_line_round_trips() {
-        let c = Case { procs: 3, per_proc: 1, mode: Mode::Graph, replays: 2, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0, suspend: false };
+        let c = Case { procs: 3, per_proc: 1, mode: Mode::Graph, replays: 2, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0, suspend: false, mixed_capture: false };
         assert_eq!(Case::from_line(&c.to_line()).unwrap(), c);
         let mut bad = c.clone();
         bad.ops[0].root = 3;
@@ -621,7 +635,7 @@ mod tests {
 
     #[test]
     fn the_default_stream_goes_only_with_uncaptured_cases_without_an_abort() {
-        let mut c = Case { procs: 3, per_proc: 1, mode: Mode::Eager, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: true, cta_policy: 0, suspend: false };
+        let mut c = Case { procs: 3, per_proc: 1, mode: Mode::Eager, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: true, cta_policy: 0, suspend: false, mixed_capture: false };
         assert!(c.validate().is_ok());
         assert!(c.to_line().contains(r#""default_stream":true"#));
         assert_eq!(Case::from_line(&c.to_line()).unwrap(), c);
@@ -637,7 +651,7 @@ mod tests {
 
     #[test]
     fn back_to_back_replays_only_where_each_leaves_the_same_output() {
-        let c = Case { procs: 2, per_proc: 1, mode: Mode::Graph, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0, suspend: false };
+        let c = Case { procs: 2, per_proc: 1, mode: Mode::Graph, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0, suspend: false, mixed_capture: false };
         assert_eq!(c.burst(), 3, "an in-place Gather is idempotent");
         let mut r = c.clone();
         r.ops.push(op(Kind::AllReduce, 5, true, 2));

@@ -639,6 +639,9 @@ impl Exec {
     fn run_checked(&self, case: &Case, parts: &[Vec<Part>]) -> Result<Result<Vec<u64>, String>, String> {
         let deadline = || Instant::now() + self.case_timeout;
         let comms = self.used_comms(case);
+        if case.mode == Mode::Graph && !case.captures(self.proc_) {
+            return self.run_uncaptured(case, parts, &comms);
+        }
         if case.mode != Mode::Graph {
             if case.suspend {
                 self.suspend_resume(&comms, deadline())?;
@@ -727,6 +730,37 @@ impl Exec {
             }
         }
         Ok(verdict.map(|_| digests))
+    }
+
+    /// A graph case's process that does not capture (`Case::mixed_capture`): the operations
+    /// called once per replay of its peers' graphs, each time with that replay's inputs, then
+    /// `burst` times back to back, as the peers replay.
+    fn run_uncaptured(&self, case: &Case, parts: &[Vec<Part>], comms: &[Comm]) -> Result<Result<Vec<u64>, String>, String> {
+        let deadline = || Instant::now() + self.case_timeout;
+        let mut digests = Vec::new();
+        for replay in 0..case.replays.max(1) as usize {
+            if replay > 0 {
+                self.upload(case, parts, replay)?;
+            }
+            self.issue(case, parts, None)?;
+            self.sync_streams(deadline()).map_err(|e| format!("call {replay} (peers replaying): {e}"))?;
+            self.wait_async(comms, deadline(), "after a call")?;
+            match self.check(case, parts, replay)? {
+                Ok(d) => digests = d,
+                Err(m) => return Ok(Err(format!("call {replay} (peers replaying): {m}"))),
+            }
+        }
+        if case.burst() > 0 {
+            for _ in 0..case.burst() {
+                self.issue(case, parts, None)?;
+            }
+            self.sync_streams(deadline()).map_err(|e| format!("{} calls back to back (peers replaying): {e}", case.burst()))?;
+            self.wait_async(comms, deadline(), "after back-to-back calls")?;
+            if let Err(m) = self.check(case, parts, case.replays.max(1) as usize - 1)? {
+                return Ok(Err(format!("{} calls back to back (peers replaying): {m}", case.burst())));
+            }
+        }
+        Ok(Ok(digests))
     }
 
     /// After the group's streams synchronised, every launch-completion event has completed

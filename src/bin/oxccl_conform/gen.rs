@@ -389,7 +389,10 @@ pub fn case_strategy(space: Arc<Space>, bounds: Arc<Boundaries>) -> BoxedStrateg
             // or zero.
             let policy = prop_oneof![2 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)];
             let suspend_pct = space.suspend_pct.min(100);
-            (ops, abort, 0u8..6, policy, 0u32..100).prop_map(move |(mut ops, abort, stream, cta_policy, draw)| Case {
+            // One graph case in four of 2+ processes leaves the odd processes uncaptured (3, not
+            // 0: a shrunk case moves toward all capturing).
+            (ops, abort, 0u8..6, policy, 0u32..100, 0u8..4).prop_map(move |(mut ops, abort, stream, cta_policy, draw, mixed)| Case {
+                mixed_capture: mixed == 3 && mode == Mode::Graph && procs >= 2 && abort.is_none() && 99 - draw >= suspend_pct,
                 default_stream: stream == 5 && mode != Mode::Graph && abort.is_none() && per_proc <= ngpus,
                 // 99 - draw: shrinking moves the draw toward 0, and a shrunk case toward no suspend.
                 suspend: 99 - draw < suspend_pct && abort.is_none(),
