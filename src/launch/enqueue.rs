@@ -242,10 +242,13 @@ fn grouped_kind(c: Coll) -> GroupedKind {
 /// in the collective's order, and a send to self paired with a receive from self for the local
 /// piece (none in place). None where the lone call takes another path that matters: a
 /// communicator spanning hosts, NCCL_PROTO or NCCL_ALGO set, an AllGather into a symmetric
-/// window, a relayed Broadcast, an in-place AlltoAll, pieces the copy-engine direct path keeps
+/// window, a relayed Broadcast, pieces the copy-engine direct path keeps
 /// (algo::ce_direct::keeps_grouped: 32 MiB and more, or every piece it takes under the zero CTA
 /// policy), or nothing to move. Every rank decides alike: only the collective's
-/// kind, size and root and the communicator's settings enter.
+/// kind, size and root, the communicator's settings and whether the buffer lies in a symmetric
+/// window (registered by every rank alike) enter. So an AlltoAll with `send == recv`, which has
+/// no in-place form and gives undefined data, joins like any other: were one rank's AlltoAll
+/// left out to launch alone, the ranks' launches would differ and wait on each other forever.
 pub fn exchange_ops(t: &CollTask) -> Option<Vec<P2pOp>> {
     if t.config.is_some() {
         return None; // it launches as its config says
@@ -258,10 +261,6 @@ pub fn exchange_ops(t: &CollTask) -> Option<Vec<P2pOp>> {
         return None;
     }
     if t.coll == Coll::AllGather && symmetric_allgather(r, t) {
-        return None;
-    }
-    // In place, an AlltoAll's receives would overwrite pieces its sends still read.
-    if t.coll == Coll::AlltoAll && t.send == t.recv {
         return None;
     }
     if t.coll == Coll::Broadcast && crate::algo::broadcast_relay(bytes, &r.topo, &r.scratch, &r.tuning).is_some() {

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use oxccl::gpu::cu;
 use oxccl::types::DataType;
 
 /// A collective, or a list of sends and receives (`SendRecv`).
@@ -293,6 +294,12 @@ pub struct Case {
     /// no abort, no suspend. Absent in cases written before it was drawn: false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mixed_capture: bool,
+    /// Graph mode: the capture mode, 0 thread-local, 1 global (PyTorch's default: a potentially
+    /// unsafe CUDA call from any thread of the process while the capture runs fails it), 2
+    /// relaxed. No abort (its calls from another thread meet a global capture). Absent in cases
+    /// written before it was drawn: 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub capture_mode: u8,
 }
 
 fn is_zero(v: &u8) -> bool {
@@ -302,6 +309,15 @@ fn is_zero(v: &u8) -> bool {
 impl Case {
     pub fn nranks(&self) -> usize {
         self.procs * self.per_proc
+    }
+
+    /// The CUDA capture mode of `capture_mode`.
+    pub fn capture_mode(&self) -> cu::CUstreamCaptureMode {
+        match self.capture_mode {
+            1 => cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            2 => cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            _ => cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        }
     }
 
     /// Whether process `proc_` captures a graph (Graph mode; with `mixed_capture`, even processes).
@@ -387,6 +403,9 @@ impl Case {
         }
         if self.suspend && self.abort.is_some() {
             return Err("suspend goes with cases without an abort".into());
+        }
+        if self.capture_mode > 2 || (self.capture_mode != 0 && (self.mode != Mode::Graph || self.abort.is_some())) {
+            return Err("capture_mode is 0-2, and other than 0 only in graph cases without an abort".into());
         }
         if self.mixed_capture && (self.mode != Mode::Graph || self.procs < 2 || self.abort.is_some() || self.suspend) {
             return Err("mixed_capture goes with graph cases of 2+ processes without an abort or suspend".into());
@@ -556,7 +575,7 @@ mod tests {
     /// collective, events only outside graphs and once a communicator; old cases (no `cfg`) parse.
     #[test]
     fn call_configs_follow_nccls_rules() {
-        let mut c = Case { procs: 3, per_proc: 1, mode: Mode::Eager, replays: 1, ops: vec![op(Kind::Broadcast, 7, false, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0, suspend: false, mixed_capture: false };
+        let mut c = Case { procs: 3, per_proc: 1, mode: Mode::Eager, replays: 1, ops: vec![op(Kind::Broadcast, 7, false, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0, suspend: false, mixed_capture: false, capture_mode: 0 };
         let line = c.to_line();
         assert!(!line.contains("cfg"), "a plain operation writes no cfg: {line}");
         assert_eq!(Case::from_line(&line).unwrap(), c);
@@ -612,7 +631,7 @@ mod tests {
 
     #[test]
     fn a_reproduction_line_round_trips() {
-        let c = Case { procs: 3, per_proc: 1, mode: Mode::Graph, replays: 2, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0, suspend: false, mixed_capture: false };
+        let c = Case { procs: 3, per_proc: 1, mode: Mode::Graph, replays: 2, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0, suspend: false, mixed_capture: false, capture_mode: 0 };
         assert_eq!(Case::from_line(&c.to_line()).unwrap(), c);
         let mut bad = c.clone();
         bad.ops[0].root = 3;
@@ -635,7 +654,7 @@ mod tests {
 
     #[test]
     fn the_default_stream_goes_only_with_uncaptured_cases_without_an_abort() {
-        let mut c = Case { procs: 3, per_proc: 1, mode: Mode::Eager, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: true, cta_policy: 0, suspend: false, mixed_capture: false };
+        let mut c = Case { procs: 3, per_proc: 1, mode: Mode::Eager, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: true, cta_policy: 0, suspend: false, mixed_capture: false, capture_mode: 0 };
         assert!(c.validate().is_ok());
         assert!(c.to_line().contains(r#""default_stream":true"#));
         assert_eq!(Case::from_line(&c.to_line()).unwrap(), c);
@@ -651,7 +670,7 @@ mod tests {
 
     #[test]
     fn back_to_back_replays_only_where_each_leaves_the_same_output() {
-        let c = Case { procs: 2, per_proc: 1, mode: Mode::Graph, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0, suspend: false, mixed_capture: false };
+        let c = Case { procs: 2, per_proc: 1, mode: Mode::Graph, replays: 1, ops: vec![op(Kind::Gather, 7, true, 2)], abort: None, seed: 9, default_stream: false, cta_policy: 0, suspend: false, mixed_capture: false, capture_mode: 0 };
         assert_eq!(c.burst(), 3, "an in-place Gather is idempotent");
         let mut r = c.clone();
         r.ops.push(op(Kind::AllReduce, 5, true, 2));

@@ -660,7 +660,7 @@ impl Exec {
             self.set_ctx(i);
             // SAFETY: a live stream of this context.
             cu_check(
-                unsafe { cu::cuStreamBeginCapture_v2(r.stream, cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) },
+                unsafe { cu::cuStreamBeginCapture_v2(r.stream, case.capture_mode()) },
                 "cuStreamBeginCapture",
             )?;
         }

@@ -391,7 +391,9 @@ pub fn case_strategy(space: Arc<Space>, bounds: Arc<Boundaries>) -> BoxedStrateg
             let suspend_pct = space.suspend_pct.min(100);
             // One graph case in four of 2+ processes leaves the odd processes uncaptured (3, not
             // 0: a shrunk case moves toward all capturing).
-            (ops, abort, 0u8..6, policy, 0u32..100, 0u8..4).prop_map(move |(mut ops, abort, stream, cta_policy, draw, mixed)| Case {
+            (ops, abort, 0u8..6, policy, 0u32..100, 0u8..4, 0u8..3).prop_map(move |(mut ops, abort, stream, cta_policy, draw, mixed, capture)| Case {
+                // Thread-local, global or relaxed capture, a third each (shrinking toward thread-local).
+                capture_mode: if mode == Mode::Graph && abort.is_none() { capture } else { 0 },
                 mixed_capture: mixed == 3 && mode == Mode::Graph && procs >= 2 && abort.is_none() && 99 - draw >= suspend_pct,
                 default_stream: stream == 5 && mode != Mode::Graph && abort.is_none() && per_proc <= ngpus,
                 // 99 - draw: shrinking moves the draw toward 0, and a shrunk case toward no suspend.

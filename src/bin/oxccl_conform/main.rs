@@ -517,6 +517,9 @@ fn record(t: &mut Tally, case: &Case) {
     if case.suspend {
         *t.by_kind.entry("suspend".into()).or_default() += 1;
     }
+    if case.capture_mode == 1 {
+        *t.by_kind.entry("global capture".into()).or_default() += 1;
+    }
     if case.mixed_capture {
         *t.by_kind.entry("mixed capture".into()).or_default() += 1;
     }
