@@ -210,6 +210,11 @@ pub struct OpCase {
     /// Absent in cases written before it existed: plain.
     #[serde(default, skip_serializing_if = "Mem::is_plain")]
     pub mem: Mem,
+    /// Ranks (bit r for rank r) that leave this operation's buffers unregistered although `mem`
+    /// registers them: ncclCommRegister is local, so ranks may differ, and no rank may plan
+    /// differently for it. Zero unless `mem` registers; absent (older cases too): 0.
+    #[serde(default, skip_serializing_if = "is_zero16")]
+    pub unreg: u16,
     /// Posted with nccl*Config and this config; absent (older cases too): the plain call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cfg: Option<CallCfg>,
@@ -306,6 +311,10 @@ fn is_zero(v: &u8) -> bool {
     *v == 0
 }
 
+fn is_zero16(v: &u16) -> bool {
+    *v == 0
+}
+
 impl Case {
     pub fn nranks(&self) -> usize {
         self.procs * self.per_proc
@@ -366,6 +375,9 @@ impl Case {
             }
             if o.transfers.iter().any(|t| t.src >= n || t.dst >= n || t.soff > 15 || t.roff > 15) {
                 return Err("a transfer's rank or offset is out of range".into());
+            }
+            if o.unreg != 0 && (!o.mem.registered() || n > 16 || o.unreg as u32 >> n != 0) {
+                return Err(format!("{:?}: unreg names ranks that do not exist or buffers that are not registered", o.kind));
             }
             if o.in_place && !o.kind.has_in_place() {
                 return Err(format!("{:?} has no in-place form", o.kind));
@@ -568,6 +580,7 @@ mod tests {
             transfers: vec![],
             mem: Mem::Plain,
             cfg: None,
+            unreg: 0,
         }
     }
 

@@ -388,6 +388,7 @@ mod tests {
             transfers: vec![],
             mem: crate::case::Mem::Plain,
             cfg: None,
+            unreg: 0,
         }
     }
 

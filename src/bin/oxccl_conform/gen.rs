@@ -325,8 +325,11 @@ fn op_of(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize, kind: Kind, dtype
     } else {
         prop_oneof![(100 - pct) => Just(None), pct => cfg_strategy(kind).prop_map(Some)].boxed()
     };
-    (op, count, 0..n, in_place, 0u8..2, offsets(n), offsets(n), prop::collection::vec(0u8..SCALARS as u8, n), transfers, mem, cfg).prop_map(
-        move |(op, count, root, in_place, comm, soff, roff, scalars, transfers, mem, cfg)| OpCase {
+    // Registered buffers: one operation in three leaves some ranks' buffers unregistered.
+    let unreg = prop_oneof![2 => Just(0u16), 1 => 0u16..=((1u32 << n.min(16)) - 1) as u16];
+    (op, count, 0..n, in_place, 0u8..2, offsets(n), offsets(n), prop::collection::vec(0u8..SCALARS as u8, n), transfers, mem, cfg, unreg).prop_map(
+        move |(op, count, root, in_place, comm, soff, roff, scalars, transfers, mem, cfg, unreg)| OpCase {
+            unreg: if mem.registered() { unreg } else { 0 },
             kind,
             dtype,
             op,
@@ -506,6 +509,7 @@ mod tests {
         let mut runner = TestRunner::deterministic();
         let mut kinds = std::collections::HashSet::new();
         let mut mems = std::collections::HashSet::new();
+        let mut drawn = [false; 3];
         for _ in 0..300 {
             let mut tree = strat.new_tree(&mut runner).unwrap();
             let c = tree.current();
@@ -513,6 +517,9 @@ mod tests {
             assert!(c.ops.iter().all(|o| (o.count * o.dt().size() as u64) * if o.kind.per_rank() { c.nranks() as u64 } else { 1 } <= 64 << 20));
             kinds.extend(c.ops.iter().map(|o| o.kind));
             mems.extend(c.ops.iter().map(|o| o.mem));
+            drawn[0] |= c.ops.iter().any(|o| o.unreg != 0);
+            drawn[1] |= c.mixed_capture;
+            drawn[2] |= c.capture_mode == 1;
             for _ in 0..20 {
                 if !tree.simplify() {
                     break;
@@ -522,6 +529,7 @@ mod tests {
         }
         assert_eq!(kinds.len(), Kind::ALL.len(), "every kind is drawn");
         assert_eq!(mems.len(), Mem::ALL.len(), "every buffer kind is drawn");
+        assert_eq!(drawn, [true; 3], "registration on some ranks only, mixed capture and global capture are drawn");
     }
 
     /// Every way of stopping is drawn, and a shrink always excludes a rank that did not post.

@@ -517,6 +517,9 @@ fn record(t: &mut Tally, case: &Case) {
     if case.suspend {
         *t.by_kind.entry("suspend".into()).or_default() += 1;
     }
+    if case.ops.iter().any(|o| o.unreg != 0) {
+        *t.by_kind.entry("registered on some ranks".into()).or_default() += 1;
+    }
     if case.capture_mode == 1 {
         *t.by_kind.entry("global capture".into()).or_default() += 1;
     }
