@@ -25,8 +25,8 @@ pub enum Deferred {
     /// first grouped launch where algo::group::fold_p2p takes their pair (every rank orders them
     /// the same way, whatever order it posted).
     P2p(Arc<Comm>, P2pOp),
-    /// A one-sided operation (ncclPutSignal, ncclSignal, ncclWaitSignal): runs in the group's
-    /// order, after the collectives posted before it.
+    /// A one-sided operation (ncclPutSignal, ncclSignal, ncclWaitSignal): runs after the group's
+    /// collectives and point-to-point operations, in posting order (`launch_ops`).
     Rma(Arc<Comm>, crate::comm::rma::RmaOp),
     /// ncclCommFinalize.
     Finalize(Arc<Comm>),
@@ -450,43 +450,42 @@ fn check_completion_events(ops: &[Deferred]) -> Result<()> {
     Ok(())
 }
 
-/// Runs a group's operations in order, each communicator's point-to-point operations as one
-/// launch (or several, enqueue::launch_p2p) after its collectives; notes the first error and goes
-/// on (the peers wait for the rest). Consecutive collectives of one communicator (point-to-point
-/// operations between them do not count: ranks post different ones) launch together where
-/// algo::group says so, as NCCL runs a group's collectives in one launch, and the
+/// Runs a group's operations: its collectives in order, each communicator's point-to-point
+/// operations as one launch (or several, enqueue::launch_p2p) after its collectives, then its
+/// one-sided operations, finalizes, destroys and aborts in posting order; notes the first error
+/// and goes on (the peers wait for the rest). Consecutive collectives of one communicator launch
+/// together where algo::group says so, as NCCL runs a group's collectives in one launch, and the
 /// communicator's first grouped launch carries the sends and receives of the pairs
 /// algo::group::fold_p2p takes; within a group no operation may read another's output, as in
-/// NCCL.
+/// NCCL. Only collectives cut each other's runs: a rank posts its own sends, receives and
+/// one-sided operations, at places of its own in the group, and were those to cut the runs, ranks
+/// would group the same collectives differently and wait on each other forever.
 fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
     let mut p2p = P2pLists::default();
-    let mut rest = Vec::with_capacity(ops.len());
+    let mut colls = Vec::with_capacity(ops.len());
+    let mut after = Vec::new();
     for op in ops {
         match op {
             Deferred::P2p(c, o) => push_p2p(&mut p2p.ops, c, o),
-            other => rest.push(other),
+            Deferred::Coll(t) => colls.push(t),
+            other => after.push(other),
         }
     }
     let mut grouped: Vec<CollTask> = Vec::new();
-    for op in rest {
-        match op {
-            Deferred::Coll(t) => {
-                if grouped.first().is_some_and(|f| !Arc::ptr_eq(&f.comm, &t.comm)) {
-                    launch_grouped(std::mem::take(&mut grouped), &mut p2p, first_err);
-                }
-                grouped.push(t);
-            }
-            other => {
-                launch_grouped(std::mem::take(&mut grouped), &mut p2p, first_err);
-                if let Err(e) = run(other) {
-                    first_err.get_or_insert(e);
-                }
-            }
+    for t in colls {
+        if grouped.first().is_some_and(|f| !Arc::ptr_eq(&f.comm, &t.comm)) {
+            launch_grouped(std::mem::take(&mut grouped), &mut p2p, first_err);
         }
+        grouped.push(t);
     }
     launch_grouped(grouped, &mut p2p, first_err);
     for (c, ops) in &p2p.ops {
         if let Err(e) = launch_p2p(c, ops) {
+            first_err.get_or_insert(e);
+        }
+    }
+    for op in after {
+        if let Err(e) = run(op) {
             first_err.get_or_insert(e);
         }
     }

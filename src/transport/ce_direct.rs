@@ -395,20 +395,25 @@ struct Party<'a> {
 /// pair's index and the descriptor that came with the offer) and, unless `certain`, both say
 /// whether that worked, again all sends before any read. Sends never wait (a few hundred bytes
 /// into a socket buffer), so ranks handshaking with several peers in any order cannot wait on
-/// each other in a cycle. One verdict per party, in order.
+/// each other in a cycle. One verdict per party, in order. `mixed[i]` is set as soon as party
+/// i's offer shows one rank capturing and the other not, so that it holds even where a later
+/// step fails (the peer, whose step may not fail, learns it from the same offers).
 fn handshake_all(
     parties: &[Party],
     aborted: &dyn Fn() -> bool,
     timeout: Duration,
     mut map: impl FnMut(usize, &Dest, Option<OwnedFd>) -> Option<u64>,
+    mixed: &mut [bool],
 ) -> Result<Vec<Verdict>> {
     for p in parties {
         p.wire.send(&p.mine.encode(), p.fd)?;
     }
     let mut theirs = Vec::with_capacity(parties.len());
-    for p in parties {
+    for (i, p) in parties.iter().enumerate() {
         let (msg, fd) = p.wire.recv(aborted, timeout)?;
-        theirs.push((Offer::decode(&msg)?, fd));
+        let offer = Offer::decode(&msg)?;
+        mixed[i] = p.mine.capturing != offer.capturing;
+        theirs.push((offer, fd));
     }
     let mut out = Vec::with_capacity(parties.len());
     let mut second = Vec::new();
@@ -468,7 +473,7 @@ fn handshake(
     timeout: Duration,
     mut map: impl FnMut(&Dest, Option<OwnedFd>) -> Option<u64>,
 ) -> Result<Verdict> {
-    let v = handshake_all(&[Party { wire, mine: *mine, fd }], aborted, timeout, |_, d, fd| map(d, fd))?;
+    let v = handshake_all(&[Party { wire, mine: *mine, fd }], aborted, timeout, |_, d, fd| map(d, fd), &mut [false])?;
     Ok(v[0])
 }
 
@@ -1189,36 +1194,43 @@ impl Inner {
             parties.push(Party { wire: &self.link(pt.peer)?.wire, mine: Offer { mapped, ..pt.offer }, fd: pt.fd.as_ref().map(|f| f.as_raw_fd()) });
         }
         let t0 = Instant::now();
-        let mut handshaken = if parties.is_empty() {
-            Vec::new()
+        let mut mixed = vec![false; live.len()];
+        let handshaken = if parties.is_empty() {
+            Ok(Vec::new())
         } else {
-            handshake_all(&parties, aborted, timeout, |i, d, fd| {
-                let pt = live[i];
-                let bytes = pt.offer.send_bytes;
-                self.map(&mut st.pairs[pt.peer], pt.peer, d, fd, bytes)
-            })?
+            handshake_all(
+                &parties,
+                aborted,
+                timeout,
+                |i, d, fd| {
+                    let pt = live[i];
+                    let bytes = pt.offer.send_bytes;
+                    self.map(&mut st.pairs[pt.peer], pt.peer, d, fd, bytes)
+                },
+                &mut mixed,
+            )
+        };
+        // Even where the handshake failed later: the peer saw the same offers.
+        for (pt, _) in live.iter().zip(&mixed).filter(|(_, &m)| m) {
+            st.pairs[pt.peer].mixed = true;
+            nccl_info!(
+                Subsys::P2p,
+                "copy-engine direct with rank {}: one of the two captures a CUDA graph where the other calls eagerly; this pair's transfers take the SM path from now on (a replay cannot answer a handshake)",
+                pt.peer
+            );
         }
-        .into_iter();
+        let mut handshaken = handshaken?.into_iter();
         if !parties.is_empty() {
             st.stats.handshakes += 1;
             st.stats.handshake_ns += t0.elapsed().as_nanos() as u64;
         }
         let mut verdicts = Vec::with_capacity(parts.len());
         for pt in parts {
-            let ps = &mut st.pairs[pt.peer];
-            if ps.mixed {
+            if !live.iter().any(|l| l.peer == pt.peer) {
                 verdicts.push(Verdict { target: None, peer_mapped: false, mixed: true });
                 continue;
             }
             let v = handshaken.next().ok_or_else(|| Error::internal("copy-engine handshake: a verdict is missing"))?;
-            if v.mixed {
-                ps.mixed = true;
-                nccl_info!(
-                    Subsys::P2p,
-                    "copy-engine direct with rank {}: one of the two captures a CUDA graph where the other calls eagerly; this pair's transfers take the SM path from now on (a replay cannot answer a handshake)",
-                    pt.peer
-                );
-            }
             verdicts.push(v);
         }
         for (pt, v) in parts.iter().zip(&verdicts) {
@@ -1582,11 +1594,19 @@ mod tests {
                         let send = Party { wire: nx, mine: o(64, 0, None), fd: None };
                         let recv = Party { wire: pv, mine: o(0, 64, (r != 0).then(|| dest(10 + r as u64))), fd: None };
                         let parties = if r % 2 == 0 { vec![send, recv] } else { vec![recv, send] };
-                        let mut v = handshake_all(&parties, &|| false, Duration::from_secs(5), |i, d, _| {
-                            assert_eq!(parties[i].mine.send_bytes, 64, "only the sender maps");
-                            Some(d.id * 0x100)
-                        })
+                        let mut mixed = [true; 2];
+                        let mut v = handshake_all(
+                            &parties,
+                            &|| false,
+                            Duration::from_secs(5),
+                            |i, d, _| {
+                                assert_eq!(parties[i].mine.send_bytes, 64, "only the sender maps");
+                                Some(d.id * 0x100)
+                            },
+                            &mut mixed,
+                        )
                         .unwrap();
+                        assert_eq!(mixed, [false; 2], "nobody captures");
                         if r % 2 == 1 {
                             v.reverse();
                         }

@@ -415,7 +415,7 @@ impl Exec {
             };
             part.allocs.push(Alloc { ptr, bytes });
             self.upload_to(i, ptr, &img[..bytes as usize])?;
-            if o.mem.registered() && o.unreg >> r & 1 == 0 {
+            if o.mem.registered() && !(r < 16 && o.unreg >> r & 1 == 1) {
                 let mut h = std::ptr::null_mut();
                 // SAFETY: a live allocation of `bytes`; out-pointer to a local.
                 let rc = unsafe { (self.nccl.comm_register)(comm, ptr as *mut c_void, bytes as usize, &mut h) };

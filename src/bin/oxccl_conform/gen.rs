@@ -329,7 +329,7 @@ fn op_of(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize, kind: Kind, dtype
     let unreg = prop_oneof![2 => Just(0u16), 1 => 0u16..=((1u32 << n.min(16)) - 1) as u16];
     (op, count, 0..n, in_place, 0u8..2, offsets(n), offsets(n), prop::collection::vec(0u8..SCALARS as u8, n), transfers, mem, cfg, unreg).prop_map(
         move |(op, count, root, in_place, comm, soff, roff, scalars, transfers, mem, cfg, unreg)| OpCase {
-            unreg: if mem.registered() { unreg } else { 0 },
+            unreg: if mem.registered() && n <= 16 { unreg } else { 0 },
             kind,
             dtype,
             op,
