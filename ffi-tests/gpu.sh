@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU part of the C ABI tests (GPU machine): gpu_comm.c, gpu_streams.c, gpu_pair.c, gpu_syncwait.c,
-# gpu_window.c, gpu_grow.c, gpu_encryption.c, gpu_rma.c, gpu_collcfg.c and gpu_suspend.c, built against include/nccl.h and linked
+# gpu_window.c, gpu_grow.c, gpu_encryption.c, gpu_rma.c, gpu_collcfg.c, gpu_suspend.c and gpu_a2a_inplace.c, built against include/nccl.h and linked
 # with -lnccl, run once against oxccl and once against a reference NCCL
 # (each must pass with both: they check NCCL's behaviour, not oxccl's). gpu_comm and gpu_streams:
 # one process, one thread per GPU; gpu_pair, gpu_syncwait and gpu_grow: two processes on GPUs 0 and 1
@@ -42,6 +42,8 @@ gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" 
   -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_collcfg"
 gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" -I"$cuda/include" "$here/gpu_suspend.c" \
   -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_suspend"
+gcc -std=gnu11 -O2 -Wall -Werror -Wno-deprecated-declarations -I"$root/include" -I"$cuda/include" "$here/gpu_a2a_inplace.c" \
+  -L"$cuda/lib64" -lcudart -L"$out/lib" -lnccl -o "$out/gpu_a2a_inplace"
 # Pointer checks are part of the test (NCCL_CHECK_POINTERS=1 is honoured by both libraries).
 export NCCL_CHECK_POINTERS=1
 rc=0
@@ -98,6 +100,10 @@ two gpu_suspend pass "oxccl, both processes on GPU 0" "$out/lib" TWO_PROCS_ONE_G
 two gpu_suspend pass "oxccl, 2 simulated hosts" "$out/lib" GPU_SUSPEND_HOSTS=1 NCCL_IB_DISABLE=1 TWO_PROCS_ONE_GPU=1
 two gpu_suspend pass "oxccl, NCCL_CUMEM_ENABLE=0 on rank 0 only (CUDA IPC fallback)" "$out/lib" GPU_SUSPEND_MIXED=1
 two gpu_suspend pass "oxccl, OXCCL_CE_DIRECT_ASYNC=1" "$out/lib" OXCCL_CE_DIRECT_ASYNC=1
+# gpu_a2a_inplace (two processes): a group whose AlltoAll is in place on rank 0 only (undefined
+# data, never a hang) between two AllGathers, which must be exact; oxccl and NCCL.
+two gpu_a2a_inplace pass "oxccl" "$out/lib" A2A_ALARM=60
+if [ -n "$nccl_dir" ]; then two gpu_a2a_inplace pass "NCCL ($nccl_dir)" "$nccl_dir" A2A_ALARM=60; fi
 two gpu_syncwait report "oxccl, OXCCL_CE_DIRECT_ASYNC=1" "$out/lib" OXCCL_CE_DIRECT_ASYNC=1 GPU_SYNCWAIT_ALARM=30
 hosts=(GPU_SYNCWAIT_HOSTS=1 NCCL_IB_DISABLE=1)
 two gpu_syncwait pass "oxccl, 2 simulated hosts" "$out/lib" "${hosts[@]}"

@@ -8,7 +8,8 @@
 #  4. behaviour.c and param.c, compiled as C and as C++ and linked as a NCCL application would be
 #     (-lnccl), pass;
 #  5. gpu_comm.c, gpu_streams.c, gpu_pair.c, gpu_syncwait.c, gpu_window.c, gpu_grow.c, gpu_encryption.c,
-#     gpu_rma.c, gpu_collcfg.c and gpu_suspend.c (run on GPUs by ffi-tests/gpu.sh) compile.
+#     gpu_rma.c, gpu_collcfg.c, gpu_suspend.c and gpu_a2a_inplace.c (run on GPUs by ffi-tests/gpu.sh)
+#     compile.
 # Usage: ffi-tests/run.sh [DIR containing liboxccl.so]   (default target/release)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -94,5 +95,8 @@ gcc -std=gnu11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" -c gpu_col
 echo ok
 step "gpu_suspend compiles"
 gcc -std=gnu11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" -c gpu_suspend.c -o "$out/gpu_suspend.o"
+echo ok
+step "gpu_a2a_inplace compiles"
+gcc -std=gnu11 -Wall -Werror -Wno-deprecated-declarations "${inc[@]}" -c gpu_a2a_inplace.c -o "$out/gpu_a2a_inplace.o"
 echo ok
 echo "ffi-tests: all passed"
