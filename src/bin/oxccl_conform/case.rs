@@ -215,6 +215,11 @@ pub struct OpCase {
     /// differently for it. Zero unless `mem` registers; absent (older cases too): 0.
     #[serde(default, skip_serializing_if = "is_zero16")]
     pub unreg: u16,
+    /// Ranks (bit r for rank r) that post this operation on their second stream, so that their
+    /// group spans two streams, as NCCL allows (the group orders its streams). Eager and
+    /// nonblocking cases on the ranks' own streams only; absent (older cases too): 0.
+    #[serde(default, skip_serializing_if = "is_zero16")]
+    pub side: u16,
     /// Posted with nccl*Config and this config; absent (older cases too): the plain call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cfg: Option<CallCfg>,
@@ -378,6 +383,9 @@ impl Case {
             }
             if o.unreg != 0 && (!o.mem.registered() || n > 16 || o.unreg as u32 >> n != 0) {
                 return Err(format!("{:?}: unreg names ranks that do not exist or buffers that are not registered", o.kind));
+            }
+            if o.side != 0 && (self.mode == Mode::Graph || self.default_stream || n > 16 || o.side as u32 >> n != 0) {
+                return Err(format!("{:?}: side names ranks that do not exist, or a graph or legacy-stream case", o.kind));
             }
             if o.in_place && !o.kind.has_in_place() {
                 return Err(format!("{:?} has no in-place form", o.kind));
@@ -581,6 +589,7 @@ mod tests {
             mem: Mem::Plain,
             cfg: None,
             unreg: 0,
+            side: 0,
         }
     }
 

@@ -389,6 +389,7 @@ mod tests {
             mem: crate::case::Mem::Plain,
             cfg: None,
             unreg: 0,
+            side: 0,
         }
     }
 

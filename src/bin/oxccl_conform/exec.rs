@@ -108,6 +108,8 @@ struct Rank {
     rank: usize,
     ctx: cu::CUcontext,
     stream: cu::CUstream,
+    /// The second stream, for operations a case posts there (`OpCase::side`).
+    side: cu::CUstream,
     comms: [Comm; SLOTS],
 }
 
@@ -159,14 +161,16 @@ impl Exec {
             let mut dev = 0;
             let mut ctx = std::ptr::null_mut();
             let mut stream = std::ptr::null_mut();
+            let mut side = std::ptr::null_mut();
             // SAFETY: out-pointers to locals; the ordinal is below the device count.
             unsafe {
                 cu_check(cu::cuDeviceGet(&mut dev, (rank % ngpus.max(1)) as c_int), "cuDeviceGet")?;
                 cu_check(cu::cuDevicePrimaryCtxRetain(&mut ctx, dev), "cuDevicePrimaryCtxRetain")?;
                 cu_check(cu::cuCtxSetCurrent(ctx), "cuCtxSetCurrent")?;
                 cu_check(cu::cuStreamCreate(&mut stream, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32), "cuStreamCreate")?;
+                cu_check(cu::cuStreamCreate(&mut side, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32), "cuStreamCreate")?;
             }
-            ranks.push(Rank { rank, ctx, stream, comms: [std::ptr::null_mut(); SLOTS] });
+            ranks.push(Rank { rank, ctx, stream, side, comms: [std::ptr::null_mut(); SLOTS] });
         }
         Ok(Exec {
             nccl,
@@ -296,12 +300,13 @@ impl Exec {
         }
     }
 
-    /// Waits for every local rank's stream and its context's legacy default stream (where a case
-    /// with `default_stream` issued its work), each within the deadline.
+    /// Waits for every local rank's two streams and its context's legacy default stream (where a
+    /// case with `default_stream` issued its work), each within the deadline.
     fn sync_streams(&self, deadline: Instant) -> Result<(), String> {
         for (i, r) in self.ranks.iter().enumerate() {
             self.sync_stream(r, deadline)?;
             self.set_ctx(i);
+            self.sync_query(r, r.side, deadline)?;
             self.sync_query(r, std::ptr::null_mut(), deadline)?;
         }
         Ok(())
@@ -524,7 +529,13 @@ impl Exec {
                     b.map_or(0, |(a, off, _)| p.allocs[a].ptr + crate::case::GUARD + (l.allocs[a].off + off) * es) as *mut c_void
                 };
                 let (s, r) = (ptr(l.send), ptr(l.recv));
-                let st = if case.default_stream { std::ptr::null_mut() } else { rk.stream };
+                let st = if case.default_stream {
+                    std::ptr::null_mut()
+                } else if rk.rank < 16 && o.side >> rk.rank & 1 == 1 {
+                    rk.side
+                } else {
+                    rk.stream
+                };
                 let (c, dt, root) = (o.count as usize, o.dtype, o.root as c_int);
                 let n = &self.nccl;
                 let cfg = o.cfg.map(|cc| call_config(&cc, p.event));
@@ -1017,19 +1028,21 @@ impl Exec {
         let drain = Instant::now() + Duration::from_secs(20);
         for (i, r) in self.ranks.iter().enumerate() {
             self.set_ctx(i);
-            loop {
-                // SAFETY: a live stream.
-                let rc = unsafe { cu::cuStreamQuery(r.stream) };
-                if rc == cu::CUresult::CUDA_SUCCESS {
-                    break;
+            for stream in [r.stream, r.side] {
+                loop {
+                    // SAFETY: a live stream.
+                    let rc = unsafe { cu::cuStreamQuery(stream) };
+                    if rc == cu::CUresult::CUDA_SUCCESS {
+                        break;
+                    }
+                    if rc != cu::CUresult::CUDA_ERROR_NOT_READY {
+                        return Err(format!("rank {}: after ncclCommAbort the stream reports {}", r.rank, cu_name(rc)));
+                    }
+                    if Instant::now() > drain {
+                        return Err(format!("rank {}: the stream did not drain within 20 s of ncclCommAbort", r.rank));
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
                 }
-                if rc != cu::CUresult::CUDA_ERROR_NOT_READY {
-                    return Err(format!("rank {}: after ncclCommAbort the stream reports {}", r.rank, cu_name(rc)));
-                }
-                if Instant::now() > drain {
-                    return Err(format!("rank {}: the stream did not drain within 20 s of ncclCommAbort", r.rank));
-                }
-                std::thread::sleep(Duration::from_micros(100));
             }
             // SAFETY: current context is this rank's.
             let rc = unsafe { cu::cuCtxSynchronize() };

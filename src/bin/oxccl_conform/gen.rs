@@ -325,10 +325,13 @@ fn op_of(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize, kind: Kind, dtype
     } else {
         prop_oneof![(100 - pct) => Just(None), pct => cfg_strategy(kind).prop_map(Some)].boxed()
     };
+    // One operation in four goes on some ranks' second stream (`OpCase::side`).
+    let side = prop_oneof![3 => Just(0u16), 1 => 0u16..=((1u32 << n.min(16)) - 1) as u16];
     // Registered buffers: one operation in three leaves some ranks' buffers unregistered.
     let unreg = prop_oneof![2 => Just(0u16), 1 => 0u16..=((1u32 << n.min(16)) - 1) as u16];
-    (op, count, 0..n, in_place, 0u8..2, offsets(n), offsets(n), prop::collection::vec(0u8..SCALARS as u8, n), transfers, mem, cfg, unreg).prop_map(
-        move |(op, count, root, in_place, comm, soff, roff, scalars, transfers, mem, cfg, unreg)| OpCase {
+    (op, count, 0..n, in_place, 0u8..2, offsets(n), offsets(n), prop::collection::vec(0u8..SCALARS as u8, n), transfers, mem, cfg, (unreg, side)).prop_map(
+        move |(op, count, root, in_place, comm, soff, roff, scalars, transfers, mem, cfg, (unreg, side))| OpCase {
+            side: if n <= 16 { side } else { 0 },
             unreg: if mem.registered() && n <= 16 { unreg } else { 0 },
             kind,
             dtype,
@@ -410,7 +413,12 @@ pub fn case_strategy(space: Arc<Space>, bounds: Arc<Boundaries>) -> BoxedStrateg
                     // Launch-completion events: at most one per communicator in the group, none
                     // in graphs (NCCL's rules; oxccl's check of the first is tested elsewhere).
                     let mut seen = [false; 2];
+                    let one_stream = mode == Mode::Graph || (stream == 5 && mode != Mode::Graph && abort.is_none() && per_proc <= ngpus);
                     for o in &mut ops {
+                        // A second stream: eager and nonblocking cases on their own streams.
+                        if one_stream {
+                            o.side = 0;
+                        }
                         if let Some(c) = &mut o.cfg {
                             c.event &= mode != Mode::Graph && !seen[o.comm as usize];
                             seen[o.comm as usize] |= c.event;
@@ -509,7 +517,7 @@ mod tests {
         let mut runner = TestRunner::deterministic();
         let mut kinds = std::collections::HashSet::new();
         let mut mems = std::collections::HashSet::new();
-        let mut drawn = [false; 3];
+        let mut drawn = [false; 4];
         for _ in 0..300 {
             let mut tree = strat.new_tree(&mut runner).unwrap();
             let c = tree.current();
@@ -520,6 +528,7 @@ mod tests {
             drawn[0] |= c.ops.iter().any(|o| o.unreg != 0);
             drawn[1] |= c.mixed_capture;
             drawn[2] |= c.capture_mode == 1;
+            drawn[3] |= c.ops.iter().any(|o| o.side != 0);
             for _ in 0..20 {
                 if !tree.simplify() {
                     break;
@@ -529,7 +538,7 @@ mod tests {
         }
         assert_eq!(kinds.len(), Kind::ALL.len(), "every kind is drawn");
         assert_eq!(mems.len(), Mem::ALL.len(), "every buffer kind is drawn");
-        assert_eq!(drawn, [true; 3], "registration on some ranks only, mixed capture and global capture are drawn");
+        assert_eq!(drawn, [true; 4], "registration on some ranks only, mixed capture, global capture and second streams are drawn");
     }
 
     /// Every way of stopping is drawn, and a shrink always excludes a rank that did not post.
