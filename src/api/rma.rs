@@ -2,7 +2,8 @@
 //! ncclWaitSignal. This layer checks the arguments (NCCL's order and codes: src/collectives.cc,
 //! src/enqueue.cc's rmaTaskAppend and src/misc/argcheck.cc in NCCL 2.30.7) and submits the
 //! operation; comm::rma issues it. Like any operation they are deferred to ncclGroupEnd inside a
-//! group, and run in call order on the given stream.
+//! group, where they run in call order on their streams before the group's collectives and
+//! point-to-point operations, as NCCL schedules them (launch::group's `launch_ops`).
 
 use std::ffi::{c_int, c_uint, c_void};
 

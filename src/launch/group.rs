@@ -1,9 +1,10 @@
 //! ncclGroupStart/End. Group depth and the deferred work are thread-local; only the outermost End
 //! acts: it runs every deferred init concurrently (one thread can create N communicators on N
 //! GPUs), then the deferred operations communicator by communicator, in an order every rank shares
-//! (`by_communicator`): each communicator's collectives and its finalize/destroy/abort in call
-//! order (its first grouped launch carrying the small sends and receives algo::group::fold_p2p
-//! takes), then each communicator's point-to-point batch of the rest.
+//! (`by_communicator`; `launch_ops`): the one-sided operations in call order, then the
+//! collectives in call order (each communicator's first grouped launch carrying the small sends
+//! and receives algo::group::fold_p2p takes), then each communicator's point-to-point batch of the
+//! rest, then the finalizes, destroys and aborts in call order.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -25,7 +26,7 @@ pub enum Deferred {
     /// first grouped launch where algo::group::fold_p2p takes their pair (every rank orders them
     /// the same way, whatever order it posted).
     P2p(Arc<Comm>, P2pOp),
-    /// A one-sided operation (ncclPutSignal, ncclSignal, ncclWaitSignal): runs after the group's
+    /// A one-sided operation (ncclPutSignal, ncclSignal, ncclWaitSignal): runs before the group's
     /// collectives and point-to-point operations, in posting order (`launch_ops`).
     Rma(Arc<Comm>, crate::comm::rma::RmaOp),
     /// ncclCommFinalize.
@@ -450,25 +451,34 @@ fn check_completion_events(ops: &[Deferred]) -> Result<()> {
     Ok(())
 }
 
-/// Runs a group's operations: its collectives in order, each communicator's point-to-point
-/// operations as one launch (or several, enqueue::launch_p2p) after its collectives, then its
-/// one-sided operations, finalizes, destroys and aborts in posting order; notes the first error
-/// and goes on (the peers wait for the rest). Consecutive collectives of one communicator launch
-/// together where algo::group says so, as NCCL runs a group's collectives in one launch, and the
-/// communicator's first grouped launch carries the sends and receives of the pairs
-/// algo::group::fold_p2p takes; within a group no operation may read another's output, as in
-/// NCCL. Only collectives cut each other's runs: a rank posts its own sends, receives and
-/// one-sided operations, at places of its own in the group, and were those to cut the runs, ranks
-/// would group the same collectives differently and wait on each other forever.
+/// Runs a group's operations: its one-sided operations in posting order first (NCCL 2.30.7's
+/// ncclLaunchPrepare schedules a group's RMA plans before the others, src/enqueue.cc, so a put a
+/// peer waits for never sits behind this rank's collectives), then its collectives in order,
+/// each communicator's point-to-point operations as one launch (or several,
+/// enqueue::launch_p2p) after its collectives, then its finalizes, destroys and aborts in posting
+/// order, after the work they end; notes the first error and goes on (the peers wait for the
+/// rest). Consecutive collectives of one communicator launch together where algo::group says so,
+/// as NCCL runs a group's collectives in one launch, and the communicator's first grouped launch
+/// carries the sends and receives of the pairs algo::group::fold_p2p takes; within a group no
+/// operation may read another's output, as in NCCL. Only collectives cut each other's runs: a
+/// rank posts its own sends, receives and one-sided operations, at places of its own in the
+/// group, and were those to cut the runs, ranks would group the same collectives differently and
+/// wait on each other forever.
 fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
     let mut p2p = P2pLists::default();
     let mut colls = Vec::with_capacity(ops.len());
-    let mut after = Vec::new();
+    let (mut one_sided, mut teardown) = (Vec::new(), Vec::new());
     for op in ops {
         match op {
             Deferred::P2p(c, o) => push_p2p(&mut p2p.ops, c, o),
             Deferred::Coll(t) => colls.push(t),
-            other => after.push(other),
+            op @ Deferred::Rma(..) => one_sided.push(op),
+            other => teardown.push(other),
+        }
+    }
+    for op in one_sided {
+        if let Err(e) = run(op) {
+            first_err.get_or_insert(e);
         }
     }
     let mut grouped: Vec<CollTask> = Vec::new();
@@ -484,7 +494,7 @@ fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
             first_err.get_or_insert(e);
         }
     }
-    for op in after {
+    for op in teardown {
         if let Err(e) = run(op) {
             first_err.get_or_insert(e);
         }
@@ -830,16 +840,13 @@ pub fn simulate_end() -> Result<f64> {
         }
         Ok(())
     };
+    // Nothing but collectives cuts a run of collectives (`launch_ops`).
     for op in &state.ops {
-        match op {
-            Deferred::Coll(t) => {
-                if grouped.first().is_some_and(|f| !Arc::ptr_eq(&f.comm, &t.comm)) {
-                    flush(&mut grouped, &mut us)?;
-                }
-                grouped.push(t.clone());
+        if let Deferred::Coll(t) = op {
+            if grouped.first().is_some_and(|f| !Arc::ptr_eq(&f.comm, &t.comm)) {
+                flush(&mut grouped, &mut us)?;
             }
-            Deferred::P2p(..) => {}
-            _ => flush(&mut grouped, &mut us)?,
+            grouped.push(t.clone());
         }
     }
     flush(&mut grouped, &mut us)?;

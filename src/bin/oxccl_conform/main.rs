@@ -520,6 +520,9 @@ fn record(t: &mut Tally, case: &Case) {
     if case.ops.iter().any(|o| o.unreg != 0) {
         *t.by_kind.entry("registered on some ranks".into()).or_default() += 1;
     }
+    if case.ops.iter().any(|o| o.side != 0) {
+        *t.by_kind.entry("second stream".into()).or_default() += 1;
+    }
     if case.capture_mode == 1 {
         *t.by_kind.entry("global capture".into()).or_default() += 1;
     }
