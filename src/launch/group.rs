@@ -759,19 +759,22 @@ fn op_stream(op: &Deferred) -> Option<(&Arc<Comm>, cu::CUstream)> {
     }
 }
 
-/// A group's operations under OXCCL_CHECKSUM (src/launch/checksum.rs): launched in waves, each wave
-/// holding at most one collective per communicator (so a collective that reads what an earlier
-/// one of the same group wrote is hashed after that one ran, and one thread driving every rank
-/// still launches all of them before waiting); the point-to-point batches form the last wave, as
-/// in `end`. Inputs are hashed before a wave, outputs after it, and the ranks compare at the end.
+/// A group's operations under OXCCL_CHECKSUM (src/launch/checksum.rs), in `launch_ops`' order:
+/// the one-sided operations, then the collectives in waves, wave k holding the k-th collective
+/// of every communicator (so a collective that reads what an earlier one of the same group wrote
+/// is hashed after that one ran, and one thread driving every rank launches each wave's
+/// collectives of all of them before waiting), then the point-to-point batches as the last wave,
+/// then the finalizes, destroys and aborts. Inputs are hashed before a wave, outputs after it,
+/// and the ranks compare at the end.
 fn end_checksummed(ops: Vec<Deferred>, mut first_err: Option<Error>) -> Result<()> {
     let streams_per_comm = multi_stream_comms(&ops);
     if let Err(e) = fork_streams(&streams_per_comm) {
         first_err.get_or_insert(e);
     }
     let mut s = crate::launch::checksum::Session::default();
-    let mut wave: Vec<CollTask> = Vec::new();
+    let mut colls: Vec<(Arc<Comm>, std::collections::VecDeque<CollTask>)> = Vec::new();
     let mut p2p: Vec<(Arc<Comm>, Vec<P2pOp>)> = Vec::new();
+    let (mut one_sided, mut teardown) = (Vec::new(), Vec::new());
     let note = |r: Result<()>, first_err: &mut Option<Error>| {
         if let Err(e) = r {
             first_err.get_or_insert(e);
@@ -791,26 +794,34 @@ fn end_checksummed(ops: Vec<Deferred>, mut first_err: Option<Error>) -> Result<(
     };
     for op in ops {
         match op {
-            Deferred::Coll(t) => {
-                if wave.iter().any(|w| Arc::ptr_eq(&w.comm, &t.comm)) {
-                    flush(&mut wave, &mut s, &mut first_err);
-                }
-                wave.push(t);
-            }
+            Deferred::Coll(t) => match colls.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &t.comm)) {
+                Some((_, q)) => q.push_back(t),
+                None => colls.push((t.comm.clone(), std::collections::VecDeque::from([t]))),
+            },
             Deferred::P2p(c, o) => push_p2p(&mut p2p, c, o),
-            other => {
-                flush(&mut wave, &mut s, &mut first_err);
-                note(run(other), &mut first_err);
-            }
+            op @ Deferred::Rma(..) => one_sided.push(op),
+            other => teardown.push(other),
         }
     }
-    flush(&mut wave, &mut s, &mut first_err);
+    for op in one_sided {
+        note(run(op), &mut first_err);
+    }
+    loop {
+        let mut wave: Vec<CollTask> = colls.iter_mut().filter_map(|(_, q)| q.pop_front()).collect();
+        if wave.is_empty() {
+            break;
+        }
+        flush(&mut wave, &mut s, &mut first_err);
+    }
     if !p2p.is_empty() {
         p2p.iter().for_each(|(c, ops)| s.before_p2p(c, ops));
         for (c, ops) in &p2p {
             note(launch_p2p(c, ops), &mut first_err);
         }
         s.after_wave();
+    }
+    for op in teardown {
+        note(run(op), &mut first_err);
     }
     if first_err.is_none() {
         note(join_streams(streams_per_comm), &mut first_err);
