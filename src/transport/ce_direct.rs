@@ -379,8 +379,6 @@ pub struct Verdict {
     pub target: Option<u64>,
     /// The peer mapped this rank's destination (it need not be sent its descriptor again).
     pub peer_mapped: bool,
-    /// One of the two ranks captures a CUDA graph and the other does not (`PairState::mixed`).
-    pub mixed: bool,
 }
 
 /// One rank's side of one pair's handshake in a launch.
@@ -419,7 +417,6 @@ fn handshake_all(
     let mut second = Vec::new();
     for (i, (p, (their, their_fd))) in parties.iter().zip(theirs).enumerate() {
         let mine = &p.mine;
-        let mixed = mine.capturing != their.capturing;
         if !agreed(mine, &their) {
             nccl_trace!(
                 Subsys::P2p,
@@ -432,7 +429,7 @@ fn handshake_all(
                 mine.dst.is_some(),
                 their.dst.is_some()
             );
-            out.push(Verdict { target: None, peer_mapped: false, mixed });
+            out.push(Verdict { target: None, peer_mapped: false });
             continue;
         }
         let target = match their.dst.filter(|_| mine.send_bytes > 0) {
@@ -444,12 +441,12 @@ fn handshake_all(
             if target.is_none() {
                 return Err(Error::internal("copy-engine handshake: a mapping both ranks knew of is gone"));
             }
-            out.push(Verdict { target, peer_mapped: mine.dst.is_some(), mixed });
+            out.push(Verdict { target, peer_mapped: mine.dst.is_some() });
             continue;
         }
         p.wire.send(&[target.is_some() as u8], None)?;
         second.push(i);
-        out.push(Verdict { target, peer_mapped: false, mixed });
+        out.push(Verdict { target, peer_mapped: false });
     }
     for i in second {
         let p = &parties[i];
@@ -458,7 +455,7 @@ fn handshake_all(
         if !peer_ok || v.target.is_none() {
             nccl_trace!(Subsys::P2p, "copy-engine direct with rank {}: a mapping failed, the SM path moves it", p.wire.peer);
         }
-        *v = Verdict { target: v.target.filter(|_| peer_ok), peer_mapped: peer_ok && p.mine.dst.is_some(), mixed: v.mixed };
+        *v = Verdict { target: v.target.filter(|_| peer_ok), peer_mapped: peer_ok && p.mine.dst.is_some() };
     }
     Ok(out)
 }
@@ -1227,7 +1224,7 @@ impl Inner {
         let mut verdicts = Vec::with_capacity(parts.len());
         for pt in parts {
             if !live.iter().any(|l| l.peer == pt.peer) {
-                verdicts.push(Verdict { target: None, peer_mapped: false, mixed: true });
+                verdicts.push(Verdict { target: None, peer_mapped: false });
                 continue;
             }
             let v = handshaken.next().ok_or_else(|| Error::internal("copy-engine handshake: a verdict is missing"))?;
@@ -1535,7 +1532,7 @@ mod tests {
         let d = Some(dest(3));
         // a sends 64 bytes into b's shared buffer: a gets its mapping, b only receives.
         let (va, vb, ra, rb) = pair(o(false, 64, 0, None), o(false, 0, 64, d), None, Some(0xabc0), None);
-        assert_eq!((va, vb), (Verdict { target: Some(0xabc0), peer_mapped: false, mixed: false }, Verdict { target: Some(0), peer_mapped: true, mixed: false }));
+        assert_eq!((va, vb), (Verdict { target: Some(0xabc0), peer_mapped: false }, Verdict { target: Some(0), peer_mapped: true }));
         assert!(ra && !rb, "only the sender maps");
         // a cannot map it: both run the kernels, and b will send its descriptor again.
         let (va, vb, ..) = pair(o(false, 64, 0, None), o(false, 0, 64, d), None, None, None);
@@ -1546,10 +1543,6 @@ mod tests {
         // A graph capture on one side: both fall back.
         let (va, vb, ra, _) = pair(o(false, 64, 0, None), o(true, 0, 64, d), None, Some(1), None);
         assert_eq!((va.target, vb.target, ra), (None, None, false));
-        assert!(va.mixed && vb.mixed, "both ranks learn that only one captures");
-        // Both capturing, one without device counts: no path, but both replay alike.
-        let (va, vb, ..) = pair(o(true, 64, 0, None), Offer { graph: false, ..o(true, 0, 64, d) }, None, Some(1), None);
-        assert_eq!((va.target, vb.target, va.mixed, vb.mixed), (None, None, false, false));
         // Both ways: each maps the other's buffer; one failure sends both to the kernels.
         let (va, vb, ..) = pair(o(false, 64, 64, d), o(false, 64, 64, d), None, Some(0x10), Some(0x20));
         assert_eq!((va.target, vb.target), (Some(0x10), Some(0x20)));
@@ -1559,7 +1552,7 @@ mod tests {
         // the other would wait for it and fail), and a still takes its address from its cache.
         let listed = Offer { mapped: [7, 3, 0, 0], ..o(false, 64, 0, None) };
         let (va, vb, ra, rb) = pair(listed, o(false, 0, 64, d), None, Some(0xc0), None);
-        assert_eq!((va, vb), (Verdict { target: Some(0xc0), peer_mapped: false, mixed: false }, Verdict { target: Some(0), peer_mapped: true, mixed: false }));
+        assert_eq!((va, vb), (Verdict { target: Some(0xc0), peer_mapped: false }, Verdict { target: Some(0), peer_mapped: true }));
         assert!(ra && !rb);
         // A cache that fails what both ranks took as mapped is a bug, reported as one.
         let (wa, wb) = wires();
@@ -1568,6 +1561,53 @@ mod tests {
             let ea = handshake(&wa, &listed, None, &|| false, Duration::from_secs(5), |_, _| None).unwrap_err();
             assert_eq!(ea.code, crate::error::ResultCode::InternalError);
             assert!(tb.join().unwrap().unwrap().target.is_some(), "b believes the copy runs: a must not run the kernels silently");
+        });
+    }
+
+    /// Both ranks learn from the offers alone that one of them captures, even where the
+    /// handshake then fails on one side (a mapping both took as cached is gone); both capturing,
+    /// one without device counts, is not mixed.
+    #[test]
+    fn one_rank_capturing_marks_the_pair_mixed_on_both_ranks() {
+        let o = |capturing, graph, send_bytes, recv_bytes, dst: Option<Dest>| Offer { capturing, graph, send_bytes, recv_bytes, dst, mapped: [0; MAPPED_IDS] };
+        let d = Some(dest(3));
+        let run = |a: Offer, b: Offer, a_maps: Option<u64>| {
+            let (wa, wb) = wires();
+            std::thread::scope(|s| {
+                let tb = s.spawn(|| {
+                    let mut m = [false];
+                    let ok = handshake_all(&[Party { wire: &wb, mine: b, fd: None }], &|| false, Duration::from_secs(5), |_, _, _| Some(1), &mut m).is_ok();
+                    (m[0], ok)
+                });
+                let mut m = [false];
+                let ok = handshake_all(&[Party { wire: &wa, mine: a, fd: None }], &|| false, Duration::from_secs(5), |_, _, _| a_maps, &mut m).is_ok();
+                ((m[0], ok), tb.join().unwrap())
+            })
+        };
+        assert_eq!(run(o(false, false, 64, 0, None), o(true, true, 0, 64, d), Some(1)), ((true, true), (true, true)), "one captures");
+        assert_eq!(run(o(true, true, 64, 0, None), o(true, false, 0, 64, d), Some(1)), ((false, true), (false, true)), "both capture");
+        // a handshakes with b (who captures) and c (whose buffer a lists as mapped, but a's
+        // cache fails): a's handshake errs after the offers, yet both a and b hold the flag.
+        let (wab, wba) = wires();
+        let (wac, wca) = wires();
+        std::thread::scope(|s| {
+            let tb = s.spawn(|| {
+                let mut m = [false];
+                let _ = handshake_all(&[Party { wire: &wba, mine: o(true, true, 0, 64, d), fd: None }], &|| false, Duration::from_secs(5), |_, _, _| Some(1), &mut m);
+                m[0]
+            });
+            let tc = s.spawn(|| {
+                let known = Offer { dst: Some(Dest { share: Share::Known, ..dest(3) }), ..o(false, false, 0, 64, None) };
+                let _ = handshake_all(&[Party { wire: &wca, mine: known, fd: None }], &|| false, Duration::from_secs(5), |_, _, _| Some(1), &mut [false]);
+            });
+            let listed = Offer { mapped: [3, 0, 0, 0], ..o(false, false, 64, 0, None) };
+            let parties = [Party { wire: &wab, mine: o(false, false, 64, 0, None), fd: None }, Party { wire: &wac, mine: listed, fd: None }];
+            let mut m = [false; 2];
+            let r = handshake_all(&parties, &|| false, Duration::from_secs(5), |_, _, _| None, &mut m);
+            assert!(r.is_err(), "the cached mapping is gone");
+            assert_eq!(m, [true, false], "a marks the pair with b all the same");
+            assert!(tb.join().unwrap(), "and so does b");
+            tc.join().unwrap();
         });
     }
 
