@@ -465,17 +465,8 @@ fn check_completion_events(ops: &[Deferred]) -> Result<()> {
 /// group, and were those to cut the runs, ranks would group the same collectives differently and
 /// wait on each other forever.
 fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
-    let mut p2p = P2pLists::default();
-    let mut colls = Vec::with_capacity(ops.len());
-    let (mut one_sided, mut teardown) = (Vec::new(), Vec::new());
-    for op in ops {
-        match op {
-            Deferred::P2p(c, o) => push_p2p(&mut p2p.ops, c, o),
-            Deferred::Coll(t) => colls.push(t),
-            op @ Deferred::Rma(..) => one_sided.push(op),
-            other => teardown.push(other),
-        }
-    }
+    let Split { one_sided, colls, p2p, teardown } = Split::of(ops);
+    let mut p2p = P2pLists { ops: p2p, offered: Vec::new() };
     for op in one_sided {
         if let Err(e) = run(op) {
             first_err.get_or_insert(e);
@@ -498,6 +489,31 @@ fn launch_ops(ops: Vec<Deferred>, first_err: &mut Option<Error>) {
         if let Err(e) = run(op) {
             first_err.get_or_insert(e);
         }
+    }
+}
+
+/// A group's operations by what `launch_ops` runs one after another, each in posting order.
+struct Split {
+    one_sided: Vec<Deferred>,
+    colls: Vec<CollTask>,
+    /// Per communicator (push_p2p).
+    p2p: Vec<(Arc<Comm>, Vec<P2pOp>)>,
+    /// Finalizes, destroys and aborts.
+    teardown: Vec<Deferred>,
+}
+
+impl Split {
+    fn of(ops: Vec<Deferred>) -> Split {
+        let mut s = Split { one_sided: Vec::new(), colls: Vec::with_capacity(ops.len()), p2p: Vec::new(), teardown: Vec::new() };
+        for op in ops {
+            match op {
+                Deferred::P2p(c, o) => push_p2p(&mut s.p2p, c, o),
+                Deferred::Coll(t) => s.colls.push(t),
+                op @ Deferred::Rma(..) => s.one_sided.push(op),
+                other => s.teardown.push(other),
+            }
+        }
+        s
     }
 }
 
@@ -772,9 +788,14 @@ fn end_checksummed(ops: Vec<Deferred>, mut first_err: Option<Error>) -> Result<(
         first_err.get_or_insert(e);
     }
     let mut s = crate::launch::checksum::Session::default();
+    let Split { one_sided, colls: in_order, p2p, teardown } = Split::of(ops);
     let mut colls: Vec<(Arc<Comm>, std::collections::VecDeque<CollTask>)> = Vec::new();
-    let mut p2p: Vec<(Arc<Comm>, Vec<P2pOp>)> = Vec::new();
-    let (mut one_sided, mut teardown) = (Vec::new(), Vec::new());
+    for t in in_order {
+        match colls.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &t.comm)) {
+            Some((_, q)) => q.push_back(t),
+            None => colls.push((t.comm.clone(), std::collections::VecDeque::from([t]))),
+        }
+    }
     let note = |r: Result<()>, first_err: &mut Option<Error>| {
         if let Err(e) = r {
             first_err.get_or_insert(e);
@@ -792,17 +813,6 @@ fn end_checksummed(ops: Vec<Deferred>, mut first_err: Option<Error>) -> Result<(
         }
         s.after_wave();
     };
-    for op in ops {
-        match op {
-            Deferred::Coll(t) => match colls.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &t.comm)) {
-                Some((_, q)) => q.push_back(t),
-                None => colls.push((t.comm.clone(), std::collections::VecDeque::from([t]))),
-            },
-            Deferred::P2p(c, o) => push_p2p(&mut p2p, c, o),
-            op @ Deferred::Rma(..) => one_sided.push(op),
-            other => teardown.push(other),
-        }
-    }
     for op in one_sided {
         note(run(op), &mut first_err);
     }
@@ -1087,6 +1097,29 @@ mod tests {
 
     /// Several communicators' launches go one thread each only where one of them may wait on the
     /// host for its peers (a copy-engine direct handshake); one communicator never.
+    /// `launch_ops`' order: a one-sided call or a finalize posted between two collectives does
+    /// not separate them (ranks post those at places of their own), one-sided calls come first
+    /// and teardown last, each kind in posting order.
+    #[test]
+    fn a_group_splits_into_one_sided_collectives_point_to_point_and_teardown() {
+        let cfg = crate::config::CommConfig::default();
+        let (a, b) = (Arc::new(Comm::new(0, 2, 0, cfg.clone())), Arc::new(Comm::new(1, 2, 0, cfg)));
+        let coll = |c: &Arc<Comm>, count| {
+            let op = crate::types::ResolvedOp { op: crate::types::RedOp::Sum, scalar: 0, scalar_ptr: 0 };
+            Deferred::Coll(CollTask { comm: c.clone(), coll: crate::types::Coll::AllGather, send: 0, recv: 0, count, dtype: crate::types::DataType::Float32, op, root: 0, stream: std::ptr::null_mut(), config: None })
+        };
+        let signal = |c: &Arc<Comm>, sig| Deferred::Rma(c.clone(), crate::comm::rma::RmaOp { kind: crate::comm::rma::RmaKind::Signal { peer: 1, ctx: 0, sig }, stream: std::ptr::null_mut() });
+        let send = |c: &Arc<Comm>, bytes| Deferred::P2p(c.clone(), P2pOp { is_send: true, peer: 1, buf: 0, bytes, stream: std::ptr::null_mut() });
+        let ops = vec![coll(&a, 1), signal(&a, 7), Deferred::Finalize(b.clone()), send(&a, 5), coll(&a, 2), send(&b, 6), signal(&b, 8), coll(&b, 3), send(&a, 9)];
+        let Split { one_sided, colls, p2p, teardown } = Split::of(ops);
+        let sigs: Vec<usize> = one_sided.iter().map(|o| match o { Deferred::Rma(_, crate::comm::rma::RmaOp { kind: crate::comm::rma::RmaKind::Signal { sig, .. }, .. }) => *sig, _ => usize::MAX }).collect();
+        assert_eq!(sigs, [7, 8], "one-sided calls in posting order");
+        assert_eq!(colls.iter().map(|t| t.count).collect::<Vec<_>>(), [1, 2, 3], "collectives in posting order, one run per communicator");
+        let sends: Vec<(usize, Vec<u64>)> = p2p.iter().map(|(c, v)| (c.rank, v.iter().map(|o| o.bytes).collect())).collect();
+        assert_eq!(sends, [(0, vec![5, 9]), (1, vec![6])], "point-to-point per communicator");
+        assert!(matches!(teardown.as_slice(), [Deferred::Finalize(c)] if Arc::ptr_eq(c, &b)));
+    }
+
     #[test]
     fn per_set_threads_only_where_a_launch_may_wait() {
         let cfg = crate::config::CommConfig::default();
