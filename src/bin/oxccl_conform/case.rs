@@ -112,7 +112,8 @@ pub struct Transfer {
     pub roff: u8,
 }
 
-/// How an operation's buffers are allocated and made known to the library (every rank alike).
+/// How an operation's buffers are allocated and made known to the library (every rank alike):
+/// the allocators NCCL's users hand it memory from, each registered or not.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mem {
@@ -126,17 +127,59 @@ pub enum Mem {
     Registered,
     /// ncclMemAlloc and ncclCommRegister.
     NcclAllocRegistered,
+    /// cuMemAllocManaged (unified memory, CU_MEM_ATTACH_GLOBAL), not registered: peers cannot
+    /// map it.
+    Managed,
+    /// cuMemAllocAsync from the device's default pool (cudaMallocAsync: CuPy's and PyTorch's
+    /// `backend:cudaMallocAsync`), not registered: no IPC handle, and a freed block's address
+    /// comes back for the next allocation.
+    Pool,
+    /// As `Pool`, registered.
+    PoolRegistered,
+    /// cuMem physical chunks of the allocation granularity mapped back to back into one reserved
+    /// range, with POSIX file-descriptor handles (PyTorch's `expandable_segments`): an
+    /// allocation of 512 bytes or more starts in one chunk and ends in a later one, so no one
+    /// cuMem allocation holds a large buffer. Not registered.
+    Chunked,
+    /// As `Chunked`, registered (PyTorch registers its expandable segments).
+    ChunkedRegistered,
+}
+
+/// Which allocator a buffer kind uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allocator {
+    CuMem,
+    NcclMem,
+    Managed,
+    Pool,
+    Chunked,
 }
 
 impl Mem {
-    pub const ALL: [Mem; 4] = [Mem::Plain, Mem::NcclAlloc, Mem::Registered, Mem::NcclAllocRegistered];
+    pub const ALL: [Mem; 9] = [
+        Mem::Plain,
+        Mem::NcclAlloc,
+        Mem::Registered,
+        Mem::NcclAllocRegistered,
+        Mem::Managed,
+        Mem::Pool,
+        Mem::PoolRegistered,
+        Mem::Chunked,
+        Mem::ChunkedRegistered,
+    ];
 
-    pub fn nccl_alloc(self) -> bool {
-        matches!(self, Mem::NcclAlloc | Mem::NcclAllocRegistered)
+    pub fn allocator(self) -> Allocator {
+        match self {
+            Mem::Plain | Mem::Registered => Allocator::CuMem,
+            Mem::NcclAlloc | Mem::NcclAllocRegistered => Allocator::NcclMem,
+            Mem::Managed => Allocator::Managed,
+            Mem::Pool | Mem::PoolRegistered => Allocator::Pool,
+            Mem::Chunked | Mem::ChunkedRegistered => Allocator::Chunked,
+        }
     }
 
     pub fn registered(self) -> bool {
-        matches!(self, Mem::Registered | Mem::NcclAllocRegistered)
+        matches!(self, Mem::Registered | Mem::NcclAllocRegistered | Mem::PoolRegistered | Mem::ChunkedRegistered)
     }
 
     fn is_plain(&self) -> bool {
@@ -197,7 +240,8 @@ pub struct OpCase {
     pub count: u64,
     pub root: usize,
     pub in_place: bool,
-    /// Which of the ranks' two communicators runs it.
+    /// Which of the ranks' two communicators runs it: 0, or 1, split from 0 with the ranks
+    /// reversed (the operation's ranks, roots and peers are communicator ranks).
     pub comm: u8,
     /// Per rank: the send and receive buffers' start, in elements past a 64-byte aligned address.
     pub soff: Vec<u8>,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use oxccl::gpu::cu;
 
-use crate::case::{layout, scalar_value, CallCfg, Case, Kind, Mem, Mode, Op, OpCase, OpExt, Stop, SELECTIONS};
+use crate::case::{layout, scalar_value, Allocator, CallCfg, Case, Kind, Mem, Mode, Op, OpCase, OpExt, Stop, SELECTIONS};
 use crate::data::{compare, digest, expected_images, initial_images};
 use crate::nccl::{coll_config_initializer, CollConfig, Comm, Config, Nccl, UniqueId, IN_PROGRESS, SHRINK_ABORT, SUCCESS};
 use crate::values::Codec;
@@ -46,6 +46,18 @@ fn call_config(c: &CallCfg, event: usize) -> CollConfig {
 
 fn slot_of(cta_policy: u8, nonblocking: bool, comm: u8) -> usize {
     cta_policy as usize * 4 + nonblocking as usize * 2 + comm as usize
+}
+
+/// Rank `g`'s rank in the communicator of `o`: communicator 1 of every slot is split from
+/// communicator 0 with the ranks in reverse order (ncclCommSplit, key n - 1 - g), so a rank's
+/// place in a communicator is not its place in the job, as in PyTorch's and Megatron's groups.
+/// Cases speak of communicator ranks.
+fn comm_rank(o: &OpCase, n: usize, g: usize) -> usize {
+    if o.comm == 1 {
+        n - 1 - g
+    } else {
+        g
+    }
 }
 
 /// How slot `s`'s communicators are made: (blocking, CTA policy); `slot_of`'s inverse.
@@ -106,6 +118,7 @@ pub fn cu_name(rc: cu::CUresult) -> String {
 
 struct Rank {
     rank: usize,
+    dev: cu::CUdevice,
     ctx: cu::CUcontext,
     stream: cu::CUstream,
     /// The second stream, for operations a case posts there (`OpCase::side`).
@@ -126,6 +139,103 @@ pub struct Exec {
 struct Alloc {
     ptr: cu::CUdeviceptr,
     bytes: u64,
+    /// `Mem::Chunked`: the reserved range its chunks are mapped into (0 otherwise).
+    va: cu::CUdeviceptr,
+    span: usize,
+    /// `Mem::Pool`: the stream it was allocated on, and is freed on.
+    stream: usize,
+}
+
+impl Alloc {
+    /// `bytes` from `mem`'s allocator on the current context (device `dev`); `stream` is the
+    /// rank's stream (pool allocations are stream-ordered; this waits for it).
+    fn new(mem: Mem, bytes: u64, dev: cu::CUdevice, stream: cu::CUstream) -> Result<Alloc, String> {
+        let mut a = Alloc { ptr: 0, bytes, va: 0, span: 0, stream: 0 };
+        let b = bytes as usize;
+        // SAFETY (every call below): out-pointers to locals; the current context is the rank's.
+        match mem.allocator() {
+            Allocator::CuMem => cu_check(unsafe { cu::cuMemAlloc_v2(&mut a.ptr, b) }, "cuMemAlloc")?,
+            Allocator::NcclMem => unreachable!("ncclMemAlloc goes through the library"),
+            Allocator::Managed => cu_check(
+                unsafe { cu::cuMemAllocManaged(&mut a.ptr, b, cu::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32) },
+                "cuMemAllocManaged",
+            )?,
+            Allocator::Pool => {
+                cu_check(unsafe { cu::cuMemAllocAsync(&mut a.ptr, b, stream) }, "cuMemAllocAsync")?;
+                a.stream = stream as usize;
+                cu_check(unsafe { cu::cuStreamSynchronize(stream) }, "cuStreamSynchronize")?;
+            }
+            Allocator::Chunked => a.chunked(dev)?,
+        }
+        Ok(a)
+    }
+
+    /// Maps chunks of the allocation granularity back to back and places the buffer so that it
+    /// ends in a later chunk than it starts in once it is at least 512 bytes: its last half (up
+    /// to a chunk) lies past the first chunk boundary.
+    fn chunked(&mut self, dev: cu::CUdevice) -> Result<(), String> {
+        // SAFETY: a zeroed CUmemAllocationProp is valid; the fields that matter are set below.
+        let mut prop: cu::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        prop.type_ = cu::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location = cu::CUmemLocation { type_: cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: dev };
+        prop.requestedHandleTypes = cu::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        let mut gran = 0usize;
+        let g = cu::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM;
+        // SAFETY: out-pointer to a local; prop initialised.
+        cu_check(unsafe { cu::cuMemGetAllocationGranularity(&mut gran, &prop, g) }, "cuMemGetAllocationGranularity")?;
+        let gran = gran.max(4096);
+        let tail = ((self.bytes as usize / 2) & !255).clamp(256, gran);
+        let lead = gran - tail;
+        let chunks = (lead + self.bytes as usize).div_ceil(gran).max(1);
+        let span = chunks * gran;
+        let mut va = 0;
+        // SAFETY: out-pointer to a local.
+        cu_check(unsafe { cu::cuMemAddressReserve(&mut va, span, gran, 0, 0) }, "cuMemAddressReserve")?;
+        self.va = va;
+        self.span = span;
+        for k in 0..chunks {
+            let mut h = 0;
+            // SAFETY: out-pointer to a local; prop initialised.
+            let rc = unsafe { cu::cuMemCreate(&mut h, gran, &prop, 0) };
+            if rc != cu::CUresult::CUDA_SUCCESS {
+                self.free();
+                return Err(format!("cuMemCreate: {}", cu_name(rc)));
+            }
+            // SAFETY: [va + k*gran, +gran) is reserved and unmapped; h covers gran bytes. The
+            // mapping keeps the memory once the handle is released.
+            let rc = unsafe { cu::cuMemMap(va + (k * gran) as u64, gran, 0, h, 0) };
+            unsafe { cu::cuMemRelease(h) };
+            if rc != cu::CUresult::CUDA_SUCCESS {
+                self.free();
+                return Err(format!("cuMemMap: {}", cu_name(rc)));
+            }
+        }
+        let access = cu::CUmemAccessDesc { location: prop.location, flags: cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+        // SAFETY: the whole range is mapped; one descriptor.
+        let rc = unsafe { cu::cuMemSetAccess(va, span, &access, 1) };
+        if rc != cu::CUresult::CUDA_SUCCESS {
+            self.free();
+            return Err(format!("cuMemSetAccess: {}", cu_name(rc)));
+        }
+        self.ptr = va + lead as u64;
+        Ok(())
+    }
+
+    /// Frees an allocation `new` made (the current context is its rank's); no pending work uses it.
+    fn free(&self) {
+        // SAFETY: made by `new` as its fields say; nothing uses it any more.
+        unsafe {
+            if self.va != 0 {
+                cu::cuMemUnmap(self.va, self.span);
+                cu::cuMemAddressFree(self.va, self.span);
+            } else if self.stream != 0 {
+                // Stream-ordered, so the pool hands the block to the next case's allocation.
+                cu::cuMemFreeAsync(self.ptr, self.stream as cu::CUstream);
+            } else if self.ptr != 0 {
+                cu::cuMemFree_v2(self.ptr);
+            }
+        }
+    }
 }
 
 /// A rank's part of one operation: its allocations (made as `mem` says, with their registration
@@ -170,7 +280,7 @@ impl Exec {
                 cu_check(cu::cuStreamCreate(&mut stream, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32), "cuStreamCreate")?;
                 cu_check(cu::cuStreamCreate(&mut side, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32), "cuStreamCreate")?;
             }
-            ranks.push(Rank { rank, ctx, stream, side, comms: [std::ptr::null_mut(); SLOTS] });
+            ranks.push(Rank { rank, dev, ctx, stream, side, comms: [std::ptr::null_mut(); SLOTS] });
         }
         Ok(Exec {
             nccl,
@@ -252,10 +362,28 @@ impl Exec {
                 self.set_ctx(i);
                 let mut cfg = Config::with_policy(blocking, policy);
                 let mut comm: Comm = std::ptr::null_mut();
-                // SAFETY: out-pointer and config are locals; the id is by value.
-                let rc = unsafe { (self.nccl.comm_init_rank_config)(&mut comm, self.nranks as c_int, id, self.ranks[i].rank as c_int, &mut cfg) };
-                if rc != SUCCESS && rc != IN_PROGRESS {
-                    return Err(self.nccl.describe("ncclCommInitRankConfig", rc, comm));
+                let rank = self.ranks[i].rank;
+                if s % 2 == 1 {
+                    // Communicator 1: split from communicator 0 (ready: waited for below), one
+                    // color, the ranks reversed (`comm_rank`). In a group the library writes the
+                    // handle at ncclGroupEnd, or, nonblocking, once the parent leaves
+                    // ncclInProgress: into the rank's slot, which outlives both.
+                    let key = (self.nranks - 1 - rank) as c_int;
+                    self.ranks[i].comms[s] = std::ptr::null_mut();
+                    let out: *mut Comm = &mut self.ranks[i].comms[s];
+                    // SAFETY: a live parent; `out` stays valid (self.ranks is not resized); the
+                    // config is read during the call.
+                    let rc = unsafe { (self.nccl.comm_split)(self.ranks[i].comms[s - 1], 0, key, out, &mut cfg) };
+                    if rc != SUCCESS && rc != IN_PROGRESS {
+                        return Err(self.nccl.describe("ncclCommSplit", rc, self.ranks[i].comms[s - 1]));
+                    }
+                    continue;
+                } else {
+                    // SAFETY: out-pointer and config are locals; the id is by value.
+                    let rc = unsafe { (self.nccl.comm_init_rank_config)(&mut comm, self.nranks as c_int, id, rank as c_int, &mut cfg) };
+                    if rc != SUCCESS && rc != IN_PROGRESS {
+                        return Err(self.nccl.describe("ncclCommInitRankConfig", rc, comm));
+                    }
                 }
                 self.ranks[i].comms[s] = comm;
             }
@@ -264,8 +392,19 @@ impl Exec {
             if rc != SUCCESS && rc != IN_PROGRESS {
                 return Err(self.nccl.describe("ncclGroupEnd (init)", rc, std::ptr::null_mut()));
             }
+            let deadline = Instant::now() + Duration::from_secs(120);
+            if s % 2 == 1 {
+                for i in 0..self.ranks.len() {
+                    self.settle(self.ranks[i].comms[s - 1], deadline);
+                    // SAFETY: the library may have written it from its own thread.
+                    self.ranks[i].comms[s] = unsafe { std::ptr::read_volatile(&self.ranks[i].comms[s]) };
+                    if self.ranks[i].comms[s].is_null() {
+                        return Err(format!("rank {}: ncclCommSplit gave no communicator on slot {s}", self.ranks[i].rank));
+                    }
+                }
+            }
             let comms: Vec<Comm> = self.ranks.iter().map(|r| r.comms[s]).collect();
-            self.wait_async(&comms, Instant::now() + Duration::from_secs(120), "init")?;
+            self.wait_async(&comms, deadline, "init")?;
         }
         Ok(())
     }
@@ -389,7 +528,7 @@ impl Exec {
 
     fn prepare(&self, case: &Case, opi: usize, o: &OpCase, i: usize, codec: &Codec) -> Result<Part, String> {
         let n = self.nranks;
-        let r = self.ranks[i].rank;
+        let r = comm_rank(o, n, self.ranks[i].rank);
         let es = o.dt().size() as u64;
         let l = layout(o, n, r);
         let imgs = initial_images(case.seed, opi, o, n, r, 0, codec);
@@ -403,7 +542,7 @@ impl Exec {
         }
         for (a, img) in l.allocs.iter().zip(&imgs) {
             let bytes = a.bytes(es);
-            let ptr = if o.mem.nccl_alloc() {
+            let alloc = if o.mem.allocator() == Allocator::NcclMem {
                 let mut p = std::ptr::null_mut();
                 // SAFETY: out-pointer to a local; the current context is the rank's device's.
                 let rc = unsafe { (self.nccl.mem_alloc)(&mut p, bytes as usize) };
@@ -411,14 +550,18 @@ impl Exec {
                     self.release_part_on(part, Some(comm));
                     return Err(self.nccl.describe("ncclMemAlloc", rc, std::ptr::null_mut()));
                 }
-                p as cu::CUdeviceptr
+                Alloc { ptr: p as cu::CUdeviceptr, bytes, va: 0, span: 0, stream: 0 }
             } else {
-                let mut p = 0;
-                // SAFETY: out-pointer to a local.
-                cu_check(unsafe { cu::cuMemAlloc_v2(&mut p, bytes as usize) }, "cuMemAlloc")?;
-                p
+                match Alloc::new(o.mem, bytes, self.ranks[i].dev, self.ranks[i].stream) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        self.release_part_on(part, Some(comm));
+                        return Err(e);
+                    }
+                }
             };
-            part.allocs.push(Alloc { ptr, bytes });
+            let ptr = alloc.ptr;
+            part.allocs.push(alloc);
             self.upload_to(i, ptr, &img[..bytes as usize])?;
             if o.mem.registered() && !(r < 16 && o.unreg >> r & 1 == 1) {
                 let mut h = std::ptr::null_mut();
@@ -485,13 +628,11 @@ impl Exec {
             }
         }
         for a in &p.allocs {
-            // SAFETY: allocated as `p.mem` says; no work that uses it is pending.
-            unsafe {
-                if p.mem.nccl_alloc() {
-                    (self.nccl.mem_free)(a.ptr as *mut c_void);
-                } else {
-                    cu::cuMemFree_v2(a.ptr);
-                }
+            if p.mem.allocator() == Allocator::NcclMem {
+                // SAFETY: allocated by ncclMemAlloc; no work that uses it is pending.
+                unsafe { (self.nccl.mem_free)(a.ptr as *mut c_void) };
+            } else {
+                a.free();
             }
         }
         if let Some(s) = p.scalar {
@@ -523,7 +664,8 @@ impl Exec {
                 self.set_ctx(i);
                 let p = &parts[opi][i];
                 let comm = rk.comms[Self::slot(case, o)];
-                let l = layout(o, self.nranks, rk.rank);
+                let me = comm_rank(o, self.nranks, rk.rank);
+                let l = layout(o, self.nranks, me);
                 let es = o.dt().size() as u64;
                 let ptr = |b: Option<(usize, u64, u64)>| {
                     b.map_or(0, |(a, off, _)| p.allocs[a].ptr + crate::case::GUARD + (l.allocs[a].off + off) * es) as *mut c_void
@@ -566,14 +708,14 @@ impl Exec {
                                 let mut rc = SUCCESS;
                                 let (mut si, mut ri) = (l.sends.iter(), l.recvs.iter());
                                 for t in &o.transfers {
-                                    if t.src == rk.rank {
+                                    if t.src == me {
                                         let (_, b) = si.next().expect("a send per transfer from this rank");
                                         rc = (n.send)(ptr(Some(*b)), t.count as usize, dt, t.dst as c_int, comm, st);
                                         if !ok(rc) {
                                             break;
                                         }
                                     }
-                                    if t.dst == rk.rank {
+                                    if t.dst == me {
                                         let (_, b) = ri.next().expect("a receive per transfer to this rank");
                                         rc = (n.recv)(ptr(Some(*b)), t.count as usize, dt, t.src as c_int, comm, st);
                                         if !ok(rc) {
@@ -796,7 +938,7 @@ impl Exec {
             let codec = Codec::new(o.dt());
             for (i, rk) in self.ranks.iter().enumerate() {
                 self.set_ctx(i);
-                let imgs = initial_images(case.seed, opi, o, self.nranks, rk.rank, replay, &codec);
+                let imgs = initial_images(case.seed, opi, o, self.nranks, comm_rank(o, self.nranks, rk.rank), replay, &codec);
                 for (a, img) in parts[opi][i].allocs.iter().zip(&imgs) {
                     // The allocation holds `img.len()` bytes; nothing runs on it now.
                     self.upload_to(i, a.ptr, img)?;
@@ -814,14 +956,15 @@ impl Exec {
             let codec = Codec::new(o.dt());
             for (i, rk) in self.ranks.iter().enumerate() {
                 self.set_ctx(i);
-                let l = layout(o, self.nranks, rk.rank);
-                let exp = expected_images(case.seed, opi, o, self.nranks, rk.rank, replay, &codec);
+                let me = comm_rank(o, self.nranks, rk.rank);
+                let l = layout(o, self.nranks, me);
+                let exp = expected_images(case.seed, opi, o, self.nranks, me, replay, &codec);
                 for (a, (alloc, e)) in parts[opi][i].allocs.iter().zip(&exp).enumerate() {
                     let mut got = vec![0u8; alloc.bytes as usize];
                     // SAFETY: reads the allocation back into a buffer of its size.
                     cu_check(unsafe { cu::cuMemcpyDtoH_v2(got.as_mut_ptr().cast(), alloc.ptr, got.len()) }, "cuMemcpyDtoH")?;
                     digests[i] = digests[i].rotate_left(5) ^ digest(&got);
-                    let what = format!("rank {} op {opi} {:?} buffer {a}", rk.rank, o.kind);
+                    let what = format!("rank {me} of communicator {} op {opi} {:?} buffer {a}", o.comm, o.kind);
                     if let Some(m) = compare(o, self.nranks, &got, e, &l.allocs[a], &what) {
                         wrong.push(m);
                     }
@@ -1078,10 +1221,12 @@ impl Exec {
     /// (the others excluded), one group per slot for this process's stopping ranks; returns
     /// each local stopping rank's new communicators (null where the shrink failed).
     fn shrink_stopping(&self, stops: &dyn Fn(usize) -> bool, wrong: &mut Vec<String>) -> Vec<(usize, [Comm; SLOTS])> {
-        let mut exclude: Vec<c_int> = (0..self.nranks).filter(|&r| !stops(r)).map(|r| r as c_int).collect();
         let mut out: Vec<(usize, [Comm; SLOTS])> =
             self.ranks.iter().enumerate().filter(|(_, r)| stops(r.rank)).map(|(i, _)| (i, [std::ptr::null_mut(); SLOTS])).collect();
         for s in 0..SLOTS {
+            // The excluded ranks as the slot's communicator numbers them (`comm_rank`).
+            let n = self.nranks;
+            let mut exclude: Vec<c_int> = (0..n).filter(|&r| !stops(r)).map(|r| if s % 2 == 1 { n - 1 - r } else { r } as c_int).collect();
             // SAFETY: no preconditions.
             unsafe { (self.nccl.group_start)() };
             for (i, new) in out.iter_mut() {

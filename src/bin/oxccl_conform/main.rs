@@ -77,8 +77,8 @@ struct Cli {
     /// Modes to draw (eager, graph, nonblocking; default all).
     #[arg(long, value_delimiter = ',')]
     modes: Vec<String>,
-    /// Buffer kinds to draw (plain, nccl_alloc, registered, nccl_alloc_registered; default all, plain
-    /// half the time).
+    /// Buffer kinds to draw (plain, nccl_alloc, registered, nccl_alloc_registered, managed, pool,
+    /// pool_registered, chunked, chunked_registered; default all, plain half the time).
     #[arg(long, value_delimiter = ',')]
     mems: Vec<String>,
     /// Percent of cases of 2+ ranks that abort.
@@ -502,6 +502,9 @@ fn record(t: &mut Tally, case: &Case) {
     t.cases += 1;
     for o in &case.ops {
         *t.by_kind.entry(format!("{:?}", o.kind)).or_default() += 1;
+        if o.mem != Mem::Plain {
+            *t.by_kind.entry(format!("buffers {:?}", o.mem)).or_default() += 1;
+        }
     }
     *t.by_kind.entry(format!("mode {:?}", case.mode)).or_default() += 1;
     *t.by_kind.entry(format!("{} ranks", case.nranks())).or_default() += 1;
