@@ -293,33 +293,7 @@ pub fn set_kernel_node_args<A>(node: cu::CUgraphNode, k: Kernel, grid: u32, bloc
 /// stream ends; kernels/prims/pdl.cuh). Every kernel launch of oxccl goes through here
 /// or, for a configured call with a launch-completion event, `launch_with_event`.
 pub fn launch_pdl<A>(k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &A, pdl: bool) -> Result<()> {
-    let mut params = [args as *const A as *mut std::ffi::c_void];
-    if !pdl {
-        // SAFETY: `args` outlives the call (the driver copies parameters at launch); the kernel
-        // takes exactly one parameter of type A.
-        return check(
-            unsafe { cu::cuLaunchKernel(k.0, grid, 1, 1, block, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()) },
-            "cuLaunchKernel",
-        );
-    }
-    // SAFETY: an all-zero attribute is a valid plain-old-data value; id and value are set below.
-    let mut attr: cu::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attr.id = cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
-    let config = cu::CUlaunchConfig {
-        gridDimX: grid,
-        gridDimY: 1,
-        gridDimZ: 1,
-        blockDimX: block,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: 0,
-        hStream: stream,
-        attrs: &mut attr,
-        numAttrs: 1,
-    };
-    // SAFETY: as above; `config` and `attr` outlive the call.
-    check(unsafe { cu::cuLaunchKernelEx(&config, k.0, params.as_mut_ptr(), std::ptr::null_mut()) }, "cuLaunchKernelEx")
+    launch_ex(k, grid, block, stream, args, pdl, None)
 }
 
 /// As [`launch_pdl`], recording `event` once every block of the kernel has begun (the launch
@@ -327,14 +301,35 @@ pub fn launch_pdl<A>(k: Kernel, grid: u32, block: u32, stream: cu::CUstream, arg
 /// have been created with CU_EVENT_DISABLE_TIMING and be neither interprocess nor interop, as the
 /// driver requires). For a configured call's launchCompletionEvent (ncclCollConfig_t).
 pub fn launch_with_event<A>(k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &A, pdl: bool, event: cu::CUevent) -> Result<()> {
+    launch_ex(k, grid, block, stream, args, pdl, Some(event))
+}
+
+/// The one launch with attributes: programmatic stream serialization where `pdl`, the launch
+/// completion event where given; a plain cuLaunchKernel where neither.
+fn launch_ex<A>(k: Kernel, grid: u32, block: u32, stream: cu::CUstream, args: &A, pdl: bool, event: Option<cu::CUevent>) -> Result<()> {
     let mut params = [args as *const A as *mut std::ffi::c_void];
+    if !pdl && event.is_none() {
+        // SAFETY: `args` outlives the call (the driver copies parameters at launch); the kernel
+        // takes exactly one parameter of type A.
+        return check(
+            unsafe { cu::cuLaunchKernel(k.0, grid, 1, 1, block, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()) },
+            "cuLaunchKernel",
+        );
+    }
     // SAFETY: all-zero attributes are valid plain-old-data values; ids and values are set below.
     let mut attrs: [cu::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
-    attrs[0].id = cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT;
-    attrs[0].value.launchCompletionEvent.event = event;
-    attrs[0].value.launchCompletionEvent.flags = 0;
-    attrs[1].id = cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attrs[1].value.programmaticStreamSerializationAllowed = 1;
+    let mut n = 0;
+    if let Some(e) = event {
+        attrs[n].id = cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT;
+        attrs[n].value.launchCompletionEvent.event = e;
+        attrs[n].value.launchCompletionEvent.flags = 0;
+        n += 1;
+    }
+    if pdl {
+        attrs[n].id = cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attrs[n].value.programmaticStreamSerializationAllowed = 1;
+        n += 1;
+    }
     let config = cu::CUlaunchConfig {
         gridDimX: grid,
         gridDimY: 1,
@@ -345,7 +340,7 @@ pub fn launch_with_event<A>(k: Kernel, grid: u32, block: u32, stream: cu::CUstre
         sharedMemBytes: 0,
         hStream: stream,
         attrs: attrs.as_mut_ptr(),
-        numAttrs: if pdl { 2 } else { 1 },
+        numAttrs: n as u32,
     };
     // SAFETY: `args` outlives the call (the driver copies parameters at launch); the kernel takes
     // exactly one parameter of type A; `config` and `attrs` outlive the call.

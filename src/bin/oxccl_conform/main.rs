@@ -444,7 +444,20 @@ impl Pool<'_> {
             if self.refused.contains(&key) {
                 return Verdict::Skip;
             }
-            match Group::spawn(self.cli, &lib, tag, case.procs, case.per_proc, self.ngpus, host_ids) {
+            let mut spawned = Group::spawn(self.cli, &lib, tag, case.procs, case.per_proc, self.ngpus, host_ids);
+            // A client killed with kernels running (a hung case's processes) can leave the MPS
+            // server refusing new clients for a while: wait for it before giving up on the run.
+            for _ in 0..6 {
+                match &spawned {
+                    Err(e) if e.contains("MPS server is not ready") => {
+                        println!("  note: the MPS server is not ready for new clients; starting {tag} {}x{} again in 5 s", case.procs, case.per_proc);
+                        std::thread::sleep(Duration::from_secs(5));
+                        spawned = Group::spawn(self.cli, &lib, tag, case.procs, case.per_proc, self.ngpus, host_ids);
+                    }
+                    _ => break,
+                }
+            }
+            match spawned {
                 Ok(g) => {
                     self.groups.insert(key, g);
                 }
