@@ -79,7 +79,7 @@ two() { # binary, expected (pass/fail/report), label, lib dir, env...
   # A test killed with kernels running (the expected failures and reports above it) can leave
   # the MPS server refusing new clients for a while: the next test's cudaSetDevice fails before
   # any NCCL call. That is the machine, not the library: wait and run the test once more.
-  if [ $prc != 0 ] && [ $prc != 77 ] && grep -q "cudaSetDevice" "$out/two.log" && pgrep -x nvidia-cuda-mps-server > /dev/null; then
+  if [ $prc != 0 ] && [ $prc != 77 ] && grep -qE "cudaSetDevice|cudaGetDeviceCount" "$out/two.log" && pidof nvidia-cuda-mps-server > /dev/null; then
     echo "$bin: cudaSetDevice failed while the MPS server recovers from a killed client; running it again in 10 s"
     sleep 10
     prc=0

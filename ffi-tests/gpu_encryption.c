@@ -28,7 +28,9 @@ static void child(int r) {
   int off = getenv("GPU_ENCRYPTION_OFF") && atoi(getenv("GPU_ENCRYPTION_OFF")) > 0;
   alarm(120);
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) _exit(77);
+  const cudaError_t counted = cudaGetDeviceCount(&n);
+  if (counted == cudaErrorNoDevice || counted == cudaErrorInsufficientDriver || (counted == cudaSuccess && n < 1)) _exit(77);
+  CHECK(counted == cudaSuccess, "cudaGetDeviceCount: %s", cudaGetErrorString(counted));
   char host[64];
   snprintf(host, sizeof host, "gpu-encryption-host-%d", rank);
   CHECK(setenv("NCCL_HOSTID", host, 1) == 0, "setenv NCCL_HOSTID");

@@ -37,7 +37,11 @@ static inline ncclComm_t pair_comm_config(const char* alarm_env, int id_w, int i
   int n = 0;
   // TWO_PROCS_ONE_GPU=1: both ranks on one GPU (a one-GPU machine; tests of semantics, not speed).
   int share = getenv("TWO_PROCS_ONE_GPU") && atoi(getenv("TWO_PROCS_ONE_GPU")) == 1;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1 || (n < 2 && !share)) _exit(77);
+  // 77 (skip) only where the machine has too few GPUs; any other failure (an MPS server refusing
+  // clients, say) fails the test.
+  const cudaError_t counted = cudaGetDeviceCount(&n);
+  if (counted == cudaErrorNoDevice || counted == cudaErrorInsufficientDriver || (counted == cudaSuccess && (n < 1 || (n < 2 && !share)))) _exit(77);
+  CHECK(counted == cudaSuccess, "cudaGetDeviceCount: %s", cudaGetErrorString(counted));
   CHECK(cudaSetDevice(rank % n) == cudaSuccess, "cudaSetDevice");
   ncclUniqueId id;
   if (rank == 0) {

@@ -8,6 +8,7 @@
 //! an error that may have left the process or its GPU state unusable). Parent to child:
 //! `ID <hex>`, `CASE <json>`, `GO` (after a barrier), `QUIT`.
 
+use std::borrow::Cow;
 use std::ffi::{c_int, c_void};
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
@@ -48,15 +49,15 @@ fn slot_of(cta_policy: u8, nonblocking: bool, comm: u8) -> usize {
     cta_policy as usize * 4 + nonblocking as usize * 2 + comm as usize
 }
 
-/// Rank `g`'s rank in the communicator of `o`: communicator 1 of every slot is split from
-/// communicator 0 with the ranks in reverse order (ncclCommSplit, key n - 1 - g), so a rank's
-/// place in a communicator is not its place in the job, as in PyTorch's and Megatron's groups.
-/// Cases speak of communicator ranks.
-fn comm_rank(o: &OpCase, n: usize, g: usize) -> usize {
-    if o.comm == 1 {
-        n - 1 - g
-    } else {
-        g
+/// Operation `o` as rank `g` of an `n`-rank job sees it: in its communicator's numbering, with
+/// that communicator's size and g's rank in it. Communicator 1 of every slot is split from
+/// communicator 0 with the ranks reversed (ncclCommSplit, key n - 1 - g), so a rank's number is
+/// not its place in the job, as in PyTorch's and Megatron's process groups. Cases speak of
+/// communicator ranks.
+fn view(o: &OpCase, n: usize, g: usize) -> (Cow<'_, OpCase>, usize, usize) {
+    match o.comm {
+        1 => (Cow::Borrowed(o), n, n - 1 - g),
+        _ => (Cow::Borrowed(o), n, g),
     }
 }
 
@@ -80,10 +81,11 @@ pub fn host_side(case: &Case) {
         for (opi, o) in case.ops.iter().enumerate() {
             let codec = Codec::new(o.dt());
             for rank in 0..case.per_proc {
-                std::hint::black_box(initial_images(case.seed, opi, o, n, rank, replay, &codec));
-                let l = layout(o, n, rank);
-                for (a, e) in expected_images(case.seed, opi, o, n, rank, replay, &codec).iter().enumerate() {
-                    std::hint::black_box(compare(o, n, &e.image, e, &l.allocs[a], "self"));
+                let (ov, m, me) = view(o, n, rank);
+                std::hint::black_box(initial_images(case.seed, opi, &ov, m, me, replay, &codec));
+                let l = layout(&ov, m, me);
+                for (a, e) in expected_images(case.seed, opi, &ov, m, me, replay, &codec).iter().enumerate() {
+                    std::hint::black_box(compare(&ov, m, &e.image, e, &l.allocs[a], "self"));
                 }
             }
         }
@@ -139,9 +141,11 @@ pub struct Exec {
 struct Alloc {
     ptr: cu::CUdeviceptr,
     bytes: u64,
-    /// `Mem::Chunked`: the reserved range its chunks are mapped into (0 otherwise).
+    /// `Mem::Chunked`: the reserved range its chunks are mapped into (0 otherwise), and the bytes
+    /// of it mapped (from its start).
     va: cu::CUdeviceptr,
-    span: usize,
+    reserved: usize,
+    mapped: usize,
     /// `Mem::Pool`: the stream it was allocated on, and is freed on.
     stream: usize,
 }
@@ -150,7 +154,7 @@ impl Alloc {
     /// `bytes` from `mem`'s allocator on the current context (device `dev`); `stream` is the
     /// rank's stream (pool allocations are stream-ordered; this waits for it).
     fn new(mem: Mem, bytes: u64, dev: cu::CUdevice, stream: cu::CUstream) -> Result<Alloc, String> {
-        let mut a = Alloc { ptr: 0, bytes, va: 0, span: 0, stream: 0 };
+        let mut a = Alloc { ptr: 0, bytes, va: 0, reserved: 0, mapped: 0, stream: 0 };
         let b = bytes as usize;
         // SAFETY (every call below): out-pointers to locals; the current context is the rank's.
         match mem.allocator() {
@@ -161,6 +165,15 @@ impl Alloc {
                 "cuMemAllocManaged",
             )?,
             Allocator::Pool => {
+                // The pool keeps freed blocks (PyTorch's cudaMallocAsync backend sets the same
+                // threshold), so a later case's allocation gets a freed block's address back.
+                let mut pool = std::ptr::null_mut();
+                let mut keep = u64::MAX;
+                cu_check(unsafe { cu::cuDeviceGetDefaultMemPool(&mut pool, dev) }, "cuDeviceGetDefaultMemPool")?;
+                cu_check(
+                    unsafe { cu::cuMemPoolSetAttribute(pool, cu::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, (&mut keep as *mut u64).cast()) },
+                    "cuMemPoolSetAttribute",
+                )?;
                 cu_check(unsafe { cu::cuMemAllocAsync(&mut a.ptr, b, stream) }, "cuMemAllocAsync")?;
                 a.stream = stream as usize;
                 cu_check(unsafe { cu::cuStreamSynchronize(stream) }, "cuStreamSynchronize")?;
@@ -192,7 +205,7 @@ impl Alloc {
         // SAFETY: out-pointer to a local.
         cu_check(unsafe { cu::cuMemAddressReserve(&mut va, span, gran, 0, 0) }, "cuMemAddressReserve")?;
         self.va = va;
-        self.span = span;
+        self.reserved = span;
         for k in 0..chunks {
             let mut h = 0;
             // SAFETY: out-pointer to a local; prop initialised.
@@ -209,6 +222,7 @@ impl Alloc {
                 self.free();
                 return Err(format!("cuMemMap: {}", cu_name(rc)));
             }
+            self.mapped += gran;
         }
         let access = cu::CUmemAccessDesc { location: prop.location, flags: cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
         // SAFETY: the whole range is mapped; one descriptor.
@@ -226,8 +240,10 @@ impl Alloc {
         // SAFETY: made by `new` as its fields say; nothing uses it any more.
         unsafe {
             if self.va != 0 {
-                cu::cuMemUnmap(self.va, self.span);
-                cu::cuMemAddressFree(self.va, self.span);
+                if self.mapped != 0 {
+                    cu::cuMemUnmap(self.va, self.mapped);
+                }
+                cu::cuMemAddressFree(self.va, self.reserved);
             } else if self.stream != 0 {
                 // Stream-ordered, so the pool hands the block to the next case's allocation.
                 cu::cuMemFreeAsync(self.ptr, self.stream as cu::CUstream);
@@ -316,16 +332,20 @@ impl Exec {
         unsafe { cu::cuCtxSetCurrent(self.ranks[i].ctx) };
     }
 
-    /// Creates every rank's twelve communicators (ids from process 0, through the parent).
+    /// Creates every rank's communicators, SLOTS of them (ids from process 0, through the parent).
     pub fn init_comms(&mut self) -> Result<(), String> {
         if self.proc_ == 0 {
             let mut hex = String::new();
-            for _ in 0..SLOTS {
+            for s in 0..SLOTS {
                 let mut id = UniqueId([0; 128]);
-                // SAFETY: out-pointer to a local id.
-                let rc = unsafe { (self.nccl.get_unique_id)(&mut id) };
-                if rc != SUCCESS {
-                    return Err(self.nccl.describe("ncclGetUniqueId", rc, std::ptr::null_mut()));
+                // Only communicator 0 of a slot is made from an id (1 is split from it): each id
+                // holds a rendezvous root open in the library until its timeout.
+                if s % 2 == 0 {
+                    // SAFETY: out-pointer to a local id.
+                    let rc = unsafe { (self.nccl.get_unique_id)(&mut id) };
+                    if rc != SUCCESS {
+                        return Err(self.nccl.describe("ncclGetUniqueId", rc, std::ptr::null_mut()));
+                    }
                 }
                 hex.extend(id.0.iter().map(|b| format!("{b:02x}")));
             }
@@ -364,16 +384,16 @@ impl Exec {
                 let mut comm: Comm = std::ptr::null_mut();
                 let rank = self.ranks[i].rank;
                 if s % 2 == 1 {
-                    // Communicator 1: split from communicator 0 (ready: waited for below), one
-                    // color, the ranks reversed (`comm_rank`). In a group the library writes the
-                    // handle at ncclGroupEnd, or, nonblocking, once the parent leaves
-                    // ncclInProgress: into the rank's slot, which outlives both.
-                    let key = (self.nranks - 1 - rank) as c_int;
+                    // Communicator 1: split from communicator 0 of the slot (ready: waited for
+                    // when it was made), one color, the ranks reversed (`view`). In a group the
+                    // library writes the handle at ncclGroupEnd, or, nonblocking, once the parent
+                    // leaves ncclInProgress: into the rank's slot, which outlives both.
+                    let (color, key) = (0, (self.nranks - 1 - rank) as c_int);
                     self.ranks[i].comms[s] = std::ptr::null_mut();
                     let out: *mut Comm = &mut self.ranks[i].comms[s];
                     // SAFETY: a live parent; `out` stays valid (self.ranks is not resized); the
                     // config is read during the call.
-                    let rc = unsafe { (self.nccl.comm_split)(self.ranks[i].comms[s - 1], 0, key, out, &mut cfg) };
+                    let rc = unsafe { (self.nccl.comm_split)(self.ranks[i].comms[s - 1], color, key, out, &mut cfg) };
                     if rc != SUCCESS && rc != IN_PROGRESS {
                         return Err(self.nccl.describe("ncclCommSplit", rc, self.ranks[i].comms[s - 1]));
                     }
@@ -395,7 +415,14 @@ impl Exec {
             let deadline = Instant::now() + Duration::from_secs(120);
             if s % 2 == 1 {
                 for i in 0..self.ranks.len() {
-                    self.settle(self.ranks[i].comms[s - 1], deadline);
+                    let parent = self.ranks[i].comms[s - 1];
+                    let st = self.settle(parent, deadline);
+                    if st == IN_PROGRESS {
+                        return Err(format!("rank {}: hang: ncclCommSplit for slot {s} still in progress after 120 s", self.ranks[i].rank));
+                    }
+                    if st != SUCCESS {
+                        return Err(self.nccl.describe(&format!("rank {}: ncclCommSplit for slot {s}: the parent's state", self.ranks[i].rank), st, parent));
+                    }
                     // SAFETY: the library may have written it from its own thread.
                     self.ranks[i].comms[s] = unsafe { std::ptr::read_volatile(&self.ranks[i].comms[s]) };
                     if self.ranks[i].comms[s].is_null() {
@@ -527,11 +554,11 @@ impl Exec {
     }
 
     fn prepare(&self, case: &Case, opi: usize, o: &OpCase, i: usize, codec: &Codec) -> Result<Part, String> {
-        let n = self.nranks;
-        let r = comm_rank(o, n, self.ranks[i].rank);
+        let g = self.ranks[i].rank;
+        let (ov, n, r) = view(o, self.nranks, g);
         let es = o.dt().size() as u64;
-        let l = layout(o, n, r);
-        let imgs = initial_images(case.seed, opi, o, n, r, 0, codec);
+        let l = layout(&ov, n, r);
+        let imgs = initial_images(case.seed, opi, &ov, n, r, 0, codec);
         let comm = self.ranks[i].comms[Self::slot(case, o)];
         let mut part = Part { allocs: Vec::new(), mem: o.mem, handles: Vec::new(), op: o.op.raw().unwrap_or(0), scalar: None, event: 0 };
         if o.cfg.is_some_and(|c| c.event) {
@@ -550,7 +577,7 @@ impl Exec {
                     self.release_part_on(part, Some(comm));
                     return Err(self.nccl.describe("ncclMemAlloc", rc, std::ptr::null_mut()));
                 }
-                Alloc { ptr: p as cu::CUdeviceptr, bytes, va: 0, span: 0, stream: 0 }
+                Alloc { ptr: p as cu::CUdeviceptr, bytes, va: 0, reserved: 0, mapped: 0, stream: 0 }
             } else {
                 match Alloc::new(o.mem, bytes, self.ranks[i].dev, self.ranks[i].stream) {
                     Ok(a) => a,
@@ -563,7 +590,7 @@ impl Exec {
             let ptr = alloc.ptr;
             part.allocs.push(alloc);
             self.upload_to(i, ptr, &img[..bytes as usize])?;
-            if o.mem.registered() && !(r < 16 && o.unreg >> r & 1 == 1) {
+            if o.mem.registered() && !(g < 16 && o.unreg >> g & 1 == 1) {
                 let mut h = std::ptr::null_mut();
                 // SAFETY: a live allocation of `bytes`; out-pointer to a local.
                 let rc = unsafe { (self.nccl.comm_register)(comm, ptr as *mut c_void, bytes as usize, &mut h) };
@@ -578,7 +605,7 @@ impl Exec {
         if o.kind.reduces() && o.op.premul() {
             let dt = o.dt();
             let mut s = [0u8; 8];
-            let v = scalar_value(dt, o.scalars[r]);
+            let v = scalar_value(dt, ov.scalars[r]);
             if dt.is_float() {
                 codec.encode_float(v, &mut s[..dt.size()]);
             } else {
@@ -664,8 +691,8 @@ impl Exec {
                 self.set_ctx(i);
                 let p = &parts[opi][i];
                 let comm = rk.comms[Self::slot(case, o)];
-                let me = comm_rank(o, self.nranks, rk.rank);
-                let l = layout(o, self.nranks, me);
+                let (ov, m, me) = view(o, self.nranks, rk.rank);
+                let l = layout(&ov, m, me);
                 let es = o.dt().size() as u64;
                 let ptr = |b: Option<(usize, u64, u64)>| {
                     b.map_or(0, |(a, off, _)| p.allocs[a].ptr + crate::case::GUARD + (l.allocs[a].off + off) * es) as *mut c_void
@@ -678,7 +705,7 @@ impl Exec {
                 } else {
                     rk.stream
                 };
-                let (c, dt, root) = (o.count as usize, o.dtype, o.root as c_int);
+                let (c, dt, root) = (o.count as usize, o.dtype, ov.root as c_int);
                 let n = &self.nccl;
                 let cfg = o.cfg.map(|cc| call_config(&cc, p.event));
                 // SAFETY: every pointer is within an allocation of this rank sized for the call;
@@ -707,7 +734,7 @@ impl Exec {
                             Kind::SendRecv => {
                                 let mut rc = SUCCESS;
                                 let (mut si, mut ri) = (l.sends.iter(), l.recvs.iter());
-                                for t in &o.transfers {
+                                for t in &ov.transfers {
                                     if t.src == me {
                                         let (_, b) = si.next().expect("a send per transfer from this rank");
                                         rc = (n.send)(ptr(Some(*b)), t.count as usize, dt, t.dst as c_int, comm, st);
@@ -938,7 +965,8 @@ impl Exec {
             let codec = Codec::new(o.dt());
             for (i, rk) in self.ranks.iter().enumerate() {
                 self.set_ctx(i);
-                let imgs = initial_images(case.seed, opi, o, self.nranks, comm_rank(o, self.nranks, rk.rank), replay, &codec);
+                let (ov, m, me) = view(o, self.nranks, rk.rank);
+                let imgs = initial_images(case.seed, opi, &ov, m, me, replay, &codec);
                 for (a, img) in parts[opi][i].allocs.iter().zip(&imgs) {
                     // The allocation holds `img.len()` bytes; nothing runs on it now.
                     self.upload_to(i, a.ptr, img)?;
@@ -956,16 +984,16 @@ impl Exec {
             let codec = Codec::new(o.dt());
             for (i, rk) in self.ranks.iter().enumerate() {
                 self.set_ctx(i);
-                let me = comm_rank(o, self.nranks, rk.rank);
-                let l = layout(o, self.nranks, me);
-                let exp = expected_images(case.seed, opi, o, self.nranks, me, replay, &codec);
+                let (ov, m, me) = view(o, self.nranks, rk.rank);
+                let l = layout(&ov, m, me);
+                let exp = expected_images(case.seed, opi, &ov, m, me, replay, &codec);
                 for (a, (alloc, e)) in parts[opi][i].allocs.iter().zip(&exp).enumerate() {
                     let mut got = vec![0u8; alloc.bytes as usize];
                     // SAFETY: reads the allocation back into a buffer of its size.
                     cu_check(unsafe { cu::cuMemcpyDtoH_v2(got.as_mut_ptr().cast(), alloc.ptr, got.len()) }, "cuMemcpyDtoH")?;
                     digests[i] = digests[i].rotate_left(5) ^ digest(&got);
                     let what = format!("rank {me} of communicator {} op {opi} {:?} buffer {a}", o.comm, o.kind);
-                    if let Some(m) = compare(o, self.nranks, &got, e, &l.allocs[a], &what) {
+                    if let Some(m) = compare(&ov, m, &got, e, &l.allocs[a], &what) {
                         wrong.push(m);
                     }
                 }
@@ -1096,11 +1124,12 @@ impl Exec {
         // correct AllReduce) are destroyed by their ranks, in bounded time.
         if a.how != Stop::Abort {
             if a.how == Stop::ShrinkAbort {
+                // Each new communicator holds its parent's stopping ranks.
                 let stopping = (0..self.nranks).filter(|&r| aborts(r)).count() as i32;
                 for s in 0..SLOTS {
-                    let members: Vec<(usize, Comm)> = shrunk.iter().filter(|(_, c)| !c[s].is_null()).map(|&(i, c)| (i, c[s])).collect();
+                    let members: Vec<(usize, Comm, i32)> = shrunk.iter().filter(|(_, c)| !c[s].is_null()).map(|&(i, c)| (i, c[s], stopping)).collect();
                     if members.len() == shrunk.len() && !members.is_empty() {
-                        if let Err(e) = self.check_allreduce(&members, stopping, "a communicator made by ncclCommShrink(NCCL_SHRINK_ABORT)") {
+                        if let Err(e) = self.check_allreduce(&members, "a communicator made by ncclCommShrink(NCCL_SHRINK_ABORT)") {
                             wrong.push(e);
                         }
                     }
@@ -1223,15 +1252,18 @@ impl Exec {
     fn shrink_stopping(&self, stops: &dyn Fn(usize) -> bool, wrong: &mut Vec<String>) -> Vec<(usize, [Comm; SLOTS])> {
         let mut out: Vec<(usize, [Comm; SLOTS])> =
             self.ranks.iter().enumerate().filter(|(_, r)| stops(r.rank)).map(|(i, _)| (i, [std::ptr::null_mut(); SLOTS])).collect();
+        let n = self.nranks;
         for s in 0..SLOTS {
-            // The excluded ranks as the slot's communicator numbers them (`comm_rank`).
-            let n = self.nranks;
-            let mut exclude: Vec<c_int> = (0..n).filter(|&r| !stops(r)).map(|r| if s % 2 == 1 { n - 1 - r } else { r } as c_int).collect();
             // SAFETY: no preconditions.
             unsafe { (self.nccl.group_start)() };
             for (i, new) in out.iter_mut() {
                 self.set_ctx(*i);
                 let r = &self.ranks[*i];
+                // The ranks that go on, of this rank's communicator, as it numbers them (`view`).
+                let mut exclude: Vec<c_int> = (0..n)
+                    .filter(|&g| !stops(g))
+                    .map(|g| if s % 2 == 1 { n - 1 - g } else { g } as c_int)
+                    .collect();
                 // SAFETY: a live parent; the list outlives the call (NCCL sorts it in place);
                 // out-pointer into `out`; a NULL config inherits the parent's.
                 let rc = unsafe {
@@ -1263,13 +1295,13 @@ impl Exec {
         out
     }
 
-    /// An in-place int32 AllReduce of 1024 elements over `members` (local rank, communicator),
-    /// each rank contributing 1: every element must be `n`, the communicator's size.
-    fn check_allreduce(&self, members: &[(usize, Comm)], n: i32, what: &str) -> Result<(), String> {
+    /// An in-place int32 AllReduce of 1024 elements over `members` (local rank, communicator, its
+    /// size), in one group, each rank contributing 1: every element must be the size.
+    fn check_allreduce(&self, members: &[(usize, Comm, i32)], what: &str) -> Result<(), String> {
         let mut bufs = Vec::new();
         // SAFETY: no preconditions.
         unsafe { (self.nccl.group_start)() };
-        for &(i, c) in members {
+        for &(i, c, n) in members {
             self.set_ctx(i);
             let mut p = 0;
             // SAFETY: out-pointer to a local.
@@ -1278,7 +1310,7 @@ impl Exec {
             self.upload_to(i, p, &bytes)?;
             // SAFETY: a 4 KiB allocation, filled above.
             let rc = unsafe { (self.nccl.all_reduce)(p as *const c_void, p as *mut c_void, 1024, 2, 0, c, self.ranks[i].stream) };
-            bufs.push((i, p));
+            bufs.push((i, p, n));
             if rc != SUCCESS && rc != IN_PROGRESS {
                 // SAFETY: closes the group opened above.
                 unsafe { (self.nccl.group_end)() };
@@ -1290,11 +1322,11 @@ impl Exec {
         if rc != SUCCESS && rc != IN_PROGRESS {
             return Err(self.nccl.describe(&format!("{what}: ncclGroupEnd"), rc, std::ptr::null_mut()));
         }
-        let comms: Vec<Comm> = members.iter().map(|&(_, c)| c).collect();
+        let comms: Vec<Comm> = members.iter().map(|&(_, c, _)| c).collect();
         self.wait_async(&comms, Instant::now() + self.case_timeout, what)?;
         self.sync_streams(Instant::now() + self.case_timeout)?;
         let mut bad = None;
-        for (i, p) in bufs {
+        for (i, p, n) in bufs {
             self.set_ctx(i);
             let mut v = vec![0i32; 1024];
             // SAFETY: reads back the 4 KiB allocated above, then frees it.
@@ -1341,8 +1373,10 @@ impl Exec {
                     cu_check(cu::cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), p, 4096), "cuMemcpyDtoH")?;
                     cu::cuMemFree_v2(p);
                 }
-                if v.iter().any(|&x| x != n * (n + 1) / 2) {
-                    return Err(format!("a new communicator after the abort computed {} instead of {}", v[0], n * (n + 1) / 2));
+                // The sum of rank + 1 over the communicator's ranks.
+                let want = n * (n + 1) / 2;
+                if v.iter().any(|&x| x != want) {
+                    return Err(format!("a new communicator (slot {s}) after the abort computed {} instead of {want}", v[0]));
                 }
             }
         }
@@ -1409,5 +1443,52 @@ mod tests {
             }
         }
         assert_eq!(seen.len(), SLOTS);
+    }
+
+    /// On every communicator, the ranks that share it (same split color) number themselves
+    /// 0..size once each, in the order ncclCommSplit's keys give, and an operation's root and
+    /// peers as the communicator sees them are its ranks.
+    #[test]
+    fn views_number_each_communicator_as_its_split_does() {
+        let mut o = OpCase {
+            kind: Kind::SendRecv,
+            dtype: 7,
+            op: Op::Sum,
+            count: 0,
+            root: 0,
+            in_place: false,
+            comm: 0,
+            soff: vec![0; 5],
+            roff: vec![0; 5],
+            scalars: vec![0; 5],
+            transfers: vec![crate::case::Transfer { src: 0, dst: 0, count: 1, soff: 0, roff: 0 }],
+            mem: Mem::Plain,
+            cfg: None,
+            unreg: 0,
+            side: 0,
+        };
+        for n in 1..=5usize {
+            o.root = n - 1;
+            o.transfers[0].src = n - 1;
+            o.transfers[0].dst = n / 2;
+            for c in 0..=1u8 {
+                o.comm = c;
+                // color -> (key, rank in the communicator, its size) of each member.
+                let mut members: std::collections::BTreeMap<c_int, Vec<(c_int, usize, usize)>> = Default::default();
+                for g in 0..n {
+                    let (v, m, me) = view(&o, n, g);
+                    assert!(v.root < m && v.transfers.iter().all(|t| t.src < m && t.dst < m), "n {n} comm {c} rank {g}");
+                    let (color, key): (c_int, c_int) = (0, if c == 1 { (n - 1 - g) as c_int } else { g as c_int });
+                    members.entry(color).or_default().push((key, me, m));
+                }
+                for (color, mut v) in members {
+                    v.sort();
+                    let size = v.len();
+                    for (k, &(_, me, m)) in v.iter().enumerate() {
+                        assert_eq!((me, m), (k, size), "n {n} comm {c} color {color}: rank by key order");
+                    }
+                }
+            }
+        }
     }
 }

@@ -325,10 +325,18 @@ impl Group {
         let mut ready = 0;
         let deadline = Instant::now() + Duration::from_secs(cli.case_timeout + 60);
         while ready < procs {
-            match g.next(deadline)? {
-                (_, m) if m == "READY" => ready += 1,
-                (p, m) => return Err(format!("{tag} {procs}x{per}: process {p} said {m:?} while starting")),
-            }
+            let e = match g.next(deadline) {
+                Ok((_, m)) if m == "READY" => {
+                    ready += 1;
+                    continue;
+                }
+                Ok((p, m)) => format!("{tag} {procs}x{per}: process {p} said {m:?} while starting"),
+                Err(e) => e,
+            };
+            // The others may be inside a communicator's initialisation, waiting for the one
+            // that failed: they would hold their GPU contexts until the library's timeout.
+            g.kill();
+            return Err(e);
         }
         Ok(g)
     }
