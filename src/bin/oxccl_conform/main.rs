@@ -49,6 +49,11 @@ struct Cli {
     /// most one rank per GPU in a process; ranks sharing a GPU get NCCL_HOSTIDs of their own).
     #[arg(long)]
     nccl_lib: Option<String>,
+    /// Every process of the library under test is a host of its own (NCCL_HOSTID), so ranks of
+    /// different processes meet over the network path (TCP sockets, or InfiniBand where the
+    /// machine has it and NCCL_IB_DISABLE is unset), as on several machines.
+    #[arg(long)]
+    hosts: bool,
     /// Compare with NCCL on every Nth case only.
     #[arg(long, default_value_t = 1)]
     nccl_every: u32,
@@ -448,7 +453,7 @@ impl Pool<'_> {
             }
             let (lib, tag) = if nccl { (self.cli.nccl_lib.clone().unwrap_or_default(), "nccl") } else { (lib_path(self.cli), "oxccl") };
             // NCCL refuses two ranks of one host on one GPU; as simulated hosts it runs them.
-            let host_ids = nccl && case.nranks() > self.ngpus;
+            let host_ids = (nccl && case.nranks() > self.ngpus) || (!nccl && self.cli.hosts);
             if self.refused.contains(&key) {
                 return Verdict::Skip;
             }
