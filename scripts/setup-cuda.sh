@@ -19,6 +19,6 @@ fi
 command -v python3 >/dev/null || { echo "setup-cuda: python3 is required"; exit 1; }
 echo "setup-cuda: installing the pinned CUDA 13.0 compiler from PyPI into $dest (about 270 MB, once; nothing outside the repository): ${pins[*]}"
 rm -rf "$dest"
-python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location --target "$dest" "${pins[@]}"
+python3 -m pip install --quiet --no-cache-dir --disable-pip-version-check --no-warn-script-location --target "$dest" "${pins[@]}"
 "$dest/nvidia/cu13/bin/nvcc" --version | tail -n 2
 echo "${pins[*]}" > "$stamp"

@@ -208,6 +208,11 @@ fn lib_path(cli: &Cli) -> String {
 fn gpus() -> Result<(usize, u32), String> {
     let mut n = 0;
     let mut sms = 0;
+    // Without libcuda.so the driver bindings would panic at the first call: ask first.
+    // SAFETY: only probes whether the shared library can be opened.
+    if !unsafe { cu::is_culib_present() } {
+        return Err("no CUDA driver (libcuda.so not found)".into());
+    }
     // SAFETY: out-pointers to locals.
     unsafe {
         if cu::cuInit(0) != cu::CUresult::CUDA_SUCCESS || cu::cuDeviceGetCount(&mut n) != cu::CUresult::CUDA_SUCCESS || n == 0 {
