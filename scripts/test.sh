@@ -20,7 +20,9 @@ step "cargo build --release"
 before=$(sha256sum include/nccl.h 2>/dev/null || true)
 cargo build --release --locked
 after=$(sha256sum include/nccl.h)
-if [ "$before" != "$after" ] || ! git diff --quiet -- include/nccl.h 2>/dev/null; then
+# Outside a git checkout (a source tarball) only the build's own rewrite is checked.
+in_git=$(git rev-parse --is-inside-work-tree 2>/dev/null || echo false)
+if [ "$before" != "$after" ] || { [ "$in_git" = true ] && ! git diff --quiet -- include/nccl.h; }; then
   echo "test: include/nccl.h differs from what the build generates; commit the regenerated header"
   git --no-pager diff --stat -- include/nccl.h || true
   exit 1
