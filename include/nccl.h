@@ -875,7 +875,9 @@ ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniq
 
 /*
  Writes the communicator's asynchronous state to `*asyncError`: ncclSuccess; ncclInProgress
- while a nonblocking init, split or shrink is still running, or its error once it failed; or
+ while a nonblocking init, split, shrink or grow is still running (it leaves ncclInProgress only
+ once that ended and wrote its `newcomm`; an error seen meanwhile, such as a lost peer during an
+ NCCL_SHRINK_ABORT shrink, becomes the state then), or its error once it failed; or
  the error that stopped the communicator: ncclRemoteError for a lost peer, and on
  communicators with a proxy thread or copy-engine worker (hosts, OXCCL_CE_DIRECT_ASYNC) that
  thread's error, such as ncclSystemError for a failed socket. Thread-safe:

@@ -572,7 +572,9 @@ pub extern "C" fn ncclCommGrow(
 }
 
 /// Writes the communicator's asynchronous state to `*asyncError`: ncclSuccess; ncclInProgress
-/// while a nonblocking init, split or shrink is still running, or its error once it failed; or
+/// while a nonblocking init, split, shrink or grow is still running (it leaves ncclInProgress only
+/// once that ended and wrote its `newcomm`; an error seen meanwhile, such as a lost peer during an
+/// NCCL_SHRINK_ABORT shrink, becomes the state then), or its error once it failed; or
 /// the error that stopped the communicator: ncclRemoteError for a lost peer, and on
 /// communicators with a proxy thread or copy-engine worker (hosts, OXCCL_CE_DIRECT_ASYNC) that
 /// thread's error, such as ncclSystemError for a failed socket. Thread-safe:
@@ -721,7 +723,7 @@ mod tests {
         assert_eq!(ncclCommGetUniqueId(h, &mut id), ResultCode::InvalidArgument, "not ready");
         assert_eq!(pncclCommGetUniqueId(h, &mut id), ResultCode::InvalidArgument, "alias");
         // Its init failed: its error, as NCCL's ncclCommEnsureReady returns it.
-        c.set_error(ResultCode::RemoteError);
+        c.fail_operation(ResultCode::RemoteError);
         assert_eq!(ncclCommGetUniqueId(h, &mut id), ResultCode::RemoteError);
         assert_eq!(ncclCommGrow(h, 3, std::ptr::null(), -1, &mut nc, null.cast()), ResultCode::RemoteError);
         assert!(nc.is_null());

@@ -228,7 +228,7 @@ impl GrowJob {
         let id = match exchanged {
             Ok(id) => id,
             Err(e) => {
-                self.comm.set_error(e.code);
+                self.comm.fail_operation(e.code);
                 return Err(e);
             }
         };

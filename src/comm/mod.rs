@@ -6,6 +6,7 @@
 //! registered `Arc<Comm>`s; every API call resolves them through the registry, so a stale or forged
 //! handle is an error, not a use-after-free.
 
+mod async_state;
 pub mod completion;
 pub mod cross_host;
 pub mod devcomm;
@@ -28,7 +29,8 @@ pub use teardown::when_idle;
 use teardown::release_when_idle;
 use watchdog::{end_watchdog, fail_async, launch_done, watch_peers, Watchdog};
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use async_state::AsyncState;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -63,7 +65,7 @@ pub struct Comm {
     /// The communicator's configuration (ncclConfig_t, defaults applied).
     pub config: CommConfig,
     /// ncclCommGetAsyncError's answer, as a raw ncclResult_t (shared with the liveness watchdog).
-    state: Arc<AtomicI32>,
+    state: Arc<AsyncState>,
     ready: OnceLock<Ready>,
     finalized: AtomicBool,
     aborted: AtomicBool,
@@ -259,7 +261,7 @@ impl Comm {
             nranks,
             device,
             config,
-            state: Arc::new(AtomicI32::new(ResultCode::InProgress as i32)),
+            state: Arc::new(AsyncState::new(ResultCode::InProgress)),
             ready: OnceLock::new(),
             finalized: AtomicBool::new(false),
             aborted: AtomicBool::new(false),
@@ -363,7 +365,7 @@ impl Comm {
         if let Some(r) = self.ready.get() {
             return Ok(r);
         }
-        match ResultCode::from_raw(self.state.load(Ordering::Acquire)) {
+        match Some(self.state.get()) {
             // Only a nonblocking communicator can be seen here before its init ended.
             Some(ResultCode::InProgress) => Err(Error::invalid_argument(
                 "communicator is still initializing (nonblocking): poll ncclCommGetAsyncError until it is not ncclInProgress",
@@ -378,24 +380,19 @@ impl Comm {
     /// ncclCommGetAsyncError's answer: ncclInProgress during a nonblocking init, split or shrink,
     /// then ncclSuccess or the first error.
     pub fn async_state(&self) -> ResultCode {
-        ResultCode::from_raw(self.state.load(Ordering::Acquire)).unwrap_or(ResultCode::InternalError)
+        self.state.get()
     }
 
-    /// Records an asynchronous error; only the first is kept (over ncclSuccess or ncclInProgress).
+    /// Records an asynchronous error; only the first is kept, and while a nonblocking operation
+    /// runs it waits for that operation's end (async_state.rs).
     pub fn set_error(&self, code: ResultCode) {
-        // Keep the first error: later ones are usually its consequences.
-        let _ = self.state.compare_exchange(
-            ResultCode::Success as i32,
-            code as i32,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
-        let _ = self.state.compare_exchange(
-            ResultCode::InProgress as i32,
-            code as i32,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
+        self.state.fail(code);
+    }
+
+    /// The init, split, shrink or grow that made this communicator report ncclInProgress ended
+    /// with `code`, which becomes its state.
+    pub fn fail_operation(&self, code: ResultCode) {
+        self.state.end(Err(code));
     }
 
     /// Whether ncclCommAbort was called on this communicator.
@@ -406,37 +403,13 @@ impl Comm {
     /// A nonblocking split or shrink of this communicator starts: it reports ncclInProgress, and
     /// refuses other work, until `end_async`.
     pub fn begin_async(&self) -> Result<()> {
-        match self.state.compare_exchange(
-            ResultCode::Success as i32,
-            ResultCode::InProgress as i32,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => Ok(()),
-            Err(s) if s == ResultCode::InProgress as i32 => Err(Error::invalid_argument(
-                "communicator used before its previous nonblocking operation completed",
-            )),
-            Err(s) => Err(Error::new(
-                ResultCode::from_raw(s).unwrap_or(ResultCode::InternalError),
-                "communicator is in an error state",
-            )),
-        }
+        self.state.begin()
     }
 
-    /// The nonblocking split or shrink begun by `begin_async` ended: back to ncclSuccess, or its
-    /// error kept as the communicator's asynchronous error.
+    /// The nonblocking split or shrink begun by `begin_async` ended: its error, else one reported
+    /// while it ran, else ncclSuccess.
     pub fn end_async(&self, outcome: &Result<()>) {
-        match outcome {
-            Ok(()) => {
-                let _ = self.state.compare_exchange(
-                    ResultCode::InProgress as i32,
-                    ResultCode::Success as i32,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
-            }
-            Err(e) => self.set_error(e.code),
-        }
+        self.state.end(outcome.as_ref().map(|_| ()).map_err(|e| e.code));
     }
 
     /// Whether OXCCL_CHECK is on for this communicator.
@@ -511,7 +484,7 @@ impl Comm {
         match r {
             Ok(ready) => {
                 let _ = self.ready.set(ready);
-                self.state.store(ResultCode::Success as i32, Ordering::Release);
+                self.state.end(Ok(()));
                 crate::diag::start_monitor(|after| {
                     for c in live() {
                         // A line each: NCCL's log lines hold 1023 bytes, and a dump is longer.
@@ -525,7 +498,7 @@ impl Comm {
                 Ok(())
             }
             Err(e) => {
-                self.set_error(e.code);
+                self.state.end(Err(e.code));
                 Err(e)
             }
         }
@@ -787,7 +760,7 @@ mod tests {
     /// launch it made has finished).
     struct SimRank {
         bs: Arc<Bootstrap>,
-        state: Arc<AtomicI32>,
+        state: Arc<AsyncState>,
         stopped: Arc<AtomicBool>,
         watchdog: Option<std::thread::JoinHandle<()>>,
     }
@@ -799,7 +772,7 @@ mod tests {
             .into_iter()
             .map(|bs| {
                 let bs = Arc::new(bs);
-                let state = Arc::new(AtomicI32::new(ResultCode::Success as i32));
+                let state = Arc::new(AsyncState::new(ResultCode::Success));
                 let stopped = Arc::new(AtomicBool::new(false));
                 let watch = Arc::new(crate::comm::liveness::Watch::new(nranks));
                 watch.begin(crate::comm::liveness::Needs::All, true);
@@ -851,7 +824,7 @@ mod tests {
 
     fn assert_healthy(survivors: &[Vec<SimRank>]) {
         for c in survivors.iter().flatten() {
-            assert_eq!(c.state.load(Ordering::Acquire), ResultCode::Success as i32, "rank {}: nothing pending needed the lost rank", c.bs.rank());
+            assert_eq!(c.state.get(), ResultCode::Success, "rank {}: nothing pending needed the lost rank", c.bs.rank());
             assert!(!c.stopped.load(Ordering::Acquire), "rank {}: kernels stopped", c.bs.rank());
         }
     }
@@ -942,7 +915,7 @@ mod tests {
     #[test]
     fn nonblocking_operation_marks_the_parent_in_progress() {
         let c = Comm::new(0, 2, 0, CommConfig::default());
-        c.state.store(ResultCode::Success as i32, Ordering::Release);
+        c.state.force(ResultCode::Success);
         c.begin_async().unwrap();
         assert_eq!(c.async_state(), ResultCode::InProgress);
         assert_eq!(c.begin_async().unwrap_err().code, ResultCode::InvalidArgument, "second one");
@@ -958,16 +931,16 @@ mod tests {
 
     #[test]
     fn a_lost_peer_makes_the_comm_a_remote_error_and_stops_kernels() {
-        let state = AtomicI32::new(ResultCode::Success as i32);
+        let state = AsyncState::new(ResultCode::Success);
         let stopped = AtomicBool::new(false);
         on_peer_lost(&state, &|| stopped.store(true, Ordering::Release));
-        assert_eq!(state.load(Ordering::Acquire), ResultCode::RemoteError as i32);
+        assert_eq!(state.get(), ResultCode::RemoteError);
         assert!(stopped.load(Ordering::Acquire));
-        let failed = AtomicI32::new(ResultCode::SystemError as i32);
+        let failed = AsyncState::new(ResultCode::SystemError);
         on_peer_lost(&failed, &|| {});
-        assert_eq!(failed.load(Ordering::Acquire), ResultCode::SystemError as i32, "the first error stays");
+        assert_eq!(failed.get(), ResultCode::SystemError, "the first error stays");
         let c = Comm::new(0, 2, 0, CommConfig::default());
-        c.state.store(ResultCode::RemoteError as i32, Ordering::Release);
+        c.state.force(ResultCode::RemoteError);
         assert_eq!(c.check_usable().unwrap_err().code, ResultCode::RemoteError, "no new work on a failed comm");
     }
 
@@ -978,6 +951,10 @@ mod tests {
         assert_eq!(c.ready().map(|_| ()).unwrap_err().code, ResultCode::InvalidArgument);
         c.set_error(ResultCode::SystemError);
         c.set_error(ResultCode::RemoteError);
-        assert_eq!(c.async_state(), ResultCode::SystemError);
+        assert_eq!(c.async_state(), ResultCode::InProgress, "held until the init ends");
+        c.fail_operation(ResultCode::InvalidUsage);
+        assert_eq!(c.async_state(), ResultCode::InvalidUsage, "the init's own error");
+        c.set_error(ResultCode::RemoteError);
+        assert_eq!(c.async_state(), ResultCode::InvalidUsage, "the first error stays");
     }
 }

@@ -1,7 +1,6 @@
 //! The liveness watchdog of a communicator: heartbeats over the bootstrap, lost peers, and the
 //! verdict (liveness.rs) that fails the communicator only where work needs a lost peer.
 
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,7 +34,7 @@ pub(super) struct Watchdog {
     pub(super) rank: usize,
     pub(super) nranks: usize,
     pub(super) bs: Arc<Bootstrap>,
-    pub(super) state: Arc<AtomicI32>,
+    pub(super) state: Arc<super::AsyncState>,
     pub(super) watch: Arc<crate::comm::liveness::Watch>,
     /// Whether the launch with this ordinal has finished; None if that cannot be told now
     /// (`launch_done`; a closure so that the loop runs without a GPU in tests).
@@ -189,14 +188,12 @@ pub(super) fn heartbeat_timeout() -> Duration {
 
 /// What a lost peer that work in flight needs does to the communicator: RemoteError (unless it
 /// already failed) and the device-side abort flag.
-pub(super) fn on_peer_lost(state: &AtomicI32, stop_kernels: &dyn Fn()) {
+pub(super) fn on_peer_lost(state: &super::AsyncState, stop_kernels: &dyn Fn()) {
     fail_async(state, ResultCode::RemoteError, stop_kernels);
 }
 
 /// Records an asynchronous failure (unless one is recorded already) and stops the kernels.
-pub(super) fn fail_async(state: &AtomicI32, code: ResultCode, stop_kernels: &dyn Fn()) {
-    for from in [ResultCode::Success, ResultCode::InProgress] {
-        let _ = state.compare_exchange(from as i32, code as i32, Ordering::AcqRel, Ordering::Acquire);
-    }
+pub(super) fn fail_async(state: &super::AsyncState, code: ResultCode, stop_kernels: &dyn Fn()) {
+    state.fail(code);
     stop_kernels();
 }

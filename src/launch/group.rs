@@ -74,7 +74,7 @@ impl InitJob {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_inner())).unwrap_or_else(|_| {
             let e = Error::internal("communicator initialization panicked");
             if let Some(c) = shows_state {
-                c.set_error(e.code);
+                c.fail_operation(e.code);
             }
             Err(e)
         })

@@ -1282,11 +1282,16 @@ impl Exec {
             // the parent's state leaves ncclInProgress.
             let deadline = Instant::now() + self.case_timeout;
             for (i, new) in out.iter_mut() {
-                self.settle(self.ranks[*i].comms[s], deadline);
+                // The parent leaves ncclInProgress only once the shrink ended and wrote the handle
+                // (an error it saw meanwhile is its state after that).
+                let st = self.settle(self.ranks[*i].comms[s], deadline);
                 // SAFETY: the library may have written it from its own thread.
                 new[s] = unsafe { std::ptr::read_volatile(&new[s]) };
                 if new[s].is_null() {
-                    wrong.push(format!("rank {}: ncclCommShrink(NCCL_SHRINK_ABORT) gave no communicator on slot {s}", self.ranks[*i].rank));
+                    wrong.push(format!(
+                        "rank {}: ncclCommShrink(NCCL_SHRINK_ABORT) gave no communicator on slot {s} (the parent's state: {st})",
+                        self.ranks[*i].rank
+                    ));
                 } else if let Err(e) = self.wait_async(&[new[s]], deadline, "ncclCommShrink") {
                     wrong.push(e);
                 }
