@@ -464,11 +464,13 @@ impl Pool<'_> {
             }
             let mut spawned = Group::spawn(self.cli, &lib, tag, case.procs, case.per_proc, self.ngpus, host_ids);
             // A client killed with kernels running (a hung case's processes) can leave the MPS
-            // server refusing new clients for a while: wait for it before giving up on the run.
+            // server refusing new clients for a while (seen as "MPS server is not ready", or as
+            // CUDA_ERROR_UNKNOWN from the executor's first context, before the library under test
+            // ran): wait for it before giving up on the run.
             for _ in 0..6 {
                 match &spawned {
-                    Err(e) if e.contains("MPS server is not ready") => {
-                        println!("  note: the MPS server is not ready for new clients; starting {tag} {}x{} again in 5 s", case.procs, case.per_proc);
+                    Err(e) if e.contains("MPS server is not ready") || e.contains("FATAL cuDevicePrimaryCtxRetain") => {
+                        println!("  note: the GPU refused a new client ({e}); starting {tag} {}x{} again in 5 s", case.procs, case.per_proc);
                         std::thread::sleep(Duration::from_secs(5));
                         spawned = Group::spawn(self.cli, &lib, tag, case.procs, case.per_proc, self.ngpus, host_ids);
                     }
