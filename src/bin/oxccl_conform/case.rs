@@ -240,8 +240,9 @@ pub struct OpCase {
     pub count: u64,
     pub root: usize,
     pub in_place: bool,
-    /// Which of the ranks' two communicators runs it: 0, or 1, split from 0 with the ranks
-    /// reversed (the operation's ranks, roots and peers are communicator ranks).
+    /// Which of the ranks' three communicators runs it: 0; 1, split from 0 with the ranks
+    /// reversed; 2, split from 0 by parity, each half running the operation on its own, roots and
+    /// peers modulo its size (exec.rs `view`). Ranks, roots and peers are communicator ranks.
     pub comm: u8,
     /// Per rank: the send and receive buffers' start, in elements past a 64-byte aligned address.
     pub soff: Vec<u8>,
@@ -419,7 +420,7 @@ impl Case {
             if o.soff.len() != n || o.roff.len() != n || o.scalars.len() != n {
                 return Err(format!("per-rank lists of {:?} are not {n} long", o.kind));
             }
-            if o.root >= n || o.comm > 1 || o.soff.iter().chain(&o.roff).any(|&x| x > 15) {
+            if o.root >= n || o.comm > 2 || o.soff.iter().chain(&o.roff).any(|&x| x > 15) {
                 return Err(format!("{:?}: root, comm or an offset out of range", o.kind));
             }
             if o.transfers.iter().any(|t| t.src >= n || t.dst >= n || t.soff > 15 || t.roff > 15) {
@@ -449,7 +450,7 @@ impl Case {
                 }
             }
         }
-        for comm in 0..2 {
+        for comm in 0..3 {
             if self.ops.iter().filter(|o| o.comm == comm && o.cfg.is_some_and(|c| c.event)).count() > 1 {
                 return Err(format!("two launch-completion events on communicator {comm} in one group"));
             }

@@ -21,7 +21,7 @@ use crate::nccl::{coll_config_initializer, CollConfig, Comm, Config, Nccl, Uniqu
 use crate::values::Codec;
 
 /// Communicator slots per rank: (CTA policy 0, 1, 2) x (blocking, nonblocking) x (comm 0, comm 1).
-const SLOTS: usize = 12;
+const SLOTS: usize = 18;
 /// The longest one ncclCommAbort or ncclCommRevoke of a stopping rank may take (kernels told to
 /// stop leave within microseconds of starting; the rest is slack for a loaded machine).
 const STOP_CALL_BOUND: Duration = Duration::from_secs(5);
@@ -46,24 +46,50 @@ fn call_config(c: &CallCfg, event: usize) -> CollConfig {
 }
 
 fn slot_of(cta_policy: u8, nonblocking: bool, comm: u8) -> usize {
-    cta_policy as usize * 4 + nonblocking as usize * 2 + comm as usize
+    cta_policy as usize * 6 + nonblocking as usize * 3 + comm as usize
 }
 
 /// Operation `o` as rank `g` of an `n`-rank job sees it: in its communicator's numbering, with
 /// that communicator's size and g's rank in it. Communicator 1 of every slot is split from
 /// communicator 0 with the ranks reversed (ncclCommSplit, key n - 1 - g), so a rank's number is
-/// not its place in the job, as in PyTorch's and Megatron's process groups. Cases speak of
+/// not its place in the job; communicator 2 is split by parity (color g % 2, key g: ranks 0, 2,
+/// 4, ... and 1, 3, ...), so each half runs the operation on its own sub-communicator, roots and
+/// peers taken modulo its size, as PyTorch's and Megatron's process groups do. Cases speak of
 /// communicator ranks.
 fn view(o: &OpCase, n: usize, g: usize) -> (Cow<'_, OpCase>, usize, usize) {
     match o.comm {
         1 => (Cow::Borrowed(o), n, n - 1 - g),
+        2 => {
+            let m = half_size(n, g);
+            let mut v = o.clone();
+            v.root %= m;
+            for t in &mut v.transfers {
+                t.src %= m;
+                t.dst %= m;
+            }
+            (Cow::Owned(v), m, g / 2)
+        }
         _ => (Cow::Borrowed(o), n, g),
+    }
+}
+
+/// Ranks of an `n`-rank job with rank `g`'s parity: the size of g's communicator 2.
+fn half_size(n: usize, g: usize) -> usize {
+    (n + 1 - g % 2) / 2
+}
+
+/// Rank `g`'s color and key in the split that makes communicator `c` (1 or 2) of a slot.
+fn split_of(c: usize, n: usize, g: usize) -> (c_int, c_int) {
+    if c == 1 {
+        (0, (n - 1 - g) as c_int)
+    } else {
+        ((g % 2) as c_int, g as c_int)
     }
 }
 
 /// How slot `s`'s communicators are made: (blocking, CTA policy); `slot_of`'s inverse.
 fn slot_config(s: usize) -> (bool, u8) {
-    (s % 4 < 2, (s / 4) as u8)
+    (s % 6 < 3, (s / 6) as u8)
 }
 
 pub fn say(msg: &str) {
@@ -338,9 +364,9 @@ impl Exec {
             let mut hex = String::new();
             for s in 0..SLOTS {
                 let mut id = UniqueId([0; 128]);
-                // Only communicator 0 of a slot is made from an id (1 is split from it): each id
-                // holds a rendezvous root open in the library until its timeout.
-                if s % 2 == 0 {
+                // Only communicator 0 of a slot is made from an id (1 and 2 are split from it):
+                // each id holds a rendezvous root open in the library until its timeout.
+                if s % 3 == 0 {
                     // SAFETY: out-pointer to a local id.
                     let rc = unsafe { (self.nccl.get_unique_id)(&mut id) };
                     if rc != SUCCESS {
@@ -383,19 +409,20 @@ impl Exec {
                 let mut cfg = Config::with_policy(blocking, policy);
                 let mut comm: Comm = std::ptr::null_mut();
                 let rank = self.ranks[i].rank;
-                if s % 2 == 1 {
-                    // Communicator 1: split from communicator 0 of the slot (ready: waited for
-                    // when it was made), one color, the ranks reversed (`view`). In a group the
-                    // library writes the handle at ncclGroupEnd, or, nonblocking, once the parent
-                    // leaves ncclInProgress: into the rank's slot, which outlives both.
-                    let (color, key) = (0, (self.nranks - 1 - rank) as c_int);
+                let c = s % 3;
+                if c != 0 {
+                    // Communicators 1 and 2: split from communicator 0 of the slot (ready: waited
+                    // for when it was made), as `view` says. In a group the library writes the
+                    // handle at ncclGroupEnd, or, nonblocking, once the parent leaves
+                    // ncclInProgress: into the rank's slot, which outlives both.
+                    let (color, key) = split_of(c, self.nranks, rank);
                     self.ranks[i].comms[s] = std::ptr::null_mut();
                     let out: *mut Comm = &mut self.ranks[i].comms[s];
                     // SAFETY: a live parent; `out` stays valid (self.ranks is not resized); the
                     // config is read during the call.
-                    let rc = unsafe { (self.nccl.comm_split)(self.ranks[i].comms[s - 1], color, key, out, &mut cfg) };
+                    let rc = unsafe { (self.nccl.comm_split)(self.ranks[i].comms[s - c], color, key, out, &mut cfg) };
                     if rc != SUCCESS && rc != IN_PROGRESS {
-                        return Err(self.nccl.describe("ncclCommSplit", rc, self.ranks[i].comms[s - 1]));
+                        return Err(self.nccl.describe("ncclCommSplit", rc, self.ranks[i].comms[s - c]));
                     }
                     continue;
                 } else {
@@ -413,9 +440,9 @@ impl Exec {
                 return Err(self.nccl.describe("ncclGroupEnd (init)", rc, std::ptr::null_mut()));
             }
             let deadline = Instant::now() + Duration::from_secs(120);
-            if s % 2 == 1 {
+            if s % 3 != 0 {
                 for i in 0..self.ranks.len() {
-                    let parent = self.ranks[i].comms[s - 1];
+                    let parent = self.ranks[i].comms[s - s % 3];
                     let st = self.settle(parent, deadline);
                     if st == IN_PROGRESS {
                         return Err(format!("rank {}: hang: ncclCommSplit for slot {s} still in progress after 120 s", self.ranks[i].rank));
@@ -1124,10 +1151,12 @@ impl Exec {
         // correct AllReduce) are destroyed by their ranks, in bounded time.
         if a.how != Stop::Abort {
             if a.how == Stop::ShrinkAbort {
-                // Each new communicator holds its parent's stopping ranks.
-                let stopping = (0..self.nranks).filter(|&r| aborts(r)).count() as i32;
+                // Each new communicator holds its parent's stopping ranks: on communicator 2, those
+                // of the rank's parity.
+                let stopping = |g: usize, s: usize| (0..self.nranks).filter(|&r| aborts(r) && (s % 3 != 2 || r % 2 == g % 2)).count() as i32;
                 for s in 0..SLOTS {
-                    let members: Vec<(usize, Comm, i32)> = shrunk.iter().filter(|(_, c)| !c[s].is_null()).map(|&(i, c)| (i, c[s], stopping)).collect();
+                    let members: Vec<(usize, Comm, i32)> =
+                        shrunk.iter().filter(|(_, c)| !c[s].is_null()).map(|&(i, c)| (i, c[s], stopping(self.ranks[i].rank, s))).collect();
                     if members.len() == shrunk.len() && !members.is_empty() {
                         if let Err(e) = self.check_allreduce(&members, "a communicator made by ncclCommShrink(NCCL_SHRINK_ABORT)") {
                             wrong.push(e);
@@ -1262,7 +1291,12 @@ impl Exec {
                 // The ranks that go on, of this rank's communicator, as it numbers them (`view`).
                 let mut exclude: Vec<c_int> = (0..n)
                     .filter(|&g| !stops(g))
-                    .map(|g| if s % 2 == 1 { n - 1 - g } else { g } as c_int)
+                    .filter_map(|g| match s % 3 {
+                        0 => Some(g),
+                        1 => Some(n - 1 - g),
+                        _ => (g % 2 == r.rank % 2).then_some(g / 2),
+                    })
+                    .map(|x| x as c_int)
                     .collect();
                 // SAFETY: a live parent; the list outlives the call (NCCL sorts it in place);
                 // out-pointer into `out`; a NULL config inherits the parent's.
@@ -1378,8 +1412,10 @@ impl Exec {
                     cu_check(cu::cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), p, 4096), "cuMemcpyDtoH")?;
                     cu::cuMemFree_v2(p);
                 }
-                // The sum of rank + 1 over the communicator's ranks.
-                let want = n * (n + 1) / 2;
+                // The sum of rank + 1 over the communicator's ranks (on communicator 2, those of
+                // this rank's parity).
+                let g = self.ranks[i].rank as i32;
+                let want: i32 = (0..n).filter(|&k| s % 3 != 2 || k % 2 == g % 2).map(|k| k + 1).sum();
                 if v.iter().any(|&x| x != want) {
                     return Err(format!("a new communicator (slot {s}) after the abort computed {} instead of {want}", v[0]));
                 }
@@ -1440,7 +1476,7 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for policy in 0..=2u8 {
             for nonblocking in [false, true] {
-                for comm in 0..=1u8 {
+                for comm in 0..=2u8 {
                     let s = slot_of(policy, nonblocking, comm);
                     assert!(s < SLOTS && seen.insert(s), "slot {s}");
                     assert_eq!(slot_config(s), (!nonblocking, policy));
@@ -1476,14 +1512,14 @@ mod tests {
             o.root = n - 1;
             o.transfers[0].src = n - 1;
             o.transfers[0].dst = n / 2;
-            for c in 0..=1u8 {
+            for c in 0..=2u8 {
                 o.comm = c;
                 // color -> (key, rank in the communicator, its size) of each member.
                 let mut members: std::collections::BTreeMap<c_int, Vec<(c_int, usize, usize)>> = Default::default();
                 for g in 0..n {
                     let (v, m, me) = view(&o, n, g);
                     assert!(v.root < m && v.transfers.iter().all(|t| t.src < m && t.dst < m), "n {n} comm {c} rank {g}");
-                    let (color, key): (c_int, c_int) = (0, if c == 1 { (n - 1 - g) as c_int } else { g as c_int });
+                    let (color, key) = if c == 0 { (0, g as c_int) } else { split_of(c as usize, n, g) };
                     members.entry(color).or_default().push((key, me, m));
                 }
                 for (color, mut v) in members {

@@ -254,7 +254,7 @@ fn coalesced_strategy(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize) -> B
         prop_oneof![2 => prop::sample::select(grouped), 1 => prop::sample::select(all)].boxed()
     };
     let most = space.max_coalesced.max(2);
-    (kind, prop::sample::select(DTYPES.to_vec()), prop::sample::select(Op::ALL.to_vec()), 0u8..2, any::<bool>())
+    (kind, prop::sample::select(DTYPES.to_vec()), prop::sample::select(Op::ALL.to_vec()), 0u8..3, any::<bool>())
         .prop_flat_map(move |(kind, dtype, op, comm, small)| {
             let es = DataType::from_raw(dtype).expect("valid").size() as u64;
             let per = if kind.per_rank() { n as u64 } else { 1 };
@@ -329,7 +329,7 @@ fn op_of(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize, kind: Kind, dtype
     let side = prop_oneof![3 => Just(0u16), 1 => 0u16..=((1u32 << n.min(16)) - 1) as u16];
     // Registered buffers: one operation in three leaves some ranks' buffers unregistered.
     let unreg = prop_oneof![2 => Just(0u16), 1 => 0u16..=((1u32 << n.min(16)) - 1) as u16];
-    (op, count, 0..n, in_place, 0u8..2, offsets(n), offsets(n), prop::collection::vec(0u8..SCALARS as u8, n), transfers, mem, cfg, (unreg, side)).prop_map(
+    (op, count, 0..n, in_place, 0u8..3, offsets(n), offsets(n), prop::collection::vec(0u8..SCALARS as u8, n), transfers, mem, cfg, (unreg, side)).prop_map(
         move |(op, count, root, in_place, comm, soff, roff, scalars, transfers, mem, cfg, (unreg, side))| OpCase {
             side: if n <= 16 { side } else { 0 },
             unreg: if mem.registered() && n <= 16 { unreg } else { 0 },
@@ -412,7 +412,7 @@ pub fn case_strategy(space: Arc<Space>, bounds: Arc<Boundaries>) -> BoxedStrateg
                 ops: {
                     // Launch-completion events: at most one per communicator in the group, none
                     // in graphs (NCCL's rules; oxccl's check of the first is tested elsewhere).
-                    let mut seen = [false; 2];
+                    let mut seen = [false; 3];
                     let one_stream = mode == Mode::Graph || (stream == 5 && mode != Mode::Graph && abort.is_none() && per_proc <= ngpus);
                     for o in &mut ops {
                         // A second stream: eager and nonblocking cases on their own streams.
