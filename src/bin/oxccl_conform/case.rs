@@ -143,6 +143,11 @@ pub enum Mem {
     Chunked,
     /// As `Chunked`, registered (PyTorch registers its expandable segments).
     ChunkedRegistered,
+    /// One ncclMemAlloc per rank holding all the operation's buffers, of one size on every rank,
+    /// registered as a symmetric window (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC) on the
+    /// operation's communicator, in one group over the process's ranks; deregistered the same way
+    /// after the case (NCCL 2.28's symmetric memory, as PyTorch's symmetric tensors).
+    Window,
 }
 
 /// Which allocator a buffer kind uses.
@@ -153,10 +158,11 @@ pub enum Allocator {
     Managed,
     Pool,
     Chunked,
+    Window,
 }
 
 impl Mem {
-    pub const ALL: [Mem; 9] = [
+    pub const ALL: [Mem; 10] = [
         Mem::Plain,
         Mem::NcclAlloc,
         Mem::Registered,
@@ -166,6 +172,7 @@ impl Mem {
         Mem::PoolRegistered,
         Mem::Chunked,
         Mem::ChunkedRegistered,
+        Mem::Window,
     ];
 
     pub fn allocator(self) -> Allocator {
@@ -175,6 +182,7 @@ impl Mem {
             Mem::Managed => Allocator::Managed,
             Mem::Pool | Mem::PoolRegistered => Allocator::Pool,
             Mem::Chunked | Mem::ChunkedRegistered => Allocator::Chunked,
+            Mem::Window => Allocator::Window,
         }
     }
 
@@ -419,6 +427,9 @@ impl Case {
             DataType::from_raw(o.dtype).ok_or_else(|| format!("datatype {}", o.dtype))?;
             if o.soff.len() != n || o.roff.len() != n || o.scalars.len() != n {
                 return Err(format!("per-rank lists of {:?} are not {n} long", o.kind));
+            }
+            if o.mem == Mem::Window && (o.soff.iter().any(|&x| x != o.soff[0]) || o.roff.iter().any(|&x| x != o.roff[0])) {
+                return Err(format!("{:?}: a window's buffers at different offsets on different ranks", o.kind));
             }
             if o.root >= n || o.comm > 2 || o.soff.iter().chain(&o.roff).any(|&x| x > 15) {
                 return Err(format!("{:?}: root, comm or an offset out of range", o.kind));

@@ -185,7 +185,7 @@ impl Alloc {
         // SAFETY (every call below): out-pointers to locals; the current context is the rank's.
         match mem.allocator() {
             Allocator::CuMem => cu_check(unsafe { cu::cuMemAlloc_v2(&mut a.ptr, b) }, "cuMemAlloc")?,
-            Allocator::NcclMem => unreachable!("ncclMemAlloc goes through the library"),
+            Allocator::NcclMem | Allocator::Window => unreachable!("ncclMemAlloc goes through the library"),
             Allocator::Managed => cu_check(
                 unsafe { cu::cuMemAllocManaged(&mut a.ptr, b, cu::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32) },
                 "cuMemAllocManaged",
@@ -290,6 +290,12 @@ struct Part {
     scalar: Option<cu::CUdeviceptr>,
     /// The operation's launchCompletionEvent on this rank (a CUevent; 0: none).
     event: usize,
+    /// `Mem::Window`: the one ncclMemAlloc allocation holding `allocs` (0: none), its bytes (the
+    /// same on every rank), and its window (an ncclWindow_t; 0 until registered or once
+    /// deregistered).
+    base: u64,
+    win_bytes: u64,
+    window: usize,
 }
 
 /// Raw handles a thread may carry (the driver and NCCL handles are valid from any thread).
@@ -556,6 +562,11 @@ impl Exec {
             }
             parts.push(v);
         }
+        if let Err(e) = self.register_windows(case, &mut parts) {
+            self.release(case, parts, true);
+            say(&format!("RESULT fail {e}"));
+            return Ok(());
+        }
         let res = if case.abort.is_some() { self.run_abort(case, &parts) } else { self.run_checked(case, &parts) };
         // After an abort the communicators are gone: their PreMulSum ops with them. After a fatal
         // error kernels may still use the buffers: they are leaked (the executor exits).
@@ -580,6 +591,56 @@ impl Exec {
         slot_of(case.cta_policy, case.mode == Mode::NonBlocking, o.comm)
     }
 
+    /// Registers every `Mem::Window` operation's allocation as a symmetric window: one group per
+    /// operation over the process's ranks (ncclCommWindowRegister is collective; in a group its
+    /// handle is written at ncclGroupEnd, or on a nonblocking communicator once it leaves
+    /// ncclInProgress), operations in case order on every rank. A failure fails the case (the
+    /// parts are released as they are: windows registered so far included).
+    fn register_windows(&self, case: &Case, parts: &mut [Vec<Part>]) -> Result<(), String> {
+        const NCCL_WIN_COLL_SYMMETRIC: c_int = 1;
+        let deadline = Instant::now() + self.case_timeout;
+        for (o, v) in case.ops.iter().zip(parts.iter_mut()) {
+            if o.mem != Mem::Window {
+                continue;
+            }
+            let slot = Self::slot(case, o);
+            // SAFETY: no preconditions.
+            unsafe { (self.nccl.group_start)() };
+            let mut failed = None;
+            for (i, p) in v.iter_mut().enumerate() {
+                self.set_ctx(i);
+                let comm = self.ranks[i].comms[slot];
+                let out: *mut usize = &mut p.window;
+                // SAFETY: the allocation holds win_bytes; `out` (in `parts`, not moved until the
+                // parts are released) outlives the group and the communicator's completion.
+                let rc = unsafe { (self.nccl.comm_window_register)(comm, p.base as *mut c_void, p.win_bytes as usize, out.cast(), NCCL_WIN_COLL_SYMMETRIC) };
+                if rc != SUCCESS && rc != IN_PROGRESS {
+                    failed.get_or_insert_with(|| self.nccl.describe(&format!("rank {}: ncclCommWindowRegister", self.ranks[i].rank), rc, comm));
+                }
+            }
+            // SAFETY: closes the group.
+            let rc = unsafe { (self.nccl.group_end)() };
+            if rc != SUCCESS && rc != IN_PROGRESS {
+                failed.get_or_insert_with(|| self.nccl.describe("ncclGroupEnd of ncclCommWindowRegister", rc, std::ptr::null_mut()));
+            }
+            for (i, p) in v.iter_mut().enumerate() {
+                let comm = self.ranks[i].comms[slot];
+                let st = self.settle(comm, deadline);
+                // SAFETY: the library may have written it from its own thread.
+                p.window = unsafe { std::ptr::read_volatile(&p.window) };
+                if st != SUCCESS {
+                    failed.get_or_insert_with(|| self.nccl.describe(&format!("rank {}: ncclCommWindowRegister: the communicator's state", self.ranks[i].rank), st, comm));
+                } else if p.window == 0 {
+                    failed.get_or_insert_with(|| format!("rank {}: ncclCommWindowRegister gave no window", self.ranks[i].rank));
+                }
+            }
+            if let Some(e) = failed {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     fn prepare(&self, case: &Case, opi: usize, o: &OpCase, i: usize, codec: &Codec) -> Result<Part, String> {
         let g = self.ranks[i].rank;
         let (ov, n, r) = view(o, self.nranks, g);
@@ -587,16 +648,41 @@ impl Exec {
         let l = layout(&ov, n, r);
         let imgs = initial_images(case.seed, opi, &ov, n, r, 0, codec);
         let comm = self.ranks[i].comms[Self::slot(case, o)];
-        let mut part = Part { allocs: Vec::new(), mem: o.mem, handles: Vec::new(), op: o.op.raw().unwrap_or(0), scalar: None, event: 0 };
+        let mut part =
+            Part { allocs: Vec::new(), mem: o.mem, handles: Vec::new(), op: o.op.raw().unwrap_or(0), scalar: None, event: 0, base: 0, win_bytes: 0, window: 0 };
+        // `Mem::Window`: allocation k of every rank at the same offset of its window (the
+        // symmetric kernels address a peer's buffer at this rank's offset), each as large as the
+        // largest rank's; the window the same size on every rank.
+        let mut win_at = Vec::new();
+        if o.mem == Mem::Window {
+            let all: Vec<crate::case::Layout> = (0..n).map(|k| layout(&ov, n, k)).collect();
+            let mut end = 0u64;
+            for k in 0..l.allocs.len() {
+                win_at.push(end);
+                end += all.iter().filter_map(|x| x.allocs.get(k)).map(|a| a.bytes(es).div_ceil(256) * 256).max().unwrap_or(0);
+            }
+            let most = all.iter().map(|x| x.allocs.iter().map(|a| a.bytes(es).div_ceil(256) * 256).sum::<u64>()).max().unwrap_or(0);
+            part.win_bytes = end.max(most).max(1).div_ceil(4096) * 4096;
+            let mut p = std::ptr::null_mut();
+            // SAFETY: out-pointer to a local; the current context is the rank's device's.
+            let rc = unsafe { (self.nccl.mem_alloc)(&mut p, part.win_bytes as usize) };
+            if rc != SUCCESS {
+                return Err(self.nccl.describe("ncclMemAlloc (window)", rc, std::ptr::null_mut()));
+            }
+            part.base = p as u64;
+        }
         if o.cfg.is_some_and(|c| c.event) {
             let mut e = std::ptr::null_mut();
             // SAFETY: out-pointer to a local; the current context is the rank's.
             cu_check(unsafe { cu::cuEventCreate(&mut e, cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) }, "cuEventCreate")?;
             part.event = e as usize;
         }
-        for (a, img) in l.allocs.iter().zip(&imgs) {
+        for (k, (a, img)) in l.allocs.iter().zip(&imgs).enumerate() {
             let bytes = a.bytes(es);
-            let alloc = if o.mem.allocator() == Allocator::NcclMem {
+            let alloc = if o.mem == Mem::Window {
+                // Inside the window's allocation; freed with it.
+                Alloc { ptr: part.base + win_at[k], bytes, va: 0, reserved: 0, mapped: 0, stream: 0 }
+            } else if o.mem.allocator() == Allocator::NcclMem {
                 let mut p = std::ptr::null_mut();
                 // SAFETY: out-pointer to a local; the current context is the rank's device's.
                 let rc = unsafe { (self.nccl.mem_alloc)(&mut p, bytes as usize) };
@@ -657,7 +743,32 @@ impl Exec {
         Ok(part)
     }
 
-    fn release(&self, case: &Case, parts: Vec<Vec<Part>>, destroy_ops: bool) {
+    fn release(&self, case: &Case, mut parts: Vec<Vec<Part>>, destroy_ops: bool) {
+        if destroy_ops {
+            // Windows are deregistered as registered: an operation's on every local rank in one
+            // group (NCCL may make it collective), operations in the same order on every rank.
+            let deadline = Instant::now() + self.case_timeout;
+            for (o, v) in case.ops.iter().zip(parts.iter_mut()) {
+                if o.mem != Mem::Window {
+                    continue;
+                }
+                // SAFETY: no preconditions.
+                unsafe { (self.nccl.group_start)() };
+                for (i, p) in v.iter_mut().enumerate() {
+                    self.set_ctx(i);
+                    if p.window != 0 {
+                        // SAFETY: a window of this communicator; the case's work has completed.
+                        unsafe { (self.nccl.comm_window_deregister)(self.ranks[i].comms[Self::slot(case, o)], p.window as *mut c_void) };
+                        p.window = 0;
+                    }
+                }
+                // SAFETY: closes the group.
+                unsafe { (self.nccl.group_end)() };
+                for i in 0..v.len() {
+                    self.settle(self.ranks[i].comms[Self::slot(case, o)], deadline);
+                }
+            }
+        }
         for (o, v) in case.ops.iter().zip(parts) {
             for (i, p) in v.into_iter().enumerate() {
                 self.set_ctx(i);
@@ -681,12 +792,23 @@ impl Exec {
                 unsafe { (self.nccl.comm_deregister)(comm, h as *mut c_void) };
             }
         }
-        for a in &p.allocs {
-            if p.mem.allocator() == Allocator::NcclMem {
-                // SAFETY: allocated by ncclMemAlloc; no work that uses it is pending.
-                unsafe { (self.nccl.mem_free)(a.ptr as *mut c_void) };
-            } else {
-                a.free();
+        if p.base != 0 {
+            if let (Some(comm), true) = (dereg, p.window != 0) {
+                // A window `release` did not deregister with its peers' (a part given up before
+                // the case ran never registers one).
+                // SAFETY: a window of this communicator; no work uses it.
+                unsafe { (self.nccl.comm_window_deregister)(comm, p.window as *mut c_void) };
+            }
+            // SAFETY: allocated by ncclMemAlloc; its allocs lie inside; no work uses it.
+            unsafe { (self.nccl.mem_free)(p.base as *mut c_void) };
+        } else {
+            for a in &p.allocs {
+                if p.mem.allocator() == Allocator::NcclMem {
+                    // SAFETY: allocated by ncclMemAlloc; no work that uses it is pending.
+                    unsafe { (self.nccl.mem_free)(a.ptr as *mut c_void) };
+                } else {
+                    a.free();
+                }
             }
         }
         if let Some(s) = p.scalar {

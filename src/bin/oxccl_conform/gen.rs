@@ -340,8 +340,10 @@ fn op_of(space: Arc<Space>, bounds: Arc<Boundaries>, n: usize, kind: Kind, dtype
             root: if kind.rooted() { root } else { 0 },
             in_place,
             comm,
-            soff,
-            roff,
+            // In a symmetric window every rank's buffer sits at the same offset (NCCL's
+            // symmetric kernels address a peer's buffer at the caller's offset).
+            soff: if mem == Mem::Window { vec![soff[0]; n] } else { soff },
+            roff: if mem == Mem::Window { vec![roff[0]; n] } else { roff },
             scalars,
             transfers,
             mem,

@@ -135,6 +135,8 @@ pub struct Nccl {
     pub mem_free: unsafe extern "C" fn(*mut c_void) -> c_int,
     pub comm_register: unsafe extern "C" fn(Comm, *mut c_void, usize, *mut *mut c_void) -> c_int,
     pub comm_deregister: unsafe extern "C" fn(Comm, *mut c_void) -> c_int,
+    pub comm_window_register: unsafe extern "C" fn(Comm, *mut c_void, usize, *mut *mut c_void, c_int) -> c_int,
+    pub comm_window_deregister: unsafe extern "C" fn(Comm, *mut c_void) -> c_int,
     /// None where the library predates them: configured operations then take the plain calls.
     pub config: Option<ConfigFns>,
     /// ncclCommSuspend and ncclCommResume (NCCL 2.29+); None where the library predates them.
@@ -196,6 +198,8 @@ impl Nccl {
             mem_free: sym!(lib, "ncclMemFree"),
             comm_register: sym!(lib, "ncclCommRegister"),
             comm_deregister: sym!(lib, "ncclCommDeregister"),
+            comm_window_register: sym!(lib, "ncclCommWindowRegister"),
+            comm_window_deregister: sym!(lib, "ncclCommWindowDeregister"),
             config: ConfigFns::open(&lib).ok(),
             suspend: (|| -> Result<SuspendFns, String> { Ok(SuspendFns { suspend: sym!(lib, "ncclCommSuspend"), resume: sym!(lib, "ncclCommResume") }) })().ok(),
             _lib: lib,
