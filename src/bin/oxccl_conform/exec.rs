@@ -657,12 +657,13 @@ impl Exec {
         if o.mem == Mem::Window {
             let all: Vec<crate::case::Layout> = (0..n).map(|k| layout(&ov, n, k)).collect();
             let mut end = 0u64;
-            for k in 0..l.allocs.len() {
+            // Over the most allocations any rank has (a root and the others differ), so that
+            // every rank sums the same sizes.
+            for k in 0..all.iter().map(|x| x.allocs.len()).max().unwrap_or(0) {
                 win_at.push(end);
                 end += all.iter().filter_map(|x| x.allocs.get(k)).map(|a| a.bytes(es).div_ceil(256) * 256).max().unwrap_or(0);
             }
-            let most = all.iter().map(|x| x.allocs.iter().map(|a| a.bytes(es).div_ceil(256) * 256).sum::<u64>()).max().unwrap_or(0);
-            part.win_bytes = end.max(most).max(1).div_ceil(4096) * 4096;
+            part.win_bytes = end.max(1).div_ceil(4096) * 4096;
             let mut p = std::ptr::null_mut();
             // SAFETY: out-pointer to a local; the current context is the rank's device's.
             let rc = unsafe { (self.nccl.mem_alloc)(&mut p, part.win_bytes as usize) };
