@@ -20,6 +20,13 @@
 //!   one-shot carries alone (`default_group_max_bytes`, OXCCL_GROUP_MAX_BYTES), or, where all are
 //!   ReduceScatters, a message the packet ReduceScatter carries alone.
 //!
+//! Consecutive AllReduces that a lone call runs put-based (rsag), of one datatype, op and block
+//! size, run as one launch too (`merge_puts`; kernels/colls/allreduce.cu, allreduce_rsag_group):
+//! the operations one after another in every block, each with its lone plan's slices, on the
+//! largest lone grid (`puts_shape`). Invariants, tested below: every rank plans the same (the
+//! same shared inputs as above); 2 to `OX_GROUP_MAX_OPS` operations a launch; never an
+//! operation a lone call would run otherwise; no sends or receives fold into them.
+//!
 //! A communicator's sends and receives of the group travel in its first grouped launch
 //! (`fold_p2p`) pair by pair: a pair's transfers go there when each is one a lone call sends as
 //! packets in one hop (the one-shot point-to-point kernel's), they are at most
@@ -126,7 +133,52 @@ pub fn launches(ops: &[GroupedOp], topo: &Topology, scratch: &Scratch, t: &Tunin
         out.push(i..end);
         i = end;
     }
+    merge_puts(ops, out, topo, scratch, t)
+}
+
+/// The block size of a lone AllReduce of `o` when it runs the put-based algorithm (rsag), else None.
+fn rsag_block(o: &GroupedOp, topo: &Topology, scratch: &Scratch, t: &Tuning) -> Option<u32> {
+    if o.kind != GroupedKind::AllReduce || o.alone || o.count == 0 || topo.nranks < 2 || t.group_off {
+        return None;
+    }
+    let p = select_allreduce(o.count, o.dtype, topo, scratch, t);
+    (p.algo == AllReduceAlgo::Rsag).then_some(p.block)
+}
+
+/// Runs of consecutive lone AllReduces that a lone call runs put-based (rsag), of one datatype,
+/// op and block size, become one launch of 2 to `OX_GROUP_MAX_OPS` (kernels/colls/allreduce.cu,
+/// allreduce_rsag_group: the operations one after another in one kernel, each with its lone
+/// plan's slices, on as many blocks as the largest plan takes).
+fn merge_puts(ops: &[GroupedOp], plan: Vec<Range<usize>>, topo: &Topology, scratch: &Scratch, t: &Tuning) -> Vec<Range<usize>> {
+    let mut out: Vec<Range<usize>> = Vec::with_capacity(plan.len());
+    let mut key = None;
+    for r in plan {
+        let k = (r.len() == 1).then(|| rsag_block(&ops[r.start], topo, scratch, t).map(|b| (ops[r.start].dtype, ops[r.start].op, b))).flatten();
+        match out.last_mut() {
+            Some(last) if k.is_some() && k == key && last.end == r.start && last.len() < OX_GROUP_MAX_OPS => last.end = r.end,
+            _ => {
+                out.push(r);
+                key = k;
+            }
+        }
+    }
     out
+}
+
+/// The launch shape of a grouped launch of `ops` that `launches` made of put-based AllReduces
+/// (`merge_puts`): the largest of their lone plans' grids and their block size; None where the
+/// range is a packet launch or a lone operation.
+pub fn puts_shape(ops: &[GroupedOp], topo: &Topology, scratch: &Scratch, t: &Tuning) -> Option<(u32, u32)> {
+    if ops.len() < 2 {
+        return None;
+    }
+    let mut shape = None::<(u32, u32)>;
+    for o in ops {
+        let block = rsag_block(o, topo, scratch, t)?;
+        let grid = select_allreduce(o.count, o.dtype, topo, scratch, t).grid;
+        shape = Some(shape.map_or((grid, block), |(g, b)| (g.max(grid), b)));
+    }
+    shape
 }
 
 /// Whether a lone call of `o` sends packets in one hop: the one-shot AllReduce (LL16 or LL128
@@ -263,6 +315,15 @@ mod tests {
             assert_eq!(r.start, next, "ranges in order, covering every operation once: {plan:?}");
             assert!(!r.is_empty() && r.len() <= OX_GROUP_MAX_OPS, "{plan:?}");
             next = r.end;
+            if r.len() > 1 && puts_shape(&ops[r.clone()], topo, scratch, t).is_some() {
+                // A put-based run: AllReduces a lone call runs as rsag, one datatype, op and block.
+                let first = ops[r.start];
+                for o in &ops[r.clone()] {
+                    assert_eq!(rsag_block(o, topo, scratch, t), rsag_block(&first, topo, scratch, t), "{r:?}");
+                    assert!(o.dtype == first.dtype && o.op == first.op, "{r:?}");
+                }
+                continue;
+            }
             if r.len() > 1 {
                 let total: u64 = ops[r.clone()].iter().map(|o| packets(o.count, o.dtype)).sum();
                 // The reductions share one datatype and op; AllGathers go with any.
@@ -323,9 +384,17 @@ mod tests {
                 let ops = vec![ar(bytes / 4, DataType::Float32, RedOp::Sum); 20];
                 let plan = launches(&ops, &topo, &s, &t);
                 check(&ops, &plan, &topo, &s, &t);
-                let one_hop = matches!(select_allreduce(bytes / 4, DataType::Float32, &topo, &s, &t).algo, AllReduceAlgo::OneShot | AllReduceAlgo::OneShot128);
-                // As many per launch as the limit holds, at most OX_GROUP_MAX_OPS.
-                let per = if one_hop { (max / bytes).clamp(1, OX_GROUP_MAX_OPS as u64) as usize } else { 1 };
+                let algo = select_allreduce(bytes / 4, DataType::Float32, &topo, &s, &t).algo;
+                let one_hop = matches!(algo, AllReduceAlgo::OneShot | AllReduceAlgo::OneShot128);
+                // As many per launch as the limit holds, at most OX_GROUP_MAX_OPS; put-based
+                // ones OX_GROUP_MAX_OPS a launch (`merge_puts`).
+                let per = if one_hop {
+                    (max / bytes).clamp(1, OX_GROUP_MAX_OPS as u64) as usize
+                } else if algo == AllReduceAlgo::Rsag {
+                    OX_GROUP_MAX_OPS
+                } else {
+                    1
+                };
                 assert!(plan.iter().all(|r| r.len() == per || r.end == 20), "n {n} bytes {bytes}: {plan:?}");
             }
             // Twenty 8-byte operations: sixteen in one launch, four in the next.
@@ -552,6 +621,40 @@ mod tests {
                 Ok(())
             })
             .unwrap();
+    }
+
+    /// Large AllReduces (put-based alone) of one datatype and op run as one launch, up to
+    /// OX_GROUP_MAX_OPS a launch; a change of op, a packet-sized one or another kind cuts the run.
+    #[test]
+    fn put_based_allreduces_of_one_type_and_op_share_a_launch() {
+        let (topo, s, t) = setup(2);
+        let big = 8 << 20; // elements of f32: 32 MiB, rsag at 2 ranks
+        assert_eq!(select_allreduce(big, DataType::Float32, &topo, &s, &t).algo, AllReduceAlgo::Rsag);
+        let ops = vec![ar(big, DataType::Float32, RedOp::Sum); 20];
+        let plan = launches(&ops, &topo, &s, &t);
+        assert_eq!(plan, vec![0..OX_GROUP_MAX_OPS, OX_GROUP_MAX_OPS..20]);
+        check(&ops, &plan, &topo, &s, &t);
+        let (grid, block) = puts_shape(&ops[0..2], &topo, &s, &t).expect("a put-based run");
+        let lone = select_allreduce(big, DataType::Float32, &topo, &s, &t);
+        assert_eq!((grid, block), (lone.grid, lone.block));
+        let mixed = vec![
+            ar(big, DataType::Float32, RedOp::Sum),
+            ar(big + 5, DataType::Float32, RedOp::Sum),
+            ar(big, DataType::Float32, RedOp::Max),
+            ar(16, DataType::Float32, RedOp::Max),
+            ar(big, DataType::Float32, RedOp::Max),
+            of(GroupedKind::ReduceScatter, big, DataType::Float32, RedOp::Max),
+            ar(big, DataType::Float32, RedOp::Max),
+        ];
+        let plan = launches(&mixed, &topo, &s, &t);
+        assert_eq!(plan, vec![0..2, 2..3, 3..4, 4..5, 5..6, 6..7]);
+        check(&mixed, &plan, &topo, &s, &t);
+        assert!(puts_shape(&mixed[3..5], &topo, &s, &t).is_none(), "a packet-sized AllReduce is no put-based run");
+        let mut alone = ops.clone();
+        alone[1].alone = true;
+        assert_eq!(launches(&alone[..3], &topo, &s, &t), vec![0..1, 1..2, 2..3]);
+        let one = setup(1);
+        assert_eq!(launches(&ops[..3], &one.0, &one.1, &one.2), vec![0..1, 1..2, 2..3]);
     }
 
     /// Random groups: the invariants hold for every plan.

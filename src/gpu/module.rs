@@ -33,6 +33,7 @@ pub struct Module {
     allreduce: Vec<Kernel>,
     allreduce_chain: Vec<Kernel>,
     allreduce_group: Vec<Kernel>,
+    allreduce_rsag_group: Vec<Kernel>,
     reducescatter: Vec<Kernel>,
     reduce: Vec<Kernel>,
     exchange: Kernel,
@@ -91,6 +92,7 @@ impl Module {
             allreduce: typed_table(raw, "ox_allreduce", &algos)?,
             allreduce_chain: typed_table(raw, "ox_allreduce", &["oneshot_chain"])?,
             allreduce_group: typed_table(raw, "ox_allreduce", &["group"])?,
+            allreduce_rsag_group: typed_table(raw, "ox_allreduce", &["rsag_group"])?,
             reducescatter: typed_table(raw, "ox_reducescatter", &LL_PUT)?,
             reduce: typed_table(raw, "ox_reduce", &LL_PUT)?,
             exchange: function(raw, "ox_exchange")?,
@@ -125,6 +127,12 @@ impl Module {
     /// datatype and op (kernels/colls/allreduce_group.cu, `GroupArgs`).
     pub fn allreduce_group(&self, dt: DataType, op: RedOp) -> Kernel {
         self.allreduce_group[typed_index(0, dt, op)]
+    }
+
+    /// A group's put-based AllReduces as one launch, one after another in every block
+    /// (kernels/colls/allreduce.cu, allreduce_rsag_group, `GroupArgs`).
+    pub fn allreduce_rsag_group(&self, dt: DataType, op: RedOp) -> Kernel {
+        self.allreduce_rsag_group[typed_index(0, dt, op)]
     }
 
     /// `put`: the put-round variant, else the packet one.

@@ -198,11 +198,12 @@ fn with_completion_event(r: &View, ls: &mut LaunchState, event: cu::CUevent, str
 
 /// How a group's consecutive collectives on one communicator launch
 /// (algo::group): ranges of `tasks` in order, each of more than one task a grouped launch
-/// (`launch_group`), each single one a lone launch. All lone where the communicator spans hosts
+/// (`launch_group`, or `launch_rsag_group` where the flag says the range is put-based
+/// AllReduces), each single one a lone launch. All lone where the communicator spans hosts
 /// (its collectives run through `net`) or is not ready (each launch then reports why); a lone
 /// task (most groups) is not planned.
-pub fn group_launches(tasks: &[CollTask]) -> Vec<std::ops::Range<usize>> {
-    let lone = || (0..tasks.len()).map(|i| i..i + 1).collect();
+pub fn group_launches(tasks: &[CollTask]) -> Vec<(std::ops::Range<usize>, bool)> {
+    let lone = || (0..tasks.len()).map(|i| (i..i + 1, false)).collect();
     let [first, _, ..] = tasks else { return lone() };
     let Ok(r) = first.comm.ready() else { return lone() };
     if r.net.is_some() {
@@ -221,6 +222,41 @@ pub fn group_launches(tasks: &[CollTask]) -> Vec<std::ops::Range<usize>> {
         })
         .collect();
     crate::algo::group::launches(&ops, &r.topo, &r.scratch, &r.tuning)
+        .into_iter()
+        .map(|p| {
+            let puts = crate::algo::group::puts_shape(&ops[p.clone()], &r.topo, &r.scratch, &r.tuning).is_some();
+            (p, puts)
+        })
+        .collect()
+}
+
+/// A range `group_launches` made of put-based AllReduces (2 to OX_GROUP_MAX_OPS of one
+/// communicator, datatype and op) as one launch of kernels/colls/allreduce.cu's
+/// allreduce_rsag_group on the first task's stream: each operation with its lone plan's slices,
+/// one after another in every block, on the largest plan's grid (algo::group::puts_shape).
+pub fn launch_rsag_group(tasks: &[CollTask]) -> Result<()> {
+    let Some(first) = tasks.first() else { return Ok(()) };
+    debug_assert!((2..=crate::device_abi::OX_GROUP_MAX_OPS).contains(&tasks.len()));
+    let (dtype, op) = (first.dtype, first.op.op);
+    let bytes: u64 = tasks.iter().map(|t| t.count * t.dtype.size() as u64).sum();
+    let what = || format!("{} put-based AllReduces ({}, {bytes} bytes) in one launch, on stream {:p}", tasks.len(), dtype.name(), first.stream);
+    with_launch(&first.comm, Needs::All, first.stream, bytes, what, |r, ls| {
+        let r = &View::plain(r);
+        r.tuning.allowed.for_func(Func::AllReduce)?;
+        check_fp8(r, dtype)?;
+        let ops: Vec<GroupedOp> =
+            tasks.iter().map(|t| GroupedOp { kind: GroupedKind::AllReduce, count: t.count, dtype: t.dtype, op: t.op.op, alone: false }).collect();
+        let Some((grid, block)) = crate::algo::group::puts_shape(&ops, &r.topo, &r.scratch, &r.tuning) else {
+            return Err(Error::internal("a put-based grouped launch of operations the put-based algorithm does not take"));
+        };
+        let mut args = GroupArgs { comm: r.dev_comm, nops: tasks.len() as u32, ..Default::default() };
+        for (slot, t) in args.ops.iter_mut().zip(tasks) {
+            let plan = select_allreduce(t.count, t.dtype, &r.topo, &r.scratch, &r.tuning);
+            *slot = coll_args(r, t, t.count, plan.chunk_elems, 0);
+        }
+        nccl_trace!(Subsys::Coll, "{} AllReduces ({} {:?}, {bytes} bytes) -> one put-based grouped launch grid {grid} block {block}", tasks.len(), dtype.name(), op);
+        kernel(r, ls, r.module.allreduce_rsag_group(dtype, op), grid, block, first.stream, &mut args)
+    })
 }
 
 /// A collective's kind in a grouped launch (every kind may join one: algo::group says which do).

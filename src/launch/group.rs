@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::comm::Comm;
-use crate::launch::enqueue::{exchange_ops, fold_p2p, group_launches, launch_group, launch_p2p, launch_task, predict_group_us, predict_us};
+use crate::launch::enqueue::{exchange_ops, fold_p2p, group_launches, launch_group, launch_p2p, launch_rsag_group, launch_task, predict_group_us, predict_us};
 use crate::comm::task::{CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::cu;
@@ -534,17 +534,20 @@ fn launch_grouped(tasks: Vec<CollTask>, p2p: &mut P2pLists, first_err: &mut Opti
     // sends and receives as one exchange launch (or as few as it holds) instead of one launch
     // each, as NCCL runs a group's collectives in one kernel. All ranks group alike, so they
     // agree on which go.
-    let mut exchanged: Vec<Option<Vec<P2pOp>>> = parts.iter().map(|p| if p.len() == 1 { exchange_ops(&tasks[p.start]) } else { None }).collect();
+    let mut exchanged: Vec<Option<Vec<P2pOp>>> = parts.iter().map(|(p, _)| if p.len() == 1 { exchange_ops(&tasks[p.start]) } else { None }).collect();
     if exchanged.iter().filter(|e| e.is_some()).count() < 2 {
         exchanged.iter_mut().for_each(|e| *e = None);
     }
     let mut moved = Vec::new();
-    for (part, ex) in parts.into_iter().zip(exchanged) {
+    for ((part, puts), ex) in parts.into_iter().zip(exchanged) {
         if let Some(ops) = ex {
             moved.extend(ops);
             continue;
         }
-        let r = if part.len() > 1 {
+        let r = if puts {
+            // Put-based AllReduces: no packets, so no sends or receives fold into them.
+            launch_rsag_group(&tasks[part])
+        } else if part.len() > 1 {
             let comm = &tasks[part.start].comm;
             let mut folded = Vec::new();
             if !p2p.offered.iter().any(|c| Arc::ptr_eq(c, comm)) {
@@ -856,8 +859,15 @@ pub fn simulate_end() -> Result<f64> {
     let mut grouped: Vec<CollTask> = Vec::new();
     let flush = |grouped: &mut Vec<CollTask>, us: &mut f64| -> Result<()> {
         let tasks = std::mem::take(grouped);
-        for part in group_launches(&tasks) {
-            *us += if part.len() > 1 { predict_group_us(&tasks[part]) } else { predict_us(&tasks[part.start])? };
+        for (part, puts) in group_launches(&tasks) {
+            *us += if puts {
+                // One launch of lone plans back to back: their time, less nothing (not modelled).
+                tasks[part].iter().map(predict_us).sum::<Result<f64>>()?
+            } else if part.len() > 1 {
+                predict_group_us(&tasks[part])
+            } else {
+                predict_us(&tasks[part.start])?
+            };
         }
         Ok(())
     };
