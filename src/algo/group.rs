@@ -172,13 +172,15 @@ pub fn puts_shape(ops: &[GroupedOp], topo: &Topology, scratch: &Scratch, t: &Tun
     if ops.len() < 2 {
         return None;
     }
-    let mut shape = None::<(u32, u32)>;
+    let first = rsag_block(&ops[0], topo, scratch, t)?;
+    let mut grid = 0;
     for o in ops {
-        let block = rsag_block(o, topo, scratch, t)?;
-        let grid = select_allreduce(o.count, o.dtype, topo, scratch, t).grid;
-        shape = Some(shape.map_or((grid, block), |(g, b)| (g.max(grid), b)));
+        if rsag_block(o, topo, scratch, t) != Some(first) || (o.dtype, o.op) != (ops[0].dtype, ops[0].op) {
+            return None;
+        }
+        grid = grid.max(select_allreduce(o.count, o.dtype, topo, scratch, t).grid);
     }
-    shape
+    Some((grid, first))
 }
 
 /// Whether a lone call of `o` sends packets in one hop: the one-shot AllReduce (LL16 or LL128
@@ -657,6 +659,30 @@ mod tests {
         assert_eq!(launches(&ops[..3], &one.0, &one.1, &one.2), vec![0..1, 1..2, 2..3]);
     }
 
+    /// A put-based run takes the largest lone grid; a change of block size (512 threads up to
+    /// 8 MiB, 1024 above) cuts the run.
+    #[test]
+    fn put_based_runs_take_the_largest_grid_and_one_block_size() {
+        let (topo, s, t) = setup(4);
+        let mib = |m: u64| ar(m << 18, DataType::Float32, RedOp::Sum);
+        let (small, large) = (select_allreduce(5 << 18, DataType::Float32, &topo, &s, &t), select_allreduce(7 << 18, DataType::Float32, &topo, &s, &t));
+        assert_eq!((small.algo, large.algo), (AllReduceAlgo::Rsag, AllReduceAlgo::Rsag));
+        let ops = vec![mib(5), mib(7), mib(6)];
+        assert_eq!(launches(&ops, &topo, &s, &t), vec![0..3]);
+        let lone: Vec<u32> = ops.iter().map(|o| select_allreduce(o.count, o.dtype, &topo, &s, &t).grid).collect();
+        assert_eq!(puts_shape(&ops, &topo, &s, &t), Some((*lone.iter().max().unwrap(), small.block)));
+        // 8 MiB takes 512 threads alone, 32 MiB 1024: two launches.
+        let ops = vec![mib(8), mib(8), mib(32), mib(32)];
+        let plan = launches(&ops, &topo, &s, &t);
+        assert_eq!(plan, vec![0..2, 2..4]);
+        check(&ops, &plan, &topo, &s, &t);
+        assert!(puts_shape(&ops, &topo, &s, &t).is_none(), "one launch has one block size");
+        // OXCCL_GROUP_LAUNCH=0 keeps them lone too.
+        let mut off = t.clone();
+        off.group_off = true;
+        assert_eq!(launches(&ops, &topo, &s, &off), vec![0..1, 1..2, 2..3, 3..4]);
+    }
+
     /// Random groups: the invariants hold for every plan.
     #[test]
     fn invariants_hold_for_random_groups() {
@@ -664,9 +690,11 @@ mod tests {
         let opsk = [RedOp::Sum, RedOp::Max, RedOp::Avg, RedOp::PreMulSum];
         let mut runner = proptest::test_runner::TestRunner::deterministic();
         runner
-            .run(&(1usize..=9, proptest::collection::vec((0usize..5, 0usize..4, 0u64..300_000, 0usize..8, 0u8..8), 0..40), proptest::option::of(0u64..2 << 20)), |(n, raw, max)| {
+            .run(&(1usize..=9, proptest::collection::vec((0usize..5, 0usize..4, proptest::prop_oneof![3 => 0u64..300_000, 1 => 0u64..20_000_000], 0usize..8, 0u8..8), 0..40), proptest::option::of(0u64..2 << 20), proptest::bool::ANY), |(n, raw, max, no_lines)| {
                 let (topo, s, mut t) = setup(n);
                 t.group_max_bytes = max;
+                // Without LL128 lines the put-based algorithm takes over from a few hundred KiB.
+                t.ap128_off = no_lines;
                 let ops: Vec<_> = raw
                     .iter()
                     .map(|&(d, o, c, k, alone)| {

@@ -236,7 +236,9 @@ pub fn group_launches(tasks: &[CollTask]) -> Vec<(std::ops::Range<usize>, bool)>
 /// one after another in every block, on the largest plan's grid (algo::group::puts_shape).
 pub fn launch_rsag_group(tasks: &[CollTask]) -> Result<()> {
     let Some(first) = tasks.first() else { return Ok(()) };
-    debug_assert!((2..=crate::device_abi::OX_GROUP_MAX_OPS).contains(&tasks.len()));
+    if !(2..=crate::device_abi::OX_GROUP_MAX_OPS).contains(&tasks.len()) {
+        return Err(Error::internal(format!("a put-based grouped launch of {} AllReduces; it holds 2 to {}", tasks.len(), crate::device_abi::OX_GROUP_MAX_OPS)));
+    }
     let (dtype, op) = (first.dtype, first.op.op);
     let bytes: u64 = tasks.iter().map(|t| t.count * t.dtype.size() as u64).sum();
     let what = || format!("{} put-based AllReduces ({}, {bytes} bytes) in one launch, on stream {:p}", tasks.len(), dtype.name(), first.stream);

@@ -861,7 +861,8 @@ pub fn simulate_end() -> Result<f64> {
         let tasks = std::mem::take(grouped);
         for (part, puts) in group_launches(&tasks) {
             *us += if puts {
-                // One launch of lone plans back to back: their time, less nothing (not modelled).
+                // Lone plans back to back in one launch: predicted as their lone times (the launches
+                // it saves are not modelled).
                 tasks[part].iter().map(predict_us).sum::<Result<f64>>()?
             } else if part.len() > 1 {
                 predict_group_us(&tasks[part])
