@@ -366,11 +366,11 @@ fn build_fatbin(manifest: &Path, out: &Path, abi_header: &Path) {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     commit();
-    // Cargo shows a build script's output only at its end, so this says afterwards what the
-    // silent minutes were; cargo repeats the note on later builds that reuse the kernels.
+    // What the silent minutes were, in OUT_DIR (not as a cargo:warning: cargo would print it as a
+    // warning on every later build that reuses the kernels). `cargo build -vv` shows it too.
     let times: Vec<String> = took.iter().map(|t| format!("{t} s")).collect();
-    println!(
-        "cargo:warning=the CUDA kernels ({} files in kernels/) were last compiled for {} with {} in {} s: {UNITS} units, {jobs} at a time \
+    let note = format!(
+        "the CUDA kernels ({} files in kernels/) were last compiled for {} with {} in {} s: {UNITS} units, {jobs} at a time \
          ({}); builds reuse them until the kernels change (OXCCL_CUDA_ARCHS picks the architectures)",
         cu.len(),
         arch_names.join(", "),
@@ -378,6 +378,8 @@ fn build_fatbin(manifest: &Path, out: &Path, abi_header: &Path) {
         started.elapsed().as_secs(),
         times.join(", ")
     );
+    println!("{note}");
+    let _ = fs::write(out.join("kernels-build.txt"), format!("{note}\n"));
     if let Some(d) = shared {
         // Best effort; each written under a temporary name and renamed, so a concurrent build
         // never reads half a file.
