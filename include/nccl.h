@@ -875,9 +875,12 @@ ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniq
 
 /*
  Writes the communicator's asynchronous state to `*asyncError`: ncclSuccess; ncclInProgress
- while a nonblocking init, split, shrink or grow is still running (it leaves ncclInProgress only
- once that ended and wrote its `newcomm`; an error seen meanwhile, such as a lost peer during an
- NCCL_SHRINK_ABORT shrink, becomes the state then), or its error once it failed; or
+ while a nonblocking operation on it runs (its own init or grow, or a split or shrink of it as
+ the parent), or that operation's error once it failed. The state leaves ncclInProgress only
+ once the operation ended and, for a split or shrink, wrote `newcomm`; an error seen meanwhile
+ (a lost peer during an NCCL_SHRINK_ABORT shrink, say) becomes the state then, so whether a
+ shrink made a communicator is told by `newcomm`, not by the parent's state. That can take until
+ the child's bootstrap gives up on a dead peer (OXCCL_BOOTSTRAP_TIMEOUT, 300 s by default). Or
  the error that stopped the communicator: ncclRemoteError for a lost peer, and on
  communicators with a proxy thread or copy-engine worker (hosts, OXCCL_CE_DIRECT_ASYNC) that
  thread's error, such as ncclSystemError for a failed socket. Thread-safe:

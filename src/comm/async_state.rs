@@ -30,15 +30,29 @@ impl AsyncState {
     }
 
     /// An asynchronous error: the state at once if it was ncclSuccess, held until the operation
-    /// ends if one runs (ncclInProgress); ignored if an error is recorded already.
-    pub fn fail(&self, code: ResultCode) {
+    /// ends if one runs (ncclInProgress); ignored if an error is recorded already. Returns whether
+    /// it was held (for the WARN that says when the state shows it).
+    pub fn fail(&self, code: ResultCode) -> bool {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         match self.get() {
-            ResultCode::Success => self.state.store(code as i32, Ordering::Release),
+            ResultCode::Success => {
+                self.state.store(code as i32, Ordering::Release);
+                false
+            }
             ResultCode::InProgress => {
                 held.get_or_insert(code);
+                true
             }
-            _ => {}
+            _ => false,
+        }
+    }
+
+    /// "now reports X", or when X shows if `fail` held it: the end of a WARN line.
+    pub fn reports(code: ResultCode, held: bool) -> String {
+        if held {
+            format!("the communicator reports {} once the init, split, shrink or grow running on it ends", code.as_str())
+        } else {
+            format!("the communicator now reports {}", code.as_str())
         }
     }
 
@@ -83,7 +97,7 @@ mod tests {
     #[test]
     fn first_error_is_kept_outside_an_operation() {
         let s = AsyncState::new(ResultCode::Success);
-        s.fail(ResultCode::SystemError);
+        assert!(!s.fail(ResultCode::SystemError), "shown at once");
         s.fail(ResultCode::RemoteError);
         assert_eq!(s.get(), ResultCode::SystemError);
         assert_eq!(s.begin().unwrap_err().code, ResultCode::SystemError, "no operation on a failed comm");
@@ -94,7 +108,7 @@ mod tests {
         let s = AsyncState::new(ResultCode::Success);
         s.begin().unwrap();
         assert_eq!(s.begin().unwrap_err().code, ResultCode::InvalidArgument, "second one");
-        s.fail(ResultCode::RemoteError);
+        assert!(s.fail(ResultCode::RemoteError), "held");
         s.fail(ResultCode::SystemError);
         assert_eq!(s.get(), ResultCode::InProgress, "still running: the child is not written yet");
         s.end(Ok(()));

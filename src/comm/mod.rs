@@ -64,7 +64,8 @@ pub struct Comm {
     pub device: i32,
     /// The communicator's configuration (ncclConfig_t, defaults applied).
     pub config: CommConfig,
-    /// ncclCommGetAsyncError's answer, as a raw ncclResult_t (shared with the liveness watchdog).
+    /// ncclCommGetAsyncError's answer (shared with the liveness watchdog and the transports'
+    /// error callbacks; async_state.rs).
     state: Arc<AsyncState>,
     ready: OnceLock<Ready>,
     finalized: AtomicBool,
@@ -365,20 +366,19 @@ impl Comm {
         if let Some(r) = self.ready.get() {
             return Ok(r);
         }
-        match Some(self.state.get()) {
+        match self.state.get() {
             // Only a nonblocking communicator can be seen here before its init ended.
-            Some(ResultCode::InProgress) => Err(Error::invalid_argument(
+            ResultCode::InProgress => Err(Error::invalid_argument(
                 "communicator is still initializing (nonblocking): poll ncclCommGetAsyncError until it is not ncclInProgress",
             )),
-            Some(code) if code != ResultCode::Success => {
-                Err(Error::new(code, "communicator initialization failed earlier"))
-            }
-            _ => Err(Error::internal("communicator has no state")),
+            ResultCode::Success => Err(Error::internal("communicator has no state")),
+            code => Err(Error::new(code, "communicator initialization failed earlier")),
         }
     }
 
-    /// ncclCommGetAsyncError's answer: ncclInProgress during a nonblocking init, split or shrink,
-    /// then ncclSuccess or the first error.
+    /// ncclCommGetAsyncError's answer: ncclInProgress during a nonblocking init, split, shrink or
+    /// grow, then ncclSuccess or an error: the operation's own, else the first one reported while
+    /// it ran, else, outside operations, the first one reported.
     pub fn async_state(&self) -> ResultCode {
         self.state.get()
     }
@@ -603,8 +603,8 @@ impl Comm {
                 paths,
                 abort_flag: abort_flag.clone(),
                 on_error: Box::new(move |e| {
-                    nccl_warn!("comm rank {rank}: {}; the communicator now reports {}", e.msg, e.code.as_str());
-                    fail_async(&state, e.code, &|| flag.store_u32(0, 1));
+                    let held = fail_async(&state, e.code, &|| flag.store_u32(0, 1));
+                    nccl_warn!("comm rank {rank}: {}; {}", e.msg, AsyncState::reports(e.code, held));
                 }),
             })?;
             (None, Some(net))
@@ -621,8 +621,8 @@ impl Comm {
                 let fail = || {
                     let (state, flag, rank) = (self.state.clone(), abort_flag.clone(), self.rank);
                     Box::new(move |e: Error| {
-                        nccl_warn!("comm rank {rank}: {}; the communicator now reports {}", e.msg, e.code.as_str());
-                        fail_async(&state, e.code, &|| flag.store_u32(0, 1));
+                        let held = fail_async(&state, e.code, &|| flag.store_u32(0, 1));
+                        nccl_warn!("comm rank {rank}: {}; {}", e.msg, AsyncState::reports(e.code, held));
                     }) as Box<dyn Fn(Error) + Send + Sync>
                 };
                 let on_error = tuning.ce_direct_async.then(fail);

@@ -147,10 +147,11 @@ impl Watchdog {
             Verdict::Fail(reason) => format!("{reason} {} s after it was lost", crate::comm::liveness::GRACE.as_secs_f64()),
             _ => String::from("whether unfinished work needs it could not be told (a launch held the communicator)"),
         };
-        on_peer_lost(&self.state, &*self.stop_kernels);
+        let held = on_peer_lost(&self.state, &*self.stop_kernels);
         nccl_warn!(
-            "comm rank {rank}/{nranks}: rank {p} {}; {reason}: the communicator now reports ncclRemoteError",
-            l.why
+            "comm rank {rank}/{nranks}: rank {p} {}; {reason}: {}",
+            l.why,
+            super::AsyncState::reports(ResultCode::RemoteError, held)
         );
         true
     }
@@ -188,12 +189,14 @@ pub(super) fn heartbeat_timeout() -> Duration {
 
 /// What a lost peer that work in flight needs does to the communicator: RemoteError (unless it
 /// already failed) and the device-side abort flag.
-pub(super) fn on_peer_lost(state: &super::AsyncState, stop_kernels: &dyn Fn()) {
-    fail_async(state, ResultCode::RemoteError, stop_kernels);
+pub(super) fn on_peer_lost(state: &super::AsyncState, stop_kernels: &dyn Fn()) -> bool {
+    fail_async(state, ResultCode::RemoteError, stop_kernels)
 }
 
 /// Records an asynchronous failure (unless one is recorded already) and stops the kernels.
-pub(super) fn fail_async(state: &super::AsyncState, code: ResultCode, stop_kernels: &dyn Fn()) {
-    state.fail(code);
+/// Returns whether the state holds it until a running init, split, shrink or grow ends.
+pub(super) fn fail_async(state: &super::AsyncState, code: ResultCode, stop_kernels: &dyn Fn()) -> bool {
+    let held = state.fail(code);
     stop_kernels();
+    held
 }

@@ -74,7 +74,9 @@ impl InitJob {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_inner())).unwrap_or_else(|_| {
             let e = Error::internal("communicator initialization panicked");
             if let Some(c) = shows_state {
+                // Ends the operation if the panic came before its end, else records the error.
                 c.fail_operation(e.code);
+                c.set_error(e.code);
             }
             Err(e)
         })
