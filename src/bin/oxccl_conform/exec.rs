@@ -202,7 +202,18 @@ impl Alloc {
                 )?;
                 cu_check(unsafe { cu::cuMemAllocAsync(&mut a.ptr, b, stream) }, "cuMemAllocAsync")?;
                 a.stream = stream as usize;
-                cu_check(unsafe { cu::cuStreamSynchronize(stream) }, "cuStreamSynchronize")?;
+                // Waited for within a bound, as every other stream wait here: a stream still busy
+                // with an earlier case's hung work fails this case instead of the executor.
+                let deadline = Instant::now() + Duration::from_secs(20);
+                loop {
+                    // SAFETY: the rank's live stream.
+                    match unsafe { cu::cuStreamQuery(stream) } {
+                        cu::CUresult::CUDA_SUCCESS => break,
+                        cu::CUresult::CUDA_ERROR_NOT_READY if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(50)),
+                        cu::CUresult::CUDA_ERROR_NOT_READY => return Err("hang: the stream did not drain within 20 s of cuMemAllocAsync".into()),
+                        rc => return Err(format!("cuMemAllocAsync: the stream reports {}", cu_name(rc))),
+                    }
+                }
             }
             Allocator::Chunked => a.chunked(dev)?,
         }
