@@ -592,9 +592,10 @@ pub struct GroupP2p {
 /// Arguments of the grouped kernels. kernels/colls/allreduce_group.cu: up to `OX_GROUP_MAX_OPS`
 /// AllReduces, ReduceScatters, Reduces, AllGathers, AlltoAlls, Broadcasts, Gathers and Scatters,
 /// the reductions of one datatype and op, run as one packet launch over their packets laid end to
-/// end. kernels/colls/allreduce.cu's allreduce_rsag_group: 2 to `OX_GROUP_MAX_OPS` put-based
-/// AllReduces of one datatype and op, one after another; each `ops[j]` is then a lone rsag
-/// call's `CollArgs` (`comm` set, `chunk_elems` its elements per block per round, `mode` unused)
+/// end. kernels/colls/reduce_colls.cu's put_group: 2 to `OX_GROUP_MAX_OPS` put-based AllReduces,
+/// ReduceScatters and Reduces of one datatype and op, one after another; each `ops[j]` is then a
+/// lone put-based call's `CollArgs` (`comm` set, `chunk_elems` its elements per block per round)
+/// with `mode` saying which (`OX_GROUP_ALLREDUCE`, `OX_GROUP_REDUCESCATTER`, `OX_GROUP_REDUCE`),
 /// and `p2p` is unused. Passed by value.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]

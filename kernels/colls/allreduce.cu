@@ -470,27 +470,5 @@ OX_TYPED_KERNELS_ENTRY(ox_allreduce_oneshot_chain, allreduce_oneshot_chain, (voi
 OX_TYPED_KERNELS(ox_allreduce_twophase, allreduce_twophase)
 OX_TYPED_KERNELS(ox_allreduce_rsag, allreduce_rsag)
 
-// ---- rsag, grouped ---------------------------------------------------------------------------
-// A group's put-based AllReduces (algo::group::merge_puts: one datatype and op, 2 to
-// OX_GROUP_MAX_OPS) in one launch: every block runs the operations one after another, each as
-// allreduce_rsag runs it alone, with its own slices (ops[j].chunk_elems) spread over this
-// launch's grid (the largest of the operations' lone grids; a block past an operation's rounds
-// skips it, as its peers' same-index blocks do). The slots and semaphores carry over from one
-// operation to the next as from one round to the next (rsag.cuh): an operation's first puts into
-// a peer's RS slots come after that peer's reduce of this block's last round of an earlier
-// operation (the round's second sync), and its writes to the peer's AG slots after the peer's
-// copy-out of that round (the next first sync). Each ops[j] carries the communicator (`comm`) as
-// a lone call's. Within a group no operation may read another's output (NCCL's contract); the
-// barrier between operations still keeps a block's last copy-out of one before its first reads
-// of the next, so a chain of same-sized in-place AllReduces over one buffer, which lone launches
-// ran in order, reads what the previous one wrote (the slices are then the same for every block).
-template <typename T, typename Op>
-OX_DEV void allreduce_rsag_group(const GroupArgs& a) {
-  for (uint32_t j = 0; j < a.nops; ++j) {
-    if (j) __syncthreads();
-    rsag_body<T, Op, false>(a.ops[j]);
-  }
-}
-OX_TYPED_KERNELS_ARGS(ox_allreduce_rsag_group, allreduce_rsag_group, ox_pdl_enter(), GroupArgs)
 OX_TYPED_KERNELS(ox_allreduce_oneshot128, allreduce_oneshot128)
 OX_TYPED_KERNELS(ox_allreduce_twophase128, allreduce_twophase128)

@@ -330,7 +330,36 @@ OX_DEV void reduce_put(const CollArgs& a) {
   else rsag_body<T, Op, true>(a);
 }
 
+// ---- put-based, grouped ----------------------------------------------------------------------
+// A group's put-based reductions (algo::group::merge_puts: AllReduces run as rsag, ReduceScatters
+// as reducescatter_put, Reduces as rsag to the root; one datatype, op and block size; 2 to
+// OX_GROUP_MAX_OPS) in one launch: every block runs the operations one after another, each as
+// its lone kernel runs it, with its own slices (ops[j].chunk_elems) spread over this launch's
+// grid (the largest of the lone grids; a block past an operation's rounds skips them, as its
+// peers' same-index blocks do), ops[j].mode saying which (OX_GROUP_ALLREDUCE, _REDUCESCATTER,
+// _REDUCE). The put scratch and the semaphores carry over from one operation to the next as from
+// one launch to the next. Slot (b, src) of a rank is written only by block b of rank src and read
+// only by the rank's own block b, and every write to a peer's slot follows a sync of block b that
+// the peer's block b reaches only after its last read of that slot: an rsag round's second sync
+// (the owner's reduce read its RS slots), the next operation's first sync (the peer's copy-out
+// of the AG area that the ReduceScatter's odd rounds also use), reducescatter_put's final sync.
+// Within a group no operation may read another's output (NCCL's contract); the block barrier
+// between operations still keeps a block's last copy-out of one before its first reads of the
+// next, so a chain of same-sized in-place AllReduces over one buffer, which lone launches ran in
+// order, reads what the previous one wrote (the slices are then the same for every block).
+template <typename T, typename Op>
+OX_DEV void put_group(const GroupArgs& a) {
+  for (uint32_t j = 0; j < a.nops; ++j) {
+    if (j) __syncthreads();
+    const CollArgs& o = a.ops[j];
+    if (o.mode == OX_GROUP_REDUCESCATTER) reducescatter_put<T, Op>(o);
+    else if (o.mode == OX_GROUP_REDUCE) rsag_body<T, Op, true>(o);
+    else rsag_body<T, Op, false>(o);
+  }
+}
+
 OX_TYPED_KERNELS(ox_reducescatter_ll, reducescatter_ll)
 OX_TYPED_KERNELS(ox_reducescatter_put, reducescatter_put)
 OX_TYPED_KERNELS(ox_reduce_ll, reduce_packets)
 OX_TYPED_KERNELS(ox_reduce_put, reduce_put)
+OX_TYPED_KERNELS_ARGS(ox_put_group, put_group, ox_pdl_enter(), GroupArgs)

@@ -20,12 +20,14 @@
 //!   one-shot carries alone (`default_group_max_bytes`, OXCCL_GROUP_MAX_BYTES), or, where all are
 //!   ReduceScatters, a message the packet ReduceScatter carries alone.
 //!
-//! Consecutive AllReduces that a lone call runs put-based (rsag), of one datatype, op and block
-//! size, run as one launch too (`merge_puts`; kernels/colls/allreduce.cu, allreduce_rsag_group):
-//! the operations one after another in every block, each with its lone plan's slices, on the
-//! largest lone grid (`puts_shape`). Invariants, tested below: every rank plans the same (the
-//! same shared inputs as above); 2 to `OX_GROUP_MAX_OPS` operations a launch; never an
-//! operation a lone call would run otherwise; no sends or receives fold into them.
+//! Consecutive reductions that a lone call runs put-based (an AllReduce as rsag, a ReduceScatter
+//! through the put scratch, a Reduce as rsag to the root), of one datatype, op and block size, in
+//! any mix of the three, run as one launch too (`merge_puts`; kernels/colls/reduce_colls.cu,
+//! put_group): the operations one after another in every block, each with its lone plan's
+//! slices, on the largest lone grid (`puts_shape`). Invariants, tested below: every rank plans the
+//! same (the same shared inputs as above); 2 to `OX_GROUP_MAX_OPS` operations a launch; never an
+//! operation a lone call would run otherwise (a Reduce relayed or along a chain stays alone); no
+//! sends or receives fold into them.
 //!
 //! A communicator's sends and receives of the group travel in its first grouped launch
 //! (`fold_p2p`) pair by pair: a pair's transfers go there when each is one a lone call sends as
@@ -46,7 +48,7 @@
 use std::ops::Range;
 
 use super::{exchange::p2p_oneshot_max, select_allreduce, select_gather_oneshot, select_reduce, select_reducescatter, AllReduceAlgo, Scratch, Topology, Tuning};
-use crate::device_abi::{OX_GROUP_MAX_OPS, OX_GROUP_MAX_P2P, OX_MODE_LL};
+use crate::device_abi::{OX_GROUP_MAX_OPS, OX_GROUP_MAX_P2P, OX_MODE_LL, OX_MODE_PUT};
 use crate::types::{DataType, RedOp};
 
 /// The collectives a grouped launch carries.
@@ -136,24 +138,40 @@ pub fn launches(ops: &[GroupedOp], topo: &Topology, scratch: &Scratch, t: &Tunin
     merge_puts(ops, out, topo, scratch, t)
 }
 
-/// The block size of a lone AllReduce of `o` when it runs the put-based algorithm (rsag), else None.
-fn rsag_block(o: &GroupedOp, topo: &Topology, scratch: &Scratch, t: &Tuning) -> Option<u32> {
-    if o.kind != GroupedKind::AllReduce || o.alone || o.count == 0 || topo.nranks < 2 || t.group_off {
+/// A lone call's plan for `o` where it is one the grouped put kernel also runs (an AllReduce as
+/// rsag, a ReduceScatter as reducescatter_put, a Reduce as rsag to the root, not relayed or
+/// along a chain): its (grid, block, chunk_elems); else None.
+pub fn put_plan(o: &GroupedOp, topo: &Topology, scratch: &Scratch, t: &Tuning) -> Option<(u32, u32, u64)> {
+    if o.alone || o.count == 0 || topo.nranks < 2 || t.group_off {
         return None;
     }
-    let p = select_allreduce(o.count, o.dtype, topo, scratch, t);
-    (p.algo == AllReduceAlgo::Rsag).then_some(p.block)
+    match o.kind {
+        GroupedKind::AllReduce => {
+            let p = select_allreduce(o.count, o.dtype, topo, scratch, t);
+            (p.algo == AllReduceAlgo::Rsag).then_some((p.grid, p.block, p.chunk_elems))
+        }
+        GroupedKind::ReduceScatter => {
+            let p = select_reducescatter(o.count, o.dtype, topo, scratch, t);
+            (p.mode == OX_MODE_PUT as u32).then_some((p.grid, p.block, p.chunk_elems))
+        }
+        GroupedKind::Reduce => {
+            let p = select_reduce(o.count, o.dtype, topo, scratch, t);
+            (p.mode == OX_MODE_PUT as u32).then_some((p.grid, p.block, p.chunk_elems))
+        }
+        _ => None,
+    }
 }
 
-/// Runs of consecutive lone AllReduces that a lone call runs put-based (rsag), of one datatype,
-/// op and block size, become one launch of 2 to `OX_GROUP_MAX_OPS` (kernels/colls/allreduce.cu,
-/// allreduce_rsag_group: the operations one after another in one kernel, each with its lone
-/// plan's slices, on as many blocks as the largest plan takes).
+/// Runs of consecutive lone operations that `put_plan` takes, of one datatype, op and block
+/// size, become one launch of 2 to `OX_GROUP_MAX_OPS` (kernels/colls/reduce_colls.cu, put_group:
+/// the operations one after another in one kernel, each with its lone plan's slices, on as many
+/// blocks as the largest plan takes).
 fn merge_puts(ops: &[GroupedOp], plan: Vec<Range<usize>>, topo: &Topology, scratch: &Scratch, t: &Tuning) -> Vec<Range<usize>> {
     let mut out: Vec<Range<usize>> = Vec::with_capacity(plan.len());
     let mut key = None;
     for r in plan {
-        let k = (r.len() == 1).then(|| rsag_block(&ops[r.start], topo, scratch, t).map(|b| (ops[r.start].dtype, ops[r.start].op, b))).flatten();
+        let o = &ops[r.start];
+        let k = (r.len() == 1).then(|| put_plan(o, topo, scratch, t).map(|(_, b, _)| (o.dtype, o.op, b))).flatten();
         match out.last_mut() {
             Some(last) if k.is_some() && k == key && last.end == r.start && last.len() < OX_GROUP_MAX_OPS => last.end = r.end,
             _ => {
@@ -165,22 +183,23 @@ fn merge_puts(ops: &[GroupedOp], plan: Vec<Range<usize>>, topo: &Topology, scrat
     out
 }
 
-/// The launch shape of a grouped launch of `ops` that `launches` made of put-based AllReduces
+/// The launch shape of a grouped launch of `ops` that `launches` made of put-based reductions
 /// (`merge_puts`): the largest of their lone plans' grids and their block size; None where the
 /// range is a packet launch or a lone operation.
 pub fn puts_shape(ops: &[GroupedOp], topo: &Topology, scratch: &Scratch, t: &Tuning) -> Option<(u32, u32)> {
     if ops.len() < 2 {
         return None;
     }
-    let first = rsag_block(&ops[0], topo, scratch, t)?;
+    let (_, block, _) = put_plan(&ops[0], topo, scratch, t)?;
     let mut grid = 0;
     for o in ops {
-        if rsag_block(o, topo, scratch, t) != Some(first) || (o.dtype, o.op) != (ops[0].dtype, ops[0].op) {
+        let (g, b, _) = put_plan(o, topo, scratch, t)?;
+        if b != block || (o.dtype, o.op) != (ops[0].dtype, ops[0].op) {
             return None;
         }
-        grid = grid.max(select_allreduce(o.count, o.dtype, topo, scratch, t).grid);
+        grid = grid.max(g);
     }
-    Some((grid, first))
+    Some((grid, block))
 }
 
 /// Whether a lone call of `o` sends packets in one hop: the one-shot AllReduce (LL16 or LL128
@@ -318,10 +337,11 @@ mod tests {
             assert!(!r.is_empty() && r.len() <= OX_GROUP_MAX_OPS, "{plan:?}");
             next = r.end;
             if r.len() > 1 && puts_shape(&ops[r.clone()], topo, scratch, t).is_some() {
-                // A put-based run: AllReduces a lone call runs as rsag, one datatype, op and block.
+                // A put-based run: reductions a lone call runs put-based, one datatype, op and block.
                 let first = ops[r.start];
+                let block = |o: &GroupedOp| put_plan(o, topo, scratch, t).map(|(_, b, _)| b);
                 for o in &ops[r.clone()] {
-                    assert_eq!(rsag_block(o, topo, scratch, t), rsag_block(&first, topo, scratch, t), "{r:?}");
+                    assert!(block(o).is_some() && block(o) == block(&first), "{r:?}");
                     assert!(o.dtype == first.dtype && o.op == first.op, "{r:?}");
                 }
                 continue;
@@ -649,7 +669,9 @@ mod tests {
             ar(big, DataType::Float32, RedOp::Max),
         ];
         let plan = launches(&mixed, &topo, &s, &t);
-        assert_eq!(plan, vec![0..2, 2..3, 3..4, 4..5, 5..6, 6..7]);
+        // The ReduceScatter runs through the put scratch alone, with 1024 threads as the 32 MiB
+        // AllReduces: it joins them.
+        assert_eq!(plan, vec![0..2, 2..3, 3..4, 4..7]);
         check(&mixed, &plan, &topo, &s, &t);
         assert!(puts_shape(&mixed[3..5], &topo, &s, &t).is_none(), "a packet-sized AllReduce is no put-based run");
         let mut alone = ops.clone();
@@ -657,6 +679,47 @@ mod tests {
         assert_eq!(launches(&alone[..3], &topo, &s, &t), vec![0..1, 1..2, 2..3]);
         let one = setup(1);
         assert_eq!(launches(&ops[..3], &one.0, &one.1, &one.2), vec![0..1, 1..2, 2..3]);
+    }
+
+    /// AllReduces, ReduceScatters and Reduces that run put-based alone share a launch in any mix;
+    /// a Reduce relayed or along a chain, a packet-sized ReduceScatter, another kind, another
+    /// datatype cut the run. Each keeps its lone plan's grid and slices.
+    #[test]
+    fn put_based_reductions_of_every_kind_share_a_launch() {
+        use GroupedKind::*;
+        let (topo, s, t) = setup(2);
+        let big = 8 << 20;
+        let rs = select_reducescatter(big, DataType::Float32, &topo, &s, &t);
+        let red = select_reduce(big, DataType::Float32, &topo, &s, &t);
+        let all = select_allreduce(big, DataType::Float32, &topo, &s, &t);
+        assert_eq!((rs.mode, red.mode, all.algo), (OX_MODE_PUT as u32, OX_MODE_PUT as u32, AllReduceAlgo::Rsag));
+        assert_eq!((rs.block, red.block), (all.block, all.block), "one block size at 32 MiB");
+        let ops = vec![
+            of(ReduceScatter, big, DataType::Float32, RedOp::Sum),
+            of(Reduce, big, DataType::Float32, RedOp::Sum),
+            ar(big, DataType::Float32, RedOp::Sum),
+            of(ReduceScatter, big / 2, DataType::Float32, RedOp::Sum),
+            of(AllGather, big, DataType::Float32, RedOp::Sum),
+            of(Reduce, big, DataType::Float32, RedOp::Sum),
+            of(Reduce, big, DataType::Bfloat16, RedOp::Sum),
+            of(ReduceScatter, 16, DataType::Bfloat16, RedOp::Sum),
+        ];
+        let plan = launches(&ops, &topo, &s, &t);
+        assert_eq!(plan, vec![0..4, 4..5, 5..6, 6..7, 7..8]);
+        check(&ops, &plan, &topo, &s, &t);
+        let grids = [rs.grid, red.grid, all.grid, select_reducescatter(big / 2, DataType::Float32, &topo, &s, &t).grid];
+        assert_eq!(puts_shape(&ops[0..4], &topo, &s, &t), Some((*grids.iter().max().unwrap(), all.block)));
+        assert_eq!(put_plan(&ops[0], &topo, &s, &t), Some((rs.grid, rs.block, rs.chunk_elems)), "the lone plan's slices");
+        assert_eq!(put_plan(&ops[7], &topo, &s, &t), None, "packets alone");
+        assert_eq!(put_plan(&ops[4], &topo, &s, &t), None, "not a reduction");
+        // At 4 ranks a 64 MiB Reduce goes along a chain alone: it stays lone between put-based ones.
+        let (topo4, s4, t4) = setup(4);
+        let chain = of(Reduce, 16 << 20, DataType::Float32, RedOp::Sum);
+        assert_ne!(select_reduce(chain.count, chain.dtype, &topo4, &s4, &t4).mode, OX_MODE_PUT as u32);
+        let ops = vec![ar(big, DataType::Float32, RedOp::Sum), chain, ar(big, DataType::Float32, RedOp::Sum), of(ReduceScatter, big, DataType::Float32, RedOp::Sum)];
+        let plan = launches(&ops, &topo4, &s4, &t4);
+        assert_eq!(plan, vec![0..1, 1..2, 2..4]);
+        check(&ops, &plan, &topo4, &s4, &t4);
     }
 
     /// A put-based run takes the largest lone grid; a change of block size (512 threads up to

@@ -33,7 +33,7 @@ pub struct Module {
     allreduce: Vec<Kernel>,
     allreduce_chain: Vec<Kernel>,
     allreduce_group: Vec<Kernel>,
-    allreduce_rsag_group: Vec<Kernel>,
+    put_group: Vec<Kernel>,
     reducescatter: Vec<Kernel>,
     reduce: Vec<Kernel>,
     exchange: Kernel,
@@ -92,7 +92,7 @@ impl Module {
             allreduce: typed_table(raw, "ox_allreduce", &algos)?,
             allreduce_chain: typed_table(raw, "ox_allreduce", &["oneshot_chain"])?,
             allreduce_group: typed_table(raw, "ox_allreduce", &["group"])?,
-            allreduce_rsag_group: typed_table(raw, "ox_allreduce", &["rsag_group"])?,
+            put_group: typed_table(raw, "ox_put", &["group"])?,
             reducescatter: typed_table(raw, "ox_reducescatter", &LL_PUT)?,
             reduce: typed_table(raw, "ox_reduce", &LL_PUT)?,
             exchange: function(raw, "ox_exchange")?,
@@ -129,10 +129,10 @@ impl Module {
         self.allreduce_group[typed_index(0, dt, op)]
     }
 
-    /// A group's put-based AllReduces as one launch, one after another in every block
-    /// (kernels/colls/allreduce.cu, allreduce_rsag_group, `GroupArgs`).
-    pub fn allreduce_rsag_group(&self, dt: DataType, op: RedOp) -> Kernel {
-        self.allreduce_rsag_group[typed_index(0, dt, op)]
+    /// A group's put-based AllReduces, ReduceScatters and Reduces as one launch, one after another
+    /// in every block (kernels/colls/reduce_colls.cu, put_group, `GroupArgs`).
+    pub fn put_group(&self, dt: DataType, op: RedOp) -> Kernel {
+        self.put_group[typed_index(0, dt, op)]
     }
 
     /// `put`: the put-round variant, else the packet one.

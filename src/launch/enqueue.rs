@@ -198,8 +198,8 @@ fn with_completion_event(r: &View, ls: &mut LaunchState, event: cu::CUevent, str
 
 /// How a group's consecutive collectives on one communicator launch
 /// (algo::group): ranges of `tasks` in order, each of more than one task a grouped launch
-/// (`launch_group`, or `launch_rsag_group` where the flag says the range is put-based
-/// AllReduces), each single one a lone launch. All lone where the communicator spans hosts
+/// (`launch_group`, or `launch_put_group` where the flag says the range is put-based
+/// reductions), each single one a lone launch. All lone where the communicator spans hosts
 /// (its collectives run through `net`) or is not ready (each launch then reports why); a lone
 /// task (most groups) is not planned.
 pub fn group_launches(tasks: &[CollTask]) -> Vec<(std::ops::Range<usize>, bool)> {
@@ -230,34 +230,44 @@ pub fn group_launches(tasks: &[CollTask]) -> Vec<(std::ops::Range<usize>, bool)>
         .collect()
 }
 
-/// A range `group_launches` made of put-based AllReduces (2 to OX_GROUP_MAX_OPS of one
-/// communicator, datatype and op) as one launch of kernels/colls/allreduce.cu's
-/// allreduce_rsag_group on the first task's stream: each operation with its lone plan's slices,
-/// one after another in every block, on the largest plan's grid (algo::group::puts_shape).
-pub fn launch_rsag_group(tasks: &[CollTask]) -> Result<()> {
+/// A range `group_launches` made of put-based reductions (2 to OX_GROUP_MAX_OPS AllReduces,
+/// ReduceScatters and Reduces of one communicator, datatype and op; algo::group::merge_puts) as one
+/// launch of kernels/colls/reduce_colls.cu's put_group on the first task's stream: each operation
+/// with its lone plan's slices (`algo::group::put_plan`), one after another in every block, on the
+/// largest plan's grid (algo::group::puts_shape).
+pub fn launch_put_group(tasks: &[CollTask]) -> Result<()> {
     let Some(first) = tasks.first() else { return Ok(()) };
-    if !(2..=crate::device_abi::OX_GROUP_MAX_OPS).contains(&tasks.len()) {
-        return Err(Error::internal(format!("a put-based grouped launch of {} AllReduces; it holds 2 to {}", tasks.len(), crate::device_abi::OX_GROUP_MAX_OPS)));
-    }
+    debug_assert!((2..=crate::device_abi::OX_GROUP_MAX_OPS).contains(&tasks.len()));
     let (dtype, op) = (first.dtype, first.op.op);
     let bytes: u64 = tasks.iter().map(|t| t.count * t.dtype.size() as u64).sum();
-    let what = || format!("{} put-based AllReduces ({}, {bytes} bytes) in one launch, on stream {:p}", tasks.len(), dtype.name(), first.stream);
+    let what = || format!("{} put-based reductions ({}, {bytes} bytes) in one launch, on stream {:p}", tasks.len(), dtype.name(), first.stream);
     with_launch(&first.comm, Needs::All, first.stream, bytes, what, |r, ls| {
         let r = &View::plain(r);
-        r.tuning.allowed.for_func(Func::AllReduce)?;
         check_fp8(r, dtype)?;
-        let ops: Vec<GroupedOp> =
-            tasks.iter().map(|t| GroupedOp { kind: GroupedKind::AllReduce, count: t.count, dtype: t.dtype, op: t.op.op, alone: false }).collect();
-        let Some((grid, block)) = crate::algo::group::puts_shape(&ops, &r.topo, &r.scratch, &r.tuning) else {
-            return Err(Error::internal("a put-based grouped launch of operations the put-based algorithm does not take"));
+        let mut ops = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            let (kind, func, mode) = match t.coll {
+                Coll::AllReduce => (GroupedKind::AllReduce, Func::AllReduce, OX_GROUP_ALLREDUCE),
+                Coll::ReduceScatter => (GroupedKind::ReduceScatter, Func::ReduceScatter, OX_GROUP_REDUCESCATTER),
+                Coll::Reduce => (GroupedKind::Reduce, Func::Reduce, OX_GROUP_REDUCE),
+                c => return Err(Error::internal(format!("{c:?} in a put-based grouped launch"))),
+            };
+            r.tuning.allowed.for_func(func)?;
+            ops.push((GroupedOp { kind, count: t.count, dtype: t.dtype, op: t.op.op, alone: false }, mode));
+        }
+        let grouped: Vec<GroupedOp> = ops.iter().map(|(o, _)| *o).collect();
+        let Some((grid, block)) = crate::algo::group::puts_shape(&grouped, &r.topo, &r.scratch, &r.tuning) else {
+            return Err(Error::internal("a put-based grouped launch of operations the put-based kernels do not take"));
         };
         let mut args = GroupArgs { comm: r.dev_comm, nops: tasks.len() as u32, ..Default::default() };
-        for (slot, t) in args.ops.iter_mut().zip(tasks) {
-            let plan = select_allreduce(t.count, t.dtype, &r.topo, &r.scratch, &r.tuning);
-            *slot = coll_args(r, t, t.count, plan.chunk_elems, 0);
+        for ((slot, t), (o, mode)) in args.ops.iter_mut().zip(tasks).zip(&ops) {
+            let Some((_, _, chunk)) = crate::algo::group::put_plan(o, &r.topo, &r.scratch, &r.tuning) else {
+                return Err(Error::internal("a put-based grouped launch of an operation the put-based kernels do not take"));
+            };
+            *slot = coll_args(r, t, t.count, chunk, *mode);
         }
-        nccl_trace!(Subsys::Coll, "{} AllReduces ({} {:?}, {bytes} bytes) -> one put-based grouped launch grid {grid} block {block}", tasks.len(), dtype.name(), op);
-        kernel(r, ls, r.module.allreduce_rsag_group(dtype, op), grid, block, first.stream, &mut args)
+        nccl_trace!(Subsys::Coll, "{} reductions ({} {:?}, {bytes} bytes) -> one put-based grouped launch grid {grid} block {block}", tasks.len(), dtype.name(), op);
+        kernel(r, ls, r.module.put_group(dtype, op), grid, block, first.stream, &mut args)
     })
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::comm::Comm;
-use crate::launch::enqueue::{exchange_ops, fold_p2p, group_launches, launch_group, launch_p2p, launch_rsag_group, launch_task, predict_group_us, predict_us};
+use crate::launch::enqueue::{exchange_ops, fold_p2p, group_launches, launch_group, launch_p2p, launch_put_group, launch_task, predict_group_us, predict_us};
 use crate::comm::task::{CollTask, P2pOp};
 use crate::error::{Error, Result};
 use crate::gpu::cu;
@@ -547,8 +547,8 @@ fn launch_grouped(tasks: Vec<CollTask>, p2p: &mut P2pLists, first_err: &mut Opti
             continue;
         }
         let r = if puts {
-            // Put-based AllReduces: no packets, so no sends or receives fold into them.
-            launch_rsag_group(&tasks[part])
+            // Put-based reductions: no packets, so no sends or receives fold into them.
+            launch_put_group(&tasks[part])
         } else if part.len() > 1 {
             let comm = &tasks[part.start].comm;
             let mut folded = Vec::new();
