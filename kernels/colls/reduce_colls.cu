@@ -339,10 +339,14 @@ OX_DEV void reduce_put(const CollArgs& a) {
 // peers' same-index blocks do), ops[j].mode saying which (OX_GROUP_ALLREDUCE, _REDUCESCATTER,
 // _REDUCE). The put scratch and the semaphores carry over from one operation to the next as from
 // one launch to the next. Slot (b, src) of a rank is written only by block b of rank src and read
-// only by the rank's own block b, and every write to a peer's slot follows a sync of block b that
-// the peer's block b reaches only after its last read of that slot: an rsag round's second sync
-// (the owner's reduce read its RS slots), the next operation's first sync (the peer's copy-out
-// of the AG area that the ReduceScatter's odd rounds also use), reducescatter_put's final sync.
+// only by the rank's own block b, and the k-th sync of block b on one rank pairs with the k-th of
+// block b on each peer, so a write can only race with a peer's read between the same two syncs.
+// Invariant of every body: its first writes go to area 0 (RS) before its first sync and to area 1
+// (AG) only after it; its reads of area 0 end before its last sync and of area 1 by its last
+// segment (rsag: copy-out after its last sync; reducescatter_put: reads of area k & 1 in round
+// k + 1, then a final sync). So an operation's writes never meet the previous one's reads. The
+// sync counts (rsag 2 per round, reducescatter_put rounds + 1) depend only on the plans, alike on
+// every rank.
 // Within a group no operation may read another's output (NCCL's contract); the block barrier
 // between operations still keeps a block's last copy-out of one before its first reads of the
 // next, so a chain of same-sized in-place AllReduces over one buffer, which lone launches ran in

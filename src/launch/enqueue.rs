@@ -237,7 +237,10 @@ pub fn group_launches(tasks: &[CollTask]) -> Vec<(std::ops::Range<usize>, bool)>
 /// largest plan's grid (algo::group::puts_shape).
 pub fn launch_put_group(tasks: &[CollTask]) -> Result<()> {
     let Some(first) = tasks.first() else { return Ok(()) };
-    debug_assert!((2..=crate::device_abi::OX_GROUP_MAX_OPS).contains(&tasks.len()));
+    // GroupArgs holds OX_GROUP_MAX_OPS operations; more would have the kernel read past them.
+    if !(2..=crate::device_abi::OX_GROUP_MAX_OPS).contains(&tasks.len()) {
+        return Err(Error::internal(format!("a put-based grouped launch of {} operations", tasks.len())));
+    }
     let (dtype, op) = (first.dtype, first.op.op);
     let bytes: u64 = tasks.iter().map(|t| t.count * t.dtype.size() as u64).sum();
     let what = || format!("{} put-based reductions ({}, {bytes} bytes) in one launch, on stream {:p}", tasks.len(), dtype.name(), first.stream);
