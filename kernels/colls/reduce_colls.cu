@@ -351,19 +351,47 @@ OX_DEV void reduce_put(const CollArgs& a) {
 // between operations still keeps a block's last copy-out of one before its first reads of the
 // next, so a chain of same-sized in-place AllReduces over one buffer, which lone launches ran in
 // order, reads what the previous one wrote (the slices are then the same for every block).
-template <typename T, typename Op>
+// Kinds (a mask of OX_PUT_GROUP_* bits) is what the launch holds: a variant with one kind holds
+// only that body and takes every operation as that kind (the host picks it only for such a group,
+// src/launch/enqueue.rs). The bodies inline (out of line they spilled more) and the variant with
+// every kind spills several times what one kind does (ptxas, sm_90, f32 sum: 580 bytes of spill
+// stores against 84 for AllReduces alone, 20 for ReduceScatters, 76 for Reduces). Running
+// one-kind groups through it took up to 12% longer than lone launches at 16-64 MB, where the
+// one-kind variants take 0-11% less (nccl-tests -m 8, two ranks sharing one H200, 2026-12-01),
+// so the common one-kind groups (PyTorch's coalesced all_reduce and reduce_scatter_tensor) keep
+// one kind's registers, and a group of several kinds joins here only with operations of at most
+// 4 MiB each (algo::group::MIXED_PUT_MAX_BYTES).
+#define OX_PUT_GROUP_ALLREDUCE 1u
+#define OX_PUT_GROUP_REDUCESCATTER 2u
+#define OX_PUT_GROUP_REDUCE 4u
+template <typename T, typename Op, uint32_t Kinds>
 OX_DEV void put_group(const GroupArgs& a) {
+  constexpr bool one = Kinds == OX_PUT_GROUP_ALLREDUCE || Kinds == OX_PUT_GROUP_REDUCESCATTER || Kinds == OX_PUT_GROUP_REDUCE;
   for (uint32_t j = 0; j < a.nops; ++j) {
     if (j) __syncthreads();
     const CollArgs& o = a.ops[j];
-    if (o.mode == OX_GROUP_REDUCESCATTER) reducescatter_put<T, Op>(o);
-    else if (o.mode == OX_GROUP_REDUCE) rsag_body<T, Op, true>(o);
-    else rsag_body<T, Op, false>(o);
+    if ((Kinds & OX_PUT_GROUP_REDUCESCATTER) && (one || o.mode == OX_GROUP_REDUCESCATTER)) reducescatter_put<T, Op>(o);
+    else if ((Kinds & OX_PUT_GROUP_REDUCE) && (one || o.mode == OX_GROUP_REDUCE)) rsag_body<T, Op, true>(o);
+    else if (Kinds & OX_PUT_GROUP_ALLREDUCE) rsag_body<T, Op, false>(o);
   }
+}
+
+template <typename T, typename Op>
+OX_DEV void put_group_allreduce(const GroupArgs& a) { put_group<T, Op, OX_PUT_GROUP_ALLREDUCE>(a); }
+template <typename T, typename Op>
+OX_DEV void put_group_reducescatter(const GroupArgs& a) { put_group<T, Op, OX_PUT_GROUP_REDUCESCATTER>(a); }
+template <typename T, typename Op>
+OX_DEV void put_group_reduce(const GroupArgs& a) { put_group<T, Op, OX_PUT_GROUP_REDUCE>(a); }
+template <typename T, typename Op>
+OX_DEV void put_group_mixed(const GroupArgs& a) {
+  put_group<T, Op, OX_PUT_GROUP_ALLREDUCE | OX_PUT_GROUP_REDUCESCATTER | OX_PUT_GROUP_REDUCE>(a);
 }
 
 OX_TYPED_KERNELS(ox_reducescatter_ll, reducescatter_ll)
 OX_TYPED_KERNELS(ox_reducescatter_put, reducescatter_put)
 OX_TYPED_KERNELS(ox_reduce_ll, reduce_packets)
 OX_TYPED_KERNELS(ox_reduce_put, reduce_put)
-OX_TYPED_KERNELS_ARGS(ox_put_group, put_group, ox_pdl_enter(), GroupArgs)
+OX_TYPED_KERNELS_ARGS(ox_put_group_allreduce, put_group_allreduce, ox_pdl_enter(), GroupArgs)
+OX_TYPED_KERNELS_ARGS(ox_put_group_reducescatter, put_group_reducescatter, ox_pdl_enter(), GroupArgs)
+OX_TYPED_KERNELS_ARGS(ox_put_group_reduce, put_group_reduce, ox_pdl_enter(), GroupArgs)
+OX_TYPED_KERNELS_ARGS(ox_put_group_mixed, put_group_mixed, ox_pdl_enter(), GroupArgs)

@@ -21,8 +21,9 @@
 //!   ReduceScatters, a message the packet ReduceScatter carries alone.
 //!
 //! Consecutive reductions that a lone call runs put-based (an AllReduce as rsag, a ReduceScatter
-//! through the put scratch, a Reduce as rsag to the root), of one datatype, op and block size, in
-//! any mix of the three, run as one launch too (`merge_puts`; kernels/colls/reduce_colls.cu,
+//! through the put scratch, a Reduce as rsag to the root), of one datatype, op and block size, of
+//! one kind or, up to `MIXED_PUT_MAX_BYTES` each, in any mix of the three, run as one launch too
+//! (`merge_puts`; kernels/colls/reduce_colls.cu,
 //! put_group): the operations one after another in every block, each with its lone plan's
 //! slices, on the largest lone grid (`puts_shape`). Invariants, tested below: every rank plans the
 //! same (the same shared inputs as above); 2 to `OX_GROUP_MAX_OPS` operations a launch; never an
@@ -162,18 +163,43 @@ pub fn put_plan(o: &GroupedOp, topo: &Topology, scratch: &Scratch, t: &Tuning) -
     }
 }
 
+/// The most input bytes of any operation of a put-based run of several kinds. Above it a mixed
+/// run's kernel (every kind's body, so spilled registers) took 7-12% longer than lone launches
+/// at 16-64 MB, and a launch's fixed cost, a few microseconds, is under 2% of such an operation;
+/// at 4 MB it took as long as lone launches (nccl-tests -m 8, two ranks sharing one H200,
+/// 2026-12-01). Whether it is faster there with one GPU a rank is open.
+pub const MIXED_PUT_MAX_BYTES: u64 = 4 << 20;
+
+/// An operation's input bytes in a lone call (a ReduceScatter's `count` is its output chunk).
+fn put_input_bytes(o: &GroupedOp, nranks: usize) -> u64 {
+    let bytes = o.count * o.dtype.size() as u64;
+    if o.kind == GroupedKind::ReduceScatter {
+        bytes * nranks as u64
+    } else {
+        bytes
+    }
+}
+
 /// Runs of consecutive lone operations that `put_plan` takes, of one datatype, op and block
-/// size, become one launch of 2 to `OX_GROUP_MAX_OPS` (kernels/colls/reduce_colls.cu, put_group:
+/// size, and of one kind unless each operation's input is at most `MIXED_PUT_MAX_BYTES`, become
+/// one launch of 2 to `OX_GROUP_MAX_OPS` (kernels/colls/reduce_colls.cu, put_group:
 /// the operations one after another in one kernel, each with its lone plan's slices, on as many
 /// blocks as the largest plan takes).
 fn merge_puts(ops: &[GroupedOp], plan: Vec<Range<usize>>, topo: &Topology, scratch: &Scratch, t: &Tuning) -> Vec<Range<usize>> {
     let mut out: Vec<Range<usize>> = Vec::with_capacity(plan.len());
     let mut key = None;
+    // A run of more than one kind launches the kernel variant holding every body, which spills
+    // (`PutGroupKinds`): only while every operation of it is small enough for a launch's fixed
+    // cost to matter.
+    let joins = |run: &Range<usize>, o: &GroupedOp| {
+        let one_kind = ops[run.clone()].iter().all(|x| x.kind == o.kind);
+        one_kind || ops[run.clone()].iter().chain(std::iter::once(o)).all(|x| put_input_bytes(x, topo.nranks) <= MIXED_PUT_MAX_BYTES)
+    };
     for r in plan {
         let o = &ops[r.start];
         let k = (r.len() == 1).then(|| put_plan(o, topo, scratch, t).map(|(_, b, _)| (o.dtype, o.op, b))).flatten();
         match out.last_mut() {
-            Some(last) if k.is_some() && k == key && last.end == r.start && last.len() < OX_GROUP_MAX_OPS => last.end = r.end,
+            Some(last) if k.is_some() && k == key && last.end == r.start && last.len() < OX_GROUP_MAX_OPS && joins(last, o) => last.end = r.end,
             _ => {
                 out.push(r);
                 key = k;
@@ -181,6 +207,51 @@ fn merge_puts(ops: &[GroupedOp], plan: Vec<Range<usize>>, topo: &Topology, scrat
         }
     }
     out
+}
+
+/// Which variant of the grouped put kernel (kernels/colls/reduce_colls.cu, put_group) a launch
+/// takes: one holding a single kind takes every operation as that kind and keeps that kind's
+/// registers; `Mixed` holds every kind's body and reads each operation's `mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PutGroupKinds {
+    /// Every operation an AllReduce (rsag).
+    AllReduce,
+    /// Every operation a ReduceScatter (reducescatter_put).
+    ReduceScatter,
+    /// Every operation a Reduce (rsag to the root).
+    Reduce,
+    /// Two or three of the kinds.
+    Mixed,
+}
+
+impl PutGroupKinds {
+    /// The variant for a grouped put launch of `ops` (`merge_puts` made them: AllReduces,
+    /// ReduceScatters and Reduces): the one kind they all are, else `Mixed`.
+    pub fn of(ops: &[GroupedOp]) -> PutGroupKinds {
+        let one = |k| match k {
+            GroupedKind::AllReduce => Self::AllReduce,
+            GroupedKind::ReduceScatter => Self::ReduceScatter,
+            GroupedKind::Reduce => Self::Reduce,
+            _ => Self::Mixed,
+        };
+        match ops.split_first() {
+            Some((first, rest)) if rest.iter().all(|o| o.kind == first.kind) => one(first.kind),
+            _ => Self::Mixed,
+        }
+    }
+
+    /// Every variant, in the order of the module's kernel table.
+    pub const ALL: [PutGroupKinds; 4] = [Self::AllReduce, Self::ReduceScatter, Self::Reduce, Self::Mixed];
+
+    /// The kernel name's part after `ox_put_group_`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AllReduce => "allreduce",
+            Self::ReduceScatter => "reducescatter",
+            Self::Reduce => "reduce",
+            Self::Mixed => "mixed",
+        }
+    }
 }
 
 /// The launch shape of a grouped launch of `ops` that `launches` made of put-based reductions
@@ -309,6 +380,20 @@ pub fn launch_shape(packets: u64, topo: &Topology, t: &Tuning) -> (u32, u32) {
 mod tests {
     use super::*;
 
+    #[test]
+    fn put_kinds_one_kind_or_mixed() {
+        let f = DataType::Float32;
+        let red = of(GroupedKind::Reduce, 1 << 20, f, RedOp::Sum);
+        assert_eq!(PutGroupKinds::of(&[ar(1 << 20, f, RedOp::Sum), ar(1 << 22, f, RedOp::Sum)]), PutGroupKinds::AllReduce);
+        assert_eq!(PutGroupKinds::of(&[rs(1 << 20, f, RedOp::Sum); 3]), PutGroupKinds::ReduceScatter);
+        assert_eq!(PutGroupKinds::of(&[red, red]), PutGroupKinds::Reduce);
+        assert_eq!(PutGroupKinds::of(&[ar(1 << 20, f, RedOp::Sum), rs(1 << 20, f, RedOp::Sum)]), PutGroupKinds::Mixed);
+        assert_eq!(PutGroupKinds::of(&[rs(1 << 20, f, RedOp::Sum), rs(1 << 20, f, RedOp::Sum), red]), PutGroupKinds::Mixed);
+        assert_eq!(PutGroupKinds::of(&[]), PutGroupKinds::Mixed);
+        // The kernel names the module looks up (kernels/colls/reduce_colls.cu).
+        assert_eq!(PutGroupKinds::ALL.map(PutGroupKinds::name), ["allreduce", "reducescatter", "reduce", "mixed"]);
+    }
+
     fn ar(count: u64, dtype: DataType, op: RedOp) -> GroupedOp {
         GroupedOp { kind: GroupedKind::AllReduce, count, dtype, op, alone: false }
     }
@@ -343,6 +428,10 @@ mod tests {
                 for o in &ops[r.clone()] {
                     assert!(block(o).is_some() && block(o) == block(&first), "{r:?}");
                     assert!(o.dtype == first.dtype && o.op == first.op, "{r:?}");
+                }
+                // Several kinds (the variant that spills) only where each operation is small.
+                if PutGroupKinds::of(&ops[r.clone()]) == PutGroupKinds::Mixed {
+                    assert!(ops[r.clone()].iter().all(|o| put_input_bytes(o, topo.nranks) <= MIXED_PUT_MAX_BYTES), "{r:?}");
                 }
                 continue;
             }
@@ -670,8 +759,8 @@ mod tests {
         ];
         let plan = launches(&mixed, &topo, &s, &t);
         // The ReduceScatter runs through the put scratch alone, with 1024 threads as the 32 MiB
-        // AllReduces: it joins them.
-        assert_eq!(plan, vec![0..2, 2..3, 3..4, 4..7]);
+        // AllReduces, but a run of several kinds holds operations of at most 4 MiB: it cuts the run.
+        assert_eq!(plan, vec![0..2, 2..3, 3..4, 4..5, 5..6, 6..7]);
         check(&mixed, &plan, &topo, &s, &t);
         assert!(puts_shape(&mixed[3..5], &topo, &s, &t).is_none(), "a packet-sized AllReduce is no put-based run");
         let mut alone = ops.clone();
@@ -681,42 +770,59 @@ mod tests {
         assert_eq!(launches(&ops[..3], &one.0, &one.1, &one.2), vec![0..1, 1..2, 2..3]);
     }
 
-    /// AllReduces, ReduceScatters and Reduces that run put-based alone share a launch in any mix;
-    /// a Reduce relayed or along a chain, a packet-sized ReduceScatter, another kind, another
-    /// datatype cut the run. Each keeps its lone plan's grid and slices.
+    /// ReduceScatters and Reduces that run put-based alone (AllReduces only with 1024 threads, from
+    /// 8 MiB) share a launch in any mix where each is at most `MIXED_PUT_MAX_BYTES`; larger ones
+    /// only with their own kind. A Reduce relayed or along a chain, a packet-sized ReduceScatter,
+    /// another kind, another datatype cut the run. Each keeps its lone plan's grid and slices.
     #[test]
     fn put_based_reductions_of_every_kind_share_a_launch() {
         use GroupedKind::*;
         let (topo, s, t) = setup(2);
+        let f = DataType::Float32;
+        // 2-4 MiB inputs at 2 ranks: ReduceScatters and Reduces put-based, 1024 threads.
+        let (rs3, red3, rs4, red2) = (of(ReduceScatter, 3 << 17, f, RedOp::Sum), of(Reduce, 3 << 18, f, RedOp::Sum), of(ReduceScatter, 1 << 19, f, RedOp::Sum), of(Reduce, 1 << 19, f, RedOp::Sum));
+        for o in [rs3, red3, rs4, red2] {
+            assert!(put_input_bytes(&o, 2) <= MIXED_PUT_MAX_BYTES);
+            assert_eq!(put_plan(&o, &topo, &s, &t).map(|(_, b, _)| b), Some(1024), "{o:?}");
+        }
+        let small = vec![rs3, red3, rs4, red2, of(AllGather, 1 << 20, f, RedOp::Sum), red3, of(Reduce, 1 << 19, DataType::Bfloat16, RedOp::Sum), of(ReduceScatter, 16, DataType::Bfloat16, RedOp::Sum)];
+        let plan = launches(&small, &topo, &s, &t);
+        assert_eq!(plan, vec![0..4, 4..5, 5..6, 6..7, 7..8]);
+        check(&small, &plan, &topo, &s, &t);
+        assert_eq!(PutGroupKinds::of(&small[0..4]), PutGroupKinds::Mixed);
+        let grids: Vec<u32> = small[0..4].iter().map(|o| put_plan(o, &topo, &s, &t).unwrap().0).collect();
+        assert_eq!(puts_shape(&small[0..4], &topo, &s, &t), Some((*grids.iter().max().unwrap(), 1024)));
+        assert_eq!(put_plan(&small[7], &topo, &s, &t), None, "packets alone");
+        assert_eq!(put_plan(&small[4], &topo, &s, &t), None, "not a reduction");
+        // 32 MiB: each kind's run launches alone, with its own kernel variant.
         let big = 8 << 20;
-        let rs = select_reducescatter(big, DataType::Float32, &topo, &s, &t);
-        let red = select_reduce(big, DataType::Float32, &topo, &s, &t);
-        let all = select_allreduce(big, DataType::Float32, &topo, &s, &t);
+        let rs = select_reducescatter(big, f, &topo, &s, &t);
+        let red = select_reduce(big, f, &topo, &s, &t);
+        let all = select_allreduce(big, f, &topo, &s, &t);
         assert_eq!((rs.mode, red.mode, all.algo), (OX_MODE_PUT as u32, OX_MODE_PUT as u32, AllReduceAlgo::Rsag));
         assert_eq!((rs.block, red.block), (all.block, all.block), "one block size at 32 MiB");
         let ops = vec![
-            of(ReduceScatter, big, DataType::Float32, RedOp::Sum),
-            of(Reduce, big, DataType::Float32, RedOp::Sum),
-            ar(big, DataType::Float32, RedOp::Sum),
-            of(ReduceScatter, big / 2, DataType::Float32, RedOp::Sum),
-            of(AllGather, big, DataType::Float32, RedOp::Sum),
-            of(Reduce, big, DataType::Float32, RedOp::Sum),
-            of(Reduce, big, DataType::Bfloat16, RedOp::Sum),
-            of(ReduceScatter, 16, DataType::Bfloat16, RedOp::Sum),
+            of(ReduceScatter, big, f, RedOp::Sum),
+            of(ReduceScatter, big / 2, f, RedOp::Sum),
+            of(Reduce, big, f, RedOp::Sum),
+            of(Reduce, big, f, RedOp::Sum),
+            ar(big, f, RedOp::Sum),
+            ar(big, f, RedOp::Sum),
+            rs3,
         ];
         let plan = launches(&ops, &topo, &s, &t);
-        assert_eq!(plan, vec![0..4, 4..5, 5..6, 6..7, 7..8]);
+        assert_eq!(plan, vec![0..2, 2..4, 4..6, 6..7]);
         check(&ops, &plan, &topo, &s, &t);
-        let grids = [rs.grid, red.grid, all.grid, select_reducescatter(big / 2, DataType::Float32, &topo, &s, &t).grid];
-        assert_eq!(puts_shape(&ops[0..4], &topo, &s, &t), Some((*grids.iter().max().unwrap(), all.block)));
+        let kinds: Vec<PutGroupKinds> = plan[..3].iter().map(|r| PutGroupKinds::of(&ops[r.clone()])).collect();
+        assert_eq!(kinds, [PutGroupKinds::ReduceScatter, PutGroupKinds::Reduce, PutGroupKinds::AllReduce]);
+        let grids = [rs.grid, select_reducescatter(big / 2, f, &topo, &s, &t).grid];
+        assert_eq!(puts_shape(&ops[0..2], &topo, &s, &t), Some((*grids.iter().max().unwrap(), all.block)));
         assert_eq!(put_plan(&ops[0], &topo, &s, &t), Some((rs.grid, rs.block, rs.chunk_elems)), "the lone plan's slices");
-        assert_eq!(put_plan(&ops[7], &topo, &s, &t), None, "packets alone");
-        assert_eq!(put_plan(&ops[4], &topo, &s, &t), None, "not a reduction");
         // At 4 ranks a 64 MiB Reduce goes along a chain alone: it stays lone between put-based ones.
         let (topo4, s4, t4) = setup(4);
-        let chain = of(Reduce, 16 << 20, DataType::Float32, RedOp::Sum);
+        let chain = of(Reduce, 16 << 20, f, RedOp::Sum);
         assert_ne!(select_reduce(chain.count, chain.dtype, &topo4, &s4, &t4).mode, OX_MODE_PUT as u32);
-        let ops = vec![ar(big, DataType::Float32, RedOp::Sum), chain, ar(big, DataType::Float32, RedOp::Sum), of(ReduceScatter, big, DataType::Float32, RedOp::Sum)];
+        let ops = vec![ar(big, f, RedOp::Sum), chain, ar(big, f, RedOp::Sum), ar(big, f, RedOp::Sum)];
         let plan = launches(&ops, &topo4, &s4, &t4);
         assert_eq!(plan, vec![0..1, 1..2, 2..4]);
         check(&ops, &plan, &topo4, &s4, &t4);

@@ -9,6 +9,7 @@ use cudarc::driver::sys as cu;
 
 use super::context::Device;
 use super::driver::check;
+use crate::algo::group::PutGroupKinds;
 use crate::algo::AllReduceAlgo;
 use crate::error::{Error, Result};
 use crate::types::{DataType, RedOp};
@@ -92,7 +93,7 @@ impl Module {
             allreduce: typed_table(raw, "ox_allreduce", &algos)?,
             allreduce_chain: typed_table(raw, "ox_allreduce", &["oneshot_chain"])?,
             allreduce_group: typed_table(raw, "ox_allreduce", &["group"])?,
-            put_group: typed_table(raw, "ox_put", &["group"])?,
+            put_group: typed_table(raw, "ox_put_group", &PutGroupKinds::ALL.map(PutGroupKinds::name))?,
             reducescatter: typed_table(raw, "ox_reducescatter", &LL_PUT)?,
             reduce: typed_table(raw, "ox_reduce", &LL_PUT)?,
             exchange: function(raw, "ox_exchange")?,
@@ -130,9 +131,10 @@ impl Module {
     }
 
     /// A group's put-based AllReduces, ReduceScatters and Reduces as one launch, one after another
-    /// in every block (kernels/colls/reduce_colls.cu, put_group, `GroupArgs`).
-    pub fn put_group(&self, dt: DataType, op: RedOp) -> Kernel {
-        self.put_group[typed_index(0, dt, op)]
+    /// in every block (kernels/colls/reduce_colls.cu, put_group, `GroupArgs`), by the kinds the
+    /// group holds.
+    pub fn put_group(&self, kinds: PutGroupKinds, dt: DataType, op: RedOp) -> Kernel {
+        self.put_group[typed_index(kinds as usize, dt, op)]
     }
 
     /// `put`: the put-round variant, else the packet one.

@@ -270,7 +270,8 @@ pub fn launch_put_group(tasks: &[CollTask]) -> Result<()> {
             *slot = coll_args(r, t, t.count, chunk, *mode);
         }
         nccl_trace!(Subsys::Coll, "{} reductions ({} {:?}, {bytes} bytes) -> one put-based grouped launch grid {grid} block {block}", tasks.len(), dtype.name(), op);
-        kernel(r, ls, r.module.put_group(dtype, op), grid, block, first.stream, &mut args)
+        let kinds = crate::algo::group::PutGroupKinds::of(&grouped);
+        kernel(r, ls, r.module.put_group(kinds, dtype, op), grid, block, first.stream, &mut args)
     })
 }
 
