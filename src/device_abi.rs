@@ -595,8 +595,9 @@ pub struct GroupP2p {
 /// end. kernels/colls/reduce_colls.cu's put_group: 2 to `OX_GROUP_MAX_OPS` put-based AllReduces,
 /// ReduceScatters and Reduces of one datatype and op, one after another; each `ops[j]` is then a
 /// lone put-based call's `CollArgs` (`comm` set, `chunk_elems` its elements per block per round)
-/// with `mode` saying which (`OX_GROUP_ALLREDUCE`, `OX_GROUP_REDUCESCATTER`, `OX_GROUP_REDUCE`),
-/// and `p2p` is unused. Passed by value.
+/// with `mode` saying which (`OX_GROUP_ALLREDUCE`, `OX_GROUP_REDUCESCATTER`, `OX_GROUP_REDUCE`;
+/// read by the variant for several kinds, while a one-kind variant takes every operation as its
+/// kind: algo::group::PutGroupKinds), and `p2p` is unused. Passed by value.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GroupArgs {

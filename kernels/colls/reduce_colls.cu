@@ -356,8 +356,9 @@ OX_DEV void reduce_put(const CollArgs& a) {
 // src/launch/enqueue.rs). The bodies inline (out of line they spilled more) and the variant with
 // every kind spills several times what one kind does (ptxas, sm_90, f32 sum: 580 bytes of spill
 // stores against 84 for AllReduces alone, 20 for ReduceScatters, 76 for Reduces). Running
-// one-kind groups through it took up to 12% longer than lone launches at 16-64 MB, where the
-// one-kind variants take 0-11% less (nccl-tests -m 8, two ranks sharing one H200, 2026-12-01),
+// one-kind groups through it took 6-12% longer than lone launches at 16-64 MB, where the
+// one-kind variants take 0-7% less (8-11% at 4 MB; nccl-tests -m 8, two ranks sharing one H200,
+// 2026-12-01),
 // so the common one-kind groups (PyTorch's coalesced all_reduce and reduce_scatter_tensor) keep
 // one kind's registers, and a group of several kinds joins here only with operations of at most
 // 4 MiB each (algo::group::MIXED_PUT_MAX_BYTES).

@@ -22,8 +22,8 @@
 //!
 //! Consecutive reductions that a lone call runs put-based (an AllReduce as rsag, a ReduceScatter
 //! through the put scratch, a Reduce as rsag to the root), of one datatype, op and block size, of
-//! one kind or, up to `MIXED_PUT_MAX_BYTES` each, in any mix of the three, run as one launch too
-//! (`merge_puts`; kernels/colls/reduce_colls.cu,
+//! one kind or, up to `MIXED_PUT_MAX_BYTES` each, of several (by default ReduceScatters and
+//! Reduces at two ranks), run as one launch too (`merge_puts`; kernels/colls/reduce_colls.cu,
 //! put_group): the operations one after another in every block, each with its lone plan's
 //! slices, on the largest lone grid (`puts_shape`). Invariants, tested below: every rank plans the
 //! same (the same shared inputs as above); 2 to `OX_GROUP_MAX_OPS` operations a launch; never an
@@ -163,11 +163,13 @@ pub fn put_plan(o: &GroupedOp, topo: &Topology, scratch: &Scratch, t: &Tuning) -
     }
 }
 
-/// The most input bytes of any operation of a put-based run of several kinds. Above it a mixed
-/// run's kernel (every kind's body, so spilled registers) took 7-12% longer than lone launches
-/// at 16-64 MB, and a launch's fixed cost, a few microseconds, is under 2% of such an operation;
-/// at 4 MB it took as long as lone launches (nccl-tests -m 8, two ranks sharing one H200,
-/// 2026-12-01). Whether it is faster there with one GPU a rank is open.
+/// The most input bytes of any operation of a put-based run of several kinds. One-kind groups
+/// forced through the variant holding every kind's body (which spills registers) took 6-12%
+/// longer than lone launches at 16-64 MB, and as long at 4 MB, where the one-kind variants took
+/// 8-11% less (nccl-tests -m 8, two ranks sharing one H200, 2026-12-01; BENCHMARKS.md). Whether
+/// mixing saves time at or below it with one GPU a rank is open. Under the default tuning kinds
+/// mix only as ReduceScatters and Reduces at two ranks: put-based AllReduces up to 8 MiB take 512
+/// threads (the others 1024), and at three or more ranks no Reduce up to 4 MiB is put-based.
 pub const MIXED_PUT_MAX_BYTES: u64 = 4 << 20;
 
 /// An operation's input bytes in a lone call (a ReduceScatter's `count` is its output chunk).
@@ -392,6 +394,8 @@ mod tests {
         assert_eq!(PutGroupKinds::of(&[]), PutGroupKinds::Mixed);
         // The kernel names the module looks up (kernels/colls/reduce_colls.cu).
         assert_eq!(PutGroupKinds::ALL.map(PutGroupKinds::name), ["allreduce", "reducescatter", "reduce", "mixed"]);
+        // The module indexes its table, built in ALL's order, by `kinds as usize`.
+        assert!(PutGroupKinds::ALL.iter().enumerate().all(|(i, &k)| k as usize == i));
     }
 
     fn ar(count: u64, dtype: DataType, op: RedOp) -> GroupedOp {
@@ -785,14 +789,22 @@ mod tests {
             assert!(put_input_bytes(&o, 2) <= MIXED_PUT_MAX_BYTES);
             assert_eq!(put_plan(&o, &topo, &s, &t).map(|(_, b, _)| b), Some(1024), "{o:?}");
         }
-        let small = vec![rs3, red3, rs4, red2, of(AllGather, 1 << 20, f, RedOp::Sum), red3, of(Reduce, 1 << 19, DataType::Bfloat16, RedOp::Sum), of(ReduceScatter, 16, DataType::Bfloat16, RedOp::Sum)];
+        // A put-based bf16 Reduce (3 MiB) beside f32 ones: the datatype cuts the run.
+        let red_bf16 = of(Reduce, 3 << 19, DataType::Bfloat16, RedOp::Sum);
+        assert_eq!(put_plan(&red_bf16, &topo, &s, &t).map(|(_, b, _)| b), Some(1024));
+        let small = vec![rs3, red3, rs4, red2, of(AllGather, 1 << 20, f, RedOp::Sum), red3, red_bf16, red_bf16, of(ReduceScatter, 16, DataType::Bfloat16, RedOp::Sum)];
         let plan = launches(&small, &topo, &s, &t);
-        assert_eq!(plan, vec![0..4, 4..5, 5..6, 6..7, 7..8]);
+        assert_eq!(plan, vec![0..4, 4..5, 5..6, 6..8, 8..9]);
         check(&small, &plan, &topo, &s, &t);
         assert_eq!(PutGroupKinds::of(&small[0..4]), PutGroupKinds::Mixed);
         let grids: Vec<u32> = small[0..4].iter().map(|o| put_plan(o, &topo, &s, &t).unwrap().0).collect();
         assert_eq!(puts_shape(&small[0..4], &topo, &s, &t), Some((*grids.iter().max().unwrap(), 1024)));
-        assert_eq!(put_plan(&small[7], &topo, &s, &t), None, "packets alone");
+        assert_eq!(put_plan(&small[8], &topo, &s, &t), None, "packets alone");
+        // A mixed run stops before a larger operation even of its last operation's kind.
+        let red16 = of(Reduce, 4 << 20, f, RedOp::Sum);
+        assert_eq!(put_plan(&red16, &topo, &s, &t).map(|(_, b, _)| b), Some(1024));
+        assert_eq!(launches(&[rs3, red3, red16], &topo, &s, &t), vec![0..2, 2..3]);
+        assert_eq!(launches(&[red3, red3, red16], &topo, &s, &t), vec![0..3], "one kind: any size");
         assert_eq!(put_plan(&small[4], &topo, &s, &t), None, "not a reduction");
         // 32 MiB: each kind's run launches alone, with its own kernel variant.
         let big = 8 << 20;

@@ -269,8 +269,8 @@ pub fn launch_put_group(tasks: &[CollTask]) -> Result<()> {
             };
             *slot = coll_args(r, t, t.count, chunk, *mode);
         }
-        nccl_trace!(Subsys::Coll, "{} reductions ({} {:?}, {bytes} bytes) -> one put-based grouped launch grid {grid} block {block}", tasks.len(), dtype.name(), op);
         let kinds = crate::algo::group::PutGroupKinds::of(&grouped);
+        nccl_trace!(Subsys::Coll, "{} reductions ({} {:?}, {bytes} bytes) -> one put-based grouped launch ({}) grid {grid} block {block}", tasks.len(), dtype.name(), op, kinds.name());
         kernel(r, ls, r.module.put_group(kinds, dtype, op), grid, block, first.stream, &mut args)
     })
 }
